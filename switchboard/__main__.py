@@ -1,0 +1,5 @@
+"""Allow ``python -m switchboard``."""
+
+from switchboard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""① and ⑤: the only code that knows platform formats. One module per channel."""

@@ -1,0 +1,74 @@
+"""The Agent: a configuration over the shared runtime, loaded from the YAML file."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from switchboard.types import BusyPolicy
+
+__all__ = ["Agent", "AgentLimits", "AgentProfile", "AgentStatus"]
+
+AgentStatus = Literal["draft", "ready"]
+
+
+class AgentProfile(BaseModel):
+    """Who the agent is, as users see it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+
+
+class AgentLimits(BaseModel):
+    """Budgets of one turn (DESIGN §3.6): nothing unbounded wraps a model call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(8, ge=1, le=1000)
+    """Model decisions per turn; at the budget one last turn without tools answers the user."""
+    deadline_s: float = Field(120.0, gt=0)
+    """Wall-clock budget of one turn."""
+    max_output_chars: int = Field(16_000, ge=1)
+    """Longest reply the agent may send in one turn."""
+    max_input_tokens: int = Field(32_000, ge=256)
+    """Context budget: the most the model is ever sent in one request."""
+    max_output_tokens: int = Field(2_048, ge=16)
+    """Most tokens a model may write in one step."""
+    max_credits: float | None = Field(None, ge=0)
+    """Credits one turn may spend (``None``: unmetered)."""
+    max_tool_calls: int = Field(64, ge=0)
+    """Tool calls per turn."""
+
+
+class Agent(BaseModel):
+    """One agent: profile, instructions, model, tools and limits over the shared runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    profile: AgentProfile | None = None
+    instructions: str = ""
+    model: str | None = None
+    """``provider:name`` (``offline``, ``openai:gpt-4.1-mini``, ``anthropic:...``); ``None`` uses the default."""
+    tools: list[str] = Field(default_factory=lambda: ["current_time"])
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    busy_policy: BusyPolicy = "sequential"
+    codeact: bool = False
+    """Let the model answer with a program that calls tools as functions."""
+
+    @property
+    def status(self) -> AgentStatus:
+        """``ready`` once the agent has a profile and instructions, else ``draft``."""
+        return "ready" if self.profile is not None and self.instructions.strip() else "draft"
+
+    def problems(self) -> list[str]:
+        """What keeps the agent in draft, in words an operator can act on."""
+        found: list[str] = []
+        if self.profile is None:
+            found.append(f"agent {self.name!r} has no profile: add `profile: {{name: ...}}` in the YAML file")
+        if not self.instructions.strip():
+            found.append(f"agent {self.name!r} has no instructions: add `instructions: ...` in the YAML file")
+        return found

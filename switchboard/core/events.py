@@ -1,0 +1,137 @@
+"""Facts appended to a session's event log, one per state transition.
+
+The run state machine is ``queued → running → completed | failed | dead_lettered | cancelled``;
+a failed attempt that will be retried is followed by another ``running``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "Event",
+    "EventAdapter",
+    "MessageReceived",
+    "ReplySent",
+    "RunCancelled",
+    "RunCompleted",
+    "RunDeadLettered",
+    "RunFailed",
+    "RunQueued",
+    "RunStarted",
+    "StepRecorded",
+    "ToolCalled",
+]
+
+RunStatus = Literal["queued", "running", "completed", "failed", "dead_lettered", "cancelled"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: float = Field(default_factory=time.time)
+    """Unix time of the fact."""
+    message_id: str | None = None
+    """The inbound message the fact is about."""
+
+
+class MessageReceived(_Event):
+    """The gateway accepted a message (recorded atomically with the enqueue)."""
+
+    kind: Literal["message_received"] = "message_received"
+    channel: str
+    sender: str
+    chars: int
+
+
+class RunQueued(_Event):
+    """A run is waiting for its turn."""
+
+    kind: Literal["run_queued"] = "run_queued"
+
+
+class RunStarted(_Event):
+    """A worker took the session and started a run."""
+
+    kind: Literal["run_started"] = "run_started"
+    attempt: int
+    epoch: int
+    worker: str
+
+
+class StepRecorded(_Event):
+    """One step of the agent loop (a model decision)."""
+
+    kind: Literal["step"] = "step"
+    step: int
+    decision: Literal["answer", "tool_calls", "program"]
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCalled(_Event):
+    """A tool ran through the tool gateway."""
+
+    kind: Literal["tool_called"] = "tool_called"
+    tool: str
+    ok: bool
+    duration_ms: float
+
+
+class ReplySent(_Event):
+    """A reply reached the platform."""
+
+    kind: Literal["reply_sent"] = "reply_sent"
+    chars: int
+    parts: int = 1
+
+
+class RunCompleted(_Event):
+    """The run finished and its reply was delivered."""
+
+    kind: Literal["run_completed"] = "run_completed"
+    duration_ms: float
+
+
+class RunFailed(_Event):
+    """An attempt failed; it will be retried unless a dead letter follows."""
+
+    kind: Literal["run_failed"] = "run_failed"
+    attempt: int
+    error: str
+
+
+class RunDeadLettered(_Event):
+    """The message kept failing and was set aside with its reason."""
+
+    kind: Literal["run_dead_lettered"] = "run_dead_lettered"
+    attempts: int
+    reason: str
+
+
+class RunCancelled(_Event):
+    """The run was cancelled."""
+
+    kind: Literal["run_cancelled"] = "run_cancelled"
+    reason: str
+
+
+Event = Annotated[
+    MessageReceived
+    | RunQueued
+    | RunStarted
+    | StepRecorded
+    | ToolCalled
+    | ReplySent
+    | RunCompleted
+    | RunFailed
+    | RunDeadLettered
+    | RunCancelled,
+    Field(discriminator="kind"),
+]
+"""Any event-log fact."""
+
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
+"""Validates and dumps events to and from JSON."""

@@ -1,0 +1,156 @@
+"""The model-adapter Protocol: neutral requests in, a stream of neutral events out.
+
+Adapters (offline, OpenAI, Anthropic) turn a :class:`ModelRequest` into a provider call and
+the provider's stream into :data:`ModelEvent` items. The runtime folds the stream into one
+:data:`Decision`: a final answer, tool calls, or a program (CodeAct).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ChatMessage",
+    "Decision",
+    "FinalAnswer",
+    "Finished",
+    "ModelAdapter",
+    "ModelEvent",
+    "ModelRequest",
+    "Program",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallEvent",
+    "ToolCalls",
+    "ToolSpec",
+    "Usage",
+]
+
+
+class ToolCall(BaseModel):
+    """One call the model asked for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON Schema of the arguments."""
+
+
+class ChatMessage(BaseModel):
+    """One entry of the neutral conversation sent to a model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """On an assistant message: the calls it made (their results follow as ``tool`` messages)."""
+    tool_call_id: str | None = None
+    """On a tool message: the call it answers."""
+    name: str | None = None
+    """On a tool message: the tool's name."""
+
+
+class ModelRequest(BaseModel):
+    """Everything a provider needs for one step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    """The provider's model name (without the ``provider:`` prefix)."""
+    system: str
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_output_tokens: int = 2048
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class TextDelta(BaseModel):
+    """A piece of answer text."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ToolCallEvent(BaseModel):
+    """A complete tool call (adapters assemble streamed argument fragments)."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    call: ToolCall
+
+
+class Usage(BaseModel):
+    """Tokens used by the step."""
+
+    kind: Literal["usage"] = "usage"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Finished(BaseModel):
+    """The provider ended the step."""
+
+    kind: Literal["finished"] = "finished"
+    stop_reason: str = "stop"
+
+
+ModelEvent = Annotated[TextDelta | ToolCallEvent | Usage | Finished, Field(discriminator="kind")]
+
+
+class FinalAnswer(BaseModel):
+    """The model answered the user."""
+
+    kind: Literal["answer"] = "answer"
+    text: str
+
+
+class ToolCalls(BaseModel):
+    """The model asked for tool calls."""
+
+    kind: Literal["tool_calls"] = "tool_calls"
+    calls: list[ToolCall]
+    text: str = ""
+
+
+class Program(BaseModel):
+    """The model answered with a short program that calls tools as functions (CodeAct)."""
+
+    kind: Literal["program"] = "program"
+    code: str
+    call_id: str
+    text: str = ""
+
+
+Decision = Annotated[FinalAnswer | ToolCalls | Program, Field(discriminator="kind")]
+
+
+class ModelAdapter(Protocol):
+    """A thin adapter over one provider."""
+
+    provider: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Run one step, yielding events as the provider produces them.
+
+        Raises:
+            ModelError: classified (``retryable``, ``retry_after``); auth errors are not retryable.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the HTTP connection pool."""

@@ -1,0 +1,85 @@
+"""The contract between a session drain (③) and the agent runtime (④) for one turn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from switchboard.core.agent import Agent
+from switchboard.core.events import Event
+from switchboard.core.messages import InboundMessage
+from switchboard.types import SessionKey
+
+__all__ = ["HistoryEntry", "SessionStore", "TurnRequest", "TurnResult", "TurnSink"]
+
+
+class HistoryEntry(BaseModel):
+    """One message of the conversation as the agent remembers it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    message_id: str | None = None
+    at: float = Field(default_factory=time.time)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class TurnRequest(BaseModel):
+    """Everything one turn starts from. ``messages`` holds one message, or several under ``collect``."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    session_key: SessionKey
+    agent: Agent
+    messages: Sequence[InboundMessage]
+    run_id: str
+    """Stable across re-runs of the same turn (derived from the first message id), so idempotency keys repeat."""
+    deadline: float
+    """Unix time by which the turn must end."""
+    tenant: str = "default"
+    request_id: str = ""
+    trace_id: str = ""
+
+
+class TurnResult(BaseModel):
+    """What a turn produced."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    steps: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    credits: float = 0.0
+    stopped_by: str | None = None
+    """The budget that ended the turn early, if any."""
+
+
+class TurnSink(Protocol):
+    """Where a turn reports progress while it runs; implemented by the queue layer (fenced writes)."""
+
+    async def delta(self, text: str) -> None:
+        """A piece of the reply, as the model streams it."""
+
+    async def event(self, event: Event) -> None:
+        """Append a fact to the session's event log."""
+
+
+class SessionStore(Protocol):
+    """Per-session storage the runtime needs; every write is fenced by the session lease."""
+
+    async def load_history(self, limit: int) -> list[HistoryEntry]:
+        """The most recent ``limit`` entries, oldest first."""
+
+    async def append_history(self, entries: Sequence[HistoryEntry]) -> None:
+        """Append entries (capped by the store)."""
+
+    async def load_slots(self) -> dict[str, Any]:
+        """The session-state slots (``plan``, ``context``, ``state``)."""
+
+    async def save_slot(self, name: str, value: Any) -> None:
+        """Overwrite one slot."""

@@ -1,0 +1,135 @@
+"""The one error root of Switchboard.
+
+::
+
+    SwitchboardError
+    ├── ConfigError                 bad settings or YAML; names the field and how to fix it
+    ├── RequestError                bad input at the edge; carries the HTTP status to answer
+    │   ├── SignatureError          401/403: the request is not from the platform
+    │   ├── MalformedBodyError      400: not JSON, or not the platform's shape
+    │   └── BodyTooLargeError       413: over the size cap
+    ├── QueueUnavailableError       Redis did not confirm in time; answer 503 so the platform retries
+    ├── FencedWriteError            a write by a worker whose session lease has passed to another epoch
+    ├── DeliveryError               a platform send failed
+    │   └── RateLimitedError        the platform said 429; carries ``retry_after``
+    └── AgentError                  the agent run failed
+        ├── BudgetExceededError     a step, deadline, token or output budget ran out
+        └── ModelError              the model provider failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "BodyTooLargeError",
+    "BudgetExceededError",
+    "ConfigError",
+    "DeliveryError",
+    "FencedWriteError",
+    "MalformedBodyError",
+    "ModelError",
+    "QueueUnavailableError",
+    "RateLimitedError",
+    "RequestError",
+    "SignatureError",
+    "SwitchboardError",
+]
+
+
+class SwitchboardError(Exception):
+    """Root of every error Switchboard raises on purpose."""
+
+
+class ConfigError(SwitchboardError):
+    """The configuration is wrong; the message names the field and says how to fix it."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class RequestError(SwitchboardError):
+    """Bad input at the edge of the gateway; nothing was written."""
+
+    status: int = 400
+    code: str = "bad_request"
+
+    def __init__(self, message: str, *, channel: str | None = None) -> None:
+        super().__init__(message)
+        self.channel = channel
+
+
+class SignatureError(RequestError):
+    """The request's signature or secret did not verify."""
+
+    status = 401
+    code = "bad_signature"
+
+    def __init__(self, message: str, *, channel: str | None = None, status: int = 401) -> None:
+        super().__init__(message, channel=channel)
+        self.status = status
+
+
+class MalformedBodyError(RequestError):
+    """The body is not JSON or not the platform's shape."""
+
+    status = 400
+    code = "malformed_body"
+
+
+class BodyTooLargeError(RequestError):
+    """The body is over the size cap."""
+
+    status = 413
+    code = "body_too_large"
+
+
+class QueueUnavailableError(SwitchboardError):
+    """Redis did not confirm the write in time."""
+
+
+class FencedWriteError(SwitchboardError):
+    """A session write carried an epoch that no longer owns the session lease."""
+
+    def __init__(self, message: str, *, session_key: str, epoch: int) -> None:
+        super().__init__(message)
+        self.session_key = session_key
+        self.epoch = epoch
+
+
+class DeliveryError(SwitchboardError):
+    """A platform send failed."""
+
+    def __init__(self, message: str, *, channel: str, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.channel = channel
+        self.retryable = retryable
+
+
+class RateLimitedError(DeliveryError):
+    """The platform asked us to slow down."""
+
+    def __init__(self, message: str, *, channel: str, retry_after: float) -> None:
+        super().__init__(message, channel=channel, retryable=True)
+        self.retry_after = retry_after
+
+
+class AgentError(SwitchboardError):
+    """The agent run failed."""
+
+
+class BudgetExceededError(AgentError):
+    """A run budget ran out."""
+
+    def __init__(self, message: str, *, budget: str) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+
+class ModelError(AgentError):
+    """The model provider failed."""
+
+    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after

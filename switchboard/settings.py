@@ -1,0 +1,386 @@
+"""Settings: secrets and deployment from the environment, agents and channel options from YAML.
+
+Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter ``__``
+(``SWITCHBOARD_TELEGRAM__BOT_TOKEN``); provider keys keep the names the official SDKs use
+(``OPENAI_API_KEY``). Read once at the entry point (:func:`load_settings`) and passed down.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from switchboard.core.agent import Agent
+from switchboard.errors import ConfigError
+from switchboard.types import BusyPolicy
+
+__all__ = [
+    "ChannelOptions",
+    "FileConfig",
+    "QueueSettings",
+    "Settings",
+    "TelegramSettings",
+    "load_settings",
+]
+
+
+class _Channel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def enabled(self) -> bool:
+        """A channel is enabled when its credentials are present."""
+        raise NotImplementedError
+
+
+class TelegramSettings(_Channel):
+    """``SWITCHBOARD_TELEGRAM__*``."""
+
+    bot_token: SecretStr | None = None
+    secret_token: SecretStr | None = None
+    """Value Telegram echoes in ``X-Telegram-Bot-Api-Secret-Token``; 1–256 of ``A-Z a-z 0-9 _ -``."""
+    api_base_url: str = "https://api.telegram.org"
+    """Bot API root: the part before ``/bot<token>/<method>``."""
+    bot_username: str | None = None
+    """The bot's @username, used to notice mentions in groups (looked up with ``getMe`` when unset)."""
+
+    @field_validator("secret_token")
+    @classmethod
+    def _secret_charset(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            raw = v.get_secret_value()
+            if not (1 <= len(raw) <= 256) or not all(c.isascii() and (c.isalnum() or c in "_-") for c in raw):
+                raise ValueError("must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule for secret_token)")
+        return v
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.bot_token is not None
+
+
+class SlackSettings(_Channel):
+    """``SWITCHBOARD_SLACK__*``."""
+
+    bot_token: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    api_base_url: str = "https://slack.com/api/"
+
+    @property
+    def enabled(self) -> bool:
+        return self.bot_token is not None
+
+
+class DiscordSettings(_Channel):
+    """``SWITCHBOARD_DISCORD__*``."""
+
+    bot_token: SecretStr | None = None
+    public_key: str | None = None
+    application_id: str | None = None
+    api_base_url: str = "https://discord.com/api/v10"
+
+    @property
+    def enabled(self) -> bool:
+        return self.bot_token is not None
+
+
+class TeamsSettings(_Channel):
+    """``SWITCHBOARD_TEAMS__*``."""
+
+    app_id: str | None = None
+    app_password: SecretStr | None = None
+    tenant_id: str | None = None
+    openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    login_base_url: str = "https://login.microsoftonline.com"
+
+    @property
+    def enabled(self) -> bool:
+        return self.app_id is not None
+
+
+class _MetaChannel(_Channel):
+    access_token: SecretStr | None = None
+    app_secret: SecretStr | None = None
+    verify_token: SecretStr | None = None
+    graph_base_url: str = "https://graph.facebook.com/v23.0"
+
+    @property
+    def enabled(self) -> bool:
+        return self.access_token is not None
+
+
+class WhatsAppSettings(_MetaChannel):
+    """``SWITCHBOARD_WHATSAPP__*``."""
+
+    phone_number_id: str | None = None
+
+
+class InstagramSettings(_MetaChannel):
+    """``SWITCHBOARD_INSTAGRAM__*``."""
+
+
+class MessengerSettings(_Channel):
+    """``SWITCHBOARD_MESSENGER__*``."""
+
+    page_access_token: SecretStr | None = None
+    app_secret: SecretStr | None = None
+    verify_token: SecretStr | None = None
+    graph_base_url: str = "https://graph.facebook.com/v23.0"
+
+    @property
+    def enabled(self) -> bool:
+        return self.page_access_token is not None
+
+
+class QueueSettings(BaseModel):
+    """``SWITCHBOARD_QUEUE__*``: the session queue's timings (seconds unless named ``_ms``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "switchboard"
+    """The one RQ queue every worker listens on."""
+    lease_ms: int = Field(15_000, ge=500)
+    """Session lease TTL; a worker heartbeats it every third of this."""
+    reaper_interval_s: float = Field(2.0, gt=0)
+    """How often the reaper sweeps for stranded sessions."""
+    max_attempts: int = Field(3, ge=1)
+    """Attempts per message before it is dead-lettered."""
+    retry_backoff_s: float = Field(0.5, ge=0)
+    """Wait before retrying a failed attempt (doubled each attempt)."""
+    concurrency: int = Field(64, ge=1)
+    """Session drains one worker process runs at once."""
+    dedup_ttl_s: int = Field(8 * 24 * 3600, ge=24 * 3600)
+    """How long platform event ids are remembered (≥ 24 h; WhatsApp retries for up to 7 days)."""
+    ingest_timeout_s: float = Field(2.0, gt=0)
+    """Answer 503 when Redis has not confirmed an ingest within this time."""
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    """Webhook bodies over this are refused with 413 before any parsing."""
+    events_maxlen: int = Field(2_000, ge=100)
+    """Approximate cap of each session's event log."""
+    history_maxlen: int = Field(200, ge=10)
+    """Conversation entries kept per session."""
+
+
+class OfflineSettings(BaseModel):
+    """``SWITCHBOARD_OFFLINE__*``: the deterministic offline model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delay_ms: int = Field(0, ge=0)
+    """Per-answer delay, so the offline model can stand in for a slow model in load tests."""
+
+
+class ChannelOptions(BaseModel):
+    """Non-secret options of a channel or one of its accounts, from the YAML file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    busy_policy: BusyPolicy | None = None
+    tenant: str | None = None
+    accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
+    """Further accounts, served at ``/webhooks/{channel}/{account}``."""
+
+
+class ChannelAccount(BaseModel):
+    """A further account of a channel: options plus the names of env variables holding its secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    busy_policy: BusyPolicy | None = None
+    tenant: str | None = None
+    secrets_from_env: dict[str, str] = Field(default_factory=dict)
+    """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
+    options: dict[str, str] = Field(default_factory=dict)
+    """Non-secret settings (``api_base_url`` ...)."""
+
+
+ChannelOptions.model_rebuild()
+
+
+class FileConfig(BaseModel):
+    """The YAML file: agents, channels' non-secret options, defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = "default"
+    default_agent: str = "assistant"
+    agents: dict[str, Agent] = Field(default_factory=dict)
+    channels: dict[str, ChannelOptions] = Field(default_factory=dict)
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
+
+    def agent(self, name: str | None) -> Agent:
+        """The named agent, or the default one."""
+        key = name or self.default_agent
+        try:
+            return self.agents[key]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ConfigError(f"unknown agent {key!r} (defined: {known})", field=f"agents.{key}") from None
+
+
+def _default_agents() -> dict[str, Agent]:
+    from switchboard.core.agent import AgentProfile
+
+    return {
+        "assistant": Agent(
+            name="assistant",
+            profile=AgentProfile(name="Assistant", description="A helpful assistant."),
+            instructions="You are a helpful assistant. Answer briefly and clearly.",
+        )
+    }
+
+
+class Settings(BaseSettings):
+    """Secrets and deployment settings, from the environment (and an optional ``.env`` file)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_",
+        env_nested_delimiter="__",
+        env_file=None,
+        extra="ignore",
+        nested_model_default_partial_update=True,
+    )
+
+    redis_url: str | None = None
+    """Redis (or Valkey) to use; unset under ``switchboard run`` starts the embedded server."""
+    data_dir: Path = Path(".switchboard")
+    """Embedded server data, session workspaces, local indexes (relative to the working directory)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    model: str | None = None
+    """Default model, ``provider:name``; unset picks a provider from the keys present, else ``offline``."""
+    config: Path = Path("config/switchboard.yaml")
+    """The YAML file (``SWITCHBOARD_CONFIG``)."""
+    openai_api: Literal["responses", "chat"] | None = None
+    """OpenAI wire API; default ``responses`` against OpenAI itself, ``chat`` for other base URLs."""
+    log_level: str = "INFO"
+
+    openai_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_API_KEY"))
+    anthropic_base_url: str | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"))
+
+    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+    discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    teams: TeamsSettings = Field(default_factory=TeamsSettings)
+    whatsapp: WhatsAppSettings = Field(default_factory=WhatsAppSettings)
+    instagram: InstagramSettings = Field(default_factory=InstagramSettings)
+    messenger: MessengerSettings = Field(default_factory=MessengerSettings)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    offline: OfflineSettings = Field(default_factory=OfflineSettings)
+
+    file: FileConfig = Field(default_factory=FileConfig, exclude=True)
+    """The parsed YAML file (filled by :func:`load_settings`)."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
+            raise ValueError("must start with redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0)")
+        return v
+
+    @property
+    def default_model(self) -> str:
+        """The model used when an agent names none (DESIGN §10)."""
+        if self.model:
+            return self.model
+        if self.openai_api_key is not None:
+            return "openai:gpt-4.1-mini"
+        if self.anthropic_api_key is not None:
+            return "anthropic:claude-sonnet-4-5"
+        return "offline"
+
+    @property
+    def openai_wire_api(self) -> Literal["responses", "chat"]:
+        """``responses`` against OpenAI itself, ``chat`` when ``OPENAI_BASE_URL`` points elsewhere."""
+        if self.openai_api:
+            return self.openai_api
+        base = self.openai_base_url or ""
+        return "responses" if not base or "api.openai.com" in base else "chat"
+
+    def channel(self, name: str) -> _Channel:
+        """The env settings block of a platform channel."""
+        block = getattr(self, name, None)
+        if not isinstance(block, _Channel):
+            raise ConfigError(f"unknown channel {name!r}", field=name)
+        return block
+
+    @property
+    def data_path(self) -> Path:
+        """``data_dir`` resolved against the working directory."""
+        return (Path.cwd() / self.data_dir).resolve()
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for item in err.errors():
+        loc = [str(p) for p in item["loc"]]
+        if source == "the environment":
+            name = ("SWITCHBOARD_" + "__".join(loc)).upper()
+            if loc and loc[0].endswith(("_api_key", "_base_url")) and loc[0].startswith(("openai", "anthropic")):
+                name = loc[0].upper()
+        else:
+            name = ".".join(loc)
+        lines.append(f"  {name}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(env: dict[str, str] | None = None, *, require_file: bool = False) -> Settings:
+    """Read the environment and the YAML file once, validate both, and return the settings.
+
+    Raises:
+        ConfigError: with a message naming every bad field and how to fix it.
+    """
+    env_map = dict(os.environ if env is None else env)
+    saved = dict(os.environ)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env_map)
+        settings = Settings()
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, "the environment")) from None
+    finally:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+    settings.file = load_file(settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map)
+    return settings
+
+
+def load_file(path: Path, *, required: bool = False) -> FileConfig:
+    """Parse and validate the YAML file; a missing optional file gives the built-in defaults."""
+    if not path.exists():
+        if required:
+            raise ConfigError(f"config file {path} does not exist: create it or fix SWITCHBOARD_CONFIG", field="config")
+        return FileConfig(agents=_default_agents())
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}", field="config") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level", field="config")
+    for name, body in (raw.get("agents") or {}).items():
+        if isinstance(body, dict):
+            body.setdefault("name", name)
+    try:
+        cfg = FileConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, str(path))) from None
+    if not cfg.agents:
+        cfg.agents = _default_agents()
+    if cfg.default_agent not in cfg.agents:
+        raise ConfigError(
+            f"{path}: default_agent {cfg.default_agent!r} is not defined under agents "
+            f"(defined: {', '.join(sorted(cfg.agents))})",
+            field="default_agent",
+        )
+    return cfg
