@@ -14,7 +14,9 @@
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
     └── AgentError                  the agent run failed
         ├── BudgetExceededError     a step, deadline, token or output budget ran out
+        ├── ToolError               a tool failed; carries ``error_class`` (and ``retry_after``) for the gateway
         └── ModelError              the model provider failed
+            └── ReplayDivergedError a replayed run asked for a step the recording does not have
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ __all__ = [
     "ModelError",
     "QueueUnavailableError",
     "RateLimitedError",
+    "ReplayDivergedError",
     "RequestError",
     "SignatureError",
     "SwitchboardError",
+    "ToolError",
 ]
 
 
@@ -127,9 +131,37 @@ class BudgetExceededError(AgentError):
 
 
 class ModelError(AgentError):
-    """The model provider failed."""
+    """The model provider failed.
 
-    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+    ``code`` names the cause where the runtime acts on it: ``context_length`` (compact and retry once),
+    ``auth`` (stop the run), ``rate_limit``, ``overloaded``, ``server_error``, ``connection``, ``timeout``,
+    ``quota``, ``bad_request``, ``not_found``.
+    """
+
+    def __init__(
+        self, message: str, *, retryable: bool = False, retry_after: float | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.code = code
+
+
+class ToolError(AgentError):
+    """A tool failed, and says how: the tool gateway retries only the classes a tool allows.
+
+    ``error_class`` is one of ``validation`` (the model can correct its arguments), ``auth``,
+    ``rate_limit`` (with ``retry_after``), ``transient``, ``ambiguous_timeout`` or ``permanent``.
+    """
+
+    def __init__(self, message: str, *, error_class: str = "permanent", retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.retry_after = retry_after
+
+
+class ReplayDivergedError(ModelError):
+    """A replayed run asked the model for a step the recording does not hold (or a different one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False, code="replay_diverged")

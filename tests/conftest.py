@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -12,6 +11,15 @@ import redis
 import redis.asyncio as aioredis
 
 from switchboard.queue.embedded import EmbeddedRedis
+
+MINIMAL_CONFIG = """
+default_agent: assistant
+agents:
+  assistant:
+    profile: {name: Assistant}
+    instructions: You are a test assistant.
+    tools: [current_time]
+"""
 
 
 @pytest.fixture(scope="session")
@@ -48,18 +56,15 @@ async def async_redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 @pytest.fixture
 def base_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    """A clean environment for a gateway under test: real Redis, a private data dir, no YAML file."""
+    """A clean environment for a gateway under test: real Redis, a private data dir, a minimal YAML file."""
+    config = tmp_path / "switchboard.yaml"
+    config.write_text(MINIMAL_CONFIG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
     env.update(
         {
             "SWITCHBOARD_REDIS_URL": redis_url,
             "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
-            "SWITCHBOARD_CONFIG": str(tmp_path / "absent.yaml"),
+            "SWITCHBOARD_CONFIG": str(config),
         }
     )
     return env
-
-
-@pytest.fixture
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    return asyncio.DefaultEventLoopPolicy()

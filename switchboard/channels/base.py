@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef, InboundMessage
@@ -52,9 +52,13 @@ class Channel(Protocol):
     ``perform`` raises ``DeliveryError`` / ``RateLimitedError``.
     """
 
-    name: ClassVar[ChannelName]
-    streams: ClassVar[bool]
-    """Whether the channel shows ``StreamDelta`` actions."""
+    @property
+    def name(self) -> ChannelName:
+        """The channel this adapter speaks."""
+
+    @property
+    def streams(self) -> bool:
+        """Whether the channel shows ``StreamDelta`` actions."""
 
     def handshake(self, request: RawRequest) -> HandshakeReply | None:
         """Answer a platform handshake, or ``None`` when the request is not one."""

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Action", "SendError", "SendText", "SendTyping", "SetStatus", "StreamDelta"]
+__all__ = ["Action", "OfferChoice", "SendError", "SendFile", "SendText", "SendTyping", "SetStatus", "StreamDelta"]
 
 
 class _Action(BaseModel):
@@ -51,5 +51,26 @@ class SendError(_Action):
     message: str
 
 
-Action = Annotated[SendText | StreamDelta | SendTyping | SetStatus | SendError, Field(discriminator="kind")]
+class SendFile(_Action):
+    """Deliver a file from the session workspace (channels show images inline where they can)."""
+
+    kind: Literal["file"] = "file"
+    path: str
+    """Absolute path of the file (inside the session workspace, checked by the tool that asked)."""
+    caption: str = ""
+    mime_type: str | None = None
+    """Guessed from the file name; ``image/*`` lets a channel send a photo rather than a document."""
+
+
+class OfferChoice(_Action):
+    """Ask the user to pick one of a few options (native buttons where the channel has them, else text)."""
+
+    kind: Literal["choice"] = "choice"
+    question: str
+    options: list[str]
+
+
+Action = Annotated[
+    SendText | StreamDelta | SendTyping | SetStatus | SendError | SendFile | OfferChoice, Field(discriminator="kind")
+]
 """Any send action."""

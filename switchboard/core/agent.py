@@ -41,6 +41,8 @@ class AgentLimits(BaseModel):
     """Credits one turn may spend (``None``: unmetered)."""
     max_tool_calls: int = Field(64, ge=0)
     """Tool calls per turn."""
+    max_turn_tokens: int | None = Field(None, ge=256)
+    """Input plus output tokens over one whole turn (``None``: bounded by the step budget only)."""
 
 
 class Agent(BaseModel):

@@ -24,6 +24,7 @@ __all__ = [
     "RunStarted",
     "StepRecorded",
     "ToolCalled",
+    "UsageMetered",
 ]
 
 RunStatus = Literal["queued", "running", "completed", "failed", "dead_lettered", "cancelled"]
@@ -78,6 +79,32 @@ class ToolCalled(_Event):
     tool: str
     ok: bool
     duration_ms: float
+    call_id: str | None = None
+    """The model's id of the call."""
+    side_effect: Literal["read", "write"] = "read"
+    error_class: str | None = None
+    """``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``, ``permanent``, ..."""
+    idempotency_key: str | None = None
+    action_sha256: str | None = None
+    """Hash of the tool name and its canonical arguments."""
+    variable: str | None = None
+    """Variable a large result was bound to (``result_1``...)."""
+    file: str | None = None
+    """Workspace path a very large result was written to."""
+
+
+class UsageMetered(_Event):
+    """What a turn spent: steps, tool calls, tokens and credits (from the price table)."""
+
+    kind: Literal["usage_metered"] = "usage_metered"
+    model: str
+    steps: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    credits: float
+    stopped_by: str | None = None
+    """The budget that ended the turn early, if any."""
 
 
 class ReplySent(_Event):
@@ -124,6 +151,7 @@ Event = Annotated[
     | RunStarted
     | StepRecorded
     | ToolCalled
+    | UsageMetered
     | ReplySent
     | RunCompleted
     | RunFailed

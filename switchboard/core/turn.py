@@ -43,6 +43,20 @@ class TurnRequest(BaseModel):
     tenant: str = "default"
     request_id: str = ""
     trace_id: str = ""
+    actor: str = ""
+    """Who the run acts for; empty means the sender of the last message."""
+    goal: str = ""
+    """What the caller wants from the turn, when it is more than answering the message (console, API)."""
+    policy_version: str = ""
+    """Version of the policy the turn runs under (recorded with approvals and events)."""
+    step_budget: int | None = None
+    """Narrows ``agent.limits.max_steps`` for this turn."""
+    token_budget: int | None = None
+    """Input plus output tokens this turn may use (narrows ``agent.limits.max_turn_tokens``)."""
+    credit_budget: float | None = None
+    """Credits this turn may spend (narrows ``agent.limits.max_credits``)."""
+    permissions: frozenset[str] = frozenset()
+    """Permissions of the principal, checked by the tool gateway outside the model."""
 
 
 class TurnResult(BaseModel):

@@ -9,6 +9,7 @@ the process that started it. A restart on the same directory keeps the data.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -71,6 +72,7 @@ class EmbeddedRedis:
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
         self._socket_dir: str | None = None
+        self._lock: int | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -92,7 +94,15 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> str:
         """Start the server and wait until it answers PING; returns its URL."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
         sock = self.socket_path
+        if self._ping(sock):
+            self._release_lock()
+            raise ConfigError(
+                f"a server left over from an earlier run still answers on {sock}: stop it "
+                f"(redis-cli -s {sock} shutdown) or remove {self.data_dir}",
+                field="data_dir",
+            )
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
         if self.port == 0:
@@ -124,6 +134,7 @@ class EmbeddedRedis:
                 err = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
                 log = self.data_dir / "redis.log"
                 tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+                self._release_lock()
                 raise ConfigError(f"embedded Redis-compatible server failed to start: {err or tail}")
             if self._ping(sock):
                 logger.info("embedded server ready at %s (data in %s)", self.url, self.data_dir)
@@ -131,6 +142,25 @@ class EmbeddedRedis:
             time.sleep(0.02)
         self.stop()
         raise ConfigError(f"embedded Redis-compatible server did not answer within {timeout} s")
+
+    def _take_lock(self) -> None:
+        """One server per data directory: a second one would write the same AOF."""
+        fd = os.open(self.data_dir / "server.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                f"another Switchboard is already using {self.data_dir} (stop it first, or set "
+                "SWITCHBOARD_DATA_DIR to another directory)",
+                field="data_dir",
+            ) from None
+        self._lock = fd
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     @staticmethod
     def _ping(sock: Path) -> bool:
@@ -147,6 +177,7 @@ class EmbeddedRedis:
         """Shut the server down cleanly (AOF flushed); kill it if it does not go."""
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
+            self._release_lock()
             return
         proc.send_signal(signal.SIGTERM)
         try:
@@ -159,6 +190,7 @@ class EmbeddedRedis:
         if self._socket_dir:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
+        self._release_lock()
 
     def kill(self) -> None:
         """SIGKILL the server (for crash tests)."""
@@ -168,6 +200,7 @@ class EmbeddedRedis:
             if self.process.stderr:
                 self.process.stderr.close()
             self.process = None
+        self._release_lock()
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()

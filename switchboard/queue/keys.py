@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rq.defaults import RQ_KEY_PREFIX
+
 from switchboard.types import SessionKey
 
-__all__ = ["PREFIX", "GlobalKeys", "SessionKeys", "tenant_of"]
+__all__ = ["PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "tenant_of"]
 
 PREFIX = "sb"
 
@@ -136,6 +138,65 @@ class GlobalKeys:
         """Prefix for RQ's own keys (one hash tag, so a cluster keeps them in one slot)."""
         return "{rq}:"
 
+    @property
+    def stats(self) -> str:
+        """HASH of worker- and ingest-side counters (accepted, deduplicated, dead_letters, ...)."""
+        return f"{self.prefix}:stats:counters"
+
+    def histogram(self, name: str) -> str:
+        """HASH ``le:<bound>`` → count, ``sum``, ``count``: one latency histogram (``queue_wait``, ``run``)."""
+        return f"{self.prefix}:stats:hist:{name}"
+
+    @property
+    def reaper_lock(self) -> str:
+        """STRING worker id with a PX TTL: the worker sweeping for stranded sessions now."""
+        return f"{self.prefix}:reaper:lock"
+
     def web_token(self, token_hash: str) -> str:
         """STRING session key for a web chat bearer token (stored by hash, never in clear)."""
         return f"{self.prefix}:webtoken:{token_hash}"
+
+
+@dataclass(frozen=True, slots=True)
+class RQKeys:
+    """RQ's own keys for one queue, as rq 3 names them (``RQ_KEY_PREFIX``, default ``rq``).
+
+    The session queue writes drain jobs and their bookkeeping with the async client, so the names must
+    match what RQ's ``Queue``, ``Job`` and registries read; a test pins them against rq itself.
+    """
+
+    queue_name: str
+    prefix: str = RQ_KEY_PREFIX
+
+    @property
+    def queue(self) -> str:
+        """LIST of job ids waiting (RQ's queue)."""
+        return f"{self.prefix}:queue:{self.queue_name}"
+
+    @property
+    def intermediate(self) -> str:
+        """LIST of job ids a worker has popped but not yet registered as started."""
+        return f"{self.queue}:intermediate"
+
+    def first_seen(self, job_id: str) -> str:
+        """STRING: when a job id was first seen stuck in the intermediate list."""
+        return f"{self.intermediate}:first_seen:{job_id}"
+
+    @property
+    def queues(self) -> str:
+        """SET of every queue key (``Queue.all()``)."""
+        return f"{self.prefix}:queues"
+
+    @property
+    def started(self) -> str:
+        """ZSET ``<job id>:<execution id>`` → heartbeat deadline (RQ's ``StartedJobRegistry``)."""
+        return f"{self.prefix}:wip:{self.queue_name}"
+
+    @property
+    def failed(self) -> str:
+        """ZSET job id → expiry (RQ's ``FailedJobRegistry``)."""
+        return f"{self.prefix}:failed:{self.queue_name}"
+
+    def job(self, job_id: str) -> str:
+        """HASH: one job."""
+        return f"{self.prefix}:job:{job_id}"

@@ -1,0 +1,24 @@
+"""Typed keys for what the web application holds (``app[SETTINGS]``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from switchboard.channels.base import Channel
+    from switchboard.metrics import Metrics
+    from switchboard.queue.ingest import Ingestor
+    from switchboard.settings import Settings
+
+__all__ = ["CHANNELS", "INGESTOR", "METRICS", "REDIS", "SETTINGS"]
+
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis")
+INGESTOR: web.AppKey[Ingestor] = web.AppKey("ingestor")
+CHANNELS: web.AppKey[dict[tuple[str, str], Channel]] = web.AppKey("channels")
+"""(channel, account) → adapter, for every enabled channel account."""
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")

@@ -1,0 +1,526 @@
+"""① and ⑤ for Telegram: the webhook secret, ``Update`` → ``InboundMessage``, and sends through the Bot API.
+
+Inbound, Telegram signs nothing: ``setWebhook(secret_token=…)`` makes it echo a shared secret in
+``X-Telegram-Bot-Api-Secret-Token``, compared here in constant time on bytes before the body is read
+as JSON. ``update_id`` is the dedup key. Private chats reach the agent on every text message; groups
+only when the bot is mentioned (``@username``, a ``text_mention`` of the bot, or ``/command@username``)
+or replied to. Edited messages, channel posts, button taps and media without a caption are not handled
+yet and parse to nothing (no error), so Telegram stops retrying them.
+
+Outbound goes through python-telegram-bot's ``Bot`` (one httpx pool for the adapter's life) against the
+configurable Bot API root. Markdown from the agent is rendered to Telegram HTML and split after
+rendering (:mod:`switchboard.channels._markdown`); link previews are off, so a link the model writes is
+never fetched by Telegram on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from telegram import Bot, Chat, LinkPreviewOptions, Message, MessageEntity, ReplyParameters, User
+from telegram.constants import ChatAction, ChatType, MessageEntityType
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    EndPointNotFound,
+    Forbidden,
+    InvalidToken,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.request import HTTPXRequest
+
+from switchboard.channels._markdown import render_messages, visible_text
+from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
+from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.messages import ConversationRef, InboundMessage, Sender
+from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, RateLimitedError, SignatureError
+from switchboard.settings import TelegramSettings
+
+__all__ = ["SECRET_HEADER", "TelegramChannel"]
+
+logger = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
+_CHANNEL: Literal["telegram"] = "telegram"
+_POOL_SIZE = 128
+_ERROR_TEXT_LIMIT = 1000
+_PROGRESS_KEEP = 2048
+_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+# python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it builds a time period as an int, even
+# inside its own RetryAfter; opting in to the future timedelta behaviour, which this module handles, is
+# the documented way to stop that (the variable is read on every use).
+os.environ.setdefault("PTB_TIMEDELTA", "true")
+_FATAL = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
+"""Errors a retry cannot fix (400/401/403/404/409, a migrated chat)."""
+
+
+class _TokenRedactor(logging.Filter):
+    """Replaces bot tokens in records of loggers that print Bot API URLs (httpx logs every request at INFO)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(token in message for token in self.tokens):
+            for token in self.tokens:
+                message = message.replace(token, "<bot-token>")
+            record.msg, record.args = message, None
+        return True
+
+
+# Process-wide on purpose: the loggers it guards are process-wide too.
+_REDACTOR = _TokenRedactor()
+
+
+def _guard_token(token: str) -> None:
+    _REDACTOR.tokens.add(token)
+    for name in ("httpx", "telegram.Bot", "telegram.request.HTTPXRequest"):
+        target = logging.getLogger(name)
+        if _REDACTOR not in target.filters:
+            target.addFilter(_REDACTOR)
+
+
+class _Wire(BaseModel):
+    """Shape checks for the fields we rely on (python-telegram-bot's ``de_json`` checks no types)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", populate_by_name=True)
+
+
+class _WireUser(_Wire):
+    id: int
+    is_bot: bool
+    first_name: str
+    username: str | None = None
+
+
+class _WireChat(_Wire):
+    id: int
+    type: str
+
+
+class _WireEntity(_Wire):
+    type: str
+    offset: int = Field(ge=0)
+    length: int = Field(ge=0)
+    user: _WireUser | None = None
+
+
+class _WireMessage(_Wire):
+    message_id: int
+    date: int
+    chat: _WireChat
+    from_: _WireUser | None = Field(None, alias="from")
+    text: str | None = None
+    caption: str | None = None
+    entities: list[_WireEntity] | None = None
+    caption_entities: list[_WireEntity] | None = None
+    message_thread_id: int | None = None
+    is_topic_message: bool | None = None
+    reply_to_message: _WireMessage | None = None
+    forum_topic_created: dict[str, Any] | None = None
+
+
+class _WireUpdate(_Wire):
+    update_id: int = Field(ge=0)
+    message: _WireMessage | None = None
+
+
+def _header_values(headers: Mapping[str, str], name: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if callable(getall):
+        return [str(v) for v in getall(name, [])]
+    return [v for k, v in headers.items() if k.lower() == name.lower()]
+
+
+def _utf16(text: str) -> bytes:
+    return text.encode("utf-16-le", "surrogatepass")
+
+
+def _strip_ranges(text: str, ranges: list[tuple[int, int, bool]]) -> str:
+    """Remove UTF-16 ``(offset, length, tidy)`` ranges (Telegram counts entities in UTF-16).
+
+    With ``tidy``, a comma or colon and one space right after the range go too (``@bot, hi`` → ``hi``).
+    """
+    units = _utf16(text)
+    for offset, length, tidy in sorted(ranges, reverse=True):
+        start, end = offset * 2, (offset + length) * 2
+        if tidy and units[end : end + 2] in (b",\x00", b":\x00", b";\x00"):
+            end += 2
+        if tidy and units[end : end + 2] == b" \x00":
+            end += 2
+        units = units[:start] + units[end:]
+    return units.decode("utf-16-le", "ignore").strip()
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    value = exc.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _fallback_text(action: object) -> str | None:
+    """Markdown for action kinds this adapter cannot show natively yet (choices, files)."""
+    text = ""
+    for name in ("text", "caption", "prompt", "question", "title"):
+        value = getattr(action, name, None)
+        if isinstance(value, str) and value.strip():
+            text = value
+            break
+    lines = [text] if text else []
+    options = getattr(action, "options", None) or getattr(action, "choices", None)
+    if isinstance(options, list | tuple) and options:
+        labels = []
+        for number, option in enumerate(options, 1):
+            label = option if isinstance(option, str) else None
+            for name in ("label", "text", "title"):
+                label = label or getattr(option, name, None)
+            labels.append(f"{number}. {label or option}")
+        lines.append("\n".join(labels))
+    filename = getattr(action, "filename", None) or getattr(action, "name", None)
+    if getattr(action, "kind", "") == "file" and isinstance(filename, str):
+        lines.append(f"📎 {filename}")
+    return "\n\n".join(lines) or None
+
+
+class TelegramChannel:
+    """One Telegram bot account.
+
+    Args:
+        settings: The account's ``SWITCHBOARD_TELEGRAM__*`` block.
+        agent: The agent this account talks to.
+        tenant: The tenant the account belongs to.
+        account: The account name (``default`` for the env-configured bot).
+    """
+
+    name: ClassVar[Literal["telegram"]] = "telegram"
+    streams: ClassVar[bool] = False
+
+    def __init__(
+        self, settings: TelegramSettings, *, agent: str, tenant: str = "default", account: str = "default"
+    ) -> None:
+        self._settings = settings
+        self._agent, self._tenant, self._account = agent, tenant, account
+        self._username = (settings.bot_username or "").lstrip("@") or None
+        token = settings.bot_token.get_secret_value() if settings.bot_token else ""
+        prefix = token.split(":", 1)[0]
+        self._bot_id: int | None = int(prefix) if prefix.isdigit() else None
+        self._bot: Bot | None = None
+        self._request: HTTPXRequest | None = None
+        self._progress: OrderedDict[str, tuple[str, list[str]]] = OrderedDict()
+
+    @property
+    def bot_username(self) -> str | None:
+        """The bot's ``@username`` (without ``@``), configured or learnt with ``getMe``."""
+        return self._username
+
+    @property
+    def bot_id(self) -> int | None:
+        """The bot's user id (the digits before ``:`` in its token, confirmed by ``getMe``)."""
+        return self._bot_id
+
+    # ① inbound -----------------------------------------------------------------------------------
+
+    def handshake(self, request: RawRequest) -> HandshakeReply | None:
+        """Telegram has no handshake."""
+        return None
+
+    def verify(self, request: RawRequest) -> None:
+        """Check ``X-Telegram-Bot-Api-Secret-Token`` against the configured secret (constant time, raw bytes).
+
+        Raises:
+            SignatureError: 401 when the header is missing, 403 when it is wrong, repeated, or no secret is set.
+        """
+        expected = self._settings.secret_token
+        if expected is None:
+            raise SignatureError(
+                f"telegram account {self._account!r} refuses every webhook until a secret is configured: set "
+                "SWITCHBOARD_TELEGRAM__SECRET_TOKEN and pass the same value as secret_token to setWebhook",
+                channel=_CHANNEL,
+                status=403,
+            )
+        values = _header_values(request.headers, SECRET_HEADER)
+        if not values:
+            raise SignatureError(f"missing {SECRET_HEADER} header", channel=_CHANNEL, status=401)
+        given = values[0].encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, expected.get_secret_value().encode()) or len(values) != 1:
+            raise SignatureError(f"wrong {SECRET_HEADER} header", channel=_CHANNEL, status=403)
+
+    def parse(self, request: RawRequest) -> list[InboundMessage]:
+        """Normalise one ``Update``: zero or one message draft.
+
+        Raises:
+            MalformedBodyError: the body is not JSON or not a Telegram ``Update``.
+        """
+        try:
+            data = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedBodyError("body is not JSON", channel=_CHANNEL) from None
+        if not isinstance(data, dict):
+            raise MalformedBodyError("body must be a JSON object (a Telegram Update)", channel=_CHANNEL)
+        try:
+            wire = _WireUpdate.model_validate(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise MalformedBodyError(f"not a Telegram Update: {where}: {first['msg']}", channel=_CHANNEL) from None
+        message = wire.message
+        if message is None:
+            return []  # edited_message, callback_query, channel_post, ...: not handled yet
+        raw: dict[str, Any] = data["message"]
+        text, key = (message.text, "entities") if message.text is not None else (message.caption, "caption_entities")
+        if text is None or message.from_ is None:
+            return []  # a sticker, a photo without caption, a service message
+        try:  # python-telegram-bot's types for the parts we read (its Message costs ~70 µs to build)
+            user = User.de_json(raw["from"], None)
+            chat = Chat.de_json(raw["chat"], None)
+            entities = MessageEntity.de_list(raw.get(key) or [], None)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise MalformedBodyError("not a Telegram Update", channel=_CHANNEL) from None
+        draft = self._normalise(wire.update_id, message, text, user, chat, entities)
+        return [draft] if draft is not None else []
+
+    def _normalise(
+        self,
+        update_id: int,
+        message: _WireMessage,
+        text: str,
+        user: User,
+        chat: Chat,
+        entities: tuple[MessageEntity, ...],
+    ) -> InboundMessage | None:
+        if user.is_bot or (self._bot_id is not None and user.id == self._bot_id) or chat.type == ChatType.CHANNEL:
+            return None
+        mentions = self._mentions(text, entities)
+        replied = self._replies_to_bot(message)
+        if chat.type != ChatType.PRIVATE and not (mentions or replied):
+            return None
+        if mentions:
+            text = _strip_ranges(text, mentions)
+        if not text.strip():
+            return None
+        thread = str(message.message_thread_id) if message.is_topic_message and message.message_thread_id else None
+        extra = {"chat_id": str(chat.id), "reply_to_message_id": str(message.message_id)}
+        if thread:
+            extra["message_thread_id"] = thread
+        conversation = ConversationRef(
+            tenant=self._tenant,
+            agent=self._agent,
+            channel=_CHANNEL,
+            account=self._account,
+            conversation=str(chat.id),
+            thread=thread,
+            extra=extra,
+        )
+        return InboundMessage(
+            dedup_key=str(update_id),
+            conversation=conversation,
+            sender=Sender(id=str(user.id), name=user.full_name or user.username, is_bot=False),
+            text=text,
+            platform_message_id=str(message.message_id),
+            meta={"chat_type": str(chat.type), "mentioned": bool(mentions), "replied_to_bot": replied},
+        )
+
+    def _mentions(self, text: str, entities: tuple[MessageEntity, ...]) -> list[tuple[int, int, bool]]:
+        """UTF-16 ranges of the text that address this bot (to be stripped from what the agent reads)."""
+        found: list[tuple[int, int, bool]] = []
+        username = (self._username or "").lower()
+        units = _utf16(text)
+        for entity in entities:
+            value = units[entity.offset * 2 : (entity.offset + entity.length) * 2].decode("utf-16-le", "ignore")
+            by_name = entity.type == MessageEntityType.MENTION and username and value[1:].lower() == username
+            by_id = entity.type == MessageEntityType.TEXT_MENTION and entity.user and entity.user.id == self._bot_id
+            if by_name or by_id:
+                found.append((entity.offset, entity.length, True))
+            elif entity.type == MessageEntityType.BOT_COMMAND and "@" in value and username:
+                command, _, target = value.partition("@")
+                if target.lower() == username:
+                    skip = len(_utf16(command)) // 2
+                    found.append((entity.offset + skip, entity.length - skip, False))
+        return found
+
+    def _replies_to_bot(self, message: _WireMessage) -> bool:
+        reply = message.reply_to_message
+        if reply is None or reply.from_ is None or not reply.from_.is_bot:
+            return False
+        if reply.forum_topic_created is not None:
+            return False  # every message in a forum topic "replies" to the topic's opening message
+        if self._bot_id is not None:
+            return reply.from_.id == self._bot_id
+        if self._username:
+            return (reply.from_.username or "").lower() == self._username.lower()
+        return True  # identity unknown: in privacy mode Telegram only delivers replies to this bot's messages
+
+    # ⑤ outbound ----------------------------------------------------------------------------------
+
+    def _client(self) -> Bot:
+        if self._bot is None:
+            if self._settings.bot_token is None:
+                raise DeliveryError(
+                    f"telegram account {self._account!r} has no bot token: set SWITCHBOARD_TELEGRAM__BOT_TOKEN",
+                    channel=_CHANNEL,
+                    retryable=False,
+                )
+            token = self._settings.bot_token.get_secret_value()
+            _guard_token(token)
+            root = self._settings.api_base_url.rstrip("/")
+            self._request = HTTPXRequest(
+                connection_pool_size=_POOL_SIZE, connect_timeout=5, read_timeout=10, write_timeout=10, pool_timeout=5
+            )
+            self._bot = Bot(
+                token,
+                base_url=f"{root}/bot",
+                base_file_url=f"{root}/file/bot",
+                request=self._request,
+                get_updates_request=self._request,
+            )
+        return self._bot
+
+    def _delivery_error(self, exc: TelegramError) -> DeliveryError:
+        text = str(exc)
+        if self._settings.bot_token is not None:
+            text = text.replace(self._settings.bot_token.get_secret_value(), "<bot-token>")
+        if isinstance(exc, RetryAfter):
+            return RateLimitedError(f"telegram: {text}", channel=_CHANNEL, retry_after=_retry_seconds(exc))
+        if isinstance(exc, _FATAL):
+            return DeliveryError(f"telegram refused the call: {text}", channel=_CHANNEL, retryable=False)
+        return DeliveryError(f"telegram unreachable or failing: {text}", channel=_CHANNEL, retryable=True)
+
+    async def start(self) -> None:
+        """Learn the bot's id and username with ``getMe`` (once, at start-up; failures only logged).
+
+        Without a username, group messages reach the agent only as replies to the bot.
+        """
+        if self._settings.bot_token is None:
+            return
+        try:
+            me = await self._client().get_me()
+        except TelegramError as exc:
+            logger.warning(
+                "telegram account %s: getMe failed (%s); group mentions are %s",
+                self._account,
+                type(exc).__name__,
+                "matched by the configured username" if self._username else "not recognised, only replies",
+            )
+            return
+        self._bot_id = me.id
+        self._username = self._username or me.username
+
+    async def set_webhook(self, url: str) -> None:
+        """Point Telegram at ``url`` with this account's secret token (``setWebhook``).
+
+        Raises:
+            ConfigError: no secret token is configured.
+            DeliveryError: Telegram refused or could not be reached.
+        """
+        if self._settings.secret_token is None:
+            raise ConfigError("set SWITCHBOARD_TELEGRAM__SECRET_TOKEN before registering a webhook", field="telegram")
+        try:
+            await self._client().set_webhook(url=url, secret_token=self._settings.secret_token.get_secret_value())
+        except TelegramError as exc:
+            raise self._delivery_error(exc) from None
+
+    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+        """Carry out one send action in the conversation.
+
+        Raises:
+            RateLimitedError: Telegram answered 429; retry after ``retry_after`` seconds.
+            DeliveryError: ``retryable`` for network trouble and 5xx, not for 4xx.
+        """
+        if isinstance(action, SendText):
+            return await self._send(render_messages(action.text), conversation, idempotency_key, "HTML")
+        if isinstance(action, SendTyping):
+            chat_id, thread, _ = self._route(conversation)
+            try:
+                await self._client().send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
+            except TelegramError as exc:
+                raise self._delivery_error(exc) from None
+            return Receipt(parts=0, detail={"action": "typing"})
+        if isinstance(action, SetStatus | StreamDelta):
+            return Receipt(parts=0)
+        if isinstance(action, SendError):
+            text = action.message.strip()[:_ERROR_TEXT_LIMIT] or "Sorry, something went wrong."
+            return await self._send([text], conversation, idempotency_key, None)
+        fallback = _fallback_text(action)
+        kind = str(getattr(action, "kind", type(action).__name__))
+        if fallback is None:
+            logger.warning("telegram cannot show a %r action; skipped", kind)
+            return Receipt(parts=0, detail={"skipped": kind})
+        return await self._send(render_messages(fallback), conversation, idempotency_key, "HTML")
+
+    @staticmethod
+    def _route(conversation: ConversationRef) -> tuple[int | str, int | None, int | None]:
+        chat = conversation.extra.get("chat_id") or conversation.conversation
+        thread = conversation.extra.get("message_thread_id") or conversation.thread
+        reply = conversation.extra.get("reply_to_message_id")
+        chat_id: int | str = int(chat) if re.fullmatch(r"-?\d+", chat) else chat
+        return (
+            chat_id,
+            int(thread) if thread and thread.isdigit() else None,
+            int(reply) if reply and reply.isdigit() else None,
+        )
+
+    async def _send(self, parts: list[str], conversation: ConversationRef, key: str, parse_mode: str | None) -> Receipt:
+        """Send ``parts`` in order, the first as a reply; a retry with the same key resumes after the last sent."""
+        if not parts:
+            return Receipt(parts=0, detail={"skipped": "empty"})
+        digest = hashlib.sha256("\x00".join([parse_mode or "", *parts]).encode()).hexdigest()
+        known = self._progress.get(key)
+        if known is not None and known[0] != digest:
+            raise DeliveryError(
+                f"idempotency key {key!r} was already used for a different message", channel=_CHANNEL, retryable=False
+            )
+        sent = known[1] if known is not None else []
+        self._progress[key] = (digest, sent)
+        self._progress.move_to_end(key)
+        while len(self._progress) > _PROGRESS_KEEP:
+            self._progress.popitem(last=False)
+        chat_id, thread, reply_to = self._route(conversation)
+        for index in range(len(sent), len(parts)):
+            reply = (
+                ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+                if index == 0 and reply_to is not None
+                else None
+            )
+            message = await self._send_one(parts[index], chat_id, thread, reply, parse_mode)
+            sent.append(str(message.message_id))
+        return Receipt(platform_ids=tuple(sent), parts=len(parts))
+
+    async def _send_one(
+        self, text: str, chat_id: int | str, thread: int | None, reply: ReplyParameters | None, parse_mode: str | None
+    ) -> Message:
+        bot = self._client()
+        options: dict[str, Any] = {
+            "message_thread_id": thread,
+            "reply_parameters": reply,
+            "link_preview_options": _NO_PREVIEW,
+        }
+        try:
+            try:
+                return await bot.send_message(chat_id, text, parse_mode=parse_mode, **options)
+            except BadRequest as exc:
+                if parse_mode is None or "can't parse entities" not in exc.message.lower():
+                    raise
+                # Our renderer should never get here; if Telegram's parser disagrees, the words still arrive.
+                logger.warning("telegram refused the rendered HTML (%s); sending the part as plain text", exc.message)
+                return await bot.send_message(chat_id, visible_text(text), **options)
+        except TelegramError as exc:
+            raise self._delivery_error(exc) from None
+
+    async def aclose(self) -> None:
+        """Close the Bot API connection pool."""
+        if self._request is not None:
+            await self._request.shutdown()
+        self._bot = self._request = None

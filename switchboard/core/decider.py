@@ -1,0 +1,136 @@
+"""One model step: stream the provider's events, pass text on as it arrives, fold the rest into a decision.
+
+:func:`decide` is the runtime's only contact with a :class:`~switchboard.core.model.ModelAdapter`. Text
+deltas go to the turn's :class:`Reply` (and so to the sink) the moment they arrive; tool calls and usage
+are gathered; the step ends as a :data:`~switchboard.core.model.Decision` — an answer, tool calls, or a
+program (a lone ``run_program`` call). Retryable provider errors (rate limits honouring ``retry_after``,
+overload, 5xx) are retried with exponential back-off and full jitter, but only while nothing has been
+streamed yet, so the user never sees text twice. The stream is always closed, also on cancellation,
+which is how ``/stop`` reaches the provider's HTTP request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from switchboard.core.model import (
+    Decision,
+    FinalAnswer,
+    ModelAdapter,
+    ModelEvent,
+    ModelRequest,
+    Program,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    ToolCalls,
+    Usage,
+)
+from switchboard.core.prompt import RUN_PROGRAM
+from switchboard.core.turn import TurnSink
+from switchboard.errors import ModelError
+
+__all__ = ["Reply", "StepRetry", "decide", "fold"]
+
+logger = logging.getLogger(__name__)
+
+
+class Reply:
+    """The reply as streamed to the sink: capped at ``cap`` characters, steps separated by a blank line."""
+
+    def __init__(self, sink: TurnSink, cap: int) -> None:
+        self.sink = sink
+        self.cap = cap
+        self.parts: list[str] = []
+        self.chars = 0
+        self._step = 0
+
+    @property
+    def text(self) -> str:
+        """Everything streamed so far (the turn's final text)."""
+        return "".join(self.parts)
+
+    async def write(self, text: str, step: int) -> None:
+        """Stream a piece of step ``step``'s text (dropped once the cap is reached)."""
+        if step != self._step:
+            self._step = step
+            if self.chars:
+                text = "\n\n" + text
+        room = self.cap - self.chars
+        if room <= 0 or not text:
+            return
+        piece = text[:room]
+        self.parts.append(piece)
+        self.chars += len(piece)
+        await self.sink.delta(piece)
+
+
+@dataclass(frozen=True)
+class StepRetry:
+    """How a step retries retryable provider errors."""
+
+    attempts: int = 4
+    backoff_s: float = 0.5
+    """Base of the exponential back-off (full jitter); ``retry_after`` from the provider wins when longer."""
+
+
+def fold(text: str, calls: list[ToolCall]) -> Decision:
+    """A step's text and calls as one decision."""
+    if not calls:
+        return FinalAnswer(text=text)
+    if len(calls) == 1 and calls[0].name == RUN_PROGRAM:
+        code = calls[0].arguments.get("code")
+        return Program(code=code if isinstance(code, str) else "", call_id=calls[0].id, text=text)
+    return ToolCalls(calls=calls, text=text)
+
+
+async def decide(
+    adapter: ModelAdapter,
+    request: ModelRequest,
+    reply: Reply,
+    step: int,
+    *,
+    retry: StepRetry,
+    remaining_s: Callable[[], float],
+) -> tuple[Decision, tuple[int, int]]:
+    """Run one model step; returns the decision and ``(input_tokens, output_tokens)``.
+
+    Raises:
+        ModelError: not retryable, retries used up, text already streamed, or no time left to wait.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        received = False
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        tokens_in = tokens_out = 0
+        stream: AsyncIterator[ModelEvent] = adapter.stream(request)
+        try:
+            async for event in stream:
+                received = True
+                if isinstance(event, TextDelta):
+                    texts.append(event.text)
+                    await reply.write(event.text, step)
+                elif isinstance(event, ToolCallEvent):
+                    calls.append(event.call)
+                elif isinstance(event, Usage):  # some providers report in parts; never double-count
+                    tokens_in, tokens_out = max(tokens_in, event.input_tokens), max(tokens_out, event.output_tokens)
+        except ModelError as err:
+            if not err.retryable or received or attempt >= retry.attempts:
+                raise
+            delay = max(err.retry_after or 0.0, random.uniform(0, retry.backoff_s * 2 ** (attempt - 1)))
+            if delay >= remaining_s():
+                raise
+            logger.info("model step failed (%s); retry %d in %.2fs", err.code or "error", attempt, delay)
+            await asyncio.sleep(delay)
+            continue
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
+        return fold("".join(texts), calls), (tokens_in, tokens_out)

@@ -1,0 +1,473 @@
+"""The tool gateway: every tool call — from a model step or a CodeAct program — passes through here.
+
+In order, for one call:
+
+1. **Resolve** the name (unknown, or not one of the agent's tools → a correctable error).
+2. **Validate** the arguments with the tool's pydantic model before anything runs; errors go back to
+   the model with field names, as correctable.
+3. **Authorise** outside the model: ``tool.permission`` must be among ``ctx.permissions``.
+4. **Stamp** the idempotency key ``sha256(run_id, tool, ordinal)`` on the context.
+5. **Run** under the tool's timeout, behind a circuit breaker per ``tool.connector``; classify any
+   failure (``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``,
+   ``permanent``; ``circuit_open`` when the breaker refuses) and retry only the classes the tool allows,
+   with exponential back-off and full jitter (honouring ``retry_after``).
+6. **Tier** the output: small results inline; larger ones (> ``inline_bytes`` of JSON) become a data
+   card (shape + sample) bound to a variable (``result_1``…) the next program receives; very large
+   ones (> ``file_bytes``) are also written to a file in the session workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from switchboard.core.toolbox import ToolRegistry
+from switchboard.core.tools import Tool, ToolContext
+from switchboard.errors import DeliveryError, RateLimitedError, ToolError
+
+__all__ = [
+    "CallScope",
+    "CircuitBreaker",
+    "ToolGateway",
+    "ToolOutcome",
+    "action_sha256",
+    "canonical_json",
+    "classify_error",
+    "data_card",
+    "idempotency_key",
+    "workspace_for",
+]
+
+logger = logging.getLogger(__name__)
+
+Tier = Literal["inline", "card", "file"]
+_NEVER_RETRIED = frozenset({"validation", "auth", "circuit_open"})
+_UNHEALTHY = frozenset({"rate_limit", "transient", "ambiguous_timeout"})
+"""Failures that say something about the connector's health (and so count towards its breaker)."""
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted-key, compact JSON: equal values give equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def action_sha256(tool: str, args: Any) -> str:
+    """Fingerprint of one logical action: the tool name and its canonical arguments."""
+    return hashlib.sha256(f"{tool}\n{canonical_json(args)}".encode()).hexdigest()
+
+
+def idempotency_key(run_id: str, tool: str, ordinal: int) -> str:
+    """``sha256(run_id, tool, ordinal)``: the same run repeating the same call gets the same key."""
+    return hashlib.sha256(f"{run_id}\n{tool}\n{ordinal}".encode()).hexdigest()
+
+
+def workspace_for(root: Path, session_key: str) -> Path:
+    """The session's own directory under ``root`` (session keys are already path-safe, bar dot segments)."""
+    parts = [p if p not in {"", ".", ".."} else "%2E" * len(p) or "-" for p in session_key.split("/")]
+    return root.joinpath(*parts)
+
+
+def classify_error(exc: BaseException, tool: Tool) -> tuple[str, float | None]:
+    """The error class of a tool failure and, for rate limits, how long to wait."""
+    if isinstance(exc, ToolError):
+        return exc.error_class, exc.retry_after
+    if isinstance(exc, RateLimitedError):
+        return "rate_limit", exc.retry_after
+    if isinstance(exc, DeliveryError):
+        return ("transient" if exc.retryable else "permanent"), None
+    if isinstance(exc, TimeoutError):
+        return ("ambiguous_timeout" if tool.side_effect == "write" else "transient"), None
+    if isinstance(exc, ValidationError | ValueError):
+        return "validation", None
+    if isinstance(exc, PermissionError):
+        return "auth", None
+    if isinstance(exc, ConnectionError):
+        return "transient", None
+    return "permanent", None
+
+
+class CircuitBreaker:
+    """Opens after ``threshold`` consecutive unhealthy failures; half-opens (one probe) after ``cooldown_s``."""
+
+    def __init__(self, threshold: int = 5, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self._probe_at: float | None = None
+
+    @property
+    def state(self) -> Literal["closed", "open", "half_open"]:
+        """Where the breaker stands now."""
+        if self.opened_at is None:
+            return "closed"
+        return "half_open" if self._clock() - self.opened_at >= self.cooldown_s else "open"
+
+    def allow(self) -> bool:
+        """Whether a call may go ahead; in half-open state, only one probe per cool-down."""
+        state = self.state
+        if state == "closed":
+            return True
+        if state == "open":
+            return False
+        now = self._clock()
+        if self._probe_at is not None and now - self._probe_at < self.cooldown_s:
+            return False
+        self._probe_at = now
+        return True
+
+    def record_success(self) -> None:
+        """The connector answered: close the breaker."""
+        self.failures = 0
+        self.opened_at = None
+        self._probe_at = None
+
+    def record_failure(self) -> None:
+        """An unhealthy failure: count it, and open (or re-open after a failed probe)."""
+        self.failures += 1
+        self._probe_at = None
+        if self.opened_at is not None or self.failures >= self.threshold:
+            self.opened_at = self._clock()
+
+
+def _preview(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= 120 else value[:117] + "..."
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict):
+        if depth >= 1:
+            return f"<object with {len(value)} keys>"
+        items = list(value.items())
+        out = {str(k): _preview(v, depth + 1) for k, v in items[:8]}
+        if len(items) > 8:
+            out["..."] = f"+{len(items) - 8} more keys"
+        return out
+    if isinstance(value, list | tuple):
+        return f"<list of {len(value)}>"
+    return _preview(str(value), depth)
+
+
+def data_card(value: Any, *, size_bytes: int, limit: int = 1536) -> dict[str, Any]:
+    """A small description of a large value: its type, shape and a sample, within ``limit`` bytes of JSON."""
+    card: dict[str, Any] = {"bytes": size_bytes}
+    if isinstance(value, list | tuple):
+        card["type"] = "list"
+        card["length"] = len(value)
+        if value and all(isinstance(item, dict) for item in value):
+            columns: dict[str, None] = {}
+            for item in value[:200]:
+                columns.update(dict.fromkeys(map(str, item)))
+            card["columns"] = list(columns)[:30]
+        card["sample"] = [_preview(item) for item in value[:3]]
+    elif isinstance(value, dict):
+        card["type"] = "object"
+        card["key_count"] = len(value)
+        card["keys"] = [str(k) for k in list(value)[:30]]
+        card["sample"] = _preview(value)
+    elif isinstance(value, str):
+        card["type"] = "text"
+        card["chars"] = len(value)
+        card["head"] = value[:400]
+        card["tail"] = value[-200:]
+    else:
+        card["type"] = type(value).__name__
+        card["preview"] = str(value)[:300]
+    while len(canonical_json(card).encode()) > limit:
+        sample = card.get("sample")
+        if isinstance(sample, list) and len(sample) > 1:
+            card["sample"] = sample[:1]
+        elif "sample" in card:
+            del card["sample"]
+        elif "head" in card and len(card["head"]) > 50:
+            card["head"], card["tail"] = card["head"][:100], card["tail"][-50:]
+        elif "columns" in card and len(card["columns"]) > 5:
+            card["columns"] = card["columns"][:5]
+        elif "keys" in card and len(card["keys"]) > 5:
+            card["keys"] = card["keys"][:5]
+        else:
+            break
+    return card
+
+
+class ToolOutcome(BaseModel):
+    """What one call produced, as the runtime and the model see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    ok: bool
+    value: Any = None
+    """The result (``tier == "inline"``) or its data card (``card``/``file``)."""
+    error: str | None = None
+    error_class: str | None = None
+    variable: str | None = None
+    """Variable the full result is bound to (large results); the next program receives it as an input."""
+    file: str | None = None
+    """Workspace-relative path the full result was written to (very large results)."""
+    duration_ms: float = 0.0
+    tier: Tier = "inline"
+    attempts: int = 0
+    idempotency_key: str | None = None
+    action_sha256: str | None = None
+
+    @property
+    def correctable(self) -> bool:
+        """The model can fix the call itself (wrong name or arguments)."""
+        return self.error_class == "validation"
+
+    def for_model(self, *, codeact: bool = False) -> str:
+        """The tool message content sent back to the model."""
+        if not self.ok:
+            hint = "fix the arguments and call again" if self.correctable else "do not repeat this call unchanged"
+            return canonical_json({"error": self.error, "error_class": self.error_class, "hint": hint})
+        if self.tier == "inline":
+            return self.value if isinstance(self.value, str) else canonical_json(self.value)
+        body: dict[str, Any] = {"result": "too large to show; this is its data card", "card": self.value}
+        if codeact and self.variable:
+            body["variable"] = self.variable
+            body["hint"] = f"the full result is the input variable `{self.variable}` of your next run_program"
+        if self.file:
+            body["file"] = self.file
+        return canonical_json(body)
+
+
+@dataclass
+class CallScope:
+    """Per-turn bookkeeping shared by every call of one turn."""
+
+    allowed: frozenset[str] | None = None
+    """Names the agent may call (``None``: any registered tool)."""
+    ordinals: Counter[str] = field(default_factory=Counter)
+    variables: dict[str, Any] = field(default_factory=dict)
+    """Large results by variable name; passed to the next CodeAct program."""
+
+    def bind(self, value: Any) -> str:
+        """Bind a value to the next free ``result_N`` name."""
+        name = f"result_{len(self.variables) + 1}"
+        self.variables[name] = value
+        return name
+
+
+class ToolGateway:
+    """Validates, authorises, runs, retries and tiers tool calls; one per process (breakers live here)."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        workspace_root: Path,
+        max_attempts: int = 3,
+        backoff_base_s: float = 0.2,
+        backoff_cap_s: float = 5.0,
+        max_retry_wait_s: float = 10.0,
+        breaker_threshold: int = 5,
+        breaker_cooldown_s: float = 30.0,
+        inline_bytes: int = 2048,
+        file_bytes: int = 64 * 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.workspace_root = workspace_root
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.max_retry_wait_s = max_retry_wait_s
+        self.inline_bytes = inline_bytes
+        self.file_bytes = file_bytes
+        self._breaker_threshold = breaker_threshold
+        self._breaker_cooldown_s = breaker_cooldown_s
+        self._clock = clock
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def breaker(self, connector: str) -> CircuitBreaker:
+        """The circuit breaker of one connector (created closed on first use)."""
+        found = self._breakers.get(connector)
+        if found is None:
+            found = self._breakers[connector] = CircuitBreaker(
+                self._breaker_threshold, self._breaker_cooldown_s, self._clock
+            )
+        return found
+
+    def backoff_s(self, attempt: int, retry_after: float | None = None) -> float:
+        """Full-jitter exponential back-off before retry ``attempt`` (1-based), at least ``retry_after``."""
+        jitter = random.uniform(0.0, min(self.backoff_cap_s, self.backoff_base_s * 2 ** (attempt - 1)))
+        return max(jitter, retry_after or 0.0)
+
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        *,
+        scope: CallScope | None = None,
+        allowed: Collection[str] | None = None,
+    ) -> ToolOutcome:
+        """Run one call through every gate; failures come back as an outcome, never as an exception.
+
+        ``asyncio.CancelledError`` is not caught: cancelling the turn cancels the running tool.
+        """
+        scope = scope if scope is not None else CallScope()
+        permitted = allowed if allowed is not None else scope.allowed
+        started = time.perf_counter()
+        tool = self.registry.get(name)
+        if tool is None or (permitted is not None and name not in permitted):
+            names = sorted(permitted) if permitted is not None else self.registry.names()
+            return self._failed(name, started, "validation", f"unknown tool {name!r}; available: {', '.join(names)}")
+        if "_raw" in args and len(args) == 1:
+            raw = str(args["_raw"])[:200]
+            return self._failed(name, started, "validation", f"arguments of {name} are not a JSON object: {raw!r}")
+        try:
+            validated = tool.input.model_validate(args)
+        except ValidationError as err:
+            return self._failed(name, started, "validation", _describe(name, err))
+        if tool.permission is not None and tool.permission not in ctx.permissions:
+            return self._failed(
+                name, started, "auth", f"not permitted: {name} needs the {tool.permission!r} permission"
+            )
+
+        normalised = validated.model_dump(mode="json")
+        fingerprint = action_sha256(name, normalised)
+        scope.ordinals[name] += 1
+        key = idempotency_key(ctx.run_id, name, scope.ordinals[name])
+        call_ctx = dataclasses.replace(ctx, idempotency_key=key)
+        breaker = self.breaker(tool.connector)
+
+        attempt = 0
+        while True:
+            attempt += 1
+            if not breaker.allow():
+                return self._failed(
+                    name,
+                    started,
+                    "circuit_open",
+                    f"{tool.connector} is failing and paused for up to {breaker.cooldown_s:g}s; "
+                    "do not retry now, continue without it",
+                    attempts=attempt - 1,
+                    key=key,
+                    fingerprint=fingerprint,
+                )
+            try:
+                async with asyncio.timeout(tool.timeout_s):
+                    value = await tool.fn(validated, call_ctx)
+            except Exception as exc:
+                error_class, retry_after = classify_error(exc, tool)
+                message = _message(name, exc, tool)
+            else:
+                breaker.record_success()
+                return await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
+
+            if error_class in _UNHEALTHY:
+                breaker.record_failure()
+            else:
+                breaker.record_success()
+            wait = self.backoff_s(attempt, retry_after)
+            if (
+                error_class in _NEVER_RETRIED
+                or error_class not in tool.retry_on
+                or attempt >= self.max_attempts
+                or wait > self.max_retry_wait_s
+            ):
+                logger.debug("tool %s failed (%s) after %d attempt(s)", name, error_class, attempt)
+                return self._failed(
+                    name, started, error_class, message, attempts=attempt, key=key, fingerprint=fingerprint
+                )
+            await asyncio.sleep(wait)
+
+    async def _succeeded(
+        self,
+        tool: Tool,
+        value: Any,
+        ctx: ToolContext,
+        scope: CallScope,
+        started: float,
+        attempts: int,
+        key: str,
+        fingerprint: str,
+    ) -> ToolOutcome:
+        encoded = canonical_json(value)
+        size = len(encoded.encode())
+        tier: Tier = "inline"
+        variable: str | None = None
+        path: str | None = None
+        shown = value
+        if size > self.inline_bytes:
+            tier = "card"
+            variable = scope.bind(value)
+            shown = data_card(value, size_bytes=size)
+            if size > self.file_bytes:
+                tier = "file"
+                path = f"results/{tool.name}-{key[:12]}.json"
+                await asyncio.to_thread(_write, ctx.workspace / path, encoded)
+        return ToolOutcome(
+            tool=tool.name,
+            ok=True,
+            value=shown,
+            variable=variable,
+            file=path,
+            tier=tier,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempts,
+            idempotency_key=key,
+            action_sha256=fingerprint,
+        )
+
+    @staticmethod
+    def _failed(
+        name: str,
+        started: float,
+        error_class: str,
+        message: str,
+        *,
+        attempts: int = 0,
+        key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> ToolOutcome:
+        return ToolOutcome(
+            tool=name,
+            ok=False,
+            error=message,
+            error_class=error_class,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            attempts=attempts,
+            idempotency_key=key,
+            action_sha256=fingerprint,
+        )
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _describe(name: str, err: ValidationError) -> str:
+    """A validation error as the model should read it: each field and what is wrong with it."""
+    parts = []
+    for item in err.errors(include_url=False)[:10]:
+        where = ".".join(str(p) for p in item["loc"]) or "(arguments)"
+        parts.append(f"{where}: {item['msg']}")
+    return f"invalid arguments for {name}: " + "; ".join(parts)
+
+
+def _message(name: str, exc: BaseException, tool: Tool) -> str:
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return f"{name} did not finish within {tool.timeout_s:g}s"
+    if isinstance(exc, ValidationError):
+        return _describe(name, exc)
+    text = str(exc) or type(exc).__name__
+    return f"{name} failed: {text[:500]}"

@@ -1,0 +1,324 @@
+"""Building the neutral model request of a turn: instructions, slots, a history window, the new message.
+
+The request never exceeds the agent's context budget (``limits.max_input_tokens``): the system
+prompt, tool specs and the new message come first; recent history fills what is left after a
+reserve for the turn's own tool traffic. When the history does not fit, older turns are folded by
+:mod:`switchboard.core.compaction` (deterministic, no model) when that module is present, or dropped.
+
+At a budget, :func:`final_request` turns the whole turn into a plain conversation without tool
+messages, so the last call can go to any provider with no tools and still see what was done.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.core.agent import Agent
+from switchboard.core.messages import InboundMessage
+from switchboard.core.model import ChatMessage, ModelRequest, ToolSpec
+from switchboard.core.slots import Slots
+from switchboard.core.tools import Tool
+from switchboard.core.turn import HistoryEntry
+
+__all__ = [
+    "BUDGET_WORDS",
+    "FINAL_NOTE_HEADING",
+    "RUN_PROGRAM",
+    "WORK_LOG_END",
+    "WORK_LOG_MARKER",
+    "Prompt",
+    "build_prompt",
+    "estimate_tokens",
+    "final_request",
+    "request_tokens",
+    "run_program_spec",
+]
+
+logger = logging.getLogger(__name__)
+
+RUN_PROGRAM = "run_program"
+"""The tool name under which a CodeAct agent answers with a program."""
+WORK_LOG_MARKER = "\n\n--- work done this turn (tools are no longer available) ---\n"
+WORK_LOG_END = "\n--- end of work log ---"
+FINAL_NOTE_HEADING = "## This turn is over budget"
+TURN_RESERVE = 0.25
+"""Share of the context budget kept free for the turn's own tool calls and results."""
+BUDGET_WORDS = {
+    "steps": "step",
+    "tool_calls": "tool-call",
+    "tokens": "token",
+    "credits": "credit",
+    "deadline": "time",
+    "context": "context-size",
+    "repeat_guard": "repeated-failure",
+}
+
+
+_UNLOADED: Any = object()
+_compaction: Any = _UNLOADED
+
+
+def _load_compaction() -> Any:
+    """The compaction module, imported on first use (``None`` until it is part of the tree)."""
+    global _compaction
+    if _compaction is _UNLOADED:
+        try:
+            _compaction = importlib.import_module("switchboard.core.compaction")
+        except ImportError as err:
+            if err.name != "switchboard.core.compaction":
+                logger.warning("compaction failed to import (%s); history windows drop the oldest turns", err)
+            _compaction = None
+        except Exception:  # a broken module must not take every turn down
+            logger.exception("compaction failed to import; history windows drop the oldest turns")
+            _compaction = None
+    return _compaction
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap, provider-neutral, upper-leaning token estimate: four ASCII characters or one other character each.
+
+    The same rule as :func:`switchboard.core.compaction.estimate_tokens`, computed at C speed.
+    """
+    if text.isascii():
+        return (len(text) + 3) // 4
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return (ascii_chars + 3) // 4 + (len(text) - ascii_chars)
+
+
+def _message_tokens(message: ChatMessage) -> int:
+    extra = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) + 16 for c in message.tool_calls)
+    return estimate_tokens(message.content) + extra // 4 + 4
+
+
+def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
+    """Estimated input tokens of a request."""
+    spec_chars = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
+    return estimate_tokens(system) + sum(_message_tokens(m) for m in messages) + spec_chars // 4
+
+
+def run_program_spec(tools: Sequence[Tool]) -> ToolSpec:
+    """The ``run_program`` tool a CodeAct agent answers with, listing the functions a program may call."""
+    lines = []
+    for tool in tools:
+        params = ", ".join(f"{name}=..." for name in tool.input.model_fields)
+        lines.append(f"{tool.name}({params}): {tool.description}")
+    description = (
+        "Run a short Python program (a safe subset: no imports, no files, no network). Call your tools as "
+        "functions with keyword arguments; `print` what you want to see; the last expression is the result. "
+        "Inputs available as variables: plan, context, state, and result_N for large earlier results. "
+        "Functions:\n" + "\n".join(lines)
+    )
+    return ToolSpec(
+        name=RUN_PROGRAM,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The program's source code."}},
+            "required": ["code"],
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The start of a turn: system prompt, history window and the new user message."""
+
+    system: str
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
+    history_entries: int
+    """History messages shown verbatim."""
+    history_tokens: int
+    """Estimated tokens of the history shown (verbatim and compacted)."""
+    compacted: bool
+    """Older history was folded into a compaction record."""
+
+    def request(self, model: str, messages: Sequence[ChatMessage], *, max_output_tokens: int) -> ModelRequest:
+        """A model request over ``messages`` with this prompt's system and tools."""
+        return ModelRequest(
+            model=model,
+            system=self.system,
+            messages=list(messages),
+            tools=self.tools,
+            max_output_tokens=max_output_tokens,
+        )
+
+
+def _system(agent: Agent, slots: Slots, *, show_slots: bool, compacted: str, codeact: bool) -> str:
+    parts = [agent.instructions.strip() or "You are a helpful assistant. Answer briefly and clearly."]
+    if agent.profile is not None:
+        about = f"You are {agent.profile.name}" + (
+            f": {agent.profile.description}" if agent.profile.description else "."
+        )
+        parts.append(about)
+    if show_slots or not slots.empty:
+        parts.append(slots.render())
+    if compacted:
+        parts.append("## Earlier in this conversation (compacted record)\n" + compacted)
+    if codeact:
+        parts.append(
+            "## Programs\nFor work that needs several tool calls, answer with one run_program call whose code calls "
+            "the tools as functions. Nothing you define survives the turn except through the session-state slots."
+        )
+    return "\n\n".join(parts)
+
+
+def _user_text(messages: Sequence[InboundMessage]) -> str:
+    return "\n\n".join(m.text for m in messages)
+
+
+def _as_messages(entries: Sequence[HistoryEntry]) -> list[ChatMessage]:
+    """History entries as plain user/assistant messages: leading assistant entries dropped, same roles merged."""
+    out: list[ChatMessage] = []
+    for entry in entries:
+        role = "user" if entry.role == "user" else "assistant"
+        text = entry.text if entry.role != "tool" else f"(tool result) {entry.text}"
+        if not out and role != "user":
+            continue
+        if out and out[-1].role == role:
+            out[-1] = ChatMessage(role=role, content=out[-1].content + "\n\n" + text)
+        else:
+            out.append(ChatMessage(role=role, content=text))
+    return out
+
+
+def _cap(text: str, chars: int) -> str:
+    if len(text) <= chars:
+        return text
+    head = max(0, chars * 2 // 3)
+    tail = max(0, chars - head - 40)
+    return f"{text[:head]}\n… [{len(text) - head - tail} chars omitted] …\n{text[-tail:] if tail else ''}"
+
+
+def _cap_tokens(text: str, tokens: int) -> str:
+    """``text`` capped (head and tail) to about ``tokens`` by :func:`estimate_tokens`."""
+    capped = _cap(text, tokens * 4 if text.isascii() else tokens)
+    while estimate_tokens(capped) > tokens and len(capped) > 100:
+        capped = _cap(text, len(capped) * 3 // 4)
+    return capped
+
+
+def build_prompt(
+    agent: Agent,
+    slots: Slots,
+    history: Sequence[HistoryEntry],
+    messages: Sequence[InboundMessage],
+    tools: Sequence[Tool],
+    tool_specs: Sequence[ToolSpec],
+    *,
+    show_slots: bool,
+    history_cap: int | None = None,
+) -> Prompt:
+    """The opening request of a turn, within ``agent.limits.max_input_tokens``.
+
+    ``history_cap`` (tokens) shrinks the room given to history further, e.g. after a provider said the
+    context was too long.
+    """
+    budget = agent.limits.max_input_tokens
+    user = ChatMessage(role="user", content=_user_text(messages))
+    bare_system = _system(agent, slots, show_slots=show_slots, compacted="", codeact=agent.codeact)
+    fixed = request_tokens(bare_system, [user], tool_specs)
+    if fixed > budget * (1 - TURN_RESERVE):
+        room = int(budget * (1 - TURN_RESERVE)) - (fixed - _message_tokens(user))
+        user = ChatMessage(role="user", content=_cap_tokens(user.content, max(50, room)))
+        fixed = request_tokens(bare_system, [user], tool_specs)
+    history_budget = int(budget * (1 - TURN_RESERVE) - fixed)
+    if history_cap is not None:
+        history_budget = min(history_budget, history_cap)
+
+    window = _as_messages(history)
+    compacted_text = ""
+    compacted = False
+    tokens = [_message_tokens(m) for m in window]
+    if sum(tokens) > history_budget and history:
+        window, compacted_text = _fold(history, history_budget)
+        compacted = bool(compacted_text)
+        if estimate_tokens(compacted_text) > history_budget // 2:  # the record never crowds out recent turns
+            compacted_text = _cap_tokens(compacted_text, history_budget // 2) if history_budget > 200 else ""
+        tokens = [_message_tokens(m) for m in window]
+    total = sum(tokens) + estimate_tokens(compacted_text) + (16 if compacted_text else 0)
+    start = 0
+    while start < len(window) and (total > history_budget or window[start].role != "user"):
+        total -= tokens[start]
+        start += 1
+    window = window[start:]
+    system = _system(agent, slots, show_slots=show_slots, compacted=compacted_text, codeact=agent.codeact)
+    if window and window[-1].role == "user":
+        user = ChatMessage(role="user", content=window[-1].content + "\n\n" + user.content)
+        window = window[:-1]
+    return Prompt(
+        system=system,
+        messages=[*window, user],
+        tools=list(tool_specs),
+        history_entries=len(window),
+        history_tokens=sum(_message_tokens(m) for m in window) + estimate_tokens(compacted_text),
+        compacted=compacted,
+    )
+
+
+def _fold(history: Sequence[HistoryEntry], budget_tokens: int) -> tuple[list[ChatMessage], str]:
+    """Older turns folded into a compaction record (when available); recent ones verbatim."""
+    compaction = _load_compaction()
+    if compaction is None or budget_tokens <= 0:
+        return _as_messages(history), ""
+    try:
+        result: Any = compaction.compact(list(history), budget_chars=budget_tokens * 4)
+    except Exception:  # a compaction bug must not take the turn down; fall back to a plain window
+        logger.exception("compaction failed; using a plain history window")
+        return _as_messages(history), ""
+    recent = list(getattr(result, "recent", history))
+    return _as_messages(recent), str(getattr(result, "rendered", "") or "")
+
+
+def final_request(
+    prompt: Prompt,
+    model: str,
+    messages: Sequence[ChatMessage],
+    opening: int,
+    *,
+    reason: str,
+    summary: dict[str, Any],
+    max_output_tokens: int,
+    budget_tokens: int,
+) -> ModelRequest:
+    """The last call of a turn that ran out of a budget: no tools, the turn's work as a plain log.
+
+    ``opening`` is how many of ``messages`` belong to the opening prompt; what follows (tool calls and
+    results) is flattened into a work log appended to the user's message, so the request is valid for
+    any provider without tools.
+    """
+    base = list(messages[:opening])
+    lines: list[str] = []
+    for message in messages[opening:]:
+        if message.role == "assistant":
+            if message.content.strip():
+                lines.append(f"you wrote: {message.content.strip()[:300]}")
+            for call in message.tool_calls:
+                args = json.dumps(call.arguments, ensure_ascii=False, sort_keys=True, default=str)
+                lines.append(f"- called {call.name}({args[:200]})")
+        elif message.role == "tool":
+            lines.append(f"  -> {message.content[:300]}")
+    log = "\n".join(lines) or "(no tool calls were made)"
+    room = max(400, int(budget_tokens * TURN_RESERVE) * 4)
+    last = base[-1]
+    content = last.content + WORK_LOG_MARKER + _cap(log, room) + WORK_LOG_END
+    base[-1] = ChatMessage(role="user", content=content)
+    word = BUDGET_WORDS.get(reason, reason)
+    note = (
+        f"{FINAL_NOTE_HEADING}\nThe {word} budget of this turn ran out ({reason}; used: "
+        f"{json.dumps(summary, sort_keys=True)}). Tools are no longer available. Answer the user now in plain "
+        "text: say what you did, what you could not do, and what is left."
+    )
+    return ModelRequest(
+        model=model,
+        system=prompt.system + "\n\n" + note,
+        messages=base,
+        tools=[],
+        max_output_tokens=max_output_tokens,
+        metadata={"final": reason},
+    )

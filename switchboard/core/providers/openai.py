@@ -1,0 +1,369 @@
+"""OpenAI and OpenAI-compatible servers through the official ``openai`` SDK.
+
+Two wire formats, picked by the factory (``SWITCHBOARD_OPENAI_API``):
+
+- ``responses``: the Responses API, for OpenAI itself. Requests are sent with ``store=false``; the
+  gateway keeps the conversation, not OpenAI.
+- ``chat``: Chat Completions, which every OpenAI-compatible server speaks (Ollama, vLLM, llama.cpp,
+  Azure), reached through ``OPENAI_BASE_URL``. Usage is asked for with ``stream_options.include_usage``.
+
+Both streams are folded into the neutral events of :mod:`switchboard.core.model`: ``TextDelta`` as text
+arrives, one ``ToolCallEvent`` per call once its argument fragments are complete, then ``Usage`` and
+``Finished``. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``.
+The SDK's own retries are off (``max_retries=0``); the runtime retries on the classified
+:class:`~switchboard.errors.ModelError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx2
+import openai
+from openai import AsyncOpenAI, omit
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+)
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.completion_usage import CompletionUsage
+from openai.types.responses import (
+    FunctionToolParam,
+    ResponseCompletedEvent,
+    ResponseErrorEvent,
+    ResponseFailedEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionToolCall,
+    ResponseIncompleteEvent,
+    ResponseInputItemParam,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseRefusalDeltaEvent,
+    ResponseTextDeltaEvent,
+)
+from openai.types.responses.response import Response
+
+from switchboard.core.model import (
+    ChatMessage,
+    Finished,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    Usage,
+)
+from switchboard.core.providers._errors import (
+    ProviderFacts,
+    auth_error,
+    status_error,
+    stream_error,
+    transport_error,
+)
+from switchboard.core.providers._transcript import arguments_json, paired, parse_arguments
+from switchboard.errors import ModelError
+
+__all__ = ["OpenAIModel"]
+
+logger = logging.getLogger(__name__)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+_NO_KEY = "unused"
+"""Sent when no key is configured: local OpenAI-compatible servers usually ignore it, and OpenAI answers 401."""
+
+_CHAT_STOP_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls"}
+_INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "refusal"}
+
+
+@dataclass
+class _PendingCall:
+    """A tool call whose argument fragments are still arriving."""
+
+    call_id: str
+    name: str
+    parts: list[str] = field(default_factory=list)
+    final: str | None = None
+
+    def event(self) -> ToolCallEvent:
+        raw = self.final if self.final is not None else "".join(self.parts)
+        call_id = self.call_id or f"call_{uuid.uuid4().hex[:24]}"
+        return ToolCallEvent(call=ToolCall(id=call_id, name=self.name, arguments=parse_arguments(raw)))
+
+
+class OpenAIModel:
+    """A :class:`~switchboard.core.model.ModelAdapter` for OpenAI and OpenAI-compatible servers.
+
+    One SDK client per instance, kept for the instance's life so its connection pool is reused;
+    call :meth:`aclose` when done.
+    """
+
+    provider = "openai"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        wire_api: Literal["responses", "chat"],
+        timeout_s: float = 60.0,
+    ) -> None:
+        """Create the adapter.
+
+        Args:
+            api_key: ``OPENAI_API_KEY``; may be unset for local servers that need none.
+            base_url: ``OPENAI_BASE_URL``; unset means OpenAI itself.
+            wire_api: ``responses`` (OpenAI) or ``chat`` (Chat Completions, for compatible servers).
+            timeout_s: Per-request timeout, also the longest silence tolerated inside a stream.
+        """
+        self.wire_api = wire_api
+        official = base_url is None or httpx2.URL(base_url).host == "api.openai.com"
+        self._official = official
+        self._facts = ProviderFacts(
+            name="OpenAI" if official else "The OpenAI-compatible server",
+            key_env="OPENAI_API_KEY",
+            base_url_env="OPENAI_BASE_URL",
+            custom_endpoint=not official,
+            secret=api_key or "",
+        )
+        self._client = AsyncOpenAI(
+            api_key=api_key or _NO_KEY,
+            base_url=base_url or OPENAI_BASE_URL,
+            timeout=timeout_s,
+            max_retries=0,
+        )
+
+    async def aclose(self) -> None:
+        """Release the HTTP connection pool."""
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Run one step, yielding events as the server produces them.
+
+        Raises:
+            ModelError: classified as described in :mod:`switchboard.core.providers._errors`.
+        """
+        events = self._responses(request) if self.wire_api == "responses" else self._chat(request)
+        try:
+            async for event in events:
+                yield event
+        except ModelError:
+            raise
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            # The upstream text can echo part of the key: keep it out of messages and tracebacks.
+            raise auth_error(self._facts, status=exc.status_code) from None
+        except openai.APIStatusError as exc:
+            kind = exc.code or exc.type
+            raise status_error(
+                self._facts,
+                status=exc.status_code,
+                headers=exc.response.headers,
+                kind=kind,
+                message=exc.message if exc.body is None else _body_message(exc.body, exc.message),
+                model=request.model,
+            ) from exc
+        except openai.APITimeoutError as exc:
+            raise transport_error(self._facts, timed_out=True) from exc
+        except openai.APIConnectionError as exc:
+            raise transport_error(self._facts, timed_out=False) from exc
+        except openai.APIError as exc:  # an error object inside a 200 stream
+            raise stream_error(
+                self._facts, kind=exc.code or exc.type, message=exc.message, model=request.model
+            ) from exc
+        except httpx2.TimeoutException as exc:
+            raise transport_error(self._facts, timed_out=True) from exc
+        except httpx2.TransportError as exc:
+            raise transport_error(self._facts, timed_out=False) from exc
+        finally:
+            await events.aclose()
+
+    # -- Responses API ---------------------------------------------------------------------------
+
+    async def _responses(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        metadata = dict(list(request.metadata.items())[:16]) or None
+        stream = await self._client.responses.create(
+            model=request.model,
+            instructions=request.system or omit,
+            input=_responses_input(request.messages),
+            tools=[_function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools] or omit,
+            max_output_tokens=request.max_output_tokens,
+            metadata=metadata if metadata is not None else omit,
+            store=False,
+            stream=True,
+        )
+        pending: dict[int, _PendingCall] = {}
+        calls = 0
+        final: Response | None = None
+        async with stream:
+            async for event in stream:
+                if isinstance(event, ResponseTextDeltaEvent | ResponseRefusalDeltaEvent):
+                    if event.delta:
+                        yield TextDelta(text=event.delta)
+                elif isinstance(event, ResponseOutputItemAddedEvent):
+                    if isinstance(event.item, ResponseFunctionToolCall):
+                        pending[event.output_index] = _PendingCall(call_id=event.item.call_id, name=event.item.name)
+                elif isinstance(event, ResponseFunctionCallArgumentsDeltaEvent):
+                    pending.setdefault(event.output_index, _PendingCall("", "")).parts.append(event.delta)
+                elif isinstance(event, ResponseFunctionCallArgumentsDoneEvent):
+                    pending.setdefault(event.output_index, _PendingCall("", "")).final = event.arguments
+                elif isinstance(event, ResponseOutputItemDoneEvent):
+                    if isinstance(event.item, ResponseFunctionToolCall):
+                        call = pending.pop(event.output_index, None) or _PendingCall("", "")
+                        call.call_id, call.name = event.item.call_id or call.call_id, event.item.name or call.name
+                        call.final = event.item.arguments if event.item.arguments else call.final
+                        calls += 1
+                        yield call.event()
+                elif isinstance(event, ResponseCompletedEvent | ResponseIncompleteEvent):
+                    final = event.response
+                elif isinstance(event, ResponseFailedEvent):
+                    error = event.response.error
+                    raise stream_error(
+                        self._facts,
+                        kind=error.code if error else None,
+                        message=error.message if error else "the response failed",
+                        model=request.model,
+                    )
+                elif isinstance(event, ResponseErrorEvent):
+                    raise stream_error(self._facts, kind=event.code, message=event.message, model=request.model)
+        if final is None:
+            raise stream_error(
+                self._facts, kind=None, message="the stream ended before the response completed", model=request.model
+            )
+        for index in sorted(pending):
+            calls += 1
+            yield pending[index].event()
+        if final.usage is not None:
+            yield Usage(input_tokens=final.usage.input_tokens, output_tokens=final.usage.output_tokens)
+        if final.status == "incomplete":
+            reason = final.incomplete_details.reason if final.incomplete_details else None
+            yield Finished(stop_reason=_INCOMPLETE_REASONS.get(reason or "", reason or "incomplete"))
+        else:
+            yield Finished(stop_reason="tool_calls" if calls else "stop")
+
+    # -- Chat Completions ------------------------------------------------------------------------
+
+    async def _chat(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        tools: list[ChatCompletionFunctionToolParam] = [
+            {
+                "type": "function",
+                "function": {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+            }
+            for spec in request.tools
+        ]
+        stream = await self._client.chat.completions.create(
+            model=request.model,
+            messages=_chat_messages(request.system, request.messages),
+            tools=tools or omit,
+            # OpenAI's newer models only take ``max_completion_tokens``; compatible servers know ``max_tokens``.
+            max_completion_tokens=request.max_output_tokens if self._official else omit,
+            max_tokens=omit if self._official else request.max_output_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        current: _PendingCall | None = None
+        current_key: int | None = None
+        usage: CompletionUsage | None = None
+        finish: str | None = None
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices or []:
+                    # The SDK does not validate chunks; some compatible servers leave out ``index`` or ``delta``.
+                    if getattr(choice, "index", 0) != 0:
+                        continue
+                    delta: ChoiceDelta | None = getattr(choice, "delta", None)
+                    text = ((delta.content or "") + (delta.refusal or "")) if delta is not None else ""
+                    if text:
+                        yield TextDelta(text=text)
+                    for fragment in (delta.tool_calls if delta is not None else None) or []:
+                        index = getattr(fragment, "index", None)
+                        key = index if isinstance(index, int) else current_key
+                        # Some servers reuse index 0 for every call; a new id then starts a new call.
+                        renamed = bool(fragment.id and current and current.call_id and fragment.id != current.call_id)
+                        if current is None or key != current_key or renamed:
+                            if current is not None:
+                                yield current.event()
+                            current, current_key = _PendingCall(fragment.id or "", ""), key
+                        function = fragment.function
+                        if function is not None:
+                            if function.name and not current.name:
+                                current.name = function.name
+                            if function.arguments:
+                                current.parts.append(function.arguments)
+                    if getattr(choice, "finish_reason", None) is not None:
+                        finish = choice.finish_reason
+                        if current is not None:
+                            yield current.event()
+                        current, current_key = None, None
+        if finish is None:
+            raise stream_error(
+                self._facts, kind=None, message="the stream ended without a finish reason", model=request.model
+            )
+        if usage is not None:
+            yield Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+        yield Finished(stop_reason=_CHAT_STOP_REASONS.get(finish, "refusal" if finish == "content_filter" else finish))
+
+
+def _body_message(body: object, fallback: str) -> str:
+    if isinstance(body, dict):
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return fallback
+
+
+def _function_tool(name: str, description: str, parameters: dict[str, object]) -> FunctionToolParam:
+    return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
+
+
+def _responses_input(messages: Sequence[ChatMessage]) -> list[ResponseInputItemParam]:
+    items: list[ResponseInputItemParam] = []
+    for message in paired(messages):
+        if message.role == "user":
+            items.append({"type": "message", "role": "user", "content": message.content})
+        elif message.role == "assistant":
+            if message.content:
+                items.append({"type": "message", "role": "assistant", "content": message.content})
+            for call in message.tool_calls:
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.id,
+                        "name": call.name,
+                        "arguments": arguments_json(call.arguments),
+                    }
+                )
+        else:
+            items.append({"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content})
+    return items
+
+
+def _chat_messages(system: str, messages: Sequence[ChatMessage]) -> list[ChatCompletionMessageParam]:
+    out: list[ChatCompletionMessageParam] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in paired(messages):
+        if message.role == "user":
+            out.append({"role": "user", "content": message.content})
+        elif message.role == "assistant":
+            calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": arguments_json(call.arguments)},
+                }
+                for call in message.tool_calls
+            ]
+            if calls:
+                out.append({"role": "assistant", "content": message.content or None, "tool_calls": calls})
+            else:
+                out.append({"role": "assistant", "content": message.content})
+        else:
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content})
+    return out

@@ -1,0 +1,473 @@
+"""④ The agent loop: one turn of one session, from the new message(s) to the final text.
+
+Per turn: load the slots and a history window, build the request (:mod:`~switchboard.core.prompt`),
+then step — stream the model (text goes to the sink as it arrives), fold its events into a decision,
+and act on it: an answer ends the turn; tool calls go through the tool gateway and their results
+return to the model; a program runs in CodeAct with the tools as functions. Every step and every tool
+call is an event. Budgets (steps, tool calls, tokens, credits, deadline, output size) are checked
+before each step; when one runs out, one last call without tools writes an answer that says what was
+and was not done. Cancelling the task running :meth:`Runtime.run_turn` cancels the model stream and
+any running tool; nothing here swallows ``asyncio.CancelledError``.
+
+The runtime never appends to the conversation history (the queue layer does, after delivery); it
+saves the session-state slots through the store as the slot tools run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from switchboard.core.budget import Budget, BudgetName, PriceTable
+from switchboard.core.decider import Reply, StepRetry, decide
+from switchboard.core.events import Event, StepRecorded, ToolCalled, UsageMetered
+from switchboard.core.gateway import (
+    CallScope,
+    ToolGateway,
+    ToolOutcome,
+    action_sha256,
+    canonical_json,
+    data_card,
+    workspace_for,
+)
+from switchboard.core.model import (
+    ChatMessage,
+    Decision,
+    FinalAnswer,
+    ModelAdapter,
+    ModelRequest,
+    Program,
+    ToolCall,
+    ToolCalls,
+)
+from switchboard.core.prompt import (
+    BUDGET_WORDS,
+    RUN_PROGRAM,
+    Prompt,
+    build_prompt,
+    final_request,
+    request_tokens,
+    run_program_spec,
+)
+from switchboard.core.providers import ModelFactory, model_name
+from switchboard.core.slots import SLOT_TOOLS, Slots
+from switchboard.core.toolbox import ToolRegistry
+from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.errors import BudgetExceededError, ModelError, ToolError
+
+__all__ = ["Runtime"]
+
+logger = logging.getLogger(__name__)
+
+_SLOT_TOOL_NAMES = frozenset(t.name for t in SLOT_TOOLS)
+_SLOT_OF_TOOL = {"update_plan": "plan", "update_context": "context", "update_state": "state"}
+
+
+class Runtime:
+    """The shared agent runtime; the queue layer calls :meth:`run_turn` as its ``TurnRunner``."""
+
+    def __init__(
+        self,
+        *,
+        models: ModelFactory,
+        tools: ToolRegistry,
+        workspace_root: Path,
+        prices: Mapping[str, Mapping[str, float]] | None = None,
+        default_model: str = "offline",
+        gateway: ToolGateway | None = None,
+        history_limit: int = 200,
+        model_attempts: int = 4,
+        model_backoff_s: float = 0.5,
+        repeat_limit: int = 2,
+    ) -> None:
+        """Wire the runtime.
+
+        Args:
+            models: Adapters by model spec.
+            tools: Every tool agents may name.
+            workspace_root: Session workspaces live under it (one directory per session).
+            prices: Credits per 1,000 tokens by ``provider:model``.
+            default_model: Spec used when an agent names no model.
+            gateway: The tool gateway (default: one over ``tools``); its circuit breakers live for the process.
+            history_limit: History entries loaded per turn (the context budget then picks the window).
+            model_attempts: Tries per model step on retryable provider errors.
+            model_backoff_s: Base of the exponential back-off between those tries (full jitter).
+            repeat_limit: Failures of the same call (tool + normalised arguments) before it is refused.
+        """
+        self.models = models
+        self.registry = tools
+        self.workspace_root = workspace_root
+        self.prices = PriceTable(prices)
+        self.default_model = default_model
+        self.gateway = gateway or ToolGateway(tools, workspace_root=workspace_root)
+        self.history_limit = history_limit
+        self.retry = StepRetry(attempts=max(1, model_attempts), backoff_s=model_backoff_s)
+        self.repeat_limit = max(1, repeat_limit)
+
+    async def run_turn(self, request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        """Run one turn; see the module docstring.
+
+        Raises:
+            ModelError: the provider failed for good (auth, bad request, retries used up).
+            ConfigError: the agent names an unknown model provider.
+        """
+        return await _Turn(self, request, sink, store).run()
+
+
+class _Turn:
+    """State of one running turn."""
+
+    def __init__(self, runtime: Runtime, request: TurnRequest, sink: TurnSink, store: SessionStore) -> None:
+        self.rt = runtime
+        self.request = request
+        self.agent = request.agent
+        self.sink = sink
+        self.store = store
+        self.spec = self.agent.model or runtime.default_model
+        self.model = model_name(self.spec)
+        self.adapter: ModelAdapter = runtime.models.get(self.spec)
+        self.budget = Budget.for_turn(request, runtime.prices)
+        self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
+        self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
+        self.output = Reply(sink, self.budget.max_output_chars)
+        self.failures: Counter[str] = Counter()
+        self.refused = 0
+        self.stopped_by: BudgetName | None = None
+        self.message_id = request.messages[-1].id if request.messages else None
+        last_sender = request.messages[-1].sender.id if request.messages else ""
+        self.ctx = ToolContext(
+            session_key=request.session_key,
+            tenant=request.tenant,
+            run_id=request.run_id,
+            actor=request.actor or last_sender,
+            workspace=workspace_for(runtime.workspace_root, request.session_key),
+            idempotency_key="",
+            store=store,
+            act=getattr(sink, "act", None),
+            permissions=request.permissions,
+        )
+        self.slots = Slots()
+        self.history: list[HistoryEntry] = []
+        self.prompt: Prompt | None = None
+        self.messages: list[ChatMessage] = []
+        self.opening = 0
+        self.shrunk = False
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> TurnResult:
+        self.slots = Slots.from_store(await self.store.load_slots())
+        self.history = list(await self.store.load_history(self.rt.history_limit))
+        self._open()
+        loop = asyncio.get_running_loop()
+        remaining = self.budget.remaining_s()
+        hard = loop.time() + remaining
+        soft = hard - min(10.0, max(0.05, 0.15 * remaining))
+        answered = False
+        timeout = asyncio.timeout_at(soft)
+        try:
+            async with timeout:
+                answered = await self._loop()
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            self.stopped_by = "deadline"
+        if not answered:
+            await self._final(hard)
+        text = self.output.text
+        await self._event(
+            UsageMetered(
+                message_id=self.message_id,
+                model=self.spec,
+                steps=self.budget.steps,
+                tool_calls=self.budget.tool_calls,
+                input_tokens=self.budget.input_tokens,
+                output_tokens=self.budget.output_tokens,
+                credits=round(self.budget.credits, 6),
+                stopped_by=self.stopped_by,
+            )
+        )
+        return TurnResult(
+            text=text,
+            steps=self.budget.steps,
+            input_tokens=self.budget.input_tokens,
+            output_tokens=self.budget.output_tokens,
+            credits=round(self.budget.credits, 6),
+            stopped_by=self.stopped_by,
+        )
+
+    def _open(self, history_cap: int | None = None) -> None:
+        specs = self.rt.registry.specs(self.tools)
+        if self.agent.codeact:
+            specs.append(run_program_spec(self.tools))
+        show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
+        prompt = build_prompt(
+            self.agent,
+            self.slots,
+            self.history,
+            self.request.messages,
+            self.tools,
+            specs,
+            show_slots=show_slots,
+            history_cap=history_cap,
+        )
+        turn_messages = self.messages[self.opening :]
+        self.prompt = prompt
+        self.messages = [*prompt.messages, *turn_messages]
+        self.opening = len(prompt.messages)
+
+    async def _loop(self) -> bool:
+        """Step until an answer (``True``) or a budget (``False``, with ``stopped_by`` set)."""
+        while True:
+            reason = self.budget.exhausted()
+            if reason is not None:
+                self.stopped_by = reason
+                return False
+            request = self._fitted_request()
+            if request is None:
+                self.stopped_by = "context"
+                return False
+            started = time.perf_counter()
+            try:
+                decision, usage = await self._step(request, self.budget.steps + 1)
+            except ModelError as err:
+                if err.code != "context_length" or self.shrunk:
+                    raise
+                logger.info("context too long for %s; compacting the history and retrying once", self.spec)
+                self.shrunk = True
+                assert self.prompt is not None
+                self._open(history_cap=self.prompt.history_tokens // 2)
+                continue
+            cost = self.budget.charge_model(self.spec, *usage)
+            await self._step_event(decision, usage, cost, started)
+            if isinstance(decision, FinalAnswer):
+                if not self.output.text.strip():
+                    await self.output.write("(no answer)", self.budget.steps)
+                return True
+            calls = decision.calls if isinstance(decision, ToolCalls) else [self._program_call(decision)]
+            self.messages.append(ChatMessage(role="assistant", content=decision.text, tool_calls=calls))
+            stop = await self._run_calls(calls)
+            if stop is not None:
+                self.stopped_by = stop
+                return False
+
+    def _fitted_request(self) -> ModelRequest | None:
+        """The next request, with the oldest history dropped if it no longer fits the context budget."""
+        assert self.prompt is not None
+        limit = self.agent.limits.max_input_tokens
+        while request_tokens(self.prompt.system, self.messages, self.prompt.tools) > limit:
+            if self.opening <= 1:
+                return None
+            del self.messages[0]
+            self.opening -= 1
+            while self.opening > 1 and self.messages[0].role != "user":
+                del self.messages[0]
+                self.opening -= 1
+        return self.prompt.request(self.model, self.messages, max_output_tokens=self.agent.limits.max_output_tokens)
+
+    async def _step(self, request: ModelRequest, step: int) -> tuple[Decision, tuple[int, int]]:
+        return await decide(
+            self.adapter, request, self.output, step, retry=self.rt.retry, remaining_s=self.budget.remaining_s
+        )
+
+    def _program_call(self, decision: Program) -> ToolCall:
+        return ToolCall(id=decision.call_id, name=RUN_PROGRAM, arguments={"code": decision.code})
+
+    # ---------------------------------------------------------------- tools
+
+    async def _run_calls(self, calls: list[ToolCall]) -> BudgetName | None:
+        stop: BudgetName | None = None
+        for call in calls:
+            if stop is not None:
+                self._tool_message(call, _refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                continue
+            tool = self.rt.registry.get(call.name)
+            cost = tool.cost if tool is not None else 0
+            if not self.budget.can_afford_tool(cost):
+                stop = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
+                self._tool_message(call, _refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                continue
+            fingerprint = action_sha256(call.name, call.arguments)
+            if self.failures[fingerprint] >= self.rt.repeat_limit:
+                self.refused += 1
+                message = (
+                    f"this exact call failed {self.failures[fingerprint]} times and was not run again: "
+                    "change the arguments, try another way, or answer with what you have"
+                )
+                self.budget.charge_tool(0)
+                self._tool_message(call, _refusal(call.name, message, error_class="repeated"))
+                if self.refused >= self.rt.repeat_limit:
+                    stop = "repeat_guard"
+                continue
+            try:
+                if call.name == RUN_PROGRAM and self.agent.codeact:
+                    content, ok = await self._program(call)
+                else:
+                    outcome = await self._call_tool(call.name, call.arguments, call.id)
+                    content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+            except BudgetExceededError as err:
+                stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
+                content, ok = _refusal(call.name, str(err)), False
+            if not ok:
+                self.failures[fingerprint] += 1
+            self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        return stop
+
+    def _tool_message(self, call: ToolCall, content: str) -> None:
+        self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+
+    async def _call_tool(self, name: str, args: dict[str, Any], call_id: str | None) -> ToolOutcome:
+        """One call through the gateway, metered, recorded as an event, slots kept current."""
+        tool = self.rt.registry.get(name)
+        outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope)
+        self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
+        if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):
+            self.slots = self.slots.with_value(_SLOT_OF_TOOL[name], outcome.value.get("value"))
+        await self._event(
+            ToolCalled(
+                message_id=self.message_id,
+                tool=name,
+                ok=outcome.ok,
+                duration_ms=round(outcome.duration_ms, 3),
+                call_id=call_id,
+                side_effect=tool.side_effect if tool is not None else "read",
+                error_class=outcome.error_class,
+                idempotency_key=outcome.idempotency_key,
+                action_sha256=outcome.action_sha256,
+                variable=outcome.variable,
+                file=outcome.file,
+            )
+        )
+        return outcome
+
+    async def _program(self, call: ToolCall) -> tuple[str, bool]:
+        """Run a CodeAct program; its tool calls go through the gateway like any other."""
+        code = call.arguments.get("code")
+        if not isinstance(code, str) or not code.strip():
+            return _refusal(RUN_PROGRAM, "run_program needs a non-empty `code` string", error_class="validation"), False
+        try:
+            from switchboard.core import codeact
+        except ImportError:  # pragma: no cover - depends on the tree
+            return _refusal(RUN_PROGRAM, "programs are not available in this build", error_class="permanent"), False
+
+        async def call_tool(name: str, args: dict[str, Any]) -> Any:
+            tool = self.rt.registry.get(name)
+            if not self.budget.can_afford_tool(tool.cost if tool is not None else 0):
+                budget = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
+                raise BudgetExceededError(f"the {BUDGET_WORDS[budget]} budget of this turn ran out", budget=budget)
+            outcome = await self._call_tool(name, args, None)
+            if not outcome.ok:
+                raise ToolError(outcome.error or f"{name} failed", error_class=outcome.error_class or "permanent")
+            return self.scope.variables[outcome.variable] if outcome.variable else outcome.value
+
+        started = time.perf_counter()
+        self.budget.charge_tool(0)
+        limits = codeact.ProgramLimits(
+            max_duration_s=max(0.1, min(5.0, self.budget.remaining_s())),
+            max_calls=max(1, self.budget.tool_calls_left),
+        )
+        inputs = {**self.slots.as_inputs(), **self.scope.variables}
+        result = await codeact.run_program(
+            code,
+            call_tool=call_tool,
+            tool_names=[t.name for t in self.tools],
+            inputs=inputs,
+            limits=limits,
+            tool_params=codeact.tool_params(self.tools),
+        )
+        body: dict[str, Any] = {"output": result.output, "calls": result.calls}
+        if result.error is not None:
+            body["error"] = result.error
+        else:
+            encoded = canonical_json(result.value)
+            if len(encoded.encode()) > self.rt.gateway.inline_bytes:
+                variable = self.scope.bind(result.value)
+                body["value"] = {"card": data_card(result.value, size_bytes=len(encoded)), "variable": variable}
+            else:
+                body["value"] = result.value
+        await self._event(
+            ToolCalled(
+                message_id=self.message_id,
+                tool=RUN_PROGRAM,
+                ok=result.error is None,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                call_id=call.id,
+                error_class=None if result.error is None else "program",
+            )
+        )
+        return canonical_json(body), result.error is None
+
+    # ---------------------------------------------------------------- the end
+
+    async def _final(self, hard: float) -> None:
+        """One last call without tools, so the user always gets an answer; a fixed text if even that fails."""
+        assert self.prompt is not None
+        reason = self.stopped_by or "steps"
+        request = final_request(
+            self.prompt,
+            self.model,
+            self.messages,
+            self.opening,
+            reason=reason,
+            summary=self.budget.summary(),
+            max_output_tokens=self.agent.limits.max_output_tokens,
+            budget_tokens=self.agent.limits.max_input_tokens,
+        )
+        step = self.budget.steps + 1
+        started = time.perf_counter()
+        timeout = asyncio.timeout_at(hard)
+        try:
+            async with timeout:
+                decision, usage = await self._step(request, step)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            logger.info("the final answer of a turn ran past the deadline; sending a fixed reply")
+        except ModelError as err:
+            logger.warning("the final answer of a turn failed (%s); sending a fixed reply", err.code or "error")
+        else:
+            cost = self.budget.charge_model(self.spec, *usage)
+            await self._step_event(decision, usage, cost, started, final=reason)
+        if not self.output.text.strip():
+            await self.output.write(self._fallback(reason), step)
+
+    def _fallback(self, reason: str) -> str:
+        names = sorted({m.name for m in self.messages[self.opening :] if m.role == "tool" and m.name})
+        done = f"{self.budget.tool_calls} tool call(s) ({', '.join(names)})" if names else "nothing yet"
+        return (
+            f"I had to stop before finishing: the {BUDGET_WORDS.get(reason, reason)} budget of this turn ran out. "
+            f"Done: {done}. Not done: the rest of your request; ask me to continue."
+        )
+
+    async def _step_event(
+        self, decision: Decision, usage: tuple[int, int], cost: float, started: float, final: str | None = None
+    ) -> None:
+        detail: dict[str, Any] = {
+            "model": self.spec,
+            "input_tokens": usage[0],
+            "output_tokens": usage[1],
+            "credits": round(cost, 6),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+        if isinstance(decision, ToolCalls):
+            detail["calls"] = [c.name for c in decision.calls]
+        if final is not None:
+            detail["final"] = final
+        if self.budget.steps == 1 and self.request.trace_id:
+            detail["trace_id"] = self.request.trace_id
+        await self._event(
+            StepRecorded(message_id=self.message_id, step=self.budget.steps, decision=decision.kind, detail=detail)
+        )
+
+    async def _event(self, event: Event) -> None:
+        await self.sink.event(event)
+
+
+def _refusal(tool: str, message: str, *, error_class: str = "budget") -> str:
+    return ToolOutcome(tool=tool, ok=False, error=message, error_class=error_class).for_model()

@@ -1,0 +1,125 @@
+"""The tool registry: every tool an agent may name in its ``tools`` list, by name.
+
+:func:`default_registry` holds the native tools — the clock, the session-state slots, and (when their
+modules are present) files in the session workspace, document reading, channel actions and
+``search_history``. Custom integrations register more with :meth:`ToolRegistry.register`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from switchboard.core.agent import Agent
+from switchboard.core.model import ToolSpec
+from switchboard.core.tools import Tool
+
+__all__ = ["OPTIONAL_TOOL_MODULES", "ToolRegistry", "default_registry", "tool_spec"]
+
+logger = logging.getLogger(__name__)
+
+OPTIONAL_TOOL_MODULES = (
+    "switchboard.core.toolbox.files",
+    "switchboard.core.toolbox.documents",
+    "switchboard.core.toolbox.channel",
+    "switchboard.core.toolbox.history",
+)
+"""Native tool modules registered by :func:`default_registry` when they import (each exports ``TOOLS``)."""
+
+
+def tool_spec(tool: Tool) -> ToolSpec:
+    """The tool as a model sees it: name, description and the JSON Schema of its input."""
+    schema: dict[str, Any] = tool.input.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    return ToolSpec(name=tool.name, description=tool.description, parameters=schema)
+
+
+class ToolRegistry:
+    """Tools by name, and the agent-facing view of them."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: dict[str, ToolSpec] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add a tool.
+
+        Raises:
+            ValueError: a tool of that name is already registered and ``replace`` is false.
+        """
+        if tool.name in self._tools and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        self._specs.pop(tool.name, None)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if registered."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def spec(self, name: str) -> ToolSpec:
+        """The model-facing spec of a registered tool (cached)."""
+        found = self._specs.get(name)
+        if found is None:
+            found = self._specs[name] = tool_spec(self._tools[name])
+        return found
+
+    def specs(self, tools: Sequence[Tool] | None = None) -> list[ToolSpec]:
+        """Specs for ``tools`` (default: every registered tool), in order."""
+        return [self.spec(t.name) for t in (tools if tools is not None else list(self._tools.values()))]
+
+    def for_agent(self, agent: Agent) -> list[Tool]:
+        """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped)."""
+        seen: set[str] = set()
+        found: list[Tool] = []
+        for name in agent.tools:
+            tool = self._tools.get(name)
+            if tool is not None and name not in seen:
+                seen.add(name)
+                found.append(tool)
+        return found
+
+    def problems(self, agent: Agent) -> list[str]:
+        """Tool names in ``agent`` that no registered tool answers to, for ``switchboard agents validate``."""
+        known = ", ".join(self.names())
+        return [
+            f"agent {agent.name!r}: unknown tool {name!r} (known: {known})"
+            for name in agent.tools
+            if name not in self._tools
+        ]
+
+
+def default_registry() -> ToolRegistry:
+    """The native tools: clock, slots, and files, documents, channel actions and history when present."""
+    from switchboard.core.slots import SLOT_TOOLS
+    from switchboard.core.toolbox.clock import TOOLS as CLOCK_TOOLS
+
+    registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
+    for module_name in OPTIONAL_TOOL_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            if err.name != module_name:
+                logger.warning("tool module %s failed to import: %s", module_name, err)
+            continue
+        for tool in getattr(module, "TOOLS", []):
+            if tool.name not in registry:
+                registry.register(tool)
+    return registry

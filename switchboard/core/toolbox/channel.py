@@ -1,0 +1,127 @@
+"""Channel actions as tools: ``send_file`` (a file or image from the workspace) and ``offer_choice``.
+
+Both ask the conversation's channel to act through ``ToolContext.act``; the channel renders them in its
+own dialect (a photo or a document; native buttons or a numbered list). They are side effects, so the
+gateway stamps them with idempotency keys and approval policy applies to them as to any write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from switchboard.core.actions import Action, OfferChoice, SendFile
+from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
+from switchboard.core.tools import Tool, ToolContext
+from switchboard.errors import ToolError
+
+__all__ = [
+    "MAX_OPTIONS",
+    "MAX_OPTION_CHARS",
+    "MAX_SEND_BYTES",
+    "TOOLS",
+    "OfferChoiceInput",
+    "SendFileInput",
+    "offer_choice",
+    "send_file",
+]
+
+MAX_SEND_BYTES = 50 * 2**20
+"""Largest file sent (the smallest common platform cap: Telegram bots upload up to 50 MB)."""
+MAX_OPTIONS = 10
+MAX_OPTION_CHARS = 64
+"""Button labels stay short on every platform (Telegram and Slack truncate or refuse longer ones)."""
+
+
+class SendFileInput(BaseModel):
+    """Arguments of ``send_file``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Path of the file, relative to the session workspace.")
+    caption: str = Field("", max_length=1024, description="Text shown with the file.")
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        return check_relative_path(value)
+
+
+class OfferChoiceInput(BaseModel):
+    """Arguments of ``offer_choice``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=1000, description="What the user is asked.")
+    options: list[str] = Field(
+        min_length=2, max_length=MAX_OPTIONS, description=f"2 to {MAX_OPTIONS} short answers to pick from."
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _distinct_short(cls, value: list[str]) -> list[str]:
+        options = [option.strip() for option in value]
+        if any(not option for option in options):
+            raise ValueError("an option is empty")
+        if too_long := [option for option in options if len(option) > MAX_OPTION_CHARS]:
+            raise ValueError(f"options must be at most {MAX_OPTION_CHARS} characters: {too_long[0]!r} is longer")
+        if len(set(options)) != len(options):
+            raise ValueError("options must be distinct")
+        return options
+
+
+async def _act(ctx: ToolContext, action: Action) -> None:
+    if ctx.act is None:
+        raise ToolError("this conversation has no channel to send to", error_class="permanent")
+    await ctx.act(action)
+
+
+def _file_to_send(ctx: ToolContext, path: str) -> tuple[str, int, str | None]:
+    target = resolve_in_workspace(ctx.workspace, path)
+    if not target.is_file():
+        raise ToolError(f"no file {path!r} in the session workspace", error_class="validation")
+    size = target.stat().st_size
+    if size > MAX_SEND_BYTES:
+        raise ToolError(f"{path!r} is {size} bytes, over the {MAX_SEND_BYTES}-byte send cap")
+    return str(target), size, mimetypes.guess_type(target.name)[0]
+
+
+async def send_file(args: SendFileInput, ctx: ToolContext) -> dict[str, Any]:
+    """Tool body: send a workspace file to the conversation."""
+    target, size, mime_type = await asyncio.to_thread(_file_to_send, ctx, args.path)
+    await _act(ctx, SendFile(path=target, caption=args.caption, mime_type=mime_type))
+    return {"sent": args.path, "bytes": size, "mime_type": mime_type}
+
+
+async def offer_choice(args: OfferChoiceInput, ctx: ToolContext) -> dict[str, Any]:
+    """Tool body: ask the user to pick an option; the answer arrives as the user's next message."""
+    await _act(ctx, OfferChoice(question=args.question, options=args.options))
+    return {"offered": args.options, "note": "the user's pick arrives as their next message"}
+
+
+TOOLS: list[Tool] = [
+    Tool(
+        name="send_file",
+        description="Send a file from your workspace to the user (images are shown as pictures).",
+        input=SendFileInput,
+        fn=send_file,
+        side_effect="write",
+        timeout_s=60.0,
+        connector="channel",
+        retry_on=frozenset(),  # the outbox retries deliveries itself; a second call would send twice
+    ),
+    Tool(
+        name="offer_choice",
+        description="Ask the user a question with 2-10 short options to pick from (buttons where the app has them).",
+        input=OfferChoiceInput,
+        fn=offer_choice,
+        side_effect="write",
+        timeout_s=30.0,
+        connector="channel",
+        retry_on=frozenset(),  # the outbox retries deliveries itself; a second call would send twice
+    ),
+]
+"""The channel-action tools."""

@@ -1,0 +1,522 @@
+"""A fake Telegram Bot API: a small aiohttp app speaking the real wire format, recording every call.
+
+It answers ``/bot<token>/<method>`` (JSON, form or query parameters) for ``getMe``, ``sendMessage``,
+``sendChatAction``, ``editMessageText``, ``setWebhook``, ``deleteWebhook`` and ``getWebhookInfo``,
+with Telegram's error shapes: 401 for a wrong token, 404 for an unknown method, 400 for text that
+Telegram's HTML parser would refuse or that is over 4,096 characters, and 429 with ``retry_after``
+when told to. Inspection routes serve ``switchboard simulate`` and the benchmarks:
+
+- ``GET /_fake/calls?since=<seq>&chat_id=<id>&method=sendMessage&wait=<s>`` → recorded successful calls
+  (add ``include_failed=1`` for refused ones); ``wait`` long-polls until one matches;
+- ``POST /_fake/rate_limit`` with ``{"count": N, "retry_after": S, "method": "sendMessage"}``.
+
+Also here: :func:`make_update` builds inbound ``Update`` payloads and :func:`sign_update` adds the
+secret-token header, as Telegram would send them to the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+
+from aiohttp import web
+
+__all__ = [
+    "FAKE_STATE",
+    "SECRET_HEADER",
+    "FakeCall",
+    "FakeTelegram",
+    "FakeTelegramState",
+    "check_html",
+    "create_fake_telegram",
+    "make_update",
+    "sign_update",
+]
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
+_ALLOWED_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "tg-spoiler", "span", "a", "code", "pre"}
+_ALLOWED_TAGS |= {"blockquote", "tg-emoji"}
+_NAMED_ENTITIES = {"lt", "gt", "amp", "quot"}
+_CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice"}
+_CHAT_ACTIONS |= {"upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
+_JSON_PARAMS = {"reply_parameters", "link_preview_options", "reply_markup", "entities", "allowed_updates"}
+_METHODS = {"getMe", "sendMessage", "sendChatAction", "editMessageText", "setWebhook", "deleteWebhook"}
+_METHODS |= {"getWebhookInfo"}
+MAX_TEXT = 4096
+
+
+class _HtmlCheck(HTMLParser):
+    """Telegram's HTML parse mode, strictly: allowed tags only, balanced, ``<``/``>``/``&`` escaped."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.stack: list[str] = []
+        self.text: list[str] = []
+        self.error: str | None = None
+
+    def _fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _ALLOWED_TAGS:
+            self._fail(f'Unsupported start tag "{tag}"')
+        elif tag == "span" and dict(attrs).get("class") != "tg-spoiler":
+            self._fail('Unsupported start tag "span"')
+        elif "code" in self.stack or ("pre" in self.stack and not (tag == "code" and self.stack[-1] == "pre")):
+            self._fail(f'Can\'t nest "{tag}" inside code or pre')
+        elif "a" in self.stack and tag in {"a", "code", "pre"}:
+            self._fail(f'Can\'t nest "{tag}" inside a link')
+        elif tag == "blockquote" and "blockquote" in self.stack:
+            self._fail("Blockquotes can't be nested")
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self._fail(f'Can\'t find end tag corresponding to start tag "{self.stack[-1] if self.stack else tag}"')
+            return
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if any(c in data for c in "<>&"):
+            self._fail("Unescaped <, > or & in text")
+        self.text.append(data)
+
+    def handle_entityref(self, name: str) -> None:
+        if name not in _NAMED_ENTITIES:
+            self._fail(f'Unsupported HTML entity "&{name};"')
+        self.text.append(html.unescape(f"&{name};"))
+
+    def handle_charref(self, name: str) -> None:
+        self.text.append(html.unescape(f"&#{name};"))
+
+    def check(self, markup: str) -> str:
+        """The visible text, or raise ``ValueError`` with Telegram's kind of message."""
+        self.feed(markup)
+        self.close()
+        if self.stack:
+            self._fail(f'Can\'t find end tag corresponding to start tag "{self.stack[-1]}"')
+        if self.error:
+            raise ValueError(self.error)
+        return "".join(self.text)
+
+
+def check_html(markup: str) -> str:
+    """Parse ``markup`` the way Telegram's HTML mode does; return the visible text or raise ``ValueError``."""
+    return _HtmlCheck().check(markup)
+
+
+@dataclass(slots=True)
+class FakeCall:
+    """One call the fake received."""
+
+    seq: int
+    method: str
+    params: dict[str, Any]
+    time: float
+    status: int = 200
+
+    def to_json(self) -> dict[str, Any]:
+        """The call as served by ``/_fake/calls``."""
+        return {"seq": self.seq, "method": self.method, "params": self.params, "time": self.time, "status": self.status}
+
+
+@dataclass(slots=True)
+class _Planned:
+    method: str | None
+    status: int
+    description: str
+    retry_after: float | None
+    skip: int = 0
+    """Matching calls to let through first."""
+
+
+@dataclass
+class FakeTelegramState:
+    """What the fake remembers: the calls it received and the messages it "sent"."""
+
+    token: str | None
+    bot: dict[str, Any]
+    calls: list[FakeCall] = field(default_factory=list)
+    messages: dict[tuple[Any, int], str] = field(default_factory=dict)
+    webhook: dict[str, Any] = field(default_factory=dict)
+    plan: list[_Planned] = field(default_factory=list)
+    """Answers to give instead of the real ones, in order."""
+    _ids: dict[Any, int] = field(default_factory=dict)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def fail_next(self, count: int, *, retry_after: float = 1, method: str | None = None, after: int = 0) -> None:
+        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after letting ``after`` through."""
+        shown = int(retry_after) if float(retry_after).is_integer() else retry_after
+        description = f"Too Many Requests: retry after {shown}"
+        self.plan.append(_Planned(method, 429, description, retry_after, after))
+        self.plan.extend(_Planned(method, 429, description, retry_after) for _ in range(count - 1))
+
+    def refuse_next(self, count: int, *, status: int, description: str, method: str | None = None) -> None:
+        """Answer the next ``count`` calls (of ``method``, or any) with ``status`` and ``description``."""
+        self.plan.extend(_Planned(method, status, description, None) for _ in range(count))
+
+    def planned(self, method: str) -> _Planned | None:
+        """The planned answer for this call, if any (consumed)."""
+        for index, entry in enumerate(self.plan):
+            if entry.method is None or entry.method == method:
+                if entry.skip:
+                    entry.skip -= 1
+                    return None
+                return self.plan.pop(index)
+        return None
+
+    def sent(self, chat_id: int | str | None = None, method: str = "sendMessage") -> list[FakeCall]:
+        """Successful calls of ``method``, optionally for one chat."""
+        return [c for c in self.calls if c.method == method and c.status == 200 and _chat_matches(c, chat_id)]
+
+    def record(self, method: str, params: dict[str, Any], status: int) -> FakeCall:
+        """Remember one call and wake long-polling readers of ``/_fake/calls``."""
+        call = FakeCall(len(self.calls) + 1, method, params, time.time(), status)
+        self.calls.append(call)
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return call
+
+    def next_message_id(self, chat_id: Any) -> int:
+        """The next ``message_id`` in a chat (ids are per chat on Telegram)."""
+        self._ids[chat_id] = self._ids.get(chat_id, 0) + 1
+        return self._ids[chat_id]
+
+
+FAKE_STATE: web.AppKey[FakeTelegramState] = web.AppKey("fake_telegram_state", FakeTelegramState)
+
+
+def _chat_matches(call: FakeCall, chat_id: int | str | None) -> bool:
+    return chat_id is None or str(call.params.get("chat_id")) == str(chat_id)
+
+
+def _ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _error(status: int, description: str, **parameters: Any) -> web.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=status)
+
+
+async def _params(request: web.Request) -> dict[str, Any]:
+    params: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            body = await request.json()
+            params.update(body if isinstance(body, dict) else {})
+        else:
+            params.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+    for key in _JSON_PARAMS & params.keys():
+        if isinstance(params[key], str):
+            with contextlib.suppress(ValueError):
+                params[key] = json.loads(params[key])
+    chat_id = params.get("chat_id")
+    if isinstance(chat_id, str) and re.fullmatch(r"-?\d+", chat_id):
+        params["chat_id"] = int(chat_id)
+    for key in ("message_id", "message_thread_id"):
+        if isinstance(params.get(key), str) and params[key].lstrip("-").isdigit():
+            params[key] = int(params[key])
+    return params
+
+
+def _checked_text(params: dict[str, Any]) -> str:
+    """The visible text of a ``sendMessage``/``editMessageText``; ``ValueError`` with Telegram's wording."""
+    text = params.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("Bad Request: message text is empty")
+    visible = text
+    if str(params.get("parse_mode", "")).upper() == "HTML":
+        try:
+            visible = check_html(text)
+        except ValueError as err:
+            raise ValueError(f"Bad Request: can't parse entities: {err}") from None
+    if not visible.strip():
+        raise ValueError("Bad Request: message text is empty")
+    if len(visible.encode("utf-16-le")) // 2 > MAX_TEXT:
+        raise ValueError("Bad Request: message is too long")
+    return visible
+
+
+def _message(state: FakeTelegramState, params: dict[str, Any], text: str, message_id: int) -> dict[str, Any]:
+    chat_id = params["chat_id"]
+    is_private = isinstance(chat_id, int) and chat_id > 0
+    message: dict[str, Any] = {
+        "message_id": message_id,
+        "from": state.bot,
+        "chat": {"id": chat_id, "type": "private" if is_private else "supergroup"},
+        "date": int(time.time()),
+        "text": text,
+    }
+    if params.get("message_thread_id"):
+        message["message_thread_id"] = params["message_thread_id"]
+        message["is_topic_message"] = True
+    return message
+
+
+def _perform(state: FakeTelegramState, method: str, params: dict[str, Any]) -> web.Response:
+    if method == "getMe":
+        return _ok(state.bot)
+    if method == "setWebhook":
+        state.webhook = {"url": params.get("url", ""), "secret_token": params.get("secret_token")}
+        return _ok(True)
+    if method == "deleteWebhook":
+        state.webhook = {}
+        return _ok(True)
+    if method == "getWebhookInfo":
+        info = {"url": state.webhook.get("url", ""), "has_custom_certificate": False, "pending_update_count": 0}
+        return _ok(info)
+    if "chat_id" not in params or params["chat_id"] in ("", None):
+        return _error(400, "Bad Request: chat_id is empty")
+    if method == "sendChatAction":
+        if params.get("action") not in _CHAT_ACTIONS:
+            return _error(400, "Bad Request: wrong parameter action in request")
+        return _ok(True)
+    try:
+        text = _checked_text(params)
+    except ValueError as err:
+        return _error(400, str(err))
+    if method == "sendMessage":
+        message_id = state.next_message_id(params["chat_id"])
+    else:  # editMessageText
+        message_id = params.get("message_id", 0)
+        key = (params["chat_id"], message_id)
+        if key not in state.messages:
+            return _error(400, "Bad Request: message to edit not found")
+        if state.messages[key] == params["text"]:
+            return _error(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
+    state.messages[(params["chat_id"], message_id)] = params["text"]
+    return _ok(_message(state, params, text, message_id))
+
+
+async def _api(request: web.Request) -> web.Response:
+    state = request.app[FAKE_STATE]
+    method = request.match_info["method"]
+    try:
+        params = await _params(request)
+    except ValueError:
+        state.record(method, {}, 400)
+        return _error(400, "Bad Request: invalid request body")
+    if state.token is not None and request.match_info["token"] != state.token:
+        state.record(method, params, 401)
+        return _error(401, "Unauthorized")
+    if method not in _METHODS:
+        state.record(method, params, 404)
+        return _error(404, "Not Found")
+    planned = state.planned(method)
+    if planned is not None:
+        state.record(method, params, planned.status)
+        if planned.retry_after is None:
+            return _error(planned.status, planned.description)
+        seconds = int(planned.retry_after) if float(planned.retry_after).is_integer() else planned.retry_after
+        return _error(planned.status, planned.description, retry_after=seconds)
+    response = _perform(state, method, params)
+    state.record(method, params, response.status)
+    return response
+
+
+async def _calls(request: web.Request) -> web.Response:
+    state = request.app[FAKE_STATE]
+    query = request.query
+    try:
+        since = int(query.get("since", "0"))
+        wait = min(float(query.get("wait", "0")), 30.0)
+    except ValueError:
+        return web.json_response({"error": "since must be an integer and wait a number"}, status=400)
+    method = query.get("method", "sendMessage")
+    include_failed = query.get("include_failed") in ("1", "true")
+    chat_id = query.get("chat_id")
+
+    def matching() -> list[FakeCall]:
+        return [
+            c
+            for c in state.calls[since:]
+            if c.seq > since
+            and (method == "*" or c.method == method)
+            and (include_failed or c.status == 200)
+            and _chat_matches(c, chat_id)
+        ]
+
+    deadline = time.monotonic() + wait
+    found = matching()
+    while not found and time.monotonic() < deadline:
+        try:
+            await asyncio.wait_for(state._changed.wait(), deadline - time.monotonic())
+        except TimeoutError:
+            break
+        found = matching()
+    return web.json_response([c.to_json() for c in found])
+
+
+async def _rate_limit(request: web.Request) -> web.Response:
+    body = await request.json()
+    request.app[FAKE_STATE].fail_next(
+        int(body.get("count", 1)), retry_after=float(body.get("retry_after", 1)), method=body.get("method")
+    )
+    return web.json_response({"ok": True})
+
+
+def _bot_id(token: str | None) -> int:
+    prefix = (token or "").split(":", 1)[0]
+    return int(prefix) if prefix.isdigit() else 100000
+
+
+def create_fake_telegram(token: str | None = None, *, username: str = "switchboard_test_bot") -> web.Application:
+    """The fake Bot API as an aiohttp application. ``token=None`` accepts any token."""
+    app = web.Application()
+    bot = {
+        "id": _bot_id(token),
+        "is_bot": True,
+        "first_name": "Switchboard Test Bot",
+        "username": username,
+        "can_join_groups": True,
+        "can_read_all_group_messages": False,
+        "supports_inline_queries": False,
+    }
+    app[FAKE_STATE] = FakeTelegramState(token=token, bot=bot)
+    app.router.add_route("*", "/bot{token}/{method}", _api)
+    app.router.add_get("/_fake/calls", _calls)
+    app.router.add_post("/_fake/rate_limit", _rate_limit)
+    return app
+
+
+class FakeTelegram:
+    """Runs the fake on a loopback port: ``base_url = await fake.start()`` is the Bot API root to configure."""
+
+    def __init__(self, token: str | None = None, *, username: str = "switchboard_test_bot") -> None:
+        self.app = create_fake_telegram(token, username=username)
+        self.state = self.app[FAKE_STATE]
+        self.base_url = ""
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def calls(self) -> list[FakeCall]:
+        """Every call received, in order."""
+        return self.state.calls
+
+    @property
+    def bot(self) -> dict[str, Any]:
+        """The bot's ``User`` object, as ``getMe`` returns it."""
+        return self.state.bot
+
+    def fail_next(self, count: int, *, retry_after: float = 1, method: str | None = None, after: int = 0) -> None:
+        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after letting ``after`` through."""
+        self.state.fail_next(count, retry_after=retry_after, method=method, after=after)
+
+    def refuse_next(self, count: int, *, status: int, description: str, method: str | None = None) -> None:
+        """Answer the next ``count`` calls (of ``method``, or any) with ``status`` and ``description``."""
+        self.state.refuse_next(count, status=status, description=description, method=method)
+
+    def sent(self, chat_id: int | str | None = None, method: str = "sendMessage") -> list[FakeCall]:
+        """Successful calls of ``method``, optionally for one chat."""
+        return self.state.sent(chat_id, method)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on ``host:port`` (0 picks a free port) and return the base URL."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound_host, bound_port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{bound_host}:{bound_port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def make_update(
+    text: str,
+    chat_id: int,
+    update_id: int,
+    *,
+    chat_type: str = "private",
+    message_id: int = 10,
+    user_id: int | None = None,
+    first_name: str = "Ada",
+    username: str | None = "ada",
+    is_bot: bool = False,
+    mention: str | None = None,
+    reply_to_bot: str | None = None,
+    bot_id: int = 100000,
+    thread_id: int | None = None,
+) -> dict[str, Any]:
+    """An inbound ``Update`` with one text message, as Telegram posts it to a webhook.
+
+    Args:
+        text: The message text.
+        chat_id: The chat (negative for groups, as on Telegram).
+        update_id: Telegram's update id (the dedup key).
+        chat_type: ``private``, ``group`` or ``supergroup``.
+        message_id: The message's id within the chat.
+        user_id: The sender (defaults to ``chat_id`` in private chats).
+        first_name: The sender's first name.
+        username: The sender's username.
+        is_bot: Whether the sender is a bot.
+        mention: A bot username to mention (``@name`` is put in front of the text with a ``mention`` entity).
+        reply_to_bot: A bot username: the message replies to one of that bot's messages.
+        bot_id: The replied-to bot's user id.
+        thread_id: A forum topic id.
+    """
+    sender: dict[str, Any] = {"id": user_id if user_id is not None else abs(chat_id), "is_bot": is_bot}
+    sender["first_name"] = first_name
+    if username:
+        sender["username"] = username
+    chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+    if chat_type == "private":
+        chat["first_name"] = first_name
+    else:
+        chat["title"] = "Test group"
+    message: dict[str, Any] = {"message_id": message_id, "from": sender, "chat": chat, "date": int(time.time())}
+    if mention:
+        handle = f"@{mention}"
+        text = f"{handle} {text}"
+        message["entities"] = [{"type": "mention", "offset": 0, "length": _utf16_len(handle)}]
+    message["text"] = text
+    if reply_to_bot:
+        bot = {"id": bot_id, "is_bot": True, "first_name": "Bot", "username": reply_to_bot}
+        message["reply_to_message"] = {
+            "message_id": max(message_id - 1, 1),
+            "from": bot,
+            "chat": chat,
+            "date": int(time.time()) - 5,
+            "text": "An earlier answer",
+        }
+    if thread_id is not None:
+        message["message_thread_id"] = thread_id
+        message["is_topic_message"] = True
+    return {"update_id": update_id, "message": message}
+
+
+def sign_update(update: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    """The request body and headers Telegram sends for ``update`` with ``setWebhook(secret_token=secret)``."""
+    body = json.dumps(update, ensure_ascii=False).encode()
+    return body, {"Content-Type": "application/json", SECRET_HEADER: secret}

@@ -1,0 +1,518 @@
+"""③ → ④ → ⑤ Drain one session: take its lease, run its inbox head by head, send through the outbox, release.
+
+The loop, under the lease (renewed every third of its TTL):
+
+1. ``begin.lua`` counts the attempt *before* running (a SIGKILL still counts), logs ``run_started`` and
+   returns the head message (or, under ``collect``, everything waiting). Past ``max_attempts`` the message
+   is dead-lettered instead, and the next one runs.
+2. ``SetStatus(running)`` and ``SendTyping`` (refreshed every few seconds) go to the channel, then the
+   runner plays the turn; streamed deltas reach channels that stream, facts go to the fenced event log.
+3. The reply goes out through the :class:`~switchboard.queue.outbox.Outbox`, then ``complete.lua`` acks
+   exactly the handled ids, appends history and facts and records the latencies, in one fenced step.
+4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
+   drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user gets a ``SendError``.
+5. ``release.lua`` ends the drain only when the inbox is empty, atomically, so nothing is stranded.
+
+A :class:`~switchboard.errors.FencedWriteError` (the lease passed to another epoch) stops the drain at once,
+without releasing: the new holder owns the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Receipt
+from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.agent import Agent
+from switchboard.core.events import Event, ReplySent, RunCompleted, RunDeadLettered, RunFailed
+from switchboard.core.messages import ConversationRef, InboundMessage
+from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.errors import DeliveryError, FencedWriteError
+from switchboard.queue import scripts
+from switchboard.queue.eventlog import EventLog, encode_event
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
+from switchboard.queue.outbox import Outbox, idempotency_key
+from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
+from switchboard.queue.store import RedisSessionStore
+from switchboard.settings import QueueSettings
+from switchboard.types import SessionKey
+
+__all__ = ["DEAD_LETTER_CAP", "MAX_COLLECT", "Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
+
+logger = logging.getLogger(__name__)
+
+TurnRunner = Callable[[TurnRequest, TurnSink, SessionStore], Awaitable[TurnResult]]
+"""Plays one turn (the agent runtime, or a test's simple function)."""
+
+MAX_COLLECT = 50
+"""Most waiting messages folded into one turn under the ``collect`` policy."""
+DEAD_LETTER_CAP = 100
+"""Dead-letter records kept per session (the global stream keeps ``GLOBAL_DEAD_LETTER_CAP``)."""
+GLOBAL_DEAD_LETTER_CAP = 10_000
+TYPING_REFRESH_S = 4.0
+"""Platforms drop a typing indicator after ~5 s; refresh it while a run lasts."""
+RUNNER_GRACE_S = 30.0
+"""How long past its deadline a turn may run before the drain counts it as failed."""
+_GLOBAL = GlobalKeys()
+
+
+class Deliverer(Protocol):
+    """Carries send actions to the conversation's channel (the web tier's channel registry, or a test's recorder)."""
+
+    def streams(self, conversation: ConversationRef) -> bool:
+        """Whether the conversation's channel shows ``StreamDelta`` actions."""
+
+    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+        """Perform one action; raises ``DeliveryError`` / ``RateLimitedError``."""
+
+
+class DrainOutcome(Enum):
+    """How a drain ended (the worker decides what happens to the RQ job from it)."""
+
+    RELEASED = "released"
+    """The inbox was empty: lease, drain flag and runnable mark removed in one step."""
+    BUSY = "busy"
+    """Another live holder has the lease; it drains the session."""
+    FENCED = "fenced"
+    """The lease passed to another epoch mid-drain; this drain stopped before its next side effect."""
+    HANDED_OVER = "handed_over"
+    """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    attempt: int
+    dead: bool
+    last_error: str
+    ids: list[str]
+    bodies: list[str]
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one drain holds while it runs a turn."""
+
+    lease: LeaseToken
+    lost: asyncio.Event
+    conversation: ConversationRef | None = None
+    reply_to: str | None = None
+    run_id: str = ""
+    deltas: int = 0
+    typing: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class _Sink:
+    """The turn's view of its drain: deltas to streaming channels, facts to the fenced event log."""
+
+    def __init__(self, drainer: Drainer, turn: _Turn, events: EventLog) -> None:
+        self._drainer = drainer
+        self._turn = turn
+        self._events = events
+
+    async def delta(self, text: str) -> None:
+        turn = self._turn
+        if turn.conversation is None or not self._drainer.deliverer.streams(turn.conversation):
+            return
+        turn.deltas += 1
+        await self._drainer._notify(turn, StreamDelta(text=text, reply_to=turn.reply_to), f"delta:{turn.deltas}")
+
+    async def event(self, event: Event) -> None:
+        if self._turn.lost.is_set():
+            raise _lost(self._turn.lease)
+        await self._events.append(event)
+
+
+def _lost(lease: LeaseToken) -> FencedWriteError:
+    return FencedWriteError("the session lease was lost", session_key=lease.session, epoch=lease.epoch)
+
+
+def _error_text(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class Drainer:
+    """Drains sessions for one worker: one lease, one turn at a time per session, many sessions at once."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: QueueSettings,
+        *,
+        runner: TurnRunner,
+        deliverer: Deliverer,
+        agent_for: Callable[[InboundMessage], Agent],
+        worker_id: str,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.runner = runner
+        self.deliverer = deliverer
+        self.agent_for = agent_for
+        self.worker_id = worker_id
+        self.lease = Lease(redis, worker_id=worker_id, lease_ms=settings.lease_ms)
+        self.stopping = asyncio.Event()
+        """Set by the worker on shutdown: drains hand their session over after the current turn."""
+        self._sleep = sleep
+
+    async def drain(self, session: SessionKey) -> None:
+        """Drain ``session`` until its inbox is empty (or another worker holds or takes it)."""
+        await self.drain_session(session)
+
+    async def drain_session(self, session: SessionKey) -> DrainOutcome:
+        """Like :meth:`drain`, telling the caller how the drain ended."""
+        lease = await self.lease.acquire(session)
+        if lease is None:
+            return DrainOutcome.BUSY
+        turn = _Turn(lease=lease, lost=asyncio.Event())
+        keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
+        context = CURRENT_LEASE.set(lease)
+        try:
+            while True:
+                if turn.lost.is_set():
+                    raise _lost(lease)
+                if self.stopping.is_set():
+                    await self.lease.abandon(lease)
+                    return DrainOutcome.HANDED_OVER
+                attempt = await self._begin(lease)
+                if attempt is None:
+                    if await self._release(lease):
+                        return DrainOutcome.RELEASED
+                    continue
+                await self._handle(turn, attempt)
+        except FencedWriteError:
+            logger.warning("drain of %s stopped: epoch %d lost the lease", session, lease.epoch)
+            return DrainOutcome.FENCED
+        except asyncio.CancelledError:
+            # between turns (a turn in flight already gave the lease up and returned its attempt)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.abandon(lease))
+            raise
+        finally:
+            keeper.cancel()
+            CURRENT_LEASE.reset(context)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+
+    def _fenced(self, lease: LeaseToken) -> list[str]:
+        return [SessionKeys(lease.session).lease, _GLOBAL.fenced_rejections]
+
+    async def _begin(self, lease: LeaseToken) -> _Attempt | None:
+        keys = SessionKeys(lease.session)
+        reply = await scripts.BEGIN(
+            self.redis,
+            [*self._fenced(lease), keys.inbox, keys.messages, keys.attempts, keys.meta, keys.events],
+            [
+                lease.token,
+                MAX_COLLECT,
+                self.settings.max_attempts,
+                self.settings.events_maxlen,
+                lease.epoch,
+                self.worker_id,
+                f"{time.time():.3f}",
+            ],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        if not reply:
+            return None
+        n = int(reply[4])
+        ids = [v.decode() for v in reply[5 : 5 + n]]
+        bodies = [v.decode() for v in reply[5 + n : 5 + 2 * n]]
+        return _Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
+
+    async def _release(self, lease: LeaseToken) -> bool:
+        keys = SessionKeys(lease.session)
+        released = await scripts.RELEASE(
+            self.redis,
+            [*self._fenced(lease), keys.inbox, keys.drain, _GLOBAL.runnable],
+            [lease.token, lease.session],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        return bool(released)
+
+    async def _handle(self, turn: _Turn, attempt: _Attempt) -> None:
+        lease = turn.lease
+        messages: list[InboundMessage] = []
+        for body in attempt.bodies:
+            if body:
+                messages.append(InboundMessage.model_validate_json(body))
+        turn.run_id = f"run-{attempt.ids[0]}"
+        outbox = Outbox(self.redis, lease, self._perform_for(turn), sleep=self._sleep)
+        if not messages:
+            await self._dead_letter(turn, attempt, messages, outbox, "message record missing", attempt.attempt - 1)
+            return
+        turn.conversation = messages[-1].conversation
+        turn.reply_to = messages[-1].id
+        if attempt.dead:
+            reason = attempt.last_error or "the worker running it was lost"
+            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1)
+            return
+        started = time.time()
+        try:
+            result, sent = await self._play(turn, attempt, messages, outbox)
+        except FencedWriteError:
+            raise
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.abandon(lease, return_attempt_of=attempt.ids[0]))
+            raise
+        except Exception as err:
+            await self._failed(turn, attempt, messages, outbox, err)
+            return
+        finally:
+            for task in turn.typing:
+                task.cancel()
+            turn.typing.clear()
+        remaining = await self._complete(turn, attempt, messages, outbox, result, sent, started)
+        if remaining == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+
+    async def _play(
+        self, turn: _Turn, attempt: _Attempt, messages: Sequence[InboundMessage], outbox: Outbox
+    ) -> tuple[TurnResult, Receipt | None]:
+        await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
+        await self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing")
+        turn.typing.append(asyncio.create_task(self._keep_typing(turn)))
+        agent = self.agent_for(messages[0])
+        conversation = messages[-1].conversation
+        request = TurnRequest(
+            session_key=turn.lease.session,
+            agent=agent,
+            messages=list(messages),
+            run_id=turn.run_id,
+            deadline=time.time() + agent.limits.deadline_s,
+            tenant=conversation.tenant,
+        )
+        events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
+        store = RedisSessionStore.for_lease(self.redis, turn.lease, self.settings)
+        result = await self._run(turn, request, _Sink(self, turn, events), store, agent.limits.deadline_s)
+        receipt: Receipt | None = None
+        if result.text.strip():
+            reply = SendText(text=result.text, reply_to=turn.reply_to)
+            outcome = await outbox.send(reply, conversation, run_id=turn.run_id, logical="reply")
+            receipt = outcome.receipt or Receipt()
+        return result, receipt
+
+    async def _run(
+        self, turn: _Turn, request: TurnRequest, sink: _Sink, store: RedisSessionStore, deadline_s: float
+    ) -> TurnResult:
+        """Play the turn; stop it as soon as the lease is lost, or when it overruns its deadline."""
+        task = asyncio.ensure_future(self.runner(request, sink, store))
+        lost = asyncio.ensure_future(turn.lost.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, lost}, timeout=deadline_s + RUNNER_GRACE_S, return_when="FIRST_COMPLETED"
+            )
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            lost.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
+
+    async def _keep_typing(self, turn: _Turn) -> None:
+        while True:
+            await asyncio.sleep(TYPING_REFRESH_S)
+            try:
+                await self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing")
+            except FencedWriteError:
+                return
+
+    def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, str], Awaitable[Receipt]]:
+        async def perform(action: Action, conversation: ConversationRef, key: str) -> Receipt:
+            if turn.lost.is_set():
+                raise _lost(turn.lease)
+            return await self.deliverer.perform(action, conversation, idempotency_key=key)
+
+        return perform
+
+    async def _notify(self, turn: _Turn, action: Action, logical: str) -> None:
+        """An ephemeral action (status, typing, delta): best effort, but never after the lease is lost."""
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.conversation is None:
+            return
+        try:
+            await self.deliverer.perform(
+                action, turn.conversation, idempotency_key=idempotency_key(turn.run_id, logical)
+            )
+        except DeliveryError as err:
+            logger.info("%s for %s not delivered: %s", action.kind, turn.lease.session, type(err).__name__)
+
+    async def _failed(
+        self,
+        turn: _Turn,
+        attempt: _Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        err: Exception,
+    ) -> None:
+        lease = turn.lease
+        keys = SessionKeys(lease.session)
+        text = _error_text(err)
+        logger.warning("run %s attempt %d failed: %s", turn.run_id, attempt.attempt, type(err).__name__)
+        event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=text)
+        await scripts.FAIL(
+            self.redis,
+            [*self._fenced(lease), keys.attempts, keys.events, _GLOBAL.stats],
+            [lease.token, attempt.ids[0], text, encode_event(event), self.settings.events_maxlen],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        if attempt.attempt >= self.settings.max_attempts:
+            await self._dead_letter(turn, attempt, messages, outbox, text, attempt.attempt)
+            return
+        delay = self.settings.retry_backoff_s * 2 ** (attempt.attempt - 1)
+        if delay > 0:
+            lost = asyncio.ensure_future(turn.lost.wait())
+            pause = asyncio.ensure_future(self._sleep(delay))
+            try:
+                await asyncio.wait({lost, pause}, return_when="FIRST_COMPLETED")
+            finally:
+                lost.cancel()
+                pause.cancel()
+
+    async def _dead_letter(
+        self,
+        turn: _Turn,
+        attempt: _Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        reason: str,
+        attempts: int,
+    ) -> None:
+        lease = turn.lease
+        keys = SessionKeys(lease.session)
+        logger.warning("dead-lettering %s after %d attempts", attempt.ids[0], attempts)
+        if messages:
+            notice = SendError(
+                code="dead_lettered",
+                message="Sorry, this message could not be answered. Please try again later.",
+                reply_to=turn.reply_to,
+            )
+            try:
+                await outbox.send(notice, messages[-1].conversation, run_id=turn.run_id, logical="dead_letter")
+            except DeliveryError as err:
+                logger.info("dead-letter notice for %s not delivered: %s", lease.session, type(err).__name__)
+        now = time.time()
+        record = {
+            "session": lease.session,
+            "message_ids": attempt.ids,
+            "attempts": attempts,
+            "reason": reason,
+            "at": now,
+            "messages": [json.loads(body) for body in attempt.bodies if body],
+        }
+        event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
+        remaining = await scripts.DEAD_LETTER(
+            self.redis,
+            [
+                *self._fenced(lease),
+                keys.inbox,
+                keys.messages,
+                keys.attempts,
+                keys.events,
+                keys.dead,
+                _GLOBAL.dead_letters,
+                keys.outbox,
+                _GLOBAL.stats,
+                keys.meta,
+            ],
+            [
+                lease.token,
+                json.dumps(attempt.ids),
+                json.dumps(record, separators=(",", ":")),
+                json.dumps([encode_event(event)]),
+                self.settings.events_maxlen,
+                json.dumps(outbox.used),
+                DEAD_LETTER_CAP,
+                GLOBAL_DEAD_LETTER_CAP,
+                int(now * 1000),
+            ],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        if int(remaining) == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+
+    async def _complete(
+        self,
+        turn: _Turn,
+        attempt: _Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        result: TurnResult,
+        receipt: Receipt | None,
+        started: float,
+    ) -> int:
+        lease = turn.lease
+        keys = SessionKeys(lease.session)
+        now = time.time()
+        history = [
+            HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
+            for m in messages
+        ]
+        reply = HistoryEntry(role="assistant", text=result.text, message_id=turn.reply_to, at=now)
+        history.append(reply.model_dump_json())
+        events: list[str] = []
+        if receipt is not None:
+            sent = ReplySent(at=now, message_id=turn.reply_to, chars=len(result.text), parts=receipt.parts)
+            events.append(encode_event(sent))
+        done = RunCompleted(at=now, message_id=attempt.ids[0], duration_ms=(now - started) * 1000)
+        events.append(encode_event(done))
+        wait = max(started - messages[0].received_at, 0.0)
+        run = max(now - started, 0.0)
+        remaining = await scripts.COMPLETE(
+            self.redis,
+            [
+                *self._fenced(lease),
+                keys.inbox,
+                keys.messages,
+                keys.attempts,
+                keys.history,
+                keys.events,
+                keys.outbox,
+                keys.meta,
+                _GLOBAL.stats,
+                _GLOBAL.histogram("queue_wait"),
+                _GLOBAL.histogram("run"),
+            ],
+            [
+                lease.token,
+                json.dumps(attempt.ids),
+                json.dumps(history),
+                self.settings.history_maxlen,
+                json.dumps(events),
+                self.settings.events_maxlen,
+                json.dumps(outbox.used),
+                bucket_field(wait, QUEUE_WAIT_BUCKETS),
+                f"{wait:.6f}",
+                bucket_field(run, RUN_DURATION_BUCKETS),
+                f"{run:.6f}",
+                int(now * 1000),
+            ],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        return int(remaining)

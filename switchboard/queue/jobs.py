@@ -1,0 +1,205 @@
+"""Drain jobs on RQ: "drain session S" triggers in RQ's own format, written and run with the async client.
+
+RQ is the work engine; the per-session order lives in our own structures. A drain job is an ordinary
+rq 3 job hash (``rq:job:<id>``, JSON serializer, function :func:`drain_session`) pushed onto the one
+queue every worker listens on, so ``rq info``, ``Job.fetch`` and RQ's registries and cleanup understand it.
+The ingest script writes the hash (``lua/_job.lua``, from the constant :attr:`DrainJobs.config`) and pushes
+the id atomically with the message, rather than through ``Queue.enqueue`` (a synchronous, ~10-command call).
+
+Job ids are ``d<ms since epoch, hex><random>``, so the reaper can tell a flag's age without a lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Final
+
+import redis.asyncio as aioredis
+
+from switchboard.queue import scripts
+from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.types import SessionKey
+
+__all__ = [
+    "DRAIN_FUNCTION",
+    "FAILURE_TTL_S",
+    "JOB_TIMEOUT_S",
+    "RESULT_TTL_S",
+    "DrainJobs",
+    "StartedJob",
+    "drain_session",
+    "job_age_s",
+    "new_job_id",
+    "rq_time",
+]
+
+logger = logging.getLogger(__name__)
+
+DRAIN_FUNCTION: Final = "switchboard.queue.jobs.drain_session"
+"""The function named in every drain job (what ``rq info`` shows)."""
+RESULT_TTL_S: Final = 0
+"""A finished drain job is deleted at once: it has no result worth keeping."""
+FAILURE_TTL_S: Final = 7 * 24 * 3600
+"""A failed drain job (a worker bug, not a failed turn) stays in RQ's FailedJobRegistry for a week."""
+JOB_TIMEOUT_S: Final = 3600
+"""RQ's ``timeout`` field; turns are bounded by their own deadlines, the lease and the reaper."""
+
+
+def drain_session(session: str) -> None:
+    """Placeholder RQ resolves for drain jobs; they are run by :class:`~switchboard.queue.worker.SessionWorker`.
+
+    Raises:
+        RuntimeError: always; a stock ``rq worker`` must not run drain jobs (it would bypass the lease).
+    """
+    raise RuntimeError(f"drain jobs ({session!r}) are run by `switchboard worker`, not by a stock rq worker")
+
+
+def new_job_id(now: float | None = None) -> str:
+    """A fresh drain job id, sortable by creation time (RQ allows ``[A-Za-z0-9_-]``)."""
+    ms = int((time.time() if now is None else now) * 1000)
+    return f"d{ms:012x}{secrets.token_hex(6)}"
+
+
+def job_age_s(job_id: str, now: float | None = None) -> float | None:
+    """Seconds since a drain job id was made, or ``None`` for an id not made by :func:`new_job_id`."""
+    if len(job_id) != 25 or not job_id.startswith("d"):
+        return None
+    try:
+        ms = int(job_id[1:13], 16)
+    except ValueError:
+        return None
+    return (time.time() if now is None else now) - ms / 1000
+
+
+def rq_time(ts: float) -> str:
+    """A timestamp in RQ's stored format (``utcformat``)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class DrainJobs:
+    """Builds drain-job hashes for one RQ queue and decodes their payload."""
+
+    def __init__(self, queue_name: str) -> None:
+        self.queue_name = queue_name
+        self.keys = RQKeys(queue_name)
+
+    @cached_property
+    def config(self) -> str:
+        """The constant part of every drain job, as the JSON ``_job.lua`` expects (built once per queue)."""
+        fields: list[str] = []
+        for name, value in (
+            ("success_callback_name", ""),
+            ("failure_callback_name", ""),
+            ("stopped_callback_name", ""),
+            ("started_at", ""),
+            ("ended_at", ""),
+            ("last_heartbeat", ""),
+            ("worker_name", ""),
+            ("group_id", ""),
+            ("origin", self.queue_name),
+            ("timeout", str(JOB_TIMEOUT_S)),
+            ("result_ttl", str(RESULT_TTL_S)),
+            ("failure_ttl", str(FAILURE_TTL_S)),
+            ("status", "queued"),
+        ):
+            fields += [name, value]
+        return json.dumps(
+            {"queue": self.keys.queue, "queues": self.keys.queues, "func": DRAIN_FUNCTION, "fields": fields}
+        )
+
+    @staticmethod
+    def session_of(data: bytes) -> SessionKey:
+        """The session a job's ``data`` field names.
+
+        Raises:
+            ValueError: the payload is not a drain job.
+        """
+        try:
+            raw = zlib.decompress(data)
+        except zlib.error:
+            raw = data  # written by our scripts, uncompressed (RQ reads both)
+        func, _instance, args, _kwargs = json.loads(raw)
+        if func != DRAIN_FUNCTION or not args or not isinstance(args[0], str):
+            raise ValueError(f"not a drain job: {func!r}")
+        return SessionKey(args[0])
+
+    async def enqueue(self, redis: aioredis.Redis, session: SessionKey, *, expected: str | None) -> str | None:
+        """Push a new drain job for ``session`` and point its drain flag at it.
+
+        Only when no lease is held and the flag still reads ``expected`` (``None``: absent), so two
+        repairers never both enqueue. Returns the new job id, or ``None`` when nothing was done.
+        """
+        job_id = new_job_id()
+        keys = SessionKeys(session)
+        done = await scripts.ENQUEUE(
+            redis,
+            [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
+            [expected or "", job_id, session, rq_time(time.time()), self.config],
+        )
+        return job_id if done else None
+
+    async def start(
+        self, redis: aioredis.Redis, job_id: str, *, worker: str, heartbeat_ttl_s: float
+    ) -> StartedJob | None:
+        """Register a popped job as started (RQ's StartedJobRegistry, job status) and decode its session.
+
+        Returns ``None`` for a job whose hash is gone or that is not a drain job (the latter is failed).
+        """
+        execution = secrets.token_hex(6)
+        composite = f"{job_id}:{execution}"
+        now = time.time()
+        data = await scripts.JOB_START(
+            redis,
+            [self.keys.job(job_id), self.keys.started, self.keys.intermediate],
+            [job_id, composite, f"{now + heartbeat_ttl_s:.3f}", rq_time(now), worker],
+        )
+        if data is None:
+            return None
+        job = StartedJob(job_id, composite, SessionKey(""))
+        try:
+            return StartedJob(job_id, composite, self.session_of(data))
+        except (ValueError, zlib.error, TypeError) as err:
+            logger.error("job %s on queue %s is not a drain job", job_id, self.queue_name)
+            await self.finish(redis, job, error=f"not a drain job: {err}")
+            return None
+
+    async def finish(self, redis: aioredis.Redis, job: StartedJob, *, error: str | None = None) -> None:
+        """Close the job's RQ bookkeeping: deleted on success (``RESULT_TTL_S`` 0), failed registry on error."""
+        now = time.time()
+        await scripts.JOB_FINISH(
+            redis,
+            [self.keys.job(job.job_id), self.keys.started, self.keys.failed],
+            [
+                job.job_id,
+                job.composite,
+                "finished" if error is None else "failed",
+                rq_time(now),
+                RESULT_TTL_S,
+                FAILURE_TTL_S,
+                f"{now:.3f}",
+                zlib.compress((error or "").encode()),
+            ],
+        )
+
+    async def heartbeat(self, redis: aioredis.Redis, jobs: list[StartedJob], *, ttl_s: float) -> None:
+        """Push the started-registry deadlines of running jobs forward (RQ's cleanup spares them)."""
+        if jobs:
+            deadline = time.time() + ttl_s
+            await redis.zadd(self.keys.started, {job.composite: deadline for job in jobs}, xx=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StartedJob:
+    """A drain job this worker registered as started."""
+
+    job_id: str
+    composite: str
+    """``<job id>:<execution id>``: its member in RQ's StartedJobRegistry."""
+    session: SessionKey

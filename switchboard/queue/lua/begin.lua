@@ -1,0 +1,26 @@
+-- Start an attempt on the inbox head: count the attempt first (a SIGKILL still counts), log run_started.
+-- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events
+-- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s
+-- Returns {} when the inbox is empty, else {attempt, dead (0|1), last error, policy, n, id1..idn, json1..jsonn}.
+local refused = fenced() if refused then return refused end
+local head = redis.call('LINDEX', KEYS[3], 0)
+if not head then return {} end
+local policy = redis.call('HGET', KEYS[6], 'busy_policy') or 'sequential'
+local ids = {head}
+if policy == 'collect' then ids = redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
+local attempt = redis.call('HINCRBY', KEYS[5], head, 1)
+local lasterr = redis.call('HGET', KEYS[5], head .. ':error') or ''
+local dead = 0
+if attempt > tonumber(ARGV[3]) then
+  dead = 1
+else
+  local event = cjson.encode({kind = 'run_started', at = tonumber(ARGV[7]), message_id = head,
+                              attempt = attempt, epoch = tonumber(ARGV[5]), worker = ARGV[6]})
+  redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'kind', 'run_started', 'data', event)
+  redis.call('HSET', KEYS[6], 'status', 'running')
+end
+local bodies = redis.call('HMGET', KEYS[4], unpack(ids))
+local out = {attempt, dead, lasterr, policy, #ids}
+for i = 1, #ids do out[#out + 1] = ids[i] end
+for i = 1, #ids do out[#out + 1] = bodies[i] or '' end
+return out

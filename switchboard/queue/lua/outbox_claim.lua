@@ -1,0 +1,14 @@
+-- Claim a send before performing it. KEYS: 1 lease, 2 fenced, 3 outbox, 4 stats
+-- ARGV: 1 token, 2 idempotency key, 3 claimed record JSON
+-- Returns 'sent' (skip: an earlier attempt delivered it), 'reclaimed' (an earlier attempt claimed it and never
+-- recorded the result: a possible send-window duplicate) or 'new'.
+local refused = fenced() if refused then return refused end
+local cur = redis.call('HGET', KEYS[3], ARGV[2])
+local verdict = 'new'
+if cur then
+  if cjson.decode(cur).state == 'sent' then return 'sent' end
+  redis.call('HINCRBY', KEYS[4], 'send_window_duplicates', 1)
+  verdict = 'reclaimed'
+end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+return verdict

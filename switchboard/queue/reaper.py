@@ -1,0 +1,202 @@
+"""The reaper: finds runnable sessions nobody is draining and gives them a new drain job; cleans RQ's registries.
+
+It runs in every worker every ``reaper_interval_s``, guarded by a short Redis lock so one sweeps at a time.
+A session in ``runnable`` with no lease needs a new drain job when its drain flag is
+
+- missing (a crash between ingest and enqueue cannot happen — they are one script — but a drain that
+  stopped fenced, or a hand-over, may leave the inbox without one);
+- pointing at a job that is gone or finished, failed, stopped or cancelled;
+- pointing at a job marked started by a worker whose heartbeat is older than the lease TTL (SIGKILL,
+  host loss, a frozen process);
+- pointing at a job stuck in RQ's intermediate list (a worker died between ``BLMOVE`` and registering);
+- pointing at a queued job older than :func:`queued_grace_s` that is in no RQ list any more.
+
+A queued job waiting behind others is left alone. Duplicate drain jobs are harmless anyway: the lease
+serialises them, and a drain that finds the lease taken or the inbox empty simply ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard.queue.jobs import DrainJobs, job_age_s
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.settings import QueueSettings
+from switchboard.types import SessionKey
+
+__all__ = ["SWEEP_BATCH", "Reaper", "live_workers", "queued_grace_s", "worker_ttl_s"]
+
+logger = logging.getLogger(__name__)
+
+SWEEP_BATCH: Final = 2_000
+"""Runnable sessions examined per sweep (oldest first)."""
+RQ_CLEANUP_EVERY_S: Final = 5.0
+"""How often RQ's own registry cleanup runs (it is not on the recovery path)."""
+_TERMINAL: Final = {"finished", "failed", "stopped", "canceled"}
+_GLOBAL = GlobalKeys()
+
+
+def worker_ttl_s(settings: QueueSettings) -> float:
+    """A worker whose heartbeat is older than this is dead: the lease TTL (it heartbeats every third of it)."""
+    return settings.lease_ms / 1000
+
+
+def queued_grace_s(settings: QueueSettings) -> float:
+    """Age after which a queued drain job is looked for in RQ's queue list (a job in no list is lost)."""
+    return max(30.0, 10 * settings.lease_ms / 1000)
+
+
+async def live_workers(redis: aioredis.Redis, ttl_s: float) -> int:
+    """Workers that heartbeated within ``ttl_s`` (for ``/healthz``)."""
+    since = (time.time() - ttl_s) * 1000
+    return int(await redis.zcount(_GLOBAL.workers, since, "+inf"))
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Reaper:
+    """Repairs stranded sessions; one instance per worker, sweeps coordinated through a Redis lock."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: QueueSettings,
+        *,
+        worker_id: str,
+        sync_redis: redis.Redis | None = None,
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.worker_id = worker_id
+        self.sync_redis = sync_redis
+        self.jobs = DrainJobs(settings.name)
+        self._last_rq_cleanup = 0.0
+
+    async def sweep(self) -> int:
+        """One sweep (if this worker wins the lock). Returns how many sessions were given a new drain job."""
+        lock_ms = max(int(self.settings.reaper_interval_s * 900), 100)
+        if not await self.redis.set(_GLOBAL.reaper_lock, self.worker_id, nx=True, px=lock_ms):
+            return 0
+        stuck = await self._stuck_intermediate()
+        repaired = await self._sweep_runnable(stuck)
+        if self.sync_redis is not None and time.monotonic() - self._last_rq_cleanup >= RQ_CLEANUP_EVERY_S:
+            self._last_rq_cleanup = time.monotonic()
+            try:
+                await asyncio.to_thread(self._clean_rq_registries)
+            except RedisError as err:
+                logger.warning("RQ registry cleanup failed: %s", err)
+            except Exception:
+                logger.exception("RQ registry cleanup crashed")
+        return repaired
+
+    async def _sweep_runnable(self, stuck: set[str]) -> int:
+        now = time.time()
+        raw = await self.redis.zrangebyscore(_GLOBAL.runnable, "-inf", "+inf", start=0, num=SWEEP_BATCH)
+        sessions = [SessionKey(_text(s) or "") for s in raw]
+        if not sessions:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for session in sessions:
+                keys = SessionKeys(session)
+                pipe.exists(keys.lease)
+                pipe.get(keys.drain)
+            state = await pipe.execute()
+        candidates: list[tuple[SessionKey, str | None]] = []
+        for i, session in enumerate(sessions):
+            if not state[2 * i]:
+                candidates.append((session, _text(state[2 * i + 1])))
+        if not candidates:
+            return 0
+        flags = [f for _s, f in candidates if f is not None]
+        live_since = (now - worker_ttl_s(self.settings)) * 1000
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(_GLOBAL.workers, live_since, "+inf")
+            for flag in flags:
+                pipe.hmget(self.jobs.keys.job(flag), ["status", "worker_name"])
+            results = await pipe.execute()
+        live = {_text(w) for w in results[0]}
+        job_state = {flag: (_text(row[0]), _text(row[1])) for flag, row in zip(flags, results[1:], strict=True)}
+        grace = queued_grace_s(self.settings)
+        old_queued = [f for f in flags if job_state[f][0] == "queued" and (job_age_s(f, now) or 0.0) > grace]
+        lost = await self._not_in_queue(old_queued)
+        repaired = 0
+        for session, current in candidates:
+            if current is not None and not self._needs_repair(job_state[current], current, live, stuck | lost):
+                continue
+            if await self.jobs.enqueue(self.redis, session, expected=current) is not None:
+                logger.info("re-enqueued a drain for a stranded session (flag %s)", current or "missing")
+                repaired += 1
+        return repaired
+
+    @staticmethod
+    def _needs_repair(job: tuple[str | None, str | None], flag: str, live: set[str | None], stuck: set[str]) -> bool:
+        status, worker = job
+        if status is None or status in _TERMINAL:
+            return True
+        if status == "started":
+            return worker not in live
+        if status == "queued":
+            return flag in stuck
+        return True
+
+    async def _not_in_queue(self, job_ids: list[str]) -> set[str]:
+        """Those of ``job_ids`` in neither RQ's queue list nor its intermediate list (only checked for old ids)."""
+        if not job_ids:
+            return set()
+        keys = self.jobs.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.lpos(keys.queue, job_id)
+                pipe.lpos(keys.intermediate, job_id)
+            found = await pipe.execute()
+        return {job_id for i, job_id in enumerate(job_ids) if found[2 * i] is None and found[2 * i + 1] is None}
+
+    async def _stuck_intermediate(self) -> set[str]:
+        """Job ids left in RQ's intermediate list by a worker that died right after ``BLMOVE``.
+
+        Like RQ's own ``IntermediateQueue.cleanup``: the first sweep that sees an id notes when; a later
+        sweep, once the lease TTL has passed, fails the job and drops the id (the runnable sweep repairs).
+        """
+        keys = self.jobs.keys
+        ids = [_text(i) or "" for i in await self.redis.lrange(keys.intermediate, 0, -1)]
+        if not ids:
+            return set()
+        now = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.set(keys.first_seen(job_id), f"{now:.3f}", nx=True, ex=3600)
+                pipe.get(keys.first_seen(job_id))
+            seen = await pipe.execute()
+        stuck: set[str] = set()
+        grace = worker_ttl_s(self.settings)
+        for i, job_id in enumerate(ids):
+            first = float(_text(seen[2 * i + 1]) or now)
+            if now - first > grace:
+                stuck.add(job_id)
+        if stuck:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for job_id in stuck:
+                    pipe.lrem(keys.intermediate, 1, job_id)
+                    pipe.delete(keys.first_seen(job_id))
+                await pipe.execute()
+            logger.warning("%d drain jobs were stuck in RQ's intermediate list", len(stuck))
+        return stuck
+
+    def _clean_rq_registries(self) -> None:
+        from rq import Queue
+        from rq.registry import clean_registries
+        from rq.serializers import JSONSerializer
+
+        assert self.sync_redis is not None
+        clean_registries(Queue(self.settings.name, connection=self.sync_redis, serializer=JSONSerializer))

@@ -1,0 +1,140 @@
+"""The session queue's Lua scripts: loaded once from ``lua/``, run by SHA, fenced ones share one prelude.
+
+Every write made for a session while a drain runs goes through a script whose first step compares the
+lease value with the caller's token (``_fence.lua``); a refused write increments
+:attr:`GlobalKeys.fenced_rejections` inside Redis and comes back as :class:`~switchboard.errors.FencedWriteError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, ResponseError
+
+from switchboard.errors import FencedWriteError
+from switchboard.types import SessionKey
+
+__all__ = [
+    "ACK_PRELUDE",
+    "ALL",
+    "BEGIN",
+    "COMPLETE",
+    "DEAD_LETTER",
+    "ENQUEUE",
+    "FAIL",
+    "FENCED_XADD",
+    "HISTORY_APPEND",
+    "INGEST",
+    "JOB_FINISH",
+    "JOB_PRELUDE",
+    "JOB_START",
+    "LEASE_ABANDON",
+    "LEASE_ACQUIRE",
+    "LEASE_RENEW",
+    "OUTBOX_CLAIM",
+    "OUTBOX_RECORD",
+    "RELEASE",
+    "SLOT_SAVE",
+    "Script",
+    "ScriptArg",
+    "load_all",
+]
+
+ScriptArg = str | bytes | int | float
+
+
+def _source(name: str) -> str:
+    return resources.files("switchboard.queue").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+FENCE_PRELUDE: Final = _source("_fence")
+ACK_PRELUDE: Final = _source("_ack")
+JOB_PRELUDE: Final = _source("_job")
+
+
+class Script:
+    """One Lua script, run with ``EVALSHA`` (loaded on first ``NOSCRIPT``) on any client."""
+
+    def __init__(self, name: str, *, fenced: bool = False, preludes: Sequence[str] = ()) -> None:
+        self.name = name
+        self.fenced = fenced
+        parts = ([FENCE_PRELUDE] if fenced else []) + list(preludes) + [_source(name)]
+        self.source = "\n".join(parts)
+        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+    async def __call__(
+        self,
+        redis: aioredis.Redis,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        session: SessionKey | None = None,
+        epoch: int = 0,
+    ) -> Any:
+        """Run the script; a fencing refusal becomes :class:`FencedWriteError` for ``session``."""
+        try:
+            try:
+                return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await redis.script_load(self.source)
+                return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except ResponseError as err:
+            if str(err).startswith("FENCED"):
+                raise FencedWriteError(
+                    f"{self.name}: the session lease has passed to another epoch",
+                    session_key=str(session or ""),
+                    epoch=epoch,
+                ) from None
+            raise
+
+
+INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE])
+ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
+JOB_START: Final = Script("job_start")
+JOB_FINISH: Final = Script("job_finish")
+LEASE_ACQUIRE: Final = Script("lease_acquire")
+LEASE_RENEW: Final = Script("lease_renew")
+LEASE_ABANDON: Final = Script("lease_abandon")
+RELEASE: Final = Script("release", fenced=True)
+FENCED_XADD: Final = Script("fenced_xadd", fenced=True)
+BEGIN: Final = Script("begin", fenced=True)
+FAIL: Final = Script("fail", fenced=True)
+COMPLETE: Final = Script("complete", fenced=True, preludes=[ACK_PRELUDE])
+DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
+OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True)
+OUTBOX_RECORD: Final = Script("outbox_record", fenced=True)
+HISTORY_APPEND: Final = Script("history_append", fenced=True)
+SLOT_SAVE: Final = Script("slot_save", fenced=True)
+
+ALL: Final = (
+    INGEST,
+    ENQUEUE,
+    JOB_START,
+    JOB_FINISH,
+    LEASE_ACQUIRE,
+    LEASE_RENEW,
+    LEASE_ABANDON,
+    RELEASE,
+    FENCED_XADD,
+    BEGIN,
+    FAIL,
+    COMPLETE,
+    DEAD_LETTER,
+    OUTBOX_CLAIM,
+    OUTBOX_RECORD,
+    HISTORY_APPEND,
+    SLOT_SAVE,
+)
+"""Every script, for :func:`load_all`."""
+
+
+async def load_all(redis: aioredis.Redis) -> None:
+    """Load every script into the server's script cache (one pipeline), so the hot path never sees NOSCRIPT."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for script in ALL:
+            pipe.script_load(script.source)
+        await pipe.execute()

@@ -1,0 +1,109 @@
+"""Worker-side figures kept in Redis, so the web tier's ``/metrics`` shows every worker's work.
+
+Counters live in one HASH (:attr:`GlobalKeys.stats`): ``accepted`` and ``deduplicated`` (ingest),
+``runs_completed``, ``runs_failed``, ``dead_letters``, ``send_window_duplicates`` (drains); the fenced-write
+refusals have their own counter (:attr:`GlobalKeys.fenced_rejections`). Latencies are histograms kept as
+HASHes of per-bucket counts (``le:<bound>``, not cumulative) plus ``sum`` and ``count``, incremented inside the
+drain's completion script: ``queue_wait`` (accepted → run start) and ``run`` (run start → reply recorded).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import redis.asyncio as aioredis
+
+from switchboard.queue.keys import GlobalKeys
+
+__all__ = [
+    "QUEUE_WAIT_BUCKETS",
+    "RUN_DURATION_BUCKETS",
+    "Histogram",
+    "Stats",
+    "bucket_field",
+    "read_stats",
+]
+
+QUEUE_WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of the queue-wait histogram; ``+Inf`` is implied."""
+RUN_DURATION_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds (seconds) of the run-duration histogram; ``+Inf`` is implied."""
+
+_GLOBAL = GlobalKeys()
+_COUNTERS: Final = (
+    "accepted",
+    "deduplicated",
+    "runs_completed",
+    "runs_failed",
+    "dead_letters",
+    "send_window_duplicates",
+)
+
+
+def bucket_field(value: float, bounds: Sequence[float]) -> str:
+    """The histogram field a value is counted in: the smallest bound ≥ value, or ``le:+Inf``."""
+    for bound in bounds:
+        if value <= bound:
+            return f"le:{bound:g}"
+    return "le:+Inf"
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A histogram in Prometheus shape: cumulative counts per upper bound (the last bound is ``inf``)."""
+
+    buckets: tuple[tuple[float, int], ...]
+    sum: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Plain numbers for the ``/metrics`` collector."""
+
+    accepted: int
+    deduplicated: int
+    runs_completed: int
+    runs_failed: int
+    dead_letters: int
+    send_window_duplicates: int
+    fenced_rejections: int
+    runnable_sessions: int
+    queue_wait: Histogram
+    run_duration: Histogram
+
+
+def _int(value: bytes | str | None) -> int:
+    return int(float(value)) if value else 0
+
+
+def _histogram(raw: dict[bytes, bytes], bounds: Sequence[float]) -> Histogram:
+    fields = {k.decode(): v for k, v in raw.items()}
+    running = 0
+    buckets: list[tuple[float, int]] = []
+    for bound in (*bounds, math.inf):
+        running += _int(fields.get(f"le:{bound:g}" if bound != math.inf else "le:+Inf"))
+        buckets.append((bound, running))
+    return Histogram(buckets=tuple(buckets), sum=float(fields.get("sum", b"0") or 0), count=_int(fields.get("count")))
+
+
+async def read_stats(redis: aioredis.Redis) -> Stats:
+    """Read every counter and histogram in one round trip."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(_GLOBAL.stats, list(_COUNTERS))
+        pipe.get(_GLOBAL.fenced_rejections)
+        pipe.zcard(_GLOBAL.runnable)
+        pipe.hgetall(_GLOBAL.histogram("queue_wait"))
+        pipe.hgetall(_GLOBAL.histogram("run"))
+        counters, fenced, runnable, wait, run = await pipe.execute()
+    values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))
+    return Stats(
+        **values,
+        fenced_rejections=_int(fenced),
+        runnable_sessions=int(runnable),
+        queue_wait=_histogram(wait, QUEUE_WAIT_BUCKETS),
+        run_duration=_histogram(run, RUN_DURATION_BUCKETS),
+    )

@@ -1,0 +1,85 @@
+"""``SessionStore`` on Redis: history and session-state slots, every write fenced by the lease epoch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from switchboard.core.turn import HistoryEntry
+from switchboard.queue import scripts
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.lease import LeaseToken
+from switchboard.settings import QueueSettings
+from switchboard.types import SessionKey
+
+__all__ = ["RedisSessionStore", "load_history"]
+
+_GLOBAL = GlobalKeys()
+
+
+async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -> list[HistoryEntry]:
+    """The most recent ``limit`` history entries of a session, oldest first (no lease needed to read)."""
+    if limit <= 0:
+        return []
+    raw = await redis.lrange(SessionKeys(session).history, -limit, -1)
+    return [HistoryEntry.model_validate_json(item) for item in raw]
+
+
+class RedisSessionStore:
+    """Per-session storage for one turn, bound to the lease epoch the drain holds.
+
+    Implements :class:`switchboard.core.turn.SessionStore`. Reads are plain; writes run as Lua scripts that
+    first compare the lease with this store's token and raise
+    :class:`~switchboard.errors.FencedWriteError` when the epoch has passed.
+    """
+
+    def __init__(
+        self, redis: aioredis.Redis, session: SessionKey, epoch: int, settings: QueueSettings, *, token: str = ""
+    ) -> None:
+        self.redis = redis
+        self.session = session
+        self.epoch = epoch
+        self.settings = settings
+        self.token = token or f"{epoch}:"
+        self._keys = SessionKeys(session)
+
+    @classmethod
+    def for_lease(cls, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings) -> RedisSessionStore:
+        """A store bound to ``lease``."""
+        return cls(redis, lease.session, lease.epoch, settings, token=lease.token)
+
+    async def load_history(self, limit: int) -> list[HistoryEntry]:
+        """The most recent ``limit`` entries, oldest first."""
+        return await load_history(self.redis, self.session, limit)
+
+    async def append_history(self, entries: Sequence[HistoryEntry]) -> None:
+        """Append entries, keeping the last ``history_maxlen``."""
+        if not entries:
+            return
+        args: list[str | int] = [self.token, self.settings.history_maxlen]
+        args += [entry.model_dump_json() for entry in entries]
+        await scripts.HISTORY_APPEND(
+            self.redis,
+            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history],
+            args,
+            session=self.session,
+            epoch=self.epoch,
+        )
+
+    async def load_slots(self) -> dict[str, Any]:
+        """The session-state slots (``plan``, ``context``, ``state``)."""
+        raw = await self.redis.hgetall(self._keys.slots)
+        return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+
+    async def save_slot(self, name: str, value: Any) -> None:
+        """Overwrite one slot (JSON-serialisable value)."""
+        await scripts.SLOT_SAVE(
+            self.redis,
+            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.slots],
+            [self.token, name, json.dumps(value, separators=(",", ":"), default=str)],
+            session=self.session,
+            epoch=self.epoch,
+        )

@@ -1,0 +1,302 @@
+"""The session worker: one process, one persistent event loop, many sessions' drains at once.
+
+It listens on exactly one RQ queue (``settings.name``) and takes drain jobs off it the way rq 3 does —
+``BLMOVE`` into the intermediate list, then registered in the ``StartedJobRegistry`` with the job marked
+started, then deleted on success (``result_ttl`` 0) or moved to the ``FailedJobRegistry`` — but runs up to
+``settings.concurrency`` of them concurrently as asyncio tasks instead of forking per job, keeping its
+Redis and HTTP connection pools for its whole life. It heartbeats in ``GlobalKeys.workers`` (for
+``/healthz`` and the reaper) and runs the reaper.
+
+On stop it takes no new jobs; drains finish their current turn and hand their session over (a new drain
+job is pushed for the rest of the inbox); whatever is still running after the grace period is cancelled,
+which gives the lease up, returns the attempt and re-enqueues the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard.core.agent import Agent
+from switchboard.core.messages import InboundMessage
+from switchboard.errors import ConfigError
+from switchboard.queue import scripts
+from switchboard.queue.connection import async_client, sync_client
+from switchboard.queue.drain import Deliverer, Drainer, DrainOutcome, TurnRunner
+from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
+from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.reaper import Reaper
+from switchboard.settings import QueueSettings, Settings
+
+__all__ = ["DrainerFactory", "SessionWorker", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+DrainerFactory = Callable[[aioredis.Redis, str], Drainer]
+"""Builds the worker's drainer from its Redis client and worker id."""
+
+DEQUEUE_BLOCK_S = 1.0
+"""How long one ``BLMOVE`` blocks (also how quickly an idle worker notices a stop)."""
+STARTED_TTL_S = 60.0
+"""Deadline pushed into RQ's StartedJobRegistry at each heartbeat (RQ's own minimum)."""
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_GLOBAL = GlobalKeys()
+
+
+def _new_worker_id() -> str:
+    return f"{socket.gethostname()[:32]}-{secrets.token_hex(4)}"
+
+
+class SessionWorker:
+    """Runs drain jobs from one RQ queue, many at once."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        settings: QueueSettings,
+        *,
+        drainer: Drainer | None = None,
+        drainer_factory: DrainerFactory | None = None,
+        worker_id: str | None = None,
+        heartbeat_s: float | None = None,
+        shutdown_grace_s: float | None = None,
+    ) -> None:
+        if (drainer is None) == (drainer_factory is None):
+            raise ValueError("give exactly one of drainer or drainer_factory")
+        self.redis_url = redis_url
+        self.settings = settings
+        self.worker_id = worker_id or (drainer.worker_id if drainer else _new_worker_id())
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else settings.lease_ms / 3000
+        self.shutdown_grace_s = shutdown_grace_s if shutdown_grace_s is not None else settings.lease_ms / 1000
+        self.jobs = DrainJobs(settings.name)
+        self._drainer = drainer
+        self._factory = drainer_factory
+        self._running: dict[str, StartedJob] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- configuration --------------------------------------------------------------------------------------
+
+    def check_config(self) -> None:
+        """Start-up self-check (reliability R3): refuse a setup that would break the queue's guarantees.
+
+        Raises:
+            ConfigError: naming the field: rq older than 3.0 (finished jobs could be re-run as abandoned),
+                not exactly one queue name, a heartbeat not shorter than the lease, or job TTLs unset.
+        """
+        rq_version = version("rq")
+        major = int(rq_version.split(".", 1)[0])
+        if major < 3:
+            raise ConfigError(f"rq {rq_version} is too old: switchboard needs rq >= 3.0", field="rq")
+        name = self.settings.name
+        if not _QUEUE_NAME.match(name):
+            raise ConfigError(
+                f"SWITCHBOARD_QUEUE__NAME={name!r}: a worker listens on exactly one queue; "
+                "use one name of letters, digits and _ . : -",
+                field="queue.name",
+            )
+        if self.heartbeat_s <= 0 or self.heartbeat_s * 1000 >= self.settings.lease_ms:
+            raise ConfigError(
+                f"heartbeat every {self.heartbeat_s:g} s is not shorter than the lease "
+                f"(SWITCHBOARD_QUEUE__LEASE_MS={self.settings.lease_ms}); the lease would lapse mid-run",
+                field="queue.lease_ms",
+            )
+        if self.settings.reaper_interval_s * 1000 > 10 * self.settings.lease_ms:
+            raise ConfigError(
+                f"SWITCHBOARD_QUEUE__REAPER_INTERVAL_S={self.settings.reaper_interval_s:g} is far longer than the "
+                "lease: stranded sessions would wait minutes; keep it at most 10x lease_ms",
+                field="queue.reaper_interval_s",
+            )
+        if RESULT_TTL_S is None or FAILURE_TTL_S is None:  # pragma: no cover - constants
+            raise ConfigError("drain job result_ttl and failure_ttl must be explicit", field="queue")
+        if self._drainer is not None and self._drainer.settings.name != name:
+            raise ConfigError("the drainer and the worker disagree on the queue name", field="queue.name")
+
+    async def _check_server(self, redis: aioredis.Redis) -> None:
+        info = await redis.info("server")
+        raw = str(info.get("valkey_version") or info.get("redis_version") or "0")
+        parts = [int(p) for p in re.findall(r"\d+", raw)[:2]] + [0, 0]
+        if "valkey_version" not in info and (parts[0], parts[1]) < (6, 2):
+            raise ConfigError(f"Redis {raw} is too old: the worker needs BLMOVE (Redis >= 6.2)", field="redis_url")
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set, then shut down cleanly (see the module docstring)."""
+        self.check_config()
+        # no max_connections: redis-py's asyncio pool raises (rather than waits) when it runs out;
+        # the concurrency cap bounds the connections in use anyway
+        redis = async_client(self.redis_url)
+        blocking = async_client(self.redis_url, socket_timeout=None, health_check_interval=0)
+        sync = sync_client(self.redis_url)
+        drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
+        reaper = Reaper(redis, self.settings, worker_id=self.worker_id, sync_redis=sync)
+        background: list[asyncio.Task[None]] = []
+        try:
+            await self._check_server(redis)
+            await scripts.load_all(redis)
+            await self._beat(redis)
+            background = [
+                asyncio.create_task(self._heartbeat_loop(redis, stop)),
+                asyncio.create_task(self._reaper_loop(reaper, stop)),
+            ]
+            logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
+            await self._dequeue_loop(redis, blocking, drainer, stop)
+            await self._shutdown(drainer)
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError, RedisError):
+                    await task
+            with contextlib.suppress(RedisError, OSError):
+                await redis.zrem(_GLOBAL.workers, self.worker_id)
+            await blocking.aclose()
+            await redis.aclose()
+            sync.close()
+            logger.info("worker %s stopped", self.worker_id)
+
+    async def _dequeue_loop(
+        self, redis: aioredis.Redis, blocking: aioredis.Redis, drainer: Drainer, stop: asyncio.Event
+    ) -> None:
+        slots = asyncio.Semaphore(self.settings.concurrency)
+        stopped = asyncio.ensure_future(stop.wait())
+        keys = self.jobs.keys
+        try:
+            while not stop.is_set():
+                if slots.locked():
+                    acquire = asyncio.ensure_future(slots.acquire())
+                    await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    if not acquire.done():
+                        acquire.cancel()
+                        break
+                else:
+                    await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                try:
+                    # Redis >= 6 takes a fractional timeout; redis-py's annotation says int
+                    block = cast(int, DEQUEUE_BLOCK_S)
+                    raw = await blocking.blmove(keys.queue, keys.intermediate, block, "LEFT", "RIGHT")
+                except (RedisError, OSError) as err:
+                    slots.release()
+                    logger.warning("dequeue failed: %s; retrying", err)
+                    await asyncio.sleep(0.5)
+                    continue
+                if raw is None:
+                    slots.release()
+                    continue
+                job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+                task = asyncio.create_task(self._run_job(redis, drainer, job_id, slots))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            stopped.cancel()
+
+    async def _run_job(self, redis: aioredis.Redis, drainer: Drainer, job_id: str, slots: asyncio.Semaphore) -> None:
+        try:
+            job = await self.jobs.start(redis, job_id, worker=self.worker_id, heartbeat_ttl_s=STARTED_TTL_S)
+            if job is None:
+                return
+            self._running[job_id] = job
+            try:
+                outcome = await drainer.drain_session(job.session)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._abandoned(redis, job))
+                raise
+            except Exception as err:
+                logger.exception("drain of %s crashed", job.session)
+                await self.jobs.finish(redis, job, error=f"{type(err).__name__}: {err}")
+                return
+            if outcome is DrainOutcome.HANDED_OVER:
+                await self.jobs.enqueue(redis, job.session, expected=job_id)
+            await self.jobs.finish(redis, job)
+        except (RedisError, OSError) as err:
+            logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)
+        finally:
+            self._running.pop(job_id, None)
+            slots.release()
+
+    async def _abandoned(self, redis: aioredis.Redis, job: StartedJob) -> None:
+        await self.jobs.finish(redis, job, error="abandoned at worker shutdown")
+        await self.jobs.enqueue(redis, job.session, expected=job.job_id)
+
+    async def _shutdown(self, drainer: Drainer) -> None:
+        drainer.stopping.set()
+        if self._tasks:
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                logger.warning("cancelled %d drains still running at shutdown", len(pending))
+                await asyncio.wait(pending)
+
+    async def _beat(self, redis: aioredis.Redis) -> None:
+        now_ms = int(time.time() * 1000)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(_GLOBAL.workers, {self.worker_id: now_ms})
+            pipe.zremrangebyscore(_GLOBAL.workers, "-inf", now_ms - 24 * 3600 * 1000)
+            await pipe.execute()
+        await self.jobs.heartbeat(redis, list(self._running.values()), ttl_s=STARTED_TTL_S)
+
+    async def _heartbeat_loop(self, redis: aioredis.Redis, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self._beat(redis)
+            except (RedisError, OSError) as err:
+                logger.warning("worker heartbeat failed: %s", err)
+            except Exception:
+                logger.exception("worker heartbeat crashed; retrying")
+
+    async def _reaper_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await reaper.sweep()
+            except (RedisError, OSError) as err:
+                logger.warning("reaper sweep failed: %s", err)
+            except Exception:
+                logger.exception("reaper sweep crashed; retrying next interval")
+            await asyncio.sleep(self.settings.reaper_interval_s)
+
+
+async def run_worker(
+    settings: Settings,
+    runner: TurnRunner,
+    deliverer: Deliverer,
+    agent_for: Callable[[InboundMessage], Agent] | None,
+    stop: asyncio.Event,
+    *,
+    worker_id: str | None = None,
+) -> None:
+    """Run one session worker until ``stop`` is set (what ``switchboard worker`` and ``run`` call).
+
+    ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent).
+
+    Raises:
+        ConfigError: no ``SWITCHBOARD_REDIS_URL``, or the self-check failed.
+    """
+    if not settings.redis_url:
+        raise ConfigError(
+            "the worker needs SWITCHBOARD_REDIS_URL (only `switchboard run` embeds a server)", field="redis_url"
+        )
+    pick = agent_for or (lambda message: settings.file.agent(message.conversation.agent))
+    identity = worker_id or _new_worker_id()
+
+    def factory(redis: aioredis.Redis, wid: str) -> Drainer:
+        return Drainer(redis, settings.queue, runner=runner, deliverer=deliverer, agent_for=pick, worker_id=wid)
+
+    worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
+    await worker.run(stop)

@@ -1,0 +1,59 @@
+"""The worker process: the agent runtime, channel adapters and the session worker, wired from settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.core.providers import ModelFactory, ProviderConfig
+from switchboard.core.runtime import Runtime
+from switchboard.core.toolbox import default_registry
+from switchboard.queue.connection import async_client
+from switchboard.queue.webstream import WebStreamPublisher
+from switchboard.queue.worker import run_worker as run_session_worker
+from switchboard.settings import Settings
+
+__all__ = ["build_runtime", "provider_config", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def provider_config(settings: Settings) -> ProviderConfig:
+    """Provider credentials and endpoints, read once from the settings."""
+    return ProviderConfig(
+        openai_api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+        openai_base_url=settings.openai_base_url,
+        openai_wire_api=settings.openai_wire_api,
+        anthropic_api_key=settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        anthropic_base_url=settings.anthropic_base_url,
+        offline_delay_ms=settings.offline.delay_ms,
+    )
+
+
+def build_runtime(settings: Settings, models: ModelFactory) -> Runtime:
+    """The shared agent runtime over the configured models and tools."""
+    return Runtime(
+        models=models,
+        tools=default_registry(),
+        workspace_root=settings.data_path / "workspaces",
+        prices=settings.file.prices,
+        default_model=settings.default_model,
+    )
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    """Run one worker process until ``stop`` is set."""
+    assert settings.redis_url is not None
+    redis = async_client(settings.redis_url)
+    publisher = WebStreamPublisher(redis)
+    channels = ChannelSet(build_channels(settings, publish=publisher.publish))
+    models = ModelFactory(provider_config(settings))
+    runtime = build_runtime(settings, models)
+    await channels.start()
+    try:
+        await run_session_worker(settings, runtime.run_turn, channels, None, stop)
+    finally:
+        await channels.aclose()
+        await models.aclose()
+        await redis.aclose()

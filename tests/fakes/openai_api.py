@@ -1,0 +1,285 @@
+"""A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE.
+
+Speaks the wire format the official ``openai`` SDK parses (checked against its types in
+``tests/providers/test_fake_wire.py``): Responses events (``response.created`` ...
+``response.output_text.delta``, ``response.function_call_arguments.delta/done``,
+``response.output_item.added/done``, ``response.completed`` with usage) and Chat Completions chunks
+(``delta.content``, ``delta.tool_calls[i].function.arguments`` fragments, a usage chunk, ``[DONE]``).
+Errors use OpenAI's body shape ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.model_script import Failure, Received, Reply, Script, split
+
+__all__ = ["FakeOpenAI", "chat_chunks", "error_body", "responses_events"]
+
+Event = tuple[str | None, dict[str, Any] | str]
+
+
+def error_body(failure: Failure) -> dict[str, Any]:
+    """OpenAI's error shape; ``kind`` goes in ``code`` (and ``type`` for the generic kinds)."""
+    generic = {"invalid_request_error", "server_error", "rate_limit_error", "insufficient_quota"}
+    return {
+        "error": {
+            "message": failure.message,
+            "type": failure.kind if failure.kind in generic else "invalid_request_error",
+            "param": None,
+            "code": failure.kind,
+        }
+    }
+
+
+def _response(model: str, *, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": status,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        **extra,
+    }
+
+
+def responses_events(reply: Reply, model: str) -> list[Event]:
+    """The Responses API event stream for ``reply``."""
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": _response(model, status="in_progress", output=[])},
+        {"type": "response.in_progress", "response": _response(model, status="in_progress", output=[])},
+    ]
+    output: list[dict[str, Any]] = []
+    if reply.text:
+        index, item_id, full = len(output), "msg_fake", "".join(reply.text)
+        item = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append(
+            {
+                "type": "response.content_part.added",
+                "output_index": index,
+                "item_id": item_id,
+                "content_index": 0,
+                "part": part,
+            }
+        )
+        for delta in reply.text:
+            events.append(
+                {
+                    "type": "response.output_text.delta",
+                    "output_index": index,
+                    "item_id": item_id,
+                    "content_index": 0,
+                    "delta": delta,
+                    "logprobs": [],
+                }
+            )
+        if reply.fail_after_text is None:
+            done_part = {**part, "text": full}
+            done_item = {**item, "status": "completed", "content": [done_part]}
+            events.append(
+                {
+                    "type": "response.output_text.done",
+                    "output_index": index,
+                    "item_id": item_id,
+                    "content_index": 0,
+                    "text": full,
+                    "logprobs": [],
+                }
+            )
+            events.append(
+                {
+                    "type": "response.content_part.done",
+                    "output_index": index,
+                    "item_id": item_id,
+                    "content_index": 0,
+                    "part": done_part,
+                }
+            )
+            events.append({"type": "response.output_item.done", "output_index": index, "item": done_item})
+            output.append(done_item)
+    if reply.fail_after_text is not None:
+        failure = reply.fail_after_text
+        error = {"code": failure.kind, "message": failure.message}
+        events.append(
+            {"type": "response.failed", "response": _response(model, status="failed", output=[], error=error)}
+        )
+        return _numbered(events)
+    for call in reply.calls:
+        index, item_id = len(output), f"fc_{call.call_id}"
+        item = {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        for delta in split(call.raw, call.fragments):
+            events.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "output_index": index,
+                    "item_id": item_id,
+                    "delta": delta,
+                }
+            )
+        events.append(
+            {
+                "type": "response.function_call_arguments.done",
+                "output_index": index,
+                "item_id": item_id,
+                "arguments": call.raw,
+            }
+        )
+        done_item = {**item, "arguments": call.raw, "status": "completed"}
+        events.append({"type": "response.output_item.done", "output_index": index, "item": done_item})
+        output.append(done_item)
+    usage = {
+        "input_tokens": reply.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": reply.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": reply.input_tokens + reply.output_tokens,
+    }
+    if reply.stop is not None:
+        details = {"reason": reply.stop}
+        final = _response(model, status="incomplete", output=output, usage=usage, incomplete_details=details)
+        events.append({"type": "response.incomplete", "response": final})
+    else:
+        events.append(
+            {"type": "response.completed", "response": _response(model, status="completed", output=output, usage=usage)}
+        )
+    return _numbered(events)
+
+
+def _numbered(events: list[dict[str, Any]]) -> list[Event]:
+    return [(event["type"], {**event, "sequence_number": n}) for n, event in enumerate(events)]
+
+
+def chat_chunks(reply: Reply, model: str, *, include_usage: bool, whole_calls: bool = False) -> list[Event]:
+    """The Chat Completions chunk stream for ``reply``, ending with ``[DONE]``.
+
+    With ``whole_calls`` each tool call arrives complete in one chunk, all at index 0, as some
+    OpenAI-compatible servers (Ollama) send them.
+    """
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> Event:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return None, {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
+
+    events: list[Event] = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": text}) for text in reply.text]
+    if reply.fail_after_text is not None:
+        failure = reply.fail_after_text
+        events.append((None, error_body(failure)))
+        return events
+    for index, call in enumerate(reply.calls):
+        if whole_calls:
+            function = {"name": call.name, "arguments": call.raw}
+            events.append(
+                chunk({"tool_calls": [{"index": 0, "id": call.call_id, "type": "function", "function": function}]})
+            )
+            continue
+        head = {
+            "index": index,
+            "id": call.call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        events.append(chunk({"tool_calls": [head]}))
+        for fragment in split(call.raw, call.fragments):
+            events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
+    finish = reply.stop or ("tool_calls" if reply.calls else "stop")
+    events.append(chunk({}, finish))
+    if include_usage:
+        usage = {
+            "prompt_tokens": reply.input_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+        }
+        events.append(
+            (
+                None,
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                },
+            )
+        )
+    events.append((None, "[DONE]"))
+    return events
+
+
+class FakeOpenAI(Script):
+    """The fake server's state: the script, the received requests and the aiohttp app."""
+
+    whole_calls = False
+    """Chat Completions only: send each tool call whole, at index 0 (Ollama's style)."""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        return app
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, lambda reply, body: responses_events(reply, body.get("model", "")))
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        def render(reply: Reply, body: dict[str, Any]) -> list[Event]:
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            return chat_chunks(reply, body.get("model", ""), include_usage=include, whole_calls=self.whole_calls)
+
+        return await self._serve(request, render)
+
+    async def _serve(self, request: web.Request, render: Any) -> web.StreamResponse:
+        body = await request.json()
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.api_key is not None and presented != self.api_key:
+            message = (
+                f"Incorrect API key provided: {presented}. You can find your API key at https://platform.openai.com."
+            )
+            failure = Failure(status=401, kind="invalid_api_key", message=message)
+            return web.json_response(error_body(failure), status=401)
+        item = self.next()
+        if isinstance(item, Failure) and not item.mid_stream:
+            return web.json_response(error_body(item), status=item.status, headers=item.headers)
+        if not body.get("stream"):
+            return web.json_response(error_body(Failure(400, "invalid_request_error", "fake: stream only")), status=400)
+        reply = item if isinstance(item, Reply) else Reply(fail_after_text=item)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            for n, (name, data) in enumerate(render(reply, body)):
+                if reply.stall_after is not None and n == reply.stall_after:
+                    await self.stall()
+                payload = data if isinstance(data, str) else json.dumps(data)
+                await response.write((f"event: {name}\n" if name else "").encode() + f"data: {payload}\n\n".encode())
+            await response.write_eof()
+        return response

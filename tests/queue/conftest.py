@@ -1,0 +1,130 @@
+"""Seams for the session-queue tests: a message factory, simple runners and a recording deliverer.
+
+These are our own interfaces (TurnRunner, Deliverer), not imitations of Redis: every test runs against
+the real server from the suite's fixtures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Receipt
+from switchboard.core.actions import Action
+from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.messages import ConversationRef, InboundMessage, Sender
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.queue.connection import async_client
+from switchboard.queue.drain import Drainer, TurnRunner
+from switchboard.queue.ingest import Ingestor
+from switchboard.settings import QueueSettings
+
+AGENT = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.")
+_counter = itertools.count(1)
+
+
+def make_message(
+    text: str, *, conversation: str = "c1", dedup: str | None = None, channel: str = "telegram"
+) -> InboundMessage:
+    return InboundMessage(
+        dedup_key=dedup or f"evt-{next(_counter)}",
+        conversation=ConversationRef(agent="assistant", channel=channel, conversation=conversation),  # type: ignore[arg-type]
+        sender=Sender(id="u1", name="User"),
+        text=text,
+    )
+
+
+def agent_for(message: InboundMessage) -> Agent:
+    return AGENT
+
+
+async def echo_runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+    """Replies with the texts of the turn's messages; 'poison' raises."""
+    texts = [m.text for m in request.messages]
+    if any("poison" in t for t in texts):
+        raise RuntimeError("poisoned")
+    await sink.delta("echo")
+    return TurnResult(text="echo: " + " | ".join(texts), steps=1)
+
+
+@dataclass
+class Sent:
+    action: Action
+    conversation: ConversationRef
+    key: str
+
+
+@dataclass
+class RecordingDeliverer:
+    """Records every action performed (our own seam between the drain and the channels)."""
+
+    streaming: bool = False
+    sent: list[Sent] = field(default_factory=list)
+
+    def streams(self, conversation: ConversationRef) -> bool:
+        return self.streaming
+
+    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+        self.sent.append(Sent(action, conversation, idempotency_key))
+        return Receipt(platform_ids=(str(len(self.sent)),))
+
+    def texts(self, kind: str = "text") -> list[str]:
+        return [getattr(s.action, "text", getattr(s.action, "code", "")) for s in self.sent if s.action.kind == kind]
+
+
+@pytest.fixture
+def queue_settings() -> QueueSettings:
+    return QueueSettings(
+        name="sbtest",
+        lease_ms=2000,
+        reaper_interval_s=0.2,
+        max_attempts=3,
+        retry_backoff_s=0.0,
+        concurrency=64,
+        events_maxlen=1000,
+        history_maxlen=50,
+    )
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    redis = async_client(redis_url)
+    yield redis
+    await redis.aclose()
+
+
+@pytest.fixture
+def ingestor(client: aioredis.Redis, queue_settings: QueueSettings) -> Ingestor:
+    return Ingestor(client, queue_settings)
+
+
+@pytest.fixture
+def deliverer() -> RecordingDeliverer:
+    return RecordingDeliverer()
+
+
+def make_drainer(
+    client: aioredis.Redis,
+    settings: QueueSettings,
+    deliverer: RecordingDeliverer,
+    runner: TurnRunner = echo_runner,
+    worker_id: str = "w1",
+) -> Drainer:
+    return Drainer(client, settings, runner=runner, deliverer=deliverer, agent_for=agent_for, worker_id=worker_id)
+
+
+async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> None:  # type: ignore[no-untyped-def]
+    """Poll an async predicate until it is true (a bound on waiting, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        if await predicate():
+            return
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)

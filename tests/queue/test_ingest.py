@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from rq import Queue
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from switchboard.errors import QueueUnavailableError
+from switchboard.queue.connection import async_client
+from switchboard.queue.eventlog import read_events
+from switchboard.queue.ingest import Ingestor
+from switchboard.queue.jobs import DRAIN_FUNCTION, DrainJobs, job_age_s
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.settings import QueueSettings
+
+from .conftest import make_message
+
+
+async def test_ingest_stores_message_and_enqueues_one_rq_job(
+    ingestor: Ingestor, client: aioredis.Redis, sync_redis: redis.Redis, queue_settings: QueueSettings
+) -> None:
+    msg = make_message("hello")
+    result = await ingestor.ingest(msg)
+    assert not result.duplicate and result.drain_enqueued
+    keys = SessionKeys(msg.session_key)
+    assert [i.decode() for i in await client.lrange(keys.inbox, 0, -1)] == [result.message_id]
+    stored = json.loads(await client.hget(keys.messages, result.message_id))
+    assert stored["id"] == result.message_id and stored["text"] == "hello"
+    assert await client.zscore(GlobalKeys().runnable, msg.session_key) is not None
+    assert await client.zscore(GlobalKeys().sessions, msg.session_key) is not None
+    kinds = [e["kind"] for e in await read_events(client, msg.session_key)]
+    assert kinds == ["message_received", "run_queued"]
+
+    # RQ itself understands the job the script wrote
+    job_id = (await client.get(keys.drain)).decode()
+    queue = Queue(queue_settings.name, connection=sync_redis, serializer=JSONSerializer)
+    assert queue.job_ids == [job_id]
+    assert queue in Queue.all(connection=sync_redis)
+    job = Job.fetch(job_id, connection=sync_redis, serializer=JSONSerializer)
+    assert job.func_name == DRAIN_FUNCTION
+    assert job.args == [msg.session_key]
+    assert job.get_status() == "queued"
+    assert job.origin == queue_settings.name and job.result_ttl == 0 and job.failure_ttl is not None
+    assert 0 <= (job_age_s(job_id) or -1) < 60
+    assert DrainJobs.session_of(job.data) == DrainJobs.session_of(zlib.compress(job.data)) == msg.session_key
+
+
+async def test_second_message_while_drain_pending_enqueues_nothing(ingestor: Ingestor, client: aioredis.Redis) -> None:
+    first = await ingestor.ingest(make_message("a"))
+    second = await ingestor.ingest(make_message("b"))
+    assert first.drain_enqueued and not second.drain_enqueued
+    assert await client.llen(RQKeys("sbtest").queue) == 1
+    keys = SessionKeys(make_message("x").session_key)
+    assert [i.decode() for i in await client.lrange(keys.inbox, 0, -1)] == [first.message_id, second.message_id]
+
+
+async def test_duplicate_returns_original_id_and_changes_nothing(ingestor: Ingestor, client: aioredis.Redis) -> None:
+    msg = make_message("hello", dedup="update-42")
+    first = await ingestor.ingest(msg)
+    keys = SessionKeys(msg.session_key)
+    before = {k: await client.dump(k) for k in (keys.inbox, keys.messages, keys.events, keys.meta)}
+    again = await ingestor.ingest(make_message("hello (retry)", dedup="update-42"))
+    assert again.duplicate and again.message_id == first.message_id and not again.drain_enqueued
+    after = {k: await client.dump(k) for k in (keys.inbox, keys.messages, keys.events, keys.meta)}
+    assert before == after
+    assert await client.ttl(keys.dedup("update-42")) > 24 * 3600
+    counters = await client.hgetall(GlobalKeys().stats)
+    assert counters[b"accepted"] == b"1" and counters[b"deduplicated"] == b"1"
+
+
+async def test_same_dedup_key_in_another_session_is_a_new_message(ingestor: Ingestor) -> None:
+    a = await ingestor.ingest(make_message("x", conversation="c1", dedup="same"))
+    b = await ingestor.ingest(make_message("x", conversation="c2", dedup="same"))
+    assert not b.duplicate and a.message_id != b.message_id
+
+
+async def test_web_echo_written_in_the_same_script(ingestor: Ingestor, client: aioredis.Redis) -> None:
+    msg = make_message("hi", channel="web")
+    data = json.dumps({"text": "hi"})
+    result = await ingestor.ingest(msg, echo={"type": "user", "data": data})
+    entries = await client.xrange(SessionKeys(msg.session_key).web)
+    assert [(f[b"type"], f[b"data"]) for _, f in entries] == [
+        (b"user", data.encode()),
+        (b"status", b'{"status":"queued"}'),
+    ]
+    assert all(len(f) == 2 for _, f in entries)
+    dup = await ingestor.ingest(msg, echo={"type": "user", "data": data})
+    assert dup.duplicate and dup.message_id == result.message_id
+    assert await client.xlen(SessionKeys(msg.session_key).web) == 2
+
+
+async def test_ingest_refuses_when_redis_is_unreachable(queue_settings: QueueSettings) -> None:
+    dead = async_client("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+    try:
+        with pytest.raises(QueueUnavailableError):
+            await Ingestor(dead, queue_settings).ingest(make_message("lost?"))
+    finally:
+        await dead.aclose()
+
+
+async def test_ingest_times_out_with_queue_unavailable(redis_url: str, sync_redis: redis.Redis) -> None:
+    settings = QueueSettings(name="sbtest", ingest_timeout_s=0.2)
+    client = async_client(redis_url)
+    try:
+        await client.ping()
+        sync_redis.execute_command("CLIENT", "PAUSE", "1000", "WRITE")
+        with pytest.raises(QueueUnavailableError):
+            await Ingestor(client, settings).ingest(make_message("slow"))
+    finally:
+        sync_redis.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
+
+
+def test_rq_key_names_match_rq(sync_redis: redis.Redis) -> None:
+    queue = Queue("sbtest", connection=sync_redis)
+    keys = RQKeys("sbtest")
+    assert keys.queue == queue.key
+    assert keys.intermediate == queue.intermediate_queue_key
+    assert keys.started == queue.started_job_registry.key
+    assert keys.failed == queue.failed_job_registry.key
+    assert keys.queues == Queue.redis_queues_keys
+    assert keys.job("abc") == Job.key_for("abc")
+
+
+async def test_concurrent_ingests_keep_order_and_dedup_within_one_batch(
+    ingestor: Ingestor, client: aioredis.Redis
+) -> None:
+    import asyncio
+
+    msgs = [make_message(f"m{i}") for i in range(20)]
+    twin = make_message("twin", dedup=msgs[3].dedup_key)
+    results = await asyncio.gather(*(ingestor.ingest(m) for m in [*msgs, twin]))
+    keys = SessionKeys(msgs[0].session_key)
+    inbox = [i.decode() for i in await client.lrange(keys.inbox, 0, -1)]
+    assert inbox == [r.message_id for r in results[:20]]  # submission order is acceptance order
+    assert results[20].duplicate and results[20].message_id == results[3].message_id
+    assert sum(r.drain_enqueued for r in results) == 1
+    assert await client.llen(RQKeys("sbtest").queue) == 1
+
+
+async def test_ingest_survives_a_script_cache_flush(ingestor: Ingestor, client: aioredis.Redis) -> None:
+    import asyncio
+
+    await ingestor.ingest(make_message("before"))
+    await client.script_flush()
+    results = await asyncio.gather(*(ingestor.ingest(make_message(f"after{i}")) for i in range(3)))
+    assert all(not r.duplicate for r in results)
+    assert await client.llen(SessionKeys(make_message("x").session_key).inbox) == 4

@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+import redis.asyncio as aioredis
+
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.errors import ConfigError
+from switchboard.queue.ingest import Ingestor
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.reaper import live_workers
+from switchboard.queue.worker import SessionWorker
+from switchboard.settings import QueueSettings
+
+from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
+
+
+def _worker(
+    redis_url: str, client: aioredis.Redis, settings: QueueSettings, deliverer, runner=echo_runner, wid="w1", **kw
+):  # type: ignore[no-untyped-def]
+    return SessionWorker(
+        redis_url,
+        settings,
+        drainer_factory=lambda redis, worker_id: make_drainer(redis, settings, deliverer, runner, worker_id),
+        worker_id=wid,
+        **kw,
+    )
+
+
+async def test_many_sessions_concurrently_in_one_worker(
+    redis_url: str, client: aioredis.Redis, ingestor: Ingestor, queue_settings: QueueSettings
+) -> None:
+    deliverer = RecordingDeliverer()
+    running = 0
+    peak = 0
+
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return await echo_runner(request, sink, store)
+
+    stop = asyncio.Event()
+    worker = _worker(redis_url, client, queue_settings, deliverer, runner)
+    task = asyncio.create_task(worker.run(stop))
+    for i in range(3):
+        for s in range(40):
+            await ingestor.ingest(make_message(f"s{s}-m{i}", conversation=f"conv{s}"))
+
+    async def all_answered() -> bool:
+        return len(deliverer.texts()) == 120
+
+    await wait_for(all_answered, timeout=30)
+    assert await live_workers(client, 5.0) == 1
+    stop.set()
+    await task
+    by_session: dict[str, list[str]] = defaultdict(list)
+    for sent in deliverer.sent:
+        if sent.action.kind == "text":
+            by_session[sent.conversation.conversation].append(sent.action.text)  # type: ignore[union-attr]
+    assert len(by_session) == 40
+    for s, texts in by_session.items():
+        n = s.removeprefix("conv")
+        assert texts == [f"echo: s{n}-m{i}" for i in range(3)]  # FIFO per session, each once
+    assert peak > 1  # sessions ran side by side
+    rq = RQKeys(queue_settings.name)
+    assert await client.llen(rq.queue) == 0 and await client.llen(rq.intermediate) == 0
+    assert await client.zcard(rq.started) == 0 and await client.zcard(rq.failed) == 0
+    assert await client.zcard(GlobalKeys().runnable) == 0
+    assert await live_workers(client, 5.0) == 0  # deregistered on stop
+
+
+async def test_worker_picks_up_a_stranded_session_through_the_reaper(
+    redis_url: str, client: aioredis.Redis, ingestor: Ingestor, queue_settings: QueueSettings
+) -> None:
+    msg = make_message("stranded")
+    await ingestor.ingest(msg)
+    rq = RQKeys(queue_settings.name)
+    flag = (await client.get(SessionKeys(msg.session_key).drain)).decode()
+    await client.delete(rq.queue, rq.job(flag))  # its drain job vanished
+    deliverer = RecordingDeliverer()
+    stop = asyncio.Event()
+    task = asyncio.create_task(_worker(redis_url, client, queue_settings, deliverer).run(stop))
+
+    async def answered() -> bool:
+        return deliverer.texts() == ["echo: stranded"]
+
+    await wait_for(answered, timeout=15)
+    stop.set()
+    await task
+
+
+async def test_stopping_worker_hands_running_session_to_another(
+    redis_url: str, client: aioredis.Redis, ingestor: Ingestor, queue_settings: QueueSettings
+) -> None:
+    started = asyncio.Event()
+
+    async def hangs(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    msg = make_message("long one")
+    await ingestor.ingest(msg)
+    first = RecordingDeliverer()
+    stop_first = asyncio.Event()
+    t1 = asyncio.create_task(
+        _worker(redis_url, client, queue_settings, first, hangs, shutdown_grace_s=0.1).run(stop_first)
+    )
+    await started.wait()
+    stop_first.set()
+    await t1
+    keys = SessionKeys(msg.session_key)
+    assert await client.exists(keys.lease) == 0  # given up, not left to expire
+    assert await client.hget(keys.attempts, (await client.lindex(keys.inbox, 0))) == b"0"  # attempt handed back
+
+    second = RecordingDeliverer()
+    stop_second = asyncio.Event()
+    t2 = asyncio.create_task(_worker(redis_url, client, queue_settings, second, wid="w2").run(stop_second))
+
+    async def answered() -> bool:
+        return second.texts() == ["echo: long one"]
+
+    await wait_for(answered, timeout=15)
+    stop_second.set()
+    await t2
+
+
+@pytest.mark.parametrize(
+    ("settings", "kw", "field"),
+    [
+        (QueueSettings(name="a,b"), {}, "queue.name"),
+        (QueueSettings(name="one two"), {}, "queue.name"),
+        (QueueSettings(lease_ms=1000), {"heartbeat_s": 1.0}, "queue.lease_ms"),
+        (QueueSettings(lease_ms=1000, reaper_interval_s=60), {}, "queue.reaper_interval_s"),
+    ],
+)
+def test_check_config_refuses_a_bad_setup(settings: QueueSettings, kw: dict[str, float], field: str) -> None:
+    worker = SessionWorker("redis://127.0.0.1:1/0", settings, drainer_factory=lambda r, w: None, **kw)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigError) as err:
+        worker.check_config()
+    assert err.value.field == field
+
+
+def test_check_config_refuses_old_rq(monkeypatch: pytest.MonkeyPatch) -> None:
+    import switchboard.queue.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "version", lambda name: "2.12.0")
+    worker = SessionWorker("redis://127.0.0.1:1/0", QueueSettings(), drainer_factory=lambda r, w: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigError) as err:
+        worker.check_config()
+    assert err.value.field == "rq"
+
+
+def test_check_config_accepts_the_defaults() -> None:
+    SessionWorker("redis://127.0.0.1:1/0", QueueSettings(), drainer_factory=lambda r, w: None).check_config()  # type: ignore[arg-type,return-value]

@@ -1,0 +1,87 @@
+"""Pins the layering of DESIGN §4 and the conventions of STYLE.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "switchboard"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _modules(sub: str) -> list[Path]:
+    return sorted((PKG / sub).rglob("*.py"))
+
+
+def _hits(paths: list[Path], banned: tuple[str, ...]) -> list[str]:
+    return [
+        f"{p.relative_to(PKG)} imports {name}"
+        for p in paths
+        for name in _imports(p)
+        if any(name == b or name.startswith(b + ".") for b in banned)
+    ]
+
+
+def test_core_imports_no_io_frameworks_nor_outer_layers() -> None:
+    assert _modules("core"), "core/ has modules"
+    assert _hits(_modules("core"), ("aiohttp", "rq", "redis", "switchboard.channels", "switchboard.queue")) == []
+
+
+def test_channels_do_not_import_queue_or_rq() -> None:
+    assert _hits(_modules("channels"), ("rq", "redis", "switchboard.queue")) == []
+
+
+def test_only_queue_imports_rq() -> None:
+    outside = [p for p in PKG.rglob("*.py") if "queue" not in p.relative_to(PKG).parts]
+    assert _hits(outside, ("rq",)) == []
+
+
+def test_no_grab_bag_modules() -> None:
+    assert [p.name for p in PKG.rglob("*.py") if p.stem in {"utils", "helpers", "misc", "common"}] == []
+
+
+CHANNELS = ["telegram", "web"]
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_every_channel_has_module_registry_entry_and_payloads(channel: str) -> None:
+    assert (PKG / "channels" / f"{channel}.py").is_file()
+    registry = (PKG / "channels" / "registry.py").read_text()
+    assert f"{channel.capitalize()}Channel" in registry
+    payloads = Path(__file__).parent / "payloads" / channel
+    assert any(payloads.glob("*.json")), f"tests/payloads/{channel}/ holds sample payloads"
+
+
+def test_redis_key_strings_live_in_keys_module() -> None:
+    offenders = []
+    for path in [*_modules("queue"), PKG / "app.py", PKG / "webchat.py"]:
+        if path.name == "keys.py" or not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sb:"):
+                offenders.append(f"{path.name}: {node.value!r}")
+    assert offenders == []
+
+
+def test_public_modules_declare_all() -> None:
+    missing = []
+    for path in PKG.rglob("*.py"):
+        if path.name.startswith("_") or "static" in path.parts:
+            continue
+        tree = ast.parse(path.read_text())
+        names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        if "__all__" not in names:
+            missing.append(str(path.relative_to(PKG)))
+    assert missing == []

@@ -1,0 +1,88 @@
+"""The configuration contract of DESIGN §10: names, defaults, precedence and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from switchboard.errors import ConfigError
+from switchboard.settings import load_settings
+
+
+def test_defaults_follow_the_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no config/switchboard.yaml here: built-in defaults
+    s = load_settings({})
+    assert s.file.agent(None).status == "ready"
+    assert (s.host, s.port, s.redis_url) == ("127.0.0.1", 8080, None)
+    assert s.default_model == "offline"
+    assert s.telegram.api_base_url == "https://api.telegram.org"
+    assert s.slack.api_base_url == "https://slack.com/api/"
+    assert s.whatsapp.graph_base_url == "https://graph.facebook.com/v23.0"
+    assert s.queue.dedup_ttl_s >= 24 * 3600
+
+
+def test_nested_env_names_and_provider_keys() -> None:
+    s = load_settings(
+        {
+            "SWITCHBOARD_TELEGRAM__BOT_TOKEN": "1:abc",
+            "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "s3cret_token",
+            "SWITCHBOARD_QUEUE__LEASE_MS": "2500",
+            "ANTHROPIC_API_KEY": "k",
+            "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+        }
+    )
+    assert s.telegram.enabled and not s.slack.enabled
+    assert s.queue.lease_ms == 2500
+    assert s.default_model.startswith("anthropic:")
+    assert s.openai_wire_api == "chat"
+
+
+def test_openai_key_wins_over_anthropic_and_model_env_wins_over_both() -> None:
+    both = {"OPENAI_API_KEY": "a", "ANTHROPIC_API_KEY": "b"}
+    assert load_settings(both).default_model.startswith("openai:")
+    assert load_settings(both | {"SWITCHBOARD_MODEL": "offline"}).default_model == "offline"
+    assert load_settings(both).openai_wire_api == "responses"
+
+
+def test_errors_name_the_variable_and_the_fix() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"SWITCHBOARD_PORT": "eighty", "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "has space"})
+    text = str(info.value)
+    assert "SWITCHBOARD_PORT" in text
+    assert "SWITCHBOARD_TELEGRAM__SECRET_TOKEN" in text and "A-Z a-z 0-9 _ -" in text
+
+
+def test_redis_url_scheme_is_checked_and_unix_accepted() -> None:
+    assert load_settings({"SWITCHBOARD_REDIS_URL": "unix:///tmp/r.sock"}).redis_url == "unix:///tmp/r.sock"
+    with pytest.raises(ConfigError, match="SWITCHBOARD_REDIS_URL"):
+        load_settings({"SWITCHBOARD_REDIS_URL": "localhost:6379"})
+
+
+def test_yaml_agents_status_and_errors(tmp_path: Path) -> None:
+    cfg = tmp_path / "sb.yaml"
+    cfg.write_text(
+        "default_agent: a\nagents:\n  a:\n    profile: {name: A}\n    instructions: Be brief.\n  b:\n    tools: []\n"
+    )
+    s = load_settings({"SWITCHBOARD_CONFIG": str(cfg)})
+    assert s.file.agents["a"].status == "ready"
+    assert s.file.agents["b"].status == "draft"
+    assert any("profile" in p for p in s.file.agents["b"].problems())
+    cfg.write_text("agents:\n  a:\n    profile: {name: A}\n    limits: {max_steps: 0}\n")
+    with pytest.raises(ConfigError, match=r"agents\.a\.limits\.max_steps"):
+        load_settings({"SWITCHBOARD_CONFIG": str(cfg)})
+    cfg.write_text("default_agent: ghost\nagents:\n  a: {}\n")
+    with pytest.raises(ConfigError, match="ghost"):
+        load_settings({"SWITCHBOARD_CONFIG": str(cfg)})
+
+
+def test_missing_explicit_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings({"SWITCHBOARD_CONFIG": str(tmp_path / "missing.yaml")})
+
+
+def test_shipped_example_config_is_valid() -> None:
+    root = Path(__file__).resolve().parent.parent
+    s = load_settings({"SWITCHBOARD_CONFIG": str(root / "config" / "switchboard.yaml")})
+    assert s.file.agent(None).status == "ready"
+    assert s.file.agents["analyst"].codeact
