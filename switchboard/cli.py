@@ -14,10 +14,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard.errors import ConfigError, SwitchboardError
 from switchboard.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from switchboard.queue.sessions import SessionSummary
 
 __all__ = ["main"]
 
@@ -32,7 +35,7 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("aiohttp.access", "httpx", "rq.worker", "rq.queue"):
+    for noisy in ("aiohttp.access", "httpx", "telegram", "rq.worker", "rq.queue"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -240,10 +243,11 @@ def cmd_check(settings: Settings) -> int:
             continue
         print(f"  {name:<10} enabled at POST /webhooks/{name}")
     print("agents:")
+    from switchboard.agents import agent_problems
+
     for agent in settings.file.agents.values():
         print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
-        problems.extend(agent.problems())
-    problems.extend(_tool_problems(settings))
+        problems.extend(agent_problems(settings, agent))
     if problems:
         print("problems:")
         for problem in problems:
@@ -251,20 +255,6 @@ def cmd_check(settings: Settings) -> int:
         return 1
     print("ok: no problems found")
     return 0
-
-
-def _tool_problems(settings: Settings) -> list[str]:
-    try:
-        from switchboard.core.toolbox import default_registry
-    except ImportError:
-        return []
-    registry = default_registry()
-    found: list[str] = []
-    for agent in settings.file.agents.values():
-        for tool in agent.tools:
-            if registry.get(tool) is None:
-                found.append(f"agent {agent.name!r}: unknown tool {tool!r} (known: {', '.join(registry.names())})")
-    return found
 
 
 # ---------------------------------------------------------------- simulate, sessions, agents
@@ -309,12 +299,11 @@ def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -
     return asyncio.run(go())
 
 
-def _format_row(row: Any) -> str:
-    data = row.model_dump() if hasattr(row, "model_dump") else (row if isinstance(row, dict) else vars(row))
-    last = data.get("last_at") or data.get("last_activity")
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(last))) if last else "-"
-    return f"{data.get('key') or data.get('session')}  {when}  " + "  ".join(
-        f"{k}={v}" for k, v in data.items() if k not in {"key", "session", "last_at", "last_activity"}
+def _format_row(row: SessionSummary) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.last_activity)) if row.last_activity else "-"
+    return (
+        f"{row.key}  {when}  channel={row.channel}  status={row.status}  waiting={row.inbox_depth}  "
+        f"received={row.received}  dead_letters={row.dead_letters}"
     )
 
 
@@ -322,7 +311,7 @@ def _format_event(event: dict[str, Any]) -> str:
     at = event.get("at")
     when = time.strftime("%H:%M:%S", time.localtime(float(at))) + f".{int(float(at) * 1000) % 1000:03d}" if at else "-"
     kind = event.get("kind", "?")
-    rest = {k: v for k, v in event.items() if k not in {"at", "kind", "id"}}
+    rest = {k: v for k, v in event.items() if k not in {"at", "kind", "id", "ts"}}
     return f"{when}  {kind:<18} " + " ".join(f"{k}={v}" for k, v in rest.items())
 
 

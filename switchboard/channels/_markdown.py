@@ -22,7 +22,14 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
-__all__ = ["MAX_MESSAGE_LENGTH", "markdown_to_html", "render_messages", "split_html", "visible_text"]
+__all__ = [
+    "MAX_MESSAGE_LENGTH",
+    "action_markdown",
+    "markdown_to_html",
+    "render_messages",
+    "split_html",
+    "visible_text",
+]
 
 MAX_MESSAGE_LENGTH = 4096
 """Telegram's limit for one message's text (``telegram.constants.MessageLimit.MAX_TEXT_LENGTH``)."""
@@ -303,3 +310,31 @@ def render_messages(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]
 def visible_text(markup: str) -> str:
     """The text a reader sees for a piece of Telegram HTML (tags dropped, entities decoded)."""
     return html.unescape(re.sub(r"<[^<>]*>", "", markup))
+
+
+def action_markdown(action: object) -> str | None:
+    """Markdown standing in for an action a channel cannot show natively (choices as numbered options, files).
+
+    Reads the usual fields by name (``text``/``caption``/``prompt``, ``options``/``choices``, ``filename``);
+    ``None`` when there is nothing to show.
+    """
+    text = ""
+    for name in ("text", "caption", "prompt", "question", "title"):
+        value = getattr(action, name, None)
+        if isinstance(value, str) and value.strip():
+            text = value
+            break
+    lines = [text] if text else []
+    options = getattr(action, "options", None) or getattr(action, "choices", None)
+    if isinstance(options, list | tuple) and options:
+        labels = []
+        for number, option in enumerate(options, 1):
+            label = option if isinstance(option, str) else None
+            for name in ("label", "text", "title"):
+                label = label or getattr(option, name, None)
+            labels.append(f"{number}. {label or option}")
+        lines.append("\n".join(labels))
+    filename = getattr(action, "filename", None) or getattr(action, "name", None)
+    if getattr(action, "kind", "") == "file" and isinstance(filename, str):
+        lines.append(f"📎 {filename}")
+    return "\n\n".join(lines) or None

@@ -1,16 +1,14 @@
-"""① and ⑤ for Telegram: the webhook secret, ``Update`` → ``InboundMessage``, and sends through the Bot API.
+"""① and ⑤ for Telegram: the webhook secret, ``Update`` → ``InboundMessage``, sends through the Bot API.
 
-Inbound, Telegram signs nothing: ``setWebhook(secret_token=…)`` makes it echo a shared secret in
-``X-Telegram-Bot-Api-Secret-Token``, compared here in constant time on bytes before the body is read
-as JSON. ``update_id`` is the dedup key. Private chats reach the agent on every text message; groups
-only when the bot is mentioned (``@username``, a ``text_mention`` of the bot, or ``/command@username``)
-or replied to. Edited messages, channel posts, button taps and media without a caption are not handled
-yet and parse to nothing (no error), so Telegram stops retrying them.
+Telegram signs nothing: ``setWebhook(secret_token=…)`` makes it echo a shared secret, compared here in
+constant time on bytes before the body is read. ``update_id`` is the dedup key. Private chats reach the
+agent on every text message; groups only when the bot is mentioned (``@username``, a ``text_mention``,
+``/command@username``) or replied to. Edited messages, channel posts, button taps and media without a
+caption parse to nothing (not handled yet; no error, so Telegram stops retrying them).
 
-Outbound goes through python-telegram-bot's ``Bot`` (one httpx pool for the adapter's life) against the
-configurable Bot API root. Markdown from the agent is rendered to Telegram HTML and split after
-rendering (:mod:`switchboard.channels._markdown`); link previews are off, so a link the model writes is
-never fetched by Telegram on its own.
+Sends go through python-telegram-bot's ``Bot`` (one httpx pool for the adapter's life) against the
+configurable Bot API root; Markdown is rendered to Telegram HTML and split after rendering. Link previews
+are off, so Telegram never fetches a link the model wrote on its own.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from switchboard.channels._markdown import render_messages, visible_text
+from switchboard.channels._markdown import action_markdown, render_messages, visible_text
 from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
 from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
@@ -119,6 +117,13 @@ class _WireEntity(_Wire):
     user: _WireUser | None = None
 
 
+class _WireReply(_Wire):
+    """The replied-to message (Telegram never nests a further ``reply_to_message`` in it)."""
+
+    from_: _WireUser | None = Field(None, alias="from")
+    forum_topic_created: dict[str, Any] | None = None
+
+
 class _WireMessage(_Wire):
     message_id: int
     date: int
@@ -130,7 +135,7 @@ class _WireMessage(_Wire):
     caption_entities: list[_WireEntity] | None = None
     message_thread_id: int | None = None
     is_topic_message: bool | None = None
-    reply_to_message: _WireMessage | None = None
+    reply_to_message: _WireReply | None = None
     forum_topic_created: dict[str, Any] | None = None
 
 
@@ -164,35 +169,6 @@ def _strip_ranges(text: str, ranges: list[tuple[int, int, bool]]) -> str:
             end += 2
         units = units[:start] + units[end:]
     return units.decode("utf-16-le", "ignore").strip()
-
-
-def _retry_seconds(exc: RetryAfter) -> float:
-    value = exc.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _fallback_text(action: object) -> str | None:
-    """Markdown for action kinds this adapter cannot show natively yet (choices, files)."""
-    text = ""
-    for name in ("text", "caption", "prompt", "question", "title"):
-        value = getattr(action, name, None)
-        if isinstance(value, str) and value.strip():
-            text = value
-            break
-    lines = [text] if text else []
-    options = getattr(action, "options", None) or getattr(action, "choices", None)
-    if isinstance(options, list | tuple) and options:
-        labels = []
-        for number, option in enumerate(options, 1):
-            label = option if isinstance(option, str) else None
-            for name in ("label", "text", "title"):
-                label = label or getattr(option, name, None)
-            labels.append(f"{number}. {label or option}")
-        lines.append("\n".join(labels))
-    filename = getattr(action, "filename", None) or getattr(action, "name", None)
-    if getattr(action, "kind", "") == "file" and isinstance(filename, str):
-        lines.append(f"📎 {filename}")
-    return "\n\n".join(lines) or None
 
 
 class TelegramChannel:
@@ -274,7 +250,7 @@ class TelegramChannel:
             wire = _WireUpdate.model_validate(data)
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
+            where = ".".join(str(p) for p in first["loc"])[:200] or "body"
             raise MalformedBodyError(f"not a Telegram Update: {where}: {first['msg']}", channel=_CHANNEL) from None
         message = wire.message
         if message is None:
@@ -393,7 +369,9 @@ class TelegramChannel:
         if self._settings.bot_token is not None:
             text = text.replace(self._settings.bot_token.get_secret_value(), "<bot-token>")
         if isinstance(exc, RetryAfter):
-            return RateLimitedError(f"telegram: {text}", channel=_CHANNEL, retry_after=_retry_seconds(exc))
+            wait = exc.retry_after
+            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
+            return RateLimitedError(f"telegram: {text}", channel=_CHANNEL, retry_after=seconds)
         if isinstance(exc, _FATAL):
             return DeliveryError(f"telegram refused the call: {text}", channel=_CHANNEL, retryable=False)
         return DeliveryError(f"telegram unreachable or failing: {text}", channel=_CHANNEL, retryable=True)
@@ -453,7 +431,7 @@ class TelegramChannel:
         if isinstance(action, SendError):
             text = action.message.strip()[:_ERROR_TEXT_LIMIT] or "Sorry, something went wrong."
             return await self._send([text], conversation, idempotency_key, None)
-        fallback = _fallback_text(action)
+        fallback = action_markdown(action)
         kind = str(getattr(action, "kind", type(action).__name__))
         if fallback is None:
             logger.warning("telegram cannot show a %r action; skipped", kind)
@@ -466,11 +444,8 @@ class TelegramChannel:
         thread = conversation.extra.get("message_thread_id") or conversation.thread
         reply = conversation.extra.get("reply_to_message_id")
         chat_id: int | str = int(chat) if re.fullmatch(r"-?\d+", chat) else chat
-        return (
-            chat_id,
-            int(thread) if thread and thread.isdigit() else None,
-            int(reply) if reply and reply.isdigit() else None,
-        )
+        thread_id, reply_id = (int(v) if v and v.isdigit() else None for v in (thread, reply))
+        return chat_id, thread_id, reply_id
 
     async def _send(self, parts: list[str], conversation: ConversationRef, key: str, parse_mode: str | None) -> Receipt:
         """Send ``parts`` in order, the first as a reply; a retry with the same key resumes after the last sent."""
@@ -502,11 +477,8 @@ class TelegramChannel:
         self, text: str, chat_id: int | str, thread: int | None, reply: ReplyParameters | None, parse_mode: str | None
     ) -> Message:
         bot = self._client()
-        options: dict[str, Any] = {
-            "message_thread_id": thread,
-            "reply_parameters": reply,
-            "link_preview_options": _NO_PREVIEW,
-        }
+        options: dict[str, Any] = {"message_thread_id": thread, "reply_parameters": reply}
+        options["link_preview_options"] = _NO_PREVIEW
         try:
             try:
                 return await bot.send_message(chat_id, text, parse_mode=parse_mode, **options)

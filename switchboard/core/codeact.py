@@ -22,17 +22,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import datetime as dt
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import PurePath
 from typing import Any, TypeVar
 
 import pydantic_monty as monty
-from pydantic import BaseModel
 
 from switchboard.core.programs import (
     MONTY_VERSION,
@@ -42,6 +39,8 @@ from switchboard.core.programs import (
     ProgramResult,
     ProgramSnapshotError,
     cap_output,
+    from_sandbox,
+    to_sandbox,
 )
 from switchboard.core.tools import Tool
 from switchboard.errors import BudgetExceededError, ToolError
@@ -96,7 +95,7 @@ class ProgramRunner:
     """A pool of Monty workers plus the threads that talk to them; each program checks a worker out.
 
     Workers start on first use and are reused across programs (a run then costs well under a millisecond
-    of overhead). Safe to share between event loops; after a ``fork`` the child starts its own pool.
+    of overhead). Safe to share between event loops and threads, but not across a ``fork``.
     """
 
     def __init__(self, *, max_processes: int | None = None, checkout_timeout_s: float = 30.0) -> None:
@@ -163,7 +162,7 @@ class ProgramRunner:
         """Run ``code``; see :func:`run_program`."""
         limits = limits or _DEFAULT_LIMITS
         names = tuple(tool_names) if tool_names is not None else None
-        values = {name: _to_sandbox(value) for name, value in (inputs or {}).items()}
+        values = {name: to_sandbox(value) for name, value in (inputs or {}).items()}
         for name in values:
             if not name.isidentifier() or (names is not None and name in names):
                 raise ValueError(f"input {name!r} is not a valid variable name, or shadows a tool")
@@ -267,7 +266,7 @@ class _Program:
             if checkout is not None:
                 try:
                     checkout.__exit__(None, None, None)
-                except monty.MontyError as exc:  # a crashed worker is replaced by the pool
+                except Exception as exc:  # a crashed worker is replaced by the pool; a closed pool is gone
                     logger.debug("monty session ended with %s", type(exc).__name__)
 
         with contextlib.suppress(RuntimeError):  # the runner is shutting down
@@ -306,7 +305,7 @@ class _Program:
                 snap = await self.call(snap.resume, _exception_for(name, exc))
                 continue
             snap = await self.call(snap.resume, _returned(value))
-        return self.result(value=_plain(snap.output))
+        return self.result(value=from_sandbox(snap.output))
 
     async def _pause(self, snap: monty.FunctionSnapshot, name: str, args: dict[str, Any]) -> PausedProgram:
         return PausedProgram(
@@ -330,7 +329,7 @@ def _raise(exc_type: monty.ExcType, message: str) -> monty.ExternalExceptionData
 
 
 def _bind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], params: Sequence[str] | None) -> dict[str, Any]:
-    bound = {str(k): _plain(v) for k, v in kwargs.items()}
+    bound = {str(k): from_sandbox(v) for k, v in kwargs.items()}
     if not args:
         return bound
     if params is None:
@@ -340,12 +339,12 @@ def _bind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], params: Sequ
     for param, value in zip(params, args, strict=False):
         if param in bound:
             raise TypeError(f"{name}() got multiple values for argument {param!r}")
-        bound[param] = _plain(value)
+        bound[param] = from_sandbox(value)
     return bound
 
 
 def _returned(value: Any) -> monty.ExternalReturnValue:
-    return {"return_value": _to_sandbox(value)}
+    return {"return_value": to_sandbox(value)}
 
 
 def _exception_for(tool: str, exc: BaseException) -> monty.ExternalExceptionData:
@@ -365,44 +364,6 @@ def _describe(exc: monty.MontyError) -> str:
     else:
         text = str(exc)
     return cap_output(text, _ERROR_CHARS)
-
-
-def _to_sandbox(value: Any, depth: int = 0) -> Any:
-    """A tool result or input as Monty can hold it: JSON-shaped data, dates and bytes."""
-    if value is None or isinstance(value, bool | int | float | str | bytes | dt.date | dt.time | dt.timedelta):
-        return value
-    if depth > 64:
-        return repr(value)
-    if isinstance(value, BaseModel):
-        return _to_sandbox(value.model_dump(mode="json"), depth + 1)
-    if isinstance(value, Mapping):
-        return {str(k): _to_sandbox(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_to_sandbox(v, depth + 1) for v in value]
-    if isinstance(value, PurePath):
-        return str(value)
-    return str(value)
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """A value out of the sandbox as JSON-shaped data (tuples become lists, objects their repr)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if depth > 64:
-        return "…"
-    if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v, depth + 1) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_plain(v, depth + 1) for v in value), key=repr)
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, monty.MontyClassProxy):
-        return {"class": value.name, **{str(k): _plain(v, depth + 1) for k, v in value.attributes.items()}}
-    return repr(value)
 
 
 _default: ProgramRunner | None = None

@@ -251,7 +251,11 @@ class _Fold:
 
 
 def _record(
-    turns: list[list[HistoryEntry]], covered: int, later: list[HistoryEntry], seq_of: Callable[[HistoryEntry], int]
+    turns: list[list[HistoryEntry]],
+    covered: int,
+    later: list[HistoryEntry],
+    seq_of: Callable[[HistoryEntry], int],
+    canonical: dict[int, str],
 ) -> dict[str, Any]:
     folded = turns[:covered]
     entries = [e for turn in folded for e in turn]
@@ -277,7 +281,7 @@ def _record(
             fold.artifact(str(path), call)
     usage = [e.meta["usage"] for e in entries if isinstance(e.meta.get("usage"), dict)]
     seqs = [seq_of(e) for e in entries]
-    source = canonical_json([_canonical_entry(e) for e in entries])
+    source = "[" + ",".join(canonical[id(e)] for e in entries) + "]"  # = canonical_json of the entries' list
     record = {
         "schema": SCHEMA,
         "covers": {"turn_from": 1, "turn_to": covered, "seq_from": min(seqs), "seq_to": max(seqs)},
@@ -309,15 +313,12 @@ def _record(
     return dict(_ints(record))
 
 
-def _canonical_entry(entry: HistoryEntry) -> dict[str, Any]:
-    meta = _ints(entry.meta)
-    return {
-        "role": entry.role,
-        "text": entry.text,
-        "message_id": entry.message_id,
-        "at_ms": int(entry.at * 1000),
-        "meta": meta,
-    }
+def _canonical_entry(entry: HistoryEntry) -> str:
+    """One entry as canonical JSON, as hashed into ``source_sha256``."""
+    at_ms = int(entry.at * 1000)
+    return canonical_json(
+        {"role": entry.role, "text": entry.text, "message_id": entry.message_id, "at_ms": at_ms, "meta": entry.meta}
+    )
 
 
 def _section(
@@ -454,9 +455,10 @@ def compact(
         return seq if isinstance(seq, int) and not isinstance(seq, bool) else positions[id(entry)]
 
     turns = split_turns(entries)
+    canonical = {id(e): _canonical_entry(e) for e in entries}
     for keep in range(min(max(keep_recent_turns, 1), len(turns)), 0, -1):
         recent = [e for turn in turns[-keep:] for e in turn]
-        record = _record(turns, len(turns) - keep, recent, seq_of) if len(turns) > keep else None
+        record = _record(turns, len(turns) - keep, recent, seq_of, canonical) if len(turns) > keep else None
         if record is not None:
             record = {**record, "session_id": session_id, "prev": prev}
         for level in range(len(_LEVELS) + 1):

@@ -1,18 +1,21 @@
 """④ What a CodeAct program is and leaves behind: its limits, its result, and a paused program's envelope.
 
 :mod:`switchboard.core.codeact` runs programs; this module holds the plain data it exchanges with the
-runtime, plus :func:`cap_output`, the head-and-tail cap the tool gateway also applies to large text.
+runtime, the conversion of values into and out of the sandbox, and :func:`cap_output`, the head-and-tail
+cap the tool gateway also applies to large text.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import hmac
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import Any, Literal
 
 import pydantic_monty as monty
@@ -29,6 +32,8 @@ __all__ = [
     "ProgramResult",
     "ProgramSnapshotError",
     "cap_output",
+    "from_sandbox",
+    "to_sandbox",
 ]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +58,10 @@ class ProgramLimits:
     """Printed output kept (head and tail, with an omission marker between)."""
     max_calls: int = 50
     """Tool calls one program may make."""
+
+    def __post_init__(self) -> None:
+        if self.max_duration_s <= 0 or self.max_memory_bytes <= 0 or self.max_output_chars <= 0 or self.max_calls < 0:
+            raise ValueError(f"program limits must be positive: {self}")
 
     def as_monty(self) -> monty.ResourceLimits:
         """The limits in Monty's terms."""
@@ -218,3 +227,41 @@ class PausedProgram:
 def _mac(key: bytes, body: Mapping[str, Any]) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+
+
+def to_sandbox(value: Any, depth: int = 0) -> Any:
+    """A tool result or input as Monty can hold it: JSON-shaped data, dates and bytes."""
+    if value is None or isinstance(value, bool | int | float | str | bytes | dt.date | dt.time | dt.timedelta):
+        return value
+    if depth > 64:
+        return repr(value)
+    if isinstance(value, BaseModel):
+        return to_sandbox(value.model_dump(mode="json"), depth + 1)
+    if isinstance(value, Mapping):
+        return {str(k): to_sandbox(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_sandbox(v, depth + 1) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    return str(value)
+
+
+def from_sandbox(value: Any, depth: int = 0) -> Any:
+    """A value out of the sandbox as JSON-shaped data (tuples become lists, objects their repr)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if depth > 64:
+        return "…"
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: from_sandbox(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [from_sandbox(v, depth + 1) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((from_sandbox(v, depth + 1) for v in value), key=repr)
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, monty.MontyClassProxy):
+        return {"class": value.name, **{str(k): from_sandbox(v, depth + 1) for k, v in value.attributes.items()}}
+    return repr(value)

@@ -10,8 +10,8 @@ when told to. Inspection routes serve ``switchboard simulate`` and the benchmark
   (add ``include_failed=1`` for refused ones); ``wait`` long-polls until one matches;
 - ``POST /_fake/rate_limit`` with ``{"count": N, "retry_after": S, "method": "sendMessage"}``.
 
-Also here: :func:`make_update` builds inbound ``Update`` payloads and :func:`sign_update` adds the
-secret-token header, as Telegram would send them to the gateway.
+Also re-exported here from :mod:`switchboard.fakes.telegram_updates`: :func:`make_update` builds inbound
+``Update`` payloads and :func:`sign_update` adds the secret-token header, as Telegram sends them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from switchboard.fakes.telegram_updates import SECRET_HEADER, make_update, sign_update
+
 __all__ = [
     "FAKE_STATE",
     "SECRET_HEADER",
@@ -40,7 +42,6 @@ __all__ = [
     "sign_update",
 ]
 
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
 _ALLOWED_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "tg-spoiler", "span", "a", "code", "pre"}
 _ALLOWED_TAGS |= {"blockquote", "tg-emoji"}
 _NAMED_ENTITIES = {"lt", "gt", "amp", "quot"}
@@ -153,7 +154,7 @@ class FakeTelegramState:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def fail_next(self, count: int, *, retry_after: float = 1, method: str | None = None, after: int = 0) -> None:
-        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after letting ``after`` through."""
+        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after ``after`` got through."""
         shown = int(retry_after) if float(retry_after).is_integer() else retry_after
         description = f"Too Many Requests: retry after {shown}"
         self.plan.append(_Planned(method, 429, description, retry_after, after))
@@ -414,7 +415,7 @@ class FakeTelegram:
         return self.state.bot
 
     def fail_next(self, count: int, *, retry_after: float = 1, method: str | None = None, after: int = 0) -> None:
-        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after letting ``after`` through."""
+        """Answer ``count`` calls (of ``method``, or any) with 429 and ``retry_after``, after ``after`` got through."""
         self.state.fail_next(count, retry_after=retry_after, method=method, after=after)
 
     def refuse_next(self, count: int, *, status: int, description: str, method: str | None = None) -> None:
@@ -447,76 +448,3 @@ class FakeTelegram:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def make_update(
-    text: str,
-    chat_id: int,
-    update_id: int,
-    *,
-    chat_type: str = "private",
-    message_id: int = 10,
-    user_id: int | None = None,
-    first_name: str = "Ada",
-    username: str | None = "ada",
-    is_bot: bool = False,
-    mention: str | None = None,
-    reply_to_bot: str | None = None,
-    bot_id: int = 100000,
-    thread_id: int | None = None,
-) -> dict[str, Any]:
-    """An inbound ``Update`` with one text message, as Telegram posts it to a webhook.
-
-    Args:
-        text: The message text.
-        chat_id: The chat (negative for groups, as on Telegram).
-        update_id: Telegram's update id (the dedup key).
-        chat_type: ``private``, ``group`` or ``supergroup``.
-        message_id: The message's id within the chat.
-        user_id: The sender (defaults to ``chat_id`` in private chats).
-        first_name: The sender's first name.
-        username: The sender's username.
-        is_bot: Whether the sender is a bot.
-        mention: A bot username to mention (``@name`` is put in front of the text with a ``mention`` entity).
-        reply_to_bot: A bot username: the message replies to one of that bot's messages.
-        bot_id: The replied-to bot's user id.
-        thread_id: A forum topic id.
-    """
-    sender: dict[str, Any] = {"id": user_id if user_id is not None else abs(chat_id), "is_bot": is_bot}
-    sender["first_name"] = first_name
-    if username:
-        sender["username"] = username
-    chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
-    if chat_type == "private":
-        chat["first_name"] = first_name
-    else:
-        chat["title"] = "Test group"
-    message: dict[str, Any] = {"message_id": message_id, "from": sender, "chat": chat, "date": int(time.time())}
-    if mention:
-        handle = f"@{mention}"
-        text = f"{handle} {text}"
-        message["entities"] = [{"type": "mention", "offset": 0, "length": _utf16_len(handle)}]
-    message["text"] = text
-    if reply_to_bot:
-        bot = {"id": bot_id, "is_bot": True, "first_name": "Bot", "username": reply_to_bot}
-        message["reply_to_message"] = {
-            "message_id": max(message_id - 1, 1),
-            "from": bot,
-            "chat": chat,
-            "date": int(time.time()) - 5,
-            "text": "An earlier answer",
-        }
-    if thread_id is not None:
-        message["message_thread_id"] = thread_id
-        message["is_topic_message"] = True
-    return {"update_id": update_id, "message": message}
-
-
-def sign_update(update: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
-    """The request body and headers Telegram sends for ``update`` with ``setWebhook(secret_token=secret)``."""
-    body = json.dumps(update, ensure_ascii=False).encode()
-    return body, {"Content-Type": "application/json", SECRET_HEADER: secret}

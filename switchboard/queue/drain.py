@@ -11,7 +11,8 @@ The loop, under the lease (renewed every third of its TTL):
    exactly the handled ids, appends history and facts and records the latencies, in one fenced step.
 4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
    drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user gets a ``SendError``.
-5. ``release.lua`` ends the drain only when the inbox is empty, atomically, so nothing is stranded.
+5. ``begin.lua`` finding the inbox empty ends the drain in the same atomic step (lease, drain flag and
+   runnable mark removed), so a message that lands later finds no flag and enqueues a new drain job.
 
 A :class:`~switchboard.errors.FencedWriteError` (the lease passed to another epoch) stops the drain at once,
 without releasing: the new holder owns the session.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,37 +34,29 @@ import redis.asyncio as aioredis
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.agent import Agent
-from switchboard.core.events import Event, ReplySent, RunCompleted, RunDeadLettered, RunFailed
+from switchboard.core.events import Event
 from switchboard.core.messages import ConversationRef, InboundMessage
-from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, FencedWriteError
-from switchboard.queue import scripts
-from switchboard.queue.eventlog import EventLog, encode_event
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.eventlog import EventLog
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
+from switchboard.queue.ledger import Attempt, Ledger
 from switchboard.queue.outbox import Outbox, idempotency_key
-from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
-__all__ = ["DEAD_LETTER_CAP", "MAX_COLLECT", "Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
+__all__ = ["Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
 
 logger = logging.getLogger(__name__)
 
 TurnRunner = Callable[[TurnRequest, TurnSink, SessionStore], Awaitable[TurnResult]]
 """Plays one turn (the agent runtime, or a test's simple function)."""
 
-MAX_COLLECT = 50
-"""Most waiting messages folded into one turn under the ``collect`` policy."""
-DEAD_LETTER_CAP = 100
-"""Dead-letter records kept per session (the global stream keeps ``GLOBAL_DEAD_LETTER_CAP``)."""
-GLOBAL_DEAD_LETTER_CAP = 10_000
 TYPING_REFRESH_S = 4.0
 """Platforms drop a typing indicator after ~5 s; refresh it while a run lasts."""
 RUNNER_GRACE_S = 30.0
 """How long past its deadline a turn may run before the drain counts it as failed."""
-_GLOBAL = GlobalKeys()
 
 
 class Deliverer(Protocol):
@@ -90,26 +82,18 @@ class DrainOutcome(Enum):
     """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    attempt: int
-    dead: bool
-    last_error: str
-    ids: list[str]
-    bodies: list[str]
-
-
 @dataclass(slots=True)
 class _Turn:
     """What one drain holds while it runs a turn."""
 
     lease: LeaseToken
     lost: asyncio.Event
+    ledger: Ledger
     conversation: ConversationRef | None = None
     reply_to: str | None = None
     run_id: str = ""
     deltas: int = 0
-    typing: list[asyncio.Task[None]] = field(default_factory=list)
+    typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
 
 
 class _Sink:
@@ -131,6 +115,11 @@ class _Sink:
         if self._turn.lost.is_set():
             raise _lost(self._turn.lease)
         await self._events.append(event)
+
+
+def _swallow(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("typing refresh failed: %s", type(task.exception()).__name__)
 
 
 def _lost(lease: LeaseToken) -> FencedWriteError:
@@ -176,7 +165,7 @@ class Drainer:
         lease = await self.lease.acquire(session)
         if lease is None:
             return DrainOutcome.BUSY
-        turn = _Turn(lease=lease, lost=asyncio.Event())
+        turn = _Turn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
         keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
         context = CURRENT_LEASE.set(lease)
         try:
@@ -186,11 +175,9 @@ class Drainer:
                 if self.stopping.is_set():
                     await self.lease.abandon(lease)
                     return DrainOutcome.HANDED_OVER
-                attempt = await self._begin(lease)
-                if attempt is None:
-                    if await self._release(lease):
-                        return DrainOutcome.RELEASED
-                    continue
+                attempt = await turn.ledger.begin()
+                if attempt is None:  # the inbox was empty: released in the same step
+                    return DrainOutcome.RELEASED
                 await self._handle(turn, attempt)
         except FencedWriteError:
             logger.warning("drain of %s stopped: epoch %d lost the lease", session, lease.epoch)
@@ -206,45 +193,7 @@ class Drainer:
 
     # -- steps ---------------------------------------------------------------------------------------------
 
-    def _fenced(self, lease: LeaseToken) -> list[str]:
-        return [SessionKeys(lease.session).lease, _GLOBAL.fenced_rejections]
-
-    async def _begin(self, lease: LeaseToken) -> _Attempt | None:
-        keys = SessionKeys(lease.session)
-        reply = await scripts.BEGIN(
-            self.redis,
-            [*self._fenced(lease), keys.inbox, keys.messages, keys.attempts, keys.meta, keys.events],
-            [
-                lease.token,
-                MAX_COLLECT,
-                self.settings.max_attempts,
-                self.settings.events_maxlen,
-                lease.epoch,
-                self.worker_id,
-                f"{time.time():.3f}",
-            ],
-            session=lease.session,
-            epoch=lease.epoch,
-        )
-        if not reply:
-            return None
-        n = int(reply[4])
-        ids = [v.decode() for v in reply[5 : 5 + n]]
-        bodies = [v.decode() for v in reply[5 + n : 5 + 2 * n]]
-        return _Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
-
-    async def _release(self, lease: LeaseToken) -> bool:
-        keys = SessionKeys(lease.session)
-        released = await scripts.RELEASE(
-            self.redis,
-            [*self._fenced(lease), keys.inbox, keys.drain, _GLOBAL.runnable],
-            [lease.token, lease.session],
-            session=lease.session,
-            epoch=lease.epoch,
-        )
-        return bool(released)
-
-    async def _handle(self, turn: _Turn, attempt: _Attempt) -> None:
+    async def _handle(self, turn: _Turn, attempt: Attempt) -> None:
         lease = turn.lease
         messages: list[InboundMessage] = []
         for body in attempt.bodies:
@@ -274,19 +223,27 @@ class Drainer:
             await self._failed(turn, attempt, messages, outbox, err)
             return
         finally:
-            for task in turn.typing:
-                task.cancel()
+            for pending in turn.typing:
+                pending.cancel()
             turn.typing.clear()
-        remaining = await self._complete(turn, attempt, messages, outbox, result, sent, started)
+        remaining = await turn.ledger.complete(
+            attempt,
+            messages,
+            reply_text=result.text,
+            reply_to=turn.reply_to,
+            receipt=sent,
+            started=started,
+            outbox_keys=outbox.used,
+        )
         if remaining == 0:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
 
     async def _play(
-        self, turn: _Turn, attempt: _Attempt, messages: Sequence[InboundMessage], outbox: Outbox
+        self, turn: _Turn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
     ) -> tuple[TurnResult, Receipt | None]:
         await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
         await self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing")
-        turn.typing.append(asyncio.create_task(self._keep_typing(turn)))
+        self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
         conversation = messages[-1].conversation
         request = TurnRequest(
@@ -331,13 +288,17 @@ class Drainer:
             raise _lost(turn.lease)
         raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
 
-    async def _keep_typing(self, turn: _Turn) -> None:
-        while True:
-            await asyncio.sleep(TYPING_REFRESH_S)
-            try:
-                await self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing")
-            except FencedWriteError:
-                return
+    def _schedule_typing(self, turn: _Turn) -> None:
+        """Refresh the typing indicator every few seconds while the run lasts (a timer, not a task per turn)."""
+        loop = asyncio.get_running_loop()
+
+        def refresh() -> None:
+            task = loop.create_task(self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing"))
+            task.add_done_callback(_swallow)
+            turn.typing.append(task)
+            turn.typing.append(loop.call_later(TYPING_REFRESH_S, refresh))
+
+        turn.typing.append(loop.call_later(TYPING_REFRESH_S, refresh))
 
     def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, str], Awaitable[Receipt]]:
         async def perform(action: Action, conversation: ConversationRef, key: str) -> Receipt:
@@ -363,23 +324,14 @@ class Drainer:
     async def _failed(
         self,
         turn: _Turn,
-        attempt: _Attempt,
+        attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
         err: Exception,
     ) -> None:
-        lease = turn.lease
-        keys = SessionKeys(lease.session)
         text = _error_text(err)
         logger.warning("run %s attempt %d failed: %s", turn.run_id, attempt.attempt, type(err).__name__)
-        event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=text)
-        await scripts.FAIL(
-            self.redis,
-            [*self._fenced(lease), keys.attempts, keys.events, _GLOBAL.stats],
-            [lease.token, attempt.ids[0], text, encode_event(event), self.settings.events_maxlen],
-            session=lease.session,
-            epoch=lease.epoch,
-        )
+        await turn.ledger.fail(attempt, text)
         if attempt.attempt >= self.settings.max_attempts:
             await self._dead_letter(turn, attempt, messages, outbox, text, attempt.attempt)
             return
@@ -396,14 +348,12 @@ class Drainer:
     async def _dead_letter(
         self,
         turn: _Turn,
-        attempt: _Attempt,
+        attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
         reason: str,
         attempts: int,
     ) -> None:
-        lease = turn.lease
-        keys = SessionKeys(lease.session)
         logger.warning("dead-lettering %s after %d attempts", attempt.ids[0], attempts)
         if messages:
             notice = SendError(
@@ -414,105 +364,7 @@ class Drainer:
             try:
                 await outbox.send(notice, messages[-1].conversation, run_id=turn.run_id, logical="dead_letter")
             except DeliveryError as err:
-                logger.info("dead-letter notice for %s not delivered: %s", lease.session, type(err).__name__)
-        now = time.time()
-        record = {
-            "session": lease.session,
-            "message_ids": attempt.ids,
-            "attempts": attempts,
-            "reason": reason,
-            "at": now,
-            "messages": [json.loads(body) for body in attempt.bodies if body],
-        }
-        event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
-        remaining = await scripts.DEAD_LETTER(
-            self.redis,
-            [
-                *self._fenced(lease),
-                keys.inbox,
-                keys.messages,
-                keys.attempts,
-                keys.events,
-                keys.dead,
-                _GLOBAL.dead_letters,
-                keys.outbox,
-                _GLOBAL.stats,
-                keys.meta,
-            ],
-            [
-                lease.token,
-                json.dumps(attempt.ids),
-                json.dumps(record, separators=(",", ":")),
-                json.dumps([encode_event(event)]),
-                self.settings.events_maxlen,
-                json.dumps(outbox.used),
-                DEAD_LETTER_CAP,
-                GLOBAL_DEAD_LETTER_CAP,
-                int(now * 1000),
-            ],
-            session=lease.session,
-            epoch=lease.epoch,
-        )
-        if int(remaining) == 0:
+                logger.info("dead-letter notice for %s not delivered: %s", turn.lease.session, type(err).__name__)
+        remaining = await turn.ledger.dead_letter(attempt, reason=reason, attempts=attempts, outbox_keys=outbox.used)
+        if remaining == 0:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
-
-    async def _complete(
-        self,
-        turn: _Turn,
-        attempt: _Attempt,
-        messages: Sequence[InboundMessage],
-        outbox: Outbox,
-        result: TurnResult,
-        receipt: Receipt | None,
-        started: float,
-    ) -> int:
-        lease = turn.lease
-        keys = SessionKeys(lease.session)
-        now = time.time()
-        history = [
-            HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
-            for m in messages
-        ]
-        reply = HistoryEntry(role="assistant", text=result.text, message_id=turn.reply_to, at=now)
-        history.append(reply.model_dump_json())
-        events: list[str] = []
-        if receipt is not None:
-            sent = ReplySent(at=now, message_id=turn.reply_to, chars=len(result.text), parts=receipt.parts)
-            events.append(encode_event(sent))
-        done = RunCompleted(at=now, message_id=attempt.ids[0], duration_ms=(now - started) * 1000)
-        events.append(encode_event(done))
-        wait = max(started - messages[0].received_at, 0.0)
-        run = max(now - started, 0.0)
-        remaining = await scripts.COMPLETE(
-            self.redis,
-            [
-                *self._fenced(lease),
-                keys.inbox,
-                keys.messages,
-                keys.attempts,
-                keys.history,
-                keys.events,
-                keys.outbox,
-                keys.meta,
-                _GLOBAL.stats,
-                _GLOBAL.histogram("queue_wait"),
-                _GLOBAL.histogram("run"),
-            ],
-            [
-                lease.token,
-                json.dumps(attempt.ids),
-                json.dumps(history),
-                self.settings.history_maxlen,
-                json.dumps(events),
-                self.settings.events_maxlen,
-                json.dumps(outbox.used),
-                bucket_field(wait, QUEUE_WAIT_BUCKETS),
-                f"{wait:.6f}",
-                bucket_field(run, RUN_DURATION_BUCKETS),
-                f"{run:.6f}",
-                int(now * 1000),
-            ],
-            session=lease.session,
-            epoch=lease.epoch,
-        )
-        return int(remaining)

@@ -7,15 +7,17 @@ one Lua script may touch them all. Session keys are percent-escaped (see
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-
-from rq.defaults import RQ_KEY_PREFIX
 
 from switchboard.types import SessionKey
 
-__all__ = ["PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "tenant_of"]
+__all__ = ["PREFIX", "RQ_KEY_PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "tenant_of"]
 
 PREFIX = "sb"
+
+RQ_KEY_PREFIX = os.environ.get("RQ_KEY_PREFIX", "rq")
+"""RQ's key prefix, read the way ``rq.defaults`` reads it (importing rq here would load all of it into the web tier)."""
 
 
 def tenant_of(session: SessionKey) -> str:

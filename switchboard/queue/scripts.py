@@ -37,7 +37,6 @@ __all__ = [
     "LEASE_RENEW",
     "OUTBOX_CLAIM",
     "OUTBOX_RECORD",
-    "RELEASE",
     "SLOT_SAVE",
     "Script",
     "ScriptArg",
@@ -99,7 +98,6 @@ JOB_FINISH: Final = Script("job_finish")
 LEASE_ACQUIRE: Final = Script("lease_acquire")
 LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
-RELEASE: Final = Script("release", fenced=True)
 FENCED_XADD: Final = Script("fenced_xadd", fenced=True)
 BEGIN: Final = Script("begin", fenced=True)
 FAIL: Final = Script("fail", fenced=True)
@@ -118,7 +116,6 @@ ALL: Final = (
     LEASE_ACQUIRE,
     LEASE_RENEW,
     LEASE_ABANDON,
-    RELEASE,
     FENCED_XADD,
     BEGIN,
     FAIL,

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from switchboard.channels._markdown import markdown_to_html, render_messages, split_html, visible_text
+from switchboard.channels._markdown import action_markdown, markdown_to_html, render_messages, split_html, visible_text
 from tests.fakes.telegram_api import check_html
 
 
@@ -216,3 +216,22 @@ def test_random_documents_split_cleanly(limit: int) -> None:
             assert balanced(part)
             check_html(part)
         assert re.sub(r"\s+", "", "".join(visible_text(p) for p in parts)) == re.sub(r"\s+", "", visible_text(html))
+
+
+def test_actions_without_a_native_form_become_markdown() -> None:
+    class File:
+        kind = "file"
+        caption = "Your **report**"
+        filename = "report.pdf"
+
+    class Option:
+        label = "Later"
+
+    class Choice:
+        kind = "choice"
+        prompt = "When?"
+        options = ("Now", Option())
+
+    assert action_markdown(File()) == "Your **report**\n\n📎 report.pdf"
+    assert action_markdown(Choice()) == "When?\n\n1. Now\n2. Later"
+    assert action_markdown(object()) is None

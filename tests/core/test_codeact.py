@@ -379,3 +379,35 @@ async def test_altered_or_foreign_envelopes_are_refused(runner: ProgramRunner) -
     with pytest.raises(ProgramSnapshotError, match="envelope"):
         PausedProgram.load(b'{"schema": "something-else/1"}')
     assert PausedProgram.load(paused.paused.dump(key=key), key=key).args == paused.paused.args
+
+
+def test_a_forked_child_gets_a_clear_error_instead_of_a_hang() -> None:
+    script = """
+import asyncio, os, sys
+from switchboard.core.codeact import ProgramRunner
+
+async def tool(name, args):
+    return 1
+
+runner = ProgramRunner(max_processes=1)
+print("parent", asyncio.run(runner.run("t()", call_tool=tool, tool_names=["t"])).value, flush=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        asyncio.run(runner.run("t()", call_tool=tool, tool_names=["t"]))
+        print("child ran", flush=True)
+    except RuntimeError as exc:
+        print("child refused:", exc, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent again", asyncio.run(runner.run("t() + 1", call_tool=tool, tool_names=["t"])).value, flush=True)
+runner.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.splitlines() == [
+        "parent 1",
+        "child refused: this ProgramRunner was started before a fork; create a new one in this process",
+        "parent again 2",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,10 @@ async def test_bad_inputs_get_clear_errors(workspace: Path, monkeypatch: pytest.
     monkeypatch.setattr(documents, "MAX_DOCUMENT_BYTES", 100)
     with pytest.raises(ToolError, match="document cap"):
         await read(workspace, path="bomb.docx")
+
+
+async def test_malformed_tables_are_reported_not_raised_raw(workspace: Path) -> None:
+    with zipfile.ZipFile(workspace / "empty.xlsx", "w") as archive:
+        archive.writestr("hello.txt", "not a workbook")
+    with pytest.raises(ToolError, match=r"'empty\.xlsx' could not be read as \.xlsx"):
+        await read(workspace, path="empty.xlsx")

@@ -117,6 +117,11 @@ async def test_ingest_times_out_with_queue_unavailable(redis_url: str, sync_redi
 
 
 def test_rq_key_names_match_rq(sync_redis: redis.Redis) -> None:
+    from rq.defaults import RQ_KEY_PREFIX
+
+    from switchboard.queue import keys as keys_module
+
+    assert keys_module.RQ_KEY_PREFIX == RQ_KEY_PREFIX
     queue = Queue("sbtest", connection=sync_redis)
     keys = RQKeys("sbtest")
     assert keys.queue == queue.key

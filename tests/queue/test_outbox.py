@@ -7,11 +7,11 @@ from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
-from switchboard.queue import drain as drain_module
 from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
+from switchboard.queue.ledger import Ledger
 from switchboard.queue.outbox import Outbox, idempotency_key
 from switchboard.queue.stats import read_stats
 from switchboard.settings import QueueSettings
@@ -34,12 +34,12 @@ async def test_rerun_after_crash_between_send_and_ack_sends_no_duplicate(
     keys = SessionKeys(session)
     await ingestor.ingest(make_message("hello"))
 
-    real_complete = drain_module.Drainer._complete
+    real_complete = Ledger.complete
 
     async def crash(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise Crash
 
-    monkeypatch.setattr(drain_module.Drainer, "_complete", crash)
+    monkeypatch.setattr(Ledger, "complete", crash)
     with pytest.raises(Crash):
         await make_drainer(client, queue_settings, deliverer).drain_session(session)
     assert deliverer.texts() == ["echo: hello"]
@@ -47,7 +47,7 @@ async def test_rerun_after_crash_between_send_and_ack_sends_no_duplicate(
 
     # the dead worker's lease expires; another worker re-runs the same turn
     await client.delete(keys.lease)
-    monkeypatch.setattr(drain_module.Drainer, "_complete", real_complete)
+    monkeypatch.setattr(Ledger, "complete", real_complete)
     again = RecordingDeliverer()
     outcome = await make_drainer(client, queue_settings, again, worker_id="w2").drain_session(session)
     assert outcome is DrainOutcome.RELEASED

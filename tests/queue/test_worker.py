@@ -158,3 +158,35 @@ def test_check_config_refuses_old_rq(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_check_config_accepts_the_defaults() -> None:
     SessionWorker("redis://127.0.0.1:1/0", QueueSettings(), drainer_factory=lambda r, w: None).check_config()  # type: ignore[arg-type,return-value]
+
+
+async def test_messages_racing_with_release_are_never_stranded(
+    redis_url: str, client: aioredis.Redis, ingestor: Ingestor, queue_settings: QueueSettings
+) -> None:
+    """Trickle messages into a few sessions while a worker keeps draining them empty and releasing."""
+    import random
+
+    deliverer = RecordingDeliverer()
+    stop = asyncio.Event()
+    settings = queue_settings.model_copy(update={"reaper_interval_s": 20.0})  # no repair: release alone must hold
+    task = asyncio.create_task(_worker(redis_url, client, settings, deliverer).run(stop))
+    rng = random.Random(7)
+    sent: dict[str, list[str]] = defaultdict(list)
+    for i in range(150):
+        conv = f"r{rng.randrange(3)}"
+        await ingestor.ingest(make_message(f"{conv}-{i}", conversation=conv))
+        sent[conv].append(f"echo: {conv}-{i}")
+        await asyncio.sleep(rng.choice([0, 0, 0.001, 0.003]))
+
+    async def all_answered() -> bool:
+        return len(deliverer.texts()) == 150
+
+    await wait_for(all_answered, timeout=30)
+    stop.set()
+    await task
+    got: dict[str, list[str]] = defaultdict(list)
+    for s in deliverer.sent:
+        if s.action.kind == "text":
+            got[s.conversation.conversation].append(s.action.text)  # type: ignore[union-attr]
+    assert got == sent
+    assert await client.zcard(GlobalKeys().runnable) == 0

@@ -34,6 +34,7 @@ MAX_ROWS_COUNTED = 2_000_000
 MAX_SHEETS = 20
 TYPE_SAMPLE_ROWS = 1000
 CELL_CHARS = 200
+TABLE_SUFFIXES = frozenset({".csv", ".tsv", ".xlsx", ".xlsm"})
 TEXT_SUFFIXES = frozenset(
     {".txt", ".md", ".markdown", ".rst", ".log", ".json", ".jsonl", ".yaml", ".yml", ".xml", ".html", ".htm", ".ini"}
 )
@@ -228,34 +229,35 @@ def _read(args: ReadDocumentInput, ctx: ToolContext) -> dict[str, Any]:
     if size > MAX_DOCUMENT_BYTES:
         raise ToolError(f"{args.path!r} is {size} bytes, over the {MAX_DOCUMENT_BYTES}-byte document cap")
     suffix = target.suffix.lower()
-    head: dict[str, Any] = {"path": args.path, "bytes": size}
+    if suffix not in TEXT_SUFFIXES | TABLE_SUFFIXES | {".pdf", ".docx", ""}:
+        raise ToolError(
+            f"{args.path!r}: {suffix} documents are not supported (text, Markdown, PDF, DOCX, CSV and XLSX are)",
+            error_class="validation",
+        )
+    try:
+        found = _parse(target, suffix, args)
+    except ToolError:
+        raise
+    except Exception as exc:  # parsers raise many kinds of errors on malformed files; all mean "unreadable"
+        raise ToolError(f"{args.path!r} could not be read as {suffix or 'text'}: {type(exc).__name__}: {exc}") from None
+    return {"path": args.path, "bytes": size, **found}
+
+
+def _parse(target: Path, suffix: str, args: ReadDocumentInput) -> dict[str, Any]:
     if suffix in {".csv", ".tsv"}:
-        return {**head, **_csv(target, args)}
+        return _csv(target, args)
     if suffix in {".xlsx", ".xlsm"}:
-        return {**head, **_xlsx(target, args)}
+        return _xlsx(target, args)
     extra: dict[str, Any] = {}
     if suffix == ".pdf":
         text, extra = _pdf(target)
     elif suffix == ".docx":
         text, extra = _docx(target)
-    elif suffix in TEXT_SUFFIXES or not suffix:
-        text = _decode(target.read_bytes())
     else:
-        raise ToolError(
-            f"{args.path!r}: {suffix} documents are not supported (text, Markdown, PDF, DOCX, CSV and XLSX are)",
-            error_class="validation",
-        )
+        text = _decode(target.read_bytes())
     content = cap_output(text, args.max_chars)
     fmt = {"": "text", ".markdown": "md"}.get(suffix, suffix.lstrip("."))
-    return {
-        **head,
-        "kind": "text",
-        "format": fmt,
-        **extra,
-        "chars": len(text),
-        "truncated": content != text,
-        "text": content,
-    }
+    return {"kind": "text", "format": fmt, **extra, "chars": len(text), "truncated": content != text, "text": content}
 
 
 async def read_document(args: ReadDocumentInput, ctx: ToolContext) -> dict[str, Any]:

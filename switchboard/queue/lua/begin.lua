@@ -1,10 +1,17 @@
 -- Start an attempt on the inbox head: count the attempt first (a SIGKILL still counts), log run_started.
--- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events
--- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s
--- Returns {} when the inbox is empty, else {attempt, dead (0|1), last error, policy, n, id1..idn, json1..jsonn}.
+-- An empty inbox ends the drain in the same step (release without stranding: a message that lands later finds
+-- no drain flag and enqueues a new drain job).
+-- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable
+-- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s,
+--       8 session
+-- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, n, ids.., jsons..}.
 local refused = fenced() if refused then return refused end
 local head = redis.call('LINDEX', KEYS[3], 0)
-if not head then return {} end
+if not head then
+  redis.call('DEL', KEYS[1], KEYS[8])
+  redis.call('ZREM', KEYS[9], ARGV[8])
+  return {}
+end
 local policy = redis.call('HGET', KEYS[6], 'busy_policy') or 'sequential'
 local ids = {head}
 if policy == 'collect' then ids = redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end

@@ -1,0 +1,246 @@
+"""Ingest: req/s and p50/p99 of ``switchboard web`` against a raw aiohttp hello-world and python-telegram-bot.
+
+Four servers, each alone on one core (``taskset``-style affinity), loaded in turn by ``wrk -t1 -c32`` on the
+other core, where the embedded Redis-compatible server runs too (performance.md's method):
+
+(a) ``switchboard web``, ``POST /webhooks/telegram`` — signed updates of ~1.5 KB, distinct ``update_id``s over
+    1,000 chats, through the full durable ingest (verify → parse → one Lua script → 200);
+(b) ``switchboard web``, ``POST /api/chat/messages`` — ~1.5 KB bodies, distinct ``client_id``s, 64 sessions;
+(c) a raw aiohttp handler that reads the body and answers 200 (the ceiling);
+(d) python-telegram-bot's own ``run_webhook`` server with a no-op handler (what a user would otherwise run).
+
+Every round measures all four one after another (each after a warm-up, on an emptied Redis); ratios are taken
+within a round and the table shows medians over rounds. ``accepted`` is read back from Redis as a check that
+what was acknowledged is really stored.
+
+    python -m bench.ingest                 # 3 rounds of 10 s per server
+    python -m bench.ingest --quick         # smoke run
+    python -m bench.ingest --load python   # without wrk (a weaker generator: figures are floors)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from bench._load import (
+    PYTHON,
+    SUMMARY_HEADERS,
+    WRK_INSTALL_HINT,
+    LoadResult,
+    PostLoad,
+    Proc,
+    Row,
+    bench_env,
+    cores,
+    fmt,
+    flushall,
+    free_port,
+    load,
+    median,
+    parser,
+    pin,
+    render_table,
+    rounds_of,
+    start_redis,
+    telegram_load,
+    webchat_load,
+    workdir,
+    wrk_path,
+)
+from switchboard.queue.keys import GlobalKeys
+
+TARGET_RATIO = 0.35
+CONNECTIONS = 32
+WEB_SESSIONS = 64
+
+
+@dataclass
+class Target:
+    """One server under load."""
+
+    key: str
+    label: str
+    proc: Proc
+    url: str
+    switchboard: bool
+    results: list[LoadResult] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+
+def create_web_sessions(base_url: str, count: int) -> list[str]:
+    """Open ``count`` web chat sessions and return their bearer tokens."""
+    tokens = []
+    for _ in range(count):
+        req = urllib.request.Request(f"{base_url}/api/chat/sessions", data=b"{}", method="POST")  # noqa: S310
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
+            tokens.append(json.loads(resp.read())["token"])
+    return tokens
+
+
+def accepted_count(redis_url: str) -> int:
+    """Messages the queue has accepted since the last flush (its own counter)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.hget(GlobalKeys().stats, "accepted") or 0)
+    finally:
+        client.close()
+
+
+def spec_for(target: Target, start: int) -> PostLoad:
+    """The requests a target receives (a fresh counter range per run)."""
+    if target.key == "webchat":
+        return webchat_load(create_web_sessions(target.url, WEB_SESSIONS), start=start)
+    return telegram_load(start=start)
+
+
+async def run(argv: list[str] | None = None) -> list[Row]:
+    """Run the benchmark, print its tables, return the summary rows."""
+    p = parser(__doc__.splitlines()[0] if __doc__ else "ingest")
+    p.add_argument("--seconds", type=float, default=None, help="load per measurement (default 10, quick 1)")
+    p.add_argument("--warmup", type=float, default=None, help="warm-up load before each measurement (default 2)")
+    p.add_argument("--load", choices=["auto", "wrk", "python"], default="auto", help="load generator")
+    ns = p.parse_args(argv)
+    rounds = rounds_of(ns)
+    seconds = ns.seconds or (1.0 if ns.quick else 10.0)
+    warmup = ns.warmup if ns.warmup is not None else (0.0 if ns.quick else 2.0)
+    generator = ns.load
+    if generator == "auto":
+        generator = "wrk" if wrk_path() else "python"
+        if generator == "python":
+            print(f"WARNING: {WRK_INSTALL_HINT}", file=sys.stderr)
+    elif generator == "wrk" and not wrk_path():
+        raise SystemExit(f"--load wrk: {WRK_INSTALL_HINT.split(';')[0]}")
+    server_cpus, load_cpus = cores()
+    if server_cpus is None:
+        print("WARNING: one CPU only: server, Redis and load share it; ratios still mean something", file=sys.stderr)
+    pin(os.getpid(), load_cpus)  # this process, Redis, the fake and the load generator stay off the server's core
+    print(f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator} -t1 -c{CONNECTIONS}; "
+          f"server on CPU {sorted(server_cpus or [])}, load + Redis on CPU {sorted(load_cpus or [])}; "
+          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+
+    with workdir("sb-bench-ingest-") as tmp:
+        server = start_redis(tmp, load_cpus)
+        procs: list[Proc] = []
+        try:
+            fake_port = free_port()
+            fake = Proc("fake-telegram", [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)],
+                        cpus=load_cpus, log_dir=tmp)  # fmt: skip
+            procs.append(fake)
+            fake_url = f"http://127.0.0.1:{fake_port}"
+            fake.wait_http(f"{fake_url}/_fake/calls")
+            targets = start_targets(tmp, server.url, fake_url, server_cpus, procs)
+            for number in range(1, rounds + 1):
+                for target in targets:
+                    base = number * 10_000_000
+                    if warmup > 0:
+                        await load(target.url, spec_for(target, base), connections=CONNECTIONS, seconds=warmup,
+                                   cpus=load_cpus, scratch=tmp, generator=generator)  # fmt: skip
+                    flushall(server.url)
+                    spec = spec_for(target, base + 5_000_000)
+                    result = await load(target.url, spec, connections=CONNECTIONS, seconds=seconds,
+                                        cpus=load_cpus, scratch=tmp, generator=generator)  # fmt: skip
+                    target.results.append(result)
+                    if target.switchboard:
+                        target.accepted.append(accepted_count(server.url))
+                print(f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets),
+                      flush=True)  # fmt: skip
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+            server.stop()
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return report(targets, rounds, spec.body_bytes)
+
+
+def start_targets(
+    tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc]
+) -> list[Target]:
+    """Start the four servers, each pinned to the server core, and wait until they answer."""
+    targets: list[Target] = []
+
+    def add(key: str, label: str, args: list[str], health: str, port: int, *, env: dict[str, str] | None = None,
+            switchboard: bool = False, ok: int | None = 200) -> None:  # fmt: skip
+        proc = Proc(key, args, env=env, cpus=cpus, log_dir=tmp)
+        procs.append(proc)
+        proc.wait_http(f"http://127.0.0.1:{port}{health}", ok=ok)
+        targets.append(Target(key, label, proc, f"http://127.0.0.1:{port}", switchboard))
+
+    aio_port = free_port()
+    add("aiohttp", "raw aiohttp hello-world (baseline)", [PYTHON, "-m", "bench._servers", "aiohttp", "--port",
+        str(aio_port)], "/healthz", aio_port)  # fmt: skip
+    web_port = free_port()
+    env = bench_env(redis_url, tmp / "data", port=web_port, telegram_url=fake_url)
+    web_args = [PYTHON, "-m", "switchboard", "web"]
+    add("telegram", "switchboard web: Telegram webhook", web_args, "/healthz", web_port, env=env, switchboard=True)
+    web = targets[-1]
+    targets.append(Target("webchat", "switchboard web: POST /api/chat/messages", web.proc, web.url, True))
+    ptb_port = free_port()
+    add("ptb", "python-telegram-bot run_webhook (baseline)", [PYTHON, "-m", "bench._servers", "ptb", "--port",
+        str(ptb_port), "--api", fake_url], "/webhooks/telegram", ptb_port, ok=None)  # fmt: skip
+    return targets
+
+
+def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
+    """Print the per-round and summary tables; return the summary rows."""
+    by = {t.key: t for t in targets}
+    aio, ptb = by["aiohttp"], by["ptb"]
+    per_round = []
+    for i in range(rounds):
+        for t in targets:
+            r = t.results[i]
+            accepted = str(t.accepted[i]) if t.switchboard else "—"
+            per_round.append([i + 1, t.key, fmt(r.rps, 0), fmt(r.p50_ms, 2), fmt(r.p99_ms, 2), r.requests, accepted,
+                              r.errors])  # fmt: skip
+    print()
+    print(render_table("Ingest, every round", ["round", "server", "req/s", "p50 ms", "p99 ms", "answered",
+                                                "accepted in Redis", "errors"], per_round))  # fmt: skip
+
+    def ratio(t: Target, base: Target) -> float:
+        return median([a.rps / b.rps for a, b in zip(t.results, base.results, strict=True) if b.rps])
+
+    rows = []
+    for t in targets:
+        rows.append([
+            t.label,
+            fmt(median([r.rps for r in t.results]), 0),
+            fmt(median([r.p50_ms for r in t.results]), 2),
+            fmt(median([r.p99_ms for r in t.results]), 2),
+            f"{ratio(t, aio):.2f}",
+            f"{ratio(t, ptb):.2f}",
+            sum(r.errors for r in t.results),
+        ])  # fmt: skip
+    gen = targets[0].results[0].generator
+    print(render_table(
+        f"Ingest on one server core ({gen} -t1 -c{CONNECTIONS}, ~{body_bytes} B bodies, median of {rounds} round(s))",
+        ["server", "req/s", "p50 ms", "p99 ms", "vs raw aiohttp", "vs python-telegram-bot", "errors"], rows))  # fmt: skip
+    summary = []
+    for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):
+        value = ratio(by[key], aio)
+        summary.append(Row("ingest", f"{name} req/s vs raw aiohttp", f"{value:.2f}×", f"≥ {TARGET_RATIO}×",
+                           value >= TARGET_RATIO))  # fmt: skip
+    tg_ptb = ratio(by["telegram"], ptb)
+    summary.append(Row("ingest", "Telegram webhook req/s vs python-telegram-bot", f"{tg_ptb:.2f}×", "≈ 3× (report)",
+                       None))  # fmt: skip
+    summary.append(Row("ingest", "Telegram webhook p50 / p99", f"{fmt(median([r.p50_ms for r in by['telegram'].results]), 2)}"
+                       f" / {fmt(median([r.p99_ms for r in by['telegram'].results]), 2)} ms", "(report)", None))  # fmt: skip
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.ingest``."""
+    rows = asyncio.run(run(argv))
+    print(render_table("Summary", SUMMARY_HEADERS, [r.cells() for r in rows]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

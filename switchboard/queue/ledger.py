@@ -1,0 +1,195 @@
+"""What a drain records for one session under one lease: every step is one fenced Lua script.
+
+``begin`` counts an attempt before it runs, or, when the inbox is empty, ends the drain (lease, drain flag
+and runnable mark removed in that same step, so nothing is stranded); ``fail`` logs a failed attempt;
+``complete`` acks a finished turn with its history, facts and latencies; ``dead_letter`` sets a poison
+message aside. Each first checks that the lease still belongs to this epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Receipt
+from switchboard.core.events import ReplySent, RunCompleted, RunDeadLettered, RunFailed
+from switchboard.core.messages import InboundMessage
+from switchboard.core.turn import HistoryEntry
+from switchboard.queue import scripts
+from switchboard.queue.eventlog import encode_event
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.lease import LeaseToken
+from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
+from switchboard.settings import QueueSettings
+
+__all__ = ["DEAD_LETTER_CAP", "GLOBAL_DEAD_LETTER_CAP", "MAX_COLLECT", "Attempt", "Ledger"]
+
+MAX_COLLECT: Final = 50
+"""Most waiting messages folded into one turn under the ``collect`` policy."""
+DEAD_LETTER_CAP: Final = 100
+"""Dead-letter records kept per session."""
+GLOBAL_DEAD_LETTER_CAP: Final = 10_000
+"""Approximate length of the operators' stream of dead letters across sessions."""
+_GLOBAL = GlobalKeys()
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt at the inbox head, as ``begin`` counted it."""
+
+    attempt: int
+    """Attempts started for the head message, this one included."""
+    dead: bool
+    """Past ``max_attempts``: dead-letter it instead of running."""
+    last_error: str
+    ids: list[str]
+    """The message ids the turn handles (one, or several under ``collect``)."""
+    bodies: list[str]
+    """Their stored JSON (empty when a record is missing)."""
+
+
+class Ledger:
+    """Fenced records of one drain."""
+
+    def __init__(self, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings, *, worker_id: str) -> None:
+        self.redis = redis
+        self.lease = lease
+        self.settings = settings
+        self.worker_id = worker_id
+        self.keys = SessionKeys(lease.session)
+
+    async def _run(self, script: scripts.Script, keys: list[str], args: list[scripts.ScriptArg]) -> Any:
+        return await script(
+            self.redis,
+            [self.keys.lease, _GLOBAL.fenced_rejections, *keys],
+            [self.lease.token, *args],
+            session=self.lease.session,
+            epoch=self.lease.epoch,
+        )
+
+    async def begin(self) -> Attempt | None:
+        """Count an attempt at the inbox head and log ``run_started``.
+
+        Returns ``None`` when the inbox is empty, in which case the drain has been released in the same
+        atomic step (lease, drain flag and runnable mark removed).
+        """
+        k = self.keys
+        reply = await self._run(
+            scripts.BEGIN,
+            [k.inbox, k.messages, k.attempts, k.meta, k.events, k.drain, _GLOBAL.runnable],
+            [
+                MAX_COLLECT,
+                self.settings.max_attempts,
+                self.settings.events_maxlen,
+                self.lease.epoch,
+                self.worker_id,
+                f"{time.time():.3f}",
+                self.lease.session,
+            ],
+        )
+        if not reply:
+            return None
+        n = int(reply[4])
+        ids = [v.decode() for v in reply[5 : 5 + n]]
+        bodies = [v.decode() for v in reply[5 + n : 5 + 2 * n]]
+        return Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
+
+    async def fail(self, attempt: Attempt, error: str) -> None:
+        """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing)."""
+        event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=error)
+        await self._run(
+            scripts.FAIL,
+            [self.keys.attempts, self.keys.events, _GLOBAL.stats],
+            [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen],
+        )
+
+    async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:
+        """Set the attempt's messages aside with ``reason`` and ack them; returns the inbox length left."""
+        k = self.keys
+        now = time.time()
+        record = {
+            "session": self.lease.session,
+            "message_ids": attempt.ids,
+            "attempts": attempts,
+            "reason": reason,
+            "at": now,
+            "messages": [json.loads(body) for body in attempt.bodies if body],
+        }
+        event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
+        remaining = await self._run(
+            scripts.DEAD_LETTER,
+            [k.inbox, k.messages, k.attempts, k.events, k.dead, _GLOBAL.dead_letters, k.outbox, _GLOBAL.stats, k.meta],
+            [
+                json.dumps(attempt.ids),
+                json.dumps(record, separators=(",", ":")),
+                json.dumps([encode_event(event)]),
+                self.settings.events_maxlen,
+                json.dumps(list(outbox_keys)),
+                DEAD_LETTER_CAP,
+                GLOBAL_DEAD_LETTER_CAP,
+                int(now * 1000),
+            ],
+        )
+        return int(remaining)
+
+    async def complete(
+        self,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        *,
+        reply_text: str,
+        reply_to: str | None,
+        receipt: Receipt | None,
+        started: float,
+        outbox_keys: Sequence[str],
+    ) -> int:
+        """Ack the handled messages, append history and facts, record latencies; returns the inbox length left."""
+        k = self.keys
+        now = time.time()
+        history = [
+            HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
+            for m in messages
+        ]
+        history.append(HistoryEntry(role="assistant", text=reply_text, message_id=reply_to, at=now).model_dump_json())
+        events: list[str] = []
+        if receipt is not None:
+            sent = ReplySent(at=now, message_id=reply_to, chars=len(reply_text), parts=receipt.parts)
+            events.append(encode_event(sent))
+        done = RunCompleted(at=now, message_id=attempt.ids[0], duration_ms=(now - started) * 1000)
+        events.append(encode_event(done))
+        wait = max(started - messages[0].received_at, 0.0)
+        run = max(now - started, 0.0)
+        remaining = await self._run(
+            scripts.COMPLETE,
+            [
+                k.inbox,
+                k.messages,
+                k.attempts,
+                k.history,
+                k.events,
+                k.outbox,
+                k.meta,
+                _GLOBAL.stats,
+                _GLOBAL.histogram("queue_wait"),
+                _GLOBAL.histogram("run"),
+            ],
+            [
+                json.dumps(attempt.ids),
+                json.dumps(history),
+                self.settings.history_maxlen,
+                json.dumps(events),
+                self.settings.events_maxlen,
+                json.dumps(list(outbox_keys)),
+                bucket_field(wait, QUEUE_WAIT_BUCKETS),
+                f"{wait:.6f}",
+                bucket_field(run, RUN_DURATION_BUCKETS),
+                f"{run:.6f}",
+                int(now * 1000),
+            ],
+        )
+        return int(remaining)
