@@ -36,6 +36,8 @@ class Stack:
     fake_url: str
     web_url: str
     worker_ready_s: float = 0.0
+    since: int = 0
+    """The fake's last call sequence number already read."""
 
     async def send(self, http: aiohttp.ClientSession, chat_id: int, update_id: int, text: str) -> float:
         """Post one signed update; returns the time (``time.time()``) the gateway acknowledged it.
