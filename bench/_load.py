@@ -224,6 +224,11 @@ class Proc:
         """The child's pid."""
         return self.popen.pid
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the process has used so far, in seconds."""
+        times = self.ps.cpu_times()
+        return float(times.user + times.system)
+
     def rss_mib(self) -> float:
         """Resident set size in MiB."""
         return float(self.ps.memory_info().rss) / 2**20

@@ -106,8 +106,19 @@ async def gateway(
     web_cpus: set[int] | None,
     worker_cpus: set[int] | None,
     worker_env: dict[str, str] | None = None,
+    profile_dir: Path | None = None,
 ) -> AsyncIterator[Stack]:
-    """Start Redis, the fake, the web tier (on ``web_cpus``) and one worker (on ``worker_cpus``); stop them after."""
+    """Start Redis, the fake, the web tier (on ``web_cpus``) and one worker (on ``worker_cpus``); stop them after.
+
+    With ``profile_dir``, web and worker run under cProfile and leave ``web.prof`` / ``worker.prof`` there.
+    """
+
+    def command(role: str) -> list[str]:
+        if profile_dir is None:
+            return [PYTHON, "-m", "switchboard", role]
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        return [PYTHON, "-m", "cProfile", "-o", str(profile_dir / f"{role}.prof"), "-m", "switchboard", role]
+
     server = start_redis(tmp, web_cpus)
     procs: list[Proc] = []
     try:
@@ -119,11 +130,11 @@ async def gateway(
         fake.wait_http(f"{fake_url}/_fake/calls")
         port = free_port()
         env = bench_env(server.url, tmp / "data", port=port, telegram_url=fake_url)
-        web = Proc("web", [PYTHON, "-m", "switchboard", "web"], env=env, cpus=web_cpus, log_dir=tmp)
+        web = Proc("web", command("web"), env=env, cpus=web_cpus, log_dir=tmp)
         procs.append(web)
         web_url = f"http://127.0.0.1:{port}"
         web.wait_http(f"{web_url}/healthz")
-        worker = Proc("worker", [PYTHON, "-m", "switchboard", "worker"], env={**env, **(worker_env or {})},
+        worker = Proc("worker", command("worker"), env={**env, **(worker_env or {})},
                       cpus=worker_cpus, log_dir=tmp)  # fmt: skip
         procs.append(worker)
         ready = await _wait_worker(web_url, worker)

@@ -26,6 +26,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
@@ -145,6 +146,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     p = parser(__doc__.splitlines()[0] if __doc__ else "e2e")
     p.add_argument("--sessions", type=int, default=None, help="sessions (default 100, quick 4)")
     p.add_argument("--messages", type=int, default=None, help="messages per session (default 20, quick 3)")
+    p.add_argument("--profile", type=Path, default=None, help="run web and worker under cProfile, .prof files here")
     ns = p.parse_args(argv)
     rounds = rounds_of(ns)
     sessions = ns.sessions or (4 if ns.quick else 100)
@@ -158,7 +160,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     halves: list[Phase] = []
     floors: list[float] = []
     with workdir("sb-bench-e2e-") as tmp:
-        async with gateway(tmp, web_cpus=other_cpus, worker_cpus=worker_cpus) as stack:
+        async with gateway(tmp, web_cpus=other_cpus, worker_cpus=worker_cpus, profile_dir=ns.profile) as stack:
             connector = aiohttp.TCPConnector(limit=CONNECTIONS * 4)
             async with aiohttp.ClientSession(connector=connector) as http:
                 await full_load(stack, http, plan(0, 2, 2, 0), 1, name="warm-up")

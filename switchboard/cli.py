@@ -27,6 +27,8 @@ __all__ = ["main"]
 logger = logging.getLogger("switchboard")
 
 SIMULATE_FILE = "simulate.json"
+DEMO_OFFLINE_DELAY_MS = 500
+"""``switchboard run`` paces the offline model over this long unless SWITCHBOARD_OFFLINE__DELAY_MS is set."""
 
 
 def _configure_logging(level: str) -> None:
@@ -188,6 +190,9 @@ def cmd_run(settings: Settings) -> int:
     from switchboard.queue.embedded import EmbeddedRedis
 
     started = time.monotonic()
+    if "delay_ms" not in settings.offline.model_fields_set:
+        # On a laptop demo the offline model paces its answer, so the reply visibly streams in.
+        settings.offline = settings.offline.model_copy(update={"delay_ms": DEMO_OFFLINE_DELAY_MS})
     embedded = None
     if not settings.redis_url:
         embedded = EmbeddedRedis(settings.data_path / "redis")

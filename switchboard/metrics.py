@@ -44,6 +44,9 @@ class _QueueCollector(Collector):
             ("dead_letters", s.dead_letters, "Messages set aside after repeated failures"),
             ("fenced_rejections", s.fenced_rejections, "Writes refused because their lease epoch was stale"),
             ("send_window_duplicates", s.send_window_duplicates, "Sends repeated after a crash inside the send window"),
+            ("credits", s.credits, "Credits metered from the price table"),
+            ("input_tokens", s.input_tokens, "Model input tokens"),
+            ("output_tokens", s.output_tokens, "Model output tokens"),
         ):
             yield CounterMetricFamily(f"switchboard_{name}", help_text, value=value)
         for name, hist, help_text in (

@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.agent import Agent
-from switchboard.core.events import Event
+from switchboard.core.events import Event, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, FencedWriteError
@@ -42,6 +42,7 @@ from switchboard.queue.eventlog import EventLog
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, Ledger
 from switchboard.queue.outbox import Outbox, idempotency_key
+from switchboard.queue.stats import record_usage
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
@@ -93,6 +94,8 @@ class _Turn:
     reply_to: str | None = None
     run_id: str = ""
     deltas: int = 0
+    acts: int = 0
+    outbox: Outbox | None = None
     typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
 
 
@@ -111,10 +114,27 @@ class _Sink:
         turn.deltas += 1
         await self._drainer._notify(turn, StreamDelta(text=text, reply_to=turn.reply_to), f"delta:{turn.deltas}")
 
+    async def act(self, action: Action) -> None:
+        """A channel action a tool asked for (send a file, offer a choice): through the outbox, once."""
+        turn = self._turn
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.conversation is None or turn.outbox is None:
+            return
+        turn.acts += 1
+        await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
+
     async def event(self, event: Event) -> None:
         if self._turn.lost.is_set():
             raise _lost(self._turn.lease)
         await self._events.append(event)
+        if isinstance(event, UsageMetered):
+            await record_usage(
+                self._drainer.redis,
+                credits=event.credits,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
+            )
 
 
 def _swallow(task: asyncio.Task[None]) -> None:
@@ -201,6 +221,7 @@ class Drainer:
                 messages.append(InboundMessage.model_validate_json(body))
         turn.run_id = f"run-{attempt.ids[0]}"
         outbox = Outbox(self.redis, lease, self._perform_for(turn), sleep=self._sleep)
+        turn.outbox = outbox
         if not messages:
             await self._dead_letter(turn, attempt, messages, outbox, "message record missing", attempt.attempt - 1)
             return
@@ -253,6 +274,7 @@ class Drainer:
             run_id=turn.run_id,
             deadline=time.time() + agent.limits.deadline_s,
             tenant=conversation.tenant,
+            actor=messages[-1].sender.id,
         )
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = RedisSessionStore.for_lease(self.redis, turn.lease, self.settings)

@@ -25,6 +25,7 @@ __all__ = [
     "Stats",
     "bucket_field",
     "read_stats",
+    "record_usage",
 ]
 
 QUEUE_WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -41,6 +42,7 @@ _COUNTERS: Final = (
     "dead_letters",
     "send_window_duplicates",
 )
+_USAGE: Final = ("credits", "input_tokens", "output_tokens")
 
 
 def bucket_field(value: float, bounds: Sequence[float]) -> str:
@@ -74,6 +76,9 @@ class Stats:
     runnable_sessions: int
     queue_wait: Histogram
     run_duration: Histogram
+    credits: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 def _int(value: bytes | str | None) -> int:
@@ -94,11 +99,12 @@ async def read_stats(redis: aioredis.Redis) -> Stats:
     """Read every counter and histogram in one round trip."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hmget(_GLOBAL.stats, list(_COUNTERS))
+        pipe.hmget(_GLOBAL.stats, list(_USAGE))
         pipe.get(_GLOBAL.fenced_rejections)
         pipe.zcard(_GLOBAL.runnable)
         pipe.hgetall(_GLOBAL.histogram("queue_wait"))
         pipe.hgetall(_GLOBAL.histogram("run"))
-        counters, fenced, runnable, wait, run = await pipe.execute()
+        counters, usage, fenced, runnable, wait, run = await pipe.execute()
     values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))
     return Stats(
         **values,
@@ -106,4 +112,16 @@ async def read_stats(redis: aioredis.Redis) -> Stats:
         runnable_sessions=int(runnable),
         queue_wait=_histogram(wait, QUEUE_WAIT_BUCKETS),
         run_duration=_histogram(run, RUN_DURATION_BUCKETS),
+        credits=float(usage[0] or 0),
+        input_tokens=_int(usage[1]),
+        output_tokens=_int(usage[2]),
     )
+
+
+async def record_usage(redis: aioredis.Redis, *, credits: float, input_tokens: int, output_tokens: int) -> None:
+    """Add one turn's metered usage to the deployment-wide totals."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hincrbyfloat(_GLOBAL.stats, "credits", credits)
+        pipe.hincrby(_GLOBAL.stats, "input_tokens", input_tokens)
+        pipe.hincrby(_GLOBAL.stats, "output_tokens", output_tokens)
+        await pipe.execute()

@@ -83,3 +83,29 @@ class RedisSessionStore:
             session=self.session,
             epoch=self.epoch,
         )
+
+    async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
+        """Search the conversation history and the event log (the ``search_history`` tool's backend).
+
+        Every word of ``query`` must appear (case-insensitive); most recent first, at most ``limit``.
+        """
+        words = [w for w in query.lower().split() if w]
+        found: list[dict[str, Any]] = []
+        history = await self.redis.lrange(self._keys.history, 0, -1)
+        for seq in range(len(history) - 1, -1, -1):
+            entry = HistoryEntry.model_validate_json(history[seq])
+            if all(w in entry.text.lower() for w in words):
+                found.append({"role": entry.role, "text": entry.text, "seq": seq, "at": entry.at})
+                if len(found) >= limit:
+                    return found
+        entries = await self.redis.xrevrange(self._keys.events, count=self.settings.events_maxlen)
+        for event_id, fields in entries or []:
+            raw = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (fields or {}).items()}
+            body = raw.get("event") or raw.get("data") or b""
+            text = body.decode() if isinstance(body, bytes) else str(body)
+            if words and all(w in text.lower() for w in words):
+                eid = event_id.decode() if isinstance(event_id, bytes) else event_id
+                found.append({"kind": "event", "text": text[:2000], "seq": eid})
+                if len(found) >= limit:
+                    break
+        return found

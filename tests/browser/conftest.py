@@ -271,7 +271,7 @@ class ChatPage:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def open_chat(gateway: Gateway, browser: Browser) -> AsyncIterator[Callable[[], Awaitable[ChatPage]]]:
-    """Open the chat in a fresh browser context (fresh storage: a new session); JavaScript errors fail the test."""
+    """Open the chat in a fresh browser context (fresh storage: a new session); console errors fail the test."""
     contexts: list[BrowserContext] = []
     pages: list[ChatPage] = []
 
@@ -282,6 +282,7 @@ async def open_chat(gateway: Gateway, browser: Browser) -> AsyncIterator[Callabl
         page = await context.new_page()
         chat = ChatPage(page=page, url=gateway.url)
         page.on("pageerror", lambda exc: chat.errors.append(str(exc)))
+        page.on("console", lambda msg: chat.errors.append(msg.text) if msg.type == "error" else None)
         pages.append(chat)
         await chat.open()
         return chat
@@ -290,4 +291,4 @@ async def open_chat(gateway: Gateway, browser: Browser) -> AsyncIterator[Callabl
     for context in contexts:
         await context.close()
     errors = [error for chat in pages for error in chat.errors]
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    assert errors == [], f"errors in the browser console: {errors}"

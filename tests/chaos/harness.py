@@ -47,8 +47,8 @@ __all__ = [
     "SECRET",
     "Gateway",
     "WorkerPool",
-    "chat_of",
     "chaos_env",
+    "chat_of",
     "collect",
     "interleaved",
     "key_of",
@@ -58,8 +58,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-BOT_TOKEN = "424242:chaos-token"  # noqa: S105 - a test credential for the fake
-SECRET = "chaos_secret-1"  # noqa: S105 - a test credential for the fake
+BOT_TOKEN = "424242:chaos-token"
+SECRET = "chaos_secret-1"
 CHAT_BASE = 10_000
 _LISTENING = re.compile(r"worker (\S+) listening on queue")
 _GLOBAL = GlobalKeys()
@@ -153,7 +153,7 @@ class WorkerPool:
         with slot.log.open("ab") as log:
             log.write(f"--- start {slot.generation} at {time.time():.3f}\n".encode())
             log.flush()
-            slot.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            slot.process = subprocess.Popen(
                 [sys.executable, "-m", "switchboard", "worker"],
                 env=self.env,
                 cwd=ROOT,

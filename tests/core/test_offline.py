@@ -139,15 +139,18 @@ async def test_final_no_tools_request_says_what_ran_out_and_what_was_done() -> N
     assert "1 tool call(s) (current_time)" in text
 
 
-async def test_delay_sleeps_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_delay_is_spent_once_per_answer_and_paces_the_deltas(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
 
     async def fake_sleep(seconds: float) -> None:
         slept.append(seconds)
 
     monkeypatch.setattr(offline_module.asyncio, "sleep", fake_sleep)
-    await _events(OfflineModel(delay_ms=250), _req("a fairly long message with many words to stream"))
-    assert slept == [0.25]
+    events = await _events(OfflineModel(delay_ms=250), _req("a fairly long message with many words to stream"))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert slept[0] == 0.125  # half before the first token
+    assert len(slept) == len(deltas)  # then one pause between consecutive deltas
+    assert sum(slept) == pytest.approx(0.25)
 
 
 async def test_what_time_is_it_end_to_end_through_the_runtime(tmp_path: Path) -> None:

@@ -67,10 +67,11 @@ class OfflineModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """One step: either a tool call or an answer streamed in word chunks."""
-        if self.delay_ms:
-            await asyncio.sleep(self.delay_ms / 1000)
-        input_tokens = _words(request.system) + sum(_words(m.content) for m in request.messages)
         call = self._tool_call(request)
+        if self.delay_ms:
+            # Half the delay before the first token (all of it for a tool call), the rest spread over the deltas.
+            await asyncio.sleep(self.delay_ms / 1000 / (1 if call is not None else 2))
+        input_tokens = _words(request.system) + sum(_words(m.content) for m in request.messages)
         if call is not None:
             yield ToolCallEvent(call=call)
             yield Usage(input_tokens=input_tokens, output_tokens=_words(json.dumps(call.arguments)) + 1)
@@ -78,7 +79,10 @@ class OfflineModel:
             return
         text = self._answer(request)
         words = text.split(" ")
-        for start in range(0, len(words), _CHUNK_WORDS):
+        starts = range(0, len(words), _CHUNK_WORDS)
+        for start in starts:
+            if start and self.delay_ms:
+                await asyncio.sleep(self.delay_ms / 2000 / max(len(starts) - 1, 1))
             piece = " ".join(words[start : start + _CHUNK_WORDS])
             yield TextDelta(text=piece if start == 0 else " " + piece)
         yield Usage(input_tokens=input_tokens, output_tokens=_words(text))
