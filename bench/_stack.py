@@ -123,8 +123,12 @@ async def gateway(
     procs: list[Proc] = []
     try:
         fake_port = free_port()
-        fake = Proc("fake-telegram", [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)],
-                    cpus=web_cpus, log_dir=tmp)  # fmt: skip
+        fake = Proc(
+            "fake-telegram",
+            [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)],
+            cpus=web_cpus,
+            log_dir=tmp,
+        )
         procs.append(fake)
         fake_url = f"http://127.0.0.1:{fake_port}"
         fake.wait_http(f"{fake_url}/_fake/calls")
@@ -134,8 +138,7 @@ async def gateway(
         procs.append(web)
         web_url = f"http://127.0.0.1:{port}"
         web.wait_http(f"{web_url}/healthz")
-        worker = Proc("worker", command("worker"), env={**env, **(worker_env or {})},
-                      cpus=worker_cpus, log_dir=tmp)  # fmt: skip
+        worker = Proc("worker", command("worker"), env={**env, **(worker_env or {})}, cpus=worker_cpus, log_dir=tmp)
         procs.append(worker)
         ready = await _wait_worker(web_url, worker)
         yield Stack(server, fake, web, worker, fake_url, web_url, ready)

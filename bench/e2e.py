@@ -42,6 +42,7 @@ from bench._load import (
     pin,
     render_table,
     rounds_of,
+    verdicts,
     workdir,
 )
 from bench._stack import Replies, Stack, gateway
@@ -66,6 +67,9 @@ class Phase:
     duplicates: int
     offered: float = 0.0
     """The sender's rate (paced phases)."""
+    worker_cpu_ms: float = float("nan")
+    """Worker CPU time (user + system) per message: what one message costs it, whatever the neighbours do."""
+    web_cpu_ms: float = float("nan")
 
 
 def plan(round_no: int, sessions: int, messages: int, phase: int) -> list[tuple[int, str]]:
@@ -74,8 +78,9 @@ def plan(round_no: int, sessions: int, messages: int, phase: int) -> list[tuple[
     return [(base + s, f"tok{round_no}{phase}x{s}x{i}y") for i in range(messages) for s in range(sessions)]
 
 
-async def full_load(stack: Stack, http: aiohttp.ClientSession, items: list[tuple[int, str]], update0: int,
-                    name: str = "full load") -> Phase:  # fmt: skip
+async def full_load(
+    stack: Stack, http: aiohttp.ClientSession, items: list[tuple[int, str]], update0: int, name: str = "full load"
+) -> Phase:
     """Send everything with ``CONNECTIONS`` requests in flight; wait for every reply."""
     accepted: dict[str, float] = {}
     queue = list(enumerate(items))
@@ -91,8 +96,9 @@ async def full_load(stack: Stack, http: aiohttp.ClientSession, items: list[tuple
     return await _finish(stack, http, name, accepted, started)
 
 
-async def paced_load(stack: Stack, http: aiohttp.ClientSession, items: list[tuple[int, str]], update0: int,
-                     rate: float, name: str) -> Phase:  # fmt: skip
+async def paced_load(
+    stack: Stack, http: aiohttp.ClientSession, items: list[tuple[int, str]], update0: int, rate: float, name: str
+) -> Phase:
     """Open loop: message k leaves at ``k / rate`` s whatever the answers do; wait for every reply."""
     accepted: dict[str, float] = {}
     tasks: list[asyncio.Task[None]] = []
@@ -114,8 +120,9 @@ async def paced_load(stack: Stack, http: aiohttp.ClientSession, items: list[tupl
     return phase
 
 
-async def _finish(stack: Stack, http: aiohttp.ClientSession, name: str, accepted: dict[str, float],
-                  started: float) -> Phase:  # fmt: skip
+async def _finish(
+    stack: Stack, http: aiohttp.ClientSession, name: str, accepted: dict[str, float], started: float
+) -> Phase:
     replies = Replies(TOKEN)
     replies.since = stack.since
     await replies.collect(http, stack.fake_url, set(accepted), timeout=60 + len(accepted) / 50)
@@ -125,6 +132,15 @@ async def _finish(stack: Stack, http: aiohttp.ClientSession, name: str, accepted
     last = max(delivered.values(), default=started)
     rate = len(delivered) / (last - started) if last > started else 0.0
     return Phase(name, len(accepted), rate, latencies, len(accepted) - len(delivered), replies.duplicates)
+
+
+def _charge(phase: Phase, stack: Stack, before: tuple[float, float]) -> tuple[float, float]:
+    """Record the worker's and the web tier's CPU per message since ``before``; return the new readings."""
+    now = (stack.worker.cpu_s(), stack.web.cpu_s())
+    count = max(phase.messages, 1)
+    phase.worker_cpu_ms = (now[0] - before[0]) / count * 1000
+    phase.web_cpu_ms = (now[1] - before[1]) / count * 1000
+    return now
 
 
 async def fake_floor(stack: Stack, http: aiohttp.ClientSession, count: int) -> float:
@@ -153,9 +169,12 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     messages = ns.messages or (3 if ns.quick else 20)
     worker_cpus, other_cpus = cores()
     pin(os.getpid(), other_cpus)
-    print(f"e2e: {rounds} round(s) of {sessions} sessions × {messages} messages; worker on CPU "
-          f"{sorted(worker_cpus or [])}, web + Redis + fake + sender on CPU {sorted(other_cpus or [])}; "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    print(
+        f"e2e: {rounds} round(s) of {sessions} sessions × {messages} messages; worker on CPU "
+        f"{sorted(worker_cpus or [])}, web + Redis + fake + sender on CPU {sorted(other_cpus or [])}; "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     fulls: list[Phase] = []
     halves: list[Phase] = []
     floors: list[float] = []
@@ -165,60 +184,127 @@ async def run(argv: list[str] | None = None) -> list[Row]:
             async with aiohttp.ClientSession(connector=connector) as http:
                 await full_load(stack, http, plan(0, 2, 2, 0), 1, name="warm-up")
                 for r in range(1, rounds + 1):
+                    cpu = (stack.worker.cpu_s(), stack.web.cpu_s())
                     full = await full_load(stack, http, plan(r, sessions, messages, 1), r * 1_000_000)
+                    cpu = _charge(full, stack, cpu)
                     fulls.append(full)
                     rate = max(full.rate / 2, 1.0)
-                    half = await paced_load(stack, http, plan(r, sessions, messages, 2), r * 1_000_000 + 500_000,
-                                            rate, "half load")  # fmt: skip
+                    half = await paced_load(
+                        stack, http, plan(r, sessions, messages, 2), r * 1_000_000 + 500_000, rate, "half load"
+                    )
+                    _charge(half, stack, cpu)
                     halves.append(half)
                     floors.append(await fake_floor(stack, http, 20 if ns.quick else 200))
-                    print(f"  round {r}: full {full.rate:,.0f} msg/s (p50 {percentile(full.latencies_ms, 50):.1f} ms), "
-                          f"half {half.rate:,.0f} msg/s p50 {percentile(half.latencies_ms, 50):.1f} ms "
-                          f"p99 {percentile(half.latencies_ms, 99):.1f} ms", flush=True)  # fmt: skip
+                    print(
+                        f"  round {r}: full {full.rate:,.0f} msg/s (p50 {percentile(full.latencies_ms, 50):.1f} ms), "
+                        f"half {half.rate:,.0f} msg/s p50 {percentile(half.latencies_ms, 50):.1f} ms "
+                        f"p99 {percentile(half.latencies_ms, 99):.1f} ms",
+                        flush=True,
+                    )
             worker_rss = stack.worker.rss_mib()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    return report(fulls, halves, floors, sessions, messages, worker_rss)
+    return verdicts(report(fulls, halves, floors, sessions, messages, worker_rss), ns.quick)
 
 
-def report(fulls: list[Phase], halves: list[Phase], floors: list[float], sessions: int, messages: int,
-           worker_rss: float) -> list[Row]:  # fmt: skip
+def report(
+    fulls: list[Phase], halves: list[Phase], floors: list[float], sessions: int, messages: int, worker_rss: float
+) -> list[Row]:
     """Print the tables; return the summary rows."""
     rows = []
     for i, (full, half) in enumerate(zip(fulls, halves, strict=True), start=1):
         for ph in (full, half):
-            rows.append([i, ph.name, ph.messages, fmt(ph.offered) if ph.offered else "as fast as possible",
-                         fmt(ph.rate), fmt(percentile(ph.latencies_ms, 50), 1), fmt(percentile(ph.latencies_ms, 99), 1),
-                         fmt(max(ph.latencies_ms, default=float("nan")), 1), ph.missing, ph.duplicates])  # fmt: skip
+            rows.append(
+                [
+                    i,
+                    ph.name,
+                    ph.messages,
+                    fmt(ph.offered) if ph.offered else "as fast as possible",
+                    fmt(ph.rate),
+                    fmt(percentile(ph.latencies_ms, 50), 1),
+                    fmt(percentile(ph.latencies_ms, 99), 1),
+                    fmt(max(ph.latencies_ms, default=float("nan")), 1),
+                    fmt(ph.worker_cpu_ms, 2),
+                    fmt(ph.web_cpu_ms, 2),
+                    ph.missing,
+                    ph.duplicates,
+                ]
+            )
     print()
-    print(render_table(
-        f"End to end, one worker ({sessions} sessions × {messages} messages per phase)",
-        ["round", "phase", "messages", "offered msg/s", "delivered msg/s", "p50 ms", "p99 ms", "max ms", "missing",
-         "duplicate replies"], rows))  # fmt: skip
+    print(
+        render_table(
+            f"End to end, one worker ({sessions} sessions × {messages} messages per phase)",
+            [
+                "round",
+                "phase",
+                "messages",
+                "offered msg/s",
+                "delivered msg/s",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "worker CPU ms/msg",
+                "web CPU ms/msg",
+                "missing",
+                "duplicate replies",
+            ],
+            rows,
+        )
+    )
     rate = median([f.rate for f in fulls])
     p50 = median([percentile(h.latencies_ms, 50) for h in halves])
     p99 = median([percentile(h.latencies_ms, 99) for h in halves])
     floor = median(floors)
-    print(render_table("End to end, medians", ["figure", "value"], [
-        ["messages/s through one worker (full load)", fmt(rate)],
-        ["accepted → delivered p50 / p99 at full load, ms",
-         f"{fmt(median([percentile(f.latencies_ms, 50) for f in fulls]))} / "
-         f"{fmt(median([percentile(f.latencies_ms, 99) for f in fulls]))}"],
-        ["accepted → delivered p50 / p99 at half load, ms", f"{fmt(p50)} / {fmt(p99)}"],
-        ["baseline: one sendChatAction + sendMessage round trip to the fake, ms", fmt(floor, 2)],
-        ["worker RSS after the run, MiB", fmt(worker_rss)],
-        ["missing / duplicate replies (all rounds)",
-         f"{sum(p.missing for p in fulls + halves)} / {sum(p.duplicates for p in fulls + halves)}"],
-    ]))  # fmt: skip
+    print(
+        render_table(
+            "End to end, medians",
+            ["figure", "value"],
+            [
+                ["messages/s through one worker (full load)", fmt(rate)],
+                [
+                    "accepted → delivered p50 / p99 at full load, ms",
+                    f"{fmt(median([percentile(f.latencies_ms, 50) for f in fulls]))} / "
+                    f"{fmt(median([percentile(f.latencies_ms, 99) for f in fulls]))}",
+                ],
+                ["accepted → delivered p50 / p99 at half load, ms", f"{fmt(p50)} / {fmt(p99)}"],
+                ["worker CPU per message at full load, ms", fmt(median([f.worker_cpu_ms for f in fulls]), 2)],
+                [
+                    "→ messages/s one worker could do on a core of its own (1000 / CPU ms)",
+                    fmt(1000 / median([f.worker_cpu_ms for f in fulls])),
+                ],
+                ["web tier CPU per message at full load, ms", fmt(median([f.web_cpu_ms for f in fulls]), 2)],
+                ["baseline: one sendChatAction + sendMessage round trip to the fake, ms", fmt(floor, 2)],
+                ["worker RSS after the run, MiB", fmt(worker_rss)],
+                [
+                    "missing / duplicate replies (all rounds)",
+                    f"{sum(p.missing for p in fulls + halves)} / {sum(p.duplicates for p in fulls + halves)}",
+                ],
+            ],
+        )
+    )
     return [
         Row("e2e", "messages/s through one worker", fmt(rate), f"≥ {TARGET_RATE:.0f}", rate >= TARGET_RATE),
-        Row("e2e", "p50 accepted → delivered, half load", f"{fmt(p50)} ms", f"≤ {TARGET_P50_MS:.0f} ms",
-            p50 <= TARGET_P50_MS),
-        Row("e2e", "p99 accepted → delivered, half load", f"{fmt(p99)} ms", f"≤ {TARGET_P99_MS:.0f} ms",
-            p99 <= TARGET_P99_MS),
-        Row("e2e", "missing / duplicate replies", f"{sum(p.missing for p in fulls + halves)} / "
-            f"{sum(p.duplicates for p in fulls + halves)}", "0 / 0",
-            sum(p.missing + p.duplicates for p in fulls + halves) == 0),
-    ]  # fmt: skip
+        Row(
+            "e2e",
+            "p50 accepted → delivered, half load",
+            f"{fmt(p50)} ms",
+            f"≤ {TARGET_P50_MS:.0f} ms",
+            p50 <= TARGET_P50_MS,
+        ),
+        Row(
+            "e2e",
+            "p99 accepted → delivered, half load",
+            f"{fmt(p99)} ms",
+            f"≤ {TARGET_P99_MS:.0f} ms",
+            p99 <= TARGET_P99_MS,
+        ),
+        Row(
+            "e2e",
+            "missing / duplicate replies",
+            f"{sum(p.missing for p in fulls + halves)} / {sum(p.duplicates for p in fulls + halves)}",
+            "0 / 0",
+            sum(p.missing + p.duplicates for p in fulls + halves) == 0,
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

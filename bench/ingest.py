@@ -40,8 +40,8 @@ from bench._load import (
     Row,
     bench_env,
     cores,
-    fmt,
     flushall,
+    fmt,
     free_port,
     load,
     median,
@@ -51,6 +51,7 @@ from bench._load import (
     rounds_of,
     start_redis,
     telegram_load,
+    verdicts,
     webchat_load,
     workdir,
     wrk_path,
@@ -81,9 +82,9 @@ def create_web_sessions(base_url: str, count: int) -> list[str]:
     """Open ``count`` web chat sessions and return their bearer tokens."""
     tokens = []
     for _ in range(count):
-        req = urllib.request.Request(f"{base_url}/api/chat/sessions", data=b"{}", method="POST")  # noqa: S310
+        req = urllib.request.Request(f"{base_url}/api/chat/sessions", data=b"{}", method="POST")
         req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(req, timeout=5) as resp:
             tokens.append(json.loads(resp.read())["token"])
     return tokens
 
@@ -125,17 +126,23 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     if server_cpus is None:
         print("WARNING: one CPU only: server, Redis and load share it; ratios still mean something", file=sys.stderr)
     pin(os.getpid(), load_cpus)  # this process, Redis, the fake and the load generator stay off the server's core
-    print(f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator} -t1 -c{CONNECTIONS}; "
-          f"server on CPU {sorted(server_cpus or [])}, load + Redis on CPU {sorted(load_cpus or [])}; "
-          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator} -t1 -c{CONNECTIONS}; "
+        f"server on CPU {sorted(server_cpus or [])}, load + Redis on CPU {sorted(load_cpus or [])}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
     with workdir("sb-bench-ingest-") as tmp:
         server = start_redis(tmp, load_cpus)
         procs: list[Proc] = []
         try:
             fake_port = free_port()
-            fake = Proc("fake-telegram", [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)],
-                        cpus=load_cpus, log_dir=tmp)  # fmt: skip
+            fake = Proc(
+                "fake-telegram",
+                [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)],
+                cpus=load_cpus,
+                log_dir=tmp,
+            )
             procs.append(fake)
             fake_url = f"http://127.0.0.1:{fake_port}"
             fake.wait_http(f"{fake_url}/_fake/calls")
@@ -144,43 +151,71 @@ async def run(argv: list[str] | None = None) -> list[Row]:
                 for target in targets:
                     base = number * 10_000_000
                     if warmup > 0:
-                        await load(target.url, spec_for(target, base), connections=CONNECTIONS, seconds=warmup,
-                                   cpus=load_cpus, scratch=tmp, generator=generator)  # fmt: skip
+                        await load(
+                            target.url,
+                            spec_for(target, base),
+                            connections=CONNECTIONS,
+                            seconds=warmup,
+                            cpus=load_cpus,
+                            scratch=tmp,
+                            generator=generator,
+                        )
                     flushall(server.url)
                     spec = spec_for(target, base + 5_000_000)
                     cpu = target.proc.cpu_s()
-                    result = await load(target.url, spec, connections=CONNECTIONS, seconds=seconds,
-                                        cpus=load_cpus, scratch=tmp, generator=generator)  # fmt: skip
+                    result = await load(
+                        target.url,
+                        spec,
+                        connections=CONNECTIONS,
+                        seconds=seconds,
+                        cpus=load_cpus,
+                        scratch=tmp,
+                        generator=generator,
+                    )
                     target.cpu_us.append((target.proc.cpu_s() - cpu) / max(result.requests, 1) * 1e6)
                     target.results.append(result)
                     if target.switchboard:
                         target.accepted.append(accepted_count(server.url))
-                print(f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets),
-                      flush=True)  # fmt: skip
+                print(
+                    f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets),
+                    flush=True,
+                )
         finally:
             for proc in reversed(procs):
                 proc.stop()
             server.stop()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    return report(targets, rounds, spec.body_bytes)
+    return verdicts(report(targets, rounds, spec.body_bytes), ns.quick)
 
 
-def start_targets(
-    tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc]
-) -> list[Target]:
+def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc]) -> list[Target]:
     """Start the four servers, each pinned to the server core, and wait until they answer."""
     targets: list[Target] = []
 
-    def add(key: str, label: str, args: list[str], health: str, port: int, *, env: dict[str, str] | None = None,
-            switchboard: bool = False, ok: int | None = 200) -> None:  # fmt: skip
+    def add(
+        key: str,
+        label: str,
+        args: list[str],
+        health: str,
+        port: int,
+        *,
+        env: dict[str, str] | None = None,
+        switchboard: bool = False,
+        ok: int | None = 200,
+    ) -> None:
         proc = Proc(key, args, env=env, cpus=cpus, log_dir=tmp)
         procs.append(proc)
         proc.wait_http(f"http://127.0.0.1:{port}{health}", ok=ok)
         targets.append(Target(key, label, proc, f"http://127.0.0.1:{port}", switchboard))
 
     aio_port = free_port()
-    add("aiohttp", "raw aiohttp hello-world (baseline)", [PYTHON, "-m", "bench._servers", "aiohttp", "--port",
-        str(aio_port)], "/healthz", aio_port)  # fmt: skip
+    add(
+        "aiohttp",
+        "raw aiohttp hello-world (baseline)",
+        [PYTHON, "-m", "bench._servers", "aiohttp", "--port", str(aio_port)],
+        "/healthz",
+        aio_port,
+    )
     web_port = free_port()
     env = bench_env(redis_url, tmp / "data", port=web_port, telegram_url=fake_url)
     web_args = [PYTHON, "-m", "switchboard", "web"]
@@ -188,8 +223,14 @@ def start_targets(
     web = targets[-1]
     targets.append(Target("webchat", "switchboard web: POST /api/chat/messages", web.proc, web.url, True))
     ptb_port = free_port()
-    add("ptb", "python-telegram-bot run_webhook (baseline)", [PYTHON, "-m", "bench._servers", "ptb", "--port",
-        str(ptb_port), "--api", fake_url], "/webhooks/telegram", ptb_port, ok=None)  # fmt: skip
+    add(
+        "ptb",
+        "python-telegram-bot run_webhook (baseline)",
+        [PYTHON, "-m", "bench._servers", "ptb", "--port", str(ptb_port), "--api", fake_url],
+        "/webhooks/telegram",
+        ptb_port,
+        ok=None,
+    )
     return targets
 
 
@@ -202,11 +243,37 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
         for t in targets:
             r = t.results[i]
             accepted = str(t.accepted[i]) if t.switchboard else "—"
-            per_round.append([i + 1, t.key, fmt(r.rps, 0), fmt(r.p50_ms, 2), fmt(r.p99_ms, 2), fmt(t.cpu_us[i], 0),
-                              r.requests, accepted, r.errors])  # fmt: skip
+            per_round.append(
+                [
+                    i + 1,
+                    t.key,
+                    fmt(r.rps, 0),
+                    fmt(r.p50_ms, 2),
+                    fmt(r.p99_ms, 2),
+                    fmt(t.cpu_us[i], 0),
+                    r.requests,
+                    accepted,
+                    r.errors,
+                ]
+            )
     print()
-    print(render_table("Ingest, every round", ["round", "server", "req/s", "p50 ms", "p99 ms", "server CPU µs/req",
-                                                "answered", "accepted in Redis", "errors"], per_round))  # fmt: skip
+    print(
+        render_table(
+            "Ingest, every round",
+            [
+                "round",
+                "server",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "server CPU µs/req",
+                "answered",
+                "accepted in Redis",
+                "errors",
+            ],
+            per_round,
+        )
+    )
 
     def ratio(t: Target, base: Target) -> float:
         return median([a.rps / b.rps for a, b in zip(t.results, base.results, strict=True) if b.rps])
@@ -216,38 +283,73 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
 
     rows = []
     for t in targets:
-        rows.append([
-            t.label,
-            fmt(median([r.rps for r in t.results]), 0),
-            fmt(median([r.p50_ms for r in t.results]), 2),
-            fmt(median([r.p99_ms for r in t.results]), 2),
-            f"{ratio(t, aio):.2f}",
-            f"{ratio(t, ptb):.2f}",
-            fmt(median(t.cpu_us), 0),
-            f"{cpu_ratio(t, aio):.2f}",
-            sum(r.errors for r in t.results),
-        ])  # fmt: skip
+        rows.append(
+            [
+                t.label,
+                fmt(median([r.rps for r in t.results]), 0),
+                fmt(median([r.p50_ms for r in t.results]), 2),
+                fmt(median([r.p99_ms for r in t.results]), 2),
+                f"{ratio(t, aio):.2f}",
+                f"{ratio(t, ptb):.2f}",
+                fmt(median(t.cpu_us), 0),
+                f"{cpu_ratio(t, aio):.2f}",
+                sum(r.errors for r in t.results),
+            ]
+        )
     gen = targets[0].results[0].generator
-    print(render_table(
-        f"Ingest on one server core ({gen} -t1 -c{CONNECTIONS}, ~{body_bytes} B bodies, median of {rounds} round(s))",
-        ["server", "req/s", "p50 ms", "p99 ms", "req/s vs raw aiohttp", "req/s vs python-telegram-bot",
-         "server CPU µs/req", "CPU-cost ratio vs raw aiohttp", "errors"], rows))  # fmt: skip
-    print("CPU-cost ratio = raw aiohttp's CPU per request / this server's: what the req/s ratio would be if each "
-          "server had its core to itself (the machine is shared; the req/s ratio is the one the target names).\n")
+    print(
+        render_table(
+            f"Ingest on one server core ({gen} -t1 -c{CONNECTIONS}, ~{body_bytes} B bodies, "
+            f"median of {rounds} round(s))",
+            [
+                "server",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "req/s vs raw aiohttp",
+                "req/s vs python-telegram-bot",
+                "server CPU µs/req",
+                "CPU-cost ratio vs raw aiohttp",
+                "errors",
+            ],
+            rows,
+        )
+    )
+    print(
+        "CPU-cost ratio = raw aiohttp's CPU per request / this server's: what the req/s ratio would be if each "
+        "server had its core to itself (the machine is shared; the req/s ratio is the one the target names).\n"
+    )
     summary = []
     for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):
         value = ratio(by[key], aio)
-        summary.append(Row("ingest", f"{name} req/s vs raw aiohttp", f"{value:.2f}×", f"≥ {TARGET_RATIO}×",
-                           value >= TARGET_RATIO))  # fmt: skip
+        summary.append(
+            Row("ingest", f"{name} req/s vs raw aiohttp", f"{value:.2f}×", f"≥ {TARGET_RATIO}×", value >= TARGET_RATIO)
+        )
     for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):
         value = cpu_ratio(by[key], aio)
-        summary.append(Row("ingest", f"{name} CPU-cost ratio vs raw aiohttp", f"{value:.2f}×",
-                           f"(≥ {TARGET_RATIO}× if CPU-bound)", None))  # fmt: skip
+        summary.append(
+            Row(
+                "ingest",
+                f"{name} CPU-cost ratio vs raw aiohttp",
+                f"{value:.2f}×",
+                f"(≥ {TARGET_RATIO}× if CPU-bound)",
+                None,
+            )
+        )
     tg_ptb = ratio(by["telegram"], ptb)
-    summary.append(Row("ingest", "Telegram webhook req/s vs python-telegram-bot", f"{tg_ptb:.2f}×", "≈ 3× (report)",
-                       None))  # fmt: skip
-    summary.append(Row("ingest", "Telegram webhook p50 / p99", f"{fmt(median([r.p50_ms for r in by['telegram'].results]), 2)}"
-                       f" / {fmt(median([r.p99_ms for r in by['telegram'].results]), 2)} ms", "(report)", None))  # fmt: skip
+    summary.append(
+        Row("ingest", "Telegram webhook req/s vs python-telegram-bot", f"{tg_ptb:.2f}×", "≈ 3× (report)", None)
+    )
+    summary.append(
+        Row(
+            "ingest",
+            "Telegram webhook p50 / p99",
+            f"{fmt(median([r.p50_ms for r in by['telegram'].results]), 2)}"
+            f" / {fmt(median([r.p99_ms for r in by['telegram'].results]), 2)} ms",
+            "(report)",
+            None,
+        )
+    )
     return summary
 
 

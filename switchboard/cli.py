@@ -273,7 +273,8 @@ def cmd_simulate(settings: Settings, channel: str, text: str, timeout: float) ->
 
 
 def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -> int:
-    """``sessions list`` / ``sessions show KEY``."""
+    """``sessions list`` / ``sessions show KEY`` / ``sessions stop KEY``."""
+    from switchboard.queue.cancellation import request_stop
     from switchboard.queue.connection import async_client
     from switchboard.queue.sessions import list_sessions, timeline
     from switchboard.types import SessionKey
@@ -291,6 +292,10 @@ def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -
                     print(_format_row(row))
                 return 0
             assert key is not None
+            if action == "stop":
+                heard = await request_stop(redis, SessionKey(key), reason="stopped by an operator")
+                print(f"stop sent to {heard} worker(s); the running turn of {key} (if any) stops now")
+                return 0 if heard else 1
             events = await timeline(redis, SessionKey(key), count=limit)
             if not events:
                 print(f"no events for session {key!r} (see `switchboard sessions list`)")
@@ -341,8 +346,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("channel", choices=["telegram", "web"])
     sim.add_argument("text")
     sim.add_argument("--timeout", type=float, default=30.0)
-    sessions = sub.add_parser("sessions", help="list sessions or show one session's timeline")
-    sessions.add_argument("action", choices=["list", "show"])
+    sessions = sub.add_parser("sessions", help="list sessions, show one session's timeline, or stop its running turn")
+    sessions.add_argument("action", choices=["list", "show", "stop"])
     sessions.add_argument("key", nargs="?")
     sessions.add_argument("--limit", type=int, default=50)
     agents = sub.add_parser("agents", help="list agents, show one, or validate them all")

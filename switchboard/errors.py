@@ -13,6 +13,7 @@
     ├── DeliveryError               a platform send failed
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
     └── AgentError                  the agent run failed
+        ├── RunCancelledError       the user (``/stop``) or an operator stopped the run
         ├── BudgetExceededError     a step, deadline, token or output budget ran out
         ├── ToolError               a tool failed; carries ``error_class`` (and ``retry_after``) for the gateway
         └── ModelError              the model provider failed
@@ -34,6 +35,7 @@ __all__ = [
     "RateLimitedError",
     "ReplayDivergedError",
     "RequestError",
+    "RunCancelledError",
     "SignatureError",
     "SwitchboardError",
     "ToolError",
@@ -120,6 +122,14 @@ class RateLimitedError(DeliveryError):
 
 class AgentError(SwitchboardError):
     """The agent run failed."""
+
+
+class RunCancelledError(AgentError):
+    """The run was stopped on request; it is not retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class BudgetExceededError(AgentError):

@@ -92,3 +92,5 @@ async def test_sessions_list_and_show_after_traffic(base_env: dict[str, str], re
     shown = sb("sessions", "show", message.session_key, env=base_env)
     assert shown.returncode == 0, shown.stderr
     assert "message_received" in shown.stdout and "run_queued" in shown.stdout
+    nobody = sb("sessions", "stop", message.session_key, env=base_env)
+    assert nobody.returncode == 1 and "stop sent to 0 worker(s)" in nobody.stdout

@@ -37,7 +37,8 @@ from switchboard.core.agent import Agent
 from switchboard.core.events import Event, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.errors import DeliveryError, FencedWriteError
+from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
+from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, Ledger
@@ -96,6 +97,11 @@ class _Turn:
     deltas: int = 0
     acts: int = 0
     outbox: Outbox | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a stop was asked (``/stop``, console) for the turn in flight."""
+    stop_reason: str = ""
+    stopped_at: float | None = None
+    """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
     typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
 
 
@@ -137,6 +143,10 @@ class _Sink:
             )
 
 
+STOPPED_TEXT = "Stopped."
+NOTHING_RUNNING_TEXT = "Nothing was running, so there was nothing to stop."
+
+
 def _swallow(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.debug("typing refresh failed: %s", type(task.exception()).__name__)
@@ -175,6 +185,16 @@ class Drainer:
         self.stopping = asyncio.Event()
         """Set by the worker on shutdown: drains hand their session over after the current turn."""
         self._sleep = sleep
+        self._active: dict[SessionKey, _Turn] = {}
+
+    def cancel(self, session: SessionKey, reason: str) -> bool:
+        """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
+        turn = self._active.get(session)
+        if turn is None or turn.outbox is None:
+            return False
+        turn.stop_reason = reason
+        turn.stop.set()
+        return True
 
     async def drain(self, session: SessionKey) -> None:
         """Drain ``session`` until its inbox is empty (or another worker holds or takes it)."""
@@ -188,6 +208,7 @@ class Drainer:
         turn = _Turn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
         keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
         context = CURRENT_LEASE.set(lease)
+        self._active[session] = turn
         try:
             while True:
                 if turn.lost.is_set():
@@ -208,6 +229,7 @@ class Drainer:
                 await asyncio.shield(self.lease.abandon(lease))
             raise
         finally:
+            self._active.pop(session, None)
             keeper.cancel()
             CURRENT_LEASE.reset(context)
 
@@ -232,10 +254,14 @@ class Drainer:
             await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1)
             return
         started = time.time()
+        turn.stop.clear()
         try:
             result, sent = await self._play(turn, attempt, messages, outbox)
         except FencedWriteError:
             raise
+        except RunCancelledError as stopped:
+            await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
+            return
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lease.abandon(lease, return_attempt_of=attempt.ids[0]))
@@ -278,7 +304,12 @@ class Drainer:
         )
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = RedisSessionStore.for_lease(self.redis, turn.lease, self.settings)
-        result = await self._run(turn, request, _Sink(self, turn, events), store, agent.limits.deadline_s)
+        if all(is_stop(m) for m in messages):
+            # a /stop that reached its turn: say whether it stopped something, without asking the model
+            stopped = turn.stopped_at is not None and turn.stopped_at >= messages[0].received_at
+            result = TurnResult(text=STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+        else:
+            result = await self._run(turn, request, _Sink(self, turn, events), store, agent.limits.deadline_s)
         receipt: Receipt | None = None
         if result.text.strip():
             reply = SendText(text=result.text, reply_to=turn.reply_to)
@@ -292,22 +323,26 @@ class Drainer:
         """Play the turn; stop it as soon as the lease is lost, or when it overruns its deadline."""
         task = asyncio.ensure_future(self.runner(request, sink, store))
         lost = asyncio.ensure_future(turn.lost.wait())
+        stop = asyncio.ensure_future(turn.stop.wait())
         try:
             done, _ = await asyncio.wait(
-                {task, lost}, timeout=deadline_s + RUNNER_GRACE_S, return_when="FIRST_COMPLETED"
+                {task, lost, stop}, timeout=deadline_s + RUNNER_GRACE_S, return_when="FIRST_COMPLETED"
             )
         except BaseException:
             task.cancel()
             raise
         finally:
             lost.cancel()
+            stop.cancel()
         if task in done:
             return task.result()
-        task.cancel()
+        task.cancel()  # reaches the model's HTTP request and any tool call in flight
         with contextlib.suppress(BaseException):
             await task
         if turn.lost.is_set():
             raise _lost(turn.lease)
+        if turn.stop.is_set():
+            raise RunCancelledError(turn.stop_reason or "stopped on request")
         raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
 
     def _schedule_typing(self, turn: _Turn) -> None:
@@ -342,6 +377,35 @@ class Drainer:
             )
         except DeliveryError as err:
             logger.info("%s for %s not delivered: %s", action.kind, turn.lease.session, type(err).__name__)
+
+    async def _stopped(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        started: float,
+        reason: str,
+    ) -> None:
+        """A turn stopped on request: recorded as cancelled, not retried; a streamed partial reply is closed."""
+        turn.stopped_at = time.time()
+        for pending in turn.typing:
+            pending.cancel()
+        turn.typing.clear()
+        if turn.conversation is not None and self.deliverer.streams(turn.conversation):
+            await self._notify(turn, SendError(code="cancelled", message=STOPPED_TEXT, reply_to=turn.reply_to), "stop")
+        remaining = await turn.ledger.complete(
+            attempt,
+            messages,
+            reply_text="",
+            reply_to=turn.reply_to,
+            receipt=None,
+            started=started,
+            outbox_keys=outbox.used,
+            cancelled=reason,
+        )
+        if remaining == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
 
     async def _failed(
         self,

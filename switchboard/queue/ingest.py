@@ -25,6 +25,7 @@ from switchboard.core.events import MessageReceived, RunQueued
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import is_stop, request_stop
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.jobs import DrainJobs, new_job_id, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -214,4 +215,7 @@ class Ingestor:
                 ],
             )
         stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
+        if not duplicate and is_stop(message):
+            # the /stop message waits its turn to be answered; the turn running now stops at once
+            await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
         return IngestResult(message_id=stored, duplicate=bool(duplicate), drain_enqueued=bool(drain))

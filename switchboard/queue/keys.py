@@ -99,6 +99,11 @@ class SessionKeys:
         """HASH: channel, created_at, last_at, counts; for ``switchboard sessions``."""
         return self._k("meta")
 
+    @property
+    def cancel(self) -> str:
+        """STRING JSON ``{reason, at}`` with a TTL: a stop was asked for the running turn."""
+        return self._k("cancel")
+
     def dedup(self, key: str) -> str:
         """STRING message id, with a TTL: the platform event id was accepted."""
         return self._k(f"dedup:{key}")
@@ -134,6 +139,11 @@ class GlobalKeys:
     def fenced_rejections(self) -> str:
         """STRING counter: writes refused because their epoch lost the lease."""
         return f"{self.prefix}:stats:fenced"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: session keys whose running turn must stop (``/stop``, console)."""
+        return f"{self.prefix}:cancel"
 
     @property
     def rq_prefix(self) -> str:

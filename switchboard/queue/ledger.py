@@ -17,7 +17,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
-from switchboard.core.events import ReplySent, RunCompleted, RunDeadLettered, RunFailed
+from switchboard.core.events import ReplySent, RunCancelled, RunCompleted, RunDeadLettered, RunFailed
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
@@ -147,20 +147,29 @@ class Ledger:
         receipt: Receipt | None,
         started: float,
         outbox_keys: Sequence[str],
+        cancelled: str | None = None,
     ) -> int:
-        """Ack the handled messages, append history and facts, record latencies; returns the inbox length left."""
+        """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
+
+        With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``.
+        """
         k = self.keys
         now = time.time()
         history = [
             HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
             for m in messages
         ]
-        history.append(HistoryEntry(role="assistant", text=reply_text, message_id=reply_to, at=now).model_dump_json())
+        answer = reply_text if cancelled is None else f"(stopped before answering: {cancelled})"
+        history.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now).model_dump_json())
         events: list[str] = []
         if receipt is not None:
             sent = ReplySent(at=now, message_id=reply_to, chars=len(reply_text), parts=receipt.parts)
             events.append(encode_event(sent))
-        done = RunCompleted(at=now, message_id=attempt.ids[0], duration_ms=(now - started) * 1000)
+        done: RunCompleted | RunCancelled = (
+            RunCompleted(at=now, message_id=attempt.ids[0], duration_ms=(now - started) * 1000)
+            if cancelled is None
+            else RunCancelled(at=now, message_id=attempt.ids[0], reason=cancelled)
+        )
         events.append(encode_event(done))
         wait = max(started - messages[0].received_at, 0.0)
         run = max(now - started, 0.0)

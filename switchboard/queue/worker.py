@@ -32,6 +32,7 @@ from switchboard.core.agent import Agent
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import ConfigError
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import listen_for_stops
 from switchboard.queue.connection import async_client, sync_client
 from switchboard.queue.drain import Deliverer, Drainer, DrainOutcome, TurnRunner
 from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
@@ -149,6 +150,7 @@ class SessionWorker:
             background = [
                 asyncio.create_task(self._heartbeat_loop(redis, stop)),
                 asyncio.create_task(self._reaper_loop(reaper, stop)),
+                asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
             ]
             logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
             await self._dequeue_loop(redis, blocking, drainer, stop)

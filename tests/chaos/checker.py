@@ -17,6 +17,7 @@ derives, per DESIGN §3 and reliability.md §5:
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -100,6 +101,39 @@ class History:
     """Queue counters at the end (``send_window_duplicates``, ``fenced_rejections``, ...)."""
     chat_base: int = 10_000
     """Session ``s`` talks in chat ``chat_base + s``."""
+
+    def dumps(self) -> str:
+        """The history as JSON (to save a failing run and check it again with :meth:`loads`)."""
+        return json.dumps(
+            {
+                "posted": [list(vars_of(p)) for p in self.posted],
+                "replies": [list(vars_of(r)) for r in self.replies],
+                "events": {str(k): v for k, v in self.events.items()},
+                "signals": [list(vars_of(s)) for s in self.signals],
+                "dead_letters": {str(k): v for k, v in self.dead_letters.items()},
+                "counters": self.counters,
+                "chat_base": self.chat_base,
+            }
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> History:
+        """Read a history saved with :meth:`dumps`."""
+        raw = json.loads(text)
+        return cls(
+            posted=[Posted(*p) for p in raw["posted"]],
+            replies=[Reply(*r) for r in raw["replies"]],
+            events={int(k): v for k, v in raw["events"].items()},
+            signals=[Signal(*s) for s in raw["signals"]],
+            dead_letters={int(k): v for k, v in raw["dead_letters"].items()},
+            counters=raw["counters"],
+            chat_base=raw["chat_base"],
+        )
+
+
+def vars_of(record: Posted | Reply | Signal) -> tuple[Any, ...]:
+    """A record's fields in order."""
+    return tuple(getattr(record, name) for name in record.__slots__)
 
 
 @dataclass(slots=True)

@@ -53,6 +53,7 @@ __all__ = [
     "interleaved",
     "key_of",
     "replies",
+    "settled",
     "update_id",
     "wait_until",
 ]
@@ -335,6 +336,12 @@ def replies(fake: FakeTelegram) -> list[Reply]:
         Reply(call.seq, int(call.params.get("chat_id", 0)), str(call.params.get("text", "")), call.time)
         for call in fake.sent(method="sendMessage")
     ]
+
+
+async def settled(redis: aioredis.Redis) -> bool:
+    """Whether every accepted message reached a terminal state (completed or dead-lettered)."""
+    accepted, completed, dead = await redis.hmget(_GLOBAL.stats, ["accepted", "runs_completed", "dead_letters"])
+    return int(accepted or 0) > 0 and int(completed or 0) + int(dead or 0) >= int(accepted or 0)
 
 
 async def collect(

@@ -18,6 +18,7 @@
   const form = document.getElementById("composer");
   const input = document.getElementById("composer-input");
   const sendButton = document.getElementById("send-button");
+  const stopButton = document.getElementById("stop-button");
   const connection = document.getElementById("connection");
   const newChat = document.getElementById("new-chat");
 
@@ -597,6 +598,11 @@
     }
   });
   input.addEventListener("input", autosize);
+
+  // "/stop" stops the reply being written (the model request and its tools); queued messages still run.
+  stopButton.addEventListener("click", () => {
+    if (running && auth) send("/stop");
+  });
 
   newChat.addEventListener("click", () => {
     startOver();

@@ -1,0 +1,83 @@
+"""Stopping a running turn: ``/stop`` from the user, or ``switchboard sessions stop KEY`` from an operator.
+
+A stop request sets a short-lived flag on the session and publishes the session key. Every worker
+listens; the one running that session's turn cancels its task, which cancels the model request and any
+tool call in flight (DESIGN §6). Only the running turn stops: messages already waiting still get answers.
+The ``/stop`` message itself is queued like any message and answered in order ("Stopped." or "Nothing
+was running."), so the user always hears back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard.core.messages import InboundMessage
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.types import SessionKey
+
+__all__ = ["CANCEL_TTL_MS", "STOP_COMMANDS", "is_stop", "listen_for_stops", "request_stop", "stop_requested_since"]
+
+logger = logging.getLogger(__name__)
+
+STOP_COMMANDS = frozenset({"/stop", "/cancel"})
+"""Messages that stop the running turn instead of starting one."""
+CANCEL_TTL_MS = 120_000
+"""How long a stop request is remembered (a turn starting later than this is not affected)."""
+
+_GLOBAL = GlobalKeys()
+
+
+def is_stop(message: InboundMessage) -> bool:
+    """Whether the message asks to stop the running turn."""
+    return message.text.strip().lower() in STOP_COMMANDS
+
+
+async def request_stop(redis: aioredis.Redis, session: SessionKey, *, reason: str) -> int:
+    """Ask whichever worker runs ``session``'s turn to stop it; returns how many workers heard it."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(SessionKeys(session).cancel, json.dumps({"reason": reason, "at": time.time()}), px=CANCEL_TTL_MS)
+        pipe.publish(_GLOBAL.cancel_channel, session)
+        _, heard = await pipe.execute()
+    return int(heard)
+
+
+async def stop_requested_since(redis: aioredis.Redis, session: SessionKey, since: float) -> str | None:
+    """The reason of a stop asked at or after ``since`` (Unix time), if any."""
+    raw = await redis.get(SessionKeys(session).cancel)
+    if not raw:
+        return None
+    data = json.loads(raw)
+    return str(data["reason"]) if float(data.get("at", 0)) >= since else None
+
+
+async def listen_for_stops(
+    redis: aioredis.Redis, on_stop: Callable[[SessionKey, str], bool], stop: asyncio.Event
+) -> None:
+    """Call ``on_stop(session, reason)`` for every stop request until ``stop`` is set (reconnects on errors)."""
+    while not stop.is_set():
+        pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(_GLOBAL.cancel_channel)
+            while not stop.is_set():
+                message = await pubsub.get_message(timeout=1.0)
+                if message is None:
+                    continue
+                raw = message["data"]
+                session = SessionKey(raw.decode() if isinstance(raw, bytes) else str(raw))
+                reason = await stop_requested_since(redis, session, 0.0) or "stopped on request"
+                if on_stop(session, reason):
+                    logger.info("stopping the running turn of %s", session)
+        except (RedisError, OSError) as err:
+            logger.warning("stop listener lost Redis (%s); resubscribing", type(err).__name__)
+            await asyncio.sleep(0.5)
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
