@@ -301,6 +301,8 @@ class Drainer:
             deadline=time.time() + agent.limits.deadline_s,
             tenant=conversation.tenant,
             actor=messages[-1].sender.id,
+            request_id=messages[-1].id,
+            trace_id=turn.run_id,
         )
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = RedisSessionStore.for_lease(self.redis, turn.lease, self.settings)
