@@ -336,7 +336,9 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchboard", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="switchboard", description="Switchboard: connect AI agents to the chat apps people already use."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("run", help="all-in-one: embedded Redis, web tier, one worker (Ctrl-C stops everything)")
     sub.add_parser("web", help="the web tier: webhooks, web chat, /healthz, /metrics (needs SWITCHBOARD_REDIS_URL)")

@@ -190,6 +190,10 @@ class RQKeys:
         """LIST of job ids a worker has popped but not yet registered as started."""
         return f"{self.queue}:intermediate"
 
+    def unleased_since(self, job_id: str) -> str:
+        """STRING (Switchboard's, TTL): when the reaper first saw this started job's session without a lease."""
+        return f"{PREFIX}:reaper:unleased:{job_id}"
+
     def first_seen(self, job_id: str) -> str:
         """STRING: when a job id was first seen stuck in the intermediate list."""
         return f"{self.intermediate}:first_seen:{job_id}"

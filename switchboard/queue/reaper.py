@@ -90,6 +90,8 @@ class Reaper:
             return 0
         stuck = await self._stuck_intermediate()
         repaired = await self._sweep_runnable(stuck)
+        # only now forget them: a reaper dying mid-sweep leaves them for the next sweep to find again
+        await self._drop_intermediate(stuck)
         if self.sync_redis is not None and time.monotonic() - self._last_rq_cleanup >= RQ_CLEANUP_EVERY_S:
             self._last_rq_cleanup = time.monotonic()
             try:
@@ -130,6 +132,9 @@ class Reaper:
         grace = queued_grace_s(self.settings)
         old_queued = [f for f in flags if job_state[f][0] == "queued" and (job_age_s(f, now) or 0.0) > grace]
         lost = await self._not_in_queue(old_queued)
+        lost |= await self._unleased_started(
+            [f for f in flags if job_state[f][0] == "started" and job_state[f][1] in live], now
+        )
         repaired = 0
         for session, current in candidates:
             if current is not None and not self._needs_repair(job_state[current], current, live, stuck | lost):
@@ -145,10 +150,27 @@ class Reaper:
         if status is None or status in _TERMINAL:
             return True
         if status == "started":
-            return worker not in live
+            return worker not in live or flag in stuck
         if status == "queued":
             return flag in stuck
         return True
+
+    async def _unleased_started(self, job_ids: list[str], now: float) -> set[str]:
+        """Started jobs of live workers whose session has stayed without a lease for a whole lease TTL.
+
+        A running drain holds its session's lease from start to release, so such a job is not running: its
+        drain died on an error the worker could not record (Redis gone mid-turn). Seen twice, a lease apart.
+        """
+        if not job_ids:
+            return set()
+        keys = self.jobs.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.set(keys.unleased_since(job_id), f"{now:.3f}", nx=True, ex=3600)
+                pipe.get(keys.unleased_since(job_id))
+            seen = await pipe.execute()
+        grace = worker_ttl_s(self.settings)
+        return {job_id for i, job_id in enumerate(job_ids) if now - float(_text(seen[2 * i + 1]) or now) > grace}
 
     async def _not_in_queue(self, job_ids: list[str]) -> set[str]:
         """Those of ``job_ids`` in neither RQ's queue list nor its intermediate list (only checked for old ids)."""
@@ -185,13 +207,18 @@ class Reaper:
             if now - first > grace:
                 stuck.add(job_id)
         if stuck:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for job_id in stuck:
-                    pipe.lrem(keys.intermediate, 1, job_id)
-                    pipe.delete(keys.first_seen(job_id))
-                await pipe.execute()
             logger.warning("%d drain jobs were stuck in RQ's intermediate list", len(stuck))
         return stuck
+
+    async def _drop_intermediate(self, stuck: set[str]) -> None:
+        if not stuck:
+            return
+        keys = self.jobs.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in stuck:
+                pipe.lrem(keys.intermediate, 1, job_id)
+                pipe.delete(keys.first_seen(job_id))
+            await pipe.execute()
 
     def _clean_rq_registries(self) -> None:
         from rq import Queue

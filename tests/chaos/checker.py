@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 _TEXT = re.compile(r"\bs(\d+)-m(\d+)\b")
+_EPS = 0.001
+_OUTCOME = {"SIGKILL": "killed", "SIGSTOP": "stopped", "REDIS_DOWN": "interrupted"}
 _TERMINAL = {"run_completed", "run_failed", "run_dead_lettered", "run_cancelled"}
 
 
@@ -80,7 +82,8 @@ class Signal:
 
     at: float
     kind: str
-    """``SIGKILL``, ``SIGSTOP`` or ``SIGCONT``."""
+    """``SIGKILL``, ``SIGSTOP`` or ``SIGCONT`` to a worker; ``REDIS_DOWN`` when Redis itself was killed (every run
+    alive then died with it)."""
     worker: str | None
     """The worker id the process announced (``None`` if it had not started listening yet)."""
     pid: int
@@ -147,7 +150,7 @@ class Run:
     start: float
     end: float | None = None
     outcome: str = "open"
-    """The terminal fact's kind, ``killed``, ``stopped`` or ``taken_over``."""
+    """The terminal fact's kind, ``killed``, ``stopped``, ``interrupted`` (Redis died) or ``taken_over``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +252,10 @@ def _at(event: dict[str, Any]) -> float:
 
 
 def _signal_between(signals: list[Signal], worker: str, start: float, end: float) -> Signal | None:
-    """The first kill or stop of ``worker`` in ``[start, end]``."""
+    """The first kill or stop of ``worker``, or death of Redis, in ``[start, end]``."""
     for sig in signals:
-        if sig.worker == worker and sig.kind in ("SIGKILL", "SIGSTOP") and start <= sig.at <= end:
+        ours = sig.worker == worker and sig.kind in ("SIGKILL", "SIGSTOP")
+        if (ours or sig.kind == "REDIS_DOWN") and start <= sig.at <= end:
             return sig
     return None
 
@@ -266,7 +270,7 @@ def _runs(session: int, events: list[dict[str, Any]], signals: list[Signal], rep
     def close(run: Run, at: float, outcome: str) -> None:
         signal = _signal_between(signals, run.worker, run.start, at)
         if signal is not None and outcome in ("taken_over", "run_dead_lettered"):
-            run.end, run.outcome = signal.at, "killed" if signal.kind == "SIGKILL" else "stopped"
+            run.end, run.outcome = signal.at, _OUTCOME[signal.kind]
         else:
             run.end, run.outcome = at, outcome
 
@@ -301,7 +305,7 @@ def _runs(session: int, events: list[dict[str, Any]], signals: list[Signal], rep
     if current is not None:  # never finished: interrupted by a signal (or still running when the log was read)
         signal = _signal_between(signals, current.worker, current.start, float("inf"))
         if signal is not None:
-            current.end, current.outcome = signal.at, "killed" if signal.kind == "SIGKILL" else "stopped"
+            current.end, current.outcome = signal.at, _OUTCOME[signal.kind]
     for message_id, count in completed.items():
         if count > 1:
             report.completions[(session, message_id)] = count
@@ -379,7 +383,8 @@ def check(history: History) -> Report:
     runs: list[Run] = []
     for session, events in sorted(history.events.items()):
         session_runs = _runs(session, events, history.signals, report)
-        closed = [(r.start, r.end) for r in session_runs if r.end is not None]
+        # starts are logged to the millisecond: an end within 1 ms of the next start is not an overlap
+        closed = [(r.start, r.end - _EPS) for r in session_runs if r.end is not None]
         report.max_runs_per_session = max(report.max_runs_per_session, _max_overlap(closed))
         runs.extend(session_runs)
     report.runs = len(runs)
@@ -401,17 +406,21 @@ def check(history: History) -> Report:
 def _window_duplicates(
     duplicates: dict[tuple[int, int], int], history: History, runs: list[Run]
 ) -> list[tuple[int, int]]:
-    """Duplicates whose first reply was sent by a run that was killed (or frozen) before it could record it."""
+    """Duplicates whose first reply came from a run that was then killed (or frozen) before recording it.
+
+    The run that sent a reply is the session's last run started before the fake recorded it (runs of one
+    session follow each other; the next one starts a lease TTL after a kill). The fake may record a send a
+    moment after the kill that cut its run short (the request was already on the wire), so the kill time
+    itself is not compared.
+    """
     first: dict[tuple[int, int], float] = {}
     for reply in sorted(history.replies, key=lambda r: r.seq):
         found = parse_text(reply.text)
         if found in duplicates and found not in first:
             first[found] = reply.at
     explained: list[tuple[int, int]] = []
-    for (session, index), at in first.items():
-        for run in runs:
-            interrupted = run.outcome in ("killed", "stopped") and run.end is not None
-            if run.session == session and interrupted and run.start <= at <= (run.end or 0.0):
-                explained.append((session, index))
-                break
+    for (session, index), at in sorted(first.items()):
+        before = [run for run in runs if run.session == session and run.start <= at]
+        if before and max(before, key=lambda run: run.start).outcome in _OUTCOME.values():
+            explained.append((session, index))
     return explained

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -12,13 +13,23 @@ from switchboard.fakes.telegram import FakeTelegram
 from .harness import BOT_TOKEN, Gateway, WorkerPool
 
 
+class _DroppedConnections(logging.Filter):
+    """Hides aiohttp's tracebacks for requests whose client (a worker) was SIGKILLed mid-request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], ConnectionResetError))
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
     """The fake Bot API, in the test's event loop on a loopback port."""
     server = FakeTelegram(token=BOT_TOKEN)
+    quiet = _DroppedConnections()
+    logging.getLogger("aiohttp.server").addFilter(quiet)
     await server.start()
     yield server
     await server.stop()
+    logging.getLogger("aiohttp.server").removeFilter(quiet)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -50,10 +51,13 @@ __all__ = [
     "chaos_env",
     "chat_of",
     "collect",
+    "event_log",
     "interleaved",
     "key_of",
+    "lease_holders",
     "replies",
     "settled",
+    "text",
     "update_id",
     "wait_until",
 ]
@@ -115,6 +119,13 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies, so a killed test run leaks no workers."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 @dataclass(slots=True)
 class _Slot:
     index: int
@@ -162,6 +173,7 @@ class WorkerPool:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,  # only a prctl between fork and exec
             )
 
     async def _supervisor(self) -> None:
@@ -248,14 +260,13 @@ class WorkerPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for slot in self._slots:
-            proc = slot.process
-            if proc is None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
-            await asyncio.to_thread(proc.wait, 10)
+            if slot.process is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(slot.process.pid, signal.SIGKILL)
+        for slot in self._slots:
+            if slot.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    await asyncio.to_thread(slot.process.wait, 10)
 
 
 class Gateway:
@@ -338,6 +349,31 @@ def replies(fake: FakeTelegram) -> list[Reply]:
     ]
 
 
+def text(value: Any) -> str:
+    """A Redis reply (``bytes`` with ``decode_responses`` off) as text; ``None`` → ``""``."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def event_log(redis: aioredis.Redis, session: int) -> list[dict[str, Any]]:
+    """Test session ``session``'s whole event log, oldest first."""
+    entries: Any = await redis.xrange(SessionKeys(key_of(session)).events)
+    return decode_entries(entries or [])
+
+
+async def lease_holders(redis: aioredis.Redis, sessions: Iterable[int]) -> dict[str, list[int]]:
+    """Worker id → the test sessions whose lease it holds right now."""
+    chosen = list(sessions)
+    values = await redis.mget([SessionKeys(key_of(s)).lease for s in chosen])
+    holders: dict[str, list[int]] = {}
+    for session, value in zip(chosen, values, strict=True):
+        if value:
+            worker = text(value).split(":", 1)[1]
+            holders.setdefault(worker, []).append(session)
+    return holders
+
+
 async def settled(redis: aioredis.Redis) -> bool:
     """Whether every accepted message reached a terminal state (completed or dead-lettered)."""
     accepted, completed, dead = await redis.hmget(_GLOBAL.stats, ["accepted", "runs_completed", "dead_letters"])
@@ -356,7 +392,7 @@ async def collect(
     dead: dict[int, list[dict[str, Any]]] = {}
     for session in sessions:
         keys = SessionKeys(key_of(session))
-        events[session] = decode_entries(await redis.xrange(keys.events))
+        events[session] = await event_log(redis, session)
         records = await redis.lrange(keys.dead, 0, -1)
         if records:
             dead[session] = [json.loads(r) for r in records]

@@ -1,0 +1,137 @@
+"""Invariant 1 against a zombie (reliability R2): a worker frozen past its lease, then resumed, writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from switchboard.fakes.telegram import FakeTelegram
+from switchboard.queue.keys import GlobalKeys
+
+from .checker import check
+from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, settled, wait_until
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
+
+FREEZE_AT_S = (0.1, 1.35, 1.35)
+"""When each iteration freezes its worker, in seconds after the run started. Early: on resume the lease keeper
+notices the loss first and the drain stops without writing. Late (just before the model answers): on resume the
+turn goes on and its next write reaches Redis, which refuses it (the counter rises)."""
+ITERATIONS = len(FREEZE_AT_S)
+SESSIONS_PER_ITERATION = 4
+MESSAGES = 2
+WORKERS = 3
+MODEL_DELAY_MS = 1500
+"""Long turns, so the freeze lands while the model is thinking (not inside the send window)."""
+STOP_S = 4.0
+"""Twice the 2 s lease: the other workers take the sessions over meanwhile."""
+
+
+async def _fenced(redis: aioredis.Redis) -> int:
+    return int(await redis.get(GlobalKeys().fenced_rejections) or 0)
+
+
+async def _starts(redis: aioredis.Redis, session: int) -> list[dict[str, Any]]:
+    return [e for e in await event_log(redis, session) if e["kind"] == "run_started"]
+
+
+async def _victim(redis: aioredis.Redis, pool: WorkerPool, sessions: list[int]) -> tuple[int, str, list[int], float]:
+    """A worker holding leases of ``sessions`` with a run that started < 0.1 s ago: (slot, worker id, held, start)."""
+    found: list[tuple[int, str, list[int], float]] = []
+
+    async def running() -> bool:
+        now = time.time()
+        for worker, held in (await lease_holders(redis, sessions)).items():
+            slot = pool.slot_of(worker)
+            latest = [(await _starts(redis, s))[-1:] for s in held]
+            fresh = [e[0]["at"] for e in latest if e and now - e[0]["at"] < 0.1]
+            if slot is not None and fresh:
+                found.append((slot, worker, held, max(fresh)))
+                return True
+        return False
+
+    await wait_until(running, timeout=20, interval=0.01, what="a worker inside a run")
+    return found[0]
+
+
+async def _epochs(redis: aioredis.Redis, sessions: list[int]) -> dict[int, int]:
+    return {s: max(e["epoch"] for e in await _starts(redis, s)) for s in sessions}
+
+
+async def _freeze(redis: aioredis.Redis, pool: WorkerPool, sessions: list[int], freeze_at: float) -> str:
+    """Freeze a worker ``freeze_at`` s into a run for :data:`STOP_S`, check the takeover, resume it; returns a note."""
+    slot, worker, held, run_start = await _victim(redis, pool, sessions)
+    await asyncio.sleep(max(0.0, run_start + freeze_at - time.time()))
+    epochs = await _epochs(redis, held)
+    before = await _fenced(redis)
+    pool.stop(slot)
+    try:
+        await asyncio.sleep(STOP_S)
+        after = await _epochs(redis, held)
+    finally:
+        pool.cont(slot)
+    assert all(after[s] > epochs[s] for s in held), f"{held} not taken over while {worker} was frozen: {after}"
+    if freeze_at > 1.0:
+        await wait_until(lambda: _rose(redis, before), timeout=10, what="the resumed worker's next write refused")
+    await wait_until(lambda: settled(redis), timeout=20, what="every message handled after the freeze")
+    return (
+        f"froze {worker} {freeze_at:g}s into a run of sessions {held} (epochs {epochs} -> {after}) for "
+        f"{STOP_S:g}s; writes refused after it resumed: {await _fenced(redis) - before}"
+    )
+
+
+async def test_frozen_worker_is_fenced_after_its_lease_passes_on(
+    base_env: dict[str, str],
+    async_redis: aioredis.Redis,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+    gateways: Callable[[dict[str, str]], Gateway],
+    record_property: Callable[[str, Any], None],
+    tmp_path: Path,
+) -> None:
+    env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS=str(MODEL_DELAY_MS))
+    gateway = gateways(env)
+    await gateway.start()
+    pool = pools(env, WORKERS)
+    await pool.ready()
+    notes: list[str] = []
+    all_sessions: list[int] = []
+    for iteration, freeze_at in enumerate(FREEZE_AT_S):
+        sessions = list(range(iteration * SESSIONS_PER_ITERATION, (iteration + 1) * SESSIONS_PER_ITERATION))
+        all_sessions += sessions
+        for index in range(MESSAGES):
+            await asyncio.gather(*(gateway.send(s, index) for s in sessions))
+        notes.append(f"iteration {iteration}: " + await _freeze(async_redis, pool, sessions, freeze_at))
+    try:
+        await wait_until(lambda: settled(async_redis), timeout=40, what="every message handled")
+    finally:
+        history = await collect(async_redis, all_sessions, fake, gateway.posted, pool.signals)
+        (tmp_path / "history.json").write_text(history.dumps())
+        report = check(history)
+        lost_lease = pool.grep(r"lost the lease")
+        print("\n[R2 zombie fencing] " + "\n".join(notes))
+        print(report.summary())
+        print(f"zombie log lines: {len(lost_lease)}; e.g. {lost_lease[:2]}")
+        record_property("chaos_fencing", report.summary())
+    total = len(all_sessions) * MESSAGES
+    assert report.acked == total and report.answered == total, report.summary()
+    assert not report.lost and not report.duplicates and not report.dead_lettered, report.summary()
+    assert not report.stale_epochs and not report.completions and not report.orphan_terminals, report.summary()
+    assert not report.unexplained_takeovers and report.takeovers >= ITERATIONS, report.summary()
+    late = sum(1 for at in FREEZE_AT_S if at > 1.0)
+    assert report.counters["fenced_rejections"] >= late, report.summary()
+    assert report.counters["send_window_duplicates"] == 0, report.summary()
+    # every plain answer is one model step: a zombie's step fact, had it been accepted, would be one too many
+    kinds = [e["kind"] for s in all_sessions for e in history.events[s]]
+    assert kinds.count("step") == kinds.count("run_completed") == total, report.summary()
+    assert not report.inversions, report.summary()
+
+
+async def _rose(redis: aioredis.Redis, before: int) -> bool:
+    return await _fenced(redis) > before
