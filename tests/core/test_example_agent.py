@@ -13,7 +13,7 @@ from tests.core.turns import MemorySink, MemoryStore, request
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "switchboard.yaml"
 
-PROGRAM = """/run update_plan(goal="total the sales", approach="write a CSV, read it back as a data card", progress="started")
+PROGRAM = """/run update_plan(goal="total the sales", approach="CSV to data card", progress="started")
 write_file(path="sales.csv", content="region,amount\\nnorth,10\\nsouth,32\\n")
 card = read_document(path="sales.csv")
 update_state(values={"rows": card["rows"]})
