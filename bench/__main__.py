@@ -20,7 +20,7 @@ import sys
 import time
 
 from bench import concurrency, e2e, footprint, ingest, runtime
-from bench._load import SUMMARY_HEADERS, Row, render_table
+from bench._harness import SUMMARY_HEADERS, Row, pinned, render_table
 
 ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency")
 
@@ -57,16 +57,17 @@ def main(argv: list[str] | None = None) -> int:
         if name not in chosen:
             continue
         print(f"\n## {name}\n", flush=True)
-        if name == "footprint":
-            rows += footprint.run(common)
-        elif name == "runtime":
-            rows += asyncio.run(runtime.run(common))
-        elif name == "ingest":
-            rows += asyncio.run(ingest.run(common))
-        elif name == "e2e":
-            rows += asyncio.run(e2e.run(common))
-        else:
-            rows += asyncio.run(concurrency.run(common))
+        with pinned(None):  # a benchmark narrows this process's CPUs while it runs; the next one gets them back
+            if name == "footprint":
+                rows += footprint.run(common)
+            elif name == "runtime":
+                rows += asyncio.run(runtime.run(common))
+            elif name == "ingest":
+                rows += asyncio.run(ingest.run(common))
+            elif name == "e2e":
+                rows += asyncio.run(e2e.run(common))
+            else:
+                rows += asyncio.run(concurrency.run(common))
     print(f"\n## Summary ({time.monotonic() - began:.0f} s)\n")
     print(render_table("Targets of issues #2 and #3", SUMMARY_HEADERS, [r.cells() for r in rows]))
     return 0

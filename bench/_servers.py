@@ -19,7 +19,7 @@ import signal
 
 from aiohttp import web
 
-from bench._load import BOT_TOKEN, SECRET_TOKEN
+from bench._harness import BOT_TOKEN, SECRET_TOKEN
 
 TELEGRAM_PATH = "webhooks/telegram"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench._load import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, http_status, start_redis
+from bench._harness import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
 from switchboard.fakes.telegram import make_update
 from switchboard.queue.embedded import EmbeddedRedis
 
@@ -146,8 +146,3 @@ async def gateway(
         for proc in reversed(procs):
             proc.stop()
         server.stop()
-
-
-def healthy(url: str) -> bool:
-    """Whether ``/healthz`` answers 200."""
-    return http_status(f"{url}/healthz") == 200

@@ -24,7 +24,7 @@ import time
 import aiohttp
 import psutil
 
-from bench._load import (
+from bench._harness import (
     SUMMARY_HEADERS,
     Row,
     cores,

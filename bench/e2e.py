@@ -9,9 +9,11 @@ accepted) to the fake's receive time of the ``sendMessage`` (reply delivered).
 - **half load**: an open-loop paced sender at half the full-load rate of the same round; its p50/p99 are the
   latency targets.
 
-The worker runs alone on one core; web, Redis, the fake and the sender share the other. Side by side, the
-same run measures a floor: the fake Bot API's own round trip for ``sendChatAction`` + ``sendMessage`` from
-this process (what each turn spends at least on delivery).
+The worker runs alone on one core; web, Redis, the fake and the sender share the other. The worker's CPU time
+per message (psutil) says what a message costs it whatever the neighbours do. Side by side, the same run
+measures what each turn's delivery costs at least: one ``sendChatAction`` + ``sendMessage`` pair against the
+fake from this process — its round trip, and its client CPU through python-telegram-bot's ``Bot`` (httpx, as
+``channels/telegram.py`` sends) and through a bare aiohttp session, 32 pairs in flight as in a busy worker.
 
     python -m bench.e2e                             # 100 sessions × 20 messages, 3 rounds
     python -m bench.e2e --sessions 200 --messages 10
@@ -25,12 +27,13 @@ import os
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from bench._load import (
+from bench._harness import (
     BOT_TOKEN,
     SUMMARY_HEADERS,
     Row,
@@ -143,10 +146,25 @@ def _charge(phase: Phase, stack: Stack, before: tuple[float, float]) -> tuple[fl
     return now
 
 
-async def fake_floor(stack: Stack, http: aiohttp.ClientSession, count: int) -> float:
-    """Median ms of one ``sendChatAction`` + ``sendMessage`` pair against the fake, from this process."""
-    took = []
+def command_counts(redis_url: str) -> dict[str, int]:
+    """Calls per Redis command so far (``INFO commandstats``; commands run inside scripts are counted too)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items() if isinstance(v, dict)}
+
+
+async def delivery_costs(stack: Stack, http: aiohttp.ClientSession, count: int) -> dict[str, float]:
+    """Round trip (ms) of one ``sendChatAction`` + ``sendMessage`` pair, and client CPU ms per pair by client."""
+    from telegram import Bot
+    from telegram.request import HTTPXRequest
+
     base = f"{stack.fake_url}/bot{BOT_TOKEN}"
+    took = []
     for i in range(count):
         t = time.perf_counter()
         async with http.post(f"{base}/sendChatAction", json={"chat_id": 42, "action": "typing"}) as resp:
@@ -154,7 +172,30 @@ async def fake_floor(stack: Stack, http: aiohttp.ClientSession, count: int) -> f
         async with http.post(f"{base}/sendMessage", json={"chat_id": 42, "text": f"floor {i}"}) as resp:
             await resp.read()
         took.append((time.perf_counter() - t) * 1000)
-    return median(took)
+
+    async def aio_pair(i: int) -> None:
+        async with http.post(f"{base}/sendChatAction", json={"chat_id": 42, "action": "typing"}) as resp:
+            await resp.json()
+        async with http.post(f"{base}/sendMessage", json={"chat_id": 42, "text": f"floor {i}"}) as resp:
+            await resp.json()
+
+    bot = Bot(BOT_TOKEN, base_url=f"{stack.fake_url}/bot", request=HTTPXRequest(connection_pool_size=128))
+    await bot.initialize()
+
+    async def ptb_pair(i: int) -> None:
+        await bot.send_chat_action(42, "typing")
+        await bot.send_message(42, f"floor {i}")
+
+    async def cpu_ms(pair: Callable[[int], Awaitable[None]]) -> float:
+        started = time.process_time()
+        for k in range(0, count, CONNECTIONS):
+            await asyncio.gather(*(pair(i) for i in range(k, min(k + CONNECTIONS, count))))
+        return (time.process_time() - started) / count * 1000
+
+    try:
+        return {"round_trip": median(took), "aiohttp_cpu": await cpu_ms(aio_pair), "ptb_cpu": await cpu_ms(ptb_pair)}
+    finally:
+        await bot.shutdown()
 
 
 async def run(argv: list[str] | None = None) -> list[Row]:
@@ -177,7 +218,8 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     )
     fulls: list[Phase] = []
     halves: list[Phase] = []
-    floors: list[float] = []
+    floors: list[dict[str, float]] = []
+    commands: dict[str, float] = {}
     with workdir("sb-bench-e2e-") as tmp:
         async with gateway(tmp, web_cpus=other_cpus, worker_cpus=worker_cpus, profile_dir=ns.profile) as stack:
             connector = aiohttp.TCPConnector(limit=CONNECTIONS * 4)
@@ -185,8 +227,12 @@ async def run(argv: list[str] | None = None) -> list[Row]:
                 await full_load(stack, http, plan(0, 2, 2, 0), 1, name="warm-up")
                 for r in range(1, rounds + 1):
                     cpu = (stack.worker.cpu_s(), stack.web.cpu_s())
+                    counts = command_counts(stack.redis.url)
                     full = await full_load(stack, http, plan(r, sessions, messages, 1), r * 1_000_000)
                     cpu = _charge(full, stack, cpu)
+                    if r == 1:
+                        after = command_counts(stack.redis.url)
+                        commands = {k: (v - counts.get(k, 0)) / full.messages for k, v in after.items()}
                     fulls.append(full)
                     rate = max(full.rate / 2, 1.0)
                     half = await paced_load(
@@ -194,7 +240,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
                     )
                     _charge(half, stack, cpu)
                     halves.append(half)
-                    floors.append(await fake_floor(stack, http, 20 if ns.quick else 200))
+                    floors.append(await delivery_costs(stack, http, 32 if ns.quick else 320))
                     print(
                         f"  round {r}: full {full.rate:,.0f} msg/s (p50 {percentile(full.latencies_ms, 50):.1f} ms), "
                         f"half {half.rate:,.0f} msg/s p50 {percentile(half.latencies_ms, 50):.1f} ms "
@@ -203,11 +249,17 @@ async def run(argv: list[str] | None = None) -> list[Row]:
                     )
             worker_rss = stack.worker.rss_mib()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    return verdicts(report(fulls, halves, floors, sessions, messages, worker_rss), ns.quick)
+    return verdicts(report(fulls, halves, floors, sessions, messages, worker_rss, commands), ns.quick)
 
 
 def report(
-    fulls: list[Phase], halves: list[Phase], floors: list[float], sessions: int, messages: int, worker_rss: float
+    fulls: list[Phase],
+    halves: list[Phase],
+    floors: list[dict[str, float]],
+    sessions: int,
+    messages: int,
+    worker_rss: float,
+    commands: dict[str, float],
 ) -> list[Row]:
     """Print the tables; return the summary rows."""
     rows = []
@@ -253,7 +305,6 @@ def report(
     rate = median([f.rate for f in fulls])
     p50 = median([percentile(h.latencies_ms, 50) for h in halves])
     p99 = median([percentile(h.latencies_ms, 99) for h in halves])
-    floor = median(floors)
     print(
         render_table(
             "End to end, medians",
@@ -272,13 +323,33 @@ def report(
                     fmt(1000 / median([f.worker_cpu_ms for f in fulls])),
                 ],
                 ["web tier CPU per message at full load, ms", fmt(median([f.web_cpu_ms for f in fulls]), 2)],
-                ["baseline: one sendChatAction + sendMessage round trip to the fake, ms", fmt(floor, 2)],
+                [
+                    "baseline: one sendChatAction + sendMessage round trip to the fake, ms",
+                    fmt(median([f["round_trip"] for f in floors]), 2),
+                ],
+                [
+                    "baseline: client CPU of that pair via python-telegram-bot Bot (httpx), ms",
+                    fmt(median([f["ptb_cpu"] for f in floors]), 2),
+                ],
+                [
+                    "baseline: client CPU of that pair via a bare aiohttp session, ms",
+                    fmt(median([f["aiohttp_cpu"] for f in floors]), 2),
+                ],
                 ["worker RSS after the run, MiB", fmt(worker_rss)],
                 [
                     "missing / duplicate replies (all rounds)",
                     f"{sum(p.missing for p in fulls + halves)} / {sum(p.duplicates for p in fulls + halves)}",
                 ],
             ],
+        )
+    )
+    top = sorted(((v, k) for k, v in commands.items() if v >= 0.05), reverse=True)
+    print(
+        render_table(
+            f"Redis commands per message, full load of round 1 (total {sum(commands.values()):.1f}; "
+            "commands run inside Lua scripts are counted under their own names too)",
+            ["command", "per message"],
+            [[k, f"{v:.2f}"] for v, k in top[:15]],
         )
     )
     return [

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench._load import (
+from bench._harness import (
     PYTHON,
     REPO,
     SUMMARY_HEADERS,

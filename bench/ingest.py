@@ -7,7 +7,8 @@ other core, where the embedded Redis-compatible server runs too (performance.md'
     1,000 chats, through the full durable ingest (verify → parse → one Lua script → 200);
 (b) ``switchboard web``, ``POST /api/chat/messages`` — ~1.5 KB bodies, distinct ``client_id``s, 64 sessions;
 (c) a raw aiohttp handler that reads the body and answers 200 (the ceiling);
-(d) python-telegram-bot's own ``run_webhook`` server with a no-op handler (what a user would otherwise run).
+(d) python-telegram-bot's own ``run_webhook`` server with a no-op handler (what a user would otherwise run;
+    it needs tornado, ``pip install 'python-telegram-bot[webhooks]'``, and is skipped with a warning without).
 
 Every round measures all four one after another (each after a warm-up, on an emptied Redis); ratios are taken
 within a round and the table shows medians over rounds. ``accepted`` is read back from Redis as a check that
@@ -21,6 +22,7 @@ what was acknowledged is really stored.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import sys
@@ -30,12 +32,9 @@ from pathlib import Path
 
 import redis
 
-from bench._load import (
+from bench._harness import (
     PYTHON,
     SUMMARY_HEADERS,
-    WRK_INSTALL_HINT,
-    LoadResult,
-    PostLoad,
     Proc,
     Row,
     bench_env,
@@ -43,22 +42,23 @@ from bench._load import (
     flushall,
     fmt,
     free_port,
-    load,
     median,
     parser,
     pin,
     render_table,
     rounds_of,
     start_redis,
-    telegram_load,
     verdicts,
-    webchat_load,
     workdir,
-    wrk_path,
 )
+from bench._load import WRK_INSTALL_HINT, LoadResult, PostLoad, load, telegram_load, webchat_load, wrk_path
 from switchboard.queue.keys import GlobalKeys
 
 TARGET_RATIO = 0.35
+PTB_HINT = (
+    "tornado is not installed, so python-telegram-bot's webhook server cannot run and its baseline is skipped: "
+    "pip install 'python-telegram-bot[webhooks]'"
+)
 CONNECTIONS = 32
 WEB_SESSIONS = 64
 
@@ -76,6 +76,13 @@ class Target:
     accepted: list[int] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
     """Server CPU time per answered request (user + system), µs: robust to a noisy machine."""
+
+
+def generator_label(generator: str) -> str:
+    """How the load was generated, for the tables."""
+    if generator == "wrk":
+        return f"wrk -t1 -c{CONNECTIONS}"
+    return f"Python aiohttp client, {CONNECTIONS} connections: figures are floors"
 
 
 def create_web_sessions(base_url: str, count: int) -> list[str]:
@@ -127,7 +134,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
         print("WARNING: one CPU only: server, Redis and load share it; ratios still mean something", file=sys.stderr)
     pin(os.getpid(), load_cpus)  # this process, Redis, the fake and the load generator stay off the server's core
     print(
-        f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator} -t1 -c{CONNECTIONS}; "
+        f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator_label(generator)}; "
         f"server on CPU {sorted(server_cpus or [])}, load + Redis on CPU {sorted(load_cpus or [])}; "
         f"load average {os.getloadavg()[0]:.2f}"
     )
@@ -222,6 +229,9 @@ def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | Non
     add("telegram", "switchboard web: Telegram webhook", web_args, "/healthz", web_port, env=env, switchboard=True)
     web = targets[-1]
     targets.append(Target("webchat", "switchboard web: POST /api/chat/messages", web.proc, web.url, True))
+    if importlib.util.find_spec("tornado") is None:
+        print(f"WARNING: {PTB_HINT}", file=sys.stderr)
+        return targets
     ptb_port = free_port()
     add(
         "ptb",
@@ -237,7 +247,7 @@ def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | Non
 def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
     """Print the per-round and summary tables; return the summary rows."""
     by = {t.key: t for t in targets}
-    aio, ptb = by["aiohttp"], by["ptb"]
+    aio, ptb = by["aiohttp"], by.get("ptb")
     per_round = []
     for i in range(rounds):
         for t in targets:
@@ -290,7 +300,7 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
                 fmt(median([r.p50_ms for r in t.results]), 2),
                 fmt(median([r.p99_ms for r in t.results]), 2),
                 f"{ratio(t, aio):.2f}",
-                f"{ratio(t, ptb):.2f}",
+                f"{ratio(t, ptb):.2f}" if ptb else "— (not run)",
                 fmt(median(t.cpu_us), 0),
                 f"{cpu_ratio(t, aio):.2f}",
                 sum(r.errors for r in t.results),
@@ -299,8 +309,7 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
     gen = targets[0].results[0].generator
     print(
         render_table(
-            f"Ingest on one server core ({gen} -t1 -c{CONNECTIONS}, ~{body_bytes} B bodies, "
-            f"median of {rounds} round(s))",
+            f"Ingest on one server core ({generator_label(gen)}, ~{body_bytes} B bodies, median of {rounds} round(s))",
             [
                 "server",
                 "req/s",
@@ -336,10 +345,8 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
                 None,
             )
         )
-    tg_ptb = ratio(by["telegram"], ptb)
-    summary.append(
-        Row("ingest", "Telegram webhook req/s vs python-telegram-bot", f"{tg_ptb:.2f}×", "≈ 3× (report)", None)
-    )
+    tg_ptb = f"{ratio(by['telegram'], ptb):.2f}×" if ptb else "not run (no tornado)"
+    summary.append(Row("ingest", "Telegram webhook req/s vs python-telegram-bot", tg_ptb, "≈ 3× (report)", None))
     summary.append(
         Row(
             "ingest",

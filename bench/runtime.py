@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench._load import SUMMARY_HEADERS, Row, fmt, median, parser, percentile, render_table, rounds_of, verdicts
+from bench._harness import SUMMARY_HEADERS, Row, fmt, median, parser, percentile, render_table, rounds_of, verdicts
 from switchboard.core import codeact
 from switchboard.core.agent import Agent, AgentLimits, AgentProfile
 from switchboard.core.events import Event
@@ -272,7 +272,7 @@ def report(per_round: list[dict[str, float]], programs: dict[str, list[float]], 
                     f"**runtime overhead per step** ({k + 1}-step turn, model and tool subtracted)",
                     fmt(m("step_overhead"), 3),
                 ],
-                ["same, p90 turn", fmt(m("p90_step"), 3)],
+                ["runtime overhead per step, p90 turn", fmt(m("p90_step"), 3)],
                 ["marginal cost of one more tool step (runtime + gateway)", fmt(m("marginal"), 3)],
                 ["overhead of a one-step turn (prompt, answer, usage event)", fmt(m("answer_overhead"), 3)],
             ],

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench._load import parse_wrk, percentile, telegram_load, webchat_load
+from bench._harness import percentile
+from bench._load import parse_wrk, telegram_load, webchat_load
 from bench.concurrency import peak_overlap
 
 REPO = Path(__file__).resolve().parent.parent
