@@ -6,9 +6,10 @@ agent on every text message; groups only when the bot is mentioned (``@username`
 ``/command@username``) or replied to. Edited messages, channel posts, button taps and media without a
 caption parse to nothing (not handled yet; no error, so Telegram stops retrying them).
 
-Sends go through python-telegram-bot's ``Bot`` (one httpx pool for the adapter's life) against the
-configurable Bot API root; Markdown is rendered to Telegram HTML and split after rendering. Link previews
-are off, so Telegram never fetches a link the model wrote on its own.
+python-telegram-bot's types normalise what comes in; sends are plain JSON POSTs on one aiohttp pool for the
+adapter's life (:mod:`~switchboard.channels._botapi`) against the configurable Bot API root. Markdown is
+rendered to Telegram HTML and split after rendering. Link previews are off, so Telegram never fetches a link
+the model wrote on its own.
 """
 
 from __future__ import annotations
@@ -21,29 +22,18 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from telegram import Bot, Chat, LinkPreviewOptions, Message, MessageEntity, ReplyParameters, User
-from telegram.constants import ChatAction, ChatType, MessageEntityType
-from telegram.error import (
-    BadRequest,
-    ChatMigrated,
-    Conflict,
-    EndPointNotFound,
-    Forbidden,
-    InvalidToken,
-    RetryAfter,
-    TelegramError,
-)
-from telegram.request import HTTPXRequest
+from telegram import Chat, MessageEntity, User
+from telegram.constants import ChatType, MessageEntityType
 
+from switchboard.channels._botapi import BotApi, BotApiRefusal
 from switchboard.channels._markdown import action_markdown, render_messages, visible_text
 from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
 from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
-from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, RateLimitedError, SignatureError
+from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, SignatureError
 from switchboard.settings import TelegramSettings
 
 __all__ = ["SECRET_HEADER", "TelegramChannel"]
@@ -52,44 +42,13 @@ logger = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
 _CHANNEL: Literal["telegram"] = "telegram"
-_POOL_SIZE = 128
 _ERROR_TEXT_LIMIT = 1000
 _PROGRESS_KEEP = 2048
-_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
-# python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it builds a time period as an int, even
-# inside its own RetryAfter; opting in to the future timedelta behaviour, which this module handles, is
-# the documented way to stop that (the variable is read on every use).
+_NO_PREVIEW = {"is_disabled": True}
+_INTEGER = re.compile(r"-?\d+")
+# python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it builds a time period as an int; opting in
+# to the future timedelta behaviour is the documented way to stop that (the variable is read on every use).
 os.environ.setdefault("PTB_TIMEDELTA", "true")
-_FATAL = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
-"""Errors a retry cannot fix (400/401/403/404/409, a migrated chat)."""
-
-
-class _TokenRedactor(logging.Filter):
-    """Replaces bot tokens in records of loggers that print Bot API URLs (httpx logs every request at INFO)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tokens: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if any(token in message for token in self.tokens):
-            for token in self.tokens:
-                message = message.replace(token, "<bot-token>")
-            record.msg, record.args = message, None
-        return True
-
-
-# Process-wide on purpose: the loggers it guards are process-wide too.
-_REDACTOR = _TokenRedactor()
-
-
-def _guard_token(token: str) -> None:
-    _REDACTOR.tokens.add(token)
-    for name in ("httpx", "telegram.Bot", "telegram.request.HTTPXRequest"):
-        target = logging.getLogger(name)
-        if _REDACTOR not in target.filters:
-            target.addFilter(_REDACTOR)
 
 
 class _Wire(BaseModel):
@@ -193,8 +152,7 @@ class TelegramChannel:
         token = settings.bot_token.get_secret_value() if settings.bot_token else ""
         prefix = token.split(":", 1)[0]
         self._bot_id: int | None = int(prefix) if prefix.isdigit() else None
-        self._bot: Bot | None = None
-        self._request: HTTPXRequest | None = None
+        self._api: BotApi | None = None
         self._progress: OrderedDict[str, tuple[str, list[str]]] = OrderedDict()
 
     @property
@@ -341,40 +299,16 @@ class TelegramChannel:
 
     # ⑤ outbound ----------------------------------------------------------------------------------
 
-    def _client(self) -> Bot:
-        if self._bot is None:
+    def _client(self) -> BotApi:
+        if self._api is None:
             if self._settings.bot_token is None:
                 raise DeliveryError(
                     f"telegram account {self._account!r} has no bot token: set SWITCHBOARD_TELEGRAM__BOT_TOKEN",
                     channel=_CHANNEL,
                     retryable=False,
                 )
-            token = self._settings.bot_token.get_secret_value()
-            _guard_token(token)
-            root = self._settings.api_base_url.rstrip("/")
-            self._request = HTTPXRequest(
-                connection_pool_size=_POOL_SIZE, connect_timeout=5, read_timeout=10, write_timeout=10, pool_timeout=5
-            )
-            self._bot = Bot(
-                token,
-                base_url=f"{root}/bot",
-                base_file_url=f"{root}/file/bot",
-                request=self._request,
-                get_updates_request=self._request,
-            )
-        return self._bot
-
-    def _delivery_error(self, exc: TelegramError) -> DeliveryError:
-        text = str(exc)
-        if self._settings.bot_token is not None:
-            text = text.replace(self._settings.bot_token.get_secret_value(), "<bot-token>")
-        if isinstance(exc, RetryAfter):
-            wait = exc.retry_after
-            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
-            return RateLimitedError(f"telegram: {text}", channel=_CHANNEL, retry_after=seconds)
-        if isinstance(exc, _FATAL):
-            return DeliveryError(f"telegram refused the call: {text}", channel=_CHANNEL, retryable=False)
-        return DeliveryError(f"telegram unreachable or failing: {text}", channel=_CHANNEL, retryable=True)
+            self._api = BotApi(self._settings.bot_token.get_secret_value(), self._settings.api_base_url)
+        return self._api
 
     async def start(self) -> None:
         """Learn the bot's id and username with ``getMe`` (once, at start-up; failures only logged).
@@ -384,8 +318,9 @@ class TelegramChannel:
         if self._settings.bot_token is None:
             return
         try:
-            me = await self._client().get_me()
-        except TelegramError as exc:
+            me = await self._client().call("getMe", {})
+            bot_id, username = me["id"], me.get("username")
+        except (DeliveryError, KeyError, TypeError) as exc:
             logger.warning(
                 "telegram account %s: getMe failed (%s); group mentions are %s",
                 self._account,
@@ -393,8 +328,9 @@ class TelegramChannel:
                 "matched by the configured username" if self._username else "not recognised, only replies",
             )
             return
-        self._bot_id = me.id
-        self._username = self._username or me.username
+        if isinstance(bot_id, int):
+            self._bot_id = bot_id
+        self._username = self._username or (username if isinstance(username, str) else None)
 
     async def set_webhook(self, url: str) -> None:
         """Point Telegram at ``url`` with this account's secret token (``setWebhook``).
@@ -405,10 +341,8 @@ class TelegramChannel:
         """
         if self._settings.secret_token is None:
             raise ConfigError("set SWITCHBOARD_TELEGRAM__SECRET_TOKEN before registering a webhook", field="telegram")
-        try:
-            await self._client().set_webhook(url=url, secret_token=self._settings.secret_token.get_secret_value())
-        except TelegramError as exc:
-            raise self._delivery_error(exc) from None
+        secret = self._settings.secret_token.get_secret_value()
+        await self._client().call("setWebhook", {"url": url, "secret_token": secret})
 
     async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
         """Carry out one send action in the conversation.
@@ -421,10 +355,8 @@ class TelegramChannel:
             return await self._send(render_messages(action.text), conversation, idempotency_key, "HTML")
         if isinstance(action, SendTyping):
             chat_id, thread, _ = self._route(conversation)
-            try:
-                await self._client().send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
-            except TelegramError as exc:
-                raise self._delivery_error(exc) from None
+            params = {"chat_id": chat_id, "action": "typing", "message_thread_id": thread}
+            await self._client().call("sendChatAction", params)
             return Receipt(parts=0, detail={"action": "typing"})
         if isinstance(action, SetStatus | StreamDelta):
             return Receipt(parts=0)
@@ -443,7 +375,7 @@ class TelegramChannel:
         chat = conversation.extra.get("chat_id") or conversation.conversation
         thread = conversation.extra.get("message_thread_id") or conversation.thread
         reply = conversation.extra.get("reply_to_message_id")
-        chat_id: int | str = int(chat) if re.fullmatch(r"-?\d+", chat) else chat
+        chat_id: int | str = int(chat) if _INTEGER.fullmatch(chat) else chat
         thread_id, reply_id = (int(v) if v and v.isdigit() else None for v in (thread, reply))
         return chat_id, thread_id, reply_id
 
@@ -465,34 +397,41 @@ class TelegramChannel:
         chat_id, thread, reply_to = self._route(conversation)
         for index in range(len(sent), len(parts)):
             reply = (
-                ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+                {"message_id": reply_to, "allow_sending_without_reply": True}
                 if index == 0 and reply_to is not None
                 else None
             )
-            message = await self._send_one(parts[index], chat_id, thread, reply, parse_mode)
-            sent.append(str(message.message_id))
+            sent.append(await self._send_one(parts[index], chat_id, thread, reply, parse_mode))
         return Receipt(platform_ids=tuple(sent), parts=len(parts))
 
     async def _send_one(
-        self, text: str, chat_id: int | str, thread: int | None, reply: ReplyParameters | None, parse_mode: str | None
-    ) -> Message:
-        bot = self._client()
-        options: dict[str, Any] = {"message_thread_id": thread, "reply_parameters": reply}
-        options["link_preview_options"] = _NO_PREVIEW
+        self, text: str, chat_id: int | str, thread: int | None, reply: dict[str, Any] | None, parse_mode: str | None
+    ) -> str:
+        """One ``sendMessage``; returns the new message's id."""
+        api = self._client()
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "text": text,
+            "parse_mode": parse_mode,
+            "message_thread_id": thread,
+            "reply_parameters": reply,
+            "link_preview_options": _NO_PREVIEW,
+        }
         try:
-            try:
-                return await bot.send_message(chat_id, text, parse_mode=parse_mode, **options)
-            except BadRequest as exc:
-                if parse_mode is None or "can't parse entities" not in exc.message.lower():
-                    raise
-                # Our renderer should never get here; if Telegram's parser disagrees, the words still arrive.
-                logger.warning("telegram refused the rendered HTML (%s); sending the part as plain text", exc.message)
-                return await bot.send_message(chat_id, visible_text(text), **options)
-        except TelegramError as exc:
-            raise self._delivery_error(exc) from None
+            message = await api.call("sendMessage", params)
+        except BotApiRefusal as exc:
+            if parse_mode is None or exc.status != 400 or "can't parse entities" not in exc.description.lower():
+                raise
+            # Our renderer should never get here; if Telegram's parser disagrees, the words still arrive.
+            logger.warning("telegram refused the rendered HTML (%s); sending the part as plain text", exc.description)
+            message = await api.call("sendMessage", {**params, "text": visible_text(text), "parse_mode": None})
+        try:
+            return str(message["message_id"])
+        except (KeyError, TypeError):
+            raise DeliveryError("telegram answered sendMessage without a message", channel=_CHANNEL) from None
 
     async def aclose(self) -> None:
         """Close the Bot API connection pool."""
-        if self._request is not None:
-            await self._request.shutdown()
-        self._bot = self._request = None
+        api, self._api = self._api, None
+        if api is not None:
+            await api.aclose()

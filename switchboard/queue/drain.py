@@ -5,8 +5,9 @@ The loop, under the lease (renewed every third of its TTL):
 1. ``begin.lua`` counts the attempt *before* running (a SIGKILL still counts), logs ``run_started`` and
    returns the head message (or, under ``collect``, everything waiting). Past ``max_attempts`` the message
    is dead-lettered instead, and the next one runs.
-2. ``SetStatus(running)`` and ``SendTyping`` (refreshed every few seconds) go to the channel, then the
-   runner plays the turn; streamed deltas reach channels that stream, facts go to the fenced event log.
+2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` only if the run is still going after
+   :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every few seconds. The runner plays the
+   turn; streamed deltas reach channels that stream, facts go to the fenced event log.
 3. The reply goes out through the :class:`~switchboard.queue.outbox.Outbox`, then ``complete.lua`` acks
    exactly the handled ids, appends history and facts and records the latencies, in one fenced step.
 4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
@@ -34,17 +35,15 @@ import redis.asyncio as aioredis
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.agent import Agent
-from switchboard.core.events import Event, UsageMetered
+from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
-from switchboard.queue.ledger import Attempt, Ledger
+from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
 from switchboard.queue.outbox import Outbox, idempotency_key
-from switchboard.queue.stats import record_usage
-from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -55,6 +54,8 @@ logger = logging.getLogger(__name__)
 TurnRunner = Callable[[TurnRequest, TurnSink, SessionStore], Awaitable[TurnResult]]
 """Plays one turn (the agent runtime, or a test's simple function)."""
 
+TYPING_DELAY_S = 0.75
+"""A run still going this long after it started shows a typing indicator (most replies are ready sooner)."""
 TYPING_REFRESH_S = 4.0
 """Platforms drop a typing indicator after ~5 s; refresh it while a run lasts."""
 RUNNER_GRACE_S = 30.0
@@ -106,12 +107,27 @@ class _Turn:
 
 
 class _Sink:
-    """The turn's view of its drain: deltas to streaming channels, facts to the fenced event log."""
+    """The turn's view of its drain: deltas to streaming channels, facts to the fenced event log.
+
+    The answering ``step`` event and the closing ``usage_metered`` are held back to ride on the drain's next
+    fenced step (the reply's outbox claim); any other write for the turn writes them first, so order holds.
+    """
 
     def __init__(self, drainer: Drainer, turn: _Turn, events: EventLog) -> None:
         self._drainer = drainer
         self._turn = turn
         self._events = events
+        self.held: list[Event] = []
+
+    def take(self) -> list[Event]:
+        """The held events, to write with the drain's next step (the caller writes them)."""
+        held, self.held = self.held, []
+        return held
+
+    async def flush(self) -> None:
+        """Write the held events now (one fenced step)."""
+        if self.held:
+            await self._turn.ledger.facts(self.take())
 
     async def delta(self, text: str) -> None:
         turn = self._turn
@@ -128,22 +144,21 @@ class _Sink:
         if turn.conversation is None or turn.outbox is None:
             return
         turn.acts += 1
+        await self.flush()
         await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
 
     async def event(self, event: Event) -> None:
         if self._turn.lost.is_set():
             raise _lost(self._turn.lease)
+        if isinstance(event, UsageMetered) or (isinstance(event, StepRecorded) and event.decision == "answer"):
+            self.held.append(event)  # the turn is about to end: written with the reply's claim
+            return
+        await self.flush()
         await self._events.append(event)
-        if isinstance(event, UsageMetered):
-            await record_usage(
-                self._drainer.redis,
-                credits=event.credits,
-                input_tokens=event.input_tokens,
-                output_tokens=event.output_tokens,
-            )
 
 
 STOPPED_TEXT = "Stopped."
+CANCELLED_TEXT = "You stopped this reply."
 NOTHING_RUNNING_TEXT = "Nothing was running, so there was nothing to stop."
 
 
@@ -216,7 +231,7 @@ class Drainer:
                 if self.stopping.is_set():
                     await self.lease.abandon(lease)
                     return DrainOutcome.HANDED_OVER
-                attempt = await turn.ledger.begin()
+                attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
                 if attempt is None:  # the inbox was empty: released in the same step
                     return DrainOutcome.RELEASED
                 await self._handle(turn, attempt)
@@ -242,7 +257,9 @@ class Drainer:
             if body:
                 messages.append(InboundMessage.model_validate_json(body))
         turn.run_id = f"run-{attempt.ids[0]}"
-        outbox = Outbox(self.redis, lease, self._perform_for(turn), sleep=self._sleep)
+        outbox = Outbox(
+            self.redis, lease, self._perform_for(turn), sleep=self._sleep, events_maxlen=self.settings.events_maxlen
+        )
         turn.outbox = outbox
         if not messages:
             await self._dead_letter(turn, attempt, messages, outbox, "message record missing", attempt.attempt - 1)
@@ -289,7 +306,6 @@ class Drainer:
         self, turn: _Turn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
     ) -> tuple[TurnResult, Receipt | None]:
         await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
-        await self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing")
         self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
         conversation = messages[-1].conversation
@@ -305,22 +321,33 @@ class Drainer:
             trace_id=turn.run_id,
         )
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
-        store = RedisSessionStore.for_lease(self.redis, turn.lease, self.settings)
+        store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
+        sink = _Sink(self, turn, events)
         if all(is_stop(m) for m in messages):
             # a /stop that reached its turn: say whether it stopped something, without asking the model
             stopped = turn.stopped_at is not None and turn.stopped_at >= messages[0].received_at
             result = TurnResult(text=STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
         else:
-            result = await self._run(turn, request, _Sink(self, turn, events), store, agent.limits.deadline_s)
+            try:
+                result = await self._run(turn, request, sink, store, agent.limits.deadline_s)
+            except (FencedWriteError, asyncio.CancelledError):
+                raise
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await sink.flush()  # what the turn did before it failed or was stopped is still a fact
+                raise
         receipt: Receipt | None = None
         if result.text.strip():
             reply = SendText(text=result.text, reply_to=turn.reply_to)
-            outcome = await outbox.send(reply, conversation, run_id=turn.run_id, logical="reply")
+            facts = encode_facts(sink.take()) if sink.held else ""
+            outcome = await outbox.send(reply, conversation, run_id=turn.run_id, logical="reply", facts=facts)
             receipt = outcome.receipt or Receipt()
+        else:
+            await sink.flush()
         return result, receipt
 
     async def _run(
-        self, turn: _Turn, request: TurnRequest, sink: _Sink, store: RedisSessionStore, deadline_s: float
+        self, turn: _Turn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float
     ) -> TurnResult:
         """Play the turn; stop it as soon as the lease is lost, or when it overruns its deadline."""
         task = asyncio.ensure_future(self.runner(request, sink, store))
@@ -348,7 +375,7 @@ class Drainer:
         raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
 
     def _schedule_typing(self, turn: _Turn) -> None:
-        """Refresh the typing indicator every few seconds while the run lasts (a timer, not a task per turn)."""
+        """Show typing once the run lasts :data:`TYPING_DELAY_S`, then refresh it every few seconds (timers)."""
         loop = asyncio.get_running_loop()
 
         def refresh() -> None:
@@ -357,7 +384,7 @@ class Drainer:
             turn.typing.append(task)
             turn.typing.append(loop.call_later(TYPING_REFRESH_S, refresh))
 
-        turn.typing.append(loop.call_later(TYPING_REFRESH_S, refresh))
+        turn.typing.append(loop.call_later(TYPING_DELAY_S, refresh))
 
     def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, str], Awaitable[Receipt]]:
         async def perform(action: Action, conversation: ConversationRef, key: str) -> Receipt:
@@ -395,7 +422,9 @@ class Drainer:
             pending.cancel()
         turn.typing.clear()
         if turn.conversation is not None and self.deliverer.streams(turn.conversation):
-            await self._notify(turn, SendError(code="cancelled", message=STOPPED_TEXT, reply_to=turn.reply_to), "stop")
+            await self._notify(
+                turn, SendError(code="cancelled", message=CANCELLED_TEXT, reply_to=turn.reply_to), "stop"
+            )
         remaining = await turn.ledger.complete(
             attempt,
             messages,

@@ -3,7 +3,8 @@
 ``begin`` counts an attempt before it runs, or, when the inbox is empty, ends the drain (lease, drain flag
 and runnable mark removed in that same step, so nothing is stranded); ``fail`` logs a failed attempt;
 ``complete`` acks a finished turn with its history, facts and latencies; ``dead_letter`` sets a poison
-message aside. Each first checks that the lease still belongs to this epoch.
+message aside; ``facts`` writes events (and metered usage) a drain held back to ride on its next step. Each
+first checks that the lease still belongs to this epoch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
-from switchboard.core.events import ReplySent, RunCancelled, RunCompleted, RunDeadLettered, RunFailed
+from switchboard.core.events import (
+    Event,
+    ReplySent,
+    RunCancelled,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    UsageMetered,
+)
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
@@ -25,9 +34,18 @@ from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
+from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 
-__all__ = ["DEAD_LETTER_CAP", "GLOBAL_DEAD_LETTER_CAP", "MAX_COLLECT", "Attempt", "Ledger"]
+__all__ = [
+    "DEAD_LETTER_CAP",
+    "GLOBAL_DEAD_LETTER_CAP",
+    "MAX_COLLECT",
+    "Attempt",
+    "AttemptStore",
+    "Ledger",
+    "encode_facts",
+]
 
 MAX_COLLECT: Final = 50
 """Most waiting messages folded into one turn under the ``collect`` policy."""
@@ -36,6 +54,25 @@ DEAD_LETTER_CAP: Final = 100
 GLOBAL_DEAD_LETTER_CAP: Final = 10_000
 """Approximate length of the operators' stream of dead letters across sessions."""
 _GLOBAL = GlobalKeys()
+_FACTS: Final = scripts.Script("facts", fenced=True)
+"""Not in :data:`scripts.ALL` (loaded on its first ``NOSCRIPT``)."""
+
+
+def encode_facts(events: Sequence[Event]) -> str:
+    """Held events as ``facts.lua`` and ``outbox_claim.lua`` read them.
+
+    Each event becomes ``[kind, data]``; the ``usage_metered`` ones are also summed as ``usage`` (added to
+    the deployment-wide totals).
+    """
+    facts: dict[str, Any] = {"events": [[event.kind, encode_event(event)] for event in events]}
+    metered = [event for event in events if isinstance(event, UsageMetered)]
+    if metered:
+        facts["usage"] = [
+            repr(float(sum(m.credits for m in metered))),
+            str(sum(int(m.input_tokens) for m in metered)),
+            str(sum(int(m.output_tokens) for m in metered)),
+        ]
+    return json.dumps(facts, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +88,12 @@ class Attempt:
     """The message ids the turn handles (one, or several under ``collect``)."""
     bodies: list[str]
     """Their stored JSON (empty when a record is missing)."""
+    history: list[bytes] | None = None
+    """The session's last history entries (JSON) as ``begin`` read them, when it did (a run, not a dead letter)."""
+    slots: dict[str, bytes] | None = None
+    """The session-state slots (JSON values) as ``begin`` read them, when it did."""
+    history_read: int = 0
+    """How many history entries ``begin`` asked for (fewer came back when the history is shorter)."""
 
 
 class Ledger:
@@ -72,8 +115,11 @@ class Ledger:
             epoch=self.lease.epoch,
         )
 
-    async def begin(self) -> Attempt | None:
+    async def begin(self, *, read_history: int = 0) -> Attempt | None:
         """Count an attempt at the inbox head and log ``run_started``.
+
+        With ``read_history``, an attempt that runs also carries that many of the last history entries and
+        the slots (read in the same step; only this lease's holder writes them).
 
         Returns ``None`` when the inbox is empty, in which case the drain has been released in the same
         atomic step (lease, drain flag and runnable mark removed).
@@ -81,7 +127,7 @@ class Ledger:
         k = self.keys
         reply = await self._run(
             scripts.BEGIN,
-            [k.inbox, k.messages, k.attempts, k.meta, k.events, k.drain, _GLOBAL.runnable],
+            [k.inbox, k.messages, k.attempts, k.meta, k.events, k.drain, _GLOBAL.runnable, k.history, k.slots],
             [
                 MAX_COLLECT,
                 self.settings.max_attempts,
@@ -90,6 +136,7 @@ class Ledger:
                 self.worker_id,
                 f"{time.time():.3f}",
                 self.lease.session,
+                read_history if read_history > 0 else "",
             ],
         )
         if not reply:
@@ -97,7 +144,21 @@ class Ledger:
         n = int(reply[4])
         ids = [v.decode() for v in reply[5 : 5 + n]]
         bodies = [v.decode() for v in reply[5 + n : 5 + 2 * n]]
-        return Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
+        attempt = Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
+        if len(reply) < 7 + 2 * n:
+            return attempt
+        flat = reply[6 + 2 * n]
+        slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+        return Attempt(
+            attempt.attempt,
+            attempt.dead,
+            attempt.last_error,
+            ids,
+            bodies,
+            history=list(reply[5 + 2 * n]),
+            slots=slots,
+            history_read=read_history,
+        )
 
     async def fail(self, attempt: Attempt, error: str) -> None:
         """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing)."""
@@ -107,6 +168,13 @@ class Ledger:
             [self.keys.attempts, self.keys.events, _GLOBAL.stats],
             [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen],
         )
+
+    async def facts(self, events: Sequence[Event]) -> None:
+        """Write held events (a ``usage_metered`` one also adds to the deployment-wide totals), in one step."""
+        if events:
+            await self._run(
+                _FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, encode_facts(events)]
+            )
 
     async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:
         """Set the attempt's messages aside with ``reason`` and ack them; returns the inbox length left."""
@@ -202,3 +270,39 @@ class Ledger:
             ],
         )
         return int(remaining)
+
+
+class AttemptStore(RedisSessionStore):
+    """The turn's :class:`RedisSessionStore`, answering its first history and slot reads from what ``begin`` read.
+
+    ``begin`` read them under the same lease, and only the lease's holder writes them, so they are current; a
+    later read, a read of more entries than ``begin`` took, or any read after a write goes to Redis as usual.
+    """
+
+    def __init__(self, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings, attempt: Attempt) -> None:
+        super().__init__(redis, lease.session, lease.epoch, settings, token=lease.token)
+        self._history, self._read, self._slots = attempt.history, attempt.history_read, attempt.slots
+
+    async def load_history(self, limit: int) -> list[HistoryEntry]:
+        """The most recent ``limit`` entries, oldest first."""
+        raw, self._history = self._history, None
+        if raw is None or (limit > self._read and len(raw) >= self._read):
+            return await super().load_history(limit)
+        return [HistoryEntry.model_validate_json(item) for item in raw[-limit:]] if limit > 0 else []
+
+    async def load_slots(self) -> dict[str, Any]:
+        """The session-state slots (``plan``, ``context``, ``state``)."""
+        raw, self._slots = self._slots, None
+        if raw is None:
+            return await super().load_slots()
+        return {name: json.loads(value) for name, value in raw.items()}
+
+    async def append_history(self, entries: Sequence[HistoryEntry]) -> None:
+        """Append entries, keeping the last ``history_maxlen``."""
+        self._history = None
+        await super().append_history(entries)
+
+    async def save_slot(self, name: str, value: Any) -> None:
+        """Overwrite one slot (JSON-serialisable value)."""
+        self._slots = None
+        await super().save_slot(name, value)

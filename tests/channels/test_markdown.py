@@ -235,3 +235,20 @@ def test_actions_without_a_native_form_become_markdown() -> None:
     assert action_markdown(File()) == "Your **report**\n\n📎 report.pdf"
     assert action_markdown(Choice()) == "When?\n\n1. Now\n2. Later"
     assert action_markdown(object()) is None
+
+
+def test_plain_replies_skip_the_parser_and_match_what_it_renders() -> None:
+    from switchboard.channels._markdown import _PLAIN
+
+    rng = random.Random(7)
+    allowed = "aZq09 ,.;:?!'\"()/%@$-"
+    fast = 0
+    for _ in range(3000):
+        text = rng.choice("aZ") + "".join(rng.choice(allowed) for _ in range(rng.randint(0, 24)))
+        if _PLAIN.fullmatch(text):
+            fast += 1
+            assert render_messages(text) == split_html(markdown_to_html(text), 4096) == [text]
+    assert fast > 2000
+    for text in ("1. item", "a\nb", "a *b*", "a & b", "a_b_", "    code", "#1 < 2", "a  ", "a [b](c)"):
+        assert not _PLAIN.fullmatch(text), text
+    assert render_messages("x" * 5000) == split_html("x" * 5000, 4096)

@@ -3,11 +3,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.events import StepRecorded
+from switchboard.core.events import StepRecorded, UsageMetered
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
+from switchboard.queue import drain as drain_module
 from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
@@ -212,3 +214,120 @@ async def test_second_drain_exits_while_another_holds_the_lease(
     gate.set()
     assert await first is DrainOutcome.RELEASED
     assert deliverer.texts() == ["echo: a"]
+
+
+async def test_a_quick_run_sends_no_typing_action(
+    ingestor: Ingestor,
+    client: aioredis.Redis,
+    queue_settings: QueueSettings,
+    deliverer: RecordingDeliverer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(drain_module, "TYPING_DELAY_S", 3600.0)
+    for text in ("a", "b"):
+        await ingestor.ingest(make_message(text))
+    await make_drainer(client, queue_settings, deliverer).drain(make_message("x").session_key)
+    assert deliverer.texts() == ["echo: a", "echo: b"]
+    assert [s.action.kind for s in deliverer.sent if s.action.kind == "typing"] == []
+    statuses = [s.action.status for s in deliverer.sent if s.action.kind == "status"]  # type: ignore[union-attr]
+    assert statuses == ["running", "running", "idle"]  # the running status is still immediate
+
+
+async def test_a_run_still_going_after_the_delay_shows_typing_before_its_reply(
+    ingestor: Ingestor,
+    client: aioredis.Redis,
+    queue_settings: QueueSettings,
+    deliverer: RecordingDeliverer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(drain_module, "TYPING_DELAY_S", 0.0)
+    monkeypatch.setattr(drain_module, "TYPING_REFRESH_S", 3600.0)
+
+    async def slow_runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        while not any(s.action.kind == "typing" for s in deliverer.sent):  # the run lasts until typing shows
+            await asyncio.sleep(0)
+        return await echo_runner(request, sink, store)
+
+    await ingestor.ingest(make_message("slow"))
+    drainer = make_drainer(client, queue_settings, deliverer, slow_runner)
+    await asyncio.wait_for(drainer.drain(make_message("x").session_key), 30)
+    kinds = [s.action.kind for s in deliverer.sent]
+    assert kinds == ["status", "typing", "text", "status"]
+
+
+def _usage(message_id: str, tokens: int) -> UsageMetered:
+    return UsageMetered(
+        message_id=message_id,
+        model="offline",
+        steps=1,
+        tool_calls=0,
+        input_tokens=tokens,
+        output_tokens=2 * tokens,
+        credits=0.25,
+    )
+
+
+async def test_the_answer_step_and_usage_are_logged_before_the_reply_and_counted(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        mid = request.messages[0].id
+        await sink.event(StepRecorded(message_id=mid, step=1, decision="tool_calls"))
+        await sink.event(StepRecorded(message_id=mid, step=2, decision="answer"))
+        await sink.event(_usage(mid, 10))
+        return TurnResult(text="done", steps=2)
+
+    for text in ("a", "b"):
+        await ingestor.ingest(make_message(text))
+    session = make_message("x").session_key
+    await make_drainer(client, queue_settings, deliverer, runner).drain(session)
+    assert deliverer.texts() == ["done", "done"]
+    turn = ["run_started", "step", "step", "usage_metered", "reply_sent", "run_completed"]
+    kinds = [
+        e["kind"] for e in await read_events(client, session) if e["kind"] not in ("message_received", "run_queued")
+    ]
+    assert kinds == turn * 2
+    steps = [e["decision"] for e in await read_events(client, session) if e["kind"] == "step"]
+    assert steps == ["tool_calls", "answer"] * 2
+    stats = await read_stats(client)
+    assert (stats.input_tokens, stats.output_tokens, stats.credits) == (20, 40, 0.5)
+
+
+async def test_held_facts_are_written_when_the_run_fails_after_them(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        await sink.event(StepRecorded(message_id=request.messages[0].id, step=1, decision="answer"))
+        await sink.event(_usage(request.messages[0].id, 3))
+        raise RuntimeError("broke after answering")
+
+    await ingestor.ingest(make_message("a"))
+    session = make_message("x").session_key
+    await make_drainer(client, queue_settings, deliverer, runner).drain(session)
+    kinds = [e["kind"] for e in await read_events(client, session)]
+    first = kinds.index("run_started")
+    assert kinds[first : first + 4] == ["run_started", "step", "usage_metered", "run_failed"]
+    assert (await read_stats(client)).input_tokens == 3 * queue_settings.max_attempts
+
+
+async def test_a_turn_reads_the_history_and_slots_its_session_has(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    seen: list[tuple[list[str], dict[str, object], list[str]]] = []
+
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        history = [h.text for h in await store.load_history(3)]
+        slots = await store.load_slots()
+        longer = [h.text for h in await store.load_history(queue_settings.history_maxlen + 5)]
+        seen.append((history, slots, longer))
+        await store.save_slot("state", {"n": len(seen)})
+        return await echo_runner(request, sink, store)
+
+    for text in ("a", "b", "c"):
+        await ingestor.ingest(make_message(text))
+    await make_drainer(client, queue_settings, deliverer, runner).drain(make_message("x").session_key)
+    assert seen == [
+        ([], {}, []),
+        (["a", "echo: a"], {"state": {"n": 1}}, ["a", "echo: a"]),
+        (["echo: a", "b", "echo: b"], {"state": {"n": 2}}, ["a", "echo: a", "b", "echo: b"]),
+    ]

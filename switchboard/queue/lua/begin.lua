@@ -1,10 +1,13 @@
 -- Start an attempt on the inbox head: count the attempt first (a SIGKILL still counts), log run_started.
 -- An empty inbox ends the drain in the same step (release without stranding: a message that lands later finds
--- no drain flag and enqueues a new drain job).
--- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable
+-- no drain flag and enqueues a new drain job). An attempt that runs also reads the session's history and slots,
+-- which only this lease's holder writes, so the turn need not ask for them again.
+-- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable,
+--       10 history, 11 slots
 -- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s,
---       8 session
--- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, n, ids.., jsons..}.
+--       8 session, 9 history entries to read ('' = neither history nor slots)
+-- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, n, ids.., jsons..}
+-- followed, when read, by {history entries} and {slot name, value, ...}.
 local refused = fenced() if refused then return refused end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
@@ -30,4 +33,8 @@ local bodies = redis.call('HMGET', KEYS[4], unpack(ids))
 local out = {attempt, dead, lasterr, policy, #ids}
 for i = 1, #ids do out[#out + 1] = ids[i] end
 for i = 1, #ids do out[#out + 1] = bodies[i] or '' end
+if dead == 0 and ARGV[9] ~= '' and tonumber(ARGV[9]) > 0 then
+  out[#out + 1] = redis.call('LRANGE', KEYS[10], -tonumber(ARGV[9]), -1)
+  out[#out + 1] = redis.call('HGETALL', KEYS[11])
+end
 return out

@@ -1,0 +1,133 @@
+"""A small Telegram Bot API client on one aiohttp session: POST JSON, read ``{"ok": …}``, map errors.
+
+One :class:`aiohttp.ClientSession` (a keep-alive pool) serves an adapter for its whole life; a call is one
+POST of a JSON body to ``{root}/bot{token}/{method}``. The token sits in the URL path, so nothing here ever
+logs or quotes a URL, and every error text is scrubbed of the token before it leaves.
+
+Answers map to the gateway's errors: 429 (with ``parameters.retry_after``) → :class:`RateLimitedError`;
+5xx, timeouts and network trouble → retryable :class:`DeliveryError`; other 4xx (and a
+``migrate_to_chat_id`` move) → non-retryable :class:`BotApiRefusal`, a :class:`DeliveryError` that keeps
+Telegram's description for callers that react to it (the HTML fallback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Final
+
+import aiohttp
+
+from switchboard.errors import DeliveryError, RateLimitedError
+
+__all__ = ["BotApi", "BotApiRefusal"]
+
+logger = logging.getLogger(__name__)
+
+_CHANNEL: Final = "telegram"
+_POOL_SIZE: Final = 128
+_TIMEOUT: Final = aiohttp.ClientTimeout(total=20, connect=5, sock_read=10)
+_JSON: Final = {"Content-Type": "application/json"}
+
+
+class BotApiRefusal(DeliveryError):
+    """Telegram refused the call for good (4xx other than 429); ``description`` is its own words.
+
+    Args:
+        message: The error text (token-free).
+        status: The HTTP status (Telegram's ``error_code``).
+        description: Telegram's ``description``.
+        migrate_to_chat_id: The group's new id when it was upgraded to a supergroup.
+    """
+
+    def __init__(self, message: str, *, status: int, description: str, migrate_to_chat_id: int | None = None) -> None:
+        super().__init__(message, channel=_CHANNEL, retryable=False)
+        self.status = status
+        self.description = description
+        self.migrate_to_chat_id = migrate_to_chat_id
+
+
+class BotApi:
+    """Bot API calls for one bot token against a configurable API root.
+
+    Args:
+        token: The bot token (never logged; scrubbed from every error text).
+        root: The Bot API root, e.g. ``https://api.telegram.org``.
+    """
+
+    def __init__(self, token: str, root: str) -> None:
+        self._token = token
+        self._base = f"{root.rstrip('/')}/bot{token}/"
+        self._session: aiohttp.ClientSession | None = None
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "<bot-token>") if self._token else text
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=_POOL_SIZE, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=_TIMEOUT, json_serialize=json.dumps, raise_for_status=False
+            )
+        return self._session
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        """Call ``method`` with ``params`` (``None`` values left out); returns the answer's ``result``.
+
+        Raises:
+            RateLimitedError: 429; retry after ``retry_after`` seconds.
+            BotApiRefusal: any other 4xx, or a chat that migrated (not retryable).
+            DeliveryError: 5xx, a timeout, a network failure or an unreadable answer (retryable).
+        """
+        body = json.dumps({k: v for k, v in params.items() if v is not None}, separators=(",", ":"))
+        try:
+            async with self._http().post(self._base + method, data=body.encode(), headers=_JSON) as resp:
+                status = resp.status
+                raw = await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            detail = self._scrub(str(exc))[:200] or type(exc).__name__
+            raise DeliveryError(
+                f"telegram unreachable: {method}: {type(exc).__name__}: {detail}", channel=_CHANNEL, retryable=True
+            ) from None
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise DeliveryError(
+                f"telegram answered {method} with HTTP {status} and no Bot API answer",
+                channel=_CHANNEL,
+                retryable=status >= 500 or status == 200,
+            )
+        if answer.get("ok") is True and status < 300:
+            return answer.get("result")
+        return self._refusal(method, status, answer)
+
+    def _refusal(self, method: str, status: int, answer: dict[str, Any]) -> Any:
+        code = answer.get("error_code")
+        code = code if isinstance(code, int) and not isinstance(code, bool) else status
+        description = self._scrub(str(answer.get("description") or f"HTTP {code}"))
+        parameters = answer.get("parameters") if isinstance(answer.get("parameters"), dict) else {}
+        assert isinstance(parameters, dict)
+        text = f"telegram {method}: {description}"
+        retry_after = parameters.get("retry_after")
+        if code == 429 or isinstance(retry_after, int | float):
+            wait = float(retry_after) if isinstance(retry_after, int | float) else 1.0
+            raise RateLimitedError(text, channel=_CHANNEL, retry_after=wait)
+        migrated = parameters.get("migrate_to_chat_id")
+        if isinstance(migrated, int):
+            raise BotApiRefusal(
+                f"{text} (the group is now chat {migrated})",
+                status=code,
+                description=description,
+                migrate_to_chat_id=migrated,
+            )
+        if 400 <= code < 500:
+            raise BotApiRefusal(f"telegram refused the call: {text}", status=code, description=description)
+        raise DeliveryError(f"telegram failing: {text}", channel=_CHANNEL, retryable=True)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
