@@ -2,6 +2,8 @@
 
 ``python -m bench._servers aiohttp --port P``
     the raw aiohttp hello-world: reads the body, answers 200 (the ceiling on one core).
+``python -m bench._servers aiohttp-uvloop --port P``
+    the same on uvloop's event loop (``switchboard web`` runs on uvloop when it is installed).
 ``python -m bench._servers ptb --port P --api URL``
     python-telegram-bot's own ``Application.run_webhook`` with a no-op handler, checking the secret token,
     its Bot API pointed at ``URL`` (the fake) for ``getMe`` and ``setWebhook``.
@@ -24,7 +26,7 @@ from bench._harness import BOT_TOKEN, SECRET_TOKEN
 TELEGRAM_PATH = "webhooks/telegram"
 
 
-def serve_aiohttp(port: int) -> None:
+def serve_aiohttp(port: int, *, uvloop: bool = False) -> None:
     """A raw aiohttp handler returning 200 for any POST (the body is read, as any real handler would)."""
 
     async def hello(request: web.Request) -> web.Response:
@@ -37,7 +39,12 @@ def serve_aiohttp(port: int) -> None:
     app = web.Application()
     app.router.add_get("/healthz", health)
     app.router.add_post("/{tail:.*}", hello)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    loop = None
+    if uvloop:
+        import uvloop as uv
+
+        loop = uv.new_event_loop()
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=loop)
 
 
 def serve_ptb(port: int, api: str) -> None:
@@ -83,12 +90,12 @@ def main() -> None:
     """Parse the command line and serve."""
     logging.basicConfig(level=logging.WARNING)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("server", choices=["aiohttp", "ptb", "fake-telegram"])
+    p.add_argument("server", choices=["aiohttp", "aiohttp-uvloop", "ptb", "fake-telegram"])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--api", default="", help="Bot API root for ptb (the fake's URL)")
     ns = p.parse_args()
-    if ns.server == "aiohttp":
-        serve_aiohttp(ns.port)
+    if ns.server in ("aiohttp", "aiohttp-uvloop"):
+        serve_aiohttp(ns.port, uvloop=ns.server == "aiohttp-uvloop")
     elif ns.server == "ptb":
         serve_ptb(ns.port, ns.api)
     else:

@@ -1,12 +1,14 @@
 """Ingest: req/s and p50/p99 of ``switchboard web`` against a raw aiohttp hello-world and python-telegram-bot.
 
-Four servers, each alone on one core (``taskset``-style affinity), loaded in turn by ``wrk -t1 -c32`` on the
-other core, where the embedded Redis-compatible server runs too (performance.md's method):
+Four servers (five with uvloop installed), each alone on one core (``taskset``-style affinity), loaded in turn
+by ``wrk -t1 -c32`` on the other core, where the embedded Redis-compatible server runs too (performance.md's method):
 
 (a) ``switchboard web``, ``POST /webhooks/telegram`` — signed updates of ~1.5 KB, distinct ``update_id``s over
     1,000 chats, through the full durable ingest (verify → parse → one Lua script → 200);
 (b) ``switchboard web``, ``POST /api/chat/messages`` — ~1.5 KB bodies, distinct ``client_id``s, 64 sessions;
-(c) a raw aiohttp handler that reads the body and answers 200 (the ceiling);
+(c) a raw aiohttp handler that reads the body and answers 200 (the ceiling; ratios are taken against it on
+    asyncio's default loop, and when uvloop is installed — ``switchboard web`` then runs on it — the same handler
+    on uvloop is measured too, as a row of its own);
 (d) python-telegram-bot's own ``run_webhook`` server with a no-op handler (what a user would otherwise run;
     it needs tornado, ``pip install 'python-telegram-bot[webhooks]'``, and is skipped with a warning without).
 
@@ -223,6 +225,15 @@ def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | Non
         "/healthz",
         aio_port,
     )
+    if importlib.util.find_spec("uvloop") is not None:
+        uv_port = free_port()
+        add(
+            "aiohttp_uvloop",
+            "raw aiohttp hello-world on uvloop (baseline)",
+            [PYTHON, "-m", "bench._servers", "aiohttp-uvloop", "--port", str(uv_port)],
+            "/healthz",
+            uv_port,
+        )
     web_port = free_port()
     env = bench_env(redis_url, tmp / "data", port=web_port, telegram_url=fake_url)
     web_args = [PYTHON, "-m", "switchboard", "web"]
@@ -345,6 +356,11 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
                 None,
             )
         )
+    uv = by.get("aiohttp_uvloop")
+    if uv is not None:
+        for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):
+            value = ratio(by[key], uv)
+            summary.append(Row("ingest", f"{name} req/s vs raw aiohttp on uvloop", f"{value:.2f}×", "(report)", None))
     tg_ptb = f"{ratio(by['telegram'], ptb):.2f}×" if ptb else "not run (no tornado)"
     summary.append(Row("ingest", "Telegram webhook req/s vs python-telegram-bot", tg_ptb, "≈ 3× (report)", None))
     summary.append(

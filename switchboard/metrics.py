@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -83,10 +84,16 @@ class Metrics:
         )
         self._queue = _QueueCollector()
         self.registry.register(self._queue)
+        self._ingested: dict[tuple[str, bool], Any] = {}
+        """Labelled children by (channel, duplicate): ``labels()`` costs more than the increment itself."""
 
     def ingested(self, channel: str, *, duplicate: bool) -> None:
         """Count one message accepted or deduplicated."""
-        (self._deduplicated if duplicate else self._accepted).labels(channel).inc()
+        child = self._ingested.get((channel, duplicate))
+        if child is None:
+            child = (self._deduplicated if duplicate else self._accepted).labels(channel)
+            self._ingested[(channel, duplicate)] = child
+        child.inc()
 
     def rejected(self, channel: str, reason: str) -> None:
         """Count one refused request."""

@@ -8,6 +8,11 @@
 
 Tokens are random (``secrets.token_urlsafe(32)``) and stored only as their SHA-256, mapped to the session key,
 with a 30-day TTL refreshed on use. Looking a token up by its hash leaks nothing through timing.
+
+A token → session mapping never changes once issued, so each process keeps what it looked up for
+:data:`TOKEN_CACHE_S` (saving a Redis round trip per chat message); a token whose key is deleted or expires in
+Redis is therefore refused at most that long afterwards. A wrong token is never cached: it costs a lookup
+each time, as before.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import hashlib
 import json
 import logging
 import secrets
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Final
@@ -33,12 +39,15 @@ from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
-__all__ = ["KEEPALIVE_S", "STATIC_DIR", "TOKEN_TTL_S", "add_routes", "hash_token"]
+__all__ = ["KEEPALIVE_S", "STATIC_DIR", "TOKEN_CACHE_S", "TOKEN_TTL_S", "add_routes", "hash_token"]
 
 logger = logging.getLogger(__name__)
 
 TOKEN_TTL_S: Final = 30 * 24 * 3600
 """A web chat token lives this long after its last use."""
+TOKEN_CACHE_S: Final = 5.0
+"""How long a process trusts a token it has looked up (the bound on refusing a deleted or expired one)."""
+_TOKEN_CACHE_MAX: Final = 10_000
 KEEPALIVE_S: Final = 15.0
 """An idle SSE connection gets a comment this often, so proxies keep it open and a gone client is noticed."""
 STATIC_DIR: Final = Path(__file__).parent / "channels" / "static"
@@ -65,6 +74,34 @@ _CORS_HEADERS: Final = {
     "Access-Control-Max-Age": "600",
 }
 _SHUTDOWN: Final = web.AppKey("webchat_shutdown", asyncio.Event)
+_ACCEPTED_PREFIX: Final = b'{"message_id":"'
+_ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
+
+
+class _TokenCache:
+    """Token hash → session for tokens this process found in Redis, each trusted for ``ttl_s`` (bounded size)."""
+
+    def __init__(self, ttl_s: float, max_entries: int) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[SessionKey, float]] = {}
+
+    def get(self, token_hash: str) -> SessionKey | None:
+        entry = self._entries.get(token_hash)
+        if entry is None:
+            return None
+        if entry[1] <= time.monotonic():
+            del self._entries[token_hash]
+            return None
+        return entry[0]
+
+    def put(self, token_hash: str, session: SessionKey) -> None:
+        if len(self._entries) >= self.max_entries:
+            del self._entries[next(iter(self._entries))]  # the oldest insertion
+        self._entries[token_hash] = (session, time.monotonic() + self.ttl_s)
+
+
+_TOKENS: Final = web.AppKey("webchat_tokens", _TokenCache)
 
 
 def hash_token(token: str) -> str:
@@ -106,8 +143,14 @@ def _web_channel(app: web.Application) -> WebChannel:
 
 async def _read_capped(request: web.Request, limit: int) -> bytes | None:
     """The body, or ``None`` when it is over ``limit`` bytes (checked before anything is parsed)."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            return None
+        try:
+            return await request.read()  # exactly ``length`` bytes: the HTTP parser stops there
+        except web.HTTPRequestEntityTooLarge:
+            return None
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(64 * 1024):
@@ -137,14 +180,21 @@ async def _session_for(request: web.Request, *, allow_query: bool) -> SessionKey
     token = _bearer(request, allow_query=allow_query)
     if not token or len(token) > 512:
         return None
+    token_hash = hash_token(token)
+    cache = request.app[_TOKENS]
+    cached = cache.get(token_hash)
+    if cached is not None:
+        return cached
     try:
         async with asyncio.timeout(request.app[SETTINGS].queue.ingest_timeout_s):
-            value = await request.app[REDIS].getex(GlobalKeys().web_token(hash_token(token)), ex=TOKEN_TTL_S)
+            value = await request.app[REDIS].getex(GlobalKeys().web_token(token_hash), ex=TOKEN_TTL_S)
     except (TimeoutError, RedisError, OSError) as exc:
         raise QueueUnavailableError("token lookup failed") from exc
     if value is None:
         return None
-    return SessionKey(value.decode() if isinstance(value, bytes) else str(value))
+    session = SessionKey(value.decode() if isinstance(value, bytes) else str(value))
+    cache.put(token_hash, session)
+    return session
 
 
 async def create_session(request: web.Request) -> web.Response:
@@ -213,7 +263,7 @@ async def post_message(request: web.Request) -> web.Response:
         _reject(app, err.code)
         return _error(err.status, err.code, str(err))
     # The echo names the message by its dedup key; readers of the web stream map that to the gateway id.
-    echo = {"type": "user", "data": json.dumps({"text": draft.text, "client_id": draft.dedup_key}, ensure_ascii=False)}
+    echo = {"type": "user", "data": _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key})}
     agent = settings.file.agents.get(draft.conversation.agent)
     options = settings.file.channels.get("web")
     busy = (options.busy_policy if options else None) or (agent.busy_policy if agent else "sequential")
@@ -225,7 +275,9 @@ async def post_message(request: web.Request) -> web.Response:
     metrics = app.get(METRICS)
     if metrics is not None:
         metrics.ingested("web", duplicate=result.duplicate)
-    return web.json_response({"message_id": result.message_id}, status=202, headers=dict(_CORS_HEADERS))
+    # the id is hex: the body needs no JSON encoder
+    body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
+    return web.Response(body=body, status=202, content_type="application/json", headers=_CORS_HEADERS)
 
 
 def _frame(event: webstream.WebEvent) -> bytes:
@@ -349,6 +401,7 @@ async def _on_shutdown(app: web.Application) -> None:
 def add_routes(app: web.Application) -> None:
     """Register the page, its assets and the chat API on ``app`` (which must carry SETTINGS, REDIS, INGESTOR)."""
     app[_SHUTDOWN] = asyncio.Event()
+    app[_TOKENS] = _TokenCache(TOKEN_CACHE_S, _TOKEN_CACHE_MAX)
     app.on_shutdown.append(_on_shutdown)
     app.router.add_get("/", page)
     app.router.add_get("/static/{name}", static)

@@ -19,6 +19,8 @@ __all__ = ["add_routes", "error_response"]
 
 logger = logging.getLogger(__name__)
 
+_OK_BODY = b'{"ok":true}'
+
 
 def error_response(status: int, code: str, message: str) -> web.Response:
     """A JSON error body that says what went wrong and what to fix."""
@@ -83,7 +85,7 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
     except QueueUnavailableError:
         metrics.rejected(channel_name, "queue_unavailable")
         return error_response(503, "queue_unavailable", "the queue did not confirm in time; retry")
-    return web.json_response({"ok": True})
+    return web.Response(body=_OK_BODY, content_type="application/json")
 
 
 def add_routes(app: web.Application) -> None:

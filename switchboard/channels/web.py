@@ -17,6 +17,7 @@ The web tier authenticates the bearer token itself (it needs Redis for that) and
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -85,11 +86,13 @@ def parse_post(body: bytes) -> ChatPost:
     text = raw.get("text")
     if not isinstance(text, str):
         raise MalformedBodyError('"text" is required and must be a string', channel="web")
-    if not text.strip():
+    if not text or text.isspace():
         raise MalformedBodyError('"text" must not be empty', channel="web")
-    if not _encodable(text):
-        raise MalformedBodyError('"text" contains invalid Unicode (a lone surrogate escape)', channel="web")
-    if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise MalformedBodyError('"text" contains invalid Unicode (a lone surrogate escape)', channel="web") from None
+    if size > MAX_TEXT_BYTES:
         raise BodyTooLargeError(f'"text" is over {MAX_TEXT_BYTES // 1024} KiB', channel="web")
     client_id = raw.get("client_id")
     if client_id is not None:
@@ -102,8 +105,11 @@ def parse_post(body: bytes) -> ChatPost:
     return ChatPost(text=text, client_id=client_id)
 
 
+@functools.lru_cache(maxsize=4096)
 def split_session_key(session: SessionKey) -> ConversationRef:
     """The conversation a web chat session key names (the inverse of ``ConversationRef.session_key``).
+
+    Cached (the result is immutable): a busy session is parsed once, not once per message.
 
     Raises:
         ValueError: the key is not a web chat session key.

@@ -5,14 +5,19 @@ Both clients keep ``decode_responses`` off, as RQ requires for its own reads of 
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from typing import Any
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.connection import HiredisRespSerializer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["DEFAULT_OPTIONS", "async_client", "sync_client"]
+__all__ = ["DEFAULT_OPTIONS", "MultiplexedConnection", "async_client", "sync_client"]
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "socket_timeout": 5.0,
@@ -83,3 +88,116 @@ def sync_client(url: str, **kw: Any) -> redis.Redis:
 
         kw["parser_class"] = _HiredisParser
     return redis.Redis.from_url(url, **_options(url, kw))
+
+
+class _Replies(asyncio.Protocol):
+    """Reads the replies of a multiplexed connection and hands each to the oldest waiting caller."""
+
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.streams = transport.get_protocol()
+        """redis-py's stream protocol this one replaces: told of the close, so its ``wait_closed`` returns."""
+        self.reader = hiredis.Reader(replyError=ResponseError)
+        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.lost = False
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        waiting = self.waiting
+        while (reply := self.reader.gets()) is not False:
+            if not waiting:  # a reply nobody asked for: the stream is out of step, so stop trusting it
+                self.transport.close()
+                return
+            future = waiting.popleft()
+            if future.done():  # its caller gave up (deadline passed); the command still ran
+                continue
+            if isinstance(reply, ResponseError):
+                future.set_exception(NoScriptError(str(reply)) if str(reply).startswith("NOSCRIPT") else reply)
+            else:
+                future.set_result(reply)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.streams.connection_lost(exc)
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(RedisConnectionError(f"connection to Redis lost: {type(exc).__name__}"))
+
+
+class MultiplexedConnection:
+    """One Redis connection shared by concurrent callers: commands are written as they come, replies matched in order.
+
+    redis-py takes a pooled connection per round trip and parses each reply through several coroutine layers; on a
+    hot path that is most of the gateway's CPU per request. Here a connection is taken from ``client``'s pool once
+    (so redis-py does the connect, AUTH, SELECT and TLS), its transport is handed to a small protocol feeding
+    hiredis' reader, and a caller costs one packed command and one future. The connection stays in the pool's
+    in-use set, so ``client.aclose()`` closes it; when it is lost, the waiting callers fail at once and the next
+    :meth:`send` takes a fresh one.
+    """
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self._conn: aioredis.Connection | None = None
+        self._replies: _Replies | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    @staticmethod
+    def supports(client: aioredis.Redis) -> bool:
+        """Whether ``client``'s connections can be multiplexed (RESP2 over TCP or a unix socket, hiredis present)."""
+        pool = client.connection_pool
+        return (
+            HIREDIS_AVAILABLE
+            and pool.connection_class in (_TCPConnection, _UnixConnection)
+            and str(pool.connection_kwargs.get("protocol") or 2) == "2"
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`write` can be called now (connected and not lost)."""
+        return self._replies is not None and not self._replies.lost
+
+    def write(self, commands: list[bytes], futures: list[asyncio.Future[Any]]) -> None:
+        """Write packed commands (``hiredis.pack_command``); each future gets its command's reply (needs ``ready``)."""
+        replies = self._replies
+        assert replies is not None and not replies.lost
+        replies.waiting.extend(futures)
+        transport: Any = replies.transport  # uvloop's transports do not subclass asyncio.WriteTransport
+        transport.write(b"".join(commands))
+
+    async def connect(self) -> None:
+        """Take a connection from the pool (if not :attr:`ready`) and start reading its replies.
+
+        Raises:
+            NotImplementedError: the installed redis-py's connections cannot be taken over (use the pool instead).
+        """
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self.ready:
+                return
+            await self._release()
+            pool = self.client.connection_pool
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            writer = getattr(conn, "_writer", None)
+            if writer is None:  # a redis-py whose connections keep their streams elsewhere
+                await pool.release(conn)
+                raise NotImplementedError("this redis-py's connections cannot be multiplexed")
+            transport = writer.transport
+            replies = _Replies(transport)
+            transport.set_protocol(replies)
+            self._conn, self._replies = conn, replies
+
+    def abandon(self) -> None:
+        """Close the current connection (its replies are overdue); the next :meth:`connect` takes another."""
+        if self._replies is not None and not self._replies.lost:
+            self._replies.transport.close()
+
+    async def _release(self) -> None:
+        conn, self._conn, self._replies = self._conn, None, None
+        if conn is not None:
+            await conn.disconnect()
+            await self.client.connection_pool.release(conn)

@@ -10,24 +10,25 @@ that already have a pending drain cost no RQ work at all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-import secrets
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
-from switchboard.core.events import MessageReceived, RunQueued
-from switchboard.core.messages import InboundMessage
+from switchboard.core.messages import InboundMessage, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import is_stop, request_stop
-from switchboard.queue.eventlog import encode_event
-from switchboard.queue.jobs import DrainJobs, new_job_id, rq_time
+from switchboard.queue.connection import MultiplexedConnection
+from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.scripts import ScriptArg
 from switchboard.settings import QueueSettings
@@ -41,6 +42,10 @@ WEB_ECHO_MAXLEN = 1000
 """Approximate cap of each session's web stream (the web chat's retained history)."""
 _QUEUED_STATUS = '{"status":"queued"}'
 _GLOBAL = GlobalKeys()
+_ASSIGNED: set[str] = {"id", "received_at"}
+"""Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
+_pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
+_Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
 
 
 class _Coalescer:
@@ -48,32 +53,91 @@ class _Coalescer:
 
     Each script stays its own atomic step; only the round trip is shared. Under load this divides the
     client library's per-round-trip cost (most of the gateway's CPU per request) by the batch size,
-    and costs an idle gateway at most one loop iteration of latency.
+    and costs an idle gateway at most one loop iteration of latency. The deadline is kept per batch (one
+    timer, not one ``asyncio.timeout`` per request): when Redis has not confirmed a batch within
+    ``timeout_s`` its callers get :class:`TimeoutError` while the round trip itself runs on (the scripts may
+    still land, which is safe: a platform retry of an accepted message is deduplicated).
     """
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, timeout_s: float) -> None:
         self.redis = redis
-        self._pending: list[tuple[list[str], list[ScriptArg], asyncio.Future[Any]]] = []
+        self.timeout_s = timeout_s
+        self._mux = MultiplexedConnection(redis) if MultiplexedConnection.supports(redis) else None
+        self._pending: list[_Item] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, keys: list[str], args: list[ScriptArg]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
-            loop.call_soon(self._flush)
+            loop.call_soon(self._flush, loop)
         self._pending.append((keys, args, future))
         return future
 
-    def _flush(self) -> None:
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._pending = self._pending, []
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        timer = loop.call_later(self.timeout_s, self._expire, batch)
+        if self._mux is not None and self._mux.ready:
+            self._write(self._mux, batch, timer)
+            return
+        task = loop.create_task(self._send(batch, timer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[tuple[list[str], list[ScriptArg], asyncio.Future[Any]]]) -> None:
+    def _write(self, mux: MultiplexedConnection, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
+        sha = scripts.INGEST.sha
+        futures = [future for _keys, _args, future in batch]
+        try:
+            commands = [_pack(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args, _f in batch]
+        except (TypeError, ValueError) as err:  # a bug, not an outage: fail the batch now rather than at its deadline
+            timer.cancel()
+            for future in futures:
+                if not future.done():
+                    future.set_exception(RedisError(f"could not encode the ingest script call: {err}"))
+            return
+        mux.write(commands, futures)
+        futures[-1].add_done_callback(functools.partial(_batch_done, futures, timer))
+
+    async def _send(self, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
         live = [item for item in batch if not item[2].done()]
         if not live:
+            timer.cancel()
             return
+        if self._mux is None:
+            try:
+                await self._round_trip(live)
+            finally:
+                timer.cancel()
+            return
+        try:
+            await self._mux.connect()
+        except NotImplementedError:
+            logger.warning("ingest falls back to redis-py pipelines: this redis-py cannot be multiplexed")
+            self._mux = None
+            try:
+                await self._round_trip(live)
+            finally:
+                timer.cancel()
+            return
+        except Exception as err:
+            timer.cancel()
+            for _keys, _args, future in live:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        self._write(self._mux, live, timer)
+
+    def _expire(self, batch: list[_Item]) -> None:
+        """The batch's deadline passed: every caller still waiting gets :class:`TimeoutError`."""
+        overdue = False
+        for _keys, _args, future in batch:
+            if not future.done():
+                overdue = True
+                future.set_exception(TimeoutError("Redis did not confirm the ingest batch in time"))
+        if overdue and self._mux is not None:
+            self._mux.abandon()  # a connection that stopped answering is not trusted with the next batch
+
+    async def _round_trip(self, live: list[_Item]) -> None:
         try:
             if len(live) == 1:
                 results: list[Any] = [await scripts.INGEST(self.redis, live[0][0], live[0][1])]
@@ -101,10 +165,29 @@ class _Coalescer:
                 future.set_result(result)
 
 
+_session_key = functools.lru_cache(maxsize=16_384)(session_key)
+"""Session keys of recently seen conversations (escaping five components costs more than the lookup)."""
+_rq_second: list[Any] = [None, ""]
+
+
+def _rq_time(now: float) -> str:
+    """:func:`~switchboard.queue.jobs.rq_time`, with the date-and-seconds part formatted once per second."""
+    second = int(now)
+    if _rq_second[0] != second:
+        _rq_second[0], _rq_second[1] = second, rq_time(second)[:-8]  # strip ".ffffffZ"
+    return f"{_rq_second[1]}.{int((now - second) * 1_000_000):06d}Z"
+
+
+def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, _last: asyncio.Future[Any]) -> None:
+    """The last reply of a batch is in: its deadline is no longer needed (unless a caller left early)."""
+    if all(future.done() for future in futures):
+        timer.cancel()
+
+
 def new_message_id(now: float | None = None) -> str:
     """A gateway message id: 12 hex digits of milliseconds then 16 random hex digits (sortable by time)."""
     ms = int((time.time() if now is None else now) * 1000)
-    return f"{ms:012x}{secrets.token_hex(8)}"
+    return f"{ms:012x}{os.urandom(8).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +208,15 @@ class Ingestor:
         self.redis = redis
         self.settings = settings
         self._jobs = DrainJobs(settings.name)
-        self._coalescer = _Coalescer(redis)
-        self._config = json.dumps(
-            {
-                "dedup_ttl": settings.dedup_ttl_s,
-                "events_maxlen": settings.events_maxlen,
-                "web_maxlen": WEB_ECHO_MAXLEN,
-                "queued_status": _QUEUED_STATUS,
-                "job": json.loads(self._jobs.config),
-            }
-        )
+        self._coalescer = _Coalescer(redis, settings.ingest_timeout_s)
+        self._config: list[ScriptArg] = [
+            settings.dedup_ttl_s,
+            settings.events_maxlen,
+            WEB_ECHO_MAXLEN,
+            _QUEUED_STATUS,
+            self._jobs.config,
+        ]
+        """The script's constant arguments (ARGV 13–17)."""
 
     async def ingest(
         self,
@@ -166,54 +248,60 @@ class Ingestor:
     ) -> IngestResult:
         now = time.time()
         message_id = new_message_id(now)
-        session = message.session_key
+        job_id = "d" + message_id[:24]  # the same shape as new_job_id(now): ms then 48 random bits
+        conv = message.conversation
+        channel = conv.channel
+        session = _session_key(conv.tenant, conv.agent, channel, conv.account, conv.conversation, conv.thread)
         keys = SessionKeys(session)
-        accepted = message.model_copy(update={"id": message_id, "received_at": now})
-        received = MessageReceived(
-            at=now,
-            message_id=message_id,
-            channel=message.conversation.channel,
-            sender=message.sender.id,
-            chars=len(message.text),
+        # The stored record is the draft plus the two fields assigned here, spliced in front of the draft's JSON
+        # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
+        # validated ChannelName literal, so it needs no escaping).
+        at = repr(now)
+        record = f'{{"id":"{message_id}","received_at":{at},{message.model_dump_json(exclude=_ASSIGNED)[1:]}'
+        received = (
+            f'{{"at":{at},"message_id":"{message_id}","kind":"message_received","channel":"{channel}",'
+            f'"sender":{json.dumps(message.sender.id)},"chars":{len(message.text)}}}'
         )
-        job_id = new_job_id(now)
+        queued = f'{{"at":{at},"message_id":"{message_id}","kind":"run_queued"}}'
         echo_type = echo_data = ""
         if echo is not None:
             echo_type, echo_data = echo.get("type", "user"), echo.get("data", "{}")
         rq = self._jobs.keys
-        async with asyncio.timeout(self.settings.ingest_timeout_s):
-            duplicate, stored_id, drain = await self._coalescer.submit(
-                [
-                    keys.dedup(message.dedup_key),
-                    keys.messages,
-                    keys.inbox,
-                    keys.meta,
-                    keys.events,
-                    keys.drain,
-                    _GLOBAL.runnable,
-                    _GLOBAL.sessions,
-                    _GLOBAL.stats,
-                    keys.web,
-                    rq.job(job_id),
-                    rq.queue,
-                    rq.queues,
-                ],
-                [
-                    message_id,
-                    accepted.model_dump_json(),
-                    int(now * 1000),
-                    session,
-                    message.conversation.channel,
-                    busy_policy,
-                    encode_event(received),
-                    encode_event(RunQueued(at=now, message_id=message_id)),
-                    echo_type,
-                    echo_data,
-                    job_id,
-                    rq_time(now),
-                    self._config,
-                ],
-            )
+        script_keys = [
+            keys.dedup(message.dedup_key),
+            keys.messages,
+            keys.inbox,
+            keys.meta,
+            keys.events,
+            keys.drain,
+            _GLOBAL.runnable,
+            _GLOBAL.sessions,
+            _GLOBAL.stats,
+            keys.web,
+            rq.job(job_id),
+            rq.queue,
+            rq.queues,
+        ]
+        script_args: list[ScriptArg] = [
+            message_id,
+            record,
+            int(now * 1000),
+            session,
+            channel,
+            busy_policy,
+            received,
+            queued,
+            echo_type,
+            echo_data,
+            job_id,
+            _rq_time(now),
+            *self._config,
+        ]
+        try:
+            duplicate, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
+        except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it and run this one alone
+            async with asyncio.timeout(self.settings.ingest_timeout_s):
+                duplicate, stored_id, drain = await scripts.INGEST(self.redis, script_keys, script_args)
         stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
         if not duplicate and is_stop(message):
             # the /stop message waits its turn to be answered; the turn running now stops at once

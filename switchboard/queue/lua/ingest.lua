@@ -3,15 +3,15 @@
 --       10 web stream, 11 job hash, 12 rq queue, 13 rq queues
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
 --       8 run_queued JSON, 9 echo type ('' = none), 10 echo data, 11 job id, 12 now (RQ format),
---       13 config JSON {dedup_ttl, events_maxlen, web_maxlen, queued_status, job = job cfg (see _job.lua)}
+--       13 dedup TTL s, 14 events maxlen, 15 web stream maxlen, 16 queued status JSON,
+--       17 job cfg JSON (see _job.lua; decoded only when a drain job is pushed)
 local prev = redis.call('GET', KEYS[1])
 if prev then
   redis.call('HINCRBY', KEYS[9], 'deduplicated', 1)
   return {1, prev, 0}
 end
-local cfg = cjson.decode(ARGV[13])
 local id = ARGV[1]
-redis.call('SET', KEYS[1], id, 'EX', cfg.dedup_ttl)
+redis.call('SET', KEYS[1], id, 'EX', ARGV[13])
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('RPUSH', KEYS[3], id)
 redis.call('ZADD', KEYS[7], 'NX', ARGV[3], ARGV[4])
@@ -19,16 +19,16 @@ redis.call('ZADD', KEYS[8], ARGV[3], ARGV[4])
 redis.call('HSET', KEYS[4], 'channel', ARGV[5], 'last_at', ARGV[3], 'busy_policy', ARGV[6])
 redis.call('HSETNX', KEYS[4], 'created_at', ARGV[3])
 redis.call('HINCRBY', KEYS[4], 'received', 1)
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', cfg.events_maxlen, '*', 'kind', 'message_received', 'data', ARGV[7])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', cfg.events_maxlen, '*', 'kind', 'run_queued', 'data', ARGV[8])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_received', 'data', ARGV[7])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'run_queued', 'data', ARGV[8])
 if ARGV[9] ~= '' then
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', cfg.web_maxlen, '*', 'type', ARGV[9], 'data', ARGV[10])
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', cfg.web_maxlen, '*', 'type', 'status', 'data', cfg.queued_status)
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[15], '*', 'type', ARGV[9], 'data', ARGV[10])
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[15], '*', 'type', 'status', 'data', ARGV[16])
 end
 redis.call('HINCRBY', KEYS[9], 'accepted', 1)
 local drain = 0
 if redis.call('SET', KEYS[6], ARGV[11], 'NX') then
-  push_job(KEYS[11], ARGV[11], ARGV[4], ARGV[12], cfg.job)
+  push_job(KEYS[11], ARGV[11], ARGV[4], ARGV[12], cjson.decode(ARGV[17]))
   drain = 1
 end
 return {0, id, drain}
