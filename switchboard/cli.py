@@ -10,7 +10,6 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import secrets
 import signal
 import sys
@@ -64,13 +63,13 @@ def _stop_event() -> asyncio.Event:
 # ---------------------------------------------------------------- processes
 
 
-def _serve_forever(main: Coroutine[Any, Any, None]) -> None:
+def _serve_forever(main: Coroutine[Any, Any, None], *, use_uvloop: bool) -> None:
     """Run a long-lived process's event loop: uvloop when installed (less CPU per request), else asyncio's own.
 
     ``SWITCHBOARD_UVLOOP=0`` keeps asyncio's loop (to compare, or to rule uvloop out when debugging).
     """
     uvloop: Any = None
-    if os.environ.get("SWITCHBOARD_UVLOOP", "1").strip().lower() not in ("0", "false", "no", "off"):
+    if use_uvloop:
         try:
             import uvloop
         except ImportError:
@@ -220,7 +219,7 @@ def cmd_run(settings: Settings) -> int:
         embedded = EmbeddedRedis(settings.data_path / "redis")
         settings.redis_url = embedded.start()
     try:
-        _serve_forever(_run_main(settings, started, embedded=embedded is not None))
+        _serve_forever(_run_main(settings, started, embedded=embedded is not None), use_uvloop=settings.uvloop)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -394,11 +393,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(settings)
         if args.command == "web":
             _require_redis(settings, "web")
-            _serve_forever(_web_main(settings))
+            _serve_forever(_web_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "worker":
             _require_redis(settings, "worker")
-            _serve_forever(_worker_main(settings))
+            _serve_forever(_worker_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "check":
             return cmd_check(settings)

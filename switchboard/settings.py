@@ -261,6 +261,8 @@ class Settings(BaseSettings):
     openai_api: Literal["responses", "chat"] | None = None
     """OpenAI wire API; default ``responses`` against OpenAI itself, ``chat`` for other base URLs."""
     log_level: str = "INFO"
+    uvloop: bool = True
+    """Run on uvloop when it is installed (``SWITCHBOARD_UVLOOP=0`` keeps asyncio's own loop)."""
 
     openai_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
