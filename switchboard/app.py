@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from switchboard import webchat, webhooks
@@ -16,7 +14,7 @@ from switchboard.channels.registry import ChannelSet, build_channels
 from switchboard.metrics import CONTENT_TYPE, Metrics
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.reaper import live_workers, worker_ttl_s
 from switchboard.queue.stats import Stats, read_stats
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import Settings
@@ -26,12 +24,6 @@ __all__ = ["create_app"]
 logger = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 1.0
-WORKER_TTL_S = 15.0
-
-
-async def _live_workers(redis: aioredis.Redis) -> int:
-    cutoff = (time.time() - WORKER_TTL_S) * 1000
-    return int(await redis.zcount(GlobalKeys().workers, cutoff, "+inf"))
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -40,7 +32,7 @@ async def _healthz(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
             await redis.ping()
-            workers = await _live_workers(redis)
+            workers = await live_workers(redis, worker_ttl_s(request.app[SETTINGS].queue))
     except Exception as exc:
         return web.json_response({"status": "unavailable", "redis": False, "error": type(exc).__name__}, status=503)
     return web.json_response({"status": "ok", "redis": True, "workers": int(workers)})
@@ -53,7 +45,7 @@ async def _metrics(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
             snapshot = await read_stats(redis)
-            workers = await _live_workers(redis)
+            workers = await live_workers(redis, worker_ttl_s(request.app[SETTINGS].queue))
     except Exception as exc:  # metrics must answer even when Redis does not
         logger.warning("/metrics could not read queue figures: %s", type(exc).__name__)
     body = request.app[METRICS].render(snapshot, workers)

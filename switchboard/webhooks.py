@@ -13,7 +13,6 @@ from aiohttp import web
 from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, SETTINGS
 from switchboard.channels.base import RawRequest
 from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError
-from switchboard.metrics import Metrics
 
 __all__ = ["add_routes", "error_response"]
 
@@ -27,7 +26,7 @@ def error_response(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"ok": False, "error": {"code": code, "message": message}}, status=status)
 
 
-async def _read_body(request: web.Request, limit: int, metrics: Metrics, channel: str) -> bytes:
+async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
     return await request.read()
@@ -50,7 +49,7 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
             f"(e.g. SWITCHBOARD_{channel_name.upper()}__...) and restart; `switchboard check` lists what is enabled",
         )
     try:
-        body = await _read_body(request, settings.queue.max_body_bytes, metrics, channel_name)
+        body = await _read_body(request, settings.queue.max_body_bytes)
     except web.HTTPRequestEntityTooLarge:
         metrics.rejected(channel_name, "too_large")
         return error_response(413, "body_too_large", f"body over {settings.queue.max_body_bytes} bytes")

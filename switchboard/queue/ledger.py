@@ -54,7 +54,6 @@ DEAD_LETTER_CAP: Final = 100
 GLOBAL_DEAD_LETTER_CAP: Final = 10_000
 """Approximate length of the operators' stream of dead letters across sessions."""
 _GLOBAL = GlobalKeys()
-_FACTS: Final = scripts.Script("facts", fenced=True)
 """Not in :data:`scripts.ALL` (loaded on its first ``NOSCRIPT``)."""
 
 
@@ -173,7 +172,7 @@ class Ledger:
         """Write held events (a ``usage_metered`` one also adds to the deployment-wide totals), in one step."""
         if events:
             await self._run(
-                _FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, encode_facts(events)]
+                scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, encode_facts(events)]
             )
 
     async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "COMPLETE",
     "DEAD_LETTER",
     "ENQUEUE",
+    "FACTS",
     "FAIL",
     "FENCED_XADD",
     "HISTORY_APPEND",
@@ -53,6 +54,7 @@ def _source(name: str) -> str:
 FENCE_PRELUDE: Final = _source("_fence")
 ACK_PRELUDE: Final = _source("_ack")
 JOB_PRELUDE: Final = _source("_job")
+FACTS_PRELUDE: Final = _source("_facts")
 
 
 class Script:
@@ -103,7 +105,8 @@ BEGIN: Final = Script("begin", fenced=True)
 FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script("complete", fenced=True, preludes=[ACK_PRELUDE])
 DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
-OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True)
+OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True, preludes=[FACTS_PRELUDE])
+FACTS: Final = Script("facts", fenced=True, preludes=[FACTS_PRELUDE])
 OUTBOX_RECORD: Final = Script("outbox_record", fenced=True)
 HISTORY_APPEND: Final = Script("history_append", fenced=True)
 SLOT_SAVE: Final = Script("slot_save", fenced=True)
@@ -122,6 +125,7 @@ ALL: Final = (
     COMPLETE,
     DEAD_LETTER,
     OUTBOX_CLAIM,
+    FACTS,
     OUTBOX_RECORD,
     HISTORY_APPEND,
     SLOT_SAVE,

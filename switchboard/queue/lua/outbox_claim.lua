@@ -1,22 +1,10 @@
 -- Claim a send before performing it. KEYS: 1 lease, 2 fenced, 3 outbox, 4 stats, 5 events (with facts)
 -- ARGV: 1 token, 2 idempotency key, 3 claimed record JSON, 4 held facts JSON (optional; the format of
---       facts.lua), 5 events maxlen (with facts)
+--       _facts.lua), 5 events maxlen (with facts)
 -- Returns 'sent' (skip: an earlier attempt delivered it), 'reclaimed' (an earlier attempt claimed it and never
 -- recorded the result: a possible send-window duplicate) or 'new'. Held facts are written first in every case.
 local refused = fenced() if refused then return refused end
-if ARGV[4] and ARGV[4] ~= '' then
-  local facts = cjson.decode(ARGV[4])
-  for i = 1, #facts.events do
-    local e = facts.events[i]
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[5], '*', 'kind', e[1], 'data', e[2])
-  end
-  local u = facts.usage
-  if type(u) == 'table' then
-    redis.call('HINCRBYFLOAT', KEYS[4], 'credits', u[1])
-    redis.call('HINCRBY', KEYS[4], 'input_tokens', u[2])
-    redis.call('HINCRBY', KEYS[4], 'output_tokens', u[3])
-  end
-end
+if ARGV[4] and ARGV[4] ~= '' then write_facts(KEYS[5], ARGV[5], KEYS[4], ARGV[4]) end
 local cur = redis.call('HGET', KEYS[3], ARGV[2])
 local verdict = 'new'
 if cur then
