@@ -59,15 +59,17 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(client_max_size=settings.queue.max_body_bytes)
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
+    app[METRICS].watch_workspaces(settings.data_path / "workspaces", settings.workspaces.total_quota_mb * 2**20)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         assert settings.redis_url is not None
         redis = async_client(settings.redis_url)
         app[REDIS] = redis
-        app[INGESTOR] = Ingestor(redis, settings.queue)
+        app[INGESTOR] = Ingestor(redis, settings.queue, settings.limits)
         publisher = WebStreamPublisher(redis)
         channels = build_channels(settings, publish=publisher.publish)
         app[CHANNELS] = channels
+        app[METRICS].allow_channels(name for name, _ in channels)
         channel_set = ChannelSet(channels)
         await channel_set.start()
         yield

@@ -39,7 +39,18 @@ __all__ = [
     "SignatureError",
     "SwitchboardError",
     "ToolError",
+    "excerpt",
 ]
+
+EXCERPT_CHARS = 40
+"""The most of a caller's input an error message repeats."""
+
+
+def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
+    """``value`` quoted and cut to ``limit`` characters, for an error message (which never echoes kilobytes)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
 
 
 class SwitchboardError(Exception):
@@ -145,7 +156,7 @@ class ModelError(AgentError):
 
     ``code`` names the cause where the runtime acts on it: ``context_length`` (compact and retry once),
     ``auth`` (stop the run), ``rate_limit``, ``overloaded``, ``server_error``, ``connection``, ``timeout``,
-    ``quota``, ``bad_request``, ``not_found``.
+    ``quota``, ``bad_request``, ``not_found``, ``bad_response`` (the provider streamed malformed JSON; retryable).
     """
 
     def __init__(

@@ -2,23 +2,31 @@
 
 Worker-side figures (queue wait, run duration, dead letters) are kept in Redis by the queue layer,
 so any web process shows the whole deployment's numbers.
+
+Label values come only from this code, never from a request: a ``channel`` label is one of the channel names
+the process was told about (:meth:`Metrics.allow_channels`) or ``unknown``, so nothing an outsider sends (say,
+``POST /webhooks/<random name>``) can create a series.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from switchboard.core.workspaces import read_total_bytes
 from switchboard.queue.stats import Stats
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "UNKNOWN_CHANNEL", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNKNOWN_CHANNEL = "unknown"
+"""The ``channel`` label of every request for a channel name this process does not serve."""
 
 
 class _QueueCollector(Collector):
@@ -62,10 +70,32 @@ class _QueueCollector(Collector):
             )
 
 
+class _WorkspaceCollector(Collector):
+    """Disk held by every session workspace under one root (the usage ledger the workers keep), and its bound."""
+
+    def __init__(self, root: Path, quota_bytes: int) -> None:
+        self.root = root
+        self.quota_bytes = quota_bytes
+
+    def collect(self) -> Iterable[Metric]:
+        used = read_total_bytes(self.root)  # a few bytes from a local file: cheap enough for a scrape
+        yield GaugeMetricFamily("switchboard_workspace_bytes", "Bytes held by all session workspaces", value=used or 0)
+        yield GaugeMetricFamily(
+            "switchboard_workspace_quota_bytes", "Most all session workspaces may hold", value=self.quota_bytes
+        )
+
+
 class Metrics:
     """One registry per process (tests create several apps, so no global registry)."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: Iterable[str] = ("web",)) -> None:
+        """Create the registry.
+
+        Args:
+            channels: the channel names that may appear as a label (more with :meth:`allow_channels`); any other
+                name is counted as ``unknown``. The web chat is always on, hence the default.
+        """
+        self._channels: set[str] = set(channels)
         self.registry = CollectorRegistry()
         self._accepted = Counter(
             "switchboard_messages_accepted", "Messages durably queued", ["channel"], registry=self.registry
@@ -87,8 +117,20 @@ class Metrics:
         self._ingested: dict[tuple[str, bool], Any] = {}
         """Labelled children by (channel, duplicate): ``labels()`` costs more than the increment itself."""
 
+    def watch_workspaces(self, root: Path, quota_bytes: int) -> None:
+        """Also export the disk used by the session workspaces under ``root`` and their total quota."""
+        self.registry.register(_WorkspaceCollector(root, quota_bytes))
+
+    def allow_channels(self, channels: Iterable[str]) -> None:
+        """Let these channel names appear as label values (the enabled channels, known at start-up)."""
+        self._channels.update(channels)
+
+    def _channel(self, name: str) -> str:
+        return name if name in self._channels else UNKNOWN_CHANNEL
+
     def ingested(self, channel: str, *, duplicate: bool) -> None:
         """Count one message accepted or deduplicated."""
+        channel = self._channel(channel)
         child = self._ingested.get((channel, duplicate))
         if child is None:
             child = (self._deduplicated if duplicate else self._accepted).labels(channel)
@@ -96,8 +138,8 @@ class Metrics:
         child.inc()
 
     def rejected(self, channel: str, reason: str) -> None:
-        """Count one refused request."""
-        self._rejected.labels(channel, reason).inc()
+        """Count one refused request (``reason`` is a code of ours, never text from the request)."""
+        self._rejected.labels(self._channel(channel), reason).inc()
 
     def render(self, snapshot: Stats | None, live_workers: int | None) -> bytes:
         """The exposition text, with the deployment-wide figures just read from Redis."""

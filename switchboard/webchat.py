@@ -3,6 +3,7 @@
 ========================================== ============================================================
 ``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
 ``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued
+``DELETE /api/chat/sessions`` (bearer)      ``204``: the token is revoked (``401`` from then on)
 ``GET /api/chat/stream`` (bearer/``?token``) SSE: replay of the retained history, then live events
 ========================================== ============================================================
 
@@ -11,8 +12,9 @@ with a 30-day TTL refreshed on use. Looking a token up by its hash leaks nothing
 
 A token → session mapping never changes once issued, so each process keeps what it looked up for
 :data:`TOKEN_CACHE_S` (saving a Redis round trip per chat message); a token whose key is deleted or expires in
-Redis is therefore refused at most that long afterwards. A wrong token is never cached: it costs a lookup
-each time, as before.
+Redis is therefore refused at most that long afterwards (a token revoked through this process at once). A wrong
+token is never cached: it costs a lookup each time, as before. The agent a session may name is one of
+``channels.web.agents`` (default: only the web channel's own agent).
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ from redis.exceptions import RedisError
 from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, SETTINGS
 from switchboard.channels.base import RawRequest
 from switchboard.channels.web import WebChannel
-from switchboard.errors import QueueUnavailableError, RequestError
-from switchboard.queue import webstream
+from switchboard.clientaddr import client_address
+from switchboard.core.events import DropReason
+from switchboard.errors import QueueUnavailableError, RequestError, excerpt
 from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.limits import count_session, retry_after_s
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
-__all__ = ["KEEPALIVE_S", "STATIC_DIR", "TOKEN_CACHE_S", "TOKEN_TTL_S", "add_routes", "hash_token"]
+__all__ = ["STATIC_DIR", "TOKEN_CACHE_S", "TOKEN_TTL_S", "add_routes", "hash_token"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +52,8 @@ TOKEN_TTL_S: Final = 30 * 24 * 3600
 TOKEN_CACHE_S: Final = 5.0
 """How long a process trusts a token it has looked up (the bound on refusing a deleted or expired one)."""
 _TOKEN_CACHE_MAX: Final = 10_000
-KEEPALIVE_S: Final = 15.0
-"""An idle SSE connection gets a comment this often, so proxies keep it open and a gone client is noticed."""
+_TOKEN_MAX_CHARS: Final = 512
+_NO_STORE: Final = {"Cache-Control": "no-store"}
 STATIC_DIR: Final = Path(__file__).parent / "channels" / "static"
 _STATIC_FILES: Final = {
     "chat.js": "text/javascript",
@@ -70,11 +74,15 @@ _CORS_HEADERS: Final = {
     # Bearer tokens, never cookies: another site embedding the chat gains nothing it was not given.
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID",
-    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
     "Access-Control-Max-Age": "600",
 }
-_SHUTDOWN: Final = web.AppKey("webchat_shutdown", asyncio.Event)
 _ACCEPTED_PREFIX: Final = b'{"message_id":"'
+_LIMITED: Final[dict[DropReason, str]] = {
+    "inbox_full": "too many messages are waiting in this session",
+    "session_rate": "too many messages in this session",
+    "sender_rate": "too many messages from this sender",
+}
 _ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -95,6 +103,10 @@ class _TokenCache:
             return None
         return entry[0]
 
+    def drop(self, token_hash: str) -> None:
+        """Forget a token at once (it was revoked through this process)."""
+        self._entries.pop(token_hash, None)
+
     def put(self, token_hash: str, session: SessionKey) -> None:
         if len(self._entries) >= self.max_entries:
             del self._entries[next(iter(self._entries))]  # the oldest insertion
@@ -105,8 +117,11 @@ _TOKENS: Final = web.AppKey("webchat_tokens", _TokenCache)
 
 
 def hash_token(token: str) -> str:
-    """The hex SHA-256 under which a token is stored (the token itself is never stored)."""
-    return hashlib.sha256(token.encode()).hexdigest()
+    """The hex SHA-256 under which a token is stored (the token itself is never stored).
+
+    Total over ``str``: a lone surrogate (a raw non-UTF-8 byte in a header) hashes too, to a token nobody holds.
+    """
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -120,6 +135,11 @@ def _unauthorized(message: str) -> web.Response:
 
 def _unavailable() -> web.Response:
     return _error(503, "queue_unavailable", "the queue did not confirm in time; retry")
+
+
+def _too_many(wait_ms: int, message: str) -> web.Response:
+    wait_s = retry_after_s(wait_ms)
+    return _error(429, "rate_limited", f"{message}; retry in {wait_s} s", {"Retry-After": str(wait_s)})
 
 
 def _reject(app: web.Application, reason: str) -> None:
@@ -162,13 +182,26 @@ async def _read_capped(request: web.Request, limit: int) -> bytes | None:
 
 
 def _bearer(request: web.Request, *, allow_query: bool) -> str | None:
+    """The token the request carries; ``None`` when missing or not a token's shape (ours are short ASCII)."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
+    token: str | None = None
     if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    if allow_query:
-        return request.query.get("token") or None
-    return None
+        token = value.strip()
+    elif allow_query:
+        token = request.query.get("token") or None
+    # A raw non-UTF-8 byte in a header arrives as a lone surrogate that no encoder takes: refuse it here.
+    if token is None or len(token) > _TOKEN_MAX_CHARS or not token.isascii():
+        return None
+    return token
+
+
+def _allowed_agents(app: web.Application) -> tuple[str, ...]:
+    """The agents a new web chat session may name: ``channels.web.agents``, else only the channel's own agent."""
+    options = app[SETTINGS].file.channels.get("web")
+    if options is not None and options.agents:
+        return tuple(options.agents)
+    return (_web_channel(app).agent,)
 
 
 async def _session_for(request: web.Request, *, allow_query: bool) -> SessionKey | None:
@@ -178,7 +211,7 @@ async def _session_for(request: web.Request, *, allow_query: bool) -> SessionKey
         QueueUnavailableError: Redis did not answer in time.
     """
     token = _bearer(request, allow_query=allow_query)
-    if not token or len(token) > 512:
+    if not token:
         return None
     token_hash = hash_token(token)
     cache = request.app[_TOKENS]
@@ -208,16 +241,34 @@ async def create_session(request: web.Request) -> web.Response:
     if body.strip():
         try:
             raw: Any = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a nesting bomb like 2,000 ``[``
             return _error(400, "malformed_body", 'body must be empty, {} or {"agent": "<name>"}')
         if not isinstance(raw, dict):
             return _error(400, "malformed_body", 'body must be empty, {} or {"agent": "<name>"}')
         agent_name = raw.get("agent")
         if agent_name is not None and not isinstance(agent_name, str):
             return _error(400, "malformed_body", '"agent" must be a string')
-    if agent_name is not None and agent_name not in settings.file.agents:
-        known = ", ".join(sorted(settings.file.agents)) or "none"
-        return _error(400, "unknown_agent", f"unknown agent {agent_name!r}; agents: {known}")
+    if agent_name is not None:
+        allowed = _allowed_agents(app)
+        if agent_name not in allowed or agent_name not in settings.file.agents:
+            return _error(
+                403,
+                "agent_not_allowed",
+                f"the web chat may not start agent {excerpt(agent_name)}; allowed: {', '.join(allowed)} "
+                "(an operator lists them under channels.web.agents)",
+            )
+    served = settings.file.agents.get(agent_name or _web_channel(app).agent)
+    if served is not None and served.status == "draft":  # a draft agent is never served
+        logger.warning("web chat refused a session: agent %r is a draft; see `switchboard check`", served.name)
+        return _error(409, "agent_not_ready", served.draft_notice())
+    address = client_address(request, settings.trusted_proxies)
+    try:
+        wait_ms = await count_session(app[REDIS], address, settings.limits, timeout_s=settings.queue.ingest_timeout_s)
+    except QueueUnavailableError:
+        return _unavailable()
+    if wait_ms:
+        _reject(app, "rate_limited")
+        return _too_many(wait_ms, "too many new chat sessions from this address")
     conversation = _web_channel(app).conversation(uuid.uuid4().hex, agent=agent_name)
     token = secrets.token_urlsafe(32)
     try:
@@ -231,8 +282,32 @@ async def create_session(request: web.Request) -> web.Response:
         return _error(500, "token_collision", "could not create a session; retry")
     logger.debug("web chat session created for agent %s", conversation.agent)
     return web.json_response(
-        {"session": conversation.conversation, "token": token}, status=201, headers=dict(_CORS_HEADERS)
+        {"session": conversation.conversation, "token": token}, status=201, headers={**_CORS_HEADERS, **_NO_STORE}
     )
+
+
+async def revoke_session(request: web.Request) -> web.Response:
+    """``DELETE /api/chat/sessions`` (bearer): revoke the token; ``204``, and every later use of it is ``401``.
+
+    This process forgets the token at once; another web process may honour it for up to :data:`TOKEN_CACHE_S`
+    more. The conversation's retained history is left to expire with its own TTLs.
+    """
+    token = _bearer(request, allow_query=False)
+    if not token:
+        return _unauthorized("missing or wrong bearer token")
+    token_hash = hash_token(token)
+    try:
+        async with asyncio.timeout(request.app[SETTINGS].queue.ingest_timeout_s):
+            deleted = await request.app[REDIS].delete(GlobalKeys().web_token(token_hash))
+    except (TimeoutError, RedisError, OSError):
+        return _unavailable()
+    request.app[_TOKENS].drop(token_hash)
+    from switchboard import chatstream  # the streams this token opened end with it
+
+    chatstream.token_revoked(request.app, token_hash)
+    if not deleted:
+        return _unauthorized("missing or wrong bearer token")
+    return web.Response(status=204, headers={**_CORS_HEADERS, **_NO_STORE})
 
 
 async def post_message(request: web.Request) -> web.Response:
@@ -272,104 +347,15 @@ async def post_message(request: web.Request) -> web.Response:
     except QueueUnavailableError:
         _reject(app, "queue_unavailable")
         return _unavailable()
+    if result.limited is not None:  # nothing was written
+        _reject(app, "rate_limited")
+        return _too_many(result.retry_after_ms, _LIMITED[result.limited])
     metrics = app.get(METRICS)
     if metrics is not None:
         metrics.ingested("web", duplicate=result.duplicate)
     # the id is hex: the body needs no JSON encoder
     body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
     return web.Response(body=body, status=202, content_type="application/json", headers=_CORS_HEADERS)
-
-
-def _frame(event: webstream.WebEvent) -> bytes:
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
-    lines = [f"id: {event.id}", f"event: {event.type}", *(f"data: {line}" for line in data.split("\n"))]
-    return ("\n".join(lines) + "\n\n").encode()
-
-
-async def stream(request: web.Request) -> web.StreamResponse:
-    """``GET /api/chat/stream``: SSE of the session's web stream, resumable with ``Last-Event-ID``."""
-    try:
-        session = await _session_for(request, allow_query=True)
-    except QueueUnavailableError:
-        return _unavailable()
-    if session is None:
-        return _unauthorized("missing or wrong token: pass Authorization: Bearer <token> or ?token=<token>")
-    last = request.headers.get("Last-Event-ID")
-    try:
-        after = webstream.parse_event_id(last) if last is not None else None
-    except ValueError as err:
-        return _error(400, "bad_last_event_id", str(err))
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **_CORS_HEADERS,
-        }
-    )
-    await response.prepare(request)
-    try:
-        await response.write(b"retry: 2000\n\n")
-        await _pump(request, response, session, after)
-    except ConnectionResetError:
-        logger.debug("web chat stream closed by the client")
-    except (TimeoutError, RedisError, OSError) as exc:
-        logger.warning("web chat stream ended: Redis failed (%s)", type(exc).__name__)
-    return response
-
-
-async def _pump(request: web.Request, response: web.StreamResponse, session: SessionKey, after: str | None) -> None:
-    """Replay what is retained after ``after``, then follow the stream until the client or the app goes away."""
-    redis = request.app[REDIS]
-    shutdown = request.app[_SHUTDOWN]
-    while True:  # replay, page by page
-        batch = await webstream.replay(redis, session, after)
-        if not batch:
-            break
-        await response.write(b"".join(_frame(e) for e in batch))
-        after = batch[-1].id
-    loop = asyncio.get_running_loop()
-    block_ms = _block_ms(redis)
-    last_write = loop.time()
-    stop = asyncio.ensure_future(shutdown.wait())
-    reading: asyncio.Future[list[webstream.WebEvent]] | None = None
-    try:
-        while not shutdown.is_set():
-            if request.transport is None or request.transport.is_closing():
-                return
-            reading = asyncio.ensure_future(webstream.read(redis, session, after, block_ms))
-            await asyncio.wait({reading, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not reading.done():
-                return
-            batch = reading.result()
-            if batch:
-                await response.write(b"".join(_frame(e) for e in batch))
-                after = batch[-1].id
-                last_write = loop.time()
-            elif loop.time() - last_write >= KEEPALIVE_S:
-                await response.write(b": ping\n\n")
-                last_write = loop.time()
-    finally:
-        stop.cancel()
-        if reading is not None and not reading.done():
-            # Not awaited: redis-py may let a blocked read run out its block time before the task ends, and
-            # this response must not wait for it. The callback retrieves whatever it ends with.
-            reading.cancel()
-            reading.add_done_callback(_discard)
-
-
-def _discard(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        logger.debug("an abandoned web stream read ended with %s", type(future.exception()).__name__)
-
-
-def _block_ms(redis: Any) -> int:
-    """How long one XREAD may block: up to the keep-alive interval, and safely inside the client's socket timeout."""
-    block_s = KEEPALIVE_S
-    timeout = redis.connection_pool.connection_kwargs.get("socket_timeout")
-    if isinstance(timeout, int | float) and timeout > 0:
-        block_s = min(block_s, max(timeout - 1.0, timeout / 2))
-    return max(int(block_s * 1000), 50)
 
 
 async def preflight(request: web.Request) -> web.Response:
@@ -394,19 +380,16 @@ async def static(request: web.Request) -> web.FileResponse:
     )
 
 
-async def _on_shutdown(app: web.Application) -> None:
-    app[_SHUTDOWN].set()
-
-
 def add_routes(app: web.Application) -> None:
     """Register the page, its assets and the chat API on ``app`` (which must carry SETTINGS, REDIS, INGESTOR)."""
-    app[_SHUTDOWN] = asyncio.Event()
+    from switchboard import chatstream  # the SSE surface lives there; it imports this module's helpers
+
     app[_TOKENS] = _TokenCache(TOKEN_CACHE_S, _TOKEN_CACHE_MAX)
-    app.on_shutdown.append(_on_shutdown)
     app.router.add_get("/", page)
     app.router.add_get("/static/{name}", static)
     app.router.add_post("/api/chat/sessions", create_session)
+    app.router.add_delete("/api/chat/sessions", revoke_session)
     app.router.add_post("/api/chat/messages", post_message)
-    app.router.add_get("/api/chat/stream", stream)
-    for path in ("/api/chat/sessions", "/api/chat/messages", "/api/chat/stream"):
+    chatstream.add_stream_routes(app)
+    for path in ("/api/chat/sessions", "/api/chat/messages"):
         app.router.add_route("OPTIONS", path, preflight)

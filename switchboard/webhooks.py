@@ -12,7 +12,7 @@ from aiohttp import web
 
 from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, SETTINGS
 from switchboard.channels.base import RawRequest
-from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError
+from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, excerpt
 
 __all__ = ["add_routes", "error_response"]
 
@@ -45,8 +45,8 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
         return error_response(
             404,
             "unknown_channel",
-            f"no enabled channel account {channel_name}/{account}: set its credentials "
-            f"(e.g. SWITCHBOARD_{channel_name.upper()}__...) and restart; `switchboard check` lists what is enabled",
+            f"no enabled channel account {excerpt(channel_name)}/{excerpt(account)}: set the channel's credentials "
+            "(SWITCHBOARD_<CHANNEL>__...) and restart; `switchboard check` lists what is enabled",
         )
     try:
         body = await _read_body(request, settings.queue.max_body_bytes)
@@ -80,7 +80,10 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
                 agent.busy_policy if agent else "sequential"
             )
             result = await ingestor.ingest(draft, busy_policy=busy)
-            metrics.ingested(channel_name, duplicate=result.duplicate)
+            if result.limited is not None:  # still 2xx: a refusal would only be retried; the drop is logged
+                metrics.rejected(channel_name, "rate_limited")
+            else:
+                metrics.ingested(channel_name, duplicate=result.duplicate)
     except QueueUnavailableError:
         metrics.rejected(channel_name, "queue_unavailable")
         return error_response(503, "queue_unavailable", "the queue did not confirm in time; retry")

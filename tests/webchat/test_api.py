@@ -57,11 +57,12 @@ async def test_sessions_are_distinct(chat: Chat) -> None:
     assert a != b and ta != tb
 
 
-async def test_unknown_agent_is_400_naming_the_agents_and_writes_nothing(chat: Chat) -> None:
+async def test_unknown_agent_is_403_naming_the_allowed_agents_and_writes_nothing(chat: Chat) -> None:
     resp = await chat.client.post("/api/chat/sessions", json={"agent": "nobody"})
-    assert resp.status == 400
-    message = (await resp.json())["error"]["message"]
-    assert "nobody" in message and "assistant" in message
+    assert resp.status == 403
+    error = (await resp.json())["error"]
+    assert error["code"] == "agent_not_allowed"
+    assert "nobody" in error["message"] and "assistant" in error["message"]
     assert await chat.snapshot() == {}
 
 
@@ -80,6 +81,8 @@ async def test_named_agent_from_the_yaml_file(
         "agents:\n"
         "  assistant: {profile: {name: A}, instructions: be brief}\n"
         "  support: {profile: {name: S}, instructions: help}\n"
+        "channels:\n"
+        "  web: {agents: [assistant, support]}\n"
     )
     settings = load_settings({**base_env, "SWITCHBOARD_CONFIG": str(config)})
     client = await aiohttp_client(build_app(settings, app_redis))
@@ -89,7 +92,7 @@ async def test_named_agent_from_the_yaml_file(
     key = await app_redis.get(GlobalKeys().web_token(webchat.hash_token(token)))
     assert key is not None and key.decode().startswith("default/support/web/default/")
     resp = await client.post("/api/chat/sessions", json={"agent": "sales"})
-    assert resp.status == 400
+    assert resp.status == 403
     message = (await resp.json())["error"]["message"]
     assert "assistant" in message and "support" in message
 

@@ -1,0 +1,250 @@
+"""The web tier's HTTP server: aiohttp, with bounds on slow clients and on the number of open connections.
+
+aiohttp closes a keep-alive connection that stays idle, but on its own it waits as long as a client likes for the
+rest of a request line, its headers or its body, and it accepts connections until the process runs out of file
+descriptors. :class:`GuardedAppRunner` adds what is missing (``SWITCHBOARD_HTTP__*``):
+
+- a request's line and headers must arrive within ``header_timeout_s`` of the connection opening, or of the first
+  byte of a further request on a kept-alive connection;
+- its body must have arrived within ``body_timeout_s`` of the headers;
+- at most ``max_connections`` are open (fewer when the process's file-descriptor limit would run out first:
+  then accepting would fail with nothing but asyncio's own complaint): past the cap the oldest idle connection
+  (waiting for a request, which a slow-header client always is) is closed, or the new one when none is idle.
+
+Each such close is counted, and a summary is logged at WARNING at most once per :data:`LOG_INTERVAL_S`. A request
+that is not valid HTTP (a bad request line, a header with a forbidden byte …) gets aiohttp's 400 and one DEBUG
+line, not an ERROR with a traceback per request: it is the client's mistake, and anyone can send it. So is a request
+whose connection is lost while its body is read (closed for slowness, or the client left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections import Counter
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_server import Server
+
+from switchboard.settings import HttpSettings
+
+__all__ = ["LOG_INTERVAL_S", "ConnectionGuard", "GuardedAppRunner"]
+
+logger = logging.getLogger(__name__)
+
+LOG_INTERVAL_S: Final = 10.0
+"""Closed and shed connections are summed up in one log line at most this often."""
+_FD_RESERVE: Final = 256
+"""File descriptors kept for everything but client connections (Redis, platform APIs, files)."""
+
+
+def _descriptor_cap() -> int | None:
+    """The most client connections the file-descriptor limit leaves room for (``None``: no limit)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(soft - _FD_RESERVE, soft // 2)
+
+
+class ConnectionGuard:
+    """The open connections of one server, oldest first, and the counts of those closed for cause."""
+
+    def __init__(self, http: HttpSettings) -> None:
+        """Create the guard for a server configured by ``http``."""
+        self.http = http
+        fd_cap = _descriptor_cap()
+        self.max_connections = http.max_connections if fd_cap is None else min(http.max_connections, fd_cap)
+        """The cap in force: ``max_connections``, or less when the file-descriptor limit is lower."""
+        if self.max_connections < http.max_connections:
+            logger.info(
+                "HTTP: at most %d open connections (the file-descriptor limit allows no more; raise it with "
+                "ulimit -n for up to SWITCHBOARD_HTTP__MAX_CONNECTIONS=%d)",
+                self.max_connections,
+                http.max_connections,
+            )
+        self._open: dict[_GuardedHandler, None] = {}
+        self._closed: Counter[str] = Counter()
+        self._last_log = float("-inf")
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self.total: Counter[str] = Counter()
+        """Connections closed for cause since start, by reason (``shed``, ``slow_headers``, ``slow_body``)."""
+
+    @property
+    def open_connections(self) -> int:
+        """How many connections are open now."""
+        return len(self._open)
+
+    def opened(self, handler: _GuardedHandler) -> None:
+        """Track a new connection; over the cap, close the oldest idle one (or this one)."""
+        self._open[handler] = None
+        if len(self._open) <= self.max_connections:
+            return
+        victim = next((h for h in self._open if h is not handler and h.idle), handler)
+        self._open.pop(victim, None)
+        victim.force_close()
+        self.note("shed")
+
+    def closed(self, handler: _GuardedHandler) -> None:
+        """Forget a connection that has gone."""
+        self._open.pop(handler, None)
+
+    def note(self, reason: str) -> None:
+        """Count one connection closed for ``reason``; log the counts now or at the end of the interval."""
+        self._closed[reason] += 1
+        self.total[reason] += 1
+        if self._flush_handle is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = self._last_log + LOG_INTERVAL_S - loop.time()
+        if delay <= 0:
+            self._flush()
+        else:
+            self._flush_handle = loop.call_later(delay, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if not self._closed:
+            return
+        self._last_log = asyncio.get_running_loop().time()
+        counts = self._closed
+        self._closed = Counter()
+        logger.warning(
+            "HTTP: closed %d connection(s) over the cap of %d (oldest idle first), %d that sent headers slower "
+            "than %g s, %d that sent a body slower than %g s; %d open",
+            counts["shed"],
+            self.max_connections,
+            counts["slow_headers"],
+            self.http.header_timeout_s,
+            counts["slow_body"],
+            self.http.body_timeout_s,
+            len(self._open),
+        )
+
+    def close(self) -> None:
+        """Stop the pending log flush (the server is going away)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush()
+
+
+class _GuardedHandler(RequestHandler):
+    """aiohttp's connection protocol, with a deadline for each request's head and body."""
+
+    __slots__ = ("_body_timer", "_guard", "_head_timer", "_payload")
+
+    def __init__(self, manager: Server, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._payload: StreamReader | None = None
+        """The body of the latest request whose head has arrived."""
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for a request (none being handled): the connection to close first when over the cap."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done() and not self._messages
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm_head()
+        self._guard.opened(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._guard.closed(self)
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        heads = self._request_count
+        body_done = self._payload is None or self._payload.is_eof()
+        super().data_received(data)
+        if self._request_count != heads:  # a request head arrived
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            payload = self._messages[-1][1] if self._messages else None
+            self._payload = payload if isinstance(payload, StreamReader) else None
+            if self._payload is not None and not self._payload.is_eof():
+                if self._body_timer is not None:
+                    self._body_timer.cancel()
+                self._body_timer = self._loop.call_later(self._guard.http.body_timeout_s, self._body_deadline)
+        elif body_done and self._head_timer is None:  # the first bytes of a further request on this connection
+            self._arm_head()
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """Log a failed request as aiohttp does, except that a malformed one is one DEBUG line, no traceback."""
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500:
+            logger.debug("refused a malformed HTTP request (%s %d)", type(exc).__name__, exc.code)
+            return
+        if isinstance(exc, ConnectionResetError):  # the body never came: closed for slowness, or the client left
+            logger.debug("a connection was lost while its request was being read")
+            return
+        super().log_exception(*args, **kwargs)
+
+    def _arm_head(self) -> None:
+        self._head_timer = self._loop.call_later(self._guard.http.header_timeout_s, self._head_deadline)
+
+    def _head_deadline(self) -> None:
+        self._head_timer = None
+        if not self._force_close:
+            logger.debug("closing a connection whose request head did not arrive in time")
+            self._guard.note("slow_headers")
+            self.force_close()
+
+    def _body_deadline(self) -> None:
+        self._body_timer = None
+        payload = self._payload
+        if payload is not None and not payload.is_eof() and not self._force_close:
+            logger.debug("closing a connection whose request body did not arrive in time")
+            self._guard.note("slow_body")
+            self.force_close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+
+class _GuardedServer(Server):
+    """aiohttp's low-level server, making :class:`_GuardedHandler` protocols."""
+
+    def __init__(self, *args: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard = guard
+
+    def __call__(self) -> RequestHandler:
+        return _GuardedHandler(self, self.guard, loop=self._loop, **self._kwargs)
+
+
+class GuardedAppRunner(web.AppRunner):
+    """``web.AppRunner`` for ``app`` whose connections obey the timeouts and the cap of ``http``."""
+
+    def __init__(self, app: web.Application, http: HttpSettings, **kwargs: Any) -> None:
+        """Create the runner (``kwargs`` as for ``web.AppRunner``: ``access_log``, ``shutdown_timeout`` …)."""
+        kwargs.setdefault("keepalive_timeout", http.keepalive_timeout_s)
+        super().__init__(app, **kwargs)
+        self.guard = ConnectionGuard(http)
+
+    async def _make_server(self) -> Server:
+        plain = await super()._make_server()
+        return _GuardedServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            guard=self.guard,
+            **plain._kwargs,
+        )
+
+    async def _cleanup_server(self) -> None:
+        self.guard.close()
+        await super()._cleanup_server()
