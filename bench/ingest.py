@@ -12,6 +12,11 @@ by ``wrk -t1 -c32`` on the other core, where the embedded Redis-compatible serve
 (d) python-telegram-bot's own ``run_webhook`` server with a no-op handler (what a user would otherwise run;
     it needs tornado, ``pip install 'python-telegram-bot[webhooks]'``, and is skipped with a warning without).
 
+The gateway runs with every abuse limit on (``SWITCHBOARD_LIMITS__*``: each message is metered per session and per
+sender and its inbox depth checked, inside the ingest script) but set far above what the load sends, so the
+figures include the cost of checking the limits and no request is refused; ``--limits off`` sets them to 0, and
+``--limits both`` runs a second gateway with them off in the same rounds, for a side-by-side comparison.
+
 Every round measures all four one after another (each after a warm-up, on an emptied Redis); ratios are taken
 within a round and the table shows medians over rounds. ``accepted`` is read back from Redis as a check that
 what was acknowledged is really stored.
@@ -19,6 +24,7 @@ what was acknowledged is really stored.
     python -m bench.ingest                 # 3 rounds of 10 s per server
     python -m bench.ingest --quick         # smoke run
     python -m bench.ingest --load python   # without wrk (a weaker generator: figures are floors)
+    python -m bench.ingest --limits both   # also a gateway with the abuse limits off, in the same rounds
 """
 
 from __future__ import annotations
@@ -63,6 +69,17 @@ PTB_HINT = (
 )
 CONNECTIONS = 32
 WEB_SESSIONS = 64
+_LIMIT_NAMES = (
+    "SESSIONS_PER_ADDRESS_PER_HOUR",
+    "MESSAGES_PER_SESSION_PER_MINUTE",
+    "MESSAGES_PER_SENDER_PER_MINUTE",
+    "INBOX_DEPTH",
+)
+LIMITS = {
+    "on": {f"SWITCHBOARD_LIMITS__{name}": "1000000000" for name in _LIMIT_NAMES},
+    "off": {f"SWITCHBOARD_LIMITS__{name}": "0" for name in _LIMIT_NAMES},
+}
+"""``on``: checked on every request, never reached by the load; ``off``: not checked at all."""
 
 
 @dataclass
@@ -109,7 +126,7 @@ def accepted_count(redis_url: str) -> int:
 
 def spec_for(target: Target, start: int) -> PostLoad:
     """The requests a target receives (a fresh counter range per run)."""
-    if target.key == "webchat":
+    if target.key.startswith("webchat"):
         return webchat_load(create_web_sessions(target.url, WEB_SESSIONS), start=start)
     return telegram_load(start=start)
 
@@ -120,6 +137,12 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     p.add_argument("--seconds", type=float, default=None, help="load per measurement (default 10, quick 1)")
     p.add_argument("--warmup", type=float, default=None, help="warm-up load before each measurement (default 2)")
     p.add_argument("--load", choices=["auto", "wrk", "python"], default="auto", help="load generator")
+    p.add_argument(
+        "--limits",
+        choices=["on", "off", "both"],
+        default="on",
+        help="abuse limits checked (set out of reach), off, or both (a second gateway with them off)",
+    )
     ns = p.parse_args(argv)
     rounds = rounds_of(ns)
     seconds = ns.seconds or (1.0 if ns.quick else 10.0)
@@ -138,7 +161,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     print(
         f"ingest: {rounds} round(s) × {seconds:g} s per server, {generator_label(generator)}; "
         f"server on CPU {sorted(server_cpus or [])}, load + Redis on CPU {sorted(load_cpus or [])}; "
-        f"load average {os.getloadavg()[0]:.2f}"
+        f"abuse limits {ns.limits}; load average {os.getloadavg()[0]:.2f}"
     )
 
     with workdir("sb-bench-ingest-") as tmp:
@@ -155,7 +178,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
             procs.append(fake)
             fake_url = f"http://127.0.0.1:{fake_port}"
             fake.wait_http(f"{fake_url}/_fake/calls")
-            targets = start_targets(tmp, server.url, fake_url, server_cpus, procs)
+            targets = start_targets(tmp, server.url, fake_url, server_cpus, procs, ns.limits)
             for number in range(1, rounds + 1):
                 for target in targets:
                     base = number * 10_000_000
@@ -197,7 +220,9 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     return verdicts(report(targets, rounds, spec.body_bytes), ns.quick)
 
 
-def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc]) -> list[Target]:
+def start_targets(
+    tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc], limits: str
+) -> list[Target]:
     """Start the four servers, each pinned to the server core, and wait until they answer."""
     targets: list[Target] = []
 
@@ -235,11 +260,35 @@ def start_targets(tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | Non
             uv_port,
         )
     web_port = free_port()
-    env = bench_env(redis_url, tmp / "data", port=web_port, telegram_url=fake_url)
+    env = bench_env(
+        redis_url, tmp / "data", port=web_port, telegram_url=fake_url, **LIMITS["off" if limits == "off" else "on"]
+    )
     web_args = [PYTHON, "-m", "switchboard", "web"]
     add("telegram", "switchboard web: Telegram webhook", web_args, "/healthz", web_port, env=env, switchboard=True)
     web = targets[-1]
     targets.append(Target("webchat", "switchboard web: POST /api/chat/messages", web.proc, web.url, True))
+    if limits == "both":
+        off_port = free_port()
+        off_env = bench_env(redis_url, tmp / "data-off", port=off_port, telegram_url=fake_url, **LIMITS["off"])
+        add(
+            "telegram_nolimits",
+            "switchboard web, abuse limits off: Telegram webhook",
+            web_args,
+            "/healthz",
+            off_port,
+            env=off_env,
+            switchboard=True,
+        )
+        off = targets[-1]
+        targets.append(
+            Target(
+                "webchat_nolimits",
+                "switchboard web, abuse limits off: POST /api/chat/messages",
+                off.proc,
+                off.url,
+                True,
+            )
+        )
     if importlib.util.find_spec("tornado") is None:
         print(f"WARNING: {PTB_HINT}", file=sys.stderr)
         return targets
@@ -356,6 +405,12 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
                 None,
             )
         )
+    for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):
+        if f"{key}_nolimits" in by:
+            value = ratio(by[key], by[f"{key}_nolimits"])
+            summary.append(Row("ingest", f"{name} req/s, limits on vs off", f"{value:.2f}×", "(report)", None))
+            value = cpu_ratio(by[key], by[f"{key}_nolimits"])
+            summary.append(Row("ingest", f"{name} CPU-cost, limits on vs off", f"{value:.2f}×", "(report)", None))
     uv = by.get("aiohttp_uvloop")
     if uv is not None:
         for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):

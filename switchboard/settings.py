@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from switchboard.clientaddr import TrustedProxies, parse_trusted_proxies
 from switchboard.core.agent import Agent
 from switchboard.errors import ConfigError
 from switchboard.types import BusyPolicy
 
 __all__ = [
     "ChannelOptions",
+    "DocumentSettings",
     "FileConfig",
+    "HttpSettings",
+    "LimitsSettings",
     "QueueSettings",
     "Settings",
     "TelegramSettings",
+    "WorkspaceSettings",
     "load_settings",
 ]
 
@@ -153,6 +158,14 @@ class QueueSettings(BaseModel):
     """Wait before retrying a failed attempt (doubled each attempt)."""
     concurrency: int = Field(64, ge=1)
     """Session drains one worker process runs at once."""
+    fair_turns: int = Field(1, ge=0)
+    """Turns a session runs in a row while other sessions wait for a slot; then it yields the slot and goes to
+    the back of the queue, keeping its own order (0: never yield)."""
+    fair_slice_s: float = Field(0.0, ge=0)
+    """Also yield (between turns) once a session has held its slot this long while others wait (0: off)."""
+    worker_heartbeat_ms: int = Field(1000, ge=50)
+    """How often a worker proves it is alive (at most a third of ``lease_ms``); one silent for three of these is
+    dead and its sessions are taken over at once (the lease still fences it, should it come back)."""
     dedup_ttl_s: int = Field(8 * 24 * 3600, ge=24 * 3600)
     """How long platform event ids are remembered (≥ 24 h; WhatsApp retries for up to 7 days)."""
     ingest_timeout_s: float = Field(2.0, gt=0)
@@ -163,6 +176,59 @@ class QueueSettings(BaseModel):
     """Approximate cap of each session's event log."""
     history_maxlen: int = Field(200, ge=10)
     """Conversation entries kept per session."""
+    send_max_attempts: int = Field(5, ge=1)
+    """Attempts at delivering a finished turn's reply before the send is dead-lettered (the model is not re-run)."""
+    send_backoff_s: float = Field(1.0, ge=0)
+    """Wait before re-trying a reply the platform failed to take (doubled each attempt; a 429's wait wins)."""
+    max_defer_s: float = Field(3600.0, ge=0)
+    """Longest wait a model provider's ``retry-after`` may defer a turn by; a longer one fails the message."""
+
+
+class HttpSettings(BaseModel):
+    """``SWITCHBOARD_HTTP__*``: how long the web tier waits on a client, and how many connections it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A request's line and headers must arrive within this of the connection opening or going idle."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """A request's body must have arrived within this of its headers."""
+    keepalive_timeout_s: float = Field(75.0, gt=0)
+    """An idle keep-alive connection is closed after this."""
+    max_connections: int = Field(10_000, ge=1)
+    """Open connections; past it the oldest idle one is closed (or, with none idle, the new one)."""
+
+
+class DocumentSettings(BaseModel):
+    """``SWITCHBOARD_DOCUMENTS__*``: bounds of ``read_document`` (each parse runs in a limited child process)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(25 * 2**20, ge=1024)
+    """Largest document read at all."""
+    memory_mb: int = Field(512, ge=128)
+    """Address space of the parsing child; a document that needs more is refused."""
+    timeout_s: float = Field(20.0, gt=0)
+    """Deadline of one parse; the child is killed when it passes."""
+    max_output_chars: int = Field(100_000, ge=1000)
+    """Longest text one read returns."""
+
+
+class WorkspaceSettings(BaseModel):
+    """``SWITCHBOARD_WORKSPACES__*``: disk quotas of the session workspaces, and the tool threads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_quota_mb: int = Field(100, ge=1)
+    """Most one session's workspace may hold."""
+    tenant_quota_mb: int = Field(1000, ge=1)
+    """Most all the workspaces of one tenant may hold together."""
+    total_quota_mb: int = Field(10_000, ge=1)
+    """Most every workspace under the data directory may hold together."""
+    tool_threads: int = Field(16, ge=1)
+    """Threads for blocking tool work (file tools), for every session of a worker together."""
+    threads_per_session: int = Field(2, ge=1)
+    """Most of those threads one session may hold at once."""
 
 
 class OfflineSettings(BaseModel):
@@ -174,12 +240,37 @@ class OfflineSettings(BaseModel):
     """Per-answer delay, so the offline model can stand in for a slow model in load tests."""
 
 
+class LimitsSettings(BaseModel):
+    """``SWITCHBOARD_LIMITS__*``: abuse limits, counted in Redis and shared by every process; ``0`` = no limit.
+
+    Over a limit the web chat answers 429 with ``Retry-After`` and writes nothing; a platform webhook still
+    answers 2xx (the platform would only retry) and the drop is recorded as an event and a metric.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    sessions_per_address_per_hour: int = Field(60, ge=0)
+    """Web chat sessions one client address may create per hour."""
+    messages_per_session_per_minute: int = Field(30, ge=0)
+    """Messages one session accepts per minute (every sender together)."""
+    messages_per_sender_per_minute: int = Field(60, ge=0)
+    """Messages one sender (platform user, web chat session) may send per minute, across sessions."""
+    inbox_depth: int = Field(100, ge=0)
+    """Messages waiting in one session's inbox; with the 32 KiB text cap this bounds a session's queued bytes."""
+    streams_per_session: int = Field(5, ge=0)
+    """Open event streams (SSE) per web chat session."""
+    streams_per_address: int = Field(20, ge=0)
+    """Open event streams (SSE) per client address."""
+
+
 class ChannelOptions(BaseModel):
     """Non-secret options of a channel or one of its accounts, from the YAML file."""
 
     model_config = ConfigDict(extra="forbid")
 
     agent: str | None = None
+    agents: list[str] = Field(default_factory=list)
+    """Web chat only: the agents a new session may name (``{"agent": …}``); empty means only ``agent``."""
     busy_policy: BusyPolicy | None = None
     tenant: str | None = None
     accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
@@ -278,6 +369,12 @@ class Settings(BaseSettings):
     messenger: MessengerSettings = Field(default_factory=MessengerSettings)
     queue: QueueSettings = Field(default_factory=QueueSettings)
     offline: OfflineSettings = Field(default_factory=OfflineSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
+    workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
+    """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
 
     file: FileConfig = Field(default_factory=FileConfig, exclude=True)
     """The parsed YAML file (filled by :func:`load_settings`)."""
@@ -288,6 +385,11 @@ class Settings(BaseSettings):
         if v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
             raise ValueError("must start with redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0)")
         return v
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, v: object) -> object:
+        return parse_trusted_proxies(v) if isinstance(v, str) else v
 
     @property
     def default_model(self) -> str:
@@ -350,6 +452,9 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
         settings = Settings()
     except ValidationError as err:
         raise ConfigError(_format_validation(err, "the environment")) from None
+    except SettingsError as err:  # a block's own variable (SWITCHBOARD_LIMITS=…) that is not a JSON object
+        block = str(err).partition('field "')[2].partition('"')[0].upper() or "<BLOCK>"
+        raise ConfigError(f"SWITCHBOARD_{block} is not a JSON object: set SWITCHBOARD_{block}__<FIELD>") from None
     finally:
         if env is not None:
             os.environ.clear()
@@ -364,10 +469,14 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
         if required:
             raise ConfigError(f"config file {path} does not exist: create it or fix SWITCHBOARD_CONFIG", field="config")
         return FileConfig(agents=_default_agents())
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file: fix SWITCHBOARD_CONFIG", field="config")
     try:
         raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}", field="config") from None
+    except (UnicodeDecodeError, OSError) as err:
+        raise ConfigError(f"{path} is not a readable UTF-8 file ({type(err).__name__})", field="config") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level", field="config")
     for name, body in (raw.get("agents") or {}).items():

@@ -12,16 +12,20 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "DropReason",
     "Event",
     "EventAdapter",
+    "MessageDropped",
     "MessageReceived",
     "ReplySent",
     "RunCancelled",
     "RunCompleted",
     "RunDeadLettered",
+    "RunDeferred",
     "RunFailed",
     "RunQueued",
     "RunStarted",
+    "SendDeadLettered",
     "StepRecorded",
     "ToolCalled",
     "UsageMetered",
@@ -46,6 +50,19 @@ class MessageReceived(_Event):
     channel: str
     sender: str
     chars: int
+
+
+DropReason = Literal["inbox_full", "session_rate", "sender_rate"]
+"""Which abuse limit refused a message: the session's inbox depth, its message rate, or its sender's."""
+
+
+class MessageDropped(_Event):
+    """A platform message was over an abuse limit: answered 2xx (a refusal would only be retried), not queued."""
+
+    kind: Literal["message_dropped"] = "message_dropped"
+    channel: str
+    sender: str
+    reason: DropReason
 
 
 class RunQueued(_Event):
@@ -145,8 +162,26 @@ class RunCancelled(_Event):
     reason: str
 
 
+class RunDeferred(_Event):
+    """The model provider asked to wait: the turn was put off until ``until`` (not counted as a failure)."""
+
+    kind: Literal["run_deferred"] = "run_deferred"
+    until: float
+    """Unix time before which the message does not run again."""
+    reason: str
+
+
+class SendDeadLettered(_Event):
+    """A finished turn's reply could not be delivered (refused, or out of attempts); the turn stays completed."""
+
+    kind: Literal["send_dead_lettered"] = "send_dead_lettered"
+    attempts: int
+    reason: str
+
+
 Event = Annotated[
     MessageReceived
+    | MessageDropped
     | RunQueued
     | RunStarted
     | StepRecorded
@@ -156,7 +191,9 @@ Event = Annotated[
     | RunCompleted
     | RunFailed
     | RunDeadLettered
-    | RunCancelled,
+    | RunCancelled
+    | RunDeferred
+    | SendDeadLettered,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

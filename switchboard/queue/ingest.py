@@ -1,6 +1,7 @@
 """③ Ingest: accept one inbound message durably, in one Lua script (one round trip on the hot path).
 
-The script (``lua/ingest.lua``) does, atomically: dedup key ``SET NX EX`` → message record → inbox
+The script (``lua/ingest.lua``) does, atomically: dedup check → abuse limits (inbox depth, messages per
+session and per sender, see :mod:`switchboard.queue.limits`) → dedup key ``SET EX`` → message record → inbox
 append → runnable mark → session meta → ``message_received`` and ``run_queued`` facts → optional web
 chat echo → and, only when no drain is pending for the session, the drain flag plus an RQ job pushed on
 the queue. A platform retry can therefore never be dropped while its original was lost, and sessions
@@ -17,12 +18,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
+from switchboard.core.events import DropReason
 from switchboard.core.messages import InboundMessage, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
@@ -31,7 +33,7 @@ from switchboard.queue.connection import MultiplexedConnection
 from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.scripts import ScriptArg
-from switchboard.settings import QueueSettings
+from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import BusyPolicy
 
 __all__ = ["WEB_ECHO_MAXLEN", "IngestResult", "Ingestor", "new_message_id"]
@@ -165,6 +167,30 @@ class _Coalescer:
                 future.set_result(result)
 
 
+_DUPLICATE: Final = 1
+_REFUSED: Final = 2
+_NO_LIMITS: Final = LimitsSettings(
+    sessions_per_address_per_hour=0,
+    messages_per_session_per_minute=0,
+    messages_per_sender_per_minute=0,
+    inbox_depth=0,
+    streams_per_session=0,
+    streams_per_address=0,
+)
+_DROP_REASONS: Final[dict[str, DropReason]] = {
+    "inbox_full": "inbox_full",
+    "session_rate": "session_rate",
+    "sender_rate": "sender_rate",
+}
+
+
+def _drop_reason(value: str) -> DropReason:
+    try:
+        return _DROP_REASONS[value]
+    except KeyError:
+        raise RedisError(f"the ingest script refused a message for an unknown reason {value!r}") from None
+
+
 _session_key = functools.lru_cache(maxsize=16_384)(session_key)
 """Session keys of recently seen conversations (escaping five components costs more than the lookup)."""
 _rq_second: list[Any] = [None, ""]
@@ -195,18 +221,31 @@ class IngestResult:
     """What ingest did with one message."""
 
     message_id: str
-    """The gateway id; for a duplicate, the id the original got."""
+    """The gateway id; for a duplicate, the id the original got; for a refused message, the id it would have had."""
     duplicate: bool
     drain_enqueued: bool
     """Whether this call enqueued a drain job (no drain was pending for the session)."""
+    limited: DropReason | None = None
+    """Set when an abuse limit refused the message: nothing was queued (see :class:`Ingestor`)."""
+    retry_after_ms: int = 0
+    """With ``limited``: how long until the limit would let the message in."""
 
 
 class Ingestor:
     """Accepts inbound messages into their sessions' queues."""
 
-    def __init__(self, redis: aioredis.Redis, settings: QueueSettings) -> None:
+    def __init__(self, redis: aioredis.Redis, settings: QueueSettings, limits: LimitsSettings | None = None) -> None:
+        """Ingest into ``redis``; ``limits=None`` checks no abuse limits (the app passes ``Settings.limits``)."""
         self.redis = redis
         self.settings = settings
+        self.limits = limits or _NO_LIMITS
+        self._limited = any(
+            (
+                self.limits.messages_per_session_per_minute,
+                self.limits.messages_per_sender_per_minute,
+                self.limits.inbox_depth,
+            )
+        )
         self._jobs = DrainJobs(settings.name)
         self._coalescer = _Coalescer(redis, settings.ingest_timeout_s)
         self._config: list[ScriptArg] = [
@@ -215,8 +254,11 @@ class Ingestor:
             WEB_ECHO_MAXLEN,
             _QUEUED_STATUS,
             self._jobs.config,
+            self.limits.messages_per_session_per_minute,
+            self.limits.messages_per_sender_per_minute,
+            self.limits.inbox_depth,
         ]
-        """The script's constant arguments (ARGV 13–17)."""
+        """The script's constant arguments (ARGV 13–20)."""
 
     async def ingest(
         self,
@@ -225,7 +267,12 @@ class Ingestor:
         busy_policy: BusyPolicy = "sequential",
         echo: Mapping[str, str] | None = None,
     ) -> IngestResult:
-        """Durably accept ``message`` (dedup, append, mark runnable, enqueue a drain when none is pending).
+        """Durably accept ``message`` (dedup, limits, append, mark runnable, enqueue a drain when none is pending).
+
+        A message over an abuse limit comes back with :attr:`IngestResult.limited` set. With ``echo`` (the web
+        chat, which answers 429) nothing at all is written; without it (a platform, which is answered 2xx since a
+        refusal would only be retried) the drop is recorded as a ``message_dropped`` fact in the session's log.
+        A duplicate is recognised before any limit is counted.
 
         Args:
             message: the parsed draft; its ``id`` is assigned here.
@@ -257,15 +304,19 @@ class Ingestor:
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
         # validated ChannelName literal, so it needs no escaping).
         at = repr(now)
+        sender = json.dumps(message.sender.id)
         record = f'{{"id":"{message_id}","received_at":{at},{message.model_dump_json(exclude=_ASSIGNED)[1:]}'
         received = (
             f'{{"at":{at},"message_id":"{message_id}","kind":"message_received","channel":"{channel}",'
-            f'"sender":{json.dumps(message.sender.id)},"chars":{len(message.text)}}}'
+            f'"sender":{sender},"chars":{len(message.text)}}}'
         )
         queued = f'{{"at":{at},"message_id":"{message_id}","kind":"run_queued"}}'
-        echo_type = echo_data = ""
+        echo_type = echo_data = dropped = ""
         if echo is not None:
             echo_type, echo_data = echo.get("type", "user"), echo.get("data", "{}")
+        elif self._limited:
+            # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
+            dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
         rq = self._jobs.keys
         script_keys = [
             keys.dedup(message.dedup_key),
@@ -281,6 +332,8 @@ class Ingestor:
             rq.job(job_id),
             rq.queue,
             rq.queues,
+            keys.rate,
+            _GLOBAL.sender_rate(f"{conv.tenant}/{channel}/{conv.account}/{message.sender.id}"),
         ]
         script_args: list[ScriptArg] = [
             message_id,
@@ -296,13 +349,17 @@ class Ingestor:
             job_id,
             _rq_time(now),
             *self._config,
+            dropped,
         ]
         try:
-            duplicate, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
+            status, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
         except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it and run this one alone
             async with asyncio.timeout(self.settings.ingest_timeout_s):
-                duplicate, stored_id, drain = await scripts.INGEST(self.redis, script_keys, script_args)
+                status, stored_id, drain = await scripts.INGEST(self.redis, script_keys, script_args)
         stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
+        if status == _REFUSED:
+            return IngestResult(message_id, False, False, _drop_reason(stored), int(drain))
+        duplicate = status == _DUPLICATE
         if not duplicate and is_stop(message):
             # the /stop message waits its turn to be answered; the turn running now stops at once
             await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")

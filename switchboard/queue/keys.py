@@ -108,6 +108,15 @@ class SessionKeys:
         """STRING message id, with a TTL: the platform event id was accepted."""
         return self._k(f"dedup:{key}")
 
+    def effect(self, key: str) -> str:
+        """STRING effect record JSON (arguments hash, status, outcome), with a TTL: one write effect's idempotency."""
+        return self._k(f"effect:{key}")
+
+    @property
+    def rate(self) -> str:
+        """STRING, PX TTL: the session's message-rate meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
+        return self._k("rate")
+
 
 @dataclass(frozen=True, slots=True)
 class GlobalKeys:
@@ -126,9 +135,18 @@ class GlobalKeys:
         return f"{self.prefix}:sessions"
 
     @property
+    def deferred(self) -> str:
+        """ZSET session → unix time before which its inbox head must not run (the model provider asked to wait)."""
+        return f"{self.prefix}:deferred"
+
+    @property
     def workers(self) -> str:
         """ZSET worker id → last heartbeat (ms); live workers have a recent score."""
         return f"{self.prefix}:workers"
+
+    def worker_alive(self, worker: str) -> str:
+        """STRING with a PX TTL (the server's clock): the worker is alive while it exists (see ``worker.py``)."""
+        return f"{self.prefix}:worker:{worker}:alive"
 
     @property
     def dead_letters(self) -> str:
@@ -167,6 +185,26 @@ class GlobalKeys:
     def web_token(self, token_hash: str) -> str:
         """STRING session key for a web chat bearer token (stored by hash, never in clear)."""
         return f"{self.prefix}:webtoken:{token_hash}"
+
+    def sender_rate(self, sender: str) -> str:
+        """STRING, PX TTL: one sender's message-rate meter (``sender`` is ``<tenant>/<channel>/<account>/<id>``)."""
+        return f"{self.prefix}:rate:sender:{sender}"
+
+    def address_rate(self, address: str) -> str:
+        """STRING, PX TTL: one client address's session-creation meter (IPv6 counted per /64)."""
+        return f"{self.prefix}:rate:address:{address}"
+
+    def web_stream_ticket(self, ticket_hash: str) -> str:
+        """STRING session key for a single-use web chat stream ticket (by hash, short TTL, taken with GETDEL)."""
+        return f"{self.prefix}:webticket:{ticket_hash}"
+
+    def web_streams_by_session(self, session: str) -> str:
+        """ZSET open stream id → expiry (server ms): the session's open web chat streams, across processes."""
+        return f"{self.prefix}:webstreams:session:{session}"
+
+    def web_streams_by_address(self, address: str) -> str:
+        """ZSET open stream id → expiry (server ms): one client address's open web chat streams."""
+        return f"{self.prefix}:webstreams:address:{address}"
 
 
 @dataclass(frozen=True, slots=True)

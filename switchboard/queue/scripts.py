@@ -24,6 +24,9 @@ __all__ = [
     "BEGIN",
     "COMPLETE",
     "DEAD_LETTER",
+    "DEFER",
+    "EFFECT_BEGIN",
+    "EFFECT_FINISH",
     "ENQUEUE",
     "FACTS",
     "FAIL",
@@ -36,8 +39,12 @@ __all__ = [
     "LEASE_ABANDON",
     "LEASE_ACQUIRE",
     "LEASE_RENEW",
+    "LEASE_TAKEOVER",
+    "LEASE_YIELD",
+    "OUTBOX_APPEND",
     "OUTBOX_CLAIM",
     "OUTBOX_RECORD",
+    "SESSION_QUOTA",
     "SLOT_SAVE",
     "Script",
     "ScriptArg",
@@ -55,6 +62,7 @@ FENCE_PRELUDE: Final = _source("_fence")
 ACK_PRELUDE: Final = _source("_ack")
 JOB_PRELUDE: Final = _source("_job")
 FACTS_PRELUDE: Final = _source("_facts")
+LIMITS_PRELUDE: Final = _source("_limits")
 
 
 class Script:
@@ -93,42 +101,56 @@ class Script:
             raise
 
 
-INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE])
+INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE])
+SESSION_QUOTA: Final = Script("session_quota", preludes=[LIMITS_PRELUDE])
 ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
 JOB_START: Final = Script("job_start")
 JOB_FINISH: Final = Script("job_finish")
 LEASE_ACQUIRE: Final = Script("lease_acquire")
 LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
+LEASE_YIELD: Final = Script("lease_yield", fenced=True, preludes=[JOB_PRELUDE])
+LEASE_TAKEOVER: Final = Script("lease_takeover", preludes=[JOB_PRELUDE])
 FENCED_XADD: Final = Script("fenced_xadd", fenced=True)
 BEGIN: Final = Script("begin", fenced=True)
 FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script("complete", fenced=True, preludes=[ACK_PRELUDE])
 DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
+DEFER: Final = Script("defer", fenced=True)
 OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True, preludes=[FACTS_PRELUDE])
 FACTS: Final = Script("facts", fenced=True, preludes=[FACTS_PRELUDE])
 OUTBOX_RECORD: Final = Script("outbox_record", fenced=True)
+OUTBOX_APPEND: Final = Script("outbox_append", fenced=True)
 HISTORY_APPEND: Final = Script("history_append", fenced=True)
 SLOT_SAVE: Final = Script("slot_save", fenced=True)
+EFFECT_BEGIN: Final = Script("effect_begin", fenced=True)
+EFFECT_FINISH: Final = Script("effect_finish", fenced=True)
 
 ALL: Final = (
     INGEST,
+    SESSION_QUOTA,
     ENQUEUE,
     JOB_START,
     JOB_FINISH,
     LEASE_ACQUIRE,
     LEASE_RENEW,
     LEASE_ABANDON,
+    LEASE_YIELD,
+    LEASE_TAKEOVER,
     FENCED_XADD,
     BEGIN,
     FAIL,
     COMPLETE,
     DEAD_LETTER,
+    DEFER,
     OUTBOX_CLAIM,
     FACTS,
     OUTBOX_RECORD,
+    OUTBOX_APPEND,
     HISTORY_APPEND,
     SLOT_SAVE,
+    EFFECT_BEGIN,
+    EFFECT_FINISH,
 )
 """Every script, for :func:`load_all`."""
 

@@ -1,14 +1,42 @@
--- Accept one inbound message: dedup, append, mark runnable, log, echo, and enqueue a drain job if none is pending.
+-- Accept one inbound message: dedup, abuse limits, append, mark runnable, log, echo, and enqueue a drain job if none
+-- is pending.
 -- KEYS: 1 dedup, 2 messages, 3 inbox, 4 meta, 5 events, 6 drain flag, 7 runnable, 8 sessions, 9 stats,
---       10 web stream, 11 job hash, 12 rq queue, 13 rq queues
+--       10 web stream, 11 job hash, 12 rq queue, 13 rq queues, 14 session rate meter, 15 sender rate meter
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
 --       8 run_queued JSON, 9 echo type ('' = none), 10 echo data, 11 job id, 12 now (RQ format),
 --       13 dedup TTL s, 14 events maxlen, 15 web stream maxlen, 16 queued status JSON,
---       17 job cfg JSON (see _job.lua; decoded only when a drain job is pushed)
+--       17 job cfg JSON (see _job.lua; decoded only when a drain job is pushed),
+--       18 messages per session per minute, 19 per sender per minute, 20 inbox depth (each 0 = no limit),
+--       21 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429)
+-- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, or {2, reason, wait ms} when over a limit.
 local prev = redis.call('GET', KEYS[1])
-if prev then
+if prev then  -- before the limits: a retry of an accepted message is a duplicate, never a refusal
   redis.call('HINCRBY', KEYS[9], 'deduplicated', 1)
   return {1, prev, 0}
+end
+local session_limit, sender_limit, depth = tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local session_tat, sender_tat, now
+if session_limit > 0 or sender_limit > 0 or depth > 0 then
+  local reason, wait = nil, 0
+  if depth > 0 and redis.call('LLEN', KEYS[3]) >= depth then
+    reason, wait = 'inbox_full', 1000
+  end
+  if session_limit > 0 or sender_limit > 0 then
+    now = limits_now()
+    local w
+    w, session_tat = meter_check(KEYS[14], session_limit, 60000, now)
+    if w > 0 then reason, wait = reason or 'session_rate', math.max(wait, w) end
+    w, sender_tat = meter_check(KEYS[15], sender_limit, 60000, now)
+    if w > 0 then reason, wait = reason or 'sender_rate', math.max(wait, w) end
+  end
+  if reason then
+    if ARGV[21] ~= '' then
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_dropped', 'data', ARGV[21] .. reason .. '"}')
+    end
+    return {2, reason, wait}
+  end
+  meter_commit(KEYS[14], session_tat, now)
+  meter_commit(KEYS[15], sender_tat, now)
 end
 local id = ARGV[1]
 redis.call('SET', KEYS[1], id, 'EX', ARGV[13])

@@ -1,0 +1,64 @@
+"""Abuse limits kept in Redis, so every web process shares them (``SWITCHBOARD_LIMITS__*``).
+
+Each limit is a GCRA meter (``lua/_limits.lua``): one short-lived STRING per session, sender or client address,
+read and advanced inside the script that does the work, so a limit costs no extra round trip. Message limits
+(per session, per sender, inbox depth) are checked by the ingest script itself (see
+:mod:`switchboard.queue.ingest`); the session-creation limit per client address is :func:`count_session`.
+A refused request writes nothing (a platform's drop is recorded as a ``message_dropped`` fact). The wait given
+for a full inbox is 1 s (the drain's pace is not known here); for a rate, the time until the meter admits one more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import math
+from typing import Final
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard.errors import QueueUnavailableError
+from switchboard.queue import scripts
+from switchboard.queue.keys import GlobalKeys
+from switchboard.settings import LimitsSettings
+
+__all__ = ["HOUR_MS", "address_bucket", "count_session", "retry_after_s"]
+
+HOUR_MS: Final = 3_600_000
+_GLOBAL: Final = GlobalKeys()
+
+
+def retry_after_s(wait_ms: int) -> int:
+    """A ``Retry-After`` value: the wait in whole seconds, rounded up (at least 1)."""
+    return max(1, math.ceil(wait_ms / 1000))
+
+
+def address_bucket(address: str) -> str:
+    """What a client address is counted as: itself for IPv4, its /64 for IPv6 (one host often holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+async def count_session(redis: aioredis.Redis, address: str, limits: LimitsSettings, *, timeout_s: float) -> int:
+    """Count one new web chat session for ``address``: 0 when allowed (and counted), else the wait in ms.
+
+    Refused: nothing is written. ``sessions_per_address_per_hour = 0`` allows everything without a round trip.
+
+    Raises:
+        QueueUnavailableError: Redis did not answer within ``timeout_s``.
+    """
+    limit = limits.sessions_per_address_per_hour
+    if limit <= 0:
+        return 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            wait = await scripts.SESSION_QUOTA(redis, [_GLOBAL.address_rate(address_bucket(address))], [limit, HOUR_MS])
+    except (TimeoutError, RedisError, OSError) as err:
+        raise QueueUnavailableError(f"the session limit could not be checked: {type(err).__name__}") from err
+    return int(wait)
