@@ -88,7 +88,7 @@ async def _web(settings: Settings, text: str, wait_s: float) -> int:
                 line = raw.decode().rstrip("\n")
                 if line.startswith("event:"):
                     event = line[6:].strip()
-                elif line.startswith("data:") and event in {"message", "error"}:
+                elif line.startswith("data:") and event in {"message", "reply_error"}:
                     data = json.loads(line[5:])
                     if data.get("reply_to") == message_id:
                         print(f"← {event}: {data.get('text') or data.get('message')}")

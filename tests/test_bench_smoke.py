@@ -121,3 +121,9 @@ def test_e2e_bench_runs() -> None:
 def test_concurrency_bench_runs() -> None:
     out = run_bench("bench.concurrency")
     assert "Concurrency inside one worker" in out
+
+
+def test_streams_bench_runs() -> None:
+    out = run_bench("bench.streams")
+    assert "open SSE streams on one process" in out and "baseline: raw aiohttp SSE server" in out
+    assert "| streams | streams held open (of 200) | 200 |" in out

@@ -4,12 +4,12 @@ The web chat has no platform API to call. A send action becomes one entry on the
 Redis stream the page reads over SSE); the publisher that writes it is injected, so this module knows nothing of
 Redis or the queue (DESIGN §4). Each entry has a ``type`` and a JSON ``data`` object, as DESIGN §10 names them:
 
-========== ======================================================
-``status``  ``{"status": "queued" | "running" | "idle", "reply_to"?}``
-``delta``   ``{"text": "…", "reply_to": "<message id>"}``
-``message`` ``{"text": "…", "reply_to": "<message id>"}`` (Markdown)
-``error``   ``{"reply_to": "…", "code": "…", "message": "…"}``
-========== ======================================================
+=============== ===========================================================================
+``status``      ``{"status": "queued" | "running" | "idle", "reply_to"?}``
+``delta``       ``{"text": "…", "reply_to": "<message id>"}``
+``message``     ``{"text": "…", "reply_to": "<message id>"}`` (Markdown)
+``reply_error`` ``{"reply_to": "…", "code": "…", "message": "…"}`` (never ``error``: ``EventSource`` fires that itself)
+=============== ===========================================================================
 
 The web tier authenticates the bearer token itself (it needs Redis for that) and then hands the adapter a
 :class:`~switchboard.channels.base.RawRequest` whose ``query["session"]`` holds the session key the token maps to.
@@ -23,11 +23,21 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 from urllib.parse import unquote
 
+from switchboard.channels._markdown import action_markdown
 from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
-from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.actions import (
+    Action,
+    OfferChoice,
+    SendError,
+    SendFile,
+    SendText,
+    SendTyping,
+    SetStatus,
+    StreamDelta,
+)
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import BodyTooLargeError, DeliveryError, MalformedBodyError
 from switchboard.types import ChannelName, SessionKey
@@ -79,7 +89,7 @@ def parse_post(body: bytes) -> ChatPost:
     """
     try:
         raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: a nesting bomb (thousands of ``[``), still only a 400
         raise MalformedBodyError("body is not valid JSON", channel="web") from None
     if not isinstance(raw, dict):
         raise MalformedBodyError('body must be a JSON object like {"text": "hello"}', channel="web")
@@ -205,27 +215,37 @@ class WebChannel:
         return Receipt(platform_ids=(entry_id,))
 
     @staticmethod
-    def event_for(action: Action | Any) -> tuple[str, dict[str, Any]] | None:
-        """The ``(type, data)`` web stream event for an action, or ``None`` when the page shows nothing for it."""
-        reply_to = getattr(action, "reply_to", None)
-        if isinstance(action, StreamDelta):
-            return "delta", {"text": action.text, "reply_to": reply_to}
-        if isinstance(action, SendText):
-            return "message", {"text": action.text, "reply_to": reply_to}
-        if isinstance(action, SetStatus):
-            data: dict[str, Any] = {"status": action.status}
-            if reply_to:
-                data["reply_to"] = reply_to
-            return "status", data
-        if isinstance(action, SendError):
-            return "error", {"reply_to": reply_to, "code": action.code, "message": action.message}
-        if isinstance(action, SendTyping):
-            return None  # status "running" already shows the typing indicator
-        # A kind this page does not know yet (file, choice, ...): show what text it carries as a plain message.
-        text = getattr(action, "text", None) or getattr(action, "caption", None) or getattr(action, "prompt", None)
-        kind = getattr(action, "kind", type(action).__name__)
-        logger.info("web chat shows unknown action kind %r as a message", kind)
-        return "message", {"text": str(text) if text else f"[{kind}]", "reply_to": reply_to}
+    def event_for(action: Action) -> tuple[str, dict[str, Any]] | None:
+        """The ``(type, data)`` web stream event for an action, or ``None`` when the page shows nothing for it.
+
+        Raises:
+            DeliveryError: a file (the web chat cannot receive files yet; the agent is told, not the user misled).
+        """
+        reply_to = action.reply_to
+        match action:
+            case StreamDelta():
+                return "delta", {"text": action.text, "reply_to": reply_to}
+            case SendText():
+                return "message", {"text": action.text, "reply_to": reply_to}
+            case SetStatus():
+                data: dict[str, Any] = {"status": action.status}
+                if reply_to:
+                    data["reply_to"] = reply_to
+                return "status", data
+            case SendError():
+                return "reply_error", {"reply_to": reply_to, "code": action.code, "message": action.message}
+            case SendTyping():
+                return None  # status "running" already shows the typing indicator
+            case OfferChoice():
+                return "message", {"text": action_markdown(action), "reply_to": reply_to}
+            case SendFile():
+                raise DeliveryError(
+                    "the web chat cannot receive files yet: tell the user what the file holds instead",
+                    channel="web",
+                    retryable=False,
+                )
+            case _:
+                assert_never(action)
 
     async def aclose(self) -> None:
         """Nothing to release: the publisher's Redis client belongs to the caller."""

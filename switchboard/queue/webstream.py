@@ -1,7 +1,7 @@
 """The per-session web stream: what the web chat page reads over SSE.
 
 One Redis STREAM per session (``SessionKeys(session).web``); every entry has exactly two fields, ``type``
-(``user`` | ``status`` | ``delta`` | ``message`` | ``error``) and ``data`` (a JSON object). The user's own message
+(``user`` | ``status`` | ``delta`` | ``message`` | ``reply_error``) and ``data`` (a JSON object). The user's own message
 and its ``status: queued`` are appended by the ingest script, atomically with the enqueue (the reading helpers
 here add the gateway ``message_id`` to user entries); everything the
 worker appends goes through :class:`WebStreamPublisher`, fenced by the session lease the drain holds
@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 
 from switchboard.errors import FencedWriteError
 from switchboard.queue.keys import SessionKeys
-from switchboard.queue.lease import CURRENT_LEASE, fenced_xadd
+from switchboard.queue.lease import CURRENT_LEASE
+from switchboard.queue.outbox import append_once
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -30,20 +31,27 @@ __all__ = [
     "WEB_STREAM_MAXLEN",
     "WebEvent",
     "WebStreamPublisher",
+    "decode_entries",
     "parse_event_id",
     "read",
     "replay",
+    "with_message_ids",
 ]
 
 logger = logging.getLogger(__name__)
 
 WEB_STREAM_MAXLEN: Final = 1000
 """Approximate number of entries each session's web stream retains."""
-EVENT_TYPES: Final = frozenset({"user", "status", "delta", "message", "error"})
-"""Every ``type`` a web stream entry may have."""
+EVENT_TYPES: Final = frozenset({"user", "status", "delta", "message", "reply_error"})
+"""Every ``type`` a web stream entry may have (a failed reply is ``reply_error``: a browser's ``EventSource`` also
+fires ``error`` for its own connection failures)."""
+_LEGACY_TYPES: Final = {"error": "reply_error"}
+"""Entry types written by earlier versions, read under their current name."""
 _MAX_TRACKED_DELTAS: Final = 10_000
 """Delta ids remembered per reply for compaction; a reply longer than this keeps its oldest deltas."""
-_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_ID = re.compile(r"^([0-9]{1,20})(?:-([0-9]{1,20}))?$")
+_ID_PART_MAX: Final = 2**64 - 1
+_LAST_ID: Final = f"{_ID_PART_MAX}-{_ID_PART_MAX}"
 
 
 class WebEvent(NamedTuple):
@@ -58,12 +66,18 @@ class WebEvent(NamedTuple):
 def parse_event_id(value: str) -> str | None:
     """Validate a client-sent ``Last-Event-ID``; ``"0"`` means from the beginning (``None``).
 
+    Only what Redis itself accepts as a stream id passes: ASCII digits only (not every Unicode digit: ``１２３`` is
+    refused), one or two parts, each within an unsigned 64-bit integer.
+
     Raises:
         ValueError: not a stream entry id.
     """
-    value = value.strip()
-    if not _ID.match(value):
+    value = value.strip(" \t")
+    match = _ID.match(value)
+    if not match or any(int(part) > _ID_PART_MAX for part in match.groups() if part is not None):
         raise ValueError("Last-Event-ID must be a stream entry id like 1700000000000-0, or 0")
+    if value == _LAST_ID:  # no entry can follow it: not an id this server ever sent
+        raise ValueError("Last-Event-ID is the largest possible stream id: nothing can follow it")
     return None if value in ("0", "0-0") else value
 
 
@@ -71,7 +85,8 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _decode(entries: Iterable[Any] | None) -> list[WebEvent]:
+def decode_entries(entries: Iterable[Any] | None) -> list[WebEvent]:
+    """Decode raw ``XRANGE``/``XREAD`` entries (``[id, {field: value}]``); entries without a JSON object are skipped."""
     events: list[WebEvent] = []
     for raw_id, fields in entries or ():
         values = {_text(k): _text(v) for k, v in (fields or {}).items()}
@@ -82,11 +97,12 @@ def _decode(entries: Iterable[Any] | None) -> list[WebEvent]:
         if not isinstance(data, dict):
             logger.warning("web stream entry %s has no JSON object in data; skipped", _text(raw_id))
             continue
-        events.append(WebEvent(_text(raw_id), values.get("type", ""), data))
+        kind = values.get("type", "")
+        events.append(WebEvent(_text(raw_id), _LEGACY_TYPES.get(kind, kind), data))
     return events
 
 
-async def _with_message_ids(redis: aioredis.Redis, session: SessionKey, events: list[WebEvent]) -> list[WebEvent]:
+async def with_message_ids(redis: aioredis.Redis, session: SessionKey, events: list[WebEvent]) -> list[WebEvent]:
     """Fill in ``message_id`` on ``user`` events from the session's dedup records.
 
     The ingest script writes the user's echo before the gateway id exists outside it, so the echo carries the
@@ -109,9 +125,11 @@ async def replay(redis: aioredis.Redis, session: SessionKey, after: str | None, 
     ``after=None`` starts at the oldest retained entry. An ``after`` that was already trimmed also starts at the
     oldest retained entry: trimming removes the oldest entries, so every retained one is newer than it.
     """
+    if after == _LAST_ID:
+        return []  # nothing can follow it (and Redis refuses an exclusive range starting there)
     start = "-" if after is None else f"({after}"
     entries = await redis.xrange(SessionKeys(session).web, min=start, max="+", count=count)
-    return await _with_message_ids(redis, session, _decode(entries))
+    return await with_message_ids(redis, session, decode_entries(entries))
 
 
 async def read(
@@ -132,12 +150,12 @@ async def read(
     for _key, entries in streams:
         if isinstance(entries, list) and entries and isinstance(entries[0], list) and len(entries[0]) == 1:
             entries = entries[0]  # RESP3 nests one more list level in some client versions
-        found.extend(_decode(entries))
-    return await _with_message_ids(redis, session, found)
+        found.extend(decode_entries(entries))
+    return await with_message_ids(redis, session, found)
 
 
 class WebStreamPublisher:
-    """Appends worker-side events (status, delta, message, error) to sessions' web streams, fenced by the lease.
+    """Appends worker-side events (status, delta, message, reply_error) to sessions' web streams, fenced by the lease.
 
     The drain sets :data:`~switchboard.queue.lease.CURRENT_LEASE` while it runs a turn and delivers its actions;
     :meth:`publish` refuses to write without it, or for a session that lease does not cover.
@@ -170,7 +188,8 @@ class WebStreamPublisher:
                 epoch=lease.epoch if lease is not None else 0,
             )
         fields = {"type": type, "data": json.dumps(data, ensure_ascii=False, separators=(",", ":"))}
-        entry_id = _text(await fenced_xadd(self._redis, lease, SessionKeys(session).web, fields, self._maxlen))
+        # a reply (an outbox send) is appended and recorded as sent in one step: a kill cannot duplicate it
+        entry_id = await append_once(self._redis, lease, SessionKeys(session).web, fields, self._maxlen)
         reply_to = data.get("reply_to")
         if type == "delta" and isinstance(reply_to, str):
             ids = self._deltas.setdefault((session, reply_to), [])
@@ -178,7 +197,7 @@ class WebStreamPublisher:
                 ids.append(entry_id)
         elif type == "message" and isinstance(reply_to, str):
             await self._compact(session, self._deltas.pop((session, reply_to), []))
-        elif type == "error" and isinstance(reply_to, str):
+        elif type == "reply_error" and isinstance(reply_to, str):
             # Keep the partial reply visible on replay; a retry streams anew.
             self._deltas.pop((session, reply_to), None)
         elif type == "status" and data.get("status") == "idle":

@@ -10,7 +10,7 @@ import pytest
 
 from switchboard.channels.base import RawRequest
 from switchboard.channels.web import WebChannel, parse_post, split_session_key
-from switchboard.core.actions import SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.actions import OfferChoice, SendError, SendFile, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import BodyTooLargeError, DeliveryError, FencedWriteError, MalformedBodyError
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -45,7 +45,7 @@ class Recorder:
         (SetStatus(status="idle"), ("status", {"status": "idle"})),
         (
             SendError(code="timeout", message="The model took too long.", reply_to="m1"),
-            ("error", {"reply_to": "m1", "code": "timeout", "message": "The model took too long."}),
+            ("reply_error", {"reply_to": "m1", "code": "timeout", "message": "The model took too long."}),
         ),
     ],
 )
@@ -62,15 +62,19 @@ async def test_typing_publishes_nothing() -> None:
     assert recorder.calls == [] and receipt.parts == 0
 
 
-async def test_an_unknown_action_kind_falls_back_to_a_message() -> None:
-    class SendFile:
-        kind = "file"
-        reply_to = "m1"
-        caption = "the report"
-
+async def test_a_choice_is_a_message_with_numbered_options() -> None:
     recorder = Recorder()
-    await WebChannel(recorder).perform(SendFile(), CONVERSATION, idempotency_key="k")  # type: ignore[arg-type]
-    assert recorder.calls == [(CONVERSATION.session_key, "message", {"text": "the report", "reply_to": "m1"})]
+    choice = OfferChoice(question="Which plan?", options=["Basic", "Pro"], reply_to="m1")
+    await WebChannel(recorder).perform(choice, CONVERSATION, idempotency_key="k")
+    expected = {"text": "Which plan?\n\n1. Basic\n2. Pro", "reply_to": "m1"}
+    assert recorder.calls == [(CONVERSATION.session_key, "message", expected)]
+
+
+async def test_a_file_is_refused_so_the_agent_is_not_told_it_arrived() -> None:
+    recorder = Recorder()
+    with pytest.raises(DeliveryError, match="cannot receive files") as caught:
+        await WebChannel(recorder).perform(SendFile(path="/w/report.pdf"), CONVERSATION, idempotency_key="k")
+    assert not caught.value.retryable and recorder.calls == []
 
 
 async def test_perform_without_a_publisher_is_a_delivery_error() -> None:
@@ -228,10 +232,10 @@ async def test_an_error_keeps_the_partial_reply(chat: Chat) -> None:
         session,
         [
             ("delta", {"text": "partial", "reply_to": "m"}),
-            ("error", {"reply_to": "m", "code": "model_error", "message": "The model failed."}),
+            ("reply_error", {"reply_to": "m", "code": "model_error", "message": "The model failed."}),
         ],
     )
-    assert [e.type for e in await replay(chat.redis, session, None)] == ["delta", "error"]
+    assert [e.type for e in await replay(chat.redis, session, None)] == ["delta", "reply_error"]
 
 
 async def test_replay_adds_the_gateway_id_to_user_events(chat: Chat) -> None:

@@ -98,7 +98,8 @@ async def test_a_failed_reply_shows_an_error_for_its_message(chat: Chat) -> None
     await _drainer(chat).drain(SessionKey(session))
     async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
         events = await read_sse(resp, 5)
-    errors = [e for e in events if e.event == "error"]
+    errors = [e for e in events if e.event == "reply_error"]
+    assert not [e for e in events if e.event == "error"], "a browser's EventSource takes an `error` event for a failure"
     assert len(errors) == 1 and errors[0].data is not None
     assert errors[0].data["reply_to"] == message_id and errors[0].data["code"] == "dead_lettered"
     assert not [e for e in events if e.event == "message"]

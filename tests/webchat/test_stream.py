@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from switchboard import webchat
+from switchboard import chatstream
 from switchboard.queue.keys import SessionKeys
 
 from .conftest import Chat, read_sse
@@ -146,7 +146,7 @@ async def test_a_token_sees_only_its_own_session(chat: Chat) -> None:
 
 
 async def test_keep_alive_comment_when_idle(chat: Chat, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webchat, "KEEPALIVE_S", 0.2)
+    monkeypatch.setattr(chatstream, "KEEPALIVE_S", 0.2)
     _, token = await chat.new_session()
     async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
         [ping] = await read_sse(resp, 1, comments=True)

@@ -1,7 +1,8 @@
 /*
  * Switchboard web chat page. Plain JavaScript, no build step.
  *
- * Speaks the public API of DESIGN §10: POST api/chat/sessions, POST api/chat/messages, GET api/chat/stream (SSE).
+ * Speaks the web chat's public API: POST api/chat/sessions, POST api/chat/messages, POST api/chat/stream-ticket and
+ * GET api/chat/stream (SSE, opened with a single-use ticket so the bearer token never appears in a URL).
  * Everything the model writes is rendered by building DOM nodes from a small Markdown subset; no string from the
  * server is ever parsed as HTML.
  */
@@ -28,6 +29,8 @@
   let source = null; // EventSource
   let reconnectTimer = null;
   let reconnectDelay = 1000;
+  let lastEventId = ""; // the newest stream entry id received: a fresh connection resumes after it
+  let attempt = 0; // bumps on every connect(), so an older attempt still waiting for its ticket gives up
   let generation = 0; // bumps on a new session, so late events of the old one are ignored
   let seen = new Set(); // stream entry ids already applied
   let users = new Map(); // message_id -> user turn
@@ -157,58 +160,189 @@
     flush();
   }
 
-  function renderMarkdown(text, container) {
-    container.textContent = "";
-    const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
+  /* Block level: paragraphs, fenced code, headings, block quotes, tables, nested lists. Each block element gets
+   * dir="auto", so a right-to-left paragraph reads right to left whatever the page's direction. */
+
+  const FENCE = /^\s{0,3}```/;
+  const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)(?:\s+#+\s*)?$/;
+  const QUOTE = /^\s{0,3}>\s?(.*)$/;
+  const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+  function block(tag, className) {
+    const node = el(tag, className);
+    node.dir = "auto";
+    return node;
+  }
+
+  function indentOf(line) {
+    return line.length - line.trimStart().length;
+  }
+
+  function tableCells(line) {
+    let text = line.trim();
+    if (text.startsWith("|")) text = text.slice(1);
+    if (text.endsWith("|") && !text.endsWith("\\|")) text = text.slice(0, -1);
+    const cells = [];
+    let cell = "";
+    for (let i = 0; i < text.length; i += 1) {
+      if (text[i] === "\\" && text[i + 1] === "|") {
+        cell += "|";
+        i += 1;
+      } else if (text[i] === "|") {
+        cells.push(cell.trim());
+        cell = "";
+      } else {
+        cell += text[i];
+      }
+    }
+    cells.push(cell.trim());
+    return cells;
+  }
+
+  function isTableStart(lines, i) {
+    return lines[i].includes("|") && i + 1 < lines.length && lines[i + 1].includes("-") && TABLE_RULE.test(lines[i + 1]);
+  }
+
+  function renderTable(lines, i, container) {
+    const head = tableCells(lines[i]);
+    const aligns = tableCells(lines[i + 1]).map((rule) => {
+      const left = rule.startsWith(":");
+      const right = rule.endsWith(":");
+      return left && right ? "center" : right ? "right" : left ? "left" : "";
+    });
+    const table = el("table");
+    const row = (cells, tag, parent) => {
+      const tr = el("tr");
+      head.forEach((_, column) => {
+        const cell = block(tag);
+        if (aligns[column]) cell.style.textAlign = aligns[column];
+        renderInline(cells[column] || "", cell);
+        tr.appendChild(cell);
+      });
+      parent.appendChild(tr);
+    };
+    const thead = el("thead");
+    row(head, "th", thead);
+    table.appendChild(thead);
+    const tbody = el("tbody");
+    i += 2;
+    while (i < lines.length && lines[i].trim() && lines[i].includes("|")) row(tableCells(lines[i++]), "td", tbody);
+    if (tbody.childNodes.length) table.appendChild(tbody);
+    const scroll = el("div", "table-scroll");
+    scroll.appendChild(table);
+    container.appendChild(scroll);
+    return i;
+  }
+
+  function renderList(lines, i, container) {
+    const first = ITEM.exec(lines[i]);
+    const base = first[1].length;
+    const ordered = /\d/.test(first[2]);
+    const listNode = block(ordered ? "ol" : "ul");
+    if (ordered && parseInt(first[2], 10) !== 1) listNode.start = parseInt(first[2], 10);
+    let item = null;
+    let children = [];
+    const endItem = () => {
+      if (item && children.some((line) => line.trim())) {
+        const depth = Math.min(...children.filter((line) => line.trim()).map(indentOf));
+        renderBlocks(
+          children.map((line) => line.slice(Math.min(depth, indentOf(line)))),
+          item,
+        );
+      }
+      children = [];
+    };
+    while (i < lines.length) {
+      const line = lines[i];
+      const match = ITEM.exec(line);
+      if (match && match[1].length <= base + 1) {
+        if (/\d/.test(match[2]) !== ordered) break; // another kind of list starts here
+        endItem();
+        item = block("li");
+        renderInline(match[3], item);
+        listNode.appendChild(item);
+        i += 1;
+        continue;
+      }
+      if (line.trim() && indentOf(line) > base) {
+        children.push(line); // a nested list or a continuation of the item
+        i += 1;
+        continue;
+      }
+      if (!line.trim()) {
+        let next = i + 1;
+        while (next < lines.length && !lines[next].trim()) next += 1;
+        const more = next < lines.length && (indentOf(lines[next]) > base || ITEM.test(lines[next]));
+        const sameList = more && (indentOf(lines[next]) > base || /\d/.test(ITEM.exec(lines[next])[2]) === ordered);
+        if (!sameList) break;
+        children.push("");
+        i += 1;
+        continue;
+      }
+      break;
+    }
+    endItem();
+    container.appendChild(listNode);
+    return i;
+  }
+
+  function renderBlocks(lines, container) {
     let paragraph = [];
     const endParagraph = () => {
       if (!paragraph.length) return;
-      const p = el("p");
+      const p = block("p");
       paragraph.forEach((line, index) => {
         if (index) p.appendChild(el("br"));
-        renderInline(line, p);
+        renderInline(line.trim(), p);
       });
       container.appendChild(p);
       paragraph = [];
     };
-    const bullet = /^\s{0,3}[-*+]\s+(.*)$/;
-    const numbered = /^\s{0,3}\d{1,9}[.)]\s+(.*)$/;
     let i = 0;
     while (i < lines.length) {
       const line = lines[i];
-      if (/^\s{0,3}```/.test(line)) {
+      if (FENCE.test(line)) {
         endParagraph();
         const code = [];
         i += 1;
         while (i < lines.length && !/^\s{0,3}```\s*$/.test(lines[i])) code.push(lines[i++]);
         i += 1; // the closing fence (or the end of a reply still streaming)
         const pre = el("pre");
+        pre.dir = "ltr";
         pre.appendChild(el("code", "", code.join("\n")));
         container.appendChild(pre);
         continue;
       }
-      const kind = bullet.test(line) ? bullet : numbered.test(line) ? numbered : null;
-      if (kind) {
-        endParagraph();
-        const listNode = el(kind === bullet ? "ul" : "ol");
-        while (i < lines.length && kind.test(lines[i])) {
-          const li = el("li");
-          renderInline(kind.exec(lines[i])[1], li);
-          listNode.appendChild(li);
-          i += 1;
-        }
-        container.appendChild(listNode);
-        continue;
-      }
-      const heading = /^\s{0,3}#{1,6}\s+(.*)$/.exec(line);
+      const heading = HEADING.exec(line);
       if (heading) {
         endParagraph();
-        const p = el("p");
-        const strong = el("strong");
-        renderInline(heading[1], strong);
-        p.appendChild(strong);
-        container.appendChild(p);
-      } else if (!line.trim()) {
+        const h = block(`h${heading[1].length}`);
+        renderInline(heading[2], h);
+        container.appendChild(h);
+        i += 1;
+        continue;
+      }
+      if (QUOTE.test(line)) {
+        endParagraph();
+        const quoted = [];
+        while (i < lines.length && QUOTE.test(lines[i])) quoted.push(QUOTE.exec(lines[i++])[1]);
+        const quote = block("blockquote");
+        renderBlocks(quoted, quote);
+        container.appendChild(quote);
+        continue;
+      }
+      if (isTableStart(lines, i)) {
+        endParagraph();
+        i = renderTable(lines, i, container);
+        continue;
+      }
+      if (ITEM.test(line)) {
+        endParagraph();
+        i = renderList(lines, i, container);
+        continue;
+      }
+      if (!line.trim()) {
         endParagraph();
       } else {
         paragraph.push(line);
@@ -216,6 +350,11 @@
       i += 1;
     }
     endParagraph();
+  }
+
+  function renderMarkdown(text, container) {
+    container.textContent = "";
+    renderBlocks(String(text).replace(/\r\n?/g, "\n").replace(/\t/g, "    ").split("\n"), container);
   }
 
   /* ---------- the message list ---------- */
@@ -237,6 +376,7 @@
   function userTurn(text, clientId) {
     const li = el("li", "msg msg-user");
     li.dataset.testid = "msg-user";
+    li.dir = "auto";
     const body = el("div", "body", text);
     const statusEl = el("span", "msg-status");
     statusEl.dataset.testid = "msg-status";
@@ -253,6 +393,7 @@
     if (bubble) return bubble;
     const li = el("li", "msg msg-assistant");
     li.dataset.testid = "msg-assistant";
+    li.dir = "auto";
     if (replyTo) li.dataset.replyTo = replyTo;
     li.setAttribute("aria-busy", "true");
     const body = el("div", "body");
@@ -314,7 +455,7 @@
     else if (type === "status") onStatus(data);
     else if (type === "delta") onDelta(data);
     else if (type === "message") onMessage(data);
-    else if (type === "error") onError(data);
+    else if (type === "reply_error") onReplyError(data);
   }
 
   function onUser(data) {
@@ -379,7 +520,7 @@
     if (!order.some((t) => t.state === "queued")) setRunning(false); // the next run, if any, says "running"
   }
 
-  function onError(data) {
+  function onReplyError(data) {
     if (!data) return;
     const replyTo = data.reply_to || "";
     if (replyTo) started(replyTo);
@@ -398,59 +539,79 @@
 
   /* ---------- the SSE connection ---------- */
 
-  function streamUrl() {
-    return `api/chat/stream?token=${encodeURIComponent(auth.token)}`;
+  // The event types of the stream. A failed reply is "reply_error": an event named "error" would also fire the
+  // EventSource's own connection-error handler, and the page would show "Reconnecting…" for good.
+  const EVENT_TYPES = ["user", "status", "delta", "message", "reply_error"];
+
+  function retryLater() {
+    connection.textContent = "Reconnecting…";
+    clearTimeout(reconnectTimer);
+    reconnectTimer = setTimeout(connect, reconnectDelay);
+    reconnectDelay = Math.min(reconnectDelay * 2, 30000);
   }
 
-  function connect() {
+  // A short-lived, single-use ticket opens the stream: EventSource cannot send the bearer token in a header, and a
+  // token in the URL would end up in logs and history. Returns null when the token was refused (after starting over).
+  async function streamUrl() {
+    const response = await fetch("api/chat/stream-ticket", {
+      method: "POST",
+      headers: { Authorization: `Bearer ${auth.token}` },
+      cache: "no-store",
+    });
+    if (response.status === 401) return null;
+    if (!response.ok) throw new Error(`stream ticket: ${response.status}`);
+    const body = await response.json();
+    let url = `api/chat/stream?ticket=${encodeURIComponent(body.ticket)}`;
+    if (lastEventId) url += `&last_event_id=${encodeURIComponent(lastEventId)}`;
+    return url;
+  }
+
+  async function connect() {
     clearTimeout(reconnectTimer);
     if (source) source.close();
+    source = null;
     const mine = generation;
-    source = new EventSource(streamUrl());
-    connection.textContent = "Connecting…";
-    source.onopen = () => {
+    const current = ++attempt;
+    const stale = () => mine !== generation || current !== attempt;
+    if (connection.textContent !== "Reconnecting…") connection.textContent = "Connecting…";
+    let url;
+    try {
+      url = await streamUrl();
+    } catch (_) {
+      if (!stale()) retryLater(); // offline, or the server is busy: try again
+      return;
+    }
+    if (stale()) return;
+    if (url === null) {
+      await startOver(); // the session's token expired or was revoked
+      return;
+    }
+    const es = new EventSource(url);
+    source = es;
+    es.onopen = () => {
+      if (stale()) return;
       connection.textContent = "Connected";
       reconnectDelay = 1000;
     };
-    for (const type of ["user", "status", "delta", "message", "error"]) {
-      source.addEventListener(type, (event) => {
-        if (mine !== generation) return;
+    for (const type of EVENT_TYPES) {
+      es.addEventListener(type, (event) => {
+        if (stale()) return;
         let data;
         try {
           data = JSON.parse(event.data);
         } catch (_) {
           return;
         }
+        if (event.lastEventId) lastEventId = event.lastEventId;
         applyEvent(type, event.lastEventId, data);
       });
     }
-    source.onerror = () => {
-      if (mine !== generation) return;
-      connection.textContent = "Reconnecting…";
-      // A live connection that dropped is retried by the browser with Last-Event-ID. A refused one
-      // (401, 503) closes for good: find out why, then start over (events already shown are skipped by id).
-      if (source.readyState === EventSource.CLOSED) {
-        reconnectTimer = setTimeout(recover, reconnectDelay);
-        reconnectDelay = Math.min(reconnectDelay * 2, 30000);
-      }
+    es.onerror = () => {
+      if (stale()) return;
+      // The ticket is spent, so the browser's own retry would be refused: close, and reconnect with a new one.
+      es.close();
+      retryLater();
     };
-  }
-
-  async function recover() {
-    const mine = generation;
-    try {
-      const controller = new AbortController();
-      const response = await fetch(streamUrl(), { signal: controller.signal, cache: "no-store" });
-      controller.abort();
-      if (mine !== generation) return;
-      if (response.status === 401) {
-        await startOver();
-        return;
-      }
-    } catch (_) {
-      /* offline or aborted: try the stream again anyway */
-    }
-    if (mine === generation) connect();
   }
 
   /* ---------- sessions and sending ---------- */
@@ -480,6 +641,7 @@
     generation += 1;
     if (source) source.close();
     source = null;
+    lastEventId = "";
     seen = new Set();
     users = new Map();
     pending = new Map();

@@ -1,0 +1,90 @@
+"""A redis-py asyncio client whose commands all share one pipelined connection (:class:`MultiplexedConnection`).
+
+Meant for many short commands from many concurrent callers, such as thousands of web chat streams opening at once:
+redis-py's own pool takes a connection per command, and its blocking pool wakes every waiter on each release, so a
+burst of callers queues for seconds behind a few connections. Here every command is written at once and its reply
+matched in order. Replies go through redis-py's response callbacks, so callers use the usual command methods
+(``getex``, ``xrange``, ``evalsha`` ...). Pipelines and blocking commands are not for this client.
+
+Where the connection cannot be multiplexed (no hiredis, RESP3), commands go through the client's own pool instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Final
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from switchboard.queue.connection import MultiplexedConnection
+
+__all__ = ["COMMAND_TIMEOUT_S", "MultiplexedRedis"]
+
+COMMAND_TIMEOUT_S: Final = 5.0
+"""A command whose reply has not come within this is failed, and its connection replaced."""
+
+
+class MultiplexedRedis(aioredis.Redis):
+    """``redis.asyncio.Redis`` sending every command over one multiplexed connection taken from its own pool."""
+
+    def __init__(self, *args: Any, command_timeout_s: float = COMMAND_TIMEOUT_S, **kwargs: Any) -> None:
+        """Create it as a ``redis.asyncio.Redis`` (give it its own ``connection_pool``)."""
+        super().__init__(*args, **kwargs)
+        self.command_timeout_s = command_timeout_s
+        self._mux: MultiplexedConnection | None = (
+            MultiplexedConnection(self) if MultiplexedConnection.supports(self) else None
+        )
+
+    @classmethod
+    def like(cls, template: aioredis.Redis, *, max_connections: int = 2, **kwargs: Any) -> MultiplexedRedis:
+        """A client to ``template``'s server with its options and a pool of its own (``template`` is not touched)."""
+        pool = template.connection_pool
+        return cls(
+            connection_pool=aioredis.BlockingConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=max_connections,
+                timeout=COMMAND_TIMEOUT_S,
+                **pool.connection_kwargs,
+            ),
+            **kwargs,
+        )
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        """Send one command over the shared connection and parse its reply as redis-py would."""
+        mux = self._mux
+        if mux is None:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        if not mux.ready:
+            try:
+                await mux.connect()
+            except NotImplementedError:
+                self._mux = None
+                return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        name = args[0]
+        # redis-py names some commands in two words ("SCRIPT LOAD", "CLIENT UNBLOCK"): two arguments on the wire
+        words = tuple(name.split()) if isinstance(name, str) and " " in name else (name,)
+        mux.write([hiredis.pack_command((*words, *args[1:]))], [future])
+        try:
+            async with asyncio.timeout(self.command_timeout_s):
+                response = await future
+        except TimeoutError:
+            mux.abandon()  # a connection that stopped answering is not trusted with the next command
+            raise RedisTimeoutError(f"no reply to {args[0]!r} within {self.command_timeout_s} s") from None
+        except ResponseError:
+            if EMPTY_RESPONSE in options:
+                return options[EMPTY_RESPONSE]
+            raise
+        options.pop(EMPTY_RESPONSE, None)
+        options.pop(NEVER_DECODE, None)
+        options.pop("keys", None)
+        callback = self.response_callbacks.get(name)
+        if callback is None:
+            return response
+        value = callback(response, **options)
+        return await value if inspect.isawaitable(value) else value

@@ -1,0 +1,133 @@
+"""Caps on open web chat streams per session and per client address, counted in Redis across web processes.
+
+Each open stream holds a slot: its id in two sorted sets (the session's, the address's) scored by an expiry in the
+server's clock. The process holding it pushes the expiry back every third of :data:`SLOT_TTL_MS` (one script call
+for all of its streams) and removes it when the stream ends. A process that dies leaves slots that expire within
+:data:`SLOT_TTL_MS`, and every new stream first drops expired entries, so a crash never leaves a count stuck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.scripts import Script
+
+__all__ = ["SLOT_TTL_MS", "Slot", "StreamSlots"]
+
+logger = logging.getLogger(__name__)
+
+SLOT_TTL_MS: Final = 60_000
+"""A slot whose process stopped refreshing it is gone this long after its last refresh."""
+_ACQUIRE: Final = Script("stream_slot_acquire")
+_REFRESH: Final = Script("stream_slot_refresh")
+_REFRESH_BATCH: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One open stream's place in the counts (thousands are held at once: the keys are derived, not stored)."""
+
+    id: str
+    session: str
+    address: str
+
+    @property
+    def session_key(self) -> str:
+        """The session's ZSET of open streams."""
+        return GlobalKeys().web_streams_by_session(self.session)
+
+    @property
+    def address_key(self) -> str:
+        """The address's ZSET of open streams."""
+        return GlobalKeys().web_streams_by_address(self.address)
+
+
+class StreamSlots:
+    """Takes, refreshes and frees stream slots on ``redis`` (the streams' own pool)."""
+
+    def __init__(self, redis: aioredis.Redis, *, ttl_ms: int = SLOT_TTL_MS) -> None:
+        """Track slots on ``redis``; :meth:`start` begins refreshing them."""
+        self.redis = redis
+        self.ttl_ms = ttl_ms
+        self._held: dict[str, Slot] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._cleanup: set[asyncio.Future[None]] = set()
+
+    def start(self) -> None:
+        """Start refreshing held slots (call from the running loop)."""
+        self._task = asyncio.create_task(self._refresh_forever())
+
+    async def aclose(self) -> None:
+        """Stop refreshing (held slots then expire by themselves)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def acquire(
+        self, session: str, address: str, *, per_session: int, per_address: int
+    ) -> Slot | Literal["session", "address"]:
+        """Take a slot, or name the cap that refuses one (``0`` = no limit; with both ``0`` nothing is counted).
+
+        Raises:
+            RedisError: Redis failed (nothing was counted that a refresh would keep alive).
+        """
+        slot = Slot(secrets.token_hex(8), session, address)
+        if per_session <= 0 and per_address <= 0:
+            return slot
+        try:
+            refused = int(
+                await _ACQUIRE(
+                    self.redis, [slot.session_key, slot.address_key], [slot.id, self.ttl_ms, per_session, per_address]
+                )
+            )
+        except BaseException:
+            # The script may have run even though its answer never came (a deadline, a lost connection): take the
+            # slot back, or it would count against the caps until it expires.
+            self._held[slot.id] = slot
+            self._cleanup.add(task := asyncio.ensure_future(self.release(slot)))
+            task.add_done_callback(self._cleanup.discard)
+            raise
+        if refused == 1:
+            return "session"
+        if refused == 2:
+            return "address"
+        self._held[slot.id] = slot
+        return slot
+
+    async def release(self, slot: Slot) -> None:
+        """Free a slot now (on failure it still expires within the TTL)."""
+        if self._held.pop(slot.id, None) is None:
+            return
+        try:
+            await asyncio.gather(self.redis.zrem(slot.session_key, slot.id), self.redis.zrem(slot.address_key, slot.id))
+        except (RedisError, OSError, TimeoutError) as exc:
+            logger.debug("stream slot not freed (%s); it expires by itself", type(exc).__name__)
+
+    async def refresh(self) -> None:
+        """Push back the expiry of every held slot (in batches).
+
+        Raises:
+            RedisError: Redis failed.
+        """
+        held = list(self._held.values())
+        for start in range(0, len(held), _REFRESH_BATCH):
+            batch = held[start : start + _REFRESH_BATCH]
+            keys = [key for slot in batch for key in (slot.session_key, slot.address_key)]
+            await _REFRESH(self.redis, keys, [self.ttl_ms, *(slot.id for slot in batch)])
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            try:
+                await self.refresh()
+            except (RedisError, OSError, TimeoutError) as exc:
+                logger.warning("could not refresh open stream counts: %s", type(exc).__name__)
