@@ -5,7 +5,8 @@
     python -m bench --only ingest,e2e   # a subset
     python -m bench --rounds 5          # more rounds per benchmark
 
-Each benchmark also runs alone: ``python -m bench.ingest`` (``e2e``, ``concurrency``, ``footprint``, ``runtime``).
+Each benchmark also runs alone: ``python -m bench.ingest`` (``e2e``, ``concurrency``, ``fairness``, ``footprint``,
+``runtime``, ``streams``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import subprocess
 import sys
 import time
 
-from bench import concurrency, e2e, footprint, ingest, runtime
+from bench import concurrency, e2e, fairness, footprint, ingest, runtime, streams
 from bench._harness import SUMMARY_HEADERS, Row, pinned, render_table
 
-ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency")
+ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency", "fairness", "streams")
 
 
 def machine() -> str:
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows += asyncio.run(ingest.run(common))
             elif name == "e2e":
                 rows += asyncio.run(e2e.run(common))
+            elif name == "fairness":
+                rows += asyncio.run(fairness.run(common))
+            elif name == "streams":
+                rows += streams.run(common)
             else:
                 rows += asyncio.run(concurrency.run(common))
     print(f"\n## Summary ({time.monotonic() - began:.0f} s)\n")

@@ -106,6 +106,7 @@ async def gateway(
     web_cpus: set[int] | None,
     worker_cpus: set[int] | None,
     worker_env: dict[str, str] | None = None,
+    web_env: dict[str, str] | None = None,
     profile_dir: Path | None = None,
 ) -> AsyncIterator[Stack]:
     """Start Redis, the fake, the web tier (on ``web_cpus``) and one worker (on ``worker_cpus``); stop them after.
@@ -134,7 +135,7 @@ async def gateway(
         fake.wait_http(f"{fake_url}/_fake/calls")
         port = free_port()
         env = bench_env(server.url, tmp / "data", port=port, telegram_url=fake_url)
-        web = Proc("web", command("web"), env=env, cpus=web_cpus, log_dir=tmp)
+        web = Proc("web", command("web"), env={**env, **(web_env or {})}, cpus=web_cpus, log_dir=tmp)
         procs.append(web)
         web_url = f"http://127.0.0.1:{port}"
         web.wait_http(f"{web_url}/healthz")

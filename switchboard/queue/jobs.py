@@ -24,7 +24,8 @@ from typing import Final
 import redis.asyncio as aioredis
 
 from switchboard.queue import scripts
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.lease import LeaseToken
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_GLOBAL = GlobalKeys()
 
 DRAIN_FUNCTION: Final = "switchboard.queue.jobs.drain_session"
 """The function named in every drain job (what ``rq info`` shows)."""
@@ -142,6 +145,47 @@ class DrainJobs:
             redis,
             [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
             [expected or "", job_id, session, rq_time(time.time()), self.config],
+        )
+        return job_id if done else None
+
+    async def yield_slot(self, redis: aioredis.Redis, lease: LeaseToken) -> bool:
+        """Fairness: if other drain jobs wait, free ``lease`` and push a new drain job at the back, in one step.
+
+        Returns ``True`` when the slot was given up (the drain must end), ``False`` when nothing waits.
+
+        Raises:
+            FencedWriteError: the lease has passed to another epoch.
+        """
+        job_id = new_job_id()
+        keys = SessionKeys(lease.session)
+        done = await scripts.LEASE_YIELD(
+            redis,
+            [
+                keys.lease,
+                _GLOBAL.fenced_rejections,
+                keys.inbox,
+                keys.drain,
+                self.keys.job(job_id),
+                self.keys.queue,
+                self.keys.queues,
+            ],
+            [lease.token, job_id, lease.session, rq_time(time.time()), self.config],
+            session=lease.session,
+            epoch=lease.epoch,
+        )
+        return bool(done)
+
+    async def take_over(self, redis: aioredis.Redis, session: SessionKey, lease_value: str) -> str | None:
+        """Free a dead worker's lease (only if it still reads ``lease_value``) and push a new drain job, in one step.
+
+        Returns the new job id, or ``None`` when the lease changed meanwhile (nothing done).
+        """
+        job_id = new_job_id()
+        keys = SessionKeys(session)
+        done = await scripts.LEASE_TAKEOVER(
+            redis,
+            [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
+            [lease_value, job_id, session, rq_time(time.time()), self.config],
         )
         return job_id if done else None
 

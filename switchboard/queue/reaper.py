@@ -11,8 +11,16 @@ A session in ``runnable`` with no lease needs a new drain job when its drain fla
 - pointing at a job stuck in RQ's intermediate list (a worker died between ``BLMOVE`` and registering);
 - pointing at a queued job older than :func:`queued_grace_s` that is in no RQ list any more.
 
+A session whose head was deferred (the model provider asked to wait, :attr:`GlobalKeys.deferred`) is left alone
+until the deferral is due; then it is repaired like any other (its flag points at the finished job).
+
 A queued job waiting behind others is left alone. Duplicate drain jobs are harmless anyway: the lease
 serialises them, and a drain that finds the lease taken or the inbox empty simply ends.
+
+:meth:`Reaper.take_over_dead_workers` runs apart from the sweep, twice every worker heartbeat: a session whose lease
+is held by a worker whose liveness key has expired (it missed three heartbeats) has its lease freed and a new
+drain job pushed in one step, seconds after the crash rather than when the lease would lapse. Busy workers are
+never taken for dead: they beat from a thread of their own, whatever their runs and event loop do.
 """
 
 from __future__ import annotations
@@ -102,6 +110,44 @@ class Reaper:
                 logger.exception("RQ registry cleanup crashed")
         return repaired
 
+    async def take_over_dead_workers(self) -> int:
+        """Free the leases held by workers whose liveness key is gone, each with a new drain job; returns how many.
+
+        A dead worker is then dropped from ``GlobalKeys.workers`` (its started jobs count as orphans for the sweep;
+        a frozen worker that resumes re-registers with its next beat and finds its leases fenced).
+        """
+        workers = [w for w in (_text(m) for m in await self.redis.zrange(_GLOBAL.workers, 0, -1)) if w]
+        others = [w for w in workers if w != self.worker_id]
+        if not others:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker in others:
+                pipe.exists(_GLOBAL.worker_alive(worker))
+            alive = await pipe.execute()
+        dead = {worker for worker, up in zip(others, alive, strict=True) if not up}
+        if not dead:
+            return 0
+        taken = 0
+        offset = 0
+        while True:
+            raw = await self.redis.zrange(_GLOBAL.runnable, offset, offset + SWEEP_BATCH - 1)
+            sessions = [SessionKey(_text(s) or "") for s in raw]
+            if not sessions:
+                break
+            leases = await self.redis.mget([SessionKeys(s).lease for s in sessions])
+            for session, raw_lease in zip(sessions, leases, strict=True):
+                value = _text(raw_lease)
+                if value is None or value.split(":", 1)[-1] not in dead:
+                    continue
+                if await self.jobs.take_over(self.redis, session, value) is not None:
+                    taken += 1
+            if len(sessions) < SWEEP_BATCH:
+                break
+            offset += SWEEP_BATCH
+        await self.redis.zrem(_GLOBAL.workers, *dead)
+        logger.warning("took over %d sessions from dead workers %s", taken, ", ".join(sorted(dead)))
+        return taken
+
     async def _sweep_runnable(self, stuck: set[str]) -> int:
         now = time.time()
         raw = await self.redis.zrangebyscore(_GLOBAL.runnable, "-inf", "+inf", start=0, num=SWEEP_BATCH)
@@ -118,6 +164,9 @@ class Reaper:
         for i, session in enumerate(sessions):
             if not state[2 * i]:
                 candidates.append((session, _text(state[2 * i + 1])))
+        if candidates:  # put off at the model provider's request: their drain job comes once the wait is over
+            waiting = {_text(s) for s in await self.redis.zrangebyscore(_GLOBAL.deferred, f"({now}", "+inf")}
+            candidates = [(s, f) for s, f in candidates if s not in waiting]
         if not candidates:
             return 0
         flags = [f for _s, f in candidates if f is not None]

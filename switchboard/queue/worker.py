@@ -4,8 +4,18 @@ It listens on exactly one RQ queue (``settings.name``) and takes drain jobs off 
 ``BLMOVE`` into the intermediate list, then registered in the ``StartedJobRegistry`` with the job marked
 started, then deleted on success (``result_ttl`` 0) or moved to the ``FailedJobRegistry`` — but runs up to
 ``settings.concurrency`` of them concurrently as asyncio tasks instead of forking per job, keeping its
-Redis and HTTP connection pools for its whole life. It heartbeats in ``GlobalKeys.workers`` (for
-``/healthz`` and the reaper) and runs the reaper.
+Redis and HTTP connection pools for its whole life. It runs the reaper and heartbeats every
+``worker_heartbeat_ms``: a liveness key with a TTL of :data:`ALIVE_BEATS` beats (the server's clock, so no clock
+skew), written from a thread of its own so that neither long runs nor a busy event loop can delay it — only a
+dead or frozen process stops it; and, from the loop, its score in ``GlobalKeys.workers`` (for ``/healthz``) and
+its started jobs' RQ deadlines. A task takes over the sessions of workers whose liveness key is gone (SIGKILL,
+host loss, a frozen process) at once, instead of waiting for their leases to lapse; the lease stays the fence,
+so a frozen worker that comes back is refused its next write.
+
+Fairness: a drain that has had its turn yields its slot while this worker has no free one and other drain jobs
+wait (see :class:`~switchboard.queue.drain.Drainer`); the yielded session goes to the back of the one queue. So
+every runnable session, whatever its tenant, is served round-robin: a newcomer waits for about one turn, not for
+the sessions ahead of it to empty their inboxes.
 
 On stop it takes no new jobs; drains finish their current turn and hand their session over (a new drain
 job is pushed for the rest of the inbox); whatever is still running after the grace period is cancelled,
@@ -20,6 +30,7 @@ import logging
 import re
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from importlib.metadata import version
@@ -40,7 +51,7 @@ from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings, Settings
 
-__all__ = ["DrainerFactory", "SessionWorker", "run_worker"]
+__all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +62,57 @@ DEQUEUE_BLOCK_S = 1.0
 """How long one ``BLMOVE`` blocks (also how quickly an idle worker notices a stop)."""
 STARTED_TTL_S = 60.0
 """Deadline pushed into RQ's StartedJobRegistry at each heartbeat (RQ's own minimum)."""
+ALIVE_BEATS = 3
+"""A worker silent for this many heartbeats is dead (its liveness key expires) and its sessions are taken over."""
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _GLOBAL = GlobalKeys()
 
 
 def _new_worker_id() -> str:
     return f"{socket.gethostname()[:32]}-{secrets.token_hex(4)}"
+
+
+class _Liveness:
+    """The worker's liveness key, written every beat from a daemon thread with its own synchronous client."""
+
+    def __init__(self, redis_url: str, worker_id: str, beat_s: float) -> None:
+        self.key = _GLOBAL.worker_alive(worker_id)
+        self.beat_s = beat_s
+        self.ttl_ms = max(1, int(ALIVE_BEATS * beat_s * 1000))
+        self.healthy_since: float | None = None
+        """``time.monotonic()`` since when every beat succeeded (``None`` after a failed one)."""
+        self._client = sync_client(redis_url)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"liveness-{worker_id}", daemon=True)
+
+    def beat(self) -> None:
+        """Write the key once (blocking: call it from a thread)."""
+        self._client.set(self.key, int(time.time() * 1000), px=self.ttl_ms)
+
+    def start(self) -> None:
+        """Start beating (after a first :meth:`beat` succeeded)."""
+        self.healthy_since = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            try:
+                self.beat()
+            except Exception as err:  # the thread must outlive any failure: the next beat retries
+                self.healthy_since = None
+                logger.warning("worker liveness beat failed: %s", err)
+                continue
+            if self.healthy_since is None:
+                self.healthy_since = time.monotonic()
+
+    async def stop(self) -> None:
+        """Stop beating and delete the key (a clean stop is not a death: nothing to take over)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, 5.0)
+        with contextlib.suppress(RedisError, OSError):
+            await asyncio.to_thread(self._client.delete, self.key)
+        self._client.close()
 
 
 class SessionWorker:
@@ -78,13 +134,16 @@ class SessionWorker:
         self.redis_url = redis_url
         self.settings = settings
         self.worker_id = worker_id or (drainer.worker_id if drainer else _new_worker_id())
-        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else settings.lease_ms / 3000
+        # never slower than the lease renewals: a very short lease (tests) shortens the heartbeat with it
+        default_beat_s = min(settings.worker_heartbeat_ms, settings.lease_ms / 3) / 1000
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else default_beat_s
         self.shutdown_grace_s = shutdown_grace_s if shutdown_grace_s is not None else settings.lease_ms / 1000
         self.jobs = DrainJobs(settings.name)
         self._drainer = drainer
         self._factory = drainer_factory
         self._running: dict[str, StartedJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._liveness: _Liveness | None = None
 
     # -- configuration --------------------------------------------------------------------------------------
 
@@ -108,8 +167,8 @@ class SessionWorker:
             )
         if self.heartbeat_s <= 0 or self.heartbeat_s * 1000 >= self.settings.lease_ms:
             raise ConfigError(
-                f"heartbeat every {self.heartbeat_s:g} s is not shorter than the lease "
-                f"(SWITCHBOARD_QUEUE__LEASE_MS={self.settings.lease_ms}); the lease would lapse mid-run",
+                f"worker heartbeat every {self.heartbeat_s:g} s (SWITCHBOARD_QUEUE__WORKER_HEARTBEAT_MS) is not "
+                f"shorter than the lease (SWITCHBOARD_QUEUE__LEASE_MS={self.settings.lease_ms})",
                 field="queue.lease_ms",
             )
         if self.settings.reaper_interval_s * 1000 > 10 * self.settings.lease_ms:
@@ -142,13 +201,17 @@ class SessionWorker:
         sync = sync_client(self.redis_url)
         drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
         reaper = Reaper(redis, self.settings, worker_id=self.worker_id, sync_redis=sync)
+        liveness = self._liveness = _Liveness(self.redis_url, self.worker_id, self.heartbeat_s)
         background: list[asyncio.Task[None]] = []
         try:
             await self._check_server(redis)
             await scripts.load_all(redis)
+            await asyncio.to_thread(liveness.beat)
+            liveness.start()
             await self._beat(redis)
             background = [
                 asyncio.create_task(self._heartbeat_loop(redis, stop)),
+                asyncio.create_task(self._takeover_loop(reaper, stop)),
                 asyncio.create_task(self._reaper_loop(reaper, stop)),
                 asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
             ]
@@ -161,6 +224,7 @@ class SessionWorker:
             for task in background:
                 with contextlib.suppress(asyncio.CancelledError, RedisError):
                     await task
+            await liveness.stop()
             with contextlib.suppress(RedisError, OSError):
                 await redis.zrem(_GLOBAL.workers, self.worker_id)
             await blocking.aclose()
@@ -172,6 +236,7 @@ class SessionWorker:
         self, redis: aioredis.Redis, blocking: aioredis.Redis, drainer: Drainer, stop: asyncio.Event
     ) -> None:
         slots = asyncio.Semaphore(self.settings.concurrency)
+        drainer.slots_full = slots.locked
         stopped = asyncio.ensure_future(stop.wait())
         keys = self.jobs.keys
         try:
@@ -262,6 +327,24 @@ class SessionWorker:
                 logger.warning("worker heartbeat failed: %s", err)
             except Exception:
                 logger.exception("worker heartbeat crashed; retrying")
+
+    async def _takeover_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
+        """Twice a beat, take over the sessions of dead workers (a crash costs the liveness TTL and half a beat).
+
+        Only once this worker's own beats have succeeded for a whole liveness TTL: after a Redis outage every
+        worker gets the chance to beat again before any judges another dead.
+        """
+        while not stop.is_set():
+            await asyncio.sleep(self.heartbeat_s / 2)
+            since = self._liveness.healthy_since if self._liveness is not None else None
+            if since is None or time.monotonic() - since < ALIVE_BEATS * self.heartbeat_s:
+                continue
+            try:
+                await reaper.take_over_dead_workers()
+            except (RedisError, OSError) as err:
+                logger.warning("takeover check failed: %s", err)
+            except Exception:
+                logger.exception("takeover check crashed; retrying")
 
     async def _reaper_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
         while not stop.is_set():
