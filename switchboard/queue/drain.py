@@ -8,12 +8,17 @@ The loop, under the lease (renewed every third of its TTL):
 2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` only if the run is still going after
    :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every few seconds. The runner plays the
    turn; streamed deltas reach channels that stream, facts go to the fenced event log.
-3. The reply goes out through the :class:`~switchboard.queue.outbox.Outbox`, then ``complete.lua`` acks
-   exactly the handled ids, appends history and facts and records the latencies, in one fenced step.
+3. The reply goes out through the :class:`~switchboard.queue.outbox.Outbox` as a durable send (retried alone,
+   never by re-running the model: :mod:`switchboard.queue.sending`), then ``complete.lua`` acks exactly the
+   handled ids, appends history and facts and records the latencies, in one fenced step.
 4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
-   drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user gets a ``SendError``.
+   drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user is told what kind of
+   failure it was. A model provider asking to wait defers the turn instead (:mod:`switchboard.queue.endings`).
 5. ``begin.lua`` finding the inbox empty ends the drain in the same atomic step (lease, drain flag and
    runnable mark removed), so a message that lands later finds no flag and enqueues a new drain job.
+6. Fairness: between turns, once the session has had its share (``fair_turns`` / ``fair_slice_s``) while its
+   worker has no free slot and other drain jobs wait, ``lease_yield.lua`` frees the lease and pushes a new drain
+   job at the back of the queue in one step; the inbox keeps its order and the next drain resumes at its head.
 
 A :class:`~switchboard.errors.FencedWriteError` (the lease passed to another epoch) stops the drain at once,
 without releasing: the new holder owns the session.
@@ -33,17 +38,20 @@ from typing import Protocol
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
-from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.actions import Action, SendText, SendTyping, SetStatus, StreamDelta
 from switchboard.core.agent import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
 from switchboard.queue.cancellation import is_stop
+from switchboard.queue.endings import TurnEndings
 from switchboard.queue.eventlog import EventLog
+from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
 from switchboard.queue.outbox import Outbox, idempotency_key
+from switchboard.queue.sending import REPLY, Undelivered, deliver_reply
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -83,6 +91,10 @@ class DrainOutcome(Enum):
     """The lease passed to another epoch mid-drain; this drain stopped before its next side effect."""
     HANDED_OVER = "handed_over"
     """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
+    YIELDED = "yielded"
+    """Other sessions were waiting: the lease was given up and a new drain job queued at the back, in one step."""
+    DEFERRED = "deferred"
+    """The model provider asked to wait: the head was put off and the lease given up; the reaper resumes it."""
 
 
 @dataclass(slots=True)
@@ -158,7 +170,6 @@ class _Sink:
 
 
 STOPPED_TEXT = "Stopped."
-CANCELLED_TEXT = "You stopped this reply."
 NOTHING_RUNNING_TEXT = "Nothing was running, so there was nothing to stop."
 
 
@@ -171,12 +182,7 @@ def _lost(lease: LeaseToken) -> FencedWriteError:
     return FencedWriteError("the session lease was lost", session_key=lease.session, epoch=lease.epoch)
 
 
-def _error_text(err: BaseException) -> str:
-    text = f"{type(err).__name__}: {err}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-class Drainer:
+class Drainer(TurnEndings):
     """Drains sessions for one worker: one lease, one turn at a time per session, many sessions at once."""
 
     def __init__(
@@ -201,6 +207,9 @@ class Drainer:
         """Set by the worker on shutdown: drains hand their session over after the current turn."""
         self._sleep = sleep
         self._active: dict[SessionKey, _Turn] = {}
+        self.jobs = DrainJobs(settings.name)
+        self.slots_full: Callable[[], bool] = lambda: False
+        """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
 
     def cancel(self, session: SessionKey, reason: str) -> bool:
         """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
@@ -224,6 +233,8 @@ class Drainer:
         keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
         context = CURRENT_LEASE.set(lease)
         self._active[session] = turn
+        fair_turns, fair_slice_s = self.settings.fair_turns, self.settings.fair_slice_s
+        turns, held_since = 0, time.monotonic()
         try:
             while True:
                 if turn.lost.is_set():
@@ -231,10 +242,19 @@ class Drainer:
                 if self.stopping.is_set():
                     await self.lease.abandon(lease)
                     return DrainOutcome.HANDED_OVER
+                due = (fair_turns and turns >= fair_turns) or (
+                    fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+                )
+                if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease):
+                    return DrainOutcome.YIELDED
                 attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
                 if attempt is None:  # the inbox was empty: released in the same step
                     return DrainOutcome.RELEASED
-                await self._handle(turn, attempt)
+                stopped_at = turn.stopped_at
+                if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
+                    return DrainOutcome.DEFERRED
+                # a turn stopped on request is answered by the /stop behind it, in this drain (it knows what ran)
+                turns = 0 if turn.stopped_at != stopped_at else turns + 1
         except FencedWriteError:
             logger.warning("drain of %s stopped: epoch %d lost the lease", session, lease.epoch)
             return DrainOutcome.FENCED
@@ -250,7 +270,7 @@ class Drainer:
 
     # -- steps ---------------------------------------------------------------------------------------------
 
-    async def _handle(self, turn: _Turn, attempt: Attempt) -> None:
+    async def _handle(self, turn: _Turn, attempt: Attempt) -> DrainOutcome | None:
         lease = turn.lease
         messages: list[InboundMessage] = []
         for body in attempt.bodies:
@@ -262,14 +282,22 @@ class Drainer:
         )
         turn.outbox = outbox
         if not messages:
-            await self._dead_letter(turn, attempt, messages, outbox, "message record missing", attempt.attempt - 1)
-            return
+            reason = "message record missing"
+            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
+            return None
         turn.conversation = messages[-1].conversation
         turn.reply_to = messages[-1].id
         if attempt.dead:
             reason = attempt.last_error or "the worker running it was lost"
-            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1)
-            return
+            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
+            return None
+        if attempt.last_error and await self._still_deferred(turn, attempt):
+            return DrainOutcome.DEFERRED
+        if attempt.attempt > 1:  # an earlier attempt may have produced the reply: then only its send is left
+            pending = await outbox.pending(turn.run_id, REPLY)
+            if pending is not None and isinstance(pending.action, SendText):
+                await self._resume(turn, attempt, messages, outbox, pending)
+                return None
         started = time.time()
         turn.stop.clear()
         try:
@@ -278,33 +306,27 @@ class Drainer:
             raise
         except RunCancelledError as stopped:
             await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
-            return
+            return None
         except asyncio.CancelledError:
+            # a reply already claimed stays this attempt's: the next one resumes its send instead of the run
+            returned = None if idempotency_key(turn.run_id, REPLY) in outbox.used else attempt.ids[0]
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.lease.abandon(lease, return_attempt_of=attempt.ids[0]))
+                await asyncio.shield(self.lease.abandon(lease, return_attempt_of=returned))
             raise
         except Exception as err:
-            await self._failed(turn, attempt, messages, outbox, err)
-            return
+            return await self._failed(turn, attempt, messages, outbox, err)
         finally:
-            for pending in turn.typing:
-                pending.cancel()
+            for pending_task in turn.typing:
+                pending_task.cancel()
             turn.typing.clear()
-        remaining = await turn.ledger.complete(
-            attempt,
-            messages,
-            reply_text=result.text,
-            reply_to=turn.reply_to,
-            receipt=sent,
-            started=started,
-            outbox_keys=outbox.used,
+        await self._finish(
+            turn, attempt, messages, outbox, text=result.text, sent=sent, started=started, work=result.history
         )
-        if remaining == 0:
-            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+        return None
 
     async def _play(
         self, turn: _Turn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
-    ) -> tuple[TurnResult, Receipt | None]:
+    ) -> tuple[TurnResult, Receipt | Undelivered | None]:
         await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
         self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
@@ -336,15 +358,21 @@ class Drainer:
                 with contextlib.suppress(Exception):
                     await sink.flush()  # what the turn did before it failed or was stopped is still a fact
                 raise
-        receipt: Receipt | None = None
+        sent: Receipt | Undelivered | None = None
         if result.text.strip():
             reply = SendText(text=result.text, reply_to=turn.reply_to)
-            facts = encode_facts(sink.take()) if sink.held else ""
-            outcome = await outbox.send(reply, conversation, run_id=turn.run_id, logical="reply", facts=facts)
-            receipt = outcome.receipt or Receipt()
+            sent = await deliver_reply(
+                outbox,
+                reply,
+                conversation,
+                run_id=turn.run_id,
+                settings=self.settings,
+                pause=lambda delay: self._pause(turn, delay),
+                facts=encode_facts(sink.take()) if sink.held else "",
+            )
         else:
             await sink.flush()
-        return result, receipt
+        return result, sent
 
     async def _run(
         self, turn: _Turn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float
@@ -406,82 +434,3 @@ class Drainer:
             )
         except DeliveryError as err:
             logger.info("%s for %s not delivered: %s", action.kind, turn.lease.session, type(err).__name__)
-
-    async def _stopped(
-        self,
-        turn: _Turn,
-        attempt: Attempt,
-        messages: Sequence[InboundMessage],
-        outbox: Outbox,
-        started: float,
-        reason: str,
-    ) -> None:
-        """A turn stopped on request: recorded as cancelled, not retried; a streamed partial reply is closed."""
-        turn.stopped_at = time.time()
-        for pending in turn.typing:
-            pending.cancel()
-        turn.typing.clear()
-        if turn.conversation is not None and self.deliverer.streams(turn.conversation):
-            await self._notify(
-                turn, SendError(code="cancelled", message=CANCELLED_TEXT, reply_to=turn.reply_to), "stop"
-            )
-        remaining = await turn.ledger.complete(
-            attempt,
-            messages,
-            reply_text="",
-            reply_to=turn.reply_to,
-            receipt=None,
-            started=started,
-            outbox_keys=outbox.used,
-            cancelled=reason,
-        )
-        if remaining == 0:
-            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
-
-    async def _failed(
-        self,
-        turn: _Turn,
-        attempt: Attempt,
-        messages: Sequence[InboundMessage],
-        outbox: Outbox,
-        err: Exception,
-    ) -> None:
-        text = _error_text(err)
-        logger.warning("run %s attempt %d failed: %s", turn.run_id, attempt.attempt, type(err).__name__)
-        await turn.ledger.fail(attempt, text)
-        if attempt.attempt >= self.settings.max_attempts:
-            await self._dead_letter(turn, attempt, messages, outbox, text, attempt.attempt)
-            return
-        delay = self.settings.retry_backoff_s * 2 ** (attempt.attempt - 1)
-        if delay > 0:
-            lost = asyncio.ensure_future(turn.lost.wait())
-            pause = asyncio.ensure_future(self._sleep(delay))
-            try:
-                await asyncio.wait({lost, pause}, return_when="FIRST_COMPLETED")
-            finally:
-                lost.cancel()
-                pause.cancel()
-
-    async def _dead_letter(
-        self,
-        turn: _Turn,
-        attempt: Attempt,
-        messages: Sequence[InboundMessage],
-        outbox: Outbox,
-        reason: str,
-        attempts: int,
-    ) -> None:
-        logger.warning("dead-lettering %s after %d attempts", attempt.ids[0], attempts)
-        if messages:
-            notice = SendError(
-                code="dead_lettered",
-                message="Sorry, this message could not be answered. Please try again later.",
-                reply_to=turn.reply_to,
-            )
-            try:
-                await outbox.send(notice, messages[-1].conversation, run_id=turn.run_id, logical="dead_letter")
-            except DeliveryError as err:
-                logger.info("dead-letter notice for %s not delivered: %s", turn.lease.session, type(err).__name__)
-        remaining = await turn.ledger.dead_letter(attempt, reason=reason, attempts=attempts, outbox_keys=outbox.used)
-        if remaining == 0:
-            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")

@@ -24,7 +24,9 @@ from switchboard.core.events import (
     RunCancelled,
     RunCompleted,
     RunDeadLettered,
+    RunDeferred,
     RunFailed,
+    SendDeadLettered,
     UsageMetered,
 )
 from switchboard.core.messages import InboundMessage
@@ -168,6 +170,29 @@ class Ledger:
             [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen],
         )
 
+    async def defer(self, attempt: Attempt, *, until: float, reason: str, max_deferrals: int) -> int:
+        """Put the inbox head off until ``until``; returns its deferrals so far (the drain then gives the lease up).
+
+        The attempt is handed back (a provider asking to wait is not the message failing); the session goes
+        into :attr:`GlobalKeys.deferred`, which the reaper reads before giving it a new drain job. Returns 0,
+        changing nothing, when the head was already deferred ``max_deferrals`` times.
+        """
+        event = RunDeferred(message_id=attempt.ids[0], until=until, reason=reason)
+        n = await self._run(
+            scripts.DEFER,
+            [self.keys.attempts, self.keys.events, _GLOBAL.deferred, _GLOBAL.stats, self.keys.meta],
+            [
+                attempt.ids[0],
+                reason,
+                encode_event(event),
+                self.settings.events_maxlen,
+                f"{until:.3f}",
+                self.lease.session,
+                max_deferrals,
+            ],
+        )
+        return int(n)
+
     async def facts(self, events: Sequence[Event]) -> None:
         """Write held events (a ``usage_metered`` one also adds to the deployment-wide totals), in one step."""
         if events:
@@ -215,10 +240,16 @@ class Ledger:
         started: float,
         outbox_keys: Sequence[str],
         cancelled: str | None = None,
+        undelivered: SendDeadLettered | None = None,
+        work: Sequence[HistoryEntry] = (),
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
-        With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``.
+        ``work`` (the turn's tool calls and results, :attr:`TurnResult.history`) goes into the history between
+        the user's messages and the answer, so the next turn's context is built from it.
+
+        With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``. With
+        ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
         """
         k = self.keys
         now = time.time()
@@ -226,10 +257,13 @@ class Ledger:
             HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
             for m in messages
         ]
+        history += [entry.model_dump_json() for entry in work]
         answer = reply_text if cancelled is None else f"(stopped before answering: {cancelled})"
         history.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now).model_dump_json())
         events: list[str] = []
-        if receipt is not None:
+        if undelivered is not None:
+            events.append(encode_event(undelivered))
+        elif receipt is not None:
             sent = ReplySent(at=now, message_id=reply_to, chars=len(reply_text), parts=receipt.parts)
             events.append(encode_event(sent))
         done: RunCompleted | RunCancelled = (

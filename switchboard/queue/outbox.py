@@ -8,7 +8,16 @@ move ``claimed → sent``:
   ``claimed`` by an earlier attempt that never recorded the result → send again and count a possible
   *send-window duplicate* (the crash fell between the platform call and its record);
 - right after the platform call, the ``sent`` record (the window between the two is kept tiny);
-- a send that failed cleanly drops its claim, so a later retry is not counted as a duplicate.
+- a send that failed cleanly drops its claim, so a later retry is not counted as a duplicate; a *durable* send
+  (a turn's reply) keeps it as ``failed`` instead, with the attempts made so far.
+
+A durable send's record also holds the rendered action, so a later attempt at the turn resumes the send from
+Redis (:meth:`Outbox.pending`) and never re-runs the model.
+
+Where a channel's send is itself a Redis write (the web chat's stream), there is no send window at all: while a
+send is in flight its key is :data:`CURRENT_SEND`, and :func:`append_once` (what the web stream publisher writes
+with) appends the entry and marks the record ``sent`` in one fenced script, so no kill can duplicate it. A claim
+such a send "reclaimed" is uncounted there again (the earlier attempt provably wrote nothing).
 
 ``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model.
 The key is also passed to the channel, which forwards it where the platform dedups (Discord ``nonce``).
@@ -21,9 +30,13 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import TypeAdapter, ValidationError
 
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action
@@ -31,9 +44,17 @@ from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys, SessionKeys
-from switchboard.queue.lease import LeaseToken
+from switchboard.queue.lease import LeaseToken, fenced_xadd
 
-__all__ = ["MAX_RATE_LIMIT_RETRIES", "Outbox", "SendOutcome", "idempotency_key"]
+__all__ = [
+    "CURRENT_SEND",
+    "MAX_RATE_LIMIT_RETRIES",
+    "Outbox",
+    "PendingSend",
+    "SendOutcome",
+    "append_once",
+    "idempotency_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +63,39 @@ MAX_RATE_LIMIT_RETRIES = 5
 _GLOBAL = GlobalKeys()
 
 Perform = Callable[[Action, ConversationRef, str], Awaitable[Receipt]]
+_ACTION: TypeAdapter[Action] = TypeAdapter(Action)
+
+CURRENT_SEND: ContextVar[str | None] = ContextVar("switchboard_current_send", default=None)
+"""The idempotency key of the outbox send being performed in this context (``None`` outside :meth:`Outbox.send`)."""
+
+
+async def append_once(
+    redis: aioredis.Redis, lease: LeaseToken, stream_key: str, fields: Mapping[str, str], maxlen: int
+) -> str:
+    """Append a stream entry that *is* a delivery (the web chat's), exactly once; returns its entry id.
+
+    Inside :meth:`Outbox.send` the append and the outbox's ``sent`` record are one fenced script (an entry already
+    recorded is not appended again); outside it (status, typing, streamed deltas: nothing to record) it is a plain
+    fenced ``XADD``.
+
+    Raises:
+        FencedWriteError: the lease has passed to another epoch.
+    """
+    key = CURRENT_SEND.get()
+    if key is None:
+        return await fenced_xadd(redis, lease, stream_key, fields, maxlen)
+    keys = SessionKeys(lease.session)
+    args: list[scripts.ScriptArg] = [lease.token, maxlen, key, f"{time.time():.6f}"]
+    for name, value in fields.items():
+        args += [name, value]
+    entry = await scripts.OUTBOX_APPEND(
+        redis,
+        [keys.lease, _GLOBAL.fenced_rejections, stream_key, keys.outbox, _GLOBAL.stats],
+        args,
+        session=lease.session,
+        epoch=lease.epoch,
+    )
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
 def idempotency_key(run_id: str, action: str, ordinal: int = 0) -> str:
@@ -59,6 +113,19 @@ class SendOutcome:
         self.receipt = receipt
         self.skipped = skipped
         """``True`` when an earlier attempt had already delivered this send."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSend:
+    """A durable send an earlier attempt recorded: what to send, and how far it got."""
+
+    action: Action
+    state: str
+    """``claimed`` (outcome unknown: the worker died in the send window), ``failed`` or ``sent``."""
+    attempts: int
+    """Delivery attempts made so far."""
+    parts: int
+    """Platform messages it became, once ``sent``."""
 
 
 class Outbox:
@@ -95,18 +162,25 @@ class Outbox:
         logical: str,
         ordinal: int = 0,
         facts: str = "",
+        durable: bool = False,
+        attempt: int = 1,
     ) -> SendOutcome:
         """Claim, perform and record one send.
 
         ``facts`` (:func:`~switchboard.queue.ledger.encode_facts`) are events the drain held back: the claim
         writes them first, in the same fenced step (one round trip fewer than writing them on their own).
+        A ``durable`` send keeps the action (and ``attempt``, its delivery attempt) in its record, and a failed
+        one is recorded as ``failed`` rather than dropped, so that :meth:`pending` finds it later.
 
         Raises:
             FencedWriteError: the lease passed to another epoch (nothing is sent).
             DeliveryError: the platform refused the send (the claim is dropped first).
         """
         key = idempotency_key(run_id, logical, ordinal)
-        claimed = json.dumps({"state": "claimed", "epoch": self.lease.epoch, "kind": action.kind, "at": time.time()})
+        record: dict[str, Any] = {"state": "claimed", "epoch": self.lease.epoch, "kind": action.kind, "at": time.time()}
+        if durable:
+            record |= {"attempts": attempt, "action": action.model_dump(mode="json")}
+        claimed = json.dumps(record)
         keys = [*self._fenced_keys(), _GLOBAL.stats]
         args: list[scripts.ScriptArg] = [self.lease.token, key, claimed]
         if facts:
@@ -124,21 +198,37 @@ class Outbox:
             return SendOutcome(key, None, skipped=True)
         if verdict in (b"reclaimed", "reclaimed"):
             logger.warning("re-sending %s for %s after an unrecorded earlier attempt", logical, self.lease.session)
+        context = CURRENT_SEND.set(key)
         try:
             receipt = await self._perform_with_retries(action, conversation, key)
-        except DeliveryError:
+        except DeliveryError as err:
             # the platform refused it: nothing was delivered, so a retry is not a duplicate
-            await self._record(key, "")
+            failed = json.dumps(record | {"state": "failed", "error": str(err)[:300]}) if durable else ""
+            await self._record(key, failed)
             raise
-        sent = {
-            "state": "sent",
-            "epoch": self.lease.epoch,
-            "kind": action.kind,
-            "at": time.time(),
-            "platform_ids": list(receipt.platform_ids),
-        }
+        finally:
+            CURRENT_SEND.reset(context)
+        sent = record | {"state": "sent", "at": time.time(), "platform_ids": list(receipt.platform_ids)}
+        sent["parts"] = receipt.parts
         await self._record(key, json.dumps(sent))
         return SendOutcome(key, receipt, skipped=False)
+
+    async def pending(self, run_id: str, logical: str, ordinal: int = 0) -> PendingSend | None:
+        """The durable send an earlier attempt at ``run_id`` recorded under ``logical``, if any.
+
+        A record found is this outbox's from now on: it is dropped with the turn's ack (:attr:`used`).
+        """
+        key = idempotency_key(run_id, logical, ordinal)
+        raw = await self.redis.hget(self._keys.outbox, key)
+        if raw is None:
+            return None
+        self.used.append(key)
+        try:
+            record = json.loads(raw)
+            action = _ACTION.validate_python(record["action"])
+        except (ValueError, KeyError, TypeError, ValidationError):
+            return None  # a plain claim (not durable), or a record this version does not read
+        return PendingSend(action, str(record["state"]), int(record.get("attempts", 1)), int(record.get("parts", 1)))
 
     async def _perform_with_retries(self, action: Action, conversation: ConversationRef, key: str) -> Receipt:
         for attempt in range(MAX_RATE_LIMIT_RETRIES + 1):

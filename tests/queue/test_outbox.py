@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
+from switchboard.channels.web import WebChannel
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
+from switchboard.queue.deliver import ChannelDeliverer
 from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
@@ -14,7 +19,9 @@ from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Ledger
 from switchboard.queue.outbox import Outbox, idempotency_key
 from switchboard.queue.stats import read_stats
+from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import QueueSettings
+from switchboard.types import SessionKey
 
 from .conftest import RecordingDeliverer, make_drainer, make_message
 
@@ -143,3 +150,41 @@ async def test_failed_send_drops_its_claim(client: aioredis.Redis) -> None:
 def test_idempotency_key_is_stable_and_distinct() -> None:
     assert idempotency_key("r", "reply") == idempotency_key("r", "reply", 0)
     assert len({idempotency_key("r", "reply"), idempotency_key("r", "reply", 1), idempotency_key("s", "reply")}) == 3
+
+
+def _web_deliverer(client: aioredis.Redis, crash: str | None = None) -> ChannelDeliverer:
+    """The web chat's real delivery path; ``crash`` kills the worker right ``before`` or ``after`` the reply's write."""
+    publisher = WebStreamPublisher(client)
+
+    async def publish(session: SessionKey, type: str, data: dict[str, Any]) -> str:
+        if type == "message" and crash == "before":
+            raise Crash
+        entry = await publisher.publish(session, type, data)
+        if type == "message" and crash == "after":
+            raise Crash
+        return entry
+
+    return ChannelDeliverer({("web", "default"): WebChannel(publish)})
+
+
+async def _web_replies(client: aioredis.Redis, session: SessionKey) -> list[str]:
+    entries: Any = await client.xrange(SessionKeys(session).web)
+    return [json.loads(f[b"data"])["text"] for _id, f in entries if f[b"type"] == b"message"]
+
+
+@pytest.mark.parametrize("crash", ["after", "before"])
+async def test_a_web_reply_is_delivered_exactly_once_across_a_crash(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, crash: str
+) -> None:
+    """The web chat's delivery is a Redis write: appended and recorded in one script, no send window to count."""
+    message = make_message("hello", channel="web")
+    session = message.session_key
+    await ingestor.ingest(message)
+    with pytest.raises(Crash):
+        await make_drainer(client, queue_settings, _web_deliverer(client, crash)).drain_session(session)  # type: ignore[arg-type]
+    await client.delete(SessionKeys(session).lease)  # the dead worker's lease expires
+    outcome = await make_drainer(client, queue_settings, _web_deliverer(client), worker_id="w2").drain_session(session)  # type: ignore[arg-type]
+    assert outcome is DrainOutcome.RELEASED
+    assert await _web_replies(client, session) == ["echo: hello"]
+    assert (await read_stats(client)).send_window_duplicates == 0
+    assert await client.llen(SessionKeys(session).inbox) == 0 and await client.exists(SessionKeys(session).outbox) == 0

@@ -7,7 +7,7 @@ local function ack(inbox, messages, attempts, ids)
   end
   redis.call('LTRIM', inbox, n, -1)
   redis.call('HDEL', messages, unpack(ids))
-  redis.call('HDEL', attempts, ids[1], ids[1] .. ':error')
+  redis.call('HDEL', attempts, ids[1], ids[1] .. ':error', ids[1] .. ':deferrals')
   return nil
 end
 local function append_events(stream, maxlen, events)
