@@ -6,9 +6,13 @@ import asyncio
 import logging
 
 from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.core.gateway import ToolGateway
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.runtime import Runtime
+from switchboard.core.threads import ThreadShare
 from switchboard.core.toolbox import default_registry
+from switchboard.core.toolbox.documents import DocumentLimits
+from switchboard.core.workspaces import Quotas, Workspaces
 from switchboard.queue.connection import async_client
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.queue.worker import run_worker as run_session_worker
@@ -33,12 +37,25 @@ def provider_config(settings: Settings) -> ProviderConfig:
 
 def build_runtime(settings: Settings, models: ModelFactory) -> Runtime:
     """The shared agent runtime over the configured models and tools."""
+    docs, spaces = settings.documents, settings.workspaces
+    tools = default_registry(
+        documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars)
+    )
+    root = settings.data_path / "workspaces"
+    quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
+    gateway = ToolGateway(
+        tools,
+        workspace_root=root,
+        workspaces=Workspaces(root, quotas),
+        threads=ThreadShare(spaces.tool_threads, spaces.threads_per_session),
+    )
     return Runtime(
         models=models,
-        tools=default_registry(),
-        workspace_root=settings.data_path / "workspaces",
+        tools=tools,
+        workspace_root=root,
         prices=settings.file.prices,
         default_model=settings.default_model,
+        gateway=gateway,
     )
 
 

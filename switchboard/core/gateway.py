@@ -6,14 +6,21 @@ In order, for one call:
 2. **Validate** the arguments with the tool's pydantic model before anything runs; errors go back to
    the model with field names, as correctable.
 3. **Authorise** outside the model: ``tool.permission`` must be among ``ctx.permissions``.
-4. **Stamp** the idempotency key ``sha256(run_id, tool, ordinal)`` on the context.
-5. **Run** under the tool's timeout, behind a circuit breaker per ``tool.connector``; classify any
+4. **Gate and stamp** (:mod:`switchboard.core.effects`): a risky write asked for after untrusted content
+   entered the turn is refused unless the agent's policy allows it; the idempotency key
+   ``sha256(run_id, tool, logical action)`` is stamped on the context, and a write whose key is already
+   recorded is not run again (the same arguments get the recorded outcome, other arguments are refused).
+5. **Run** under the tool's timeout, behind a circuit breaker per connector (``tool.breaker_key``: a failing
+   document parser never pauses the clock or the file tools); classify any
    failure (``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``,
    ``permanent``; ``circuit_open`` when the breaker refuses) and retry only the classes the tool allows,
    with exponential back-off and full jitter (honouring ``retry_after``).
 6. **Tier** the output: small results inline; larger ones (> ``inline_bytes`` of JSON) become a data
    card (shape + sample) bound to a variable (``result_1``…) the next program receives; very large
-   ones (> ``file_bytes``) are also written to a file in the session workspace.
+   ones (> ``file_bytes``) are also written to a file in the session workspace, within its quotas. A tool
+   that bounds its own output (``max_inline_bytes``: a ranged file read) is shown inline up to that size.
+
+Error messages never carry a host path: the workspace's location is replaced by workspace-relative names.
 """
 
 from __future__ import annotations
@@ -33,8 +40,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from switchboard.core.breakers import CircuitBreaker
+from switchboard.core.effects import (
+    Refused,
+    claim_effect,
+    effect_key,
+    logical_action,
+    settle_effect,
+    untrusted_refusal,
+)
+from switchboard.core.results import data_card, save_result, scrub_paths
+from switchboard.core.threads import ThreadShare, default_share, run_blocking
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.workspaces import Workspaces, workspace_for
 from switchboard.errors import DeliveryError, RateLimitedError, ToolError
 
 __all__ = [
@@ -68,15 +87,9 @@ def action_sha256(tool: str, args: Any) -> str:
     return hashlib.sha256(f"{tool}\n{canonical_json(args)}".encode()).hexdigest()
 
 
-def idempotency_key(run_id: str, tool: str, ordinal: int) -> str:
-    """``sha256(run_id, tool, ordinal)``: the same run repeating the same call gets the same key."""
-    return hashlib.sha256(f"{run_id}\n{tool}\n{ordinal}".encode()).hexdigest()
-
-
-def workspace_for(root: Path, session_key: str) -> Path:
-    """The session's own directory under ``root`` (session keys are already path-safe, bar dot segments)."""
-    parts = [p if p not in {"", ".", ".."} else "%2E" * len(p) or "-" for p in session_key.split("/")]
-    return root.joinpath(*parts)
+def idempotency_key(run_id: str, tool: str, logical: dict[str, Any]) -> str:
+    """``sha256(run_id, tool, logical action)``: the same run asking for the same action gets the same key."""
+    return effect_key(run_id, tool, logical)
 
 
 def classify_error(exc: BaseException, tool: Tool) -> tuple[str, float | None]:
@@ -96,111 +109,6 @@ def classify_error(exc: BaseException, tool: Tool) -> tuple[str, float | None]:
     if isinstance(exc, ConnectionError):
         return "transient", None
     return "permanent", None
-
-
-class CircuitBreaker:
-    """Opens after ``threshold`` consecutive unhealthy failures; half-opens (one probe) after ``cooldown_s``."""
-
-    def __init__(self, threshold: int = 5, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
-        self.threshold = threshold
-        self.cooldown_s = cooldown_s
-        self._clock = clock
-        self.failures = 0
-        self.opened_at: float | None = None
-        self._probe_at: float | None = None
-
-    @property
-    def state(self) -> Literal["closed", "open", "half_open"]:
-        """Where the breaker stands now."""
-        if self.opened_at is None:
-            return "closed"
-        return "half_open" if self._clock() - self.opened_at >= self.cooldown_s else "open"
-
-    def allow(self) -> bool:
-        """Whether a call may go ahead; in half-open state, only one probe per cool-down."""
-        state = self.state
-        if state == "closed":
-            return True
-        if state == "open":
-            return False
-        now = self._clock()
-        if self._probe_at is not None and now - self._probe_at < self.cooldown_s:
-            return False
-        self._probe_at = now
-        return True
-
-    def record_success(self) -> None:
-        """The connector answered: close the breaker."""
-        self.failures = 0
-        self.opened_at = None
-        self._probe_at = None
-
-    def record_failure(self) -> None:
-        """An unhealthy failure: count it, and open (or re-open after a failed probe)."""
-        self.failures += 1
-        self._probe_at = None
-        if self.opened_at is not None or self.failures >= self.threshold:
-            self.opened_at = self._clock()
-
-
-def _preview(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, str):
-        return value if len(value) <= 120 else value[:117] + "..."
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, dict):
-        if depth >= 1:
-            return f"<object with {len(value)} keys>"
-        items = list(value.items())
-        out = {str(k): _preview(v, depth + 1) for k, v in items[:8]}
-        if len(items) > 8:
-            out["..."] = f"+{len(items) - 8} more keys"
-        return out
-    if isinstance(value, list | tuple):
-        return f"<list of {len(value)}>"
-    return _preview(str(value), depth)
-
-
-def data_card(value: Any, *, size_bytes: int, limit: int = 1536) -> dict[str, Any]:
-    """A small description of a large value: its type, shape and a sample, within ``limit`` bytes of JSON."""
-    card: dict[str, Any] = {"bytes": size_bytes}
-    if isinstance(value, list | tuple):
-        card["type"] = "list"
-        card["length"] = len(value)
-        if value and all(isinstance(item, dict) for item in value):
-            columns: dict[str, None] = {}
-            for item in value[:200]:
-                columns.update(dict.fromkeys(map(str, item)))
-            card["columns"] = list(columns)[:30]
-        card["sample"] = [_preview(item) for item in value[:3]]
-    elif isinstance(value, dict):
-        card["type"] = "object"
-        card["key_count"] = len(value)
-        card["keys"] = [str(k) for k in list(value)[:30]]
-        card["sample"] = _preview(value)
-    elif isinstance(value, str):
-        card["type"] = "text"
-        card["chars"] = len(value)
-        card["head"] = value[:400]
-        card["tail"] = value[-200:]
-    else:
-        card["type"] = type(value).__name__
-        card["preview"] = str(value)[:300]
-    while len(canonical_json(card).encode()) > limit:
-        sample = card.get("sample")
-        if isinstance(sample, list) and len(sample) > 1:
-            card["sample"] = sample[:1]
-        elif "sample" in card:
-            del card["sample"]
-        elif "head" in card and len(card["head"]) > 50:
-            card["head"], card["tail"] = card["head"][:100], card["tail"][-50:]
-        elif "columns" in card and len(card["columns"]) > 5:
-            card["columns"] = card["columns"][:5]
-        elif "keys" in card and len(card["keys"]) > 5:
-            card["keys"] = card["keys"][:5]
-        else:
-            break
-    return card
 
 
 class ToolOutcome(BaseModel):
@@ -242,6 +150,7 @@ class ToolOutcome(BaseModel):
             body["hint"] = f"the full result is the input variable `{self.variable}` of your next run_program"
         if self.file:
             body["file"] = self.file
+            body["pages"] = f"read any part of it with read_file(path={self.file!r}, offset=N) or start_line/end_line"
         return canonical_json(body)
 
 
@@ -279,9 +188,15 @@ class ToolGateway:
         inline_bytes: int = 2048,
         file_bytes: int = 64 * 1024,
         clock: Callable[[], float] = time.monotonic,
+        workspaces: Workspaces | None = None,
+        threads: ThreadShare | None = None,
     ) -> None:
         self.registry = registry
         self.workspace_root = workspace_root
+        self.workspaces = workspaces or Workspaces(workspace_root)
+        """Every session workspace and its quotas; tools and result files write through it."""
+        self.threads = threads or default_share()
+        """The tool threads, shared fairly between sessions."""
         self.max_attempts = max(1, max_attempts)
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
@@ -342,19 +257,29 @@ class ToolGateway:
         normalised = validated.model_dump(mode="json")
         fingerprint = action_sha256(name, normalised)
         scope.ordinals[name] += 1
-        key = idempotency_key(ctx.run_id, name, scope.ordinals[name])
-        call_ctx = dataclasses.replace(ctx, idempotency_key=key)
-        breaker = self.breaker(tool.connector)
+        key = idempotency_key(ctx.run_id, name, logical_action(tool, normalised))
+        refusal = untrusted_refusal(tool, untrusted_context=ctx.untrusted_context, policy=ctx.untrusted_effects)
+        if refusal is not None:
+            return self._failed(name, started, "needs_confirmation", refusal, key=key, fingerprint=fingerprint)
+        claimed = await claim_effect(ctx.effects, tool, key, fingerprint)
+        if isinstance(claimed, Refused):
+            return self._failed(name, started, claimed.error_class, claimed.message, key=key, fingerprint=fingerprint)
+        if claimed is not None:  # done before under this key: the recorded outcome, not a second effect
+            elapsed = (time.perf_counter() - started) * 1000
+            return ToolOutcome.model_validate({**claimed, "attempts": 0, "variable": None, "duration_ms": elapsed})
+        call_ctx = dataclasses.replace(ctx, idempotency_key=key, workspaces=self.workspaces, threads=self.threads)
+        breaker = self.breaker(tool.breaker_key)
 
         attempt = 0
         while True:
             attempt += 1
             if not breaker.allow():
+                await settle_effect(ctx.effects, tool, key, fingerprint, None)
                 return self._failed(
                     name,
                     started,
                     "circuit_open",
-                    f"{tool.connector} is failing and paused for up to {breaker.cooldown_s:g}s; "
+                    f"{tool.breaker_key} is failing and paused for up to {breaker.cooldown_s:g}s; "
                     "do not retry now, continue without it",
                     attempts=attempt - 1,
                     key=key,
@@ -365,10 +290,12 @@ class ToolGateway:
                     value = await tool.fn(validated, call_ctx)
             except Exception as exc:
                 error_class, retry_after = classify_error(exc, tool)
-                message = _message(name, exc, tool)
+                message = scrub_paths(_message(name, exc, tool), call_ctx.workspace, self.workspace_root)
             else:
                 breaker.record_success()
-                return await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
+                outcome = await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
+                await settle_effect(ctx.effects, tool, key, fingerprint, outcome.model_dump(mode="json"))
+                return outcome
 
             if error_class in _UNHEALTHY:
                 breaker.record_failure()
@@ -382,6 +309,8 @@ class ToolGateway:
                 or wait > self.max_retry_wait_s
             ):
                 logger.debug("tool %s failed (%s) after %d attempt(s)", name, error_class, attempt)
+                if error_class != "ambiguous_timeout":  # it may have happened: keep the claim, never repeat it
+                    await settle_effect(ctx.effects, tool, key, fingerprint, None)
                 return self._failed(
                     name, started, error_class, message, attempts=attempt, key=key, fingerprint=fingerprint
                 )
@@ -404,14 +333,19 @@ class ToolGateway:
         variable: str | None = None
         path: str | None = None
         shown = value
-        if size > self.inline_bytes:
+        if size > max(self.inline_bytes, tool.max_inline_bytes or 0):
             tier = "card"
             variable = scope.bind(value)
             shown = data_card(value, size_bytes=size)
             if size > self.file_bytes:
-                tier = "file"
                 path = f"results/{tool.name}-{key[:12]}.json"
-                await asyncio.to_thread(_write, ctx.workspace / path, encoded)
+                try:
+                    await run_blocking(ctx, save_result, self.workspaces, ctx.workspace, path, encoded)
+                except ToolError as err:  # over a quota: the card and the variable still stand
+                    shown = {**shown, "not_saved": scrub_paths(str(err), ctx.workspace, self.workspace_root)}
+                    path = None
+                else:
+                    tier = "file"
         return ToolOutcome(
             tool=tool.name,
             ok=True,
@@ -446,13 +380,6 @@ class ToolGateway:
             idempotency_key=key,
             action_sha256=fingerprint,
         )
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _describe(name: str, err: ValidationError) -> str:

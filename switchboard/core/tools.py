@@ -10,13 +10,18 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from switchboard.core.actions import Action
+from switchboard.core.effects import EffectPolicy, EffectStore
+from switchboard.core.threads import ThreadShare
 from switchboard.core.turn import SessionStore
+from switchboard.core.workspaces import Workspaces
 from switchboard.types import SessionKey
 
-__all__ = ["Risk", "SideEffect", "Tool", "ToolContext"]
+__all__ = ["OutputTrust", "Risk", "SideEffect", "Tool", "ToolContext"]
 
 SideEffect = Literal["read", "write"]
 Risk = Literal["low", "medium", "high"]
+OutputTrust = Literal["tool", "data"]
+"""``tool``: the tool's own output; ``data``: text from outside (documents, files, pages), untrusted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,16 @@ class ToolContext:
     """Perform a channel send action for the conversation (send a file, offer a choice)."""
     permissions: frozenset[str] = frozenset()
     """Permissions granted to the principal, checked by the gateway outside the model."""
+    workspaces: Workspaces | None = None
+    """Every workspace and its quotas (set by the gateway); ``None``: the session quota alone applies."""
+    threads: ThreadShare | None = None
+    """The tool threads and this session's share of them (set by the gateway); ``None``: the process default."""
+    effects: EffectStore | None = None
+    """Idempotency records of write effects (``None``: none kept, every call runs)."""
+    untrusted_context: bool = False
+    """Untrusted content (a document, a file, a search result) has entered this turn's context."""
+    untrusted_effects: EffectPolicy = "refuse"
+    """The agent's policy for risky writes asked for after untrusted content (see :mod:`switchboard.core.effects`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +71,18 @@ class Tool:
     owner: str = "builtin"
     cost: int = 1
     """Credits against the turn's budget (DESIGN §6: read 1, write 5, full 6; custom 1)."""
-    connector: str = "builtin"
-    """Circuit breakers trip per connector."""
+    connector: str = ""
+    """Circuit breakers trip per connector (a service or a family of tools); empty: the tool is its own."""
     retry_on: frozenset[str] = field(default_factory=lambda: frozenset({"rate_limit", "transient"}))
     """Error classes the gateway may retry (never ``validation`` or ``auth``)."""
+    key_fields: tuple[str, ...] = ()
+    """Arguments naming the logical action, for idempotency keys (``path`` for ``send_file``); empty: all."""
+    output_trust: OutputTrust = "tool"
+    """``data`` when results carry outside text: shown as a data block, and later risky writes need confirmation."""
+    max_inline_bytes: int | None = None
+    """The tool bounds its own output (a ranged read): results up to this size are shown inline, never carded."""
+
+    @property
+    def breaker_key(self) -> str:
+        """The circuit breaker this tool's failures count against."""
+        return self.connector or self.name

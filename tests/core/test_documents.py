@@ -15,8 +15,13 @@ from pydantic import ValidationError
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from switchboard.core.toolbox import documents
-from switchboard.core.toolbox.documents import ReadDocumentInput, read_document, table_card
+from switchboard.core.toolbox.documents import (
+    DocumentLimits,
+    ReadDocumentInput,
+    document_tools,
+    read_document,
+    table_card,
+)
 from switchboard.core.tools import ToolContext
 from switchboard.errors import ToolError
 
@@ -28,11 +33,15 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-async def read(workspace: Path, **args: Any) -> dict[str, Any]:
+async def read(workspace: Path, *, limits: DocumentLimits | None = None, **args: Any) -> dict[str, Any]:
     ctx = ToolContext(
         session_key="t/a/web/default/c", tenant="t", run_id="r", actor="u", workspace=workspace, idempotency_key="k"
     )
-    return await read_document(ReadDocumentInput.model_validate(args), ctx)
+    if limits is None:
+        return await read_document(ReadDocumentInput.model_validate(args), ctx)
+    [tool] = document_tools(limits)
+    found: dict[str, Any] = await tool.fn(ReadDocumentInput.model_validate(args), ctx)
+    return found
 
 
 def write_pdf(path: Path, pages: list[str]) -> None:
@@ -152,7 +161,7 @@ def test_table_card_names_blank_and_duplicate_headers() -> None:
     assert card["columns"][1]["type"] == "mixed"
 
 
-async def test_bad_inputs_get_clear_errors(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bad_inputs_get_clear_errors(workspace: Path) -> None:
     with pytest.raises(ValidationError):
         ReadDocumentInput.model_validate({"path": "../etc/passwd"})
     (workspace / "tool.exe").write_bytes(b"MZ")
@@ -169,12 +178,10 @@ async def test_bad_inputs_get_clear_errors(workspace: Path, monkeypatch: pytest.
     document = docx.Document()
     document.add_paragraph("x" * 5000)
     document.save(str(workspace / "bomb.docx"))
-    monkeypatch.setattr(documents, "MAX_UNZIPPED_BYTES", 1000)
     with pytest.raises(ToolError, match="would expand"):
-        await read(workspace, path="bomb.docx")
-    monkeypatch.setattr(documents, "MAX_DOCUMENT_BYTES", 100)
+        await read(workspace, limits=DocumentLimits(max_unzipped_bytes=1000), path="bomb.docx")
     with pytest.raises(ToolError, match="document cap"):
-        await read(workspace, path="bomb.docx")
+        await read(workspace, limits=DocumentLimits(max_bytes=100), path="bomb.docx")
 
 
 async def test_malformed_tables_are_reported_not_raised_raw(workspace: Path) -> None:

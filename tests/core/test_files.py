@@ -161,3 +161,47 @@ def test_tool_declarations() -> None:
     assert set(by_name) == {"read_file", "write_file", "list_files"}
     assert by_name["write_file"].side_effect == "write"
     assert by_name["read_file"].side_effect == "read" and by_name["list_files"].side_effect == "read"
+
+
+async def test_ranged_reads_page_through_by_characters(workspace: Path) -> None:
+    ctx = make_ctx(workspace)
+    text = "".join(f"{i:04d}|" for i in range(1000))  # 5,000 characters on one line
+    await call(write_file, WriteFileInput, ctx, path="one-line.json", content=text)
+    first = await call(read_file, ReadFileInput, ctx, path="one-line.json", offset=0, max_chars=2000)
+    assert first["content"] == text[:2000] and first["end"] == 2000 and first["chars"] == 5000
+    assert first["next"] == "more follows: read_file with offset=2000"
+    middle = await call(read_file, ReadFileInput, ctx, path="one-line.json", offset=2000, max_chars=2000)
+    last = await call(read_file, ReadFileInput, ctx, path="one-line.json", offset=4000, max_chars=2000)
+    assert first["content"] + middle["content"] + last["content"] == text
+    assert "next" not in last and last["end"] == 5000
+    past = await call(read_file, ReadFileInput, ctx, path="one-line.json", offset=9000)
+    assert past["content"] == "" and "next" not in past
+
+
+async def test_ranged_reads_page_through_by_lines(workspace: Path) -> None:
+    ctx = make_ctx(workspace)
+    text = "".join(f"row {i}\n" for i in range(1, 1001))
+    await call(write_file, WriteFileInput, ctx, path="rows.txt", content=text)
+    window = await call(read_file, ReadFileInput, ctx, path="rows.txt", start_line=500, end_line=502)
+    assert window["content"] == "row 500\nrow 501\nrow 502\n" and window["lines"] == 1000
+    assert window["next"] == "more follows: read_file with start_line=503"
+    tail = await call(read_file, ReadFileInput, ctx, path="rows.txt", start_line=999)
+    assert tail["content"] == "row 999\nrow 1000\n" and "next" not in tail
+    capped = await call(read_file, ReadFileInput, ctx, path="rows.txt", start_line=1, max_chars=100)
+    assert capped["end_line"] == 15 and capped["content"] == "".join(f"row {i}\n" for i in range(1, 16))  # 96 chars
+    whole = await call(read_file, ReadFileInput, ctx, path="rows.txt", max_chars=200)
+    assert "offset" in whole["next"] and whole["truncated"] is True
+
+
+def test_a_read_takes_one_kind_of_range() -> None:
+    with pytest.raises(ValidationError, match="either offset or start_line"):
+        ReadFileInput.model_validate({"path": "a.txt", "offset": 3, "start_line": 2})
+    with pytest.raises(ValidationError, match="end_line is before start_line"):
+        ReadFileInput.model_validate({"path": "a.txt", "start_line": 5, "end_line": 2})
+    with pytest.raises(ValidationError):
+        ReadFileInput.model_validate({"path": "a.txt", "offset": -1})
+
+
+def test_read_file_results_are_shown_inline_up_to_its_own_cap() -> None:
+    read_tool = {tool.name: tool for tool in TOOLS}["read_file"]
+    assert read_tool.max_inline_bytes is not None and read_tool.max_inline_bytes >= 4 * files.MAX_READ_CHARS

@@ -18,9 +18,10 @@ from switchboard.core.gateway import (
     idempotency_key,
     workspace_for,
 )
-from switchboard.core.toolbox import ToolRegistry
+from switchboard.core.toolbox import ToolRegistry, default_registry
 from switchboard.core.toolbox.clock import TOOLS as CLOCK
 from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.workspaces import Quotas, Workspaces
 from switchboard.errors import RateLimitedError, ToolError
 from switchboard.types import SessionKey
 from tests.core.turns import Empty, Payload, make_tool
@@ -251,7 +252,7 @@ async def test_validation_and_permanent_errors_do_not_trip_the_breaker(tmp_path:
     gw = gateway(tmp_path, tool, breaker_threshold=2)
     for _ in range(4):
         assert (await gw.call("fails", {}, ctx(tmp_path))).error_class == "permanent"
-    assert gw.breaker("builtin").state == "closed" and len(runs) == 4
+    assert gw.breaker("fails").state == "closed" and gw.breaker("fails").failures == 0 and len(runs) == 4
 
 
 # ---------------------------------------------------------------- output tiers
@@ -282,8 +283,9 @@ async def test_large_results_become_a_data_card_bound_to_a_variable(tmp_path: Pa
     card = out.value
     assert card["type"] == "list" and card["length"] == 100 and card["columns"] == ["id", "name", "tags"]
     assert card["sample"][0]["name"] == "row 0"
+    assert [row["name"] for row in card["sample_tail"]] == ["row 98", "row 99"]  # the end is not lost
     shown = out.for_model(codeact=True)
-    assert len(shown) < 2048 and "result_1" in shown and "row 99" not in shown
+    assert len(shown) < 2048 and "result_1" in shown and "row 99" in shown and "row 50" not in shown
     again = await gw.call("data", {}, ctx(tmp_path), scope=scope)
     assert again.variable == "result_2"
     assert not (tmp_path / "ws").exists()
@@ -297,7 +299,7 @@ async def test_very_large_results_are_also_written_to_the_workspace(tmp_path: Pa
     assert not Path(out.file).is_absolute() and out.file.startswith("results/report-")
     assert json.loads((tmp_path / "ws" / out.file).read_text()) == text
     assert out.value["type"] == "text" and out.value["chars"] == len(text)
-    assert out.file in out.for_model()
+    assert out.file in out.for_model() and "read_file" in json.loads(out.for_model())["pages"]
 
 
 def test_data_cards_stay_small_whatever_the_value() -> None:
@@ -310,26 +312,112 @@ def test_data_cards_stay_small_whatever_the_value() -> None:
 # ---------------------------------------------------------------- idempotency and workspaces
 
 
-async def test_idempotency_keys_derive_from_run_tool_and_ordinal(tmp_path: Path) -> None:
+async def test_idempotency_keys_derive_from_run_and_logical_action(tmp_path: Path) -> None:
     keys: list[str] = []
 
-    async def fn(args: Empty, c: ToolContext) -> Any:
+    async def fn(args: Payload, c: ToolContext) -> Any:
         keys.append(c.idempotency_key)
         return "done"
 
-    gw = gateway(tmp_path, make_tool("send", fn, side_effect="write"))
-    scope = CallScope()
-    first = await gw.call("send", {}, ctx(tmp_path), scope=scope)
-    await gw.call("send", {}, ctx(tmp_path), scope=scope)
-    expected = hashlib.sha256(b"run-1\nsend\n1").hexdigest()
-    assert keys[0] == expected == first.idempotency_key == idempotency_key("run-1", "send", 1)
-    assert keys[1] == idempotency_key("run-1", "send", 2) != keys[0]
-    rerun = CallScope()  # the same turn run again (after a crash) repeats its keys
-    await gw.call("send", {}, ctx(tmp_path), scope=rerun)
-    assert keys[2] == keys[0]
+    gw = gateway(tmp_path, make_tool("send", fn, input=Payload, side_effect="write"))
+    first = await gw.call("send", {"n": 1}, ctx(tmp_path), scope=CallScope())
+    await gw.call("send", {"n": 2}, ctx(tmp_path), scope=CallScope())
+    expected = hashlib.sha256(b'run-1\nsend\n{"n":1}').hexdigest()
+    assert keys[0] == expected == first.idempotency_key == idempotency_key("run-1", "send", {"n": 1})
+    assert keys[1] == idempotency_key("run-1", "send", {"n": 2}) != keys[0]  # another action, another key
+    await gw.call("send", {"n": 1}, ctx(tmp_path, run_id="run-2"), scope=CallScope())
+    assert keys[2] not in keys[:2]  # another run, another key
 
 
-def test_workspace_paths_stay_under_the_root(tmp_path: Path) -> None:
-    assert workspace_for(tmp_path, "t/a/web/default/c1") == tmp_path / "t" / "a" / "web" / "default" / "c1"
+def test_workspace_paths_are_digests_under_the_root(tmp_path: Path) -> None:
+    found = workspace_for(tmp_path, "t/a/web/default/c1")
+    assert found.parent.parent == tmp_path and found == workspace_for(tmp_path, "t/a/web/default/c1")
+    assert found.parent == workspace_for(tmp_path, "t/other/web/default/c2").parent  # one directory per tenant
+    assert found.parent != workspace_for(tmp_path, "u/a/web/default/c1").parent
     sneaky = workspace_for(tmp_path, "t/a/web/../..")
     assert sneaky.resolve().is_relative_to(tmp_path.resolve()) and ".." not in sneaky.parts
+
+
+# ---------------------------------------------------------------- native tools: breakers, paths, previews
+
+
+def test_native_tool_families_have_breakers_of_their_own() -> None:
+    tools = {tool.name: tool for tool in default_registry()}
+    keys = {name: tools[name].breaker_key for name in ("read_document", "list_files", "current_time", "update_plan")}
+    assert len(set(keys.values())) == 4, keys
+    assert keys["read_document"] == "documents" and keys["list_files"] == "files"
+
+
+async def test_a_failing_connector_does_not_pause_other_tools_for_any_session(tmp_path: Path) -> None:
+    from switchboard.core.toolbox.files import TOOLS as FILES
+
+    runs: list[int] = []
+    parser = failing(TimeoutError(), runs, name="parse", connector="documents")
+    gw = ToolGateway(ToolRegistry([*CLOCK, *FILES, parser]), workspace_root=tmp_path, backoff_base_s=0.0)
+    for _ in range(5):
+        assert not (await gw.call("parse", {}, ctx(tmp_path))).ok
+    assert gw.breaker("documents").state == "open"
+    other = ctx(tmp_path, session_key=SessionKey("t/a/web/default/other"), workspace=tmp_path / "other")
+    assert (await gw.call("current_time", {}, other)).ok
+    listed = await gw.call("list_files", {}, other)
+    assert listed.ok and listed.value["entries"] == []
+
+
+async def test_errors_never_show_host_paths(tmp_path: Path) -> None:
+    from switchboard.core.toolbox.files import TOOLS as FILES
+
+    async def leaks(args: Empty, c: ToolContext) -> Any:
+        raise OSError(f"cannot open {c.workspace.resolve() / 'inbox' / 'x.txt'} or {tmp_path}/elsewhere")
+
+    gw = gateway(tmp_path, *FILES, make_tool("leaks", leaks, retry_on=frozenset()))
+    here = ctx(tmp_path)
+    outcomes = [
+        await gw.call("write_file", {"path": "n" * 300 + ".txt", "content": "x"}, here),
+        await gw.call("read_file", {"path": "d" * 300 + "/x.txt"}, here),
+        await gw.call("list_files", {"path": "e" * 300}, here),
+        await gw.call("leaks", {}, here),
+    ]
+    for outcome in outcomes:
+        assert not outcome.ok
+        shown = outcome.for_model()
+        assert str(tmp_path) not in shown and "/tmp" not in shown, shown
+    assert "name too long" in (outcomes[0].error or "").lower()
+    assert "inbox/x.txt" in (outcomes[3].error or "")
+
+
+async def test_a_saved_result_can_be_paged_through_without_a_new_card(tmp_path: Path) -> None:
+    from switchboard.core.toolbox.files import TOOLS as FILES
+
+    report = "".join(f"line {i:05d}\n" for i in range(20_000))
+    scope = CallScope()
+    gw = gateway(tmp_path, *FILES, returning(report, "report"))
+    saved = await gw.call("report", {}, ctx(tmp_path), scope=scope)
+    assert saved.tier == "file" and saved.file is not None
+    pieces: list[str] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = await gw.call(
+            "read_file", {"path": saved.file, "offset": offset, "max_chars": 100_000}, ctx(tmp_path), scope=scope
+        )
+        assert page.ok and page.tier == "inline" and page.variable is None and page.file is None
+        pieces.append(page.value["content"])
+        nxt = page.value.get("next")
+        offset = page.value["end"] if nxt else None
+    assert json.loads("".join(pieces)) == report
+    assert len(scope.variables) == 1  # only the original result
+
+
+async def test_very_large_results_count_against_the_workspace_quota(tmp_path: Path) -> None:
+    text = "y" * 200_000
+    tight = Workspaces(tmp_path, Quotas(session_bytes=100_000))
+    scope = CallScope()
+    out = await gateway(tmp_path, returning(text, "big"), workspaces=tight).call(
+        "big", {}, ctx(tmp_path, workspace=tight.path("t/a/web/default/c")), scope=scope
+    )
+    assert out.ok and out.tier == "card" and out.file is None and scope.variables["result_1"] == text
+    assert "quota" in out.value["not_saved"] and str(tmp_path) not in out.for_model()
+    roomy = Workspaces(tmp_path, Quotas())
+    saved = await gateway(tmp_path, returning(text, "big"), workspaces=roomy).call(
+        "big", {}, ctx(tmp_path, workspace=roomy.path("t/a/web/default/c")), scope=CallScope()
+    )
+    assert saved.tier == "file" and roomy.total_bytes() == len(json.dumps(text))

@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard.core.agent import Agent
 from switchboard.core.model import ToolSpec
 from switchboard.core.tools import Tool
+
+if TYPE_CHECKING:
+    from switchboard.core.toolbox.documents import DocumentLimits
 
 __all__ = ["OPTIONAL_TOOL_MODULES", "ToolRegistry", "default_registry", "tool_spec"]
 
@@ -106,8 +109,12 @@ class ToolRegistry:
         ]
 
 
-def default_registry() -> ToolRegistry:
-    """The native tools: clock, slots, and files, documents, channel actions and history when present."""
+def default_registry(*, documents: DocumentLimits | None = None) -> ToolRegistry:
+    """The native tools: clock, slots, and files, documents, channel actions and history when present.
+
+    Args:
+        documents: Limits of ``read_document`` (default: :class:`~switchboard.core.toolbox.documents.DocumentLimits`).
+    """
     from switchboard.core.slots import SLOT_TOOLS
     from switchboard.core.toolbox.clock import TOOLS as CLOCK_TOOLS
 
@@ -122,4 +129,9 @@ def default_registry() -> ToolRegistry:
         for tool in getattr(module, "TOOLS", []):
             if tool.name not in registry:
                 registry.register(tool)
+    if documents is not None and "read_document" in registry:
+        from switchboard.core.toolbox.documents import document_tools
+
+        for tool in document_tools(documents):
+            registry.register(tool, replace=True)
     return registry

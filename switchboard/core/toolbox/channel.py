@@ -7,13 +7,13 @@ gateway stamps them with idempotency keys and approval policy applies to them as
 
 from __future__ import annotations
 
-import asyncio
 import mimetypes
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from switchboard.core.actions import Action, OfferChoice, SendFile
+from switchboard.core.threads import run_blocking
 from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.errors import ToolError
@@ -91,7 +91,7 @@ def _file_to_send(ctx: ToolContext, path: str) -> tuple[str, int, str | None]:
 
 async def send_file(args: SendFileInput, ctx: ToolContext) -> dict[str, Any]:
     """Tool body: send a workspace file to the conversation."""
-    target, size, mime_type = await asyncio.to_thread(_file_to_send, ctx, args.path)
+    target, size, mime_type = await run_blocking(ctx, _file_to_send, ctx, args.path)
     await _act(ctx, SendFile(path=target, caption=args.caption, mime_type=mime_type))
     return {"sent": args.path, "bytes": size, "mime_type": mime_type}
 
@@ -109,6 +109,8 @@ TOOLS: list[Tool] = [
         input=SendFileInput,
         fn=send_file,
         side_effect="write",
+        risk="medium",  # reaches the user: gated after untrusted content (switchboard.core.effects)
+        key_fields=("path",),  # the logical action, for idempotency keys
         timeout_s=60.0,
         connector="channel",
         retry_on=frozenset(),  # the outbox retries deliveries itself; a second call would send twice
@@ -119,6 +121,8 @@ TOOLS: list[Tool] = [
         input=OfferChoiceInput,
         fn=offer_choice,
         side_effect="write",
+        risk="medium",  # reaches the user: gated after untrusted content (switchboard.core.effects)
+        key_fields=("question",),  # the logical action, for idempotency keys
         timeout_s=30.0,
         connector="channel",
         retry_on=frozenset(),  # the outbox retries deliveries itself; a second call would send twice

@@ -2,22 +2,24 @@
 
 Every path is relative to the workspace (``ToolContext.workspace``, created on first use) and must stay
 inside it: absolute paths, ``..`` segments and symlinks that lead out are refused with an error the model
-can act on. Reads, writes and listings are capped. File work runs in a thread, off the event loop.
+can act on. Reads, writes and listings are capped; ``read_file`` reads a range (characters or lines) so any
+agent can page through a large file, and every write counts against the workspace quotas
+(:class:`~switchboard.core.workspaces.Workspaces`). File work runs on the session's share of the tool threads.
+Errors name workspace-relative paths, never the host's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import stat
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from switchboard.core.programs import cap_output
+from switchboard.core.threads import run_blocking
 from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.workspaces import Quotas, Workspaces, make_private_dir
 from switchboard.errors import ToolError
 
 __all__ = [
@@ -37,8 +39,10 @@ MAX_FILE_BYTES = 8 * 2**20
 """Largest file ``read_file`` opens."""
 MAX_WRITE_CHARS = 2 * 2**20
 """Largest content one ``write_file`` call takes."""
-WORKSPACE_QUOTA_BYTES = 256 * 2**20
-"""Most a session's workspace may hold."""
+WORKSPACE_QUOTA_BYTES = Quotas().session_bytes
+"""Most a session's workspace may hold when no :class:`Workspaces` is configured (a tool called on its own)."""
+MAX_READ_CHARS = 100_000
+"""Longest text one ``read_file`` call returns."""
 MAX_LIST_ENTRIES = 500
 
 
@@ -72,7 +76,7 @@ def resolve_in_workspace(workspace: Path, path: str, *, create: bool = True) -> 
     except ValueError as exc:
         raise ToolError(str(exc), error_class="validation") from None
     if create:
-        workspace.mkdir(parents=True, exist_ok=True)
+        make_private_dir(workspace)  # conversation files: this user only
     root = workspace.resolve()
     target = (root / relative).resolve()
     if not target.is_relative_to(root):
@@ -92,9 +96,22 @@ class _PathInput(BaseModel):
 
 
 class ReadFileInput(_PathInput):
-    """Arguments of ``read_file``."""
+    """Arguments of ``read_file``: the whole file (head and tail), or one range of characters or of lines."""
 
-    max_chars: int = Field(20_000, ge=100, le=200_000, description="Longest text returned (head and tail kept).")
+    max_chars: int = Field(
+        10_000, ge=100, le=MAX_READ_CHARS, description="Longest text returned (without a range: head and tail kept)."
+    )
+    offset: int | None = Field(None, ge=0, description="Read from this character (0-based), max_chars of them.")
+    start_line: int | None = Field(None, ge=1, description="Read from this line (1-based)...")
+    end_line: int | None = Field(None, ge=1, description="...to this line, included (default: as many as fit).")
+
+    @model_validator(mode="after")
+    def _one_range(self) -> ReadFileInput:
+        if self.offset is not None and (self.start_line is not None or self.end_line is not None):
+            raise ValueError("give either offset or start_line/end_line, not both")
+        if self.start_line is not None and self.end_line is not None and self.end_line < self.start_line:
+            raise ValueError("end_line is before start_line")
+        return self
 
 
 class WriteFileInput(_PathInput):
@@ -122,7 +139,7 @@ def _relative_name(root: Path, target: Path) -> str:
     return target.relative_to(root.resolve()).as_posix() or "."
 
 
-def _read(args: ReadFileInput, ctx: ToolContext) -> dict[str, Any]:
+def _text_of(args: ReadFileInput, ctx: ToolContext) -> tuple[str, int]:
     target = resolve_in_workspace(ctx.workspace, args.path)
     if not target.is_file():
         raise ToolError(
@@ -135,57 +152,65 @@ def _read(args: ReadFileInput, ctx: ToolContext) -> dict[str, Any]:
             f"{args.path!r} is {size} bytes, over the {MAX_FILE_BYTES}-byte read cap: use read_document",
             error_class="validation",
         )
-    data = target.read_bytes()
     try:
-        text = data.decode("utf-8")
+        return target.read_bytes().decode("utf-8"), size
     except UnicodeDecodeError:
         raise ToolError(
             f"{args.path!r} is not UTF-8 text: use read_document for PDF, DOCX, XLSX and other documents",
             error_class="validation",
         ) from None
+
+
+def _read(args: ReadFileInput, ctx: ToolContext) -> dict[str, Any]:
+    text, size = _text_of(args, ctx)
+    found: dict[str, Any] = {"path": args.path, "bytes": size, "chars": len(text)}
+    if args.offset is not None:
+        end = min(len(text), args.offset + args.max_chars)
+        found.update(offset=args.offset, end=end, content=text[args.offset : end])
+        if end < len(text):
+            found["next"] = f"more follows: read_file with offset={end}"
+        return found
+    if args.start_line is not None or args.end_line is not None:
+        return {**found, **_lines(text, args)}
     content = cap_output(text, args.max_chars)
-    return {"path": args.path, "bytes": size, "chars": len(text), "truncated": content != text, "content": content}
+    found.update(truncated=content != text, content=content)
+    if content != text:
+        found["next"] = "the middle is omitted: read ranges with offset (characters) or start_line/end_line"
+    return found
 
 
-def _usage(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total
+def _lines(text: str, args: ReadFileInput) -> dict[str, Any]:
+    lines = text.splitlines(keepends=True)
+    first = args.start_line or 1
+    last = min(args.end_line or len(lines), len(lines))
+    chunk: list[str] = []
+    used = 0
+    number = first
+    while number <= last and used + len(lines[number - 1]) <= args.max_chars:
+        chunk.append(lines[number - 1])
+        used += len(lines[number - 1])
+        number += 1
+    if not chunk and number <= last:  # one line longer than max_chars: its start
+        chunk.append(lines[number - 1][: args.max_chars])
+        number += 1
+    found: dict[str, Any] = {
+        "lines": len(lines),
+        "start_line": first,
+        "end_line": number - 1,
+        "content": "".join(chunk),
+    }
+    if number <= len(lines):
+        found["next"] = f"more follows: read_file with start_line={number}"
+    return found
 
 
 def _write(args: WriteFileInput, ctx: ToolContext) -> dict[str, Any]:
     target = resolve_in_workspace(ctx.workspace, args.path)
     if target.is_dir():
         raise ToolError(f"{args.path!r} is a directory: name a file inside it", error_class="validation")
-    data = args.content.encode("utf-8")
-    existing = target.stat().st_size if target.is_file() else 0
-    used = _usage(ctx.workspace.resolve())
-    after = used + len(data) - (0 if args.append else existing)
-    if after > WORKSPACE_QUOTA_BYTES:
-        raise ToolError(
-            f"the session workspace would hold {after} bytes, over its {WORKSPACE_QUOTA_BYTES}-byte quota",
-            error_class="permanent",
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if args.append:
-        with target.open("ab") as handle:
-            handle.write(data)
-    else:
-        # write then rename: a retried or interrupted call never leaves half a file
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".write-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return {"path": args.path, "bytes": target.stat().st_size, "appended": args.append}
+    workspaces = ctx.workspaces or Workspaces(None, Quotas(session_bytes=WORKSPACE_QUOTA_BYTES))
+    size = workspaces.store(ctx.workspace, target, args.content.encode("utf-8"), append=args.append, shown=args.path)
+    return {"path": args.path, "bytes": size, "appended": args.append}
 
 
 def _entry(root: Path, path: Path) -> dict[str, Any]:
@@ -215,30 +240,42 @@ def _list(args: ListFilesInput, ctx: ToolContext) -> dict[str, Any]:
     return {"path": _relative_name(workspace, base), "entries": entries, "truncated": truncated}
 
 
+async def _in_thread(fn: Any, args: _PathInput | ListFilesInput, ctx: ToolContext) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = await run_blocking(ctx, fn, args, ctx)
+    except OSError as exc:  # e.g. a name too long: say so with the model's own path, never the host's
+        raise ToolError(f"{args.path!r}: {exc.strerror or type(exc).__name__}", error_class="validation") from None
+    return found
+
+
 async def read_file(args: ReadFileInput, ctx: ToolContext) -> dict[str, Any]:
-    """Tool body: a text file of the workspace, capped head and tail."""
-    return await asyncio.to_thread(_read, args, ctx)
+    """Tool body: a text file of the workspace, capped head and tail, or one range of it."""
+    return await _in_thread(_read, args, ctx)
 
 
 async def write_file(args: WriteFileInput, ctx: ToolContext) -> dict[str, Any]:
     """Tool body: write (or append to) a text file of the workspace, creating directories as needed."""
-    return await asyncio.to_thread(_write, args, ctx)
+    return await _in_thread(_write, args, ctx)
 
 
 async def list_files(args: ListFilesInput, ctx: ToolContext) -> dict[str, Any]:
     """Tool body: what a directory of the workspace holds."""
-    return await asyncio.to_thread(_list, args, ctx)
+    return await _in_thread(_list, args, ctx)
 
 
 TOOLS: list[Tool] = [
     Tool(
         name="read_file",
-        description="Read a UTF-8 text file from your workspace (long files: head and tail). "
+        description="Read a UTF-8 text file from your workspace (long files: head and tail), or a range of it: "
+        "offset (characters) or start_line/end_line, to page through large files and saved results. "
         "For PDF, DOCX, CSV or XLSX use read_document.",
         input=ReadFileInput,
         fn=read_file,
         side_effect="read",
+        output_trust="data",  # outside text: a data block, and later risky writes need confirmation
         timeout_s=10.0,
+        connector="files",
+        max_inline_bytes=4 * MAX_READ_CHARS + 1024,
     ),
     Tool(
         name="write_file",
@@ -247,6 +284,7 @@ TOOLS: list[Tool] = [
         fn=write_file,
         side_effect="write",
         timeout_s=10.0,
+        connector="files",
     ),
     Tool(
         name="list_files",
@@ -255,6 +293,7 @@ TOOLS: list[Tool] = [
         fn=list_files,
         side_effect="read",
         timeout_s=10.0,
+        connector="files",
     ),
 ]
 """The workspace file tools."""

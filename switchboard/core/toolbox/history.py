@@ -64,6 +64,7 @@ TOOLS: list[Tool] = [
         input=SearchHistoryInput,
         fn=search_history,
         side_effect="read",
+        output_trust="data",  # outside text: a data block, and later risky writes need confirmation
         timeout_s=10.0,
     )
 ]
