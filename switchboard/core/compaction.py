@@ -419,10 +419,10 @@ class Compacted:
         return hashlib.sha256(found.encode()).hexdigest() if found is not None else None
 
     def entries(self) -> list[HistoryEntry]:
-        """The history to send: the rendered record as a leading user-role entry, then the recent turns."""
+        """The history to send: the rendered record as a leading ``data`` entry (never instructions), then the turns."""
         if not self.rendered:
             return list(self.recent)
-        meta = {"kind": "compaction", "record_sha256": self.record_sha256}
+        meta = {"kind": "compaction", "record_sha256": self.record_sha256, "trust": "data"}
         first_at = self.recent[0].at if self.recent else 0.0
         return [HistoryEntry(role="user", text=self.rendered, at=first_at, meta=meta), *self.recent]
 

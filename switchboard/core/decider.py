@@ -34,19 +34,28 @@ from switchboard.core.prompt import RUN_PROGRAM
 from switchboard.core.turn import TurnSink
 from switchboard.errors import ModelError
 
-__all__ = ["Reply", "StepRetry", "decide", "fold"]
+__all__ = ["CUT_NOTICE", "Reply", "StepRetry", "decide", "fold"]
 
 logger = logging.getLogger(__name__)
 
 
+CUT_NOTICE = "\n\n[reply cut at {cap} characters: the agent's output limit]"
+"""Ends a reply that reached the output cap, so the user knows there was more."""
+
+
 class Reply:
-    """The reply as streamed to the sink: capped at ``cap`` characters, steps separated by a blank line."""
+    """The reply as streamed to the sink: capped at ``cap`` characters, steps separated by a blank line.
+
+    Text past the cap is dropped, and the reply says so once (:data:`CUT_NOTICE`); ``cut`` records it.
+    """
 
     def __init__(self, sink: TurnSink, cap: int) -> None:
         self.sink = sink
         self.cap = cap
         self.parts: list[str] = []
         self.chars = 0
+        self.cut = False
+        """The reply reached the cap and text was dropped."""
         self._step = 0
 
     @property
@@ -61,9 +70,12 @@ class Reply:
             if self.chars:
                 text = "\n\n" + text
         room = self.cap - self.chars
-        if room <= 0 or not text:
+        if self.cut or not text:
             return
         piece = text[:room]
+        if len(piece) < len(text):
+            self.cut = True
+            piece += CUT_NOTICE.format(cap=f"{self.cap:,}")
         self.parts.append(piece)
         self.chars += len(piece)
         await self.sink.delta(piece)

@@ -3,10 +3,18 @@
 Adapters (offline, OpenAI, Anthropic) turn a :class:`ModelRequest` into a provider call and
 the provider's stream into :data:`ModelEvent` items. The runtime folds the stream into one
 :data:`Decision`: a final answer, tool calls, or a program (CodeAct).
+
+Every piece of context carries a :data:`TrustClass`. Only ``system`` text (the agent's configured
+instructions and the gateway's fixed text, in :attr:`ModelRequest.system`) may instruct the model;
+``user`` text is the request of the person the agent serves; ``model`` text is what the model wrote
+earlier; ``tool`` content is a tool's own output and ``data`` is text from elsewhere (documents, files,
+retrieved pages, session slots, compaction records), always inside a :func:`data_block` envelope. Nothing
+changes class on its way into a prompt.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, Protocol
 
@@ -26,8 +34,27 @@ __all__ = [
     "ToolCallEvent",
     "ToolCalls",
     "ToolSpec",
+    "TrustClass",
     "Usage",
+    "data_block",
 ]
+
+TrustClass = Literal["system", "user", "model", "tool", "data"]
+"""Who a piece of context comes from, and so whether it may instruct the model (only ``system`` may)."""
+
+_ROLE_TRUST: dict[str, TrustClass] = {"user": "user", "assistant": "model", "tool": "tool"}
+_DATA_TAG = re.compile(r"<(/?)(data\b)", re.IGNORECASE)
+
+
+def data_block(text: str, *, source: str) -> str:
+    """``text`` wrapped in a labelled ``<data source=… trust="untrusted">`` envelope it cannot close.
+
+    A ``<data`` or ``</data`` inside the text is escaped (``&lt;data``), so data can neither end its own
+    envelope nor open a second one that looks trusted.
+    """
+    label = source.replace('"', "'").replace("<", "(").replace(">", ")")
+    body = _DATA_TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}", text)
+    return f'<data source="{label}" trust="untrusted">\n{body}\n</data>'
 
 
 class ToolCall(BaseModel):
@@ -64,6 +91,14 @@ class ChatMessage(BaseModel):
     """On a tool message: the call it answers."""
     name: str | None = None
     """On a tool message: the tool's name."""
+    trust: TrustClass | None = None
+    """Trust class of the content; ``None`` means the role's own (user → ``user``, assistant → ``model``,
+    tool → ``tool``). A ``user``-role message holding documents, slots or records is ``data``."""
+
+    @property
+    def trust_class(self) -> TrustClass:
+        """The trust class of this message's content."""
+        return self.trust or _ROLE_TRUST[self.role]
 
 
 class ModelRequest(BaseModel):

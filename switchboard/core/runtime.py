@@ -9,13 +9,17 @@ before each step; when one runs out, one last call without tools writes an answe
 and was not done. Cancelling the task running :meth:`Runtime.run_turn` cancels the model stream and
 any running tool; nothing here swallows ``asyncio.CancelledError``.
 
-The runtime never appends to the conversation history (the queue layer does, after delivery); it
-saves the session-state slots through the store as the slot tools run.
+The runtime never appends to the conversation history (the queue layer does, after delivery, from
+:attr:`TurnResult.history`: the turn's tool calls and results); it saves the session-state slots through
+the store as the slot tools run. Write effects are recorded under idempotency keys in the store when it
+is also an :class:`~switchboard.core.effects.EffectStore` (per turn in memory otherwise), and risky
+writes after untrusted content are gated (:mod:`switchboard.core.effects`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -23,16 +27,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from switchboard.core.budget import Budget, BudgetName, PriceTable
+from switchboard.core.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.decider import Reply, StepRetry, decide
+from switchboard.core.effects import EffectStore, TurnEffects
 from switchboard.core.events import Event, StepRecorded, ToolCalled, UsageMetered
 from switchboard.core.gateway import (
     CallScope,
     ToolGateway,
     ToolOutcome,
     action_sha256,
-    canonical_json,
-    data_card,
     workspace_for,
 )
 from switchboard.core.model import (
@@ -45,6 +48,7 @@ from switchboard.core.model import (
     ToolCall,
     ToolCalls,
 )
+from switchboard.core.programstep import refusal, run_program_call
 from switchboard.core.prompt import (
     BUDGET_WORDS,
     RUN_PROGRAM,
@@ -59,7 +63,9 @@ from switchboard.core.slots import SLOT_TOOLS, Slots
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.errors import BudgetExceededError, ModelError, ToolError
+from switchboard.core.validtext import ValidTextAdapter
+from switchboard.core.worklog import call_facts, holds_untrusted, tool_message, untrusted_output, work_entries
+from switchboard.errors import BudgetExceededError, ModelError
 
 __all__ = ["Runtime"]
 
@@ -117,6 +123,13 @@ class Runtime:
             ModelError: the provider failed for good (auth, bad request, retries used up).
             ConfigError: the agent names an unknown model provider.
         """
+        if request.agent.status == "draft":  # never served: no model call, the user is told why
+            logger.warning(
+                "agent %r is a draft (no %s) and is not served; see `switchboard check`",
+                request.agent.name,
+                " and no ".join(request.agent.missing()),
+            )
+            return TurnResult(text=request.agent.draft_notice(), steps=0)
         return await _Turn(self, request, sink, store).run()
 
 
@@ -131,7 +144,7 @@ class _Turn:
         self.store = store
         self.spec = self.agent.model or runtime.default_model
         self.model = model_name(self.spec)
-        self.adapter: ModelAdapter = runtime.models.get(self.spec)
+        self.adapter: ModelAdapter = ValidTextAdapter(runtime.models.get(self.spec))  # no lone surrogates
         self.budget = Budget.for_turn(request, runtime.prices)
         self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
         self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
@@ -151,7 +164,12 @@ class _Turn:
             store=store,
             act=getattr(sink, "act", None),
             permissions=request.permissions,
+            effects=store if isinstance(store, EffectStore) else TurnEffects(),
+            untrusted_effects=self.agent.policy.untrusted_effects,
         )
+        self.facts: dict[str, dict[str, Any]] = {}
+        """Gateway facts of each call by call id, kept with its result in the history."""
+        self.untrusted_reads = 0
         self.slots = Slots()
         self.history: list[HistoryEntry] = []
         self.prompt: Prompt | None = None
@@ -165,6 +183,8 @@ class _Turn:
         self.slots = Slots.from_store(await self.store.load_slots())
         self.history = list(await self.store.load_history(self.rt.history_limit))
         self._open()
+        if holds_untrusted(self.messages):
+            self._untrusted()
         loop = asyncio.get_running_loop()
         remaining = self.budget.remaining_s()
         hard = loop.time() + remaining
@@ -181,6 +201,8 @@ class _Turn:
         if not answered:
             await self._final(hard)
         text = self.output.text
+        if self.output.cut and self.stopped_by is None:
+            self.stopped_by = "output"  # the reply says so too (the cut notice)
         await self._event(
             UsageMetered(
                 message_id=self.message_id,
@@ -200,7 +222,12 @@ class _Turn:
             output_tokens=self.budget.output_tokens,
             credits=round(self.budget.credits, 6),
             stopped_by=self.stopped_by,
+            history=work_entries(self.messages[self.opening :], self.facts),
         )
+
+    def _untrusted(self) -> None:
+        """Untrusted content entered the context: from now on risky writes meet the policy gate."""
+        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
 
     def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
@@ -233,6 +260,9 @@ class _Turn:
             if request is None:
                 self.stopped_by = "context"
                 return False
+            if not self.budget.can_afford_step(self.spec, _input_tokens(request), request.max_output_tokens):
+                self.stopped_by = "credits"  # its worst case would pass the cap: a cap is a cap
+                return False
             started = time.perf_counter()
             try:
                 decision, usage = await self._step(request, self.budget.steps + 1)
@@ -261,12 +291,13 @@ class _Turn:
         """The next request, with the oldest history dropped if it no longer fits the context budget."""
         assert self.prompt is not None
         limit = self.agent.limits.max_input_tokens
+        pinned = self.prompt.pinned
         while request_tokens(self.prompt.system, self.messages, self.prompt.tools) > limit:
-            if self.opening <= 1:
+            if self.opening <= pinned:
                 return None
             del self.messages[0]
             self.opening -= 1
-            while self.opening > 1 and self.messages[0].role != "user":
+            while self.opening > pinned and self.messages[0].role != "user":
                 del self.messages[0]
                 self.opening -= 1
         return self.prompt.request(self.model, self.messages, max_output_tokens=self.agent.limits.max_output_tokens)
@@ -285,13 +316,13 @@ class _Turn:
         stop: BudgetName | None = None
         for call in calls:
             if stop is not None:
-                self._tool_message(call, _refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
                 continue
             tool = self.rt.registry.get(call.name)
             cost = tool.cost if tool is not None else 0
             if not self.budget.can_afford_tool(cost):
                 stop = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
-                self._tool_message(call, _refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
                 continue
             fingerprint = action_sha256(call.name, call.arguments)
             if self.failures[fingerprint] >= self.rt.repeat_limit:
@@ -301,10 +332,11 @@ class _Turn:
                     "change the arguments, try another way, or answer with what you have"
                 )
                 self.budget.charge_tool(0)
-                self._tool_message(call, _refusal(call.name, message, error_class="repeated"))
+                self._tool_message(call, refusal(call.name, message, error_class="repeated"))
                 if self.refused >= self.rt.repeat_limit:
                     stop = "repeat_guard"
                 continue
+            reads = self.untrusted_reads
             try:
                 if call.name == RUN_PROGRAM and self.agent.codeact:
                     content, ok = await self._program(call)
@@ -313,10 +345,10 @@ class _Turn:
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
             except BudgetExceededError as err:
                 stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
-                content, ok = _refusal(call.name, str(err)), False
+                content, ok = refusal(call.name, str(err)), False
             if not ok:
                 self.failures[fingerprint] += 1
-            self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+            self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
         return stop
 
     def _tool_message(self, call: ToolCall, content: str) -> None:
@@ -327,6 +359,11 @@ class _Turn:
         tool = self.rt.registry.get(name)
         outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope)
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
+        if outcome.ok and untrusted_output(tool):
+            self.untrusted_reads += 1
+            self._untrusted()
+        if call_id is not None:
+            self.facts[call_id] = call_facts(tool, outcome)
         if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):
             self.slots = self.slots.with_value(_SLOT_OF_TOOL[name], outcome.value.get("value"))
         await self._event(
@@ -348,60 +385,18 @@ class _Turn:
 
     async def _program(self, call: ToolCall) -> tuple[str, bool]:
         """Run a CodeAct program; its tool calls go through the gateway like any other."""
-        code = call.arguments.get("code")
-        if not isinstance(code, str) or not code.strip():
-            return _refusal(RUN_PROGRAM, "run_program needs a non-empty `code` string", error_class="validation"), False
-        try:
-            from switchboard.core import codeact
-        except ImportError:  # pragma: no cover - depends on the tree
-            return _refusal(RUN_PROGRAM, "programs are not available in this build", error_class="permanent"), False
-
-        async def call_tool(name: str, args: dict[str, Any]) -> Any:
-            tool = self.rt.registry.get(name)
-            if not self.budget.can_afford_tool(tool.cost if tool is not None else 0):
-                budget = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
-                raise BudgetExceededError(f"the {BUDGET_WORDS[budget]} budget of this turn ran out", budget=budget)
-            outcome = await self._call_tool(name, args, None)
-            if not outcome.ok:
-                raise ToolError(outcome.error or f"{name} failed", error_class=outcome.error_class or "permanent")
-            return self.scope.variables[outcome.variable] if outcome.variable else outcome.value
-
-        started = time.perf_counter()
-        self.budget.charge_tool(0)
-        limits = codeact.ProgramLimits(
-            max_duration_s=max(0.1, min(5.0, self.budget.remaining_s())),
-            max_calls=max(1, self.budget.tool_calls_left),
+        return await run_program_call(
+            call,
+            budget=self.budget,
+            tools=self.tools,
+            tool_of=self.rt.registry.get,
+            scope=self.scope,
+            slots=self.slots.as_inputs(),
+            inline_bytes=self.rt.gateway.inline_bytes,
+            call_tool=self._call_tool,
+            event=self._event,
+            message_id=self.message_id,
         )
-        inputs = {**self.slots.as_inputs(), **self.scope.variables}
-        result = await codeact.run_program(
-            code,
-            call_tool=call_tool,
-            tool_names=[t.name for t in self.tools],
-            inputs=inputs,
-            limits=limits,
-            tool_params=codeact.tool_params(self.tools),
-        )
-        body: dict[str, Any] = {"output": result.output, "calls": result.calls}
-        if result.error is not None:
-            body["error"] = result.error
-        else:
-            encoded = canonical_json(result.value)
-            if len(encoded.encode()) > self.rt.gateway.inline_bytes:
-                variable = self.scope.bind(result.value)
-                body["value"] = {"card": data_card(result.value, size_bytes=len(encoded)), "variable": variable}
-            else:
-                body["value"] = result.value
-        await self._event(
-            ToolCalled(
-                message_id=self.message_id,
-                tool=RUN_PROGRAM,
-                ok=result.error is None,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                call_id=call.id,
-                error_class=None if result.error is None else "program",
-            )
-        )
-        return canonical_json(body), result.error is None
 
     # ---------------------------------------------------------------- the end
 
@@ -420,6 +415,13 @@ class _Turn:
             budget_tokens=self.agent.limits.max_input_tokens,
         )
         step = self.budget.steps + 1
+        affordable = self.budget.affordable_output_tokens(self.spec, _input_tokens(request), request.max_output_tokens)
+        if affordable < MIN_ANSWER_TOKENS:  # not even a short answer fits the credits left: the fixed reply
+            logger.info("no credits left for the final answer of a turn; sending a fixed reply")
+            if not self.output.text.strip():
+                await self.output.write(self._fallback(reason), step)
+            return
+        request = request.model_copy(update={"max_output_tokens": affordable})
         started = time.perf_counter()
         timeout = asyncio.timeout_at(hard)
         try:
@@ -469,5 +471,5 @@ class _Turn:
         await self.sink.event(event)
 
 
-def _refusal(tool: str, message: str, *, error_class: str = "budget") -> str:
-    return ToolOutcome(tool=tool, ok=False, error=message, error_class=error_class).for_model()
+def _input_tokens(request: ModelRequest) -> int:
+    return request_tokens(request.system, request.messages, request.tools)

@@ -17,7 +17,11 @@ __all__ = ["HistoryEntry", "SessionStore", "TurnRequest", "TurnResult", "TurnSin
 
 
 class HistoryEntry(BaseModel):
-    """One message of the conversation as the agent remembers it."""
+    """One message of the conversation as the agent remembers it.
+
+    Assistant entries that called tools carry ``meta.tool_calls`` (``[{"id", "name", "arguments"}]``); tool
+    entries carry ``meta.call_id``, ``meta.tool`` and, for outside text, ``meta.trust == "data"``.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -71,6 +75,9 @@ class TurnResult(BaseModel):
     credits: float = 0.0
     stopped_by: str | None = None
     """The budget that ended the turn early, if any."""
+    history: list[HistoryEntry] = Field(default_factory=list)
+    """The turn's tool calls and their results, in order (the answer is not among them): the queue layer stores
+    them between the user's message and the answer, and the next turn's context is built from them."""
 
 
 class TurnSink(Protocol):

@@ -1,4 +1,4 @@
-"""``SessionStore`` on Redis: history and session-state slots, every write fenced by the lease epoch."""
+"""``SessionStore`` on Redis: history, session-state slots and effect records, every write fenced by the lease epoch."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from switchboard.core.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
+from switchboard.queue.effects import RedisEffects
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.settings import QueueSettings
@@ -31,7 +33,8 @@ async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -
 class RedisSessionStore:
     """Per-session storage for one turn, bound to the lease epoch the drain holds.
 
-    Implements :class:`switchboard.core.turn.SessionStore`. Reads are plain; writes run as Lua scripts that
+    Implements :class:`switchboard.core.turn.SessionStore` and :class:`switchboard.core.effects.EffectStore`.
+    Reads are plain; writes run as Lua scripts that
     first compare the lease with this store's token and raise
     :class:`~switchboard.errors.FencedWriteError` when the epoch has passed.
     """
@@ -45,6 +48,7 @@ class RedisSessionStore:
         self.settings = settings
         self.token = token or f"{epoch}:"
         self._keys = SessionKeys(session)
+        self._effects = RedisEffects(redis, session, self.token, epoch)
 
     @classmethod
     def for_lease(cls, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings) -> RedisSessionStore:
@@ -83,6 +87,14 @@ class RedisSessionStore:
             session=self.session,
             epoch=self.epoch,
         )
+
+    async def effect_begin(self, key: str, record: EffectRecord) -> EffectRecord | None:
+        """Claim a write effect's idempotency key; returns the record already under it, if any."""
+        return await self._effects.effect_begin(key, record)
+
+    async def effect_finish(self, key: str, record: EffectRecord | None) -> None:
+        """Record a write effect's outcome, or release its claim (``None``) after a failure."""
+        await self._effects.effect_finish(key, record)
 
     async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
         """Search the conversation history and the event log (the ``search_history`` tool's backend).

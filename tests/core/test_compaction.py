@@ -22,6 +22,7 @@ from switchboard.core.compaction import (
     render_record,
     split_turns,
 )
+from switchboard.core.prompt import _as_messages
 from switchboard.core.turn import HistoryEntry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,8 +250,10 @@ def test_a_single_huge_turn_is_squeezed_without_dropping_entries() -> None:
 def test_entries_lead_with_the_rendered_record() -> None:
     result = compact(conversation(30), budget_chars=5_000)
     sent = result.entries()
-    assert sent[0].meta == {"kind": "compaction", "record_sha256": result.record_sha256}
+    assert sent[0].meta == {"kind": "compaction", "record_sha256": result.record_sha256, "trust": "data"}
     assert sent[0].text == result.rendered and sent[1:] == result.recent
+    shown = _as_messages(sent)  # as the prompt shows it: a labelled data block, not the user's words
+    assert shown[0].trust == "data" and shown[0].content.startswith('<data source="history:compacted"')
 
 
 def test_estimate_tokens_is_deterministic_and_leans_high_for_non_latin_text() -> None:

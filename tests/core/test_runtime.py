@@ -22,6 +22,7 @@ from tests.core.turns import (
     Empty,
     MemorySink,
     MemoryStore,
+    Payload,
     agent,
     answer_step,
     big_tool,
@@ -91,8 +92,9 @@ async def test_a_200_turn_conversation_never_exceeds_the_context_budget(tmp_path
         assert request_tokens(sent.system, sent.messages, sent.tools) <= 3000
     first = model.requests[0].messages
     assert first[-1].content.endswith("latest question") and first[0].role == "user"
-    assert "answer 199" in first[-2].content  # the newest history is kept
-    assert "compacted record" in model.requests[0].system  # older turns are folded, not just dropped
+    assert "answer 199" in first[-3].content  # the newest history is kept
+    assert "compacted record" in first[-2].content  # older turns are folded, not just dropped ...
+    assert first[-2].trust == "data" and "compacted record" not in model.requests[0].system  # ... as data
 
 
 @pytest.mark.parametrize("filler", ["x", "語"])
@@ -194,7 +196,9 @@ async def test_output_budget_caps_the_reply_and_the_stream(tmp_path: Path) -> No
     result = await runtime(tmp_path).run_turn(
         request("a b c d e f g h", agent_=agent(max_output_chars=25)), sink, MemoryStore()
     )
-    assert len(result.text) == 25 and "".join(sink.deltas) == result.text
+    kept, notice = result.text.split("\n\n[", 1)
+    assert len(kept) == 25 and notice == "reply cut at 25 characters: the agent's output limit]"
+    assert "".join(sink.deltas) == result.text
 
 
 # ---------------------------------------------------------------- deadline and cancellation
@@ -303,12 +307,12 @@ async def test_a_changed_call_is_not_refused(tmp_path: Path) -> None:
 async def test_tool_events_carry_idempotency_keys_stable_across_reruns(tmp_path: Path) -> None:
     keys: list[str] = []
 
-    async def send(args: Empty, ctx: ToolContext) -> Any:
+    async def send(args: Payload, ctx: ToolContext) -> Any:
         keys.append(ctx.idempotency_key)
         return "sent"
 
-    registry = registry_with(make_tool("send", send, side_effect="write", cost=5))
-    script = [calls_step(("send", {}), ("send", {}), step=1), answer_step("sent twice")]
+    registry = registry_with(make_tool("send", send, input=Payload, side_effect="write", cost=5))
+    script = [calls_step(("send", {"n": 1}), ("send", {"n": 2}), step=1), answer_step("sent twice")]
     sinks = []
     for _ in range(2):
         sink = MemorySink()
@@ -428,7 +432,11 @@ async def test_the_final_request_keeps_the_users_words(tmp_path: Path) -> None:
     await runtime(tmp_path, model=model).run_turn(
         request("keep checking the clock", agent_=agent(max_steps=4)), MemorySink(), MemoryStore()
     )
-    assert model.requests[-1].messages[-1].content.startswith("keep checking the clock" + WORK_LOG_MARKER)
+    *_, user, work = model.requests[-1].messages
+    assert user.content == "keep checking the clock" and user.trust_class == "user"
+    assert work.trust == "data" and work.content.startswith(
+        '<data source="work-log" trust="untrusted">\n' + WORK_LOG_MARKER
+    )
 
 
 def test_runtime_uses_the_registry_for_agent_tools(tmp_path: Path) -> None:

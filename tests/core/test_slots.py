@@ -87,7 +87,10 @@ async def test_slots_are_shown_at_the_start_of_every_turn(tmp_path: Path) -> Non
     await rt.run_turn(request("first", agent_=ag), MemorySink(), store)
     store.slots["state"] = {"table": "orders"}
     await rt.run_turn(request("second", agent_=ag), MemorySink(), store)
-    first, second = (r.system for r in model.requests)
+    for sent in model.requests:  # slots are session data, never system instructions
+        assert "migrate the database" not in sent.system and sent.messages[-2].trust == "data"
+    first, second = (r.messages[-2].content for r in model.requests)
+    assert first.startswith('<data source="session" trust="untrusted">')
     assert "goal: migrate the database" in first and "docs/migration.md" in first and "state: (none)" in first
     assert 'state: {"table": "orders"}' in second
 
@@ -95,7 +98,9 @@ async def test_slots_are_shown_at_the_start_of_every_turn(tmp_path: Path) -> Non
 async def test_agents_without_slot_tools_see_no_empty_slot_section(tmp_path: Path) -> None:
     model = ReplayModel([answer_step("ok")], strict=False)
     await runtime(tmp_path, model=model).run_turn(request("hi"), MemorySink(), MemoryStore())
-    assert "Session state" not in model.requests[0].system
+    sent = model.requests[0]
+    assert "Session state" not in sent.system
+    assert [m.trust_class for m in sent.messages] == ["user"]
 
 
 async def test_a_turn_updates_slots_through_the_store_and_programs_see_them(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from switchboard.core.agent import Agent, AgentLimits
+from switchboard.core.agent import Agent, AgentLimits, AgentProfile
 from switchboard.core.events import Event
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
@@ -78,7 +78,14 @@ def message(text: str, *, id: str = "m1", conversation: str = "c1") -> InboundMe
 
 
 def agent(*, tools: Sequence[str] = ("current_time",), codeact: bool = False, **limits: Any) -> Agent:
-    return Agent(name="a", instructions="Be brief.", tools=list(tools), codeact=codeact, limits=AgentLimits(**limits))
+    return Agent(
+        name="a",
+        profile=AgentProfile(name="a"),  # a ready agent: drafts are not served
+        instructions="Be brief.",
+        tools=list(tools),
+        codeact=codeact,
+        limits=AgentLimits(**limits),
+    )
 
 
 def request(

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.model_script import Failure, Received, Reply, Script, split
+from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, split
 
 __all__ = ["FakeAnthropic", "error_body", "message_events"]
 
@@ -114,6 +114,9 @@ class FakeAnthropic(Script):
             for n, (name, data) in enumerate(message_events(reply, body.get("model", ""))):
                 if reply.stall_after is not None and n == reply.stall_after:
                     await self.stall()
+                if reply.garble_after is not None and n == reply.garble_after:
+                    await response.write(f"event: {name}\ndata: {GARBLED}\n\n".encode())
+                    break
                 await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             await response.write_eof()
         return response

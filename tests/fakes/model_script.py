@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-__all__ = ["Call", "Failure", "Received", "Reply", "Script", "split"]
+__all__ = ["GARBLED", "Call", "Failure", "Received", "Reply", "Script", "split"]
 
 _ids = count(1)
+
+GARBLED = '{"type": "response.output_text.delta", "delta": "cut off'
+"""The ``data:`` payload :attr:`Reply.garble_after` sends: JSON cut off mid-string."""
 
 
 def split(text: str, pieces: int) -> list[str]:
@@ -68,6 +71,8 @@ class Reply:
     """Stream the text, then report this error inside the stream."""
     stall_after: int | None = None
     """Send this many events, then go quiet until :meth:`Script.release` (timeouts)."""
+    garble_after: int | None = None
+    """Send this many events, then one whose ``data:`` line is not valid JSON, and end the stream."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.model_script import Failure, Received, Reply, Script, split
+from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, split
 
 __all__ = ["FakeOpenAI", "chat_chunks", "error_body", "responses_events"]
 
@@ -279,6 +279,9 @@ class FakeOpenAI(Script):
             for n, (name, data) in enumerate(render(reply, body)):
                 if reply.stall_after is not None and n == reply.stall_after:
                     await self.stall()
+                if reply.garble_after is not None and n == reply.garble_after:
+                    await response.write(f"{f'event: {name}' if name else ''}\ndata: {GARBLED}\n\n".lstrip().encode())
+                    break
                 payload = data if isinstance(data, str) else json.dumps(data)
                 await response.write((f"event: {name}\n" if name else "").encode() + f"data: {payload}\n\n".encode())
             await response.write_eof()

@@ -310,3 +310,14 @@ async def test_leaving_the_stream_early_releases_the_response(
 
     assert first == TextDelta(text="one")
     assert second[0] == TextDelta(text="again")
+
+
+async def test_malformed_json_in_the_stream_is_a_classified_retryable_error(
+    fake_anthropic: FakeAnthropic, make_model: MakeModel
+) -> None:
+    fake_anthropic.reply("a", "b", "c", garble_after=3)
+
+    with pytest.raises(ModelError) as caught:
+        await collect(make_model().stream(request()))
+
+    assert (caught.value.code, caught.value.retryable) == ("bad_response", True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -11,6 +12,8 @@ from switchboard.core.model import ChatMessage, Finished, TextDelta, ToolCall, T
 from switchboard.core.providers._transcript import MISSING_RESULT
 from switchboard.core.providers.openai import OpenAIModel
 from switchboard.errors import ModelError
+from tests.core.turns import MemorySink, MemoryStore, runtime
+from tests.core.turns import request as turn_request
 from tests.fakes.model_script import Call, Failure
 from tests.fakes.openai_api import FakeOpenAI
 from tests.providers.conftest import collect, request
@@ -393,3 +396,29 @@ async def test_default_endpoint_is_openai_and_aclose_releases_the_pool() -> None
     finally:
         await model.aclose()
     assert model._client.is_closed()
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_malformed_json_in_the_stream_is_a_classified_retryable_error(
+    wire: Literal["responses", "chat"], fake_openai: FakeOpenAI, make_model: MakeModel
+) -> None:
+    fake_openai.reply("a", "b", "c", garble_after=3)
+
+    with pytest.raises(ModelError) as caught:
+        await collect(make_model(wire).stream(request()))
+
+    assert (caught.value.code, caught.value.retryable) == ("bad_response", True)
+    assert "malformed" in str(caught.value) and "sk-test" not in str(caught.value)
+
+
+async def test_a_turn_retries_past_a_malformed_stream(
+    tmp_path: Path, fake_openai: FakeOpenAI, make_model: MakeModel
+) -> None:
+    fake_openai.reply("lost", garble_after=1)  # before any text reached the user
+    fake_openai.reply("Hello", " again")
+    rt = runtime(tmp_path, model=make_model("chat"))
+
+    result = await rt.run_turn(turn_request("hi"), MemorySink(), MemoryStore())
+
+    assert result.text == "Hello again"
+    assert len(fake_openai.received) == 2

@@ -10,6 +10,7 @@ cause                                     retryable  ``code``            notes
 429 ``insufficient_quota``                no         ``quota``           billing, waiting will not help
 529 / ``overloaded_error``                yes        ``overloaded``      ``retry_after`` when given
 5xx, 408, 409, errors inside a stream     yes        ``server_error``
+malformed JSON in a stream               yes        ``bad_response``    an event the SDK could not parse
 connection failures                       yes        ``connection``
 timeouts                                  yes        ``timeout``
 401 / 403                                 no         ``auth``            names the env var, never the key
@@ -32,7 +33,16 @@ from dataclasses import dataclass, field
 
 from switchboard.errors import ModelError
 
-__all__ = ["ProviderFacts", "auth_error", "redact", "retry_after", "status_error", "stream_error", "transport_error"]
+__all__ = [
+    "ProviderFacts",
+    "auth_error",
+    "bad_response_error",
+    "redact",
+    "retry_after",
+    "status_error",
+    "stream_error",
+    "transport_error",
+]
 
 _MAX_QUOTED = 300
 
@@ -192,6 +202,15 @@ def stream_error(facts: ProviderFacts, *, kind: str | None, message: str | None,
     if kind is None or kind in _RETRYABLE_STREAM_KINDS:
         return ModelError(f"{label}: {quoted}", retryable=True, code="server_error")
     return ModelError(f"{label}: {quoted}", retryable=False, code="bad_request")
+
+
+def bad_response_error(facts: ProviderFacts, *, detail: str) -> ModelError:
+    """The provider streamed something that is not valid JSON: retryable, like any broken response."""
+    return ModelError(
+        f"{facts.name} sent a malformed response (an event that is not valid JSON: {_quote(detail, facts)})",
+        retryable=True,
+        code="bad_response",
+    )
 
 
 def transport_error(facts: ProviderFacts, *, timed_out: bool) -> ModelError:

@@ -78,7 +78,7 @@ def parse_arguments(raw: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return {"_raw": raw}
     if not isinstance(value, dict):
         return {"_raw": raw}

@@ -12,6 +12,7 @@ events of :mod:`switchboard.core.model`: ``TextDelta`` per ``text_delta``, one `
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from switchboard.core.model import (
 from switchboard.core.providers._errors import (
     ProviderFacts,
     auth_error,
+    bad_response_error,
     status_error,
     stream_error,
     transport_error,
@@ -156,6 +158,8 @@ class AnthropicModel:
             raise transport_error(self._facts, timed_out=True) from exc
         except anthropic.APIConnectionError as exc:
             raise transport_error(self._facts, timed_out=False) from exc
+        except json.JSONDecodeError as exc:  # a broken SSE ``data:`` line, raised by the SDK's stream decoder
+            raise bad_response_error(self._facts, detail=exc.msg) from exc
         except httpx2.TimeoutException as exc:
             raise transport_error(self._facts, timed_out=True) from exc
         except httpx2.TransportError as exc:

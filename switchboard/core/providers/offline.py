@@ -93,8 +93,8 @@ class OfflineModel:
     @staticmethod
     def _last_user(request: ModelRequest) -> str:
         for message in reversed(request.messages):
-            if message.role == "user":
-                return message.content.split(WORK_LOG_MARKER, 1)[0]
+            if message.role == "user" and message.trust_class == "user":
+                return message.content
         return ""
 
     def _tool_call(self, request: ModelRequest) -> ToolCall | None:
@@ -107,7 +107,7 @@ class OfflineModel:
             name, raw = command.group(1), command.group(2).strip()
             try:
                 args: Any = json.loads(raw) if raw else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: a user's thousands of "["
                 args = {"_raw": raw}
             if not isinstance(args, dict):
                 args = {"_raw": raw}

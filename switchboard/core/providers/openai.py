@@ -16,6 +16,7 @@ The SDK's own retries are off (``max_retries=0``); the runtime retries on the cl
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -62,6 +63,7 @@ from switchboard.core.model import (
 from switchboard.core.providers._errors import (
     ProviderFacts,
     auth_error,
+    bad_response_error,
     status_error,
     stream_error,
     transport_error,
@@ -175,6 +177,8 @@ class OpenAIModel:
             raise stream_error(
                 self._facts, kind=exc.code or exc.type, message=exc.message, model=request.model
             ) from exc
+        except json.JSONDecodeError as exc:  # a broken SSE ``data:`` line, raised by the SDK's stream decoder
+            raise bad_response_error(self._facts, detail=exc.msg) from exc
         except httpx2.TimeoutException as exc:
             raise transport_error(self._facts, timed_out=True) from exc
         except httpx2.TransportError as exc:
