@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
+import os
 import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
-from switchboard.errors import ConfigError, SwitchboardError
+from switchboard.errors import ConfigError, QueueUnavailableError, SwitchboardError
+from switchboard.sessions import REDIS_URL_FILE
 from switchboard.settings import Settings, load_settings
-
-if TYPE_CHECKING:
-    from switchboard.queue.sessions import SessionSummary
 
 __all__ = ["main"]
 
@@ -85,11 +85,23 @@ async def _serve_web(settings: Settings, stop: asyncio.Event, *, ready: Callable
     from aiohttp import web
 
     from switchboard.app import create_app
+    from switchboard.server import GuardedAppRunner
 
-    runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=2.0)
+    # header/body timeouts and a connection cap (SWITCHBOARD_HTTP__*)
+    runner = GuardedAppRunner(create_app(settings), settings.http, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as err:
+        await runner.cleanup()  # closes what the app opened at start-up (no "Unclosed client session")
+        if err.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {settings.port} on {settings.host} is already in use: set SWITCHBOARD_PORT to a free port "
+                "(or stop the other process)",
+                field="port",
+            ) from None
+        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {err.strerror or err}") from None
     # Everything loaded so far lives as long as the process: keep it out of the collector's full passes.
     gc.freeze()
     port = runner.addresses[0][1] if runner.addresses else settings.port
@@ -103,9 +115,18 @@ async def _serve_web(settings: Settings, stop: asyncio.Event, *, ready: Callable
 
 
 async def _serve_worker(settings: Settings, stop: asyncio.Event) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from switchboard.checks import redacted_url
     from switchboard.worker import run_worker
 
-    await run_worker(settings, stop)
+    try:
+        await run_worker(settings, stop)
+    except (RedisConnectionError, OSError) as err:  # e.g. started before its Redis: one line, not a traceback
+        url = redacted_url(settings.redis_url or "")
+        raise QueueUnavailableError(
+            f"cannot reach Redis at {url}: {err}; start it (or fix SWITCHBOARD_REDIS_URL) and try again"
+        ) from None
 
 
 async def _web_main(settings: Settings) -> None:
@@ -123,6 +144,16 @@ async def _run_main(settings: Settings, started: float, *, embedded: bool) -> No
     fake = None
     if not settings.telegram.enabled:
         fake = await _simulated_telegram(settings)
+    try:
+        await _run_all(settings, started, stop, simulated=fake is not None, embedded=embedded)
+    finally:
+        if fake is not None:
+            await fake.stop()
+
+
+async def _run_all(settings: Settings, started: float, stop: asyncio.Event, *, simulated: bool, embedded: bool) -> None:
+    from switchboard.checks import redacted_url
+
     web_ready = asyncio.Event()
     url_box: list[str] = []
 
@@ -139,14 +170,14 @@ async def _run_main(settings: Settings, started: float, *, embedded: bool) -> No
     if waiter not in done:
         waiter.cancel()
         stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for task in tasks:
-            if task.done() and task.exception():
-                raise task.exception()  # type: ignore[misc]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                raise result
         return
     url = url_box[0]
-    redis_line = f"embedded, data in {settings.data_path}" if embedded else str(settings.redis_url)
-    if fake is not None:
+    redis_line = f"embedded, data in {settings.data_path}" if embedded else redacted_url(str(settings.redis_url))
+    if simulated:
         _write_simulate_file(settings, url)
     print(
         f"\n  Switchboard is ready in {time.monotonic() - started:.1f} s\n"
@@ -155,20 +186,18 @@ async def _run_main(settings: Settings, started: float, *, embedded: bool) -> No
         f"  Redis:     {redis_line}\n"
         + (
             '  Telegram:  simulated (try: switchboard simulate telegram "hello")\n'
-            if fake
+            if simulated
             else "  Telegram:  POST /webhooks/telegram\n"
         )
         + "  Press Ctrl-C to stop.\n",
         flush=True,
     )
-    try:
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
-    finally:
-        if fake is not None:
-            await fake.stop()
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    stop.set()  # one of them failed (or both ended): never keep a web tier up without its worker
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
 
 
 async def _simulated_telegram(settings: Settings) -> Any:
@@ -215,13 +244,18 @@ def cmd_run(settings: Settings) -> int:
         # On a laptop demo the offline model paces its answer, so the reply visibly streams in.
         settings.offline = settings.offline.model_copy(update={"delay_ms": DEMO_OFFLINE_DELAY_MS})
     embedded = None
+    url_file = settings.data_path / REDIS_URL_FILE
     if not settings.redis_url:
         embedded = EmbeddedRedis(settings.data_path / "redis")
         settings.redis_url = embedded.start()
+        # `switchboard sessions …` in another terminal finds the embedded server here (no URL to copy).
+        url_file.write_text(settings.redis_url + "\n")
+        url_file.chmod(0o600)
     try:
         _serve_forever(_run_main(settings, started, embedded=embedded is not None), use_uvloop=settings.uvloop)
     finally:
         if embedded is not None:
+            url_file.unlink(missing_ok=True)
             embedded.stop()
         (settings.data_path / SIMULATE_FILE).unlink(missing_ok=True)
     print("Switchboard stopped.", flush=True)
@@ -231,56 +265,30 @@ def cmd_run(settings: Settings) -> int:
 # ---------------------------------------------------------------- check
 
 
-def cmd_check(settings: Settings) -> int:
+def cmd_check(settings: Settings, environ: Mapping[str, str]) -> int:
     """Print what is enabled and what is misconfigured; exit 1 on any problem."""
-    problems: list[str] = []
-    print(f"config file: {settings.config} ({'found' if settings.config.exists() else 'not found, built-in defaults'})")
-    print(f"data dir:    {settings.data_path}")
-    print(f"model:       {settings.default_model}")
-    if settings.redis_url:
-        import redis as sync_redis
+    from switchboard.checks import check_command
 
-        try:
-            client = sync_redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
-            client.ping()
-            aof = client.config_get("appendonly").get("appendonly")
-            print(f"redis:       {settings.redis_url} reachable (appendonly={aof})")
-            if aof != "yes":
-                problems.append("redis: AOF is off; messages acknowledged could be lost on a crash (appendonly yes)")
-            client.close()
-        except Exception as exc:
-            problems.append(f"redis: cannot reach {settings.redis_url}: {exc}")
-    else:
-        print("redis:       not set; `switchboard run` starts an embedded server (web/worker need a URL)")
-    print("channels:")
-    print("  web        enabled (built in)")
-    for name in ("telegram", "slack", "discord", "teams", "whatsapp", "instagram", "messenger"):
-        block = settings.channel(name)
-        if not block.enabled:
-            print(f"  {name:<10} disabled (no credentials)")
-            continue
-        if name == "telegram" and settings.telegram.secret_token is None:
-            problems.append(
-                "telegram: SWITCHBOARD_TELEGRAM__SECRET_TOKEN is not set; every webhook would be refused "
-                "(choose 1-256 chars of A-Z a-z 0-9 _ - and pass it to setWebhook as secret_token)"
-            )
-        if name != "telegram":
-            print(f"  {name:<10} credentials present, but this version has no {name} adapter yet")
-            continue
-        print(f"  {name:<10} enabled at POST /webhooks/{name}")
-    print("agents:")
-    from switchboard.agents import agent_problems
+    return check_command(settings, environ)
 
-    for agent in settings.file.agents.values():
-        print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
-        problems.extend(agent_problems(settings, agent))
+
+def _refuse_bad_config(settings: Settings, command: str) -> None:
+    """Refuse to start on anything ``check`` reports as a problem (Redis is checked by connecting)."""
+    from switchboard.checks import config_problems
+
+    problems = config_problems(settings)
     if problems:
-        print("problems:")
-        for problem in problems:
-            print(f"  - {problem}")
-        return 1
-    print("ok: no problems found")
-    return 0
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise ConfigError(
+            f"`switchboard {command}` refuses to start; fix these first (see `switchboard check`):\n{listed}"
+        )
+
+
+def _warn_unknown_variables(settings: Settings, environ: Mapping[str, str]) -> None:
+    from switchboard.checks import unknown_variables
+
+    for warning in unknown_variables(environ, settings):
+        logger.warning("%s", warning)
 
 
 # ---------------------------------------------------------------- simulate, sessions, agents
@@ -295,55 +303,9 @@ def cmd_simulate(settings: Settings, channel: str, text: str, timeout: float) ->
 
 def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -> int:
     """``sessions list`` / ``sessions show KEY`` / ``sessions stop KEY``."""
-    from switchboard.queue.cancellation import request_stop
-    from switchboard.queue.connection import async_client
-    from switchboard.queue.sessions import list_sessions, timeline
-    from switchboard.types import SessionKey
+    from switchboard.sessions import sessions_command
 
-    url = _require_redis(settings, "sessions")
-
-    async def go() -> int:
-        redis = async_client(url)
-        try:
-            if action == "list":
-                rows = await list_sessions(redis, limit=limit)
-                if not rows:
-                    print("no sessions yet")
-                for row in rows:
-                    print(_format_row(row))
-                return 0
-            assert key is not None
-            if action == "stop":
-                heard = await request_stop(redis, SessionKey(key), reason="stopped by an operator")
-                print(f"stop sent to {heard} worker(s); the running turn of {key} (if any) stops now")
-                return 0 if heard else 1
-            events = await timeline(redis, SessionKey(key), count=limit)
-            if not events:
-                print(f"no events for session {key!r} (see `switchboard sessions list`)")
-                return 1
-            for event in events:
-                print(_format_event(event))
-            return 0
-        finally:
-            await redis.aclose()
-
-    return asyncio.run(go())
-
-
-def _format_row(row: SessionSummary) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.last_activity)) if row.last_activity else "-"
-    return (
-        f"{row.key}  {when}  channel={row.channel}  status={row.status}  waiting={row.inbox_depth}  "
-        f"received={row.received}  dead_letters={row.dead_letters}"
-    )
-
-
-def _format_event(event: dict[str, Any]) -> str:
-    at = event.get("at")
-    when = time.strftime("%H:%M:%S", time.localtime(float(at))) + f".{int(float(at) * 1000) % 1000:03d}" if at else "-"
-    kind = event.get("kind", "?")
-    rest = {k: v for k, v in event.items() if k not in {"at", "kind", "id", "ts"}}
-    return f"{when}  {kind:<18} " + " ".join(f"{k}={v}" for k, v in rest.items())
+    return sessions_command(settings, action, key, limit)
 
 
 def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
@@ -356,32 +318,113 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
 # ---------------------------------------------------------------- entry
 
 
+_ENV_HELP = (
+    "Configuration comes from SWITCHBOARD_* environment variables (nested with __, e.g. "
+    "SWITCHBOARD_TELEGRAM__BOT_TOKEN) and the YAML file named by SWITCHBOARD_CONFIG; see the README."
+)
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    command = sub.add_parser(
+        name, help=summary, description=f"{description}\n\n{_ENV_HELP}", formatter_class=_Formatter
+    )
+    command.set_defaults(command_parser=command)
+    return command
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps each paragraph of a description on its own, and shows an option's default when it has one."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n\n".join(super(_Formatter, self)._fill_text(part, width, indent) for part in text.split("\n\n"))
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default not in (None, argparse.SUPPRESS) and action.option_strings and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="switchboard", description="Switchboard: connect AI agents to the chat apps people already use."
+        prog="switchboard",
+        description="Switchboard: connect AI agents to the chat apps people already use.\n\n" + _ENV_HELP,
+        formatter_class=_Formatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("run", help="all-in-one: embedded Redis, web tier, one worker (Ctrl-C stops everything)")
-    sub.add_parser("web", help="the web tier: webhooks, web chat, /healthz, /metrics (needs SWITCHBOARD_REDIS_URL)")
-    sub.add_parser("worker", help="a worker: agent runs and deliveries (needs SWITCHBOARD_REDIS_URL)")
-    sub.add_parser("check", help="validate configuration and credentials, ping Redis, print what is enabled")
-    sim = sub.add_parser("simulate", help="send a signed platform request to a running gateway, print the reply")
-    sim.add_argument("channel", choices=["telegram", "web"])
-    sim.add_argument("text")
-    sim.add_argument("--timeout", type=float, default=30.0)
-    sessions = sub.add_parser("sessions", help="list sessions, show one session's timeline, or stop its running turn")
-    sessions.add_argument("action", choices=["list", "show", "stop"])
-    sessions.add_argument("key", nargs="?")
-    sessions.add_argument("--limit", type=int, default=50)
-    agents = sub.add_parser("agents", help="list agents, show one, or validate them all")
-    agents.add_argument("action", choices=["list", "show", "validate"])
-    agents.add_argument("name", nargs="?")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)")
+    _command(
+        sub,
+        "run",
+        "all-in-one: embedded Redis, web tier, one worker (Ctrl-C stops everything)",
+        "Start everything on this machine: an embedded Redis-compatible server (unless SWITCHBOARD_REDIS_URL is "
+        "set), the web tier on SWITCHBOARD_HOST:SWITCHBOARD_PORT, one worker, and a simulated Telegram when no "
+        "bot token is set. Refuses to start on any problem `switchboard check` reports.",
+    )
+    _command(
+        sub,
+        "web",
+        "the web tier: webhooks, web chat, /healthz, /metrics (needs SWITCHBOARD_REDIS_URL)",
+        "Serve webhooks, the web chat and its API, /healthz and /metrics on SWITCHBOARD_HOST:SWITCHBOARD_PORT. "
+        "Needs SWITCHBOARD_REDIS_URL; run as many as you like behind a load balancer.",
+    )
+    _command(
+        sub,
+        "worker",
+        "a worker: agent runs and deliveries (needs SWITCHBOARD_REDIS_URL)",
+        "Run agent turns and deliver their replies, many sessions at once. Needs SWITCHBOARD_REDIS_URL; run as "
+        "many as you like, on any machine that reaches that Redis.",
+    )
+    _command(
+        sub,
+        "check",
+        "validate configuration and credentials, ping Redis, print what is enabled",
+        "Print the configuration in effect (config file, data directory, model, Redis, channels, agents), warn "
+        "about SWITCHBOARD_* variables that no setting reads, and list every problem. Exit status 1 when there "
+        "is a problem; `run`, `web` and `worker` refuse to start on the same problems.",
+    )
+    sim = _command(
+        sub,
+        "simulate",
+        "send a signed platform request to a running gateway, print the reply",
+        "Send TEXT as a user of CHANNEL to the gateway started by `switchboard run` in this directory (found "
+        "through SWITCHBOARD_DATA_DIR) and print the reply. Telegram needs `run` without a bot token, so that "
+        "its built-in fake Bot API captures the reply.",
+    )
+    sim.add_argument("channel", choices=["telegram", "web"], help="the channel to speak as a user of")
+    sim.add_argument("text", help="the message text to send")
+    sim.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the reply")
+    sessions = _command(
+        sub,
+        "sessions",
+        "list sessions, show one session's timeline, or stop its running turn",
+        "list: the most recently active sessions. show KEY: one session's event timeline. stop KEY: stop the "
+        "turn running for a session. Uses SWITCHBOARD_REDIS_URL, or else the embedded server of a "
+        "`switchboard run` serving SWITCHBOARD_DATA_DIR.",
+    )
+    sessions.add_argument("action", choices=["list", "show", "stop"], help="what to do")
+    sessions.add_argument("key", nargs="?", help="session key (show, stop), as `sessions list` prints it")
+    sessions.add_argument("--limit", type=int, default=50, help="most sessions (list) or events (show) to print")
+    agents = _command(
+        sub,
+        "agents",
+        "list agents, show one, or validate them all",
+        "list: every agent with its status and model. show NAME: one agent's profile, model, limits and tools. "
+        "validate: every agent's problems (exit status 1 when there is one). Reads the YAML file only.",
+    )
+    agents.add_argument("action", choices=["list", "show", "validate"], help="what to do")
+    agents.add_argument("name", nargs="?", help="agent name (show)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``switchboard`` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "sessions" and args.action in {"show", "stop"} and not args.key:
+        args.command_parser.error(f"`sessions {args.action}` needs a session KEY (see `switchboard sessions list`)")
+    if args.command == "agents" and args.action == "show" and not args.name:
+        args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
     try:
         settings = load_settings()
     except ConfigError as err:
@@ -389,6 +432,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(settings.log_level)
     try:
+        if args.command in {"run", "web", "worker"}:
+            _refuse_bad_config(settings, args.command)
+            _warn_unknown_variables(settings, os.environ)
+            # conversation text lives in the data dir (AOF, workspaces, result files): this user only
+            os.umask(0o077)
+            if args.command != "web":
+                from switchboard.queue.embedded import make_private_dir
+
+                make_private_dir(settings.data_path)
         if args.command == "run":
             return cmd_run(settings)
         if args.command == "web":
@@ -400,16 +452,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _serve_forever(_worker_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "check":
-            return cmd_check(settings)
+            return cmd_check(settings, os.environ)
         if args.command == "simulate":
             return cmd_simulate(settings, args.channel, args.text, args.timeout)
         if args.command == "sessions":
-            if args.action == "show" and not args.key:
-                print(
-                    "switchboard: `sessions show` needs a session KEY (see `switchboard sessions list`)",
-                    file=sys.stderr,
-                )
-                return 2
             return cmd_sessions(settings, args.action, args.key, args.limit)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)

@@ -1,8 +1,9 @@
-"""A small Telegram Bot API client on one aiohttp session: POST JSON, read ``{"ok": …}``, map errors.
+"""A small Telegram Bot API client on one aiohttp session: POST JSON (or a file), read ``{"ok": …}``, map errors.
 
 One :class:`aiohttp.ClientSession` (a keep-alive pool) serves an adapter for its whole life; a call is one
-POST of a JSON body to ``{root}/bot{token}/{method}``. The token sits in the URL path, so nothing here ever
-logs or quotes a URL, and every error text is scrubbed of the token before it leaves.
+POST of a JSON body to ``{root}/bot{token}/{method}`` (``multipart/form-data`` when it carries a file). The
+token sits in the URL path, so nothing here ever logs or quotes a URL, and every error text is scrubbed of the
+token before it leaves.
 
 Answers map to the gateway's errors: 429 (with ``parameters.retry_after``) → :class:`RateLimitedError`;
 5xx, timeouts and network trouble → retryable :class:`DeliveryError`; other 4xx (and a
@@ -14,20 +15,33 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
 
 from switchboard.errors import DeliveryError, RateLimitedError
 
-__all__ = ["BotApi", "BotApiRefusal"]
+__all__ = ["BotApi", "BotApiRefusal", "Upload"]
 
 logger = logging.getLogger(__name__)
 
 _CHANNEL: Final = "telegram"
 _POOL_SIZE: Final = 128
 _TIMEOUT: Final = aiohttp.ClientTimeout(total=20, connect=5, sock_read=10)
+_UPLOAD_TIMEOUT: Final = aiohttp.ClientTimeout(total=300, connect=5, sock_read=60)
+"""Up to 50 MB goes up in one request: minutes on a slow uplink, not the 20 s of a text message."""
 _JSON: Final = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """One file sent as a multipart field: ``field`` is the Bot API parameter (``document``, ``photo``)."""
+
+    field: str
+    filename: str
+    data: bytes
+    content_type: str
 
 
 class BotApiRefusal(DeliveryError):
@@ -80,8 +94,31 @@ class BotApi:
             DeliveryError: 5xx, a timeout, a network failure or an unreadable answer (retryable).
         """
         body = json.dumps({k: v for k, v in params.items() if v is not None}, separators=(",", ":"))
+        return await self._post(method, data=body.encode(), headers=_JSON, limits=None)
+
+    async def upload(self, method: str, params: dict[str, Any], upload: Upload) -> Any:
+        """Call ``method`` as ``multipart/form-data`` with one file (``sendDocument``, ``sendPhoto``).
+
+        Object parameters (``reply_parameters``) travel as JSON strings, as the Bot API expects in a form.
+
+        Raises:
+            RateLimitedError: 429; retry after ``retry_after`` seconds.
+            BotApiRefusal: any other 4xx (the file too big, a photo Telegram cannot process).
+            DeliveryError: 5xx, a timeout, a network failure or an unreadable answer (retryable).
+        """
+        form = aiohttp.FormData()
+        for key, value in params.items():
+            if value is None:
+                continue
+            form.add_field(key, value if isinstance(value, str) else json.dumps(value, separators=(",", ":")))
+        form.add_field(upload.field, upload.data, filename=upload.filename, content_type=upload.content_type)
+        return await self._post(method, data=form, headers=None, limits=_UPLOAD_TIMEOUT)
+
+    async def _post(
+        self, method: str, *, data: Any, headers: dict[str, str] | None, limits: aiohttp.ClientTimeout | None
+    ) -> Any:
         try:
-            async with self._http().post(self._base + method, data=body.encode(), headers=_JSON) as resp:
+            async with self._http().post(self._base + method, data=data, headers=headers, timeout=limits) as resp:
                 status = resp.status
                 raw = await resp.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -94,6 +131,12 @@ class BotApi:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
+            if status == 413:
+                raise BotApiRefusal(
+                    f"telegram refused {method}: the upload is too large",
+                    status=413,
+                    description="Request Entity Too Large",
+                )
             raise DeliveryError(
                 f"telegram answered {method} with HTTP {status} and no Bot API answer",
                 channel=_CHANNEL,

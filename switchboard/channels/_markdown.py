@@ -16,11 +16,14 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from pathlib import PurePath
+from typing import NamedTuple, assert_never
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
+
+from switchboard.core.actions import OfferChoice, SendFile
 
 __all__ = [
     "MAX_MESSAGE_LENGTH",
@@ -318,29 +321,17 @@ def visible_text(markup: str) -> str:
     return html.unescape(re.sub(r"<[^<>]*>", "", markup))
 
 
-def action_markdown(action: object) -> str | None:
-    """Markdown standing in for an action a channel cannot show natively (choices as numbered options, files).
+def action_markdown(action: OfferChoice | SendFile) -> str:
+    """Markdown standing in for an action a channel shows as text: a choice as numbered options, a file's line.
 
-    Reads the usual fields by name (``text``/``caption``/``prompt``, ``options``/``choices``, ``filename``);
-    ``None`` when there is nothing to show.
+    A :class:`SendFile` gives its caption and a ``📎 name`` line (for channels that cannot upload the file itself).
     """
-    text = ""
-    for name in ("text", "caption", "prompt", "question", "title"):
-        value = getattr(action, name, None)
-        if isinstance(value, str) and value.strip():
-            text = value
-            break
-    lines = [text] if text else []
-    options = getattr(action, "options", None) or getattr(action, "choices", None)
-    if isinstance(options, list | tuple) and options:
-        labels = []
-        for number, option in enumerate(options, 1):
-            label = option if isinstance(option, str) else None
-            for name in ("label", "text", "title"):
-                label = label or getattr(option, name, None)
-            labels.append(f"{number}. {label or option}")
-        lines.append("\n".join(labels))
-    filename = getattr(action, "filename", None) or getattr(action, "name", None)
-    if getattr(action, "kind", "") == "file" and isinstance(filename, str):
-        lines.append(f"📎 {filename}")
-    return "\n\n".join(lines) or None
+    match action:
+        case OfferChoice():
+            options = "\n".join(f"{number}. {option}" for number, option in enumerate(action.options, 1))
+            return f"{action.question}\n\n{options}" if action.question.strip() else options
+        case SendFile():
+            line = f"📎 {PurePath(action.path).name}"
+            return f"{action.caption}\n\n{line}" if action.caption.strip() else line
+        case _:
+            assert_never(action)

@@ -7,7 +7,9 @@ agent on every text message; groups only when the bot is mentioned (``@username`
 caption parse to nothing (not handled yet; no error, so Telegram stops retrying them).
 
 python-telegram-bot's types normalise what comes in; sends are plain JSON POSTs on one aiohttp pool for the
-adapter's life (:mod:`~switchboard.channels._botapi`) against the configurable Bot API root. Markdown is
+adapter's life (:mod:`~switchboard.channels._botapi`) against the configurable Bot API root; files go up as
+``multipart/form-data`` (``sendPhoto`` / ``sendDocument``, :mod:`~switchboard.channels._telegram_files`). Choices
+are shown as numbered options. Markdown is
 rendered to Telegram HTML and split after rendering. Link previews are off, so Telegram never fetches a link
 the model wrote on its own.
 """
@@ -21,21 +23,38 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from telegram import MessageEntity, User
 from telegram.constants import ChatType, MessageEntityType
 
 from switchboard.channels._botapi import BotApi, BotApiRefusal
-from switchboard.channels._markdown import action_markdown, render_messages, visible_text
+from switchboard.channels._markdown import (
+    action_markdown,
+    markdown_to_html,
+    render_messages,
+    split_html,
+    visible_text,
+)
+from switchboard.channels._telegram_files import upload_file
 from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
-from switchboard.core.actions import Action, SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.actions import (
+    Action,
+    OfferChoice,
+    SendError,
+    SendFile,
+    SendText,
+    SendTyping,
+    SetStatus,
+    StreamDelta,
+)
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, SignatureError
 from switchboard.settings import TelegramSettings
 
-__all__ = ["SECRET_HEADER", "TelegramChannel"]
+__all__ = ["MAX_CAPTION_LENGTH", "SECRET_HEADER", "TelegramChannel"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +64,8 @@ _ERROR_TEXT_LIMIT = 1000
 _PROGRESS_KEEP = 2048
 _NO_PREVIEW = {"is_disabled": True}
 _INTEGER = re.compile(r"-?\d+")
+MAX_CAPTION_LENGTH = 1024
+"""Telegram's caption limit (``telegram.constants.MessageLimit.CAPTION_LENGTH``)."""
 # python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it builds a time period as an int; opting in
 # to the future timedelta behaviour is the documented way to stop that (the variable is read on every use).
 os.environ.setdefault("PTB_TIMEDELTA", "true")
@@ -358,24 +379,52 @@ class TelegramChannel:
             RateLimitedError: Telegram answered 429; retry after ``retry_after`` seconds.
             DeliveryError: ``retryable`` for network trouble and 5xx, not for 4xx.
         """
-        if isinstance(action, SendText):
-            return await self._send(render_messages(action.text), conversation, idempotency_key, "HTML")
-        if isinstance(action, SendTyping):
-            chat_id, thread, _ = self._route(conversation)
-            params = {"chat_id": chat_id, "action": "typing", "message_thread_id": thread}
-            await self._client().call("sendChatAction", params)
-            return Receipt(parts=0, detail={"action": "typing"})
-        if isinstance(action, SetStatus | StreamDelta):
-            return Receipt(parts=0)
-        if isinstance(action, SendError):
-            text = action.message.strip()[:_ERROR_TEXT_LIMIT] or "Sorry, something went wrong."
-            return await self._send([text], conversation, idempotency_key, None)
-        fallback = action_markdown(action)
-        kind = str(getattr(action, "kind", type(action).__name__))
-        if fallback is None:
-            logger.warning("telegram cannot show a %r action; skipped", kind)
-            return Receipt(parts=0, detail={"skipped": kind})
-        return await self._send(render_messages(fallback), conversation, idempotency_key, "HTML")
+        match action:
+            case SendText():
+                return await self._send(render_messages(action.text), conversation, idempotency_key, "HTML")
+            case SendTyping():
+                chat_id, thread, _ = self._route(conversation)
+                params = {"chat_id": chat_id, "action": "typing", "message_thread_id": thread}
+                await self._client().call("sendChatAction", params)
+                return Receipt(parts=0, detail={"action": "typing"})
+            case SetStatus() | StreamDelta():
+                return Receipt(parts=0)
+            case SendError():
+                text = action.message.strip()[:_ERROR_TEXT_LIMIT] or "Sorry, something went wrong."
+                return await self._send([text], conversation, idempotency_key, None)
+            case SendFile():
+                return await self._send_file(action, conversation, idempotency_key)
+            case OfferChoice():
+                # Button taps arrive as callback queries, which this adapter does not read yet: numbered options.
+                markdown = action_markdown(action)
+                return await self._send(render_messages(markdown), conversation, idempotency_key, "HTML")
+            case _:
+                assert_never(action)
+
+    async def _send_file(self, action: SendFile, conversation: ConversationRef, key: str) -> Receipt:
+        """The file as a photo or a document (see :mod:`~switchboard.channels._telegram_files`), with its caption.
+
+        A caption longer than Telegram's 1,024 characters keeps its first part on the file; the rest follows
+        as messages.
+        """
+        caption_parts = split_html(markdown_to_html(action.caption), MAX_CAPTION_LENGTH) if action.caption else []
+        chat_id, thread, reply_to = self._route(conversation)
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_thread_id": thread,
+            "caption": caption_parts[0] if caption_parts else None,
+            "parse_mode": "HTML" if caption_parts else None,
+            "reply_parameters": (
+                {"message_id": reply_to, "allow_sending_without_reply": True} if reply_to is not None else None
+            ),
+        }
+        method, message, size = await upload_file(self._client(), Path(action.path), action.mime_type, params)
+        ids = (str(message["message_id"]),)
+        detail = {"method": method, "bytes": str(size)}
+        if len(caption_parts) <= 1:
+            return Receipt(platform_ids=ids, parts=1, detail=detail)
+        rest = await self._send(caption_parts[1:], conversation, f"{key}:caption", "HTML")
+        return Receipt(platform_ids=ids + rest.platform_ids, parts=1 + rest.parts, detail=detail)
 
     @staticmethod
     def _route(conversation: ConversationRef) -> tuple[int | str, int | None, int | None]:

@@ -6,9 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchboard.core.effects import EffectPolicy
 from switchboard.types import BusyPolicy
 
-__all__ = ["Agent", "AgentLimits", "AgentProfile", "AgentStatus"]
+__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus"]
 
 AgentStatus = Literal["draft", "ready"]
 
@@ -31,8 +32,9 @@ class AgentLimits(BaseModel):
     """Model decisions per turn; at the budget one last turn without tools answers the user."""
     deadline_s: float = Field(120.0, gt=0)
     """Wall-clock budget of one turn."""
-    max_output_chars: int = Field(16_000, ge=1)
-    """Longest reply the agent may send in one turn."""
+    max_output_chars: int = Field(40_000, ge=1)
+    """Longest reply the agent may send in one turn; a longer one is cut with a notice saying so. The default
+    holds five full-length model steps (2,048 tokens, ~8,000 characters each), about ten Telegram messages."""
     max_input_tokens: int = Field(32_000, ge=256)
     """Context budget: the most the model is ever sent in one request."""
     max_output_tokens: int = Field(2_048, ge=16)
@@ -43,6 +45,17 @@ class AgentLimits(BaseModel):
     """Tool calls per turn."""
     max_turn_tokens: int | None = Field(None, ge=256)
     """Input plus output tokens over one whole turn (``None``: bounded by the step budget only)."""
+
+
+class AgentPolicy(BaseModel):
+    """What the agent may do on its own, outside what the model decides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    untrusted_effects: EffectPolicy = "refuse"
+    """A risky write (``send_file``, ``offer_choice``) asked for after a document, file or search result entered
+    the turn: ``refuse`` (the model is told the user must confirm it) or ``allow``. The interim gate until
+    approvals exist."""
 
 
 class Agent(BaseModel):
@@ -60,11 +73,24 @@ class Agent(BaseModel):
     busy_policy: BusyPolicy = "sequential"
     codeact: bool = False
     """Let the model answer with a program that calls tools as functions."""
+    policy: AgentPolicy = Field(default_factory=AgentPolicy)
 
     @property
     def status(self) -> AgentStatus:
         """``ready`` once the agent has a profile and instructions, else ``draft``."""
         return "ready" if self.profile is not None and self.instructions.strip() else "draft"
+
+    def missing(self) -> list[str]:
+        """What keeps the agent in draft (``profile``, ``instructions``); empty when it is ready."""
+        found = [] if self.profile is not None else ["profile"]
+        return found if self.instructions.strip() else [*found, "instructions"]
+
+    def draft_notice(self) -> str:
+        """What a user who writes to this agent while it is a draft is told (a draft is never served)."""
+        return (
+            f"This agent is not ready yet (draft): it has no {' and no '.join(self.missing())}. "
+            "Its operator has been told; please try again later."
+        )
 
     def problems(self) -> list[str]:
         """What keeps the agent in draft, in words an operator can act on."""

@@ -2,8 +2,10 @@
 
 A :class:`Budget` counts what a turn has used — model steps, tool calls, tokens, credits, output
 characters, wall-clock time — against the agent's limits narrowed by the request envelope. The
-runtime asks :meth:`Budget.exhausted` before every step; once a budget runs out, one last model call
-without tools answers the user.
+runtime asks :meth:`Budget.exhausted` before every step, and :meth:`Budget.can_afford_step` with the step's
+worst case (estimated input plus every output token it may write), so a credit cap is never passed; once a
+budget runs out, one last model call without tools answers the user, its output capped to what the credits
+left can pay (:meth:`Budget.affordable_output_tokens`).
 
 Credits are metered from a :class:`PriceTable` (credits per 1,000 tokens, by ``provider:model``)
 plus each tool's own :attr:`~switchboard.core.tools.Tool.cost`.
@@ -19,9 +21,16 @@ from typing import Literal
 from switchboard.core.agent import AgentLimits
 from switchboard.core.turn import TurnRequest
 
-__all__ = ["Budget", "BudgetName", "PriceTable"]
+__all__ = ["INPUT_ESTIMATE_MARGIN", "MIN_ANSWER_TOKENS", "Budget", "BudgetName", "PriceTable"]
 
-BudgetName = Literal["steps", "tool_calls", "tokens", "credits", "deadline", "context", "repeat_guard"]
+MIN_ANSWER_TOKENS = 16
+"""A final answer the credits left cannot pay this many tokens for is not asked for (a fixed reply instead)."""
+
+INPUT_ESTIMATE_MARGIN = 1.25
+"""Input tokens are estimated before a step (four ASCII characters a token); providers count their own way and
+add framing, so the credit check before a step assumes a quarter more."""
+
+BudgetName = Literal["steps", "tool_calls", "tokens", "credits", "deadline", "context", "repeat_guard", "output"]
 """Which budget (or guard) ended a turn early; reported as ``TurnResult.stopped_by``."""
 
 
@@ -129,6 +138,30 @@ class Budget:
         if self.tool_calls_left <= 0:
             return False
         return self.max_credits is None or self.credits + cost <= self.max_credits + 1e-9
+
+    def step_worst_case(self, spec: str, input_tokens: int, max_output_tokens: int) -> float:
+        """Credits one model step can cost at most: its estimated input (with a margin) and every output token."""
+        rate_in, rate_out = self.prices.rates(spec)
+        return (input_tokens * INPUT_ESTIMATE_MARGIN * rate_in + max_output_tokens * rate_out) / 1000.0
+
+    def can_afford_step(self, spec: str, input_tokens: int, max_output_tokens: int) -> bool:
+        """Whether a model step fits the credit budget even if it costs its worst case (a cap is a cap)."""
+        if self.max_credits is None:
+            return True
+        worst = self.step_worst_case(spec, input_tokens, max_output_tokens)
+        return self.credits + worst <= self.max_credits + 1e-9
+
+    def affordable_output_tokens(self, spec: str, input_tokens: int, wanted: int) -> int:
+        """The most output tokens (up to ``wanted``) a step with this input may write within the credit budget."""
+        if self.max_credits is None:
+            return wanted
+        rate_in, rate_out = self.prices.rates(spec)
+        left = self.max_credits - self.credits - input_tokens * INPUT_ESTIMATE_MARGIN * rate_in / 1000.0
+        if left < 0:
+            return 0
+        if rate_out <= 0:
+            return wanted
+        return max(0, min(wanted, int(left * 1000.0 / rate_out)))
 
     def remaining_s(self, *, now: float | None = None) -> float:
         """Seconds until the deadline (negative once it has passed)."""

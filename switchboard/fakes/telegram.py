@@ -1,10 +1,13 @@
 """A fake Telegram Bot API: a small aiohttp app speaking the real wire format, recording every call.
 
 It answers ``/bot<token>/<method>`` (JSON, form or query parameters) for ``getMe``, ``sendMessage``,
-``sendChatAction``, ``editMessageText``, ``setWebhook``, ``deleteWebhook`` and ``getWebhookInfo``,
-with Telegram's error shapes: 401 for a wrong token, 404 for an unknown method, 400 for text that
-Telegram's HTML parser would refuse or that is over 4,096 characters, and 429 with ``retry_after``
-when told to. Inspection routes serve ``switchboard simulate`` and the benchmarks:
+``sendChatAction``, ``editMessageText``, ``setWebhook``, ``deleteWebhook`` and ``getWebhookInfo``, and
+``sendDocument`` / ``sendPhoto`` as ``multipart/form-data`` uploads (the file's name, type, size and bytes are
+kept in :attr:`FakeTelegramState.files`; the recorded call shows name, type and size), with Telegram's error
+shapes: 401 for a wrong token, 404 for an unknown method, 400 for text or a caption that Telegram's HTML parser
+would refuse or that is over 4,096 (caption: 1,024) characters, for a missing file or a photo over 10 MB,
+413 for a file over 50 MB, and 429 with ``retry_after`` when told to.
+Inspection routes serve ``switchboard simulate`` and the benchmarks:
 
 - ``GET /_fake/calls?since=<seq>&chat_id=<id>&method=sendMessage&wait=<s>`` → recorded successful calls
   (add ``include_failed=1`` for refused ones); ``wait`` long-polls until one matches;
@@ -18,22 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
 import re
 import time
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from typing import Any
 
 from aiohttp import web
 
+from switchboard.fakes.telegram_html import check_html
 from switchboard.fakes.telegram_updates import SECRET_HEADER, make_update, sign_update
 
 __all__ = [
     "FAKE_STATE",
     "SECRET_HEADER",
     "FakeCall",
+    "FakeFile",
     "FakeTelegram",
     "FakeTelegramState",
     "check_html",
@@ -42,76 +45,16 @@ __all__ = [
     "sign_update",
 ]
 
-_ALLOWED_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "tg-spoiler", "span", "a", "code", "pre"}
-_ALLOWED_TAGS |= {"blockquote", "tg-emoji"}
-_NAMED_ENTITIES = {"lt", "gt", "amp", "quot"}
 _CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice"}
 _CHAT_ACTIONS |= {"upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
 _JSON_PARAMS = {"reply_parameters", "link_preview_options", "reply_markup", "entities", "allowed_updates"}
 _METHODS = {"getMe", "sendMessage", "sendChatAction", "editMessageText", "setWebhook", "deleteWebhook"}
-_METHODS |= {"getWebhookInfo"}
+_METHODS |= {"getWebhookInfo", "sendDocument", "sendPhoto"}
 MAX_TEXT = 4096
-
-
-class _HtmlCheck(HTMLParser):
-    """Telegram's HTML parse mode, strictly: allowed tags only, balanced, ``<``/``>``/``&`` escaped."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=False)
-        self.stack: list[str] = []
-        self.text: list[str] = []
-        self.error: str | None = None
-
-    def _fail(self, message: str) -> None:
-        if self.error is None:
-            self.error = message
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in _ALLOWED_TAGS:
-            self._fail(f'Unsupported start tag "{tag}"')
-        elif tag == "span" and dict(attrs).get("class") != "tg-spoiler":
-            self._fail('Unsupported start tag "span"')
-        elif "code" in self.stack or ("pre" in self.stack and not (tag == "code" and self.stack[-1] == "pre")):
-            self._fail(f'Can\'t nest "{tag}" inside code or pre')
-        elif "a" in self.stack and tag in {"a", "code", "pre"}:
-            self._fail(f'Can\'t nest "{tag}" inside a link')
-        elif tag == "blockquote" and "blockquote" in self.stack:
-            self._fail("Blockquotes can't be nested")
-        self.stack.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if not self.stack or self.stack[-1] != tag:
-            self._fail(f'Can\'t find end tag corresponding to start tag "{self.stack[-1] if self.stack else tag}"')
-            return
-        self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        if any(c in data for c in "<>&"):
-            self._fail("Unescaped <, > or & in text")
-        self.text.append(data)
-
-    def handle_entityref(self, name: str) -> None:
-        if name not in _NAMED_ENTITIES:
-            self._fail(f'Unsupported HTML entity "&{name};"')
-        self.text.append(html.unescape(f"&{name};"))
-
-    def handle_charref(self, name: str) -> None:
-        self.text.append(html.unescape(f"&#{name};"))
-
-    def check(self, markup: str) -> str:
-        """The visible text, or raise ``ValueError`` with Telegram's kind of message."""
-        self.feed(markup)
-        self.close()
-        if self.stack:
-            self._fail(f'Can\'t find end tag corresponding to start tag "{self.stack[-1]}"')
-        if self.error:
-            raise ValueError(self.error)
-        return "".join(self.text)
-
-
-def check_html(markup: str) -> str:
-    """Parse ``markup`` the way Telegram's HTML mode does; return the visible text or raise ``ValueError``."""
-    return _HtmlCheck().check(markup)
+MAX_CAPTION = 1024
+MAX_PHOTO_BYTES = 10 * 1000 * 1000
+MAX_DOCUMENT_BYTES = 50 * 1000 * 1000
+_UPLOAD_FIELDS = {"sendDocument": "document", "sendPhoto": "photo"}
 
 
 @dataclass(slots=True)
@@ -127,6 +70,24 @@ class FakeCall:
     def to_json(self) -> dict[str, Any]:
         """The call as served by ``/_fake/calls``."""
         return {"seq": self.seq, "method": self.method, "params": self.params, "time": self.time, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
+class FakeFile:
+    """A file uploaded with ``sendDocument`` or ``sendPhoto``."""
+
+    method: str
+    chat_id: Any
+    message_id: int
+    filename: str
+    content_type: str
+    content: bytes
+    caption: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes received."""
+        return len(self.content)
 
 
 @dataclass(slots=True)
@@ -147,6 +108,8 @@ class FakeTelegramState:
     bot: dict[str, Any]
     calls: list[FakeCall] = field(default_factory=list)
     messages: dict[tuple[Any, int], str] = field(default_factory=dict)
+    files: list[FakeFile] = field(default_factory=list)
+    """Files received with ``sendDocument`` / ``sendPhoto``, in order."""
     webhook: dict[str, Any] = field(default_factory=dict)
     plan: list[_Planned] = field(default_factory=list)
     """Answers to give instead of the real ones, in order."""
@@ -210,14 +173,19 @@ def _error(status: int, description: str, **parameters: Any) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _params(request: web.Request) -> dict[str, Any]:
+async def _params(request: web.Request) -> tuple[dict[str, Any], dict[str, web.FileField]]:
     params: dict[str, Any] = dict(request.query)
+    uploads: dict[str, web.FileField] = {}
     if request.can_read_body:
         if request.content_type == "application/json":
             body = await request.json()
             params.update(body if isinstance(body, dict) else {})
         else:
-            params.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+            for key, value in (await request.post()).items():
+                if isinstance(value, str):
+                    params[key] = value
+                elif isinstance(value, web.FileField):
+                    uploads[key] = value
     for key in _JSON_PARAMS & params.keys():
         if isinstance(params[key], str):
             with contextlib.suppress(ValueError):
@@ -228,7 +196,44 @@ async def _params(request: web.Request) -> dict[str, Any]:
     for key in ("message_id", "message_thread_id"):
         if isinstance(params.get(key), str) and params[key].lstrip("-").isdigit():
             params[key] = int(params[key])
-    return params
+    return params, uploads
+
+
+def _upload(
+    state: FakeTelegramState, method: str, params: dict[str, Any], uploads: dict[str, web.FileField]
+) -> web.Response:
+    """``sendDocument`` / ``sendPhoto`` with the file as a multipart field."""
+    name = _UPLOAD_FIELDS[method]
+    upload = uploads.get(name)
+    if upload is None:
+        return _error(400, f"Bad Request: there is no {name} in the request")
+    content = upload.file.read()
+    params[name] = {"filename": upload.filename, "content_type": upload.content_type, "size": len(content)}
+    if len(content) > MAX_DOCUMENT_BYTES:
+        return _error(413, "Request Entity Too Large")
+    if method == "sendPhoto" and len(content) > MAX_PHOTO_BYTES:
+        return _error(400, "Bad Request: PHOTO_SAVE_FILE_INVALID")
+    caption = params.get("caption")
+    if caption is not None:
+        visible = str(caption)
+        if str(params.get("parse_mode", "")).upper() == "HTML":
+            try:
+                visible = check_html(visible)
+            except ValueError as err:
+                return _error(400, f"Bad Request: can't parse entities: {err}")
+        if len(visible.encode("utf-16-le")) // 2 > MAX_CAPTION:
+            return _error(400, "Bad Request: message caption is too long")
+    message_id = state.next_message_id(params["chat_id"])
+    state.files.append(
+        FakeFile(method, params["chat_id"], message_id, upload.filename, upload.content_type, content, caption)
+    )
+    message = _message(state, params, "", message_id)
+    del message["text"]
+    if caption is not None:
+        message["caption"] = caption
+    kind = {"file_id": f"file-{len(state.files)}", "file_unique_id": f"u{len(state.files)}", "file_size": len(content)}
+    message[name] = [kind] if method == "sendPhoto" else {**kind, "file_name": upload.filename}
+    return _ok(message)
 
 
 def _checked_text(params: dict[str, Any]) -> str:
@@ -265,7 +270,9 @@ def _message(state: FakeTelegramState, params: dict[str, Any], text: str, messag
     return message
 
 
-def _perform(state: FakeTelegramState, method: str, params: dict[str, Any]) -> web.Response:
+def _perform(
+    state: FakeTelegramState, method: str, params: dict[str, Any], uploads: dict[str, web.FileField]
+) -> web.Response:
     if method == "getMe":
         return _ok(state.bot)
     if method == "setWebhook":
@@ -283,6 +290,8 @@ def _perform(state: FakeTelegramState, method: str, params: dict[str, Any]) -> w
         if params.get("action") not in _CHAT_ACTIONS:
             return _error(400, "Bad Request: wrong parameter action in request")
         return _ok(True)
+    if method in _UPLOAD_FIELDS:
+        return _upload(state, method, params, uploads)
     try:
         text = _checked_text(params)
     except ValueError as err:
@@ -308,7 +317,7 @@ async def _api(request: web.Request) -> web.Response:
     state = request.app[FAKE_STATE]
     method = request.match_info["method"]
     try:
-        params = await _params(request)
+        params, uploads = await _params(request)
     except ValueError:
         state.record(method, {}, 400)
         return _error(400, "Bad Request: invalid request body")
@@ -325,7 +334,7 @@ async def _api(request: web.Request) -> web.Response:
             return _error(planned.status, planned.description)
         seconds = int(planned.retry_after) if float(planned.retry_after).is_integer() else planned.retry_after
         return _error(planned.status, planned.description, retry_after=seconds)
-    response = _perform(state, method, params)
+    response = _perform(state, method, params, uploads)
     state.record(method, params, response.status)
     return response
 
@@ -378,7 +387,7 @@ def _bot_id(token: str | None) -> int:
 
 def create_fake_telegram(token: str | None = None, *, username: str = "switchboard_test_bot") -> web.Application:
     """The fake Bot API as an aiohttp application. ``token=None`` accepts any token."""
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_DOCUMENT_BYTES + 2**20)  # over 50 MB answers 413 itself
     bot = {
         "id": _bot_id(token),
         "is_bot": True,
@@ -408,6 +417,11 @@ class FakeTelegram:
     def calls(self) -> list[FakeCall]:
         """Every call received, in order."""
         return self.state.calls
+
+    @property
+    def files(self) -> list[FakeFile]:
+        """Every file received with ``sendDocument`` / ``sendPhoto``, in order."""
+        return self.state.files
 
     @property
     def bot(self) -> dict[str, Any]:

@@ -16,17 +16,32 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from multidict import CIMultiDict, CIMultiDictProxy
-from pydantic import BaseModel
 
 from switchboard.channels import telegram as telegram_module
+from switchboard.channels._telegram_files import MAX_DOCUMENT_BYTES, MAX_PHOTO_BYTES
 from switchboard.channels.base import RawRequest
 from switchboard.channels.telegram import TelegramChannel
-from switchboard.core.actions import SendError, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.core.actions import (
+    Action,
+    OfferChoice,
+    SendError,
+    SendFile,
+    SendText,
+    SendTyping,
+    SetStatus,
+    StreamDelta,
+)
+from switchboard.core.gateway import workspace_for
 from switchboard.core.messages import ConversationRef
+from switchboard.core.replay import ReplayModel
 from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, RateLimitedError, SignatureError
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import TelegramSettings
 from switchboard.types import SessionKey
+from tests.core.turns import MemorySink, MemoryStore, answer_step, calls_step
+from tests.core.turns import agent as make_agent
+from tests.core.turns import request as turn_request
+from tests.core.turns import runtime as make_runtime
 from tests.fakes.telegram_api import SECRET_HEADER, FakeTelegram, check_html, make_update, sign_update
 
 TOKEN = "123456:TEST-token-abcdefghijklmnopqrstuv"
@@ -418,17 +433,129 @@ async def test_an_error_is_a_short_plain_message(channel: TelegramChannel, fake:
     assert call.params["reply_parameters"]["message_id"] == 11
 
 
-class Choice(BaseModel):
-    kind: str = "choice"
-    text: str
-    options: list[str]
-
-
-async def test_unknown_action_kinds_fall_back_to_text(channel: TelegramChannel, fake: FakeTelegram) -> None:
-    action: Any = Choice(text="Deploy to which **environment**?", options=["staging", "production <eu>"])
+async def test_a_choice_is_numbered_options(channel: TelegramChannel, fake: FakeTelegram) -> None:
+    action = OfferChoice(question="Deploy to which **environment**?", options=["staging", "production <eu>"])
     await channel.perform(action, private_conversation(), idempotency_key="choice")
     [call] = fake.sent(501)
     assert call.params["text"] == "Deploy to which <b>environment</b>?\n\n1. staging\n2. production &lt;eu&gt;"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+
+
+async def test_an_image_goes_up_as_a_photo_with_its_caption(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    (tmp_path / "q3.png").write_bytes(PNG)
+    action = SendFile(path=str(tmp_path / "q3.png"), caption="Sales **Q3**", mime_type="image/png")
+    receipt = await channel.perform(action, private_conversation(reply_to=11), idempotency_key="f1")
+    [upload] = fake.files
+    assert (upload.method, upload.filename, upload.content_type, upload.content) == (
+        "sendPhoto",
+        "q3.png",
+        "image/png",
+        PNG,
+    )
+    assert upload.chat_id == 501 and upload.caption == "Sales <b>Q3</b>"
+    [call] = fake.sent(501, method="sendPhoto")
+    assert call.params["parse_mode"] == "HTML" and call.params["reply_parameters"]["message_id"] == 11
+    assert call.params["photo"] == {"filename": "q3.png", "content_type": "image/png", "size": len(PNG)}
+    assert receipt.platform_ids == (str(upload.message_id),) and receipt.detail["method"] == "sendPhoto"
+    assert fake.sent(501) == []  # no stray text message
+
+
+async def test_other_files_go_up_as_documents(channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path) -> None:
+    body = b"%PDF-1.7\n" + b"x" * 5000
+    (tmp_path / "report.pdf").write_bytes(body)
+    await channel.perform(SendFile(path=str(tmp_path / "report.pdf")), private_conversation(), idempotency_key="f2")
+    [upload] = fake.files
+    assert (upload.method, upload.filename, upload.content_type, upload.content) == (
+        "sendDocument",
+        "report.pdf",
+        "application/pdf",
+        body,
+    )
+    assert upload.caption is None
+
+
+async def test_a_photo_telegram_cannot_process_goes_again_as_a_document(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    (tmp_path / "tall.png").write_bytes(PNG)
+    fake.refuse_next(1, status=400, description="Bad Request: PHOTO_INVALID_DIMENSIONS", method="sendPhoto")
+    await channel.perform(SendFile(path=str(tmp_path / "tall.png")), private_conversation(), idempotency_key="f3")
+    [upload] = fake.files
+    assert upload.method == "sendDocument" and upload.content == PNG
+
+
+async def test_an_image_over_the_photo_cap_goes_as_a_document(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    big = tmp_path / "poster.jpg"
+    with big.open("wb") as out:
+        out.truncate(MAX_PHOTO_BYTES + 1)
+    await channel.perform(SendFile(path=str(big)), private_conversation(), idempotency_key="f4")
+    [upload] = fake.files
+    assert upload.method == "sendDocument" and upload.size == MAX_PHOTO_BYTES + 1
+
+
+async def test_files_over_50_mb_or_missing_are_refused_for_good(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    huge = tmp_path / "huge.zip"
+    with huge.open("wb") as out:
+        out.truncate(MAX_DOCUMENT_BYTES + 1)
+    with pytest.raises(DeliveryError, match="50000000 bytes") as caught:
+        await channel.perform(SendFile(path=str(huge)), private_conversation(), idempotency_key="f5")
+    assert not caught.value.retryable
+    with pytest.raises(DeliveryError, match="cannot read") as missing:
+        await channel.perform(SendFile(path=str(tmp_path / "gone.pdf")), private_conversation(), idempotency_key="f6")
+    assert not missing.value.retryable
+    assert fake.files == [] and fake.calls[-1].method == "getMe"
+
+
+async def test_a_long_caption_keeps_its_rest_as_a_message(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("hello")
+    caption = " ".join(f"word{n}" for n in range(200))  # ~1,400 characters, over Telegram's 1,024
+    receipt = await channel.perform(
+        SendFile(path=str(tmp_path / "a.txt"), caption=caption), private_conversation(), idempotency_key="f7"
+    )
+    [upload] = fake.files
+    [rest] = fake.sent(501)
+    assert upload.caption is not None and len(upload.caption) <= 1024
+    assert (upload.caption + " " + rest.params["text"]).split() == caption.split()
+    assert receipt.parts == 2
+
+
+async def test_send_file_tool_delivers_the_workspace_file_to_telegram(
+    channel: TelegramChannel, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """The real tool, through the tool gateway and the runtime, to the fake Bot API: the bytes arrive."""
+    conversation = private_conversation(reply_to=11)
+    workspace = workspace_for(tmp_path / "ws", conversation.session_key)
+    workspace.mkdir(parents=True)
+    (workspace / "chart.png").write_bytes(PNG)
+
+    class ChannelSink(MemorySink):
+        async def act(self, action: Action) -> None:
+            await channel.perform(action, conversation, idempotency_key="act-1")
+
+    model = ReplayModel(
+        [calls_step(("send_file", {"path": "chart.png", "caption": "Your chart"}), step=1), answer_step("Sent.")]
+    )
+    sink = ChannelSink()
+    turn = turn_request("chart please", agent_=make_agent(tools=["send_file"]))
+    turn = turn.model_copy(update={"session_key": conversation.session_key})
+    result = await make_runtime(tmp_path, model=model).run_turn(turn, sink, MemoryStore())
+    assert result.text == "Sent."
+    [upload] = fake.files
+    assert upload.content == PNG and upload.filename == "chart.png" and upload.caption == "Your chart"
+    [called] = sink.of("tool_called")
+    assert called.ok and called.tool == "send_file"
+    tool_reply = model.requests[1].messages[-1]
+    assert tool_reply.role == "tool" and '"sent":"chart.png"' in tool_reply.content.replace(" ", "")
 
 
 async def test_429_is_rate_limited_with_retry_after_and_a_retry_resumes(

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.core.budget import Budget, PriceTable
-from switchboard.core.replay import ReplayModel
+from switchboard.core.model import Finished, ModelEvent, ToolCall, ToolCallEvent, Usage
+from switchboard.core.replay import RecordedStep, ReplayModel
 from switchboard.core.tools import ToolContext
 from tests.core.turns import (
     Empty,
@@ -100,3 +101,68 @@ async def test_credit_budget_stops_the_turn(tmp_path: Path) -> None:
     )
     assert len(runs) == 3 and result.credits == 18 and result.stopped_by == "credits"
     assert result.text == "out of credits" and sink.of("usage_metered")[0].stopped_by == "credits"
+
+
+CAPPED = {"offline": {"input": 1.0, "output": 10.0}}
+"""1 credit per 1,000 input tokens, 10 per 1,000 output tokens: a 200-token step may cost 2 credits."""
+
+
+def _step_usage(step: int, *, input_tokens: int, output_tokens: int) -> RecordedStep:
+    """A tool-calling step that read ``input_tokens`` and wrote ``output_tokens`` (what a provider reports)."""
+    events: list[ModelEvent] = [
+        ToolCallEvent(call=ToolCall(id=f"c{step}", name="current_time", arguments={})),
+        Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+        Finished(stop_reason="tool_calls"),
+    ]
+    return RecordedStep(step=step, events=events)
+
+
+async def test_a_credit_cap_is_never_passed(tmp_path: Path) -> None:
+    """Each step is checked with its worst case before it runs; the last answer is capped to what is left."""
+    model = ReplayModel(
+        [
+            # 0.2 + 1.0 credits, and 1 for current_time: another tool step's worst case (2+ credits) would pass 3.0
+            _step_usage(1, input_tokens=200, output_tokens=100),
+            answer_step("Here is what I found so far.", step=2),
+        ]
+    )
+    sink = MemorySink()
+    limits = agent(max_credits=3.0, max_output_tokens=200, max_steps=5)
+    result = await runtime(tmp_path, model=model, prices=CAPPED).run_turn(
+        request("go", agent_=limits), sink, MemoryStore()
+    )
+    assert result.credits <= 3.0 and result.stopped_by == "credits"
+    assert result.text == "Here is what I found so far."
+    first, final = model.requests  # no second tool step: the final answer came next
+    assert first.max_output_tokens == 200
+    spent = sink.of("step")[0].detail["credits"] + 1  # the first step and its tool call
+    assert spent + final.max_output_tokens * 10.0 / 1000 <= 3.0  # even a final answer of full length fits
+    assert final.max_output_tokens >= 16 and not final.tools
+
+
+async def test_no_credits_for_an_answer_is_a_fixed_reply_without_a_model_call(tmp_path: Path) -> None:
+    model = ReplayModel([answer_step("never asked")])
+    limits = agent(max_credits=0.1, max_output_tokens=200)
+    result = await runtime(tmp_path, model=model, prices=CAPPED).run_turn(
+        request("go", agent_=limits), MemorySink(), MemoryStore()
+    )
+    assert model.requests == [] and result.credits == 0.0 and result.stopped_by == "credits"
+    assert "credit budget of this turn ran out" in result.text
+
+
+async def test_a_reply_cut_at_the_output_limit_says_so(tmp_path: Path) -> None:
+    words = " ".join(f"word{n}" for n in range(40))  # ~280 characters
+    sink = MemorySink()
+    result = await runtime(tmp_path, model=ReplayModel([answer_step(words)])).run_turn(
+        request("go", agent_=agent(max_output_chars=100)), sink, MemoryStore()
+    )
+    assert result.text == words[:100] + "\n\n[reply cut at 100 characters: the agent's output limit]"
+    assert "".join(sink.deltas) == result.text  # the streamed reply says so too
+    assert result.stopped_by == "output" and sink.of("usage_metered")[0].stopped_by == "output"
+
+
+async def test_a_reply_within_the_limit_is_not_marked(tmp_path: Path) -> None:
+    result = await runtime(tmp_path, model=ReplayModel([answer_step("short answer")])).run_turn(
+        request("go", agent_=agent(max_output_chars=100)), MemorySink(), MemoryStore()
+    )
+    assert result.text == "short answer" and result.stopped_by is None

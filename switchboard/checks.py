@@ -1,0 +1,161 @@
+"""What ``switchboard check`` refuses, shared by ``run``, ``web`` and ``worker`` so that they refuse it too.
+
+:func:`config_problems` lists everything that keeps the configuration from working as written (a Telegram
+bot without a webhook secret, a draft agent, an unknown model provider, a tool that does not exist), in words
+an operator can act on. :func:`unknown_variables` finds ``SWITCHBOARD_*`` variables that name no setting — most
+often a single ``_`` where the nested delimiter ``__`` belongs — and suggests the closest known name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel
+
+from switchboard.settings import Settings
+
+__all__ = ["ENV_PREFIX", "check_command", "config_problems", "known_variables", "redacted_url", "unknown_variables"]
+
+_PLATFORM_CHANNELS = ("telegram", "slack", "discord", "teams", "whatsapp", "instagram", "messenger")
+
+ENV_PREFIX = "SWITCHBOARD_"
+_NESTED = "__"
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as it may be shown or logged: a password in it (``user:pw@`` or ``?password=``) becomes ``***``."""
+    parts = urlsplit(url)
+    shown = url
+    if parts.password is not None:
+        shown = shown.replace(parts.netloc, f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}", 1)
+    base, mark, query = shown.partition("?")
+    if not mark:
+        return shown
+    items = [
+        f"{item.partition('=')[0]}=***" if item.lower().startswith("password=") else item for item in query.split("&")
+    ]
+    return f"{base}?{'&'.join(items)}"
+
+
+def config_problems(settings: Settings) -> list[str]:
+    """Every problem in the settings and the YAML file that ``check`` reports and start-up refuses."""
+    from switchboard.agents import agent_problems
+
+    problems: list[str] = []
+    if settings.telegram.enabled and settings.telegram.secret_token is None:
+        problems.append(
+            "telegram: SWITCHBOARD_TELEGRAM__SECRET_TOKEN is not set; every webhook would be refused "
+            "(choose 1-256 chars of A-Z a-z 0-9 _ - and pass it to setWebhook as secret_token)"
+        )
+    for agent in settings.file.agents.values():
+        problems.extend(agent_problems(settings, agent))
+    return problems
+
+
+def _model_names(model: type[BaseModel], prefix: str) -> Iterable[tuple[str, bool]]:
+    """``(variable, is_open)`` for every field of ``model``; ``is_open`` when any suffix is valid (a mapping)."""
+    for name, field in model.model_fields.items():
+        if field.validation_alias is not None or field.exclude:
+            continue  # read under its own name (OPENAI_API_KEY), or not from the environment at all
+        variable = f"{prefix}{name.upper()}"
+        yield variable, False
+        annotation = field.annotation
+        if typing.get_origin(annotation) in (dict, Mapping):
+            yield variable + _NESTED, True
+            continue
+        for arg in typing.get_args(annotation) or (annotation,):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                yield from _model_names(arg, variable + _NESTED)
+
+
+def known_variables() -> tuple[frozenset[str], tuple[str, ...]]:
+    """Every ``SWITCHBOARD_*`` name a setting reads, and the prefixes under which any suffix is valid."""
+    exact: set[str] = set()
+    open_prefixes: list[str] = []
+    for variable, is_open in _model_names(Settings, ENV_PREFIX):
+        (open_prefixes.append if is_open else exact.add)(variable)
+    return frozenset(exact), tuple(open_prefixes)
+
+
+def unknown_variables(environ: Mapping[str, str], settings: Settings) -> list[str]:
+    """A warning for each ``SWITCHBOARD_*`` variable that no setting reads, with the likely intended name.
+
+    Variables the YAML file names in ``secrets_from_env`` are known too.
+    """
+    exact, open_prefixes = known_variables()
+    referenced = {
+        env_name.upper()
+        for options in settings.file.channels.values()
+        for account in options.accounts.values()
+        for env_name in account.secrets_from_env.values()
+    }
+    warnings: list[str] = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in exact or upper in referenced:
+            continue
+        if upper.startswith(open_prefixes):
+            continue
+        suffixes = {known[len(ENV_PREFIX) :]: known for known in exact}
+        guess = difflib.get_close_matches(upper[len(ENV_PREFIX) :], suffixes, n=1, cutoff=0.8)
+        hint = f"; did you mean {suffixes[guess[0]]}?" if guess else "; it is ignored"
+        warnings.append(f"{name} is not a known setting{hint}")
+    return warnings
+
+
+def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
+    """``switchboard check``: print what is enabled, warnings and problems; returns 1 on any problem."""
+    problems: list[str] = []
+    print(f"config file: {settings.config} ({'found' if settings.config.exists() else 'not found, built-in defaults'})")
+    print(f"data dir:    {settings.data_path}")
+    print(f"model:       {settings.default_model}")
+    if settings.redis_url:
+        problems.extend(_check_redis(settings.redis_url))
+    else:
+        print("redis:       not set; `switchboard run` starts an embedded server (web/worker need a URL)")
+    print("channels:")
+    print("  web        enabled (built in)")
+    for name in _PLATFORM_CHANNELS:
+        if not settings.channel(name).enabled:
+            print(f"  {name:<10} disabled (no credentials)")
+        elif name != "telegram":
+            print(f"  {name:<10} credentials present, but this version has no {name} adapter yet")
+        else:
+            print(f"  {name:<10} enabled at POST /webhooks/{name}")
+    print("agents:")
+    for agent in settings.file.agents.values():
+        print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
+    problems.extend(config_problems(settings))
+    warnings = unknown_variables(environ, settings)
+    if warnings:
+        print("warnings:")
+        for warning in warnings:
+            print(f"  - {warning}")
+    if problems:
+        print("problems:")
+        for problem in problems:
+            print(f"  - {problem}")
+        return 1
+    print("ok: no problems found")
+    return 0
+
+
+def _check_redis(url: str) -> list[str]:
+    import redis as sync_redis
+
+    try:
+        client = sync_redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.ping()
+            aof = client.config_get("appendonly").get("appendonly")
+        finally:
+            client.close()
+    except Exception as exc:
+        return [f"redis: cannot reach {redacted_url(url)}: {exc}"]
+    print(f"redis:       {redacted_url(url)} reachable (appendonly={aof})")
+    if aof != "yes":
+        return ["redis: AOF is off; messages acknowledged could be lost on a crash (appendonly yes)"]
+    return []
