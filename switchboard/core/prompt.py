@@ -10,6 +10,8 @@ instructions and fixed gateway text, ending with :data:`TRUST_NOTE`. The session
 compaction record are written from model output and old messages, so they reach the model as one labelled
 ``data`` block (a user-role message of class ``data``, just before the new message), never as system
 text. History keeps its roles: tool calls stay on assistant messages and their results stay tool results.
+:attr:`Prompt.untrusted` says whether the opening shows untrusted content: history entries of outside text or
+written with it in view (:attr:`HistoryEntry.untrusted`), verbatim or folded into the compaction record.
 
 At a budget, :func:`final_request` drops the tools: the turn's calls and results go to the last call as a
 separate ``data`` work log, never pasted into the user's message, so the request is valid for any provider.
@@ -157,6 +159,8 @@ class Prompt:
     """Older history was folded into a compaction record."""
     pinned: int = 1
     """Trailing opening messages that stay when older history is dropped (the session data and the new message)."""
+    untrusted: bool = False
+    """The history shown (verbatim or in the compaction record) holds untrusted entries."""
 
     def request(self, model: str, messages: Sequence[ChatMessage], *, max_output_tokens: int) -> ModelRequest:
         """A model request over ``messages`` with this prompt's system and tools."""
@@ -220,47 +224,61 @@ def _history_calls(entry: HistoryEntry) -> list[ToolCall]:
     return calls
 
 
-def _as_messages(entries: Sequence[HistoryEntry]) -> list[ChatMessage]:
+def _as_messages(entries: Sequence[HistoryEntry], untrusted: list[bool] | None = None) -> list[ChatMessage]:
     """History entries as messages with their roles kept: calls on assistant messages, results as tool results.
 
     The window opens on a user message; consecutive plain messages of one role are merged. A tool result
     with no call id (it cannot be paired with its call) is left out rather than shown under another role.
+    ``untrusted``, when given, receives one flag per message: it shows an untrusted entry.
     """
     out: list[ChatMessage] = []
+    flags: list[bool] = [] if untrusted is None else untrusted
     for entry in entries:
         if not out and entry.role != "user":
             continue
-        if entry.role == "tool":
-            call_id = entry.meta.get("call_id") or entry.meta.get("tool_call_id")
-            if not call_id:
-                continue
-            name = entry.meta.get("tool") or entry.meta.get("name")
-            trust = "data" if entry.meta.get("trust") == "data" else None
-            out.append(
-                ChatMessage(
-                    role="tool",
-                    content=entry.text,
-                    tool_call_id=str(call_id),
-                    name=str(name) if name else None,
-                    trust=trust,
-                )
-            )
+        before = len(out)
+        if not _add_entry(out, entry):
             continue
-        if entry.meta.get("trust") == "data":  # a compaction record or other stored data: never the user's words
-            content = data_block(entry.text, source=str(entry.meta.get("source") or "history:compacted"))
-            out.append(ChatMessage(role="user", content=content, trust="data"))
-            continue
-        calls = _history_calls(entry)
-        if calls:
-            out.append(ChatMessage(role="assistant", content=entry.text, tool_calls=calls))
-            continue
-        role = entry.role
-        last = out[-1] if out else None
-        if last is not None and last.role == role and not last.tool_calls and last.trust is None:
-            out[-1] = ChatMessage(role=role, content=last.content + "\n\n" + entry.text)
-        else:
-            out.append(ChatMessage(role=role, content=entry.text))
+        if len(out) > before:
+            flags.append(entry.untrusted)
+        else:  # merged into the message before
+            flags[-1] = flags[-1] or entry.untrusted
     return out
+
+
+def _add_entry(out: list[ChatMessage], entry: HistoryEntry) -> bool:
+    """Append ``entry`` to ``out`` as a message, or merge it into the last one; ``False``: it is left out."""
+    if entry.role == "tool":
+        call_id = entry.meta.get("call_id") or entry.meta.get("tool_call_id")
+        if not call_id:
+            return False
+        name = entry.meta.get("tool") or entry.meta.get("name")
+        trust = "data" if entry.meta.get("trust") == "data" else None
+        out.append(
+            ChatMessage(
+                role="tool",
+                content=entry.text,
+                tool_call_id=str(call_id),
+                name=str(name) if name else None,
+                trust=trust,
+            )
+        )
+        return True
+    if entry.meta.get("trust") == "data":  # a compaction record or other stored data: never the user's words
+        content = data_block(entry.text, source=str(entry.meta.get("source") or "history:compacted"))
+        out.append(ChatMessage(role="user", content=content, trust="data"))
+        return True
+    calls = _history_calls(entry)
+    if calls:
+        out.append(ChatMessage(role="assistant", content=entry.text, tool_calls=calls))
+        return True
+    role = entry.role
+    last = out[-1] if out else None
+    if last is not None and last.role == role and not last.tool_calls and last.trust is None:
+        out[-1] = ChatMessage(role=role, content=last.content + "\n\n" + entry.text)
+    else:
+        out.append(ChatMessage(role=role, content=entry.text))
+    return True
 
 
 def _cap(text: str, chars: int) -> str:
@@ -309,12 +327,15 @@ def build_prompt(
     if history_cap is not None:
         history_budget = min(history_budget, history_cap)
 
-    window = _as_messages(history)
+    flags: list[bool] = []
+    window = _as_messages(history, flags)
     compacted_text = ""
     compacted = False
+    folded_untrusted = False
     tokens = [_message_tokens(m) for m in window]
     if sum(tokens) > history_budget and history:
-        window, compacted_text = _fold(history, history_budget)
+        flags = []
+        window, compacted_text, folded_untrusted = _fold(history, history_budget, flags)
         compacted = bool(compacted_text)
         if estimate_tokens(compacted_text) > history_budget // 2:  # the record never crowds out recent turns
             compacted_text = _cap_tokens(compacted_text, history_budget // 2) if history_budget > 200 else ""
@@ -324,7 +345,7 @@ def build_prompt(
     while start < len(window) and (total > history_budget or window[start].role != "user"):
         total -= tokens[start]
         start += 1
-    window = window[start:]
+    window, flags = window[start:], flags[start:]
     if window and window[-1].role == "user" and window[-1].trust is None:
         user = ChatMessage(role="user", content=window[-1].content + "\n\n" + user.content)
         window = window[:-1]
@@ -338,21 +359,30 @@ def build_prompt(
         history_tokens=sum(_message_tokens(m) for m in window) + estimate_tokens(compacted_text),
         compacted=compacted,
         pinned=len(pinned),
+        untrusted=any(flags) or (folded_untrusted and bool(compacted_text)),
     )
 
 
-def _fold(history: Sequence[HistoryEntry], budget_tokens: int) -> tuple[list[ChatMessage], str]:
-    """Older turns folded into a compaction record (when available); recent ones verbatim."""
+def _fold(
+    history: Sequence[HistoryEntry], budget_tokens: int, flags: list[bool]
+) -> tuple[list[ChatMessage], str, bool]:
+    """Older turns folded into a compaction record (when available); recent ones verbatim.
+
+    Returns the recent messages (their untrusted flags go to ``flags``), the record, and whether an untrusted
+    entry was folded into it (the record then carries text written with outside content in view).
+    """
     compaction = _load_compaction()
     if compaction is None or budget_tokens <= 0:
-        return _as_messages(history), ""
+        return _as_messages(history, flags), "", False
     try:
         result: Any = compaction.compact(list(history), budget_chars=budget_tokens * 4)
     except Exception:  # a compaction bug must not take the turn down; fall back to a plain window
         logger.exception("compaction failed; using a plain history window")
-        return _as_messages(history), ""
+        return _as_messages(history, flags), "", False
     recent = list(getattr(result, "recent", history))
-    return _as_messages(recent), str(getattr(result, "rendered", "") or "")
+    kept = {id(entry) for entry in recent}
+    folded_untrusted = any(entry.untrusted for entry in history if id(entry) not in kept)
+    return _as_messages(recent, flags), str(getattr(result, "rendered", "") or ""), folded_untrusted
 
 
 def final_request(

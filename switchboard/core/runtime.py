@@ -170,6 +170,8 @@ class _Turn:
         self.facts: dict[str, dict[str, Any]] = {}
         """Gateway facts of each call by call id, kept with its result in the history."""
         self.untrusted_reads = 0
+        self.tainted_at: int | None = None
+        """Turn messages from this index on were produced with untrusted content in the context."""
         self.slots = Slots()
         self.history: list[HistoryEntry] = []
         self.prompt: Prompt | None = None
@@ -183,8 +185,9 @@ class _Turn:
         self.slots = Slots.from_store(await self.store.load_slots())
         self.history = list(await self.store.load_history(self.rt.history_limit))
         self._open()
-        if holds_untrusted(self.messages):
-            self._untrusted()
+        assert self.prompt is not None
+        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted:
+            self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
         loop = asyncio.get_running_loop()
         remaining = self.budget.remaining_s()
         hard = loop.time() + remaining
@@ -222,11 +225,13 @@ class _Turn:
             output_tokens=self.budget.output_tokens,
             credits=round(self.budget.credits, 6),
             stopped_by=self.stopped_by,
-            history=work_entries(self.messages[self.opening :], self.facts),
+            history=work_entries(self.messages[self.opening :], self.facts, untrusted_from=self.tainted_at),
         )
 
     def _untrusted(self) -> None:
         """Untrusted content entered the context: from now on risky writes meet the policy gate."""
+        if self.tainted_at is None:  # what the model writes from here on is marked untrusted in the history
+            self.tainted_at = len(self.messages) - self.opening
         self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
 
     def _open(self, history_cap: int | None = None) -> None:
@@ -365,7 +370,8 @@ class _Turn:
         if call_id is not None:
             self.facts[call_id] = call_facts(tool, outcome)
         if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):
-            self.slots = self.slots.with_value(_SLOT_OF_TOOL[name], outcome.value.get("value"))
+            value = outcome.value.get("value")
+            self.slots = self.slots.with_value(_SLOT_OF_TOOL[name], value, untrusted=self.ctx.untrusted_context)
         await self._event(
             ToolCalled(
                 message_id=self.message_id,

@@ -8,6 +8,13 @@ Each slot holds one value, overwritten on update (never appended to), stored thr
 :meth:`SessionStore.save_slot`, and capped at :data:`SLOT_MAX_BYTES` of canonical JSON so the
 state stays a pointer-sized summary rather than a second conversation. The agent updates the slots
 with the tools in :data:`SLOT_TOOLS`; a CodeAct program receives them as inputs.
+
+Provenance: a slot written while untrusted content (a document, a file, a search result, or an earlier
+tainted slot) was in the turn's context may carry an instruction from it. Its name is then listed under the
+stored entry :data:`UNTRUSTED_KEY` (``{"untrusted": ["state"]}`` beside the slots), and a later turn that
+shows it counts as holding untrusted content, so risky writes meet the gate of :mod:`switchboard.core.effects`.
+Overwriting the slot in a clean turn removes its name. The mark is written before a tainted value and removed
+only after a clean one, so a crash between the two writes errs on the side of the mark.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ __all__ = [
     "SLOT_MAX_BYTES",
     "SLOT_NAMES",
     "SLOT_TOOLS",
+    "UNTRUSTED_KEY",
     "ContextUpdate",
     "PlanUpdate",
     "Slots",
@@ -38,6 +46,8 @@ logger = logging.getLogger(__name__)
 SLOT_NAMES = ("plan", "context", "state")
 SLOT_MAX_BYTES = 8 * 1024
 """Largest slot value, as canonical JSON in UTF-8."""
+UNTRUSTED_KEY = "untrusted"
+"""Stored beside the slots: the sorted names of the slots whose value was written after untrusted content."""
 
 
 def slot_bytes(value: Any) -> int:
@@ -82,6 +92,8 @@ class Slots(BaseModel):
     plan: dict[str, str] | None = None
     context: list[str] | None = None
     state: dict[str, Any] | None = None
+    untrusted: frozenset[str] = frozenset()
+    """Slots whose value was written after untrusted content had entered that turn's context."""
 
     @classmethod
     def from_store(cls, raw: Mapping[str, Any]) -> Slots:
@@ -94,13 +106,19 @@ class Slots(BaseModel):
                 values[name] = getattr(cls.model_validate({name: raw[name]}), name)
             except ValidationError:
                 logger.warning("ignoring stored %s slot that does not fit its type", name)
-        return cls(**values)
+        return cls(**values, untrusted=_marks(raw))
 
-    def with_value(self, name: str, value: Any) -> Slots:
-        """A copy with one slot overwritten."""
+    def with_value(self, name: str, value: Any, *, untrusted: bool = False) -> Slots:
+        """A copy with one slot overwritten; ``untrusted``: written after untrusted content entered the turn."""
         if name not in SLOT_NAMES:
             raise KeyError(name)
-        return self.model_copy(update={name: value})
+        marks = self.untrusted | {name} if untrusted else self.untrusted - {name}
+        return self.model_copy(update={name: value, "untrusted": marks})
+
+    @property
+    def tainted(self) -> bool:
+        """A slot holding a value is marked untrusted: content showing it counts as untrusted."""
+        return any(getattr(self, name) for name in self.untrusted)
 
     @property
     def empty(self) -> bool:
@@ -131,6 +149,14 @@ class Slots(BaseModel):
         return "\n".join(lines)
 
 
+def _marks(raw: Mapping[str, Any]) -> frozenset[str]:
+    """The stored untrusted marks (anything unreadable counts as no mark on a known slot)."""
+    stored = raw.get(UNTRUSTED_KEY)
+    if not isinstance(stored, list):
+        return frozenset()
+    return frozenset(name for name in stored if name in SLOT_NAMES)
+
+
 async def _save(name: str, value: Any, ctx: ToolContext) -> dict[str, Any]:
     size = slot_bytes(value)
     if size > SLOT_MAX_BYTES:
@@ -141,7 +167,13 @@ async def _save(name: str, value: Any, ctx: ToolContext) -> dict[str, Any]:
         )
     if ctx.store is None:
         raise ToolError("session state is not available in this run", error_class="permanent")
+    marks = _marks(await ctx.store.load_slots())
+    tainted = ctx.untrusted_context
+    if tainted and name not in marks:  # the mark goes first: a crash in between leaves it, never a bare value
+        await ctx.store.save_slot(UNTRUSTED_KEY, sorted(marks | {name}))
     await ctx.store.save_slot(name, value)
+    if not tainted and name in marks:
+        await ctx.store.save_slot(UNTRUSTED_KEY, sorted(marks - {name}))
     return {"slot": name, "value": value, "bytes": size}
 
 

@@ -20,7 +20,9 @@ class HistoryEntry(BaseModel):
     """One message of the conversation as the agent remembers it.
 
     Assistant entries that called tools carry ``meta.tool_calls`` (``[{"id", "name", "arguments"}]``); tool
-    entries carry ``meta.call_id``, ``meta.tool`` and, for outside text, ``meta.trust == "data"``.
+    entries carry ``meta.call_id``, ``meta.tool`` and, for outside text, ``meta.trust == "data"``. Entries the
+    turn produced after untrusted content had entered its context carry ``meta.untrusted`` (see
+    :attr:`untrusted`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -30,6 +32,11 @@ class HistoryEntry(BaseModel):
     message_id: str | None = None
     at: float = Field(default_factory=time.time)
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def untrusted(self) -> bool:
+        """Outside text (``meta.trust == "data"``), or written with outside text in view (``meta.untrusted``)."""
+        return self.meta.get("trust") == "data" or self.meta.get("untrusted") is True
 
 
 class TurnRequest(BaseModel):
@@ -100,7 +107,7 @@ class SessionStore(Protocol):
         """Append entries (capped by the store)."""
 
     async def load_slots(self) -> dict[str, Any]:
-        """The session-state slots (``plan``, ``context``, ``state``)."""
+        """The session-state slots (``plan``, ``context``, ``state``) and their ``untrusted`` marks, as stored."""
 
     async def save_slot(self, name: str, value: Any) -> None:
         """Overwrite one slot."""

@@ -71,16 +71,25 @@ def holds_untrusted(messages: Iterable[ChatMessage]) -> bool:
     return any(m.role == "tool" and m.trust == "data" for m in messages)
 
 
-def work_entries(messages: Sequence[ChatMessage], facts: Mapping[str, dict[str, Any]]) -> list[HistoryEntry]:
-    """The turn's calls and results as history entries, in order; ``facts`` holds gateway facts by call id."""
+def work_entries(
+    messages: Sequence[ChatMessage], facts: Mapping[str, dict[str, Any]], *, untrusted_from: int | None = None
+) -> list[HistoryEntry]:
+    """The turn's calls and results as history entries, in order; ``facts`` holds gateway facts by call id.
+
+    Messages from index ``untrusted_from`` on were produced with untrusted content in the context: their
+    entries carry ``meta.untrusted`` (see :attr:`HistoryEntry.untrusted`), so showing them later counts too.
+    """
     entries: list[HistoryEntry] = []
     now = time.time()
-    for message in messages:
+    for index, message in enumerate(messages):
+        meta: dict[str, Any] = {}
+        if untrusted_from is not None and index >= untrusted_from:
+            meta["untrusted"] = True
         if message.role == "assistant" and message.tool_calls:
-            calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
-            entries.append(HistoryEntry(role="assistant", text=message.content, at=now, meta={"tool_calls": calls}))
+            meta["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+            entries.append(HistoryEntry(role="assistant", text=message.content, at=now, meta=meta))
         elif message.role == "tool" and message.tool_call_id:
-            meta: dict[str, Any] = {"call_id": message.tool_call_id, "tool": message.name}
+            meta.update({"call_id": message.tool_call_id, "tool": message.name})
             meta.update(facts.get(message.tool_call_id, {}))
             if message.trust == "data":
                 meta["trust"] = "data"

@@ -74,7 +74,7 @@ class RedisSessionStore:
         )
 
     async def load_slots(self) -> dict[str, Any]:
-        """The session-state slots (``plan``, ``context``, ``state``)."""
+        """The session-state slots (``plan``, ``context``, ``state``) and their ``untrusted`` marks (one field each)."""
         raw = await self.redis.hgetall(self._keys.slots)
         return {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
 
