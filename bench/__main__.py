@@ -6,7 +6,7 @@
     python -m bench --rounds 5          # more rounds per benchmark
 
 Each benchmark also runs alone: ``python -m bench.ingest`` (``e2e``, ``concurrency``, ``fairness``, ``footprint``,
-``runtime``, ``streams``).
+``runtime``, ``streams``, ``documents``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import subprocess
 import sys
 import time
 
-from bench import concurrency, e2e, fairness, footprint, ingest, runtime, streams
+from bench import concurrency, documents, e2e, fairness, footprint, ingest, runtime, streams
 from bench._harness import SUMMARY_HEADERS, Row, pinned, render_table
 
-ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency", "fairness", "streams")
+ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency", "fairness", "streams", "documents")
 
 
 def machine() -> str:
@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows += asyncio.run(fairness.run(common))
             elif name == "streams":
                 rows += streams.run(common)
+            elif name == "documents":
+                rows += asyncio.run(documents.run(common))
             else:
                 rows += asyncio.run(concurrency.run(common))
     print(f"\n## Summary ({time.monotonic() - began:.0f} s)\n")

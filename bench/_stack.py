@@ -22,7 +22,16 @@ from bench._harness import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, sta
 from switchboard.fakes.telegram import make_update
 from switchboard.queue.embedded import EmbeddedRedis
 
-__all__ = ["Replies", "Stack", "gateway"]
+__all__ = ["HIGH_LIMITS", "Replies", "Stack", "dropped", "gateway"]
+
+HIGH_LIMITS = {
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "1000000",
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "1000000",
+    "SWITCHBOARD_LIMITS__INBOX_DEPTH": "1000000",
+}
+"""Abuse limits a load test never reaches, yet checked on every message as in production (a limit of 0 would skip
+the check and flatter the figures): the defaults (30 messages per session per minute, inbox depth 100) would drop
+most of a benchmark's deliberate flood."""
 
 
 @dataclass
@@ -82,6 +91,20 @@ class Replies:
                     self.duplicates += 1
                 else:
                     self.seen[token] = float(call["time"])
+
+
+def dropped(redis_url: str) -> int:
+    """Messages the gateway dropped at an abuse limit so far (the deployment-wide ``messages_dropped`` counter)."""
+    import redis
+
+    from switchboard.queue.keys import GlobalKeys
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        value: bytes | None = client.hget(GlobalKeys().stats, "messages_dropped")  # type: ignore[assignment]
+        return int(value or 0)
+    finally:
+        client.close()
 
 
 async def _wait_worker(web_url: str, worker: Proc, timeout: float = 30.0) -> float:

@@ -10,6 +10,10 @@ load, and the time a strictly sequential worker would need (S × 2 s).
     python -m bench.concurrency
     python -m bench.concurrency --sessions 64 --delay-ms 2000
     python -m bench.concurrency --quick
+
+The abuse limits are checked on every message, as in production, but set far above the load (``HIGH_LIMITS``: the
+default sessions per sender and inbox depth are no concern here, but the bench must not depend on them); a run that
+saw any message dropped by a limit fails.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from bench._harness import (
     verdicts,
     workdir,
 )
-from bench._stack import Replies, Stack, gateway
+from bench._stack import HIGH_LIMITS, Replies, Stack, dropped, gateway
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import GlobalKeys
@@ -143,7 +147,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     with workdir("sb-bench-conc-") as tmp:
         env = {"SWITCHBOARD_OFFLINE__DELAY_MS": str(delay_ms)}
         async with (
-            gateway(tmp, web_cpus=other_cpus, worker_cpus=worker_cpus, worker_env=env) as stack,
+            gateway(tmp, web_cpus=other_cpus, worker_cpus=worker_cpus, worker_env=env, web_env=HIGH_LIMITS) as stack,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=sessions + 8)) as http,
         ):
             for r in range(1, rounds + 1):
@@ -154,6 +158,10 @@ async def run(argv: list[str] | None = None) -> list[Row]:
                     f"peak RSS {res['peak_rss']:.0f} MiB",
                     flush=True,
                 )
+            drops = dropped(stack.redis.url)
+    print(f"messages dropped by abuse limits: {drops}")
+    if drops:
+        raise RuntimeError(f"{drops} messages were dropped by the abuse limits: the figures would be wrong")
     return verdicts(report(results, delay_ms, str(QueueSettings().concurrency)), ns.quick)
 
 

@@ -66,7 +66,7 @@ def create_app(settings: Settings) -> web.Application:
         redis = async_client(settings.redis_url)
         app[REDIS] = redis
         app[INGESTOR] = Ingestor(redis, settings.queue, settings.limits)
-        publisher = WebStreamPublisher(redis)
+        publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
         channels = build_channels(settings, publish=publisher.publish)
         app[CHANNELS] = channels
         app[METRICS].allow_channels(name for name, _ in channels)

@@ -50,7 +50,10 @@ class _QueueCollector(Collector):
         for name, value, help_text in (
             ("runs_completed", s.runs_completed, "Runs that delivered their reply"),
             ("runs_failed", s.runs_failed, "Attempts that failed (retried or dead-lettered)"),
+            ("runs_deferred", s.runs_deferred, "Turns put off because the model provider asked to wait"),
             ("dead_letters", s.dead_letters, "Messages set aside after repeated failures"),
+            ("send_dead_letters", s.send_dead_letters, "Replies produced but never delivered (the send was given up)"),
+            ("messages_dropped", s.messages_dropped, "Platform messages dropped by an abuse limit (answered 2xx)"),
             ("fenced_rejections", s.fenced_rejections, "Writes refused because their lease epoch was stale"),
             ("send_window_duplicates", s.send_window_duplicates, "Sends repeated after a crash inside the send window"),
             ("credits", s.credits, "Credits metered from the price table"),

@@ -15,130 +15,42 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from switchboard.channelsettings import (
+    ChannelAccount,
+    ChannelOptions,
+    ChannelSettings,
+    DiscordSettings,
+    InstagramSettings,
+    MessengerSettings,
+    SlackSettings,
+    TeamsSettings,
+    TelegramSettings,
+    WhatsAppSettings,
+)
 from switchboard.clientaddr import TrustedProxies, parse_trusted_proxies
 from switchboard.core.agent import Agent
 from switchboard.errors import ConfigError
-from switchboard.types import BusyPolicy
 
 __all__ = [
+    "ChannelAccount",
     "ChannelOptions",
+    "ChannelSettings",
+    "DiscordSettings",
     "DocumentSettings",
     "FileConfig",
     "HttpSettings",
+    "InstagramSettings",
     "LimitsSettings",
+    "MessengerSettings",
     "QueueSettings",
     "Settings",
+    "SlackSettings",
+    "TeamsSettings",
     "TelegramSettings",
+    "WhatsAppSettings",
     "WorkspaceSettings",
     "load_settings",
 ]
-
-
-class _Channel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @property
-    def enabled(self) -> bool:
-        """A channel is enabled when its credentials are present."""
-        raise NotImplementedError
-
-
-class TelegramSettings(_Channel):
-    """``SWITCHBOARD_TELEGRAM__*``."""
-
-    bot_token: SecretStr | None = None
-    secret_token: SecretStr | None = None
-    """Value Telegram echoes in ``X-Telegram-Bot-Api-Secret-Token``; 1–256 of ``A-Z a-z 0-9 _ -``."""
-    api_base_url: str = "https://api.telegram.org"
-    """Bot API root: the part before ``/bot<token>/<method>``."""
-    bot_username: str | None = None
-    """The bot's @username, used to notice mentions in groups (looked up with ``getMe`` when unset)."""
-
-    @field_validator("secret_token")
-    @classmethod
-    def _secret_charset(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None:
-            raw = v.get_secret_value()
-            if not (1 <= len(raw) <= 256) or not all(c.isascii() and (c.isalnum() or c in "_-") for c in raw):
-                raise ValueError("must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule for secret_token)")
-        return v
-
-    @property
-    def enabled(self) -> bool:  # noqa: D102
-        return self.bot_token is not None
-
-
-class SlackSettings(_Channel):
-    """``SWITCHBOARD_SLACK__*``."""
-
-    bot_token: SecretStr | None = None
-    signing_secret: SecretStr | None = None
-    api_base_url: str = "https://slack.com/api/"
-
-    @property
-    def enabled(self) -> bool:
-        return self.bot_token is not None
-
-
-class DiscordSettings(_Channel):
-    """``SWITCHBOARD_DISCORD__*``."""
-
-    bot_token: SecretStr | None = None
-    public_key: str | None = None
-    application_id: str | None = None
-    api_base_url: str = "https://discord.com/api/v10"
-
-    @property
-    def enabled(self) -> bool:
-        return self.bot_token is not None
-
-
-class TeamsSettings(_Channel):
-    """``SWITCHBOARD_TEAMS__*``."""
-
-    app_id: str | None = None
-    app_password: SecretStr | None = None
-    tenant_id: str | None = None
-    openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
-    login_base_url: str = "https://login.microsoftonline.com"
-
-    @property
-    def enabled(self) -> bool:
-        return self.app_id is not None
-
-
-class _MetaChannel(_Channel):
-    access_token: SecretStr | None = None
-    app_secret: SecretStr | None = None
-    verify_token: SecretStr | None = None
-    graph_base_url: str = "https://graph.facebook.com/v23.0"
-
-    @property
-    def enabled(self) -> bool:
-        return self.access_token is not None
-
-
-class WhatsAppSettings(_MetaChannel):
-    """``SWITCHBOARD_WHATSAPP__*``."""
-
-    phone_number_id: str | None = None
-
-
-class InstagramSettings(_MetaChannel):
-    """``SWITCHBOARD_INSTAGRAM__*``."""
-
-
-class MessengerSettings(_Channel):
-    """``SWITCHBOARD_MESSENGER__*``."""
-
-    page_access_token: SecretStr | None = None
-    app_secret: SecretStr | None = None
-    verify_token: SecretStr | None = None
-    graph_base_url: str = "https://graph.facebook.com/v23.0"
-
-    @property
-    def enabled(self) -> bool:
-        return self.page_access_token is not None
 
 
 class QueueSettings(BaseModel):
@@ -261,37 +173,12 @@ class LimitsSettings(BaseModel):
     """Open event streams (SSE) per web chat session."""
     streams_per_address: int = Field(20, ge=0)
     """Open event streams (SSE) per client address."""
-
-
-class ChannelOptions(BaseModel):
-    """Non-secret options of a channel or one of its accounts, from the YAML file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str | None = None
-    agents: list[str] = Field(default_factory=list)
-    """Web chat only: the agents a new session may name (``{"agent": …}``); empty means only ``agent``."""
-    busy_policy: BusyPolicy | None = None
-    tenant: str | None = None
-    accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
-    """Further accounts, served at ``/webhooks/{channel}/{account}``."""
-
-
-class ChannelAccount(BaseModel):
-    """A further account of a channel: options plus the names of env variables holding its secrets."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str | None = None
-    busy_policy: BusyPolicy | None = None
-    tenant: str | None = None
-    secrets_from_env: dict[str, str] = Field(default_factory=dict)
-    """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
-    options: dict[str, str] = Field(default_factory=dict)
-    """Non-secret settings (``api_base_url`` ...)."""
-
-
-ChannelOptions.model_rebuild()
+    idle_session_ttl_s: int = Field(30 * 24 * 3600, ge=0)
+    """A web chat session's retained conversation (inbox, history, events, web stream, state) is deleted this long
+    after its last activity (a message in, a turn started or ended), like its token; ``0`` keeps it forever."""
+    web_history_kib: int = Field(4096, ge=0)
+    """Most a web chat session's retained web stream (what a reload replays) may hold, besides its cap of about
+    1,000 entries; the oldest entries go first (``0``: only the entry cap)."""
 
 
 class FileConfig(BaseModel):
@@ -393,7 +280,7 @@ class Settings(BaseSettings):
 
     @property
     def default_model(self) -> str:
-        """The model used when an agent names none (DESIGN §10)."""
+        """The model used when an agent names none (docs/ARCHITECTURE.md §10)."""
         if self.model:
             return self.model
         if self.openai_api_key is not None:
@@ -410,10 +297,10 @@ class Settings(BaseSettings):
         base = self.openai_base_url or ""
         return "responses" if not base or "api.openai.com" in base else "chat"
 
-    def channel(self, name: str) -> _Channel:
+    def channel(self, name: str) -> ChannelSettings:
         """The env settings block of a platform channel."""
         block = getattr(self, name, None)
-        if not isinstance(block, _Channel):
+        if not isinstance(block, ChannelSettings):
             raise ConfigError(f"unknown channel {name!r}", field=name)
         return block
 

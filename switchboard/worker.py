@@ -63,7 +63,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """Run one worker process until ``stop`` is set."""
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
-    publisher = WebStreamPublisher(redis)
+    publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
     channels = ChannelSet(build_channels(settings, publish=publisher.publish))
     models = ModelFactory(provider_config(settings))
     runtime = build_runtime(settings, models)

@@ -11,6 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from switchboard.app import create_app
 from switchboard.metrics import UNKNOWN_CHANNEL, Metrics
+from switchboard.queue.connection import async_client
+from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 
 
@@ -63,3 +66,20 @@ def test_only_allowed_channel_names_become_label_values() -> None:
     }
     assert set(accepted) == {"web", "telegram", UNKNOWN_CHANNEL}
     assert 'switchboard_messages_accepted_total{channel="unknown"} 2.0' in text
+
+
+async def test_deferrals_drops_and_send_dead_letters_are_exported(sync_redis: Any, redis_url: str) -> None:
+    sync_redis.hset(GlobalKeys().stats, mapping={"runs_deferred": 3, "messages_dropped": 5, "send_dead_letters": 7})
+    client = async_client(redis_url)
+    try:
+        snapshot = await read_stats(client)
+    finally:
+        await client.aclose()
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(Metrics().render(snapshot, None).decode())
+        for sample in family.samples
+    }
+    assert samples["switchboard_runs_deferred_total"] == 3
+    assert samples["switchboard_messages_dropped_total"] == 5
+    assert samples["switchboard_send_dead_letters_total"] == 7

@@ -1,4 +1,4 @@
-"""The configuration contract of DESIGN §10: names, defaults, precedence and clear errors."""
+"""The configuration contract of docs/ARCHITECTURE.md §10: names, defaults, precedence and clear errors."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from switchboard import channelsettings, settings
 from switchboard.errors import ConfigError
 from switchboard.settings import load_settings
 
@@ -86,3 +87,15 @@ def test_shipped_example_config_is_valid() -> None:
     s = load_settings({"SWITCHBOARD_CONFIG": str(root / "config" / "switchboard.yaml")})
     assert s.file.agent(None).status == "ready"
     assert s.file.agents["analyst"].codeact
+
+
+def test_web_session_retention_settings_and_the_channel_blocks_moved_out_of_this_module() -> None:
+    s = load_settings({"SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S": "0", "SWITCHBOARD_LIMITS__WEB_HISTORY_KIB": "512"})
+    assert (s.limits.idle_session_ttl_s, s.limits.web_history_kib) == (0, 512)
+    default = load_settings({}).limits
+    assert default.idle_session_ttl_s == 30 * 24 * 3600  # as long as a web chat token lives unused
+    with pytest.raises(ConfigError, match="SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S"):
+        load_settings({"SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S": "-1"})
+    # the channel settings live in their own module; the old import path still works
+    assert settings.TelegramSettings is channelsettings.TelegramSettings
+    assert settings.ChannelOptions is channelsettings.ChannelOptions

@@ -47,9 +47,16 @@ CURRENT_LEASE: contextvars.ContextVar[LeaseToken | None] = contextvars.ContextVa
 
 
 async def fenced_xadd(
-    redis: aioredis.Redis, lease: LeaseToken, stream_key: str, fields: Mapping[str, str], maxlen: int
+    redis: aioredis.Redis,
+    lease: LeaseToken,
+    stream_key: str,
+    fields: Mapping[str, str],
+    maxlen: int,
+    max_bytes: int = 0,
 ) -> str:
     """``XADD stream_key MAXLEN ~ maxlen * fields`` only while ``lease`` still holds the session.
+
+    With ``max_bytes`` the stream is also trimmed, oldest entries first, to stay within that many bytes.
 
     Returns:
         The new entry id.
@@ -57,7 +64,7 @@ async def fenced_xadd(
     Raises:
         FencedWriteError: the lease has passed to another epoch (the refusal is counted in Redis).
     """
-    args: list[str | int] = [lease.token, maxlen]
+    args: list[str | int] = [lease.token, maxlen, max_bytes]
     for name, value in fields.items():
         args += [name, value]
     keys = SessionKeys(lease.session)

@@ -128,7 +128,21 @@ class Ledger:
         k = self.keys
         reply = await self._run(
             scripts.BEGIN,
-            [k.inbox, k.messages, k.attempts, k.meta, k.events, k.drain, _GLOBAL.runnable, k.history, k.slots],
+            [
+                k.inbox,
+                k.messages,
+                k.attempts,
+                k.meta,
+                k.events,
+                k.drain,
+                _GLOBAL.runnable,
+                k.history,
+                k.slots,
+                k.epoch,
+                k.outbox,
+                k.dead,
+                k.web,
+            ],
             [
                 MAX_COLLECT,
                 self.settings.max_attempts,
@@ -300,6 +314,7 @@ class Ledger:
                 bucket_field(run, RUN_DURATION_BUCKETS),
                 f"{run:.6f}",
                 int(now * 1000),
+                "1" if undelivered is not None else "0",
             ],
         )
         return int(remaining)

@@ -63,6 +63,7 @@ ACK_PRELUDE: Final = _source("_ack")
 JOB_PRELUDE: Final = _source("_job")
 FACTS_PRELUDE: Final = _source("_facts")
 LIMITS_PRELUDE: Final = _source("_limits")
+RETENTION_PRELUDE: Final = _source("_retention")
 
 
 class Script:
@@ -101,7 +102,7 @@ class Script:
             raise
 
 
-INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE])
+INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE, RETENTION_PRELUDE])
 SESSION_QUOTA: Final = Script("session_quota", preludes=[LIMITS_PRELUDE])
 ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
 JOB_START: Final = Script("job_start")
@@ -111,8 +112,8 @@ LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
 LEASE_YIELD: Final = Script("lease_yield", fenced=True, preludes=[JOB_PRELUDE])
 LEASE_TAKEOVER: Final = Script("lease_takeover", preludes=[JOB_PRELUDE])
-FENCED_XADD: Final = Script("fenced_xadd", fenced=True)
-BEGIN: Final = Script("begin", fenced=True)
+FENCED_XADD: Final = Script("fenced_xadd", fenced=True, preludes=[RETENTION_PRELUDE])
+BEGIN: Final = Script("begin", fenced=True, preludes=[RETENTION_PRELUDE])
 FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script("complete", fenced=True, preludes=[ACK_PRELUDE])
 DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
@@ -120,7 +121,7 @@ DEFER: Final = Script("defer", fenced=True)
 OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True, preludes=[FACTS_PRELUDE])
 FACTS: Final = Script("facts", fenced=True, preludes=[FACTS_PRELUDE])
 OUTBOX_RECORD: Final = Script("outbox_record", fenced=True)
-OUTBOX_APPEND: Final = Script("outbox_append", fenced=True)
+OUTBOX_APPEND: Final = Script("outbox_append", fenced=True, preludes=[RETENTION_PRELUDE])
 HISTORY_APPEND: Final = Script("history_append", fenced=True)
 SLOT_SAVE: Final = Script("slot_save", fenced=True)
 EFFECT_BEGIN: Final = Script("effect_begin", fenced=True)

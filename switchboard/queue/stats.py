@@ -1,7 +1,9 @@
 """Worker-side figures kept in Redis, so the web tier's ``/metrics`` shows every worker's work.
 
-Counters live in one HASH (:attr:`GlobalKeys.stats`): ``accepted`` and ``deduplicated`` (ingest),
-``runs_completed``, ``runs_failed``, ``dead_letters``, ``send_window_duplicates`` (drains); the fenced-write
+Counters live in one HASH (:attr:`GlobalKeys.stats`): ``accepted``, ``deduplicated`` and ``messages_dropped``
+(ingest: platform messages over an abuse limit), ``runs_completed``, ``runs_failed``, ``runs_deferred``,
+``dead_letters``, ``send_dead_letters`` (replies whose send was given up), ``send_window_duplicates`` (drains); the
+fenced-write
 refusals have their own counter (:attr:`GlobalKeys.fenced_rejections`). Latencies are histograms kept as
 HASHes of per-bucket counts (``le:<bound>``, not cumulative) plus ``sum`` and ``count``, incremented inside the
 drain's completion script: ``queue_wait`` (accepted → run start) and ``run`` (run start → reply recorded).
@@ -41,6 +43,9 @@ _COUNTERS: Final = (
     "runs_failed",
     "dead_letters",
     "send_window_duplicates",
+    "runs_deferred",
+    "messages_dropped",
+    "send_dead_letters",
 )
 _USAGE: Final = ("credits", "input_tokens", "output_tokens")
 
@@ -72,6 +77,9 @@ class Stats:
     runs_failed: int
     dead_letters: int
     send_window_duplicates: int
+    runs_deferred: int
+    messages_dropped: int
+    send_dead_letters: int
     fenced_rejections: int
     runnable_sessions: int
     queue_wait: Histogram

@@ -29,6 +29,7 @@ from switchboard.types import SessionKey
 __all__ = [
     "EVENT_TYPES",
     "WEB_STREAM_MAXLEN",
+    "WEB_STREAM_MAX_BYTES",
     "WebEvent",
     "WebStreamPublisher",
     "decode_entries",
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 WEB_STREAM_MAXLEN: Final = 1000
 """Approximate number of entries each session's web stream retains."""
+WEB_STREAM_MAX_BYTES: Final = 4096 * 1024
+"""Default byte budget of each session's web stream (``SWITCHBOARD_LIMITS__WEB_HISTORY_KIB``)."""
 EVENT_TYPES: Final = frozenset({"user", "status", "delta", "message", "reply_error"})
 """Every ``type`` a web stream entry may have (a failed reply is ``reply_error``: a browser's ``EventSource`` also
 fires ``error`` for its own connection failures)."""
@@ -115,7 +118,7 @@ async def with_message_ids(redis: aioredis.Redis, session: SessionKey, events: l
     found = await redis.mget([keys.dedup(str(e.data["client_id"])) for e in missing])
     for event, value in zip(missing, found, strict=True):
         if value is not None:
-            event.data["message_id"] = _text(value)
+            event.data["message_id"] = _text(value).partition(":")[0]  # 'id' or 'id:text fingerprint'
     return events
 
 
@@ -165,10 +168,16 @@ class WebStreamPublisher:
     A page that is live has already seen them; a page that reconnects gets the final message instead.
     """
 
-    def __init__(self, redis: aioredis.Redis, maxlen: int = WEB_STREAM_MAXLEN) -> None:
-        """Create a publisher over a Redis client owned by the caller."""
+    def __init__(
+        self, redis: aioredis.Redis, maxlen: int = WEB_STREAM_MAXLEN, *, max_bytes: int = WEB_STREAM_MAX_BYTES
+    ) -> None:
+        """Create a publisher over a Redis client owned by the caller.
+
+        Each session's stream keeps about ``maxlen`` entries and at most ``max_bytes`` (the oldest go first).
+        """
         self._redis = redis
         self._maxlen = maxlen
+        self._max_bytes = max_bytes
         self._deltas: dict[tuple[SessionKey, str], list[str]] = {}
 
     async def publish(self, session: SessionKey, type: str, data: dict[str, Any]) -> str:
@@ -189,7 +198,9 @@ class WebStreamPublisher:
             )
         fields = {"type": type, "data": json.dumps(data, ensure_ascii=False, separators=(",", ":"))}
         # a reply (an outbox send) is appended and recorded as sent in one step: a kill cannot duplicate it
-        entry_id = await append_once(self._redis, lease, SessionKeys(session).web, fields, self._maxlen)
+        entry_id = await append_once(
+            self._redis, lease, SessionKeys(session).web, fields, self._maxlen, self._max_bytes
+        )
         reply_to = data.get("reply_to")
         if type == "delta" and isinstance(reply_to, str):
             ids = self._deltas.setdefault((session, reply_to), [])

@@ -147,5 +147,5 @@ async def test_a_busy_worker_is_never_taken_for_dead(
         stop.set()
         await asyncio.gather(busy, idle)
     starts = [e for e in await read_events(client, msg.session_key) if e["kind"] == "run_started"]
-    assert [(e["worker"], e["epoch"]) for e in starts] == [("busy", 1)]
+    assert [e["worker"] for e in starts] == ["busy"]  # one start, under the busy worker's one lease
     assert idle_out.sent == [] and int(await client.get(_GLOBAL.fenced_rejections) or 0) == 0

@@ -2,8 +2,9 @@
 -- An empty inbox ends the drain in the same step (release without stranding: a message that lands later finds
 -- no drain flag and enqueues a new drain job). An attempt that runs also reads the session's history and slots,
 -- which only this lease's holder writes, so the turn need not ask for them again.
+-- Both give the session's keys its idle TTL again (see _retention.lua): a session expires only once idle that long.
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable,
---       10 history, 11 slots
+--       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream
 -- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s,
 --       8 session, 9 history entries to read ('' = neither history nor slots)
 -- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, n, ids.., jsons..}
@@ -13,9 +14,13 @@ local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
   redis.call('DEL', KEYS[1], KEYS[8])
   redis.call('ZREM', KEYS[9], ARGV[8])
+  local ttl = redis.call('HGET', KEYS[6], 'idle_ttl')
+  retain(KEYS, 3, 7, ttl)
+  retain(KEYS, 10, 15, ttl)
   return {}
 end
-local policy = redis.call('HGET', KEYS[6], 'busy_policy') or 'sequential'
+local meta = redis.call('HMGET', KEYS[6], 'busy_policy', 'idle_ttl')
+local policy = meta[1] or 'sequential'
 local ids = {head}
 if policy == 'collect' then ids = redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
 local attempt = redis.call('HINCRBY', KEYS[5], head, 1)
@@ -29,6 +34,8 @@ else
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*', 'kind', 'run_started', 'data', event)
   redis.call('HSET', KEYS[6], 'status', 'running')
 end
+retain(KEYS, 3, 8, meta[2])
+retain(KEYS, 10, 15, meta[2])
 local bodies = redis.call('HMGET', KEYS[4], unpack(ids))
 local out = {attempt, dead, lasterr, policy, #ids}
 for i = 1, #ids do out[#out + 1] = ids[i] end

@@ -1,7 +1,8 @@
 -- Deliver a send whose delivery is a stream append (the web chat), exactly once: the entry and the outbox's 'sent'
 -- record are written together, so no kill falls between them; an entry already recorded is not appended again.
 -- KEYS: 1 lease, 2 fenced, 3 stream, 4 outbox, 5 stats
--- ARGV: 1 token, 2 stream maxlen, 3 idempotency key, 4 now (s), 5.. field/value pairs
+-- ARGV: 1 token, 2 stream maxlen, 3 idempotency key, 4 now (s), 5 byte budget (0 = none; see _retention.lua),
+--       6.. field/value pairs
 -- Returns the entry id (the recorded one when it was already delivered).
 local refused = fenced() if refused then return refused end
 local cur = redis.call('HGET', KEYS[4], ARGV[3])
@@ -10,8 +11,13 @@ if record and record.state == 'sent' and type(record.platform_ids) == 'table' an
   return record.platform_ids[1]
 end
 local args = {'XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*'}
-for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
+local size = 0
+for i = 6, #ARGV do
+  args[#args + 1] = ARGV[i]
+  size = size + #ARGV[i]
+end
 local id = redis.call(unpack(args))
+trim_bytes(KEYS[3], ARGV[5], ARGV[2], size)
 if record then
   if record.reclaimed then
     -- the claims that counted a possible send-window duplicate: the earlier attempts appended nothing

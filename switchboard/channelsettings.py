@@ -1,0 +1,163 @@
+"""Channel settings: each platform's secrets from the environment, and channels' options from the YAML file.
+
+Re-exported by :mod:`switchboard.settings`, which composes them into :class:`~switchboard.settings.Settings`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from switchboard.types import BusyPolicy
+
+__all__ = [
+    "ChannelAccount",
+    "ChannelOptions",
+    "ChannelSettings",
+    "DiscordSettings",
+    "InstagramSettings",
+    "MessengerSettings",
+    "SlackSettings",
+    "TeamsSettings",
+    "TelegramSettings",
+    "WhatsAppSettings",
+]
+
+
+class ChannelSettings(BaseModel):
+    """A platform channel's ``SWITCHBOARD_<CHANNEL>__*`` block."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def enabled(self) -> bool:
+        """A channel is enabled when its credentials are present."""
+        raise NotImplementedError
+
+
+class TelegramSettings(ChannelSettings):
+    """``SWITCHBOARD_TELEGRAM__*``."""
+
+    bot_token: SecretStr | None = None
+    secret_token: SecretStr | None = None
+    """Value Telegram echoes in ``X-Telegram-Bot-Api-Secret-Token``; 1–256 of ``A-Z a-z 0-9 _ -``."""
+    api_base_url: str = "https://api.telegram.org"
+    """Bot API root: the part before ``/bot<token>/<method>``."""
+    bot_username: str | None = None
+    """The bot's @username, used to notice mentions in groups (looked up with ``getMe`` when unset)."""
+
+    @field_validator("secret_token")
+    @classmethod
+    def _secret_charset(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            raw = v.get_secret_value()
+            if not (1 <= len(raw) <= 256) or not all(c.isascii() and (c.isalnum() or c in "_-") for c in raw):
+                raise ValueError("must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule for secret_token)")
+        return v
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.bot_token is not None
+
+
+class SlackSettings(ChannelSettings):
+    """``SWITCHBOARD_SLACK__*``."""
+
+    bot_token: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    api_base_url: str = "https://slack.com/api/"
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.bot_token is not None
+
+
+class DiscordSettings(ChannelSettings):
+    """``SWITCHBOARD_DISCORD__*``."""
+
+    bot_token: SecretStr | None = None
+    public_key: str | None = None
+    application_id: str | None = None
+    api_base_url: str = "https://discord.com/api/v10"
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.bot_token is not None
+
+
+class TeamsSettings(ChannelSettings):
+    """``SWITCHBOARD_TEAMS__*``."""
+
+    app_id: str | None = None
+    app_password: SecretStr | None = None
+    tenant_id: str | None = None
+    openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    login_base_url: str = "https://login.microsoftonline.com"
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.app_id is not None
+
+
+class _MetaChannel(ChannelSettings):
+    access_token: SecretStr | None = None
+    app_secret: SecretStr | None = None
+    verify_token: SecretStr | None = None
+    graph_base_url: str = "https://graph.facebook.com/v23.0"
+
+    @property
+    def enabled(self) -> bool:
+        return self.access_token is not None
+
+
+class WhatsAppSettings(_MetaChannel):
+    """``SWITCHBOARD_WHATSAPP__*``."""
+
+    phone_number_id: str | None = None
+
+
+class InstagramSettings(_MetaChannel):
+    """``SWITCHBOARD_INSTAGRAM__*``."""
+
+
+class MessengerSettings(ChannelSettings):
+    """``SWITCHBOARD_MESSENGER__*``."""
+
+    page_access_token: SecretStr | None = None
+    app_secret: SecretStr | None = None
+    verify_token: SecretStr | None = None
+    graph_base_url: str = "https://graph.facebook.com/v23.0"
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return self.page_access_token is not None
+
+
+class ChannelOptions(BaseModel):
+    """Non-secret options of a channel or one of its accounts, from the YAML file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    agents: list[str] = Field(default_factory=list)
+    """Web chat only: the agents a new session may name (``{"agent": …}``); empty means only ``agent``."""
+    busy_policy: BusyPolicy | None = None
+    tenant: str | None = None
+    accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
+    """Further accounts, served at ``/webhooks/{channel}/{account}``."""
+
+
+class ChannelAccount(BaseModel):
+    """A further account of a channel: options plus the names of env variables holding its secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    busy_policy: BusyPolicy | None = None
+    tenant: str | None = None
+    secrets_from_env: dict[str, str] = Field(default_factory=dict)
+    """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
+    options: dict[str, str] = Field(default_factory=dict)
+    """Non-secret settings (``api_base_url`` ...)."""
+
+
+ChannelOptions.model_rebuild()
