@@ -231,6 +231,9 @@ class GuardedAppRunner(web.AppRunner):
     def __init__(self, app: web.Application, http: HttpSettings, **kwargs: Any) -> None:
         """Create the runner (``kwargs`` as for ``web.AppRunner``: ``access_log``, ``shutdown_timeout`` …)."""
         kwargs.setdefault("keepalive_timeout", http.keepalive_timeout_s)
+        # A compressed request body is passed on as sent, never inflated on the event loop: a 500 KB gzip bomb
+        # is 500 MB to inflate, and nothing served here takes compressed bodies (platforms post plain JSON).
+        kwargs.setdefault("auto_decompress", False)
         super().__init__(app, **kwargs)
         self.guard = ConnectionGuard(http)
 

@@ -91,7 +91,7 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the webhook routes (DESIGN §10)."""
+    """Register the webhook routes (docs/ARCHITECTURE.md §10)."""
     for path in ("/webhooks/{channel}", "/webhooks/{channel}/{account}"):
         app.router.add_route("POST", path, handle_webhook)
         app.router.add_route("GET", path, handle_webhook)

@@ -43,17 +43,24 @@ TrustClass = Literal["system", "user", "model", "tool", "data"]
 """Who a piece of context comes from, and so whether it may instruct the model (only ``system`` may)."""
 
 _ROLE_TRUST: dict[str, TrustClass] = {"user": "user", "assistant": "model", "tool": "tool"}
-_DATA_TAG = re.compile(r"<(/?)(data\b)", re.IGNORECASE)
+_DATA_TAG = re.compile(
+    r"[<\uff1c\ufe64]"  # "<", or a full-width or small "<" a model may read as one
+    r"(?=[\s/\uff0f\u200b-\u200d\u2060\ufeff]*"  # then any spaces, newlines, zero-width characters and slashes
+    r"[d\uff44][a\uff41][t\uff54][a\uff41]\b)",  # then the tag name "data", any case, ASCII or full-width
+    re.IGNORECASE,
+)
 
 
 def data_block(text: str, *, source: str) -> str:
     """``text`` wrapped in a labelled ``<data source=… trust="untrusted">`` envelope it cannot close.
 
-    A ``<data`` or ``</data`` inside the text is escaped (``&lt;data``), so data can neither end its own
-    envelope nor open a second one that looks trusted.
+    Every ``<`` that begins a ``data`` tag inside the text is escaped (``&lt;``), whatever its form: any case,
+    a space or a newline after ``<`` or after ``/`` (``< /data>``, ``</ DATA>``, ``<data\n``), zero-width
+    characters, full-width ``＜/ｄａｔａ＞``. So data can neither end its own envelope nor open a second one
+    that looks trusted, while every other ``<`` (code, markup, ``x < y``) reaches the model as it is.
     """
     label = source.replace('"', "'").replace("<", "(").replace(">", ")")
-    body = _DATA_TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}", text)
+    body = _DATA_TAG.sub("&lt;", text)
     return f'<data source="{label}" trust="untrusted">\n{body}\n</data>'
 
 
