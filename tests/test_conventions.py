@@ -1,8 +1,9 @@
-"""Pins the layering of DESIGN §4 and the conventions of STYLE.md."""
+"""Pins the layering of docs/ARCHITECTURE.md §4 and the code conventions it relies on."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,34 @@ def test_public_modules_declare_all() -> None:
         if "__all__" not in names:
             missing.append(str(path.relative_to(PKG)))
     assert missing == []
+
+
+def test_the_repository_explains_itself() -> None:
+    """Comments and docs point at the repository's own architecture document, never at a brief outside it."""
+    root = PKG.parent
+    banned = ("DESIGN §", "DESIGN.md", "STYLE.md", "../shared")
+    texts = [
+        *PKG.rglob("*.py"),
+        *(PKG / "channels" / "static").glob("*"),
+        *(root / "tests").rglob("*.py"),
+        *(root / "bench").rglob("*.py"),
+        root / "README.md",
+        root / "docs" / "ARCHITECTURE.md",
+    ]
+    offenders = [
+        f"{path.relative_to(root)}: {word}"
+        for path in texts
+        if path.is_file() and path.suffix != ".pyc" and path != Path(__file__)
+        for word in banned
+        if word in path.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert offenders == []
+    sections = set(re.findall(r"^## (\d+)\.", (root / "docs" / "ARCHITECTURE.md").read_text(), re.MULTILINE))
+    cited = {
+        f"{path.relative_to(root)}: §{number}"
+        for path in texts
+        if path.is_file() and path.suffix != ".pyc"
+        for number in re.findall(r"ARCHITECTURE\.md §(\d+)", path.read_text(encoding="utf-8", errors="replace"))
+        if number not in sections
+    }
+    assert cited == set(), "every cited section exists"

@@ -2,7 +2,8 @@
 
 The web chat has no platform API to call. A send action becomes one entry on the session's web stream (the
 Redis stream the page reads over SSE); the publisher that writes it is injected, so this module knows nothing of
-Redis or the queue (DESIGN §4). Each entry has a ``type`` and a JSON ``data`` object, as DESIGN §10 names them:
+Redis or the queue (docs/ARCHITECTURE.md §4). Each entry has a ``type`` and a JSON ``data`` object, as the web chat
+API names them (README, "Web chat"):
 
 =============== ===========================================================================
 ``status``      ``{"status": "queued" | "running" | "idle", "reply_to"?}``
@@ -55,7 +56,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAX_TEXT_BYTES = 32 * 1024
-"""Longest chat message text, in UTF-8 bytes (DESIGN §10: over 32 KiB is 413)."""
+"""Longest chat message text, in UTF-8 bytes (docs/ARCHITECTURE.md §10: over 32 KiB is 413)."""
 MAX_CLIENT_ID_CHARS = 200
 """Longest ``client_id`` a page may send."""
 

@@ -24,7 +24,7 @@ class AgentProfile(BaseModel):
 
 
 class AgentLimits(BaseModel):
-    """Budgets of one turn (DESIGN §3.6): nothing unbounded wraps a model call."""
+    """Budgets of one turn (docs/ARCHITECTURE.md §3.6): nothing unbounded wraps a model call."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Budgets of one turn (DESIGN §3.6) and the credit price table.
+"""Budgets of one turn (docs/ARCHITECTURE.md §3.6) and the credit price table.
 
 A :class:`Budget` counts what a turn has used — model steps, tool calls, tokens, credits, output
 characters, wall-clock time — against the agent's limits narrowed by the request envelope. The

@@ -70,7 +70,7 @@ class Tool:
     timeout_s: float = 30.0
     owner: str = "builtin"
     cost: int = 1
-    """Credits against the turn's budget (DESIGN §6: read 1, write 5, full 6; custom 1)."""
+    """Credits against the turn's budget (docs/ARCHITECTURE.md §6: read 1, write 5, full 6; custom 1)."""
     connector: str = ""
     """Circuit breakers trip per connector (a service or a family of tools); empty: the tool is its own."""
     retry_on: frozenset[str] = field(default_factory=lambda: frozenset({"rate_limit", "transient"}))

@@ -2,7 +2,7 @@
 
 A stop request sets a short-lived flag on the session and publishes the session key. Every worker
 listens; the one running that session's turn cancels its task, which cancels the model request and any
-tool call in flight (DESIGN §6). Only the running turn stops: messages already waiting still get answers.
+tool call in flight (docs/ARCHITECTURE.md §6). Only the running turn stops: messages already waiting still get answers.
 The ``/stop`` message itself is queued like any message and answered in order ("Stopped." or "Nothing
 was running."), so the user always hears back.
 """

@@ -1,7 +1,7 @@
 """A pure checker over a chaos run's history: what was acknowledged, answered, run, killed and when.
 
 It takes plain records (no Redis, no processes), so a failing run can be saved and checked again. What it
-derives, per DESIGN §3 and reliability.md §5:
+derives, per docs/ARCHITECTURE.md §3:
 
 - **lost**: acknowledged messages (webhook 2xx) with neither a reply nor a dead letter;
 - **duplicates**: replies beyond the first for one message;

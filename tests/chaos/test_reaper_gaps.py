@@ -1,8 +1,8 @@
 """Two stranding gaps the chaos runs found, reproduced deterministically (fast; no worker processes).
 
 Both leave a session with an acknowledged message, no lease and a drain flag the reaper believes is fine, so the
-message waits for a slow fallback (30 s, or RQ's 60 s started-job expiry) instead of the few seconds DESIGN §5
-promises ("a periodic sweep (seconds, not minutes)"):
+message waits for a slow fallback (30 s, or RQ's 60 s started-job expiry) instead of the few seconds
+docs/ARCHITECTURE.md §5 promises ("a periodic sweep (seconds, not minutes)"):
 
 1. ``test_reaper_dying_between_its_two_steps_hides_nothing`` — the SIGKILL chaos run (a kill every 0.3 s) saw
    recoveries of 32–43 s: the reaper drops a stuck job id from RQ's intermediate list (and its first-seen mark)

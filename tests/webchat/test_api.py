@@ -1,4 +1,4 @@
-"""The web chat API of DESIGN §10: sessions and messages."""
+"""The web chat API of docs/ARCHITECTURE.md §10: sessions and messages."""
 
 from __future__ import annotations
 
