@@ -9,7 +9,8 @@
 A browser's ``EventSource`` cannot send headers, so the page asks for a **stream ticket** with its bearer token
 and opens the stream with ``?ticket=``: single-use, valid :data:`TICKET_TTL_S`, stored only as its SHA-256. The
 long-lived token then never appears in a URL (access logs, proxies, browser history). ``?token=`` still works for
-clients written before tickets.
+clients written before tickets. A session is issued at most :data:`TICKETS_PER_TTL` tickets in any
+:data:`TICKET_TTL_S` (then ``429`` with ``Retry-After``), so unused tickets cannot pile up in Redis.
 
 An open stream holds no Redis connection: the process's :class:`~switchboard.queue.fanout.StreamFanout` reads every
 session with a subscriber over one connection and hands each stream its events; replay and look-ups use that
@@ -40,6 +41,7 @@ from switchboard.clientaddr import client_address
 from switchboard.queue import webstream
 from switchboard.queue.fanout import StreamFanout, Subscription, SubscriptionClosedError
 from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.limits import issue_stream_ticket
 from switchboard.queue.streamslots import Slot, StreamSlots
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
@@ -48,6 +50,7 @@ __all__ = [
     "KEEPALIVE_S",
     "RETRY_AFTER_S",
     "REVOCATION_CHECK_S",
+    "TICKETS_PER_TTL",
     "TICKET_TTL_S",
     "add_stream_routes",
     "stream",
@@ -61,6 +64,8 @@ KEEPALIVE_S: Final = 15.0
 """An idle SSE connection gets a comment this often, so proxies keep it open and a gone client is noticed."""
 TICKET_TTL_S: Final = 30
 """A stream ticket opens a stream within this many seconds of being issued, or never."""
+TICKETS_PER_TTL: Final = 10
+"""Stream tickets a session may be issued in any :data:`TICKET_TTL_S` (a page needs one per stream it opens)."""
 RETRY_AFTER_S: Final = 10
 """``Retry-After`` when a stream cap is reached (a stream frees its slot as soon as it closes)."""
 REVOCATION_CHECK_S: Final = webchat.TOKEN_CACHE_S
@@ -140,14 +145,19 @@ async def stream_ticket(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(settings.queue.ingest_timeout_s):
             token_hash = _token_hash(webchat._bearer(request, allow_query=False))
-            if token_hash is None or await _token_session(request, token_hash) is None:
+            session = None if token_hash is None else await _token_session(request, token_hash)
+            if token_hash is None or session is None:
                 return _unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
             ticket = secrets.token_urlsafe(32)
             # The ticket names the token, not the session: a token revoked meanwhile opens nothing with it.
             key = GlobalKeys().web_stream_ticket(webchat.hash_token(ticket))
-            await request.app[_FANOUT].redis.set(key, token_hash, ex=TICKET_TTL_S)
+            wait_ms = await issue_stream_ticket(
+                request.app[_FANOUT].redis, session, key, token_hash, ttl_s=TICKET_TTL_S, per_ttl=TICKETS_PER_TTL
+            )
     except (TimeoutError, RedisError, OSError):
         return _unavailable()
+    if wait_ms:  # nothing was stored
+        return webchat._too_many(wait_ms, f"at most {TICKETS_PER_TTL} stream tickets per {TICKET_TTL_S} s")
     return web.json_response(
         {"ticket": ticket, "expires_in": TICKET_TTL_S}, headers={**webchat._CORS_HEADERS, "Cache-Control": "no-store"}
     )
@@ -234,6 +244,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
         subscription, behind = fanout.subscribe(
             admitted.session, last, transport.is_closing if transport is not None else None, tag=admitted.token_hash
         )
+        # A revocation that landed between admission and subscribing closed nothing: look once more, now that a
+        # later one will find this subscription.
+        if not await fanout.redis.exists(GlobalKeys().web_token(admitted.token_hash)):
+            return response
         if behind:  # what the reader took before this stream subscribed
             last = await _replay(fanout.redis, response, admitted.session, last)
         loop = asyncio.get_running_loop()

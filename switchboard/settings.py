@@ -93,7 +93,8 @@ class QueueSettings(BaseModel):
     send_backoff_s: float = Field(1.0, ge=0)
     """Wait before re-trying a reply the platform failed to take (doubled each attempt; a 429's wait wins)."""
     max_defer_s: float = Field(3600.0, ge=0)
-    """Longest wait a model provider's ``retry-after`` may defer a turn by; a longer one fails the message."""
+    """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
+    longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""
 
 
 class HttpSettings(BaseModel):

@@ -1,4 +1,4 @@
-"""The web chat's HTTP surface: the page at ``/`` and its public API (DESIGN §10).
+"""The web chat's HTTP surface: the page at ``/`` and its public API (docs/ARCHITECTURE.md §10).
 
 ========================================== ============================================================
 ``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
@@ -290,7 +290,8 @@ async def revoke_session(request: web.Request) -> web.Response:
     """``DELETE /api/chat/sessions`` (bearer): revoke the token; ``204``, and every later use of it is ``401``.
 
     This process forgets the token at once; another web process may honour it for up to :data:`TOKEN_CACHE_S`
-    more. The conversation's retained history is left to expire with its own TTLs.
+    more. The conversation's retained history is left to expire with the session's idle TTL
+    (``SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S``).
     """
     token = _bearer(request, allow_query=False)
     if not token:
@@ -343,13 +344,16 @@ async def post_message(request: web.Request) -> web.Response:
     options = settings.file.channels.get("web")
     busy = (options.busy_policy if options else None) or (agent.busy_policy if agent else "sequential")
     try:
-        result = await app[INGESTOR].ingest(draft, busy_policy=busy, echo=echo)
+        result = await app[INGESTOR].ingest(draft, busy_policy=busy, echo=echo, idempotent=True)
     except QueueUnavailableError:
         _reject(app, "queue_unavailable")
         return _unavailable()
     if result.limited is not None:  # nothing was written
         _reject(app, "rate_limited")
         return _too_many(result.retry_after_ms, _LIMITED[result.limited])
+    if result.reused:  # nothing was written: the page must send the new text under a new client_id
+        _reject(app, "client_id_reused")
+        return _error(409, "client_id_reused", "this client_id was already used for a different text")
     metrics = app.get(METRICS)
     if metrics is not None:
         metrics.ingested("web", duplicate=result.duplicate)

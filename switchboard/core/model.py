@@ -55,7 +55,7 @@ def data_block(text: str, *, source: str) -> str:
     """``text`` wrapped in a labelled ``<data source=… trust="untrusted">`` envelope it cannot close.
 
     Every ``<`` that begins a ``data`` tag inside the text is escaped (``&lt;``), whatever its form: any case,
-    a space or a newline after ``<`` or after ``/`` (``< /data>``, ``</ DATA>``, ``<data\n``), zero-width
+    a space or a newline after ``<`` or after ``/`` (``< /data>``, ``</ DATA>``, ``<data`` and a line break), zero-width
     characters, full-width ``＜/ｄａｔａ＞``. So data can neither end its own envelope nor open a second one
     that looks trusted, while every other ``<`` (code, markup, ``x < y``) reaches the model as it is.
     """

@@ -9,6 +9,12 @@ which checks three quotas: the session's, the tenant's (all its sessions) and th
 under the root. The session's usage is measured on its directory; tenant and total usage are running totals
 kept in small ledger files under ``<root>/.usage`` (rebuilt by one scan when missing), updated under a file
 lock so that every worker process on the host shares them.
+
+Directories count too: each directory inside a workspace is one entry against the session's file quota and
+:data:`DIRECTORY_BYTES` (one file-system block) against every byte quota, so a chain of empty directories costs
+what it takes on disk. Paths are bounded (:func:`path_bound_error`: at most :data:`MAX_PATH_PARTS` components,
+:data:`MAX_PATH_BYTES` bytes, :data:`MAX_NAME_BYTES` per name), and usage is measured by walks that keep their own
+stack, so no tree on disk, however deep, can make a write fail with ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -18,18 +24,39 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from switchboard.errors import ToolError
 
-__all__ = ["Quotas", "Workspaces", "make_private_dir", "read_total_bytes", "tenant_dir", "workspace_for"]
+__all__ = [
+    "DIRECTORY_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "MAX_PATH_PARTS",
+    "Quotas",
+    "Workspaces",
+    "make_private_dir",
+    "path_bound_error",
+    "read_total_bytes",
+    "tenant_dir",
+    "workspace_for",
+]
 
 _LEDGER = ".usage"
 _TOTAL = "total"
 _TEMP_PREFIX = ".write-"
+
+DIRECTORY_BYTES = 4096
+"""What one directory inside a workspace counts against the byte quotas (one ext4 block), besides one entry."""
+MAX_PATH_PARTS = 32
+"""Most components a workspace-relative path may have (``a/b/c.txt`` has 3)."""
+MAX_PATH_BYTES = 1024
+"""Longest workspace-relative path, in UTF-8 bytes."""
+MAX_NAME_BYTES = 255
+"""Longest file or directory name, in UTF-8 bytes (the limit of common Linux file systems)."""
 
 
 def _digest(text: str, length: int) -> str:
@@ -51,6 +78,22 @@ def make_private_dir(path: Path) -> Path:
     return path
 
 
+def path_bound_error(parts: Sequence[str]) -> str | None:
+    """Why a workspace-relative path made of ``parts`` is refused (too deep, too long), or ``None`` if it is not.
+
+    The message names no path at all (the model's own may be kilobytes long; a host path never appears).
+    """
+    if len(parts) > MAX_PATH_PARTS:
+        return f"the path has {len(parts)} components, over the most of {MAX_PATH_PARTS}: use fewer directories"
+    sizes = [len(part.encode("utf-8", "surrogatepass")) for part in parts]
+    length = sum(sizes) + max(0, len(parts) - 1)
+    if length > MAX_PATH_BYTES:
+        return f"the path is {length} bytes long, over the most of {MAX_PATH_BYTES}: use a shorter path"
+    if sizes and max(sizes) > MAX_NAME_BYTES:
+        return f"a name in the path is {max(sizes)} bytes long, over the most of {MAX_NAME_BYTES}: use shorter names"
+    return None
+
+
 def tenant_dir(root: Path, session_key: str) -> Path:
     """The directory holding every workspace of the session's tenant (the key's first component)."""
     return root / f"t-{_digest(session_key.split('/', 1)[0], 16)}"
@@ -69,24 +112,61 @@ class Quotas:
     tenant_bytes: int = 1000 * 2**20
     total_bytes: int = 10_000 * 2**20
     session_files: int = 10_000
-    """Most files one workspace may hold (each write measures the workspace, so its cost stays bounded)."""
-
-
-def _usage(path: Path) -> int:
-    return _count(path)[0]
+    """Most files and directories one workspace may hold (each write measures the workspace, so its cost stays
+    bounded)."""
 
 
 def _count(path: Path) -> tuple[int, int]:
-    """Bytes and files under ``path``."""
-    total = files_seen = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            files_seen += 1
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total, files_seen
+    """Bytes and entries (files, symlinks, directories) under ``path``, ``path`` itself not included.
+
+    Each directory counts :data:`DIRECTORY_BYTES`. The walk keeps an explicit stack (``os.walk`` recurses once
+    per level, and fails on a deep enough tree); what cannot be read (gone meanwhile, too long a path for the
+    host) is skipped.
+    """
+    total = entries = 0
+    stack = [os.fspath(path)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as scan:
+                for entry in scan:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                            total += DIRECTORY_BYTES
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+                    entries += 1
+        except OSError:
+            continue
+    return total, entries
+
+
+def _workspaces_usage(path: Path, depth: int) -> int:
+    """Bytes of every workspace ``depth`` levels under ``path`` (1: a tenant's directory; 2: the root).
+
+    Only what workspaces hold counts, as :meth:`Workspaces.store` adds it up: not the tenants' and workspaces'
+    own directories, nor the ledger.
+    """
+    if depth == 0:
+        return _count(path)[0]
+    try:
+        with os.scandir(path) as scan:
+            below = [Path(e.path) for e in scan if e.name != _LEDGER and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    return sum(_workspaces_usage(child, depth - 1) for child in below)
+
+
+def _missing_dirs(workspace: Path, directory: Path) -> int:
+    """How many directories a write into ``directory`` creates inside ``workspace`` (the workspace not counted)."""
+    missing = 0
+    for path in (directory, *directory.parents):
+        if path == workspace or not path.is_relative_to(workspace) or path.exists():
+            break
+        missing += 1
+    return missing
 
 
 def read_total_bytes(root: Path) -> int | None:
@@ -120,7 +200,7 @@ class Workspaces:
         if self.root is None:
             return 0
         found = read_total_bytes(self.root)
-        return found if found is not None else _usage(self.root) - _usage(self.root / _LEDGER)
+        return found if found is not None else _workspaces_usage(self.root, 2)
 
     @contextmanager
     def _locked(self) -> Iterator[Path | None]:
@@ -140,45 +220,59 @@ class Workspaces:
         """Write ``data`` to ``target`` (inside ``workspace``) if every quota allows it; returns the file's size.
 
         Replacing writes go to a temporary file renamed over the target, so an interrupted call never leaves
-        half a file.
+        half a file. The directories the write creates count against the quotas too (:data:`DIRECTORY_BYTES`
+        and one entry each).
 
         Raises:
-            ToolError: (``permanent``) a quota would be passed, or the file system refused (``shown`` names the
-                file in the message: a workspace-relative path, never the host's).
+            ToolError: (``permanent``) a quota would be passed, or the file system refused; (``validation``) the
+                path is too deep or too long (:func:`path_bound_error`). ``shown`` names the file in the message:
+                a workspace-relative path, never the host's.
         """
         shown = shown or target.name
         root = self.root.resolve() if self.root is not None else None
-        tenant_path = workspace.resolve().parent
+        home = workspace.resolve()
+        tenant_path = home.parent
         shared = root is not None and tenant_path.parent == root
+        if target.is_relative_to(home) and (refused := path_bound_error(target.relative_to(home).parts)):
+            raise ToolError(refused, error_class="validation")
         with self._locked() as ledger:
             try:
                 existing = target.stat().st_size if target.is_file() else 0
             except OSError as exc:
                 raise ToolError(f"could not write {shown!r}: {exc.strerror or type(exc).__name__}") from None
-            delta = len(data) - (0 if append else existing)
-            used, files = _count(workspace)
+            created = _missing_dirs(home, target.parent)
+            delta = len(data) - (0 if append else existing) + created * DIRECTORY_BYTES
+            used, entries = _count(home)
             self._check("the session workspace", used + delta, self.quotas.session_bytes)
-            if not target.exists() and files >= self.quotas.session_files:
+            added = created + (0 if target.exists() else 1)
+            if added and entries + added > self.quotas.session_files:
                 raise ToolError(
-                    f"the session workspace already holds {files} files, its most: write into an existing file",
+                    f"the session workspace already holds {entries} files and directories, and this write would "
+                    f"add {added} (the most is {self.quotas.session_files}): write into an existing file",
                     error_class="permanent",
                 )
             tenant_file = total_file = None
             tenant = total = 0
             if shared and ledger is not None and root is not None:
                 tenant_file, total_file = ledger / tenant_path.name, ledger / _TOTAL
-                tenant = _read_int(tenant_file, lambda: _usage(tenant_path))
-                total = _read_int(total_file, lambda: _usage(root) - _usage(ledger))
+                tenant = _read_int(tenant_file, lambda: _workspaces_usage(tenant_path, 1))
+                total = _read_int(total_file, lambda: _workspaces_usage(root, 2))
                 self._check("this tenant's workspaces", tenant + delta, self.quotas.tenant_bytes)
                 self._check("all workspaces", total + delta, self.quotas.total_bytes)
             try:
                 size = _write(target, data, append=append)
             except OSError as exc:
+                delta = (created - _missing_dirs(home, target.parent)) * DIRECTORY_BYTES  # made before it failed
+                self._account(tenant_file, tenant + delta, total_file, total + delta)
                 raise ToolError(f"could not write {shown!r}: {exc.strerror or type(exc).__name__}") from None
-            if tenant_file is not None and total_file is not None:
-                _write_int(tenant_file, tenant + delta)
-                _write_int(total_file, total + delta)
+            self._account(tenant_file, tenant + delta, total_file, total + delta)
             return size
+
+    @staticmethod
+    def _account(tenant_file: Path | None, tenant: int, total_file: Path | None, total: int) -> None:
+        if tenant_file is not None and total_file is not None:
+            _write_int(tenant_file, tenant)
+            _write_int(total_file, total)
 
     @staticmethod
     def _check(what: str, after: int, quota: int) -> None:

@@ -278,7 +278,12 @@ class Drainer(TurnEndings):
                 messages.append(InboundMessage.model_validate_json(body))
         turn.run_id = f"run-{attempt.ids[0]}"
         outbox = Outbox(
-            self.redis, lease, self._perform_for(turn), sleep=self._sleep, events_maxlen=self.settings.events_maxlen
+            self.redis,
+            lease,
+            self._perform_for(turn),
+            sleep=self._sleep,
+            events_maxlen=self.settings.events_maxlen,
+            max_wait_s=self.settings.max_defer_s,
         )
         turn.outbox = outbox
         if not messages:

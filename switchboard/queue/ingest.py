@@ -3,15 +3,23 @@
 The script (``lua/ingest.lua``) does, atomically: dedup check → abuse limits (inbox depth, messages per
 session and per sender, see :mod:`switchboard.queue.limits`) → dedup key ``SET EX`` → message record → inbox
 append → runnable mark → session meta → ``message_received`` and ``run_queued`` facts → optional web
-chat echo → and, only when no drain is pending for the session, the drain flag plus an RQ job pushed on
-the queue. A platform retry can therefore never be dropped while its original was lost, and sessions
-that already have a pending drain cost no RQ work at all.
+chat echo (its web stream trimmed to its byte budget) → and, only when no drain is pending for the session, the
+drain flag plus an RQ job pushed on the queue → for a web chat session, the idle TTL on every one of its keys
+(``SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S``; the drain's ``begin`` gives it again, so an idle session expires
+whole). A platform retry can therefore never be dropped while its original was lost, and sessions that already
+have a pending drain cost no RQ work at all.
+
+With ``idempotent=True`` (the web chat's ``client_id``) the dedup key is an idempotency key: the dedup record also
+holds a short hash of the text, and the same key with a different text is refused as :attr:`IngestResult.reused`
+(nothing written) instead of answered as a duplicate. Platforms' retries carry identical payloads, so their dedup
+stays a plain duplicate check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -41,7 +49,7 @@ __all__ = ["WEB_ECHO_MAXLEN", "IngestResult", "Ingestor", "new_message_id"]
 logger = logging.getLogger(__name__)
 
 WEB_ECHO_MAXLEN = 1000
-"""Approximate cap of each session's web stream (the web chat's retained history)."""
+"""Approximate cap of each session's web stream (the web chat's retained history; ``WEB_STREAM_MAXLEN``)."""
 _QUEUED_STATUS = '{"status":"queued"}'
 _GLOBAL = GlobalKeys()
 _ASSIGNED: set[str] = {"id", "received_at"}
@@ -167,9 +175,12 @@ class _Coalescer:
                 future.set_result(result)
 
 
+_NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
+"""ARGV 22–23 for platform sessions: no idle TTL (their retention is the operator's), no web stream."""
 _DUPLICATE: Final = 1
 _REFUSED: Final = 2
-_NO_LIMITS: Final = LimitsSettings(
+_REUSED: Final = 3
+_NO_LIMITS: Final = LimitsSettings(  # the retention settings (idle TTL, web history bytes) keep their defaults
     sessions_per_address_per_hour=0,
     messages_per_session_per_minute=0,
     messages_per_sender_per_minute=0,
@@ -210,6 +221,14 @@ def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, 
         timer.cancel()
 
 
+def _fingerprint(text: str) -> str:
+    """A message text's short hash, kept with an idempotent dedup record.
+
+    64 bits are plenty: a key is reused by mistake, not attacked (only the session's own client can reuse it).
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def new_message_id(now: float | None = None) -> str:
     """A gateway message id: 12 hex digits of milliseconds then 16 random hex digits (sortable by time)."""
     ms = int((time.time() if now is None else now) * 1000)
@@ -229,13 +248,18 @@ class IngestResult:
     """Set when an abuse limit refused the message: nothing was queued (see :class:`Ingestor`)."""
     retry_after_ms: int = 0
     """With ``limited``: how long until the limit would let the message in."""
+    reused: bool = False
+    """An ``idempotent`` ingest whose dedup key an earlier message with another text holds: nothing was written."""
 
 
 class Ingestor:
     """Accepts inbound messages into their sessions' queues."""
 
     def __init__(self, redis: aioredis.Redis, settings: QueueSettings, limits: LimitsSettings | None = None) -> None:
-        """Ingest into ``redis``; ``limits=None`` checks no abuse limits (the app passes ``Settings.limits``)."""
+        """Ingest into ``redis``; ``limits=None`` checks no abuse limits (the app passes ``Settings.limits``).
+
+        Web chat sessions get the idle TTL and web history budget of ``limits`` (with ``None``, their defaults).
+        """
         self.redis = redis
         self.settings = settings
         self.limits = limits or _NO_LIMITS
@@ -259,6 +283,8 @@ class Ingestor:
             self.limits.inbox_depth,
         ]
         """The script's constant arguments (ARGV 13–20)."""
+        self._web_retention: list[ScriptArg] = [self.limits.idle_session_ttl_s, self.limits.web_history_kib * 1024]
+        """ARGV 22–23 for web chat sessions (platform sessions keep their keys: ``["", 0]``)."""
 
     async def ingest(
         self,
@@ -266,6 +292,7 @@ class Ingestor:
         *,
         busy_policy: BusyPolicy = "sequential",
         echo: Mapping[str, str] | None = None,
+        idempotent: bool = False,
     ) -> IngestResult:
         """Durably accept ``message`` (dedup, limits, append, mark runnable, enqueue a drain when none is pending).
 
@@ -279,19 +306,21 @@ class Ingestor:
             busy_policy: ``collect`` folds everything waiting into the session's next run.
             echo: web chat only: ``{"type": "user", "data": <json>}`` appended to the session's web stream
                 in the same script, followed by a ``queued`` status entry.
+            idempotent: the dedup key is an idempotency key (the web chat's ``client_id``): reused with a different
+                text, the message is refused as :attr:`IngestResult.reused`, and nothing is written.
 
         Raises:
             QueueUnavailableError: Redis did not confirm within ``ingest_timeout_s`` (answer 503: the
                 platform retries, and the dedup key makes the retry safe).
         """
         try:
-            return await self._ingest(message, busy_policy, echo)
+            return await self._ingest(message, busy_policy, echo, idempotent)
         except (TimeoutError, RedisError, OSError) as err:
             logger.warning("ingest for %s not confirmed: %s", message.conversation.channel, type(err).__name__)
             raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
 
     async def _ingest(
-        self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None
+        self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool
     ) -> IngestResult:
         now = time.time()
         message_id = new_message_id(now)
@@ -334,6 +363,12 @@ class Ingestor:
             rq.queues,
             keys.rate,
             _GLOBAL.sender_rate(f"{conv.tenant}/{channel}/{conv.account}/{message.sender.id}"),
+            keys.attempts,
+            keys.history,
+            keys.slots,
+            keys.outbox,
+            keys.dead,
+            keys.epoch,
         ]
         script_args: list[ScriptArg] = [
             message_id,
@@ -350,6 +385,8 @@ class Ingestor:
             _rq_time(now),
             *self._config,
             dropped,
+            *(self._web_retention if channel == "web" else _NO_RETENTION),
+            _fingerprint(message.text) if idempotent else "",
         ]
         try:
             status, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
@@ -359,6 +396,8 @@ class Ingestor:
         stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
         if status == _REFUSED:
             return IngestResult(message_id, False, False, _drop_reason(stored), int(drain))
+        if status == _REUSED:
+            return IngestResult(stored, duplicate=False, drain_enqueued=False, reused=True)
         duplicate = status == _DUPLICATE
         if not duplicate and is_stop(message):
             # the /stop message waits its turn to be answered; the turn running now stops at once

@@ -105,7 +105,7 @@ class SessionKeys:
         return self._k("cancel")
 
     def dedup(self, key: str) -> str:
-        """STRING message id, with a TTL: the platform event id was accepted."""
+        """STRING message id (``<id>:<text hash>`` for a web chat ``client_id``), with a TTL: the key was accepted."""
         return self._k(f"dedup:{key}")
 
     def effect(self, key: str) -> str:
@@ -116,6 +116,11 @@ class SessionKeys:
     def rate(self) -> str:
         """STRING, PX TTL: the session's message-rate meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
         return self._k("rate")
+
+    @property
+    def ticket_rate(self) -> str:
+        """STRING, PX TTL: the session's stream-ticket meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
+        return self._k("ticketrate")
 
 
 @dataclass(frozen=True, slots=True)

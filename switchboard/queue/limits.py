@@ -3,7 +3,8 @@
 Each limit is a GCRA meter (``lua/_limits.lua``): one short-lived STRING per session, sender or client address,
 read and advanced inside the script that does the work, so a limit costs no extra round trip. Message limits
 (per session, per sender, inbox depth) are checked by the ingest script itself (see
-:mod:`switchboard.queue.ingest`); the session-creation limit per client address is :func:`count_session`.
+:mod:`switchboard.queue.ingest`); the session-creation limit per client address is :func:`count_session`; stream
+tickets per session are metered by the script storing them (:func:`issue_stream_ticket`).
 A refused request writes nothing (a platform's drop is recorded as a ``message_dropped`` fact). The wait given
 for a full inbox is 1 s (the drain's pace is not known here); for a rate, the time until the meter admits one more.
 """
@@ -20,13 +21,15 @@ from redis.exceptions import RedisError
 
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import LimitsSettings
+from switchboard.types import SessionKey
 
-__all__ = ["HOUR_MS", "address_bucket", "count_session", "retry_after_s"]
+__all__ = ["HOUR_MS", "address_bucket", "count_session", "issue_stream_ticket", "retry_after_s"]
 
 HOUR_MS: Final = 3_600_000
 _GLOBAL: Final = GlobalKeys()
+_STREAM_TICKET: Final = scripts.Script("stream_ticket", preludes=[scripts.LIMITS_PRELUDE])
 
 
 def retry_after_s(wait_ms: int) -> int:
@@ -62,3 +65,18 @@ async def count_session(redis: aioredis.Redis, address: str, limits: LimitsSetti
     except (TimeoutError, RedisError, OSError) as err:
         raise QueueUnavailableError(f"the session limit could not be checked: {type(err).__name__}") from err
     return int(wait)
+
+
+async def issue_stream_ticket(
+    redis: aioredis.Redis, session: SessionKey, ticket_key: str, token_hash: str, *, ttl_s: int, per_ttl: int
+) -> int:
+    """Store a stream ticket for ``session`` unless it asked for too many: 0 when stored, else the wait in ms.
+
+    At most ``per_ttl`` tickets in any ``ttl_s`` (a burst of ``per_ttl`` included; ``0`` = no limit), so a session
+    holds at most about twice that many unused tickets. One round trip, as storing the ticket alone took.
+
+    Raises:
+        RedisError: Redis failed (``TimeoutError`` / ``OSError`` likewise).
+    """
+    meter = SessionKeys(session).ticket_rate
+    return int(await _STREAM_TICKET(redis, [meter, ticket_key], [per_ttl, ttl_s * 1000, token_hash, ttl_s]))

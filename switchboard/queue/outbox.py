@@ -19,7 +19,10 @@ send is in flight its key is :data:`CURRENT_SEND`, and :func:`append_once` (what
 with) appends the entry and marks the record ``sent`` in one fenced script, so no kill can duplicate it. A claim
 such a send "reclaimed" is uncounted there again (the earlier attempt provably wrote nothing).
 
-``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model.
+``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model, up to ``max_wait_s``
+(``SWITCHBOARD_QUEUE__MAX_DEFER_S``) for all of a turn's sends together: a platform asking for a longer wait, or
+for short waits that add up to more, fails the send at once rather than holding the session's lease and a worker
+slot for as long as it says.
 The key is also passed to the channel, which forwards it where the platform dedups (Discord ``nonce``).
 """
 
@@ -29,6 +32,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -70,9 +74,16 @@ CURRENT_SEND: ContextVar[str | None] = ContextVar("switchboard_current_send", de
 
 
 async def append_once(
-    redis: aioredis.Redis, lease: LeaseToken, stream_key: str, fields: Mapping[str, str], maxlen: int
+    redis: aioredis.Redis,
+    lease: LeaseToken,
+    stream_key: str,
+    fields: Mapping[str, str],
+    maxlen: int,
+    max_bytes: int = 0,
 ) -> str:
     """Append a stream entry that *is* a delivery (the web chat's), exactly once; returns its entry id.
+
+    With ``max_bytes`` the stream is also trimmed, oldest entries first, to stay within that many bytes.
 
     Inside :meth:`Outbox.send` the append and the outbox's ``sent`` record are one fenced script (an entry already
     recorded is not appended again); outside it (status, typing, streamed deltas: nothing to record) it is a plain
@@ -83,9 +94,9 @@ async def append_once(
     """
     key = CURRENT_SEND.get()
     if key is None:
-        return await fenced_xadd(redis, lease, stream_key, fields, maxlen)
+        return await fenced_xadd(redis, lease, stream_key, fields, maxlen, max_bytes)
     keys = SessionKeys(lease.session)
-    args: list[scripts.ScriptArg] = [lease.token, maxlen, key, f"{time.time():.6f}"]
+    args: list[scripts.ScriptArg] = [lease.token, maxlen, key, f"{time.time():.6f}", max_bytes]
     for name, value in fields.items():
         args += [name, value]
     entry = await scripts.OUTBOX_APPEND(
@@ -139,8 +150,13 @@ class Outbox:
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         events_maxlen: int = 2_000,
+        max_wait_s: float = math.inf,
     ) -> None:
         self.redis = redis
+        self.max_wait_s = max_wait_s
+        """The longest the turn's sends may wait on platform ``retry_after`` in all; past it the error is raised."""
+        self.waited_s = 0.0
+        """Seconds this outbox's sends (and their caller's retries) have waited on the platform so far."""
         self.events_maxlen = events_maxlen
         """The session event log's cap, for facts that ride on a claim."""
         self.lease = lease
@@ -235,10 +251,12 @@ class Outbox:
             try:
                 return await self._perform(action, conversation, key)
             except RateLimitedError as err:
-                if attempt == MAX_RATE_LIMIT_RETRIES:
-                    raise
-                logger.info("%s rate-limited; retrying the send in %.2f s", err.channel, err.retry_after)
-                await self._sleep(max(err.retry_after, 0.0))
+                wait = max(err.retry_after, 0.0)
+                if attempt == MAX_RATE_LIMIT_RETRIES or self.waited_s + wait > self.max_wait_s:
+                    raise  # the turn's waits add up to max_wait_s at most, however the platform splits them
+                logger.info("%s rate-limited; retrying the send in %.2f s", err.channel, wait)
+                await self._sleep(wait)
+                self.waited_s += wait
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _record(self, key: str, record: str) -> None:

@@ -6,8 +6,10 @@ then on only the send is retried:
 
 - a retryable :class:`~switchboard.errors.DeliveryError` backs off (``send_backoff_s × 2ⁿ``, or the platform's
   ``retry_after`` when it is longer) and tries again, up to ``send_max_attempts``;
-- a permanent refusal (``retryable=False``), or the last attempt failing, *dead-letters the send*: the turn is
-  completed all the same (history, ack, usage), with a ``send_dead_lettered`` event carrying the reason;
+- a permanent refusal (``retryable=False``), the last attempt failing, or the platform asking to wait longer than
+  ``SWITCHBOARD_QUEUE__MAX_DEFER_S`` (a flood-wait of hours would hold the session's lease and a worker slot all
+  along) *dead-letters the send*: the turn is completed all the same (history, ack, usage), with a
+  ``send_dead_lettered`` event carrying the reason;
 - a worker that dies meanwhile leaves the record in Redis: the next attempt at the turn (the same inbox head, so
   no later reply can overtake it) finds it with :meth:`~switchboard.queue.outbox.Outbox.pending` and resumes the
   send where it stopped, counting the attempts already made.
@@ -62,7 +64,7 @@ async def deliver_reply(
         reply: the rendered reply.
         conversation: where it goes.
         run_id: the turn's run id.
-        settings: ``send_max_attempts`` and ``send_backoff_s``.
+        settings: ``send_max_attempts``, ``send_backoff_s`` and ``max_defer_s`` (the longest platform wait).
         pause: waits between attempts (the drain's wait, which stops early when the lease is lost).
         facts: held events to write with the first claim.
         attempts_made: delivery attempts an earlier worker already made (resuming a pending send).
@@ -80,12 +82,29 @@ async def deliver_reply(
         except DeliveryError as err:
             facts = ""  # written by the claim already
             reason = str(err)[:300]
+            if isinstance(err, RateLimitedError) and err.retry_after > settings.max_defer_s:
+                logger.warning(
+                    "reply of %s dead-lettered: %s asked to wait %.0f s", run_id, err.channel, err.retry_after
+                )
+                reason = (
+                    f"{err.channel} asked to wait {err.retry_after:.0f} s before sending, longer than "
+                    f"SWITCHBOARD_QUEUE__MAX_DEFER_S ({settings.max_defer_s:.0f} s): {reason}"
+                )[:300]
+                return Undelivered(reason, attempt, permanent=False)
             if not err.retryable or attempt >= settings.send_max_attempts:
                 logger.warning("reply of %s dead-lettered after %d send attempts", run_id, attempt)
                 return Undelivered(reason, attempt, permanent=not err.retryable)
             delay = settings.send_backoff_s * 2 ** (attempt - 1)
             if isinstance(err, RateLimitedError):
                 delay = max(delay, err.retry_after)
+                if outbox.waited_s + delay > settings.max_defer_s:  # nor may many short waits add up to a long one
+                    reason = (
+                        f"{err.channel} kept asking to wait ({outbox.waited_s + delay:.0f} s in all), longer than "
+                        f"SWITCHBOARD_QUEUE__MAX_DEFER_S ({settings.max_defer_s:.0f} s): {reason}"
+                    )[:300]
+                    logger.warning("reply of %s dead-lettered: %s kept rate-limiting it", run_id, err.channel)
+                    return Undelivered(reason, attempt, permanent=False)
+                outbox.waited_s += delay
             logger.info("reply of %s not delivered (attempt %d); retrying the send in %.2f s", run_id, attempt, delay)
             await pause(delay)
             continue

@@ -1,5 +1,8 @@
 """Caps on open web chat streams per session and per client address, counted in Redis across web processes.
 
+An address is counted as the session quota counts it (:func:`~switchboard.queue.limits.address_bucket`: IPv6 per
+/64), so a client rotating through the addresses of its own /64 holds no more streams than one address would.
+
 Each open stream holds a slot: its id in two sorted sets (the session's, the address's) scored by an expiry in the
 server's clock. The process holding it pushes the expiry back every third of :data:`SLOT_TTL_MS` (one script call
 for all of its streams) and removes it when the stream ends. A process that dies leaves slots that expire within
@@ -18,6 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.limits import address_bucket
 from switchboard.queue.scripts import Script
 
 __all__ = ["SLOT_TTL_MS", "Slot", "StreamSlots"]
@@ -38,6 +42,7 @@ class Slot:
     id: str
     session: str
     address: str
+    """The address's bucket (:func:`~switchboard.queue.limits.address_bucket`), what the cap counts."""
 
     @property
     def session_key(self) -> str:
@@ -77,10 +82,12 @@ class StreamSlots:
     ) -> Slot | Literal["session", "address"]:
         """Take a slot, or name the cap that refuses one (``0`` = no limit; with both ``0`` nothing is counted).
 
+        ``address`` is the client's address as seen (IPv6 is counted per /64).
+
         Raises:
             RedisError: Redis failed (nothing was counted that a refresh would keep alive).
         """
-        slot = Slot(secrets.token_hex(8), session, address)
+        slot = Slot(secrets.token_hex(8), session, address_bucket(address))
         if per_session <= 0 and per_address <= 0:
             return slot
         try:

@@ -58,3 +58,21 @@ async def test_a_platform_wait_within_the_longest_deferral_is_still_honoured(
     assert deliverer.texts() == ["answer: hello"]
     kinds = [e["kind"] for e in await read_events(client, session)]
     assert kinds.count("reply_sent") == 1 and "send_dead_lettered" not in kinds
+
+
+async def test_short_platform_waits_add_up_to_the_longest_deferral_at_most(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    settings = queue_settings.model_copy(update={"max_defer_s": 60.0})
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("hello"))
+    runner, waits = Runner(), []
+    # each wait alone is allowed, but not all of them in a row: a platform cannot hold the slot by splitting a wait
+    deliverer = Refusing([RateLimitedError("429", channel="telegram", retry_after=40.0)] * 12)
+    await drainer_for(client, settings, deliverer, runner, waits).drain_session(session)
+
+    assert runner.calls == 1
+    assert waits == [40.0]  # before: nine sleeps of 40 s (the outbox's and the send loop's waits, uncounted)
+    events = await read_events(client, session)
+    (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
+    assert "kept asking to wait (80 s in all)" in dead["reason"], dead

@@ -43,7 +43,9 @@ async def _streams(client: TestClient[Any, Any], opens: list[tuple[str, str]]) -
                 resp.close()
 
 
-async def _three_sessions(base_env: dict[str, str], aiohttp_client: MakeClient) -> tuple[TestClient[Any, Any], list[str]]:
+async def _three_sessions(
+    base_env: dict[str, str], aiohttp_client: MakeClient
+) -> tuple[TestClient[Any, Any], list[str]]:
     env = base_env | {
         "SWITCHBOARD_TRUSTED_PROXIES": "127.0.0.1",
         "SWITCHBOARD_LIMITS__STREAMS_PER_ADDRESS": "2",

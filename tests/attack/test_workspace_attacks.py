@@ -1,23 +1,27 @@
-"""Workspace quotas that a model (or a CodeAct loop, or an injected instruction) can still get around.
+"""Workspace quotas that a model (or a CodeAct loop, or an injected instruction) could get around.
 
-Directories count for nothing in the quota, and ``write_file`` creates every missing directory of its path: one
+Directories counted for nothing in the quota, and ``write_file`` creates every missing directory of its path: one
 call with ``"e/" * 1500 + "g"`` made 1,501 directories (about 6 MB of disk on ext4) and was counted as 1 byte.
 Worse, from then on every write of the session failed with ``maximum recursion depth exceeded``: the quota
-measures the workspace with ``os.walk``, which recurses once per directory level (and the tenant/total ledger,
-when rebuilt, walks every workspace of the host the same way).
+measured the workspace with ``os.walk``, which recurses once per directory level (and the tenant/total ledger,
+when rebuilt, walked every workspace of the host the same way; ``list_files(recursive)`` used ``rglob``, likewise).
+Now paths are bounded (32 components, 1,024 bytes), directories count, and every walk keeps its own stack: these
+tests guard all three, including a deep tree made on disk some other way (before the bound existed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from switchboard.core.toolbox.files import WriteFileInput, write_file
+from switchboard.core.toolbox.files import MAX_LIST_ENTRIES, ListFilesInput, WriteFileInput, list_files, write_file
 from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Workspaces
+from switchboard.core.workspaces import DIRECTORY_BYTES, Quotas, Workspaces
 from switchboard.errors import ToolError
 
 DEEP = "e/" * 1_500 + "g"
@@ -65,29 +69,53 @@ def _ctx(root: Path) -> ToolContext:
 
 
 async def _write(ctx: ToolContext, path: str) -> dict[str, object] | ToolError:
+    """The tool body called with ``path`` unvalidated (as if its input model let it through)."""
     try:
-        return await write_file(WriteFileInput(path=path, content="x"), ctx)
+        return await write_file(WriteFileInput.model_construct(path=path, content="x", append=False), ctx)
     except ToolError as err:
         return err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="files.write_file creates any depth of directories, and Workspaces counts no directory: 1,500 levels "
-    "for a 1-byte file are accepted",
-)
 async def test_a_path_nested_1500_deep_is_refused(workspaces_root: Path) -> None:
     ctx = _ctx(workspaces_root)
+    with pytest.raises(ValidationError, match="1501 components, over the most of 32"):
+        WriteFileInput.model_validate({"path": DEEP, "content": "x"})
     found = await _write(ctx, DEEP)
     assert isinstance(found, ToolError) and found.error_class == "validation"
+    assert "1501 components, over the most of 32" in str(found) and str(workspaces_root) not in str(found)
+    assert not (ctx.workspace / "e").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a directory chain ~1,000 deep exists, Workspaces._count (os.walk, recursive) raises "
-    "RecursionError: every later write of the session fails",
-)
 async def test_a_deep_directory_chain_does_not_break_later_writes(workspaces_root: Path) -> None:
     ctx = _ctx(workspaces_root)
-    await _write(ctx, DEEP)  # accepted today; refused once paths are bounded (then this test passes too)
+    await _write(ctx, DEEP)  # refused: no directory made
     assert await _write(ctx, "notes.md") == {"path": "notes.md", "bytes": 1, "appended": False}
+
+
+def _chain(base: Path, depth: int) -> Path:
+    """``depth`` nested directories under ``base``, made one ``mkdir`` at a time (``os.makedirs`` recurses)."""
+    path = base
+    for _ in range(depth):
+        path = path / "e"
+        path.mkdir(parents=path.parent == base)
+    return path
+
+
+async def test_a_deep_tree_already_on_disk_is_counted_and_breaks_nothing(workspaces_root: Path) -> None:
+    """A chain 1,500 deep made some other way (before paths were bounded): writes, the ledger's rebuild and
+    ``list_files`` walk it without ``RecursionError``, and its directories count against the quotas."""
+    ctx = _ctx(workspaces_root)
+    assert ctx.workspaces is not None
+    (_chain(ctx.workspace, 1_500) / "g").write_text("x")
+    assert await _write(ctx, "notes.md") == {"path": "notes.md", "bytes": 1, "appended": False}
+    on_disk = 1_500 * DIRECTORY_BYTES + 1 + 1
+    assert ctx.workspaces.total_bytes() == on_disk  # the ledger, rebuilt by walking the whole root
+    for ledger in (workspaces_root / ".usage").iterdir():
+        ledger.unlink()
+    assert ctx.workspaces.total_bytes() == on_disk  # no ledger: one walk over the root
+    listed = await list_files(ListFilesInput(recursive=True), ctx)
+    assert listed["truncated"] is True and len(listed["entries"]) == MAX_LIST_ENTRIES
+    assert listed["entries"][:2] == [{"path": "e", "type": "dir"}, {"path": "e/e", "type": "dir"}]
+    tight = Workspaces(workspaces_root, Quotas(session_files=1_502))  # 1,500 directories + g + notes.md
+    found = await _write(dataclasses.replace(ctx, workspaces=tight), "more.md")
+    assert isinstance(found, ToolError) and "already holds 1502 files and directories" in str(found)

@@ -205,3 +205,51 @@ def test_a_read_takes_one_kind_of_range() -> None:
 def test_read_file_results_are_shown_inline_up_to_its_own_cap() -> None:
     read_tool = {tool.name: tool for tool in TOOLS}["read_file"]
     assert read_tool.max_inline_bytes is not None and read_tool.max_inline_bytes >= 4 * files.MAX_READ_CHARS
+
+
+LONG = "/".join(["a" * 200] * 5)  # 1,004 bytes
+TOO_DEEP_OR_LONG = {
+    "d/" * 32 + "f.txt": "33 components, over the most of 32",
+    LONG + "/" + "b" * 20: "1025 bytes long, over the most of 1024",
+    "n" * 256: "256 bytes long, over the most of 255",
+    "docs/" + "é" * 128: "256 bytes long, over the most of 255",  # 128 characters, 256 bytes
+    "a\ud800.txt": "not valid text",
+}
+AT_THE_BOUNDS = ["d/" * 31 + "f.txt", LONG + "/" + "b" * 19, "n" * 255, "docs/" + "é" * 127 + "e"]
+
+
+@pytest.mark.parametrize(("bad", "reason"), TOO_DEEP_OR_LONG.items(), ids=lambda v: f"{len(v)} chars")
+async def test_paths_too_deep_or_too_long_are_refused_without_making_anything(
+    workspace: Path, bad: str, reason: str
+) -> None:
+    for model in (ReadFileInput, WriteFileInput, ListFilesInput):
+        with pytest.raises(ValidationError, match=reason):
+            model.model_validate({"path": bad, "content": "x"} if model is WriteFileInput else {"path": bad})
+    with pytest.raises(ToolError, match=reason) as info:  # the tool body checks too, whatever called it
+        await write_file(WriteFileInput.model_construct(path=bad, content="x", append=False), make_ctx(workspace))
+    assert info.value.error_class == "validation" and str(workspace.parent) not in str(info.value)
+    assert not workspace.exists()  # refused before the workspace (or any directory of the path) is made
+
+
+@pytest.mark.parametrize("good", AT_THE_BOUNDS, ids=lambda v: f"{len(v)} chars")
+async def test_paths_at_the_bounds_are_written(workspace: Path, good: str) -> None:
+    written = await call(write_file, WriteFileInput, make_ctx(workspace), path=good, content="x")
+    assert written == {"path": good, "bytes": 1, "appended": False} and (workspace / good).read_text() == "x"
+
+
+async def test_a_recursive_listing_walks_the_whole_tree_in_order(workspace: Path) -> None:
+    ctx = make_ctx(workspace)
+    for path in ("b.txt", "a/z.txt", "a/b/c/d.txt", "a/b/a.txt"):
+        await call(write_file, WriteFileInput, ctx, path=path, content="x")
+    (workspace / "link").symlink_to(workspace / "a", target_is_directory=True)  # listed, never entered
+    listed = await call(list_files, ListFilesInput, ctx, recursive=True)
+    assert [(e["path"], e["type"]) for e in listed["entries"]] == [
+        ("a", "dir"),
+        ("a/b", "dir"),
+        ("a/b/a.txt", "file"),
+        ("a/b/c", "dir"),
+        ("a/b/c/d.txt", "file"),
+        ("a/z.txt", "file"),
+        ("b.txt", "file"),
+        ("link", "symlink"),
+    ]

@@ -13,7 +13,7 @@ from switchboard.core.messages import session_key
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.toolbox.files import TOOLS as FILES
 from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces, read_total_bytes, workspace_for
+from switchboard.core.workspaces import DIRECTORY_BYTES, Quotas, Workspaces, read_total_bytes, workspace_for
 from switchboard.errors import ToolError
 from switchboard.metrics import Metrics
 from switchboard.types import SessionKey
@@ -143,3 +143,40 @@ def test_the_number_of_files_in_a_workspace_is_bounded(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="already holds 3 files"):
         spaces.store(workspace, workspace / "3.txt", b"x")
     assert spaces.store(workspace, workspace / "0.txt", b"replaced") == len(b"replaced")
+
+
+def test_directories_count_against_the_byte_and_file_quotas(tmp_path: Path) -> None:
+    spaces = Workspaces(tmp_path, Quotas(session_bytes=2 * DIRECTORY_BYTES + 1, session_files=3))
+    workspace = spaces.path("t/a/web/default/c")
+    assert spaces.store(workspace, workspace / "a" / "b" / "c.txt", b"x") == 1
+    assert read_total_bytes(tmp_path) == spaces.total_bytes() == 2 * DIRECTORY_BYTES + 1
+    with pytest.raises(ToolError, match="over the 8193-byte quota"):  # a new directory: one more block
+        spaces.store(workspace, workspace / "d" / "e.txt", b"")
+    with pytest.raises(ToolError, match="already holds 3 files and directories, and this write would add 1"):
+        spaces.store(workspace, workspace / "a" / "e.txt", b"")
+    assert sorted(p.relative_to(workspace).as_posix() for p in workspace.rglob("*")) == ["a", "a/b", "a/b/c.txt"]
+    assert spaces.store(workspace, workspace / "a" / "b" / "c.txt", b"y") == 1  # replacing still works
+
+
+def test_the_rebuilt_ledger_matches_the_running_one(tmp_path: Path) -> None:
+    spaces = Workspaces(tmp_path)
+    for key, path in [("t/a/web/default/c", "x/y/z.txt"), ("t/a/web/default/d", "z.txt"), ("u/a/web/default/c", "q/r")]:
+        workspace = spaces.path(key)
+        spaces.store(workspace, workspace / path, b"12345")
+    running = read_total_bytes(tmp_path)
+    assert running == 3 * DIRECTORY_BYTES + 3 * 5
+    for ledger in (tmp_path / ".usage").iterdir():
+        ledger.unlink()
+    assert spaces.total_bytes() == running  # rebuilt by one walk: the gateway's own directories are not counted
+    workspace = spaces.path("t/a/web/default/d")
+    spaces.store(workspace, workspace / "more.txt", b"1")
+    assert read_total_bytes(tmp_path) == running + 1
+
+
+def test_store_refuses_paths_too_deep_whoever_writes(tmp_path: Path) -> None:
+    spaces = Workspaces(tmp_path)
+    workspace = spaces.path("t/a/web/default/c")
+    with pytest.raises(ToolError, match="33 components, over the most of 32") as info:
+        spaces.store(workspace, workspace.resolve() / ("d/" * 32 + "f"), b"x", shown="d/…/f")
+    assert info.value.error_class == "validation" and str(tmp_path) not in str(info.value)
+    assert not workspace.exists() and spaces.total_bytes() == 0

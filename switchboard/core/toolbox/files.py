@@ -2,14 +2,17 @@
 
 Every path is relative to the workspace (``ToolContext.workspace``, created on first use) and must stay
 inside it: absolute paths, ``..`` segments and symlinks that lead out are refused with an error the model
-can act on. Reads, writes and listings are capped; ``read_file`` reads a range (characters or lines) so any
-agent can page through a large file, and every write counts against the workspace quotas
+can act on, and so are paths deeper than 32 components or longer than 1,024 bytes (a name: 255 bytes). Reads,
+writes and listings are capped; ``read_file`` reads a range (characters or lines) so any agent can page through
+a large file, and every write counts against the workspace quotas, directories included
 (:class:`~switchboard.core.workspaces.Workspaces`). File work runs on the session's share of the tool threads.
 Errors name workspace-relative paths, never the host's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from switchboard.core.programs import cap_output
 from switchboard.core.threads import run_blocking
 from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces, make_private_dir
+from switchboard.core.workspaces import Quotas, Workspaces, make_private_dir, path_bound_error
 from switchboard.errors import ToolError
 
 __all__ = [
@@ -50,18 +53,25 @@ def check_relative_path(path: str) -> str:
     """``path`` normalised (``./`` and doubled slashes removed) if it is a relative path inside a workspace.
 
     Raises:
-        ValueError: empty, absolute, with a ``..`` segment, a home-directory ``~`` or a NUL byte.
+        ValueError: empty, absolute, with a ``..`` segment, a home-directory ``~``, a NUL byte or a lone
+            surrogate; or too deep or too long (:func:`~switchboard.core.workspaces.path_bound_error`).
     """
     path = path.strip()
     if not path:
         raise ValueError("the path is empty: give a path relative to the session workspace, e.g. notes.md")
     if "\x00" in path:
         raise ValueError("the path contains a NUL byte")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the path is not valid text (it holds a lone surrogate)") from None
     pure = PurePosixPath(path.replace("\\", "/"))
     if pure.is_absolute() or path.startswith("~") or (len(path) > 1 and path[1] == ":"):
         raise ValueError(f"{path!r} is absolute: use a path relative to the session workspace, e.g. notes.md")
     if ".." in pure.parts:
         raise ValueError(f"{path!r} leaves the session workspace: use a path inside it, without '..'")
+    if refused := path_bound_error(pure.parts):
+        raise ValueError(refused)
     return str(pure)
 
 
@@ -222,6 +232,27 @@ def _entry(root: Path, path: Path) -> dict[str, Any]:
     return entry
 
 
+def _tree(base: Path) -> list[Path]:
+    """Everything under ``base`` (symlinked directories not entered), sorted.
+
+    The walk keeps an explicit stack: ``Path.rglob`` recurses once per level and fails on a deep enough tree.
+    """
+    found: list[Path] = []
+    stack = [base]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as scan:
+                for entry in scan:
+                    found.append(directory / entry.name)
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(directory / entry.name)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def _list(args: ListFilesInput, ctx: ToolContext) -> dict[str, Any]:
     base = resolve_in_workspace(ctx.workspace, args.path)
     workspace = ctx.workspace.resolve()
@@ -229,7 +260,7 @@ def _list(args: ListFilesInput, ctx: ToolContext) -> dict[str, Any]:
         raise ToolError(f"no directory {args.path!r} in the session workspace", error_class="validation")
     entries: list[dict[str, Any]] = []
     truncated = False
-    walker = sorted(base.rglob("*")) if args.recursive else sorted(base.iterdir())
+    walker = _tree(base) if args.recursive else sorted(base.iterdir())
     for path in walker:
         if path.name.startswith(".write-"):
             continue
