@@ -247,6 +247,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         # A revocation that landed between admission and subscribing closed nothing: look once more, now that a
         # later one will find this subscription.
         if not await fanout.redis.exists(GlobalKeys().web_token(admitted.token_hash)):
+            request.app[webchat._TOKENS].drop(admitted.token_hash)
             return response
         if behind:  # what the reader took before this stream subscribed
             last = await _replay(fanout.redis, response, admitted.session, last)

@@ -4,7 +4,8 @@
 ``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
 ``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued
 ``DELETE /api/chat/sessions`` (bearer)      ``204``: the token is revoked (``401`` from then on)
-``GET /api/chat/stream`` (bearer/``?token``) SSE: replay of the retained history, then live events
+``POST /api/chat/stream-ticket`` (bearer)   ``200 {"ticket"}``: single use, short-lived, for ``?ticket=``
+``GET /api/chat/stream`` (``?ticket``)       SSE: replay of the retained history, then live events
 ========================================== ============================================================
 
 Tokens are random (``secrets.token_urlsafe(32)``) and stored only as their SHA-256, mapped to the session key,
