@@ -91,7 +91,7 @@ class SessionKeys:
 
     @property
     def web(self) -> str:
-        """STREAM of web chat events (user, status, delta, message, error): what SSE serves."""
+        """STREAM of web chat events (user, status, delta, message, reply_error): what SSE serves."""
         return self._k("web")
 
     @property
