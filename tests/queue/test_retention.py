@@ -6,6 +6,7 @@ entries of up to 32 KiB of text each) were kept forever, and the embedded server
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -126,6 +127,9 @@ async def test_an_epoch_counter_that_expired_never_hands_out_an_earlier_epoch_ag
     assert first is not None
     await client.delete(keys.lease)  # the holder stalls past its lease ...
     await client.delete(keys.epoch)  # ... and the idle session's keys expire meanwhile
+    started = await client.time()
+    while await client.time() < (started[0], started[1] + 1000):  # expiry takes the idle TTL: at least a millisecond
+        await asyncio.sleep(0.0005)
     second = await Lease(client, worker_id="w2", lease_ms=10_000).acquire(session)
     assert second is not None and second.epoch > first.epoch
     try:
