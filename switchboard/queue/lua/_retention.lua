@@ -25,3 +25,16 @@ local function trim_bytes(key, max_bytes, maxlen, size)
     redis.call('XTRIM', key, 'MAXLEN', keep)
   end
 end
+
+-- XADD the field/value pairs ARGV[first..] to `key` (entry cap `maxlen`), then keep it within `max_bytes`.
+local function append_within(key, maxlen, max_bytes, first)
+  local args = {'XADD', key, 'MAXLEN', '~', maxlen, '*'}
+  local size = 0
+  for i = first, #ARGV do
+    args[#args + 1] = ARGV[i]
+    size = size + #ARGV[i]
+  end
+  local id = redis.call(unpack(args))
+  trim_bytes(key, max_bytes, maxlen, size)
+  return id
+end

@@ -10,14 +10,7 @@ local record = cur and cjson.decode(cur) or nil
 if record and record.state == 'sent' and type(record.platform_ids) == 'table' and record.platform_ids[1] then
   return record.platform_ids[1]
 end
-local args = {'XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*'}
-local size = 0
-for i = 6, #ARGV do
-  args[#args + 1] = ARGV[i]
-  size = size + #ARGV[i]
-end
-local id = redis.call(unpack(args))
-trim_bytes(KEYS[3], ARGV[5], ARGV[2], size)
+local id = append_within(KEYS[3], ARGV[2], ARGV[5], 6)
 if record then
   if record.reclaimed then
     -- the claims that counted a possible send-window duplicate: the earlier attempts appended nothing
