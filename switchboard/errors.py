@@ -12,6 +12,7 @@
     ├── FencedWriteError            a write by a worker whose session lease has passed to another epoch
     ├── DeliveryError               a platform send failed
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
+    ├── AttachmentError             a file the user sent could not be fetched (too large, gone, refused)
     └── AgentError                  the agent run failed
         ├── RunCancelledError       the user (``/stop``) or an operator stopped the run
         ├── BudgetExceededError     a step, deadline, token or output budget ran out
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentError",
+    "AttachmentError",
     "BodyTooLargeError",
     "BudgetExceededError",
     "ConfigError",
@@ -129,6 +131,15 @@ class RateLimitedError(DeliveryError):
     def __init__(self, message: str, *, channel: str, retry_after: float) -> None:
         super().__init__(message, channel=channel, retryable=True)
         self.retry_after = retry_after
+
+
+class AttachmentError(SwitchboardError):
+    """A file the user sent could not be fetched from the platform; the message says why, for the agent."""
+
+    def __init__(self, message: str, *, channel: str, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.channel = channel
+        self.too_large = too_large
 
 
 class AgentError(SwitchboardError):

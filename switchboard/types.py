@@ -25,5 +25,7 @@ TenantId = str
 AgentName = str
 AccountName = str
 
-BusyPolicy = Literal["sequential", "collect"]
-"""What happens to messages that arrive while a session runs: one run each, or folded into the next run."""
+BusyPolicy = Literal["sequential", "collect", "interrupt", "steer"]
+"""What happens to messages that arrive while a session runs: one run each (``sequential``), folded into the next
+run (``collect``), cancelling the running turn, which restarts with everything waiting (``interrupt``), or handed to
+the running turn at its next step (``steer``)."""

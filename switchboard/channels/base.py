@@ -1,16 +1,48 @@
-"""The small surface every channel adapter has: verify, answer handshakes, parse, perform send actions."""
+"""The channel interface: what every platform adapter provides, and what the gateway gives it.
+
+An adapter is one platform account. Inbound (①): ``verify`` the raw request in constant time, then ``receive``
+it into :class:`Inbound` — zero or more inbound messages (each an ``InboundEvent``: a message, a command, a choice
+selected, an edit or a deletion) and the HTTP answer the platform expects once they are durably accepted (a
+handshake is an ``Inbound`` with no messages and the platform's answer). Adapters leave ``agent`` and ``tenant``
+empty in the conversations they build; the ingest router fills them from the account's configuration, so an
+adapter that serves one URL for many accounts (Meta) only names the account it found in the payload.
+
+Outbound (⑤): ``perform`` carries out every ``Action`` kind (``match`` + ``assert_never``) within the limits its
+:class:`Capabilities` declare, through the :class:`SendContext` the queue hands it: the idempotency key, the parts
+an earlier attempt already sent (a retry resumes at the next part), shared rate limits, and workspace files.
+
+Long-running connections (Discord's gateway, Telegram long polling, Slack Socket Mode) are
+listeners (:class:`Listener`):
+the gateway runs exactly one per account across all processes (under a fenced Redis lease) and feeds what it
+receives to the same ingest router as the webhooks.
+
+How to add a channel: docs/ARCHITECTURE.md §12.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from switchboard.core.actions import Action
-from switchboard.core.messages import ConversationRef, InboundMessage
+from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
 from switchboard.types import ChannelName
 
-__all__ = ["Channel", "HandshakeReply", "RawRequest", "Receipt"]
+__all__ = [
+    "OK_JSON",
+    "Capabilities",
+    "Channel",
+    "Emit",
+    "FileData",
+    "HttpAnswer",
+    "Inbound",
+    "Listener",
+    "Rate",
+    "RawRequest",
+    "Receipt",
+    "SendContext",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +55,32 @@ class RawRequest:
     """Case-insensitive mapping (aiohttp's ``CIMultiDictProxy`` or equivalent)."""
     query: Mapping[str, str]
     body: bytes
+    account: str = "default"
+    """The account named by the URL (``/webhooks/{channel}/{account}``)."""
 
 
 @dataclass(frozen=True, slots=True)
-class HandshakeReply:
-    """A reply the adapter gives by itself (Meta ``hub.challenge``, Slack ``url_verification``)."""
+class HttpAnswer:
+    """The HTTP answer a platform expects (Slack's empty 200, Discord's PONG or deferred response, a challenge)."""
 
-    status: int
+    status: int = 200
     body: bytes = b""
-    content_type: str = "text/plain"
+    content_type: str | None = "application/json"
+    """``None`` sends no ``Content-Type`` (an empty body)."""
+
+
+OK_JSON = HttpAnswer(200, b'{"ok":true}')
+"""The default answer: what the Telegram and web routes have always returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """What one verified request carried, and how to answer it once every message is durably accepted."""
+
+    messages: tuple[InboundMessage, ...] = ()
+    """Drafts (``id`` empty, ``agent``/``tenant`` empty): all of them are accepted, or the request is not
+    acknowledged (5xx, the platform retries; duplicates are dropped by their dedup keys)."""
+    answer: HttpAnswer = OK_JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,38 +88,152 @@ class Receipt:
     """What a send produced on the platform."""
 
     platform_ids: tuple[str, ...] = ()
+    """Ids of the platform messages it became, in order (what ``EditText.message_id`` takes)."""
     parts: int = 1
     detail: dict[str, str] = field(default_factory=dict)
+    handle: str | None = None
+    """The stream an opening ``StreamText`` started (what later ``StreamText.handle`` carries)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A token bucket: ``per_s`` tokens a second, at most ``burst`` saved up."""
+
+    per_s: float
+    burst: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a channel can show, declared once; the streaming policy and the tools plan with it."""
+
+    max_text: int
+    """The longest text of one message, in ``text_unit``s, after rendering."""
+    text_unit: Literal["chars", "bytes", "utf16"] = "chars"
+    edits: bool = False
+    """``EditText`` works (the streaming policy may stream by editing)."""
+    streaming: Literal["none", "edits", "native", "transport"] = "none"
+    """How a reply streams: not at all (final reply only), by editing a preview under a shared edit budget, with
+    the platform's own stream (``StreamText``), or on the channel's own transport (``StreamDelta``: web chat)."""
+    buttons: int = 0
+    """Most options an ``OfferChoice`` shows as buttons (0: options become numbered text)."""
+    button_label: int = 0
+    """Longest button label in characters (longer labels are shortened; the id still identifies the option)."""
+    files: bool = False
+    typing: bool = False
+    typing_refresh_s: float = 4.0
+    """How often a typing indicator must be repeated to stay visible."""
+    bot_rate: Rate = Rate(30.0, 30)
+    """Sends a second for the whole bot account, shared by every worker."""
+    chat_rate: Rate = Rate(1.0, 3)
+    """Sends a second into one conversation, shared by every worker."""
+    edit_rate: Rate = Rate(0.5, 1)
+    """Preview edits a second into one conversation while streaming (the edit budget), shared by every worker."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileData:
+    """A workspace file read for sending."""
+
+    name: str
+    data: bytes
+    mime_type: str | None
+
+
+class SendContext(Protocol):
+    """What the queue gives a channel for one send (an outbox record behind it)."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries and re-runs of the same logical send (Discord ``nonce`` takes it)."""
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Platform ids of the parts an earlier attempt already sent: resume after them, never resend them."""
+
+    async def part_sent(self, platform_id: str) -> None:
+        """Record one more part as sent (fenced, durable) before sending the next.
+
+        Raises:
+            FencedWriteError: the session's lease passed to another worker (stop sending).
+        """
+
+    async def pace(self) -> None:
+        """Wait for a token of the account's and the conversation's send buckets (shared in Redis)."""
+
+    async def read_file(self, path: str) -> FileData:
+        """Read ``path`` (relative to the session workspace) from whichever store holds it.
+
+        Raises:
+            DeliveryError: no such file, or it escapes the workspace (``retryable=False``).
+        """
+
+
+Emit = Callable[[Inbound], Awaitable[None]]
+"""Hands what a listener received to the ingest router; returns once it is durably accepted (raises
+``QueueUnavailableError`` otherwise — the listener must not confirm the update to the platform then)."""
+
+
+class Listener(Protocol):
+    """A long-running connection that receives for one account (run by one process at a time, under a lease)."""
+
+    async def listen(self, emit: Emit) -> None:
+        """Receive until cancelled; reconnect on transient failures by itself."""
 
 
 class Channel(Protocol):
-    """One platform account's adapter.
-
-    ``verify`` runs first, on raw bytes, in constant time; it raises ``SignatureError``.
-    ``parse`` raises ``MalformedBodyError``; it returns zero or more message drafts (``id`` empty)
-    and drops what is not for the agent (bot's own messages, group chatter without a mention).
-    ``perform`` raises ``DeliveryError`` / ``RateLimitedError``.
-    """
+    """One platform account's adapter."""
 
     @property
     def name(self) -> ChannelName:
         """The channel this adapter speaks."""
 
     @property
-    def streams(self) -> bool:
-        """Whether the channel shows ``StreamDelta`` actions."""
+    def account(self) -> str:
+        """The account name (``default`` for the env-configured one)."""
 
-    def handshake(self, request: RawRequest) -> HandshakeReply | None:
-        """Answer a platform handshake, or ``None`` when the request is not one."""
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the channel can show."""
 
-    def verify(self, request: RawRequest) -> None:
-        """Check the request comes from the platform."""
+    async def verify(self, request: RawRequest) -> None:
+        """Check the request comes from the platform: constant time, raw bytes, before parsing.
 
-    def parse(self, request: RawRequest) -> list[InboundMessage]:
-        """Normalise the body into message drafts."""
+        A platform's unsigned handshake (Meta's ``GET`` with ``hub.verify_token``) is checked here too.
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-        """Carry out one send action on the platform."""
+        Raises:
+            SignatureError: 401 / 403.
+        """
+
+    async def receive(self, request: RawRequest) -> Inbound:
+        """Turn a verified request into inbound messages and the answer the platform expects.
+
+        Drops what is not for the agent (the bot's own messages, group chatter without a mention).
+
+        Raises:
+            MalformedBodyError: 400.
+        """
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Carry out one send action.
+
+        Raises:
+            RateLimitedError: the platform asked to wait (the send alone is retried later).
+            DeliveryError: ``retryable`` for network trouble and 5xx, not for refusals.
+        """
+
+    async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
+        """Download an attachment the user sent, refusing more than ``limit`` bytes.
+
+        Raises:
+            AttachmentError: too large, gone, or the platform refused.
+        """
+
+    def listener(self) -> Listener | None:
+        """The account's long-running connection, or ``None`` when it receives by webhook only."""
+
+    async def start(self) -> None:
+        """Look the account up on its platform (bot id, username); failures are logged, never raised."""
 
     async def aclose(self) -> None:
         """Release connection pools."""

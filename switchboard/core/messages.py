@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.types import ChannelName, SessionKey
 
-__all__ = ["ConversationRef", "InboundMessage", "Sender", "session_key"]
+__all__ = [
+    "Attachment",
+    "ChoiceSelected",
+    "CommandIssued",
+    "ConversationRef",
+    "InboundEvent",
+    "InboundMessage",
+    "MessageDeleted",
+    "MessageEdited",
+    "Posted",
+    "Sender",
+    "session_key",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 
@@ -37,7 +49,8 @@ class ConversationRef(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     tenant: str = "default"
-    agent: str
+    agent: str = ""
+    """Filled in by the ingest router from the channel account's configuration (adapters leave it empty)."""
     channel: ChannelName
     account: str = "default"
     conversation: str
@@ -63,6 +76,88 @@ class Sender(BaseModel):
     is_bot: bool = False
 
 
+class Attachment(BaseModel):
+    """A file the user sent, by reference: the channel fetches it lazily (size-capped) when a turn needs it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["image", "document", "audio", "voice", "video"]
+    """``voice`` is a recorded voice note (transcribed when a transcription provider is configured)."""
+    ref: str
+    """What the channel needs to fetch it later (Telegram ``file_id``, Slack ``url_private``, Meta media id)."""
+    name: str | None = None
+    """The file name the user's app gave it, if any."""
+    mime_type: str | None = None
+    size: int | None = None
+    """Bytes, when the platform says (checked against the cap before fetching)."""
+
+
+class Posted(BaseModel):
+    """A new message: ``InboundMessage.text`` plus attachments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["message"] = "message"
+    attachments: tuple[Attachment, ...] = ()
+
+
+class CommandIssued(BaseModel):
+    """A command (``/stop``, ``/reset``, ``/ask …``; Telegram bot commands, Discord slash commands).
+
+    ``InboundMessage.text`` holds the arguments (what the agent reads for ``/ask``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["command"] = "command"
+    name: str
+    """Lower case, without the slash or a ``@botname`` suffix."""
+    attachments: tuple[Attachment, ...] = ()
+
+
+class ChoiceSelected(BaseModel):
+    """The user clicked one option of an ``OfferChoice`` (button, quick reply, card action).
+
+    ``InboundMessage.text`` holds the option's label where the platform reports it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["choice"] = "choice"
+    option_id: str
+    """The ``Choice.id`` the option was offered with."""
+    offer_message_id: str | None = None
+    """The platform id of the message that carried the buttons."""
+    ack_ref: str | None = None
+    """What ``AckChoice`` needs to acknowledge the click (Telegram ``callback_query.id``); ``None`` when the HTTP
+    answer already acknowledged it (Slack, Discord)."""
+
+
+class MessageEdited(BaseModel):
+    """The user edited an earlier message; ``InboundMessage.text`` is its new text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["edited"] = "edited"
+    original_id: str
+    """The platform id of the edited message."""
+
+
+class MessageDeleted(BaseModel):
+    """The user deleted an earlier message (recorded; the agent does not answer it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["deleted"] = "deleted"
+    original_id: str
+
+
+InboundEvent = Annotated[
+    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted, Field(discriminator="kind")
+]
+"""What an inbound message is; handled exhaustively (``match`` + ``assert_never``)."""
+
+
 class InboundMessage(BaseModel):
     """One message from a user, in the shape every later stage understands."""
 
@@ -75,6 +170,9 @@ class InboundMessage(BaseModel):
     conversation: ConversationRef
     sender: Sender
     text: str
+    """What the agent reads: the message text, a command's arguments, a chosen option's label, an edit's new text."""
+    event: InboundEvent = Field(default_factory=Posted)
+    """What kind of inbound event this is, with its structured part."""
     platform_message_id: str | None = None
     """The platform's id of this message, for reply threading."""
     received_at: float = Field(default_factory=time.time)
