@@ -20,10 +20,10 @@ import subprocess
 import sys
 import time
 
-from bench import concurrency, documents, e2e, fairness, footprint, ingest, runtime, streams
+from bench import concurrency, documents, e2e, fairness, footprint, ingest, runtime, slack_ingest, streams
 from bench._harness import SUMMARY_HEADERS, Row, pinned, render_table
 
-ORDER = ("footprint", "runtime", "ingest", "e2e", "concurrency", "fairness", "streams", "documents")
+ORDER = ("footprint", "runtime", "ingest", "slack_ingest", "e2e", "concurrency", "fairness", "streams", "documents")
 
 
 def machine() -> str:
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows += asyncio.run(runtime.run(common))
             elif name == "ingest":
                 rows += asyncio.run(ingest.run(common))
+            elif name == "slack_ingest":
+                rows += asyncio.run(slack_ingest.run(common))
             elif name == "e2e":
                 rows += asyncio.run(e2e.run(common))
             elif name == "fairness":

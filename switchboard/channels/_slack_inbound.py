@@ -1,0 +1,353 @@
+"""Slack payloads → inbound events: Events API callbacks and interactivity, from HTTP or Socket Mode alike.
+
+Direct messages always reach the agent; in channels, group DMs and private channels only a message that
+mentions the bot (``app_mention``, or a ``message`` whose text holds ``<@BOT>``). The bot's own messages
+(``bot_id`` / ``user`` equal to the bot's, learnt from ``auth.test`` or the payload's ``authorizations``) and
+other bots' (``subtype: bot_message``) are dropped; ``message_changed`` and ``message_deleted`` become
+:class:`MessageEdited` / :class:`MessageDeleted` under the same rules. A channel conversation keeps to its
+thread: ``thread_ts or ts`` is the session's thread and where replies go; a DM is one session unless the user
+wrote in a thread (assistant threads), which is then its own.
+
+Dedup keys: a new message is keyed by its ``ts`` (unique per channel, and a session never spans channels),
+which covers Slack's retries of the same ``event_id`` *and* the second event Slack sends for one message when
+the app subscribes to both ``app_mention`` and ``message.channels``; an edit or deletion by its ``event_id``; a
+button click by its ``action_ts`` and user. Retries (``X-Slack-Retry-Num``) are never dropped as such: they reach
+the ingest and its dedup record answers them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from switchboard.channels._mrkdwn import slack_text_to_plain
+from switchboard.core.messages import (
+    Attachment,
+    ChoiceSelected,
+    InboundMessage,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+    Sender,
+)
+from switchboard.errors import MalformedBodyError
+
+__all__ = ["SlackIdentity", "parse_event_callback", "parse_interaction", "wire_error"]
+
+_CHANNEL: Literal["slack"] = "slack"
+_POSTED_SUBTYPES = frozenset({"file_share", "thread_broadcast", "me_message"})
+_POSTED = Posted()
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class WireFile(_Wire):
+    """One entry of a message's ``files``."""
+
+    id: str = ""
+    name: str | None = None
+    mimetype: str | None = None
+    size: int | None = Field(None, ge=0)
+    url_private: str | None = None
+    url_private_download: str | None = None
+    subtype: str | None = None
+
+
+class WireMessage(_Wire):
+    """A message event, or the message inside ``message_changed``/``message_deleted``."""
+
+    type: str = "message"
+    subtype: str | None = None
+    channel: str | None = None
+    channel_type: str | None = None
+    user: str | None = None
+    bot_id: str | None = None
+    text: str | None = None
+    ts: str | None = None
+    thread_ts: str | None = None
+    deleted_ts: str | None = None
+    files: list[WireFile] | None = None
+    message: WireMessage | None = None
+    previous_message: WireMessage | None = None
+
+
+class WireAuthorization(_Wire):
+    user_id: str | None = None
+    is_bot: bool = False
+
+
+class WireCallback(_Wire):
+    """The outer Events API body (``event_callback``, ``url_verification``, ``app_rate_limited``)."""
+
+    type: str
+    team_id: str | None = None
+    event_id: str | None = None
+    challenge: str | None = None
+    event: WireMessage | None = None
+    authorizations: list[WireAuthorization] | None = None
+
+
+class _WireText(_Wire):
+    text: str = ""
+
+
+class _WireAction(_Wire):
+    type: str = ""
+    action_id: str = ""
+    block_id: str | None = None
+    value: str | None = None
+    text: _WireText | None = None
+    action_ts: str | None = None
+
+
+class _WireId(_Wire):
+    id: str
+    name: str | None = None
+    username: str | None = None
+
+
+class _WireContainer(_Wire):
+    message_ts: str | None = None
+    thread_ts: str | None = None
+    channel_id: str | None = None
+
+
+class WireInteraction(_Wire):
+    """An interactivity payload (``block_actions`` is the one handled)."""
+
+    type: str
+    user: _WireId | None = None
+    team: _WireId | None = None
+    channel: _WireId | None = None
+    container: _WireContainer | None = None
+    message: WireMessage | None = None
+    trigger_id: str | None = None
+    actions: list[_WireAction] = Field(default_factory=list)
+
+
+WireMessage.model_rebuild()
+
+
+def wire_error(err: ValidationError, what: str) -> MalformedBodyError:
+    """A 400 naming the first field that did not fit."""
+    first = err.errors()[0]
+    if first["type"] == "json_invalid":
+        return MalformedBodyError("body is not JSON", channel=_CHANNEL)
+    where = ".".join(str(p) for p in first["loc"])[:200] or "body"
+    return MalformedBodyError(f"not a Slack {what}: {where}: {first['msg']}", channel=_CHANNEL)
+
+
+class SlackIdentity:
+    """Who the bot is, for dropping its own messages and noticing mentions; filled from ``auth.test``."""
+
+    def __init__(
+        self, account: str, bot_user_id: str | None = None, bot_id: str | None = None, *, require_mention: bool = True
+    ) -> None:
+        self.account = account
+        self.require_mention = require_mention
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self._mention: tuple[str, re.Pattern[str]] | None = None
+
+    def learn(self, callback: WireCallback) -> None:
+        """Take the bot user id from the payload's ``authorizations`` when ``auth.test`` has not given it."""
+        if self.bot_user_id is None:
+            for auth in callback.authorizations or ():
+                if auth.is_bot and auth.user_id:
+                    self.bot_user_id = auth.user_id
+                    break
+
+    def mention(self) -> re.Pattern[str] | None:
+        """``<@BOT>`` (with an optional ``|name``) and the punctuation and space after it."""
+        if self.bot_user_id is None:
+            return None
+        if self._mention is None or self._mention[0] != self.bot_user_id:
+            pattern = re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>[,:;]?\s*")
+            self._mention = (self.bot_user_id, pattern)
+        return self._mention[1]
+
+    def is_own(self, message: WireMessage) -> bool:
+        """Written by this bot."""
+        return (self.bot_id is not None and message.bot_id == self.bot_id) or (
+            self.bot_user_id is not None and message.user == self.bot_user_id
+        )
+
+
+def _conversation(
+    identity: SlackIdentity, team: str | None, channel: str, channel_type: str, thread: str | None, user: str
+) -> dict[str, Any]:
+    """A :class:`ConversationRef`'s fields (validated with the message, in one pass)."""
+    extra = {"channel": channel, "channel_type": channel_type, "user": user}
+    if team:
+        extra["team"] = team
+    if thread:
+        extra["thread_ts"] = thread
+    return {
+        "channel": _CHANNEL,
+        "account": identity.account,
+        "conversation": channel,
+        "thread": thread,
+        "extra": extra,
+    }
+
+
+def _kind(file: WireFile) -> Literal["image", "document", "audio", "voice", "video"]:
+    mime = (file.mimetype or "").lower()
+    if file.subtype == "slack_audio":
+        return "voice"
+    for prefix in ("image", "audio", "video"):
+        if mime.startswith(prefix + "/"):
+            return prefix
+    return "document"
+
+
+def _attachments(message: WireMessage) -> tuple[Attachment, ...]:
+    found = []
+    for file in message.files or ():
+        ref = file.url_private_download or file.url_private
+        if ref:
+            found.append(Attachment(kind=_kind(file), ref=ref, name=file.name, mime_type=file.mimetype, size=file.size))
+    return tuple(found)
+
+
+def _thread_of(message: WireMessage, channel_type: str) -> str | None:
+    return message.thread_ts or (None if channel_type == "im" else message.ts)
+
+
+def _addressed(identity: SlackIdentity, message: WireMessage, channel_type: str, app_mention: bool) -> bool:
+    if channel_type == "im" or app_mention or not identity.require_mention:
+        return True
+    pattern = identity.mention()
+    return pattern is not None and bool(pattern.search(message.text or ""))
+
+
+def _read(identity: SlackIdentity, text: str | None) -> str:
+    pattern = identity.mention()
+    raw = pattern.sub("", text or "") if pattern is not None else (text or "")
+    return slack_text_to_plain(raw).strip()
+
+
+def parse_event_callback(identity: SlackIdentity, callback: WireCallback) -> InboundMessage | None:
+    """One ``event_callback`` → zero or one message draft."""
+    event = callback.event
+    if event is None or event.type not in ("message", "app_mention") or not event.channel:
+        return None
+    channel = event.channel
+    channel_type = event.channel_type or ("im" if channel.startswith("D") else "channel")
+    team = callback.team_id
+    if event.subtype == "message_changed":
+        return _edited(identity, callback, event, channel, channel_type)
+    if event.subtype == "message_deleted":
+        return _deleted(identity, callback, event, channel, channel_type)
+    if event.subtype is not None and event.subtype not in _POSTED_SUBTYPES:
+        return None  # bot_message, channel_join, …
+    if identity.is_own(event) or event.bot_id or not event.user or not event.ts:
+        return None
+    if not _addressed(identity, event, channel_type, event.type == "app_mention"):
+        return None
+    text, attachments = _read(identity, event.text), _attachments(event)
+    if not text and not attachments:
+        return None
+    thread = _thread_of(event, channel_type)
+    return InboundMessage.model_validate(
+        {
+            "dedup_key": f"ts:{channel}:{event.ts}",
+            "conversation": _conversation(identity, team, channel, channel_type, thread, event.user),
+            "sender": {"id": event.user},
+            "text": text,
+            "event": Posted(attachments=attachments) if attachments else _POSTED,
+            "platform_message_id": event.ts,
+            "meta": {"channel_type": channel_type, "event_id": callback.event_id or ""},
+        }
+    )
+
+
+def _edited(
+    identity: SlackIdentity, callback: WireCallback, event: WireMessage, channel: str, channel_type: str
+) -> InboundMessage | None:
+    new = event.message
+    if new is None or not new.user or not new.ts or identity.is_own(new) or new.bot_id:
+        return None
+    if not (_addressed(identity, new, channel_type, False)):
+        return None
+    text = _read(identity, new.text)
+    if not text or (event.previous_message is not None and _read(identity, event.previous_message.text) == text):
+        return None  # an unfurl or a reaction changed the message, not its words
+    thread = _thread_of(new, channel_type)
+    return InboundMessage.model_validate(
+        {
+            "dedup_key": f"edit:{callback.event_id or event.ts}",
+            "conversation": _conversation(identity, callback.team_id, channel, channel_type, thread, new.user),
+            "sender": {"id": new.user},
+            "text": text,
+            "event": MessageEdited(original_id=new.ts),
+            "platform_message_id": new.ts,
+            "meta": {"channel_type": channel_type},
+        }
+    )
+
+
+def _deleted(
+    identity: SlackIdentity, callback: WireCallback, event: WireMessage, channel: str, channel_type: str
+) -> InboundMessage | None:
+    old = event.previous_message
+    deleted = event.deleted_ts or (old.ts if old else None)
+    if old is None or not old.user or not deleted or identity.is_own(old) or old.bot_id:
+        return None
+    if not _addressed(identity, old, channel_type, False):
+        return None
+    thread = old.thread_ts or (None if channel_type == "im" else deleted)
+    return InboundMessage.model_validate(
+        {
+            "dedup_key": f"del:{callback.event_id or deleted}",
+            "conversation": _conversation(identity, callback.team_id, channel, channel_type, thread, old.user),
+            "sender": {"id": old.user},
+            "text": "",
+            "event": MessageDeleted(original_id=deleted),
+            "platform_message_id": deleted,
+            "meta": {"channel_type": channel_type},
+        }
+    )
+
+
+def parse_interaction(identity: SlackIdentity, payload: WireInteraction) -> InboundMessage | None:
+    """A ``block_actions`` click on a button → a :class:`ChoiceSelected` draft (acknowledged by the HTTP 200)."""
+    if payload.type != "block_actions" or payload.user is None or not payload.actions:
+        return None
+    action = payload.actions[0]
+    option = action.value or action.action_id
+    channel = (payload.channel.id if payload.channel else None) or (
+        payload.container.channel_id if payload.container else None
+    )
+    if action.type != "button" or not option or not channel:
+        return None
+    message = payload.message
+    offer_ts = (payload.container.message_ts if payload.container else None) or (message.ts if message else None)
+    channel_type = "im" if channel.startswith("D") else "channel"
+    thread = (message.thread_ts if message else None) or (payload.container.thread_ts if payload.container else None)
+    if thread is None and channel_type != "im":
+        thread = offer_ts
+    team = payload.team.id if payload.team else None
+    label = action.text.text if action.text else option
+    return InboundMessage.model_validate(
+        {
+            "dedup_key": f"act:{action.action_ts or payload.trigger_id or offer_ts}:{payload.user.id}",
+            "conversation": _conversation(identity, team, channel, channel_type, thread, payload.user.id),
+            "sender": Sender(id=payload.user.id, name=payload.user.username or payload.user.name),
+            "text": label,
+            "event": ChoiceSelected(option_id=option, offer_message_id=offer_ts, ack_ref=None),
+            "platform_message_id": offer_ts,
+            "meta": {"channel_type": channel_type},
+        }
+    )
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else a 400."""
+    if not isinstance(value, dict):
+        raise MalformedBodyError("payload must be a JSON object", channel=_CHANNEL)
+    return value
