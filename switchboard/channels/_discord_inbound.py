@@ -1,0 +1,375 @@
+"""Discord's inbound payloads — interactions and gateway dispatches — as normalised inbound messages.
+
+Two shapes arrive: an *interaction* (a slash command or a button click, by HTTP POST to the interactions endpoint
+or as a gateway ``INTERACTION_CREATE``) and a gateway *message* event (``MESSAGE_CREATE`` / ``_UPDATE`` /
+``_DELETE``). Both become :class:`~switchboard.core.messages.InboundMessage` drafts here; verifying the request
+and speaking the gateway protocol happen elsewhere.
+
+Who reaches the agent: direct messages always; guild channels and threads when the bot is mentioned (the
+mention is stripped) or replied to; never the bot itself, other bots or webhooks (no bot-to-bot loops). The
+conversation is the channel id; a thread is its own session (``conversation`` = parent channel,
+``thread`` = thread id), so a reply is sent to the thread. Dedup keys are the snowflakes: ``m:<message id>``,
+``i:<interaction id>``, ``e:<message id>:<edited_timestamp>`` and ``d:<message id>``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from switchboard.core.messages import (
+    Attachment,
+    ChoiceSelected,
+    CommandIssued,
+    ConversationRef,
+    InboundEvent,
+    InboundMessage,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+    Sender,
+)
+from switchboard.errors import MalformedBodyError
+
+__all__ = [
+    "INTERACTION_TTL_S",
+    "DiscordInbound",
+    "Interaction",
+    "load_interaction",
+    "parse_interaction",
+]
+
+CHANNEL: Literal["discord"] = "discord"
+INTERACTION_TTL_S = 15 * 60
+"""An interaction token answers follow-ups for 15 minutes after the interaction."""
+_THREAD_TYPES = {10, 11, 12}
+"""Announcement, public and private threads."""
+_USER_MESSAGE_TYPES = {0, 19}
+"""``DEFAULT`` and ``REPLY``: everything else is a system message (joins, pins, boosts)."""
+_REMEMBER = 4096
+"""Messages addressed to the bot remembered per listener (to report their edits and deletions)."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class _User(_Wire):
+    id: str
+    username: str = ""
+    global_name: str | None = None
+    bot: bool = False
+
+
+class _Member(_Wire):
+    user: _User | None = None
+    nick: str | None = None
+
+
+class _File(_Wire):
+    id: str
+    url: str
+    filename: str = "file"
+    content_type: str | None = None
+    size: int | None = Field(None, ge=0)
+
+
+class _Ref(_Wire):
+    author: _User | None = None
+
+
+class _Message(_Wire):
+    id: str
+    channel_id: str
+    guild_id: str | None = None
+    author: _User | None = None
+    member: _Member | None = None
+    webhook_id: str | None = None
+    type: int = 0
+    content: str = ""
+    mentions: list[_User] = Field(default_factory=list)
+    attachments: list[_File] = Field(default_factory=list)
+    referenced_message: _Ref | None = None
+    edited_timestamp: str | None = None
+
+
+class _Channel(_Wire):
+    id: str
+    type: int = 0
+    parent_id: str | None = None
+
+
+class _Option(_Wire):
+    name: str
+    type: int = 3
+    value: Any = None
+    options: list[_Option] = Field(default_factory=list)
+
+
+class _Data(_Wire):
+    name: str | None = None
+    custom_id: str | None = None
+    options: list[_Option] = Field(default_factory=list)
+
+
+class _Component(_Wire):
+    type: int = 0
+    custom_id: str | None = None
+    label: str | None = None
+    components: list[_Component] = Field(default_factory=list)
+
+
+class _OfferMessage(_Wire):
+    id: str
+    components: list[_Component] = Field(default_factory=list)
+
+
+class Interaction(_Wire):
+    """The fields of an interaction that Switchboard reads."""
+
+    id: str
+    application_id: str
+    type: int
+    token: str = ""
+    channel_id: str | None = None
+    channel: _Channel | None = None
+    guild_id: str | None = None
+    member: _Member | None = None
+    user: _User | None = None
+    data: _Data | None = None
+    message: _OfferMessage | None = None
+
+
+_Option.model_rebuild()
+_Component.model_rebuild()
+
+
+def _name(user: _User, member: _Member | None = None) -> str | None:
+    return (member.nick if member else None) or user.global_name or user.username or None
+
+
+def _options_text(options: list[_Option]) -> str:
+    """A command's arguments as the agent reads them: string values in order, nested subcommands flattened."""
+    words: list[str] = []
+    for option in options:
+        if option.options:
+            words.append(_options_text(option.options))
+        elif option.value is not None:
+            words.append(str(option.value))
+    return " ".join(w for w in words if w)
+
+
+def _label(components: list[_Component], custom_id: str) -> str | None:
+    for component in components:
+        if component.custom_id == custom_id:
+            return component.label
+        found = _label(component.components, custom_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _conversation(account: str, channel_id: str, parent: str | None, extra: dict[str, str]) -> ConversationRef:
+    """The channel is the conversation; a thread is a session of its own under its parent channel."""
+    extra = {"channel_id": channel_id, **extra}
+    if parent:
+        return ConversationRef(channel=CHANNEL, account=account, conversation=parent, thread=channel_id, extra=extra)
+    return ConversationRef(channel=CHANNEL, account=account, conversation=channel_id, extra=extra)
+
+
+def load_interaction(body: bytes | dict[str, Any]) -> Interaction:
+    """The interaction in a request body (or a gateway ``INTERACTION_CREATE``).
+
+    Raises:
+        MalformedBodyError: not an interaction.
+    """
+    try:
+        if isinstance(body, dict):
+            return Interaction.model_validate(body)
+        return Interaction.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        if first["type"] == "json_invalid":
+            raise MalformedBodyError("body is not JSON", channel=CHANNEL) from None
+        where = ".".join(str(p) for p in first["loc"])[:200] or "body"
+        raise MalformedBodyError(f"not a Discord interaction: {where}: {first['msg']}", channel=CHANNEL) from None
+
+
+def parse_interaction(wire: Interaction, account: str, *, now: float | None = None) -> InboundMessage | None:
+    """A slash command or component click as a draft; ``None`` for what the agent does not see (PING, others).
+
+    Raises:
+        MalformedBodyError: the interaction lacks the user, channel or data Discord always sends with it.
+    """
+    if wire.type not in (2, 3):
+        return None
+    user = wire.member.user if wire.member and wire.member.user else wire.user
+    channel_id = wire.channel.id if wire.channel else wire.channel_id
+    if user is None or channel_id is None or wire.data is None:
+        raise MalformedBodyError("interaction without a user, channel or data", channel=CHANNEL)
+    if user.bot:
+        return None
+    parent = wire.channel.parent_id if wire.channel and wire.channel.type in _THREAD_TYPES else None
+    issued = time.time() if now is None else now
+    extra = {
+        "interaction_token": wire.token,
+        "interaction_expires": str(int(issued + INTERACTION_TTL_S)),
+        "application_id": wire.application_id,
+    }
+    event: InboundEvent
+    if wire.type == 2:
+        name = (wire.data.name or "").lower()
+        if not name:
+            raise MalformedBodyError("application command without a name", channel=CHANNEL)
+        event, text = CommandIssued(name=name), _options_text(wire.data.options)
+    else:
+        custom_id = wire.data.custom_id
+        if not custom_id:
+            raise MalformedBodyError("component interaction without a custom_id", channel=CHANNEL)
+        offer = wire.message
+        label = _label(offer.components, custom_id) if offer else None
+        event = ChoiceSelected(option_id=custom_id, offer_message_id=offer.id if offer else None)
+        text = label or custom_id
+    return InboundMessage(
+        dedup_key=f"i:{wire.id}",
+        conversation=_conversation(account, channel_id, parent, extra),
+        sender=Sender(id=user.id, name=_name(user, wire.member)),
+        text=text,
+        event=event,
+        meta={"guild_id": wire.guild_id or "", "interaction": "command" if wire.type == 2 else "component"},
+    )
+
+
+class DiscordInbound:
+    """Gateway dispatches → drafts, for one bot account; remembers threads and the messages it accepted.
+
+    Args:
+        account: The account name.
+        bot_id: The bot's user id (from its token; confirmed by ``READY``).
+    """
+
+    def __init__(self, account: str, bot_id: str | None, *, require_mention: bool = True) -> None:
+        self.account = account
+        self.bot_id = bot_id
+        self.require_mention = require_mention
+        self._threads: OrderedDict[str, str] = OrderedDict()
+        self._accepted: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
+        """Message id → (author id, author name) of messages that reached the agent."""
+
+    def _remember(self, store: OrderedDict[str, Any], key: str, value: Any) -> None:
+        store[key] = value
+        store.move_to_end(key)
+        while len(store) > _REMEMBER:
+            store.popitem(last=False)
+
+    def dispatch(self, event: str, data: dict[str, Any]) -> InboundMessage | None:
+        """One gateway dispatch (``t``, ``d``); ``None`` when it is not for the agent.
+
+        Raises:
+            MalformedBodyError: the event lacks fields Discord always sends.
+        """
+        try:
+            match event:
+                case "READY":
+                    self.bot_id = str(data["user"]["id"])
+                case "GUILD_CREATE":
+                    for thread in data.get("threads") or ():
+                        self._thread(thread)
+                case "THREAD_CREATE" | "THREAD_UPDATE":
+                    self._thread(data)
+                case "THREAD_LIST_SYNC":
+                    for thread in data.get("threads") or ():
+                        self._thread(thread)
+                case "MESSAGE_CREATE":
+                    return self._created(_Message.model_validate(data))
+                case "MESSAGE_UPDATE":
+                    return self._edited(_Message.model_validate(data))
+                case "MESSAGE_DELETE":
+                    return self._deleted(str(data["id"]), str(data["channel_id"]), data.get("guild_id"))
+        except (ValidationError, KeyError, TypeError) as exc:
+            raise MalformedBodyError(f"malformed {event} dispatch ({type(exc).__name__})", channel=CHANNEL) from None
+        return None
+
+    def _thread(self, data: dict[str, Any]) -> None:
+        if data.get("type") in _THREAD_TYPES and data.get("parent_id"):
+            self._remember(self._threads, str(data["id"]), str(data["parent_id"]))
+
+    def _addressed(self, message: _Message) -> tuple[bool, str]:
+        """Whether the message is for the bot, and its text with the bot's mention removed."""
+        text = message.content
+        bot = self.bot_id
+        if bot is None:
+            return message.guild_id is None or not self.require_mention, text.strip()
+        mention = re.compile(rf"<@!?{re.escape(bot)}>[,:;]?\s*")
+        mentioned = any(u.id == bot for u in message.mentions) or mention.search(text) is not None
+        referenced = message.referenced_message.author if message.referenced_message else None
+        replied = referenced is not None and referenced.id == bot
+        addressed = mentioned or replied or message.guild_id is None or not self.require_mention
+        return addressed, mention.sub("", text).strip()
+
+    def _from_user(self, message: _Message) -> _User | None:
+        author = message.author
+        if author is None or author.bot or message.webhook_id is not None or author.id == self.bot_id:
+            return None
+        return author
+
+    def _draft(self, message: _Message, author: _User, text: str, key: str, event: InboundEvent) -> InboundMessage:
+        parent = self._threads.get(message.channel_id)
+        return InboundMessage(
+            dedup_key=key,
+            conversation=_conversation(self.account, message.channel_id, parent, {"reply_to": message.id}),
+            sender=Sender(id=author.id, name=_name(author, message.member)),
+            text=text,
+            event=event,
+            platform_message_id=message.id,
+            meta={"guild_id": message.guild_id or "", "dm": message.guild_id is None},
+        )
+
+    def _created(self, message: _Message) -> InboundMessage | None:
+        author = self._from_user(message)
+        if author is None or message.type not in _USER_MESSAGE_TYPES:
+            return None
+        addressed, text = self._addressed(message)
+        files = tuple(
+            Attachment(kind=_kind(f.content_type), ref=f.url, name=f.filename, mime_type=f.content_type, size=f.size)
+            for f in message.attachments
+        )
+        if not addressed or not (text or files):
+            return None
+        self._remember(self._accepted, message.id, (author.id, _name(author, message.member)))
+        return self._draft(message, author, text, f"m:{message.id}", Posted(attachments=files))
+
+    def _edited(self, message: _Message) -> InboundMessage | None:
+        author = self._from_user(message)
+        if author is None or message.edited_timestamp is None or "content" not in message.model_fields_set:
+            return None  # an embed unfurling or a pin, not a change of words
+        addressed, text = self._addressed(message)
+        if not (addressed or message.id in self._accepted) or not text:
+            return None
+        key = f"e:{message.id}:{message.edited_timestamp}"
+        return self._draft(message, author, text, key, MessageEdited(original_id=message.id))
+
+    def _deleted(self, message_id: str, channel_id: str, guild_id: str | None) -> InboundMessage | None:
+        known = self._accepted.pop(message_id, None)
+        if known is None and guild_id is not None:
+            return None  # a guild message the agent never saw
+        author_id, name = known or ("unknown", None)
+        stub = _Message(id=message_id, channel_id=channel_id, guild_id=guild_id)
+        return self._draft(
+            stub, _User(id=author_id, global_name=name), "", f"d:{message_id}", MessageDeleted(original_id=message_id)
+        )
+
+
+def _kind(content_type: str | None) -> Literal["image", "document", "audio", "voice", "video"]:
+    major = (content_type or "").split("/", 1)[0]
+    if major == "image":
+        return "image"
+    if major == "video":
+        return "video"
+    if major == "audio":
+        return "voice" if (content_type or "").startswith("audio/ogg") else "audio"
+    return "document"
