@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from switchboard.errors import DeliveryError, RateLimitedError
+from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
 
 __all__ = ["BotApi", "BotApiRefusal", "Upload"]
 
@@ -31,6 +31,8 @@ _POOL_SIZE: Final = 128
 _TIMEOUT: Final = aiohttp.ClientTimeout(total=20, connect=5, sock_read=10)
 _UPLOAD_TIMEOUT: Final = aiohttp.ClientTimeout(total=300, connect=5, sock_read=60)
 """Up to 50 MB goes up in one request: minutes on a slow uplink, not the 20 s of a text message."""
+_DOWNLOAD_TIMEOUT: Final = aiohttp.ClientTimeout(total=120, connect=5, sock_read=30)
+_CHUNK: Final = 64 * 1024
 _JSON: Final = {"Content-Type": "application/json"}
 
 
@@ -72,6 +74,7 @@ class BotApi:
     def __init__(self, token: str, root: str) -> None:
         self._token = token
         self._base = f"{root.rstrip('/')}/bot{token}/"
+        self._files = f"{root.rstrip('/')}/file/bot{token}/"
         self._session: aiohttp.ClientSession | None = None
 
     def _scrub(self, text: str) -> str:
@@ -85,8 +88,10 @@ class BotApi:
             )
         return self._session
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
+    async def call(self, method: str, params: dict[str, Any], *, wait_s: float | None = None) -> Any:
         """Call ``method`` with ``params`` (``None`` values left out); returns the answer's ``result``.
+
+        ``wait_s`` (seconds) replaces the usual timeout: a ``getUpdates`` long poll waits longer than a send.
 
         Raises:
             RateLimitedError: 429; retry after ``retry_after`` seconds.
@@ -94,7 +99,8 @@ class BotApi:
             DeliveryError: 5xx, a timeout, a network failure or an unreadable answer (retryable).
         """
         body = json.dumps({k: v for k, v in params.items() if v is not None}, separators=(",", ":"))
-        return await self._post(method, data=body.encode(), headers=_JSON, limits=None)
+        limits = aiohttp.ClientTimeout(total=wait_s, connect=5, sock_read=wait_s) if wait_s is not None else None
+        return await self._post(method, data=body.encode(), headers=_JSON, limits=limits)
 
     async def upload(self, method: str, params: dict[str, Any], upload: Upload) -> Any:
         """Call ``method`` as ``multipart/form-data`` with one file (``sendDocument``, ``sendPhoto``).
@@ -169,8 +175,37 @@ class BotApi:
             raise BotApiRefusal(f"telegram refused the call: {text}", status=code, description=description)
         raise DeliveryError(f"telegram failing: {text}", channel=_CHANNEL, retryable=True)
 
+    async def download(self, file_path: str, limit: int) -> bytes:
+        """Download a file ``getFile`` named, refusing more than ``limit`` bytes (stops reading past the cap).
+
+        Raises:
+            AttachmentError: too large (``too_large``), gone, refused, or Telegram unreachable.
+        """
+        url = self._files + file_path.lstrip("/")
+        try:
+            async with self._http().get(url, timeout=_DOWNLOAD_TIMEOUT) as resp:
+                if resp.status != 200:
+                    raise AttachmentError(f"telegram refused the file download (HTTP {resp.status})", channel=_CHANNEL)
+                if resp.content_length is not None and resp.content_length > limit:
+                    raise _too_large(resp.content_length, limit)
+                data = bytearray()
+                async for chunk in resp.content.iter_chunked(_CHUNK):
+                    data += chunk
+                    if len(data) > limit:
+                        raise _too_large(None, limit)
+                return bytes(data)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise AttachmentError(
+                f"telegram unreachable while downloading a file: {type(exc).__name__}", channel=_CHANNEL
+            ) from None
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
+
+
+def _too_large(size: int | None, limit: int) -> AttachmentError:
+    said = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    return AttachmentError(f"the file is {said}; the limit is {limit} bytes", channel=_CHANNEL, too_large=True)

@@ -328,7 +328,7 @@ def action_markdown(action: OfferChoice | SendFile) -> str:
     """
     match action:
         case OfferChoice():
-            options = "\n".join(f"{number}. {option}" for number, option in enumerate(action.options, 1))
+            options = "\n".join(f"{number}. {option.label}" for number, option in enumerate(action.options, 1))
             return f"{action.question}\n\n{options}" if action.question.strip() else options
         case SendFile():
             line = f"📎 {PurePath(action.path).name}"

@@ -1,4 +1,4 @@
-"""What Telegram posts to a webhook: ``Update`` payloads with one text message, and the secret-token header.
+"""What Telegram posts to a webhook (or answers ``getUpdates`` with): ``Update`` payloads, and the secret header.
 
 Used by the tests, the benchmarks and ``switchboard simulate telegram``.
 """
@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-__all__ = ["SECRET_HEADER", "make_update", "sign_update"]
+__all__ = ["SECRET_HEADER", "make_callback_query", "make_update", "sign_update"]
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
 
@@ -79,6 +79,36 @@ def make_update(
         message["message_thread_id"] = thread_id
         message["is_topic_message"] = True
     return {"update_id": update_id, "message": message}
+
+
+def make_callback_query(
+    data: str,
+    *,
+    chat_id: int,
+    update_id: int,
+    message: dict[str, Any],
+    bot: dict[str, Any],
+    user_id: int | None = None,
+    first_name: str = "Ada",
+    query_id: str | None = None,
+) -> dict[str, Any]:
+    """The ``callback_query`` update of a tap on an inline-keyboard button of ``message`` (a bot message).
+
+    Args:
+        data: The button's ``callback_data``.
+        chat_id: The chat the message is in.
+        update_id: Telegram's update id.
+        message: The tapped message's fields (``message_id``, ``text``, ``reply_markup``, ...).
+        bot: The bot's ``User`` object (the message's sender).
+        user_id: Who tapped (defaults to ``chat_id`` in private chats).
+        first_name: The tapper's first name.
+        query_id: The callback query id (what ``answerCallbackQuery`` takes).
+    """
+    tapper = {"id": user_id if user_id is not None else abs(chat_id), "is_bot": False, "first_name": first_name}
+    chat: dict[str, Any] = {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
+    full = {"from": bot, "chat": chat, "date": int(time.time()), **message}
+    query = {"id": query_id or f"cq{update_id}", "from": tapper, "chat_instance": f"ci{chat_id}", "data": data}
+    return {"update_id": update_id, "callback_query": {**query, "message": full}}
 
 
 def sign_update(update: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:

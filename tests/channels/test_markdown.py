@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from switchboard.channels._markdown import action_markdown, markdown_to_html, render_messages, split_html, visible_text
-from switchboard.core.actions import OfferChoice, SendFile
+from switchboard.core.actions import Choice, OfferChoice, SendFile
 from tests.fakes.telegram_api import check_html
 
 
@@ -220,10 +220,11 @@ def test_random_documents_split_cleanly(limit: int) -> None:
 
 
 def test_actions_without_a_native_form_become_markdown() -> None:
-    report = SendFile(path="/data/workspaces/t/a/web/default/c1/report.pdf", caption="Your **report**")
+    report = SendFile(path="out/report.pdf", caption="Your **report**")
     assert action_markdown(report) == "Your **report**\n\n📎 report.pdf"
-    assert action_markdown(SendFile(path="/w/chart.png")) == "📎 chart.png"
-    assert action_markdown(OfferChoice(question="When?", options=["Now", "Later"])) == "When?\n\n1. Now\n2. Later"
+    assert action_markdown(SendFile(path="chart.png")) == "📎 chart.png"
+    options = [Choice(id="now", label="Now"), Choice(id="later", label="Later")]
+    assert action_markdown(OfferChoice(question="When?", options=options)) == "When?\n\n1. Now\n2. Later"
 
 
 def test_plain_replies_skip_the_parser_and_match_what_it_renders() -> None:
