@@ -12,9 +12,10 @@ if TYPE_CHECKING:
     from switchboard.channels.base import Channel
     from switchboard.metrics import Metrics
     from switchboard.queue.ingest import Ingestor
+    from switchboard.queue.router import IngestRouter
     from switchboard.settings import Settings
 
-__all__ = ["CHANNELS", "INGESTOR", "METRICS", "REDIS", "SETTINGS"]
+__all__ = ["CHANNELS", "INGESTOR", "METRICS", "REDIS", "ROUTER", "SETTINGS"]
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 REDIS: web.AppKey[aioredis.Redis] = web.AppKey("redis")
@@ -22,3 +23,5 @@ INGESTOR: web.AppKey[Ingestor] = web.AppKey("ingestor")
 CHANNELS: web.AppKey[dict[tuple[str, str], Channel]] = web.AppKey("channels")
 """(channel, account) → adapter, for every enabled channel account."""
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+ROUTER: web.AppKey[IngestRouter] = web.AppKey("router")
+"""Routes and durably accepts what webhooks, the web chat and listeners receive."""

@@ -5,6 +5,8 @@ Re-exported by :mod:`switchboard.settings`, which composes them into :class:`~sw
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from switchboard.types import BusyPolicy
@@ -44,6 +46,9 @@ class TelegramSettings(ChannelSettings):
     """Bot API root: the part before ``/bot<token>/<method>``."""
     bot_username: str | None = None
     """The bot's @username, used to notice mentions in groups (looked up with ``getMe`` when unset)."""
+    transport: Literal["webhook", "polling"] = "webhook"
+    """``webhook`` (Telegram posts to ``/webhooks/telegram``) or ``polling`` (``getUpdates``, for hosts without a
+    public HTTPS URL; one poller per bot across every process)."""
 
     @field_validator("secret_token")
     @classmethod
@@ -64,11 +69,16 @@ class SlackSettings(ChannelSettings):
 
     bot_token: SecretStr | None = None
     signing_secret: SecretStr | None = None
+    """Verifies the Events API's HTTP requests (``X-Slack-Signature``)."""
+    app_token: SecretStr | None = None
+    """App-level token (``xapp-…``): Socket Mode instead of the HTTP endpoint (one connection holder across
+    processes)."""
     api_base_url: str = "https://slack.com/api/"
 
     @property
-    def enabled(self) -> bool:  # noqa: D102
-        return self.bot_token is not None
+    def enabled(self) -> bool:
+        """A bot token, and a way to receive: the signing secret (HTTP) or an app token (Socket Mode)."""
+        return self.bot_token is not None and (self.signing_secret is not None or self.app_token is not None)
 
 
 class DiscordSettings(ChannelSettings):
@@ -76,12 +86,16 @@ class DiscordSettings(ChannelSettings):
 
     bot_token: SecretStr | None = None
     public_key: str | None = None
+    """The application's Ed25519 public key (hex), which verifies requests to the interactions endpoint."""
     application_id: str | None = None
+    """Looked up with ``GET /applications/@me`` when unset."""
     api_base_url: str = "https://discord.com/api/v10"
+    gateway: bool = True
+    """Hold a gateway connection for ordinary messages (``false``: slash commands and buttons only)."""
 
     @property
     def enabled(self) -> bool:  # noqa: D102
-        return self.bot_token is not None
+        return self.bot_token is not None or self.public_key is not None
 
 
 class TeamsSettings(ChannelSettings):
@@ -142,6 +156,9 @@ class ChannelOptions(BaseModel):
     """Web chat only: the agents a new session may name (``{"agent": …}``); empty means only ``agent``."""
     busy_policy: BusyPolicy | None = None
     tenant: str | None = None
+    require_mention: bool | None = None
+    """Group and channel messages reach the agent only when they mention the bot (default: yes; direct messages
+    always do)."""
     accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
     """Further accounts, served at ``/webhooks/{channel}/{account}``."""
 
@@ -154,6 +171,8 @@ class ChannelAccount(BaseModel):
     agent: str | None = None
     busy_policy: BusyPolicy | None = None
     tenant: str | None = None
+    require_mention: bool | None = None
+    """As the channel's ``require_mention``, for this account (wins over the channel's)."""
     secrets_from_env: dict[str, str] = Field(default_factory=dict)
     """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
     options: dict[str, str] = Field(default_factory=dict)

@@ -1,9 +1,10 @@
 """What ``switchboard check`` refuses, shared by ``run``, ``web`` and ``worker`` so that they refuse it too.
 
-:func:`config_problems` lists everything that keeps the configuration from working as written (a Telegram
-bot without a webhook secret, a draft agent, an unknown model provider, a tool that does not exist), in words
-an operator can act on. :func:`unknown_variables` finds ``SWITCHBOARD_*`` variables that name no setting — most
-often a single ``_`` where the nested delimiter ``__`` belongs — and suggests the closest known name.
+:func:`config_problems` lists everything that keeps the configuration from working as written (what each
+channel's factory reports, such as a webhook without its secret; a draft agent, an unknown model provider, a tool
+that does not exist), in words an operator can act on. :func:`unknown_variables` finds ``SWITCHBOARD_*`` variables
+that name no setting — most often a single ``_`` where the nested delimiter ``__`` belongs — and suggests the
+closest known name.
 """
 
 from __future__ import annotations
@@ -15,11 +16,18 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from switchboard.settings import Settings
+from switchboard.errors import ConfigError
+from switchboard.settings import ChannelSettings, Settings
 
-__all__ = ["ENV_PREFIX", "check_command", "config_problems", "known_variables", "redacted_url", "unknown_variables"]
-
-_PLATFORM_CHANNELS = ("telegram", "slack", "discord", "teams", "whatsapp", "instagram", "messenger")
+__all__ = [
+    "ENV_PREFIX",
+    "channel_problems",
+    "check_command",
+    "config_problems",
+    "known_variables",
+    "redacted_url",
+    "unknown_variables",
+]
 
 ENV_PREFIX = "SWITCHBOARD_"
 _NESTED = "__"
@@ -44,14 +52,35 @@ def config_problems(settings: Settings) -> list[str]:
     """Every problem in the settings and the YAML file that ``check`` reports and start-up refuses."""
     from switchboard.agents import agent_problems
 
-    problems: list[str] = []
-    if settings.telegram.enabled and settings.telegram.secret_token is None:
-        problems.append(
-            "telegram: SWITCHBOARD_TELEGRAM__SECRET_TOKEN is not set; every webhook would be refused "
-            "(choose 1-256 chars of A-Z a-z 0-9 _ - and pass it to setWebhook as secret_token)"
-        )
+    problems = channel_problems(settings)
     for agent in settings.file.agents.values():
         problems.extend(agent_problems(settings, agent))
+    return problems
+
+
+def channel_problems(settings: Settings) -> list[str]:
+    """What keeps an enabled channel account from working.
+
+    Each channel's own checks (its factory's ``problems``), an account whose secrets or settings are missing or
+    invalid, a route to an unknown agent.
+    """
+    from switchboard.channels import registry
+    from switchboard.queue.router import resolve_route
+
+    problems: list[str] = []
+    for factory in registry.factories():
+        try:
+            accounts = registry.account_configs(settings, factory, settings.environ or None)
+        except ConfigError as err:
+            problems.append(str(err))
+            continue
+        for account in accounts:
+            where = "" if account.account == "default" else f"channels.{factory.name}.accounts.{account.account}: "
+            problems.extend(where + problem for problem in factory.problems(account.block))
+            try:
+                resolve_route(settings.file, factory.name, account.account)
+            except ConfigError as err:
+                problems.append(str(err))
     return problems
 
 
@@ -73,9 +102,19 @@ def _model_names(model: type[BaseModel], prefix: str) -> Iterable[tuple[str, boo
 
 def known_variables() -> tuple[frozenset[str], tuple[str, ...]]:
     """Every ``SWITCHBOARD_*`` name a setting reads, and the prefixes under which any suffix is valid."""
+    from switchboard.channels import registry
+
     exact: set[str] = set()
     open_prefixes: list[str] = []
-    for variable, is_open in _model_names(Settings, ENV_PREFIX):
+    tabled = {factory.name: factory for factory in registry.factories()}
+    names = [
+        (variable, is_open)
+        for variable, is_open in _model_names(Settings, ENV_PREFIX)
+        if variable.partition(_NESTED)[0][len(ENV_PREFIX) :].lower() not in tabled
+    ]
+    for factory in tabled.values():  # a channel's block is what its factory reads, with or without a field here
+        names.extend(_model_names(factory.settings, f"{ENV_PREFIX}{factory.name.upper()}{_NESTED}"))
+    for variable, is_open in names:
         (open_prefixes.append if is_open else exact.add)(variable)
     return frozenset(exact), tuple(open_prefixes)
 
@@ -117,14 +156,7 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
     else:
         print("redis:       not set; `switchboard run` starts an embedded server (web/worker need a URL)")
     print("channels:")
-    print("  web        enabled (built in)")
-    for name in _PLATFORM_CHANNELS:
-        if not settings.channel(name).enabled:
-            print(f"  {name:<10} disabled (no credentials)")
-        elif name != "telegram":
-            print(f"  {name:<10} credentials present, but this version has no {name} adapter yet")
-        else:
-            print(f"  {name:<10} enabled at POST /webhooks/{name}")
+    _print_channels(settings)
     print("agents:")
     for agent in settings.file.agents.values():
         print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
@@ -141,6 +173,39 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         return 1
     print("ok: no problems found")
     return 0
+
+
+def _print_channels(settings: Settings) -> None:
+    """One line per channel account of the table, then the platforms this version has no adapter for."""
+    from switchboard.channels import registry
+
+    tabled: set[str] = set()
+    for factory in registry.factories():
+        tabled.add(factory.name)
+        try:
+            accounts = registry.account_configs(settings, factory, settings.environ or None)
+            block = registry.env_block(settings, factory)
+        except ConfigError:
+            print(f"  {factory.name:<10} misconfigured (see problems)")
+            continue
+        if factory.builtin:
+            print(f"  {factory.name:<10} enabled (built in)")
+            continue
+        if not accounts:
+            # some of its variables are set, yet it is not enabled: say what is missing
+            missing = factory.problems(block) if block.model_fields_set else []
+            print(f"  {factory.name:<10} disabled ({'incomplete: ' + missing[0] if missing else 'no credentials'})")
+        for account in accounts:
+            route = f"/webhooks/{factory.name}" + ("" if account.account == "default" else f"/{account.account}")
+            served = f"at {', '.join(sorted(factory.webhook_methods))} {route}" if factory.webhook_methods else ""
+            print(f"  {factory.name:<10} enabled, account {account.account} {served}".rstrip())
+    for name, field in Settings.model_fields.items():
+        annotation = field.annotation
+        if name in tabled or not (isinstance(annotation, type) and issubclass(annotation, ChannelSettings)):
+            continue
+        block = settings.channel(name)
+        state = "credentials present, but this version has no adapter for it" if block.enabled else "disabled"
+        print(f"  {name:<10} {state}")
 
 
 def _check_redis(url: str) -> list[str]:

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
-import gc
-import json
 import logging
 import os
-import secrets
-import signal
 import sys
-import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from switchboard.errors import ConfigError, QueueUnavailableError, SwitchboardError
-from switchboard.sessions import REDIS_URL_FILE
+from switchboard.channels.registry import CHANNEL_MODULES
+from switchboard.errors import ConfigError, SwitchboardError
+from switchboard.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.settings import Settings, load_settings
 
 __all__ = ["main"]
 
 logger = logging.getLogger("switchboard")
-
-SIMULATE_FILE = "simulate.json"
-DEMO_OFFLINE_DELAY_MS = 500
-"""``switchboard run`` paces the offline model over this long unless SWITCHBOARD_OFFLINE__DELAY_MS is set."""
 
 
 def _configure_logging(level: str) -> None:
@@ -38,228 +28,8 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("aiohttp.access", "httpx", "telegram", "rq.worker", "rq.queue"):
+    for noisy in ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def _require_redis(settings: Settings, command: str) -> str:
-    if not settings.redis_url:
-        raise ConfigError(
-            f"`switchboard {command}` needs SWITCHBOARD_REDIS_URL (e.g. redis://localhost:6379/0); "
-            "only `switchboard run` starts an embedded server",
-            field="redis_url",
-        )
-    return settings.redis_url
-
-
-def _stop_event() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-# ---------------------------------------------------------------- processes
-
-
-def _serve_forever(main: Coroutine[Any, Any, None], *, use_uvloop: bool) -> None:
-    """Run a long-lived process's event loop: uvloop when installed (less CPU per request), else asyncio's own.
-
-    ``SWITCHBOARD_UVLOOP=0`` keeps asyncio's loop (to compare, or to rule uvloop out when debugging).
-    """
-    uvloop: Any = None
-    if use_uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            uvloop = None
-    if uvloop is None:
-        asyncio.run(main)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main)
-
-
-async def _serve_web(settings: Settings, stop: asyncio.Event, *, ready: Callable[[str], None] | None = None) -> None:
-    from aiohttp import web
-
-    from switchboard.app import create_app
-    from switchboard.server import GuardedAppRunner
-
-    # header/body timeouts and a connection cap (SWITCHBOARD_HTTP__*)
-    runner = GuardedAppRunner(create_app(settings), settings.http, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    try:
-        await site.start()
-    except OSError as err:
-        await runner.cleanup()  # closes what the app opened at start-up (no "Unclosed client session")
-        if err.errno == errno.EADDRINUSE:
-            raise ConfigError(
-                f"port {settings.port} on {settings.host} is already in use: set SWITCHBOARD_PORT to a free port "
-                "(or stop the other process)",
-                field="port",
-            ) from None
-        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {err.strerror or err}") from None
-    # Everything loaded so far lives as long as the process: keep it out of the collector's full passes.
-    gc.freeze()
-    port = runner.addresses[0][1] if runner.addresses else settings.port
-    url = f"http://{settings.host}:{port}/"
-    if ready:
-        ready(url)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-async def _serve_worker(settings: Settings, stop: asyncio.Event) -> None:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
-    from switchboard.checks import redacted_url
-    from switchboard.worker import run_worker
-
-    try:
-        await run_worker(settings, stop)
-    except (RedisConnectionError, OSError) as err:  # e.g. started before its Redis: one line, not a traceback
-        url = redacted_url(settings.redis_url or "")
-        raise QueueUnavailableError(
-            f"cannot reach Redis at {url}: {err}; start it (or fix SWITCHBOARD_REDIS_URL) and try again"
-        ) from None
-
-
-async def _web_main(settings: Settings) -> None:
-    stop = _stop_event()
-    await _serve_web(settings, stop, ready=lambda url: print(f"Switchboard web tier listening on {url}", flush=True))
-
-
-async def _worker_main(settings: Settings) -> None:
-    stop = _stop_event()
-    await _serve_worker(settings, stop)
-
-
-async def _run_main(settings: Settings, started: float, *, embedded: bool) -> None:
-    stop = _stop_event()
-    fake = None
-    if not settings.telegram.enabled:
-        fake = await _simulated_telegram(settings)
-    try:
-        await _run_all(settings, started, stop, simulated=fake is not None, embedded=embedded)
-    finally:
-        if fake is not None:
-            await fake.stop()
-
-
-async def _run_all(settings: Settings, started: float, stop: asyncio.Event, *, simulated: bool, embedded: bool) -> None:
-    from switchboard.checks import redacted_url
-
-    web_ready = asyncio.Event()
-    url_box: list[str] = []
-
-    def ready(url: str) -> None:
-        url_box.append(url)
-        web_ready.set()
-
-    tasks = [
-        asyncio.create_task(_serve_web(settings, stop, ready=ready), name="web"),
-        asyncio.create_task(_serve_worker(settings, stop), name="worker"),
-    ]
-    waiter = asyncio.create_task(web_ready.wait())
-    done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-    if waiter not in done:
-        waiter.cancel()
-        stop.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
-        return
-    url = url_box[0]
-    redis_line = f"embedded, data in {settings.data_path}" if embedded else redacted_url(str(settings.redis_url))
-    if simulated:
-        _write_simulate_file(settings, url)
-    print(
-        f"\n  Switchboard is ready in {time.monotonic() - started:.1f} s\n"
-        f"  Web chat:  {url}\n"
-        f"  Model:     {settings.default_model}\n"
-        f"  Redis:     {redis_line}\n"
-        + (
-            '  Telegram:  simulated (try: switchboard simulate telegram "hello")\n'
-            if simulated
-            else "  Telegram:  POST /webhooks/telegram\n"
-        )
-        + "  Press Ctrl-C to stop.\n",
-        flush=True,
-    )
-    await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    stop.set()  # one of them failed (or both ended): never keep a web tier up without its worker
-    results = await asyncio.gather(*tasks, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-            raise result
-
-
-async def _simulated_telegram(settings: Settings) -> Any:
-    """Under ``run`` with no Telegram token: a built-in fake Bot API, so ``simulate telegram`` works offline."""
-    from pydantic import SecretStr
-
-    from switchboard.fakes.telegram import FakeTelegram
-
-    token = f"100000:{secrets.token_urlsafe(24)}"
-    fake = FakeTelegram(token=token)
-    base_url = await fake.start()
-    settings.telegram = settings.telegram.model_copy(
-        update={
-            "bot_token": SecretStr(token),
-            "secret_token": SecretStr(secrets.token_urlsafe(24)),
-            "api_base_url": base_url,
-            "bot_username": settings.telegram.bot_username or "switchboard_demo_bot",
-        }
-    )
-    return fake
-
-
-def _write_simulate_file(settings: Settings, gateway_url: str) -> None:
-    assert settings.telegram.secret_token is not None
-    path = settings.data_path / SIMULATE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "gateway_url": gateway_url,
-        "telegram": {
-            "fake_url": settings.telegram.api_base_url,
-            "secret_token": settings.telegram.secret_token.get_secret_value(),
-        },
-    }
-    path.write_text(json.dumps(payload))
-    path.chmod(0o600)
-
-
-def cmd_run(settings: Settings) -> int:
-    """All-in-one: embedded server (unless a URL is set), web tier, one worker, simulated Telegram."""
-    from switchboard.queue.embedded import EmbeddedRedis
-
-    started = time.monotonic()
-    if "delay_ms" not in settings.offline.model_fields_set:
-        # On a laptop demo the offline model paces its answer, so the reply visibly streams in.
-        settings.offline = settings.offline.model_copy(update={"delay_ms": DEMO_OFFLINE_DELAY_MS})
-    embedded = None
-    url_file = settings.data_path / REDIS_URL_FILE
-    if not settings.redis_url:
-        embedded = EmbeddedRedis(settings.data_path / "redis")
-        settings.redis_url = embedded.start()
-        # `switchboard sessions …` in another terminal finds the embedded server here (no URL to copy).
-        url_file.write_text(settings.redis_url + "\n")
-        url_file.chmod(0o600)
-    try:
-        _serve_forever(_run_main(settings, started, embedded=embedded is not None), use_uvloop=settings.uvloop)
-    finally:
-        if embedded is not None:
-            url_file.unlink(missing_ok=True)
-            embedded.stop()
-        (settings.data_path / SIMULATE_FILE).unlink(missing_ok=True)
-    print("Switchboard stopped.", flush=True)
-    return 0
 
 
 # ---------------------------------------------------------------- check
@@ -315,6 +85,20 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
     return agents_command(settings, action, name)
 
 
+def cmd_telegram(settings: Settings, action: str, url: str | None, account: str) -> int:
+    """``telegram set-webhook URL`` / ``delete-webhook`` / ``webhook-info``."""
+    from switchboard.telegramcli import telegram_command
+
+    return telegram_command(settings, action, url, account)
+
+
+def cmd_discord(settings: Settings, action: str) -> int:
+    """``discord`` (hold the gateway connections only) / ``discord register-commands``."""
+    from switchboard.discordcli import discord_command
+
+    return discord_command(settings, action)
+
+
 # ---------------------------------------------------------------- entry
 
 
@@ -359,8 +143,9 @@ def _parser() -> argparse.ArgumentParser:
         "run",
         "all-in-one: embedded Redis, web tier, one worker (Ctrl-C stops everything)",
         "Start everything on this machine: an embedded Redis-compatible server (unless SWITCHBOARD_REDIS_URL is "
-        "set), the web tier on SWITCHBOARD_HOST:SWITCHBOARD_PORT, one worker, and a simulated Telegram when no "
-        "bot token is set. Refuses to start on any problem `switchboard check` reports.",
+        "set), the web tier on SWITCHBOARD_HOST:SWITCHBOARD_PORT, one worker, and a simulated platform (a "
+        "built-in fake API) for each channel without credentials. Refuses to start on any problem `switchboard "
+        "check` reports.",
     )
     _command(
         sub,
@@ -389,10 +174,10 @@ def _parser() -> argparse.ArgumentParser:
         "simulate",
         "send a signed platform request to a running gateway, print the reply",
         "Send TEXT as a user of CHANNEL to the gateway started by `switchboard run` in this directory (found "
-        "through SWITCHBOARD_DATA_DIR) and print the reply. Telegram needs `run` without a bot token, so that "
-        "its built-in fake Bot API captures the reply.",
+        "through SWITCHBOARD_DATA_DIR) and print the reply. A platform channel needs `run` without its "
+        "credentials, so that its built-in fake API captures the reply.",
     )
-    sim.add_argument("channel", choices=["telegram", "web"], help="the channel to speak as a user of")
+    sim.add_argument("channel", choices=list(CHANNEL_MODULES), help="the channel to speak as a user of")
     sim.add_argument("text", help="the message text to send")
     sim.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the reply")
     sessions = _command(
@@ -415,6 +200,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     agents.add_argument("action", choices=["list", "show", "validate"], help="what to do")
     agents.add_argument("name", nargs="?", help="agent name (show)")
+    discord = _command(
+        sub,
+        "discord",
+        "hold Discord's gateway connection (needs SWITCHBOARD_REDIS_URL), or register its slash commands",
+        "Without an action: hold each Discord bot's gateway connection (ordinary messages) and queue what arrives, "
+        "like the web tier's listener but in a process of its own; exactly one process holds each bot's "
+        "connection, so it is safe beside `web` or twice. register-commands: register /ask, /reset and /stop "
+        "with Discord for every configured bot.",
+    )
+    discord.add_argument(
+        "action", nargs="?", default="listen", choices=["listen", "register-commands"], help="what to do"
+    )
+    telegram = _command(
+        sub,
+        "telegram",
+        "register the webhook with Telegram (with the secret token), remove it, or show it",
+        "set-webhook URL: tell Telegram to post updates to URL (the gateway's public https:// address, e.g. "
+        "https://bot.example.com/webhooks/telegram) with SWITCHBOARD_TELEGRAM__SECRET_TOKEN, which the gateway "
+        "checks on every request. delete-webhook: stop Telegram posting (for long polling, "
+        "SWITCHBOARD_TELEGRAM__TRANSPORT=polling). webhook-info: where Telegram posts now, and its last error.",
+    )
+    telegram.add_argument("action", choices=["set-webhook", "delete-webhook", "webhook-info"], help="what to do")
+    telegram.add_argument("url", nargs="?", help="the webhook URL (set-webhook)")
+    telegram.add_argument("--account", default="default", help="the Telegram account (a YAML account name)")
     return parser
 
 
@@ -423,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "sessions" and args.action in {"show", "stop"} and not args.key:
         args.command_parser.error(f"`sessions {args.action}` needs a session KEY (see `switchboard sessions list`)")
+    if args.command == "telegram" and args.action == "set-webhook" and not args.url:
+        args.command_parser.error("`telegram set-webhook` needs the URL Telegram should post to")
     if args.command == "agents" and args.action == "show" and not args.name:
         args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
     try:
@@ -442,14 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 make_private_dir(settings.data_path)
         if args.command == "run":
-            return cmd_run(settings)
+            return run_all_in_one(settings)
         if args.command == "web":
-            _require_redis(settings, "web")
-            _serve_forever(_web_main(settings), use_uvloop=settings.uvloop)
+            require_redis(settings, "web")
+            serve_forever(web_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "worker":
-            _require_redis(settings, "worker")
-            _serve_forever(_worker_main(settings), use_uvloop=settings.uvloop)
+            require_redis(settings, "worker")
+            serve_forever(worker_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "check":
             return cmd_check(settings, os.environ)
@@ -459,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sessions(settings, args.action, args.key, args.limit)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
+        if args.command == "telegram":
+            return cmd_telegram(settings, args.action, args.url, args.account)
+        if args.command == "discord":
+            if args.action == "listen":
+                _refuse_bad_config(settings, "discord")
+            return cmd_discord(settings, args.action)
     except ConfigError as err:
         print(f"switchboard: {err}", file=sys.stderr)
         return 2

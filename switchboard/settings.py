@@ -8,11 +8,21 @@ Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter `
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from switchboard.channelsettings import (
@@ -32,6 +42,7 @@ from switchboard.core.agent import Agent
 from switchboard.errors import ConfigError
 
 __all__ = [
+    "AttachmentSettings",
     "ChannelAccount",
     "ChannelOptions",
     "ChannelSettings",
@@ -47,6 +58,7 @@ __all__ = [
     "SlackSettings",
     "TeamsSettings",
     "TelegramSettings",
+    "TranscriptionSettings",
     "WhatsAppSettings",
     "WorkspaceSettings",
     "load_settings",
@@ -142,6 +154,27 @@ class WorkspaceSettings(BaseModel):
     """Threads for blocking tool work (file tools), for every session of a worker together."""
     threads_per_session: int = Field(2, ge=1)
     """Most of those threads one session may hold at once."""
+
+
+class AttachmentSettings(BaseModel):
+    """``SWITCHBOARD_ATTACHMENTS__*``: the files users send, fetched into the session workspace before a turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(20 * 2**20, ge=1024)
+    """Largest file fetched; a bigger one reaches the model as a note (\"too large\"), never as a failed turn."""
+    max_count: int = Field(10, ge=0)
+    """Most files fetched per turn (the rest become a note)."""
+
+
+class TranscriptionSettings(BaseModel):
+    """``SWITCHBOARD_TRANSCRIPTION__*``: voice notes to text through OpenAI's audio API (at ``OPENAI_BASE_URL``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    """Transcription model (``gpt-4o-mini-transcribe``, ``whisper-1``); unset: that default when
+    ``OPENAI_API_KEY`` is set, else off; ``off``: never transcribe."""
 
 
 class OfflineSettings(BaseModel):
@@ -259,6 +292,8 @@ class Settings(BaseSettings):
     offline: OfflineSettings = Field(default_factory=OfflineSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
+    transcription: TranscriptionSettings = Field(default_factory=TranscriptionSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
@@ -266,6 +301,8 @@ class Settings(BaseSettings):
 
     file: FileConfig = Field(default_factory=FileConfig, exclude=True)
     """The parsed YAML file (filled by :func:`load_settings`)."""
+    _environ: dict[str, str] = PrivateAttr(default_factory=dict)
+    _channel_blocks: dict[str, ChannelSettings] = PrivateAttr(default_factory=dict)
 
     @field_validator("redis_url")
     @classmethod
@@ -300,10 +337,32 @@ class Settings(BaseSettings):
 
     def channel(self, name: str) -> ChannelSettings:
         """The env settings block of a platform channel."""
-        block = getattr(self, name, None)
-        if not isinstance(block, ChannelSettings):
+        block = self.channel_block(name)
+        if block is None:
             raise ConfigError(f"unknown channel {name!r}", field=name)
         return block
+
+    def channel_block(self, name: str) -> ChannelSettings | None:
+        """A channel's env block: its own field (``telegram``), one set by :meth:`set_channel_block`, or ``None``.
+
+        A channel without a field here reads its block through the channel registry (``env_block``).
+        """
+        block = self._channel_blocks.get(name)
+        if block is None and name in type(self).model_fields:
+            block = getattr(self, name)
+        return block if isinstance(block, ChannelSettings) else None
+
+    def set_channel_block(self, name: str, block: ChannelSettings) -> None:
+        """Replace a channel's env block (``switchboard run`` points a channel without credentials at its fake)."""
+        if name in type(self).model_fields:
+            setattr(self, name, block)
+        else:
+            self._channel_blocks[name] = block
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment :func:`load_settings` read (empty for settings built otherwise)."""
+        return self._environ
 
     @property
     def data_path(self) -> Path:
@@ -347,6 +406,7 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
         if env is not None:
             os.environ.clear()
             os.environ.update(saved)
+    settings._environ = env_map  # channels without a field here read their block from it
     settings.file = load_file(settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map)
     return settings
 

@@ -1,68 +1,74 @@
 """``switchboard simulate CHANNEL TEXT``: a correctly signed request to a running gateway, and its reply.
 
-For Telegram it needs the gateway started by ``switchboard run`` without a bot token: ``run`` then
-serves a built-in fake Bot API and writes its address and the webhook secret to
-``$SWITCHBOARD_DATA_DIR/simulate.json``; the reply is read back from what the fake captured.
-For the web chat it speaks the public chat API.
+For a platform channel it needs the gateway started by ``switchboard run`` without that channel's credentials:
+``run`` then serves the channel's built-in fake API (its ``Simulation``, found through the channel table) and
+writes what ``simulate`` needs (the gateway's address, the fake's, the made-up secrets) to
+``$SWITCHBOARD_DATA_DIR/simulate.json``; the reply is read back from what the fake captured. For the web chat it
+speaks the public chat API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 
+from switchboard.channels import registry
 from switchboard.settings import Settings
 
-__all__ = ["simulate"]
+__all__ = ["SIMULATE_FILE", "simulate"]
 
 SIMULATE_FILE = "simulate.json"
+_SETTLE_S = 0.5
+"""A reply is complete once the fake has seen nothing new for this long (a streamed reply arrives in parts)."""
 
 
-def _load(settings: Settings) -> dict[str, Any]:
+def _load(settings: Settings, channel: str) -> tuple[str, Mapping[str, str]]:
     path = settings.data_path / SIMULATE_FILE
     if not path.exists():
         raise SystemExit(
             f"switchboard: no running `switchboard run` found ({path} is missing). Start the gateway with "
-            "`make run` (or `switchboard run`) in this directory, without a Telegram token, then try again."
+            f"`make run` (or `switchboard run`) in this directory, without {channel} credentials, then try again."
         )
     data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    details = data.get(channel)
+    if not isinstance(details, dict):
+        raise SystemExit(
+            f"switchboard: the running `switchboard run` does not simulate {channel} (its credentials are set, so "
+            f"it talks to the real platform); unset SWITCHBOARD_{channel.upper()}__* and restart it to simulate"
+        )
+    return str(data["gateway_url"]).rstrip("/"), details
 
 
-async def _telegram(settings: Settings, text: str, wait_s: float) -> int:
-    from switchboard.fakes.telegram import make_update, sign_update
-
-    info = _load(settings)
-    gateway = info["gateway_url"].rstrip("/")
-    fake = info["telegram"]["fake_url"].rstrip("/")
-    chat_id = 7_000_000 + random.randrange(1_000_000)
-    update = make_update(text, chat_id=chat_id, update_id=int(time.time() * 1000) % 2_000_000_000)
-    body, headers = sign_update(update, info["telegram"]["secret_token"])
+async def _platform(settings: Settings, sim: registry.Simulation[Any], channel: str, text: str, wait_s: float) -> int:
+    gateway, details = _load(settings, channel)
+    sample = sim.request(details, text)
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{fake}/_fake/calls", params={"chat_id": str(chat_id)}) as resp:
-            since = max((c.get("seq", 0) for c in await resp.json()), default=0)
-        async with http.post(f"{gateway}/webhooks/telegram", data=body, headers=headers) as resp:
-            if resp.status != 200:
+        async with http.post(f"{gateway}/webhooks/{channel}", data=sample.body, headers=dict(sample.headers)) as resp:
+            if resp.status >= 300:
                 print(f"gateway answered {resp.status}: {await resp.text()}")
                 return 1
-        print(f"→ sent to chat {chat_id}: {text}")
+        print(f"→ sent to {channel} conversation {sample.conversation}: {text}")
         deadline = time.monotonic() + wait_s
+        seen: list[str] = []
+        settled_at = 0.0
         while time.monotonic() < deadline:
-            async with http.get(f"{fake}/_fake/calls", params={"chat_id": str(chat_id), "since": str(since)}) as resp:
-                calls = await resp.json()
-            replies = [c for c in calls if c.get("method") == "sendMessage"]
-            if replies:
-                for call in replies:
-                    print(f"← reply: {call['params'].get('text', '')}")
-                return 0
+            replies = [reply for reply in await sim.replies(http, details, sample.conversation) if reply]
+            if replies != seen:
+                seen, settled_at = replies, time.monotonic() + _SETTLE_S
+            elif seen and time.monotonic() >= settled_at:
+                break
             await asyncio.sleep(0.1)
-    print(f"no reply within {wait_s:.0f} s (is a worker running? see `switchboard sessions list`)")
-    return 1
+    if not seen:
+        print(f"no reply within {wait_s:.0f} s (is a worker running? see `switchboard sessions list`)")
+        return 1
+    for reply in seen:
+        print(f"← reply: {reply}")
+    return 0
 
 
 async def _web(settings: Settings, text: str, wait_s: float) -> int:
@@ -98,6 +104,14 @@ async def _web(settings: Settings, text: str, wait_s: float) -> int:
 
 async def simulate(settings: Settings, channel: str, text: str, *, wait_s: float = 30.0) -> int:
     """Send ``text`` as a user of ``channel`` and print the gateway's reply."""
-    if channel == "telegram":
-        return await _telegram(settings, text, wait_s)
-    return await _web(settings, text, wait_s)
+    found = registry.factory(channel)
+    if found is None:
+        print(f"unknown channel {channel!r} (channels: {', '.join(registry.CHANNEL_MODULES)})")
+        return 2
+    if found.builtin:
+        return await _web(settings, text, wait_s)
+    sim = registry.simulation(found)
+    if sim is None:
+        print(f"{channel} has no built-in fake to simulate with")
+        return 2
+    return await _platform(settings, sim, channel, text, wait_s)

@@ -2,7 +2,8 @@
 
 ========================================== ============================================================
 ``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
-``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued
+``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued (``{"text"}``, or
+                                            ``{"choice": "<option id>"}`` for a button of an offered choice)
 ``DELETE /api/chat/sessions`` (bearer)      ``204``: the token is revoked (``401`` from then on)
 ``POST /api/chat/stream-ticket`` (bearer)   ``200 {"ticket"}``: single use, short-lived, for ``?ticket=``
 ``GET /api/chat/stream`` (``?ticket``)       SSE: replay of the retained history, then live events
@@ -33,14 +34,16 @@ from typing import Any, Final
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, SETTINGS
+from switchboard.appkeys import CHANNELS, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.channels.base import RawRequest
 from switchboard.channels.web import WebChannel
 from switchboard.clientaddr import client_address
 from switchboard.core.events import DropReason
+from switchboard.core.messages import ChoiceSelected, ConversationRef
 from switchboard.errors import QueueUnavailableError, RequestError, excerpt
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import count_session, retry_after_s
+from switchboard.queue.router import Route
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
@@ -151,15 +154,12 @@ def _reject(app: web.Application, reason: str) -> None:
 
 def _web_channel(app: web.Application) -> WebChannel:
     adapter = app.get(CHANNELS, {}).get(("web", "default"))
-    if isinstance(adapter, WebChannel):
-        return adapter
-    cfg = app[SETTINGS].file
-    options = cfg.channels.get("web")
-    return WebChannel(
-        None,
-        agent=(options.agent if options else None) or cfg.default_agent,
-        tenant=(options.tenant if options else None) or cfg.tenant,
-    )
+    return adapter if isinstance(adapter, WebChannel) else WebChannel(None)
+
+
+def _web_route(app: web.Application) -> Route:
+    """Where web chat sessions go by default: the web channel's agent and tenant (the ingest router's route)."""
+    return app[ROUTER].routes[("web", "default")]
 
 
 async def _read_capped(request: web.Request, limit: int) -> bytes | None:
@@ -202,7 +202,7 @@ def _allowed_agents(app: web.Application) -> tuple[str, ...]:
     options = app[SETTINGS].file.channels.get("web")
     if options is not None and options.agents:
         return tuple(options.agents)
-    return (_web_channel(app).agent,)
+    return (_web_route(app).agent,)
 
 
 async def _session_for(request: web.Request, *, allow_query: bool) -> SessionKey | None:
@@ -258,7 +258,8 @@ async def create_session(request: web.Request) -> web.Response:
                 f"the web chat may not start agent {excerpt(agent_name)}; allowed: {', '.join(allowed)} "
                 "(an operator lists them under channels.web.agents)",
             )
-    served = settings.file.agents.get(agent_name or _web_channel(app).agent)
+    route = _web_route(app)
+    served = settings.file.agents.get(agent_name or route.agent)
     if served is not None and served.status == "draft":  # a draft agent is never served
         logger.warning("web chat refused a session: agent %r is a draft; see `switchboard check`", served.name)
         return _error(409, "agent_not_ready", served.draft_notice())
@@ -270,7 +271,9 @@ async def create_session(request: web.Request) -> web.Response:
     if wait_ms:
         _reject(app, "rate_limited")
         return _too_many(wait_ms, "too many new chat sessions from this address")
-    conversation = _web_channel(app).conversation(uuid.uuid4().hex, agent=agent_name)
+    conversation = ConversationRef(
+        tenant=route.tenant, agent=agent_name or route.agent, channel="web", conversation=uuid.uuid4().hex
+    )
     token = secrets.token_urlsafe(32)
     try:
         async with asyncio.timeout(settings.queue.ingest_timeout_s):
@@ -335,29 +338,26 @@ async def post_message(request: web.Request) -> web.Response:
     channel = _web_channel(app)
     raw = RawRequest(request.method, request.path, request.headers, {"session": session}, body)
     try:
-        (draft,) = channel.parse(raw)
+        (draft,) = (await channel.receive(raw)).messages
     except RequestError as err:
         _reject(app, err.code)
         return _error(err.status, err.code, str(err))
     # The echo names the message by its dedup key; readers of the web stream map that to the gateway id.
-    echo = {"type": "user", "data": _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key})}
-    agent = settings.file.agents.get(draft.conversation.agent)
-    options = settings.file.channels.get("web")
-    busy = (options.busy_policy if options else None) or (agent.busy_policy if agent else "sequential")
+    shown: dict[str, str] = {"text": draft.text, "client_id": draft.dedup_key}
+    if isinstance(draft.event, ChoiceSelected):
+        shown["choice"] = draft.event.option_id
+    echo = {"type": "user", "data": _ECHO_JSON(shown)}
     try:
-        result = await app[INGESTOR].ingest(draft, busy_policy=busy, echo=echo, idempotent=True)
+        result = await app[ROUTER].ingest(draft, echo=echo, idempotent=True)  # counts it in the metrics
     except QueueUnavailableError:
         _reject(app, "queue_unavailable")
         return _unavailable()
+    if result is None:  # the web chat's one account is always routed: only a misbuilt app gets here
+        return _error(404, "unknown_channel", "the web chat is not enabled in this process")
     if result.limited is not None:  # nothing was written
-        _reject(app, "rate_limited")
         return _too_many(result.retry_after_ms, _LIMITED[result.limited])
     if result.reused:  # nothing was written: the page must send the new text under a new client_id
-        _reject(app, "client_id_reused")
         return _error(409, "client_id_reused", "this client_id was already used for a different text")
-    metrics = app.get(METRICS)
-    if metrics is not None:
-        metrics.ingested("web", duplicate=result.duplicate)
     # the id is hex: the body needs no JSON encoder
     body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
     return web.Response(body=body, status=202, content_type="application/json", headers=_CORS_HEADERS)
@@ -386,7 +386,7 @@ async def static(request: web.Request) -> web.FileResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the page, its assets and the chat API on ``app`` (which must carry SETTINGS, REDIS, INGESTOR)."""
+    """Register the page, its assets and the chat API on ``app`` (which must carry SETTINGS, REDIS, ROUTER)."""
     from switchboard import chatstream  # the SSE surface lives there; it imports this module's helpers
 
     app[_TOKENS] = _TokenCache(TOKEN_CACHE_S, _TOKEN_CACHE_MAX)

@@ -1,7 +1,9 @@
-"""① The webhook route: size cap → handshake → verify → parse → durable ingest → 2xx.
+"""① The webhook route: size cap → verify → receive → ingest router → the answer the platform expects.
 
-No model call ever happens here. A message is acknowledged only once Redis holds it; when Redis
-does not confirm in time the platform gets 503 and retries (its retry is deduplicated).
+No model call ever happens here. A message is acknowledged only once Redis holds it; when Redis does not confirm
+in time the platform gets 503 and retries (its retry is deduplicated). Each channel declares the HTTP methods its
+route takes (``ChannelFactory.webhook_methods``): ``POST`` everywhere, ``GET`` too where the platform makes a
+handshake by ``GET`` (Meta's ``hub.challenge``); any other method is 405 before the adapter sees it.
 """
 
 from __future__ import annotations
@@ -10,20 +12,40 @@ import logging
 
 from aiohttp import web
 
-from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, SETTINGS
-from switchboard.channels.base import RawRequest
-from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, excerpt
+from switchboard.appkeys import CHANNELS, METRICS, ROUTER, SETTINGS
+from switchboard.channels import registry
+from switchboard.channels.base import Channel, HttpAnswer, Inbound, RawRequest
+from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, SignatureError, excerpt
 
 __all__ = ["add_routes", "error_response"]
 
 logger = logging.getLogger(__name__)
 
-_OK_BODY = b'{"ok":true}'
 
-
-def error_response(status: int, code: str, message: str) -> web.Response:
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     """A JSON error body that says what went wrong and what to fix."""
-    return web.json_response({"ok": False, "error": {"code": code, "message": message}}, status=status)
+    return web.json_response({"ok": False, "error": {"code": code, "message": message}}, status=status, headers=headers)
+
+
+def _answer(answer: HttpAnswer) -> web.Response:
+    if answer.content_type is None:
+        response = web.Response(status=answer.status, body=answer.body or None)
+        response.headers.pop("Content-Type", None)
+        return response
+    return web.Response(status=answer.status, body=answer.body, content_type=answer.content_type)
+
+
+_METHODS = web.AppKey("webhook_methods", dict[str, frozenset[str]])
+"""Channel → the HTTP methods its webhook route takes (looked up in the channel table once per channel)."""
+
+
+def _methods(app: web.Application, channel: str) -> frozenset[str]:
+    known = app[_METHODS]
+    methods = known.get(channel)
+    if methods is None:
+        factory = registry.factory(channel)
+        methods = known[channel] = factory.webhook_methods if factory is not None else frozenset()
+    return methods
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -33,14 +55,15 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def handle_webhook(request: web.Request) -> web.StreamResponse:
-    """Serve ``/webhooks/{channel}`` and ``/webhooks/{channel}/{account}`` (POST, and GET for handshakes)."""
+    """Serve ``/webhooks/{channel}`` and ``/webhooks/{channel}/{account}``."""
     app = request.app
     settings = app[SETTINGS]
     metrics = app[METRICS]
     channel_name = request.match_info["channel"]
     account = request.match_info.get("account", "default")
     adapter = app[CHANNELS].get((channel_name, account))
-    if adapter is None or channel_name == "web":
+    methods = _methods(app, channel_name) if adapter is not None else frozenset[str]()
+    if adapter is None or not methods:
         metrics.rejected(channel_name, "unknown_channel")
         return error_response(
             404,
@@ -48,50 +71,59 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
             f"no enabled channel account {excerpt(channel_name)}/{excerpt(account)}: set the channel's credentials "
             "(SWITCHBOARD_<CHANNEL>__...) and restart; `switchboard check` lists what is enabled",
         )
+    if request.method not in methods:
+        metrics.rejected(channel_name, "method_not_allowed")
+        allowed = ", ".join(sorted(methods))
+        return error_response(
+            405, "method_not_allowed", f"/webhooks/{channel_name} accepts {allowed}", {"Allow": allowed}
+        )
     try:
         body = await _read_body(request, settings.queue.max_body_bytes)
     except web.HTTPRequestEntityTooLarge:
         metrics.rejected(channel_name, "too_large")
         return error_response(413, "body_too_large", f"body over {settings.queue.max_body_bytes} bytes")
-    raw = RawRequest(request.method, request.path, request.headers, request.query, body)
+    raw = RawRequest(request.method, request.path, request.headers, request.query, body, account)
     try:
-        reply = adapter.handshake(raw)
-        if reply is not None:
-            return web.Response(status=reply.status, body=reply.body, content_type=reply.content_type)
-        if request.method != "POST":
-            return error_response(405, "method_not_allowed", "webhooks accept POST")
-        adapter.verify(raw)
-        try:
-            drafts = adapter.parse(raw)
-        except RequestError:
-            raise
-        except Exception as exc:  # an adapter bug on odd input must still be a 400, never a 500
-            logger.warning("%s parser failed on a request: %s", channel_name, type(exc).__name__)
-            raise MalformedBodyError(f"could not read the {channel_name} payload", channel=channel_name) from exc
+        await _verify(adapter, raw)
+        inbound = await _receive(adapter, raw)
     except RequestError as err:
         metrics.rejected(channel_name, err.code)
         return error_response(err.status, err.code, str(err))
-    ingestor = app[INGESTOR]
-    policy = settings.file.channels.get(channel_name)
-    try:
-        for draft in drafts:
-            agent = settings.file.agents.get(draft.conversation.agent)
-            busy = (policy.busy_policy if policy and policy.busy_policy else None) or (
-                agent.busy_policy if agent else "sequential"
-            )
-            result = await ingestor.ingest(draft, busy_policy=busy)
-            if result.limited is not None:  # still 2xx: a refusal would only be retried; the drop is logged
-                metrics.rejected(channel_name, "rate_limited")
-            else:
-                metrics.ingested(channel_name, duplicate=result.duplicate)
     except QueueUnavailableError:
-        metrics.rejected(channel_name, "queue_unavailable")
+        metrics.rejected(channel_name, "verify_unavailable")
+        return error_response(503, "verify_unavailable", "could not verify the request now; retry")
+    try:
+        answer = await app[ROUTER].accept(adapter, inbound)
+    except QueueUnavailableError:
         return error_response(503, "queue_unavailable", "the queue did not confirm in time; retry")
-    return web.Response(body=_OK_BODY, content_type="application/json")
+    return _answer(answer)
+
+
+async def _verify(adapter: Channel, raw: RawRequest) -> None:
+    try:
+        await adapter.verify(raw)
+    except RequestError:
+        raise
+    except (OSError, TimeoutError) as exc:  # fetching the platform's keys failed: the platform retries a 503
+        logger.warning("%s could not verify a request: %s", adapter.name, type(exc).__name__)
+        raise QueueUnavailableError("could not verify the request now; retry") from exc
+    except Exception as exc:  # what cannot be verified is not authentic: never a 500
+        logger.warning("%s could not verify a request: %s", adapter.name, type(exc).__name__)
+        raise SignatureError(f"could not verify the {adapter.name} request", channel=adapter.name) from exc
+
+
+async def _receive(adapter: Channel, raw: RawRequest) -> Inbound:
+    try:
+        return await adapter.receive(raw)
+    except RequestError:
+        raise
+    except Exception as exc:  # an adapter bug on odd input must still be a 400, never a 500
+        logger.warning("%s could not read a request: %s", adapter.name, type(exc).__name__)
+        raise MalformedBodyError(f"could not read the {adapter.name} payload", channel=adapter.name) from exc
 
 
 def add_routes(app: web.Application) -> None:
     """Register the webhook routes (docs/ARCHITECTURE.md §10)."""
+    app[_METHODS] = {}
     for path in ("/webhooks/{channel}", "/webhooks/{channel}/{account}"):
-        app.router.add_route("POST", path, handle_webhook)
-        app.router.add_route("GET", path, handle_webhook)
+        app.router.add_route("*", path, handle_webhook)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from switchboard.channels.registry import CHANNEL_MODULES, Simulation, factory, simulation
+
 PKG = Path(__file__).resolve().parent.parent / "switchboard"
 
 
@@ -53,16 +55,45 @@ def test_no_grab_bag_modules() -> None:
     assert [p.name for p in PKG.rglob("*.py") if p.stem in {"utils", "helpers", "misc", "common"}] == []
 
 
-CHANNELS = ["telegram", "web"]
+TABLE = list(CHANNEL_MODULES)
 
 
-@pytest.mark.parametrize("channel", CHANNELS)
-def test_every_channel_has_module_registry_entry_and_payloads(channel: str) -> None:
+@pytest.mark.parametrize("channel", TABLE)
+def test_every_channel_of_the_table_has_module_factory_payloads_and_fake(channel: str) -> None:
+    assert CHANNEL_MODULES[channel] == f"switchboard.channels.{channel}", "a channel module is named after it"
     assert (PKG / "channels" / f"{channel}.py").is_file()
-    registry = (PKG / "channels" / "registry.py").read_text()
-    assert f"{channel.capitalize()}Channel" in registry
+    found = factory(channel)
+    assert found is not None and found.name == channel, f"switchboard/channels/{channel}.py exports FACTORY"
     payloads = Path(__file__).parent / "payloads" / channel
     assert any(payloads.glob("*.json")), f"tests/payloads/{channel}/ holds sample payloads"
+    if not found.builtin:
+        assert found.fake is not None, f"{channel} names its built-in fake"
+        assert isinstance(simulation(found), Simulation), f"{found.fake} exports SIMULATION"
+
+
+_WIRING = ("checks.py", "simulate.py", "webhooks.py", "app.py", "webchat.py", "queue/router.py", "channels/registry.py")
+
+
+def _channel_literals(path: Path) -> list[str]:
+    """String constants naming a platform channel, outside the registry's table itself."""
+    tree = ast.parse(path.read_text())
+    table = {
+        id(node)
+        for assign in ast.walk(tree)
+        if isinstance(assign, ast.AnnAssign | ast.Assign) and isinstance(assign.value, ast.Dict)
+        for node in ast.walk(assign.value)
+    }
+    names = set(TABLE) - {"web"}
+    return [
+        f"{path.relative_to(PKG)}:{node.lineno} {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in table
+    ]
+
+
+def test_the_wiring_has_no_branch_for_one_platform() -> None:
+    """Routing, checks, simulation and the webhook route find channels in the table, never by name."""
+    assert [hit for name in _WIRING for hit in _channel_literals(PKG / name)] == []
 
 
 def test_redis_key_strings_live_in_keys_module() -> None:

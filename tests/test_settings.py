@@ -99,3 +99,43 @@ def test_web_session_retention_settings_and_the_channel_blocks_moved_out_of_this
     # the channel settings live in their own module; the old import path still works
     assert settings.TelegramSettings is channelsettings.TelegramSettings
     assert settings.ChannelOptions is channelsettings.ChannelOptions
+
+
+def test_channel_transport_app_token_and_when_slack_is_enabled() -> None:
+    assert load_settings({}).telegram.transport == "webhook"
+    assert load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "polling"}).telegram.transport == "polling"
+    with pytest.raises(ConfigError, match="SWITCHBOARD_TELEGRAM__TRANSPORT"):
+        load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "carrier-pigeon"})
+    # a bot token alone cannot receive anything: Slack needs the signing secret (HTTP) or an app token (Socket Mode)
+    assert not load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1"}).slack.enabled
+    http = load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__SIGNING_SECRET": "s"})
+    socket = load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"})
+    assert http.slack.enabled and socket.slack.enabled
+    assert socket.slack.app_token is not None and "xapp-1" not in repr(socket.slack)
+    assert not load_settings({"SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"}).slack.enabled
+    assert load_settings({"SWITCHBOARD_DISCORD__BOT_TOKEN": "t"}).discord.enabled
+
+
+def test_require_mention_in_yaml_for_a_channel_and_an_account(tmp_path: Path) -> None:
+    from switchboard.channels import registry
+
+    cfg = tmp_path / "sb.yaml"
+    cfg.write_text(
+        "channels:\n  telegram:\n    require_mention: false\n    accounts:\n"
+        "      strict:\n        require_mention: true\n        secrets_from_env: {bot_token: STRICT_TOKEN}\n"
+        "      loose:\n        secrets_from_env: {bot_token: LOOSE_TOKEN}\n"
+    )
+    env = {
+        "SWITCHBOARD_CONFIG": str(cfg),
+        "SWITCHBOARD_TELEGRAM__BOT_TOKEN": "1:a",
+        "STRICT_TOKEN": "2:b",
+        "LOOSE_TOKEN": "3:c",
+    }
+    s = load_settings(env)
+    telegram = registry.factory("telegram")
+    assert telegram is not None
+    found = {c.account: c.require_mention for c in registry.account_configs(s, telegram, s.environ)}
+    assert found == {"default": False, "strict": True, "loose": False}
+    cfg.write_text("channels:\n  telegram:\n    require_mention: sometimes\n")
+    with pytest.raises(ConfigError, match=r"channels\.telegram\.require_mention"):
+        load_settings(env)

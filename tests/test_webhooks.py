@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 import redis
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from switchboard import webhooks
 from switchboard.app import create_app
+from switchboard.channels.base import HttpAnswer
 from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
 from switchboard.settings import load_settings
 
@@ -146,3 +149,30 @@ async def test_a_signed_nesting_bomb_is_400_with_one_short_log_line(
     assert [r for r in caplog.records if r.exc_info] == []
     assert len([r for r in caplog.records if r.name.startswith(("switchboard", "aiohttp"))]) <= 1
     assert _snapshot(sync_redis) == before
+
+
+async def test_a_method_the_channel_does_not_take_is_405_before_the_adapter_sees_it(
+    client: TestClient, sync_redis: redis.Redis
+) -> None:
+    before = _snapshot(sync_redis)
+    resp = await client.get("/webhooks/telegram", headers={"X-Telegram-Bot-Api-Secret-Token": SECRET})
+    assert resp.status == 405 and resp.headers["Allow"] == "POST"
+    assert (await resp.json())["error"]["code"] == "method_not_allowed"
+    assert _snapshot(sync_redis) == before
+
+
+@pytest.mark.parametrize(
+    ("answer", "content_type"),
+    [(HttpAnswer(200, b"", None), None), (HttpAnswer(200, b'{"type":1}'), "application/json")],
+)
+async def test_the_adapters_answer_is_sent_as_it_is(
+    aiohttp_client: Any, answer: HttpAnswer, content_type: str | None
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return webhooks._answer(answer)
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    resp = await (await aiohttp_client(app)).get("/")
+    assert resp.status == answer.status and await resp.read() == answer.body
+    assert resp.headers.get("Content-Type") == content_type

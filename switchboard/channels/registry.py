@@ -1,79 +1,300 @@
-"""Which channel accounts are enabled, and routing of send actions to their adapters."""
+"""The table of channel factories: which channels exist, how each is configured, built, checked and simulated.
+
+Every channel module exports ``FACTORY = ChannelFactory(...)``; :data:`CHANNEL_MODULES` names the module of each
+channel (one line per channel, imported lazily). Everything else finds channels here: the settings (the env block
+``SWITCHBOARD_<CHANNEL>__*`` is account ``default``; further accounts come from the YAML file's
+``channels.<name>.accounts.<account>`` with ``secrets_from_env`` and ``options``), ``switchboard check``
+(:attr:`ChannelFactory.problems`), ``switchboard simulate`` and the built-in fakes of ``switchboard run``
+(:attr:`ChannelFactory.fake`, a module exporting ``SIMULATION``), the webhook route and the conventions test.
+How to add a channel: docs/ARCHITECTURE.md §12.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from switchboard.channels.base import Channel, Receipt
+from pydantic import ValidationError
+
+from switchboard.channels.base import Capabilities, Channel, Receipt, SendContext
+from switchboard.channelsettings import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import ConfigError, DeliveryError
-from switchboard.settings import Settings, TelegramSettings
+from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
-__all__ = ["ChannelSet", "build_channels"]
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = [
+    "CHANNEL_MODULES",
+    "NO_ADAPTER",
+    "AccountConfig",
+    "BuildContext",
+    "ChannelFactory",
+    "ChannelSet",
+    "FakePlatform",
+    "PerConversation",
+    "Publish",
+    "SampleRequest",
+    "Simulation",
+    "account_configs",
+    "build_channels",
+    "env_block",
+    "factories",
+    "factory",
+    "simulation",
+]
 
 logger = logging.getLogger(__name__)
 
+S = TypeVar("S", bound=ChannelSettings)
+
 Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
+"""Append one event (session, type, data) to a web chat session's web stream; returns the entry id."""
+
+CHANNEL_MODULES: dict[str, str] = {
+    "web": "switchboard.channels.web",
+    "telegram": "switchboard.channels.telegram",
+    "slack": "switchboard.channels.slack",
+    "discord": "switchboard.channels.discord",
+}
+"""Channel name → the module exporting its ``FACTORY`` (the one line a new channel adds)."""
 
 
-def _telegram_accounts(settings: Settings) -> dict[str, TelegramSettings]:
-    accounts: dict[str, TelegramSettings] = {}
-    if settings.telegram.enabled:
-        accounts["default"] = settings.telegram
-    options = settings.file.channels.get("telegram")
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What an adapter gets besides its settings block, resolved for one account."""
+
+    account: str = "default"
+    require_mention: bool = True
+    """Group and channel messages reach the agent only when they mention the bot (direct messages always do)."""
+    publish: Publish | None = None
+    """The web chat's stream publisher (``None`` in a process that only ingests); other channels ignore it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRequest:
+    """A correctly signed webhook request a user of the platform would cause, for ``switchboard simulate``."""
+
+    body: bytes
+    headers: Mapping[str, str]
+    conversation: str
+    """The conversation the request posts to (a fresh one each time); :attr:`Simulation.replies` reads it back."""
+
+
+class FakePlatform:
+    """What :attr:`Simulation.start` returns: a running fake platform API to stop at the end."""
+
+    async def stop(self) -> None:  # pragma: no cover - the protocol's shape
+        """Stop serving."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Simulation(Generic[S]):
+    """How ``switchboard run`` fakes a channel that has no credentials, and how ``simulate`` speaks to it.
+
+    The channel's fake module exports one as ``SIMULATION``.
+    """
+
+    start: Callable[[S], Awaitable[tuple[S, FakePlatform]]]
+    """Start the fake platform API; returns the settings block (made-up credentials) pointing at it."""
+    details: Callable[[S], dict[str, str]]
+    """What ``simulate`` needs later (fake URL, webhook secret), saved in the data directory's ``simulate.json``
+    (mode 0600) by ``run``."""
+    request: Callable[[Mapping[str, str], str], SampleRequest]
+    """``(details, text)`` → a signed request posting ``text`` from a new conversation."""
+    replies: Callable[[aiohttp.ClientSession, Mapping[str, str], str], Awaitable[list[str]]]
+    """``(http, details, conversation)`` → the texts the fake has received for that conversation so far."""
+
+
+def _no_problems(block: Any) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class ChannelFactory(Generic[S]):
+    """One channel: its settings, how to build an account's adapter, what ``check`` says, and its fake."""
+
+    name: str
+    """The channel name (``ChannelName``), as in ``/webhooks/{name}`` and ``SWITCHBOARD_<NAME>__*``."""
+    settings: type[S]
+    """The settings block; the env block ``SWITCHBOARD_<NAME>__*`` and every YAML account validate into it. A
+    channel is enabled when ``block.enabled`` (its credentials are present)."""
+    build: Callable[[S, BuildContext], Channel]
+    """Build one account's adapter."""
+    problems: Callable[[S], list[str]] = _no_problems
+    """What keeps an enabled account from working and how to fix it (``switchboard check``; start-up refuses)."""
+    fake: str | None = None
+    """Module of the built-in fake platform, exporting ``SIMULATION`` (``None``: the web chat, built in)."""
+    webhook_methods: frozenset[str] = frozenset({"POST"})
+    """HTTP methods ``/webhooks/{name}`` passes to the adapter (others are 405; add ``GET`` for Meta's handshake;
+    empty: the channel has no webhook route)."""
+    builtin: bool = False
+    """Always on, whatever the settings say (the web chat)."""
+
+
+def factory(name: str) -> ChannelFactory[Any] | None:
+    """The factory of channel ``name``, or ``None`` when there is no such channel (or its module is missing)."""
+    path = CHANNEL_MODULES.get(name)
+    if path is None:
+        return None
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as err:
+        if err.name != path:
+            raise
+        return None
+    found = getattr(module, "FACTORY", None)  # the module's one public contract: checked here, once
+    if not isinstance(found, ChannelFactory) or found.name != name:
+        raise ConfigError(f"{path} must export FACTORY = ChannelFactory(name={name!r}, ...)", field=name)
+    return found
+
+
+def factories() -> Iterator[ChannelFactory[Any]]:
+    """Every channel whose module is present, in table order."""
+    for name in CHANNEL_MODULES:
+        found = factory(name)
+        if found is not None:
+            yield found
+
+
+def simulation(found: ChannelFactory[Any]) -> Simulation[Any] | None:
+    """The channel's ``SIMULATION`` (from its fake module), or ``None`` when it has no fake."""
+    if found.fake is None:
+        return None
+    sim = importlib.import_module(found.fake).SIMULATION
+    if not isinstance(sim, Simulation):
+        raise ConfigError(f"{found.fake}.SIMULATION must be a Simulation", field=found.name)
+    return sim
+
+
+def _invalid(err: ValidationError, where: str) -> ConfigError:
+    lines = [f"invalid settings for {where}:"]
+    lines += [f"  {'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in err.errors()]
+    return ConfigError("\n".join(lines), field=where)
+
+
+def env_block(settings: Settings, found: ChannelFactory[S]) -> S:
+    """The channel's env-configured block (account ``default``).
+
+    A channel with a field of its own in :class:`Settings` reads it from there (``settings.telegram``); any other
+    reads ``SWITCHBOARD_<NAME>__<FIELD>`` from the environment :func:`load_settings` read.
+
+    Raises:
+        ConfigError: a variable of the block is invalid or names no field of it.
+    """
+    block = settings.channel_block(found.name)
+    if isinstance(block, found.settings):
+        return block
+    prefix = f"SWITCHBOARD_{found.name.upper()}__"
+    values = {k[len(prefix) :].lower(): v for k, v in settings.environ.items() if k.upper().startswith(prefix)}
+    try:
+        return found.settings.model_validate(values)
+    except ValidationError as err:
+        raise _invalid(err, f"{prefix}*") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AccountConfig:
+    """One configured account of a channel: its settings block and its YAML options."""
+
+    channel: str
+    account: str
+    block: ChannelSettings
+    channel_options: ChannelOptions | None = None
+    """``channels.<channel>`` in the YAML file."""
+    account_options: ChannelAccount | None = None
+    """``channels.<channel>.accounts.<account>`` (``None`` for the env-configured ``default``)."""
+    require_mention: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        for source in (self.account_options, self.channel_options):
+            if source is not None and source.require_mention is not None:
+                object.__setattr__(self, "require_mention", source.require_mention)
+                return
+        object.__setattr__(self, "require_mention", True)
+
+
+def account_configs(
+    settings: Settings, found: ChannelFactory[Any], environ: Mapping[str, str] | None = None
+) -> list[AccountConfig]:
+    """Every enabled account of a channel: ``default`` from the env block, then the YAML file's accounts.
+
+    Raises:
+        ConfigError: a ``secrets_from_env`` variable is unset, or an account's settings are invalid.
+    """
+    env = os.environ if environ is None else environ
+    options = settings.file.channels.get(found.name)
+    found_accounts: list[AccountConfig] = []
+    block = env_block(settings, found)
+    if found.builtin or block.enabled:
+        found_accounts.append(AccountConfig(found.name, "default", block, options))
     for name, account in (options.accounts if options else {}).items():
+        where = f"channels.{found.name}.accounts.{name}"
         values: dict[str, Any] = dict(account.options)
-        for field, env_name in account.secrets_from_env.items():
-            value = os.environ.get(env_name)
+        for setting, env_name in account.secrets_from_env.items():
+            value = env.get(env_name)
             if value is None:
                 raise ConfigError(
-                    f"channels.telegram.accounts.{name}: environment variable {env_name} (for {field}) is not set",
-                    field=f"channels.telegram.accounts.{name}.secrets_from_env.{field}",
+                    f"{where}: environment variable {env_name} (for {setting}) is not set",
+                    field=f"{where}.secrets_from_env.{setting}",
                 )
-            values[field] = value
-        accounts[name] = TelegramSettings.model_validate(values)
-    return accounts
+            values[setting] = value
+        try:
+            extra = found.settings.model_validate(values)
+        except ValidationError as err:
+            raise _invalid(err, where) from None
+        found_accounts.append(AccountConfig(found.name, name, extra, options, account))
+    return found_accounts
 
 
 def build_channels(settings: Settings, *, publish: Publish | None) -> dict[tuple[str, str], Channel]:
     """Adapters for every enabled channel account, keyed by ``(channel, account)``.
 
     The web chat is always on; a platform channel is on when its credentials are present.
+
+    Raises:
+        ConfigError: an account's settings are invalid (the same as ``switchboard check`` reports).
     """
-    from switchboard.channels.telegram import TelegramChannel
-    from switchboard.channels.web import WebChannel
-
-    cfg = settings.file
     found: dict[tuple[str, str], Channel] = {}
-
-    def agent_for(channel: str, account: str) -> tuple[str, str]:
-        options = cfg.channels.get(channel)
-        extra = options.accounts.get(account) if options else None
-        agent = (extra.agent if extra else None) or (options.agent if options else None) or cfg.default_agent
-        tenant = (extra.tenant if extra else None) or (options.tenant if options else None) or cfg.tenant
-        cfg.agent(agent)  # raises ConfigError naming the agents that exist
-        return agent, tenant
-
-    for account, tg in _telegram_accounts(settings).items():
-        agent, tenant = agent_for("telegram", account)
-        found[("telegram", account)] = TelegramChannel(tg, agent=agent, tenant=tenant, account=account)
-    agent, tenant = agent_for("web", "default")
-    found[("web", "default")] = WebChannel(publish=publish, agent=agent, tenant=tenant)
+    for channel in factories():
+        for config in account_configs(settings, channel, settings.environ or None):
+            context = BuildContext(account=config.account, require_mention=config.require_mention, publish=publish)
+            found[(channel.name, config.account)] = channel.build(config.block, context)
     return found
+
+
+NO_ADAPTER = Capabilities(max_text=4096)
+"""What a conversation without an adapter in this process can show: nothing streams, nothing is typed."""
+
+
+@runtime_checkable
+class PerConversation(Protocol):
+    """An adapter whose capabilities differ by conversation."""
+
+    def capabilities_for(self, conversation: ConversationRef) -> Capabilities:
+        """What ``conversation`` can show."""
 
 
 class ChannelSet:
     """Routes send actions to the adapter of the conversation's channel account (the queue's Deliverer)."""
 
-    def __init__(self, channels: dict[tuple[str, str], Channel]) -> None:
-        self.channels = channels
+    def __init__(self, channels: Mapping[tuple[str, str], Channel]) -> None:
+        self.channels = dict(channels)
 
-    def _adapter(self, conversation: ConversationRef) -> Channel:
+    def adapter(self, conversation: ConversationRef) -> Channel:
+        """The adapter of the conversation's channel account.
+
+        Raises:
+            DeliveryError: the account is not enabled in this process (not retryable).
+        """
         adapter = self.channels.get((conversation.channel, conversation.account))
         if adapter is None:
             raise DeliveryError(
@@ -83,23 +304,35 @@ class ChannelSet:
             )
         return adapter
 
-    def streams(self, conversation: ConversationRef) -> bool:
-        """Whether the conversation's channel shows streamed deltas."""
-        return bool(self._adapter(conversation).streams)
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show (the queue plans streaming, typing and rates with it).
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-        """Carry out one send action."""
-        return await self._adapter(conversation).perform(action, conversation, idempotency_key=idempotency_key)
+        An adapter whose capabilities differ by conversation says so with ``capabilities_for`` (Telegram: drafts
+        in private chats, edits in groups); a conversation without an adapter here shows plain text only.
+        """
+        adapter = self.channels.get((conversation.channel, conversation.account))
+        if adapter is None:
+            return NO_ADAPTER
+        if isinstance(adapter, PerConversation):
+            return adapter.capabilities_for(conversation)
+        return adapter.capabilities
+
+    def streams(self, conversation: ConversationRef) -> bool:
+        """Whether the conversation's channel shows ``StreamDelta``s on its own transport (the web chat)."""
+        adapter = self.channels.get((conversation.channel, conversation.account))
+        return adapter is not None and adapter.capabilities.streaming == "transport"
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Carry out one send action on the conversation's channel."""
+        return await self.adapter(conversation).perform(action, conversation, send)
 
     async def start(self) -> None:
-        """Let adapters that need it look themselves up on their platform (Telegram ``getMe``)."""
+        """Let every adapter look itself up on its platform (a platform being down must not stop the gateway)."""
         for adapter in self.channels.values():
-            start = getattr(adapter, "start", None)
-            if start is not None:
-                try:
-                    await start()
-                except Exception as exc:  # a platform being down must not stop the gateway
-                    logger.warning("%s: start-up lookup failed: %s", adapter.name, exc)
+            try:
+                await adapter.start()
+            except Exception as exc:
+                logger.warning("%s/%s: start-up lookup failed: %s", adapter.name, adapter.account, type(exc).__name__)
 
     async def aclose(self) -> None:
         """Close every adapter's connection pool."""

@@ -8,29 +8,47 @@ API names them (README, "Web chat"):
 =============== ===========================================================================
 ``status``      ``{"status": "queued" | "running" | "idle", "reply_to"?}``
 ``delta``       ``{"text": "…", "reply_to": "<message id>"}``
-``message``     ``{"text": "…", "reply_to": "<message id>"}`` (Markdown)
+``message``     ``{"text": "…", "reply_to": "<message id>"}`` (Markdown); an offered choice adds
+                ``"choices": [{"id", "label"}]`` (the page shows buttons that post ``{"choice": "<id>"}`` back), a
+                file ``"file": {"name", "mime_type", "data": "<base64>"}``
 ``reply_error`` ``{"reply_to": "…", "code": "…", "message": "…"}`` (never ``error``: ``EventSource`` fires that itself)
 =============== ===========================================================================
 
 The web tier authenticates the bearer token itself (it needs Redis for that) and then hands the adapter a
 :class:`~switchboard.channels.base.RawRequest` whose ``query["session"]`` holds the session key the token maps to.
+A chat post is ``{"text", "client_id"?}`` (a message) or ``{"choice": "<option id>", "text"?: "<label>",
+"client_id"?}`` (a click on an offered choice's button: a ``ChoiceSelected`` event).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, assert_never
+from typing import Any, Final, Literal, assert_never
 from urllib.parse import unquote
 
 from switchboard.channels._markdown import action_markdown
-from switchboard.channels.base import HandshakeReply, RawRequest, Receipt
+from switchboard.channels.base import (
+    OK_JSON,
+    Capabilities,
+    FileData,
+    Inbound,
+    Listener,
+    RawRequest,
+    Receipt,
+    SendContext,
+)
+from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channelsettings import ChannelSettings
 from switchboard.core.actions import (
+    AckChoice,
     Action,
+    EditText,
     OfferChoice,
     SendError,
     SendFile,
@@ -38,17 +56,22 @@ from switchboard.core.actions import (
     SendTyping,
     SetStatus,
     StreamDelta,
+    StreamText,
 )
-from switchboard.core.messages import ConversationRef, InboundMessage, Sender
-from switchboard.errors import BodyTooLargeError, DeliveryError, MalformedBodyError
-from switchboard.types import ChannelName, SessionKey
+from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage, Posted, Sender
+from switchboard.errors import AttachmentError, BodyTooLargeError, DeliveryError, MalformedBodyError
+from switchboard.types import SessionKey
 
 __all__ = [
+    "CAPABILITIES",
+    "FACTORY",
     "MAX_CLIENT_ID_CHARS",
+    "MAX_FILE_BYTES",
     "MAX_TEXT_BYTES",
     "ChatPost",
     "Publish",
     "WebChannel",
+    "WebSettings",
     "parse_post",
     "split_session_key",
 ]
@@ -59,6 +82,18 @@ MAX_TEXT_BYTES = 32 * 1024
 """Longest chat message text, in UTF-8 bytes (docs/ARCHITECTURE.md §10: over 32 KiB is 413)."""
 MAX_CLIENT_ID_CHARS = 200
 """Longest ``client_id`` a page may send."""
+MAX_CHOICE_ID_CHARS: Final = 64
+"""Longest option id (``Choice.id``)."""
+MAX_FILE_BYTES: Final = 256 * 1024
+"""Largest file the web chat shows (inline in its stream entry, as base64); a larger one is refused to the agent."""
+CAPABILITIES: Final = Capabilities(
+    max_text=MAX_TEXT_BYTES * 4,
+    streaming="transport",
+    buttons=10,
+    button_label=80,
+    files=True,
+)
+"""The web chat streams on its own transport (SSE ``delta`` events) and shows buttons; it has no edits."""
 
 Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
 """Append one event (session, type, data) to the session's web stream; returns the stream entry id."""
@@ -70,6 +105,8 @@ class ChatPost:
 
     text: str
     client_id: str | None = None
+    choice: str | None = None
+    """The option id of a clicked button (``text`` is then its label, or the id when the page sent none)."""
 
 
 def _encodable(value: str) -> bool:
@@ -82,10 +119,11 @@ def _encodable(value: str) -> bool:
 
 
 def parse_post(body: bytes) -> ChatPost:
-    """Validate a chat message body: JSON ``{"text": str, "client_id"?: str}``.
+    """Validate a chat message body: JSON ``{"text": str, "client_id"?: str}`` or ``{"choice": str, ...}``.
 
     Raises:
-        MalformedBodyError: not JSON, not an object, ``text`` missing, empty or not a string, bad ``client_id``.
+        MalformedBodyError: not JSON, not an object, ``text`` missing (without a ``choice``), empty or not a string,
+            bad ``client_id`` or ``choice``.
         BodyTooLargeError: ``text`` is over :data:`MAX_TEXT_BYTES`.
     """
     try:
@@ -94,7 +132,15 @@ def parse_post(body: bytes) -> ChatPost:
         raise MalformedBodyError("body is not valid JSON", channel="web") from None
     if not isinstance(raw, dict):
         raise MalformedBodyError('body must be a JSON object like {"text": "hello"}', channel="web")
-    text = raw.get("text")
+    choice = raw.get("choice")
+    if choice is not None:
+        if not isinstance(choice, str) or not choice or len(choice) > MAX_CHOICE_ID_CHARS:
+            raise MalformedBodyError(
+                f'"choice" must be an option id of 1-{MAX_CHOICE_ID_CHARS} characters', channel="web"
+            )
+        if not choice.isprintable() or not _encodable(choice):
+            raise MalformedBodyError('"choice" must be printable', channel="web")
+    text = raw.get("text", choice)
     if not isinstance(text, str):
         raise MalformedBodyError('"text" is required and must be a string', channel="web")
     if not text or text.isspace():
@@ -113,7 +159,7 @@ def parse_post(body: bytes) -> ChatPost:
             raise MalformedBodyError(
                 f'"client_id" must be at most {MAX_CLIENT_ID_CHARS} printable characters', channel="web"
             )
-    return ChatPost(text=text, client_id=client_id)
+    return ChatPost(text=text, client_id=client_id, choice=choice)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -132,50 +178,51 @@ def split_session_key(session: SessionKey) -> ConversationRef:
     return ConversationRef(tenant=tenant, agent=agent, channel="web", account=account, conversation=conversation)
 
 
+class WebSettings(ChannelSettings):
+    """The web chat has no ``SWITCHBOARD_WEB__*`` settings: it is built in and always on."""
+
+    @property
+    def enabled(self) -> bool:  # noqa: D102
+        return True
+
+
 class WebChannel:
-    """The built-in web chat (one account, ``default``); it streams replies token by token."""
+    """The built-in web chat (one account, ``default``); it streams replies token by token on its own SSE."""
 
-    name: ClassVar[ChannelName] = "web"
-    streams: ClassVar[bool] = True
-
-    def __init__(
-        self, publish: Publish | None, *, agent: str = "assistant", tenant: str = "default", account: str = "default"
-    ) -> None:
+    def __init__(self, publish: Publish | None, *, account: str = "default") -> None:
         """Create the adapter.
 
         Args:
             publish: appends an event to a session's web stream (``WebStreamPublisher.publish`` in production);
                 ``None`` in a process that only ingests (``perform`` then refuses).
-            agent: the agent a new web chat session talks to unless it names another.
-            tenant: the tenant of new web chat sessions.
             account: the account name; the web chat has only ``default``.
         """
         self._publish = publish
-        self.agent = agent
-        self.tenant = tenant
-        self.account = account
+        self._account = account
 
-    def conversation(self, conversation_id: str, *, agent: str | None = None) -> ConversationRef:
-        """The conversation of a (new) web chat session with this id."""
-        return ConversationRef(
-            tenant=self.tenant,
-            agent=agent or self.agent,
-            channel="web",
-            account=self.account,
-            conversation=conversation_id,
-        )
+    @property
+    def name(self) -> Literal["web"]:
+        """``web``."""
+        return "web"
 
-    def handshake(self, request: RawRequest) -> HandshakeReply | None:
-        """The web chat has no handshakes."""
-        return None
+    @property
+    def account(self) -> str:
+        """The account name (``default``)."""
+        return self._account
 
-    def verify(self, request: RawRequest) -> None:
+    @property
+    def capabilities(self) -> Capabilities:
+        """Streams on its own transport, shows buttons and small files; no edits."""
+        return CAPABILITIES
+
+    async def verify(self, request: RawRequest) -> None:
         """Nothing to verify here: the web tier has already matched the bearer token to ``query["session"]``."""
 
-    def parse(self, request: RawRequest) -> list[InboundMessage]:
-        """Turn an authenticated chat post into one message draft.
+    async def receive(self, request: RawRequest) -> Inbound:
+        """Turn an authenticated chat post into one message draft (a message, or a choice clicked).
 
-        ``request.query["session"]`` is the session key the web tier resolved from the bearer token.
+        ``request.query["session"]`` is the session key the web tier resolved from the bearer token; the draft
+        keeps that session's agent and tenant.
 
         Raises:
             MalformedBodyError: bad body, or no resolved session on the request.
@@ -188,39 +235,79 @@ class WebChannel:
             conversation = split_session_key(SessionKey(session))
         except ValueError as err:
             raise MalformedBodyError(str(err), channel="web") from None
-        return [self.inbound(conversation, parse_post(request.body))]
+        return Inbound(messages=(self.inbound(conversation, parse_post(request.body)),), answer=OK_JSON)
 
     def inbound(self, conversation: ConversationRef, post: ChatPost) -> InboundMessage:
-        """Build the message draft for a posted chat message.
+        """Build the message draft for a chat post.
 
         The dedup key is the page's ``client_id`` (scoped to the session by the queue's key layout), or a fresh
         uuid when the page sent none, so that every post without one is a new message.
         """
+        event = Posted() if post.choice is None else ChoiceSelected(option_id=post.choice)
         return InboundMessage(
             dedup_key=post.client_id or uuid.uuid4().hex,
             conversation=conversation,
             sender=Sender(id=conversation.conversation),
             text=post.text,
+            event=event,
             platform_message_id=post.client_id,
             meta={"client_id": post.client_id} if post.client_id else {},
         )
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-        """Publish one send action as a web stream event (``SendTyping`` publishes nothing)."""
-        event = self.event_for(action)
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Publish one send action as a web stream event (typing and click acknowledgements publish nothing).
+
+        Raises:
+            DeliveryError: no publisher in this process; an edit (the web chat has none); a file that cannot be
+                read or is over :data:`MAX_FILE_BYTES` (not retryable: the agent is told, not the user misled).
+        """
+        event: tuple[str, dict[str, Any]] | None
+        match action:
+            case SendFile():
+                event = "message", await self._file_event(action, send)
+            case StreamText():
+                event = self._stream_event(action)
+            case _:
+                event = self.event_for(action)
         if event is None:
             return Receipt(parts=0)
         if self._publish is None:
             raise DeliveryError("this process has no web stream publisher", channel="web", retryable=False)
         entry_id = await self._publish(conversation.session_key, event[0], event[1])
-        return Receipt(platform_ids=(entry_id,))
+        handle = (action.handle or action.reply_to or entry_id) if isinstance(action, StreamText) else None
+        return Receipt(platform_ids=(entry_id,), handle=handle)
+
+    @staticmethod
+    def _stream_event(action: StreamText) -> tuple[str, dict[str, Any]]:
+        """A native stream shown the web chat's way: the new text as a ``delta``, the whole reply at the end."""
+        if action.final:
+            return "message", {"text": action.text, "reply_to": action.reply_to}
+        return "delta", {"text": action.text[action.sent :], "reply_to": action.reply_to}
+
+    @staticmethod
+    async def _file_event(action: SendFile, send: SendContext) -> dict[str, Any]:
+        data: FileData = await send.read_file(action.path)
+        if len(data.data) > MAX_FILE_BYTES:
+            raise DeliveryError(
+                f"the web chat shows files up to {MAX_FILE_BYTES // 1024} KiB; {data.name} is larger: tell the user "
+                "what it holds instead",
+                channel="web",
+                retryable=False,
+            )
+        file = {
+            "name": data.name,
+            "mime_type": data.mime_type or action.mime_type or "application/octet-stream",
+            "data": base64.b64encode(data.data).decode("ascii"),
+        }
+        return {"text": action_markdown(action), "reply_to": action.reply_to, "file": file}
 
     @staticmethod
     def event_for(action: Action) -> tuple[str, dict[str, Any]] | None:
         """The ``(type, data)`` web stream event for an action, or ``None`` when the page shows nothing for it.
 
         Raises:
-            DeliveryError: a file (the web chat cannot receive files yet; the agent is told, not the user misled).
+            DeliveryError: an edit (the web chat declares no edits); a file (published by :meth:`perform`, which
+                reads it first).
         """
         reply_to = action.reply_to
         match action:
@@ -237,16 +324,48 @@ class WebChannel:
                 return "reply_error", {"reply_to": reply_to, "code": action.code, "message": action.message}
             case SendTyping():
                 return None  # status "running" already shows the typing indicator
+            case AckChoice():
+                return None  # the click's POST was answered 202: nothing left to acknowledge
             case OfferChoice():
-                return "message", {"text": action_markdown(action), "reply_to": reply_to}
-            case SendFile():
+                choices = [{"id": option.id, "label": option.label} for option in action.options]
+                return "message", {"text": action_markdown(action), "reply_to": reply_to, "choices": choices}
+            case StreamText():
+                return WebChannel._stream_event(action)
+            case EditText():
                 raise DeliveryError(
-                    "the web chat cannot receive files yet: tell the user what the file holds instead",
+                    "the web chat cannot edit a sent message (its capabilities declare no edits)",
                     channel="web",
                     retryable=False,
                 )
+            case SendFile():
+                raise DeliveryError("a file is published by perform, which reads it", channel="web", retryable=False)
             case _:
                 assert_never(action)
 
+    async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
+        """The web chat takes no attachments yet.
+
+        Raises:
+            AttachmentError: always.
+        """
+        raise AttachmentError("the web chat takes no attachments", channel="web")
+
+    def listener(self) -> Listener | None:
+        """The web chat receives by HTTP only."""
+        return None
+
+    async def start(self) -> None:
+        """Nothing to look up."""
+
     async def aclose(self) -> None:
         """Nothing to release: the publisher's Redis client belongs to the caller."""
+
+
+def _build(block: WebSettings, context: BuildContext) -> WebChannel:
+    return WebChannel(context.publish, account=context.account)
+
+
+FACTORY: Final = ChannelFactory(
+    name="web", settings=WebSettings, build=_build, webhook_methods=frozenset(), builtin=True
+)
+"""The web chat: built in, always on, served by its own API rather than ``/webhooks/web``."""

@@ -14,13 +14,14 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
 from switchboard import webchat
-from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, SETTINGS
+from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.channels.web import WebChannel
 from switchboard.metrics import Metrics
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
+from switchboard.queue.router import IngestRouter
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import Settings, load_settings
 from switchboard.types import SessionKey
@@ -130,7 +131,8 @@ def build_app(
     app[INGESTOR] = Ingestor(ingest_redis or redis, settings.queue)
     app[METRICS] = Metrics()
     publisher = WebStreamPublisher(redis)
-    app[CHANNELS] = {("web", "default"): WebChannel(publisher.publish, agent=settings.file.default_agent)}
+    app[CHANNELS] = {("web", "default"): WebChannel(publisher.publish)}
+    app[ROUTER] = IngestRouter(app[INGESTOR], settings.file, app[CHANNELS].keys(), app[METRICS])
     webchat.add_routes(app)
     return app
 

@@ -8,13 +8,32 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels.base import RawRequest
-from switchboard.channels.web import WebChannel, parse_post, split_session_key
-from switchboard.core.actions import OfferChoice, SendError, SendFile, SendText, SendTyping, SetStatus, StreamDelta
-from switchboard.core.messages import ConversationRef
-from switchboard.errors import BodyTooLargeError, DeliveryError, FencedWriteError, MalformedBodyError
+from switchboard.channels.base import FileData, RawRequest
+from switchboard.channels.web import MAX_FILE_BYTES, WebChannel, parse_post, split_session_key
+from switchboard.core.actions import (
+    AckChoice,
+    Choice,
+    EditText,
+    OfferChoice,
+    SendError,
+    SendFile,
+    SendText,
+    SendTyping,
+    SetStatus,
+    StreamDelta,
+    StreamText,
+)
+from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, Posted
+from switchboard.errors import (
+    AttachmentError,
+    BodyTooLargeError,
+    DeliveryError,
+    FencedWriteError,
+    MalformedBodyError,
+)
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease
+from switchboard.queue.outbox import Ephemeral
 from switchboard.queue.webstream import parse_event_id, replay
 from switchboard.types import SessionKey
 
@@ -22,6 +41,35 @@ from .conftest import Chat
 
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads" / "web"
 CONVERSATION = ConversationRef(agent="assistant", channel="web", conversation="abc123")
+
+
+SEND = Ephemeral("k")
+
+
+class WorkspaceFiles:
+    """A send context whose workspace holds the given files (the outbox's reads them from the session workspace)."""
+
+    def __init__(self, files: dict[str, FileData]) -> None:
+        self.files = files
+
+    @property
+    def idempotency_key(self) -> str:
+        return "k"
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        return ()
+
+    async def part_sent(self, platform_id: str) -> None:
+        return None
+
+    async def pace(self) -> None:
+        return None
+
+    async def read_file(self, path: str) -> FileData:
+        if path not in self.files:
+            raise DeliveryError(f"no such file: {path}", channel="web", retryable=False)
+        return self.files[path]
 
 
 class Recorder:
@@ -51,46 +99,92 @@ class Recorder:
 )
 async def test_actions_become_web_stream_events(action: Any, expected: tuple[str, dict[str, Any]]) -> None:
     recorder = Recorder()
-    receipt = await WebChannel(recorder).perform(action, CONVERSATION, idempotency_key="k")
+    receipt = await WebChannel(recorder).perform(action, CONVERSATION, SEND)
     assert recorder.calls == [(CONVERSATION.session_key, *expected)]
     assert receipt.platform_ids == ("1-0",)
 
 
 async def test_typing_publishes_nothing() -> None:
     recorder = Recorder()
-    receipt = await WebChannel(recorder).perform(SendTyping(reply_to="m1"), CONVERSATION, idempotency_key="k")
+    receipt = await WebChannel(recorder).perform(SendTyping(reply_to="m1"), CONVERSATION, SEND)
     assert recorder.calls == [] and receipt.parts == 0
 
 
-async def test_a_choice_is_a_message_with_numbered_options() -> None:
+async def test_a_choice_is_a_message_with_numbered_options_and_button_ids() -> None:
     recorder = Recorder()
-    choice = OfferChoice(question="Which plan?", options=["Basic", "Pro"], reply_to="m1")
-    await WebChannel(recorder).perform(choice, CONVERSATION, idempotency_key="k")
-    expected = {"text": "Which plan?\n\n1. Basic\n2. Pro", "reply_to": "m1"}
+    options = [Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")]
+    await WebChannel(recorder).perform(
+        OfferChoice(question="Which plan?", options=options, reply_to="m1"), CONVERSATION, SEND
+    )
+    expected = {
+        "text": "Which plan?\n\n1. Basic\n2. Pro",
+        "reply_to": "m1",
+        "choices": [{"id": "basic", "label": "Basic"}, {"id": "pro", "label": "Pro"}],
+    }
     assert recorder.calls == [(CONVERSATION.session_key, "message", expected)]
 
 
-async def test_a_file_is_refused_so_the_agent_is_not_told_it_arrived() -> None:
+async def test_a_small_file_is_read_through_the_send_context_and_published_inline() -> None:
     recorder = Recorder()
-    with pytest.raises(DeliveryError, match="cannot receive files") as caught:
-        await WebChannel(recorder).perform(SendFile(path="/w/report.pdf"), CONVERSATION, idempotency_key="k")
-    assert not caught.value.retryable and recorder.calls == []
+    files = WorkspaceFiles({"out/report.csv": FileData("report.csv", b"a,b\n1,2\n", "text/csv")})
+    await WebChannel(recorder).perform(
+        SendFile(path="out/report.csv", caption="Here", reply_to="m1"), CONVERSATION, files
+    )
+    [(_, kind, data)] = recorder.calls
+    assert kind == "message" and data["reply_to"] == "m1" and "report.csv" in data["text"]
+    assert data["file"] == {"name": "report.csv", "mime_type": "text/csv", "data": "YSxiCjEsMgo="}
+
+
+async def test_a_missing_or_too_large_file_is_refused_so_the_agent_is_not_told_it_arrived() -> None:
+    recorder = Recorder()
+    big = WorkspaceFiles({"big.bin": FileData("big.bin", b"x" * (MAX_FILE_BYTES + 1), None)})
+    with pytest.raises(DeliveryError, match="KiB") as caught:
+        await WebChannel(recorder).perform(SendFile(path="big.bin"), CONVERSATION, big)
+    assert not caught.value.retryable
+    with pytest.raises(DeliveryError, match="no such file"):
+        await WebChannel(recorder).perform(SendFile(path="gone.txt"), CONVERSATION, big)
+    assert recorder.calls == []
+
+
+async def test_a_native_stream_is_shown_as_deltas_then_the_whole_reply() -> None:
+    recorder = Recorder()
+    channel = WebChannel(recorder)
+    opened = await channel.perform(StreamText(text="Hel", reply_to="m1"), CONVERSATION, SEND)
+    await channel.perform(StreamText(handle=opened.handle, text="Hello", sent=3, reply_to="m1"), CONVERSATION, SEND)
+    await channel.perform(
+        StreamText(handle=opened.handle, text="Hello!", sent=5, final=True, reply_to="m1"), CONVERSATION, SEND
+    )
+    assert opened.handle
+    assert [(kind, data["text"]) for _, kind, data in recorder.calls] == [
+        ("delta", "Hel"),
+        ("delta", "lo"),
+        ("message", "Hello!"),
+    ]
+
+
+async def test_an_edit_is_refused_and_a_click_acknowledgement_publishes_nothing() -> None:
+    recorder = Recorder()
+    with pytest.raises(DeliveryError) as caught:
+        await WebChannel(recorder).perform(EditText(message_id="1-0", text="x"), CONVERSATION, SEND)
+    assert not caught.value.retryable
+    receipt = await WebChannel(recorder).perform(AckChoice(ack_ref="c1"), CONVERSATION, SEND)
+    assert receipt.parts == 0 and recorder.calls == []
 
 
 async def test_perform_without_a_publisher_is_a_delivery_error() -> None:
     with pytest.raises(DeliveryError):
-        await WebChannel(None).perform(SendText(text="x"), CONVERSATION, idempotency_key="k")
+        await WebChannel(None).perform(SendText(text="x"), CONVERSATION, SEND)
 
 
-def test_channel_shape() -> None:
-    channel = WebChannel(Recorder(), agent="support", tenant="acme")
-    assert channel.name == "web" and channel.streams is True
-    conv = channel.conversation("c1")
-    assert conv.session_key == "acme/support/web/default/c1"
-    assert channel.conversation("c1", agent="other").agent == "other"
+async def test_channel_shape() -> None:
+    channel = WebChannel(Recorder())
+    assert channel.name == "web" and channel.account == "default"
+    assert channel.capabilities.streaming == "transport" and not channel.capabilities.edits
+    assert channel.listener() is None
     raw = RawRequest("POST", "/api/chat/messages", {}, {}, b"{}")
-    assert channel.handshake(raw) is None
-    channel.verify(raw)  # nothing to check: the web tier authenticated the token
+    await channel.verify(raw)  # nothing to check: the web tier authenticated the token
+    with pytest.raises(AttachmentError):
+        await channel.fetch(Attachment(kind="image", ref="x"), CONVERSATION, 1024)
 
 
 # ---- parse: the sample payloads ----
@@ -103,28 +197,32 @@ def _payloads() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _payloads(), ids=lambda p: p.stem)
-def test_sample_payloads_parse_into_one_message_of_the_session(path: Path) -> None:
+async def test_sample_payloads_parse_into_one_message_of_the_session(path: Path) -> None:
     body = path.read_bytes()
     raw_json = json.loads(body)
     session = CONVERSATION.session_key
-    [message] = WebChannel(Recorder()).parse(RawRequest("POST", "/api/chat/messages", {}, {"session": session}, body))
+    raw = RawRequest("POST", "/api/chat/messages", {}, {"session": session}, body)
+    [message] = (await WebChannel(Recorder()).receive(raw)).messages
     assert message.session_key == session
     assert message.conversation == CONVERSATION
-    assert message.text == raw_json["text"]
+    assert message.text == raw_json.get("text", raw_json.get("choice"))
     assert message.id == ""
+    assert message.event == (ChoiceSelected(option_id=raw_json["choice"]) if "choice" in raw_json else Posted())
     if "client_id" in raw_json:
         assert message.dedup_key == raw_json["client_id"]
     else:
-        again = WebChannel(Recorder()).parse(RawRequest("POST", "/", {}, {"session": session}, body))[0]
+        again = (
+            await WebChannel(Recorder()).receive(RawRequest("POST", "/", {}, {"session": session}, body))
+        ).messages[0]
         assert message.dedup_key and again.dedup_key != message.dedup_key
 
 
-def test_parse_needs_a_resolved_web_session() -> None:
+async def test_receive_needs_a_resolved_web_session() -> None:
     body = b'{"text": "hi"}'
     with pytest.raises(MalformedBodyError):
-        WebChannel(Recorder()).parse(RawRequest("POST", "/", {}, {}, body))
+        await WebChannel(Recorder()).receive(RawRequest("POST", "/", {}, {}, body))
     with pytest.raises(MalformedBodyError):
-        WebChannel(Recorder()).parse(RawRequest("POST", "/", {}, {"session": "t/a/telegram/default/1"}, body))
+        await WebChannel(Recorder()).receive(RawRequest("POST", "/", {}, {"session": "t/a/telegram/default/1"}, body))
 
 
 def test_split_session_key_inverts_session_key() -> None:
@@ -139,6 +237,10 @@ def test_split_session_key_inverts_session_key() -> None:
         (b'{"text": ""}', MalformedBodyError),
         (b'{"text": "x", "client_id": "a\\nb"}', MalformedBodyError),
         (json.dumps({"text": "ß" * (16 * 1024 + 1)}).encode(), BodyTooLargeError),
+        (b'{"choice": ""}', MalformedBodyError),
+        (b'{"choice": 7}', MalformedBodyError),
+        (json.dumps({"choice": "x" * 65}).encode(), MalformedBodyError),
+        (b'{"choice": "a\\u0000b"}', MalformedBodyError),
     ],
 )
 def test_parse_post_refuses_bad_bodies(body: bytes, error: type[Exception]) -> None:

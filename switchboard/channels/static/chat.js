@@ -517,7 +517,49 @@
     bubble.li.classList.remove("streaming");
     bubble.li.setAttribute("aria-busy", "false");
     paint(bubble);
+    if (Array.isArray(data.choices)) renderChoices(bubble, data.choices);
+    if (data.file && typeof data.file === "object") renderFile(bubble, data.file);
     if (!order.some((t) => t.state === "queued")) setRunning(false); // the next run, if any, says "running"
+  }
+
+  // An offered choice: one button per option; a click posts {"choice": id} (the agent sees the option's id).
+  function renderChoices(bubble, choices) {
+    const old = bubble.li.querySelector(".choices");
+    if (old) old.remove();
+    const row = el("div", "choices");
+    row.dataset.testid = "msg-choices";
+    for (const option of choices) {
+      if (!option || typeof option.id !== "string" || typeof option.label !== "string") continue;
+      const button = el("button", "choice", option.label);
+      button.type = "button";
+      button.dataset.choice = option.id;
+      button.addEventListener("click", () => {
+        for (const other of row.querySelectorAll("button")) other.disabled = true;
+        button.classList.add("chosen");
+        sendChoice(option.id, option.label);
+      });
+      row.appendChild(button);
+    }
+    bubble.li.appendChild(row);
+  }
+
+  // A file the agent sent (small files come inline, base64): a download link, made locally from the bytes.
+  function renderFile(bubble, file) {
+    if (typeof file.data !== "string" || typeof file.name !== "string") return;
+    const old = bubble.li.querySelector(".file");
+    if (old) old.remove();
+    let bytes;
+    try {
+      bytes = Uint8Array.from(atob(file.data), (c) => c.charCodeAt(0));
+    } catch (_) {
+      return; // not base64: show nothing rather than a broken link
+    }
+    const type = typeof file.mime_type === "string" ? file.mime_type : "application/octet-stream";
+    const link = el("a", "file", `📎 ${file.name}`);
+    link.dataset.testid = "msg-file";
+    link.href = URL.createObjectURL(new Blob([bytes], { type }));
+    link.download = file.name;
+    bubble.li.appendChild(link);
   }
 
   function onReplyError(data) {
@@ -677,7 +719,7 @@
     turn.li.appendChild(note);
   }
 
-  async function deliver(turn, text) {
+  async function deliver(turn, text, choice) {
     setStatus(turn, "sending", "sending…");
     const mine = generation;
     for (let attempt = 0; attempt < SEND_ATTEMPTS; attempt += 1) {
@@ -687,7 +729,7 @@
           method: "POST",
           headers: { "Content-Type": "application/json", Authorization: `Bearer ${auth.token}` },
           // The same client_id on every retry: the gateway keeps one message however often it arrives.
-          body: JSON.stringify({ text, client_id: turn.clientId }),
+          body: JSON.stringify(choice ? { choice, text, client_id: turn.clientId } : { text, client_id: turn.clientId }),
         });
       } catch (_) {
         response = null; // network error: retry
@@ -734,6 +776,13 @@
     turn.text = text;
     pending.set(turn.clientId, turn);
     deliver(turn, text);
+  }
+
+  function sendChoice(id, label) {
+    const turn = userTurn(label, uuid());
+    turn.text = label;
+    pending.set(turn.clientId, turn);
+    deliver(turn, label, id);
   }
 
   /* ---------- wiring ---------- */

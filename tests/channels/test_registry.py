@@ -1,0 +1,195 @@
+"""The channel table: a channel registered with one line is configured, served, checked and simulated.
+
+``tests/channels/echo/`` is a text-only channel written the way a new one is (a module exporting ``FACTORY``, a fake
+exporting ``SIMULATION``); these tests add its one line to the table and use nothing else of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+from aiohttp.test_utils import TestServer
+
+from switchboard.app import create_app
+from switchboard.appkeys import CHANNELS
+from switchboard.channels import registry
+from switchboard.checks import check_command, config_problems, known_variables
+from switchboard.core.actions import SendText
+from switchboard.core.messages import InboundMessage
+from switchboard.errors import ConfigError
+from switchboard.queue.outbox import Ephemeral
+from switchboard.settings import Settings, load_settings
+from switchboard.simulate import SIMULATE_FILE, simulate
+
+from .echo.channel import ANSWER, EchoChannel, EchoSettings
+from .echo.fake import SIMULATION, sign
+
+YAML = """
+default_agent: assistant
+agents:
+  assistant: {profile: {name: A}, instructions: Be brief.}
+  helper: {profile: {name: H}, instructions: Help.}
+channels:
+  teams:
+    agent: helper
+    tenant: echo-co
+    accounts:
+      second:
+        secrets_from_env: {app_password: ECHO_SECOND_SECRET}
+        options: {app_id: "2", login_base_url: "http://127.0.0.1:9"}
+"""
+
+
+@pytest.fixture
+def echo_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one line a new channel adds to the table."""
+    monkeypatch.setitem(registry.CHANNEL_MODULES, "teams", "tests.channels.echo.channel")
+
+
+@pytest.fixture
+async def echo(echo_line: None, base_env: dict[str, str], tmp_path: Path) -> AsyncIterator[tuple[Settings, Any]]:
+    """Settings with the echo channel's env block pointing at a running fake, and the fake."""
+    block, fake = await SIMULATION.start(EchoSettings())
+    details = SIMULATION.details(block)
+    config = tmp_path / "echo.yaml"
+    config.write_text(YAML)
+    env = base_env | {
+        "SWITCHBOARD_CONFIG": str(config),
+        "SWITCHBOARD_TEAMS__APP_ID": "1",
+        "SWITCHBOARD_TEAMS__APP_PASSWORD": details["secret"],
+        "SWITCHBOARD_TEAMS__LOGIN_BASE_URL": details["fake_url"],
+        "ECHO_SECOND_SECRET": "second-secret",
+    }
+    yield load_settings(env), fake
+    await fake.stop()
+
+
+async def test_the_env_block_and_the_yaml_accounts_become_adapters(echo: tuple[Settings, Any]) -> None:
+    settings, _ = echo
+    channels = registry.build_channels(settings, publish=None)
+    assert {key for key in channels if key[0] == "teams"} == {("teams", "default"), ("teams", "second")}
+    assert isinstance(channels[("teams", "second")], EchoChannel)
+    assert channels[("teams", "second")].account == "second"
+
+
+async def test_an_account_whose_secret_is_not_in_the_environment_is_a_config_error(
+    echo: tuple[Settings, Any],
+) -> None:
+    settings, _ = echo
+    settings._environ = {k: v for k, v in settings.environ.items() if k != "ECHO_SECOND_SECRET"}
+    with pytest.raises(ConfigError, match="ECHO_SECOND_SECRET"):
+        registry.build_channels(settings, publish=None)
+    assert any("ECHO_SECOND_SECRET" in problem for problem in config_problems(settings))
+
+
+async def test_the_webhook_route_serves_the_new_channel_through_the_router(
+    echo: tuple[Settings, Any], aiohttp_client: Any, sync_redis: redis.Redis
+) -> None:
+    settings, _ = echo
+    client = await aiohttp_client(create_app(settings))
+    body = json.dumps({"id": "m1", "chat": "c1", "text": "hello"}).encode()
+    accepted = await client.post(
+        "/webhooks/teams", data=body, headers=sign(body, settings.environ["SWITCHBOARD_TEAMS__APP_PASSWORD"])
+    )
+    assert accepted.status == 200 and await accepted.read() == ANSWER.body
+    assert sync_redis.llen("sb:{echo-co/helper/teams/default/c1}:inbox") == 1  # routed by the YAML options
+    second = await client.post("/webhooks/teams/second", data=body, headers=sign(body, "second-secret"))
+    assert second.status == 200
+    assert sync_redis.llen("sb:{echo-co/helper/teams/second/c1}:inbox") == 1
+    before = sorted(sync_redis.keys("*"))
+    forged = await client.post("/webhooks/teams/second", data=body, headers=sign(body, "wrong"))
+    assert forged.status == 401
+    assert (await client.get("/webhooks/teams")).status == 405  # the factory declares POST only
+    assert (await client.post("/webhooks/teams/third", data=body)).status == 404
+    keys_down = await client.post("/webhooks/teams", data=body, headers={"X-Echo-Trouble": "keys-unreachable"})
+    assert keys_down.status == 503  # the platform retries once the keys can be fetched again
+    bug = await client.post("/webhooks/teams", data=body, headers={"X-Echo-Trouble": "bug"})
+    assert bug.status == 401  # what cannot be verified is not accepted; never a 500
+    odd = json.dumps({"id": "m2", "chat": "c1", "text": 5}).encode()  # trips a bug in the adapter's parsing
+    refused = await client.post("/webhooks/teams/second", data=odd, headers=sign(odd, "second-secret"))
+    assert refused.status == 400 and (await refused.json())["error"]["code"] == "malformed_body"
+    assert sorted(sync_redis.keys("*")) == before
+
+
+async def test_check_lists_the_accounts_and_the_channels_own_problems(echo: tuple[Settings, Any]) -> None:
+    settings, _ = echo
+    settings.redis_url = None  # no ping: this test is about the channel lines
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert check_command(settings, {}) == 0
+    assert "teams      enabled, account default at POST /webhooks/teams" in out.getvalue()
+    assert "teams      enabled, account second at POST /webhooks/teams/second" in out.getvalue()
+    settings._environ = {k: v for k, v in settings.environ.items() if k != "SWITCHBOARD_TEAMS__APP_ID"}
+    assert config_problems(settings) == ["teams: SWITCHBOARD_TEAMS__APP_ID is not set; set it to the echo app's id"]
+
+
+def test_the_variables_of_a_tabled_channel_come_from_its_own_settings(echo_line: None) -> None:
+    exact, _ = known_variables()
+    assert "SWITCHBOARD_TEAMS__LOGIN_BASE_URL" in exact
+    assert "SWITCHBOARD_TEAMS__OPENID_METADATA_URL" not in exact  # the Settings field's block is not read
+
+
+async def test_simulate_posts_a_signed_request_and_prints_the_reply_the_fake_captured(
+    echo: tuple[Settings, Any], sync_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, _ = echo
+    app = create_app(settings)
+    async with TestServer(app) as server:
+        channels = registry.ChannelSet(app[CHANNELS])
+        details = SIMULATION.details(registry.env_block(settings, registry.factory("teams")))  # type: ignore[arg-type]
+        (settings.data_path / SIMULATE_FILE).parent.mkdir(parents=True, exist_ok=True)
+        (settings.data_path / SIMULATE_FILE).write_text(
+            json.dumps({"gateway_url": str(server.make_url("/")), "teams": details})
+        )
+
+        async def worker() -> None:  # stands in for the worker: answers the first message it finds
+            while not (keys := sync_redis.keys("sb:*teams*:messages")):
+                await asyncio.sleep(0.05)
+            raw = next(iter(sync_redis.hgetall(keys[0]).values()))
+            message = InboundMessage.model_validate_json(raw)
+            await channels.perform(SendText(text=f"echo: {message.text}"), message.conversation, Ephemeral("k"))
+
+        answering = asyncio.create_task(worker())
+        code = await simulate(settings, "teams", "ping", wait_s=20)
+        await answering
+    assert code == 0
+    assert "← reply: echo: ping" in capsys.readouterr().out
+
+
+async def test_run_starts_the_fake_of_a_channel_without_credentials(echo_line: None, base_env: dict[str, str]) -> None:
+    from switchboard.processes import simulated_channels
+
+    settings = load_settings(base_env)
+    fakes = await simulated_channels(settings)
+    try:
+        assert "teams" in fakes
+        block = registry.env_block(settings, registry.factory("teams"))  # type: ignore[arg-type]
+        assert block.enabled and block.login_base_url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as http:
+            assert await SIMULATION.replies(http, SIMULATION.details(block), "nobody") == []
+    finally:
+        for fake in fakes.values():
+            await fake.stop()
+
+
+def test_check_says_what_a_partly_configured_channel_is_missing(
+    echo_line: None, base_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = load_settings(base_env | {"SWITCHBOARD_TEAMS__LOGIN_BASE_URL": "http://127.0.0.1:9"})
+    settings.redis_url = None
+    assert check_command(settings, {}) == 0  # not enabled: nothing is refused
+    out = capsys.readouterr().out
+    assert "teams      disabled (incomplete: teams: SWITCHBOARD_TEAMS__APP_ID is not set" in out
+    settings = load_settings(base_env)
+    settings.redis_url = None
+    check_command(settings, {})
+    assert "teams      disabled (no credentials)" in capsys.readouterr().out

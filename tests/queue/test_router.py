@@ -1,0 +1,173 @@
+"""The ingest router on real Redis: agent and tenant routing, unknown accounts, all-or-nothing, busy policy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Inbound
+from switchboard.channels.web import WebChannel
+from switchboard.core.messages import ConversationRef, InboundMessage, Sender
+from switchboard.errors import ConfigError, QueueUnavailableError
+from switchboard.metrics import Metrics
+from switchboard.queue.ingest import Ingestor
+from switchboard.queue.keys import SessionKeys
+from switchboard.queue.router import IngestRouter, resolve_route
+from switchboard.settings import FileConfig, load_settings
+from switchboard.types import SessionKey
+
+CONFIG = """
+default_agent: assistant
+tenant: home
+agents:
+  assistant: {profile: {name: A}, instructions: Be brief.}
+  support: {profile: {name: S}, instructions: Help., busy_policy: collect}
+  sales: {profile: {name: S}, instructions: Sell., busy_policy: steer}
+channels:
+  telegram:
+    agent: support
+    tenant: acme
+    busy_policy: interrupt
+    accounts:
+      shop: {agent: sales, tenant: shop-co, busy_policy: sequential}
+      plain: {agent: sales}
+  slack:
+    agent: sales
+"""
+ACCOUNTS = [
+    ("telegram", "default"),
+    ("telegram", "shop"),
+    ("telegram", "plain"),
+    ("slack", "default"),
+    ("web", "default"),
+]
+
+
+def _config(tmp_path: Path, text: str = CONFIG) -> FileConfig:
+    path = tmp_path / "switchboard.yaml"
+    path.write_text(text)
+    return load_settings({"SWITCHBOARD_CONFIG": str(path)}).file
+
+
+def _message(
+    channel: str, account: str, conversation: str = "c1", dedup: str = "e1", agent: str = ""
+) -> InboundMessage:
+    return InboundMessage(
+        dedup_key=dedup,
+        conversation=ConversationRef(agent=agent, channel=channel, account=account, conversation=conversation),  # type: ignore[arg-type]
+        sender=Sender(id="u1"),
+        text="hi",
+    )
+
+
+def _router(async_redis: aioredis.Redis, config: FileConfig, metrics: Metrics | None = None) -> IngestRouter:
+    settings = load_settings({"SWITCHBOARD_QUEUE__INGEST_TIMEOUT_S": "0.5"})
+    return IngestRouter(Ingestor(async_redis, settings.queue, settings.limits), config, ACCOUNTS, metrics)
+
+
+def _queued(sync_redis: redis.Redis, session: str) -> int:
+    return int(sync_redis.llen(SessionKeys(SessionKey(session)).inbox))
+
+
+def _policy(sync_redis: redis.Redis, session: str) -> str:
+    value = sync_redis.hget(SessionKeys(SessionKey(session)).meta, "busy_policy")
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@pytest.mark.parametrize(
+    ("channel", "account", "session", "policy"),
+    [
+        # the account's agent, tenant and policy win over the channel's ...
+        ("telegram", "shop", "shop-co/sales/telegram/shop/c1", "sequential"),
+        # ... an account without its own takes the channel's tenant and policy, with its own agent ...
+        ("telegram", "plain", "acme/sales/telegram/plain/c1", "interrupt"),
+        ("telegram", "default", "acme/support/telegram/default/c1", "interrupt"),
+        # ... and a channel without a policy takes its agent's; without a tenant, the file's.
+        ("slack", "default", "home/sales/slack/default/c1", "steer"),
+    ],
+)
+async def test_messages_are_routed_to_their_accounts_agent_tenant_and_busy_policy(
+    async_redis: aioredis.Redis,
+    sync_redis: redis.Redis,
+    tmp_path: Path,
+    channel: str,
+    account: str,
+    session: str,
+    policy: str,
+) -> None:
+    router = _router(async_redis, _config(tmp_path))
+    result = await router.ingest(_message(channel, account))
+    assert result is not None and not result.duplicate
+    assert _queued(sync_redis, session) == 1
+    assert _policy(sync_redis, session) == policy
+
+
+async def test_a_web_session_keeps_the_agent_it_chose_and_takes_the_channel_or_agent_policy(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    router = _router(async_redis, _config(tmp_path))
+    chosen = _message("web", "default", agent="support").model_copy(
+        update={"conversation": ConversationRef(tenant="t0", agent="support", channel="web", conversation="s1")}
+    )
+    await router.ingest(chosen)
+    assert _queued(sync_redis, "t0/support/web/default/s1") == 1
+    assert _policy(sync_redis, "t0/support/web/default/s1") == "collect"  # support's own policy
+
+
+async def test_a_message_for_an_unknown_account_is_dropped_with_a_warning_and_a_metric(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = Metrics(["telegram"])
+    router = _router(async_redis, _config(tmp_path), metrics)
+    before = sorted(sync_redis.keys("*"))
+    inbound = Inbound(messages=(_message("telegram", "ghost"),))
+    answer = await router.accept(WebChannel(None), inbound)
+    assert answer == inbound.answer  # acknowledged: the platform must not retry it for ever
+    assert sorted(sync_redis.keys("*")) == before
+    assert any("ghost" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    rendered = metrics.render(None, None).decode()
+    assert 'switchboard_requests_rejected_total{channel="telegram",reason="unknown_account"} 1.0' in rendered
+
+
+async def test_every_message_of_a_request_is_accepted_or_it_is_refused_and_the_retry_is_safe(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    metrics = Metrics(["telegram"])
+    router = _router(async_redis, _config(tmp_path), metrics)
+    first, second = _message("telegram", "default", dedup="e1"), _message("telegram", "default", dedup="e2")
+    await router.accept(WebChannel(None), Inbound(messages=(first,)))  # an earlier attempt got this far
+    both = Inbound(messages=(first, second))
+    sync_redis.execute_command("CLIENT", "PAUSE", "2000", "WRITE")
+    try:
+        with pytest.raises(QueueUnavailableError):
+            await router.accept(WebChannel(None), both)
+    finally:
+        sync_redis.execute_command("CLIENT", "UNPAUSE")
+    await asyncio.sleep(0.1)  # let the timed-out script finish before the retry
+    await router.accept(WebChannel(None), both)  # the platform's retry
+    session = "acme/support/telegram/default/c1"
+    assert _queued(sync_redis, session) == 2  # each once: the first deduplicated, the second accepted
+    rendered = metrics.render(None, None).decode()
+    assert 'switchboard_messages_accepted_total{channel="telegram"} 2.0' in rendered
+    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 1.0' in rendered
+    assert 'reason="queue_unavailable"} 1.0' in rendered
+
+
+async def test_an_emit_hands_a_listeners_messages_to_the_same_routing(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    router = _router(async_redis, _config(tmp_path))
+    emit = router.emit_for(WebChannel(None))
+    await emit(Inbound(messages=(_message("telegram", "shop", conversation="c9"),)))
+    assert _queued(sync_redis, "shop-co/sales/telegram/shop/c9") == 1
+
+
+def test_a_route_to_an_unknown_agent_is_a_config_error_naming_the_place(tmp_path: Path) -> None:
+    config = _config(tmp_path, CONFIG.replace("agent: sales, tenant: shop-co", "agent: ghost, tenant: shop-co"))
+    with pytest.raises(ConfigError, match=r"channels\.telegram\.accounts\.shop: unknown agent 'ghost'"):
+        resolve_route(config, "telegram", "shop")
+    assert resolve_route(config, "telegram", "plain").agent == "sales"

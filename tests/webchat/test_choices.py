@@ -1,0 +1,60 @@
+"""A choice round trip in the web chat: offered with option ids, clicked, and the agent sees the chosen id."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.channels.web import WebChannel, split_session_key
+from switchboard.core.actions import Choice, OfferChoice
+from switchboard.core.messages import ChoiceSelected, InboundMessage, Posted
+from switchboard.queue.keys import SessionKeys
+from switchboard.queue.lease import CURRENT_LEASE
+from switchboard.queue.outbox import Ephemeral
+
+from .conftest import Chat, read_sse
+
+
+async def _stored(chat: Chat, session: str, message_id: str) -> InboundMessage:
+    raw = await chat.redis.hget(SessionKeys(session).messages, message_id)  # type: ignore[arg-type]
+    assert raw is not None
+    return InboundMessage.model_validate_json(raw)
+
+
+async def test_an_offer_shows_ids_and_a_click_reaches_the_agent_as_the_chosen_id(chat: Chat) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    asked = await chat.send(token, "which plan?", client_id="q1")
+    offer = OfferChoice(
+        question="Which plan?",
+        options=[Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")],
+        reply_to=asked,
+    )
+    reset = CURRENT_LEASE.set(await chat.lease(session))
+    try:
+        await WebChannel(chat.publisher.publish).perform(offer, split_session_key(session), Ephemeral("k"))
+    finally:
+        CURRENT_LEASE.reset(reset)
+    async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
+        replayed = await read_sse(resp, 3)  # the question, its queued status, the offer
+        [shown] = [e for e in replayed if e.event == "message"]
+        assert shown.data is not None
+        assert shown.data["choices"] == [{"id": "basic", "label": "Basic"}, {"id": "pro", "label": "Pro"}]
+        clicked = await chat.post(token, {"choice": "pro", "text": "Pro", "client_id": "click-1"})
+        assert clicked.status == 202
+        message_id = (await clicked.json())["message_id"]
+        [echo] = [e for e in await read_sse(resp, 2) if e.event == "user"]
+    assert echo.data is not None and echo.data["choice"] == "pro" and echo.data["text"] == "Pro"
+    stored = await _stored(chat, session, message_id)
+    assert stored.event == ChoiceSelected(option_id="pro")
+    assert stored.text == "Pro" and stored.conversation == split_session_key(session)
+    question = await _stored(chat, session, asked)
+    assert question.event == Posted()
+
+
+@pytest.mark.parametrize("body", [{"choice": ""}, {"choice": 3}, {"choice": "x" * 65}, {"choice": "ok", "text": 1}])
+async def test_a_bad_click_is_400_and_writes_nothing(chat: Chat, body: object) -> None:
+    _, token = await chat.new_session()
+    before = await chat.snapshot()
+    resp = await chat.post(token, body)
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == "malformed_body"
+    assert await chat.snapshot() == before
