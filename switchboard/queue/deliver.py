@@ -1,21 +1,71 @@
-"""⑤ The worker's :class:`~switchboard.queue.drain.Deliverer` over channel adapters.
+"""⑤ The worker's :class:`~switchboard.queue.drain.Deliverer` over channel adapters, and workspace files for sends.
 
 It routes each action to the adapter of the conversation's ``(channel, account)``; the adapters do the
-platform dialect (chunking, edits, 429s as ``RateLimitedError``). The outbox around it owns idempotency.
+platform dialect (chunking, edits, 429s as ``RateLimitedError``) within the limits their capabilities declare.
+The outbox around it owns idempotency, multi-part progress and the shared rate limits (the ``SendContext``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import mimetypes
 from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
 
-from switchboard.channels.base import Channel, Receipt
+from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, SendContext
+from switchboard.channels.registry import PerConversation
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
-from switchboard.errors import DeliveryError
+from switchboard.core.toolbox.files import resolve_in_workspace
+from switchboard.core.workspaces import workspace_for
+from switchboard.errors import DeliveryError, ToolError
 
-__all__ = ["ChannelDeliverer", "ChannelRegistry"]
+__all__ = [
+    "MAX_SEND_FILE_BYTES",
+    "NO_CHANNEL",
+    "ChannelDeliverer",
+    "ChannelRegistry",
+    "read_workspace_file",
+]
 
 ChannelRegistry = Mapping[tuple[str, str], Channel] | Callable[[ConversationRef], Channel | None]
+
+NO_CHANNEL = Capabilities(max_text=4096)
+"""What a conversation without an adapter in this process can show: nothing streams, nothing is typed."""
+
+MAX_SEND_FILE_BYTES = 2 * 2**30
+"""The largest workspace file read for sending (every platform's own cap is far below; the channel checks it)."""
+
+
+def _read(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        return handle.read(MAX_SEND_FILE_BYTES + 1)
+
+
+async def read_workspace_file(root: Path | None, session: str, path: str, conversation: ConversationRef) -> FileData:
+    """Read ``path`` (relative to ``session``'s workspace under ``root``) for a channel to send.
+
+    Raises:
+        DeliveryError: no workspace root here, an absolute path or one that leaves the workspace (also through a
+            symlink), no such file, or a file too large (``retryable=False``).
+    """
+    channel = conversation.channel
+    if root is None:
+        raise DeliveryError("this worker has no workspace root to send files from", channel=channel, retryable=False)
+    try:
+        target = resolve_in_workspace(workspace_for(root, session), path, create=False)
+    except ToolError as exc:
+        raise DeliveryError(f"cannot send {path!r}: {exc}", channel=channel, retryable=False) from None
+    try:
+        data = await asyncio.to_thread(_read, target)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise DeliveryError(f"cannot send {path!r}: no such file", channel=channel, retryable=False) from None
+    except OSError as exc:
+        raise DeliveryError(f"cannot send {path!r}: {exc.strerror}", channel=channel, retryable=False) from None
+    if len(data) > MAX_SEND_FILE_BYTES:
+        raise DeliveryError(f"cannot send {path!r}: the file is too large", channel=channel, retryable=False)
+    name = PurePosixPath(path).name
+    return FileData(name=name, data=data, mime_type=mimetypes.guess_type(name)[0])
 
 
 class ChannelDeliverer:
@@ -44,16 +94,20 @@ class ChannelDeliverer:
             )
         return channel
 
-    def streams(self, conversation: ConversationRef) -> bool:
-        """Whether the conversation's channel shows streamed deltas."""
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show (:data:`NO_CHANNEL` when it has no adapter here)."""
         channel = self._find(conversation)
-        return bool(channel is not None and channel.streams)
+        if channel is None:
+            return NO_CHANNEL
+        if isinstance(channel, PerConversation):  # Telegram: drafts in private chats, edits in groups
+            return channel.capabilities_for(conversation)
+        return channel.capabilities
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
         """Perform ``action`` on the conversation's channel.
 
         Raises:
             DeliveryError: no adapter for the conversation, or the platform refused the send.
             RateLimitedError: the platform asked to wait (the outbox retries the send).
         """
-        return await self._channel(conversation).perform(action, conversation, idempotency_key=idempotency_key)
+        return await self._channel(conversation).perform(action, conversation, send)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
-from switchboard.core.actions import Action, SendError, SendText, SetStatus
+from switchboard.core.actions import Action, SendError, SendText, SetStatus, StreamText
 from switchboard.core.events import SendDeadLettered
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import HistoryEntry
@@ -32,7 +32,6 @@ from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Attempt
 from switchboard.queue.notices import (
-    CANCELLED_TEXT,
     DEAD_LETTER_CODE,
     DEFER_NOTICE_S,
     FailureKind,
@@ -129,7 +128,7 @@ class TurnEndings:
         """An earlier attempt produced the reply and died before completing the turn: finish its send, not the run."""
         started = time.time()
         reply = pending.action
-        assert isinstance(reply, SendText)
+        assert isinstance(reply, SendText | StreamText)
         logger.info("resuming the %s reply of %s (%d send attempts made)", pending.state, turn.run_id, pending.attempts)
         sent: Receipt | Undelivered
         if pending.state == "sent":
@@ -161,10 +160,8 @@ class TurnEndings:
         for pending in turn.typing:
             pending.cancel()
         turn.typing.clear()
-        if turn.conversation is not None and self.deliverer.streams(turn.conversation):
-            await self._notify(
-                turn, SendError(code="cancelled", message=CANCELLED_TEXT, reply_to=turn.reply_to), "stop"
-            )
+        if turn.stream is not None:
+            await turn.stream.stopped()  # what streamed so far is closed, with the notice
         remaining = await turn.ledger.complete(
             attempt,
             messages,

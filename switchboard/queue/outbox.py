@@ -22,8 +22,14 @@ such a send "reclaimed" is uncounted there again (the earlier attempt provably w
 ``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model, up to ``max_wait_s``
 (``SWITCHBOARD_QUEUE__MAX_DEFER_S``) for all of a turn's sends together: a platform asking for a longer wait, or
 for short waits that add up to more, fails the send at once rather than holding the session's lease and a worker
-slot for as long as it says.
-The key is also passed to the channel, which forwards it where the platform dedups (Discord ``nonce``).
+slot for as long as it says. A 429 also holds the chat's send buckets for ``retry_after``
+(:class:`~switchboard.queue.ratelimits.SendBuckets`), so other workers' sends to that chat wait too.
+
+Every send hands the channel a :class:`OutboxSend` (its ``SendContext``): the idempotency key (forwarded where the
+platform dedups, Discord ``nonce``), the parts an earlier attempt recorded, ``part_sent`` to record one more part
+in the outbox record (one fenced script, so a retry on *another* worker resumes at the next part: a record that is
+not ``sent`` never forgets its parts), ``pace`` for the shared send buckets, and ``read_file`` for the session's
+workspace files (any worker can send them).
 """
 
 from __future__ import annotations
@@ -37,23 +43,28 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import TypeAdapter, ValidationError
 
-from switchboard.channels.base import Receipt
+from switchboard.channels.base import Capabilities, FileData, Receipt, SendContext
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.queue import scripts
+from switchboard.queue.deliver import read_workspace_file
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken, fenced_xadd
+from switchboard.queue.ratelimits import SendBuckets
 
 __all__ = [
     "CURRENT_SEND",
     "MAX_RATE_LIMIT_RETRIES",
+    "Ephemeral",
     "Outbox",
+    "OutboxSend",
     "PendingSend",
     "SendOutcome",
     "append_once",
@@ -66,7 +77,8 @@ MAX_RATE_LIMIT_RETRIES = 5
 """Platform 429s honoured per send before the send counts as failed."""
 _GLOBAL = GlobalKeys()
 
-Perform = Callable[[Action, ConversationRef, str], Awaitable[Receipt]]
+Perform = Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]
+Capable = Callable[[ConversationRef], Capabilities]
 _ACTION: TypeAdapter[Action] = TypeAdapter(Action)
 
 CURRENT_SEND: ContextVar[str | None] = ContextVar("switchboard_current_send", default=None)
@@ -114,6 +126,97 @@ def idempotency_key(run_id: str, action: str, ordinal: int = 0) -> str:
     return hashlib.sha256(f"{run_id}\x1f{action}\x1f{ordinal}".encode()).hexdigest()
 
 
+class Ephemeral:
+    """The send context of an action nothing is recorded for (status, typing, a streamed delta or edit).
+
+    It resumes nothing, records nothing and does not pace (ephemeral actions are best effort: the edit budget, not
+    the send buckets, meters preview edits); it reads no files.
+    """
+
+    def __init__(self, idempotency_key: str) -> None:
+        self._key = idempotency_key
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across re-runs of the same logical action."""
+        return self._key
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Nothing was recorded: always empty."""
+        return ()
+
+    async def part_sent(self, platform_id: str) -> None:
+        """Nothing to record."""
+
+    async def pace(self) -> None:
+        """Ephemeral actions do not wait for send tokens."""
+
+    async def read_file(self, path: str) -> FileData:
+        """Files go out through the outbox only.
+
+        Raises:
+            DeliveryError: always (``retryable=False``).
+        """
+        raise DeliveryError("a file can only be sent through the outbox", channel="", retryable=False)
+
+
+class OutboxSend:
+    """The send context of one outbox send (:class:`~switchboard.channels.base.SendContext`)."""
+
+    def __init__(self, outbox: Outbox, key: str, conversation: ConversationRef, sent: list[str]) -> None:
+        self._outbox = outbox
+        self._key = key
+        self._conversation = conversation
+        self._sent = sent
+        """Shared with the outbox's send, so a 429 retry of the same send resumes after the parts recorded."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """``sha256(run_id, logical action, ordinal)``: the same for every attempt at the send."""
+        return self._key
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Platform ids of the parts already recorded for this send (by any worker)."""
+        return tuple(self._sent)
+
+    async def part_sent(self, platform_id: str) -> None:
+        """Record one more part in the outbox record (fenced).
+
+        Raises:
+            FencedWriteError: the session's lease passed to another worker.
+        """
+        outbox = self._outbox
+        await scripts.OUTBOX_PART(
+            outbox.redis,
+            outbox._fenced_keys(),
+            [outbox.lease.token, self._key, platform_id],
+            session=outbox.lease.session,
+            epoch=outbox.lease.epoch,
+        )
+        self._sent.append(platform_id)
+
+    async def pace(self) -> None:
+        """Take a token of the account's and the chat's send buckets (shared by every worker), waiting if need be.
+
+        Raises:
+            RateLimitedError: no token within the bounded wait.
+        """
+        outbox = self._outbox
+        if outbox.buckets is not None and outbox.capabilities is not None:
+            await outbox.buckets.pace(self._conversation, outbox.capabilities(self._conversation))
+
+    async def read_file(self, path: str) -> FileData:
+        """Read ``path`` from the session's workspace.
+
+        Raises:
+            DeliveryError: no workspace here, no such file, or the path leaves the workspace (``retryable=False``).
+        """
+        outbox = self._outbox
+        return await read_workspace_file(outbox.workspace_root, outbox.lease.session, path, self._conversation)
+
+
 class SendOutcome:
     """What :meth:`Outbox.send` did."""
 
@@ -122,6 +225,7 @@ class SendOutcome:
     def __init__(self, key: str, receipt: Receipt | None, skipped: bool) -> None:
         self.key = key
         self.receipt = receipt
+        """What the send produced; for a skipped send, the platform ids an earlier attempt recorded."""
         self.skipped = skipped
         """``True`` when an earlier attempt had already delivered this send."""
 
@@ -151,8 +255,17 @@ class Outbox:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         events_maxlen: int = 2_000,
         max_wait_s: float = math.inf,
+        buckets: SendBuckets | None = None,
+        capabilities: Capable | None = None,
+        workspace_root: Path | None = None,
     ) -> None:
         self.redis = redis
+        self.buckets = buckets
+        """The shared send buckets (``None``: sends are not paced, and a 429 holds nothing)."""
+        self.capabilities = capabilities
+        """The rates of a conversation's channel."""
+        self.workspace_root = workspace_root
+        """Where session workspaces live (``SendContext.read_file``)."""
         self.max_wait_s = max_wait_s
         """The longest the turn's sends may wait on platform ``retry_after`` in all; past it the error is raised."""
         self.waited_s = 0.0
@@ -210,13 +323,14 @@ class Outbox:
             epoch=self.lease.epoch,
         )
         self.used.append(key)
-        if verdict in (b"sent", "sent"):
-            return SendOutcome(key, None, skipped=True)
-        if verdict in (b"reclaimed", "reclaimed"):
+        state, ids = _verdict(verdict)
+        if state == "sent":
+            return SendOutcome(key, Receipt(platform_ids=tuple(ids), parts=len(ids)), skipped=True)
+        if state == "reclaimed":
             logger.warning("re-sending %s for %s after an unrecorded earlier attempt", logical, self.lease.session)
         context = CURRENT_SEND.set(key)
         try:
-            receipt = await self._perform_with_retries(action, conversation, key)
+            receipt = await self._perform_with_retries(action, conversation, OutboxSend(self, key, conversation, ids))
         except DeliveryError as err:
             # the platform refused it: nothing was delivered, so a retry is not a duplicate
             failed = json.dumps(record | {"state": "failed", "error": str(err)[:300]}) if durable else ""
@@ -246,12 +360,30 @@ class Outbox:
             return None  # a plain claim (not durable), or a record this version does not read
         return PendingSend(action, str(record["state"]), int(record.get("attempts", 1)), int(record.get("parts", 1)))
 
-    async def _perform_with_retries(self, action: Action, conversation: ConversationRef, key: str) -> Receipt:
+    async def recorded_ids(self, run_id: str, logical: str, ordinal: int = 0) -> tuple[str, ...]:
+        """Platform ids recorded for a send (delivered, or the parts an unfinished one delivered); ``()`` if none."""
+        raw = await self.redis.hget(self._keys.outbox, idempotency_key(run_id, logical, ordinal))
+        if raw is None:
+            return ()
+        try:
+            record = json.loads(raw)
+            ids = record.get("platform_ids") if record.get("state") == "sent" else record.get("progress")
+        except (ValueError, AttributeError):
+            return ()
+        return tuple(str(i) for i in ids) if isinstance(ids, list) else ()
+
+    async def hold(self, conversation: ConversationRef, seconds: float) -> None:
+        """Hold the chat's buckets for ``seconds`` (the platform said 429), for every worker."""
+        if self.buckets is not None and self.capabilities is not None and seconds > 0:
+            await self.buckets.hold(conversation, self.capabilities(conversation), seconds)
+
+    async def _perform_with_retries(self, action: Action, conversation: ConversationRef, send: OutboxSend) -> Receipt:
         for attempt in range(MAX_RATE_LIMIT_RETRIES + 1):
             try:
-                return await self._perform(action, conversation, key)
+                return await self._perform(action, conversation, send)
             except RateLimitedError as err:
                 wait = max(err.retry_after, 0.0)
+                await self.hold(conversation, wait)
                 if attempt == MAX_RATE_LIMIT_RETRIES or self.waited_s + wait > self.max_wait_s:
                     raise  # the turn's waits add up to max_wait_s at most, however the platform splits them
                 logger.info("%s rate-limited; retrying the send in %.2f s", err.channel, wait)
@@ -260,6 +392,7 @@ class Outbox:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _record(self, key: str, record: str) -> None:
+        """Write the send's outcome (``''`` drops a clean failure's claim; recorded parts are kept either way)."""
         await scripts.OUTBOX_RECORD(
             self.redis,
             self._fenced_keys(),
@@ -267,3 +400,11 @@ class Outbox:
             session=self.lease.session,
             epoch=self.lease.epoch,
         )
+
+
+def _verdict(raw: Any) -> tuple[str, list[str]]:
+    """``outbox_claim.lua``'s answer: the verdict, and the platform ids recorded so far."""
+    verdict, ids = raw
+    state = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+    parsed = json.loads(ids)
+    return state, [str(i) for i in parsed] if isinstance(parsed, list) else []

@@ -12,7 +12,8 @@ then on only the send is retried:
   ``send_dead_lettered`` event carrying the reason;
 - a worker that dies meanwhile leaves the record in Redis: the next attempt at the turn (the same inbox head, so
   no later reply can overtake it) finds it with :meth:`~switchboard.queue.outbox.Outbox.pending` and resumes the
-  send where it stopped, counting the attempts already made.
+  send where it stopped, counting the attempts already made; a reply of many parts resumes at the next part
+  (the parts sent are recorded in the outbox record as they go, through the channel's ``SendContext``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from switchboard.channels.base import Receipt
-from switchboard.core.actions import SendText
+from switchboard.core.actions import SendText, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.queue.outbox import Outbox
@@ -48,7 +49,7 @@ class Undelivered:
 
 async def deliver_reply(
     outbox: Outbox,
-    reply: SendText,
+    reply: SendText | StreamText,
     conversation: ConversationRef,
     *,
     run_id: str,
@@ -61,7 +62,7 @@ async def deliver_reply(
 
     Args:
         outbox: the drain's outbox (fenced by its lease).
-        reply: the rendered reply.
+        reply: the rendered reply (a ``StreamText`` closing a native stream, see :mod:`switchboard.queue.streaming`).
         conversation: where it goes.
         run_id: the turn's run id.
         settings: ``send_max_attempts``, ``send_backoff_s`` and ``max_defer_s`` (the longest platform wait).

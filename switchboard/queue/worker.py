@@ -381,7 +381,15 @@ async def run_worker(
     identity = worker_id or _new_worker_id()
 
     def factory(redis: aioredis.Redis, wid: str) -> Drainer:
-        return Drainer(redis, settings.queue, runner=runner, deliverer=deliverer, agent_for=pick, worker_id=wid)
+        return Drainer(
+            redis,
+            settings.queue,
+            runner=runner,
+            deliverer=deliverer,
+            agent_for=pick,
+            worker_id=wid,
+            workspace_root=settings.data_path / "workspaces",
+        )
 
     worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
     await worker.run(stop)

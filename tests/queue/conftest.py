@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Receipt
+from switchboard.channels.base import Capabilities, Receipt, SendContext
 from switchboard.core.actions import Action
 from switchboard.core.agent import Agent, AgentProfile
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
@@ -61,16 +61,24 @@ class Sent:
 
 @dataclass
 class RecordingDeliverer:
-    """Records every action performed (our own seam between the drain and the channels)."""
+    """Records every action performed (our own seam between the drain and the channels).
+
+    ``streaming`` makes it a channel whose own transport streams (the web chat's ``StreamDelta``); it shows typing.
+    """
 
     streaming: bool = False
     sent: list[Sent] = field(default_factory=list)
+    typing: bool = True
+    typing_refresh_s: float = 4.0
 
-    def streams(self, conversation: ConversationRef) -> bool:
-        return self.streaming
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        streaming = "transport" if self.streaming else "none"
+        return Capabilities(
+            max_text=4096, streaming=streaming, typing=self.typing, typing_refresh_s=self.typing_refresh_s
+        )
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-        self.sent.append(Sent(action, conversation, idempotency_key))
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        self.sent.append(Sent(action, conversation, send.idempotency_key))
         return Receipt(platform_ids=(str(len(self.sent)),))
 
     def texts(self, kind: str = "text") -> list[str]:

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Receipt
+from switchboard.channels.base import Receipt, SendContext
 from switchboard.channels.web import WebChannel
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
@@ -70,8 +70,8 @@ async def test_crash_inside_the_send_window_resends_once_and_is_counted(
     await ingestor.ingest(make_message("hello"))
 
     class DiesAfterSending(RecordingDeliverer):
-        async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-            receipt = await super().perform(action, conversation, idempotency_key=idempotency_key)
+        async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+            receipt = await super().perform(action, conversation, send)
             if action.kind == "text":
                 raise Crash  # the platform got it; the worker died before recording it
             return receipt
@@ -97,11 +97,11 @@ async def test_rate_limited_send_is_retried_without_rerunning_the_model(
     class Limited(RecordingDeliverer):
         refusals = 2
 
-        async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+        async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
             if action.kind == "text" and self.refusals:
                 self.refusals -= 1
                 raise RateLimitedError("429", channel="telegram", retry_after=1.5)
-            return await super().perform(action, conversation, idempotency_key=idempotency_key)
+            return await super().perform(action, conversation, send)
 
     async def runner(request, sink, store):  # type: ignore[no-untyped-def]
         from .conftest import echo_runner
@@ -138,7 +138,7 @@ async def test_failed_send_drops_its_claim(client: aioredis.Redis) -> None:
     assert lease is not None
     conv = make_message("x").conversation
 
-    async def refuse(action: Action, conversation: ConversationRef, key: str) -> Receipt:
+    async def refuse(action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
         raise DeliveryError("bad chat", channel="telegram", retryable=False)
 
     outbox = Outbox(client, lease, refuse)

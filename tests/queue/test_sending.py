@@ -11,7 +11,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Receipt
+from switchboard.channels.base import Receipt, SendContext
 from switchboard.core.actions import Action
 from switchboard.core.events import UsageMetered
 from switchboard.core.messages import ConversationRef
@@ -51,13 +51,13 @@ class Refusing(RecordingDeliverer):
         self.plan = plan
         self.reply_calls = 0
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
         if action.kind == "text":
             self.reply_calls += 1
             error = self.plan.pop(0) if self.plan else None
             if error is not None:
                 raise error
-        return await super().perform(action, conversation, idempotency_key=idempotency_key)
+        return await super().perform(action, conversation, send)
 
 
 def drainer_for(
@@ -201,8 +201,8 @@ async def test_a_worker_killed_in_the_send_window_resends_without_rerunning_the_
     runner = Runner()
 
     class DiesAfterSending(RecordingDeliverer):
-        async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-            receipt = await super().perform(action, conversation, idempotency_key=idempotency_key)
+        async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+            receipt = await super().perform(action, conversation, send)
             if action.kind == "text":
                 raise Crash  # the platform got it; the worker died before recording it
             return receipt

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Receipt
+from switchboard.channels.base import Capabilities, Receipt, SendContext
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
-from switchboard.queue.deliver import ChannelDeliverer
+from switchboard.queue.deliver import NO_CHANNEL, ChannelDeliverer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.lease import Lease
+from switchboard.queue.outbox import Ephemeral
 from switchboard.queue.sessions import list_sessions, timeline
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, bucket_field, read_stats
 from switchboard.settings import QueueSettings
@@ -64,25 +65,25 @@ def test_bucket_field() -> None:
 async def test_channel_deliverer_routes_by_channel_and_account() -> None:
     class Adapter:
         name = "telegram"
-        streams = True
+        capabilities = Capabilities(max_text=4096, streaming="edits", edits=True)
 
         def __init__(self) -> None:
             self.done: list[tuple[Action, str]] = []
 
-        async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
-            self.done.append((action, idempotency_key))
+        async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+            self.done.append((action, send.idempotency_key))
             return Receipt(platform_ids=("1",))
 
     adapter = Adapter()
     deliverer = ChannelDeliverer({("telegram", "default"): adapter})  # type: ignore[dict-item]
     conv = make_message("x").conversation
-    assert deliverer.streams(conv)
-    receipt = await deliverer.perform(SendText(text="hi"), conv, idempotency_key="k")
+    assert deliverer.capabilities(conv).streaming == "edits"
+    receipt = await deliverer.perform(SendText(text="hi"), conv, Ephemeral("k"))
     assert receipt.platform_ids == ("1",) and adapter.done[0][1] == "k"
     other = conv.model_copy(update={"account": "support"})
-    assert not deliverer.streams(other)
+    assert deliverer.capabilities(other) is NO_CHANNEL
     try:
-        await deliverer.perform(SendText(text="hi"), other, idempotency_key="k")
+        await deliverer.perform(SendText(text="hi"), other, Ephemeral("k"))
     except DeliveryError as err:
         assert not err.retryable
     else:

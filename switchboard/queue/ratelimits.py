@@ -1,0 +1,126 @@
+"""⑤ Outbound rate limits: token buckets in Redis, per bot account and per chat, shared by every worker.
+
+A channel declares its rates once (:class:`~switchboard.channels.base.Capabilities`: ``bot_rate``, ``chat_rate``
+and ``edit_rate``); every send a channel makes first takes a token from its account's bucket and its chat's bucket
+together (:meth:`SendBuckets.pace`, what ``SendContext.pace`` calls), so however many workers send for one bot,
+the platform sees at most the declared rate and never trips its own limits. Waiting for a token sleeps (the event
+loop keeps running) and is bounded: a send that would wait longer than ``max_wait_s`` is failed as rate-limited,
+and the outbox's ``retry_after`` handling takes over.
+
+Streaming previews edit under a separate **edit budget** per chat (:meth:`SendBuckets.try_edit`, which takes send
+tokens as well): an edit that finds no token is never waited for, the streaming policy coalesces it into the next.
+
+A platform 429 *holds* the chat's buckets for its ``retry_after`` (:meth:`SendBuckets.hold`), so other workers'
+sends to that chat wait too instead of collecting 429s of their own.
+
+The buckets are GCRA meters (``lua/_limits.lua``) on the server's clock: an idle bucket is no key at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Capabilities, Rate
+from switchboard.core.messages import ConversationRef
+from switchboard.errors import RateLimitedError
+from switchboard.queue import scripts
+from switchboard.queue.keys import GlobalKeys
+
+__all__ = ["PACE_MAX_WAIT_S", "SendBuckets", "bucket_args"]
+
+logger = logging.getLogger(__name__)
+
+PACE_MAX_WAIT_S = 30.0
+"""The longest one send waits for a token before it counts as rate-limited (and the outbox's retries take over)."""
+
+_GLOBAL = GlobalKeys()
+
+
+def bucket_args(rate: Rate) -> tuple[int, float]:
+    """A rate as a GCRA meter's ``(limit, period_ms)``: ``burst`` tokens, refilled at ``per_s`` a second.
+
+    A rate of zero or less (or no burst) is no limit.
+    """
+    if rate.per_s <= 0 or rate.burst <= 0:
+        return 0, 1.0
+    return rate.burst, rate.burst * 1000.0 / rate.per_s
+
+
+def _chat(conversation: ConversationRef) -> str:
+    """The chat a conversation's sends land in (Telegram forum topics of one chat share the chat's limit)."""
+    return conversation.extra.get("chat_id") or conversation.conversation
+
+
+class SendBuckets:
+    """The shared outbound buckets, over one Redis client."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        max_wait_s: float = PACE_MAX_WAIT_S,
+    ) -> None:
+        self.redis = redis
+        self.max_wait_s = max_wait_s
+        self._sleep = sleep
+        self.waited_s = 0.0
+        """Seconds spent waiting for tokens so far (a figure for tests and benchmarks)."""
+
+    def _send_buckets(self, conversation: ConversationRef, caps: Capabilities) -> tuple[list[str], list[float]]:
+        channel, account = conversation.channel, conversation.account
+        keys = [_GLOBAL.send_rate(channel, account), _GLOBAL.chat_send_rate(channel, account, _chat(conversation))]
+        args: list[float] = []
+        for rate in (caps.bot_rate, caps.chat_rate):
+            args += bucket_args(rate)
+        return keys, args
+
+    async def take(self, conversation: ConversationRef, caps: Capabilities) -> float:
+        """Take a send token from the account's and the chat's buckets: 0, or the seconds to wait (none taken)."""
+        keys, args = self._send_buckets(conversation, caps)
+        wait_ms = await scripts.BUCKET_TAKE(self.redis, keys, args)
+        return int(wait_ms) / 1000.0
+
+    async def pace(self, conversation: ConversationRef, caps: Capabilities) -> None:
+        """Wait until a send token is taken (sleeping between tries, never blocking the event loop).
+
+        Raises:
+            RateLimitedError: the buckets would make this send wait past ``max_wait_s`` in all.
+        """
+        waited = 0.0
+        while (wait := await self.take(conversation, caps)) > 0:
+            if waited + wait > self.max_wait_s:
+                raise RateLimitedError(
+                    f"{conversation.channel} send buckets are empty for {wait:.1f} s more",
+                    channel=conversation.channel,
+                    retry_after=wait,
+                )
+            await self._sleep(wait)
+            waited += wait
+            self.waited_s += wait
+
+    async def try_edit(self, conversation: ConversationRef, caps: Capabilities) -> bool:
+        """Take a token of the chat's edit budget if one is there now, never waiting.
+
+        A streamed edit is a call into the chat too: it takes a token of the account's and the chat's send buckets
+        in the same step (all three or none), so streaming never pushes the chat's sends past their rate.
+        """
+        keys, args = self._send_buckets(conversation, caps)
+        keys.append(_GLOBAL.chat_edit_rate(conversation.channel, conversation.account, _chat(conversation)))
+        args += bucket_args(caps.edit_rate)
+        return int(await scripts.BUCKET_TAKE(self.redis, keys, args)) == 0
+
+    async def hold(self, conversation: ConversationRef, caps: Capabilities, seconds: float) -> None:
+        """The platform asked the chat to wait ``seconds``: no send or edit into it from any worker until then."""
+        channel, account = conversation.channel, conversation.account
+        chat = _chat(conversation)
+        keys = [_GLOBAL.chat_send_rate(channel, account, chat), _GLOBAL.chat_edit_rate(channel, account, chat)]
+        args: list[float] = [max(0.0, seconds) * 1000.0]
+        for rate in (caps.chat_rate, caps.edit_rate):
+            args += bucket_args(rate)
+        await scripts.BUCKET_HOLD(self.redis, keys, args)
+        logger.info("%s chat held %.1f s at the platform's request", channel, seconds)
