@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from switchboard.channelfiles import attachment_support
 from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.core.attachments import AttachmentSupport
 from switchboard.core.gateway import ToolGateway
 from switchboard.core.providers import ModelFactory, ProviderConfig
+from switchboard.core.providers.transcription import OpenAITranscriber
 from switchboard.core.runtime import Runtime
 from switchboard.core.threads import ThreadShare
 from switchboard.core.toolbox import default_registry
@@ -35,8 +38,8 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
-def build_runtime(settings: Settings, models: ModelFactory) -> Runtime:
-    """The shared agent runtime over the configured models and tools."""
+def build_runtime(settings: Settings, models: ModelFactory, attachments: AttachmentSupport | None = None) -> Runtime:
+    """The shared agent runtime over the configured models and tools (``attachments``: how users' files arrive)."""
     docs, spaces = settings.documents, settings.workspaces
     tools = default_registry(
         documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars)
@@ -56,6 +59,7 @@ def build_runtime(settings: Settings, models: ModelFactory) -> Runtime:
         prices=settings.file.prices,
         default_model=settings.default_model,
         gateway=gateway,
+        attachments=attachments,
     )
 
 
@@ -66,11 +70,14 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
     channels = ChannelSet(build_channels(settings, publish=publisher.publish))
     models = ModelFactory(provider_config(settings))
-    runtime = build_runtime(settings, models)
+    attachments = attachment_support(settings, channels)
+    runtime = build_runtime(settings, models, attachments)
     await channels.start()
     try:
         await run_session_worker(settings, runtime.run_turn, channels, None, stop)
     finally:
         await channels.aclose()
         await models.aclose()
+        if isinstance(attachments.transcriber, OpenAITranscriber):
+            await attachments.transcriber.aclose()
         await redis.aclose()

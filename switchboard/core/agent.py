@@ -73,6 +73,8 @@ class Agent(BaseModel):
     busy_policy: BusyPolicy = "sequential"
     codeact: bool = False
     """Let the model answer with a program that calls tools as functions."""
+    vision: bool | None = None
+    """The model takes image input (images the user sends are shown to it); ``None``: known vision models do."""
     policy: AgentPolicy = Field(default_factory=AgentPolicy)
 
     @property

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,8 @@ KNOWN_WRITES = frozenset({"write_file", "send_file", "offer_choice"})
 SLOT_TOOLS = frozenset({"update_plan", "update_context", "update_state"})
 # per rendering level: (items, chars) for user messages and for every other section; level 3 shows counts only
 _LEVELS = ((12, 400, 10, 200), (6, 200, 5, 120), (2, 100, 2, 80))
+_CHOSEN = re.compile(r"chose option (\S+)(?: \((.*)\))?", re.DOTALL)
+"""A click on an offered option, as :func:`switchboard.core.inbound.event_text` writes it."""
 
 
 def canonical_json(value: Any) -> str:
@@ -212,11 +215,18 @@ class _Fold:
 
     def choice(self, call: _Call, answer: HistoryEntry | None, answer_turn: int | None, answer_seq: int) -> None:
         question = str(call.args.get("question", ""))
-        options = [str(o).strip() for o in call.args.get("options") or []]
+        options: set[str] = (
+            set()
+        )  # labels and ids: a typed answer names a label, a click comes as "chose option <id> (<label>)"
+        for option in call.args.get("options") or []:
+            named = [option.get("id"), option.get("label")] if isinstance(option, dict) else [option]
+            options.update(str(name).strip() for name in named if name is not None)
+        text = answer.text.strip() if answer is not None else ""
+        clicked = _CHOSEN.fullmatch(text)
         if answer is None:
             self.questions.append(_item(call.turn, "ask_user_unanswered", question, call.seq))
-        elif answer_turn is not None and answer.text.strip() in options:
-            self.decisions.append(_item(answer_turn, "user_choice", f"{question} → {answer.text.strip()}", answer_seq))
+        elif answer_turn is not None and ({*clicked.groups()} if clicked else {text}) & options:
+            self.decisions.append(_item(answer_turn, "user_choice", f"{question} → {text}", answer_seq))
 
     def write(self, call: _Call) -> None:
         self.effects.append(

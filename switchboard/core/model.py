@@ -25,6 +25,7 @@ __all__ = [
     "Decision",
     "FinalAnswer",
     "Finished",
+    "ImagePart",
     "ModelAdapter",
     "ModelEvent",
     "ModelRequest",
@@ -85,6 +86,17 @@ class ToolSpec(BaseModel):
     """JSON Schema of the arguments."""
 
 
+class ImagePart(BaseModel):
+    """An image given to a vision-capable model as input (a file the user sent)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mime_type: str
+    """``image/jpeg``, ``image/png``, ``image/gif`` or ``image/webp``."""
+    data: str
+    """The image, base64-encoded."""
+
+
 class ChatMessage(BaseModel):
     """One entry of the neutral conversation sent to a model."""
 
@@ -101,6 +113,8 @@ class ChatMessage(BaseModel):
     trust: TrustClass | None = None
     """Trust class of the content; ``None`` means the role's own (user → ``user``, assistant → ``model``,
     tool → ``tool``). A ``user``-role message holding documents, slots or records is ``data``."""
+    images: list[ImagePart] = Field(default_factory=list)
+    """On a user-role message: images shown with its text (only to vision-capable models)."""
 
     @property
     def trust_class(self) -> TrustClass:

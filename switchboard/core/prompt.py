@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.core.agent import Agent
+from switchboard.core.inbound import event_text
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import ChatMessage, ModelRequest, ToolCall, ToolSpec, data_block
 from switchboard.core.slots import Slots
@@ -36,6 +37,7 @@ from switchboard.core.turn import HistoryEntry
 __all__ = [
     "BUDGET_WORDS",
     "FINAL_NOTE_HEADING",
+    "IMAGE_TOKENS",
     "RUN_PROGRAM",
     "TRUST_NOTE",
     "WORK_LOG_END",
@@ -56,6 +58,8 @@ RUN_PROGRAM = "run_program"
 WORK_LOG_MARKER = "--- work done this turn (tools are no longer available) ---\n"
 WORK_LOG_END = "\n--- end of work log ---"
 FINAL_NOTE_HEADING = "## This turn is over budget"
+IMAGE_TOKENS = 1_600
+"""What one image given as input is counted as (about what a ~1-megapixel image costs at either provider)."""
 TURN_RESERVE = 0.25
 """Share of the context budget kept free for the turn's own tool calls and results."""
 TRUST_NOTE = (
@@ -112,7 +116,7 @@ def estimate_tokens(text: str) -> int:
 
 def _message_tokens(message: ChatMessage) -> int:
     extra = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) + 16 for c in message.tool_calls)
-    return estimate_tokens(message.content) + extra // 4 + 4
+    return estimate_tokens(message.content) + extra // 4 + 4 + IMAGE_TOKENS * len(message.images)
 
 
 def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
@@ -203,7 +207,7 @@ def session_data(slots: Slots, *, show_slots: bool, compacted: str) -> ChatMessa
 
 
 def _user_text(messages: Sequence[InboundMessage]) -> str:
-    return "\n\n".join(m.text for m in messages)
+    return "\n\n".join(text for m in messages if (text := event_text(m)) is not None)
 
 
 def _history_calls(entry: HistoryEntry) -> list[ToolCall]:
@@ -307,17 +311,23 @@ def build_prompt(
     *,
     show_slots: bool,
     history_cap: int | None = None,
+    text: str | None = None,
+    attached: ChatMessage | None = None,
 ) -> Prompt:
     """The opening request of a turn, within ``agent.limits.max_input_tokens``.
 
     ``history_cap`` (tokens) shrinks the room given to history further, e.g. after a provider said the
-    context was too long.
+    context was too long. ``text`` replaces what the user's message reads (by default each message's
+    :func:`~switchboard.core.inbound.event_text`); ``attached`` (the images the user sent, a ``data`` message)
+    goes just before it and stays with it when older history is dropped.
     """
     budget = agent.limits.max_input_tokens
-    user = ChatMessage(role="user", content=_user_text(messages))
+    user = ChatMessage(role="user", content=_user_text(messages) if text is None else text)
     system = _system(agent, codeact=agent.codeact)
     bare_data = session_data(slots, show_slots=show_slots, compacted="")
     opening = [bare_data] if bare_data is not None else []
+    if attached is not None:
+        opening.append(attached)
     fixed = request_tokens(system, [*opening, user], tool_specs)
     if fixed > budget * (1 - TURN_RESERVE):
         room = int(budget * (1 - TURN_RESERVE)) - (fixed - _message_tokens(user))
@@ -350,7 +360,7 @@ def build_prompt(
         user = ChatMessage(role="user", content=window[-1].content + "\n\n" + user.content)
         window = window[:-1]
     data = session_data(slots, show_slots=show_slots, compacted=compacted_text)
-    pinned = [data, user] if data is not None else [user]
+    pinned = [m for m in (data, attached) if m is not None] + [user]
     return Prompt(
         system=system,
         messages=[*window, *pinned],

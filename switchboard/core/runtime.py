@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from switchboard.core.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
 from switchboard.core.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.decider import Reply, StepRetry, decide
 from switchboard.core.effects import EffectStore, TurnEffects
@@ -38,6 +39,7 @@ from switchboard.core.gateway import (
     action_sha256,
     workspace_for,
 )
+from switchboard.core.inbound import plan_turn, settle_without_model
 from switchboard.core.model import (
     ChatMessage,
     Decision,
@@ -60,6 +62,7 @@ from switchboard.core.prompt import (
 )
 from switchboard.core.providers import ModelFactory, model_name
 from switchboard.core.slots import SLOT_TOOLS, Slots
+from switchboard.core.steering import steered_first, steered_in
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
@@ -91,6 +94,7 @@ class Runtime:
         model_attempts: int = 4,
         model_backoff_s: float = 0.5,
         repeat_limit: int = 2,
+        attachments: AttachmentSupport | None = None,
     ) -> None:
         """Wire the runtime.
 
@@ -105,6 +109,7 @@ class Runtime:
             model_attempts: Tries per model step on retryable provider errors.
             model_backoff_s: Base of the exponential back-off between those tries (full jitter).
             repeat_limit: Failures of the same call (tool + normalised arguments) before it is refused.
+            attachments: Fetching (over the worker's channels), caps and transcription of the files users send.
         """
         self.models = models
         self.registry = tools
@@ -115,6 +120,7 @@ class Runtime:
         self.history_limit = history_limit
         self.retry = StepRetry(attempts=max(1, model_attempts), backoff_s=model_backoff_s)
         self.repeat_limit = max(1, repeat_limit)
+        self.attachments = attachments or AttachmentSupport()
 
     async def run_turn(self, request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
         """Run one turn; see the module docstring.
@@ -178,15 +184,22 @@ class _Turn:
         self.messages: list[ChatMessage] = []
         self.opening = 0
         self.shrunk = False
+        self.inbound = request.messages  # what the model reads (plan_turn)
+        self.input = TurnInput(text=None, attached=None, record=[])  # the user's message with the files they sent
 
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> TurnResult:
+        settled = await settle_without_model(plan := plan_turn(self.request.messages), self.agent, self.store)
+        if settled is not None:  # /reset, /start, /help, deletions: no model call
+            return settled
         self.slots = Slots.from_store(await self.store.load_slots())
         self.history = list(await self.store.load_history(self.rt.history_limit))
+        self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
+        self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
         self._open()
         assert self.prompt is not None
-        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted:
+        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
             self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
         loop = asyncio.get_running_loop()
         remaining = self.budget.remaining_s()
@@ -225,7 +238,7 @@ class _Turn:
             output_tokens=self.budget.output_tokens,
             credits=round(self.budget.credits, 6),
             stopped_by=self.stopped_by,
-            history=work_entries(self.messages[self.opening :], self.facts, untrusted_from=self.tainted_at),
+            history=[*self.input.record, *work_entries(self.messages[self.opening :], self.facts, self.tainted_at)],
         )
 
     def _untrusted(self) -> None:
@@ -243,11 +256,13 @@ class _Turn:
             self.agent,
             self.slots,
             self.history,
-            self.request.messages,
+            self.inbound,
             self.tools,
             specs,
             show_slots=show_slots,
             history_cap=history_cap,
+            text=self.input.text,
+            attached=self.input.attached,
         )
         turn_messages = self.messages[self.opening :]
         self.prompt = prompt
@@ -257,6 +272,7 @@ class _Turn:
     async def _loop(self) -> bool:
         """Step until an answer (``True``) or a budget (``False``, with ``stopped_by`` set)."""
         while True:
+            self.messages += await steered_in(self.sink)  # the steer busy policy: what the user sent meanwhile
             reason = self.budget.exhausted()
             if reason is not None:
                 self.stopped_by = reason
@@ -413,8 +429,7 @@ class _Turn:
         request = final_request(
             self.prompt,
             self.model,
-            self.messages,
-            self.opening,
+            *steered_first(self.messages, self.opening),
             reason=reason,
             summary=self.budget.summary(),
             max_output_tokens=self.agent.limits.max_output_tokens,

@@ -72,7 +72,7 @@ def holds_untrusted(messages: Iterable[ChatMessage]) -> bool:
 
 
 def work_entries(
-    messages: Sequence[ChatMessage], facts: Mapping[str, dict[str, Any]], *, untrusted_from: int | None = None
+    messages: Sequence[ChatMessage], facts: Mapping[str, dict[str, Any]], untrusted_from: int | None = None
 ) -> list[HistoryEntry]:
     """The turn's calls and results as history entries, in order; ``facts`` holds gateway facts by call id.
 

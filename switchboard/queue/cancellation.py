@@ -5,6 +5,10 @@ listens; the one running that session's turn cancels its task, which cancels the
 tool call in flight (docs/ARCHITECTURE.md §6). Only the running turn stops: messages already waiting still get answers.
 The ``/stop`` message itself is queued like any message and answered in order ("Stopped." or "Nothing
 was running."), so the user always hears back.
+
+Under the ``interrupt`` busy policy the ingest script itself stores an *interrupt* request (:func:`interrupt_record`)
+and publishes the session when a message lands while a turn runs; the drain tells it from a stop by its reason
+(:func:`interrupting_message`) and, instead of acking the turn, restarts it with everything waiting.
 """
 
 from __future__ import annotations
@@ -15,15 +19,33 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import assert_never
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from switchboard.core.messages import InboundMessage
+from switchboard.core.inbound import STOP_COMMAND_NAMES
+from switchboard.core.messages import (
+    ChoiceSelected,
+    CommandIssued,
+    InboundMessage,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+)
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.types import SessionKey
 
-__all__ = ["CANCEL_TTL_MS", "STOP_COMMANDS", "is_stop", "listen_for_stops", "request_stop", "stop_requested_since"]
+__all__ = [
+    "CANCEL_TTL_MS",
+    "STOP_COMMANDS",
+    "interrupt_record",
+    "interrupting_message",
+    "is_stop",
+    "listen_for_stops",
+    "request_stop",
+    "stop_requested_since",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +55,32 @@ CANCEL_TTL_MS = 120_000
 """How long a stop request is remembered (a turn starting later than this is not affected)."""
 
 _GLOBAL = GlobalKeys()
+_INTERRUPTED = "interrupted by a newer message "
+"""An interrupt's stop reason: this, then the id of the message that interrupted."""
 
 
 def is_stop(message: InboundMessage) -> bool:
-    """Whether the message asks to stop the running turn."""
-    return message.text.strip().lower() in STOP_COMMANDS
+    """Whether the message asks to stop the running turn: a ``stop``/``cancel`` command, or ``/stop`` typed."""
+    event = message.event
+    match event:
+        case CommandIssued(name=name):
+            return name in STOP_COMMAND_NAMES
+        case Posted():
+            return message.text.strip().lower() in STOP_COMMANDS
+        case ChoiceSelected() | MessageEdited() | MessageDeleted():
+            return False
+        case _:
+            assert_never(event)
+
+
+def interrupt_record(message_id: str, at: float) -> str:
+    """The stop request (JSON) a message that interrupts the running turn leaves under ``SessionKeys.cancel``."""
+    return json.dumps({"reason": _INTERRUPTED + message_id, "at": at})
+
+
+def interrupting_message(reason: str) -> str | None:
+    """The id of the message that asked for this stop when it is an interrupt (``None``: a real stop)."""
+    return reason[len(_INTERRUPTED) :] if reason.startswith(_INTERRUPTED) else None
 
 
 async def request_stop(redis: aioredis.Redis, session: SessionKey, *, reason: str) -> int:

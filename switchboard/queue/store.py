@@ -88,6 +88,16 @@ class RedisSessionStore:
             epoch=self.epoch,
         )
 
+    async def reset_conversation(self) -> None:
+        """Forget the conversation (``/reset``): delete its history and session-state slots, fenced."""
+        await scripts.SESSION_RESET(
+            self.redis,
+            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history, self._keys.slots],
+            [self.token],
+            session=self.session,
+            epoch=self.epoch,
+        )
+
     async def effect_begin(self, key: str, record: EffectRecord) -> EffectRecord | None:
         """Claim a write effect's idempotency key; returns the record already under it, if any."""
         return await self._effects.effect_begin(key, record)

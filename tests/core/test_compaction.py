@@ -262,3 +262,30 @@ def test_estimate_tokens_is_deterministic_and_leans_high_for_non_latin_text() ->
     assert estimate_tokens("abcde") == 2
     assert estimate_tokens("日本語") == 3
     assert estimate_tokens("hello 世界") == 2 + 2
+
+
+@pytest.mark.parametrize(
+    ("options", "answer"),
+    [
+        ([{"id": "hall-b", "label": "Hall B"}, {"id": "hall-a", "label": "Hall A"}], "chose option hall-b (Hall B)"),
+        (["Hall A", "Hall B"], "chose option hall-b (Hall B)"),  # plain labels: the click names the label
+        ([{"id": "b", "label": "Hall B"}, {"id": "a", "label": "Hall A"}], "chose option b"),
+    ],
+)
+def test_a_clicked_choice_is_recorded_as_the_users_decision(options: list[Any], answer: str) -> None:
+    call = {"id": "q1", "name": "offer_choice", "arguments": {"question": "Which venue?", "options": options}}
+    entries = [
+        user("book a venue " * 100, 1),
+        assistant("", 1, [call]),
+        tool("offer_choice", "q1", "offered", 1),
+        assistant("Pick one", 1),
+        user(answer, 2),
+        assistant("booked " * 200, 2),
+        user("thanks", 3),
+        assistant("ok " * 400, 3),
+        user("and now?", 4),
+        assistant("done", 4),
+    ]
+    record = compact(entries, budget_chars=2_000, keep_recent_turns=2).record
+    assert record is not None
+    assert [d["text"] for d in record["decisions"] if d["kind"] == "user_choice"] == [f"Which venue? → {answer}"]

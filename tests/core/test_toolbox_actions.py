@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from switchboard.core.actions import Action, OfferChoice, SendFile
+from switchboard.core.actions import Action, Choice, OfferChoice, SendFile
 from switchboard.core.toolbox.channel import TOOLS as CHANNEL_TOOLS
 from switchboard.core.toolbox.channel import OfferChoiceInput, SendFileInput, offer_choice, send_file
 from switchboard.core.toolbox.history import HistorySearch, SearchHistoryInput, search_history
@@ -73,9 +73,10 @@ async def test_send_file_asks_the_channel_to_send_a_workspace_file(tmp_path: Pat
     sent = Sent()
     result = await send_file(SendFileInput(path="charts/q3.png", caption="Q3"), make_ctx(tmp_path, act=sent))
     assert result == {"sent": "charts/q3.png", "bytes": 8, "mime_type": "image/png"}
-    assert sent.actions == [
-        SendFile(path=str((tmp_path / "charts" / "q3.png").resolve()), caption="Q3", mime_type="image/png")
-    ]
+    # relative to the workspace, so whichever worker sends it reads it from the workspace store
+    assert sent.actions == [SendFile(path="charts/q3.png", caption="Q3", mime_type="image/png")]
+    await send_file(SendFileInput(path="./charts//q3.png"), make_ctx(tmp_path, act=sent))
+    assert sent.actions[-1].path == "charts/q3.png"  # type: ignore[union-attr]
 
 
 async def test_send_file_refuses_missing_and_outside_files(tmp_path: Path) -> None:
@@ -95,14 +96,39 @@ async def test_offer_choice_sends_the_options(tmp_path: Path) -> None:
     result = await offer_choice(
         OfferChoiceInput(question="Which plan?", options=[" Basic ", "Pro"]), make_ctx(tmp_path, act=sent)
     )
-    assert result["offered"] == ["Basic", "Pro"]
-    assert sent.actions == [OfferChoice(question="Which plan?", options=["Basic", "Pro"])]
+    assert result["offered"] == [{"id": "basic", "label": "Basic"}, {"id": "pro", "label": "Pro"}]
+    assert sent.actions == [
+        OfferChoice(question="Which plan?", options=[Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")])
+    ]
+
+
+async def test_offer_choice_keeps_given_ids_and_makes_unique_ones(tmp_path: Path) -> None:
+    sent = Sent()
+    options = [{"id": "p-1", "label": "Pro (yearly)"}, "Pro yearly", "pro-yearly", "Да"]
+    args = OfferChoiceInput.model_validate({"question": "Which?", "options": options})
+    await offer_choice(args, make_ctx(tmp_path, act=sent))
+    (action,) = sent.actions
+    assert [(c.id, c.label) for c in action.options] == [  # type: ignore[union-attr]
+        ("p-1", "Pro (yearly)"),
+        ("pro-yearly", "Pro yearly"),
+        ("pro-yearly-3", "pro-yearly"),
+        ("4", "Да"),
+    ]
 
 
 @pytest.mark.parametrize(
-    "options", [["only one"], ["a", "a"], ["a", ""], ["ok", "x" * 65], [str(i) for i in range(11)]]
+    "options",
+    [
+        ["only one"],
+        ["a", "a"],
+        ["a", ""],
+        ["ok", "x" * 65],
+        [str(i) for i in range(11)],
+        [{"id": "x", "label": "a"}, {"id": "x", "label": "b"}],
+        [{"id": "has space", "label": "a"}, "b"],
+    ],
 )
-def test_offer_choice_options_are_validated(options: list[str]) -> None:
+def test_offer_choice_options_are_validated(options: list[object]) -> None:
     with pytest.raises(ValidationError):
         OfferChoiceInput(question="Pick", options=options)
 
@@ -114,7 +140,10 @@ async def test_channel_actions_without_a_channel_are_a_clear_error(tmp_path: Pat
 
 def test_new_actions_round_trip_through_the_action_union() -> None:
     adapter: TypeAdapter[Action] = TypeAdapter(Action)
-    for action in (SendFile(path="/w/a.pdf", caption="c"), OfferChoice(question="q", options=["x", "y"])):
+    for action in (
+        SendFile(path="a.pdf", caption="c"),
+        OfferChoice(question="q", options=[Choice(id="x", label="X"), Choice(id="y", label="Y")]),
+    ):
         assert adapter.validate_json(adapter.dump_json(action)) == action
     assert {tool.side_effect for tool in CHANNEL_TOOLS} == {"write"}
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from switchboard.core.agent import Agent, AgentLimits, AgentProfile
 from switchboard.core.events import Event
-from switchboard.core.messages import ConversationRef, InboundMessage, Sender
+from switchboard.core.messages import ConversationRef, InboundEvent, InboundMessage, Posted, Sender
 from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.replay import RecordedStep
@@ -31,6 +31,7 @@ class MemoryStore:
         self.slots: dict[str, Any] = dict(slots or {})
         self.appended: list[HistoryEntry] = []
         self.saved: list[tuple[str, Any]] = []
+        self.resets = 0
 
     async def load_history(self, limit: int) -> list[HistoryEntry]:
         return self.history[-limit:]
@@ -45,6 +46,11 @@ class MemoryStore:
     async def save_slot(self, name: str, value: Any) -> None:
         self.saved.append((name, value))
         self.slots[name] = value
+
+    async def reset_conversation(self) -> None:
+        self.history.clear()
+        self.slots.clear()
+        self.resets += 1
 
 
 class MemorySink:
@@ -67,13 +73,16 @@ class MemorySink:
         return [e for e in self.events if e.kind == kind]
 
 
-def message(text: str, *, id: str = "m1", conversation: str = "c1") -> InboundMessage:
+def message(
+    text: str, *, id: str = "m1", conversation: str = "c1", event: InboundEvent | None = None
+) -> InboundMessage:
     return InboundMessage(
         id=id,
         dedup_key=f"d-{id}",
         conversation=ConversationRef(agent="a", channel="web", conversation=conversation),
         sender=Sender(id="user-1", name="Ada"),
         text=text,
+        event=event or Posted(),
     )
 
 

@@ -85,6 +85,17 @@ def message_events(reply: Reply, model: str) -> list[Event]:
 class FakeAnthropic(Script):
     """The fake server's state: the script, the received requests and the aiohttp app."""
 
+    def images(self) -> list[dict[str, Any]]:
+        """Every ``image`` block the requests carried (their ``source``), in order."""
+        return [
+            block["source"]
+            for received in self.received
+            for message in received.body.get("messages", [])
+            if isinstance(message.get("content"), list)
+            for block in message["content"]
+            if block.get("type") == "image"
+        ]
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)

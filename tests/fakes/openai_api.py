@@ -1,4 +1,5 @@
-"""A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE.
+"""A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE, and
+``POST /v1/audio/transcriptions`` (multipart, answering ``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`).
 
 Speaks the wire format the official ``openai`` SDK parses (checked against its types in
 ``tests/providers/test_fake_wire.py``): Responses events (``response.created`` ...
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -239,11 +241,51 @@ class FakeOpenAI(Script):
     whole_calls = False
     """Chat Completions only: send each tool call whole, at index 0 (Ollama's style)."""
 
+    def __init__(self, *, api_key: str | None = None) -> None:
+        super().__init__(api_key=api_key)
+        self.transcripts: deque[str] = deque()
+        """What ``POST /v1/audio/transcriptions`` answers, in order (then ``"fake transcript"``)."""
+        self.audio_status = 200
+        """Answer transcriptions with this status instead (errors in OpenAI's shape)."""
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         return app
+
+    def images(self) -> list[str]:
+        """Every image URL the model requests carried (``input_image`` and ``image_url`` parts), in order."""
+        found: list[str] = []
+        for received in self.received:
+            for item in received.body.get("input") or received.body.get("messages") or []:
+                content = item.get("content") if isinstance(item, dict) else None
+                for part in content if isinstance(content, list) else []:
+                    if part.get("type") == "input_image":
+                        found.append(part["image_url"])
+                    elif part.get("type") == "image_url":
+                        found.append(part["image_url"]["url"])
+        return found
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        """OpenAI's audio transcription route: a multipart upload with ``file`` and ``model``."""
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if isinstance(upload, web.FileField) else b""
+        body = {
+            "model": str(form.get("model", "")),
+            "file_name": upload.filename if isinstance(upload, web.FileField) else "",
+            "content_type": upload.content_type if isinstance(upload, web.FileField) else "",
+            "bytes": len(data),
+        }
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        if self.audio_status != 200:
+            failure = Failure(status=self.audio_status, kind="server_error", message="fake: transcription failed")
+            return web.json_response(error_body(failure), status=self.audio_status)
+        return web.json_response({"text": self.transcripts.popleft() if self.transcripts else "fake transcript"})
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, lambda reply, body: responses_events(reply, body.get("model", "")))

@@ -51,7 +51,7 @@ async def test_channel_tool_action_is_delivered_once_through_the_outbox(
     await _drainer(client, queue_settings, deliverer, tmp_path).drain(message.session_key)
     choices = [s for s in deliverer.sent if s.action.kind == "choice"]
     assert len(choices) == 1
-    assert choices[0].action.options == ["Basic", "Pro"]  # type: ignore[union-attr]
+    assert [(c.id, c.label) for c in choices[0].action.options] == [("basic", "Basic"), ("pro", "Pro")]  # type: ignore[union-attr]
     assert choices[0].conversation == message.conversation
 
 

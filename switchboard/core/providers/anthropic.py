@@ -6,7 +6,8 @@ blocks, in the order the calls were made (consecutive same-role entries are merg
 wants turns to alternate). The raw event stream (``create(stream=True)``) is folded into the neutral
 events of :mod:`switchboard.core.model`: ``TextDelta`` per ``text_delta``, one ``ToolCallEvent`` when a
 ``tool_use`` block stops (its ``input_json_delta`` fragments joined and parsed), then ``Usage`` and
-``Finished``. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``, ``pause``,
+``Finished``. Images on a user message (files the user sent, for vision-capable models) become base64 ``image``
+blocks ahead of its text. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``, ``pause``,
 ``context_length``. Input tokens count cache reads and writes too, as all of them fill the context.
 """
 
@@ -16,12 +17,14 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anthropic
 import httpx2
 from anthropic import AsyncAnthropic, omit
 from anthropic.types import (
     ContentBlockParam,
+    ImageBlockParam,
     InputJSONDelta,
     MessageParam,
     RawContentBlockDeltaEvent,
@@ -38,6 +41,7 @@ from anthropic.types import TextDelta as WireTextDelta
 from switchboard.core.model import (
     ChatMessage,
     Finished,
+    ImagePart,
     ModelEvent,
     ModelRequest,
     TextDelta,
@@ -230,6 +234,16 @@ class AnthropicModel:
         yield Finished(stop_reason=_STOP_REASONS.get(stop_reason or "end_turn", stop_reason or "stop"))
 
 
+def _image_block(image: ImagePart) -> ImageBlockParam:
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    match image.mime_type:
+        case "image/png" | "image/gif" | "image/webp" | "image/jpeg":
+            media_type = image.mime_type
+        case _:
+            media_type = "image/jpeg"
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": image.data}}
+
+
 def _messages(messages: Sequence[ChatMessage]) -> list[MessageParam]:
     """Alternating user/assistant turns; tool results ride in the user turn after the call."""
     turns: list[tuple[str, list[ContentBlockParam]]] = []
@@ -242,6 +256,8 @@ def _messages(messages: Sequence[ChatMessage]) -> list[MessageParam]:
             )
         else:
             role = message.role
+            for image in message.images:  # images first, then the text about them (Anthropic's advice)
+                blocks.append(_image_block(image))
             if message.content.strip():  # the API refuses empty text blocks
                 blocks.append({"type": "text", "text": message.content})
             for call in message.tool_calls:

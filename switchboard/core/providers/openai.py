@@ -7,6 +7,9 @@ Two wire formats, picked by the factory (``SWITCHBOARD_OPENAI_API``):
 - ``chat``: Chat Completions, which every OpenAI-compatible server speaks (Ollama, vLLM, llama.cpp,
   Azure), reached through ``OPENAI_BASE_URL``. Usage is asked for with ``stream_options.include_usage``.
 
+A user message with images (files the user sent, for vision-capable models) carries them as ``input_image``
+parts (Responses) or ``image_url`` parts (Chat Completions), as base64 ``data:`` URLs.
+
 Both streams are folded into the neutral events of :mod:`switchboard.core.model`: ``TextDelta`` as text
 arrives, one ``ToolCallEvent`` per call once its argument fragments are complete, then ``Usage`` and
 ``Finished``. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``.
@@ -27,6 +30,7 @@ import httpx2
 import openai
 from openai import AsyncOpenAI, omit
 from openai.types.chat import (
+    ChatCompletionContentPartParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
@@ -43,6 +47,7 @@ from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseIncompleteEvent,
     ResponseInputItemParam,
+    ResponseInputMessageContentListParam,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseRefusalDeltaEvent,
@@ -53,6 +58,7 @@ from openai.types.responses.response import Response
 from switchboard.core.model import (
     ChatMessage,
     Finished,
+    ImagePart,
     ModelEvent,
     ModelRequest,
     TextDelta,
@@ -322,6 +328,10 @@ def _body_message(body: object, fallback: str) -> str:
     return fallback
 
 
+def _data_url(image: ImagePart) -> str:
+    return f"data:{image.mime_type};base64,{image.data}"
+
+
 def _function_tool(name: str, description: str, parameters: dict[str, object]) -> FunctionToolParam:
     return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
 
@@ -329,7 +339,12 @@ def _function_tool(name: str, description: str, parameters: dict[str, object]) -
 def _responses_input(messages: Sequence[ChatMessage]) -> list[ResponseInputItemParam]:
     items: list[ResponseInputItemParam] = []
     for message in paired(messages):
-        if message.role == "user":
+        if message.role == "user" and message.images:
+            parts: ResponseInputMessageContentListParam = [{"type": "input_text", "text": message.content}]
+            for image in message.images:
+                parts.append({"type": "input_image", "image_url": _data_url(image), "detail": "auto"})
+            items.append({"type": "message", "role": "user", "content": parts})
+        elif message.role == "user":
             items.append({"type": "message", "role": "user", "content": message.content})
         elif message.role == "assistant":
             if message.content:
@@ -353,7 +368,12 @@ def _chat_messages(system: str, messages: Sequence[ChatMessage]) -> list[ChatCom
     if system:
         out.append({"role": "system", "content": system})
     for message in paired(messages):
-        if message.role == "user":
+        if message.role == "user" and message.images:
+            content: list[ChatCompletionContentPartParam] = [{"type": "text", "text": message.content}]
+            for image in message.images:
+                content.append({"type": "image_url", "image_url": {"url": _data_url(image), "detail": "auto"}})
+            out.append({"role": "user", "content": content})
+        elif message.role == "user":
             out.append({"role": "user", "content": message.content})
         elif message.role == "assistant":
             calls: list[ChatCompletionMessageFunctionToolCallParam] = [

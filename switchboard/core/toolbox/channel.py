@@ -1,5 +1,7 @@
 """Channel actions as tools: ``send_file`` (a file or image from the workspace) and ``offer_choice``.
 
+``send_file`` names the file by its path relative to the session workspace, so whichever worker sends it reads
+it from the workspace store; ``offer_choice`` gives each option an id that comes back when the user picks it.
 Both ask the conversation's channel to act through ``ToolContext.act``; the channel renders them in its
 own dialect (a photo or a document; native buttons or a numbered list). They are side effects, so the
 gateway stamps them with idempotency keys and approval policy applies to them as to any write.
@@ -8,11 +10,12 @@ gateway stamps them with idempotency keys and approval policy applies to them as
 from __future__ import annotations
 
 import mimetypes
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from switchboard.core.actions import Action, OfferChoice, SendFile
+from switchboard.core.actions import Action, Choice, OfferChoice, SendFile
 from switchboard.core.threads import run_blocking
 from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
 from switchboard.core.tools import Tool, ToolContext
@@ -21,9 +24,11 @@ from switchboard.errors import ToolError
 __all__ = [
     "MAX_OPTIONS",
     "MAX_OPTION_CHARS",
+    "MAX_OPTION_ID_CHARS",
     "MAX_SEND_BYTES",
     "TOOLS",
     "OfferChoiceInput",
+    "OptionInput",
     "SendFileInput",
     "offer_choice",
     "send_file",
@@ -34,6 +39,9 @@ MAX_SEND_BYTES = 50 * 2**20
 MAX_OPTIONS = 10
 MAX_OPTION_CHARS = 64
 """Button labels stay short on every platform (Telegram and Slack truncate or refuse longer ones)."""
+MAX_OPTION_ID_CHARS = 64
+"""An option id travels with the button (Telegram's ``callback_data`` holds 64 bytes)."""
+_ID_UNSAFE = re.compile(r"[^a-z0-9_.:]+")
 
 
 class SendFileInput(BaseModel):
@@ -50,27 +58,59 @@ class SendFileInput(BaseModel):
         return check_relative_path(value)
 
 
+class OptionInput(BaseModel):
+    """One option of ``offer_choice`` with an id of the model's choosing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=MAX_OPTION_ID_CHARS, pattern=r"^[A-Za-z0-9_.:-]+$")
+    label: str = Field(min_length=1, max_length=MAX_OPTION_CHARS)
+
+
 class OfferChoiceInput(BaseModel):
     """Arguments of ``offer_choice``."""
 
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=1000, description="What the user is asked.")
-    options: list[str] = Field(
-        min_length=2, max_length=MAX_OPTIONS, description=f"2 to {MAX_OPTIONS} short answers to pick from."
+    options: list[str | OptionInput] = Field(
+        min_length=2,
+        max_length=MAX_OPTIONS,
+        description=(
+            f"2 to {MAX_OPTIONS} short answers to pick from: labels, or {{id, label}} objects. The user's pick "
+            "comes back as 'chose option <id> (<label>)'; a plain label gets an id made from it."
+        ),
     )
 
     @field_validator("options")
     @classmethod
-    def _distinct_short(cls, value: list[str]) -> list[str]:
-        options = [option.strip() for option in value]
-        if any(not option for option in options):
+    def _distinct_short(cls, value: list[str | OptionInput]) -> list[str | OptionInput]:
+        labels = [(option if isinstance(option, str) else option.label).strip() for option in value]
+        if any(not label for label in labels):
             raise ValueError("an option is empty")
-        if too_long := [option for option in options if len(option) > MAX_OPTION_CHARS]:
+        if too_long := [label for label in labels if len(label) > MAX_OPTION_CHARS]:
             raise ValueError(f"options must be at most {MAX_OPTION_CHARS} characters: {too_long[0]!r} is longer")
-        if len(set(options)) != len(options):
+        if len(set(labels)) != len(labels):
             raise ValueError("options must be distinct")
-        return options
+        ids = [option.id for option in value if isinstance(option, OptionInput)]
+        if len(set(ids)) != len(ids):
+            raise ValueError("option ids must be distinct")
+        return [option.strip() if isinstance(option, str) else option for option in value]
+
+    def choices(self) -> list[Choice]:
+        """The options as ``Choice(id, label)``: given ids kept, a plain label's id made from it (unique)."""
+        taken = {option.id for option in self.options if isinstance(option, OptionInput)}
+        out: list[Choice] = []
+        for number, option in enumerate(self.options, 1):
+            if isinstance(option, OptionInput):
+                out.append(Choice(id=option.id, label=option.label.strip()))
+                continue
+            made = _ID_UNSAFE.sub("-", option.lower()).strip("-")[:MAX_OPTION_ID_CHARS] or str(number)
+            while made in taken:
+                made = f"{made[: MAX_OPTION_ID_CHARS - 4]}-{number}"
+            taken.add(made)
+            out.append(Choice(id=made, label=option))
+        return out
 
 
 async def _act(ctx: ToolContext, action: Action) -> None:
@@ -80,13 +120,14 @@ async def _act(ctx: ToolContext, action: Action) -> None:
 
 
 def _file_to_send(ctx: ToolContext, path: str) -> tuple[str, int, str | None]:
+    """The file's path relative to the workspace (any worker can send it), its size and type."""
     target = resolve_in_workspace(ctx.workspace, path)
     if not target.is_file():
         raise ToolError(f"no file {path!r} in the session workspace", error_class="validation")
     size = target.stat().st_size
     if size > MAX_SEND_BYTES:
         raise ToolError(f"{path!r} is {size} bytes, over the {MAX_SEND_BYTES}-byte send cap")
-    return str(target), size, mimetypes.guess_type(target.name)[0]
+    return target.relative_to(ctx.workspace.resolve()).as_posix(), size, mimetypes.guess_type(target.name)[0]
 
 
 async def send_file(args: SendFileInput, ctx: ToolContext) -> dict[str, Any]:
@@ -98,8 +139,12 @@ async def send_file(args: SendFileInput, ctx: ToolContext) -> dict[str, Any]:
 
 async def offer_choice(args: OfferChoiceInput, ctx: ToolContext) -> dict[str, Any]:
     """Tool body: ask the user to pick an option; the answer arrives as the user's next message."""
-    await _act(ctx, OfferChoice(question=args.question, options=args.options))
-    return {"offered": args.options, "note": "the user's pick arrives as their next message"}
+    choices = args.choices()
+    await _act(ctx, OfferChoice(question=args.question, options=choices))
+    return {
+        "offered": [{"id": choice.id, "label": choice.label} for choice in choices],
+        "note": "the user's pick arrives as their next message: 'chose option <id> (<label>)'",
+    }
 
 
 TOOLS: list[Tool] = [

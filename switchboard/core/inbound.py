@@ -1,0 +1,169 @@
+"""What the agent reads for each kind of inbound event, and which turns the gateway answers without the model.
+
+Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exhaustively (``match`` +
+``assert_never``):
+
+- ``Posted``: the message text (attachments are added by :mod:`switchboard.core.attachments`).
+- ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
+  conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
+  short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
+  the model as the text the user typed (``/name args``).
+- ``ChoiceSelected``: ``chose option <id> (<label>)``, so an offer → click round trip lets the agent act on the id.
+- ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
+- ``MessageDeleted``: recorded in the history, no model call, no reply.
+
+The same text goes into the conversation history (:func:`history_text`), so a later turn reads what this one read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, assert_never, runtime_checkable
+
+from switchboard.core.agent import Agent
+from switchboard.core.messages import (
+    ChoiceSelected,
+    CommandIssued,
+    InboundMessage,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+)
+from switchboard.core.turn import SessionStore, TurnResult
+
+__all__ = [
+    "GREETING_COMMANDS",
+    "RESET_TEXT",
+    "STOP_COMMAND_NAMES",
+    "ConversationReset",
+    "TurnPlan",
+    "event_text",
+    "greeting",
+    "history_text",
+    "is_reset",
+    "plan_turn",
+    "settle_without_model",
+]
+
+logger = logging.getLogger(__name__)
+
+STOP_COMMAND_NAMES = frozenset({"stop", "cancel"})
+"""Commands the queue handles by stopping the running turn (see ``switchboard.queue.cancellation``)."""
+GREETING_COMMANDS = frozenset({"start", "help"})
+RESET_TEXT = "Done: I cleared our conversation and forgot what we had noted. Let's start over."
+"""What ``/reset`` answers (the model is not asked)."""
+
+
+@runtime_checkable
+class ConversationReset(Protocol):
+    """A session store that can forget the conversation (``/reset``): history and session-state slots."""
+
+    async def reset_conversation(self) -> None:
+        """Delete the session's history and slots (fenced like every write)."""
+
+
+def is_reset(message: InboundMessage) -> bool:
+    """Whether ``message`` is the ``/reset`` command."""
+    return isinstance(message.event, CommandIssued) and message.event.name == "reset"
+
+
+def _command_text(name: str, args: str) -> str:
+    return f"/{name} {args}".strip() if args.strip() else f"/{name}"
+
+
+def event_text(message: InboundMessage) -> str | None:
+    """What the model reads for ``message`` (``None``: nothing to answer, e.g. a deletion)."""
+    event = message.event
+    match event:
+        case Posted():
+            return message.text
+        case CommandIssued(name="ask"):
+            return message.text
+        case CommandIssued(name=name):
+            return _command_text(name, message.text)
+        case ChoiceSelected(option_id=option_id):
+            label = message.text.strip()
+            shown = f" ({label})" if label and label != option_id else ""
+            return f"chose option {option_id}{shown}"
+        case MessageEdited():
+            return f"edited an earlier message to: {message.text}"
+        case MessageDeleted():
+            return None
+        case _:
+            assert_never(event)
+
+
+def history_text(message: InboundMessage) -> str:
+    """The user entry the conversation history keeps for ``message`` (what the model read, or a record of it)."""
+    event = message.event
+    match event:
+        case MessageDeleted():
+            return "(deleted an earlier message)"
+        case Posted() | CommandIssued() | ChoiceSelected() | MessageEdited():
+            return event_text(message) or ""
+        case _:
+            assert_never(event)
+
+
+def greeting(agent: Agent) -> str:
+    """The short answer to ``/start`` and ``/help`` (no model call)."""
+    name = agent.profile.name if agent.profile is not None else agent.name
+    about = f" {agent.profile.description.strip()}" if agent.profile is not None and agent.profile.description else ""
+    return (
+        f"Hi, I'm {name}.{about} Send me a message (files, photos and voice notes too) and I'll answer. "
+        "/reset starts our conversation over; /stop stops a reply I'm still writing."
+    )
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """How a turn goes, decided from its messages before any model call."""
+
+    kind: Literal["model", "reset", "greeting", "silent"]
+    """``model``: ask the model about :attr:`messages`; ``reset``: only confirm the reset; ``greeting``: only
+    greet; ``silent``: nothing to answer (deletions only)."""
+    messages: tuple[InboundMessage, ...]
+    """The messages the model reads (those after the last ``/reset``, deletions left out)."""
+    reset: bool
+    """The turn holds a ``/reset``: the store forgets the conversation before anything else."""
+
+
+def plan_turn(messages: Sequence[InboundMessage]) -> TurnPlan:
+    """Decide how a turn with ``messages`` (one, or several under ``collect``) goes.
+
+    Everything up to the last ``/reset`` is forgotten with the conversation; of what follows, deletions are only
+    recorded, and a turn holding nothing but greeting commands is greeted.
+    """
+    last_reset = max((i for i, m in enumerate(messages) if is_reset(m)), default=-1)
+    after = [m for m in messages[last_reset + 1 :] if event_text(m) is not None]
+    reset = last_reset >= 0
+    if not after:
+        return TurnPlan("reset" if reset else "silent", (), reset)
+    if all(isinstance(m.event, CommandIssued) and m.event.name in GREETING_COMMANDS for m in after):
+        return TurnPlan("greeting", tuple(after), reset)
+    return TurnPlan("model", tuple(after), reset)
+
+
+async def settle_without_model(plan: TurnPlan, agent: Agent, store: SessionStore) -> TurnResult | None:
+    """Forget the conversation if the turn holds a ``/reset``; answer the turns that need no model.
+
+    Returns ``None`` when the model answers :attr:`TurnPlan.messages`.
+    """
+    if plan.reset:
+        if isinstance(store, ConversationReset):
+            await store.reset_conversation()
+        else:
+            logger.warning("this session store cannot forget a conversation; /reset is only confirmed")
+    match plan.kind:
+        case "reset":
+            return TurnResult(text=RESET_TEXT, steps=0)
+        case "greeting":
+            return TurnResult(text=greeting(agent), steps=0)
+        case "silent":  # deletions only: recorded by the queue, nothing to answer
+            return TurnResult(text="", steps=0)
+        case "model":
+            return None
+        case _:
+            assert_never(plan.kind)

@@ -1,0 +1,3 @@
+-- KEYS: 1 lease, 2 fenced, 3 history, 4 slots   ARGV: 1 token   (/reset: the conversation is forgotten)
+local refused = fenced() if refused then return refused end
+return redis.call('DEL', KEYS[3], KEYS[4])
