@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +13,7 @@ from switchboard.core.events import Event
 from switchboard.core.messages import InboundMessage
 from switchboard.types import SessionKey
 
-__all__ = ["HistoryEntry", "SessionStore", "TurnRequest", "TurnResult", "TurnSink"]
+__all__ = ["HistoryEntry", "SessionStore", "SteeringSink", "TurnRequest", "TurnResult", "TurnSink"]
 
 
 class HistoryEntry(BaseModel):
@@ -40,7 +40,7 @@ class HistoryEntry(BaseModel):
 
 
 class TurnRequest(BaseModel):
-    """Everything one turn starts from. ``messages`` holds one message, or several under ``collect``."""
+    """Everything one turn starts from: ``messages`` holds one message, or several (all waiting, folded)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
@@ -95,6 +95,18 @@ class TurnSink(Protocol):
 
     async def event(self, event: Event) -> None:
         """Append a fact to the session's event log."""
+
+
+@runtime_checkable
+class SteeringSink(TurnSink, Protocol):
+    """A sink that can hand the running turn messages the user sent while it runs (the ``steer`` busy policy).
+
+    The runtime asks before each model call and adds what comes back as the user's words, so the next request
+    carries them; the queue layer acks them with the turn. A sink without this method steers nothing.
+    """
+
+    async def steered(self) -> Sequence[InboundMessage]:
+        """Messages accepted for the session since the turn last asked, oldest first (each given once; often none)."""
 
 
 class SessionStore(Protocol):

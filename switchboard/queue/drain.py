@@ -3,11 +3,13 @@
 The loop, under the lease (renewed every third of its TTL):
 
 1. ``begin.lua`` counts the attempt *before* running (a SIGKILL still counts), logs ``run_started`` and
-   returns the head message (or, under ``collect``, everything waiting). Past ``max_attempts`` the message
-   is dead-lettered instead, and the next one runs.
-2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` only if the run is still going after
-   :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every few seconds. The runner plays the
-   turn; streamed deltas reach channels that stream, facts go to the fenced event log.
+   returns the head message (or, under a busy policy other than ``sequential``, everything waiting; see
+   :mod:`switchboard.queue.busy` for ``interrupt`` and ``steer``). Past ``max_attempts`` the message is
+   dead-lettered instead, and the next one runs.
+2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` (to channels that show typing) only if the
+   run is still going after :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every
+   ``Capabilities.typing_refresh_s``. The runner plays the turn; streamed deltas go through the streaming policy
+   (:mod:`switchboard.queue.streaming`), facts to the fenced event log.
 3. The reply goes out through the :class:`~switchboard.queue.outbox.Outbox` as a durable send (retried alone,
    never by re-running the model: :mod:`switchboard.queue.sending`), then ``complete.lua`` acks exactly the
    handled ids, appends history and facts and records the latencies, in one fenced step.
@@ -33,25 +35,29 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Receipt
-from switchboard.core.actions import Action, SendText, SendTyping, SetStatus, StreamDelta
+from switchboard.channels.base import Capabilities, Receipt, SendContext
+from switchboard.core.actions import Action, SendText, SendTyping, SetStatus, StreamText
 from switchboard.core.agent import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
+from switchboard.queue.busy import BusyTurn, answered_part, end_interrupted
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.endings import TurnEndings
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
-from switchboard.queue.outbox import Outbox, idempotency_key
+from switchboard.queue.outbox import Ephemeral, Outbox, idempotency_key
+from switchboard.queue.ratelimits import SendBuckets
 from switchboard.queue.sending import REPLY, Undelivered, deliver_reply
+from switchboard.queue.streaming import ReplyStream
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -64,8 +70,6 @@ TurnRunner = Callable[[TurnRequest, TurnSink, SessionStore], Awaitable[TurnResul
 
 TYPING_DELAY_S = 0.75
 """A run still going this long after it started shows a typing indicator (most replies are ready sooner)."""
-TYPING_REFRESH_S = 4.0
-"""Platforms drop a typing indicator after ~5 s; refresh it while a run lasts."""
 RUNNER_GRACE_S = 30.0
 """How long past its deadline a turn may run before the drain counts it as failed."""
 
@@ -73,10 +77,10 @@ RUNNER_GRACE_S = 30.0
 class Deliverer(Protocol):
     """Carries send actions to the conversation's channel (the web tier's channel registry, or a test's recorder)."""
 
-    def streams(self, conversation: ConversationRef) -> bool:
-        """Whether the conversation's channel shows ``StreamDelta`` actions."""
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show (how replies stream, typing, rates)."""
 
-    async def perform(self, action: Action, conversation: ConversationRef, *, idempotency_key: str) -> Receipt:
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
         """Perform one action; raises ``DeliveryError`` / ``RateLimitedError``."""
 
 
@@ -110,8 +114,12 @@ class _Turn:
     deltas: int = 0
     acts: int = 0
     outbox: Outbox | None = None
+    stream: ReplyStream | None = None
+    """The streaming policy of the turn in flight (set once its conversation is known)."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when a stop was asked (``/stop``, console) for the turn in flight."""
+    """Set when a stop was asked (``/stop``, console, or a newer message under ``interrupt``) for the turn in flight."""
+    busy: BusyTurn = field(default_factory=BusyTurn)
+    """What the ``interrupt`` and ``steer`` busy policies track of the turn in flight."""
     stop_reason: str = ""
     stopped_at: float | None = None
     """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
@@ -143,10 +151,17 @@ class _Sink:
 
     async def delta(self, text: str) -> None:
         turn = self._turn
-        if turn.conversation is None or not self._drainer.deliverer.streams(turn.conversation):
-            return
-        turn.deltas += 1
-        await self._drainer._notify(turn, StreamDelta(text=text, reply_to=turn.reply_to), f"delta:{turn.deltas}")
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.stream is not None:
+            turn.deltas += 1
+            await turn.stream.delta(text)
+
+    async def steered(self) -> list[InboundMessage]:
+        """Under ``steer``, the messages accepted for the session since the turn last asked (read from Redis)."""
+        if self._turn.lost.is_set():
+            raise _lost(self._turn.lease)
+        return await self._turn.busy.take_steered(self._turn.ledger)
 
     async def act(self, action: Action) -> None:
         """A channel action a tool asked for (send a file, offer a choice): through the outbox, once."""
@@ -195,8 +210,13 @@ class Drainer(TurnEndings):
         agent_for: Callable[[InboundMessage], Agent],
         worker_id: str,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        workspace_root: Path | None = None,
     ) -> None:
         self.redis = redis
+        self.workspace_root = workspace_root
+        """Where session workspaces live: channels read the files they send from there."""
+        self.buckets = SendBuckets(redis, sleep=sleep)
+        """The outbound rate limits, shared by every worker (:mod:`switchboard.queue.ratelimits`)."""
         self.settings = settings
         self.runner = runner
         self.deliverer = deliverer
@@ -216,6 +236,8 @@ class Drainer(TurnEndings):
         turn = self._active.get(session)
         if turn is None or turn.outbox is None:
             return False
+        if turn.busy.interrupt(reason) is False:
+            return False  # an interrupt this turn does not take (it holds that message, or was restarted enough)
         turn.stop_reason = reason
         turn.stop.set()
         return True
@@ -272,6 +294,8 @@ class Drainer(TurnEndings):
 
     async def _handle(self, turn: _Turn, attempt: Attempt) -> DrainOutcome | None:
         lease = turn.lease
+        turn.busy.start(attempt)
+        turn.stop.clear()  # from here on a stop or an interrupt is this turn's
         messages: list[InboundMessage] = []
         for body in attempt.bodies:
             if body:
@@ -284,14 +308,28 @@ class Drainer(TurnEndings):
             sleep=self._sleep,
             events_maxlen=self.settings.events_maxlen,
             max_wait_s=self.settings.max_defer_s,
+            buckets=self.buckets,
+            capabilities=self.deliverer.capabilities,
+            workspace_root=self.workspace_root,
         )
         turn.outbox = outbox
+        turn.stream = None
         if not messages:
             reason = "message record missing"
             await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
             return None
         turn.conversation = messages[-1].conversation
         turn.reply_to = messages[-1].id
+        turn.stream = ReplyStream(
+            self.deliverer.capabilities(turn.conversation),
+            turn.conversation,
+            outbox=outbox,
+            perform=self._perform_for(turn),
+            notify=lambda action, logical: self._notify(turn, action, logical),
+            buckets=self.buckets,
+            run_id=turn.run_id,
+            reply_to=turn.reply_to,
+        )
         if attempt.dead:
             reason = attempt.last_error or "the worker running it was lost"
             await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
@@ -300,16 +338,20 @@ class Drainer(TurnEndings):
             return DrainOutcome.DEFERRED
         if attempt.attempt > 1:  # an earlier attempt may have produced the reply: then only its send is left
             pending = await outbox.pending(turn.run_id, REPLY)
-            if pending is not None and isinstance(pending.action, SendText):
+            await turn.stream.restore()  # a preview an earlier attempt streamed is edited, never posted twice
+            if pending is not None and isinstance(pending.action, SendText | StreamText):
+                attempt, messages = answered_part(attempt, messages, pending.action.reply_to)
                 await self._resume(turn, attempt, messages, outbox, pending)
                 return None
         started = time.time()
-        turn.stop.clear()
         try:
             result, sent = await self._play(turn, attempt, messages, outbox)
         except FencedWriteError:
             raise
         except RunCancelledError as stopped:
+            if turn.busy.interrupted:  # a newer message: nothing acked, the next turn restarts with it
+                await end_interrupted(turn, attempt, outbox, stopped.reason)
+                return None
             await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
             return None
         except asyncio.CancelledError:
@@ -324,6 +366,7 @@ class Drainer(TurnEndings):
             for pending_task in turn.typing:
                 pending_task.cancel()
             turn.typing.clear()
+        attempt, messages = turn.busy.answered(attempt, messages)  # steered messages are acked with the turn
         await self._finish(
             turn, attempt, messages, outbox, text=result.text, sent=sent, started=started, work=result.history
         )
@@ -365,7 +408,8 @@ class Drainer(TurnEndings):
                 raise
         sent: Receipt | Undelivered | None = None
         if result.text.strip():
-            reply = SendText(text=result.text, reply_to=turn.reply_to)
+            stream = turn.stream
+            reply = stream.reply(result.text) if stream else SendText(text=result.text, reply_to=turn.reply_to)
             sent = await deliver_reply(
                 outbox,
                 reply,
@@ -408,22 +452,28 @@ class Drainer(TurnEndings):
         raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
 
     def _schedule_typing(self, turn: _Turn) -> None:
-        """Show typing once the run lasts :data:`TYPING_DELAY_S`, then refresh it every few seconds (timers)."""
+        """Show typing (where the channel has it) once the run lasts :data:`TYPING_DELAY_S`, then keep it shown."""
+        caps = turn.stream.caps if turn.stream is not None else None
+        if caps is None or not caps.typing:
+            return
+        every = max(caps.typing_refresh_s, 0.5)
         loop = asyncio.get_running_loop()
 
         def refresh() -> None:
             task = loop.create_task(self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing"))
             task.add_done_callback(_swallow)
             turn.typing.append(task)
-            turn.typing.append(loop.call_later(TYPING_REFRESH_S, refresh))
+            turn.typing.append(loop.call_later(every, refresh))
 
         turn.typing.append(loop.call_later(TYPING_DELAY_S, refresh))
 
-    def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, str], Awaitable[Receipt]]:
-        async def perform(action: Action, conversation: ConversationRef, key: str) -> Receipt:
+    def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]:
+        async def perform(action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
             if turn.lost.is_set():
                 raise _lost(turn.lease)
-            return await self.deliverer.perform(action, conversation, idempotency_key=key)
+            if turn.stream is not None and turn.stream.takes(send.idempotency_key):
+                return await turn.stream.perform_reply(action, conversation, send)  # edits the streamed preview
+            return await self.deliverer.perform(action, conversation, send)
 
         return perform
 
@@ -434,8 +484,6 @@ class Drainer(TurnEndings):
         if turn.conversation is None:
             return
         try:
-            await self.deliverer.perform(
-                action, turn.conversation, idempotency_key=idempotency_key(turn.run_id, logical)
-            )
+            await self.deliverer.perform(action, turn.conversation, Ephemeral(idempotency_key(turn.run_id, logical)))
         except DeliveryError as err:
             logger.info("%s for %s not delivered: %s", action.kind, turn.lease.session, type(err).__name__)

@@ -7,7 +7,8 @@ chat echo (its web stream trimmed to its byte budget) → and, only when no drai
 drain flag plus an RQ job pushed on the queue → for a web chat session, the idle TTL on every one of its keys
 (``SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S``; the drain's ``begin`` gives it again, so an idle session expires
 whole). A platform retry can therefore never be dropped while its original was lost, and sessions that already
-have a pending drain cost no RQ work at all.
+have a pending drain cost no RQ work at all. Under the ``interrupt`` busy policy, a message that lands while a turn
+runs also asks that turn to stop, in the same script (see :mod:`switchboard.queue.cancellation`).
 
 With ``idempotent=True`` (the web chat's ``client_id``) the dedup key is an idempotency key: the dedup record also
 holds a short hash of the text, and the same key with a different text is refused as :attr:`IngestResult.reused`
@@ -36,7 +37,7 @@ from switchboard.core.events import DropReason
 from switchboard.core.messages import InboundMessage, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
-from switchboard.queue.cancellation import is_stop, request_stop
+from switchboard.queue.cancellation import CANCEL_TTL_MS, interrupt_record, is_stop, request_stop
 from switchboard.queue.connection import MultiplexedConnection
 from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -52,6 +53,7 @@ WEB_ECHO_MAXLEN = 1000
 """Approximate cap of each session's web stream (the web chat's retained history; ``WEB_STREAM_MAXLEN``)."""
 _QUEUED_STATUS = '{"status":"queued"}'
 _GLOBAL = GlobalKeys()
+_CANCEL_CHANNEL = _GLOBAL.cancel_channel
 _ASSIGNED: set[str] = {"id", "received_at"}
 """Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
 _pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
@@ -303,7 +305,10 @@ class Ingestor:
 
         Args:
             message: the parsed draft; its ``id`` is assigned here.
-            busy_policy: ``collect`` folds everything waiting into the session's next run.
+            busy_policy: what happens when the message lands while the session runs a turn: it waits for a turn of
+                its own (``sequential``), is folded with everything waiting into the next turn (``collect``), stops
+                the running turn, which restarts with everything waiting (``interrupt``), or is handed to the running
+                turn at its next step (``steer``). The last message's policy is the session's.
             echo: web chat only: ``{"type": "user", "data": <json>}`` appended to the session's web stream
                 in the same script, followed by a ``queued`` status entry.
             idempotent: the dedup key is an idempotency key (the web chat's ``client_id``): reused with a different
@@ -369,6 +374,7 @@ class Ingestor:
             keys.outbox,
             keys.dead,
             keys.epoch,
+            keys.cancel,
         ]
         script_args: list[ScriptArg] = [
             message_id,
@@ -387,6 +393,9 @@ class Ingestor:
             dropped,
             *(self._web_retention if channel == "web" else _NO_RETENTION),
             _fingerprint(message.text) if idempotent else "",
+            interrupt_record(message_id, now) if busy_policy == "interrupt" and not is_stop(message) else "",
+            CANCEL_TTL_MS,
+            _CANCEL_CHANNEL,
         ]
         try:
             status, stored_id, drain = await self._coalescer.submit(script_keys, script_args)

@@ -46,7 +46,7 @@ class SessionKeys:
 
     @property
     def attempts(self) -> str:
-        """HASH message id → attempts started so far."""
+        """HASH message id → attempts started so far; ``<id>:error``, ``:deferrals``, ``:interrupts``, ``:took``."""
         return self._k("attempts")
 
     @property
@@ -187,6 +187,18 @@ class GlobalKeys:
         """STRING worker id with a PX TTL: the worker sweeping for stranded sessions now."""
         return f"{self.prefix}:reaper:lock"
 
+    def listener_lease(self, channel: str, account: str) -> str:
+        """STRING ``<epoch>:<holder>`` with a PX TTL: the one process running this account's listener.
+
+        A listener is Telegram long polling, a gateway or a Socket Mode connection. Shares the hash tag
+        ``{listener:<channel>/<account>}`` with its epoch counter.
+        """
+        return f"{self.prefix}:{{listener:{channel}/{account}}}:lease"
+
+    def listener_epoch(self, channel: str, account: str) -> str:
+        """STRING counter; every grant of the account's listener lease INCRs it (the fencing token)."""
+        return f"{self.prefix}:{{listener:{channel}/{account}}}:epoch"
+
     def web_token(self, token_hash: str) -> str:
         """STRING session key for a web chat bearer token (stored by hash, never in clear)."""
         return f"{self.prefix}:webtoken:{token_hash}"
@@ -198,6 +210,22 @@ class GlobalKeys:
     def address_rate(self, address: str) -> str:
         """STRING, PX TTL: one client address's session-creation meter (IPv6 counted per /64)."""
         return f"{self.prefix}:rate:address:{address}"
+
+    def send_rate(self, channel: str, account: str) -> str:
+        """STRING, PX TTL: one bot account's send bucket (GCRA arrival time, ms), shared by every worker.
+
+        The keys of one account share the hash tag ``{rate:<channel>/<account>}``, so one script takes the account's
+        and a chat's tokens together.
+        """
+        return f"{self.prefix}:{{rate:{channel}/{account}}}:send"
+
+    def chat_send_rate(self, channel: str, account: str, chat: str) -> str:
+        """STRING, PX TTL: one chat's send bucket (GCRA arrival time, ms; held for a platform's ``retry_after``)."""
+        return f"{self.prefix}:{{rate:{channel}/{account}}}:send:{chat}"
+
+    def chat_edit_rate(self, channel: str, account: str, chat: str) -> str:
+        """STRING, PX TTL: one chat's streaming edit budget (GCRA arrival time, ms), shared by every worker."""
+        return f"{self.prefix}:{{rate:{channel}/{account}}}:edit:{chat}"
 
     def web_stream_ticket(self, ticket_hash: str) -> str:
         """STRING session key for a single-use web chat stream ticket (by hash, short TTL, taken with GETDEL)."""

@@ -3,12 +3,15 @@
 ``begin`` counts an attempt before it runs, or, when the inbox is empty, ends the drain (lease, drain flag
 and runnable mark removed in that same step, so nothing is stranded); ``fail`` logs a failed attempt;
 ``complete`` acks a finished turn with its history, facts and latencies; ``dead_letter`` sets a poison
-message aside; ``facts`` writes events (and metered usage) a drain held back to ride on its next step. Each
-first checks that the lease still belongs to this epoch.
+message aside; ``facts`` writes events (and metered usage) a drain held back to ride on its next step;
+``steer`` hands a running turn the messages that arrived behind it, and ``interrupt`` ends a turn a newer
+message interrupted without acking anything (the ``steer`` and ``interrupt`` busy policies). Each first checks
+that the lease still belongs to this epoch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -29,20 +32,24 @@ from switchboard.core.events import (
     SendDeadLettered,
     UsageMetered,
 )
+from switchboard.core.inbound import history_text, is_reset
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
+from switchboard.types import BusyPolicy
 
 __all__ = [
     "DEAD_LETTER_CAP",
     "GLOBAL_DEAD_LETTER_CAP",
     "MAX_COLLECT",
+    "MAX_INTERRUPTS",
     "Attempt",
     "AttemptStore",
     "Ledger",
@@ -50,7 +57,15 @@ __all__ = [
 ]
 
 MAX_COLLECT: Final = 50
-"""Most waiting messages folded into one turn under the ``collect`` policy."""
+"""Most waiting messages folded into one turn under the ``collect``, ``interrupt`` and ``steer`` policies."""
+MAX_INTERRUPTS: Final = 3
+"""Times a turn restarts for newer messages (``interrupt`` policy) before it runs to the end regardless."""
+_POLICIES: Final[dict[str, BusyPolicy]] = {
+    "sequential": "sequential",
+    "collect": "collect",
+    "interrupt": "interrupt",
+    "steer": "steer",
+}
 DEAD_LETTER_CAP: Final = 100
 """Dead-letter records kept per session."""
 GLOBAL_DEAD_LETTER_CAP: Final = 10_000
@@ -86,9 +101,15 @@ class Attempt:
     """Past ``max_attempts``: dead-letter it instead of running."""
     last_error: str
     ids: list[str]
-    """The message ids the turn handles (one, or several under ``collect``)."""
+    """The message ids the turn handles (one, or everything waiting under a policy other than ``sequential``)."""
     bodies: list[str]
     """Their stored JSON (empty when a record is missing)."""
+    policy: BusyPolicy = "sequential"
+    """The session's busy policy as ``begin`` read it."""
+    interrupts: int = 0
+    """How often the head's turn was interrupted by newer messages so far."""
+    took: int = 0
+    """Inbox entries the head's last run took in all, steered messages included (0 when it steered none)."""
     history: list[bytes] | None = None
     """The session's last history entries (JSON) as ``begin`` read them, when it did (a run, not a dead letter)."""
     slots: dict[str, bytes] | None = None
@@ -156,24 +177,51 @@ class Ledger:
         )
         if not reply:
             return None
-        n = int(reply[4])
-        ids = [v.decode() for v in reply[5 : 5 + n]]
-        bodies = [v.decode() for v in reply[5 + n : 5 + 2 * n]]
-        attempt = Attempt(int(reply[0]), bool(int(reply[1])), reply[2].decode(), ids, bodies)
-        if len(reply) < 7 + 2 * n:
-            return attempt
-        flat = reply[6 + 2 * n]
-        slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-        return Attempt(
-            attempt.attempt,
-            attempt.dead,
-            attempt.last_error,
+        n = int(reply[6])
+        ids = [v.decode() for v in reply[7 : 7 + n]]
+        bodies = [v.decode() for v in reply[7 + n : 7 + 2 * n]]
+        attempt = Attempt(
+            int(reply[0]),
+            bool(int(reply[1])),
+            reply[2].decode(),
             ids,
             bodies,
-            history=list(reply[5 + 2 * n]),
-            slots=slots,
-            history_read=read_history,
+            policy=_POLICIES.get(reply[3].decode(), "sequential"),
+            interrupts=int(reply[4]),
+            took=int(reply[5]),
         )
+        if len(reply) < 9 + 2 * n:
+            return attempt
+        flat = reply[8 + 2 * n]
+        slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+        return dataclasses.replace(attempt, history=list(reply[7 + 2 * n]), slots=slots, history_read=read_history)
+
+    async def steer(self, head: str, taken: int) -> tuple[list[str], list[str]]:
+        """The ids and stored JSON of the messages behind the ``taken`` inbox entries the running turn has.
+
+        Plain messages only, up to the first that is not (a command, a stop, a click, an edit, a deletion, a message
+        with attachments): that one waits for the next turn, with what is behind it. They stay in the inbox (the
+        turn's ``complete`` acks them with the rest); the head's ``took`` count is raised, so a reply resumed after a
+        crash acks what this run answered. At most :data:`MAX_COLLECT` in all.
+        """
+        k = self.keys
+        stops = json.dumps(sorted(STOP_COMMANDS))
+        reply = await self._run(scripts.STEER, [k.inbox, k.messages, k.attempts], [head, taken, MAX_COLLECT, stops])
+        n = int(reply[0])
+        return [v.decode() for v in reply[1 : 1 + n]], [v.decode() for v in reply[1 + n : 1 + 2 * n]]
+
+    async def interrupt(self, attempt: Attempt, *, reason: str, outbox_keys: Sequence[str]) -> int:
+        """End a turn a newer message interrupted: logged ``run_cancelled``, nothing acked, the attempt handed back.
+
+        Returns the head's interrupts so far (the next turn, which restarts with everything waiting, reads it too).
+        """
+        event = RunCancelled(message_id=attempt.ids[0], reason=reason)
+        n = await self._run(
+            scripts.INTERRUPT,
+            [self.keys.attempts, self.keys.events, self.keys.outbox],
+            [attempt.ids[0], encode_event(event), self.settings.events_maxlen, json.dumps(list(outbox_keys))],
+        )
+        return int(n)
 
     async def fail(self, attempt: Attempt, error: str) -> None:
         """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing)."""
@@ -267,13 +315,16 @@ class Ledger:
         """
         k = self.keys
         now = time.time()
+        resets = [i for i, m in enumerate(messages) if is_reset(m)]  # /reset: what came before it is forgotten
+        kept = messages[resets[-1] + 1 :] if resets else messages
         history = [
-            HistoryEntry(role="user", text=m.text, message_id=m.id, at=m.received_at).model_dump_json()
-            for m in messages
+            HistoryEntry(role="user", text=history_text(m), message_id=m.id, at=m.received_at).model_dump_json()
+            for m in kept
         ]
         history += [entry.model_dump_json() for entry in work]
         answer = reply_text if cancelled is None else f"(stopped before answering: {cancelled})"
-        history.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now).model_dump_json())
+        if kept and answer.strip():  # a deletion gets no answer; a bare /reset leaves the history empty
+            history.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now).model_dump_json())
         events: list[str] = []
         if undelivered is not None:
             events.append(encode_event(undelivered))
@@ -354,3 +405,8 @@ class AttemptStore(RedisSessionStore):
         """Overwrite one slot (JSON-serialisable value)."""
         self._slots = None
         await super().save_slot(name, value)
+
+    async def reset_conversation(self) -> None:
+        """Forget the conversation: history and slots (``/reset``)."""
+        self._history = self._slots = None
+        await super().reset_conversation()

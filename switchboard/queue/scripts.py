@@ -22,6 +22,8 @@ __all__ = [
     "ACK_PRELUDE",
     "ALL",
     "BEGIN",
+    "BUCKET_HOLD",
+    "BUCKET_TAKE",
     "COMPLETE",
     "DEAD_LETTER",
     "DEFER",
@@ -33,6 +35,7 @@ __all__ = [
     "FENCED_XADD",
     "HISTORY_APPEND",
     "INGEST",
+    "INTERRUPT",
     "JOB_FINISH",
     "JOB_PRELUDE",
     "JOB_START",
@@ -43,9 +46,12 @@ __all__ = [
     "LEASE_YIELD",
     "OUTBOX_APPEND",
     "OUTBOX_CLAIM",
+    "OUTBOX_PART",
     "OUTBOX_RECORD",
     "SESSION_QUOTA",
+    "SESSION_RESET",
     "SLOT_SAVE",
+    "STEER",
     "Script",
     "ScriptArg",
     "load_all",
@@ -118,12 +124,18 @@ FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script("complete", fenced=True, preludes=[ACK_PRELUDE])
 DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
 DEFER: Final = Script("defer", fenced=True)
+STEER: Final = Script("steer", fenced=True)
+INTERRUPT: Final = Script("interrupt", fenced=True)
 OUTBOX_CLAIM: Final = Script("outbox_claim", fenced=True, preludes=[FACTS_PRELUDE])
 FACTS: Final = Script("facts", fenced=True, preludes=[FACTS_PRELUDE])
 OUTBOX_RECORD: Final = Script("outbox_record", fenced=True)
+OUTBOX_PART: Final = Script("outbox_part", fenced=True)
+BUCKET_TAKE: Final = Script("bucket_take", preludes=[LIMITS_PRELUDE])
+BUCKET_HOLD: Final = Script("bucket_hold", preludes=[LIMITS_PRELUDE])
 OUTBOX_APPEND: Final = Script("outbox_append", fenced=True, preludes=[RETENTION_PRELUDE])
 HISTORY_APPEND: Final = Script("history_append", fenced=True)
 SLOT_SAVE: Final = Script("slot_save", fenced=True)
+SESSION_RESET: Final = Script("session_reset", fenced=True)
 EFFECT_BEGIN: Final = Script("effect_begin", fenced=True)
 EFFECT_FINISH: Final = Script("effect_finish", fenced=True)
 
@@ -144,12 +156,18 @@ ALL: Final = (
     COMPLETE,
     DEAD_LETTER,
     DEFER,
+    STEER,
+    INTERRUPT,
     OUTBOX_CLAIM,
     FACTS,
     OUTBOX_RECORD,
+    OUTBOX_PART,
+    BUCKET_TAKE,
+    BUCKET_HOLD,
     OUTBOX_APPEND,
     HISTORY_APPEND,
     SLOT_SAVE,
+    SESSION_RESET,
     EFFECT_BEGIN,
     EFFECT_FINISH,
 )

@@ -183,9 +183,9 @@ async def test_current_lease_is_set_during_runs_and_deliveries(
     seen: list[LeaseToken | None] = []
 
     class Watching(RecordingDeliverer):
-        async def perform(self, action, conversation, *, idempotency_key):  # type: ignore[no-untyped-def]
+        async def perform(self, action, conversation, send):  # type: ignore[no-untyped-def]
             seen.append(CURRENT_LEASE.get())
-            return await super().perform(action, conversation, idempotency_key=idempotency_key)
+            return await super().perform(action, conversation, send)
 
     session = make_message("x").session_key
     await ingestor.ingest(make_message("a"))
@@ -241,7 +241,7 @@ async def test_a_run_still_going_after_the_delay_shows_typing_before_its_reply(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(drain_module, "TYPING_DELAY_S", 0.0)
-    monkeypatch.setattr(drain_module, "TYPING_REFRESH_S", 3600.0)
+    deliverer.typing_refresh_s = 3600.0
 
     async def slow_runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
         while not any(s.action.kind == "typing" for s in deliverer.sent):  # the run lasts until typing shows

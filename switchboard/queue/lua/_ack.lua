@@ -7,7 +7,8 @@ local function ack(inbox, messages, attempts, ids)
   end
   redis.call('LTRIM', inbox, n, -1)
   redis.call('HDEL', messages, unpack(ids))
-  redis.call('HDEL', attempts, ids[1], ids[1] .. ':error', ids[1] .. ':deferrals')
+  local h = ids[1]
+  redis.call('HDEL', attempts, h, h .. ':error', h .. ':deferrals', h .. ':interrupts', h .. ':took')
   return nil
 end
 local function append_events(stream, maxlen, events)

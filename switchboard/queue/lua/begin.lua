@@ -7,8 +7,11 @@
 --       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream
 -- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s,
 --       8 session, 9 history entries to read ('' = neither history nor slots)
--- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, n, ids.., jsons..}
--- followed, when read, by {history entries} and {slot name, value, ...}.
+-- Every busy policy but sequential folds what is waiting (up to ARGV[2]) into the turn: collect, and interrupt and
+-- steer, whose next turn takes everything waiting too. The head's fields in the attempts hash also say how often its
+-- turn was interrupted and how many inbox entries its last run took (steered messages included; see steer.lua).
+-- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, interrupts, took, n,
+-- ids.., jsons..} followed, when read, by {history entries} and {slot name, value, ...}.
 local refused = fenced() if refused then return refused end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
@@ -22,9 +25,10 @@ end
 local meta = redis.call('HMGET', KEYS[6], 'busy_policy', 'idle_ttl')
 local policy = meta[1] or 'sequential'
 local ids = {head}
-if policy == 'collect' then ids = redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
+if policy ~= 'sequential' then ids = redis.call('LRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
 local attempt = redis.call('HINCRBY', KEYS[5], head, 1)
-local lasterr = redis.call('HGET', KEYS[5], head .. ':error') or ''
+local fields = redis.call('HMGET', KEYS[5], head .. ':error', head .. ':interrupts', head .. ':took')
+local lasterr = fields[1] or ''
 local dead = 0
 if attempt > tonumber(ARGV[3]) then
   dead = 1
@@ -37,7 +41,7 @@ end
 retain(KEYS, 3, 8, meta[2])
 retain(KEYS, 10, 15, meta[2])
 local bodies = redis.call('HMGET', KEYS[4], unpack(ids))
-local out = {attempt, dead, lasterr, policy, #ids}
+local out = {attempt, dead, lasterr, policy, tonumber(fields[2] or '0'), tonumber(fields[3] or '0'), #ids}
 for i = 1, #ids do out[#out + 1] = ids[i] end
 for i = 1, #ids do out[#out + 1] = bodies[i] or '' end
 if dead == 0 and ARGV[9] ~= '' and tonumber(ARGV[9]) > 0 then

@@ -2,7 +2,8 @@
 -- is pending.
 -- KEYS: 1 dedup, 2 messages, 3 inbox, 4 meta, 5 events, 6 drain flag, 7 runnable, 8 sessions, 9 stats,
 --       10 web stream, 11 job hash, 12 rq queue, 13 rq queues, 14 session rate meter, 15 sender rate meter,
---       16 attempts, 17 history, 18 slots, 19 outbox, 20 dead letters, 21 epoch (the rest of the session's keys)
+--       16 attempts, 17 history, 18 slots, 19 outbox, 20 dead letters, 21 epoch (the rest of the session's keys),
+--       22 stop request
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
 --       8 run_queued JSON, 9 echo type ('' = none), 10 echo data, 11 job id, 12 now (RQ format),
 --       13 dedup TTL s, 14 events maxlen, 15 web stream maxlen, 16 queued status JSON,
@@ -11,7 +12,12 @@
 --       21 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429),
 --       22 idle TTL s of the session's keys ('' = none: platform sessions; see _retention.lua),
 --       23 web stream byte budget (0 = none),
---       24 text fingerprint ('' = none: platforms, whose retries carry identical payloads)
+--       24 text fingerprint ('' = none: platforms, whose retries carry identical payloads),
+--       25 stop request JSON interrupting the running turn ('' = none: not the interrupt policy, or a /stop),
+--       26 its TTL ms, 27 the stop channel
+-- Under the interrupt policy a message accepted while a turn runs asks that turn to stop (the stop request is stored
+-- and the session published, as a /stop does); the message itself waits in the inbox, so nothing rides on the
+-- publish: a worker that misses it finishes the turn and the message is answered by the next one.
 -- The dedup record's value is the message id, or 'id:fingerprint' when ARGV[24] was given: the dedup key is then an
 -- idempotency key, and reusing it for a different text is a conflict (nothing is written).
 -- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, {2, reason, wait ms} when over a limit, or
@@ -74,6 +80,10 @@ if ARGV[9] ~= '' then
   trim_bytes(KEYS[10], ARGV[23], ARGV[15], #ARGV[10])
 end
 redis.call('HINCRBY', KEYS[9], 'accepted', 1)
+if ARGV[25] ~= '' and redis.call('HGET', KEYS[4], 'status') == 'running' then
+  redis.call('SET', KEYS[22], ARGV[25], 'PX', ARGV[26])
+  redis.call('PUBLISH', ARGV[27], ARGV[4])
+end
 local drain = 0
 if redis.call('SET', KEYS[6], ARGV[11], 'NX') then
   push_job(KEYS[11], ARGV[11], ARGV[4], ARGV[12], cjson.decode(ARGV[17]))
