@@ -72,6 +72,10 @@ def async_client(url: str, **kw: Any) -> aioredis.Redis:
         from redis._parsers import _AsyncHiredisParser
 
         kw["parser_class"] = _AsyncHiredisParser
+    # redis-py 8 caps a pool at 100 connections unless told otherwise, and raises (rather than waits) past the cap;
+    # a worker running its full concurrency cap of turns (each with a lease heartbeat, typing and sends in flight)
+    # needs more. The callers bound their own concurrency, so the pool does not cap it a second time.
+    kw.setdefault("max_connections", 2**31 - 1)
     client = aioredis.Redis.from_url(url, **_options(url, kw))
     pool = client.connection_pool
     if HIREDIS_AVAILABLE and pool.connection_class is aioredis.Connection:
