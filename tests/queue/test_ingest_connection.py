@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from switchboard.core.events import EventAdapter, MessageReceived, RunQueued
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import QueueUnavailableError
+from switchboard.queue import scripts
 from switchboard.queue.connection import MultiplexedConnection, async_client
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -49,6 +50,7 @@ async def test_a_killed_connection_fails_its_callers_and_the_next_ingest_reconne
 
 
 async def test_concurrent_ingests_share_one_connection(client: aioredis.Redis, queue_settings: QueueSettings) -> None:
+    await scripts.load_all(client)  # as a worker does at start; a cold cache sends each caller through a fallback
     ingestor = Ingestor(client, queue_settings)
     results = await asyncio.gather(*(ingestor.ingest(make_message(f"m{i}", dedup=f"d{i}")) for i in range(50)))
     assert len({r.message_id for r in results}) == 50
@@ -99,3 +101,13 @@ async def test_without_multiplexing_the_pool_pipeline_path_still_ingests(
     results = await asyncio.gather(*(ingestor.ingest(make_message(f"m{i}", dedup=f"p{i}")) for i in range(10)))
     assert len({r.message_id for r in results}) == 10 and not any(r.duplicate for r in results)
     assert int(sync_redis.hget(GlobalKeys().stats, "accepted") or 0) == 10
+
+
+async def test_a_client_serves_more_concurrent_blocking_calls_than_redis_py_s_default_pool(redis_url: str) -> None:
+    # redis-py 8 caps a pool at 100 connections and raises past it; a worker at its concurrency cap holds more
+    client = async_client(redis_url)
+    try:
+        results = await asyncio.gather(*(client.blpop([f"test:nothing:{i}"], timeout=0.2) for i in range(150)))
+    finally:
+        await client.aclose()
+    assert results == [None] * 150
