@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "AgentError",
     "AttachmentError",
     "BodyTooLargeError",
@@ -125,12 +126,20 @@ class DeliveryError(SwitchboardError):
         self.retryable = retryable
 
 
+MAX_RETRY_AFTER_S = 86_400.0
+"""The longest wait a platform's ``retry_after`` is taken at (a day): a larger one is read as this."""
+
+
 class RateLimitedError(DeliveryError):
-    """The platform asked us to slow down."""
+    """The platform asked us to slow down.
+
+    ``retry_after`` is kept finite and within ``[0, MAX_RETRY_AFTER_S]`` whatever the platform sent (``NaN`` → 1 s):
+    a NaN wait would sleep for ever and defeat every bound it is compared with.
+    """
 
     def __init__(self, message: str, *, channel: str, retry_after: float) -> None:
         super().__init__(message, channel=channel, retryable=True)
-        self.retry_after = retry_after
+        self.retry_after = min(max(retry_after, 0.0), MAX_RETRY_AFTER_S) if retry_after == retry_after else 1.0
 
 
 class AttachmentError(SwitchboardError):

@@ -290,7 +290,7 @@ class DiscordInbound:
                     return self._edited(_Message.model_validate(data))
                 case "MESSAGE_DELETE":
                     return self._deleted(str(data["id"]), str(data["channel_id"]), data.get("guild_id"))
-        except (ValidationError, KeyError, TypeError) as exc:
+        except (ValidationError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: ``d`` not an object
             raise MalformedBodyError(f"malformed {event} dispatch ({type(exc).__name__})", channel=CHANNEL) from None
         return None
 

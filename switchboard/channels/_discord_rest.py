@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,11 +57,22 @@ class _Bucket:
     reset_at: float
 
 
+_MOST_WAIT_S = 3600.0
+"""The longest wait a rate-limit answer is taken at (a larger ``retry_after`` or reset is read as this)."""
+
+
 def _float(value: str | None) -> float | None:
+    """A header's number; ``None`` when absent, unreadable or not finite (``NaN``, ``inf``)."""
     try:
-        return float(value) if value is not None else None
+        number = float(value) if value is not None else None
     except ValueError:
         return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _seconds(value: float | None) -> float | None:
+    """A wait Discord named, within ``[0, _MOST_WAIT_S]``."""
+    return min(max(value, 0.0), _MOST_WAIT_S) if value is not None else None
 
 
 class DiscordRest:
@@ -121,8 +133,8 @@ class DiscordRest:
         bucket_id = headers.get("X-RateLimit-Bucket")
         if bucket_id:
             self._route_bucket[route] = bucket_id
-        remaining, reset_after = _float(headers.get("X-RateLimit-Remaining")), headers.get("X-RateLimit-Reset-After")
-        after = _float(reset_after)
+        remaining = _float(headers.get("X-RateLimit-Remaining"))
+        after = _seconds(_float(headers.get("X-RateLimit-Reset-After")))
         if remaining is not None and after is not None:
             key = (bucket_id or route, major)
             self._buckets[key] = _Bucket(int(remaining), time.monotonic() + after)
@@ -197,8 +209,8 @@ class DiscordRest:
             except ValueError:
                 answer = None
         if status == 429:
-            retry_after = _float(str(answer.get("retry_after"))) if isinstance(answer, dict) else None
-            retry_after = retry_after if retry_after is not None else (_float(retry_header) or 1.0)
+            retry_after = _seconds(_float(str(answer.get("retry_after"))) if isinstance(answer, dict) else None)
+            retry_after = retry_after if retry_after is not None else (_seconds(_float(retry_header)) or 1.0)
             if is_global or (isinstance(answer, dict) and answer.get("global")):
                 self._global_until = time.monotonic() + retry_after
             logger.info("discord %s: 429, retry after %.2f s", name, retry_after)

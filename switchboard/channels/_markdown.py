@@ -38,6 +38,8 @@ MAX_MESSAGE_LENGTH = 4096
 """Telegram's limit for one message's text (``telegram.constants.MessageLimit.MAX_TEXT_LENGTH``)."""
 
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+_MENTION_LINK = re.compile(r"tg://(?:user|openmessage)\b", re.IGNORECASE)
+"""``tg://user?id=…`` links mention (and notify) that user: model output never gets to ping anyone."""
 _MAX_HREF = 1024
 """Longer link targets are shown as text: a huge opening tag repeated at every cut would starve the parts."""
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,32}")
@@ -78,7 +80,7 @@ def _esc(text: str) -> str:
 
 
 def _safe_href(href: str) -> str | None:
-    if len(href) > _MAX_HREF or not href.lower().startswith(_SAFE_SCHEMES):
+    if len(href) > _MAX_HREF or not href.lower().startswith(_SAFE_SCHEMES) or _MENTION_LINK.match(href):
         return None
     return html.escape(href, quote=True)
 
@@ -187,8 +189,10 @@ def markdown_to_html(markdown: str) -> str:
     Headings become bold lines, lists become ``•`` or numbered lines, images become links, tables
     become ``a | b`` lines; anything else that looks like HTML is escaped.
     """
-    tree = SyntaxTreeNode(_MD.parse(markdown))
-    return _Renderer().blocks(tree.children, "\n\n", quoted=False).strip()
+    tokens = _MD.parse(markdown)
+    if any(t.nesting == 1 and t.level >= _MD.options.maxNesting - 1 for t in tokens):
+        return _esc(markdown).strip()  # markdown-it drops what is nested deeper than that: show it all as text
+    return _Renderer().blocks(SyntaxTreeNode(tokens).children, "\n\n", quoted=False).strip()
 
 
 class _Token(NamedTuple):

@@ -44,6 +44,7 @@ _MAX_HREF = 1000
 _HR = "——————"
 _PRIVATE = re.compile("[\ue000-\ue0ff]")
 """Our span markers: scrubbed from the model's text before rendering, so it cannot forge one."""
+_FENCE_RUN = re.compile("`{3,}")
 _BROADCAST = re.compile(r"(?<![\w@])@(channel|here|everyone)\b", re.IGNORECASE)
 _WORD_JOINER = "\u2060"
 _AT_WORD = re.compile(r"(?<![\w@])@")
@@ -85,7 +86,7 @@ _MD = _parser()
 def _esc(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     if "```" in text:  # a literal fence would open (or close) a code block: zero-width spaces keep it literal
-        text = text.replace("```", "`\u200b`\u200b`")
+        text = _FENCE_RUN.sub(lambda m: "\u200b".join(m.group()), text)  # every tick of a run: no ``` is left
     return _BROADCAST.sub(lambda m: "@" + _WORD_JOINER + m.group(1), text) if "@" in text else text
 
 
@@ -204,8 +205,11 @@ class _Renderer:
 
 def markdown_to_mrkdwn(markdown: str) -> str:
     """Render the agent's Markdown as marked mrkdwn (span markers still in; see :func:`split_mrkdwn`)."""
-    tree = SyntaxTreeNode(_MD.parse(_PRIVATE.sub("\ufffd", markdown)))
-    return _Renderer().blocks(tree.children, "\n\n", quoted=False).strip()
+    markdown = _PRIVATE.sub("\ufffd", markdown)
+    tokens = _MD.parse(markdown)
+    if any(t.nesting == 1 and t.level >= _MD.options.maxNesting - 1 for t in tokens):
+        return _esc(markdown).strip()  # markdown-it drops what is nested deeper than that: show it all as text
+    return _Renderer().blocks(SyntaxTreeNode(tokens).children, "\n\n", quoted=False).strip()
 
 
 class _Token(NamedTuple):

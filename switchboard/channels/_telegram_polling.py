@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 ALLOWED_UPDATES: Final = ["message", "edited_message", "callback_query"]
 """The update kinds the gateway reads (Telegram filters the rest out)."""
 _BATCH: Final = 100
+_MOST_429_WAIT_S: Final = 60.0
+"""The longest a 429 on ``getUpdates`` pauses polling, whatever ``retry_after`` it names."""
 
 
 class TelegramPoller:
@@ -80,8 +82,9 @@ class TelegramPoller:
             except asyncio.CancelledError:
                 raise
             except RateLimitedError as exc:
-                logger.warning("telegram account %s: getUpdates waits %.0f s (429)", self._account, exc.retry_after)
-                await asyncio.sleep(exc.retry_after)
+                wait = min(max(exc.retry_after, self._backoff[0]), _MOST_429_WAIT_S)  # early: one more 429 at most
+                logger.warning("telegram account %s: getUpdates waits %.0f s (429)", self._account, wait)
+                await asyncio.sleep(wait)
             except BotApiRefusal as exc:
                 if exc.status == 409 and "webhook" in exc.description.lower():
                     webhook_deleted = False  # someone set a webhook again: polling is what is configured

@@ -1,0 +1,205 @@
+"""A hostile or broken platform answering 429 with absurd ``retry_after`` values (NaN, negative, 1e12, infinity).
+
+Python's ``json`` reads ``NaN`` and ``Infinity``; ``float()`` reads ``"nan"`` in a header. A NaN wait is worse than
+none: ``asyncio.sleep(nan)`` never returns, ``max(nan, 0.0)`` is NaN, and every later comparison with a NaN is
+false, so no bound applies any more. Whatever the platform says, the gateway waits a finite, non-negative time,
+keeps sending afterwards, and never crashes on a rate-limit header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+import switchboard.channels._telegram_polling as polling
+from switchboard.channels.base import Inbound
+from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.registry import BuildContext
+from switchboard.channels.telegram import TelegramChannel
+from switchboard.core.actions import SendText
+from switchboard.core.messages import ConversationRef
+from switchboard.errors import DeliveryError, RateLimitedError
+from switchboard.fakes.discord import FakeDiscord
+from switchboard.fakes.discord_rest import FakeDiscordApi
+from switchboard.queue.connection import async_client
+from switchboard.queue.deliver import ChannelDeliverer
+from switchboard.queue.lease import Lease
+from switchboard.queue.outbox import Outbox
+from switchboard.queue.ratelimits import SendBuckets
+from tests.channels._discord_fixtures import APP_ID, BOT_ID, Sending
+from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
+from tests.channels._discord_fixtures import settings as discord_settings
+from tests.channels.test_telegram import BOT, TOKEN, settings
+from tests.fakes.telegram_api import FakeTelegram, RecordingSend, make_update
+
+ABSURD = [math.nan, -5.0, 1e12, math.inf]
+IDS = ["nan", "negative", "1e12", "inf"]
+
+
+def sane(seconds: float) -> bool:
+    return math.isfinite(seconds) and 0.0 <= seconds <= 86_400.0
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram(token=TOKEN, username=BOT) as server:
+        yield server
+
+
+@pytest.fixture
+async def discord() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(DISCORD_TOKEN, bot_id=BOT_ID, application_id=APP_ID) as server:
+        yield server
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    redis = async_client(redis_url)
+    yield redis
+    await redis.aclose()
+
+
+@pytest.mark.parametrize("retry_after", ABSURD, ids=IDS)
+async def test_a_telegram_429_with_an_absurd_retry_after_raises_a_sane_wait(
+    telegram: FakeTelegram, retry_after: float
+) -> None:
+    adapter = TelegramChannel(settings(telegram.base_url))
+    telegram.fail_next(1, retry_after=retry_after, method="sendMessage")
+    conversation = ConversationRef(channel="telegram", conversation="42")
+    try:
+        with pytest.raises(RateLimitedError) as caught:
+            await adapter.perform(SendText(text="hello"), conversation, RecordingSend())
+        assert sane(caught.value.retry_after), caught.value.retry_after
+        receipt = await adapter.perform(SendText(text="hello"), conversation, RecordingSend())
+        assert receipt.parts == 1
+    finally:
+        await adapter.aclose()
+
+
+@pytest.mark.parametrize("retry_after", ABSURD, ids=IDS)
+async def test_the_outbox_never_waits_a_nan_or_endless_time(
+    telegram: FakeTelegram, client: aioredis.Redis, retry_after: float
+) -> None:
+    """A NaN ``retry_after`` reached ``asyncio.sleep`` (which then never returns) and poisoned ``waited_s``."""
+    adapter = TelegramChannel(settings(telegram.base_url))
+    deliverer = ChannelDeliverer({("telegram", "default"): adapter})
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    conversation = ConversationRef(agent="assistant", channel="telegram", conversation="42")
+    lease = await Lease(client, worker_id="w1", lease_ms=30_000).acquire("default/assistant/telegram/default/42")
+    assert lease is not None
+    outbox = Outbox(
+        client,
+        lease,
+        deliverer.perform,
+        sleep=sleep,
+        max_wait_s=600.0,
+        buckets=SendBuckets(client, sleep=sleep),
+        capabilities=deliverer.capabilities,
+    )
+    telegram.fail_next(1, retry_after=retry_after, method="sendMessage")
+    try:
+        try:
+            await outbox.send(SendText(text="hello"), conversation, run_id="r1", logical="reply")
+        except RateLimitedError as err:  # a wait longer than the turn may spend is handed up, sane
+            assert sane(err.retry_after), err.retry_after
+        assert all(sane(s) for s in sleeps), sleeps
+        assert sane(outbox.waited_s), outbox.waited_s
+    finally:
+        await adapter.aclose()
+
+
+@pytest.mark.parametrize("retry_after", ABSURD, ids=IDS)
+async def test_a_telegram_poller_told_to_wait_absurdly_keeps_polling(
+    telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch, retry_after: float
+) -> None:
+    """``getUpdates`` 429 with NaN/1e12: the poller slept for ever (the bot stopped receiving, lease still held)."""
+    real_sleep = asyncio.sleep
+    asked: list[float] = []
+
+    async def recording_sleep(seconds: float, *args: Any) -> Any:
+        asked.append(seconds)
+        return await real_sleep(min(seconds, 0.01) if math.isfinite(seconds) else 0.01, *args)
+
+    monkeypatch.setattr(polling.asyncio, "sleep", recording_sleep)
+    adapter = TelegramChannel(settings(telegram.base_url, transport="polling"), poll_timeout=1)
+    listener = adapter.listener()
+    assert listener is not None
+    got: list[str] = []
+
+    async def emit(inbound: Inbound) -> None:
+        got.extend(m.text for m in inbound.messages)
+
+    telegram.fail_next(1, retry_after=retry_after, method="getUpdates")
+    telegram.push_update(make_update("after the 429", chat_id=501, update_id=9100))
+    task = asyncio.create_task(listener.listen(emit))
+    try:
+        async with asyncio.timeout(20):
+            while not got:
+                await real_sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await adapter.aclose()
+    assert got == ["after the 429"]
+    assert asked and all(math.isfinite(s) and 0 < s <= 60 for s in asked), asked  # no hot loop, no endless wait
+
+
+@pytest.mark.parametrize("retry_after", ABSURD, ids=IDS)
+async def test_a_discord_global_429_with_an_absurd_retry_after_does_not_stop_the_bot(
+    discord: FakeDiscord, retry_after: float
+) -> None:
+    """A global 429 with NaN left ``_global_until`` NaN: every later request slept for ever; 1e12 blocked for ever."""
+    adapter = DiscordChannel(discord_settings(discord.api_url), BuildContext(account="default"))
+    conversation = ConversationRef(channel="discord", conversation="300", extra={"channel_id": "300"})
+    discord.state.fail_next(1, retry_after=retry_after, is_global=True)
+    try:
+        with pytest.raises(RateLimitedError) as caught:
+            await adapter.perform(SendText(text="hello"), conversation, Sending())
+        assert math.isfinite(caught.value.retry_after) and 0 <= caught.value.retry_after <= 3600
+        if not caught.value.retry_after > 1.0:  # the platform's wait, now sane, is honoured; then sends go on
+            async with asyncio.timeout(20):
+                receipt = await adapter.perform(SendText(text="hello"), conversation, Sending(idempotency_key="k2"))
+            assert receipt.parts == 1
+    finally:
+        await adapter.aclose()
+
+
+@pytest.mark.parametrize(
+    ("remaining", "reset_after"),
+    [("NaN", "1"), ("inf", "1"), ("-inf", "1"), ("0", "nan"), ("0", "1e12"), ("1e400", "1"), ("abc", "-1")],
+)
+async def test_a_discord_bucket_header_with_an_absurd_value_never_crashes_a_send(
+    discord: FakeDiscord, monkeypatch: pytest.MonkeyPatch, remaining: str, reset_after: str
+) -> None:
+    """``int(float("NaN"))`` raised ValueError (``inf``: OverflowError) out of the REST client: not a DeliveryError."""
+    honest = FakeDiscordApi._bucket_headers
+
+    def hostile(self: FakeDiscordApi, route: str, major: str) -> dict[str, str]:
+        headers = honest(self, route, major)
+        return headers | {"X-RateLimit-Remaining": remaining, "X-RateLimit-Reset-After": reset_after}
+
+    monkeypatch.setattr(FakeDiscordApi, "_bucket_headers", hostile)
+    adapter = DiscordChannel(discord_settings(discord.api_url), BuildContext(account="default"))
+    conversation = ConversationRef(channel="discord", conversation="300", extra={"channel_id": "300"})
+    try:
+        for index in range(2):  # the second send meets what the first answer's headers left behind
+            try:
+                async with asyncio.timeout(20):
+                    await adapter.perform(
+                        SendText(text=f"m{index}"), conversation, Sending(idempotency_key=f"k{index}")
+                    )
+            except RateLimitedError as err:
+                assert math.isfinite(err.retry_after) and 0 <= err.retry_after <= 3600, err.retry_after
+            except DeliveryError:
+                pass
+    finally:
+        await adapter.aclose()
