@@ -40,6 +40,8 @@ _CHANNEL: Literal["telegram"] = "telegram"
 # Telegram's ``ChatType`` / ``MessageEntityType`` values as plain strings (enum member access costs on every update)
 _PRIVATE, _CHANNEL_CHAT = "private", "channel"
 _MENTION, _TEXT_MENTION, _BOT_COMMAND = "mention", "text_mention", "bot_command"
+_POSTED = Posted()
+"""A message without files (events are frozen, so every such message shares one)."""
 
 
 class _Wire(BaseModel):
@@ -252,7 +254,7 @@ class UpdateReader:
             event = CommandIssued(name=name, attachments=attachments)
             return self._draft(update_id, message, user, text, event, mentioned=bool(mentions), replied=replied)
         else:
-            event = Posted(attachments=attachments)
+            event = Posted(attachments=attachments) if attachments else _POSTED
         if mentions:
             text = _strip_ranges(text, mentions)
         if not text.strip() and not attachments:
@@ -313,6 +315,8 @@ class UpdateReader:
     def _mentions(self, text: str, entities: list[_WireEntity]) -> list[tuple[int, int, bool]]:
         """UTF-16 ranges of the text that address this bot (to be stripped from what the agent reads)."""
         found: list[tuple[int, int, bool]] = []
+        if not entities:
+            return found  # most messages: no need to re-encode the text
         username = (self.username or "").lower()
         units = _utf16(text)
         for entity in entities:
