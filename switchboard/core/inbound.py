@@ -8,7 +8,9 @@ Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exha
   conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
   short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
   the model as the text the user typed (``/name args``).
-- ``ChoiceSelected``: ``chose option <id> (<label>)``, so an offer → click round trip lets the agent act on the id.
+- ``ChoiceSelected``: ``chose option <id> (<label>)``, so an offer → click round trip lets the agent act on the id;
+  a click the gateway did not find among the session's recent offers (``ChoiceSelected.offered`` is false: forged,
+  stale, or pressed in another conversation) reads ``clicked an option that was not offered here: <id>`` instead.
 - ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
 - ``MessageDeleted``: recorded in the history, no model call, no reply.
 
@@ -35,6 +37,7 @@ from switchboard.core.turn import SessionStore, TurnResult
 
 __all__ = [
     "GREETING_COMMANDS",
+    "NOT_OFFERED_PREFIX",
     "RESET_TEXT",
     "STOP_COMMAND_NAMES",
     "ConversationReset",
@@ -52,6 +55,8 @@ logger = logging.getLogger(__name__)
 STOP_COMMAND_NAMES = frozenset({"stop", "cancel"})
 """Commands the queue handles by stopping the running turn (see ``switchboard.queue.cancellation``)."""
 GREETING_COMMANDS = frozenset({"start", "help"})
+NOT_OFFERED_PREFIX = "clicked an option that was not offered here: "
+"""What the agent reads before the id of a click that answers no offer the gateway recorded for the session."""
 RESET_TEXT = "Done: I cleared our conversation and forgot what we had noted. Let's start over."
 """What ``/reset`` answers (the model is not asked)."""
 
@@ -83,6 +88,8 @@ def event_text(message: InboundMessage) -> str | None:
             return message.text
         case CommandIssued(name=name):
             return _command_text(name, message.text)
+        case ChoiceSelected(option_id=option_id, offered=False):
+            return f"{NOT_OFFERED_PREFIX}{option_id}"
         case ChoiceSelected(option_id=option_id):
             label = message.text.strip()
             shown = f" ({label})" if label and label != option_id else ""

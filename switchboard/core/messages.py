@@ -131,6 +131,10 @@ class ChoiceSelected(BaseModel):
     ack_ref: str | None = None
     """What ``AckChoice`` needs to acknowledge the click (Telegram ``callback_query.id``); ``None`` when the HTTP
     answer already acknowledged it (Slack, Discord)."""
+    offered: bool = False
+    """Whether the gateway found ``option_id`` among the options it recently offered in this session (and then
+    ``InboundMessage.text`` is the offered label). The drain sets it before every turn, whatever the click carried;
+    ``False`` (a forged, stale or foreign click, or one never checked) reads as not offered."""
 
 
 class MessageEdited(BaseModel):

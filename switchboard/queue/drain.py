@@ -54,6 +54,7 @@ from switchboard.queue.eventlog import EventLog
 from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
+from switchboard.queue.offers import check_choices, record_offer
 from switchboard.queue.outbox import Ephemeral, Outbox, idempotency_key
 from switchboard.queue.ratelimits import SendBuckets
 from switchboard.queue.sending import REPLY, Undelivered, deliver_reply
@@ -173,6 +174,7 @@ class _Sink:
         turn.acts += 1
         await self.flush()
         await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
+        await record_offer(self._drainer.redis, turn.lease, action, idempotency_key(turn.run_id, f"act:{turn.acts}"))
 
     async def event(self, event: Event) -> None:
         if self._turn.lost.is_set():
@@ -300,6 +302,7 @@ class Drainer(TurnEndings):
         for body in attempt.bodies:
             if body:
                 messages.append(InboundMessage.model_validate_json(body))
+        messages = await check_choices(self.redis, lease.session, messages)  # clicks read as offered or not
         turn.run_id = f"run-{attempt.ids[0]}"
         outbox = Outbox(
             self.redis,

@@ -113,6 +113,14 @@ class SessionKeys:
         return self._k(f"effect:{key}")
 
     @property
+    def offers(self) -> str:
+        """LIST of offered-choice JSON (``{"key", "options": [{"id", "label"}]}``), newest first, capped, with a TTL.
+
+        What the session was offered lately: a click whose option id is in none of them reads as not offered.
+        """
+        return self._k("offers")
+
+    @property
     def rate(self) -> str:
         """STRING, PX TTL: the session's message-rate meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
         return self._k("rate")

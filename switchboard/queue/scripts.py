@@ -44,6 +44,7 @@ __all__ = [
     "LEASE_RENEW",
     "LEASE_TAKEOVER",
     "LEASE_YIELD",
+    "OFFER_RECORD",
     "OUTBOX_APPEND",
     "OUTBOX_CLAIM",
     "OUTBOX_PART",
@@ -138,6 +139,7 @@ SLOT_SAVE: Final = Script("slot_save", fenced=True)
 SESSION_RESET: Final = Script("session_reset", fenced=True)
 EFFECT_BEGIN: Final = Script("effect_begin", fenced=True)
 EFFECT_FINISH: Final = Script("effect_finish", fenced=True)
+OFFER_RECORD: Final = Script("offer_record", fenced=True)
 
 ALL: Final = (
     INGEST,
@@ -170,6 +172,7 @@ ALL: Final = (
     SESSION_RESET,
     EFFECT_BEGIN,
     EFFECT_FINISH,
+    OFFER_RECORD,
 )
 """Every script, for :func:`load_all`."""
 

@@ -30,16 +30,24 @@ def last_user(model: ReplayModel) -> str:
 
 
 async def test_a_choice_reaches_the_model_as_the_chosen_id_and_label(tmp_path: Path) -> None:
-    click = message("Pro plan", event=ChoiceSelected(option_id="plan-pro", offer_message_id="77", ack_ref="cb1"))
+    offered = ChoiceSelected(option_id="plan-pro", offer_message_id="77", ack_ref="cb1", offered=True)
+    click = message("Pro plan", event=offered)
     result = await runtime(tmp_path).run_turn(turn(click), MemorySink(), MemoryStore())
     assert "chose option plan-pro (Pro plan)" in result.text  # the offline model echoes the id verbatim
 
 
 async def test_a_choice_without_a_label_still_names_the_id(tmp_path: Path) -> None:
     model = ReplayModel([answer_step("ok")], strict=False)
-    click = message("", event=ChoiceSelected(option_id="42"))
+    click = message("", event=ChoiceSelected(option_id="42", offered=True))
     await runtime(tmp_path, model=model).run_turn(turn(click), MemorySink(), MemoryStore())
     assert last_user(model) == "chose option 42"
+
+
+async def test_a_click_the_gateway_did_not_find_offered_reads_as_not_offered(tmp_path: Path) -> None:
+    model = ReplayModel([answer_step("ok")], strict=False)
+    click = message("Approve the refund", event=ChoiceSelected(option_id="approve"))  # not checked, or not found
+    await runtime(tmp_path, model=model).run_turn(turn(click), MemorySink(), MemoryStore())
+    assert last_user(model) == "clicked an option that was not offered here: approve"
 
 
 async def test_an_edit_is_answered_as_an_edit(tmp_path: Path) -> None:

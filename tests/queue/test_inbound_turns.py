@@ -7,6 +7,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from switchboard.core.actions import Choice, OfferChoice
 from switchboard.core.agent import Agent, AgentProfile
 from switchboard.core.inbound import RESET_TEXT
 from switchboard.core.messages import ChoiceSelected, CommandIssued, MessageDeleted, Posted
@@ -19,6 +20,8 @@ from switchboard.queue.cancellation import is_stop
 from switchboard.queue.drain import Drainer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
+from switchboard.queue.lease import Lease
+from switchboard.queue.offers import record_offer
 from switchboard.settings import QueueSettings
 from tests.core.turns import answer_step
 from tests.queue.conftest import RecordingDeliverer, make_message
@@ -80,6 +83,11 @@ async def test_choices_and_deletions_are_recorded_as_the_model_read_them(
     model = ReplayModel([answer_step("Pro it is")], strict=False)
     drain = drainer(client, queue_settings, deliverer, model, tmp_path)
     click = make_message("Pro").model_copy(update={"event": ChoiceSelected(option_id="pro")})
+    offered = await Lease(client, worker_id="w0", lease_ms=5000).acquire(click.session_key)  # as a drain records it
+    assert offered is not None
+    offer = OfferChoice(question="Plan?", options=[Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")])
+    await record_offer(client, offered, offer, "offer-1")
+    await Lease(client, worker_id="w0", lease_ms=5000).abandon(offered)
     await ingestor.ingest(click)
     await drain.drain(click.session_key)
     gone = make_message("").model_copy(update={"event": MessageDeleted(original_id="9")})
