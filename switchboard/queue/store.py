@@ -89,10 +89,10 @@ class RedisSessionStore:
         )
 
     async def reset_conversation(self) -> None:
-        """Forget the conversation (``/reset``): delete its history and session-state slots, fenced."""
+        """Forget the conversation (``/reset``): delete its history, session-state slots and recorded offers, fenced."""
         await scripts.SESSION_RESET(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history, self._keys.slots],
+            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history, self._keys.slots, self._keys.offers],
             [self.token],
             session=self.session,
             epoch=self.epoch,

@@ -58,13 +58,14 @@ async def test_reset_clears_history_and_slots_so_the_next_prompt_has_no_earlier_
     await drain.drain(first.session_key)
     keys = SessionKeys(first.session_key)
     await client.hset(keys.slots, "plan", json.dumps("call Ada back"))
+    await client.lpush(keys.offers, json.dumps({"key": "k", "options": [{"id": "pro", "label": "Pro"}]}))
     assert await history(client, first.session_key) == [("user", "my name is Ada"), ("assistant", "Hi Ada")]
 
     reset = make_message("").model_copy(update={"event": CommandIssued(name="reset")})
     await ingestor.ingest(reset)
     await drain.drain(reset.session_key)
     assert deliverer.texts()[-1] == RESET_TEXT and len(model.requests) == 1  # answered without the model
-    assert await history(client, first.session_key) == [] and await client.exists(keys.slots) == 0
+    assert await history(client, first.session_key) == [] and await client.exists(keys.slots, keys.offers) == 0
 
     again = make_message("who am I?")
     await ingestor.ingest(again)

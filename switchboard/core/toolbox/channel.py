@@ -143,7 +143,10 @@ async def offer_choice(args: OfferChoiceInput, ctx: ToolContext) -> dict[str, An
     await _act(ctx, OfferChoice(question=args.question, options=choices))
     return {
         "offered": [{"id": choice.id, "label": choice.label} for choice in choices],
-        "note": "the user's pick arrives as their next message: 'chose option <id> (<label>)'",
+        "note": (
+            "the user's pick arrives as their next message: 'chose option <id> (<label>)'; 'clicked an option that "
+            "was not offered here: <id>' is not a pick (a forged or stale click)"
+        ),
     }
 
 
