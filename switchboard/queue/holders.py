@@ -13,6 +13,12 @@ that may run them (``web``, ``run``, ``discord``) runs a :class:`ListenerHost`; 
 - a holder that dies stops renewing; its lease expires and a waiting host takes it within about a TTL and a
   third. A host that stops (shutdown) releases its leases, so another takes over without waiting.
 
+One cancellation of :meth:`ListenerHost.run` stops it and every task it started, wherever it lands. That takes
+care: on Python 3.11 redis-py writes each command under ``asyncio.wait_for``, which *returns the result* instead of
+raising when its task is cancelled as the write completes (CPython gh-86296, fixed in 3.12), and whoever cancelled
+does not ask again (a ``TaskGroup`` cancels its tasks once). The request is still counted by the task's
+``cancelling()``, so the host checks it after each of its Redis calls and after each emit of a listener.
+
 What a listener receives goes to the ingest router through ``emit_for(adapter)``. docs/ARCHITECTURE.md §2.
 """
 
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from switchboard.channels.base import Channel, Emit, Listener
+from switchboard.channels.base import Channel, Emit, Inbound, Listener
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys
 
@@ -57,6 +63,34 @@ class Holding:
 
 def _holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _stop_if_cancelled() -> None:
+    """Raise ``CancelledError`` when this task was cancelled but a library call returned as if it had not been.
+
+    The request stays counted (``Task.cancelling()``) even when the ``CancelledError`` it caused was swallowed
+    (redis-py under ``asyncio.wait_for`` on Python 3.11): nothing the host runs takes back a cancellation.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _stopping_emit(emit: Emit) -> Emit:
+    """``emit`` that stops its listener when the listener was cancelled during it (its Redis calls may swallow that).
+
+    What the emit carried is handed over again by the platform (nothing was confirmed to it), and deduplicated.
+    """
+
+    async def emit_then_check(inbound: Inbound) -> None:
+        try:
+            await emit(inbound)
+        except Exception:
+            _stop_if_cancelled()  # the error a listener would retry after is not what stopped it
+            raise
+        _stop_if_cancelled()
+
+    return emit_then_check
 
 
 class ListenerHost:
@@ -106,10 +140,12 @@ class ListenerHost:
             started = time.monotonic()
             holding = await self._acquire(adapter)
             if holding is None:
+                _stop_if_cancelled()
                 await asyncio.sleep(interval * random.uniform(0.5, 1.0))
                 continue
             failed = False
             try:
+                _stop_if_cancelled()  # cancelled while taking the lease: release it (below) rather than listen
                 failed = await self._run_held(adapter, listener, holding, started)
             finally:
                 self.held.pop((holding.channel, holding.account), None)
@@ -134,7 +170,7 @@ class ListenerHost:
 
     async def _run_held(self, adapter: Channel, listener: Listener, holding: Holding, started: float) -> bool:
         """Run the listener until it ends or the lease is lost; ``True`` when the listener failed."""
-        listening = asyncio.create_task(listener.listen(self.emit_for(adapter)))
+        listening = asyncio.create_task(listener.listen(_stopping_emit(self.emit_for(adapter))))
         keeping = asyncio.create_task(self._keep(adapter, holding, started))
         try:
             await asyncio.wait({listening, keeping}, return_when=asyncio.FIRST_COMPLETED)
@@ -160,11 +196,13 @@ class ListenerHost:
             try:
                 renewed = bool(await scripts.LEASE_RENEW(self.redis, [lease], [holding.token, self.lease_ms]))
             except RedisError as err:
+                _stop_if_cancelled()
                 logger.warning("listener lease renewal for %s/%s: %s", adapter.name, adapter.account, err)
                 if time.monotonic() - confirmed > self.lease_ms / 1000 - interval:
                     logger.warning("listener %s/%s: lease unconfirmed; stopping", adapter.name, adapter.account)
                     return
                 continue
+            _stop_if_cancelled()
             if not renewed:
                 logger.warning("listener %s/%s: lease lost (epoch %d)", adapter.name, adapter.account, holding.epoch)
                 return
@@ -176,6 +214,7 @@ class ListenerHost:
         with contextlib.suppress(RedisError):
             # lease_abandon.lua deletes the lease only while it is still ours; no attempt is handed back ('')
             await scripts.LEASE_ABANDON(self.redis, [lease, epoch_key], [holding.token, ""])
+        _stop_if_cancelled()
 
     def _lease_keys(self, adapter: Channel) -> tuple[str, str]:
         return (
