@@ -2,7 +2,10 @@
 
 ========================================== ============================================================
 ``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
-``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued (``{"text"}``, or
+``POST /api/chat/uploads`` (bearer)         ``201 {"upload", "name", "size", "mime_type", "kind"}``: one file
+                                            (raw body + ``?filename=``, or multipart), for a later message
+``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued (``{"text"}``, with
+                                            ``"attachments": ["<upload id>", …]`` for uploaded files, or
                                             ``{"choice": "<option id>"}`` for a button of an offered choice)
 ``DELETE /api/chat/sessions`` (bearer)      ``204``: the token is revoked (``401`` from then on)
 ``POST /api/chat/stream-ticket`` (bearer)   ``200 {"ticket"}``: single use, short-lived, for ``?ticket=``
@@ -35,15 +38,15 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from switchboard.appkeys import CHANNELS, METRICS, REDIS, ROUTER, SETTINGS
-from switchboard.channels.base import RawRequest
-from switchboard.channels.web import WebChannel
+from switchboard.channels.web import WebChannel, parse_post, split_session_key
 from switchboard.clientaddr import client_address
 from switchboard.core.events import DropReason
-from switchboard.core.messages import ChoiceSelected, ConversationRef
-from switchboard.errors import QueueUnavailableError, RequestError, excerpt
+from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage, Posted
+from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, excerpt
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import count_session, retry_after_s
 from switchboard.queue.router import Route
+from switchboard.queue.uploads import UploadStore
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
@@ -335,17 +338,25 @@ async def post_message(request: web.Request) -> web.Response:
     if body is None:
         _reject(app, "too_large")
         return _error(413, "body_too_large", f"body over {limit} bytes")
-    channel = _web_channel(app)
-    raw = RawRequest(request.method, request.path, request.headers, {"session": session}, body)
     try:
-        (draft,) = (await channel.receive(raw)).messages
+        draft = await _draft(request, session, body)
     except RequestError as err:
         _reject(app, err.code)
         return _error(err.status, err.code, str(err))
+    except QueueUnavailableError:
+        _reject(app, "queue_unavailable")
+        return _unavailable()
     # The echo names the message by its dedup key; readers of the web stream map that to the gateway id.
-    shown: dict[str, str] = {"text": draft.text, "client_id": draft.dedup_key}
-    if isinstance(draft.event, ChoiceSelected):
-        shown["choice"] = draft.event.option_id
+    shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
+    match draft.event:
+        case ChoiceSelected():
+            shown["choice"] = draft.event.option_id
+        case Posted(attachments=attachments) if attachments:
+            shown["attachments"] = [
+                {"upload": a.ref, "name": a.name, "mime_type": a.mime_type, "size": a.size} for a in attachments
+            ]
+        case _:
+            pass
     echo = {"type": "user", "data": _ECHO_JSON(shown)}
     try:
         result = await app[ROUTER].ingest(draft, echo=echo, idempotent=True)  # counts it in the metrics
@@ -361,6 +372,40 @@ async def post_message(request: web.Request) -> web.Response:
     # the id is hex: the body needs no JSON encoder
     body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
     return web.Response(body=body, status=202, content_type="application/json", headers=_CORS_HEADERS)
+
+
+async def _draft(request: web.Request, session: SessionKey, body: bytes) -> InboundMessage:
+    """The message draft of a chat post; upload ids are looked up in the session (an unknown one is refused).
+
+    Raises:
+        RequestError: a bad body (400, 413), too many or unknown uploads (400).
+        QueueUnavailableError: Redis did not answer the upload lookup in time.
+    """
+    app = request.app
+    channel = _web_channel(app)
+    max_count = app[SETTINGS].attachments.max_count
+    post = parse_post(body, max_attachments=max_count)
+    try:
+        conversation = split_session_key(session)
+    except ValueError as err:
+        raise MalformedBodyError(str(err), channel="web") from None
+    if not post.attachments:
+        return channel.inbound(conversation, post)
+    store = UploadStore(app[REDIS], timeout_s=app[SETTINGS].queue.ingest_timeout_s)
+    found = await store.describe(session, post.attachments)
+    missing = [upload_id for upload_id, upload in zip(post.attachments, found, strict=True) if upload is None]
+    if missing:
+        raise MalformedBodyError(
+            f"unknown upload {excerpt(missing[0])}: upload files to this session with POST /api/chat/uploads "
+            "(uploads are kept for an hour)",
+            channel="web",
+        )
+    attachments = tuple(
+        Attachment(kind=upload.kind, ref=upload.id, name=upload.name, mime_type=upload.mime_type, size=upload.size)
+        for upload in found
+        if upload is not None
+    )
+    return channel.inbound(conversation, post, attachments)
 
 
 async def preflight(request: web.Request) -> web.Response:
@@ -387,7 +432,7 @@ async def static(request: web.Request) -> web.FileResponse:
 
 def add_routes(app: web.Application) -> None:
     """Register the page, its assets and the chat API on ``app`` (which must carry SETTINGS, REDIS, ROUTER)."""
-    from switchboard import chatstream  # the SSE surface lives there; it imports this module's helpers
+    from switchboard import chatstream, chatuploads  # the SSE and upload surfaces; they import this module's helpers
 
     app[_TOKENS] = _TokenCache(TOKEN_CACHE_S, _TOKEN_CACHE_MAX)
     app.router.add_get("/", page)
@@ -396,5 +441,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/api/chat/sessions", revoke_session)
     app.router.add_post("/api/chat/messages", post_message)
     chatstream.add_stream_routes(app)
+    chatuploads.add_upload_routes(app)
     for path in ("/api/chat/sessions", "/api/chat/messages"):
         app.router.add_route("OPTIONS", path, preflight)

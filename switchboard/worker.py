@@ -17,6 +17,7 @@ from switchboard.core.toolbox import default_registry
 from switchboard.core.toolbox.documents import DocumentLimits
 from switchboard.core.workspaces import Quotas, Workspaces
 from switchboard.queue.connection import async_client
+from switchboard.queue.uploads import UploadStore
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.queue.worker import run_worker as run_session_worker
 from switchboard.settings import Settings
@@ -68,7 +69,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
-    channels = ChannelSet(build_channels(settings, publish=publisher.publish))
+    uploads = UploadStore(redis, timeout_s=30.0)  # the web chat's files (up to the attachment cap each)
+    channels = ChannelSet(build_channels(settings, publish=publisher.publish, read_upload=uploads.read))
     models = ModelFactory(provider_config(settings))
     attachments = attachment_support(settings, channels)
     runtime = build_runtime(settings, models, attachments)

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 
 from pydantic import ValidationError
 
-from switchboard.channels.base import Capabilities, Channel, Receipt, SendContext
+from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, SendContext
 from switchboard.channelsettings import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import ConfigError, DeliveryError
-from switchboard.settings import Settings
-from switchboard.types import SessionKey
+from switchboard.settings import FileConfig, Settings
+from switchboard.types import BusyPolicy, SessionKey
 
 if TYPE_CHECKING:
     import aiohttp
@@ -41,13 +41,17 @@ __all__ = [
     "FakePlatform",
     "PerConversation",
     "Publish",
+    "ReadUpload",
+    "Route",
     "SampleRequest",
     "Simulation",
     "account_configs",
     "build_channels",
+    "busy_policy",
     "env_block",
     "factories",
     "factory",
+    "resolve_route",
     "simulation",
 ]
 
@@ -57,6 +61,9 @@ S = TypeVar("S", bound=ChannelSettings)
 
 Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
 """Append one event (session, type, data) to a web chat session's web stream; returns the entry id."""
+
+ReadUpload = Callable[[SessionKey, str, int], Awaitable[FileData]]
+"""Read a web chat upload back (session, upload id, at most that many bytes); raises ``AttachmentError``."""
 
 CHANNEL_MODULES: dict[str, str] = {
     "web": "switchboard.channels.web",
@@ -68,14 +75,64 @@ CHANNEL_MODULES: dict[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    """Where a channel account's messages go."""
+
+    agent: str
+    tenant: str
+    busy_policy: BusyPolicy
+
+
+def busy_policy(config: FileConfig, channel: str, account: str, agent: str) -> BusyPolicy:
+    """The busy policy of a channel account's messages to ``agent``.
+
+    The account's, else the channel's, else the agent's (``sequential`` when none sets one).
+    """
+    options = config.channels.get(channel)
+    extra = options.accounts.get(account) if options else None
+    profile = config.agents.get(agent)
+    return (
+        (extra.busy_policy if extra else None)
+        or (options.busy_policy if options else None)
+        or (profile.busy_policy if profile else None)
+        or "sequential"
+    )
+
+
+def resolve_route(config: FileConfig, channel: str, account: str) -> Route:
+    """Where a channel account's messages go.
+
+    Agent and tenant come from the account's options, else the channel's, else the file's defaults.
+
+    Raises:
+        ConfigError: the agent is not defined.
+    """
+    options = config.channels.get(channel)
+    extra = options.accounts.get(account) if options else None
+    agent = (extra.agent if extra else None) or (options.agent if options else None) or config.default_agent
+    tenant = (extra.tenant if extra else None) or (options.tenant if options else None) or config.tenant
+    if agent not in config.agents:
+        where = f"channels.{channel}" + (f".accounts.{account}" if extra else "")
+        known = ", ".join(sorted(config.agents)) or "none"
+        raise ConfigError(f"{where}: unknown agent {agent!r} (defined: {known})", field=f"{where}.agent")
+    return Route(agent, tenant, busy_policy(config, channel, account, agent))
+
+
+@dataclass(frozen=True, slots=True)
 class BuildContext:
     """What an adapter gets besides its settings block, resolved for one account."""
 
     account: str = "default"
+    agent: str = ""
+    """The agent the account's messages go to (:func:`resolve_route`; empty: the ingest router fills it in)."""
+    tenant: str = "default"
+    """The account's tenant, set with :attr:`agent`: drafts built routed spare the ingest router a copy of each."""
     require_mention: bool = True
     """Group and channel messages reach the agent only when they mention the bot (direct messages always do)."""
     publish: Publish | None = None
     """The web chat's stream publisher (``None`` in a process that only ingests); other channels ignore it."""
+    read_upload: ReadUpload | None = None
+    """Reads the web chat's uploads back for a worker (``None``: the web chat's files cannot be fetched here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,18 +312,29 @@ def account_configs(
     return found_accounts
 
 
-def build_channels(settings: Settings, *, publish: Publish | None) -> dict[tuple[str, str], Channel]:
+def build_channels(
+    settings: Settings, *, publish: Publish | None, read_upload: ReadUpload | None = None
+) -> dict[tuple[str, str], Channel]:
     """Adapters for every enabled channel account, keyed by ``(channel, account)``.
 
     The web chat is always on; a platform channel is on when its credentials are present.
 
     Raises:
-        ConfigError: an account's settings are invalid (the same as ``switchboard check`` reports).
+        ConfigError: an account's settings are invalid, or it routes to an agent that is not defined (the same as
+            ``switchboard check`` reports).
     """
     found: dict[tuple[str, str], Channel] = {}
     for channel in factories():
         for config in account_configs(settings, channel, settings.environ or None):
-            context = BuildContext(account=config.account, require_mention=config.require_mention, publish=publish)
+            route = resolve_route(settings.file, channel.name, config.account)
+            context = BuildContext(
+                account=config.account,
+                agent=route.agent,
+                tenant=route.tenant,
+                require_mention=config.require_mention,
+                publish=publish,
+                read_upload=read_upload,
+            )
             found[(channel.name, config.account)] = channel.build(config.block, context)
     return found
 

@@ -16,8 +16,11 @@ API names them (README, "Web chat"):
 
 The web tier authenticates the bearer token itself (it needs Redis for that) and then hands the adapter a
 :class:`~switchboard.channels.base.RawRequest` whose ``query["session"]`` holds the session key the token maps to.
-A chat post is ``{"text", "client_id"?}`` (a message) or ``{"choice": "<option id>", "text"?: "<label>",
-"client_id"?}`` (a click on an offered choice's button: a ``ChoiceSelected`` event).
+A chat post is ``{"text", "client_id"?, "attachments"?: ["<upload id>", …]}`` (a message; ``text`` may be empty when
+it carries attachments) or ``{"choice": "<option id>", "text"?: "<label>", "client_id"?}`` (a click on an offered
+choice's button: a ``ChoiceSelected`` event). Upload ids name files the page uploaded first
+(``POST /api/chat/uploads``); the web tier looks them up in the session and hands :meth:`WebChannel.inbound` the
+attachments, and a worker reads them back through :meth:`WebChannel.fetch` (the injected reader).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
 )
-from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channels.registry import BuildContext, ChannelFactory, ReadUpload
 from switchboard.channelsettings import ChannelSettings
 from switchboard.core.actions import (
     AckChoice,
@@ -65,6 +68,7 @@ from switchboard.types import SessionKey
 __all__ = [
     "CAPABILITIES",
     "FACTORY",
+    "MAX_ATTACHMENTS",
     "MAX_CLIENT_ID_CHARS",
     "MAX_FILE_BYTES",
     "MAX_TEXT_BYTES",
@@ -82,6 +86,9 @@ MAX_TEXT_BYTES = 32 * 1024
 """Longest chat message text, in UTF-8 bytes (docs/ARCHITECTURE.md §10: over 32 KiB is 413)."""
 MAX_CLIENT_ID_CHARS = 200
 """Longest ``client_id`` a page may send."""
+MAX_ATTACHMENTS: Final = 10
+"""Most upload ids one chat post may name (the web tier applies ``SWITCHBOARD_ATTACHMENTS__MAX_COUNT`` too)."""
+MAX_UPLOAD_ID_CHARS: Final = 64
 MAX_CHOICE_ID_CHARS: Final = 64
 """Longest option id (``Choice.id``)."""
 MAX_FILE_BYTES: Final = 256 * 1024
@@ -107,6 +114,8 @@ class ChatPost:
     client_id: str | None = None
     choice: str | None = None
     """The option id of a clicked button (``text`` is then its label, or the id when the page sent none)."""
+    attachments: tuple[str, ...] = ()
+    """Upload ids of files the page uploaded for this message, in order (no duplicates)."""
 
 
 def _encodable(value: str) -> bool:
@@ -118,12 +127,28 @@ def _encodable(value: str) -> bool:
     return True
 
 
-def parse_post(body: bytes) -> ChatPost:
-    """Validate a chat message body: JSON ``{"text": str, "client_id"?: str}`` or ``{"choice": str, ...}``.
+def _upload_ids(raw: object, max_count: int) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(
+        isinstance(item, str) and 0 < len(item) <= MAX_UPLOAD_ID_CHARS and item.isascii() and item.isalnum()
+        for item in raw
+    ):
+        raise MalformedBodyError('"attachments" must be a list of upload ids', channel="web")
+    if len(raw) > max_count:
+        raise MalformedBodyError(f"at most {max_count} attachments per message", channel="web")
+    if len(set(raw)) != len(raw):
+        raise MalformedBodyError('"attachments" names an upload twice', channel="web")
+    return tuple(raw)
+
+
+def parse_post(body: bytes, *, max_attachments: int = MAX_ATTACHMENTS) -> ChatPost:
+    """Validate a chat message body: JSON ``{"text", "client_id"?, "attachments"?}`` or ``{"choice", ...}``.
 
     Raises:
-        MalformedBodyError: not JSON, not an object, ``text`` missing (without a ``choice``), empty or not a string,
-            bad ``client_id`` or ``choice``.
+        MalformedBodyError: not JSON, not an object, ``text`` missing or empty (without a ``choice`` or
+            attachments) or not a string, bad ``client_id``, ``choice`` or ``attachments`` (more than
+            ``max_attachments``, a repeated id, or with a ``choice``).
         BodyTooLargeError: ``text`` is over :data:`MAX_TEXT_BYTES`.
     """
     try:
@@ -140,10 +165,15 @@ def parse_post(body: bytes) -> ChatPost:
             )
         if not choice.isprintable() or not _encodable(choice):
             raise MalformedBodyError('"choice" must be printable', channel="web")
-    text = raw.get("text", choice)
+    attachments = _upload_ids(raw.get("attachments"), min(max_attachments, MAX_ATTACHMENTS))
+    if attachments and choice is not None:
+        raise MalformedBodyError('a "choice" carries no attachments', channel="web")
+    text = raw.get("text", choice if choice is not None else ("" if attachments else None))
     if not isinstance(text, str):
         raise MalformedBodyError('"text" is required and must be a string', channel="web")
-    if not text or text.isspace():
+    if (not text or text.isspace()) and attachments:
+        text = ""
+    elif not text or text.isspace():
         raise MalformedBodyError('"text" must not be empty', channel="web")
     try:
         size = len(text.encode("utf-8"))
@@ -159,7 +189,7 @@ def parse_post(body: bytes) -> ChatPost:
             raise MalformedBodyError(
                 f'"client_id" must be at most {MAX_CLIENT_ID_CHARS} printable characters', channel="web"
             )
-    return ChatPost(text=text, client_id=client_id, choice=choice)
+    return ChatPost(text=text, client_id=client_id, choice=choice, attachments=attachments)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -178,6 +208,9 @@ def split_session_key(session: SessionKey) -> ConversationRef:
     return ConversationRef(tenant=tenant, agent=agent, channel="web", account=account, conversation=conversation)
 
 
+_POSTED: Final = Posted()
+
+
 class WebSettings(ChannelSettings):
     """The web chat has no ``SWITCHBOARD_WEB__*`` settings: it is built in and always on."""
 
@@ -189,16 +222,20 @@ class WebSettings(ChannelSettings):
 class WebChannel:
     """The built-in web chat (one account, ``default``); it streams replies token by token on its own SSE."""
 
-    def __init__(self, publish: Publish | None, *, account: str = "default") -> None:
+    def __init__(
+        self, publish: Publish | None, *, account: str = "default", read_upload: ReadUpload | None = None
+    ) -> None:
         """Create the adapter.
 
         Args:
             publish: appends an event to a session's web stream (``WebStreamPublisher.publish`` in production);
                 ``None`` in a process that only ingests (``perform`` then refuses).
             account: the account name; the web chat has only ``default``.
+            read_upload: reads an upload back (``UploadStore.read`` in a worker); ``None``: :meth:`fetch` refuses.
         """
         self._publish = publish
         self._account = account
+        self._read_upload = read_upload
 
     @property
     def name(self) -> Literal["web"]:
@@ -224,8 +261,11 @@ class WebChannel:
         ``request.query["session"]`` is the session key the web tier resolved from the bearer token; the draft
         keeps that session's agent and tenant.
 
+        Attachments are looked up by the web tier (it holds Redis), which then calls :meth:`inbound` itself: a post
+        naming upload ids is refused here.
+
         Raises:
-            MalformedBodyError: bad body, or no resolved session on the request.
+            MalformedBodyError: bad body, no resolved session on the request, or upload ids.
             BodyTooLargeError: text over 32 KiB.
         """
         session = request.query.get("session")
@@ -235,15 +275,24 @@ class WebChannel:
             conversation = split_session_key(SessionKey(session))
         except ValueError as err:
             raise MalformedBodyError(str(err), channel="web") from None
-        return Inbound(messages=(self.inbound(conversation, parse_post(request.body)),), answer=OK_JSON)
+        post = parse_post(request.body)
+        if post.attachments:
+            raise MalformedBodyError("attachments are looked up by the web chat's API", channel="web")
+        return Inbound(messages=(self.inbound(conversation, post),), answer=OK_JSON)
 
-    def inbound(self, conversation: ConversationRef, post: ChatPost) -> InboundMessage:
-        """Build the message draft for a chat post.
+    def inbound(
+        self, conversation: ConversationRef, post: ChatPost, attachments: tuple[Attachment, ...] = ()
+    ) -> InboundMessage:
+        """Build the message draft for a chat post (``attachments``: its uploads, looked up in the session).
 
         The dedup key is the page's ``client_id`` (scoped to the session by the queue's key layout), or a fresh
         uuid when the page sent none, so that every post without one is a new message.
         """
-        event = Posted() if post.choice is None else ChoiceSelected(option_id=post.choice)
+        event: Posted | ChoiceSelected
+        if post.choice is not None:
+            event = ChoiceSelected(option_id=post.choice)
+        else:
+            event = Posted(attachments=attachments) if attachments else _POSTED
         return InboundMessage(
             dedup_key=post.client_id or uuid.uuid4().hex,
             conversation=conversation,
@@ -343,12 +392,17 @@ class WebChannel:
                 assert_never(action)
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
-        """The web chat takes no attachments yet.
+        """Read an upload back (``attachment.ref`` is its id) for the conversation whose message carried it.
+
+        Only that session's uploads are reachable: the store keys them by the session.
 
         Raises:
-            AttachmentError: always.
+            AttachmentError: gone (uploads expire), over ``limit`` bytes (refused before reading), or no reader in
+                this process.
         """
-        raise AttachmentError("the web chat takes no attachments", channel="web")
+        if self._read_upload is None:
+            raise AttachmentError("this process cannot read web chat uploads", channel="web")
+        return await self._read_upload(conversation.session_key, attachment.ref, limit)
 
     def listener(self) -> Listener | None:
         """The web chat receives by HTTP only."""
@@ -362,7 +416,7 @@ class WebChannel:
 
 
 def _build(block: WebSettings, context: BuildContext) -> WebChannel:
-    return WebChannel(context.publish, account=context.account)
+    return WebChannel(context.publish, account=context.account, read_upload=context.read_upload)
 
 
 FACTORY: Final = ChannelFactory(

@@ -130,6 +130,18 @@ class SessionKeys:
         """STRING, PX TTL: the session's stream-ticket meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
         return self._k("ticketrate")
 
+    def web_upload(self, upload_id: str) -> str:
+        """HASH ``name``, ``mime_type``, ``kind``, ``size``, ``data`` (the bytes), with a TTL: a web chat upload.
+
+        A file the user uploaded for a later message of this session (only this session's token reaches it).
+        """
+        return self._k(f"upload:{upload_id}")
+
+    @property
+    def upload_rate(self) -> str:
+        """STRING, PX TTL: the session's web chat upload meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
+        return self._k("uploadrate")
+
 
 @dataclass(frozen=True, slots=True)
 class GlobalKeys:

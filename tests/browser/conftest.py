@@ -52,6 +52,8 @@ CHROMIUM_ARGS: Final = [
 ]
 OFFLINE_DELAY_MS: Final = 600
 """Each model step of the offline model takes this long: long enough to see a run in progress and a queued message."""
+MAX_FILE_BYTES: Final = 64 * 1024
+"""``SWITCHBOARD_ATTACHMENTS__MAX_BYTES`` of the gateway: small, so a test can send a file over it."""
 GUARD_MS: Final = 20_000
 """Upper bound on any single wait in the browser: a guard against hanging, not a timing assertion."""
 STARTUP_GUARD_S: Final = 60.0
@@ -179,6 +181,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             "SWITCHBOARD_DATA_DIR": str(root / "data"),
             "SWITCHBOARD_CONFIG": str(config),
             "SWITCHBOARD_OFFLINE__DELAY_MS": str(OFFLINE_DELAY_MS),
+            "SWITCHBOARD_ATTACHMENTS__MAX_BYTES": str(MAX_FILE_BYTES),
         }
     )
     stdout, stderr = root / "stdout.txt", root / "stderr.txt"

@@ -1,8 +1,9 @@
 /*
  * Switchboard web chat page. Plain JavaScript, no build step.
  *
- * Speaks the web chat's public API: POST api/chat/sessions, POST api/chat/messages, POST api/chat/stream-ticket and
- * GET api/chat/stream (SSE, opened with a single-use ticket so the bearer token never appears in a URL).
+ * Speaks the web chat's public API: POST api/chat/sessions, POST api/chat/uploads (one file each, before the message
+ * naming them), POST api/chat/messages, POST api/chat/stream-ticket and GET api/chat/stream (SSE, opened with a
+ * single-use ticket so the bearer token never appears in a URL).
  * Everything the model writes is rendered by building DOM nodes from a small Markdown subset; no string from the
  * server is ever parsed as HTML.
  */
@@ -12,6 +13,7 @@
   const STORAGE_KEY = "switchboard.webchat";
   const MAX_TEXT_BYTES = 32 * 1024;
   const SEND_ATTEMPTS = 8;
+  const MAX_FILES = 10; // the gateway may allow fewer (SWITCHBOARD_ATTACHMENTS__MAX_COUNT): it says so in a 400
 
   const list = document.getElementById("message-list");
   const scroller = document.getElementById("conversation");
@@ -22,6 +24,11 @@
   const stopButton = document.getElementById("stop-button");
   const connection = document.getElementById("connection");
   const newChat = document.getElementById("new-chat");
+  const app = document.querySelector(".app");
+  const fileInput = document.getElementById("file-input");
+  const attachButton = document.getElementById("attach-button");
+  const chosenList = document.getElementById("chosen-files");
+  const attachError = document.getElementById("attach-error");
 
   /* ---------- state ---------- */
 
@@ -38,6 +45,7 @@
   let replies = new Map(); // reply_to -> assistant bubble
   let order = []; // user turns in the order the gateway accepted them
   let running = false;
+  let chosen = []; // File objects picked or dropped, sent with the next message
 
   function loadAuth() {
     try {
@@ -373,14 +381,35 @@
     turn.li.dataset.state = state;
   }
 
-  function userTurn(text, clientId) {
+  function sizeLabel(bytes) {
+    if (bytes < 1024) return `${bytes} B`;
+    if (bytes < 1024 * 1024) return `${Math.round(bytes / 1024)} KB`;
+    return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+  }
+
+  // The names of the files a message carries ([{name, size}]), under its text.
+  function fileList(files) {
+    const ul = el("ul", "msg-files");
+    ul.dataset.testid = "msg-files";
+    ul.setAttribute("aria-label", "Attached files");
+    for (const file of files) {
+      if (!file || typeof file.name !== "string") continue;
+      const size = typeof file.size === "number" ? ` (${sizeLabel(file.size)})` : "";
+      ul.appendChild(el("li", "", `📎 ${file.name}${size}`));
+    }
+    return ul;
+  }
+
+  function userTurn(text, clientId, files) {
     const li = el("li", "msg msg-user");
     li.dataset.testid = "msg-user";
     li.dir = "auto";
     const body = el("div", "body", text);
     const statusEl = el("span", "msg-status");
     statusEl.dataset.testid = "msg-status";
-    li.append(body, statusEl);
+    li.append(body);
+    if (files && files.length) li.append(fileList(files));
+    li.append(statusEl);
     const turn = { li, statusEl, state: "", clientId, messageId: null, last: li };
     const wasNear = nearBottom();
     list.appendChild(li);
@@ -462,7 +491,10 @@
     if (!data || typeof data.message_id !== "string") return;
     let turn = users.get(data.message_id);
     if (!turn && data.client_id && pending.has(data.client_id)) turn = pending.get(data.client_id);
-    if (!turn) turn = userTurn(typeof data.text === "string" ? data.text : "", data.client_id);
+    if (!turn) {
+      const files = Array.isArray(data.attachments) ? data.attachments : [];
+      turn = userTurn(typeof data.text === "string" ? data.text : "", data.client_id, files);
+    }
     if (turn.clientId) pending.delete(turn.clientId);
     turn.messageId = data.message_id;
     users.set(data.message_id, turn);
@@ -712,7 +744,8 @@
       retry.type = "button";
       retry.addEventListener("click", () => {
         note.remove();
-        deliver(turn, turn.text);
+        if (turn.files && !turn.uploads) sendFiles(turn);
+        else deliver(turn, turn.text);
       });
       note.append(" ", retry);
     }
@@ -729,7 +762,13 @@
           method: "POST",
           headers: { "Content-Type": "application/json", Authorization: `Bearer ${auth.token}` },
           // The same client_id on every retry: the gateway keeps one message however often it arrives.
-          body: JSON.stringify(choice ? { choice, text, client_id: turn.clientId } : { text, client_id: turn.clientId }),
+          body: JSON.stringify(
+            choice
+              ? { choice, text, client_id: turn.clientId }
+              : turn.uploads
+                ? { text, attachments: turn.uploads, client_id: turn.clientId }
+                : { text, client_id: turn.clientId },
+          ),
         });
       } catch (_) {
         response = null; // network error: retry
@@ -778,6 +817,102 @@
     deliver(turn, text);
   }
 
+  async function errorMessage(response, fallback) {
+    try {
+      const body = await response.json();
+      if (body && body.error && body.error.message) return body.error.message;
+    } catch (_) {
+      /* not JSON */
+    }
+    return fallback;
+  }
+
+  // Upload each file (POST api/chat/uploads, the raw bytes), then send the message naming the uploads.
+  async function sendFiles(turn) {
+    setStatus(turn, "sending", "uploading…");
+    const mine = generation;
+    const uploads = [];
+    for (const file of turn.files) {
+      let response = null;
+      try {
+        response = await fetch(`api/chat/uploads?filename=${encodeURIComponent(file.name)}`, {
+          method: "POST",
+          headers: { "Content-Type": file.type || "application/octet-stream", Authorization: `Bearer ${auth.token}` },
+          body: file,
+        });
+      } catch (_) {
+        response = null;
+      }
+      if (mine !== generation) return;
+      if (!response) {
+        showSendError(turn, `Could not upload ${file.name}.`, true);
+        return;
+      }
+      if (response.status === 413) {
+        showSendError(turn, `${file.name} is too large: ${await errorMessage(response, "over the size limit")}.`, false);
+        return;
+      }
+      if (response.status !== 201) {
+        const message = await errorMessage(response, `the upload was refused (${response.status})`);
+        showSendError(turn, `${file.name}: ${message}`, response.status >= 500 || response.status === 429);
+        return;
+      }
+      uploads.push((await response.json()).upload);
+    }
+    turn.uploads = uploads;
+    deliver(turn, turn.text);
+  }
+
+  function sendWithFiles(text, files) {
+    const turn = userTurn(text, uuid(), files);
+    turn.text = text;
+    turn.files = files;
+    pending.set(turn.clientId, turn);
+    sendFiles(turn);
+  }
+
+  /* ---------- files to attach ---------- */
+
+  function showAttachError(message) {
+    attachError.textContent = message;
+    attachError.hidden = !message;
+  }
+
+  function renderChosen() {
+    chosenList.replaceChildren();
+    chosen.forEach((file, index) => {
+      const li = el("li", "", `📎 ${file.name} (${sizeLabel(file.size)})`);
+      li.dataset.testid = "chosen-file";
+      const remove = el("button", "", "×");
+      remove.type = "button";
+      remove.setAttribute("aria-label", `Remove ${file.name}`);
+      remove.addEventListener("click", () => {
+        chosen.splice(index, 1);
+        renderChosen();
+        input.focus();
+      });
+      li.appendChild(remove);
+      chosenList.appendChild(li);
+    });
+    chosenList.hidden = chosen.length === 0;
+  }
+
+  function addFiles(files) {
+    showAttachError("");
+    for (const file of files) {
+      if (chosen.length >= MAX_FILES) {
+        showAttachError(`At most ${MAX_FILES} files per message.`);
+        break;
+      }
+      if (file.size === 0) {
+        showAttachError(`${file.name} is empty.`);
+        continue;
+      }
+      chosen.push(file);
+    }
+    renderChosen();
+  }
+
   function sendChoice(id, label) {
     const turn = userTurn(label, uuid());
     turn.text = label;
@@ -795,10 +930,50 @@
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const text = input.value;
-    if (!text.trim() || !auth) return;
+    if ((!text.trim() && chosen.length === 0) || !auth) return;
     input.value = "";
     autosize();
-    send(text);
+    if (chosen.length) {
+      const files = chosen;
+      chosen = [];
+      renderChosen();
+      showAttachError("");
+      sendWithFiles(text.trim() ? text : "", files);
+    } else {
+      send(text);
+    }
+    input.focus();
+  });
+
+  attachButton.addEventListener("click", () => fileInput.click());
+  fileInput.addEventListener("change", () => {
+    addFiles(Array.from(fileInput.files || []));
+    fileInput.value = ""; // picking the same file again fires change again
+    input.focus();
+  });
+
+  // Drag and drop files anywhere on the chat.
+  let dragDepth = 0;
+  const carriesFiles = (event) => event.dataTransfer && Array.from(event.dataTransfer.types || []).includes("Files");
+  app.addEventListener("dragenter", (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    dragDepth += 1;
+    app.classList.add("dragging");
+  });
+  app.addEventListener("dragover", (event) => {
+    if (carriesFiles(event)) event.preventDefault();
+  });
+  app.addEventListener("dragleave", () => {
+    dragDepth = Math.max(0, dragDepth - 1);
+    if (dragDepth === 0) app.classList.remove("dragging");
+  });
+  app.addEventListener("drop", (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    dragDepth = 0;
+    app.classList.remove("dragging");
+    addFiles(Array.from(event.dataTransfer.files || []));
     input.focus();
   });
 
