@@ -1,8 +1,8 @@
 """An offered choice in real Chromium against a real ``switchboard run``: buttons, a click, the agent's answer.
 
-The offline model never offers a choice, so the test publishes the offer into the session's web stream the way a
-worker does (under the session's lease, through the web channel adapter); the click then goes through the page,
-the public API, the queue and a real worker like any message.
+The offline model never offers a choice, so the test publishes the offer into the session's web stream and records
+it the way a worker does (under the session's lease, through the web channel adapter); the click then goes through the
+page, the public API, the queue and a real worker like any message.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from switchboard.channels.web import WebChannel, split_session_key
 from switchboard.core.actions import Choice, OfferChoice
 from switchboard.queue.connection import async_client
 from switchboard.queue.lease import CURRENT_LEASE, Lease
+from switchboard.queue.offers import record_offer
 from switchboard.queue.outbox import Ephemeral
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.sessions import REDIS_URL_FILE
@@ -45,6 +46,7 @@ async def _offer(gateway: Gateway, session: SessionKey, offer: OfferChoice) -> N
         try:
             publisher = WebStreamPublisher(redis)
             await WebChannel(publisher.publish).perform(offer, split_session_key(session), Ephemeral("offer"))
+            await record_offer(redis, lease, offer, "offer")  # as the drain does: a click is checked against it
         finally:
             CURRENT_LEASE.reset(reset)
             await leases.abandon(lease)
@@ -66,4 +68,5 @@ async def test_an_offered_choice_shows_buttons_and_a_click_is_answered(open_chat
     await chat.wait_answered(3)  # the hello, the offer, and the answer to the click
     transcript = await chat.transcript()
     assert ("user", "Pro plan") in transcript
-    assert "Pro plan" in transcript[-1][1] and transcript[-1][0] == "assistant"  # the offline model echoes it
+    # the offline model echoes what it read: a verified pick, not an unverified click
+    assert "chose option plan-pro (Pro plan)" in transcript[-1][1] and transcript[-1][0] == "assistant"
