@@ -145,9 +145,19 @@ class SlackIdentity:
     """Who the bot is, for dropping its own messages and noticing mentions; filled from ``auth.test``."""
 
     def __init__(
-        self, account: str, bot_user_id: str | None = None, bot_id: str | None = None, *, require_mention: bool = True
+        self,
+        account: str,
+        bot_user_id: str | None = None,
+        bot_id: str | None = None,
+        *,
+        require_mention: bool = True,
+        agent: str = "",
+        tenant: str = "default",
     ) -> None:
         self.account = account
+        self.agent = agent
+        """The agent the account routes to (``BuildContext``): drafts are built routed (empty: the router fills it)."""
+        self.tenant = tenant
         self.require_mention = require_mention
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -189,6 +199,8 @@ def _conversation(
     return {
         "channel": _CHANNEL,
         "account": identity.account,
+        "agent": identity.agent,
+        "tenant": identity.tenant,
         "conversation": channel,
         "thread": thread,
         "extra": extra,

@@ -204,10 +204,23 @@ class UpdateReader:
         bot_id: The bot's user id (from its token), if known.
         username: The bot's ``@username`` without ``@``, if known.
         require_mention: Group messages count only when they address the bot (else every one does).
+        agent: The agent the account routes to, and
+        tenant: its tenant (see ``BuildContext``; empty: the ingest router fills both in, with a copy of the draft).
     """
 
-    def __init__(self, account: str, *, bot_id: int | None, username: str | None, require_mention: bool = True) -> None:
+    def __init__(
+        self,
+        account: str,
+        *,
+        bot_id: int | None,
+        username: str | None,
+        require_mention: bool = True,
+        agent: str = "",
+        tenant: str = "default",
+    ) -> None:
         self.account = account
+        self.agent = agent
+        self.tenant = tenant
         self.bot_id = bot_id
         self.username = username
         self.require_mention = require_mention
@@ -286,7 +299,13 @@ class UpdateReader:
         if thread:
             extra["message_thread_id"] = thread
         conversation = ConversationRef(
-            channel=_CHANNEL, account=self.account, conversation=str(chat.id), thread=thread, extra=extra
+            channel=_CHANNEL,
+            account=self.account,
+            agent=self.agent,
+            tenant=self.tenant,
+            conversation=str(chat.id),
+            thread=thread,
+            extra=extra,
         )
         return InboundMessage(
             dedup_key=str(update_id),

@@ -103,6 +103,8 @@ class SlackChannel:
         settings: The account's ``SWITCHBOARD_SLACK__*`` block.
         account: The account name (``default`` for the env-configured one).
         require_mention: Channel messages reach the agent only when they mention the bot.
+        agent: The agent the account routes to, and
+        tenant: its tenant (``BuildContext``): drafts are built routed (empty: the ingest router fills them in).
         clock: Seconds since the epoch (tests pass a fixed one).
     """
 
@@ -114,12 +116,14 @@ class SlackChannel:
         *,
         account: str = "default",
         require_mention: bool = True,
+        agent: str = "",
+        tenant: str = "default",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._account = account
         self._clock = clock
-        self.identity = SlackIdentity(account, require_mention=require_mention)
+        self.identity = SlackIdentity(account, require_mention=require_mention, agent=agent, tenant=tenant)
         token = settings.bot_token.get_secret_value() if settings.bot_token else ""
         self._api = SlackApi(token, settings.api_base_url)
         self._sender = SlackSender(self._api, account)
@@ -323,7 +327,13 @@ def problems(settings: SlackSettings) -> list[str]:
 
 
 def _build(settings: SlackSettings, context: BuildContext) -> SlackChannel:
-    return SlackChannel(settings, account=context.account, require_mention=context.require_mention)
+    return SlackChannel(
+        settings,
+        account=context.account,
+        require_mention=context.require_mention,
+        agent=context.agent,
+        tenant=context.tenant,
+    )
 
 
 FACTORY: ChannelFactory[SlackSettings] = ChannelFactory(

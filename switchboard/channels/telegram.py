@@ -112,6 +112,8 @@ class TelegramChannel:
         settings: The account's ``SWITCHBOARD_TELEGRAM__*`` block.
         account: The account name (``default`` for the env-configured bot).
         require_mention: Group messages reach the agent only when they address the bot.
+        agent: The agent the account routes to, and
+        tenant: its tenant (``BuildContext``): drafts are built routed (empty: the ingest router fills them in).
         poll_timeout: Seconds one ``getUpdates`` long poll waits (polling transport).
         poll_backoff: ``(first, most)`` seconds between failed polls.
     """
@@ -122,6 +124,8 @@ class TelegramChannel:
         *,
         account: str = "default",
         require_mention: bool = True,
+        agent: str = "",
+        tenant: str = "default",
         poll_timeout: float = 25.0,
         poll_backoff: tuple[float, float] = (1.0, 30.0),
     ) -> None:
@@ -135,6 +139,8 @@ class TelegramChannel:
             bot_id=int(prefix) if prefix.isdigit() else None,
             username=username,
             require_mention=require_mention,
+            agent=agent,
+            tenant=tenant,
         )
         self._api: BotApi | None = None
         self._sender = TelegramSender(self._client)
@@ -326,7 +332,13 @@ class TelegramChannel:
 
 
 def _build(settings: TelegramSettings, context: BuildContext) -> TelegramChannel:
-    return TelegramChannel(settings, account=context.account, require_mention=context.require_mention)
+    return TelegramChannel(
+        settings,
+        account=context.account,
+        require_mention=context.require_mention,
+        agent=context.agent,
+        tenant=context.tenant,
+    )
 
 
 def _problems(settings: TelegramSettings) -> list[str]:

@@ -50,7 +50,8 @@ class ConversationRef(BaseModel):
 
     tenant: str = "default"
     agent: str = ""
-    """Filled in by the ingest router from the channel account's configuration (adapters leave it empty)."""
+    """The channel account's agent from its configuration: set by adapters given it (``BuildContext``), else by the
+    ingest router."""
     channel: ChannelName
     account: str = "default"
     conversation: str

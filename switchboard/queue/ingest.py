@@ -178,7 +178,7 @@ class _Coalescer:
 
 
 _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
-"""ARGV 22–23 for platform sessions: no idle TTL (their retention is the operator's), no web stream."""
+"""ARGV 25–26 for an echo outside the web chat: no idle TTL (a platform's retention is the operator's)."""
 _DUPLICATE: Final = 1
 _REFUSED: Final = 2
 _REUSED: Final = 3
@@ -274,19 +274,22 @@ class Ingestor:
         )
         self._jobs = DrainJobs(settings.name)
         self._coalescer = _Coalescer(redis, settings.ingest_timeout_s)
-        self._config: list[ScriptArg] = [
+        self._config: tuple[ScriptArg, ...] = (
             settings.dedup_ttl_s,
             settings.events_maxlen,
-            WEB_ECHO_MAXLEN,
-            _QUEUED_STATUS,
             self._jobs.config,
             self.limits.messages_per_session_per_minute,
             self.limits.messages_per_sender_per_minute,
             self.limits.inbox_depth,
-        ]
+            CANCEL_TTL_MS,
+            _CANCEL_CHANNEL,
+        )
         """The script's constant arguments (ARGV 13–20)."""
-        self._web_retention: list[ScriptArg] = [self.limits.idle_session_ttl_s, self.limits.web_history_kib * 1024]
-        """ARGV 22–23 for web chat sessions (platform sessions keep their keys: ``["", 0]``)."""
+        self._web_retention: tuple[ScriptArg, ...] = (
+            self.limits.idle_session_ttl_s,
+            self.limits.web_history_kib * 1024,
+        )
+        """ARGV 25–26 for web chat sessions."""
 
     async def ingest(
         self,
@@ -345,10 +348,8 @@ class Ingestor:
             f'"sender":{sender},"chars":{len(message.text)}}}'
         )
         queued = f'{{"at":{at},"message_id":"{message_id}","kind":"run_queued"}}'
-        echo_type = echo_data = dropped = ""
-        if echo is not None:
-            echo_type, echo_data = echo.get("type", "user"), echo.get("data", "{}")
-        elif self._limited:
+        dropped = ""
+        if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
         rq = self._jobs.keys
@@ -362,18 +363,11 @@ class Ingestor:
             _GLOBAL.runnable,
             _GLOBAL.sessions,
             _GLOBAL.stats,
-            keys.web,
             rq.job(job_id),
             rq.queue,
             rq.queues,
             keys.rate,
             _GLOBAL.sender_rate(f"{conv.tenant}/{channel}/{conv.account}/{message.sender.id}"),
-            keys.attempts,
-            keys.history,
-            keys.slots,
-            keys.outbox,
-            keys.dead,
-            keys.epoch,
             keys.cancel,
         ]
         script_args: list[ScriptArg] = [
@@ -385,18 +379,25 @@ class Ingestor:
             busy_policy,
             received,
             queued,
-            echo_type,
-            echo_data,
             job_id,
             _rq_time(now),
-            *self._config,
             dropped,
-            *(self._web_retention if channel == "web" else _NO_RETENTION),
-            _fingerprint(message.text) if idempotent else "",
             interrupt_record(message_id, now) if busy_policy == "interrupt" and not is_stop(message) else "",
-            CANCEL_TTL_MS,
-            _CANCEL_CHANNEL,
+            *self._config,
         ]
+        if channel == "web" or echo is not None or idempotent:
+            # The web chat's part of the script (echo, idle TTL over every key of the session, idempotency) is passed
+            # only when used: a platform message's call sends 35 arguments, not 49 (packing them is a measurable part
+            # of its CPU). A script must declare every key it touches; a platform session's ingest touches none of them.
+            script_keys += [keys.web, keys.attempts, keys.history, keys.slots, keys.outbox, keys.dead, keys.epoch]
+            script_args += [
+                echo.get("type", "user") if echo is not None else "",
+                echo.get("data", "{}") if echo is not None else "",
+                WEB_ECHO_MAXLEN,
+                _QUEUED_STATUS,
+                *(self._web_retention if channel == "web" else _NO_RETENTION),
+                _fingerprint(message.text) if idempotent else "",
+            ]
         try:
             status, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
         except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it and run this one alone

@@ -2,7 +2,8 @@
 
 Webhooks, the web chat and long-running listeners (Discord's gateway, Telegram long polling, Slack Socket Mode) all
 hand what an adapter received to :class:`IngestRouter`. It fills the conversation's agent and tenant from the
-configuration (adapters leave them empty), picks the busy policy (account > channel > agent), and ingests each
+configuration (an adapter given them in its ``BuildContext`` builds its drafts routed, which spares a copy of each;
+others leave them empty), picks the busy policy (account > channel > agent), and ingests each
 message (dedup, limits, append, drain) with the metrics counted. Every message of one ``Inbound`` is accepted, or
 :class:`~switchboard.errors.QueueUnavailableError` is raised and the platform is not acknowledged: it retries, and
 the dedup keys make the retry safe. A message for an account that is not configured (a payload naming a Meta page
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from switchboard.channels.base import Channel, Emit, HttpAnswer, Inbound
+from switchboard.channels.registry import Route, busy_policy, resolve_route
 from switchboard.core.messages import InboundMessage
-from switchboard.errors import ConfigError, QueueUnavailableError
+from switchboard.errors import QueueUnavailableError
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.settings import FileConfig
 from switchboard.types import BusyPolicy
@@ -36,50 +37,6 @@ class IngestMetrics(Protocol):
 
     def rejected(self, channel: str, reason: str) -> None:
         """Count one message or request refused (``reason`` is a code of ours)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where a channel account's messages go."""
-
-    agent: str
-    tenant: str
-    busy_policy: BusyPolicy
-
-
-def busy_policy(config: FileConfig, channel: str, account: str, agent: str) -> BusyPolicy:
-    """The busy policy of a channel account's messages to ``agent``.
-
-    The account's, else the channel's, else the agent's (``sequential`` when none sets one).
-    """
-    options = config.channels.get(channel)
-    extra = options.accounts.get(account) if options else None
-    profile = config.agents.get(agent)
-    return (
-        (extra.busy_policy if extra else None)
-        or (options.busy_policy if options else None)
-        or (profile.busy_policy if profile else None)
-        or "sequential"
-    )
-
-
-def resolve_route(config: FileConfig, channel: str, account: str) -> Route:
-    """Where a channel account's messages go.
-
-    Agent and tenant come from the account's options, else the channel's, else the file's defaults.
-
-    Raises:
-        ConfigError: the agent is not defined.
-    """
-    options = config.channels.get(channel)
-    extra = options.accounts.get(account) if options else None
-    agent = (extra.agent if extra else None) or (options.agent if options else None) or config.default_agent
-    tenant = (extra.tenant if extra else None) or (options.tenant if options else None) or config.tenant
-    if agent not in config.agents:
-        where = f"channels.{channel}" + (f".accounts.{account}" if extra else "")
-        known = ", ".join(sorted(config.agents)) or "none"
-        raise ConfigError(f"{where}: unknown agent {agent!r} (defined: {known})", field=f"{where}.agent")
-    return Route(agent, tenant, busy_policy(config, channel, account, agent))
 
 
 class IngestRouter:
@@ -116,13 +73,15 @@ class IngestRouter:
     def route(self, message: InboundMessage) -> tuple[InboundMessage, BusyPolicy] | None:
         """The message with its agent and tenant filled in, and its busy policy; ``None`` for an unknown account.
 
-        A message that already names its agent (a web chat session chose one) keeps its agent and tenant; its busy
-        policy is then the channel's, else that agent's.
+        A message that already names its agent (its adapter built it routed, or a web chat session chose one) keeps
+        its agent and tenant, uncopied; its busy policy is then the account's, else the channel's, else that agent's.
         """
         conv = message.conversation
         route = self._routes.get((conv.channel, conv.account))
         if route is None:
             return None
+        if conv.agent == route.agent:  # built routed by its adapter (BuildContext): no copy
+            return message, route.busy_policy
         if conv.agent:
             return message, busy_policy(self.config, conv.channel, conv.account, conv.agent)
         routed = conv.model_copy(update={"agent": route.agent, "tenant": route.tenant})

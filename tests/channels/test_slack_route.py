@@ -164,7 +164,13 @@ async def test_a_choice_round_trip(client: TestClient, fake: FakeSlack, sync_red
     stored = [m for m in stored_messages(sync_redis) if isinstance(m, dict) and m.get("event")]
     assert any(
         m["event"]
-        == {"kind": "choice", "option_id": "reject", "offer_message_id": receipt.platform_ids[0], "ack_ref": None}
+        == {
+            "kind": "choice",
+            "option_id": "reject",
+            "offer_message_id": receipt.platform_ids[0],
+            "ack_ref": None,
+            "offered": False,  # checked against the session's recorded offers when a turn reads it
+        }
         and m["text"] == "Reject"
         for m in stored
     ), stored

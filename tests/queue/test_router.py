@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from switchboard.channels.base import Inbound
+from switchboard.channels.base import Inbound, RawRequest
+from switchboard.channels.registry import build_channels
 from switchboard.channels.web import WebChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError, QueueUnavailableError
+from switchboard.fakes.slack_payloads import make_event, sign_request
+from switchboard.fakes.telegram_updates import make_update
 from switchboard.metrics import Metrics
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
@@ -171,3 +175,47 @@ def test_a_route_to_an_unknown_agent_is_a_config_error_naming_the_place(tmp_path
     with pytest.raises(ConfigError, match=r"channels\.telegram\.accounts\.shop: unknown agent 'ghost'"):
         resolve_route(config, "telegram", "shop")
     assert resolve_route(config, "telegram", "plain").agent == "sales"
+
+
+@pytest.mark.parametrize(
+    ("channel", "agent", "tenant", "policy"),
+    [("telegram", "support", "acme", "interrupt"), ("slack", "sales", "home", "steer")],
+)
+async def test_adapters_build_their_drafts_already_routed_and_the_router_takes_them_without_a_copy(
+    async_redis: aioredis.Redis,
+    sync_redis: redis.Redis,
+    tmp_path: Path,
+    channel: str,
+    agent: str,
+    tenant: str,
+    policy: str,
+) -> None:
+    path = tmp_path / "switchboard.yaml"
+    path.write_text(CONFIG)
+    settings = load_settings(
+        {
+            "SWITCHBOARD_CONFIG": str(path),
+            "SWITCHBOARD_TELEGRAM__BOT_TOKEN": "42:test",
+            "SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-test",
+            "SWITCHBOARD_SLACK__SIGNING_SECRET": "s3cret",
+        }
+    )
+    adapters = build_channels(settings, publish=None)
+    adapter = adapters[(channel, "default")]
+    if channel == "telegram":
+        body, headers = json.dumps(make_update("hello", chat_id=7, update_id=1)).encode(), {}
+    else:
+        body, headers = sign_request(make_event("hello", channel="D0SEVEN"), "s3cret")
+    try:
+        inbound = await adapter.receive(RawRequest("POST", f"/webhooks/{channel}", headers, {}, body))
+    finally:
+        for built in adapters.values():
+            await built.aclose()
+    (draft,) = inbound.messages
+    assert (draft.conversation.agent, draft.conversation.tenant) == (agent, tenant)
+    router = _router(async_redis, settings.file)
+    routed = router.route(draft)
+    assert routed is not None and routed[0] is draft and routed[1] == policy
+    await router.accept(adapter, inbound)
+    assert _queued(sync_redis, draft.session_key) == 1 and draft.session_key.startswith(f"{tenant}/{agent}/")
+    assert _policy(sync_redis, draft.session_key) == policy

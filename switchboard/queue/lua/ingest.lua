@@ -1,39 +1,42 @@
 -- Accept one inbound message: dedup, abuse limits, append, mark runnable, log, echo, and enqueue a drain job if none
 -- is pending.
 -- KEYS: 1 dedup, 2 messages, 3 inbox, 4 meta, 5 events, 6 drain flag, 7 runnable, 8 sessions, 9 stats,
---       10 web stream, 11 job hash, 12 rq queue, 13 rq queues, 14 session rate meter, 15 sender rate meter,
---       16 attempts, 17 history, 18 slots, 19 outbox, 20 dead letters, 21 epoch (the rest of the session's keys),
---       22 stop request
+--       10 job hash, 11 rq queue, 12 rq queues, 13 session rate meter, 14 sender rate meter, 15 stop request;
+--       the web chat's part, passed only for it (a platform session's ingest touches none of them):
+--       16 web stream, 17 attempts, 18 history, 19 slots, 20 outbox, 21 dead letters, 22 epoch (the rest of the
+--       session's keys, which the idle TTL covers)
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
---       8 run_queued JSON, 9 echo type ('' = none), 10 echo data, 11 job id, 12 now (RQ format),
---       13 dedup TTL s, 14 events maxlen, 15 web stream maxlen, 16 queued status JSON,
---       17 job cfg JSON (see _job.lua; decoded only when a drain job is pushed),
---       18 messages per session per minute, 19 per sender per minute, 20 inbox depth (each 0 = no limit),
---       21 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429),
---       22 idle TTL s of the session's keys ('' = none: platform sessions; see _retention.lua),
---       23 web stream byte budget (0 = none),
---       24 text fingerprint ('' = none: platforms, whose retries carry identical payloads),
---       25 stop request JSON interrupting the running turn ('' = none: not the interrupt policy, or a /stop),
---       26 its TTL ms, 27 the stop channel
+--       8 run_queued JSON, 9 job id, 10 now (RQ format),
+--       11 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429),
+--       12 stop request JSON interrupting the running turn ('' = none: not the interrupt policy, or a /stop),
+--       constant per process: 13 dedup TTL s, 14 events maxlen, 15 job cfg JSON (see _job.lua; decoded only when a
+--       drain job is pushed), 16 messages per session per minute, 17 per sender per minute, 18 inbox depth (each
+--       0 = no limit), 19 the stop request's TTL ms, 20 the stop channel;
+--       the web chat's part (with KEYS 16-22): 21 echo type ('' = none), 22 echo data, 23 web stream maxlen,
+--       24 queued status JSON, 25 idle TTL s of the session's keys ('' = none; see _retention.lua),
+--       26 web stream byte budget (0 = none), 27 text fingerprint ('' = none)
 -- Under the interrupt policy a message accepted while a turn runs asks that turn to stop (the stop request is stored
 -- and the session published, as a /stop does); the message itself waits in the inbox, so nothing rides on the
 -- publish: a worker that misses it finishes the turn and the message is answered by the next one.
--- The dedup record's value is the message id, or 'id:fingerprint' when ARGV[24] was given: the dedup key is then an
+-- The dedup record's value is the message id, or 'id:fingerprint' when ARGV[27] was given: the dedup key is then an
 -- idempotency key, and reusing it for a different text is a conflict (nothing is written).
 -- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, {2, reason, wait ms} when over a limit, or
 -- {3, original id, 0} for a dedup key reused with a different fingerprint.
+local web = #KEYS > 15
+local fingerprint, idle_ttl = '', ''
+if web then fingerprint, idle_ttl = ARGV[27], ARGV[25] end
 local prev = redis.call('GET', KEYS[1])
 if prev then  -- before the limits: a retry of an accepted message is a duplicate, never a refusal
   local sep = string.find(prev, ':', 1, true)
   local prev_id = prev
   if sep then
     prev_id = string.sub(prev, 1, sep - 1)
-    if ARGV[24] ~= '' and string.sub(prev, sep + 1) ~= ARGV[24] then return {3, prev_id, 0} end
+    if fingerprint ~= '' and string.sub(prev, sep + 1) ~= fingerprint then return {3, prev_id, 0} end
   end
   redis.call('HINCRBY', KEYS[9], 'deduplicated', 1)
   return {1, prev_id, 0}
 end
-local session_limit, sender_limit, depth = tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local session_limit, sender_limit, depth = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local session_tat, sender_tat, now
 if session_limit > 0 or sender_limit > 0 or depth > 0 then
   local reason, wait = nil, 0
@@ -43,24 +46,24 @@ if session_limit > 0 or sender_limit > 0 or depth > 0 then
   if session_limit > 0 or sender_limit > 0 then
     now = limits_now()
     local w
-    w, session_tat = meter_check(KEYS[14], session_limit, 60000, now)
+    w, session_tat = meter_check(KEYS[13], session_limit, 60000, now)
     if w > 0 then reason, wait = reason or 'session_rate', math.max(wait, w) end
-    w, sender_tat = meter_check(KEYS[15], sender_limit, 60000, now)
+    w, sender_tat = meter_check(KEYS[14], sender_limit, 60000, now)
     if w > 0 then reason, wait = reason or 'sender_rate', math.max(wait, w) end
   end
   if reason then
-    if ARGV[21] ~= '' then
-      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_dropped', 'data', ARGV[21] .. reason .. '"}')
+    if ARGV[11] ~= '' then
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_dropped', 'data', ARGV[11] .. reason .. '"}')
       redis.call('HINCRBY', KEYS[9], 'messages_dropped', 1)
     end
     return {2, reason, wait}
   end
-  meter_commit(KEYS[14], session_tat, now)
-  meter_commit(KEYS[15], sender_tat, now)
+  meter_commit(KEYS[13], session_tat, now)
+  meter_commit(KEYS[14], sender_tat, now)
 end
 local id = ARGV[1]
-if ARGV[24] ~= '' then
-  redis.call('SET', KEYS[1], id .. ':' .. ARGV[24], 'EX', ARGV[13])
+if fingerprint ~= '' then
+  redis.call('SET', KEYS[1], id .. ':' .. fingerprint, 'EX', ARGV[13])
 else
   redis.call('SET', KEYS[1], id, 'EX', ARGV[13])
 end
@@ -71,25 +74,24 @@ redis.call('ZADD', KEYS[8], ARGV[3], ARGV[4])
 redis.call('HSET', KEYS[4], 'channel', ARGV[5], 'last_at', ARGV[3], 'busy_policy', ARGV[6])
 redis.call('HSETNX', KEYS[4], 'created_at', ARGV[3])
 redis.call('HINCRBY', KEYS[4], 'received', 1)
-if ARGV[22] ~= '' then redis.call('HSET', KEYS[4], 'idle_ttl', ARGV[22]) end
+if idle_ttl ~= '' then redis.call('HSET', KEYS[4], 'idle_ttl', idle_ttl) end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_received', 'data', ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'run_queued', 'data', ARGV[8])
-if ARGV[9] ~= '' then
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[15], '*', 'type', ARGV[9], 'data', ARGV[10])
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[15], '*', 'type', 'status', 'data', ARGV[16])
-  trim_bytes(KEYS[10], ARGV[23], ARGV[15], #ARGV[10])
+if web and ARGV[21] ~= '' then
+  redis.call('XADD', KEYS[16], 'MAXLEN', '~', ARGV[23], '*', 'type', ARGV[21], 'data', ARGV[22])
+  redis.call('XADD', KEYS[16], 'MAXLEN', '~', ARGV[23], '*', 'type', 'status', 'data', ARGV[24])
+  trim_bytes(KEYS[16], ARGV[26], ARGV[23], #ARGV[22])
 end
 redis.call('HINCRBY', KEYS[9], 'accepted', 1)
-if ARGV[25] ~= '' and redis.call('HGET', KEYS[4], 'status') == 'running' then
-  redis.call('SET', KEYS[22], ARGV[25], 'PX', ARGV[26])
-  redis.call('PUBLISH', ARGV[27], ARGV[4])
+if ARGV[12] ~= '' and redis.call('HGET', KEYS[4], 'status') == 'running' then
+  redis.call('SET', KEYS[15], ARGV[12], 'PX', ARGV[19])
+  redis.call('PUBLISH', ARGV[20], ARGV[4])
 end
 local drain = 0
-if redis.call('SET', KEYS[6], ARGV[11], 'NX') then
-  push_job(KEYS[11], ARGV[11], ARGV[4], ARGV[12], cjson.decode(ARGV[17]))
+if redis.call('SET', KEYS[6], ARGV[9], 'NX') then
+  push_job(KEYS[10], ARGV[9], ARGV[4], ARGV[10], cjson.decode(ARGV[15]))
   drain = 1
 end
-retain(KEYS, 2, 6, ARGV[22])
-retain(KEYS, 10, 10, ARGV[22])
-retain(KEYS, 16, 21, ARGV[22])
+retain(KEYS, 2, 6, idle_ttl)
+retain(KEYS, 16, 22, idle_ttl)
 return {0, id, drain}
