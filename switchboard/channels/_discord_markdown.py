@@ -12,8 +12,9 @@ Mentions are never rewritten here: every send carries ``allowed_mentions: {"pars
 
 Splitting comes *after* rendering and counts UTF-16 code units (never more than Discord's count, whichever it
 uses). A part is cut at a blank line, else a line break, else a space, else anywhere but inside a surrogate
-pair; a fenced code block open at a cut is closed at the end of the part and reopened (same info string) at the
-start of the next, so every part renders on its own.
+pair, and never just before a ```` ``` ```` or ``~~~`` that is in mid-line (the next part would open with a fence
+the text does not have); a fenced code block open at a cut is closed at the end of the part and reopened (same
+info string) at the start of the next, so every part renders on its own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(([^)\s]+)\)")
 _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _FENCES = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
+_FENCE_AHEAD = re.compile(r" *(`{3,}|~{3,})")
 _ESCAPE = re.compile(r"([\\*_~`|\[\]])|^([>#-])", re.MULTILINE)
 
 
@@ -87,9 +89,23 @@ def _cut(text: str, budget: int) -> int:
     window = text[:end]
     for separator in ("\n\n", "\n", " "):
         at = window.rfind(separator)
+        while at > budget // 3 and _fence_ahead(text, at + len(separator)):
+            at = window.rfind(separator, 0, at)
         if at > budget // 3:
             return at + len(separator)
+    while end > 1 and _fence_ahead(text, end):
+        end -= 1
     return max(end, 1)
+
+
+def _fence_ahead(text: str, at: int) -> bool:
+    """Whether a part starting at ``at`` would open with a code fence that ``text`` does not have there.
+
+    A part starts a line, and its leading spaces go: ```` ``` ```` or ``~~~`` in mid-line (or after four spaces)
+    would turn into a fence there, and its info string would vanish as the fence's language.
+    """
+    match = _FENCE_AHEAD.match(text, at)
+    return match is not None and (text[at - 1] != "\n" or match.start(1) - at > 3)
 
 
 def split_content(text: str, limit: int = MAX_CONTENT) -> list[str]:

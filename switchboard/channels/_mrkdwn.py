@@ -49,6 +49,8 @@ _BROADCAST = re.compile(r"(?<![\w@])@(channel|here|everyone)\b", re.IGNORECASE)
 _WORD_JOINER = "\u2060"
 _AT_WORD = re.compile(r"(?<![\w@])@")
 _WORDISH = re.compile(r"[\w@]")
+_QUOTE_MARK = re.compile(r"^> ", re.MULTILINE)
+"""A quote's marker at the start of a rendered line (the text's own ``>`` are all escaped)."""
 
 
 class _Span(NamedTuple):
@@ -115,7 +117,13 @@ def neutralise_markdown(markdown: str, before: str = "") -> str:
 
 
 def _wrap(name: str, inner: str) -> str:
-    """``inner`` inside a span, whitespace kept outside (mrkdwn needs the markers next to visible text)."""
+    """``inner`` inside a span, whitespace kept outside (mrkdwn needs the markers next to visible text).
+
+    Each line is wrapped on its own: a span never holds a line break, so no span is open where a quote's ``>``
+    starts a line (a split there would reopen the span in front of the ``>``, leaving it literal mid-line).
+    """
+    if "\n" in inner:
+        return "\n".join(_wrap(name, line) for line in inner.split("\n"))
     core = inner.strip()
     if not core:
         return inner
@@ -161,6 +169,7 @@ class _Renderer:
         for offset, item in enumerate(node.children):
             marker = f"{number + offset}. " if node.type == "ordered_list" else "• "
             body = self.blocks(item.children, "\n", quoted=quoted)
+            body = _QUOTE_MARK.sub("&gt; ", body)  # after the item's marker a quote's > is literal: escape it
             lines.append(marker + body.replace("\n", "\n" + " " * len(marker)))
         return "\n".join(lines)
 
@@ -297,7 +306,8 @@ def split_mrkdwn(marked: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     """Split marked mrkdwn into finished messages of at most ``limit`` characters each.
 
     Escapes and links are never cut; spans and code blocks open at a cut are closed at its end and reopened at
-    the start of the next part. Parts with no visible text are dropped.
+    the start of the next part. Parts with no visible text are dropped. A part exceeds ``limit`` only when one
+    link or escape and the markup open around it (at most 8 characters) cannot fit in it: it then holds just that.
     """
     if len(marked) <= limit and len(_finish(marked)) <= limit:
         whole = _finish(marked).strip()
@@ -308,6 +318,12 @@ def split_mrkdwn(marked: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     index = 0
     while index < len(tokens):
         cut = _next_cut(tokens, index, stack, limit)
+        if cut.cost + _closing_width(list(cut.stack)) > limit:  # only possible when its first text is too long
+            first = next((i for i in range(index, cut.end) if tokens[i].kind == "text"), None)
+            run = tokens[first].value if first is not None else ""
+            if first is not None and len(run) > 1 and run[0] not in "<&":  # plain characters, not a link or escape
+                tokens[first : first + 1] = [_Token("text", ch) for ch in run]
+                continue
         end, after = cut.end, list(cut.stack)
         while end < len(tokens) and tokens[end].kind == "close" and after and after[-1] == tokens[end].name:
             after.pop()  # a closer right at the cut costs what its forced close would: keep it in this part

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -20,11 +20,11 @@ def _balanced(part: str) -> bool:
     fence: str | None = None
     for line in part.split("\n"):
         match = _FENCE.match(line)
-        if match and fence is None:
+        if match is None:
+            continue
+        if fence is None:
             fence = match.group(1)
-        elif (
-            match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) and not match.group(2).strip()
-        ):  # type: ignore[index]
+        elif match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) and not match.group(2).strip():
             fence = None
     return fence is None
 
@@ -69,8 +69,18 @@ def test_escape_markdown_keeps_mentions_and_mid_line_markers() -> None:
 _PIECES = ["word", "🙂", "**b**", "`c`", " ", " ", " ", "\n", "\n\n", "```py\n", "\n```\n", "~~~\n", "> q ", "x"]
 
 
+def test_a_cut_never_turns_mid_line_backticks_into_a_fence() -> None:
+    """A part starts a line: ```` ```py ```` from mid-line there would open a code block and hide ``py``."""
+    assert split_content("word" * 8 + "🙂" * 4 + "```py\n", 40) == ["word" * 8 + "🙂" * 3, "🙂```py"]
+    for text in ("> q " * 9 + "```py\nabc", "x" * 39 + "~~~ tilde", "a\n" + "b" * 36 + "    ```py\nz"):
+        parts = split_content(text, 40)
+        assert not any(_FENCE.match(line) for part in parts for line in part.split("\n")), parts
+        assert "".join("".join(parts).split()) == "".join(text.split())
+
+
 @settings_for_hypothesis
 @given(st.lists(st.sampled_from(_PIECES), max_size=400), st.integers(min_value=40, max_value=300))
+@example(["word"] * 8 + ["🙂"] * 4 + ["```py\n"], 40)  # a hard cut right before a mid-line ```py: it became a fence
 def test_split_property(pieces: list[str], limit: int) -> None:
     """Every part fits, none is empty, fences stay balanced, and every character arrives once, in order."""
     text = "".join(pieces)

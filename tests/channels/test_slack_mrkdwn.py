@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from switchboard.channels._mrkdwn import (
@@ -37,6 +39,9 @@ from switchboard.fakes.slack import check_mrkdwn, pings
         ("** spaced **", "** spaced **"),
         ("| a | b |\n|---|---|\n| 1 | 2 |", "*a | b*\n1 | 2"),
         ("\ue001forged\ue002", "\ufffdforged\ufffd"),
+        ("**two\nlines**", "*two*\n*lines*"),  # a span never holds a line break (see the quote below)
+        ("> *it\nspans*", "> _it_\n> _spans_"),  # cut at its line break, `_> spans_` would show a literal >
+        ("- > quoted", "• &gt; quoted"),  # mid-line a > is literal anyway: escaped, so the mrkdwn is well-formed
     ],
 )
 def test_rendering(markdown: str, mrkdwn: str) -> None:
@@ -119,11 +124,24 @@ _MD = st.lists(
 ).map("".join)
 
 
+_UNCUT = re.compile(r"<[^<>]*>|&(?:amp|lt|gt);")
+"""What the splitter never cuts: a link, an escape."""
+
+
 @settings(max_examples=300, deadline=None)
 @given(markdown=_MD, limit=st.integers(min_value=12, max_value=200))
+@example(markdown="```\nhttps://x.y", limit=12)  # a run of 8 characters in a code block: cut between characters
+@example(markdown="```\na```!!", limit=12)  # the same, in defused backticks
+@example(markdown="aaaa\n>aaaa*a\na*", limit=12)  # italics over a quote's line break: `_> a_`, a bare > mid-line
+@example(markdown=" - >  ]", limit=84)  # a quote in a list item: `• > ]`, a bare > mid-line
+@example(markdown="```\n&`b", limit=12)  # `&amp;` in a code block needs 13 characters
 def test_any_markdown_renders_well_formed_within_limits_and_silent(markdown: str, limit: int) -> None:
+    # A link or escape is never cut, and its part also closes what is open around it (at most 8 characters: a code
+    # block's ``` and ```, or bold, italics, strike and code nested). A limit below that cannot be met (`&amp;` in a
+    # code block at 12); the part then holds that one unit and its markup.
+    longest = max((len(m.group()) for m in _UNCUT.finditer(markdown_to_mrkdwn(markdown))), default=0)
     for part in render_mrkdwn(markdown, limit):
-        assert 0 < len(part) <= limit
+        assert 0 < len(part) <= max(limit, longest + 8)
         assert pings(part) == []
         check_mrkdwn(part)
 
