@@ -67,8 +67,10 @@ agents:
     tools: [current_time]
 channels:
   web: {agent: assistant}
-  telegram: {agent: assistant}
+  telegram: {agent: assistant, send_rate: 0, chat_send_rate: 0}
 """
+"""``send_rate: 0``: the fake Bot API has no flood limits, so the figures are the gateway's own, not Telegram's 30 sends
+a second (which a real bot is held to, and the gateway paces by default)."""
 BOT_TOKEN = "123456:bench-token-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 SECRET_TOKEN = "bench-secret-0123456789"
 BOT_USERNAME = "switchboard_bench_bot"

@@ -159,6 +159,12 @@ class ChannelOptions(BaseModel):
     require_mention: bool | None = None
     """Group and channel messages reach the agent only when they mention the bot (default: yes; direct messages
     always do)."""
+    send_rate: float | None = Field(None, ge=0)
+    """Sends a second the gateway allows the whole account, shared by every worker (default: the platform's
+    documented limit, e.g. Telegram's 30; ``0``: not paced by the gateway — a fake, or a self-hosted API without
+    limits; the platform's own 429s are honoured either way)."""
+    chat_send_rate: float | None = Field(None, ge=0)
+    """Sends a second into one conversation (default: the platform's limit; ``0``: not paced)."""
     accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
     """Further accounts, served at ``/webhooks/{channel}/{account}``."""
 
@@ -173,6 +179,10 @@ class ChannelAccount(BaseModel):
     tenant: str | None = None
     require_mention: bool | None = None
     """As the channel's ``require_mention``, for this account (wins over the channel's)."""
+    send_rate: float | None = Field(None, ge=0)
+    """As the channel's ``send_rate``, for this account (wins over the channel's)."""
+    chat_send_rate: float | None = Field(None, ge=0)
+    """As the channel's ``chat_send_rate``, for this account (wins over the channel's)."""
     secrets_from_env: dict[str, str] = Field(default_factory=dict)
     """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
     options: dict[str, str] = Field(default_factory=dict)

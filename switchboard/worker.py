@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from switchboard.channelfiles import attachment_support
-from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.core.attachments import AttachmentSupport
 from switchboard.core.gateway import ToolGateway
 from switchboard.core.providers import ModelFactory, ProviderConfig
@@ -70,7 +70,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     redis = async_client(settings.redis_url)
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
     uploads = UploadStore(redis, timeout_s=30.0)  # the web chat's files (up to the attachment cap each)
-    channels = ChannelSet(build_channels(settings, publish=publisher.publish, read_upload=uploads.read))
+    channels = ChannelSet(
+        build_channels(settings, publish=publisher.publish, read_upload=uploads.read), send_rates(settings)
+    )
     models = ModelFactory(provider_config(settings))
     attachments = attachment_support(settings, channels)
     runtime = build_runtime(settings, models, attachments)

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 
-from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, SendContext
+from switchboard.channels.base import Capabilities, Channel, FileData, Rate, Receipt, SendContext
 from switchboard.channelsettings import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
@@ -52,6 +53,7 @@ __all__ = [
     "factories",
     "factory",
     "resolve_route",
+    "send_rates",
     "simulation",
 ]
 
@@ -339,6 +341,26 @@ def build_channels(
     return found
 
 
+def _rate(configured: float | None, platform: Rate) -> Rate:
+    if configured is None:
+        return platform
+    if configured == 0:
+        return Rate(0.0, 0)  # no limit (see ratelimits.bucket_args)
+    return Rate(configured, max(platform.burst, math.ceil(configured)))
+
+
+def send_rates(settings: Settings) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """The YAML's ``send_rate`` and ``chat_send_rate`` per ``(channel, account)``; an account's win."""
+    rates: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    for name, options in settings.file.channels.items():
+        rates[(name, "default")] = (options.send_rate, options.chat_send_rate)
+        for account, extra in options.accounts.items():
+            send = extra.send_rate if extra.send_rate is not None else options.send_rate
+            chat = extra.chat_send_rate if extra.chat_send_rate is not None else options.chat_send_rate
+            rates[(name, account)] = (send, chat)
+    return rates
+
+
 NO_ADAPTER = Capabilities(max_text=4096)
 """What a conversation without an adapter in this process can show: nothing streams, nothing is typed."""
 
@@ -354,8 +376,14 @@ class PerConversation(Protocol):
 class ChannelSet:
     """Routes send actions to the adapter of the conversation's channel account (the queue's Deliverer)."""
 
-    def __init__(self, channels: Mapping[tuple[str, str], Channel]) -> None:
+    def __init__(
+        self,
+        channels: Mapping[tuple[str, str], Channel],
+        rates: Mapping[tuple[str, str], tuple[float | None, float | None]] | None = None,
+    ) -> None:
+        """Route to ``channels``; ``rates`` (:func:`send_rates`) replaces platforms' send rates where configured."""
         self.channels = dict(channels)
+        self._rates = {key: value for key, value in (rates or {}).items() if value != (None, None)}
 
     def adapter(self, conversation: ConversationRef) -> Channel:
         """The adapter of the conversation's channel account.
@@ -378,12 +406,16 @@ class ChannelSet:
         An adapter whose capabilities differ by conversation says so with ``capabilities_for`` (Telegram: drafts
         in private chats, edits in groups); a conversation without an adapter here shows plain text only.
         """
-        adapter = self.channels.get((conversation.channel, conversation.account))
+        key = (conversation.channel, conversation.account)
+        adapter = self.channels.get(key)
         if adapter is None:
             return NO_ADAPTER
-        if isinstance(adapter, PerConversation):
-            return adapter.capabilities_for(conversation)
-        return adapter.capabilities
+        caps = adapter.capabilities_for(conversation) if isinstance(adapter, PerConversation) else adapter.capabilities
+        configured = self._rates.get(key)
+        if configured is None:
+            return caps
+        send, chat = configured
+        return replace(caps, bot_rate=_rate(send, caps.bot_rate), chat_rate=_rate(chat, caps.chat_rate))
 
     def streams(self, conversation: ConversationRef) -> bool:
         """Whether the conversation's channel shows ``StreamDelta``s on its own transport (the web chat)."""

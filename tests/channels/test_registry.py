@@ -193,3 +193,42 @@ def test_check_says_what_a_partly_configured_channel_is_missing(
     settings.redis_url = None
     check_command(settings, {})
     assert "teams      disabled (no credentials)" in capsys.readouterr().out
+
+
+async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
+    echo_line: None, base_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = tmp_path / "rates.yaml"
+    config.write_text(
+        YAML.replace(
+            "    tenant: echo-co\n", "    tenant: echo-co\n    send_rate: 0\n    chat_send_rate: 2.5\n"
+        ).replace("        secrets_from_env:", "        send_rate: 100\n        secrets_from_env:")
+    )
+    env = base_env | {
+        "SWITCHBOARD_CONFIG": str(config),
+        "SWITCHBOARD_TEAMS__APP_ID": "1",
+        "SWITCHBOARD_TEAMS__APP_PASSWORD": "x",
+        "ECHO_SECOND_SECRET": "second-secret",
+    }
+    settings = load_settings(env)
+    channels = registry.build_channels(settings, publish=None)
+    plain = registry.ChannelSet(channels)
+    rated = registry.ChannelSet(channels, registry.send_rates(settings))
+    default = InboundMessage.model_validate(
+        {
+            "dedup_key": "1",
+            "conversation": {"channel": "teams", "conversation": "c"},
+            "sender": {"id": "u"},
+            "text": "x",
+        }
+    ).conversation
+    second = default.model_copy(update={"account": "second"})
+    platform = plain.capabilities(default)
+    assert platform.bot_rate.per_s > 0  # the adapter's own limits apply without the YAML
+    assert rated.capabilities(default).bot_rate.per_s == 0  # 0: the gateway does not pace this account
+    assert rated.capabilities(default).chat_rate.per_s == 2.5
+    assert rated.capabilities(second).bot_rate.per_s == 100  # the account's own wins over the channel's
+    assert rated.capabilities(second).chat_rate.per_s == 2.5  # inherited from the channel
+    with pytest.raises(ConfigError):
+        config.write_text(YAML.replace("    tenant: echo-co\n", "    tenant: echo-co\n    send_rate: -1\n"))
+        load_settings(env)

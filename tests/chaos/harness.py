@@ -85,9 +85,18 @@ def update_id(session: int, index: int) -> int:
     return 1_000_000 + session * 1_000 + index
 
 
+UNPACED = "\nchannels:\n  telegram: {send_rate: 0, chat_send_rate: 0}\n"
+"""The fake Bot API has no flood limits: the gateway's own pacing at Telegram's 30 sends a second would make a
+crash test of thousands of replies a test of the pacing (tests/queue/test_outbound.py covers that)."""
+
+
 def chaos_env(base: dict[str, str], fake_url: str, **queue: str) -> dict[str, str]:
-    """``base_env`` plus the fake Telegram and short queue timings (override with ``QUEUE__NAME=value``)."""
+    """``base_env`` plus the fake Telegram (sends not paced) and short queue timings (``QUEUE__NAME=value``)."""
+    config = Path(base["SWITCHBOARD_CONFIG"])
+    unpaced = config.with_name("switchboard-chaos.yaml")
+    unpaced.write_text(config.read_text() + UNPACED)
     env = base | {
+        "SWITCHBOARD_CONFIG": str(unpaced),
         "SWITCHBOARD_TELEGRAM__BOT_TOKEN": BOT_TOKEN,
         "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": SECRET,
         "SWITCHBOARD_TELEGRAM__API_BASE_URL": fake_url,
