@@ -44,6 +44,19 @@ def _fits(text: str, budget: int, unit: Unit) -> int:
     return low
 
 
+def _opens_fence(text: str, at: int) -> bool:
+    """Whether a part starting at ``at`` would open with a code fence that ``text`` does not have there.
+
+    Each part is a message of its own, so it starts a line: backticks in mid-line (or after four spaces) would
+    become a fence there, and the words after them its language.
+    """
+    rest = text[at:]
+    stripped = rest.lstrip(" ")
+    if not stripped.startswith(_FENCE):
+        return False
+    return at > 0 and (text[at - 1] != "\n" or len(rest) - len(stripped) > 3)
+
+
 def _cut(text: str, most: int) -> int:
     """Where to cut ``text`` within its first ``most`` characters: after a paragraph, line or word if possible."""
     if most >= len(text):
@@ -51,9 +64,14 @@ def _cut(text: str, most: int) -> int:
     head = text[:most]
     for separator in ("\n\n", "\n", " "):
         at = head.rfind(separator)
+        while at >= most // 2 and _opens_fence(text, at + len(separator)):
+            at = head.rfind(separator, 0, at)
         if at >= most // 2:
             return at + len(separator)
-    return most
+    end = most
+    while end > 1 and _opens_fence(text, end):
+        end -= 1
+    return end
 
 
 def _fence_after(piece: str, fence: str | None) -> str | None:

@@ -53,3 +53,10 @@ def test_the_head_is_the_first_part_and_the_rest_renders_alone() -> None:
     assert head.endswith("\n```") and rest.startswith("```sh\n")
     assert rest.endswith("```\nafter")
     assert split_head("short", 60) == ("short", "")
+
+
+@pytest.mark.parametrize("reply", ["word " * 7 + "```py\nabc", "word " * 7 + "    ```py abc", "x" * 40 + "```py abc"])
+def test_a_cut_never_makes_mid_line_backticks_open_a_code_block(reply: str) -> None:
+    parts = split_reply(reply, 40)
+    assert "".join(parts) == reply
+    assert all(not part.lstrip(" ").startswith("```") for part in parts[1:])
