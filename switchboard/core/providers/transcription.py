@@ -9,12 +9,12 @@ pass on; the upstream text is never quoted for authentication failures (it can e
 from __future__ import annotations
 
 import logging
-
-import httpx2
-import openai
-from openai import AsyncOpenAI
+from typing import TYPE_CHECKING
 
 from switchboard.errors import AttachmentError
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 __all__ = ["MAX_AUDIO_BYTES", "OpenAITranscriber"]
 
@@ -38,8 +38,14 @@ class OpenAITranscriber:
             base_url: ``OPENAI_BASE_URL``; unset means OpenAI itself.
             timeout_s: Per-request timeout.
         """
+        # the SDK takes most of a second to import: only a process with transcription configured pays for it
+        import httpx2
+        import openai
+
         self.model = model
-        self._client = AsyncOpenAI(
+        self._sdk = openai
+        self._transport_error = httpx2.TransportError
+        self._client: AsyncOpenAI = openai.AsyncOpenAI(
             api_key=api_key or _NO_KEY, base_url=base_url or OPENAI_BASE_URL, timeout=timeout_s, max_retries=1
         )
 
@@ -52,17 +58,18 @@ class OpenAITranscriber:
         if len(data) > MAX_AUDIO_BYTES:
             raise AttachmentError("too large to transcribe (limit 25 MiB)", channel="transcription", too_large=True)
         upload = (name or "voice.ogg", data, mime_type or "application/octet-stream")
+        sdk = self._sdk
         try:
             result = await self._client.audio.transcriptions.create(model=self.model, file=upload)
-        except (openai.AuthenticationError, openai.PermissionDeniedError):
+        except (sdk.AuthenticationError, sdk.PermissionDeniedError):
             logger.warning("transcription refused: check OPENAI_API_KEY")
             raise AttachmentError("the transcription provider refused the key", channel="transcription") from None
-        except openai.APIStatusError as exc:
+        except sdk.APIStatusError as exc:
             logger.warning("transcription failed with HTTP %d", exc.status_code)
             raise AttachmentError(
                 f"the transcription provider answered HTTP {exc.status_code}", channel="transcription"
             ) from None
-        except (openai.APIConnectionError, httpx2.TransportError):
+        except (sdk.APIConnectionError, self._transport_error):
             logger.warning("transcription provider unreachable")
             raise AttachmentError("the transcription provider could not be reached", channel="transcription") from None
         return result.text
