@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal, assert_never
@@ -64,9 +63,6 @@ logger = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
 _CHANNEL: Literal["telegram"] = "telegram"
-# python-telegram-bot 22 warns (PTBDeprecationWarning) whenever it builds a time period as an int; opting in
-# to the future timedelta behaviour is the documented way to stop that (the variable is read on every use).
-os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 CAPABILITIES = Capabilities(
     max_text=4096,
