@@ -127,3 +127,11 @@ def test_streams_bench_runs() -> None:
     out = run_bench("bench.streams")
     assert "open SSE streams on one process" in out and "baseline: raw aiohttp SSE server" in out
     assert "| streams | streams held open (of 200) | 200 |" in out
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
+def test_sidebyside_bench_runs() -> None:
+    out = run_bench("bench.sidebyside")
+    assert "switchboard web (ours): Telegram webhook" in out and "python-telegram-bot run_webhook" in out
+    assert "switchboard web (ours): Slack Events API" in out and "slack-bolt AsyncApp" in out
+    assert "| sidebyside | Slack Events API (ours): baseline CPU ÷ ours, side by side |" in out
