@@ -35,8 +35,10 @@ import json
 import os
 import sys
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -180,44 +182,56 @@ async def run(argv: list[str] | None = None) -> list[Row]:
             fake.wait_http(f"{fake_url}/_fake/calls")
             targets = start_targets(tmp, server.url, fake_url, server_cpus, procs, ns.limits)
             for number in range(1, rounds + 1):
-                for target in targets:
-                    base = number * 10_000_000
-                    if warmup > 0:
-                        await load(
-                            target.url,
-                            spec_for(target, base),
-                            connections=CONNECTIONS,
-                            seconds=warmup,
-                            cpus=load_cpus,
-                            scratch=tmp,
-                            generator=generator,
-                        )
-                    flushall(server.url)
-                    spec = spec_for(target, base + 5_000_000)
-                    cpu = target.proc.cpu_s()
-                    result = await load(
-                        target.url,
-                        spec,
-                        connections=CONNECTIONS,
-                        seconds=seconds,
-                        cpus=load_cpus,
-                        scratch=tmp,
-                        generator=generator,
-                    )
-                    target.cpu_us.append((target.proc.cpu_s() - cpu) / max(result.requests, 1) * 1e6)
-                    target.results.append(result)
-                    if target.switchboard:
-                        target.accepted.append(accepted_count(server.url))
-                print(
-                    f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets),
-                    flush=True,
-                )
+                spec = await measure_round(
+                    number, targets, spec_for, server.url, warmup=warmup, seconds=seconds, cpus=load_cpus,
+                    scratch=tmp, generator=generator,
+                )  # fmt: skip
         finally:
             for proc in reversed(procs):
                 proc.stop()
             server.stop()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return verdicts(report(targets, rounds, spec.body_bytes), ns.quick)
+
+
+async def measure_round(
+    number: int,
+    targets: Sequence[Any],
+    spec_for: Callable[[Any, int], PostLoad],
+    redis_url: str,
+    *,
+    warmup: float,
+    seconds: float,
+    cpus: set[int] | None,
+    scratch: Path,
+    generator: str,
+) -> PostLoad:
+    """Round ``number``: warm each target up, then load it alone on an emptied Redis and record its figures.
+
+    A target has ``key``, ``url``, ``proc``, ``switchboard`` and the lists ``results``, ``cpu_us``, ``accepted``
+    (:class:`Target` here, the Slack bench's own). Returns the last spec loaded (its body size goes in the report).
+    """
+    base = number * 10_000_000
+    spec = spec_for(targets[0], base)
+    for target in targets:
+        if warmup > 0:
+            await load(
+                target.url, spec_for(target, base), connections=CONNECTIONS, seconds=warmup, cpus=cpus,
+                scratch=scratch, generator=generator,
+            )  # fmt: skip
+        flushall(redis_url)
+        spec = spec_for(target, base + 5_000_000)
+        cpu = target.proc.cpu_s()
+        result = await load(
+            target.url, spec, connections=CONNECTIONS, seconds=seconds, cpus=cpus, scratch=scratch,
+            generator=generator,
+        )  # fmt: skip
+        target.cpu_us.append((target.proc.cpu_s() - cpu) / max(result.requests, 1) * 1e6)
+        target.results.append(result)
+        if target.switchboard:
+            target.accepted.append(accepted_count(redis_url))
+    print(f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets), flush=True)
+    return spec
 
 
 def start_targets(

@@ -35,7 +35,6 @@ from bench._harness import (
     Row,
     bench_env,
     cores,
-    flushall,
     fmt,
     free_port,
     median,
@@ -47,9 +46,9 @@ from bench._harness import (
     verdicts,
     workdir,
 )
-from bench._load import WRK_INSTALL_HINT, LoadResult, PostLoad, load, telegram_load, wrk_path
+from bench._load import WRK_INSTALL_HINT, LoadResult, PostLoad, telegram_load, wrk_path
 from bench._slack_load import SIGNING_SECRET, self_check, slack_load
-from bench.ingest import LIMITS, accepted_count
+from bench.ingest import LIMITS, measure_round
 
 TARGET_RATIO = 1.5
 CONNECTIONS = 32
@@ -152,39 +151,10 @@ async def run(argv: list[str] | None = None) -> list[Row]:
             fake.wait_http(f"http://127.0.0.1:{fake_port}/_fake/calls")
             targets = _start(tmp, server.url, api, server_cpus, procs)
             for number in range(1, rounds + 1):
-                for target in targets:
-                    base = number * 10_000_000
-                    if warmup > 0:
-                        spec = _spec(target, base)
-                        await load(
-                            target.url,
-                            spec,
-                            connections=CONNECTIONS,
-                            seconds=warmup,
-                            cpus=load_cpus,
-                            scratch=tmp,
-                            generator=generator,
-                        )
-                    flushall(server.url)
-                    spec = _spec(target, base + 5_000_000)
-                    cpu = target.proc.cpu_s()
-                    result = await load(
-                        target.url,
-                        spec,
-                        connections=CONNECTIONS,
-                        seconds=seconds,
-                        cpus=load_cpus,
-                        scratch=tmp,
-                        generator=generator,
-                    )
-                    target.cpu_us.append((target.proc.cpu_s() - cpu) / max(result.requests, 1) * 1e6)
-                    target.results.append(result)
-                    if target.switchboard:
-                        target.accepted.append(accepted_count(server.url))
-                print(
-                    f"  round {number}: " + ", ".join(f"{t.key} {t.results[-1].rps:,.0f} req/s" for t in targets),
-                    flush=True,
-                )
+                spec = await measure_round(
+                    number, targets, _spec, server.url, warmup=warmup, seconds=seconds, cpus=load_cpus,
+                    scratch=tmp, generator=generator,
+                )  # fmt: skip
         finally:
             for proc in reversed(procs):
                 proc.stop()
