@@ -40,6 +40,10 @@ MAX_MESSAGE_LENGTH = 4096
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _MENTION_LINK = re.compile(r"tg://(?:user|openmessage)\b", re.IGNORECASE)
 """``tg://user?id=…`` links mention (and notify) that user: model output never gets to ping anyone."""
+_MENTION = re.compile(r"(?<![\w.+-])@(?=\w)")
+"""An ``@`` where Telegram's clients see a ``@username`` mention (which notifies that member of a group)."""
+_WORD_JOINER = "\u2060"
+"""Invisible; after the ``@`` it stops the mention from being recognised while the text reads the same."""
 _MAX_HREF = 1024
 """Longer link targets are shown as text: a huge opening tag repeated at every cut would starve the parts."""
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,32}")
@@ -76,6 +80,12 @@ _MD = _parser()
 
 
 def _esc(text: str) -> str:
+    """Escape text shown as text, with every ``@username`` defused: model output never gets to ping anyone."""
+    return html.escape(_MENTION.sub("@" + _WORD_JOINER, text), quote=False)
+
+
+def _esc_code(text: str) -> str:
+    """Escape the content of ``<code>``/``<pre>``, where Telegram recognises no mentions (kept byte for byte)."""
     return html.escape(text, quote=False)
 
 
@@ -133,8 +143,8 @@ class _Renderer:
             return _esc(content)
         info = node.info.split()[0] if node.type == "fence" and node.info.strip() else ""
         if info and _LANGUAGE.fullmatch(info):
-            return f'<pre><code class="language-{info}">{_esc(content)}</code></pre>'
-        return f"<pre>{_esc(content)}</pre>"
+            return f'<pre><code class="language-{info}">{_esc_code(content)}</code></pre>'
+        return f"<pre>{_esc_code(content)}</pre>"
 
     def table(self, node: SyntaxTreeNode, quoted: bool) -> str:
         ctx = frozenset({"quote"}) if quoted else frozenset()
@@ -167,7 +177,7 @@ class _Renderer:
             return inner if tag in ctx or not inner else f"<{tag}>{inner}</{tag}>"
         if kind == "code_inline":
             plain = ctx & {"a", "quote"}
-            return _esc(node.content) if plain else f"<code>{_esc(node.content)}</code>"
+            return _esc(node.content) if plain else f"<code>{_esc_code(node.content)}</code>"
         if kind in ("link", "image"):
             return self.link(node, ctx)
         return _esc(node.content) + self.inline(node.children, ctx)
@@ -309,8 +319,8 @@ def split_html(markup: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]:
     return parts
 
 
-_PLAIN = re.compile(r"[A-Za-z](?:[A-Za-z0-9 ,.;:?!'\"()/%@$-]*[A-Za-z0-9,.;:?!'\"()/%@$-])?")
-"""One line that Markdown renders as itself: no markup, block or entity character, no edge spaces."""
+_PLAIN = re.compile(r"[A-Za-z](?:[A-Za-z0-9 ,.;:?!'\"()/%$-]*[A-Za-z0-9,.;:?!'\"()/%$-])?")
+"""One line that Markdown renders as itself: no markup, block or entity character, no ``@``, no edge spaces."""
 
 
 def render_messages(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]:
