@@ -277,10 +277,17 @@ async def _one(
         if transcriber is None:
             return f"[the user sent {described}, saved as {relative} ({size}); it was not transcribed: no "\
                 "transcription provider is configured]"  # fmt: skip
-        try:
-            text = await transcriber.transcribe(name, data, mime or None)
-        except AttachmentError as err:
-            return f"[the user sent {described}, saved as {relative}; it could not be transcribed: {err}]"
+        cached = workspace / f".transcripts/{stem}-{number}.txt"
+        text = await asyncio.to_thread(_read_transcript, cached)
+        if text is None:
+            try:
+                text = await transcriber.transcribe(name, data, mime or None)
+            except AttachmentError as err:
+                return f"[the user sent {described}, saved as {relative}; it could not be transcribed: {err}]"
+            try:  # a retried turn reads it back instead of paying for the transcription again
+                await asyncio.to_thread(workspaces.store, workspace, cached, text.encode(), shown=relative)
+            except ToolError:
+                logger.info("transcript of %s not cached: the workspace refused it", message.id)
         prepared.transcripts.setdefault(index, []).append(text.strip() or "(no speech recognised)")
         return ""
     if attachment.kind == "image":
@@ -291,6 +298,16 @@ async def _one(
         why = "you cannot see images" if not vision else "its format or size cannot be shown to you"
         return f"[the user sent an image, saved as {relative} ({size}); {why}]"
     return f"[the user sent {described}, saved in your workspace as {relative} ({mime or 'unknown type'}, {size})]"
+
+
+def _read_transcript(path: Path) -> str | None:
+    """The transcript an earlier attempt of this turn cached (``None``: none, or not a plain file)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,23 @@ async def test_a_voice_note_is_transcribed_and_the_transcript_is_what_the_model_
     await transcriber.aclose()
 
 
+async def test_a_retried_turn_reads_its_cached_transcript_instead_of_transcribing_again(
+    fake_openai: FakeOpenAI, openai_url: str, tmp_path: Path
+) -> None:
+    fake_openai.transcripts.append("book the table for four")
+    transcriber = OpenAITranscriber(model="whisper-1", api_key="sk-test", base_url=openai_url)
+    support = AttachmentSupport(source=Platform({"v": FileData("", VOICE, "audio/ogg")}), transcriber=transcriber)
+    rt = build(ProviderConfig(), tmp_path, support)
+    voice = Attachment(kind="voice", ref="v", mime_type="audio/ogg", size=len(VOICE))
+    request = posted("", voice, "offline")
+    first = await rt.run_turn(request, MemorySink(), MemoryStore())
+    again = await rt.run_turn(request, MemorySink(), MemoryStore())  # the same turn retried (worker lost, re-run)
+    assert first.text == again.text
+    assert again.text.startswith('You said: "[voice note, transcribed] book the table for four"')
+    assert len([r for r in fake_openai.received if r.path == "/v1/audio/transcriptions"]) == 1
+    await transcriber.aclose()
+
+
 async def test_a_failed_transcription_is_a_note_not_a_failed_turn(
     fake_openai: FakeOpenAI, openai_url: str, tmp_path: Path
 ) -> None:
