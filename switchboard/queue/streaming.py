@@ -29,7 +29,7 @@ from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.queue.notices import CANCELLED_TEXT
 from switchboard.queue.outbox import Ephemeral, Outbox, idempotency_key
 from switchboard.queue.ratelimits import SendBuckets
-from switchboard.queue.textsplit import RENDER_HEADROOM, measure, split_head, split_reply
+from switchboard.channels.textsplit import RENDER_HEADROOM, measure, split_head, split_reply
 
 __all__ = ["PREVIEW", "ReplyStream"]
 

@@ -17,7 +17,7 @@ from switchboard.queue.drain import Drainer, DrainOutcome
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.notices import CANCELLED_TEXT
-from switchboard.queue.textsplit import RENDER_HEADROOM, split_head
+from switchboard.channels.textsplit import RENDER_HEADROOM, split_head
 from switchboard.settings import QueueSettings
 
 from .conftest import agent_for, make_message

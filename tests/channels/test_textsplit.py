@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from switchboard.queue.textsplit import measure, split_head, split_reply
+from switchboard.channels.textsplit import measure, split_head, split_reply
 
 
 @pytest.mark.parametrize("unit", ["chars", "bytes", "utf16"])
