@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Capabilities, Rate, Receipt, SendContext
+from switchboard.channels.textsplit import RENDER_HEADROOM, split_head
 from switchboard.core.actions import Action, EditText, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
@@ -17,7 +18,6 @@ from switchboard.queue.drain import Drainer, DrainOutcome
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.notices import CANCELLED_TEXT
-from switchboard.channels.textsplit import RENDER_HEADROOM, split_head
 from switchboard.settings import QueueSettings
 
 from .conftest import agent_for, make_message
