@@ -6,10 +6,26 @@ Re-exported by :mod:`switchboard.settings`, which composes them into :class:`~sw
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from switchboard.types import BusyPolicy
+
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def secure_endpoint(url: str) -> bool:
+    """Whether a platform base URL is ``https://``, or ``http://`` to this host (the local fakes, a test proxy)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK_HOSTS)
+
 
 __all__ = [
     "ChannelAccount",
@@ -22,6 +38,7 @@ __all__ = [
     "TeamsSettings",
     "TelegramSettings",
     "WhatsAppSettings",
+    "secure_endpoint",
 ]
 
 
@@ -127,10 +144,19 @@ class WhatsAppSettings(_MetaChannel):
     """``SWITCHBOARD_WHATSAPP__*``."""
 
     phone_number_id: str | None = None
+    window_template: str | None = None
+    """Approved template sent instead of a reply outside the 24-hour window, as ``name:language``
+    (``hello_world:en_US``); unset: such a reply is not sent and a ``window_closed`` failure is recorded."""
 
 
 class InstagramSettings(_MetaChannel):
     """``SWITCHBOARD_INSTAGRAM__*``."""
+
+    account_id: str | None = None
+    """The Instagram professional account id (``entry[].id`` of its webhooks); looked up with ``GET /me`` when
+    unset (needed in the YAML for every further account: one app URL serves them all)."""
+    human_agent: bool = False
+    """Outside the 24-hour window, send replies tagged ``HUMAN_AGENT`` (7 days; only where a person answers)."""
 
 
 class MessengerSettings(ChannelSettings):
@@ -140,6 +166,11 @@ class MessengerSettings(ChannelSettings):
     app_secret: SecretStr | None = None
     verify_token: SecretStr | None = None
     graph_base_url: str = "https://graph.facebook.com/v23.0"
+    page_id: str | None = None
+    """The Facebook Page id (``entry[].id`` of its webhooks); looked up with ``GET /me`` when unset (needed in the
+    YAML for every further account: one app URL serves them all)."""
+    human_agent: bool = False
+    """Outside the 24-hour window, send replies tagged ``HUMAN_AGENT`` (7 days; only where a person answers)."""
 
     @property
     def enabled(self) -> bool:  # noqa: D102

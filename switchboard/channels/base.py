@@ -33,6 +33,7 @@ __all__ = [
     "OK_JSON",
     "Capabilities",
     "Channel",
+    "DeliveryStatus",
     "Emit",
     "FileData",
     "HttpAnswer",
@@ -74,6 +75,21 @@ OK_JSON = HttpAnswer(200, b'{"ok":true}')
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryStatus:
+    """What a platform reported about a message the gateway sent: recorded in that session's event log, not a message.
+
+    The conversation is built like an inbound message's (agent and tenant filled by the ingest router).
+    """
+
+    conversation: ConversationRef
+    status: Literal["sent", "delivered", "read", "failed"]
+    platform_id: str = ""
+    """The platform's id of the sent message (empty: a read mark that covers everything sent before)."""
+    error: str = ""
+    """For ``failed``: the platform's error code and title (never message text)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """What one verified request carried, and how to answer it once every message is durably accepted."""
 
@@ -81,6 +97,8 @@ class Inbound:
     """Drafts (``id`` empty, ``agent``/``tenant`` empty): all of them are accepted, or the request is not
     acknowledged (5xx, the platform retries; duplicates are dropped by their dedup keys)."""
     answer: HttpAnswer = OK_JSON
+    statuses: tuple[DeliveryStatus, ...] = ()
+    """Delivery and read reports about sent messages, recorded with the messages (same all-or-5xx rule)."""
 
 
 @dataclass(frozen=True, slots=True)

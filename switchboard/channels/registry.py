@@ -72,6 +72,10 @@ CHANNEL_MODULES: dict[str, str] = {
     "telegram": "switchboard.channels.telegram",
     "slack": "switchboard.channels.slack",
     "discord": "switchboard.channels.discord",
+    "teams": "switchboard.channels.teams",
+    "whatsapp": "switchboard.channels.whatsapp",
+    "messenger": "switchboard.channels.messenger",
+    "instagram": "switchboard.channels.instagram",
 }
 """Channel name → the module exporting its ``FACTORY`` (the one line a new channel adds)."""
 
@@ -135,6 +139,9 @@ class BuildContext:
     """The web chat's stream publisher (``None`` in a process that only ingests); other channels ignore it."""
     read_upload: ReadUpload | None = None
     """Reads the web chat's uploads back for a worker (``None``: the web chat's files cannot be fetched here)."""
+    accounts: Mapping[str, ChannelSettings] = field(default_factory=dict)
+    """Every enabled account of the same channel by name, this one included: an adapter whose one webhook URL
+    serves many accounts (Meta: one app, many numbers or pages) names the account a payload's id belongs to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +334,9 @@ def build_channels(
     """
     found: dict[tuple[str, str], Channel] = {}
     for channel in factories():
-        for config in account_configs(settings, channel, settings.environ or None):
+        configs = account_configs(settings, channel, settings.environ or None)
+        siblings = {config.account: config.block for config in configs}
+        for config in configs:
             route = resolve_route(settings.file, channel.name, config.account)
             context = BuildContext(
                 account=config.account,
@@ -336,6 +345,7 @@ def build_channels(
                 require_mention=config.require_mention,
                 publish=publish,
                 read_upload=read_upload,
+                accounts=siblings,
             )
             found[(channel.name, config.account)] = channel.build(config.block, context)
     return found

@@ -16,11 +16,14 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from switchboard.channels.base import Channel, Emit, HttpAnswer, Inbound
+from redis.exceptions import RedisError
+
+from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
 from switchboard.channels.registry import Route, busy_policy, resolve_route
-from switchboard.core.messages import InboundMessage
+from switchboard.core.messages import InboundMessage, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.ingest import Ingestor, IngestResult
+from switchboard.queue.statuses import record_statuses
 from switchboard.settings import FileConfig
 from switchboard.types import BusyPolicy
 
@@ -98,26 +101,32 @@ class IngestRouter:
         Raises:
             QueueUnavailableError: Redis did not confirm in time (answer 5xx; the platform retries).
         """
-        channel = message.conversation.channel
         routed = self.route(message)
         if routed is None:
-            logger.warning(
-                "%s: dropped a message for account %r, which is not configured (add it under channels.%s.accounts)",
-                channel,
-                message.conversation.account[:64],
-                channel,
-            )
-            self._rejected(channel, "unknown_account")
+            self._unknown_account(message)
             return None
         draft, policy = routed
         result = await self.ingestor.ingest(draft, busy_policy=policy, echo=echo, idempotent=idempotent)
+        self._count(message.conversation.channel, result)
+        return result
+
+    def _unknown_account(self, message: InboundMessage) -> None:
+        channel, account = message.conversation.channel, message.conversation.account
+        logger.warning(
+            "%s: dropped a message for account %r, which is not configured (add it under channels.%s.accounts)",
+            channel,
+            account[:64],
+            channel,
+        )
+        self._rejected(channel, "unknown_account")
+
+    def _count(self, channel: str, result: IngestResult) -> None:
         if result.limited is not None:
             self._rejected(channel, "rate_limited")
         elif result.reused:
             self._rejected(channel, "client_id_reused")
         elif self.metrics is not None:
             self.metrics.ingested(channel, duplicate=result.duplicate)
-        return result
 
     async def accept(self, adapter: Channel, inbound: Inbound) -> HttpAnswer:
         """Durably accept every message of ``inbound``; returns the answer the platform expects.
@@ -129,13 +138,55 @@ class IngestRouter:
             QueueUnavailableError: one message was not confirmed (answer 5xx: the platform retries them all, and
                 the ones already accepted are dropped as duplicates).
         """
-        for message in inbound.messages:
-            try:
-                await self.ingest(message)
-            except QueueUnavailableError:
-                self._rejected(adapter.name, "queue_unavailable")
-                raise
+        messages = inbound.messages
+        try:
+            if len(messages) == 1:
+                await self.ingest(messages[0])
+            elif messages:
+                await self._ingest_all(messages)
+        except QueueUnavailableError:
+            self._rejected(adapter.name, "queue_unavailable")
+            raise
+        if inbound.statuses:
+            await self._record_statuses(adapter, inbound.statuses)
         return inbound.answer
+
+    async def _ingest_all(self, messages: tuple[InboundMessage, ...]) -> None:
+        """Route and accept the messages of one delivery, their scripts sent together (one round trip, in order).
+
+        Counted as :meth:`ingest` counts them; a message for an account that is not configured is dropped as there.
+        """
+        routed = []
+        for message in messages:
+            found = self.route(message)
+            if found is None:
+                self._unknown_account(message)
+            else:
+                routed.append(found)
+        results = await self.ingestor.ingest_all(routed) if routed else []
+        for (draft, _policy), result in zip(routed, results, strict=True):
+            self._count(draft.conversation.channel, result)
+
+    async def _record_statuses(self, adapter: Channel, statuses: tuple[DeliveryStatus, ...]) -> None:
+        """Record delivery reports in their sessions' event logs (an unknown account's are dropped, counted)."""
+        reports = []
+        for status in statuses:
+            conv = status.conversation
+            route = self._routes.get((conv.channel, conv.account))
+            if route is None:
+                self._rejected(conv.channel, "unknown_account")
+                continue
+            agent, tenant = (conv.agent, conv.tenant) if conv.agent else (route.agent, route.tenant)
+            session = session_key(tenant, agent, conv.channel, conv.account, conv.conversation, conv.thread)
+            reports.append((session, status))
+        settings = self.ingestor.settings
+        try:
+            await record_statuses(
+                self.ingestor.redis, reports, maxlen=settings.events_maxlen, timeout_s=settings.ingest_timeout_s
+            )
+        except (TimeoutError, RedisError, OSError) as err:
+            self._rejected(adapter.name, "queue_unavailable")
+            raise QueueUnavailableError(f"Redis did not confirm the delivery reports: {type(err).__name__}") from err
 
     def emit_for(self, adapter: Channel) -> Emit:
         """The ``Emit`` a listener of ``adapter`` hands what it receives to."""

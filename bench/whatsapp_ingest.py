@@ -1,0 +1,436 @@
+"""WhatsApp ingest: req/s of ``switchboard web``'s ``POST /webhooks/whatsapp`` beside a raw aiohttp server.
+
+Servers, each alone on the server core, loaded in turn by ``wrk -t1 -c32`` on the other core (where the embedded
+Redis-compatible server runs too), every round measuring all of them one after another (``bench.ingest``'s
+``measure_round``; ratios are taken within a round, the table shows medians over rounds):
+
+(a) ``switchboard web``, ``POST /webhooks/whatsapp`` — Cloud API deliveries signed for real
+    (``X-Hub-Signature-256``, HMAC-SHA256 of each body with the app secret; wrk signs in Lua from a precomputed
+    SHA-256 state, ``bench/_slack_load.py``'s), through the full durable ingest (verify → parse → one Lua
+    script per message → 200). The mix, by request counter: 7 in 10 deliveries carry 1 message (~1.5 KB body),
+    2 in 10 carry 2 messages, 1 in 10 carries 5 (1.6 messages per delivery on average), each message with its
+    own ``wamid``, from 1,000 users;
+(b) a raw aiohttp handler that reads the body and answers 200 (the ceiling the issue's target is set against);
+(c) for reference, the same process's Telegram webhook under ``bench.ingest``'s load.
+
+``accepted`` (read back from Redis) checks that every message acknowledged was stored. Before loading, the
+adapter's own cost per delivery is measured in-process (signature check, JSON, normalisation), to show where
+the WhatsApp-specific time goes.
+
+    python -m bench.whatsapp_ingest            # 3 rounds of 10 s per server
+    python -m bench.whatsapp_ingest --quick    # smoke run
+    python -m bench.whatsapp_ingest base=/tmp/base   # A/B: also the WhatsApp webhook of the source tree /tmp/base
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._harness import (
+    PYTHON,
+    SUMMARY_HEADERS,
+    Proc,
+    Row,
+    bench_env,
+    cores,
+    fmt,
+    free_port,
+    median,
+    parser,
+    pin,
+    render_table,
+    rounds_of,
+    start_redis,
+    verdicts,
+    workdir,
+)
+from bench._load import WRK_INSTALL_HINT, PostLoad, _lua_str, telegram_load, wrk_path
+from bench._slack_load import _K, _LUA_SHA, midstate
+from bench.ingest import CONNECTIONS, LIMITS, measure_round
+from bench.slack_ingest import Target
+
+TARGET_RATIO = 0.35
+APP_SECRET = "bench-whatsapp-app-secret-0123456789abcdef"
+PHONE_NUMBER_ID = "106540352242922"
+MIX = (1, 1, 1, 1, 1, 1, 1, 2, 2, 5)
+"""Messages per delivery, by request counter modulo 10."""
+_HEAD = (
+    '{"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [{"field": "messages", '
+    '"value": {"messaging_product": "whatsapp", "metadata": {"display_phone_number": "15550001111", '
+    f'"phone_number_id": "{PHONE_NUMBER_ID}"}}, "contacts": [{{"profile": {{"name": "Bench User"}}, '
+    '"wa_id": "15550000000"}], "messages": ['
+)
+_LONG = "benchmark " + "lorem ipsum dolor sit amet " * 40
+_SHORT = "and one more thing, quickly"
+
+
+def _template(count: int) -> tuple[list[str], list[str]]:
+    """``parts``/``fields`` of a delivery of ``count`` messages; every varying value comes after ``parts[0]``."""
+    parts = [_HEAD + '{"timestamp": "1733070000", "type": "text", "text": {"body": "' + _LONG + '"}, "from": "']
+    fields: list[str] = []
+    for index in range(1, count + 1):
+        if index > 1:
+            parts[-1] += (
+                f'{{"timestamp": "1733070000", "type": "text", "text": {{"body": "{_SHORT} {index}"}}, "from": "'
+            )
+        fields += ["chat", "n"]
+        parts += ['", "id": "wamid.BENCH', f'.{index}"}}' + ("," if index < count else "]}}]}]}")]
+    return parts, fields
+
+
+@dataclass
+class WhatsAppLoad(PostLoad):
+    """Signed deliveries in the :data:`MIX`: the template is picked by the request counter."""
+
+    secret: str = APP_SECRET
+
+    def _parts(self, counter: int) -> tuple[list[str], list[str]]:
+        return _template(MIX[counter % len(MIX)])
+
+    def request(self, n: int) -> tuple[bytes, dict[str, str]]:
+        """Body and signed headers of the ``n``-th request."""
+        counter = self.start + n
+        parts, fields = self._parts(counter)
+        values = {"n": str(counter), "chat": str(self.chat_base + counter % self.chats)}
+        body = (parts[0] + "".join(values[f] + p for f, p in zip(fields, parts[1:], strict=True))).encode()
+        signature = "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
+        return body, {**self.headers, "X-Hub-Signature-256": signature}
+
+    def messages(self, requests: int) -> int:
+        """How many messages the first ``requests`` requests carry."""
+        return sum(MIX[(self.start + i) % len(MIX)] for i in range(requests))
+
+    def lua(self) -> str:
+        """A wrk script building each delivery of the mix and signing it from precomputed SHA-256 states."""
+        out = ["-- generated by bench/whatsapp_ingest.py", _LUA_SHA % {"k": ", ".join(str(k) for k in _K)}]
+        out += [f"local counter = {self.start - 1}", 'wrk.method = "POST"']
+        for name, value in self.headers.items():
+            out.append(f"wrk.headers[{_lua_str(name)}] = {_lua_str(value)}")
+        out.append("local T = {}")
+        for count in sorted(set(MIX)):
+            parts, fields = _template(count)
+            inner, outer, rest = midstate(self.secret.encode(), parts[0].encode())
+            consumed = len(parts[0].encode()) - len(rest)
+            out.append(
+                f"T[{count}] = {{inner = {{{', '.join(f'tobit({x})' for x in inner)}}}, "
+                f"outer = {{{', '.join(f'tobit({x})' for x in outer)}}}, rest = {_lua_str(rest.decode('latin-1'))}, "
+                f"consumed = {consumed}, parts = {{{', '.join(_lua_str(p) for p in parts)}}}, "
+                f"fields = {{{', '.join(_lua_str(f) for f in fields)}}}}}"
+            )
+        out.append("local MIX = {" + ", ".join(str(m) for m in MIX) + "}")
+        out.append("request = function()")
+        out.append("  counter = counter + 1")
+        out.append(f"  local chat = {self.chat_base} + (counter % {self.chats})")
+        out.append(f"  local t = T[MIX[(counter % {len(MIX)}) + 1]]")
+        out.append("  local pieces = {}")
+        out.append("  for i = 1, #t.fields do")
+        out.append('    pieces[#pieces + 1] = (t.fields[i] == "n") and counter or chat')
+        out.append("    pieces[#pieces + 1] = t.parts[i + 1]")
+        out.append("  end")
+        out.append("  local varying = table.concat(pieces)")
+        out.append("  local H = finish(t.inner, t.rest .. varying, 64 + t.consumed + #t.rest + #varying)")
+        out.append(
+            '  wrk.headers["X-Hub-Signature-256"] = "sha256=" .. hexdigest(finish(t.outer, digest_bytes(H), 96))'
+        )
+        out.append(f"  return wrk.format(nil, {_lua_str(self.path)}, nil, t.parts[1] .. varying)")
+        out.append("end")
+        return "\n".join(out) + "\n"
+
+
+def whatsapp_load(*, path: str = "/webhooks/whatsapp", start: int = 1, chats: int = 1000) -> WhatsAppLoad:
+    """The signed delivery mix, distinct ``wamid``s, from ``chats`` users."""
+    return WhatsAppLoad(
+        path=path, parts=[""], fields=[], headers={"Content-Type": "application/json"}, start=start, chats=chats
+    )
+
+
+def self_check() -> None:
+    """The Lua signing steps (done here in Python from the same midstate) agree with :mod:`hmac`, for every shape."""
+    import struct
+
+    from bench._slack_load import _compress
+
+    spec = whatsapp_load()
+    for n in range(len(MIX)):
+        body, headers = spec.request(n)
+        parts, _ = spec._parts(spec.start + n)
+        inner, outer, rest = midstate(APP_SECRET.encode(), parts[0].encode())
+        tail = rest + body[len(parts[0].encode()) :]
+        total = 64 + len(parts[0].encode()) - len(rest) + len(tail)
+        msg = tail + b"\x80" + b"\0" * ((55 - len(tail)) % 64) + struct.pack(">Q", total * 8)
+        state = inner
+        for at in range(0, len(msg), 64):
+            state = _compress(state, msg[at : at + 64])
+        msg = struct.pack(">8I", *state) + b"\x80" + b"\0" * 23 + struct.pack(">Q", 96 * 8)
+        assert "sha256=" + struct.pack(">8I", *_compress(outer, msg)).hex() == headers["X-Hub-Signature-256"]
+
+
+def adapter_cost(samples: int) -> dict[str, float]:
+    """µs per delivery of the adapter's own steps, in this process: signature check, JSON, normalisation."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from switchboard.channels._meta import load_delivery, verify_request
+    from switchboard.channels._whatsapp_inbound import parse_delivery
+    from switchboard.channels.base import RawRequest
+    from switchboard.channels.whatsapp import WhatsAppChannel
+    from switchboard.channelsettings import WhatsAppSettings
+
+    channel = WhatsAppChannel(
+        WhatsAppSettings(access_token="x", app_secret=APP_SECRET, verify_token="v", phone_number_id=PHONE_NUMBER_ID)
+    )
+    spec = whatsapp_load(start=1)
+    requests = []
+    for n in range(samples):
+        body, headers = spec.request(n)
+        requests.append(RawRequest("POST", "/webhooks/whatsapp", CIMultiDictProxy(CIMultiDict(headers)), {}, body))
+    for request in requests[:100]:  # warm up (first-call costs are not per-delivery costs)
+        parse_delivery(channel.identity, load_delivery(request.body, "whatsapp_business_account", "whatsapp"))
+    timings: dict[str, float] = {}
+    began = time.perf_counter()
+    for request in requests:
+        verify_request(request, app_secret=APP_SECRET.encode(), verify_token=None, channel="whatsapp")
+    timings["verify (HMAC-SHA256)"] = (time.perf_counter() - began) / samples * 1e6
+    began = time.perf_counter()
+    payloads = [load_delivery(r.body, "whatsapp_business_account", "whatsapp") for r in requests]
+    timings["json.loads"] = (time.perf_counter() - began) / samples * 1e6
+    began = time.perf_counter()
+    drafts = [parse_delivery(channel.identity, p) for p in payloads]
+    timings["normalise (InboundMessage drafts)"] = (time.perf_counter() - began) / samples * 1e6
+    timings["messages per delivery"] = sum(len(inbound.messages) for inbound in drafts) / samples
+    return timings
+
+
+def _spec(target: Target, start: int) -> PostLoad:
+    if target.key == "telegram":
+        return telegram_load(start=start)
+    return whatsapp_load(path=target.path, start=start)
+
+
+def _start(
+    tmp: Path, redis_url: str, cpus: set[int] | None, procs: list[Proc], trees: dict[str, Path] | None = None
+) -> list[Target]:
+    targets = _switchboard(tmp, redis_url, cpus, procs, None, None)
+    for name, root in (trees or {}).items():
+        targets += _switchboard(tmp, redis_url, cpus, procs, name, root)
+    port = free_port()
+    proc = Proc("aiohttp", [PYTHON, "-m", "bench._servers", "aiohttp", "--port", str(port)], cpus=cpus, log_dir=tmp)
+    procs.append(proc)
+    proc.wait_http(f"http://127.0.0.1:{port}/healthz")
+    url = f"http://127.0.0.1:{port}"
+    targets.append(Target("aiohttp", "raw aiohttp hello-world (ceiling)", proc, url, "/webhooks/whatsapp", False))
+    return targets
+
+
+def _switchboard(
+    tmp: Path, redis_url: str, cpus: set[int] | None, procs: list[Proc], name: str | None, root: Path | None
+) -> list[Target]:
+    """``switchboard web`` of this tree (its WhatsApp and Telegram rows), or only the WhatsApp row of ``root``'s."""
+    port = free_port()
+    env = bench_env(
+        redis_url,
+        tmp / f"data-{name or 'ours'}",
+        port=port,
+        telegram_url="http://127.0.0.1:9",  # the reference row; getMe fails fast and is only logged
+        SWITCHBOARD_WHATSAPP__ACCESS_TOKEN="EAAbench",
+        SWITCHBOARD_WHATSAPP__APP_SECRET=APP_SECRET,
+        SWITCHBOARD_WHATSAPP__VERIFY_TOKEN="bench-verify",
+        SWITCHBOARD_WHATSAPP__PHONE_NUMBER_ID=PHONE_NUMBER_ID,
+        SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL="http://127.0.0.1:9/v23.0",
+        **LIMITS["on"],
+    )
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
+    args = [PYTHON, "-m", "switchboard", "web"]
+    proc = Proc(f"switchboard-{name or 'ours'}", args, env=env, cpus=cpus, cwd=root, log_dir=tmp)
+    procs.append(proc)
+    proc.wait_http(f"http://127.0.0.1:{port}/healthz")
+    url = f"http://127.0.0.1:{port}"
+    if name is not None:
+        return [Target(f"whatsapp@{name}", f"switchboard web of {root}: WhatsApp webhook", proc, url, _PATH, True)]
+    return [
+        Target("whatsapp", "switchboard web: WhatsApp webhook", proc, url, _PATH, True),
+        Target(
+            "telegram",
+            "switchboard web: Telegram webhook (same process, reference)",
+            proc,
+            url,
+            "/webhooks/telegram",
+            True,
+        ),
+    ]
+
+
+_PATH = "/webhooks/whatsapp"
+
+
+async def run(argv: list[str] | None = None) -> list[Row]:
+    """Run the benchmark, print its tables, return the summary rows."""
+    p = parser(__doc__.splitlines()[0] if __doc__ else "whatsapp ingest")
+    p.add_argument("--seconds", type=float, default=None, help="load per measurement (default 10, quick 1)")
+    p.add_argument("--warmup", type=float, default=None, help="warm-up load before each measurement (default 2)")
+    p.add_argument("--load", choices=["auto", "wrk", "python"], default="auto", help="load generator")
+    p.add_argument("trees", nargs="*", metavar="NAME=PATH", help="more source trees' WhatsApp webhooks (A/B)")
+    ns = p.parse_args(argv)
+    trees: dict[str, Path] = {}
+    for spec in ns.trees:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or name in trees or not (Path(path) / "switchboard").is_dir():
+            p.error(f"{spec!r}: expected NAME=PATH, a new NAME and a source tree at PATH")
+        trees[name] = Path(path).resolve()
+    rounds = rounds_of(ns)
+    seconds = ns.seconds or (1.0 if ns.quick else 10.0)
+    warmup = ns.warmup if ns.warmup is not None else (0.0 if ns.quick else 2.0)
+    generator = ns.load
+    if generator == "auto":
+        generator = "wrk" if wrk_path() else "python"
+        if generator == "python":
+            print(f"WARNING: {WRK_INSTALL_HINT}", file=sys.stderr)
+    self_check()
+    costs = adapter_cost(200 if ns.quick else 5000)
+    server_cpus, load_cpus = cores()
+    pin(os.getpid(), load_cpus)
+    print(
+        f"whatsapp ingest: {rounds} round(s) × {seconds:g} s per server, {generator}, {CONNECTIONS} connections; "
+        f"mix {'/'.join(map(str, MIX))} messages per delivery; server on CPU {sorted(server_cpus or [])}, load + "
+        f"Redis on CPU {sorted(load_cpus or [])}; load average {os.getloadavg()[0]:.2f}"
+    )
+    with workdir("sb-bench-whatsapp-") as tmp:
+        server = start_redis(tmp, load_cpus)
+        procs: list[Proc] = []
+        try:
+            targets = _start(tmp, server.url, server_cpus, procs, trees)
+            for number in range(1, rounds + 1):
+                spec = await measure_round(
+                    number,
+                    targets,
+                    _spec,
+                    server.url,
+                    warmup=warmup,
+                    seconds=seconds,
+                    cpus=load_cpus,
+                    scratch=tmp,
+                    generator=generator,
+                )
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+            server.stop()
+    return verdicts(report(targets, rounds, spec.body_bytes, costs), ns.quick)
+
+
+def report(targets: list[Target], rounds: int, body_bytes: int, costs: dict[str, float]) -> list[Row]:
+    """Print the tables; return the summary rows."""
+    by = {t.key: t for t in targets}
+    per_round = [
+        [
+            i + 1,
+            t.key,
+            fmt(t.results[i].rps, 0),
+            fmt(t.results[i].p50_ms, 2),
+            fmt(t.results[i].p99_ms, 2),
+            fmt(t.cpu_us[i], 0),
+            t.results[i].requests,
+            str(t.accepted[i]) if t.switchboard else "—",
+            t.results[i].errors,
+        ]
+        for i in range(rounds)
+        for t in targets
+    ]
+    headers = ["round", "server", "req/s", "p50 ms", "p99 ms", "server CPU µs/req", "answered", "accepted", "errors"]
+    print()
+    print(render_table("WhatsApp ingest, every round", headers, per_round))
+
+    def ratio(t: Target, base: Target) -> float:
+        return median([a.rps / b.rps for a, b in zip(t.results, base.results, strict=True) if b.rps])
+
+    ceiling = by["aiohttp"]
+    mean_messages = sum(MIX) / len(MIX)
+    rows = [
+        [
+            t.label,
+            fmt(median([r.rps for r in t.results]), 0),
+            fmt(median([r.rps for r in t.results]) * (mean_messages if t.key == "whatsapp" else 1), 0),
+            fmt(median([r.p50_ms for r in t.results]), 2),
+            fmt(median([r.p99_ms for r in t.results]), 2),
+            f"{ratio(t, ceiling):.2f}",
+            fmt(median(t.cpu_us), 0),
+            sum(r.errors for r in t.results),
+        ]
+        for t in targets
+    ]
+    gen = targets[0].results[0].generator
+    print(
+        render_table(
+            f"WhatsApp ingest on one server core ({gen}, {CONNECTIONS} connections, deliveries of ~{body_bytes} B and "
+            f"up, {mean_messages:.1f} messages each on average, median of {rounds} round(s))",
+            ["server", "req/s", "messages/s", "p50 ms", "p99 ms", "req/s vs raw aiohttp", "CPU µs/req", "errors"],
+            rows,
+        )
+    )
+    print(
+        render_table(
+            "WhatsApp adapter cost per delivery (in-process)",
+            ["step", "µs"],
+            [[k, fmt(v, 2 if k.startswith("messages") else 1)] for k, v in costs.items()],
+        )
+    )
+    wa = by["whatsapp"]
+    value = ratio(wa, ceiling)
+    answered = [max(r.requests - r.errors - CONNECTIONS, 0) for r in wa.results]  # in flight at the end: not counted
+    expected = [whatsapp_load(start=(i + 1) * 10_000_000 + 5_000_000).messages(n) for i, n in enumerate(answered)]
+    stored = all(a >= e for a, e in zip(wa.accepted, expected, strict=True))
+    return [
+        Row(
+            "whatsapp_ingest",
+            "WhatsApp webhook req/s vs raw aiohttp",
+            f"{value:.2f}×",
+            f"≥ {TARGET_RATIO}×",
+            value >= TARGET_RATIO,
+        ),
+        Row("whatsapp_ingest", "every acknowledged message stored", "yes" if stored else "NO", "yes", stored),
+        Row(
+            "whatsapp_ingest",
+            "WhatsApp webhook req/s vs Telegram's (same process)",
+            f"{ratio(wa, by['telegram']):.2f}×",
+            "(report)",
+            None,
+        ),
+        *(
+            Row(
+                "whatsapp_ingest",
+                f"{t.key} req/s vs raw aiohttp (rounds: {' '.join(_round_ratios(t, ceiling))}; ours: "
+                f"{' '.join(_round_ratios(wa, ceiling))}); ours ÷ it, CPU µs/req: {_cpu_ratios(wa, t)}",
+                f"{ratio(t, ceiling):.2f}×",
+                "(A/B)",
+                None,
+            )
+            for t in targets
+            if t.key.startswith("whatsapp@")
+        ),
+    ]
+
+
+def _round_ratios(t: Target, base: Target) -> list[str]:
+    return [f"{a.rps / b.rps:.3f}" for a, b in zip(t.results, base.results, strict=True) if b.rps]
+
+
+def _cpu_ratios(ours: Target, other: Target) -> str:
+    return " ".join(f"{a / b:.3f}" for a, b in zip(ours.cpu_us, other.cpu_us, strict=True) if b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.whatsapp_ingest``."""
+    rows = asyncio.run(run(sys.argv[1:] if argv is None else argv))
+    print(render_table("Summary", SUMMARY_HEADERS, [r.cells() for r in rows]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
