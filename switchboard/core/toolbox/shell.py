@@ -1,0 +1,230 @@
+"""``shell``: run commands in a fresh sandbox over the session workspace (the Responses API's shell tool, locally).
+
+The arguments are those of OpenAI's hosted shell tool — ``commands`` (run concurrently, each in its own sandbox
+with its own output streams), ``timeout_ms`` and ``max_output_length`` (characters kept per stream, head and tail
+around ``… N characters truncated …``) — and so is the result: one ``{"stdout", "stderr", "outcome"}`` per command,
+``outcome`` being ``{"type": "exit", "exit_code": n}`` or ``{"type": "timeout"}``. Models trained on the hosted
+tool drive this one unchanged.
+
+The sandbox (:mod:`switchboard.sandbox`) is chosen once at start-up; the result names the isolation that applied,
+and the call records it in the session's event log (:class:`~switchboard.core.events.SandboxUsed`). A command
+still running after ``progress_after_s`` tells the user, on their channel, what runs and for how long.
+
+Network: none, unless the worker runs an egress proxy (an :class:`EgressGate`, see
+:mod:`switchboard.egress.gate`). Then each call gets a grant for its agent and session, its commands reach the
+proxy only (``HTTP_PROXY``/``HTTPS_PROXY`` on the sandbox's loopback, the deployment CA trusted), and the grant is
+revoked when the call ends, however it ends. The result's ``network`` says what the commands had. The grant's
+token is valid only while the call runs and only for the agent's own allowlist; it is shown as
+``<egress-grant>`` wherever a command prints it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from switchboard.core.actions import SendText
+from switchboard.core.events import SandboxUsed
+from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.workspaces import make_private_dir
+from switchboard.errors import ToolError
+from switchboard.sandbox.runner import CommandResult, EgressAccess, Sandbox
+
+__all__ = [
+    "MAX_COMMANDS",
+    "PROXIED",
+    "EgressGate",
+    "SandboxSource",
+    "ShellInput",
+    "ShellOptions",
+    "detect_on_first_use",
+    "shell_tools",
+]
+
+MAX_COMMANDS = 16
+"""Most commands one call may run."""
+
+SandboxSource = Callable[[], Awaitable[Sandbox | None]]
+"""Where the tool finds its sandbox: a fixed one, or detection on first use."""
+
+PROXIED = "HTTP(S) through the egress proxy: only the hosts allowlisted for this agent"
+"""The result's ``network`` when the commands could reach the egress proxy."""
+
+
+class EgressGate(Protocol):
+    """The worker's egress proxy, as one ``shell`` call sees it (:class:`switchboard.egress.gate.SandboxEgress`)."""
+
+    def access(self, agent: str, session: str) -> contextlib.AbstractContextManager[EgressAccess | str]:
+        """The call's way out (a grant, revoked when the block ends), or why it has no network."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ShellOptions:
+    """How the tool treats the model's arguments (``SWITCHBOARD_SANDBOX__*``)."""
+
+    default_timeout_s: float = 60.0
+    max_timeout_s: float = 600.0
+    """The gateway's deadline for the call is this plus a margin (the sandbox caps each command at it)."""
+    max_output_chars: int = 20_000
+    """Default and largest ``max_output_length``."""
+    progress_after_s: float = 5.0
+    """A command running longer than this is announced to the user (0: never)."""
+
+
+class ShellInput(BaseModel):
+    """Arguments of ``shell`` (those of the Responses API's shell tool)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commands: list[str] = Field(
+        min_length=1,
+        max_length=MAX_COMMANDS,
+        description="Shell commands to run, each in its own fresh sandbox, concurrently. The working directory "
+        "is your workspace (/workspace); /tmp is private; the network is reachable only as the tool's description "
+        "says.",
+    )
+    timeout_ms: int | None = Field(None, ge=100, description="Deadline of each command in milliseconds.")
+    max_output_length: int | None = Field(
+        None, ge=100, description="Characters kept of each command's stdout and of its stderr (head and tail)."
+    )
+
+
+_DETECTED: list[Sandbox | None] = []
+
+
+async def detect_on_first_use() -> Sandbox | None:
+    """The strongest sandbox of this host under the default limits, detected once (never the weak floor)."""
+    if not _DETECTED:
+        from switchboard.sandbox.detect import choose
+
+        found = (await choose()).sandbox
+        if not _DETECTED:
+            _DETECTED.append(found)
+    return _DETECTED[0]
+
+
+def _shown(command: str) -> str:
+    line = " ".join(command.split())
+    return line if len(line) <= 80 else line[:77] + "…"
+
+
+async def _announce(ctx: ToolContext, commands: list[str], after_s: float, started: float) -> None:
+    """After ``after_s``, tell the user what is still running and for how long (once)."""
+    await asyncio.sleep(after_s)
+    if ctx.act is None:
+        return
+    running = ", ".join(f"`{_shown(c)}`" for c in commands[:3]) + (" …" if len(commands) > 3 else "")
+    seconds = round(time.monotonic() - started)
+    with contextlib.suppress(Exception):  # progress is best effort: never fails the call
+        await ctx.act(SendText(text=f"⏳ Running {running} — {seconds} s so far."))
+
+
+def _access(
+    egress: EgressGate | None, box: Sandbox, ctx: ToolContext
+) -> contextlib.AbstractContextManager[EgressAccess | str | None]:
+    """The call's way out through ``egress`` (``None``: the worker has no proxy; a string: why there is none)."""
+    if egress is None:
+        return contextlib.nullcontext(None)
+    if box.kind != "bwrap":
+        return contextlib.nullcontext(f"none: a {box.label} sandbox cannot reach the egress proxy")
+    if not ctx.agent:
+        return contextlib.nullcontext("none: the call serves no agent")
+    return egress.access(ctx.agent, ctx.session_key)
+
+
+def _entry(done: CommandResult) -> dict[str, Any]:
+    return {"stdout": done.stdout, "stderr": done.stderr, "outcome": done.outcome()}
+
+
+_NO_NETWORK = " There is no network."
+_PROXY_NOTE = (
+    " HTTP(S) goes through a proxy (already set in HTTP_PROXY/HTTPS_PROXY; curl, python and pip use it) that "
+    "allows only the hosts your operator allowlisted; other hosts are refused with 403. Where a request needs a "
+    "credential, write the placeholder {{secret:NAME}} in a header (e.g. -H 'Authorization: Bearer "
+    "{{secret:NAME}}'): the proxy puts the real value in, for that secret's hosts only. The result's network "
+    "field says what this call had."
+)
+
+
+def shell_tools(
+    source: Sandbox | SandboxSource, options: ShellOptions | None = None, egress: EgressGate | None = None
+) -> list[Tool]:
+    """The ``shell`` tool over ``source`` (the worker passes the sandbox it chose at start-up).
+
+    ``egress``: the worker's egress proxy; ``None``: commands have no network.
+    """
+    options = options or ShellOptions()
+
+    async def sandbox() -> Sandbox | None:
+        return source if isinstance(source, Sandbox) else await source()
+
+    async def shell(args: ShellInput, ctx: ToolContext) -> dict[str, Any]:
+        box = await sandbox()
+        if box is None:
+            raise ToolError("the shell is not available on this host (no sandbox)", error_class="permanent")
+        workspace = make_private_dir(ctx.workspace)
+        timeout_s = args.timeout_ms / 1000 if args.timeout_ms is not None else options.default_timeout_s
+        limit = min(args.max_output_length or options.max_output_chars, options.max_output_chars)
+        started = time.monotonic()
+        progress = (
+            asyncio.create_task(_announce(ctx, args.commands, options.progress_after_s, started))
+            if options.progress_after_s > 0
+            else None
+        )
+        network: str | None = None
+        try:
+            with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
+                way_out = access if isinstance(access, EgressAccess) else None
+                network = None if egress is None else PROXIED if way_out is not None else str(access)
+                results = await asyncio.gather(
+                    *(
+                        box.run(command, workspace, timeout_s=timeout_s, max_output=limit, egress=way_out)
+                        for command in args.commands
+                    )
+                )
+        finally:
+            if progress is not None:
+                progress.cancel()
+        if ctx.record is not None:
+            await ctx.record(
+                SandboxUsed(
+                    isolation=box.label,
+                    commands=len(results),
+                    timed_out=sum(r.timed_out for r in results),
+                    duration_ms=round((time.monotonic() - started) * 1000, 3),
+                )
+            )
+        result: dict[str, Any] = {
+            "output": [_entry(r) for r in results],
+            "max_output_length": limit,
+            "isolation": box.label,
+        }
+        if network is not None:
+            result["network"] = network
+        return result
+
+    return [
+        Tool(
+            name="shell",
+            description="Run shell commands (coreutils, grep, sed, awk, curl, python3 with data libraries, sqlite3) "
+            "in a fresh sandbox over your workspace; several commands run concurrently. Each result has stdout, "
+            "stderr and an outcome (exit code, or timeout). Files you write in the working directory stay in the "
+            "workspace." + (_NO_NETWORK if egress is None else _PROXY_NOTE),
+            input=ShellInput,
+            fn=shell,
+            side_effect="write",
+            risk="medium",
+            timeout_s=options.max_timeout_s + 30.0,
+            cost=5,
+            connector="sandbox",
+            retry_on=frozenset(),
+            output_trust="data",
+        )
+    ]

@@ -1,0 +1,263 @@
+"""The policy layer itself: one request in, checked, secrets injected, sent on, capped, recorded.
+
+Both the proxy (for sandboxes) and :class:`~switchboard.egress.client.EgressClient` (for in-process tools) call
+:meth:`Forwarder.forward`, so every way out of the host passes the same checks, in this order: grant, method,
+host allowlist, port, address (IP literals here; names at connection time, see
+:mod:`switchboard.egress.addresses`), request size, placeholders. Redirects are never followed here: a 3xx goes
+back to the client, whose next request is checked from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import unquote_to_bytes
+
+import aiohttp
+from aiohttp.abc import AbstractResolver
+from multidict import CIMultiDict
+from yarl import URL
+
+from switchboard.egress.addresses import AddressGuard, AddressRefusedError, GuardedResolver
+from switchboard.egress.events import EgressRequested, EgressSink
+from switchboard.egress.placeholders import PlaceholderRefusedError, Substitution, substitute
+from switchboard.egress.policy import EgressPolicy, Grant, host_matches, is_ip_literal
+from switchboard.settings import EgressSettings
+
+__all__ = ["REFUSAL_STATUS", "Forwarder", "Outcome"]
+
+logger = logging.getLogger(__name__)
+
+REFUSAL_STATUS: Final = {
+    "no_grant": 407,
+    "bad_request": 400,
+    "method_not_allowed": 405,
+    "request_too_large": 413,
+    "response_too_large": 502,
+    "upstream_error": 502,
+    "upstream_tls": 502,
+    "upstream_timeout": 504,
+}
+"""The status a refusal is answered with; every reason not listed here is 403."""
+
+_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+    }
+)
+_SKIP_AUTO: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_NO_BODY: Final = frozenset({204, 304})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the client is answered: the destination's response, or the proxy's refusal (``refused`` set)."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    refused: str | None = None
+
+    @classmethod
+    def refusal(cls, reason: str) -> Outcome:
+        """A plain-text refusal naming its reason code."""
+        headers = [("content-type", "text/plain; charset=utf-8")]
+        if reason == "no_grant":
+            headers.append(("proxy-authenticate", 'Basic realm="switchboard-egress"'))
+        return cls(
+            status=REFUSAL_STATUS.get(reason, 403),
+            reason="Refused",
+            headers=headers,
+            body=f"egress refused: {reason}\n".encode(),
+            refused=reason,
+        )
+
+
+class Forwarder:
+    """Applies the egress policy to requests and sends the allowed ones on (one connection pool per process)."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        settings: EgressSettings,
+        sink: EgressSink,
+        *,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        """Build the forwarder.
+
+        Args:
+            policy: agents' rules and the caps.
+            settings: timeouts, internal networks, the extra upstream CA.
+            sink: where each request's fact goes.
+            resolver: the DNS resolver under the address check (the system's; tests map test names to loopback).
+        """
+        self.policy = policy
+        self.settings = settings
+        self.sink = sink
+        self.guard = AddressGuard(settings.internal_networks)
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+        self._tls = ssl.create_default_context()
+        if settings.upstream_ca_file is not None:
+            self._tls.load_verify_locations(cafile=str(settings.upstream_ca_file))
+        self._timeout = aiohttp.ClientTimeout(total=settings.timeout_s, sock_connect=settings.connect_timeout_s)
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                resolver=GuardedResolver(self.guard, self._resolver), use_dns_cache=False, ssl=self._tls, limit=256
+            )
+            # no cookie jar: one agent's cookies must never ride on another's requests
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, timeout=self._timeout
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def precheck(self, grant: Grant | None, method: str, host: str, port: int) -> str | None:
+        """The reason a request to ``host:port`` is refused before anything is sent, or ``None``."""
+        if grant is None:
+            return "no_grant"
+        if method != "CONNECT" and method not in self.policy.methods:
+            return "method_not_allowed"
+        if not host:
+            return "bad_request"
+        if not self.policy.rules(grant.agent).allows(host):
+            return "domain_not_allowed"
+        if port not in self.policy.ports:
+            return "port_not_allowed"
+        if is_ip_literal(host):
+            return self.guard.refusal(host.strip("[]"))
+        return None
+
+    async def forward(
+        self, grant: Grant | None, method: str, url: URL, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> Outcome:
+        """Check one request, send it on if allowed, and record it; never raises for a refusal or a network error."""
+        started = time.perf_counter()
+        host = (url.host or "").lower().rstrip(".")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        substitution: Substitution | None = None
+        refused = self.precheck(grant, method, host, port)
+        if refused is None and url.scheme not in ("http", "https"):
+            refused = "bad_request"
+        if refused is None and len(body) > self.policy.max_request_bytes:
+            refused = "request_too_large"
+        if refused is None and grant is not None:
+            rules = self.policy.rules(grant.agent)
+            try:
+                # placeholders are never substituted outside headers, so decoding one level is enough to refuse
+                # them clearly rather than send them on as text (``%7B%7Bsecret:`` is how clients encode them)
+                raw = url.raw_path_qs.encode()
+                elsewhere = [raw, unquote_to_bytes(raw), body, unquote_to_bytes(body.replace(b"+", b" "))]
+                substitution = substitute(headers, elsewhere, rules.secrets, lambda s: host_matches(host, s.domains))
+            except PlaceholderRefusedError as err:
+                refused = err.reason
+        if refused is None and substitution is not None:
+            outcome = await self._send(method, url, substitution, body)
+        else:
+            outcome = Outcome.refusal(refused or "bad_request")
+        await self._record(grant, method, url, host, port, outcome, substitution, len(body), started)
+        return outcome
+
+    async def refuse(self, grant: Grant | None, method: str, url: URL, reason: str) -> Outcome:
+        """Record and return a refusal decided outside the policy (a malformed or oversized request)."""
+        outcome = Outcome.refusal(reason)
+        host = (url.host or "").lower().rstrip(".")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        await self._record(grant, method, url, host, port, outcome, None, 0, time.perf_counter())
+        return outcome
+
+    async def _send(self, method: str, url: URL, sub: Substitution, body: bytes) -> Outcome:
+        headers: CIMultiDict[str] = CIMultiDict((n, v) for n, v in sub.headers if n.lower() not in _HOP)
+        if sub.used:  # an echoed secret can only be taken back out of an uncompressed response
+            headers["Accept-Encoding"] = "identity"
+        try:
+            async with self._client().request(
+                method,
+                url,
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+                skip_auto_headers=_SKIP_AUTO,
+            ) as resp:
+                chunks: list[bytes] = []
+                total = 0
+                async for chunk in resp.content.iter_chunked(65536):
+                    total += len(chunk)
+                    if total > self.policy.max_response_bytes:
+                        return Outcome.refusal("response_too_large")
+                    chunks.append(chunk)
+                raw_headers = resp.raw_headers
+                status, reason = resp.status, resp.reason or ""
+        except aiohttp.ClientConnectorCertificateError:
+            return Outcome.refusal("upstream_tls")
+        except aiohttp.ClientConnectorError as err:
+            if isinstance(err.os_error, AddressRefusedError):
+                return Outcome.refusal(err.os_error.reason)
+            return Outcome.refusal("upstream_error")
+        except TimeoutError:
+            return Outcome.refusal("upstream_timeout")
+        except (aiohttp.ClientError, ValueError):
+            return Outcome.refusal("upstream_error")
+        out = [
+            (name.decode("latin-1"), sub.redact(value).decode("latin-1"))
+            for name, value in raw_headers
+            if name.decode("latin-1").lower() not in _HOP or (method == "HEAD" and name.lower() == b"content-length")
+        ]
+        data = sub.redact(b"".join(chunks)) if status not in _NO_BODY else b""
+        return Outcome(status=status, reason=reason, headers=out, body=data)
+
+    async def _record(
+        self,
+        grant: Grant | None,
+        method: str,
+        url: URL,
+        host: str,
+        port: int,
+        outcome: Outcome,
+        sub: Substitution | None,
+        bytes_out: int,
+        started: float,
+    ) -> None:
+        event = EgressRequested(
+            agent=grant.agent if grant else None,
+            session=grant.session if grant else None,
+            method=method[:16],
+            scheme=url.scheme,
+            host=host[:253],
+            port=port,
+            path=url.raw_path[:200],
+            status=outcome.status,
+            decision="refused" if outcome.refused else "allowed",
+            reason=outcome.refused,
+            bytes_out=bytes_out if outcome.refused is None else 0,
+            bytes_in=len(outcome.body) if outcome.refused is None else 0,
+            secrets=tuple(s.name for s in sub.used) if sub and outcome.refused is None else (),
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        try:
+            await self.sink.record(event)
+        except Exception as err:  # Redis down: the request already happened; a lost fact must not fail it
+            logger.warning("egress: could not record a request (%s)", type(err).__name__)

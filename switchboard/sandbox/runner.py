@@ -1,0 +1,334 @@
+"""Run one shell command in a fresh sandbox over a workspace, with limits, and capture its output.
+
+:class:`Sandbox` is chosen once at start-up (:func:`switchboard.sandbox.detect.choose`) and runs every command of
+the worker: ``bwrap`` (bubblewrap, new namespaces, seccomp), ``landlock`` (Landlock + seccomp + rlimits, when
+user namespaces are unavailable) or ``weak`` (rlimits and a scrubbed environment only — operator-trusted skills,
+never on by default). Each command starts in a process group of its own; on its deadline, or when the awaiting
+task is cancelled, the whole group is killed (under bubblewrap the sandbox's pid namespace goes with it, so a
+process that ignores signals or starts a new session dies too), and the ``pids`` cgroup is swept where one is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, assert_never
+
+from switchboard.sandbox import confine
+from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, proxy_binds, python_prefixes, system_binds
+from switchboard.sandbox.capture import StreamCapture, read_into
+from switchboard.sandbox.limits import CommandLimits, PidsCgroup, tasks_of_this_user
+from switchboard.sandbox.seccomp import program
+
+__all__ = ["GRANT_SHOWN_AS", "CommandResult", "EgressAccess", "Isolation", "Sandbox"]
+
+Isolation = Literal["bwrap", "landlock", "weak"]
+"""Which sandbox runs commands (strongest first)."""
+
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+_DRAIN_S = 1.0
+"""After the command ended, how long its output pipes may stay open (a stray holder is killed before)."""
+GRANT_SHOWN_AS = "<egress-grant>"
+"""What a command's output shows in place of its egress grant's token (``echo $HTTP_PROXY``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EgressAccess:
+    """One call's way out through the host's egress proxy (bubblewrap only; other kinds keep no network).
+
+    The proxy knows the command by ``token`` (its grant for one agent and session, valid while the call runs).
+    """
+
+    socket: Path
+    """The proxy's unix socket on the host: bound into the sandbox, reached through the bridge."""
+    ca_cert: Path
+    """The deployment CA's certificate on the host, bound read-only at :data:`~switchboard.sandbox.bwrap.CA_CERT`."""
+    environment: Mapping[str, str]
+    """``HTTP(S)_PROXY`` with the token, ``NO_PROXY``, and the CA variables naming the certificate inside."""
+    token: str
+    """The grant's token: replaced by :data:`GRANT_SHOWN_AS` in whatever the command prints."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one command produced."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    """``None`` when it was killed at its deadline."""
+    timed_out: bool
+    duration_s: float
+
+    def outcome(self) -> dict[str, object]:
+        """The Responses API's outcome: ``{"type": "exit", "exit_code": n}`` or ``{"type": "timeout"}``."""
+        if self.timed_out:
+            return {"type": "timeout"}
+        return {"type": "exit", "exit_code": self.exit_code}
+
+
+@dataclass(slots=True)
+class Sandbox:
+    """The sandbox every command of this worker runs in."""
+
+    kind: Isolation
+    limits: CommandLimits = field(default_factory=CommandLimits)
+    bwrap: str = ""
+    """The ``bwrap`` executable (``kind == "bwrap"``)."""
+    prlimit: str = "prlimit"
+    seccomp: bytes = b""
+    pids_root: Path | None = None
+    """Where per-command ``pids`` cgroups are made (root workers); ``None``: ``RLIMIT_NPROC`` caps processes."""
+    concurrency: int = 16
+    """Commands running at once in this worker; more wait for a slot."""
+    detail: str = ""
+    """How the isolation was established, for ``switchboard check`` and the session record."""
+    proxy_socket: Path | None = None
+    """A unix socket bound into every command (bubblewrap only), reached through ``HTTP(S)_PROXY`` without a grant;
+    the worker passes its egress proxy per call instead (:class:`EgressAccess`)."""
+    seccomp_inet: bytes = b""
+    """The filter that also allows IP sockets, for commands with egress (made on first use)."""
+    _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = field(default_factory=dict)
+    """The concurrency slots of each event loop using this sandbox (detection probes in a loop of its own)."""
+
+    @property
+    def label(self) -> str:
+        """The isolation's short name, recorded with every result: ``bwrap+seccomp``, ``landlock+seccomp``, ``weak``."""
+        match self.kind:
+            case "bwrap":
+                return "bwrap+seccomp"
+            case "landlock":
+                return "landlock+seccomp"
+            case "weak":
+                return "weak"
+            case _:
+                assert_never(self.kind)
+
+    def _env(self, tmp: str, home: str) -> dict[str, str]:
+        path = ":".join([*(f"{p}/bin" for p in python_prefixes()), _PATH])
+        return {
+            "PATH": path,
+            "HOME": home,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "MPLCONFIGDIR": f"{tmp}/matplotlib",
+        }
+
+    def _filter(self, egress: EgressAccess | None) -> bytes:
+        """The seccomp program of a command: IP sockets only when it reaches the proxy over the sandbox's loopback."""
+        if self.kind != "bwrap" or (egress is None and self.proxy_socket is None):
+            return self.seccomp
+        if self.proxy_socket is not None:
+            return self.seccomp  # built with IP sockets allowed already (a socket bound into every command)
+        if not self.seccomp_inet:
+            self.seccomp_inet = program(inet=True)
+        return self.seccomp_inet
+
+    def _argv(
+        self, command: str, workspace: Path, tmp: str, seccomp_fd: int, egress: EgressAccess | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The full command line and the environment of the spawned process."""
+        shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
+        limit = self.limits.prlimit_argv(
+            self.prlimit, nproc=self.pids_root is None, already=tasks_of_this_user() if shared else 0
+        )
+        shell = ["/bin/sh", "-c", command]
+        match self.kind:
+            case "bwrap":
+                env = self._env("/tmp", WORKSPACE)  # noqa: S108 - the sandbox's private tmpfs
+                if egress is not None:
+                    extra, bridge = proxy_binds(
+                        egress.socket, env, ca_cert=egress.ca_cert, environment=egress.environment
+                    )
+                else:
+                    extra, bridge = proxy_binds(self.proxy_socket, env)
+                head = bwrap_argv(
+                    self.bwrap,
+                    workspace,
+                    seccomp_fd=seccomp_fd,
+                    tmp_bytes=self.limits.tmp_mb * 2**20,
+                    env=env,
+                    extra=extra,
+                )
+                return [*head, *bridge, *limit, *shell], {}
+            case "landlock" | "weak":
+                spec = {
+                    "landlock": self.kind == "landlock",
+                    "ro": _read_only_roots(),  # the system and the Python prefixes bubblewrap binds
+                    "rw": [str(workspace), tmp, "/dev/null"],
+                    "seccomp": self.seccomp.hex() if self.kind == "landlock" else "",
+                }
+                launcher = [sys.executable, "-I", "-S", confine.__file__, json.dumps(spec), "--"]
+                return [*launcher, *limit, *shell], self._env(tmp, str(workspace))
+            case _:
+                assert_never(self.kind)
+
+    async def run(
+        self,
+        command: str,
+        workspace: Path,
+        *,
+        timeout_s: float,
+        max_output: int,
+        egress: EgressAccess | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with ``/bin/sh -c`` over ``workspace``; never raises for what the command does.
+
+        ``egress``: the command's way to the egress proxy (used by bubblewrap; the other kinds have no network).
+        Cancelling the awaiting task kills the command's process group.
+        """
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            for stale in [other for other in self._slots if other.is_closed()]:
+                del self._slots[stale]
+            slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
+        if self.kind != "bwrap":
+            egress = None
+        async with slots:
+            done = await self._run(command, workspace, min(timeout_s, self.limits.max_wall_s), max_output, egress)
+        if egress is None or not egress.token:
+            return done
+        hide = egress.token
+        return replace(
+            done, stdout=done.stdout.replace(hide, GRANT_SHOWN_AS), stderr=done.stderr.replace(hide, GRANT_SHOWN_AS)
+        )
+
+    async def _run(
+        self, command: str, workspace: Path, timeout_s: float, max_output: int, egress: EgressAccess | None
+    ) -> CommandResult:
+        tmp = tempfile.mkdtemp(prefix="sb-tmp-") if self.kind != "bwrap" else ""
+        read_fd, write_fd = os.pipe()
+        cgroup = PidsCgroup(self.pids_root, self.limits.processes) if self.pids_root is not None else None
+        started = time.monotonic()
+        try:
+            os.write(write_fd, self._filter(egress))
+            os.close(write_fd)
+            write_fd = -1
+            argv, env = self._argv(command, workspace, tmp, read_fd, egress)
+            if cgroup is not None:  # join the cgroup before anything forks
+                argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *argv]
+            loop = asyncio.get_running_loop()
+            exited = asyncio.Event()
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(exited, loop),
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(read_fd,) if self.kind == "bwrap" else (),
+                env=env,
+                cwd=str(workspace),
+            )
+            proc = asyncio.subprocess.Process(transport, protocol, loop)
+            os.close(read_fd)
+            read_fd = -1
+            return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started)
+        finally:
+            for fd in (read_fd, write_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    async def _collect(
+        self,
+        proc: asyncio.subprocess.Process,
+        transport: asyncio.SubprocessTransport,
+        exited: asyncio.Event,
+        cgroup: PidsCgroup | None,
+        timeout_s: float,
+        max_output: int,
+        started: float,
+    ) -> CommandResult:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = StreamCapture(max_output), StreamCapture(max_output)
+        readers = asyncio.gather(read_into(proc.stdout, out), read_into(proc.stderr, err))
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await exited.wait()  # not proc.wait(): that also waits for every holder of the pipes
+            except TimeoutError:
+                timed_out = True
+        finally:
+            _kill(proc, cgroup)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(readers), _DRAIN_S)
+            readers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await readers
+            if cgroup is not None:
+                await _emptied(cgroup)
+            transport.close()  # a process still holding the pipes after the group kill keeps nobody waiting
+            await asyncio.shield(exited.wait())
+        duration = time.monotonic() - started
+        code = None if timed_out else proc.returncode
+        if code is not None and code < 0:  # killed by a signal: the shell's convention
+            code = 128 - code
+        return CommandResult(out.text(), err.text(), code, timed_out, duration)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stream protocol of :func:`asyncio.create_subprocess_exec`, telling at once when the process exits."""
+
+    def __init__(self, exited: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=2**16, loop=loop)
+        self._exited = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self._exited.set()
+
+
+def _read_only_roots() -> list[str]:
+    """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds)."""
+    binds = system_binds()
+    return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"]
+
+
+def _kill(proc: asyncio.subprocess.Process, cgroup: PidsCgroup | None) -> None:
+    """SIGKILL the command's process group, and every process left in its cgroup."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if cgroup is not None:
+        _kill_all(cgroup)
+
+
+async def _emptied(cgroup: PidsCgroup) -> None:
+    """Wait (briefly) until the cgroup holds no process, so it can be removed."""
+    for _ in range(50):
+        if not _members(cgroup):
+            return
+        _kill_all(cgroup)
+        await asyncio.sleep(0.02)
+
+
+def _members(cgroup: PidsCgroup) -> list[int]:
+    try:
+        return [int(pid) for pid in Path(cgroup.procs).read_text().split()]
+    except OSError:
+        return []
+
+
+def _kill_all(cgroup: PidsCgroup) -> None:
+    for pid in _members(cgroup):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,192 @@
+"""A small seccomp-BPF filter for sandboxed commands, built from a table of syscall numbers.
+
+The filter kills a process that makes a system call under a foreign ABI (x32, 32-bit compat), refuses
+``socket()`` for every address family but ``AF_UNIX`` (no TCP/UDP/raw/netlink sockets, so no network even where
+a network namespace is missing), and refuses with ``EPERM`` the calls a command has no business making: tracing
+other processes, io_uring (it bypasses this very filter), new namespaces and mounts, kernel keyrings, BPF, perf and
+module loading. Everything else is allowed. :func:`program` returns the raw ``struct sock_filter`` array that
+``bwrap --seccomp FD`` loads; :func:`install` loads it into the calling process (the Landlock launcher).
+
+No libseccomp: the table below is the whole policy, and ``tests/sandbox`` checks it against the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+__all__ = ["ARCHES", "DENIED", "SeccompError", "install", "program"]
+
+# BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h)
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_RET_K = 0x06
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_RET_ALLOW = 0x7FFF0000
+_OFF_NR = 0
+_OFF_ARCH = 4
+_OFF_ARG0 = 16
+_AF_UNIX = 1
+_AF_INET = 2
+_AF_INET6 = 10
+_X32_BIT = 0x40000000
+
+DENIED = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "kexec_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+)
+"""System calls refused with ``EPERM`` (besides ``socket()`` of any family but ``AF_UNIX``)."""
+
+ARCHES: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (
+        0xC000003E,  # AUDIT_ARCH_X86_64
+        {
+            "socket": 41,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "bpf": 321,
+            "perf_event_open": 298,
+            "userfaultfd": 323,
+            "keyctl": 250,
+            "add_key": 248,
+            "request_key": 249,
+            "unshare": 272,
+            "setns": 308,
+            "mount": 165,
+            "umount2": 166,
+            "pivot_root": 155,
+            "kexec_load": 246,
+            "init_module": 175,
+            "finit_module": 313,
+            "delete_module": 176,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,  # AUDIT_ARCH_AARCH64
+        {
+            "socket": 198,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "bpf": 280,
+            "perf_event_open": 241,
+            "userfaultfd": 282,
+            "keyctl": 219,
+            "add_key": 217,
+            "request_key": 218,
+            "unshare": 97,
+            "setns": 268,
+            "mount": 40,
+            "umount2": 39,
+            "pivot_root": 41,
+            "kexec_load": 104,
+            "init_module": 105,
+            "finit_module": 273,
+            "delete_module": 106,
+        },
+    ),
+}
+"""Per machine: the audit architecture and the syscall numbers of the table."""
+
+
+class SeccompError(OSError):
+    """The filter could not be built for this machine, or the kernel refused it."""
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def program(machine: str | None = None, *, inet: bool = False) -> bytes:
+    """The filter for ``machine`` (default: this one) as ``struct sock_filter[]`` bytes.
+
+    ``inet`` also allows IPv4/IPv6 sockets: only for a sandbox whose network namespace holds nothing but loopback
+    (bubblewrap with the egress bridge listening there).
+
+    Raises:
+        SeccompError: no table for the machine.
+    """
+    machine = machine or platform.machine()
+    if machine not in ARCHES:
+        raise SeccompError(f"no seccomp table for {machine}")
+    arch, numbers = ARCHES[machine]
+    denied = [numbers[name] for name in DENIED]
+    ops = [
+        _op(_LD_W_ABS, _OFF_ARCH),
+        _op(_JEQ_K, arch, jt=1),
+        _op(_RET_K, _RET_KILL_PROCESS),
+        _op(_LD_W_ABS, _OFF_NR),
+    ]
+    if machine == "x86_64":  # x32 system calls share the architecture and set bit 30
+        ops += [_op(_JGE_K, _X32_BIT, jf=1), _op(_RET_K, _RET_KILL_PROCESS)]
+    # socket(): jump to the family check placed after the deny list
+    ops.append(_op(_JEQ_K, numbers["socket"], jt=len(denied) + 2))
+    for index, number in enumerate(denied):
+        ops.append(_op(_JEQ_K, number, jt=len(denied) - index))  # to the EPERM return
+    ops += [
+        _op(_RET_K, _RET_ALLOW),
+        _op(_RET_K, _RET_ERRNO | errno.EPERM),
+        _op(_LD_W_ABS, _OFF_ARG0),  # socket(domain, ...): the low 32 bits of the first argument
+    ]
+    families = (_AF_UNIX, _AF_INET, _AF_INET6) if inet else (_AF_UNIX,)
+    for index, family in enumerate(families):
+        ops.append(_op(_JEQ_K, family, jt=len(families) - index))  # to the ALLOW return
+    ops += [
+        _op(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT),
+        _op(_RET_K, _RET_ALLOW),
+    ]
+    return b"".join(ops)
+
+
+class _FProg(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def install(filter_bytes: bytes) -> None:
+    """Load the filter into the calling process (after ``no_new_privs``); it holds across ``execve``.
+
+    Raises:
+        SeccompError: the kernel refused it.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(filter_bytes, len(filter_bytes))
+    prog = _FProg(len(filter_bytes) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise SeccompError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise SeccompError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")

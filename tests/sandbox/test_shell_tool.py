@@ -1,0 +1,136 @@
+"""The ``shell`` tool through the real tool gateway: the Responses API's shape, concurrency, truncation, progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchboard.core.actions import Action, SendText
+from switchboard.core.events import Event, SandboxUsed
+from switchboard.core.gateway import ToolGateway
+from switchboard.core.toolbox import ToolRegistry, default_registry
+from switchboard.core.toolbox.shell import ShellOptions, shell_tools
+from switchboard.core.tools import ToolContext
+from switchboard.sandbox.capture import marker
+from switchboard.sandbox.runner import Sandbox
+from switchboard.types import SessionKey
+
+
+class Recorder:
+    """Collects what the tool sends to the channel and to the event log."""
+
+    def __init__(self) -> None:
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+
+    async def act(self, action: Action) -> None:
+        self.actions.append(action)
+
+    async def record(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def context(workspace: Path, recorder: Recorder) -> ToolContext:
+    return ToolContext(
+        session_key=SessionKey("t:web:acct:chat"),
+        tenant="t",
+        run_id="run-1",
+        actor="u1",
+        workspace=workspace,
+        idempotency_key="",
+        act=recorder.act,
+        record=recorder.record,
+    )
+
+
+async def call(
+    sandbox: Sandbox, workspace: Path, args: dict[str, Any], options: ShellOptions | None = None
+) -> tuple[Any, Recorder]:
+    gateway = ToolGateway(ToolRegistry(shell_tools(sandbox, options)), workspace_root=workspace.parent)
+    recorder = Recorder()
+    outcome = await gateway.call("shell", args, context(workspace, recorder))
+    assert outcome.ok, outcome.error
+    return outcome.value, recorder
+
+
+async def test_the_result_has_the_responses_api_shape(sandbox: Sandbox, workspace: Path) -> None:
+    value, recorder = await call(
+        sandbox, workspace, {"commands": ["echo out; echo err >&2; exit 3", "sleep 5"], "timeout_ms": 1000}
+    )
+    assert value == {
+        "output": [
+            {"stdout": "out\n", "stderr": "err\n", "outcome": {"type": "exit", "exit_code": 3}},
+            {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}},
+        ],
+        "max_output_length": ShellOptions().max_output_chars,
+        "isolation": sandbox.label,
+    }
+    [used] = recorder.events
+    assert isinstance(used, SandboxUsed)
+    assert (used.isolation, used.commands, used.timed_out) == (sandbox.label, 2, 1)
+
+
+async def test_commands_of_one_call_run_concurrently(sandbox: Sandbox, workspace: Path) -> None:
+    """Each command waits until all four have started: run one after another, the first would time out."""
+    command = (
+        "touch ready-{n}; for i in $(seq 100); do "
+        "[ $(ls ready-* | wc -l) -eq 4 ] && echo together && exit 0; sleep 0.05; done; exit 1"
+    )
+    value, _ = await call(sandbox, workspace, {"commands": [command.format(n=n) for n in range(4)], "timeout_ms": 8000})
+    assert [entry["stdout"] for entry in value["output"]] == ["together\n"] * 4
+    assert [entry["outcome"] for entry in value["output"]] == [{"type": "exit", "exit_code": 0}] * 4
+
+
+async def test_long_output_keeps_head_and_tail_and_marks_the_cut(bwrap: Sandbox, workspace: Path) -> None:
+    script = "import sys; sys.stdout.write('a' * 5000 + 'MIDDLE' + 'z' * 5000); sys.stderr.write('e' * 50)"
+    value, _ = await call(bwrap, workspace, {"commands": [f'python3 -c "{script}"'], "max_output_length": 1000})
+    [entry] = value["output"]
+    assert entry["stdout"] == "a" * 500 + marker(10006 - 1000) + "z" * 500
+    assert entry["stderr"] == "e" * 50
+    assert value["max_output_length"] == 1000
+
+
+async def test_output_past_the_capture_buffer_is_counted_exactly(bwrap: Sandbox, workspace: Path) -> None:
+    value, _ = await call(
+        bwrap, workspace, {"commands": ["head -c 3000000 /dev/zero | tr '\\0' 'x'; echo END"], "max_output_length": 100}
+    )
+    [entry] = value["output"]
+    assert entry["stdout"] == "x" * 50 + marker(3000004 - 100) + "x" * 46 + "END\n"
+
+
+async def test_the_model_cannot_raise_the_output_cap(bwrap: Sandbox, workspace: Path) -> None:
+    options = ShellOptions(max_output_chars=200)
+    value, _ = await call(bwrap, workspace, {"commands": ["seq 10000"], "max_output_length": 100_000}, options)
+    assert value["max_output_length"] == 200
+    assert "characters truncated" in value["output"][0]["stdout"]
+
+
+async def test_a_long_command_shows_progress_on_the_channel(bwrap: Sandbox, workspace: Path) -> None:
+    options = ShellOptions(progress_after_s=0.2)
+    _, recorder = await call(bwrap, workspace, {"commands": ["sleep 1.5; echo done"]}, options)
+    [notice] = recorder.actions
+    assert isinstance(notice, SendText) and "`sleep 1.5; echo done`" in notice.text and " s so far" in notice.text
+
+
+async def test_a_quick_command_sends_no_progress(bwrap: Sandbox, workspace: Path) -> None:
+    _, recorder = await call(bwrap, workspace, {"commands": ["echo hi"]})
+    assert recorder.actions == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"commands": []}, {"commands": ["true"] * 17}, {"commands": ["true"], "timeout_ms": 5}, {"command": "ls"}],
+)
+async def test_bad_arguments_are_refused_before_anything_runs(bwrap: Sandbox, workspace: Path, args: Any) -> None:
+    gateway = ToolGateway(ToolRegistry(shell_tools(bwrap)), workspace_root=workspace.parent)
+    recorder = Recorder()
+    outcome = await gateway.call("shell", args, context(workspace, recorder))
+    assert not outcome.ok and outcome.error_class == "validation"
+    assert recorder.events == []
+
+
+def test_no_sandbox_means_no_shell_tool() -> None:
+    assert "shell" not in default_registry(sandbox=None)
+    assert "shell" in default_registry()
