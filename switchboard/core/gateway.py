@@ -54,6 +54,7 @@ from switchboard.core.threads import ThreadShare, default_share, run_blocking
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.workspaces import Workspaces, workspace_for
+from switchboard.core.workspacestore import LocalWorkspaces, WorkspaceStore
 from switchboard.errors import DeliveryError, RateLimitedError, ToolError
 
 __all__ = [
@@ -190,11 +191,14 @@ class ToolGateway:
         clock: Callable[[], float] = time.monotonic,
         workspaces: Workspaces | None = None,
         threads: ThreadShare | None = None,
+        store: WorkspaceStore | None = None,
     ) -> None:
         self.registry = registry
         self.workspace_root = workspace_root
         self.workspaces = workspaces or Workspaces(workspace_root)
         """Every session workspace and its quotas; tools and result files write through it."""
+        self.store = store or LocalWorkspaces(workspace_root, self.workspaces)
+        """Where workspaces are kept between turns; what a write tool changed is persisted right after it."""
         self.threads = threads or default_share()
         """The tool threads, shared fairly between sessions."""
         self.max_attempts = max(1, max_attempts)
@@ -294,6 +298,11 @@ class ToolGateway:
             else:
                 breaker.record_success()
                 outcome = await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
+                if (tool.side_effect == "write" or outcome.file) and (refused := await self._persist(ctx)):
+                    await settle_effect(ctx.effects, tool, key, fingerprint, None)  # nothing of it was kept
+                    return self._failed(
+                        name, started, "permanent", refused, attempts=attempt, key=key, fingerprint=fingerprint
+                    )
                 await settle_effect(ctx.effects, tool, key, fingerprint, outcome.model_dump(mode="json"))
                 return outcome
 
@@ -315,6 +324,19 @@ class ToolGateway:
                     name, started, error_class, message, attempts=attempt, key=key, fingerprint=fingerprint
                 )
             await asyncio.sleep(wait)
+
+    async def _persist(self, ctx: ToolContext) -> str | None:
+        """Persist the workspace after a call that may have written; why the store refused it, if it did.
+
+        A store that cannot be reached is retried at the end of the turn (the file stays in the working copy).
+        """
+        try:
+            await self.store.persist(ctx.session_key)
+        except ToolError as err:
+            return scrub_paths(str(err), ctx.workspace, self.workspace_root)
+        except OSError as err:
+            logger.warning("workspace of a session not persisted after a tool call: %s", err)
+        return None
 
     async def _succeeded(
         self,

@@ -8,7 +8,9 @@ Every write a tool makes (``write_file``, the gateway's result files) goes throu
 which checks three quotas: the session's, the tenant's (all its sessions) and the total of every workspace
 under the root. The session's usage is measured on its directory; tenant and total usage are running totals
 kept in small ledger files under ``<root>/.usage`` (rebuilt by one scan when missing), updated under a file
-lock so that every worker process on the host shares them.
+lock so that every worker process on the host shares them. When the workspaces are kept in an object store, the
+local directories are working copies: the store tells :attr:`Workspaces.elsewhere` what the tenant's other
+workspaces hold there, and the tenant quota is checked against that instead of the local ledger.
 
 Directories count too: each directory inside a workspace is one entry against the session's file quota and
 :data:`DIRECTORY_BYTES` (one file-system block) against every byte quota, so a chain of empty directories costs
@@ -23,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +39,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
     "MAX_PATH_PARTS",
+    "SYNC_DIR",
     "Quotas",
     "Workspaces",
     "make_private_dir",
@@ -46,6 +50,9 @@ __all__ = [
 ]
 
 _LEDGER = ".usage"
+SYNC_DIR = ".sync"
+"""Directory under the root where a remote store keeps what each working directory last synced (not a tenant)."""
+_NOT_TENANTS = frozenset({_LEDGER, SYNC_DIR})
 _TOTAL = "total"
 _TEMP_PREFIX = ".write-"
 
@@ -153,7 +160,7 @@ def _workspaces_usage(path: Path, depth: int) -> int:
         return _count(path)[0]
     try:
         with os.scandir(path) as scan:
-            below = [Path(e.path) for e in scan if e.name != _LEDGER and e.is_dir(follow_symlinks=False)]
+            below = [Path(e.path) for e in scan if e.name not in _NOT_TENANTS and e.is_dir(follow_symlinks=False)]
     except OSError:
         return 0
     return sum(_workspaces_usage(child, depth - 1) for child in below)
@@ -189,6 +196,18 @@ class Workspaces:
         """
         self.root = root
         self.quotas = quotas or Quotas()
+        self.elsewhere: dict[Path, int] = {}
+        """Bytes the tenant's *other* workspaces hold in a remote store, by resolved working directory (set by the
+        store when it hydrates or persists one): its tenant quota is checked against this, not the local ledger."""
+
+    def remove(self, workspace: Path) -> None:
+        """Delete ``workspace`` and its files; the usage ledger is rebuilt by one scan at the next write."""
+        with self._locked() as ledger:
+            shutil.rmtree(workspace, ignore_errors=True)
+            if ledger is not None:
+                for stale in (ledger / workspace.parent.name, ledger / _TOTAL):
+                    stale.unlink(missing_ok=True)
+        self.elsewhere.pop(workspace.resolve(), None)
 
     def path(self, session_key: str) -> Path:
         """The session's workspace (see :func:`workspace_for`)."""
@@ -232,7 +251,8 @@ class Workspaces:
         root = self.root.resolve() if self.root is not None else None
         home = workspace.resolve()
         tenant_path = home.parent
-        shared = root is not None and tenant_path.parent == root
+        elsewhere = self.elsewhere.get(home)
+        shared = elsewhere is None and root is not None and tenant_path.parent == root
         if target.is_relative_to(home) and (refused := path_bound_error(target.relative_to(home).parts)):
             raise ToolError(refused, error_class="validation")
         with self._locked() as ledger:
@@ -251,6 +271,8 @@ class Workspaces:
                     f"add {added} (the most is {self.quotas.session_files}): write into an existing file",
                     error_class="permanent",
                 )
+            if elsewhere is not None:
+                self._check("this tenant's workspaces", elsewhere + used + delta, self.quotas.tenant_bytes)
             tenant_file = total_file = None
             tenant = total = 0
             if shared and ledger is not None and root is not None:

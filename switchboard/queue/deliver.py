@@ -18,6 +18,7 @@ from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
 from switchboard.core.toolbox.files import resolve_in_workspace
 from switchboard.core.workspaces import workspace_for
+from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import DeliveryError, ToolError
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "NO_CHANNEL",
     "ChannelDeliverer",
     "ChannelRegistry",
+    "read_stored_file",
     "read_workspace_file",
 ]
 
@@ -62,6 +64,28 @@ async def read_workspace_file(root: Path | None, session: str, path: str, conver
         raise DeliveryError(f"cannot send {path!r}: no such file", channel=channel, retryable=False) from None
     except OSError as exc:
         raise DeliveryError(f"cannot send {path!r}: {exc.strerror}", channel=channel, retryable=False) from None
+    if len(data) > MAX_SEND_FILE_BYTES:
+        raise DeliveryError(f"cannot send {path!r}: the file is too large", channel=channel, retryable=False)
+    name = PurePosixPath(path).name
+    return FileData(name=name, data=data, mime_type=mimetypes.guess_type(name)[0])
+
+
+async def read_stored_file(store: WorkspaceStore, session: str, path: str, conversation: ConversationRef) -> FileData:
+    """Read ``path`` (relative to ``session``'s workspace) from the workspace store, for a channel to send.
+
+    Raises:
+        DeliveryError: an absolute path or one that leaves the workspace, no such file, a file too large, or the
+            store could not be reached (``retryable=False`` but for the last).
+    """
+    channel = conversation.channel
+    try:
+        data = await store.read(session, path, MAX_SEND_FILE_BYTES)
+    except ToolError as exc:
+        raise DeliveryError(f"cannot send {path!r}: {exc}", channel=channel, retryable=False) from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise DeliveryError(f"cannot send {path!r}: no such file", channel=channel, retryable=False) from None
+    except OSError as exc:
+        raise DeliveryError(f"cannot send {path!r}: {exc.strerror or exc}", channel=channel) from None
     if len(data) > MAX_SEND_FILE_BYTES:
         raise DeliveryError(f"cannot send {path!r}: the file is too large", channel=channel, retryable=False)
     name = PurePosixPath(path).name

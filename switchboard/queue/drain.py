@@ -46,6 +46,7 @@ from switchboard.core.agent import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
 from switchboard.queue.busy import BusyTurn, answered_part, end_interrupted
 from switchboard.queue.cancellation import is_stop
@@ -213,10 +214,13 @@ class Drainer(TurnEndings):
         worker_id: str,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         workspace_root: Path | None = None,
+        workspace_store: WorkspaceStore | None = None,
     ) -> None:
         self.redis = redis
         self.workspace_root = workspace_root
         """Where session workspaces live: channels read the files they send from there."""
+        self.workspace_store = workspace_store
+        """Where workspaces are kept, when not only under ``workspace_root`` (files sent are read from it)."""
         self.buckets = SendBuckets(redis, sleep=sleep)
         """The outbound rate limits, shared by every worker (:mod:`switchboard.queue.ratelimits`)."""
         self.settings = settings
@@ -314,6 +318,7 @@ class Drainer(TurnEndings):
             buckets=self.buckets,
             capabilities=self.deliverer.capabilities,
             workspace_root=self.workspace_root,
+            workspace_store=self.workspace_store,
         )
         turn.outbox = outbox
         turn.stream = None

@@ -52,9 +52,10 @@ from pydantic import TypeAdapter, ValidationError
 from switchboard.channels.base import Capabilities, FileData, Receipt, SendContext
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
+from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.queue import scripts
-from switchboard.queue.deliver import read_workspace_file
+from switchboard.queue.deliver import read_stored_file, read_workspace_file
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken, fenced_xadd
 from switchboard.queue.ratelimits import SendBuckets
@@ -214,6 +215,8 @@ class OutboxSend:
             DeliveryError: no workspace here, no such file, or the path leaves the workspace (``retryable=False``).
         """
         outbox = self._outbox
+        if outbox.workspace_store is not None:
+            return await read_stored_file(outbox.workspace_store, outbox.lease.session, path, self._conversation)
         return await read_workspace_file(outbox.workspace_root, outbox.lease.session, path, self._conversation)
 
 
@@ -258,8 +261,11 @@ class Outbox:
         buckets: SendBuckets | None = None,
         capabilities: Capable | None = None,
         workspace_root: Path | None = None,
+        workspace_store: WorkspaceStore | None = None,
     ) -> None:
         self.redis = redis
+        self.workspace_store = workspace_store
+        """Where workspaces are kept (``SendContext.read_file`` reads from it when set, else ``workspace_root``)."""
         self.buckets = buckets
         """The shared send buckets (``None``: sends are not paced, and a 429 holds nothing)."""
         self.capabilities = capabilities

@@ -41,6 +41,7 @@ from redis.exceptions import RedisError
 
 from switchboard.core.agent import Agent
 from switchboard.core.messages import InboundMessage
+from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import ConfigError
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import listen_for_stops
@@ -365,10 +366,12 @@ async def run_worker(
     stop: asyncio.Event,
     *,
     worker_id: str | None = None,
+    workspace_store: WorkspaceStore | None = None,
 ) -> None:
     """Run one session worker until ``stop`` is set (what ``switchboard worker`` and ``run`` call).
 
-    ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent).
+    ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent);
+    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory).
 
     Raises:
         ConfigError: no ``SWITCHBOARD_REDIS_URL``, or the self-check failed.
@@ -388,7 +391,8 @@ async def run_worker(
             deliverer=deliverer,
             agent_for=pick,
             worker_id=wid,
-            workspace_root=settings.data_path / "workspaces",
+            workspace_root=settings.workspace_path,
+            workspace_store=workspace_store,
         )
 
     worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
