@@ -20,6 +20,7 @@ from switchboard.core.parsers import MAX_UNZIPPED_BYTES, table_card
 from switchboard.core.sandbox import SandboxLimits, run_callable
 from switchboard.core.threads import run_blocking
 from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
+from switchboard.core.toolbox.sql import load_table
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.errors import ToolError
 
@@ -75,6 +76,12 @@ class ReadDocumentInput(BaseModel):
     max_chars: int = Field(20_000, ge=200, le=200_000, description="Longest text returned (head and tail kept).")
     sample_rows: int = Field(5, ge=0, le=50, description="Rows shown in a table's data card.")
     sheet: str | None = Field(None, description="XLSX only: the one sheet to describe (default: every sheet).")
+    into_table: str | None = Field(
+        None,
+        description="CSV/XLSX only: load the rows into this table of your database instead (the first sheet, or "
+        "`sheet`); you get its columns and row count back, and query it with sql.",
+    )
+    replace_table: bool = Field(False, description="With into_table: replace a table of that name if there is one.")
 
     @field_validator("path")
     @classmethod
@@ -101,6 +108,14 @@ def _locate(args: ReadDocumentInput, ctx: ToolContext, limits: DocumentLimits) -
 
 async def _read(args: ReadDocumentInput, ctx: ToolContext, limits: DocumentLimits) -> dict[str, Any]:
     relative, size, suffix = await run_blocking(ctx, _locate, args, ctx, limits)
+    if args.into_table is not None:  # into the session database, not the context
+        if suffix not in TABLE_SUFFIXES:
+            raise ToolError(f"into_table loads CSV and XLSX only, not {suffix or 'text'}", error_class="validation")
+        load = {"path": relative, "suffix": suffix, "sheet": args.sheet, "table": args.into_table}
+        loaded = await load_table(
+            {**load, "max_unzipped_bytes": limits.max_unzipped_bytes}, ctx, limits.sandbox(), replace=args.replace_table
+        )
+        return {"path": args.path, "bytes": size, **loaded}
     request = {
         "path": relative,
         "suffix": suffix,
@@ -136,7 +151,8 @@ def document_tools(limits: DocumentLimits) -> list[Tool]:
         Tool(
             name="read_document",
             description="Read a document from your workspace: text, Markdown, PDF and DOCX come back as text "
-            "(long ones: head and tail); CSV and XLSX as a data card (columns, row count, sample rows).",
+            "(long ones: head and tail); CSV and XLSX as a data card (columns, row count, sample rows), or loaded "
+            "into a table of your database with into_table.",
             input=ReadDocumentInput,
             fn=read,
             side_effect="read",
