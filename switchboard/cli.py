@@ -85,6 +85,13 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
     return agents_command(settings, action, name)
 
 
+def cmd_skills(settings: Settings, action: str, target: str | None, template: str | None) -> int:
+    """``skills add DIR|ZIP|--template NAME`` / ``list`` / ``show NAME[@VERSION]`` / ``remove NAME[@VERSION]``."""
+    from switchboard.skills.command import skills_command
+
+    return skills_command(settings, action, target, template)
+
+
 def cmd_telegram(settings: Settings, action: str, url: str | None, account: str) -> int:
     """``telegram set-webhook URL`` / ``delete-webhook`` / ``webhook-info``."""
     from switchboard.telegramcli import telegram_command
@@ -200,6 +207,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     agents.add_argument("action", choices=["list", "show", "validate"], help="what to do")
     agents.add_argument("name", nargs="?", help="agent name (show)")
+    skills = _command(
+        sub,
+        "skills",
+        "add, list, show or remove skill packages (folders with a SKILL.md)",
+        "add DIR|ZIP: validate a skill (the agentskills.io SKILL.md format) and install it as a versioned package "
+        "under SWITCHBOARD_DATA_DIR/skills; add --template NAME: install a shipped template. list: installed, "
+        "built-in and template skills. show NAME[@VERSION]: one package's version, hash and files. remove "
+        "NAME[@VERSION]: uninstall one version, or every version. Agents name skills in their YAML `skills:` list.",
+    )
+    skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
+    skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
+    skills.add_argument("--template", help="install the shipped template NAME (add)")
     discord = _command(
         sub,
         "discord",
@@ -270,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sessions(settings, args.action, args.key, args.limit)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
+        if args.command == "skills":
+            return cmd_skills(settings, args.action, args.target, args.template)
         if args.command == "telegram":
             return cmd_telegram(settings, args.action, args.url, args.account)
         if args.command == "discord":

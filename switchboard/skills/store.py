@@ -1,0 +1,295 @@
+"""Skills as versioned packages: the operator's store under the data directory, and the shipped ones.
+
+Layout: ``<data>/skills/<name>/<version>/…`` (the package's files, read-only) and ``<data>/skills/index.json``,
+which records each installed version's name, version, content hash, where it came from and when it was added.
+Changes take a file lock and replace the index atomically; a package is staged and renamed into place, so an
+interrupted ``add`` never leaves half a package behind an index entry.
+
+Three sources: **built-in** skills ship in ``switchboard/skills/builtin/`` and are always available; **templates**
+ship in ``switchboard/skills/templates/`` and are copied into the store on request (``skills add --template``);
+and the operator's **own** packages (a folder or a zip). An installed package of a built-in's name takes its
+place. A version comes from ``metadata`` (``switchboard.version``, else ``version``), or else counts up from 1;
+adding the same content again changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from switchboard.skills.package import (
+    SkillError,
+    SkillManifest,
+    SkillRef,
+    SkillSource,
+    content_sha256,
+    name_problems,
+    read_manifest,
+)
+from switchboard.skills.sources import PackageFiles, read_folder, read_source
+
+__all__ = [
+    "BUILTIN_DIR",
+    "TEMPLATE_DIR",
+    "IndexEntry",
+    "SkillLibrary",
+    "SkillStore",
+    "builtin_skills",
+    "parse_pin",
+    "template_names",
+]
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+INDEX_FILE = "index.json"
+
+
+class IndexEntry(BaseModel):
+    """One installed version, as the index records it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    version: str
+    sha256: str
+    description: str
+    source: SkillSource
+    origin: str
+    """The folder or zip it was added from, or ``template:NAME``."""
+    added_at: float
+    seq: int
+    """Order of addition; the latest added version is the one an unpinned name means."""
+
+
+class _Index(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = Field(1, alias="schema")
+    skills: list[IndexEntry] = Field(default_factory=list)
+
+
+def parse_pin(pin: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version`` → (name, version or ``None``)."""
+    name, _, version = pin.partition("@")
+    return name, version or None
+
+
+def _ref(entry: IndexEntry, path: Path) -> SkillRef:
+    return SkillRef(entry.name, entry.version, entry.sha256, entry.description, entry.source, path)
+
+
+@cache
+def _shipped(folder: Path) -> tuple[SkillRef, ...]:
+    found = []
+    for root in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+        package = read_folder(root)
+        manifest = read_manifest(package.files, package.folder)
+        version = manifest.declared_version or "1"
+        found.append(
+            SkillRef(manifest.name, version, content_sha256(package.files), manifest.description, "builtin", root)
+        )
+    return tuple(found)
+
+
+def builtin_skills() -> tuple[SkillRef, ...]:
+    """The skills shipped with Switchboard, always available to the agents that list them."""
+    return _shipped(BUILTIN_DIR)
+
+
+def template_names() -> list[str]:
+    """The installable templates shipped with Switchboard (``skills add --template NAME``)."""
+    return [ref.name for ref in _shipped(TEMPLATE_DIR)]
+
+
+class SkillStore:
+    """The operator's installed packages under ``root`` (``<data>/skills``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.root / ".lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _read(self) -> _Index:
+        try:
+            raw = (self.root / INDEX_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return _Index()
+        try:
+            return _Index.model_validate_json(raw)
+        except ValidationError as err:
+            raise SkillError(
+                f"{self.root / INDEX_FILE} is damaged ({err.error_count()} problem(s)); restore it"
+            ) from None
+
+    def _write(self, index: _Index) -> None:
+        tmp = self.root / f".{INDEX_FILE}.{secrets.token_hex(4)}"
+        tmp.write_text(index.model_dump_json(by_alias=True, indent=2), encoding="utf-8")
+        tmp.replace(self.root / INDEX_FILE)
+
+    def path(self, entry: IndexEntry) -> Path:
+        """Where an installed version's files are."""
+        return self.root / entry.name / entry.version
+
+    def entries(self) -> list[IndexEntry]:
+        """Every installed version, by name, then in the order they were added."""
+        return sorted(self._read().skills, key=lambda e: (e.name, e.seq))
+
+    def find(self, name: str, version: str | None = None) -> IndexEntry | None:
+        """The installed ``name@version`` (``None``: the latest added version of ``name``)."""
+        found = [e for e in self._read().skills if e.name == name and version in (None, e.version)]
+        return max(found, key=lambda e: e.seq) if found else None
+
+    def add(self, source: Path) -> tuple[IndexEntry, bool]:
+        """Validate and install a package folder or zip; returns its entry and whether it is new.
+
+        Raises:
+            SkillError: invalid or unsafe package, or that version is installed with other content.
+        """
+        package = read_source(source)
+        return self._install(package, "local", str(source.resolve()))
+
+    def add_template(self, name: str) -> tuple[IndexEntry, bool]:
+        """Copy a shipped template into the store.
+
+        Raises:
+            SkillError: no template of that name.
+        """
+        if name not in template_names():
+            known = ", ".join(template_names()) or "none"
+            raise SkillError(f"no skill template named {name!r} (templates: {known})")
+        return self._install(read_folder(TEMPLATE_DIR / name), "template", f"template:{name}")
+
+    def _install(self, package: PackageFiles, source: SkillSource, origin: str) -> tuple[IndexEntry, bool]:
+        manifest = read_manifest(package.files, package.folder)
+        digest = content_sha256(package.files)
+        with self._locked():
+            index = self._read()
+            same = [e for e in index.skills if e.name == manifest.name]
+            version = self._version(manifest, digest, same)
+            existing = next((e for e in same if e.version == version), None)
+            if existing is not None:
+                if existing.sha256 != digest:
+                    raise SkillError(
+                        f"{manifest.name}@{version} is installed with other content (sha256 {existing.sha256[:12]}…):"
+                        " raise metadata.version in SKILL.md, or remove that version first"
+                    )
+                return existing, False
+            entry = IndexEntry(
+                name=manifest.name,
+                version=version,
+                sha256=digest,
+                description=manifest.description,
+                source=source,
+                origin=origin,
+                added_at=time.time(),
+                seq=max((e.seq for e in index.skills), default=0) + 1,
+            )
+            self._place(package.files, self.path(entry))
+            index.skills.append(entry)
+            self._write(index)
+            return entry, True
+
+    @staticmethod
+    def _version(manifest: SkillManifest, digest: str, same: Sequence[IndexEntry]) -> str:
+        if manifest.declared_version is not None:
+            return manifest.declared_version
+        for entry in same:  # the same content again: that version
+            if entry.sha256 == digest:
+                return entry.version
+        return str(max((int(e.version) for e in same if e.version.isdigit()), default=0) + 1)
+
+    def _place(self, files: dict[str, bytes], target: Path) -> None:
+        staging = self.root / f".staging-{secrets.token_hex(6)}"
+        try:
+            for relative, data in files.items():
+                path = staging / relative
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                path.write_bytes(data)
+                path.chmod(0o444)
+            staging.mkdir(exist_ok=True, mode=0o700)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if target.exists():  # left by an add interrupted before the index was written
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def remove(self, name: str, version: str | None = None) -> list[IndexEntry]:
+        """Uninstall ``name@version`` (``None``: every version of ``name``); returns what was removed.
+
+        Raises:
+            SkillError: nothing of that name (and version) is installed.
+        """
+        with self._locked():
+            index = self._read()
+            gone = [e for e in index.skills if e.name == name and version in (None, e.version)]
+            if not gone:
+                raise SkillError(f"{name}{'@' + version if version else ''} is not installed (see `skills list`)")
+            index.skills = [e for e in index.skills if e not in gone]
+            self._write(index)
+            for entry in gone:
+                shutil.rmtree(self.path(entry), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (self.root / name).rmdir()
+            return gone
+
+
+class SkillLibrary:
+    """Every skill an agent may name: the operator's store first, then the built-ins."""
+
+    def __init__(self, store: SkillStore | None = None) -> None:
+        self.store = store
+
+    def resolve(self, pin: str) -> SkillRef:
+        """The package ``name`` or ``name@version`` means (unpinned: the latest added, else the built-in).
+
+        Raises:
+            SkillError: no such skill or version.
+        """
+        name, version = parse_pin(pin)
+        if problems := name_problems(name):
+            raise SkillError(f"skill {pin!r}: {problems[0]}")
+        entry = self.store.find(name, version) if self.store is not None else None
+        if entry is not None and self.store is not None:
+            return _ref(entry, self.store.path(entry))
+        for ref in builtin_skills():
+            if ref.name == name and version in (None, ref.version):
+                return ref
+        raise SkillError(f"no skill {pin!r} (installed and built-in: {', '.join(self.names()) or 'none'})")
+
+    def names(self) -> list[str]:
+        """Every skill name available, sorted."""
+        installed = {e.name for e in self.store.entries()} if self.store is not None else set()
+        return sorted(installed | {ref.name for ref in builtin_skills()})
+
+    def resolve_all(self, pins: Sequence[str]) -> tuple[list[SkillRef], list[str]]:
+        """The packages of an agent's ``skills`` list, in its order, and the problems of those that did not resolve."""
+        found: list[SkillRef] = []
+        problems: list[str] = []
+        for pin in pins:
+            try:
+                ref = self.resolve(pin)
+            except SkillError as err:
+                problems.append(str(err))
+                continue
+            if all(r.name != ref.name for r in found):
+                found.append(ref)
+        return found, problems
