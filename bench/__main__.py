@@ -1,12 +1,12 @@
 """``python -m bench``: every benchmark in turn, then one summary table against the issues' targets.
 
-    python -m bench                     # everything, full sizes (about 6 minutes on 2 cores)
+    python -m bench                     # everything, full sizes (about 10 minutes on 2 cores)
     python -m bench --quick             # smoke run, tiny sizes (figures meaningless)
     python -m bench --only ingest,e2e   # a subset
     python -m bench --rounds 5          # more rounds per benchmark
 
-Each benchmark also runs alone: ``python -m bench.ingest`` (``e2e``, ``concurrency``, ``fairness``, ``footprint``,
-``runtime``, ``streams``, ``documents``).
+Each benchmark also runs alone: ``python -m bench.<name>`` for every name in :data:`ORDER`; ``bench.teams_window``
+(a 10-second agent run behind every Teams message) runs only alone.
 """
 
 from __future__ import annotations
@@ -19,11 +19,48 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from bench import concurrency, documents, e2e, fairness, footprint, ingest, runtime, slack_ingest, streams
+from bench import (
+    concurrency,
+    documents,
+    e2e,
+    egress,
+    fairness,
+    footprint,
+    ingest,
+    runtime,
+    sandbox,
+    sidebyside,
+    slack_ingest,
+    streams,
+    whatsapp_ingest,
+)
 from bench._harness import SUMMARY_HEADERS, Row, pinned, render_table
 
-ORDER = ("footprint", "runtime", "ingest", "slack_ingest", "e2e", "concurrency", "fairness", "streams", "documents")
+
+def _sync(run: Callable[[list[str]], Coroutine[Any, Any, list[Row]]]) -> Callable[[list[str]], list[Row]]:
+    return lambda argv: asyncio.run(run(argv))
+
+
+RUNNERS: dict[str, Callable[[list[str]], list[Row]]] = {
+    "footprint": footprint.run,
+    "runtime": _sync(runtime.run),
+    "ingest": _sync(ingest.run),
+    "slack_ingest": _sync(slack_ingest.run),
+    "sidebyside": sidebyside.run,
+    "whatsapp_ingest": _sync(whatsapp_ingest.run),
+    "e2e": _sync(e2e.run),
+    "concurrency": _sync(concurrency.run),
+    "fairness": _sync(fairness.run),
+    "streams": streams.run,
+    "documents": _sync(documents.run),
+    "sandbox": _sync(sandbox.run),
+    "egress": _sync(egress.run),
+}
+"""Every benchmark in the order ``python -m bench`` runs them (each takes ``--quick`` / ``--rounds``)."""
+ORDER = tuple(RUNNERS)
 
 
 def machine() -> str:
@@ -59,26 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"\n## {name}\n", flush=True)
         with pinned(None):  # a benchmark narrows this process's CPUs while it runs; the next one gets them back
-            if name == "footprint":
-                rows += footprint.run(common)
-            elif name == "runtime":
-                rows += asyncio.run(runtime.run(common))
-            elif name == "ingest":
-                rows += asyncio.run(ingest.run(common))
-            elif name == "slack_ingest":
-                rows += asyncio.run(slack_ingest.run(common))
-            elif name == "e2e":
-                rows += asyncio.run(e2e.run(common))
-            elif name == "fairness":
-                rows += asyncio.run(fairness.run(common))
-            elif name == "streams":
-                rows += streams.run(common)
-            elif name == "documents":
-                rows += asyncio.run(documents.run(common))
-            else:
-                rows += asyncio.run(concurrency.run(common))
+            rows += RUNNERS[name](common)
     print(f"\n## Summary ({time.monotonic() - began:.0f} s)\n")
-    print(render_table("Targets of issues #2 and #3", SUMMARY_HEADERS, [r.cells() for r in rows]))
+    print(render_table("Targets", SUMMARY_HEADERS, [r.cells() for r in rows]))
     return 0
 
 

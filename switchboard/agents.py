@@ -31,6 +31,17 @@ def agent_problems(settings: Settings, agent: Agent) -> list[str]:
         )
     if provider == "anthropic" and settings.anthropic_api_key is None:
         problems.append(f"agent {agent.name!r}: model {spec} needs ANTHROPIC_API_KEY")
+    for name, binding in agent.egress.secrets.items():
+        if not settings.environ.get(binding.env):
+            problems.append(f"agent {agent.name!r}: egress secret {name} reads ${binding.env}, which is not set")
+    for name, database in agent.databases.items():
+        if not database.path.is_file():
+            problems.append(f"agent {agent.name!r}: database {name} has no file at {database.path}")
+    from switchboard.skills.command import skill_store
+    from switchboard.skills.store import SkillLibrary
+
+    _, missing = SkillLibrary(skill_store(settings)).resolve_all(agent.skills)
+    problems += [f"agent {agent.name!r}: {problem} (see `switchboard skills list`)" for problem in missing]
     return problems
 
 
@@ -50,6 +61,11 @@ def _show(settings: Settings, agent: Agent) -> None:
         f"limits:       {limits.max_steps} steps, {limits.deadline_s:g} s, {limits.max_tool_calls} tool calls, "
         f"{limits.max_input_tokens} input tokens, {credits} credits"
     )
+    allow = (*settings.egress.allow, *agent.egress.allow)
+    print(f"egress:       {', '.join(allow) if allow else 'none (default deny)'}")
+    for name, binding in agent.egress.secrets.items():
+        print(f"  secret {name} (${binding.env}) → {', '.join(binding.domains)}")
+    print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
     print("tools:")
     for name in agent.tools:
         tool = registry.get(name)

@@ -97,7 +97,7 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     app = web.Application(client_max_size=settings.queue.max_body_bytes)
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    app[METRICS].watch_workspaces(settings.data_path / "workspaces", settings.workspaces.total_quota_mb * 2**20)
+    app[METRICS].watch_workspaces(settings.workspace_path, settings.workspaces.total_quota_mb * 2**20)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         assert settings.redis_url is not None

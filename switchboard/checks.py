@@ -160,8 +160,10 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
     print("agents:")
     for agent in settings.file.agents.values():
         print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
+    egress_warnings, egress_problems = _print_sandbox(settings)
     problems.extend(config_problems(settings))
-    warnings = unknown_variables(environ, settings)
+    problems.extend(egress_problems)
+    warnings = [*egress_warnings, *unknown_variables(environ, settings)]
     if warnings:
         print("warnings:")
         for warning in warnings:
@@ -173,6 +175,27 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         return 1
     print("ok: no problems found")
     return 0
+
+
+def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
+    """Print the isolation shell commands get here (what ``worker`` chooses at start-up) and their way out.
+
+    Returns the egress warnings and problems (a sandbox that cannot reach the proxy; a socket path too long).
+    """
+    from switchboard.egress.gate import egress_status
+    from switchboard.sandbox.startup import describe, startup_choice
+
+    choice = startup_choice(settings)
+    first, *rest = describe(choice)
+    print(f"sandbox:     {first}")
+    for line in rest:
+        print(f"             {line}")
+    lines, warnings, problems = egress_status(settings, choice.sandbox)
+    first, *rest = lines
+    print(f"egress:      {first}")
+    for line in rest:
+        print(f"             {line}")
+    return warnings, problems
 
 
 def _print_channels(settings: Settings) -> None:

@@ -59,8 +59,21 @@ class _QueueCollector(Collector):
             ("credits", s.credits, "Credits metered from the price table"),
             ("input_tokens", s.input_tokens, "Model input tokens"),
             ("output_tokens", s.output_tokens, "Model output tokens"),
+            ("egress_allowed", s.egress_allowed, "Sandbox and tool requests the egress policy let out"),
+            ("egress_refused", s.egress_refused, "Sandbox and tool requests the egress policy refused"),
         ):
             yield CounterMetricFamily(f"switchboard_{name}", help_text, value=value)
+        deliveries = CounterMetricFamily(
+            "switchboard_delivery_statuses", "Delivery and read reports from the platforms", labels=["status"]
+        )
+        for status, count in (
+            ("sent", s.delivery_sent),
+            ("delivered", s.delivery_delivered),
+            ("read", s.delivery_read),
+            ("failed", s.delivery_failed),
+        ):
+            deliveries.add_metric([status], count)
+        yield deliveries
         for name, hist, help_text in (
             ("queue_wait_seconds", s.queue_wait, "Time from accepted to run start"),
             ("run_duration_seconds", s.run_duration, "Time from run start to reply delivered"),

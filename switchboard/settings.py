@@ -7,6 +7,7 @@ Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter `
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,7 @@ from switchboard.channelsettings import (
 )
 from switchboard.clientaddr import TrustedProxies, parse_trusted_proxies
 from switchboard.core.agent import Agent
+from switchboard.core.egress import normalize_pattern
 from switchboard.errors import ConfigError
 
 __all__ = [
@@ -48,6 +50,8 @@ __all__ = [
     "ChannelSettings",
     "DiscordSettings",
     "DocumentSettings",
+    "EgressSecret",
+    "EgressSettings",
     "FileConfig",
     "HttpSettings",
     "InstagramSettings",
@@ -60,6 +64,7 @@ __all__ = [
     "TelegramSettings",
     "TranscriptionSettings",
     "WhatsAppSettings",
+    "WorkspaceS3Settings",
     "WorkspaceSettings",
     "load_settings",
 ]
@@ -139,11 +144,40 @@ class DocumentSettings(BaseModel):
     """Longest text one read returns."""
 
 
-class WorkspaceSettings(BaseModel):
-    """``SWITCHBOARD_WORKSPACES__*``: disk quotas of the session workspaces, and the tool threads."""
+class WorkspaceS3Settings(BaseModel):
+    """``SWITCHBOARD_WORKSPACES__S3__*``: the bucket session workspaces are kept in when the backend is ``s3``."""
 
     model_config = ConfigDict(extra="forbid")
 
+    bucket: str = ""
+    """The bucket (it must exist)."""
+    prefix: str = ""
+    """Keys start with it (``<prefix>/t-<tenant digest>/<session digest>/<path>``)."""
+    endpoint_url: str | None = None
+    """The S3 API's address: MinIO, Cloudflare R2, Ceph… (unset: AWS)."""
+    region: str | None = None
+    """The bucket's region (unset: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, botocore's chain)."""
+    access_key_id: SecretStr | None = None
+    """With ``secret_access_key``; unset: the standard AWS chain (``AWS_ACCESS_KEY_ID``…, profiles, roles)."""
+    secret_access_key: SecretStr | None = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    """``path`` for most self-hosted servers."""
+    concurrency: int = Field(8, ge=1)
+    """Transfers in flight at once while one workspace is synced."""
+
+
+class WorkspaceSettings(BaseModel):
+    """``SWITCHBOARD_WORKSPACES__*``: where session workspaces are kept, their quotas, and the tool threads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "s3"] = "local"
+    """``local``: a directory (one host, or a shared volume at the same path on every host); ``s3``: a bucket,
+    worked on in local copies under ``root``."""
+    root: Path | None = None
+    """Local directory of the workspaces (``local``) or of the working copies (``s3``); unset:
+    ``<data dir>/workspaces``. Relative to the working directory."""
+    s3: WorkspaceS3Settings = Field(default_factory=WorkspaceS3Settings)
     session_quota_mb: int = Field(100, ge=1)
     """Most one session's workspace may hold."""
     tenant_quota_mb: int = Field(1000, ge=1)
@@ -186,6 +220,40 @@ class OfflineSettings(BaseModel):
     """Per-answer delay, so the offline model can stand in for a slow model in load tests."""
 
 
+class SandboxSettings(BaseModel):
+    """``SWITCHBOARD_SANDBOX__*``: the sandbox of the ``shell`` tool, chosen at start-up from what the host supports."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["auto", "bwrap", "landlock", "weak", "off"] = "auto"
+    """``auto``: bubblewrap with seccomp, else Landlock with seccomp, else (if allowed) the weak floor."""
+    allow_weak: bool = False
+    """Allow the weak floor (rlimits only) when nothing stronger works: only for operator-trusted agents and skills."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Deadline of a command when the model sets no ``timeout_ms``."""
+    max_timeout_s: float = Field(600.0, gt=0)
+    """Longest ``timeout_ms`` honoured."""
+    cpu_s: int = Field(60, ge=1)
+    """CPU seconds of one command (``RLIMIT_CPU``)."""
+    memory_mb: int = Field(1024, ge=64)
+    """Address space of one command (``RLIMIT_AS``)."""
+    processes: int = Field(64, ge=4)
+    """Processes and threads of one command (``RLIMIT_NPROC``, or a ``pids`` cgroup when the worker is root)."""
+    file_mb: int = Field(64, ge=1)
+    """Largest file one command may write (``RLIMIT_FSIZE``)."""
+    tmp_mb: int = Field(64, ge=1)
+    """Size of the private ``/tmp``."""
+    max_output_chars: int = Field(20_000, ge=100)
+    """Default and largest ``max_output_length``: characters kept of each stream (head and tail)."""
+    concurrency: int = Field(16, ge=1)
+    """Commands running at once in one worker (more wait)."""
+    progress_after_s: float = Field(5.0, ge=0)
+    """A command still running after this is announced on the user's channel (0: never)."""
+    proxy_socket: Path | None = None
+    """Unix socket the worker's egress proxy listens on, bound into bubblewrap sandboxes (default:
+    ``<data dir>/egress/worker-<pid>.sock``; set it only with one worker process per path)."""
+
+
 class LimitsSettings(BaseModel):
     """``SWITCHBOARD_LIMITS__*``: abuse limits, counted in Redis and shared by every process; ``0`` = no limit.
 
@@ -213,6 +281,91 @@ class LimitsSettings(BaseModel):
     web_history_kib: int = Field(4096, ge=0)
     """Most a web chat session's retained web stream (what a reload replays) may hold, besides its cap of about
     1,000 entries; the oldest entries go first (``0``: only the entry cap)."""
+
+
+def _comma_list(value: object) -> object:
+    """``a, b`` → ``("a", "b")`` (lists from the environment are comma-separated)."""
+    return tuple(part.strip() for part in value.split(",") if part.strip()) if isinstance(value, str) else value
+
+
+class EgressSecret(BaseModel):
+    """``SWITCHBOARD_EGRESS__SECRETS__<NAME>__VALUE`` and ``__DOMAINS``: a secret the egress proxy injects.
+
+    Sandboxes and the model see only the placeholder ``{{secret:<NAME>}}``; the proxy puts the value in its place in
+    request headers on requests to these domains, and refuses a request that carries the placeholder anywhere else.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: SecretStr
+    domains: Annotated[tuple[str, ...], NoDecode] = Field(min_length=1)
+    """Comma-separated hosts the secret may be sent to (``api.github.com``, ``*.example.com``)."""
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _comma_list(v)
+
+    @field_validator("domains")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_pattern(p) for p in v)
+
+
+class EgressSettings(BaseModel):
+    """``SWITCHBOARD_EGRESS__*``: the host-side proxy every outbound request of a sandbox or tool goes through."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: Annotated[tuple[str, ...], NoDecode] = ()
+    """Comma-separated hosts every agent may reach, besides each agent's own ``egress.allow`` (default: none)."""
+    methods: Annotated[tuple[str, ...], NoDecode] = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    """HTTP methods passed on; any other is refused with 405."""
+    ports: Annotated[tuple[int, ...], NoDecode] = (80, 443)
+    """Destination ports allowed."""
+    internal_networks: Annotated[tuple[str, ...], NoDecode] = ()
+    """CIDRs an allowlisted host may resolve into although they are private (an internal service); the metadata
+    address is refused whatever this says."""
+    max_request_bytes: int = Field(10 * 2**20, ge=0)
+    """Largest request body passed on (413 past it)."""
+    max_response_bytes: int = Field(50 * 2**20, ge=0)
+    """Largest response body passed back (502 past it)."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """Connecting to the destination (TCP and TLS)."""
+    timeout_s: float = Field(60.0, gt=0)
+    """One request from sending it to its last response byte."""
+    client_timeout_s: float = Field(30.0, gt=0)
+    """A client must send a request's head and body within this."""
+    upstream_ca_file: Path | None = None
+    """Extra CA certificates (PEM) trusted for destinations, besides the system's (a corporate CA)."""
+    host: str = "127.0.0.1"
+    """Loopback address of the proxy's TCP listener."""
+    port: int = Field(0, ge=0, le=65535)
+    """Its port (``0``: any free port, handed to each sandbox)."""
+    secrets: dict[str, EgressSecret] = Field(default_factory=dict)
+    """Secrets by name, bound to the domains they may be sent to."""
+
+    @field_validator("allow", "methods", "ports", "internal_networks", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _comma_list(v)
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_pattern(p) for p in v)
+
+    @field_validator("methods")
+    @classmethod
+    def _upper(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m.upper() for m in v)
+
+    @field_validator("internal_networks")
+    @classmethod
+    def _networks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for net in v:
+            ipaddress.ip_network(net, strict=False)  # ValueError names the bad entry
+        return v
 
 
 class FileConfig(BaseModel):
@@ -292,10 +445,12 @@ class Settings(BaseSettings):
     offline: OfflineSettings = Field(default_factory=OfflineSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
     transcription: TranscriptionSettings = Field(default_factory=TranscriptionSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    egress: EgressSettings = Field(default_factory=EgressSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
     """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
 
@@ -369,6 +524,12 @@ class Settings(BaseSettings):
         """``data_dir`` resolved against the working directory."""
         return (Path.cwd() / self.data_dir).resolve()
 
+    @property
+    def workspace_path(self) -> Path:
+        """Where session workspaces (or their working copies) live: ``workspaces.root``, else under the data dir."""
+        root = self.workspaces.root
+        return (Path.cwd() / root).resolve() if root is not None else self.data_path / "workspaces"
+
 
 def _format_validation(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
@@ -431,7 +592,7 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
         if isinstance(body, dict):
             body.setdefault("name", name)
     try:
-        cfg = FileConfig.model_validate(raw)
+        cfg = FileConfig.model_validate(raw, context={"config_dir": path.parent})  # relative paths in it
     except ValidationError as err:
         raise ConfigError(_format_validation(err, str(path))) from None
     if not cfg.agents:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from switchboard.channelfiles import attachment_support
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
@@ -20,7 +21,13 @@ from switchboard.queue.connection import async_client
 from switchboard.queue.uploads import UploadStore
 from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.queue.worker import run_worker as run_session_worker
+from switchboard.s3workspaces import build_workspace_store
+from switchboard.sandbox.startup import shell_options, startup_choice
 from switchboard.settings import Settings
+from switchboard.skills.store import SkillLibrary, SkillStore
+
+if TYPE_CHECKING:
+    from switchboard.core.toolbox.shell import EgressGate
 
 __all__ = ["build_runtime", "provider_config", "run_worker"]
 
@@ -39,19 +46,33 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
-def build_runtime(settings: Settings, models: ModelFactory, attachments: AttachmentSupport | None = None) -> Runtime:
-    """The shared agent runtime over the configured models and tools (``attachments``: how users' files arrive)."""
+def build_runtime(
+    settings: Settings,
+    models: ModelFactory,
+    attachments: AttachmentSupport | None = None,
+    egress: EgressGate | None = None,
+) -> Runtime:
+    """The shared agent runtime over the configured models and tools.
+
+    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands.
+    """
     docs, spaces = settings.documents, settings.workspaces
     tools = default_registry(
-        documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars)
+        documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars),
+        sandbox=startup_choice(settings).sandbox,
+        shell=shell_options(settings.sandbox),
+        skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
+        egress=egress,
     )
-    root = settings.data_path / "workspaces"
+    root = settings.workspace_path
     quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
+    workspaces = Workspaces(root, quotas)
     gateway = ToolGateway(
         tools,
         workspace_root=root,
-        workspaces=Workspaces(root, quotas),
+        workspaces=workspaces,
         threads=ThreadShare(spaces.tool_threads, spaces.threads_per_session),
+        store=build_workspace_store(settings, workspaces),
     )
     return Runtime(
         models=models,
@@ -65,7 +86,13 @@ def build_runtime(settings: Settings, models: ModelFactory, attachments: Attachm
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
-    """Run one worker process until ``stop`` is set."""
+    """Run one worker process until ``stop`` is set.
+
+    When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
+    proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
+    """
+    from switchboard.egress.gate import start_sandbox_egress
+
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
@@ -75,11 +102,17 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     )
     models = ModelFactory(provider_config(settings))
     attachments = attachment_support(settings, channels)
-    runtime = build_runtime(settings, models, attachments)
+    egress = await start_sandbox_egress(settings, redis, startup_choice(settings).sandbox)
+    runtime = build_runtime(settings, models, attachments, egress)
     await channels.start()
     try:
-        await run_session_worker(settings, runtime.run_turn, channels, None, stop)
+        await run_session_worker(
+            settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
+        )
     finally:
+        if egress is not None:
+            await egress.close()
+        await runtime.gateway.store.aclose()
         await channels.aclose()
         await models.aclose()
         if isinstance(attachments.transcriber, OpenAITranscriber):

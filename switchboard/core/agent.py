@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from switchboard.core.databases import AgentDatabases
 from switchboard.core.effects import EffectPolicy
+from switchboard.core.egress import AgentEgress
+from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
 __all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus"]
@@ -76,6 +79,12 @@ class Agent(BaseModel):
     vision: bool | None = None
     """The model takes image input (images the user sends are shown to it); ``None``: known vision models do."""
     policy: AgentPolicy = Field(default_factory=AgentPolicy)
+    egress: AgentEgress = Field(default_factory=AgentEgress)
+    """Hosts the agent's sandboxes and tools may reach, and the secrets injected for them."""
+    databases: AgentDatabases = Field(default_factory=dict)
+    """Shared read-only SQLite databases its ``sql`` tool reads, by name (see :mod:`switchboard.core.databases`)."""
+    skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
+    """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
 
     @property
     def status(self) -> AgentStatus:

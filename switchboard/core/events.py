@@ -12,7 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "DeliveryReported",
     "DropReason",
+    "EgressDecision",
+    "EgressRequested",
     "Event",
     "EventAdapter",
     "MessageDropped",
@@ -25,7 +28,9 @@ __all__ = [
     "RunFailed",
     "RunQueued",
     "RunStarted",
+    "SandboxUsed",
     "SendDeadLettered",
+    "SkillUsed",
     "StepRecorded",
     "ToolCalled",
     "UsageMetered",
@@ -110,6 +115,61 @@ class ToolCalled(_Event):
     """Workspace path a very large result was written to."""
 
 
+class SandboxUsed(_Event):
+    """Shell commands ran in a sandbox: which isolation applied (``bwrap+seccomp``, ``landlock+seccomp``, ``weak``)."""
+
+    kind: Literal["sandbox_used"] = "sandbox_used"
+    isolation: str
+    commands: int
+    timed_out: int = 0
+    """Commands killed at their deadline."""
+    duration_ms: float = 0.0
+
+
+EgressDecision = Literal["allowed", "refused"]
+"""What the egress proxy did with a request."""
+
+
+class EgressRequested(_Event):
+    """One outbound request of a sandboxed command or a tool, allowed or refused by the egress proxy.
+
+    Never a header value, a body, a query string or a secret's value: only where it went and what became of it.
+    """
+
+    kind: Literal["egress_request"] = "egress_request"
+    agent: str | None
+    session: str | None
+    method: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+    """The URL path, cut at 200 characters; the query string is never recorded (it may hold credentials)."""
+    status: int
+    """What the client was answered (the destination's status, or the proxy's own refusal)."""
+    decision: EgressDecision
+    reason: str | None = None
+    """Why it was refused (``domain_not_allowed``, ``loopback``, ``placeholder_unbound``, …)."""
+    bytes_out: int = 0
+    """Request body bytes sent on."""
+    bytes_in: int = 0
+    """Response body bytes passed back."""
+    secrets: tuple[str, ...] = ()
+    """Names of the secrets injected (never their values)."""
+    duration_ms: float = 0.0
+
+
+class SkillUsed(_Event):
+    """The agent loaded a skill: the exact package copied into the session workspace."""
+
+    kind: Literal["skill_used"] = "skill_used"
+    name: str
+    version: str
+    sha256: str
+    """Content hash of the package (the same files always give the same hash)."""
+    source: Literal["builtin", "template", "local"]
+
+
 class UsageMetered(_Event):
     """What a turn spent: steps, tool calls, tokens and credits (from the price table)."""
 
@@ -171,6 +231,18 @@ class RunDeferred(_Event):
     reason: str
 
 
+class DeliveryReported(_Event):
+    """The platform reported what became of a message the gateway sent (WhatsApp statuses, Messenger receipts)."""
+
+    kind: Literal["delivery_reported"] = "delivery_reported"
+    channel: str
+    status: Literal["sent", "delivered", "read", "failed"]
+    platform_id: str = ""
+    """The platform's id of the message it is about (empty: a read mark covering everything before ``at``)."""
+    error: str = ""
+    """For ``failed``: the platform's error code and title (never message text)."""
+
+
 class SendDeadLettered(_Event):
     """A finished turn's reply could not be delivered (refused, or out of attempts); the turn stays completed."""
 
@@ -186,6 +258,9 @@ Event = Annotated[
     | RunStarted
     | StepRecorded
     | ToolCalled
+    | SandboxUsed
+    | EgressRequested
+    | SkillUsed
     | UsageMetered
     | ReplySent
     | RunCompleted
@@ -193,7 +268,8 @@ Event = Annotated[
     | RunDeadLettered
     | RunCancelled
     | RunDeferred
-    | SendDeadLettered,
+    | SendDeadLettered
+    | DeliveryReported,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

@@ -24,6 +24,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from switchboard.core.agent import Agent
@@ -31,8 +32,11 @@ from switchboard.core.inbound import event_text
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import ChatMessage, ModelRequest, ToolCall, ToolSpec, data_block
 from switchboard.core.slots import Slots
+from switchboard.core.sqlcard import database_card
 from switchboard.core.tools import Tool
 from switchboard.core.turn import HistoryEntry
+from switchboard.skills.loading import skills_section
+from switchboard.skills.package import SkillRef
 
 __all__ = [
     "BUDGET_WORDS",
@@ -177,7 +181,7 @@ class Prompt:
         )
 
 
-def _system(agent: Agent, *, codeact: bool) -> str:
+def _system(agent: Agent, *, codeact: bool, skills: Sequence[SkillRef] = ()) -> str:
     """System text: the agent's configuration and fixed gateway text only (never slots, history or data)."""
     parts = [agent.instructions.strip() or "You are a helpful assistant. Answer briefly and clearly."]
     if agent.profile is not None:
@@ -190,17 +194,21 @@ def _system(agent: Agent, *, codeact: bool) -> str:
             "## Programs\nFor work that needs several tool calls, answer with one run_program call whose code calls "
             "the tools as functions. Nothing you define survives the turn except through the session-state slots."
         )
+    if skills:  # operator-installed packages: only their names and descriptions, until one is used
+        parts.append(skills_section(skills))
     parts.append(TRUST_NOTE)
     return "\n\n".join(parts)
 
 
-def session_data(slots: Slots, *, show_slots: bool, compacted: str) -> ChatMessage | None:
-    """The session-state slots and the compaction record as one ``data`` message (``None`` when empty)."""
+def session_data(slots: Slots, *, show_slots: bool, compacted: str, databases: str = "") -> ChatMessage | None:
+    """The slots, the compaction record and the databases' card as one ``data`` message (``None`` when empty)."""
     parts = []
     if compacted:
         parts.append("## Earlier in this conversation (compacted record)\n" + compacted)
     if show_slots or not slots.empty:
         parts.append(slots.render())
+    if databases:  # table and column names may come from documents: data, never system text
+        parts.append(databases)
     if not parts:
         return None
     return ChatMessage(role="user", content=data_block("\n\n".join(parts), source=SESSION_DATA_SOURCE), trust="data")
@@ -313,18 +321,25 @@ def build_prompt(
     history_cap: int | None = None,
     text: str | None = None,
     attached: ChatMessage | None = None,
+    skills: Sequence[SkillRef] = (),
+    workspace: Path | None = None,
 ) -> Prompt:
     """The opening request of a turn, within ``agent.limits.max_input_tokens``.
 
     ``history_cap`` (tokens) shrinks the room given to history further, e.g. after a provider said the
     context was too long. ``text`` replaces what the user's message reads (by default each message's
     :func:`~switchboard.core.inbound.event_text`); ``attached`` (the images the user sent, a ``data`` message)
-    goes just before it and stays with it when older history is dropped.
+    goes just before it and stays with it when older history is dropped. ``skills``: the agent's skills, whose
+    names and descriptions the system prompt lists. ``workspace``: the session's; when the agent has the ``sql``
+    tool, the card of its databases (:func:`~switchboard.core.sqlcard.database_card`) goes in the session data.
     """
     budget = agent.limits.max_input_tokens
     user = ChatMessage(role="user", content=_user_text(messages) if text is None else text)
-    system = _system(agent, codeact=agent.codeact)
-    bare_data = session_data(slots, show_slots=show_slots, compacted="")
+    system = _system(agent, codeact=agent.codeact, skills=skills)
+    has_sql = any(t.name == "sql" for t in tools)
+    card = database_card(workspace, agent.databases) if workspace is not None and has_sql else None
+    tables = card.text if card is not None else ""
+    bare_data = session_data(slots, show_slots=show_slots, compacted="", databases=tables)
     opening = [bare_data] if bare_data is not None else []
     if attached is not None:
         opening.append(attached)
@@ -359,7 +374,7 @@ def build_prompt(
     if window and window[-1].role == "user" and window[-1].trust is None:
         user = ChatMessage(role="user", content=window[-1].content + "\n\n" + user.content)
         window = window[:-1]
-    data = session_data(slots, show_slots=show_slots, compacted=compacted_text)
+    data = session_data(slots, show_slots=show_slots, compacted=compacted_text, databases=tables)
     pinned = [m for m in (data, attached) if m is not None] + [user]
     return Prompt(
         system=system,
@@ -369,7 +384,7 @@ def build_prompt(
         history_tokens=sum(_message_tokens(m) for m in window) + estimate_tokens(compacted_text),
         compacted=compacted,
         pinned=len(pinned),
-        untrusted=any(flags) or (folded_untrusted and bool(compacted_text)),
+        untrusted=any(flags) or (folded_untrusted and bool(compacted_text)) or (card is not None and card.untrusted),
     )
 
 

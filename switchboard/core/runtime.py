@@ -67,7 +67,16 @@ from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.validtext import ValidTextAdapter
-from switchboard.core.worklog import call_facts, holds_untrusted, tool_message, untrusted_output, work_entries
+from switchboard.core.worklog import (
+    call_facts,
+    holds_untrusted,
+    step_detail,
+    stopped_reply,
+    tool_message,
+    untrusted_output,
+    work_entries,
+)
+from switchboard.core.workspacestore import in_workspace, persist_quietly
 from switchboard.errors import BudgetExceededError, ModelError
 
 __all__ = ["Runtime"]
@@ -136,7 +145,7 @@ class Runtime:
                 " and no ".join(request.agent.missing()),
             )
             return TurnResult(text=request.agent.draft_notice(), steps=0)
-        return await _Turn(self, request, sink, store).run()
+        return await in_workspace(self.gateway.store, request.session_key, _Turn(self, request, sink, store).run)
 
 
 class _Turn:
@@ -169,9 +178,13 @@ class _Turn:
             idempotency_key="",
             store=store,
             act=getattr(sink, "act", None),
+            record=sink.event,
             permissions=request.permissions,
             effects=store if isinstance(store, EffectStore) else TurnEffects(),
             untrusted_effects=self.agent.policy.untrusted_effects,
+            skills=runtime.registry.skills(self.agent),  # resolved once: the catalogue and use_skill agree
+            databases=self.agent.databases,
+            agent=self.agent.name,
         )
         self.facts: dict[str, dict[str, Any]] = {}
         """Gateway facts of each call by call id, kept with its result in the history."""
@@ -197,6 +210,7 @@ class _Turn:
         self.history = list(await self.store.load_history(self.rt.history_limit))
         self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
         self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
+        await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
         self._open()
         assert self.prompt is not None
         if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
@@ -263,6 +277,8 @@ class _Turn:
             history_cap=history_cap,
             text=self.input.text,
             attached=self.input.attached,
+            skills=self.ctx.skills,
+            workspace=self.ctx.workspace,  # the databases' card, when the agent has sql
         )
         turn_messages = self.messages[self.opening :]
         self.prompt = prompt
@@ -461,29 +477,13 @@ class _Turn:
             await self.output.write(self._fallback(reason), step)
 
     def _fallback(self, reason: str) -> str:
-        names = sorted({m.name for m in self.messages[self.opening :] if m.role == "tool" and m.name})
-        done = f"{self.budget.tool_calls} tool call(s) ({', '.join(names)})" if names else "nothing yet"
-        return (
-            f"I had to stop before finishing: the {BUDGET_WORDS.get(reason, reason)} budget of this turn ran out. "
-            f"Done: {done}. Not done: the rest of your request; ask me to continue."
-        )
+        return stopped_reply(BUDGET_WORDS.get(reason, reason), self.messages[self.opening :], self.budget.tool_calls)
 
     async def _step_event(
         self, decision: Decision, usage: tuple[int, int], cost: float, started: float, final: str | None = None
     ) -> None:
-        detail: dict[str, Any] = {
-            "model": self.spec,
-            "input_tokens": usage[0],
-            "output_tokens": usage[1],
-            "credits": round(cost, 6),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        }
-        if isinstance(decision, ToolCalls):
-            detail["calls"] = [c.name for c in decision.calls]
-        if final is not None:
-            detail["final"] = final
-        if self.budget.steps == 1 and self.request.trace_id:
-            detail["trace_id"] = self.request.trace_id
+        trace_id = self.request.trace_id if self.budget.steps == 1 else None
+        detail = step_detail(self.spec, decision, usage, cost, time.perf_counter() - started, final, trace_id)
         await self._event(
             StepRecorded(message_id=self.message_id, step=self.budget.steps, decision=decision.kind, detail=detail)
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -10,10 +10,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from switchboard.core.actions import Action
+from switchboard.core.databases import SharedDatabase
 from switchboard.core.effects import EffectPolicy, EffectStore
+from switchboard.core.events import Event
 from switchboard.core.threads import ThreadShare
 from switchboard.core.turn import SessionStore
 from switchboard.core.workspaces import Workspaces
+from switchboard.skills.package import SkillRef
 from switchboard.types import SessionKey
 
 __all__ = ["OutputTrust", "Risk", "SideEffect", "Tool", "ToolContext"]
@@ -40,6 +43,8 @@ class ToolContext:
     store: SessionStore | None = None
     act: Callable[[Action], Awaitable[None]] | None = None
     """Perform a channel send action for the conversation (send a file, offer a choice)."""
+    record: Callable[[Event], Awaitable[None]] | None = None
+    """Append a fact to the session's event log (the sandbox a command ran in)."""
     permissions: frozenset[str] = frozenset()
     """Permissions granted to the principal, checked by the gateway outside the model."""
     workspaces: Workspaces | None = None
@@ -52,6 +57,12 @@ class ToolContext:
     """Untrusted content (a document, a file, a search result) has entered this turn's context."""
     untrusted_effects: EffectPolicy = "refuse"
     """The agent's policy for risky writes asked for after untrusted content (see :mod:`switchboard.core.effects`)."""
+    databases: Mapping[str, SharedDatabase] = field(default_factory=dict)
+    """The agent's shared read-only databases by name, attached to its ``sql`` connections."""
+    skills: tuple[SkillRef, ...] = ()
+    """The agent's skills, resolved once per turn: the packages its context lists and ``use_skill`` loads."""
+    agent: str = ""
+    """The agent the call serves (whose egress allowlist a sandboxed command gets); empty: no agent, no egress."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from switchboard.core.gateway import ToolOutcome
-from switchboard.core.model import ChatMessage, ToolCall, data_block
+from switchboard.core.model import ChatMessage, Decision, ToolCall, ToolCalls, data_block
 from switchboard.core.programs import cap_output
 from switchboard.core.tools import Tool
 from switchboard.core.turn import HistoryEntry
@@ -27,6 +27,8 @@ __all__ = [
     "call_facts",
     "data_source",
     "holds_untrusted",
+    "step_detail",
+    "stopped_reply",
     "tool_message",
     "untrusted_output",
     "work_entries",
@@ -99,3 +101,42 @@ def work_entries(
                 text = cap_output(text, MAX_RESULT_CHARS)
             entries.append(HistoryEntry(role="tool", text=text, at=now, meta=meta))
     return entries
+
+
+def stopped_reply(budget: str, messages: Sequence[ChatMessage], tool_calls: int) -> str:
+    """The fixed answer of a turn whose ``budget`` ran out before even a last model call could answer.
+
+    ``messages`` are the turn's own (its tool results name what was done).
+    """
+    names = sorted({m.name for m in messages if m.role == "tool" and m.name})
+    done = f"{tool_calls} tool call(s) ({', '.join(names)})" if names else "nothing yet"
+    return (
+        f"I had to stop before finishing: the {budget} budget of this turn ran out. "
+        f"Done: {done}. Not done: the rest of your request; ask me to continue."
+    )
+
+
+def step_detail(
+    spec: str,
+    decision: Decision,
+    usage: tuple[int, int],
+    cost: float,
+    duration_s: float,
+    final: str | None,
+    trace_id: str | None,
+) -> dict[str, Any]:
+    """The ``detail`` of a ``step`` fact: model, tokens, credits, duration, the tools called, why it was final."""
+    detail: dict[str, Any] = {
+        "model": spec,
+        "input_tokens": usage[0],
+        "output_tokens": usage[1],
+        "credits": round(cost, 6),
+        "duration_ms": round(duration_s * 1000, 3),
+    }
+    if isinstance(decision, ToolCalls):
+        detail["calls"] = [c.name for c in decision.calls]
+    if final is not None:
+        detail["final"] = final
+    if trace_id:
+        detail["trace_id"] = trace_id
+    return detail

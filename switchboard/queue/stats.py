@@ -46,6 +46,12 @@ _COUNTERS: Final = (
     "runs_deferred",
     "messages_dropped",
     "send_dead_letters",
+    "delivery_sent",
+    "delivery_delivered",
+    "delivery_read",
+    "delivery_failed",
+    "egress_allowed",
+    "egress_refused",
 )
 _USAGE: Final = ("credits", "input_tokens", "output_tokens")
 
@@ -84,9 +90,15 @@ class Stats:
     runnable_sessions: int
     queue_wait: Histogram
     run_duration: Histogram
+    delivery_sent: int = 0
+    delivery_delivered: int = 0
+    delivery_read: int = 0
+    delivery_failed: int = 0
     credits: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    egress_allowed: int = 0
+    egress_refused: int = 0
 
 
 def _int(value: bytes | str | None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.agent import Agent
 from switchboard.core.model import ToolSpec
@@ -18,6 +18,10 @@ from switchboard.core.tools import Tool
 
 if TYPE_CHECKING:
     from switchboard.core.toolbox.documents import DocumentLimits
+    from switchboard.core.toolbox.shell import EgressGate, SandboxSource, ShellOptions
+    from switchboard.sandbox.runner import Sandbox
+    from switchboard.skills.package import SkillRef
+    from switchboard.skills.store import SkillLibrary
 
 __all__ = ["OPTIONAL_TOOL_MODULES", "ToolRegistry", "default_registry", "tool_spec"]
 
@@ -28,6 +32,7 @@ OPTIONAL_TOOL_MODULES = (
     "switchboard.core.toolbox.documents",
     "switchboard.core.toolbox.channel",
     "switchboard.core.toolbox.history",
+    "switchboard.core.toolbox.sql",
 )
 """Native tool modules registered by :func:`default_registry` when they import (each exports ``TOOLS``)."""
 
@@ -89,15 +94,24 @@ class ToolRegistry:
         return [self.spec(t.name) for t in (tools if tools is not None else list(self._tools.values()))]
 
     def for_agent(self, agent: Agent) -> list[Tool]:
-        """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped)."""
+        """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
+
+        An agent with ``skills`` also gets ``use_skill``, which loads them.
+        """
         seen: set[str] = set()
         found: list[Tool] = []
-        for name in agent.tools:
+        for name in [*agent.tools, *(["use_skill"] if agent.skills else [])]:
             tool = self._tools.get(name)
             if tool is not None and name not in seen:
                 seen.add(name)
                 found.append(tool)
         return found
+
+    def skills(self, agent: Agent) -> tuple[SkillRef, ...]:
+        """The packages of ``agent``'s ``skills`` list, resolved for one turn (none without ``use_skill``)."""
+        from switchboard.skills.loading import agent_skills
+
+        return agent_skills(self.for_agent(agent), agent)
 
     def problems(self, agent: Agent) -> list[str]:
         """Tool names in ``agent`` that no registered tool answers to, for ``switchboard agents validate``."""
@@ -109,11 +123,23 @@ class ToolRegistry:
         ]
 
 
-def default_registry(*, documents: DocumentLimits | None = None) -> ToolRegistry:
+def default_registry(
+    *,
+    documents: DocumentLimits | None = None,
+    sandbox: Sandbox | SandboxSource | Literal["detect"] | None = "detect",
+    shell: ShellOptions | None = None,
+    skills: SkillLibrary | None = None,
+    egress: EgressGate | None = None,
+) -> ToolRegistry:
     """The native tools: clock, slots, and files, documents, channel actions and history when present.
 
     Args:
         documents: Limits of ``read_document`` (default: :class:`~switchboard.core.toolbox.documents.DocumentLimits`).
+        sandbox: The sandbox the worker chose at start-up; ``None`` (no sandbox on this host): ``shell`` is not
+            offered. ``"detect"``: ``shell`` detects one with the default limits on first use.
+        shell: How ``shell`` treats its arguments (default: :class:`~switchboard.core.toolbox.shell.ShellOptions`).
+        skills: Where ``use_skill`` finds packages (default: the built-in skills only).
+        egress: The worker's egress proxy for ``shell`` commands (``None``: they have no network).
     """
     from switchboard.core.slots import SLOT_TOOLS
     from switchboard.core.toolbox.clock import TOOLS as CLOCK_TOOLS
@@ -129,6 +155,15 @@ def default_registry(*, documents: DocumentLimits | None = None) -> ToolRegistry
         for tool in getattr(module, "TOOLS", []):
             if tool.name not in registry:
                 registry.register(tool)
+    if sandbox is not None:
+        from switchboard.core.toolbox.shell import detect_on_first_use, shell_tools
+
+        for tool in shell_tools(detect_on_first_use if sandbox == "detect" else sandbox, shell, egress):
+            registry.register(tool)
+    from switchboard.skills.loading import skill_tools
+
+    for tool in skill_tools(skills):
+        registry.register(tool)
     if documents is not None and "read_document" in registry:
         from switchboard.core.toolbox.documents import document_tools
 
