@@ -11,9 +11,13 @@ CPU time per answered request (user + system), and the ratio baseline CPU ÷ our
   target ≥ 3×.
 - Slack: ``POST /webhooks/slack`` with signed ``message.im`` events (``bench._slack_load``) against slack-bolt's
   ``AsyncApp`` on its aiohttp adapter with a no-op listener (``bench.slack_ingest serve-bolt``); target ≥ 1.5×.
+- WhatsApp (``--channel whatsapp``, not in ``both``): ``POST /webhooks/whatsapp`` with ``bench.whatsapp_ingest``'s
+  signed multi-message deliveries against a raw aiohttp handler that reads the body and answers 200 (the ceiling
+  issue #9's ≥ 0.35× is set against); the same figures as ``bench.whatsapp_ingest``, but loaded at the same moment.
 
     python -m bench.sidebyside                               # both channels, 3 rounds of 8 s
     python -m bench.sidebyside --channel slack --rounds 5
+    python -m bench.sidebyside --channel whatsapp base=/tmp/base   # WhatsApp vs raw aiohttp, and an A/B
     python -m bench.sidebyside --quick                       # smoke run (figures meaningless)
     python -m bench.sidebyside before=../switchboard-old     # also an older source tree (A/B)
 
@@ -54,6 +58,8 @@ from bench._load import WRK_INSTALL_HINT, PostLoad, parse_wrk, telegram_load, wr
 from bench._slack_load import SIGNING_SECRET, self_check, slack_load
 from bench.ingest import LIMITS
 from bench.slack_ingest import BOT_TOKEN as SLACK_BOT_TOKEN
+from bench.whatsapp_ingest import APP_SECRET as WHATSAPP_APP_SECRET
+from bench.whatsapp_ingest import PHONE_NUMBER_ID, whatsapp_load
 
 __all__ = ["CHANNELS", "Channel", "main", "run"]
 
@@ -92,6 +98,15 @@ CHANNELS = {
         1.5,
         lambda path, start: slack_load(path=path, start=start),
     ),
+    "whatsapp": Channel(
+        "whatsapp",
+        "WhatsApp webhook",
+        "/webhooks/whatsapp",
+        "raw aiohttp handler reading the body (the ceiling)",
+        "/webhooks/whatsapp",
+        0.35,
+        lambda path, start: whatsapp_load(path=path, start=start),
+    ),
 }
 
 
@@ -118,7 +133,7 @@ def _start_servers(
     """The fake platform API on the load core, then every server under test on the server core; baseline first."""
     server_cpus, load_cpus = cpus
     fake_port = free_port()
-    if channel.name == "telegram":
+    if channel.name in ("telegram", "whatsapp"):  # WhatsApp's ingest calls no platform API
         fake_args = [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)]
     else:
         fake_args = [PYTHON, "-m", "bench.slack_ingest", "serve-fake", "--port", str(fake_port)]
@@ -128,7 +143,9 @@ def _start_servers(
     fake.wait_http(f"{fake_url}/_fake/calls")
     servers: list[Server] = []
     port = free_port()
-    if channel.name == "telegram":
+    if channel.name == "whatsapp":
+        args = [PYTHON, "-m", "bench._servers", "aiohttp", "--port", str(port)]
+    elif channel.name == "telegram":
         args = [PYTHON, "-m", "bench._servers", "ptb", "--port", str(port), "--api", fake_url]
     else:
         args = [PYTHON, "-m", "bench.slack_ingest", "serve-bolt", "--port", str(port), "--api", f"{fake_url}/api/"]
@@ -144,6 +161,14 @@ def _start_servers(
                 "SWITCHBOARD_SLACK__BOT_TOKEN": SLACK_BOT_TOKEN,
                 "SWITCHBOARD_SLACK__SIGNING_SECRET": SIGNING_SECRET,
                 "SWITCHBOARD_SLACK__API_BASE_URL": f"{fake_url}/api/",
+            }
+        if channel.name == "whatsapp":
+            extra |= {
+                "SWITCHBOARD_WHATSAPP__ACCESS_TOKEN": "EAAbench",
+                "SWITCHBOARD_WHATSAPP__APP_SECRET": WHATSAPP_APP_SECRET,
+                "SWITCHBOARD_WHATSAPP__VERIFY_TOKEN": "bench-verify",
+                "SWITCHBOARD_WHATSAPP__PHONE_NUMBER_ID": PHONE_NUMBER_ID,
+                "SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL": f"{fake_url}/v23.0",
             }
         telegram_url = fake_url if channel.name == "telegram" else "http://127.0.0.1:9"  # Slack: getMe fails fast
         env = bench_env(redis_url, tmp / f"data-{channel.name}-{name}", port=port, telegram_url=telegram_url, **extra)
@@ -261,7 +286,7 @@ def _report(channel: Channel, servers: list[Server], rounds: int, seconds: int) 
 def run(argv: list[str] | None = None) -> list[Row]:
     """Run the benchmark, print its tables, return the summary rows."""
     p = parser(__doc__.splitlines()[0] if __doc__ else "side by side")
-    p.add_argument("--channel", choices=["telegram", "slack", "both"], default="both")
+    p.add_argument("--channel", choices=["telegram", "slack", "whatsapp", "both"], default="both")
     p.add_argument("--seconds", type=int, default=None, help="load per round (default 8, quick 1)")
     p.add_argument("trees", nargs="*", metavar="NAME=PATH", help="more source trees to load alongside (A/B)")
     ns = p.parse_args(argv)

@@ -175,7 +175,11 @@ class _GuardedHandler(RequestHandler):
                 if self._body_timer is not None:
                     self._body_timer.cancel()
                 self._body_timer = self._loop.call_later(self._guard.http.body_timeout_s, self._body_deadline)
-        elif body_done and self._head_timer is None:  # the first bytes of a further request on this connection
+        elif data and self._head_timer is None and (body_done or self._payload is None or self._payload.is_eof()):
+            # The first bytes of a further request on this connection (or bytes that completed a body and may have
+            # started the next head: timed as a head). Not an empty call: aiohttp resumes its parser with no bytes
+            # whenever a handler has read a body, and an idle kept-alive connection is no slow head (its keep-alive
+            # timeout closes it) — arming there timed out every idle webhook connection, and cost a timer a request.
             self._arm_head()
 
     def log_exception(self, *args: Any, **kwargs: Any) -> None:

@@ -113,6 +113,12 @@ def test_ingest_bench_runs() -> None:
     assert "switchboard web: Telegram webhook" in out and "python-telegram-bot run_webhook" in out
 
 
+def test_whatsapp_ingest_bench_runs() -> None:
+    out = run_bench("bench.whatsapp_ingest")
+    assert "switchboard web: WhatsApp webhook" in out and "raw aiohttp hello-world (ceiling)" in out
+    assert "| whatsapp_ingest | every acknowledged message stored | yes |" in out
+
+
 def test_e2e_bench_runs() -> None:
     out = run_bench("bench.e2e")
     assert "End to end, medians" in out and "| missing / duplicate replies (all rounds) | 0 / 0 |" in out
@@ -135,3 +141,9 @@ def test_sidebyside_bench_runs() -> None:
     assert "switchboard web (ours): Telegram webhook" in out and "python-telegram-bot run_webhook" in out
     assert "switchboard web (ours): Slack Events API" in out and "slack-bolt AsyncApp" in out
     assert "| sidebyside | Slack Events API (ours): baseline CPU ÷ ours, side by side |" in out
+
+
+def test_sidebyside_whatsapp_bench_runs_against_raw_aiohttp() -> None:
+    out = run_bench("bench.sidebyside", "--channel", "whatsapp")
+    assert "switchboard web (ours): WhatsApp webhook" in out and "raw aiohttp handler" in out
+    assert "| sidebyside | WhatsApp webhook (ours): baseline CPU ÷ ours, side by side |" in out

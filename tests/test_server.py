@@ -133,6 +133,23 @@ async def test_a_kept_alive_connection_serves_a_second_request(server: tuple[Gua
     writer.close()
 
 
+async def test_a_kept_alive_connection_idle_after_a_posted_body_is_no_slow_head(
+    server: tuple[GuardedAppRunner, int],
+) -> None:
+    """Reading a body makes aiohttp resume its parser with no bytes: that is no further request's first bytes."""
+    runner, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for body in (b"abcd", b"efgh"):
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n" + body)
+        async with asyncio.timeout(GUARD_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            assert await reader.readexactly(4) == body
+        await asyncio.sleep(0.3)  # idle for longer than the header timeout, as a webhook sender's pooled connection
+    writer.close()
+    assert runner.guard.total["slow_headers"] == 0
+
+
 @pytest.mark.parametrize(
     "server", [HttpSettings(header_timeout_s=60, body_timeout_s=60, max_connections=5)], indirect=True
 )

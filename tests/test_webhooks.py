@@ -98,8 +98,25 @@ async def test_oversized_body_is_413_before_parsing(client: TestClient, sync_red
     assert _snapshot(sync_redis) == before
 
 
+async def test_the_plain_and_the_account_route_reach_the_same_adapter(
+    client: TestClient, sync_redis: redis.Redis
+) -> None:
+    """``/webhooks/telegram`` (a plain route per channel of the table) is ``/webhooks/telegram/default``."""
+    body, headers = sign_update(make_update("hello", chat_id=6, update_id=1002), SECRET)
+    first = await client.post("/webhooks/telegram/default", data=body, headers=headers)
+    assert first.status == 200 and await first.json() == {"ok": True}
+    retry = await client.post("/webhooks/telegram", data=body, headers=headers)
+    assert retry.status == 200
+    inboxes = sync_redis.keys("sb:*:inbox")
+    assert len(inboxes) == 1 and sync_redis.llen(inboxes[0]) == 1
+    metrics = await (await client.get("/metrics")).text()
+    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 1.0' in metrics
+    wrong = await client.get("/webhooks/telegram")
+    assert wrong.status == 405 and wrong.headers["Allow"] == "POST"
+
+
 async def test_unknown_channel_and_web_via_webhook_are_404(client: TestClient) -> None:
-    for path in ("/webhooks/slack", "/webhooks/telegram/other", "/webhooks/web"):
+    for path in ("/webhooks/slack", "/webhooks/telegram/other", "/webhooks/web", "/webhooks/nosuch"):
         resp = await client.post(path, data=b"{}")
         assert resp.status == 404, path
         assert "switchboard check" in (await resp.json())["error"]["message"]

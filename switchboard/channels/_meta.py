@@ -164,6 +164,21 @@ def handshake_answer(request: RawRequest, channel: str) -> Inbound:
     return Inbound((), HttpAnswer(200, challenge.encode(), "text/plain"))
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""What is left of a surrogate after JSON decoding is lone (pairs became one character): not encodable text."""
+
+
+def _repaired(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys included) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_repaired(item) for item in value]
+    if isinstance(value, dict):
+        return {_repaired(key): _repaired(item) for key, item in value.items()}
+    return value
+
+
 def load_delivery(body: bytes, object_name: str, channel: str) -> dict[str, Any]:
     """A verified ``POST`` body as JSON, checked to be a delivery for ``object_name`` with an ``entry`` list.
 
@@ -172,7 +187,9 @@ def load_delivery(body: bytes, object_name: str, channel: str) -> dict[str, Any]
     """
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        if b"\\ud" in body or b"\\uD" in body:  # an escaped surrogate: a lone one would poison the stored record
+            payload = _repaired(payload)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise MalformedBodyError(f"{channel}: body is not JSON", channel=channel) from None
     if not isinstance(payload, dict):
         raise MalformedBodyError(f"{channel}: body is not a JSON object", channel=channel)

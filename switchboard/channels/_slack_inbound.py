@@ -17,7 +17,9 @@ the ingest and its dedup record answers them.
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,11 +28,13 @@ from switchboard.channels._mrkdwn import slack_text_to_plain
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
+    ConversationRef,
     InboundMessage,
     MessageDeleted,
     MessageEdited,
     Posted,
     Sender,
+    trusted,
 )
 from switchboard.errors import MalformedBodyError
 
@@ -196,15 +200,21 @@ def _conversation(
         extra["team"] = team
     if thread:
         extra["thread_ts"] = thread
-    return {
+    return {  # in declaration order (the hot path builds the model from it as it is: ``trusted``)
+        "tenant": identity.tenant,
+        "agent": identity.agent,
         "channel": _CHANNEL,
         "account": identity.account,
-        "agent": identity.agent,
-        "tenant": identity.tenant,
         "conversation": channel,
         "thread": thread,
         "extra": extra,
     }
+
+
+@functools.lru_cache(maxsize=4096)
+def _sender(user: str) -> Sender:
+    """A user's sender (frozen, so one is shared by their messages: the draft takes it without validating it again)."""
+    return Sender(id=user)
 
 
 def _kind(file: WireFile) -> Literal["image", "document", "audio", "voice", "video"]:
@@ -265,16 +275,20 @@ def parse_event_callback(identity: SlackIdentity, callback: WireCallback) -> Inb
     if not text and not attachments:
         return None
     thread = _thread_of(event, channel_type)
-    return InboundMessage.model_validate(
-        {
-            "dedup_key": f"ts:{channel}:{event.ts}",
-            "conversation": _conversation(identity, team, channel, channel_type, thread, event.user),
-            "sender": {"id": event.user},
-            "text": text,
-            "event": Posted(attachments=attachments) if attachments else _POSTED,
-            "platform_message_id": event.ts,
-            "meta": {"channel_type": channel_type, "event_id": callback.event_id or ""},
-        }
+    conversation = _conversation(identity, team, channel, channel_type, thread, event.user)
+    # Every value below is a str/None from the validated wire model (or an event model): the draft is built without
+    # validating it again (tests/channels/test_fast_drafts.py checks it against validation).
+    return trusted(
+        InboundMessage,
+        id="",
+        dedup_key=f"ts:{channel}:{event.ts}",
+        conversation=trusted(ConversationRef, **conversation),
+        sender=_sender(event.user),
+        text=text,
+        event=Posted(attachments=attachments) if attachments else _POSTED,
+        platform_message_id=event.ts,
+        received_at=time.time(),
+        meta={"channel_type": channel_type, "event_id": callback.event_id or ""},
     )
 
 

@@ -18,6 +18,8 @@ messages, stickers and service messages parse to nothing (no error, so Telegram 
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +34,7 @@ from switchboard.core.messages import (
     MessageEdited,
     Posted,
     Sender,
+    trusted,
 )
 
 __all__ = ["UpdateReader", "WireUpdate", "utf16_len"]
@@ -42,6 +45,12 @@ _PRIVATE, _CHANNEL_CHAT = "private", "channel"
 _MENTION, _TEXT_MENTION, _BOT_COMMAND = "mention", "text_mention", "bot_command"
 _POSTED = Posted()
 """A message without files (events are frozen, so every such message shares one)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _sender(user_id: int, name: str | None) -> Sender:
+    """The sender of a user's messages (frozen, so one is shared by their messages: validating one costs more)."""
+    return Sender(id=str(user_id), name=name, is_bot=False)
 
 
 class _Wire(BaseModel):
@@ -298,22 +307,28 @@ class UpdateReader:
         extra = {"chat_id": str(chat.id), "reply_to_message_id": str(message.message_id), "chat_type": chat.type}
         if thread:
             extra["message_thread_id"] = thread
-        conversation = ConversationRef(
+        # Every value below is a str/bool/None taken from the validated wire model (or an event model): the draft is
+        # built without validating it again (tests/channels/test_fast_drafts.py checks it against validation).
+        conversation = trusted(
+            ConversationRef,
+            tenant=self.tenant,
+            agent=self.agent,
             channel=_CHANNEL,
             account=self.account,
-            agent=self.agent,
-            tenant=self.tenant,
             conversation=str(chat.id),
             thread=thread,
             extra=extra,
         )
-        return InboundMessage(
+        return trusted(
+            InboundMessage,
+            id="",
             dedup_key=str(update_id),
             conversation=conversation,
-            sender=Sender(id=str(user.id), name=user.full_name or user.username, is_bot=False),
+            sender=_sender(user.id, user.full_name or user.username),
             text=text,
             event=event,
             platform_message_id=str(message.message_id),
+            received_at=time.time(),
             meta={"chat_type": str(chat.type), "mentioned": mentioned, "replied_to_bot": replied},
         )
 

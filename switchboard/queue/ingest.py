@@ -23,9 +23,9 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,16 +34,17 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from switchboard.core.events import DropReason
-from switchboard.core.messages import InboundMessage, session_key
+from switchboard.core.messages import InboundMessage, Posted, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
-from switchboard.queue.cancellation import CANCEL_TTL_MS, interrupt_record, is_stop, request_stop
+from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 from switchboard.queue.connection import MultiplexedConnection
 from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.message_ids import new_message_id
 from switchboard.queue.scripts import ScriptArg
 from switchboard.settings import LimitsSettings, QueueSettings
-from switchboard.types import BusyPolicy
+from switchboard.types import BusyPolicy, SessionKey
 
 __all__ = ["WEB_ECHO_MAXLEN", "IngestResult", "Ingestor", "new_message_id"]
 
@@ -56,6 +57,8 @@ _GLOBAL = GlobalKeys()
 _CANCEL_CHANNEL = _GLOBAL.cancel_channel
 _ASSIGNED: set[str] = {"id", "received_at"}
 """Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
+_to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
+"""``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
 _pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
 _Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
 
@@ -63,12 +66,11 @@ _Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
 class _Coalescer:
     """Sends the ingest scripts of concurrent requests in one pipeline per event-loop iteration.
 
-    Each script stays its own atomic step; only the round trip is shared. Under load this divides the
-    client library's per-round-trip cost (most of the gateway's CPU per request) by the batch size,
-    and costs an idle gateway at most one loop iteration of latency. The deadline is kept per batch (one
-    timer, not one ``asyncio.timeout`` per request): when Redis has not confirmed a batch within
-    ``timeout_s`` its callers get :class:`TimeoutError` while the round trip itself runs on (the scripts may
-    still land, which is safe: a platform retry of an accepted message is deduplicated).
+    Each script stays its own atomic step; only the round trip is shared. Under load this divides the client
+    library's per-round-trip cost (most of the gateway's CPU per request) by the batch size, and costs an idle
+    gateway at most one loop iteration of latency. The deadline is kept per batch (one timer, not one
+    ``asyncio.timeout`` per request): when Redis has not confirmed a batch within ``timeout_s`` its callers get
+    :class:`TimeoutError` while the round trip runs on (the scripts may still land: a platform's retry is deduplicated).
     """
 
     def __init__(self, redis: aioredis.Redis, timeout_s: float) -> None:
@@ -209,6 +211,48 @@ _session_key = functools.lru_cache(maxsize=16_384)(session_key)
 _rq_second: list[Any] = [None, ""]
 
 
+def _result(message_id: str, reply: Any) -> IngestResult:
+    """What the ingest script's ``[status, stored id, drain]`` reply means for the message given ``message_id``."""
+    status, stored_id, drain = reply
+    stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
+    if status == _REFUSED:
+        return IngestResult(message_id, False, False, _drop_reason(stored), int(drain))
+    if status == _REUSED:
+        return IngestResult(stored, duplicate=False, drain_enqueued=False, reused=True)
+    return IngestResult(message_id=stored, duplicate=status == _DUPLICATE, drain_enqueued=bool(drain))
+
+
+_LONGEST_STOP = max(map(len, STOP_COMMANDS))
+
+
+def _stops(message: InboundMessage) -> bool:
+    """``is_stop``, without lower-casing a long posted text (``lower`` never shortens a string: it cannot match)."""
+    if type(message.event) is not Posted:
+        return is_stop(message)
+    text = message.text.strip()
+    return len(text) <= _LONGEST_STOP and text.lower() in STOP_COMMANDS
+
+
+def _wave(messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int) -> list[tuple[InboundMessage, BusyPolicy]]:
+    """The messages from ``start`` on that may be sent together.
+
+    One per session (a session's next message waits for its previous one: it never lands when that one failed), up to
+    and with a ``/stop`` (its stop is requested before anything after it is sent).
+    """
+    wave: list[tuple[InboundMessage, BusyPolicy]] = []
+    sessions: set[SessionKey] = set()
+    for message, policy in messages[start:]:
+        c = message.conversation
+        session = _session_key(c.tenant, c.agent, c.channel, c.account, c.conversation, c.thread)
+        if session in sessions:
+            break
+        sessions.add(session)
+        wave.append((message, policy))
+        if _stops(message):
+            break
+    return wave
+
+
 def _rq_time(now: float) -> str:
     """:func:`~switchboard.queue.jobs.rq_time`, with the date-and-seconds part formatted once per second."""
     second = int(now)
@@ -224,17 +268,8 @@ def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, 
 
 
 def _fingerprint(text: str) -> str:
-    """A message text's short hash, kept with an idempotent dedup record.
-
-    64 bits are plenty: a key is reused by mistake, not attacked (only the session's own client can reuse it).
-    """
+    """A text's short hash for an idempotent dedup record: 64 bits, as a key is reused by mistake, not attacked."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def new_message_id(now: float | None = None) -> str:
-    """A gateway message id: 12 hex digits of milliseconds then 16 random hex digits (sortable by time)."""
-    ms = int((time.time() if now is None else now) * 1000)
-    return f"{ms:012x}{os.urandom(8).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,15 +356,75 @@ class Ingestor:
             QueueUnavailableError: Redis did not confirm within ``ingest_timeout_s`` (answer 503: the
                 platform retries, and the dedup key makes the retry safe).
         """
-        try:
-            return await self._ingest(message, busy_policy, echo, idempotent)
+        try:  # the round trip in this coroutine itself: one coroutine less per message on the hot path
+            message_id, session, stop, keys, args = self._script_call(message, busy_policy, echo, idempotent)
+            try:
+                reply = await self._coalescer.submit(keys, args)
+            except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run this one alone
+                async with asyncio.timeout(self.settings.ingest_timeout_s):
+                    reply = await scripts.INGEST(self.redis, keys, args)
+            result = _result(message_id, reply)
+            if stop and not (result.duplicate or result.limited or result.reused):  # the turn running now stops
+                await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
+            return result
         except (TimeoutError, RedisError, OSError) as err:
             logger.warning("ingest for %s not confirmed: %s", message.conversation.channel, type(err).__name__)
             raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
 
-    async def _ingest(
+    async def ingest_all(
+        self,
+        messages: Sequence[tuple[InboundMessage, BusyPolicy]],
+        confirmed: Callable[[InboundMessage, IngestResult], None] | None = None,
+    ) -> list[IngestResult]:
+        """:meth:`ingest` for each message of one platform delivery, in order; different sessions' in one write.
+
+        Each stays its own atomic script. A session's next message is sent once its previous one is confirmed, and
+        the messages after a ``/stop`` once its stop is requested, as one by one (a message alone in its wave goes
+        through :meth:`ingest`). Platform messages only. ``confirmed`` is called with each message's result as soon
+        as Redis confirms it (also for the messages confirmed before a failure).
+
+        Raises:
+            QueueUnavailableError: one was not confirmed in time (answer 503; the retry's duplicates are dropped).
+        """
+        results: list[IngestResult] = []
+        pending: deque[tuple[InboundMessage, str, SessionKey, bool, list[str], list[ScriptArg], Any]] = deque()
+        index = 0
+        try:
+            while index < len(messages):
+                wave = _wave(messages, index)
+                index += len(wave)
+                if len(wave) == 1:  # nothing to send together: exactly as one by one
+                    message, policy = wave[0]
+                    results.append(result := await self.ingest(message, busy_policy=policy))
+                    if confirmed is not None:
+                        confirmed(message, result)
+                    continue
+                for message, policy in wave:
+                    message_id, session, stop, keys, args = self._script_call(message, policy, None, False)
+                    pending.append((message, message_id, session, stop, keys, args, self._coalescer.submit(keys, args)))
+                while pending:
+                    message, message_id, session, stop, keys, args, future = pending.popleft()
+                    try:
+                        reply = await future
+                    except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
+                        async with asyncio.timeout(self.settings.ingest_timeout_s):
+                            reply = await scripts.INGEST(self.redis, keys, args)
+                    results.append(result := _result(message_id, reply))
+                    if confirmed is not None:
+                        confirmed(message, result)
+                    if stop and not (result.duplicate or result.limited or result.reused):
+                        await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
+            return results
+        except (TimeoutError, RedisError, OSError) as err:
+            for *_call, future in pending:  # their outcome no longer matters: never an unretrieved exception
+                future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            logger.warning("ingest for %s not confirmed: %s", messages[0][0].conversation.channel, type(err).__name__)
+            raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
+
+    def _script_call(
         self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool
-    ) -> IngestResult:
+    ) -> tuple[str, SessionKey, bool, list[str], list[ScriptArg]]:
+        """The new message id, the session, whether it is a stop, and the ingest script's keys and arguments."""
         now = time.time()
         message_id = new_message_id(now)
         job_id = "d" + message_id[:24]  # the same shape as new_job_id(now): ms then 48 random bits
@@ -341,8 +436,10 @@ class Ingestor:
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
         # validated ChannelName literal, so it needs no escaping).
         at = repr(now)
+        stop = _stops(message)
         sender = json.dumps(message.sender.id)
-        record = f'{{"id":"{message_id}","received_at":{at},{message.model_dump_json(exclude=_ASSIGNED)[1:]}'
+        draft = _to_json(message, exclude=_ASSIGNED)
+        record = b"".join((b'{"id":"', message_id.encode(), b'","received_at":', at.encode(), b",", draft[1:]))
         received = (
             f'{{"at":{at},"message_id":"{message_id}","kind":"message_received","channel":"{channel}",'
             f'"sender":{sender},"chars":{len(message.text)}}}'
@@ -382,7 +479,7 @@ class Ingestor:
             job_id,
             _rq_time(now),
             dropped,
-            interrupt_record(message_id, now) if busy_policy == "interrupt" and not is_stop(message) else "",
+            interrupt_record(message_id, now) if busy_policy == "interrupt" and not stop else "",
             *self._config,
         ]
         if channel == "web" or echo is not None or idempotent:
@@ -398,18 +495,4 @@ class Ingestor:
                 *(self._web_retention if channel == "web" else _NO_RETENTION),
                 _fingerprint(message.text) if idempotent else "",
             ]
-        try:
-            status, stored_id, drain = await self._coalescer.submit(script_keys, script_args)
-        except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it and run this one alone
-            async with asyncio.timeout(self.settings.ingest_timeout_s):
-                status, stored_id, drain = await scripts.INGEST(self.redis, script_keys, script_args)
-        stored = stored_id.decode() if isinstance(stored_id, bytes) else str(stored_id)
-        if status == _REFUSED:
-            return IngestResult(message_id, False, False, _drop_reason(stored), int(drain))
-        if status == _REUSED:
-            return IngestResult(stored, duplicate=False, drain_enqueued=False, reused=True)
-        duplicate = status == _DUPLICATE
-        if not duplicate and is_stop(message):
-            # the /stop message waits its turn to be answered; the turn running now stops at once
-            await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
-        return IngestResult(message_id=stored, duplicate=bool(duplicate), drain_enqueued=bool(drain))
+        return message_id, session, stop, script_keys, script_args

@@ -16,12 +16,13 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
+from pydantic_core import PydanticSerializationError
 from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
 from switchboard.channels.registry import Route, busy_policy, resolve_route
 from switchboard.core.messages import InboundMessage, session_key
-from switchboard.errors import QueueUnavailableError
+from switchboard.errors import MalformedBodyError, QueueUnavailableError
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
 from switchboard.settings import FileConfig
@@ -147,6 +148,9 @@ class IngestRouter:
         except QueueUnavailableError:
             self._rejected(adapter.name, "queue_unavailable")
             raise
+        except PydanticSerializationError:  # text that cannot be stored (a lone surrogate an adapter let through)
+            self._rejected(adapter.name, "unencodable")
+            raise MalformedBodyError(f"{adapter.name}: a message holds text that cannot be stored") from None
         if inbound.statuses:
             await self._record_statuses(adapter, inbound.statuses)
         return inbound.answer
@@ -163,9 +167,10 @@ class IngestRouter:
                 self._unknown_account(message)
             else:
                 routed.append(found)
-        results = await self.ingestor.ingest_all(routed) if routed else []
-        for (draft, _policy), result in zip(routed, results, strict=True):
-            self._count(draft.conversation.channel, result)
+        if routed:  # each counted as soon as it is confirmed, as one by one (also those before a failure)
+            await self.ingestor.ingest_all(
+                routed, lambda draft, result: self._count(draft.conversation.channel, result)
+            )
 
     async def _record_statuses(self, adapter: Channel, statuses: tuple[DeliveryStatus, ...]) -> None:
         """Record delivery reports in their sessions' event logs (an unknown account's are dropped, counted)."""

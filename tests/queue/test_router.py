@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -18,8 +19,8 @@ from switchboard.errors import ConfigError, QueueUnavailableError
 from switchboard.fakes.slack_payloads import make_event, sign_request
 from switchboard.fakes.telegram_updates import make_update
 from switchboard.metrics import Metrics
-from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import SessionKeys
+from switchboard.queue.ingest import Ingestor, IngestResult
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.router import IngestRouter, resolve_route
 from switchboard.settings import FileConfig, load_settings
 from switchboard.types import SessionKey
@@ -75,6 +76,12 @@ def _router(async_redis: aioredis.Redis, config: FileConfig, metrics: Metrics | 
 
 def _queued(sync_redis: redis.Redis, session: str) -> int:
     return int(sync_redis.llen(SessionKeys(SessionKey(session)).inbox))
+
+
+def _dedup_keys(sync_redis: redis.Redis, keys: SessionKeys) -> list[str]:
+    """The dedup keys of the session's queued messages, in queue order."""
+    records = [sync_redis.hget(keys.messages, i) for i in sync_redis.lrange(keys.inbox, 0, -1)]
+    return [str(json.loads(r)["dedup_key"]) for r in records if isinstance(r, bytes)]
 
 
 def _policy(sync_redis: redis.Redis, session: str) -> str:
@@ -161,6 +168,80 @@ async def test_every_message_of_a_request_is_accepted_or_it_is_refused_and_the_r
     assert 'reason="queue_unavailable"} 1.0' in rendered
 
 
+async def test_one_deliverys_messages_to_different_sessions_are_sent_together_and_a_sessions_next_waits(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    """Scripts for different sessions are all handed over before the first is confirmed: while Redis holds writes
+    back, they are already on their way (one by one, each would wait for the previous answer). A session's second
+    message waits for its first one's answer, so it never lands when the first failed (the session's order holds)."""
+    metrics = Metrics(["telegram"])
+    router = _router(async_redis, _config(tmp_path), metrics)
+    five = tuple(_message("telegram", "default", conversation=f"c{i}", dedup=f"m{i}") for i in range(5))
+    later = _message("telegram", "default", conversation="c0", dedup="m5")  # c0's second message
+    ghost = _message("telegram", "ghost", dedup="g1")  # an unknown account's message is dropped as one by one
+    delivery = Inbound(messages=(five[0], ghost, *five[1:], later))
+    sync_redis.execute_command("CLIENT", "PAUSE", "1000", "WRITE")
+    try:
+        with pytest.raises(QueueUnavailableError):
+            await router.accept(WebChannel(None), delivery)
+    finally:
+        sync_redis.execute_command("CLIENT", "UNPAUSE")
+    await asyncio.sleep(0.2)  # the timed-out scripts land now
+    sessions = [f"acme/support/telegram/default/c{i}" for i in range(5)]
+    assert [_queued(sync_redis, s) for s in sessions] == [1] * 5  # all five sent, though none was confirmed in time
+    first = SessionKeys(SessionKey(sessions[0]))
+    assert _dedup_keys(sync_redis, first) == ["m0"]  # c0's second message was never sent
+    answer = await router.accept(WebChannel(None), delivery)  # the retry
+    assert answer == delivery.answer and _dedup_keys(sync_redis, first) == ["m0", "m5"]  # in the delivery's order
+    rendered = metrics.render(None, None).decode()
+    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 5.0' in rendered
+    assert 'switchboard_messages_accepted_total{channel="telegram"} 1.0' in rendered
+    assert 'reason="unknown_account"} 2.0' in rendered  # dropped and counted on each attempt, as one by one
+
+
+async def test_messages_confirmed_before_a_failure_are_counted_as_one_by_one(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's second message is not confirmed: its first one, already stored, is counted as accepted."""
+    metrics = Metrics(["telegram"])
+    router = _router(async_redis, _config(tmp_path), metrics)
+    real, calls = router.ingestor.ingest, 0
+
+    async def flaky(message: InboundMessage, **kwargs: Any) -> IngestResult:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise QueueUnavailableError("redis did not confirm")
+        return await real(message, **kwargs)
+
+    monkeypatch.setattr(router.ingestor, "ingest", flaky)
+    delivery = Inbound(messages=tuple(_message("telegram", "default", dedup=f"f{i}") for i in range(3)))
+    with pytest.raises(QueueUnavailableError):
+        await router.accept(WebChannel(None), delivery)
+    assert _queued(sync_redis, "acme/support/telegram/default/c1") == 1  # the third was never sent
+    rendered = metrics.render(None, None).decode()
+    assert 'switchboard_messages_accepted_total{channel="telegram"} 1.0' in rendered
+    assert 'reason="queue_unavailable"} 1.0' in rendered
+
+
+async def test_a_stop_in_a_delivery_is_confirmed_and_requested_before_the_messages_after_it(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    router = _router(async_redis, _config(tmp_path))
+    first, last = _message("telegram", "default", dedup="s1"), _message("telegram", "default", dedup="s3")
+    stop = _message("telegram", "default", dedup="s2").model_copy(update={"text": "/stop"})
+    session = SessionKeys(SessionKey("acme/support/telegram/default/c1"))
+    pubsub = async_redis.pubsub()
+    await pubsub.subscribe(GlobalKeys().cancel_channel)
+    await pubsub.get_message(timeout=1.0)  # the subscription's confirmation
+    await router.accept(WebChannel(None), Inbound(messages=(first, stop, last)))
+    assert _queued(sync_redis, str(session.session)) == 3
+    heard = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+    assert heard is not None and heard["data"] == str(session.session).encode()
+    assert sync_redis.exists(session.cancel)
+    await pubsub.aclose()
+
+
 async def test_an_emit_hands_a_listeners_messages_to_the_same_routing(
     async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
 ) -> None:
@@ -219,3 +300,16 @@ async def test_adapters_build_their_drafts_already_routed_and_the_router_takes_t
     await router.accept(adapter, inbound)
     assert _queued(sync_redis, draft.session_key) == 1 and draft.session_key.startswith(f"{tenant}/{agent}/")
     assert _policy(sync_redis, draft.session_key) == policy
+
+
+async def test_text_that_cannot_be_stored_is_refused_as_malformed_before_anything_is_written(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    from switchboard.errors import MalformedBodyError
+
+    router = _router(async_redis, _config(tmp_path))
+    broken = _message("telegram", "default", dedup="e2").model_copy(update={"text": "half an emoji \ud83d"})
+    before = sorted(sync_redis.keys("*"))
+    with pytest.raises(MalformedBodyError):
+        await router.accept(WebChannel(None), Inbound(messages=(broken,)))
+    assert sorted(sync_redis.keys("*")) == before
