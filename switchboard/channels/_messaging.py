@@ -10,8 +10,8 @@ to the agent.
 
 Each account's Page / Instagram account id comes from its settings (``page_id`` / ``account_id``), or from
 ``GET /me`` with its token at start-up (the receiving account's own, and those of the other accounts of the same
-app); until its own is known, an id no other account claims is taken as its own (the app secret vouches for the
-delivery).
+app); until its own is known, an id no configured account claims (of this app or of another) is taken as its own
+(the app secret vouches for the delivery).
 
 Outbound (⑤) is :class:`~switchboard.channels._messaging_outbound.MessagingSender`. A user's file arrives as a signed
 CDN URL in the payload (``attachments[].payload.url``); it is fetched lazily with
@@ -120,6 +120,12 @@ class MessagingAdapter:
             for name, other in siblings.items()
             if name != config.account and other.platform_id is None and other.token and _same_app(config, other)
         ]
+        self._foreign_ids = frozenset(
+            other.platform_id
+            for other in siblings.values()
+            if other.platform_id and other.platform_id not in self._accounts.by_id
+        )
+        """Ids other apps' accounts claim: never this account's, even while its own id is unknown."""
         self._own_id = config.platform_id
         self._capabilities = capabilities
         self._api = GraphApi(config.token or "", config.graph_base_url, channel=config.channel, account=config.account)
@@ -155,8 +161,8 @@ class MessagingAdapter:
         found = self._accounts.by_id.get(platform_id)
         if found is not None:
             return found
-        if self._own_id is None:  # not configured, not looked up yet: the app secret vouches for the delivery
-            return self._config.account
+        if self._own_id is None and platform_id not in self._foreign_ids:
+            return self._config.account  # not configured, not looked up yet: the app secret vouches for the delivery
         return self._accounts.account_for(platform_id)
 
     # ① inbound -----------------------------------------------------------------------------------

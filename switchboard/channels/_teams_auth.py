@@ -12,6 +12,10 @@ Every activity the Bot Connector posts carries ``Authorization: Bearer <JWT>``. 
 - the ``serviceurl`` claim equals the activity's ``serviceUrl``, so a replayed or forged activity cannot point the
   bot's replies at another host.
 
+Everything that needs no activity is checked first (:meth:`TokenValidator.authenticate`), before the body is parsed,
+so an unauthenticated request costs no JSON parse; the endorsement and ``serviceurl`` checks follow on the parsed
+activity (:meth:`VerifiedToken.check`).
+
 The Agents SDK's ``JwtTokenValidator`` is not used for this: it reads keys from fixed Microsoft URLs (not the
 configured metadata), leaves the issuer check off by default, checks neither ``serviceurl`` nor key endorsements,
 accepts a token without ``exp``, and fetches keys with PyJWT's blocking ``PyJWKClient``. Here the metadata and key
@@ -36,7 +40,14 @@ from microsoft_agents.hosting.core.authorization.authentication_constants import
 
 from switchboard.errors import SignatureError
 
-__all__ = ["BOT_FRAMEWORK_ISSUER", "CLOCK_SKEW_S", "BotFrameworkKeys", "SigningKey", "TokenValidator"]
+__all__ = [
+    "BOT_FRAMEWORK_ISSUER",
+    "CLOCK_SKEW_S",
+    "BotFrameworkKeys",
+    "SigningKey",
+    "TokenValidator",
+    "VerifiedToken",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -191,8 +202,11 @@ class TokenValidator:
         self.app_id = app_id
         self.keys = keys
 
-    async def validate(self, headers: Mapping[str, str], service_url: str | None, channel_id: str | None) -> None:
-        """Accept the request's bearer token for an activity with ``service_url`` and ``channel_id``, or refuse it.
+    async def authenticate(self, headers: Mapping[str, str]) -> VerifiedToken:
+        """Check the request's bearer token on its own — everything that needs no activity — before the body is read.
+
+        An unauthenticated request therefore costs no parse of its body; :meth:`VerifiedToken.check` then binds the
+        token to the parsed activity.
 
         Raises:
             SignatureError: 401 for a missing, malformed, forged, expired or misdirected token.
@@ -223,8 +237,37 @@ class TokenValidator:
             )
         except jwt.PyJWTError as exc:
             raise SignatureError(f"the token did not verify ({type(exc).__name__})", channel=_CHANNEL) from None
-        if found.endorsements and (channel_id is None or channel_id not in found.endorsements):
-            raise SignatureError("the signing key is not endorsed for the activity's channel", channel=_CHANNEL)
         claimed = claims.get(AuthenticationConstants.SERVICE_URL_CLAIM)
-        if not isinstance(claimed, str) or service_url is None or claimed != service_url:
+        if not isinstance(claimed, str):
+            raise SignatureError("the token has no serviceurl claim", channel=_CHANNEL)
+        return VerifiedToken(claimed, found.endorsements)
+
+    async def validate(self, headers: Mapping[str, str], service_url: str | None, channel_id: str | None) -> None:
+        """Accept the request's bearer token for an activity with ``service_url`` and ``channel_id``, or refuse it.
+
+        Raises:
+            SignatureError: 401 for a missing, malformed, forged, expired or misdirected token.
+            ConnectionError: the signing keys could not be fetched (answer 503; the Connector retries).
+        """
+        (await self.authenticate(headers)).check(service_url, channel_id)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedToken:
+    """A bearer token whose signature, issuer, audience and lifetime held; not yet bound to an activity."""
+
+    service_url: str
+    """The ``serviceurl`` claim."""
+    endorsements: frozenset[str]
+    """The signing key's endorsements (empty: none)."""
+
+    def check(self, service_url: str | None, channel_id: str | None) -> None:
+        """Bind the token to the activity: its key is endorsed for ``channel_id``, its claim names ``service_url``.
+
+        Raises:
+            SignatureError: 401 when either does not hold.
+        """
+        if self.endorsements and (channel_id is None or channel_id not in self.endorsements):
+            raise SignatureError("the signing key is not endorsed for the activity's channel", channel=_CHANNEL)
+        if service_url is None or self.service_url != service_url:
             raise SignatureError("the token's serviceurl claim does not match the activity", channel=_CHANNEL)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import logging
 from typing import ClassVar, Final, Literal, assert_never
-from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
+from switchboard.channels._download import download
 from switchboard.channels._teams_api import BotToken, ConnectorApi
 from switchboard.channels._teams_auth import BotFrameworkKeys, TokenValidator
+from switchboard.channels._teams_files import file_allowed, sends_token
 from switchboard.channels._teams_inbound import TeamsIdentity, parse_activity, read_activity
 from switchboard.channels._teams_markdown import MAX_TEXT
 from switchboard.channels._teams_outbound import MAX_BUTTONS, MAX_LABEL, TeamsSender
@@ -73,7 +75,7 @@ _FETCH_TIMEOUT: Final = aiohttp.ClientTimeout(total=60, connect=5, sock_read=30)
 
 
 def _peek(body: bytes) -> tuple[str | None, str | None]:
-    """``(serviceUrl, channelId)`` of a body, if it is a JSON object naming them (read before the token is checked)."""
+    """``(serviceUrl, channelId)`` of a body, if it is a JSON object naming them (read once the token verified)."""
     try:
         raw = json.loads(body)
     except ValueError:
@@ -151,8 +153,9 @@ class TeamsChannel:
                 channel=_CHANNEL,
                 status=403,
             )
+        token = await self.validator.authenticate(request.headers)  # before the body costs a parse
         service_url, channel_id = _peek(request.body)
-        await self.validator.validate(request.headers, service_url, channel_id)
+        token.check(service_url, channel_id)
         if service_url is None or channel_id is None:
             raise MalformedBodyError("not a Bot Framework activity (no serviceUrl or channelId)", channel=_CHANNEL)
 
@@ -208,39 +211,46 @@ class TeamsChannel:
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download a file the user sent, refusing more than ``limit`` bytes.
 
-        A file's ``downloadUrl`` is pre-authorised (no token is sent); an inline image on the conversation's
-        Connector host is fetched with the bot's token, which is never sent to any other host.
+        Only the hosts Teams serves files from are reached — the conversation's verified ``serviceUrl`` origin,
+        SharePoint / OneDrive, the Bot Connector (:func:`~switchboard.channels._teams_files.file_allowed`) — on the
+        first hop and on every redirect, followed by hand. A file's ``downloadUrl`` is pre-authorised (no token is
+        sent); an inline image on the conversation's Connector origin is fetched with the bot's token, which is
+        never sent to any other origin.
 
         Raises:
-            AttachmentError: too large, gone, or refused.
+            AttachmentError: too large, gone, on a host Teams does not serve files from, or unreachable.
         """
         if attachment.size is not None and attachment.size > limit:
             raise AttachmentError(f"the file is over the {limit}-byte limit", channel=_CHANNEL, too_large=True)
-        url = urlsplit(attachment.ref)
-        if url.scheme not in ("https", "http") or not url.hostname:
-            raise AttachmentError("the file has no download URL", channel=_CHANNEL)
-        service = urlsplit(conversation.extra.get("service_url", ""))
-        headers = {}
-        if (url.scheme, url.netloc) == (service.scheme, service.netloc):
+        service_url = conversation.extra.get("service_url", "")
+        token: dict[str, str] = {}
+
+        def allowed(url: URL) -> bool:
+            return file_allowed(url, service_url)
+
+        def headers_for(url: URL) -> dict[str, str]:
+            return token if sends_token(url, service_url) else {}
+
+        try:
+            first = URL(attachment.ref)
+        except ValueError:
+            first = URL()
+        if first.absolute and sends_token(first, service_url):
             try:
-                headers["Authorization"] = f"Bearer {await self.token.get()}"
+                token["Authorization"] = f"Bearer {await self.token.get()}"
             except DeliveryError as exc:
                 raise AttachmentError(f"no bot token for the download: {exc}", channel=_CHANNEL) from None
-        data = bytearray()
-        try:
-            async with self.api.http().get(attachment.ref, headers=headers, timeout=_FETCH_TIMEOUT) as resp:
-                if resp.status >= 300:
-                    raise AttachmentError(f"Teams answered HTTP {resp.status} for the file", channel=_CHANNEL)
-                async for chunk in resp.content.iter_chunked(65536):
-                    data += chunk
-                    if len(data) > limit:
-                        raise AttachmentError(
-                            f"the file is over the {limit}-byte limit", channel=_CHANNEL, too_large=True
-                        )
-                mime = attachment.mime_type or resp.content_type
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise AttachmentError(f"could not download the file: {type(exc).__name__}", channel=_CHANNEL) from None
-        return FileData(name=attachment.name or url.path.rsplit("/", 1)[-1] or "file", data=bytes(data), mime_type=mime)
+        got = await download(
+            self.api.http(),
+            attachment.ref,
+            limit,
+            allowed=allowed,
+            headers_for=headers_for,
+            channel=_CHANNEL,
+            client_timeout=_FETCH_TIMEOUT,
+        )
+        name = attachment.name or got.url.name or "file"
+        return FileData(name=name, data=got.data, mime_type=attachment.mime_type or got.content_type)
 
     def listener(self) -> Listener | None:
         """Teams delivers by webhook only."""
