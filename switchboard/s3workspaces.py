@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, assert_never
 
+from switchboard.core.safepaths import UnsafePathError, read_regular
 from switchboard.core.toolbox.files import check_relative_path
 from switchboard.core.workspaces import Quotas, Workspaces, tenant_dir, workspace_for
 from switchboard.core.workspacestore import MAX_READ_BYTES, LocalWorkspaces, WorkspaceStore
@@ -51,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _DELETE_BATCH = 1000
+_REFUSED_KEPT = 10_000
 """Most keys one ``DeleteObjects`` request takes."""
 
 
@@ -58,12 +60,17 @@ def _etag(value: object) -> str:
     return str(value or "").strip('"')
 
 
-def _read_local(path: Path) -> tuple[LocalFile, bytes] | None:
+def _read_local(home: Path, name: str) -> tuple[LocalFile, bytes] | None:
+    """A regular file of the working copy, read without following a symlink (``None``: gone, or not a file now)."""
     try:
-        st = path.stat(follow_symlinks=False)
-        return LocalFile(st.st_size, st.st_mtime_ns), path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        st, data = read_regular(home, tuple(name.split("/")))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, UnsafePathError):
         return None
+    return LocalFile(st.st_size, st.st_mtime_ns), data
+
+
+class _KeyRefusedError(OSError):
+    """The store answered that it will not hold this key (HTTP 400: too long, a character it refuses)."""
 
 
 @asynccontextmanager
@@ -77,7 +84,8 @@ async def _store_errors(what: str) -> AsyncIterator[None]:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in {"NoSuchKey", "404", "NotFound"}:
             raise FileNotFoundError(what) from None
-        raise OSError(f"the workspace store refused {what}: {code or 'error'}") from None
+        refused = _KeyRefusedError if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 400 else OSError
+        raise refused(f"the workspace store refused {what}: {code or 'error'}") from None
     except NoCredentialsError:
         raise OSError(f"the workspace store has no credentials ({what}): see SWITCHBOARD_WORKSPACES__S3__*") from None
     except BotoCoreError as exc:
@@ -135,6 +143,8 @@ class S3Workspaces:
         self._exit: AsyncExitStack | None = None
         self._s3: Any = None
         self._opening = asyncio.Lock()
+        self._refused: set[tuple[str, str]] = set()
+        """Keys the store refused, logged once each (forgotten past :data:`_REFUSED_KEPT`)."""
 
     @property
     def quotas(self) -> Quotas:
@@ -230,7 +240,8 @@ class S3Workspaces:
         where = manifest_path(self.root, session_key)
         manifest = await asyncio.to_thread(load_manifest, where)
         local, _ = await asyncio.to_thread(scan, home)
-        local = {name: f for name, f in local.items() if remote_name(name) is not None}
+        prefix = self._session_prefix(session_key)
+        local = self._storable(local, prefix)
         changed = [name for name, f in local.items() if not ((s := manifest.get(name)) and s.matches(f))]
         removed = [name for name in manifest if name not in local]
         if not changed and not removed:
@@ -240,14 +251,21 @@ class S3Workspaces:
         if refusal is not None:
             await self.hydrate(session_key)  # the working copy goes back to what the store holds
             raise ToolError(refusal, error_class="permanent")
-        prefix = self._session_prefix(session_key)
 
         async def upload(name: str) -> None:
-            found = await asyncio.to_thread(_read_local, home / name)
+            found = await asyncio.to_thread(_read_local, home, name)
             if found is None:  # gone meanwhile: the next persist deletes its key
                 return
             stat, data = found
-            answer = await self._call(name, lambda s3: s3.put_object(Bucket=self.bucket, Key=prefix + name, Body=data))
+            try:
+                answer = await self._call(
+                    name, lambda s3: s3.put_object(Bucket=self.bucket, Key=prefix + name, Body=data)
+                )
+            except _KeyRefusedError as exc:  # a name the store cannot hold: skipped, the others are saved
+                if (prefix, name) not in self._refused:
+                    self._remember_refused(prefix, name)
+                    logger.warning("a workspace file was not saved (the store refused its key): %s", exc)
+                return
             manifest[name] = Synced(_etag(answer.get("ETag")), stat.size, stat.mtime_ns)
 
         try:
@@ -261,6 +279,22 @@ class S3Workspaces:
         finally:
             await asyncio.to_thread(save_manifest, where, manifest)
         self.workspaces.elsewhere[home.resolve()] = others
+
+    def _remember_refused(self, prefix: str, name: str) -> None:
+        if len(self._refused) >= _REFUSED_KEPT:
+            self._refused.clear()
+        self._refused.add((prefix, name))
+
+    def _storable(self, local: dict[str, LocalFile], prefix: str) -> dict[str, LocalFile]:
+        """The files whose names can be keys under ``prefix``; the others are logged once each and never sent."""
+        kept: dict[str, LocalFile] = {}
+        for name, found in local.items():
+            if remote_name(name, prefix) is not None:
+                kept[name] = found
+            elif (prefix, name) not in self._refused:
+                self._remember_refused(prefix, name)
+                logger.warning("a workspace file was not saved: its name cannot be a key (control character or length)")
+        return kept
 
     async def _delete(self, objects: dict[str, Any], s3: Any) -> Any:
         return await s3.delete_objects(Bucket=self.bucket, Delete=objects)

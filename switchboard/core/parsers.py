@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.core.programs import cap_output
+from switchboard.core.safepaths import read_bytes
 from switchboard.errors import ToolError
 
 __all__ = ["MAX_COLUMNS", "MAX_UNZIPPED_BYTES", "parse", "table_card"]
@@ -144,7 +145,7 @@ def _decode(data: bytes) -> str:
 
 
 def _csv(target: Path, suffix: str, sample_rows: int) -> dict[str, Any]:
-    text = _decode(target.read_bytes())
+    text = _decode(read_bytes(Path(), target.parts))  # from the workspace (cwd), no link followed
     dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
     if suffix != ".tsv":
         try:
@@ -291,7 +292,7 @@ def _parse(target: Path, suffix: str, request: dict[str, Any]) -> dict[str, Any]
     elif suffix == ".docx":
         text, extra = _docx(target, unzipped)
     else:
-        text = _decode(target.read_bytes())
+        text = _decode(read_bytes(Path(), target.parts))  # from the workspace (cwd), no link followed
     content = cap_output(text, max_chars)
     fmt = {"": "text", ".markdown": "md"}.get(suffix, suffix.lstrip("."))
     return {"kind": "text", "format": fmt, **extra, "chars": len(text), "truncated": content != text, "text": content}

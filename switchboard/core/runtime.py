@@ -211,7 +211,7 @@ class _Turn:
         self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
         self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
         await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
-        self._open()
+        await self._open()
         assert self.prompt is not None
         if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
             self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
@@ -261,12 +261,13 @@ class _Turn:
             self.tainted_at = len(self.messages) - self.opening
         self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
 
-    def _open(self, history_cap: int | None = None) -> None:
+    async def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
         if self.agent.codeact:
             specs.append(run_program_spec(self.tools))
         show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
-        prompt = build_prompt(
+        prompt = await asyncio.to_thread(  # off the loop: the databases' card reads and counts a workspace file
+            build_prompt,
             self.agent,
             self.slots,
             self.history,
@@ -309,7 +310,7 @@ class _Turn:
                 logger.info("context too long for %s; compacting the history and retrying once", self.spec)
                 self.shrunk = True
                 assert self.prompt is not None
-                self._open(history_cap=self.prompt.history_tokens // 2)
+                await self._open(history_cap=self.prompt.history_tokens // 2)
                 continue
             cost = self.budget.charge_model(self.spec, *usage)
             await self._step_event(decision, usage, cost, started)

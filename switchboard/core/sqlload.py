@@ -23,6 +23,7 @@ from typing import Any
 from switchboard.core.parsers import MAX_COLUMNS, MAX_UNZIPPED_BYTES, SNIFF_CHARS
 from switchboard.core.parsers import _check_zip as check_zip  # the same zip-bomb check as read_document
 from switchboard.core.parsers import _decode as decode
+from switchboard.core.safepaths import read_bytes
 from switchboard.core.sqlguard import quote_ident
 from switchboard.errors import ToolError
 
@@ -188,7 +189,7 @@ def _nonblank(rows: Iterable[Sequence[Any]]) -> Iterator[Sequence[Any]]:
 
 
 def _csv_rows(target: Path, suffix: str) -> Callable[[], Iterator[Sequence[Any]]]:
-    text = decode(target.read_bytes())
+    text = decode(read_bytes(Path(), target.parts))  # from the workspace (cwd), no link followed
     dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
     if suffix != ".tsv":
         try:

@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.core.databases import SharedDatabase
-from switchboard.core.sqlcard import SESSION_DB, DatabaseCard, database_card, describe_tables, remember_card
+from switchboard.core.safepaths import UnsafePathError
+from switchboard.core.sqlcard import (
+    SESSION_DB,
+    DatabaseCard,
+    database_card,
+    describe_tables,
+    remember_card,
+    session_image,
+)
 from switchboard.core.sqlguard import Guard, SqlLimits, attach_shared, deadline_handler, limit, quote_ident, read_uri
 from switchboard.core.workspaces import Workspaces
 from switchboard.errors import ToolError
@@ -129,10 +137,30 @@ def _rows(cursor: sqlite3.Cursor, max_rows: int, limits: SqlLimits) -> dict[str,
     return found
 
 
-def _read_connection(db: Path, shared: Mapping[str, SharedDatabase], limits: SqlLimits) -> sqlite3.Connection:
-    target = read_uri(db) if db.is_file() else "file::memory:"
-    con = sqlite3.connect(target, uri=True, isolation_level=None, check_same_thread=False)
+def _session_bytes(workspace: Path) -> bytes | None:
+    """The session database's bytes (``None``: none yet), never through a symlink nor from a FIFO.
+
+    A symlink or a special file named :data:`SESSION_DB` (a command may leave one) is never read nor followed: it
+    counts as no database, and the next write puts a new database in its place.
+    """
     try:
+        return session_image(workspace)
+    except UnsafePathError:
+        return None
+    except OSError as exc:
+        raise ToolError(f"{SESSION_DB} could not be read: {exc.strerror or type(exc).__name__}") from None
+
+
+def _read_connection(workspace: Path, shared: Mapping[str, SharedDatabase], limits: SqlLimits) -> sqlite3.Connection:
+    """The session database, loaded into memory read-only (empty if there is none), with the shared ones attached.
+
+    Its bytes are read through one verified descriptor (:func:`session_image`), never reopened by name.
+    """
+    image = _session_bytes(workspace)
+    con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        if image is not None:
+            con.deserialize(image)
         limit(con, limits)
         attach_shared(con, shared)
         con.execute("PRAGMA query_only = 1")
@@ -142,12 +170,15 @@ def _read_connection(db: Path, shared: Mapping[str, SharedDatabase], limits: Sql
     return con
 
 
-def _memory_image(db: Path, shared: Mapping[str, SharedDatabase], limits: SqlLimits, quota: int) -> sqlite3.Connection:
+def _memory_image(
+    workspace: Path, shared: Mapping[str, SharedDatabase], limits: SqlLimits, quota: int
+) -> sqlite3.Connection:
     """The session database loaded into memory (empty if there is none), growing to ``quota`` bytes at most."""
+    image = _session_bytes(workspace)
     con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:
-        if db.is_file():
-            con.deserialize(db.read_bytes())
+        if image is not None:
+            con.deserialize(image)
         limit(con, limits)
         page = int(con.execute("PRAGMA page_size").fetchone()[0])
         con.execute(f"PRAGMA max_page_count = {max(16, quota // page + 1)}")
@@ -179,9 +210,8 @@ def run_statement(
     Raises:
         ToolError: ``validation`` for a refused or malformed statement, ``permanent`` past the time limit or a quota.
     """
-    db = workspace / SESSION_DB
     guard = Guard()
-    con = _read_connection(db, shared, limits)
+    con = _read_connection(workspace, shared, limits)
     try:
         guard.install(con)
         deadline_handler(con, limits.timeout_s)
@@ -205,7 +235,7 @@ def _write(
 ) -> dict[str, Any]:
     db = workspace / SESSION_DB
     with _lock(db):
-        con = _memory_image(db, shared, limits, workspaces.quotas.session_bytes)
+        con = _memory_image(workspace, shared, limits, workspaces.quotas.session_bytes)
         try:
             recorded = _recorded(con, statement.key)
             if recorded is not None:
@@ -243,7 +273,7 @@ def _write(
                 outcome["gone"] = sorted(dropped)
             _record(con, statement.key, outcome)
             con.execute("COMMIT")
-            _save(con, db, workspace, workspaces)
+            _save(con, workspace, workspaces)
             return outcome
         finally:
             con.close()
@@ -291,13 +321,13 @@ def _record(con: sqlite3.Connection, key: str, outcome: dict[str, Any]) -> None:
     )
 
 
-def _save(con: sqlite3.Connection, db: Path, workspace: Path, workspaces: Workspaces) -> None:
+def _save(con: sqlite3.Connection, workspace: Path, workspaces: Workspaces) -> None:
     """Write the new image through the workspace quotas, and prime the card cache with it."""
     for (name,) in con.execute("SELECT name FROM pragma_database_list WHERE name NOT IN ('main', 'temp')").fetchall():
         con.execute(f"DETACH DATABASE {quote_ident(str(name))}")
     image = con.serialize()
-    workspaces.store(workspace, db, image, shown=SESSION_DB)
-    remember_card(db, con)
+    workspaces.store(workspace, workspace / SESSION_DB, image, shown=SESSION_DB)
+    remember_card(workspace, con)
 
 
 def adopt_table(
@@ -322,7 +352,7 @@ def adopt_table(
     """
     db = workspace / SESSION_DB
     with _lock(db):
-        con = _memory_image(db, {}, limits, workspaces.quotas.session_bytes)
+        con = _memory_image(workspace, {}, limits, workspaces.quotas.session_bytes)
         try:
             recorded = _recorded(con, key)
             if recorded is not None:
@@ -358,7 +388,7 @@ def adopt_table(
                 raise
             con.execute("COMMIT")
             con.execute("DETACH DATABASE loaded")
-            _save(con, db, workspace, workspaces)
+            _save(con, workspace, workspaces)
             return outcome
         finally:
             con.close()

@@ -8,9 +8,10 @@ Every write a tool makes (``write_file``, the gateway's result files) goes throu
 which checks three quotas: the session's, the tenant's (all its sessions) and the total of every workspace
 under the root. The session's usage is measured on its directory; tenant and total usage are running totals
 kept in small ledger files under ``<root>/.usage`` (rebuilt by one scan when missing), updated under a file
-lock so that every worker process on the host shares them. When the workspaces are kept in an object store, the
-local directories are working copies: the store tells :attr:`Workspaces.elsewhere` what the tenant's other
-workspaces hold there, and the tenant quota is checked against that instead of the local ledger.
+lock so that every worker process on the host shares them. The write itself never follows a symlink below the
+workspace (:mod:`switchboard.core.safepaths`): a command may have left one anywhere. When the workspaces are kept in
+an object store, the local directories are working copies: the store tells :attr:`Workspaces.elsewhere` what the
+tenant's other workspaces hold there, and the tenant quota is checked against that instead of the local ledger.
 
 Directories count too: each directory inside a workspace is one entry against the session's file quota and
 :data:`DIRECTORY_BYTES` (one file-system block) against every byte quota, so a chain of empty directories costs
@@ -22,16 +23,25 @@ stack, so no tree on disk, however deep, can make a write fail with ``RecursionE
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import shutil
-import tempfile
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from switchboard.core.safepaths import (
+    UnsafePathError,
+    entry_stat,
+    missing_dirs,
+    parts_below,
+    remove_entry,
+    write_bytes,
+)
 from switchboard.errors import ToolError
 
 __all__ = [
@@ -54,7 +64,6 @@ SYNC_DIR = ".sync"
 """Directory under the root where a remote store keeps what each working directory last synced (not a tenant)."""
 _NOT_TENANTS = frozenset({_LEDGER, SYNC_DIR})
 _TOTAL = "total"
-_TEMP_PREFIX = ".write-"
 
 DIRECTORY_BYTES = 4096
 """What one directory inside a workspace counts against the byte quotas (one ext4 block), besides one entry."""
@@ -74,14 +83,24 @@ def make_private_dir(path: Path) -> Path:
     """Create ``path`` and any missing parents as ``0700``; an existing ``path`` is tightened to ``0700``.
 
     Workspaces and the data directory hold conversation text: readable by their owner only, whatever the umask.
+    ``path`` itself is never followed: if it is a symlink (a command may have planted one), this raises
+    :class:`~switchboard.core.safepaths.UnsafePathError` and changes nothing through it.
     """
     path = Path(path)
-    missing = [p for p in (path, *path.parents) if not p.exists()]
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
     for part in reversed(missing):
         with contextlib.suppress(FileExistsError):
             part.mkdir(mode=0o700)
-        part.chmod(0o700)
-    path.chmod(0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in {errno.ELOOP, errno.ENOTDIR}:
+            raise UnsafePathError(errno.ELOOP, "a symlink or a file stands where a directory was to be") from None
+        raise
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
     return path
 
 
@@ -150,6 +169,29 @@ def _count(path: Path) -> tuple[int, int]:
     return total, entries
 
 
+def _entries(path: Path) -> dict[tuple[str, ...], tuple[int, bool]]:
+    """Every entry under ``path`` by its components: its bytes (as :func:`_count` counts them), and if a directory."""
+    found: dict[tuple[str, ...], tuple[int, bool]] = {}
+    stack: list[tuple[str, ...]] = [()]
+    while stack:
+        below = stack.pop()
+        try:
+            with os.scandir(os.path.join(path, *below)) as scan:
+                for entry in scan:
+                    parts = (*below, entry.name)
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(parts)
+                            found[parts] = (DIRECTORY_BYTES, True)
+                        else:
+                            found[parts] = (entry.stat(follow_symlinks=False).st_size, False)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return found
+
+
 def _workspaces_usage(path: Path, depth: int) -> int:
     """Bytes of every workspace ``depth`` levels under ``path`` (1: a tenant's directory; 2: the root).
 
@@ -164,16 +206,6 @@ def _workspaces_usage(path: Path, depth: int) -> int:
     except OSError:
         return 0
     return sum(_workspaces_usage(child, depth - 1) for child in below)
-
-
-def _missing_dirs(workspace: Path, directory: Path) -> int:
-    """How many directories a write into ``directory`` creates inside ``workspace`` (the workspace not counted)."""
-    missing = 0
-    for path in (directory, *directory.parents):
-        if path == workspace or not path.is_relative_to(workspace) or path.exists():
-            break
-        missing += 1
-    return missing
 
 
 def read_total_bytes(root: Path) -> int | None:
@@ -253,18 +285,25 @@ class Workspaces:
         tenant_path = home.parent
         elsewhere = self.elsewhere.get(home)
         shared = elsewhere is None and root is not None and tenant_path.parent == root
-        if target.is_relative_to(home) and (refused := path_bound_error(target.relative_to(home).parts)):
+        try:
+            parts = parts_below(home, target) if Path(target).is_relative_to(home) else parts_below(workspace, target)
+        except UnsafePathError:
+            raise ToolError(f"{shown!r} is not inside the session workspace", error_class="validation") from None
+        if refused := path_bound_error(parts):
             raise ToolError(refused, error_class="validation")
+        if not os.path.lexists(workspace):
+            make_private_dir(workspace)
         with self._locked() as ledger:
             try:
-                existing = target.stat().st_size if target.is_file() else 0
+                found = entry_stat(home, parts)
+                created = missing_dirs(home, parts[:-1])
             except OSError as exc:
                 raise ToolError(f"could not write {shown!r}: {exc.strerror or type(exc).__name__}") from None
-            created = _missing_dirs(home, target.parent)
+            existing = found.st_size if found is not None and stat.S_ISREG(found.st_mode) else 0
             delta = len(data) - (0 if append else existing) + created * DIRECTORY_BYTES
             used, entries = _count(home)
             self._check("the session workspace", used + delta, self.quotas.session_bytes)
-            added = created + (0 if target.exists() else 1)
+            added = created + (0 if found is not None else 1)
             if added and entries + added > self.quotas.session_files:
                 raise ToolError(
                     f"the session workspace already holds {entries} files and directories, and this write would "
@@ -282,13 +321,78 @@ class Workspaces:
                 self._check("this tenant's workspaces", tenant + delta, self.quotas.tenant_bytes)
                 self._check("all workspaces", total + delta, self.quotas.total_bytes)
             try:
-                size = _write(target, data, append=append)
+                size = write_bytes(home, parts, data, append=append)
             except OSError as exc:
-                delta = (created - _missing_dirs(home, target.parent)) * DIRECTORY_BYTES  # made before it failed
+                with contextlib.suppress(OSError):  # the directories made before it failed
+                    delta = (created - missing_dirs(home, parts[:-1])) * DIRECTORY_BYTES
                 self._account(tenant_file, tenant + delta, total_file, total + delta)
                 raise ToolError(f"could not write {shown!r}: {exc.strerror or type(exc).__name__}") from None
             self._account(tenant_file, tenant + delta, total_file, total + delta)
             return size
+
+    def snapshot(self, workspace: Path) -> frozenset[tuple[str, ...]]:
+        """What ``workspace`` holds now (blocking): give it to :meth:`settle` after commands wrote there."""
+        return frozenset(_entries(workspace))
+
+    def settle(self, workspace: Path, before: frozenset[tuple[str, ...]]) -> str | None:
+        """Check what commands wrote into ``workspace`` since ``before`` against the quotas (blocking).
+
+        Sandboxed commands write past :meth:`store`. Afterwards the workspace is measured: while it is over the
+        session's quotas (bytes, files) or the tenant's or the total (local ledger), the entries the commands
+        *added* are deleted, largest first, then their empty directories (deepest first); nothing is followed.
+        Files that existed before are never touched: if growing them passed a quota, every later write is
+        refused by :meth:`store` until files are removed. The ledger learns the new usage. Returns what the
+        model is told (``None``: within every quota).
+        """
+        home = workspace.resolve()
+        root = self.root.resolve() if self.root is not None else None
+        tenant_path = home.parent
+        elsewhere = self.elsewhere.get(home)
+        shared = elsewhere is None and root is not None and tenant_path.parent == root
+        with self._locked() as ledger:
+            tenant_file = total_file = None
+            tenant = total = 0
+            if shared and ledger is not None and root is not None:
+                tenant_file, total_file = ledger / tenant_path.name, ledger / _TOTAL
+                tenant = _read_int(tenant_file, lambda: _workspaces_usage(tenant_path, 1))
+                total = _read_int(total_file, lambda: _workspaces_usage(root, 2))
+            found = _entries(home)
+            used_before = sum(size for parts, (size, _) in found.items() if parts in before)
+            used = sum(size for size, _ in found.values())
+            if tenant_file is not None:  # the ledgers counted the workspace as it was before (or were rebuilt now)
+                tenant, total = tenant - used_before, total - used_before
+
+            def over() -> bool:
+                return (
+                    used > self.quotas.session_bytes
+                    or len(found) > self.quotas.session_files
+                    or (elsewhere is not None and elsewhere + used > self.quotas.tenant_bytes)
+                    or (tenant_file is not None and tenant + used > self.quotas.tenant_bytes)
+                    or (tenant_file is not None and total + used > self.quotas.total_bytes)
+                )
+
+            removed = 0
+            added = sorted(  # files, largest first; then directories, deepest first (emptied by then)
+                (p for p in found if p not in before),
+                key=lambda p: (found[p][1], -len(p) if found[p][1] else -found[p][0]),
+            )
+            for parts in added:
+                if not over():
+                    break
+                with contextlib.suppress(OSError):
+                    remove_entry(home, parts)
+                    used -= found.pop(parts)[0]
+                    removed += 1
+            self._account(tenant_file, tenant + used, total_file, total + used)
+            if not removed and not over():
+                return None
+            return (
+                f"the commands wrote past the workspace quotas (session: {self.quotas.session_bytes} bytes, "
+                f"{self.quotas.session_files} files and directories): {removed} of the entries they made were "
+                "deleted"
+                + ("; the workspace is still over a quota: delete files before writing more" if over() else "")
+                + ". Write less, or replace files"
+            )
 
     @staticmethod
     def _account(tenant_file: Path | None, tenant: int, total_file: Path | None, total: int) -> None:
@@ -316,20 +420,3 @@ def _write_int(path: Path, value: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(str(max(0, value)))
     tmp.replace(path)
-
-
-def _write(target: Path, data: bytes, *, append: bool) -> int:
-    make_private_dir(target.parent)
-    if append:
-        with target.open("ab") as handle:
-            handle.write(data)
-    else:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_TEMP_PREFIX)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return target.stat().st_size

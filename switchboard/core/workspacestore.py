@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
+from switchboard.core.safepaths import UnsafePathError, read_inside
 from switchboard.core.toolbox.files import resolve_in_workspace
 from switchboard.core.workspaces import Workspaces, workspace_for
 from switchboard.errors import ToolError
@@ -81,9 +82,11 @@ class WorkspaceStore(Protocol):
         """Release connections (the store is not used afterwards)."""
 
 
-def _read(path: Path, limit: int) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(limit + 1)
+def _read(workspace: Path, path: Path, limit: int) -> bytes:
+    try:
+        return read_inside(workspace, path, limit=limit + 1)  # never through a link, never blocked on a FIFO
+    except UnsafePathError:
+        raise ToolError("the path goes through a symlink or names no regular file", error_class="validation") from None
 
 
 class LocalWorkspaces:
@@ -114,7 +117,7 @@ class LocalWorkspaces:
     async def read(self, session_key: str, path: str, limit: int = MAX_READ_BYTES) -> bytes:
         """Read ``path`` from the session's directory (symlinks may not lead out of it)."""
         target = resolve_in_workspace(self.path(session_key), path, create=False)
-        return await asyncio.to_thread(_read, target, limit)
+        return await asyncio.to_thread(_read, self.path(session_key), target, limit)
 
     async def delete(self, session_key: str) -> None:
         """Remove the session's directory; the usage ledger is rebuilt by the next write."""

@@ -11,17 +11,20 @@ the worker, and a key from the store becomes a file only if it is a plain relati
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import tempfile
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
+from switchboard.core.safepaths import entry_stat, remove_tree, write_bytes
+from switchboard.core.toolbox.files import check_relative_path
 from switchboard.core.workspaces import SYNC_DIR, make_private_dir, tenant_dir, workspace_for
+from switchboard.errors import ToolError
 
 __all__ = [
+    "MAX_KEY_BYTES",
     "LocalFile",
     "Synced",
     "load_manifest",
@@ -80,11 +83,23 @@ def save_manifest(path: Path, manifest: dict[str, Synced]) -> None:
     tmp.replace(path)
 
 
-def remote_name(name: str) -> str | None:
-    """``name`` if a key's part below the session prefix is a plain relative path, else ``None`` (skipped)."""
+MAX_KEY_BYTES = 1024
+"""The longest key an S3-compatible store holds, in UTF-8 bytes (the session's prefix included)."""
+
+
+def remote_name(name: str, prefix: str = "") -> str | None:
+    """``name`` if a key's part below the session prefix is a plain relative path, else ``None`` (skipped).
+
+    A name with a control character, or one whose key (``prefix`` + ``name``) passes :data:`MAX_KEY_BYTES`, is
+    one the store may refuse: it is skipped too, never sent.
+    """
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return None
     try:
+        if len((prefix + name).encode("utf-8")) > MAX_KEY_BYTES:
+            return None
         return name if check_relative_path(name) == name else None
-    except ValueError:
+    except (ValueError, UnicodeEncodeError):
         return None
 
 
@@ -118,40 +133,39 @@ def scan(workspace: Path) -> tuple[dict[str, LocalFile], list[str]]:
 
 
 def prune(workspace: Path, names: list[str]) -> None:
-    """Remove ``names`` (files, symlinks and the like, never followed) from the working copy."""
+    """Remove ``names`` (files, symlinks, directories and the like, never followed) from the working copy."""
     for name in names:
-        try:
-            (workspace / name).unlink()
-        except FileNotFoundError:
-            continue
-        except IsADirectoryError:
-            shutil.rmtree(workspace / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(workspace, tuple(name.split("/")))
 
 
 def write_copy(workspace: Path, name: str, data: bytes) -> LocalFile:
     """Write a file downloaded from the store into the working copy; returns what the disk then holds.
 
-    A directory standing where the file goes is replaced; no symlink may lead the write out of the workspace.
+    Whatever stands in the way is replaced, never followed: a file or symlink where a directory goes, a directory
+    where the file goes (:mod:`switchboard.core.safepaths`).
 
     Raises:
-        ToolError: (``validation``) the name leads out of the workspace.
+        ToolError: (``validation``) the name is not a plain relative path.
         OSError: the disk refused.
     """
-    target = resolve_in_workspace(workspace, name)
-    if target.is_dir():
-        shutil.rmtree(target)
-    parent = target.parent
-    for below in reversed([parent, *parent.parents]):  # a file standing where a directory goes is replaced
-        if below.is_relative_to(workspace.resolve()) and below.is_file():
-            below.unlink()
-    make_private_dir(parent)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=_TEMP_PREFIX)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    st = target.stat()
-    return LocalFile(st.st_size, st.st_mtime_ns)
+        parts = tuple(check_relative_path(name).split("/"))
+    except ValueError as exc:
+        raise ToolError(str(exc), error_class="validation") from None
+    home = make_private_dir(workspace)
+    for depth in range(1, len(parts)):
+        found = entry_stat(home, parts[:depth])
+        if found is None:
+            break
+        if not stat.S_ISDIR(found.st_mode):  # a file (or a link) standing where a directory goes is replaced
+            remove_tree(home, parts[:depth])
+            break
+    found = entry_stat(home, parts)
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        remove_tree(home, parts)
+    write_bytes(home, parts, data)
+    written = entry_stat(home, parts)
+    if written is None:
+        raise FileNotFoundError(name)
+    return LocalFile(written.st_size, written.st_mtime_ns)

@@ -171,7 +171,13 @@ class Forwarder:
                 # them clearly rather than send them on as text (``%7B%7Bsecret:`` is how clients encode them)
                 raw = url.raw_path_qs.encode()
                 elsewhere = [raw, unquote_to_bytes(raw), body, unquote_to_bytes(body.replace(b"+", b" "))]
-                substitution = substitute(headers, elsewhere, rules.secrets, lambda s: host_matches(host, s.domains))
+                substitution = substitute(
+                    headers,
+                    elsewhere,
+                    rules.secrets,
+                    lambda s: host_matches(host, s.domains),
+                    secure=url.scheme == "https",  # the proxy's own leg to the destination is TLS
+                )
             except PlaceholderRefusedError as err:
                 refused = err.reason
         if refused is None and substitution is not None:

@@ -2,24 +2,84 @@
 
 Substitution happens in request headers only, and only on requests to a host the secret is bound to. A placeholder
 anywhere else (an unbound host, the URL, the body, an unknown name) refuses the whole request: it is either a
-mistake or an attempt to move the secret somewhere it may not go. A response that echoes a substituted value back
-gets the placeholder in its place, so the real value never reaches the sandbox.
+mistake or an attempt to move the secret somewhere it may not go. Substitution also needs an encrypted way to the
+destination (``https``): a placeholder in a plain ``http://`` request is refused, so a command cannot downgrade a
+request to read the real value off the wire.
+
+A response that echoes a substituted value back gets the placeholder in its place, so the real value never
+reaches the sandbox. Redaction is best effort: it finds the value as it was sent, in any letter case, its
+percent-encoding, its hex (either case), and its standard and URL-safe base64 at any alignment (so also inside
+``base64("user:" + value)``), at a cost linear in the response, which the proxy caps. It cannot find a value the
+destination transformed otherwise (hashed, split, JSON unicode escapes, another encoding); a value shorter than
+:data:`MIN_ENCODED` bytes is redacted literally and in case variants only, its encodings being too short to tell
+from ordinary text.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import quote_from_bytes
 
 from pydantic import SecretStr
 
-__all__ = ["PLACEHOLDER", "PlaceholderRefusedError", "Secret", "Substitution", "placeholder", "substitute"]
+__all__ = [
+    "MIN_ENCODED",
+    "PLACEHOLDER",
+    "PlaceholderRefusedError",
+    "Secret",
+    "Substitution",
+    "echo_pattern",
+    "placeholder",
+    "substitute",
+]
 
 PLACEHOLDER: Final = re.compile(r"\{\{\s*secret:([A-Za-z0-9_]{1,64})\s*\}\}")
 """``{{secret:NAME}}`` (no ``$``: the shell would expand ``${{…}}``)."""
 _MARKER: Final = re.compile(rb"\{\{\s*secret:", re.IGNORECASE)
+MIN_ENCODED: Final = 6
+"""Shortest value (bytes) whose hex and base64 forms are redacted too."""
+_MIN_B64_CHARS: Final = 8
+
+
+def _base64_fragments(value: bytes) -> list[bytes]:
+    """The base64 text that encodes ``value`` wherever it sits in a longer input: one fragment per alignment.
+
+    For each of the three offsets of ``value`` in the encoded input, the characters that depend on nothing but its
+    own bytes: whole 3-byte groups, minus the leading characters that also carry bits of the unknown prefix.
+    """
+    found: list[bytes] = []
+    for offset in range(3):
+        whole = (offset + len(value)) // 3 * 4
+        text = base64.b64encode(bytes(offset) + value)[:whole]
+        fragment = text[(offset * 8 + 5) // 6 :]
+        if len(fragment) >= _MIN_B64_CHARS:
+            found.append(fragment)
+    return found
+
+
+def echo_pattern(value: bytes) -> re.Pattern[bytes]:
+    """What an echo of ``value`` may look like in a response: see the module's note on redaction.
+
+    Group ``text`` matches the forms replaced by the placeholder; group ``b64`` a base64 fragment, replaced by as
+    many ``A`` (zero bits), so that the surrounding base64 still decodes — to zero bytes where the value was.
+    """
+    folded = [value, quote_from_bytes(value, safe="").encode()]
+    exact: list[bytes] = []
+    if len(value) >= MIN_ENCODED:
+        folded.append(value.hex().encode())
+        for fragment in _base64_fragments(value):
+            exact += [fragment, fragment.translate(bytes.maketrans(b"+/", b"-_"))]
+    ordered = sorted(set(folded), key=len, reverse=True)
+    pattern = b"(?P<text>(?i:" + b"|".join(re.escape(each) for each in ordered) + b"))"
+    if exact:
+        fragments = sorted(set(exact), key=len, reverse=True)
+        pattern += b"|(?P<b64>" + b"|".join(re.escape(each) for each in fragments) + b")"
+    return re.compile(pattern)
 
 
 def placeholder(name: str) -> str:
@@ -50,12 +110,27 @@ class Substitution:
 
     headers: list[tuple[str, str]]
     used: tuple[Secret, ...]
+    _echoes: list[tuple[re.Pattern[bytes], bytes]] = field(default_factory=list, repr=False, compare=False)
 
     def redact(self, data: bytes) -> bytes:
-        """``data`` with every substituted value turned back into its placeholder (a response that echoes it)."""
-        for secret in self.used:
-            data = data.replace(secret.value.get_secret_value().encode(), placeholder(secret.name).encode())
+        """``data`` with every substituted value — literal, case variant or encoded — turned back into its placeholder.
+
+        Best effort (a response that echoes it): see the module's note for what is found and what is not.
+        """
+        if not self.used:
+            return data
+        if not self._echoes:
+            for secret in self.used:
+                pattern = echo_pattern(secret.value.get_secret_value().encode())
+                self._echoes.append((pattern, placeholder(secret.name).encode()))
+        for pattern, shown in self._echoes:
+            data = pattern.sub(functools.partial(_hide, shown), data)
         return data
+
+
+def _hide(shown: bytes, match: re.Match[bytes]) -> bytes:
+    """The placeholder for a text form of a secret; as many ``A`` (zero bits) for a base64 fragment."""
+    return shown if match.lastgroup == "text" else b"A" * len(match[0])
 
 
 def substitute(
@@ -63,6 +138,8 @@ def substitute(
     elsewhere: Sequence[bytes],
     secrets: Mapping[str, Secret],
     bound: Callable[[Secret], bool],
+    *,
+    secure: bool,
 ) -> Substitution:
     """Put the real values in ``headers``; refuse placeholders in ``elsewhere`` (URL, body) or for unbound hosts.
 
@@ -71,9 +148,11 @@ def substitute(
         elsewhere: the rest of the request that may not carry a placeholder.
         secrets: the secrets the requesting agent may use, by upper-case name.
         bound: whether a secret may go to this request's host.
+        secure: whether the request leaves the proxy encrypted (``https``); a placeholder in any other is refused.
 
     Raises:
-        PlaceholderRefusedError: ``placeholder_outside_headers``, ``unknown_secret`` or ``placeholder_unbound``.
+        PlaceholderRefusedError: ``placeholder_outside_headers``, ``unknown_secret``, ``placeholder_unbound`` or
+            ``placeholder_insecure``.
     """
     if any(_MARKER.search(part) for part in elsewhere):
         raise PlaceholderRefusedError("placeholder_outside_headers")
@@ -85,6 +164,8 @@ def substitute(
             raise PlaceholderRefusedError("unknown_secret")
         if not bound(secret):
             raise PlaceholderRefusedError("placeholder_unbound")
+        if not secure:  # the real value would cross the network in clear text
+            raise PlaceholderRefusedError("placeholder_insecure")
         used[secret.name] = secret
         return secret.value.get_secret_value()
 

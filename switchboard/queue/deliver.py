@@ -16,6 +16,7 @@ from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, 
 from switchboard.channels.registry import PerConversation
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
+from switchboard.core.safepaths import UnsafePathError, read_inside
 from switchboard.core.toolbox.files import resolve_in_workspace
 from switchboard.core.workspaces import workspace_for
 from switchboard.core.workspacestore import WorkspaceStore
@@ -39,9 +40,8 @@ MAX_SEND_FILE_BYTES = 2 * 2**30
 """The largest workspace file read for sending (every platform's own cap is far below; the channel checks it)."""
 
 
-def _read(path: Path) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(MAX_SEND_FILE_BYTES + 1)
+def _read(workspace: Path, path: Path) -> bytes:
+    return read_inside(workspace, path, limit=MAX_SEND_FILE_BYTES + 1)  # no link followed, no FIFO waited on
 
 
 async def read_workspace_file(root: Path | None, session: str, path: str, conversation: ConversationRef) -> FileData:
@@ -54,12 +54,17 @@ async def read_workspace_file(root: Path | None, session: str, path: str, conver
     channel = conversation.channel
     if root is None:
         raise DeliveryError("this worker has no workspace root to send files from", channel=channel, retryable=False)
+    workspace = workspace_for(root, session)
     try:
-        target = resolve_in_workspace(workspace_for(root, session), path, create=False)
+        target = resolve_in_workspace(workspace, path, create=False)
     except ToolError as exc:
         raise DeliveryError(f"cannot send {path!r}: {exc}", channel=channel, retryable=False) from None
     try:
-        data = await asyncio.to_thread(_read, target)
+        data = await asyncio.to_thread(_read, workspace, target)
+    except UnsafePathError:
+        raise DeliveryError(
+            f"cannot send {path!r}: a symlink or no regular file", channel=channel, retryable=False
+        ) from None
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise DeliveryError(f"cannot send {path!r}: no such file", channel=channel, retryable=False) from None
     except OSError as exc:

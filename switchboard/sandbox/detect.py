@@ -102,7 +102,10 @@ async def _try(
     if kind == "weak":
         if not allow_weak:
             return None, "not allowed (SWITCHBOARD_SANDBOX__ALLOW_WEAK=false)"
-        detail = f"WEAK: rlimits, scrubbed environment and process-group kill only; processes by {processes}"
+        detail = (
+            "WEAK: rlimits, scrubbed environment, seccomp (no unix sockets) and a kill of every process the command "
+            f"started only; processes by {processes}"
+        )
         return Sandbox("weak", limits, prlimit=prlimit, pids_root=pids_root, detail=detail), ""
     if not seccomp:
         return None, "no seccomp filter for this machine"

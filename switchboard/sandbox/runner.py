@@ -6,6 +6,9 @@ user namespaces are unavailable) or ``weak`` (rlimits and a scrubbed environment
 never on by default). Each command starts in a process group of its own; on its deadline, or when the awaiting
 task is cancelled, the whole group is killed (under bubblewrap the sandbox's pid namespace goes with it, so a
 process that ignores signals or starts a new session dies too), and the ``pids`` cgroup is swept where one is used.
+Under Landlock and the weak floor the launcher (:mod:`switchboard.sandbox.confine`) is a child subreaper: it is
+first asked (SIGTERM) to kill every process below it — a daemon that left the group included — and it does the
+same whenever the command exits, so nothing a command started outlives it even without a cgroup.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from switchboard.sandbox import confine
 from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, proxy_binds, python_prefixes, system_binds
 from switchboard.sandbox.capture import StreamCapture, read_into
 from switchboard.sandbox.limits import CommandLimits, PidsCgroup, tasks_of_this_user
-from switchboard.sandbox.seccomp import program
+from switchboard.sandbox.seccomp import SeccompError, program
 
 __all__ = ["GRANT_SHOWN_AS", "CommandResult", "EgressAccess", "Isolation", "Sandbox"]
 
@@ -39,6 +42,8 @@ Isolation = Literal["bwrap", "landlock", "weak"]
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_S = 1.0
 """After the command ended, how long its output pipes may stay open (a stray holder is killed before)."""
+_SWEEP_S = 5.0
+"""How long a Landlock/weak launcher may take to kill its command's processes after SIGTERM."""
 GRANT_SHOWN_AS = "<egress-grant>"
 """What a command's output shows in place of its egress grant's token (``echo $HTTP_PROXY``)."""
 
@@ -99,6 +104,8 @@ class Sandbox:
     the worker passes its egress proxy per call instead (:class:`EgressAccess`)."""
     seccomp_inet: bytes = b""
     """The filter that also allows IP sockets, for commands with egress (made on first use)."""
+    seccomp_local: bytes = b""
+    """The filter of Landlock and weak commands, which refuses ``AF_UNIX`` sockets (made on first use)."""
     _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = field(default_factory=dict)
     """The concurrency slots of each event loop using this sandbox (detection probes in a loop of its own)."""
 
@@ -129,22 +136,38 @@ class Sandbox:
         }
 
     def _filter(self, egress: EgressAccess | None) -> bytes:
-        """The seccomp program of a command: IP sockets only when it reaches the proxy over the sandbox's loopback."""
-        if self.kind != "bwrap" or (egress is None and self.proxy_socket is None):
-            return self.seccomp
-        if self.proxy_socket is not None:
-            return self.seccomp  # built with IP sockets allowed already (a socket bound into every command)
-        if not self.seccomp_inet:
-            self.seccomp_inet = program(inet=True)
-        return self.seccomp_inet
+        """The seccomp program of a command.
+
+        Bubblewrap: ``AF_UNIX`` sockets stay allowed (its mount namespace holds no host socket but the egress
+        proxy's, bound in on purpose), and IP sockets only when the command reaches the proxy over the sandbox's
+        loopback. Landlock and the weak floor share the host's file system, and Landlock does not mediate
+        ``connect()`` to a pathname socket: their filter refuses ``AF_UNIX`` sockets (the weak floor keeps its IP
+        sockets: it has no network isolation anyway).
+        """
+        match self.kind:
+            case "bwrap":
+                if egress is None or self.proxy_socket is not None:
+                    return self.seccomp  # with a socket bound into every command, built with IP sockets already
+                if not self.seccomp_inet:
+                    self.seccomp_inet = program(inet=True)
+                return self.seccomp_inet
+            case "landlock" | "weak":
+                if not self.seccomp_local:
+                    try:
+                        self.seccomp_local = program(inet=self.kind == "weak", unix=False)
+                    except SeccompError:  # no table for this machine: only the weak floor runs without one
+                        return b""
+                return self.seccomp_local
+            case _:
+                assert_never(self.kind)
 
     def _argv(
         self, command: str, workspace: Path, tmp: str, seccomp_fd: int, egress: EgressAccess | None = None
     ) -> tuple[list[str], dict[str, str]]:
         """The full command line and the environment of the spawned process."""
         shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
-        limit = self.limits.prlimit_argv(
-            self.prlimit, nproc=self.pids_root is None, already=tasks_of_this_user() if shared else 0
+        limit = self.limits.prlimit_argv(  # + 1: the launcher stays, as the command's parent
+            self.prlimit, nproc=self.pids_root is None, already=tasks_of_this_user() + 1 if shared else 0
         )
         shell = ["/bin/sh", "-c", command]
         match self.kind:
@@ -170,7 +193,7 @@ class Sandbox:
                     "landlock": self.kind == "landlock",
                     "ro": _read_only_roots(),  # the system and the Python prefixes bubblewrap binds
                     "rw": [str(workspace), tmp, "/dev/null"],
-                    "seccomp": self.seccomp.hex() if self.kind == "landlock" else "",
+                    "seccomp": self._filter(None).hex(),
                 }
                 launcher = [sys.executable, "-I", "-S", confine.__file__, json.dumps(spec), "--"]
                 return [*launcher, *limit, *shell], self._env(tmp, str(workspace))
@@ -269,6 +292,8 @@ class Sandbox:
             except TimeoutError:
                 timed_out = True
         finally:
+            if self.kind != "bwrap" and not exited.is_set():
+                await _stop_launcher(proc, exited)
             _kill(proc, cgroup)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(readers), _DRAIN_S)
@@ -302,6 +327,18 @@ def _read_only_roots() -> list[str]:
     """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds)."""
     binds = system_binds()
     return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"]
+
+
+async def _stop_launcher(proc: asyncio.subprocess.Process, exited: asyncio.Event) -> None:
+    """Ask the Landlock/weak launcher to kill every process of its command (daemons included), then wait for it.
+
+    A plain group kill would take the launcher down first, and a daemon that left the group would survive; if the
+    launcher does not exit within :data:`_SWEEP_S` (killed by an unscoped command), the group kill follows anyway.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(exited.wait()), _SWEEP_S)
 
 
 def _kill(proc: asyncio.subprocess.Process, cgroup: PidsCgroup | None) -> None:

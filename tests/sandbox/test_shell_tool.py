@@ -134,3 +134,15 @@ async def test_bad_arguments_are_refused_before_anything_runs(bwrap: Sandbox, wo
 def test_no_sandbox_means_no_shell_tool() -> None:
     assert "shell" not in default_registry(sandbox=None)
     assert "shell" in default_registry()
+
+
+def test_without_network_untrusted_content_in_the_turn_does_not_gate_the_next_command(sandbox: Sandbox) -> None:
+    # A command's effects stay in the session's workspace: a document or an earlier command's output in view must
+    # not stop the next command (a multi-step shell task, a skill's script). Sending to the user is still gated.
+    from switchboard.core.effects import UNTRUSTED_REFUSAL, untrusted_refusal
+    from switchboard.core.toolbox.channel import TOOLS as CHANNEL_TOOLS
+
+    (shell,) = shell_tools(sandbox)
+    assert untrusted_refusal(shell, untrusted_context=True, policy="refuse") is None
+    send = next(tool for tool in CHANNEL_TOOLS if tool.name == "send_file")
+    assert untrusted_refusal(send, untrusted_context=True, policy="refuse") == UNTRUSTED_REFUSAL

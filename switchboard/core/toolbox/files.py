@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from switchboard.core.programs import cap_output
+from switchboard.core.safepaths import read_inside
 from switchboard.core.threads import run_blocking
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.workspaces import Quotas, Workspaces, make_private_dir, path_bound_error
@@ -163,7 +164,13 @@ def _text_of(args: ReadFileInput, ctx: ToolContext) -> tuple[str, int]:
             error_class="validation",
         )
     try:
-        return target.read_bytes().decode("utf-8"), size
+        data = read_inside(ctx.workspace, target, limit=MAX_FILE_BYTES + 1)  # no link followed, no FIFO waited on
+    except OSError:
+        raise ToolError(
+            f"{args.path!r} is not a regular file in the session workspace", error_class="validation"
+        ) from None
+    try:
+        return data.decode("utf-8"), len(data)
     except UnicodeDecodeError:
         raise ToolError(
             f"{args.path!r} is not UTF-8 text: use read_document for PDF, DOCX, XLSX and other documents",

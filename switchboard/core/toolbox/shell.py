@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchboard.core.actions import SendText
 from switchboard.core.events import SandboxUsed
 from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import make_private_dir
+from switchboard.core.workspaces import Workspaces, make_private_dir
 from switchboard.errors import ToolError
 from switchboard.sandbox.runner import CommandResult, EgressAccess, Sandbox
 
@@ -179,6 +179,8 @@ def shell_tools(
             else None
         )
         network: str | None = None
+        spaces = ctx.workspaces or Workspaces(None)
+        before = await asyncio.to_thread(spaces.snapshot, workspace)  # what the commands add may be taken back
         try:
             with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
                 way_out = access if isinstance(access, EgressAccess) else None
@@ -192,6 +194,7 @@ def shell_tools(
         finally:
             if progress is not None:
                 progress.cancel()
+            over_quota = await asyncio.to_thread(spaces.settle, workspace, before)
         if ctx.record is not None:
             await ctx.record(
                 SandboxUsed(
@@ -208,6 +211,8 @@ def shell_tools(
         }
         if network is not None:
             result["network"] = network
+        if over_quota is not None:
+            result["error"] = over_quota
         return result
 
     return [
@@ -220,7 +225,10 @@ def shell_tools(
             input=ShellInput,
             fn=shell,
             side_effect="write",
-            risk="medium",
+            # Without network a command's effects stay in the session's own workspace: low risk, so untrusted
+            # content in the turn (a document, an earlier command's output) does not gate the next command. With
+            # the egress proxy it can reach the agent's allowlisted hosts with their secrets: gated like a send.
+            risk="low" if egress is None else "medium",
             timeout_s=options.max_timeout_s + 30.0,
             cost=5,
             connector="sandbox",

@@ -1,0 +1,238 @@
+"""A hostile command in the ``shell`` sandbox (a prompt-injected model, or a user steering one).
+
+Each test is an escape or abuse attempt that must fail. Those marked ``xfail(strict=True)`` fail today: they pin a
+defect described in the attack notes of issue #10, and turn into a failure of the suite (XPASS) once it is fixed, so
+the mark is removed with the fix. Every test runs a real command in a real sandbox; a host without bubblewrap (or
+without Landlock) skips it, naming why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from switchboard.sandbox.runner import Sandbox
+from tests.sandbox.conftest import processes_with, sandbox_of
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
+
+_CLONE_PROBE = r"""
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+NEWUSER, NEWNS, SIGCHLD = 0x10000000, 0x00020000, 17
+clone = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+pid = libc.syscall(clone, NEWUSER | NEWNS | SIGCHLD, 0, 0, 0, 0)
+if pid == 0:
+    os._exit(0)
+if pid > 0:
+    os.waitpid(pid, 0)
+print("clone-newuser", "ok" if pid > 0 else "refused")
+"""
+
+_CLONE3_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Args(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in
+                ("flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size", "tls")]
+args = Args(flags=0x10000000, exit_signal=17)  # CLONE_NEWUSER
+pid = libc.syscall(435, ctypes.byref(args), ctypes.sizeof(args))
+if pid == 0:
+    os._exit(0)
+if pid > 0:
+    os.waitpid(pid, 0)
+print("clone3-newuser", "ok" if pid > 0 else "refused")
+"""
+
+_FSOPEN_PROBE = r"""
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+clone = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+pid = libc.syscall(clone, 0x10000000 | 0x00020000 | 17, 0, 0, 0, 0)
+if pid == 0:
+    fd = libc.syscall(430, b"tmpfs", 0)  # fsopen: the new mount API (fsopen/fsconfig/fsmount/move_mount)
+    print("fsopen", "ok" if fd >= 0 else "refused", flush=True)
+    os._exit(0)
+if pid > 0:
+    os.waitpid(pid, 0)
+else:
+    print("fsopen refused")
+"""
+
+
+async def _run(box: Sandbox, workspace: Path, command: str, timeout_s: float = 30) -> str:
+    done = await box.run(command, workspace, timeout_s=timeout_s, max_output=20_000)
+    return done.stdout + done.stderr
+
+
+def _script(workspace: Path, name: str, text: str) -> str:
+    (workspace / name).write_text(text)
+    (workspace / name).chmod(0o644)
+    return f"python3 {name}"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    path.chmod(0o777)  # the sandbox's uid (nobody under bubblewrap) writes here
+    return path
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "landlock"])
+async def test_a_command_cannot_make_new_namespaces_with_clone(kind: str, workspace: Path) -> None:
+    out = await _run(sandbox_of(kind), workspace, _script(workspace, "p.py", _CLONE_PROBE))  # type: ignore[arg-type]
+    assert "clone-newuser" in out, out
+    assert "clone-newuser refused" in out, "a nested user namespace gives the command every capability in it"
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "landlock"])
+async def test_a_command_cannot_make_new_namespaces_with_clone3(kind: str, workspace: Path) -> None:
+    out = await _run(sandbox_of(kind), workspace, _script(workspace, "p.py", _CLONE3_PROBE))  # type: ignore[arg-type]
+    assert "clone3-newuser" in out, out
+    assert "clone3-newuser refused" in out
+
+
+async def test_a_command_cannot_mount_through_the_new_mount_api(workspace: Path) -> None:
+    out = await _run(sandbox_of("bwrap"), workspace, _script(workspace, "p.py", _FSOPEN_PROBE))
+    assert "fsopen" in out, out
+    assert "fsopen refused" in out
+
+
+async def test_a_daemon_started_by_a_command_does_not_outlive_it_under_landlock_as_non_root(workspace: Path) -> None:
+    box = dataclasses.replace(sandbox_of("landlock"), pids_root=None)  # what a worker not running as root gets
+    marker = f"{uuid.uuid4().int % 10**6}.{os.getpid()}"
+    try:
+        done = await box.run(
+            f"setsid -f sh -c 'echo up > up; exec sleep {marker}' >/dev/null 2>&1; "
+            "while [ ! -f up ]; do sleep 0.05; done; echo started",  # in its own session before the command ends
+            workspace,
+            timeout_s=10,
+            max_output=1000,
+        )
+        assert done.stdout.strip() == "started" and done.exit_code == 0
+        assert processes_with(marker) == [], "a process of the command is still running"
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "landlock"])
+async def test_no_device_node_or_write_to_the_system(kind: str, workspace: Path) -> None:
+    box = sandbox_of(kind)  # type: ignore[arg-type]
+    out = await _run(
+        box,
+        workspace,
+        "mknod disk b 8 0 2>&1 || echo no-mknod; "
+        "cat /dev/kcore >/dev/null 2>&1 || echo no-kcore; "
+        "cat /proc/kcore >/dev/null 2>&1 || echo no-proc-kcore; "
+        "touch /usr/planted 2>/dev/null || echo no-usr-write; "
+        "touch \"$(python3 -c 'import sys; print(sys.prefix)')/planted\" 2>/dev/null || echo no-venv-write",
+    )
+    for word in ("no-mknod", "no-kcore", "no-proc-kcore", "no-usr-write", "no-venv-write"):
+        assert word in out, out
+    assert not (workspace / "disk").exists()
+    assert not Path("/usr/planted").exists()
+
+
+async def test_the_worker_environment_and_venv_hold_no_secret_the_sandbox_can_read(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_TELEGRAM__BOT_TOKEN", "host-token-4242")
+    out = await _run(
+        sandbox_of("bwrap"),
+        workspace,
+        "env; cat /proc/1/environ /proc/self/environ 2>/dev/null | tr '\\0' '\\n'; "
+        "grep -rs host-token-4242 /proc/*/environ /tmp 2>/dev/null; echo end",
+    )
+    assert "end" in out and "host-token-4242" not in out
+
+
+async def test_output_flooding_is_captured_with_bounded_memory_and_an_exact_count(workspace: Path) -> None:
+    size = 40 * 2**20
+    done = await sandbox_of("bwrap").run(
+        f"head -c {size} /dev/zero | tr '\\0' a", workspace, timeout_s=60, max_output=100
+    )
+    assert done.exit_code == 0
+    assert done.stdout.startswith("a" * 50) and done.stdout.endswith("a" * 50)
+    assert f"… {size - 100} characters truncated …" in done.stdout
+
+
+async def test_hostile_file_names_and_file_floods_stay_inside_the_workspace(workspace: Path) -> None:
+    out = await _run(
+        sandbox_of("bwrap"),
+        workspace,
+        "printf x > \"$(printf 'evil\\nname\\r\\033[2J')\"; mkfifo pipe; "
+        "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('sock')\"; "
+        "mkdir -p flood && cd flood && seq 1 3000 | xargs touch; echo made",
+    )
+    assert "made" in out, out
+    assert len(list((workspace / "flood").iterdir())) == 3000
+    assert all(p.resolve().is_relative_to(workspace.resolve()) for p in workspace.iterdir())
+
+
+async def test_a_landlocked_command_cannot_reach_the_hosts_unix_sockets(tmp_path: Path) -> None:
+    data = tmp_path / "data"  # the default layout: <data dir>/redis.sock beside <data dir>/workspaces
+    workspace = data / "workspaces" / "t-tenant" / "session"
+    workspace.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(data / "redis.sock"))
+        server.listen(4)
+        server.setblocking(False)
+        command = (  # relative to the socket's directory: a socket path is bounded (108 bytes)
+            'cd "$HOME/../../.." && python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+            "s.connect('redis.sock'); s.sendall(b'FLUSHALL\\r\\n')\""
+        )
+        await _run(sandbox_of("landlock"), workspace, command)
+        try:
+            peer, _ = server.accept()
+        except BlockingIOError:
+            return
+        with peer:
+            peer.setblocking(True)
+            peer.settimeout(5)
+            got = peer.recv(100)
+        pytest.fail(f"the host's unix socket received {got!r} from the sandbox")
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "landlock"])
+async def test_a_command_cannot_reach_the_hosts_abstract_unix_sockets(kind: str, workspace: Path) -> None:
+    name = f"switchboard-attack-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("\0" + name)
+        server.listen(4)
+        server.setblocking(False)
+        command = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+            f"s.connect('\\\\0{name}'); s.sendall(b'hello')\""
+        )
+        out = await _run(sandbox_of(kind), workspace, command)  # type: ignore[arg-type]
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    assert "Error" in out, out
+
+
+async def test_a_bubblewrapped_command_cannot_reach_the_hosts_pathname_unix_sockets(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    workspace = data / "workspaces" / "t-tenant" / "session"
+    workspace.mkdir(parents=True)
+    workspace.chmod(0o777)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(data / "redis.sock"))
+        server.listen(4)
+        server.setblocking(False)
+        host = await _run(sandbox_of("bwrap"), workspace, "awk '$5 == \"/workspace\" {print $4}' /proc/self/mountinfo")
+        command = (
+            f"cd '{host.strip()}/../../..' 2>/dev/null || cd /workspace/../../..; python3 -c \"import socket; "
+            "s = socket.socket(socket.AF_UNIX); s.connect('redis.sock')\""
+        )
+        await _run(sandbox_of("bwrap"), workspace, command)
+        with pytest.raises(BlockingIOError):
+            server.accept()
