@@ -23,6 +23,7 @@ __all__ = [
     "WORKSPACE",
     "bwrap_argv",
     "proxy_binds",
+    "python_binds",
     "python_prefixes",
     "system_binds",
 ]
@@ -67,8 +68,11 @@ def python_prefixes() -> list[str]:
     return found
 
 
-def system_binds() -> list[str]:
-    """Bwrap options for the read-only system: ``/usr``, its top-level links, the ``/etc`` subset, Python."""
+def system_binds(*, python: bool = True) -> list[str]:
+    """Bwrap options for the read-only system: ``/usr``, its top-level links, the ``/etc`` subset, Python.
+
+    ``python=False`` leaves out :func:`python_binds` (bubblewrap binds them after the private ``/tmp``).
+    """
     argv: list[str] = []
     for top in _TOP:
         if os.path.islink(top):
@@ -78,6 +82,16 @@ def system_binds() -> list[str]:
     for entry in ETC_FILES:
         if os.path.exists(entry):
             argv += ["--ro-bind", entry, entry]
+    return argv + python_binds() if python else argv
+
+
+def python_binds() -> list[str]:
+    """Bwrap options binding the interpreter's prefixes read-only.
+
+    A venv may live under ``/tmp``: these are bound after the sandbox's private ``/tmp`` is mounted, so that mount
+    does not hide them.
+    """
+    argv: list[str] = []
     for prefix in python_prefixes():
         argv += ["--ro-bind", prefix, prefix]
     return argv
@@ -106,7 +120,7 @@ def bwrap_argv(
         "ALL",
         "--hostname",
         "sandbox",
-        *system_binds(),
+        *system_binds(python=False),
         "--proc",
         "/proc",
         "--dev",
@@ -115,6 +129,7 @@ def bwrap_argv(
         str(tmp_bytes),
         "--tmpfs",
         "/tmp",  # noqa: S108 - the sandbox's own private tmpfs
+        *python_binds(),
         "--bind",
         str(workspace),
         WORKSPACE,
