@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import SecretStr
 
-from switchboard.channels.base import HttpAnswer, Inbound, RawRequest
+from switchboard.channels.base import HttpAnswer, Inbound, RawRequest, header_values
 from switchboard.errors import MalformedBodyError, SignatureError
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "UNCLAIMED_PREFIX",
     "AccountMap",
     "handshake_answer",
-    "header_values",
     "load_delivery",
     "record_event",
     "secret_bytes",
@@ -75,15 +74,6 @@ def secret_bytes(value: SecretStr | None) -> bytes | None:
         return None
     raw = value.get_secret_value()
     return raw.encode() if raw else None
-
-
-def header_values(headers: Mapping[str, str], name: str) -> list[str]:
-    """Every value of header ``name`` (case-insensitive; repeated headers are all returned)."""
-    getall = getattr(headers, "getall", None)
-    if callable(getall):
-        return [str(v) for v in getall(name, [])]
-    lowered = name.lower()
-    return [v for k, v in headers.items() if k.lower() == lowered]
 
 
 def sign(body: bytes, app_secret: bytes | str) -> str:

@@ -38,6 +38,7 @@ import aiohttp
 import jwt
 from microsoft_agents.hosting.core.authorization.authentication_constants import AuthenticationConstants
 
+from switchboard.channels.base import header_values
 from switchboard.errors import SignatureError
 
 __all__ = [
@@ -177,11 +178,7 @@ def _signing_key(item: object) -> tuple[str, SigningKey] | None:
 
 
 def _bearer(headers: Mapping[str, str]) -> str:
-    getall = getattr(headers, "getall", None)
-    if callable(getall):
-        values = [str(v) for v in getall("Authorization", [])]
-    else:
-        values = [v for k, v in headers.items() if k.lower() == "authorization"]
+    values = header_values(headers, "Authorization")
     if not values:
         raise SignatureError("missing Authorization header (the Bot Connector sends a bearer token)", channel=_CHANNEL)
     scheme, _, token = values[0].partition(" ")

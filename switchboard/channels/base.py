@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from multidict import MultiMapping
+
 from switchboard.core.actions import Action
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
 from switchboard.types import ChannelName
@@ -43,6 +45,7 @@ __all__ = [
     "RawRequest",
     "Receipt",
     "SendContext",
+    "header_values",
 ]
 
 
@@ -58,6 +61,14 @@ class RawRequest:
     body: bytes
     account: str = "default"
     """The account named by the URL (``/webhooks/{channel}/{account}``)."""
+
+
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name``, case-insensitively (a repeated header gives several: signature checks refuse)."""
+    if isinstance(headers, MultiMapping):
+        return [str(value) for value in headers.getall(name, [])]
+    lowered = name.lower()
+    return [value for key, value in headers.items() if key.lower() == lowered]
 
 
 @dataclass(frozen=True, slots=True)

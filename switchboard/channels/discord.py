@@ -55,6 +55,7 @@ from switchboard.channels.base import (
     RawRequest,
     Receipt,
     SendContext,
+    header_values,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.core.actions import (
@@ -145,8 +146,7 @@ def problems(settings: DiscordSettings) -> list[str]:
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
-    getall = getattr(headers, "getall", None)
-    values = [str(v) for v in getall(name, [])] if callable(getall) else [headers[name]] if name in headers else []
+    values = header_values(headers, name)
     return values[0] if len(values) == 1 else None
 
 

@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import ClassVar, Literal, assert_never
 from urllib.parse import parse_qs
 
@@ -48,6 +48,7 @@ from switchboard.channels.base import (
     RawRequest,
     Receipt,
     SendContext,
+    header_values,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.channelsettings import SlackSettings
@@ -77,13 +78,6 @@ _CHANNEL: Literal["slack"] = "slack"
 _WINDOW_S = 300
 EMPTY_200 = HttpAnswer(200, b"", None)
 """Slack's expected answer: an empty 200."""
-
-
-def _header(headers: Mapping[str, str], name: str) -> list[str]:
-    getall = getattr(headers, "getall", None)
-    if callable(getall):
-        return [str(v) for v in getall(name, [])]
-    return [v for k, v in headers.items() if k.lower() == name.lower()]
 
 
 def _is_ssl_check(request: RawRequest) -> bool:
@@ -172,7 +166,10 @@ class SlackChannel:
                 channel=_CHANNEL,
                 status=403,
             )
-        stamps, signatures = _header(request.headers, TIMESTAMP_HEADER), _header(request.headers, SIGNATURE_HEADER)
+        stamps, signatures = (
+            header_values(request.headers, TIMESTAMP_HEADER),
+            header_values(request.headers, SIGNATURE_HEADER),
+        )
         if not stamps or not signatures:
             raise SignatureError(f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header", channel=_CHANNEL)
         stamp = stamps[0]
@@ -195,7 +192,7 @@ class SlackChannel:
         Raises:
             MalformedBodyError: the body is not a Slack payload.
         """
-        content_type = next(iter(_header(request.headers, "Content-Type")), "").split(";", 1)[0].strip().lower()
+        content_type = next(iter(header_values(request.headers, "Content-Type")), "").split(";", 1)[0].strip().lower()
         if content_type == "application/x-www-form-urlencoded":
             return self._form(request.body)
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal, assert_never
 
@@ -38,6 +37,7 @@ from switchboard.channels.base import (
     RawRequest,
     Receipt,
     SendContext,
+    header_values,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.core.actions import (
@@ -82,13 +82,6 @@ CAPABILITIES = Capabilities(
 
 GROUP_CAPABILITIES = replace(CAPABILITIES, streaming="edits", chat_rate=Rate(20 / 60, 3), edit_rate=Rate(0.2, 1))
 """A group or a forum topic: no drafts (streaming by edits), ~20 messages a minute with edits counted."""
-
-
-def _header_values(headers: Mapping[str, str], name: str) -> list[str]:
-    getall = getattr(headers, "getall", None)
-    if callable(getall):
-        return [str(v) for v in getall(name, [])]
-    return [v for k, v in headers.items() if k.lower() == name.lower()]
 
 
 def _malformed(err: ValidationError) -> MalformedBodyError:
@@ -191,7 +184,7 @@ class TelegramChannel:
                 channel=_CHANNEL,
                 status=403,
             )
-        values = _header_values(request.headers, SECRET_HEADER)
+        values = header_values(request.headers, SECRET_HEADER)
         if not values:
             raise SignatureError(f"missing {SECRET_HEADER} header", channel=_CHANNEL, status=401)
         given = values[0].encode("utf-8", "surrogateescape")
