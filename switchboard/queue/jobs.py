@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -133,20 +134,47 @@ class DrainJobs:
             raise ValueError(f"not a drain job: {func!r}")
         return SessionKey(args[0])
 
-    async def enqueue(self, redis: aioredis.Redis, session: SessionKey, *, expected: str | None) -> str | None:
+    async def enqueue(
+        self, redis: aioredis.Redis, session: SessionKey, *, expected: str | None, front: bool = False
+    ) -> str | None:
         """Push a new drain job for ``session`` and point its drain flag at it.
 
         Only when no lease is held and the flag still reads ``expected`` (``None``: absent), so two
-        repairers never both enqueue. Returns the new job id, or ``None`` when nothing was done.
+        repairers never both enqueue. ``front``: at the head of the queue (a session whose drain was
+        interrupted). Returns the new job id, or ``None`` when nothing was done.
         """
-        job_id = new_job_id()
-        keys = SessionKeys(session)
-        done = await scripts.ENQUEUE(
+        return (await self.enqueue_many(redis, [(session, expected)], front=front))[0]
+
+    async def enqueue_many(
+        self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str | None]], *, front: bool
+    ) -> list[str | None]:
+        """:meth:`enqueue` for each ``(session, expected flag)``, in one round trip; the new job ids in order."""
+        now = rq_time(time.time())
+        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
+        ids: list[str] = []
+        for session, expected in sessions:
+            job_id = new_job_id()
+            keys = SessionKeys(session)
+            ids.append(job_id)
+            calls.append(
+                (
+                    [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
+                    [expected or "", job_id, session, now, self.config, "1" if front else ""],
+                )
+            )
+        done = await scripts.ENQUEUE.many(redis, calls)
+        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
+
+    async def drop_stuck(self, redis: aioredis.Redis, job_ids: Sequence[str]) -> int:
+        """Give up drain jobs stuck in RQ's intermediate list: each id dropped and its hash deleted in one step.
+
+        Returns how many were dropped (a job some worker registered meanwhile is left alone).
+        """
+        done = await scripts.JOB_DROP_STUCK.many(
             redis,
-            [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
-            [expected or "", job_id, session, rq_time(time.time()), self.config],
+            [([self.keys.intermediate, self.keys.job(j), self.keys.first_seen(j)], [j]) for j in job_ids],
         )
-        return job_id if done else None
+        return sum(1 for ok in done if ok)
 
     async def yield_slot(self, redis: aioredis.Redis, lease: LeaseToken) -> bool:
         """Fairness: if other drain jobs wait, free ``lease`` and push a new drain job at the back, in one step.
@@ -178,16 +206,30 @@ class DrainJobs:
     async def take_over(self, redis: aioredis.Redis, session: SessionKey, lease_value: str) -> str | None:
         """Free a dead worker's lease (only if it still reads ``lease_value``) and push a new drain job, in one step.
 
-        Returns the new job id, or ``None`` when the lease changed meanwhile (nothing done).
+        The job goes to the head of the queue. Returns the new job id, or ``None`` when the lease changed meanwhile
+        (nothing done).
         """
-        job_id = new_job_id()
-        keys = SessionKeys(session)
-        done = await scripts.LEASE_TAKEOVER(
-            redis,
-            [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
-            [lease_value, job_id, session, rq_time(time.time()), self.config],
-        )
-        return job_id if done else None
+        return (await self.take_over_many(redis, [(session, lease_value)]))[0]
+
+    async def take_over_many(
+        self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str]]
+    ) -> list[str | None]:
+        """:meth:`take_over` for each ``(session, lease value seen)``, in one round trip; the new job ids in order."""
+        now = rq_time(time.time())
+        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
+        ids: list[str] = []
+        for session, lease_value in sessions:
+            job_id = new_job_id()
+            keys = SessionKeys(session)
+            ids.append(job_id)
+            calls.append(
+                (
+                    [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
+                    [lease_value, job_id, session, now, self.config],
+                )
+            )
+        done = await scripts.LEASE_TAKEOVER.many(redis, calls)
+        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
 
     async def start(
         self, redis: aioredis.Redis, job_id: str, *, worker: str, heartbeat_ttl_s: float

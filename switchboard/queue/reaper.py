@@ -8,14 +8,17 @@ A session in ``runnable`` with no lease needs a new drain job when its drain fla
 - pointing at a job that is gone or finished, failed, stopped or cancelled;
 - pointing at a job marked started by a worker whose heartbeat is older than the lease TTL (SIGKILL,
   host loss, a frozen process);
-- pointing at a job stuck in RQ's intermediate list (a worker died between ``BLMOVE`` and registering);
+- pointing at a job gone from RQ (deleted with its id when it was stuck in RQ's intermediate list: a worker died
+  between ``BLMOVE`` and registering it);
 - pointing at a queued job older than :func:`queued_grace_s` that is in no RQ list any more.
 
 A session whose head was deferred (the model provider asked to wait, :attr:`GlobalKeys.deferred`) is left alone
 until the deferral is due; then it is repaired like any other (its flag points at the finished job).
 
 A queued job waiting behind others is left alone. Duplicate drain jobs are harmless anyway: the lease
-serialises them, and a drain that finds the lease taken or the inbox empty simply ends.
+serialises them, and a drain that finds the lease taken or the inbox empty simply ends. Repairs and takeovers push
+their drain jobs at the head of the queue (the session was interrupted; the sessions waiting have not started) and
+go out in one pipeline per sweep, so a sweep stays short even when a crash stranded many sessions.
 
 :meth:`Reaper.take_over_dead_workers` runs apart from the sweep, twice every worker heartbeat: a session whose lease
 is held by a worker whose liveness key has expired (it missed three heartbeats) has its lease freed and a new
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from typing import Any, Final
 
 import redis
@@ -97,9 +101,10 @@ class Reaper:
         if not await self.redis.set(_GLOBAL.reaper_lock, self.worker_id, nx=True, px=lock_ms):
             return 0
         stuck = await self._stuck_intermediate()
-        repaired = await self._sweep_runnable(stuck)
-        # only now forget them: a reaper dying mid-sweep leaves them for the next sweep to find again
-        await self._drop_intermediate(stuck)
+        if stuck:  # their hashes go with them, so the runnable sweep below repairs their sessions
+            dropped = await self.jobs.drop_stuck(self.redis, sorted(stuck))
+            logger.warning("gave up %d drain jobs stuck in RQ's intermediate list", dropped)
+        repaired = await self._sweep_runnable()
         if self.sync_redis is not None and time.monotonic() - self._last_rq_cleanup >= RQ_CLEANUP_EVERY_S:
             self._last_rq_cleanup = time.monotonic()
             try:
@@ -135,12 +140,12 @@ class Reaper:
             if not sessions:
                 break
             leases = await self.redis.mget([SessionKeys(s).lease for s in sessions])
-            for session, raw_lease in zip(sessions, leases, strict=True):
-                value = _text(raw_lease)
-                if value is None or value.split(":", 1)[-1] not in dead:
-                    continue
-                if await self.jobs.take_over(self.redis, session, value) is not None:
-                    taken += 1
+            held = [
+                (session, value)
+                for session, value in zip(sessions, (_text(v) for v in leases), strict=True)
+                if value is not None and value.split(":", 1)[-1] in dead
+            ]
+            taken += sum(1 for job in await self.jobs.take_over_many(self.redis, held) if job is not None)
             if len(sessions) < SWEEP_BATCH:
                 break
             offset += SWEEP_BATCH
@@ -148,7 +153,7 @@ class Reaper:
         logger.warning("took over %d sessions from dead workers %s", taken, ", ".join(sorted(dead)))
         return taken
 
-    async def _sweep_runnable(self, stuck: set[str]) -> int:
+    async def _sweep_runnable(self) -> int:
         now = time.time()
         raw = await self.redis.zrangebyscore(_GLOBAL.runnable, "-inf", "+inf", start=0, num=SWEEP_BATCH)
         sessions = [SessionKey(_text(s) or "") for s in raw]
@@ -184,24 +189,37 @@ class Reaper:
         lost |= await self._unleased_started(
             [f for f in flags if job_state[f][0] == "started" and job_state[f][1] in live], now
         )
-        repaired = 0
-        for session, current in candidates:
-            if current is not None and not self._needs_repair(job_state[current], current, live, stuck | lost):
+        todo = [
+            (session, current)
+            for session, current in candidates
+            if current is None or self._needs_repair(job_state[current], current, live, lost)
+        ]
+        if not todo:
+            return 0
+        # at the head of the queue: these sessions were interrupted, the ones waiting behind have not started
+        jobs = await self.jobs.enqueue_many(self.redis, todo, front=True)
+        reasons: Counter[str] = Counter()
+        for (session, current), job in zip(todo, jobs, strict=True):
+            if job is None:
                 continue
-            if await self.jobs.enqueue(self.redis, session, expected=current) is not None:
-                logger.info("re-enqueued a drain for a stranded session (flag %s)", current or "missing")
-                repaired += 1
-        return repaired
+            status, worker = job_state[current] if current is not None else ("missing", None)
+            reason = "lost" if current in lost else "gone" if status is None else str(status)
+            reasons[reason] += 1
+            logger.debug("re-enqueued a drain for stranded %s (flag %s: %s, %s)", session, current, reason, worker)
+        if reasons:
+            summary = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items()))
+            logger.info("re-enqueued drains for %d stranded sessions (their flag's job: %s)", reasons.total(), summary)
+        return reasons.total()
 
     @staticmethod
-    def _needs_repair(job: tuple[str | None, str | None], flag: str, live: set[str | None], stuck: set[str]) -> bool:
+    def _needs_repair(job: tuple[str | None, str | None], flag: str, live: set[str | None], lost: set[str]) -> bool:
         status, worker = job
         if status is None or status in _TERMINAL:
             return True
         if status == "started":
-            return worker not in live or flag in stuck
+            return worker not in live or flag in lost
         if status == "queued":
-            return flag in stuck
+            return flag in lost
         return True
 
     async def _unleased_started(self, job_ids: list[str], now: float) -> set[str]:
@@ -237,7 +255,8 @@ class Reaper:
         """Job ids left in RQ's intermediate list by a worker that died right after ``BLMOVE``.
 
         Like RQ's own ``IntermediateQueue.cleanup``: the first sweep that sees an id notes when; a later
-        sweep, once the lease TTL has passed, fails the job and drops the id (the runnable sweep repairs).
+        sweep, once the lease TTL has passed, gives the job up (:meth:`DrainJobs.drop_stuck`; the runnable sweep
+        then repairs its session).
         """
         keys = self.jobs.keys
         ids = [_text(i) or "" for i in await self.redis.lrange(keys.intermediate, 0, -1)]
@@ -255,19 +274,7 @@ class Reaper:
             first = float(_text(seen[2 * i + 1]) or now)
             if now - first > grace:
                 stuck.add(job_id)
-        if stuck:
-            logger.warning("%d drain jobs were stuck in RQ's intermediate list", len(stuck))
         return stuck
-
-    async def _drop_intermediate(self, stuck: set[str]) -> None:
-        if not stuck:
-            return
-        keys = self.jobs.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in stuck:
-                pipe.lrem(keys.intermediate, 1, job_id)
-                pipe.delete(keys.first_seen(job_id))
-            await pipe.execute()
 
     def _clean_rq_registries(self) -> None:
         from rq import Queue

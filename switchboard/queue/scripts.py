@@ -36,6 +36,7 @@ __all__ = [
     "HISTORY_APPEND",
     "INGEST",
     "INTERRUPT",
+    "JOB_DROP_STUCK",
     "JOB_FINISH",
     "JOB_PRELUDE",
     "JOB_START",
@@ -108,12 +109,35 @@ class Script:
                 ) from None
             raise
 
+    async def many(
+        self, redis: aioredis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[ScriptArg]]]
+    ) -> list[Any]:
+        """Run the script once per ``(keys, args)`` in one pipeline (one round trip); results in order.
+
+        For unfenced scripts whose calls are independent (the reaper's repairs). A server that lost its script
+        cache refuses them all (``NOSCRIPT``), so they are re-sent once after loading it.
+        """
+        if not calls:
+            return []
+        for attempt in range(2):
+            async with redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(self.sha, len(keys), *keys, *args)
+                try:
+                    return list(await pipe.execute())
+                except NoScriptError:
+                    if attempt:
+                        raise
+                    await redis.script_load(self.source)
+        raise AssertionError("unreachable")  # pragma: no cover
+
 
 INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE, RETENTION_PRELUDE])
 SESSION_QUOTA: Final = Script("session_quota", preludes=[LIMITS_PRELUDE])
 ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
 JOB_START: Final = Script("job_start")
 JOB_FINISH: Final = Script("job_finish")
+JOB_DROP_STUCK: Final = Script("job_drop_stuck")
 LEASE_ACQUIRE: Final = Script("lease_acquire")
 LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
@@ -147,6 +171,7 @@ ALL: Final = (
     ENQUEUE,
     JOB_START,
     JOB_FINISH,
+    JOB_DROP_STUCK,
     LEASE_ACQUIRE,
     LEASE_RENEW,
     LEASE_ABANDON,

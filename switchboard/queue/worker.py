@@ -289,7 +289,7 @@ class SessionWorker:
                 await self.jobs.finish(redis, job, error=f"{type(err).__name__}: {err}")
                 return
             if outcome is DrainOutcome.HANDED_OVER:
-                await self.jobs.enqueue(redis, job.session, expected=job_id)
+                await self.jobs.enqueue(redis, job.session, expected=job_id, front=True)
             await self.jobs.finish(redis, job)
         except (RedisError, OSError) as err:
             logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)
@@ -299,7 +299,7 @@ class SessionWorker:
 
     async def _abandoned(self, redis: aioredis.Redis, job: StartedJob) -> None:
         await self.jobs.finish(redis, job, error="abandoned at worker shutdown")
-        await self.jobs.enqueue(redis, job.session, expected=job.job_id)
+        await self.jobs.enqueue(redis, job.session, expected=job.job_id, front=True)
 
     async def _shutdown(self, drainer: Drainer) -> None:
         drainer.stopping.set()

@@ -11,6 +11,8 @@ docs/ARCHITECTURE.md §5 promises ("a periodic sweep (seconds, not minutes)"):
 2. ``test_drain_crashed_on_redis_error_is_repaired_while_its_worker_lives`` — the Redis-outage run: a drain whose
    Redis calls fail (and whose ``jobs.finish`` fails too) leaves its job ``started`` under a live worker's name;
    the reaper treats that as running, so the session waits ~60 s for RQ's StartedJobRegistry expiry.
+3. ``test_stuck_job_given_up_while_its_session_is_leased_is_repaired_once_the_lease_goes`` — the SIGKILL run once
+   more: a stuck id dropped while its session was still leased left a queued job in no list (33 s recoveries).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ async def _repaired(
 async def test_reaper_dying_between_its_two_steps_hides_nothing(async_redis: aioredis.Redis) -> None:
     message, _jobs, job_id = await _popped(async_redis)  # ... and that worker died right after BLMOVE
 
-    async def sigkilled(stuck: set[str]) -> int:
+    async def sigkilled() -> int:
         raise RuntimeError("the reaper's worker was SIGKILLed here")
 
     dying = Reaper(async_redis, SETTINGS, worker_id="dying")
@@ -100,3 +102,55 @@ async def test_drain_crashed_on_redis_error_is_repaired_while_its_worker_lives(a
     assert not await async_redis.exists(SessionKeys(message.session_key).lease)
     reaper = Reaper(async_redis, SETTINGS, worker_id="alive")
     await _repaired(async_redis, reaper, message, job_id, beat="alive")
+
+
+async def test_stuck_job_given_up_while_its_session_is_leased_is_repaired_once_the_lease_goes(
+    async_redis: aioredis.Redis,
+) -> None:
+    """3. The SIGKILL chaos run again (recoveries of 33 s): a stuck job dropped from the intermediate list while its
+    session's lease was still held (by the worker that died, until its TTL) stayed ``queued`` in no list, so only
+    the 30 s ``queued_grace_s`` path found it. Giving a stuck job up now deletes its hash in the same step."""
+    message, jobs, job_id = await _popped(async_redis)
+    lease = SessionKeys(message.session_key).lease
+    await async_redis.set(lease, "token:dead-worker", px=int(REPAIR_BOUND_S * 1000))
+    reaper = Reaper(async_redis, SETTINGS, worker_id="survivor")
+    await reaper.sweep()  # first sighting
+    await asyncio.sleep(SETTINGS.lease_ms / 1000 + 0.1)
+    await async_redis.delete(GlobalKeys().reaper_lock)
+    await reaper.sweep()  # stuck: given up, but the session is leased, so not repaired yet
+    assert await async_redis.llen(jobs.keys.intermediate) == 0
+    assert not await async_redis.exists(jobs.keys.job(job_id))
+    assert await jobs.start(async_redis, job_id, worker="late", heartbeat_ttl_s=STARTED_TTL_S) is None
+    await async_redis.delete(lease)  # the dead worker's lease lapses
+    await _repaired(async_redis, reaper, message, job_id)
+
+
+async def test_repaired_session_goes_to_the_head_of_the_queue(async_redis: aioredis.Redis) -> None:
+    message, jobs, job_id = await _popped(async_redis)
+    await async_redis.delete(jobs.keys.job(job_id), jobs.keys.intermediate)  # its job is gone (e.g. purged)
+    waiting = [
+        InboundMessage(
+            dedup_key=f"wait-{i}",
+            conversation=ConversationRef(agent="assistant", channel="telegram", conversation=f"77{i}"),
+            sender=Sender(id="8"),
+            text="later",
+        )
+        for i in range(3)
+    ]
+    for other in waiting:
+        await Ingestor(async_redis, SETTINGS).ingest(other)
+    assert await async_redis.llen(jobs.keys.queue) == 3
+    assert await Reaper(async_redis, SETTINGS, worker_id="r").sweep() == 1
+    head = text(await async_redis.lindex(jobs.keys.queue, 0))
+    assert head == text(await async_redis.get(SessionKeys(message.session_key).drain)) != job_id
+    assert await async_redis.llen(jobs.keys.queue) == 4
+
+
+async def test_batched_repairs_survive_a_flushed_script_cache(async_redis: aioredis.Redis) -> None:
+    """Repairs go out in one pipeline; a Redis that lost its script cache (restarted) refuses them all once."""
+    message, jobs, job_id = await _popped(async_redis)
+    await async_redis.delete(jobs.keys.job(job_id), jobs.keys.intermediate)
+    await async_redis.script_flush()
+    assert await Reaper(async_redis, SETTINGS, worker_id="r").sweep() == 1
+    flag = text(await async_redis.get(SessionKeys(message.session_key).drain))
+    assert flag != job_id and await async_redis.lpos(jobs.keys.queue, flag) == 0

@@ -1,7 +1,8 @@
 -- Shared by ingest and enqueue: write a drain job hash in rq 3's format and push its id on the queue.
 -- cfg (JSON, constant per queue): {queue = rq queue key, queues = rq queues set, func = drain function,
 -- fields = [field, value, ...] constant fields of a queued job}.
-local function push_job(job_key, job_id, session, rq_now, cfg)
+-- front: push at the head (a session whose drain was interrupted resumes before the sessions waiting behind it).
+local function push_job(job_key, job_id, session, rq_now, cfg, front)
   local fields = {}
   for i = 1, #cfg.fields do fields[i] = cfg.fields[i] end
   local n = #fields
@@ -15,6 +16,6 @@ local function push_job(job_key, job_id, session, rq_now, cfg)
   -- JSON serializer payload (func, instance, args, kwargs); RQ reads uncompressed data as is
   fields[n + 8] = '[' .. cjson.encode(cfg.func) .. ',null,[' .. cjson.encode(session) .. '],{}]'
   redis.call('HSET', job_key, unpack(fields))
-  redis.call('RPUSH', cfg.queue, job_id)
+  redis.call(front and 'LPUSH' or 'RPUSH', cfg.queue, job_id)
   redis.call('SADD', cfg.queues, cfg.queue)
 end
