@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel
@@ -68,7 +68,7 @@ def channel_problems(settings: Settings) -> list[str]:
     from switchboard.queue.router import resolve_route
 
     problems: list[str] = []
-    for factory in registry.factories():
+    for factory in registry.configured_factories(settings):
         try:
             accounts = registry.account_configs(settings, factory, settings.environ or None)
         except ConfigError as err:
@@ -100,17 +100,22 @@ def _model_names(model: type[BaseModel], prefix: str) -> Iterable[tuple[str, boo
                 yield from _model_names(arg, variable + _NESTED)
 
 
-def known_variables() -> tuple[frozenset[str], tuple[str, ...]]:
-    """Every ``SWITCHBOARD_*`` name a setting reads, and the prefixes under which any suffix is valid."""
+def known_variables(settings: Settings | None = None) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Every ``SWITCHBOARD_*`` name a setting reads, and the prefixes under which any suffix is valid.
+
+    With ``settings``, only the names of the channels :func:`~switchboard.channels.registry.configured` finds
+    (cheaper: the other channels' modules stay unimported).
+    """
     from switchboard.channels import registry
 
     exact: set[str] = set()
     open_prefixes: list[str] = []
-    tabled = {factory.name: factory for factory in registry.factories()}
+    found = registry.factories() if settings is None else registry.configured_factories(settings)
+    tabled = {factory.name: factory for factory in found}
     names = [
         (variable, is_open)
         for variable, is_open in _model_names(Settings, ENV_PREFIX)
-        if variable.partition(_NESTED)[0][len(ENV_PREFIX) :].lower() not in tabled
+        if variable.partition(_NESTED)[0][len(ENV_PREFIX) :].lower() not in registry.CHANNEL_MODULES
     ]
     for factory in tabled.values():  # a channel's block is what its factory reads, with or without a field here
         names.extend(_model_names(factory.settings, f"{ENV_PREFIX}{factory.name.upper()}{_NESTED}"))
@@ -122,27 +127,34 @@ def known_variables() -> tuple[frozenset[str], tuple[str, ...]]:
 def unknown_variables(environ: Mapping[str, str], settings: Settings) -> list[str]:
     """A warning for each ``SWITCHBOARD_*`` variable that no setting reads, with the likely intended name.
 
-    Variables the YAML file names in ``secrets_from_env`` are known too.
+    Variables the YAML file names in ``secrets_from_env`` are known too. The names of channels nobody configured are
+    only read when some variable is unknown to the configured ones (to suggest the intended name).
     """
-    exact, open_prefixes = known_variables()
     referenced = {
         env_name.upper()
         for options in settings.file.channels.values()
         for account in options.accounts.values()
         for env_name in account.secrets_from_env.values()
     }
+    exact, open_prefixes = known_variables(settings)
+    if all(_known(name, exact | referenced, open_prefixes) for name in environ):
+        return []
+    exact, open_prefixes = known_variables()
     warnings: list[str] = []
     for name in sorted(environ):
+        if _known(name, exact | referenced, open_prefixes):
+            continue
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in exact or upper in referenced:
-            continue
-        if upper.startswith(open_prefixes):
-            continue
         suffixes = {known[len(ENV_PREFIX) :]: known for known in exact}
         guess = difflib.get_close_matches(upper[len(ENV_PREFIX) :], suffixes, n=1, cutoff=0.8)
         hint = f"; did you mean {suffixes[guess[0]]}?" if guess else "; it is ignored"
         warnings.append(f"{name} is not a known setting{hint}")
     return warnings
+
+
+def _known(name: str, exact: Set[str], open_prefixes: tuple[str, ...]) -> bool:
+    upper = name.upper()
+    return not upper.startswith(ENV_PREFIX) or upper in exact or upper.startswith(open_prefixes)
 
 
 def check_command(settings: Settings, environ: Mapping[str, str]) -> int:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import aiohttp
 
 __all__ = [
+    "BUILTIN_CHANNELS",
     "CHANNEL_MODULES",
     "NO_ADAPTER",
     "AccountConfig",
@@ -49,6 +50,8 @@ __all__ = [
     "account_configs",
     "build_channels",
     "busy_policy",
+    "configured",
+    "configured_factories",
     "env_block",
     "factories",
     "factory",
@@ -220,6 +223,8 @@ def factory(name: str) -> ChannelFactory[Any] | None:
     found = getattr(module, "FACTORY", None)  # the module's one public contract: checked here, once
     if not isinstance(found, ChannelFactory) or found.name != name:
         raise ConfigError(f"{path} must export FACTORY = ChannelFactory(name={name!r}, ...)", field=name)
+    if found.builtin != (name in BUILTIN_CHANNELS):
+        raise ConfigError(f"{path}: a built-in channel must be listed in BUILTIN_CHANNELS (and only one)", field=name)
     return found
 
 
@@ -229,6 +234,35 @@ def factories() -> Iterator[ChannelFactory[Any]]:
         found = factory(name)
         if found is not None:
             yield found
+
+
+BUILTIN_CHANNELS: frozenset[str] = frozenset({"web"})
+"""Channels that are always on (their factory says ``builtin``; checked when the module loads)."""
+
+
+def configured(settings: Settings, name: str) -> bool:
+    """Whether channel ``name`` is built in or given any configuration.
+
+    That is: named in the YAML file's ``channels``, an enabled block in the settings, or some
+    ``SWITCHBOARD_<NAME>__*`` variable. Any other channel has no account, so processes need not import its module
+    (a worker starts faster).
+    """
+    if name in BUILTIN_CHANNELS or name in settings.file.channels:
+        return True
+    block = settings.channel_block(name)
+    if block is not None and block.enabled:
+        return True
+    prefix = f"SWITCHBOARD_{name.upper()}__"
+    return any(key.upper().startswith(prefix) for key in settings.environ)
+
+
+def configured_factories(settings: Settings) -> Iterator[ChannelFactory[Any]]:
+    """The factories of the channels :func:`configured` finds, in table order (only their modules are imported)."""
+    for name in CHANNEL_MODULES:
+        if configured(settings, name):
+            found = factory(name)
+            if found is not None:
+                yield found
 
 
 def simulation(found: ChannelFactory[Any]) -> Simulation[Any] | None:
@@ -333,7 +367,7 @@ def build_channels(
             ``switchboard check`` reports).
     """
     found: dict[tuple[str, str], Channel] = {}
-    for channel in factories():
+    for channel in configured_factories(settings):
         configs = account_configs(settings, channel, settings.environ or None)
         siblings = {config.account: config.block for config in configs}
         for config in configs:

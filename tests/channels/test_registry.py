@@ -6,10 +6,13 @@ exporting ``SIMULATION``); these tests add its one line to the table and use not
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -232,3 +235,50 @@ async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
     with pytest.raises(ConfigError):
         config.write_text(YAML.replace("    tenant: echo-co\n", "    tenant: echo-co\n    send_rate: -1\n"))
         load_settings(env)
+
+
+# ---- only configured channels are loaded (a worker starts without importing the others)
+
+_IMPORTS = """
+import sys
+from switchboard.checks import config_problems, unknown_variables
+from switchboard.channels.registry import build_channels
+from switchboard.settings import load_settings
+import os
+settings = load_settings()
+problems = config_problems(settings)
+channels = sorted(name for name, _account in build_channels(settings, publish=None))
+warnings = unknown_variables(os.environ, settings)
+loaded = sorted(m.rsplit(".", 1)[-1] for m in sys.modules if m.startswith("switchboard.channels.") and "._" not in m)
+print(repr((problems, channels, warnings, loaded)))
+"""
+
+
+def _loaded(env: dict[str, str]) -> tuple[list[str], list[str], list[str], list[str]]:
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    found: tuple[list[str], list[str], list[str], list[str]] = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_only_the_modules_of_configured_channels_are_imported(base_env: dict[str, str]) -> None:
+    env = base_env | {"SWITCHBOARD_TELEGRAM__BOT_TOKEN": "1:x", "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "s" * 32}
+    problems, channels, warnings, loaded = _loaded(env)
+    assert channels == ["telegram", "web"] and not warnings, (problems, warnings)
+    assert "slack" not in loaded and "whatsapp" not in loaded and "teams" not in loaded, loaded
+    assert {"registry", "telegram", "web"} <= set(loaded)
+
+
+def test_a_channel_given_any_variable_is_loaded_and_checked(base_env: dict[str, str]) -> None:
+    env = base_env | {"SWITCHBOARD_SLACK__BOT_TOKEN": "not-a-bot-token", "SWITCHBOARD_SLACK__SIGNING_SECRET": "s" * 32}
+    problems, _channels, _warnings, loaded = _loaded(env)
+    assert "slack" in loaded and "discord" not in loaded
+    assert "SWITCHBOARD_SLACK__BOT_TOKEN is not a bot token (it starts with xoxb-)" in problems, problems
+
+
+def test_a_misspelt_channel_variable_still_gets_the_intended_name(base_env: dict[str, str]) -> None:
+    _problems, _channels, warnings, _loaded_modules = _loaded(base_env | {"SWITCHBOARD_SLAK__BOT_TOKEN": "xoxb-1"})
+    meant = "did you mean SWITCHBOARD_SLACK__BOT_TOKEN?"
+    assert warnings == [f"SWITCHBOARD_SLAK__BOT_TOKEN is not a known setting; {meant}"]
