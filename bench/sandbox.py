@@ -6,8 +6,13 @@ with the same command started without any sandbox (``/bin/sh -c`` as a plain chi
 - start to first output: from spawning to the first byte of ``echo ready`` (and of ``python3 -c 'print(1)'``, the
   same interpreter inside and out) reaching the bench, median and p95 over many runs, one at a time — the
   sandboxed command writes into a FIFO in its workspace, so its first byte is seen before the sandbox tears down;
+  without a sandbox also ``python3 -I -S -c 'print(1)'``, the floor of the Landlock launcher (an interpreter that
+  starts without ``site``: what the launcher is before it forks the command);
 - concurrent commands per worker: ``echo`` commands completed per second with 16 in flight, and the wall time of
   16 concurrent ``sleep 1`` (1 s when they really overlap).
+
+Each round measures every kind in turn (rounds outermost), so a load that comes and goes on a shared machine weighs
+on all of them; the Landlock rows are also given against bubblewrap's.
 
     python -m bench.sandbox
     python -m bench.sandbox --quick
@@ -33,6 +38,12 @@ TARGET_FIRST_OUTPUT_MS = 50.0
 Runner = Callable[[str, Path], Awaitable[float]]
 """Runs a command over a workspace; returns the seconds from spawn to its first output byte."""
 
+
+LAUNCHER_FLOOR = "python3 -I -S -c 'print(1)'"
+"""The interpreter start the Landlock launcher cannot avoid (no ``site``, nothing imported)."""
+
+BUBBLEWRAP = "bwrap+seccomp"
+"""The label of the bubblewrap rows, which the other sandboxes are compared with too."""
 
 PLAIN_ENV = {"PATH": ":".join([*(f"{p}/bin" for p in python_prefixes()), "/usr/bin:/bin"]), "LANG": "C.UTF-8"}
 """The sandbox's ``PATH`` (the same ``python3``), for the commands run without a sandbox."""
@@ -117,6 +128,11 @@ async def overlap(sandbox: Sandbox | None, workspace: Path, width: int) -> float
     return time.perf_counter() - started
 
 
+def _commands(sandbox: Sandbox | None) -> list[str]:
+    """The commands timed in ``sandbox`` (``None``: without one, where the launcher's floor is timed too)."""
+    return ["echo ready", "python3 -c 'print(1)'", *([LAUNCHER_FLOOR] if sandbox is None else [])]
+
+
 async def run(argv: list[str] | None = None) -> list[Row]:
     """Run and print the figures; the summary rows."""
     ns = parser(__doc__.splitlines()[0] if __doc__ else "").parse_args(argv)
@@ -131,36 +147,44 @@ async def run(argv: list[str] | None = None) -> list[Row]:
     latency_rows, load_rows, rows = [], [], []
     with tempfile.TemporaryDirectory(prefix="sb-bench-sandbox-") as tmp:
         workspace = Path(tmp)
-        base: dict[str, float] = {}
-        for label, sandbox in kinds:
-            runner = plain if sandbox is None else sandboxed(sandbox)
-            for command in ("echo ready", "python3 -c 'print(1)'"):
-                samples: list[float] = []
-                for _ in range(rounds):
-                    samples += await first_output(runner, command, workspace, count)
-                mid = median(samples)
-                base.setdefault(command, mid)
-                ratio = mid / base[command]
-                latency_rows.append([label, f"`{command}`", fmt(mid, 1), fmt(percentile(samples, 95), 1), fmt(ratio)])
-                if sandbox is not None and command == "echo ready":
-                    rows.append(
-                        Row(
-                            "sandbox",
-                            f"{label} start to first output, median (ms)",
-                            fmt(mid, 1),
-                            f"≤ {TARGET_FIRST_OUTPUT_MS:.0f}",
-                            mid <= TARGET_FIRST_OUTPUT_MS,
-                        )
+        samples: dict[tuple[str, str], list[float]] = {}
+        rates: dict[str, list[float]] = {}
+        walls: dict[str, list[float]] = {}
+        for _ in range(rounds):  # every kind in every round: a load that comes and goes weighs on all of them
+            for label, sandbox in kinds:
+                runner = plain if sandbox is None else sandboxed(sandbox)
+                for command in _commands(sandbox):
+                    taken = await first_output(runner, command, workspace, count)
+                    samples.setdefault((label, command), []).extend(taken)
+                rates.setdefault(label, []).append(await throughput(sandbox, workspace, total, 16))
+                walls.setdefault(label, []).append(await overlap(sandbox, workspace, 16))
+    for label, sandbox in kinds:
+        for command in _commands(sandbox):
+            mid = median(samples[(label, command)])
+            ratio = mid / median(samples[(kinds[0][0], command)])
+            against = samples.get((BUBBLEWRAP, command))
+            bwrap_ratio = fmt(mid / median(against), 2) if sandbox is not None and against else "—"
+            p95 = fmt(percentile(samples[(label, command)], 95), 1)
+            latency_rows.append([label, f"`{command}`", fmt(mid, 1), p95, fmt(ratio), bwrap_ratio])
+            if sandbox is not None and command == "echo ready":
+                rows.append(
+                    Row(
+                        "sandbox",
+                        f"{label} start to first output, median (ms)",
+                        fmt(mid, 1),
+                        f"≤ {TARGET_FIRST_OUTPUT_MS:.0f}",
+                        mid <= TARGET_FIRST_OUTPUT_MS,
                     )
-            rate = median([await throughput(sandbox, workspace, total, 16) for _ in range(rounds)])
-            wall = median([await overlap(sandbox, workspace, 16) for _ in range(rounds)])
-            base.setdefault("rate", rate)
-            load_rows.append([label, fmt(rate, 0), fmt(rate / base["rate"], 2), fmt(wall, 2)])
-            if sandbox is not None:
-                rows.append(Row("sandbox", f"{label} commands/s, 16 in flight", fmt(rate, 0), "—", None))
+                )
+        rate, wall = median(rates[label]), median(walls[label])
+        load_rows.append([label, fmt(rate, 0), fmt(rate / median(rates[kinds[0][0]]), 2), fmt(wall, 2)])
+        if sandbox is not None:
+            rows.append(Row("sandbox", f"{label} commands/s, 16 in flight", fmt(rate, 0), "—", None))
     print(
         render_table(
-            "Sandbox start to first output (ms)", ["sandbox", "command", "median", "p95", "× no sandbox"], latency_rows
+            "Sandbox start to first output (ms)",
+            ["sandbox", "command", "median", "p95", "× no sandbox", "× bubblewrap"],
+            latency_rows,
         )
     )
     print(

@@ -7,7 +7,8 @@
   (:mod:`~switchboard.sandbox.limits`), its output captured head and tail (:mod:`~switchboard.sandbox.capture`),
   its process group killed on timeout.
 - :mod:`~switchboard.sandbox.bwrap`, :mod:`~switchboard.sandbox.confine`, :mod:`~switchboard.sandbox.seccomp`:
-  the bubblewrap command line, the Landlock launcher and the seccomp filter they load.
+  the bubblewrap command line, the Landlock launcher and the seccomp filter they load;
+  :mod:`~switchboard.sandbox.landlock`: each Landlock command's ruleset, made in the worker.
 - :mod:`~switchboard.sandbox.bridge`: TCP-to-unix-socket bridge to the host's egress proxy, inside the sandbox.
 
 See docs/ARCHITECTURE.md §7.

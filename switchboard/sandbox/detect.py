@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from switchboard.sandbox.confine import abi_version
+from switchboard.sandbox.landlock import abi_version
 from switchboard.sandbox.limits import CommandLimits, find_pids_root
 from switchboard.sandbox.runner import Isolation, Sandbox
 from switchboard.sandbox.seccomp import SeccompError, program

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -31,6 +29,7 @@ from typing import Literal, assert_never
 from switchboard.sandbox import confine
 from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, proxy_binds, python_prefixes, system_binds
 from switchboard.sandbox.capture import StreamCapture, read_into
+from switchboard.sandbox.landlock import ruleset
 from switchboard.sandbox.limits import CommandLimits, PidsCgroup, tasks_of_this_user
 from switchboard.sandbox.seccomp import SeccompError, program
 
@@ -162,9 +161,20 @@ class Sandbox:
                 assert_never(self.kind)
 
     def _argv(
-        self, command: str, workspace: Path, tmp: str, seccomp_fd: int, egress: EgressAccess | None = None
+        self,
+        command: str,
+        workspace: Path,
+        tmp: str,
+        seccomp_fd: int,
+        egress: EgressAccess | None = None,
+        ruleset_fd: int = -1,
     ) -> tuple[list[str], dict[str, str]]:
-        """The full command line and the environment of the spawned process."""
+        """The full command line and the environment of the spawned process.
+
+        ``seccomp_fd``: the pipe holding the seccomp filter (bubblewrap) or the launcher's payload (Landlock, weak:
+        :func:`~switchboard.sandbox.confine.payload`); ``ruleset_fd``: the command's Landlock ruleset (``-1``: none,
+        :func:`~switchboard.sandbox.landlock.ruleset`).
+        """
         shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
         limit = self.limits.prlimit_argv(  # + 1: the launcher stays, as the command's parent
             self.prlimit, nproc=self.pids_root is None, already=tasks_of_this_user() + 1 if shared else 0
@@ -189,13 +199,7 @@ class Sandbox:
                 )
                 return [*head, *bridge, *limit, *shell], {}
             case "landlock" | "weak":
-                spec = {
-                    "landlock": self.kind == "landlock",
-                    "ro": _read_only_roots(),  # the system and the Python prefixes bubblewrap binds
-                    "rw": [str(workspace), tmp, "/dev/null"],
-                    "seccomp": self._filter(None).hex(),
-                }
-                launcher = [sys.executable, "-I", "-S", confine.__file__, json.dumps(spec), "--"]
+                launcher = confine.launcher_argv(seccomp_fd, ruleset_fd)
                 return [*launcher, *limit, *shell], self._env(tmp, str(workspace))
             case _:
                 assert_never(self.kind)
@@ -236,13 +240,17 @@ class Sandbox:
     ) -> CommandResult:
         tmp = tempfile.mkdtemp(prefix="sb-tmp-") if self.kind != "bwrap" else ""
         read_fd, write_fd = os.pipe()
+        rules = -1
         cgroup = PidsCgroup(self.pids_root, self.limits.processes) if self.pids_root is not None else None
         started = time.monotonic()
         try:
-            os.write(write_fd, self._filter(egress))
+            launched = self.kind != "bwrap"  # by the launcher, which gets its code and the filter in the pipe
+            os.write(write_fd, confine.payload(self._filter(None)) if launched else self._filter(egress))
             os.close(write_fd)
             write_fd = -1
-            argv, env = self._argv(command, workspace, tmp, read_fd, egress)
+            if self.kind == "landlock":  # the system and the Python prefixes bubblewrap binds, read-only
+                rules = ruleset(_read_only_roots(), [str(workspace), tmp, "/dev/null"])
+            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules)
             if cgroup is not None:  # join the cgroup before anything forks
                 argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *argv]
             loop = asyncio.get_running_loop()
@@ -254,16 +262,18 @@ class Sandbox:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=(read_fd,) if self.kind == "bwrap" else (),
+                pass_fds=(read_fd,) if rules < 0 else (read_fd, rules),
                 env=env,
                 cwd=str(workspace),
             )
             proc = asyncio.subprocess.Process(transport, protocol, loop)
-            os.close(read_fd)
-            read_fd = -1
+            for fd in (read_fd, rules):
+                if fd >= 0:
+                    os.close(fd)
+            read_fd = rules = -1
             return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started)
         finally:
-            for fd in (read_fd, write_fd):
+            for fd in (read_fd, write_fd, rules):
                 if fd >= 0:
                     os.close(fd)
             if cgroup is not None:

@@ -10,17 +10,19 @@ flag) and mounts (``mount``, ``umount2``, ``pivot_root`` and the new mount API: 
 loading. ``clone3`` gets ``ENOSYS``: its flags are behind a pointer a filter cannot read, and C libraries fall
 back to ``clone`` on ``ENOSYS``. Everything else is allowed. :func:`program` returns the raw ``struct
 sock_filter`` array that ``bwrap --seccomp FD`` loads (bubblewrap applies it to the command, after it has set up
-its own namespaces); :func:`install` loads it into the calling process (the Landlock launcher's child).
+its own namespaces); :func:`install` loads it into the calling process. The Landlock launcher's child loads the
+same bytes, built once per worker and handed over with the launcher (:func:`switchboard.sandbox.confine.payload`).
 
 No libseccomp: the table below is the whole policy, and ``tests/sandbox`` checks it against the kernel.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import platform
 import struct
+
+from switchboard.sandbox.confine import install_filter
 
 __all__ = ["ARCHES", "DENIED", "SeccompError", "install", "program"]
 
@@ -239,25 +241,15 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
     return _assemble(ops)
 
 
-class _FProg(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
-
-
 def install(filter_bytes: bytes) -> None:
     """Load the filter into the calling process (after ``no_new_privs``); it holds across ``execve``.
+
+    The Landlock launcher loads it with the same code (:func:`switchboard.sandbox.confine.install_filter`).
 
     Raises:
         SeccompError: the kernel refused it.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-    buffer = ctypes.create_string_buffer(filter_bytes, len(filter_bytes))
-    prog = _FProg(len(filter_bytes) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise SeccompError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-        raise SeccompError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    try:
+        install_filter(filter_bytes)
+    except OSError as err:
+        raise SeccompError(*err.args) from err

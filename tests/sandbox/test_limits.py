@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from switchboard.sandbox.limits import CommandLimits
+import os
+import threading
+
+import pytest
+
+from switchboard.sandbox.limits import CommandLimits, tasks_of_this_user
 
 
 def test_prlimit_applies_every_limit_then_runs_the_command() -> None:
@@ -28,3 +33,27 @@ def test_without_a_namespace_the_process_cap_counts_above_what_the_uid_runs() ->
 
 def test_a_pids_cgroup_replaces_the_process_rlimit() -> None:
     assert not any(a.startswith("--nproc") for a in CommandLimits().prlimit_argv("prlimit", nproc=False))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a uid of its own: root only")
+def test_the_tasks_of_this_user_are_its_processes_and_every_thread_of_theirs() -> None:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a uid nobody else runs: the count is this process's alone
+        try:
+            os.close(read_fd)
+            os.setgid(54_321)
+            os.setuid(54_321)
+            release = threading.Event()
+            threads = [threading.Thread(target=release.wait) for _ in range(5)]
+            for thread in threads:
+                thread.start()
+            os.write(write_fd, str(tasks_of_this_user()).encode())
+            release.set()
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as result:
+        counted = result.read()
+    os.waitpid(pid, 0)
+    assert counted == b"6"  # the process and its five threads
