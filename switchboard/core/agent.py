@@ -85,6 +85,12 @@ class Agent(BaseModel):
     """Shared read-only SQLite databases its ``sql`` tool reads, by name (see :mod:`switchboard.core.databases`)."""
     skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
     """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
+    compaction: Literal["deterministic", "native"] = "deterministic"
+    """How long runs are fitted into the context: ``native`` uses the provider's own compaction where it has one
+    (OpenAI's Responses API), falling back to the deterministic record whenever it is unavailable or fails."""
+    shell: Literal["local", "hosted"] = "local"
+    """Where shell commands run: ``local`` (the ``shell`` tool in the session's sandbox) or ``hosted`` (OpenAI's
+    hosted container through the Responses API; the local ``shell`` tool is then not offered)."""
 
     @property
     def status(self) -> AgentStatus:

@@ -6,6 +6,8 @@ give byte-identical output and its ``source_sha256`` lets an audit re-derive it.
 through a fixed template with per-section caps and ``+N more (log a–b)`` overflow lines; ``search_history``
 reads the full log.
 
+With ``compaction: native`` OpenAI compacts long runs itself (:mod:`switchboard.core.native`); this is the fallback.
+
 Cuts fall only on turn boundaries (a turn starts at a user message), and never while a tool call waits for
 its result, so a call and its result always stay on the same side.
 

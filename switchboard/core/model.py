@@ -25,6 +25,7 @@ __all__ = [
     "Decision",
     "FinalAnswer",
     "Finished",
+    "HostedContainer",
     "ImagePart",
     "ModelAdapter",
     "ModelEvent",
@@ -134,6 +135,11 @@ class ModelRequest(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     max_output_tokens: int = 2048
     metadata: dict[str, str] = Field(default_factory=dict)
+    compacted: list[dict[str, Any]] = Field(default_factory=list)
+    """Opaque items of the provider's native compaction (:mod:`switchboard.core.native`), standing for the
+    conversation before ``messages``; only the adapter that made them reads them."""
+    hosted_shell: bool = False
+    """Offer the provider's hosted shell (OpenAI Responses: the ``shell`` tool in a hosted container)."""
 
 
 class TextDelta(BaseModel):
@@ -165,7 +171,15 @@ class Finished(BaseModel):
     stop_reason: str = "stop"
 
 
-ModelEvent = Annotated[TextDelta | ToolCallEvent | Usage | Finished, Field(discriminator="kind")]
+class HostedContainer(BaseModel):
+    """The provider ran the step's hosted shell commands in this container (files they wrote may be fetched)."""
+
+    kind: Literal["hosted_container"] = "hosted_container"
+    container_id: str = ""
+    """Empty when the provider did not name the container."""
+
+
+ModelEvent = Annotated[TextDelta | ToolCallEvent | Usage | Finished | HostedContainer, Field(discriminator="kind")]
 
 
 class FinalAnswer(BaseModel):

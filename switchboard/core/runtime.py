@@ -44,12 +44,12 @@ from switchboard.core.model import (
     ChatMessage,
     Decision,
     FinalAnswer,
-    ModelAdapter,
     ModelRequest,
     Program,
     ToolCall,
     ToolCalls,
 )
+from switchboard.core.native import HostedFiles, NativeAdapter
 from switchboard.core.programstep import refusal, run_program_call
 from switchboard.core.prompt import (
     BUDGET_WORDS,
@@ -66,7 +66,6 @@ from switchboard.core.steering import steered_first, steered_in
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.core.validtext import ValidTextAdapter
 from switchboard.core.worklog import (
     call_facts,
     holds_untrusted,
@@ -159,7 +158,8 @@ class _Turn:
         self.store = store
         self.spec = self.agent.model or runtime.default_model
         self.model = model_name(self.spec)
-        self.adapter: ModelAdapter = ValidTextAdapter(runtime.models.get(self.spec))  # no lone surrogates
+        hosted = HostedFiles(runtime.gateway, request.session_key, self._untrusted)  # what an OpenAI-hosted shell did
+        self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
         self.budget = Budget.for_turn(request, runtime.prices)
         self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
         self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
@@ -330,7 +330,7 @@ class _Turn:
         assert self.prompt is not None
         limit = self.agent.limits.max_input_tokens
         pinned = self.prompt.pinned
-        while request_tokens(self.prompt.system, self.messages, self.prompt.tools) > limit:
+        while self.adapter.tokens(self.prompt.system, self.messages, self.prompt.tools) > limit:
             if self.opening <= pinned:
                 return None
             del self.messages[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-__all__ = ["GARBLED", "Call", "Failure", "Received", "Reply", "Script", "split"]
+__all__ = ["GARBLED", "Call", "Failure", "Received", "Reply", "Script", "ShellRun", "split"]
 
 _ids = count(1)
 
@@ -46,6 +46,18 @@ class Call:
 
 
 @dataclass
+class ShellRun:
+    """A hosted shell call the fake OpenAI model makes and its container runs (one output per command)."""
+
+    commands: list[str]
+    stdout: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    call_id: str = field(default_factory=lambda: f"call_{next(_ids):04d}")
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Files the commands write in the container, by path (``/mnt/data/...``)."""
+
+
+@dataclass
 class Failure:
     """An error answer (or, with ``mid_stream``, an error event after the stream has started)."""
 
@@ -73,6 +85,8 @@ class Reply:
     """Send this many events, then go quiet until :meth:`Script.release` (timeouts)."""
     garble_after: int | None = None
     """Send this many events, then one whose ``data:`` line is not valid JSON, and end the stream."""
+    shell: list[ShellRun] = field(default_factory=list)
+    """OpenAI Responses only: hosted shell calls run in OpenAI's container, streamed before the text."""
 
 
 @dataclass

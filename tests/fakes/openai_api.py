@@ -1,5 +1,6 @@
-"""A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE, and
-``POST /v1/audio/transcriptions`` (multipart, answering ``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`).
+"""A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE,
+``POST /v1/responses/compact`` (native compaction) and ``POST /v1/audio/transcriptions`` (multipart, answering
+``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`).
 
 Speaks the wire format the official ``openai`` SDK parses (checked against its types in
 ``tests/providers/test_fake_wire.py``): Responses events (``response.created`` ...
@@ -7,11 +8,20 @@ Speaks the wire format the official ``openai`` SDK parses (checked against its t
 ``response.output_item.added/done``, ``response.completed`` with usage) and Chat Completions chunks
 (``delta.content``, ``delta.tool_calls[i].function.arguments`` fragments, a usage chunk, ``[DONE]``).
 Errors use OpenAI's body shape ``{"error": {"message", "type", "param", "code"}}``.
+
+Hosted shell runs (:attr:`Reply.shell`) stream as OpenAI runs them: a ``shell_call`` item whose commands arrive
+through ``response.shell_call_command.added/delta/done``, then a ``shell_call_output`` item whose output arrives
+through ``response.shell_call_output_content.delta/done``. Compaction answers a ``response.compaction`` object:
+the user messages of the input, then one ``compaction`` item whose ``encrypted_content`` only this fake issued;
+a later request carrying a compaction item it did not issue is refused with a 400, as OpenAI refuses one.
+The files a hosted run writes land in the container, listed by ``GET /v1/containers/{id}/files`` (newest first)
+and read by ``GET /v1/containers/{id}/files/{file_id}/content``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 from collections import deque
@@ -19,9 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, split
+from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, ShellRun, split
 
-__all__ = ["FakeOpenAI", "chat_chunks", "error_body", "responses_events"]
+__all__ = ["CONTAINER_ID", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
+
+CONTAINER_ID = "cntr_fake"
+"""The hosted container the fake's shell calls run in."""
 
 Event = tuple[str | None, dict[str, Any] | str]
 
@@ -61,6 +74,8 @@ def responses_events(reply: Reply, model: str) -> list[Event]:
         {"type": "response.in_progress", "response": _response(model, status="in_progress", output=[])},
     ]
     output: list[dict[str, Any]] = []
+    for run in reply.shell:
+        events += _shell_events(run, len(output), output)
     if reply.text:
         index, item_id, full = len(output), "msg_fake", "".join(reply.text)
         item = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
@@ -166,6 +181,71 @@ def responses_events(reply: Reply, model: str) -> list[Event]:
     return _numbered(events)
 
 
+def _shell_events(run: ShellRun, index: int, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A hosted shell call and its output, as two output items (appended to ``output``) and their events."""
+    call_id, item_id = run.call_id, f"sh_{run.call_id}"
+    environment = {"type": "container_reference", "container_id": CONTAINER_ID}
+    action: dict[str, Any] = {"commands": [], "timeout_ms": None, "max_output_length": None}
+    call = {"type": "shell_call", "id": item_id, "call_id": call_id, "action": action, "status": "in_progress"}
+    call["environment"] = environment
+    events: list[dict[str, Any]] = [{"type": "response.output_item.added", "output_index": index, "item": call}]
+    for n, command in enumerate(run.commands):
+        where = {"output_index": index, "command_index": n}
+        events.append({"type": "response.shell_call_command.added", **where, "command": ""})
+        events += [{"type": "response.shell_call_command.delta", **where, "delta": d} for d in split(command, 2)]
+        events.append({"type": "response.shell_call_command.done", **where, "command": command})
+    done_call = {**call, "action": {**action, "commands": list(run.commands)}, "status": "completed"}
+    events.append({"type": "response.output_item.done", "output_index": index, "item": done_call})
+    out_index, out_id = index + 1, f"sho_{run.call_id}"
+    result = {"type": "shell_call_output", "id": out_id, "call_id": call_id, "output": [], "status": "in_progress"}
+    result["max_output_length"] = None
+    events.append({"type": "response.output_item.added", "output_index": out_index, "item": result})
+    chunks = []
+    for n, _ in enumerate(run.commands):
+        stdout = run.stdout[n] if n < len(run.stdout) else ""
+        where = {"output_index": out_index, "item_id": out_id, "command_index": n}
+        events.append({"type": "response.shell_call_output_content.delta", **where, "delta": {"stdout": stdout}})
+        chunk = {"stdout": stdout, "stderr": "", "outcome": {"type": "exit", "exit_code": run.exit_code}}
+        events.append({"type": "response.shell_call_output_content.done", **where, "output": [chunk]})
+        chunks.append(chunk)
+    done_result = {**result, "output": chunks, "status": "completed"}
+    events.append({"type": "response.output_item.done", "output_index": out_index, "item": done_result})
+    output += [done_call, done_result]
+    return events
+
+
+def encrypted(items: Any) -> str:
+    """What the fake's compaction item carries: opaque, and derived only from the compacted input."""
+    return "gAAAAB" + hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+
+
+def compacted_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/responses/compact``'s answer: the input's user messages, then one compaction item."""
+    items = body.get("input") or []
+    kept: list[dict[str, Any]] = []
+    for n, item in enumerate(items if isinstance(items, list) else [{"role": "user", "content": items}]):
+        if item.get("role") != "user" or item.get("type", "message") != "message":
+            continue
+        content = item.get("content")
+        parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+        kept.append({"type": "message", "id": f"msg_c{n}", "role": "user", "content": parts, "status": "completed"})
+    compaction = {"type": "compaction", "id": "cmp_fake", "encrypted_content": encrypted(items)}
+    usage = {
+        "input_tokens": len(json.dumps(items)) // 4,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 40,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": len(json.dumps(items)) // 4 + 40,
+    }
+    return {
+        "id": "cmp_resp_fake",
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": [*kept, compaction],
+        "usage": usage,
+    }
+
+
 def _numbered(events: list[dict[str, Any]]) -> list[Event]:
     return [(event["type"], {**event, "sequence_number": n}) for n, event in enumerate(events)]
 
@@ -247,10 +327,19 @@ class FakeOpenAI(Script):
         """What ``POST /v1/audio/transcriptions`` answers, in order (then ``"fake transcript"``)."""
         self.audio_status = 200
         """Answer transcriptions with this status instead (errors in OpenAI's shape)."""
+        self.compact_failure: Failure | None = None
+        """Answer every ``/v1/responses/compact`` with this error while set."""
+        self.issued: set[str] = set()
+        """``encrypted_content`` of every compaction item this fake answered (others are refused)."""
+        self.container: list[dict[str, Any]] = []
+        """The files of the hosted container :data:`CONTAINER_ID`, oldest first (``content`` is not listed)."""
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/responses/compact", self._compact)
+        app.router.add_get("/v1/containers/{container}/files", self._container_files)
+        app.router.add_get("/v1/containers/{container}/files/{file}/content", self._container_file)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         return app
@@ -287,6 +376,65 @@ class FakeOpenAI(Script):
             return web.json_response(error_body(failure), status=self.audio_status)
         return web.json_response({"text": self.transcripts.popleft() if self.transcripts else "fake transcript"})
 
+    def put_file(self, path: str, content: bytes, *, source: str = "assistant") -> None:
+        """A file in the hosted container (``source``: ``assistant`` for what commands wrote, ``user`` uploads)."""
+        number = len(self.container) + 1
+        entry = {"id": f"cfile_{number}", "object": "container.file", "container_id": CONTAINER_ID, "path": path}
+        entry.update({"bytes": len(content), "created_at": int(time.time()) + number, "source": source})
+        self.container.append({**entry, "content": content})
+
+    async def _container_files(self, request: web.Request) -> web.Response:
+        self.received.append(Received(path=request.path, headers={}, body=dict(request.query)))
+        if request.match_info["container"] != CONTAINER_ID:
+            return web.json_response(error_body(Failure(404, "not_found", "fake: no such container")), status=404)
+        limit = int(request.query.get("limit", "20"))
+        newest = sorted(self.container, key=lambda f: f["created_at"], reverse=request.query.get("order") != "asc")
+        data = [{k: v for k, v in f.items() if k != "content"} for f in newest[:limit]]
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        has_more = len(newest) > limit
+        return web.json_response(
+            {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": has_more}
+        )
+
+    async def _container_file(self, request: web.Request) -> web.Response:
+        self.received.append(Received(path=request.path, headers={}, body={}))
+        found = [f for f in self.container if f["id"] == request.match_info["file"]]
+        if request.match_info["container"] != CONTAINER_ID or not found:
+            return web.json_response(error_body(Failure(404, "not_found", "fake: no such file")), status=404)
+        return web.Response(body=found[0]["content"], content_type="application/octet-stream")
+
+    def compactions(self) -> list[Received]:
+        """The compaction requests received, in order."""
+        return [r for r in self.received if r.path == "/v1/responses/compact"]
+
+    def responses(self) -> list[Received]:
+        """The ``/v1/responses`` requests received, in order."""
+        return [r for r in self.received if r.path == "/v1/responses"]
+
+    async def _compact(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        if self.compact_failure is not None:
+            failure = self.compact_failure
+            return web.json_response(error_body(failure), status=failure.status, headers=failure.headers)
+        refused = self._unknown_compaction(body)
+        if refused is not None:
+            return refused
+        answer = compacted_body(body)
+        self.issued.add(answer["output"][-1]["encrypted_content"])
+        return web.json_response(answer)
+
+    def _unknown_compaction(self, body: dict[str, Any]) -> web.Response | None:
+        """OpenAI's 400 for a compaction item it cannot decrypt (``None`` when every one is known)."""
+        for item in body.get("input") or []:
+            known = not isinstance(item, dict) or item.get("type") != "compaction"
+            if not known and item.get("encrypted_content") not in self.issued:
+                failure = Failure(400, "invalid_encrypted_content", "fake: the encrypted content is not valid")
+                return web.json_response(error_body(failure), status=400)
+        return None
+
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, lambda reply, body: responses_events(reply, body.get("model", "")))
 
@@ -309,12 +457,18 @@ class FakeOpenAI(Script):
             )
             failure = Failure(status=401, kind="invalid_api_key", message=message)
             return web.json_response(error_body(failure), status=401)
+        refused = self._unknown_compaction(body) if request.path == "/v1/responses" else None
+        if refused is not None:
+            return refused
         item = self.next()
         if isinstance(item, Failure) and not item.mid_stream:
             return web.json_response(error_body(item), status=item.status, headers=item.headers)
         if not body.get("stream"):
             return web.json_response(error_body(Failure(400, "invalid_request_error", "fake: stream only")), status=400)
         reply = item if isinstance(item, Reply) else Reply(fail_after_text=item)
+        for run in reply.shell:  # the container runs the commands: what they write is there from now on
+            for path, content in run.files.items():
+                self.put_file(path, content)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         with contextlib.suppress(ConnectionError):

@@ -15,6 +15,11 @@ arrives, one ``ToolCallEvent`` per call once its argument fragments are complete
 ``Finished``. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``.
 The SDK's own retries are off (``max_retries=0``); the runtime retries on the classified
 :class:`~switchboard.errors.ModelError`.
+
+On the Responses API the adapter also compacts natively (:meth:`OpenAIModel.compact`, ``/v1/responses/compact``;
+a request's :attr:`~switchboard.core.model.ModelRequest.compacted` items go first in its input) and offers the hosted
+shell (:attr:`~switchboard.core.model.ModelRequest.hosted_shell`), whose calls and outputs are reported to the
+user as text as they complete (:mod:`switchboard.core.providers._openai_native`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,10 +45,13 @@ from openai.types.completion_usage import CompletionUsage
 from openai.types.responses import (
     FunctionToolParam,
     ResponseCompletedEvent,
+    ResponseContainerReference,
     ResponseErrorEvent,
     ResponseFailedEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionShellToolCall,
+    ResponseFunctionShellToolCallOutput,
     ResponseFunctionToolCall,
     ResponseIncompleteEvent,
     ResponseInputItemParam,
@@ -52,12 +60,14 @@ from openai.types.responses import (
     ResponseOutputItemDoneEvent,
     ResponseRefusalDeltaEvent,
     ResponseTextDeltaEvent,
+    ToolParam,
 )
 from openai.types.responses.response import Response
 
 from switchboard.core.model import (
     ChatMessage,
     Finished,
+    HostedContainer,
     ImagePart,
     ModelEvent,
     ModelRequest,
@@ -66,6 +76,7 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
+from switchboard.core.native import NativeWindow
 from switchboard.core.providers._errors import (
     ProviderFacts,
     auth_error,
@@ -73,6 +84,13 @@ from switchboard.core.providers._errors import (
     status_error,
     stream_error,
     transport_error,
+)
+from switchboard.core.providers._openai_native import (
+    HostedShellReport,
+    compacted_items,
+    hosted_shell_tool,
+    input_items,
+    window_tokens,
 )
 from switchboard.core.providers._transcript import arguments_json, paired, parse_arguments
 from switchboard.errors import ModelError
@@ -165,42 +183,109 @@ class OpenAIModel:
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             # The upstream text can echo part of the key: keep it out of messages and tracebacks.
             raise auth_error(self._facts, status=exc.status_code) from None
-        except openai.APIStatusError as exc:
-            kind = exc.code or exc.type
-            raise status_error(
+        except Exception as exc:
+            error = self._classified(exc, request.model)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            await events.aclose()
+
+    @property
+    def native_compaction(self) -> bool:
+        """Native compaction is there: on the Responses API (OpenAI's own, or a server speaking it)."""
+        return self.wire_api == "responses"
+
+    async def compact(self, request: ModelRequest) -> NativeWindow:
+        """The request's conversation compacted by ``POST /v1/responses/compact``, as items to send in its place.
+
+        Only the model, the instructions and the conversation are sent (never tools or metadata).
+
+        Raises:
+            ModelError: classified as a failed step is; ``bad_response`` when the answer holds no compaction item.
+        """
+        if not self.native_compaction:
+            raise ModelError("native compaction needs the Responses API", code="bad_request")
+        try:
+            raw = await self._client.responses.with_raw_response.compact(
+                model=request.model,
+                input=[*input_items(request.compacted), *_responses_input(request.messages)],
+                instructions=request.system or omit,
+            )
+            found = raw.parse()
+            body = json.loads(raw.text)  # as sent: the SDK's output types have no user-message item
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise auth_error(self._facts, status=exc.status_code) from None
+        except Exception as exc:
+            error = self._classified(exc, request.model)
+            if error is None:
+                raise
+            raise error from exc
+        items = compacted_items(body.get("output") if isinstance(body, dict) else None)
+        if not any(item.get("type") == "compaction" for item in items):
+            raise bad_response_error(self._facts, detail="the compacted window holds no compaction item")
+        return NativeWindow(items=items, tokens=max(1, found.usage.output_tokens) + window_tokens(items))
+
+    async def container_files(self, container_id: str, *, skip: Set[str], limit: int) -> list[tuple[str, str, bytes]]:
+        """Files the model's commands wrote in a hosted container (``source: assistant``): ``(id, path, content)``.
+
+        The newest ``limit`` files of the container are looked at; those whose id is in ``skip`` are not fetched.
+
+        Raises:
+            ModelError: classified as a failed step is.
+        """
+        found: list[tuple[str, str, bytes]] = []
+        files = self._client.containers.files
+        try:
+            page = await files.list(container_id, order="desc", limit=max(1, min(limit, 100)))
+            for entry in page.data:
+                if entry.source == "assistant" and entry.id not in skip:
+                    content = await files.content.retrieve(entry.id, container_id=container_id)
+                    found.append((entry.id, entry.path, content.content))
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise auth_error(self._facts, status=exc.status_code) from None
+        except Exception as exc:
+            error = self._classified(exc, "")
+            if error is None:
+                raise
+            raise error from exc
+        return found
+
+    def _classified(self, exc: Exception, model: str) -> ModelError | None:
+        """``exc`` (from the SDK or the transport) as a classified error; ``None`` for anything else."""
+        if isinstance(exc, openai.APIStatusError):
+            return status_error(
                 self._facts,
                 status=exc.status_code,
                 headers=exc.response.headers,
-                kind=kind,
+                kind=exc.code or exc.type,
                 message=exc.message if exc.body is None else _body_message(exc.body, exc.message),
-                model=request.model,
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise transport_error(self._facts, timed_out=True) from exc
-        except openai.APIConnectionError as exc:
-            raise transport_error(self._facts, timed_out=False) from exc
-        except openai.APIError as exc:  # an error object inside a 200 stream
-            raise stream_error(
-                self._facts, kind=exc.code or exc.type, message=exc.message, model=request.model
-            ) from exc
-        except json.JSONDecodeError as exc:  # a broken SSE ``data:`` line, raised by the SDK's stream decoder
-            raise bad_response_error(self._facts, detail=exc.msg) from exc
-        except httpx2.TimeoutException as exc:
-            raise transport_error(self._facts, timed_out=True) from exc
-        except httpx2.TransportError as exc:
-            raise transport_error(self._facts, timed_out=False) from exc
-        finally:
-            await events.aclose()
+                model=model,
+            )
+        if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
+            return transport_error(self._facts, timed_out=True)
+        if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+            return transport_error(self._facts, timed_out=False)
+        if isinstance(exc, openai.APIError):  # an error object inside a 200 stream
+            return stream_error(self._facts, kind=exc.code or exc.type, message=exc.message, model=model)
+        if isinstance(exc, json.JSONDecodeError):  # a broken SSE ``data:`` line, raised by the SDK's stream decoder
+            return bad_response_error(self._facts, detail=exc.msg)
+        return None
 
     # -- Responses API ---------------------------------------------------------------------------
 
     async def _responses(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         metadata = dict(list(request.metadata.items())[:16]) or None
+        tools: list[ToolParam] = [
+            _function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools
+        ]
+        if request.hosted_shell:
+            tools.append(hosted_shell_tool())
         stream = await self._client.responses.create(
             model=request.model,
             instructions=request.system or omit,
-            input=_responses_input(request.messages),
-            tools=[_function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools] or omit,
+            input=[*input_items(request.compacted), *_responses_input(request.messages)],
+            tools=tools or omit,
             max_output_tokens=request.max_output_tokens,
             metadata=metadata if metadata is not None else omit,
             store=False,
@@ -209,6 +294,8 @@ class OpenAIModel:
         pending: dict[int, _PendingCall] = {}
         calls = 0
         final: Response | None = None
+        shell = HostedShellReport()
+        containers: dict[str, None] = {}
         async with stream:
             async for event in stream:
                 if isinstance(event, ResponseTextDeltaEvent | ResponseRefusalDeltaEvent):
@@ -228,6 +315,14 @@ class OpenAIModel:
                         call.final = event.item.arguments if event.item.arguments else call.final
                         calls += 1
                         yield call.event()
+                    elif isinstance(event.item, ResponseFunctionShellToolCall):
+                        shell.call(event.item)  # run by OpenAI in its container: not a call for the gateway
+                        if isinstance(event.item.environment, ResponseContainerReference):
+                            containers[event.item.environment.container_id] = None
+                    elif isinstance(event.item, ResponseFunctionShellToolCallOutput):
+                        if not containers:  # it ran in a container no call named
+                            containers[""] = None
+                        yield TextDelta(text=shell.output(event.item))
                 elif isinstance(event, ResponseCompletedEvent | ResponseIncompleteEvent):
                     final = event.response
                 elif isinstance(event, ResponseFailedEvent):
@@ -247,6 +342,8 @@ class OpenAIModel:
         for index in sorted(pending):
             calls += 1
             yield pending[index].event()
+        for container_id in containers:
+            yield HostedContainer(container_id=container_id)
         if final.usage is not None:
             yield Usage(input_tokens=final.usage.input_tokens, output_tokens=final.usage.output_tokens)
         if final.status == "incomplete":

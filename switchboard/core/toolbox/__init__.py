@@ -96,12 +96,15 @@ class ToolRegistry:
     def for_agent(self, agent: Agent) -> list[Tool]:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
 
-        An agent with ``skills`` also gets ``use_skill``, which loads them.
+        An agent with ``skills`` also gets ``use_skill``, which loads them; one with ``shell: hosted`` does not get the
+        local ``shell`` (its provider runs the commands).
         """
         seen: set[str] = set()
         found: list[Tool] = []
         for name in [*agent.tools, *(["use_skill"] if agent.skills else [])]:
             tool = self._tools.get(name)
+            if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
+                continue
             if tool is not None and name not in seen:
                 seen.add(name)
                 found.append(tool)
