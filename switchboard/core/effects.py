@@ -1,16 +1,24 @@
 """Effects of write tools: idempotency records, and the interim gate on effects after untrusted content.
 
 **Idempotency.** Every call of a ``write`` tool carries a key derived from the run and the *logical
-action*: ``sha256(run_id, tool, canonical JSON of the key arguments)``. The key arguments are the
-tool's :attr:`~switchboard.core.tools.Tool.key_fields` (``send_file`` is keyed by ``path``,
-``offer_choice`` by ``question``), or all of its normalised arguments when it names none. Before the
-tool runs, the gateway claims the key in an :class:`EffectStore` together with the hash of the full
-arguments (:func:`~switchboard.core.gateway.action_sha256`):
+action*: ``sha256(run_id, tool, canonical JSON of the key arguments, occurrence)``. The key arguments
+are the tool's :attr:`~switchboard.core.tools.Tool.key_fields` (``send_file`` is keyed by ``path``,
+``offer_choice`` by ``question``), or all of its normalised arguments when it names none. The
+*occurrence* tells deliberate repeats apart: a call is the n-th of its action (the same tool and the
+same full arguments) when n - 1 identical calls of the run succeeded before it, counted in the order
+the calls are made — tool calls of the model and calls from its programs alike. Running ``cat n.txt``
+again after changing the file, or ``pytest`` again after a fix, is a new action and really runs. A
+re-attempt of the run (after a crash, or restarted for a newer message) makes its calls again in the
+same order, so each maps to the key its earlier attempt used; failed calls do not count, so a retry
+after a failure (its claim released) or after an unknown outcome (its claim kept) uses the same key.
+The first occurrence's key is ``sha256(run_id, tool, key arguments)``, as before occurrences counted.
+Before the tool runs, the gateway claims the key in an :class:`EffectStore` together with the hash of
+the full arguments (:func:`~switchboard.core.gateway.action_sha256`):
 
 - no record → the claim is taken and the tool runs; its outcome is recorded (a failure releases the
   claim, so a later try may run);
 - a finished record with the same arguments hash → the recorded outcome comes back and the tool does
-  not run again (an identical call twice in one turn, or a re-run of the turn after a crash);
+  not run again (a re-run of the turn after a crash or an interruption);
 - a record with another arguments hash → refused (``idempotency_conflict``): the same logical action
   with different arguments is never performed twice;
 - a record still ``started`` (a worker died mid-effect) → refused (``ambiguous``): it may or may not
@@ -131,10 +139,24 @@ def logical_action(tool: Tool, normalised: dict[str, Any]) -> dict[str, Any]:
     return {name: normalised.get(name) for name in tool.key_fields}
 
 
-def effect_key(run_id: str, tool: str, logical: dict[str, Any]) -> str:
-    """``sha256(run_id, tool, canonical logical arguments)``: one key per logical action of a run."""
+def effect_key(run_id: str, tool: str, logical: dict[str, Any], occurrence: int = 1) -> str:
+    """``sha256(run_id, tool, canonical logical arguments, occurrence)``: one key per logical action of a run.
+
+    Args:
+        run_id: the run (the same for every attempt at it).
+        tool: the tool's name.
+        logical: the arguments naming the action (:func:`logical_action`).
+        occurrence: 1 for the first such action of the run, n for the n-th; the first keeps the key it had
+            before occurrences were counted, so records written then are still found.
+
+    Raises:
+        ValueError: ``occurrence`` is below 1.
+    """
+    if occurrence < 1:
+        raise ValueError(f"occurrence counts from 1, not {occurrence}")
     canonical = json.dumps(logical, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(f"{run_id}\n{tool}\n{canonical}".encode()).hexdigest()
+    tail = "" if occurrence == 1 else f"\n{occurrence}"  # compact JSON has no raw newline: no collision
+    return hashlib.sha256(f"{run_id}\n{tool}\n{canonical}{tail}".encode()).hexdigest()
 
 
 def untrusted_refusal(tool: Tool, *, untrusted_context: bool, policy: EffectPolicy) -> str | None:

@@ -8,8 +8,11 @@ In order, for one call:
 3. **Authorise** outside the model: ``tool.permission`` must be among ``ctx.permissions``.
 4. **Gate and stamp** (:mod:`switchboard.core.effects`): a risky write asked for after untrusted content
    entered the turn is refused unless the agent's policy allows it; the idempotency key
-   ``sha256(run_id, tool, logical action)`` is stamped on the context, and a write whose key is already
-   recorded is not run again (the same arguments get the recorded outcome, other arguments are refused).
+   ``sha256(run_id, tool, logical action, occurrence)`` is stamped on the context, and a write whose key
+   is already recorded is not run again (the same arguments get the recorded outcome, other arguments are
+   refused). The occurrence counts the identical calls of the run that succeeded before this one
+   (:attr:`CallScope.ordinals`): a deliberate repeat later in the run is a new action and runs, while a
+   re-attempt of the run, making the same calls in the same order, finds each earlier call's record.
 5. **Run** under the tool's timeout, behind a circuit breaker per connector (``tool.breaker_key``: a failing
    document parser never pauses the clock or the file tools); classify any
    failure (``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``,
@@ -88,9 +91,12 @@ def action_sha256(tool: str, args: Any) -> str:
     return hashlib.sha256(f"{tool}\n{canonical_json(args)}".encode()).hexdigest()
 
 
-def idempotency_key(run_id: str, tool: str, logical: dict[str, Any]) -> str:
-    """``sha256(run_id, tool, logical action)``: the same run asking for the same action gets the same key."""
-    return effect_key(run_id, tool, logical)
+def idempotency_key(run_id: str, tool: str, logical: dict[str, Any], occurrence: int = 1) -> str:
+    """``sha256(run_id, tool, logical action, occurrence)``: the same on every attempt at the run.
+
+    See :func:`~switchboard.core.effects.effect_key`.
+    """
+    return effect_key(run_id, tool, logical, occurrence)
 
 
 def classify_error(exc: BaseException, tool: Tool) -> tuple[str, float | None]:
@@ -162,6 +168,13 @@ class CallScope:
     allowed: frozenset[str] | None = None
     """Names the agent may call (``None``: any registered tool)."""
     ordinals: Counter[str] = field(default_factory=Counter)
+    """Calls that succeeded so far, by action (:func:`action_sha256` of the tool and its normalised arguments).
+
+    The next identical call is occurrence ``ordinals[action] + 1`` of that action and gets that occurrence's
+    idempotency key. Failed or refused calls do not count: a retry of one keeps its key (a released claim is taken
+    again, an unknown outcome stays refused). Counted in the order the calls are made, so a re-attempt of the run
+    that makes the same calls maps each one to its earlier key.
+    """
     variables: dict[str, Any] = field(default_factory=dict)
     """Large results by variable name; passed to the next CodeAct program."""
 
@@ -260,8 +273,25 @@ class ToolGateway:
 
         normalised = validated.model_dump(mode="json")
         fingerprint = action_sha256(name, normalised)
-        scope.ordinals[name] += 1
-        key = idempotency_key(ctx.run_id, name, logical_action(tool, normalised))
+        occurrence = scope.ordinals[fingerprint] + 1
+        key = idempotency_key(ctx.run_id, name, logical_action(tool, normalised), occurrence)
+        outcome = await self._effect(tool, validated, ctx, scope, started, key, fingerprint)
+        if outcome.ok:  # this occurrence happened (or was recorded): an identical call after it is the next one
+            scope.ordinals[fingerprint] += 1
+        return outcome
+
+    async def _effect(
+        self,
+        tool: Tool,
+        validated: BaseModel,
+        ctx: ToolContext,
+        scope: CallScope,
+        started: float,
+        key: str,
+        fingerprint: str,
+    ) -> ToolOutcome:
+        """Gate, claim, run (retrying what the tool allows) and settle one validated call under its key."""
+        name = tool.name
         refusal = untrusted_refusal(tool, untrusted_context=ctx.untrusted_context, policy=ctx.untrusted_effects)
         if refusal is not None:
             return self._failed(name, started, "needs_confirmation", refusal, key=key, fingerprint=fingerprint)
