@@ -93,6 +93,10 @@ class SandboxSettings(BaseModel):
     """Commands running at once in one worker (more wait)."""
     progress_after_s: float = Field(5.0, ge=0)
     """A command still running after this is announced on the user's channel (0: never)."""
+    progress_every_s: float = Field(5.0, ge=0.05)
+    """How often that status message is edited where the channel edits (the chat's edit budget may skip an edit)."""
+    progress_notices: int = Field(2, ge=0, le=10)
+    """Most progress messages of one call where the channel cannot edit (WhatsApp, Instagram, Messenger, web chat)."""
     proxy_socket: Path | None = None
     """Unix socket the worker's egress proxy listens on, bound into bubblewrap sandboxes (default:
     ``<data dir>/egress/worker-<pid>.sock``; set it only with one worker process per path)."""

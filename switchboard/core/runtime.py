@@ -62,6 +62,7 @@ from switchboard.core.prompt import (
 )
 from switchboard.core.providers import ModelFactory, model_name
 from switchboard.core.slots import SLOT_TOOLS, Slots
+from switchboard.core.status import StatusSink
 from switchboard.core.steering import steered_first, steered_in
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
@@ -179,6 +180,7 @@ class _Turn:
             store=store,
             act=getattr(sink, "act", None),
             record=sink.event,
+            status=sink.status if isinstance(sink, StatusSink) else None,
             permissions=request.permissions,
             effects=store if isinstance(store, EffectStore) else TurnEffects(),
             untrusted_effects=self.agent.policy.untrusted_effects,

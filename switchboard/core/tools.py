@@ -13,6 +13,7 @@ from switchboard.core.actions import Action
 from switchboard.core.databases import SharedDatabase
 from switchboard.core.effects import EffectPolicy, EffectStore
 from switchboard.core.events import Event
+from switchboard.core.status import StatusMessages
 from switchboard.core.threads import ThreadShare
 from switchboard.core.turn import SessionStore
 from switchboard.core.workspaces import Workspaces
@@ -45,6 +46,8 @@ class ToolContext:
     """Perform a channel send action for the conversation (send a file, offer a choice)."""
     record: Callable[[Event], Awaitable[None]] | None = None
     """Append a fact to the session's event log (the sandbox a command ran in)."""
+    status: StatusMessages | None = None
+    """Live status messages on the conversation's channel, for a call that runs a while (``None``: none shown)."""
     permissions: frozenset[str] = frozenset()
     """Permissions granted to the principal, checked by the gateway outside the model."""
     workspaces: Workspaces | None = None

@@ -60,6 +60,7 @@ from switchboard.queue.outbox import Ephemeral, Outbox, idempotency_key
 from switchboard.queue.ratelimits import SendBuckets
 from switchboard.queue.sending import REPLY, Undelivered, deliver_reply
 from switchboard.queue.streaming import ReplyStream
+from switchboard.queue.toolstatus import StatusBoard, resume, settle
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -129,7 +130,7 @@ class _Turn:
 
 
 class _Sink:
-    """The turn's view of its drain: deltas to streaming channels, facts to the fenced event log.
+    """The turn's view of its drain: deltas to streaming channels, tool status messages, facts to the fenced event log.
 
     The answering ``step`` event and the closing ``usage_metered`` are held back to ride on the drain's next
     fenced step (the reply's outbox claim); any other write for the turn writes them first, so order holds.
@@ -140,6 +141,7 @@ class _Sink:
         self._turn = turn
         self._events = events
         self.held: list[Event] = []
+        self.status = None if turn.stream is None else StatusBoard.beside(turn.stream, drainer._perform_for(turn))
 
     def take(self) -> list[Event]:
         """The held events, to write with the drain's next step (the caller writes them)."""
@@ -346,7 +348,7 @@ class Drainer(TurnEndings):
             return DrainOutcome.DEFERRED
         if attempt.attempt > 1:  # an earlier attempt may have produced the reply: then only its send is left
             pending = await outbox.pending(turn.run_id, REPLY)
-            await turn.stream.restore()  # a preview an earlier attempt streamed is edited, never posted twice
+            await resume(turn.stream, self._perform_for(turn))  # its preview is edited, its status messages ended
             if pending is not None and isinstance(pending.action, SendText | StreamText):
                 attempt, messages = answered_part(attempt, messages, pending.action.reply_to)
                 await self._resume(turn, attempt, messages, outbox, pending)
@@ -448,11 +450,11 @@ class Drainer(TurnEndings):
         finally:
             lost.cancel()
             stop.cancel()
+        if task not in done:
+            task.cancel()  # reaches the model's HTTP request and any tool call in flight
+        await settle(sink.status, after=task)  # the turn's status messages take their final state before it goes on
         if task in done:
             return task.result()
-        task.cancel()  # reaches the model's HTTP request and any tool call in flight
-        with contextlib.suppress(BaseException):
-            await task
         if turn.lost.is_set():
             raise _lost(turn.lease)
         if turn.stop.is_set():

@@ -85,6 +85,14 @@ class SessionKeys:
         return self._k("outbox")
 
     @property
+    def tool_statuses(self) -> str:
+        """HASH ``<run id>|<status name>`` → JSON ``{"message_id"}``, with a TTL: open tool status messages.
+
+        Posted and not yet in their final state: a later attempt at the turn ends them as interrupted.
+        """
+        return self._k("tool_statuses")
+
+    @property
     def dead(self) -> str:
         """LIST of dead-letter JSON records (message, attempts, reason)."""
         return self._k("dead")

@@ -29,6 +29,8 @@ def shell_options(settings: SandboxSettings) -> ShellOptions:
         max_timeout_s=settings.max_timeout_s,
         max_output_chars=settings.max_output_chars,
         progress_after_s=settings.progress_after_s,
+        progress_every_s=settings.progress_every_s,
+        progress_notices=settings.progress_notices,
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.actions import Action, SendText
+from switchboard.core.actions import Action
 from switchboard.core.events import Event, SandboxUsed
 from switchboard.core.gateway import ToolGateway
 from switchboard.core.toolbox import ToolRegistry, default_registry
@@ -19,17 +19,33 @@ from switchboard.types import SessionKey
 
 
 class Recorder:
-    """Collects what the tool sends to the channel and to the event log."""
+    """Collects what the tool sends to the channel, its status messages, and what it records in the event log."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, edits: bool = True) -> None:
         self.actions: list[Action] = []
         self.events: list[Event] = []
+        self.opened: list[str] = []
+        self.posted: list[str] = []
+        self.edited: list[tuple[str, bool]] = []
+        self.edits = edits
 
     async def act(self, action: Action) -> None:
         self.actions.append(action)
 
     async def record(self, event: Event) -> None:
         self.events.append(event)
+
+    def open(self, name: str) -> Recorder:
+        self.opened.append(name)
+        return self
+
+    async def post(self, text: str) -> bool:
+        self.posted.append(text)
+        return True
+
+    async def edit(self, text: str, *, final: bool = False) -> bool:
+        self.edited.append((text, final))
+        return True
 
 
 def context(workspace: Path, recorder: Recorder) -> ToolContext:
@@ -42,6 +58,7 @@ def context(workspace: Path, recorder: Recorder) -> ToolContext:
         idempotency_key="",
         act=recorder.act,
         record=recorder.record,
+        status=recorder,
     )
 
 
@@ -107,16 +124,30 @@ async def test_the_model_cannot_raise_the_output_cap(bwrap: Sandbox, workspace: 
     assert "characters truncated" in value["output"][0]["stdout"]
 
 
-async def test_a_long_command_shows_progress_on_the_channel(bwrap: Sandbox, workspace: Path) -> None:
-    options = ShellOptions(progress_after_s=0.2)
+async def test_a_long_command_shows_one_status_message_and_how_it_ended(bwrap: Sandbox, workspace: Path) -> None:
+    options = ShellOptions(progress_after_s=0.2, progress_every_s=60)
     _, recorder = await call(bwrap, workspace, {"commands": ["sleep 1.5; echo done"]}, options)
-    [notice] = recorder.actions
-    assert isinstance(notice, SendText) and "`sleep 1.5; echo done`" in notice.text and " s so far" in notice.text
+    [name] = recorder.opened
+    assert name.startswith("status:") and len(name) > len("status:")  # one per call, stable across re-runs
+    [posted] = recorder.posted
+    assert posted.startswith("⏳ Running `sleep 1.5; echo done` — ")
+    [(final, final_edit)] = recorder.edited
+    assert final_edit
+    assert final.startswith("✅ Done in ") and final.endswith(": `sleep 1.5; echo done` (exit 0)")
+    assert recorder.actions == []  # nothing else reaches the channel
+
+
+async def test_a_timed_out_command_ends_its_status_as_timed_out(bwrap: Sandbox, workspace: Path) -> None:
+    options = ShellOptions(progress_after_s=0.1, progress_every_s=60)
+    _, recorder = await call(bwrap, workspace, {"commands": ["sleep 30"], "timeout_ms": 1000}, options)
+    [(final, final_edit)] = recorder.edited
+    assert final_edit
+    assert final.startswith("⏹ Timed out after ") and final.endswith("(timed out)"), final
 
 
 async def test_a_quick_command_sends_no_progress(bwrap: Sandbox, workspace: Path) -> None:
     _, recorder = await call(bwrap, workspace, {"commands": ["echo hi"]})
-    assert recorder.actions == []
+    assert (recorder.actions, recorder.posted, recorder.edited) == ([], [], [])
 
 
 @pytest.mark.parametrize(

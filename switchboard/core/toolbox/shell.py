@@ -7,8 +7,10 @@ around ``… N characters truncated …``) — and so is the result: one ``{"std
 tool drive this one unchanged.
 
 The sandbox (:mod:`switchboard.sandbox`) is chosen once at start-up; the result names the isolation that applied,
-and the call records it in the session's event log (:class:`~switchboard.core.events.SandboxUsed`). A command
-still running after ``progress_after_s`` tells the user, on their channel, what runs and for how long.
+and the call records it in the session's event log (:class:`~switchboard.core.events.SandboxUsed`). A call
+still running after ``progress_after_s`` shows the user, on their channel, one status message kept up to date — what
+runs, for how long, which commands finished and how — and then how the call ended
+(:mod:`switchboard.core.toolbox.progress`).
 
 Network: none, unless the worker runs an egress proxy (an :class:`EgressGate`, see
 :mod:`switchboard.egress.gate`). Then each call gets a grant for its agent and session, its commands reach the
@@ -29,8 +31,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from switchboard.core.actions import SendText
 from switchboard.core.events import SandboxUsed
+from switchboard.core.toolbox.progress import Progress, ProgressOptions
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.workspaces import Workspaces, make_private_dir
 from switchboard.errors import ToolError
@@ -75,7 +77,16 @@ class ShellOptions:
     max_output_chars: int = 20_000
     """Default and largest ``max_output_length``."""
     progress_after_s: float = 5.0
-    """A command running longer than this is announced to the user (0: never)."""
+    """A call running longer than this shows its progress to the user (0: never)."""
+    progress_every_s: float = 5.0
+    """How often the status message is updated where the channel edits (the chat's edit budget may skip one)."""
+    progress_notices: int = 2
+    """Most progress messages of one call where the channel cannot edit."""
+
+    @property
+    def progress(self) -> ProgressOptions:
+        """The progress policy these options ask for."""
+        return ProgressOptions(self.progress_after_s, self.progress_every_s, self.progress_notices)
 
 
 class ShellInput(BaseModel):
@@ -111,19 +122,13 @@ async def detect_on_first_use() -> Sandbox | None:
 
 
 def _shown(command: str) -> str:
-    line = " ".join(command.split())
-    return line if len(line) <= 80 else line[:77] + "…"
+    """One line of ``command`` for the status message (no backticks: it is shown as code)."""
+    line = " ".join(command.replace("`", "'").split())
+    return line if len(line) <= 60 else line[:59] + "…"
 
 
-async def _announce(ctx: ToolContext, commands: list[str], after_s: float, started: float) -> None:
-    """After ``after_s``, tell the user what is still running and for how long (once)."""
-    await asyncio.sleep(after_s)
-    if ctx.act is None:
-        return
-    running = ", ".join(f"`{_shown(c)}`" for c in commands[:3]) + (" …" if len(commands) > 3 else "")
-    seconds = round(time.monotonic() - started)
-    with contextlib.suppress(Exception):  # progress is best effort: never fails the call
-        await ctx.act(SendText(text=f"⏳ Running {running} — {seconds} s so far."))
+def _outcome(done: CommandResult) -> str:
+    return "timed out" if done.timed_out else f"exit {done.exit_code}"
 
 
 def _access(
@@ -173,27 +178,26 @@ def shell_tools(
         timeout_s = args.timeout_ms / 1000 if args.timeout_ms is not None else options.default_timeout_s
         limit = min(args.max_output_length or options.max_output_chars, options.max_output_chars)
         started = time.monotonic()
-        progress = (
-            asyncio.create_task(_announce(ctx, args.commands, options.progress_after_s, started))
-            if options.progress_after_s > 0
-            else None
-        )
+        status = ctx.status.open(f"status:{ctx.idempotency_key}") if ctx.status is not None else None
+        progress = Progress(status, [_shown(c) for c in args.commands], options.progress)
         network: str | None = None
         spaces = ctx.workspaces or Workspaces(None)
         before = await asyncio.to_thread(spaces.snapshot, workspace)  # what the commands add may be taken back
+
+        async def run(index: int, command: str, way_out: EgressAccess | None) -> CommandResult:
+            done = await box.run(command, workspace, timeout_s=timeout_s, max_output=limit, egress=way_out)
+            progress.finished(index, _outcome(done))
+            return done
+
         try:
-            with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
-                way_out = access if isinstance(access, EgressAccess) else None
-                network = None if egress is None else PROXIED if way_out is not None else str(access)
-                results = await asyncio.gather(
-                    *(
-                        box.run(command, workspace, timeout_s=timeout_s, max_output=limit, egress=way_out)
-                        for command in args.commands
-                    )
-                )
+            # the status message takes its final state when the block ends, however it ends
+            async with progress:
+                with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
+                    way_out = access if isinstance(access, EgressAccess) else None
+                    network = None if egress is None else PROXIED if way_out is not None else str(access)
+                    results = await asyncio.gather(*(run(i, c, way_out) for i, c in enumerate(args.commands)))
+                progress.end("timed_out" if any(r.timed_out for r in results) else "done")
         finally:
-            if progress is not None:
-                progress.cancel()
             over_quota = await asyncio.to_thread(spaces.settle, workspace, before)
         if ctx.record is not None:
             await ctx.record(
