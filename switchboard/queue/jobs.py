@@ -149,21 +149,32 @@ class DrainJobs:
         self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str | None]], *, front: bool
     ) -> list[str | None]:
         """:meth:`enqueue` for each ``(session, expected flag)``, in one round trip; the new job ids in order."""
+        ids, calls = self._pushes([(session, expected or "") for session, expected in sessions], "1" if front else "")
+        done = await scripts.ENQUEUE.many(redis, calls)
+        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
+
+    def _pushes(
+        self, sessions: Sequence[tuple[SessionKey, str]], *extra: scripts.ScriptArg
+    ) -> tuple[list[str], list[tuple[list[str], list[scripts.ScriptArg]]]]:
+        """New job ids, and the keys and arguments of one job-pushing script call per ``(session, first argument)``.
+
+        The shape ``enqueue.lua`` and ``lease_takeover.lua`` share: lease, flag, job hash, queue, queues; then the
+        first argument, the job id, the session, the time, the job config and ``extra``.
+        """
         now = rq_time(time.time())
-        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
         ids: list[str] = []
-        for session, expected in sessions:
+        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
+        for session, first in sessions:
             job_id = new_job_id()
             keys = SessionKeys(session)
             ids.append(job_id)
             calls.append(
                 (
                     [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
-                    [expected or "", job_id, session, now, self.config, "1" if front else ""],
+                    [first, job_id, session, now, self.config, *extra],
                 )
             )
-        done = await scripts.ENQUEUE.many(redis, calls)
-        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
+        return ids, calls
 
     async def drop_stuck(self, redis: aioredis.Redis, job_ids: Sequence[str]) -> int:
         """Give up drain jobs stuck in RQ's intermediate list: each id dropped and its hash deleted in one step.
@@ -215,19 +226,7 @@ class DrainJobs:
         self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str]]
     ) -> list[str | None]:
         """:meth:`take_over` for each ``(session, lease value seen)``, in one round trip; the new job ids in order."""
-        now = rq_time(time.time())
-        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
-        ids: list[str] = []
-        for session, lease_value in sessions:
-            job_id = new_job_id()
-            keys = SessionKeys(session)
-            ids.append(job_id)
-            calls.append(
-                (
-                    [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
-                    [lease_value, job_id, session, now, self.config],
-                )
-            )
+        ids, calls = self._pushes(sessions)
         done = await scripts.LEASE_TAKEOVER.many(redis, calls)
         return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
 
