@@ -190,14 +190,20 @@ def _shell_events(run: ShellRun, index: int, output: list[dict[str, Any]]) -> li
     call["environment"] = environment
     events: list[dict[str, Any]] = [{"type": "response.output_item.added", "output_index": index, "item": call}]
     for n, command in enumerate(run.commands):
-        where = {"output_index": index, "command_index": n}
+        where: dict[str, Any] = {"output_index": index, "command_index": n}
         events.append({"type": "response.shell_call_command.added", **where, "command": ""})
         events += [{"type": "response.shell_call_command.delta", **where, "delta": d} for d in split(command, 2)]
         events.append({"type": "response.shell_call_command.done", **where, "command": command})
     done_call = {**call, "action": {**action, "commands": list(run.commands)}, "status": "completed"}
     events.append({"type": "response.output_item.done", "output_index": index, "item": done_call})
     out_index, out_id = index + 1, f"sho_{run.call_id}"
-    result = {"type": "shell_call_output", "id": out_id, "call_id": call_id, "output": [], "status": "in_progress"}
+    result: dict[str, Any] = {
+        "type": "shell_call_output",
+        "id": out_id,
+        "call_id": call_id,
+        "output": [],
+        "status": "in_progress",
+    }
     result["max_output_length"] = None
     events.append({"type": "response.output_item.added", "output_index": out_index, "item": result})
     chunks = []
@@ -379,7 +385,12 @@ class FakeOpenAI(Script):
     def put_file(self, path: str, content: bytes, *, source: str = "assistant") -> None:
         """A file in the hosted container (``source``: ``assistant`` for what commands wrote, ``user`` uploads)."""
         number = len(self.container) + 1
-        entry = {"id": f"cfile_{number}", "object": "container.file", "container_id": CONTAINER_ID, "path": path}
+        entry: dict[str, Any] = {
+            "id": f"cfile_{number}",
+            "object": "container.file",
+            "container_id": CONTAINER_ID,
+            "path": path,
+        }
         entry.update({"bytes": len(content), "created_at": int(time.time()) + number, "source": source})
         self.container.append({**entry, "content": content})
 

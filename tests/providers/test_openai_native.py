@@ -297,7 +297,7 @@ async def test_a_failed_native_compaction_falls_back_to_deterministic(
     assert len(fake_openai.compactions()) == 1  # tried once, then the turn is deterministic
     assert result.stopped_by == "context" and result.text  # as without native compaction: the run still answers
     assert not any(compaction_items(r.body) for r in fake_openai.responses())
-    assert STATE_SLOT not in await async_redis.hgetall(SessionKeys(turn.session_key).slots)  # type: ignore[misc]
+    assert STATE_SLOT not in await async_redis.hgetall(SessionKeys(turn.session_key).slots)
 
 
 async def test_the_compacted_window_survives_a_move_to_another_worker(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence, Set
+from collections.abc import AsyncGenerator, AsyncIterator, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,15 +35,11 @@ import httpx2
 import openai
 from openai import AsyncOpenAI, omit
 from openai.types.chat import (
-    ChatCompletionContentPartParam,
     ChatCompletionFunctionToolParam,
-    ChatCompletionMessageFunctionToolCallParam,
-    ChatCompletionMessageParam,
 )
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from openai.types.completion_usage import CompletionUsage
 from openai.types.responses import (
-    FunctionToolParam,
     ResponseCompletedEvent,
     ResponseContainerReference,
     ResponseErrorEvent,
@@ -54,8 +50,6 @@ from openai.types.responses import (
     ResponseFunctionShellToolCallOutput,
     ResponseFunctionToolCall,
     ResponseIncompleteEvent,
-    ResponseInputItemParam,
-    ResponseInputMessageContentListParam,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseRefusalDeltaEvent,
@@ -65,10 +59,8 @@ from openai.types.responses import (
 from openai.types.responses.response import Response
 
 from switchboard.core.model import (
-    ChatMessage,
     Finished,
     HostedContainer,
-    ImagePart,
     ModelEvent,
     ModelRequest,
     TextDelta,
@@ -76,7 +68,7 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
-from switchboard.core.native import NativeWindow
+from switchboard.core.native import ContainerFile, NativeWindow
 from switchboard.core.providers._errors import (
     ProviderFacts,
     auth_error,
@@ -85,23 +77,28 @@ from switchboard.core.providers._errors import (
     stream_error,
     transport_error,
 )
+from switchboard.core.providers._openai_input import chat_messages, function_tool, responses_input
 from switchboard.core.providers._openai_native import (
     HostedShellReport,
     compacted_items,
+    container_files,
     hosted_shell_tool,
     input_items,
     window_tokens,
 )
-from switchboard.core.providers._transcript import arguments_json, paired, parse_arguments
+from switchboard.core.providers._transcript import parse_arguments
 from switchboard.errors import ModelError
 
-__all__ = ["OpenAIModel"]
+__all__ = ["CONTAINER_FETCH_TIMEOUTS", "OpenAIModel"]
 
 logger = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _NO_KEY = "unused"
 """Sent when no key is configured: local OpenAI-compatible servers usually ignore it, and OpenAI answers 401."""
+
+CONTAINER_FETCH_TIMEOUTS = 4
+"""Copying a hosted container's files after a step ends within this many request timeouts."""
 
 _CHAT_STOP_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls"}
 _INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "refusal"}
@@ -148,6 +145,7 @@ class OpenAIModel:
             timeout_s: Per-request timeout, also the longest silence tolerated inside a stream.
         """
         self.wire_api = wire_api
+        self._timeout_s = timeout_s
         official = base_url is None or httpx2.URL(base_url).host == "api.openai.com"
         self._official = official
         self._facts = ProviderFacts(
@@ -209,7 +207,7 @@ class OpenAIModel:
         try:
             raw = await self._client.responses.with_raw_response.compact(
                 model=request.model,
-                input=[*input_items(request.compacted), *_responses_input(request.messages)],
+                input=[*input_items(request.compacted), *responses_input(request.messages)],
                 instructions=request.system or omit,
             )
             found = raw.parse()
@@ -224,32 +222,39 @@ class OpenAIModel:
         items = compacted_items(body.get("output") if isinstance(body, dict) else None)
         if not any(item.get("type") == "compaction" for item in items):
             raise bad_response_error(self._facts, detail="the compacted window holds no compaction item")
-        return NativeWindow(items=items, tokens=max(1, found.usage.output_tokens) + window_tokens(items))
+        counted = getattr(getattr(found, "usage", None), "output_tokens", None)  # not validated: may be absent
+        return NativeWindow(items=items, tokens=window_tokens(items, counted if isinstance(counted, int) else None))
 
-    async def container_files(self, container_id: str, *, skip: Set[str], limit: int) -> list[tuple[str, str, bytes]]:
-        """Files the model's commands wrote in a hosted container (``source: assistant``): ``(id, path, content)``.
+    async def container_files(
+        self, container_id: str, *, skip: Set[str], limit: int, max_bytes: int
+    ) -> list[ContainerFile]:
+        """Files the model's commands wrote in a hosted container (``source: assistant``), the newest ``limit``.
 
-        The newest ``limit`` files of the container are looked at; those whose id is in ``skip`` are not fetched.
+        Those whose id is in ``skip`` are not fetched; together they hold at most ``max_bytes``, and listing and
+        downloads end within :data:`CONTAINER_FETCH_TIMEOUTS` times the request timeout (see
+        :func:`~switchboard.core.providers._openai_native.container_files`).
 
         Raises:
             ModelError: classified as a failed step is.
         """
-        found: list[tuple[str, str, bytes]] = []
-        files = self._client.containers.files
         try:
-            page = await files.list(container_id, order="desc", limit=max(1, min(limit, 100)))
-            for entry in page.data:
-                if entry.source == "assistant" and entry.id not in skip:
-                    content = await files.content.retrieve(entry.id, container_id=container_id)
-                    found.append((entry.id, entry.path, content.content))
+            return await container_files(
+                self._client.containers.files,
+                container_id,
+                skip=skip,
+                limit=limit,
+                max_bytes=max_bytes,
+                deadline_s=self._timeout_s * CONTAINER_FETCH_TIMEOUTS,
+            )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise auth_error(self._facts, status=exc.status_code) from None
+        except TimeoutError:
+            raise transport_error(self._facts, timed_out=True) from None
         except Exception as exc:
             error = self._classified(exc, "")
             if error is None:
                 raise
             raise error from exc
-        return found
 
     def _classified(self, exc: Exception, model: str) -> ModelError | None:
         """``exc`` (from the SDK or the transport) as a classified error; ``None`` for anything else."""
@@ -276,15 +281,13 @@ class OpenAIModel:
 
     async def _responses(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         metadata = dict(list(request.metadata.items())[:16]) or None
-        tools: list[ToolParam] = [
-            _function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools
-        ]
+        tools: list[ToolParam] = [function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools]
         if request.hosted_shell:
             tools.append(hosted_shell_tool())
         stream = await self._client.responses.create(
             model=request.model,
             instructions=request.system or omit,
-            input=[*input_items(request.compacted), *_responses_input(request.messages)],
+            input=[*input_items(request.compacted), *responses_input(request.messages)],
             tools=tools or omit,
             max_output_tokens=request.max_output_tokens,
             metadata=metadata if metadata is not None else omit,
@@ -364,7 +367,7 @@ class OpenAIModel:
         ]
         stream = await self._client.chat.completions.create(
             model=request.model,
-            messages=_chat_messages(request.system, request.messages),
+            messages=chat_messages(request.system, request.messages),
             tools=tools or omit,
             # OpenAI's newer models only take ``max_completion_tokens``; compatible servers know ``max_tokens``.
             max_completion_tokens=request.max_output_tokens if self._official else omit,
@@ -423,68 +426,3 @@ def _body_message(body: object, fallback: str) -> str:
         if isinstance(message, str) and message:
             return message
     return fallback
-
-
-def _data_url(image: ImagePart) -> str:
-    return f"data:{image.mime_type};base64,{image.data}"
-
-
-def _function_tool(name: str, description: str, parameters: dict[str, object]) -> FunctionToolParam:
-    return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
-
-
-def _responses_input(messages: Sequence[ChatMessage]) -> list[ResponseInputItemParam]:
-    items: list[ResponseInputItemParam] = []
-    for message in paired(messages):
-        if message.role == "user" and message.images:
-            parts: ResponseInputMessageContentListParam = [{"type": "input_text", "text": message.content}]
-            for image in message.images:
-                parts.append({"type": "input_image", "image_url": _data_url(image), "detail": "auto"})
-            items.append({"type": "message", "role": "user", "content": parts})
-        elif message.role == "user":
-            items.append({"type": "message", "role": "user", "content": message.content})
-        elif message.role == "assistant":
-            if message.content:
-                items.append({"type": "message", "role": "assistant", "content": message.content})
-            for call in message.tool_calls:
-                items.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call.id,
-                        "name": call.name,
-                        "arguments": arguments_json(call.arguments),
-                    }
-                )
-        else:
-            items.append({"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content})
-    return items
-
-
-def _chat_messages(system: str, messages: Sequence[ChatMessage]) -> list[ChatCompletionMessageParam]:
-    out: list[ChatCompletionMessageParam] = []
-    if system:
-        out.append({"role": "system", "content": system})
-    for message in paired(messages):
-        if message.role == "user" and message.images:
-            content: list[ChatCompletionContentPartParam] = [{"type": "text", "text": message.content}]
-            for image in message.images:
-                content.append({"type": "image_url", "image_url": {"url": _data_url(image), "detail": "auto"}})
-            out.append({"role": "user", "content": content})
-        elif message.role == "user":
-            out.append({"role": "user", "content": message.content})
-        elif message.role == "assistant":
-            calls: list[ChatCompletionMessageFunctionToolCallParam] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": arguments_json(call.arguments)},
-                }
-                for call in message.tool_calls
-            ]
-            if calls:
-                out.append({"role": "assistant", "content": message.content or None, "tool_calls": calls})
-            else:
-                out.append({"role": "assistant", "content": message.content})
-        else:
-            out.append({"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content})
-    return out
