@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/switchboard run
 
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not chaos and not browser"
