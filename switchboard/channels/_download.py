@@ -6,8 +6,8 @@ host, the cloud metadata endpoint) and hand the bytes to the agent. :func:`downl
 aiohttp's own redirect handling off: each ``Location`` is resolved against the hop that sent it and checked again,
 at most :data:`MAX_REDIRECTS` times; the body is refused once its declared or streamed size passes the limit.
 
-Used by Teams (:meth:`~switchboard.channels._teams_channel.TeamsChannel.fetch`);
-:meth:`~switchboard.channels._meta_graph.GraphApi.download` has the same shape and can move onto it.
+Used by Teams (:meth:`~switchboard.channels._teams_channel.TeamsChannel.fetch`) and the Meta channels
+(:meth:`~switchboard.channels._meta_graph.GraphApi.download`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,11 @@ async def download(
     headers_for: Callable[[URL], Mapping[str, str]],
     channel: str,
     client_timeout: aiohttp.ClientTimeout,
+    allowed_hosts: str = "an allowed host",
 ) -> Fetched:
     """GET ``url``, checking it and every redirect with ``allowed``, refusing more than ``limit`` bytes.
+
+    ``allowed_hosts`` names, in the refusal, the hosts ``allowed`` accepts.
 
     Raises:
         AttachmentError: a hop the policy refuses ("not fetched"), more than :data:`MAX_REDIRECTS` redirects, an
@@ -73,7 +76,7 @@ async def download(
         for _ in range(MAX_REDIRECTS + 1):
             if not target.absolute or not allowed(target):
                 raise AttachmentError(
-                    f"{channel}: the file URL is not on an allowed host; not fetched", channel=channel
+                    f"{channel}: the file URL is not on {allowed_hosts}; not fetched", channel=channel
                 )
             async with session.get(
                 target, headers=dict(headers_for(target)), allow_redirects=False, timeout=client_timeout

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from pydantic import ValidationError
-from yarl import URL
 
 from switchboard.channels._messaging_inbound import MessagingReader, WireDelivery, wire_error
 from switchboard.channels._messaging_outbound import MessagingSender
@@ -238,7 +237,7 @@ class MessagingAdapter:
         if attachment.size is not None and attachment.size > limit:
             raise AttachmentError(f"the file is over {limit} bytes", channel=self.name, too_large=True)
         got = await self._api.download(attachment.ref, limit, authorized=False)  # signed URLs: no token
-        name = attachment.name or URL(got.url).name or "file"
+        name = attachment.name or got.url.name or "file"
         return FileData(name=name[:200], data=got.data, mime_type=attachment.mime_type or got.content_type)
 
     def listener(self) -> Listener | None:

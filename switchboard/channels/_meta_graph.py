@@ -20,7 +20,7 @@ Errors come as ``{"error": {"code", "error_subcode", "message", ...}}`` and are 
 Downloads (:meth:`GraphApi.download`) fetch URLs that come from payloads or Graph answers, so every hop is
 checked (:func:`media_allowed`): ``https`` on Meta's media domains (:data:`MEDIA_DOMAINS`), port 443, no userinfo
 — or the configured Graph API's own origin (the fakes) — redirects followed by hand, at most
-:data:`MAX_REDIRECTS`, each re-checked; the size is capped. The bearer token goes only to the Graph host and the
+``_download.MAX_REDIRECTS``, each re-checked; the size is capped. The bearer token goes only to the Graph host and the
 media hosts that want it (:data:`TOKEN_HOSTS`: WhatsApp's ``lookaside.fbsbx.com``), never to a CDN host.
 """
 
@@ -29,22 +29,20 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import aiohttp
 from yarl import URL
 
+from switchboard.channels._download import Fetched, download, host_of
 from switchboard.channels._meta import record_event
-from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
+from switchboard.errors import DeliveryError, RateLimitedError
 
 __all__ = [
     "AUTH_CODES",
-    "MAX_REDIRECTS",
     "MEDIA_DOMAINS",
     "THROTTLE_CODES",
     "TOKEN_HOSTS",
-    "Download",
     "GraphApi",
     "GraphError",
     "GraphErrorKind",
@@ -71,16 +69,10 @@ _DEFAULT_BACKOFF_S: Final = 30.0
 _POOL_SIZE: Final = 128
 _TIMEOUT: Final = aiohttp.ClientTimeout(total=20, connect=5, sock_read=15)
 _DOWNLOAD_TIMEOUT: Final = aiohttp.ClientTimeout(total=120, connect=5, sock_read=30)
-_REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 MEDIA_DOMAINS: Final = ("fbcdn.net", "fbsbx.com", "cdninstagram.com")
 """Where Meta serves media (a host is allowed when it is one of these or a subdomain of one)."""
 TOKEN_HOSTS: Final = frozenset({"lookaside.fbsbx.com"})
 """Media hosts that want the bearer token (WhatsApp's media URLs); signed CDN URLs never get it."""
-MAX_REDIRECTS: Final = 3
-
-
-def _host(url: URL) -> str:
-    return (url.raw_host or "").lower().rstrip(".")
 
 
 def media_allowed(url: URL, graph_base_url: str) -> bool:
@@ -89,7 +81,7 @@ def media_allowed(url: URL, graph_base_url: str) -> bool:
         return False
     if url.origin() == URL(graph_base_url).origin():
         return True
-    host = _host(url)
+    host = host_of(url)
     on_meta = any(host == domain or host.endswith("." + domain) for domain in MEDIA_DOMAINS)
     return url.scheme == "https" and on_meta and url.port == 443
 
@@ -98,17 +90,7 @@ def sends_token(url: URL, graph_base_url: str) -> bool:
     """Whether an authorized download hands ``url`` the bearer token: the Graph host, or a :data:`TOKEN_HOSTS` one."""
     if url.origin() == URL(graph_base_url).origin():
         return True
-    return url.scheme == "https" and _host(url) in TOKEN_HOSTS and url.port == 443
-
-
-@dataclass(frozen=True, slots=True)
-class Download:
-    """What :meth:`GraphApi.download` fetched."""
-
-    data: bytes
-    content_type: str | None
-    url: str
-    """Where it was served from, after any redirects (a file name may come from its path)."""
+    return url.scheme == "https" and host_of(url) in TOKEN_HOSTS and url.port == 443
 
 
 class GraphError(DeliveryError):
@@ -298,62 +280,32 @@ class GraphApi:
             hint="renew the account access token or grant its permissions",
         )
 
-    async def download(self, url: str, limit: int, *, authorized: bool) -> Download:
+    async def download(self, url: str, limit: int, *, authorized: bool) -> Fetched:
         """Download ``url`` from Meta's media hosts, refusing more than ``limit`` bytes.
 
-        Every hop — ``url`` and each redirect, followed by hand, at most :data:`MAX_REDIRECTS` — must pass
+        Every hop — ``url`` and each redirect, followed by hand, at most ``_download.MAX_REDIRECTS`` — must pass
         :func:`media_allowed`. With ``authorized`` (WhatsApp media), the bearer token goes to the hops
         :func:`sends_token` names, and to no other.
 
         Raises:
             AttachmentError: too large, gone, refused, off Meta's media hosts, too many redirects, or unreachable.
         """
-        channel = self.channel
-        try:
-            target = URL(url)
-            for _ in range(MAX_REDIRECTS + 1):
-                if not media_allowed(target, self.base_url):
-                    raise AttachmentError(
-                        f"{channel}: the media URL is not on Meta's CDN; not fetched", channel=channel
-                    )
-                headers = self._auth if authorized and sends_token(target, self.base_url) else {}
-                async with self.http().get(
-                    target, headers=headers, allow_redirects=False, timeout=_DOWNLOAD_TIMEOUT
-                ) as resp:
-                    if resp.status in _REDIRECT_STATUSES:
-                        location = resp.headers.get("Location", "")
-                        if not location:
-                            raise AttachmentError(f"{channel}: a media redirect without a Location", channel=channel)
-                        target = target.join(URL(location))
-                        continue
-                    if resp.status != 200:
-                        raise AttachmentError(f"{channel} media download answered HTTP {resp.status}", channel=channel)
-                    data = await _read_capped(resp, limit, channel)
-                    content_type = resp.content_type if resp.headers.get("Content-Type") else None
-                    return Download(data, content_type, str(target))
-        except ValueError:
-            raise AttachmentError(f"{channel}: a media URL that is not a URL; not fetched", channel=channel) from None
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise AttachmentError(f"{channel} media download failed ({type(exc).__name__})", channel=channel) from None
-        raise AttachmentError(f"{channel}: more than {MAX_REDIRECTS} media redirects; not fetched", channel=channel)
+        return await download(
+            self.http(),
+            url,
+            limit,
+            allowed=lambda target: media_allowed(target, self.base_url),
+            headers_for=lambda target: self._auth if authorized and sends_token(target, self.base_url) else {},
+            channel=self.channel,
+            client_timeout=_DOWNLOAD_TIMEOUT,
+            allowed_hosts="Meta's CDN",
+        )
 
     async def aclose(self) -> None:
         """Close the pool."""
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int, channel: str) -> bytes:
-    """The body, refused (``too_large``) once the declared or the streamed size passes ``limit``."""
-    if resp.content_length is not None and resp.content_length > limit:
-        raise AttachmentError(f"{channel} media is over {limit} bytes", channel=channel, too_large=True)
-    data = bytearray()
-    async for chunk in resp.content.iter_chunked(65536):
-        data += chunk
-        if len(data) > limit:
-            raise AttachmentError(f"{channel} media is over {limit} bytes", channel=channel, too_large=True)
-    return bytes(data)
 
 
 def window_closed(error: GraphError, *, account: str, remedy: str) -> DeliveryError:
