@@ -36,6 +36,7 @@ from switchboard.core.messages import (
     InboundMessage,
     MessageDeleted,
     MessageEdited,
+    OperatorActed,
     Posted,
 )
 from switchboard.core.model import ChatMessage, ImagePart, data_block
@@ -157,7 +158,7 @@ def attachments_of(message: InboundMessage) -> tuple[Attachment, ...]:
     match event:
         case Posted() | CommandIssued():
             return event.attachments
-        case ChoiceSelected() | MessageEdited() | MessageDeleted():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed():
             return ()
 
 

@@ -31,6 +31,7 @@ from switchboard.core.messages import (
     InboundMessage,
     MessageDeleted,
     MessageEdited,
+    OperatorActed,
     Posted,
 )
 from switchboard.core.turn import SessionStore, TurnResult
@@ -96,8 +97,8 @@ def event_text(message: InboundMessage) -> str | None:
             return f"chose option {option_id}{shown}"
         case MessageEdited():
             return f"edited an earlier message to: {message.text}"
-        case MessageDeleted():
-            return None
+        case MessageDeleted() | OperatorActed():
+            return None  # an operator's action is applied by the gateway (switchboard.core.control), not answered
         case _:
             assert_never(event)
 
@@ -108,6 +109,10 @@ def history_text(message: InboundMessage) -> str:
     match event:
         case MessageDeleted():
             return "(deleted an earlier message)"
+        case OperatorActed(action="say"):
+            return message.text
+        case OperatorActed(action=action):
+            return f"(operator {event.operator}: {action.replace('_', ' ')})"
         case Posted() | CommandIssued() | ChoiceSelected() | MessageEdited():
             return event_text(message) or ""
         case _:

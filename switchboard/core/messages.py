@@ -19,6 +19,7 @@ __all__ = [
     "InboundMessage",
     "MessageDeleted",
     "MessageEdited",
+    "OperatorActed",
     "Posted",
     "Sender",
     "session_key",
@@ -185,8 +186,29 @@ class MessageDeleted(BaseModel):
     original_id: str
 
 
+class OperatorActed(BaseModel):
+    """What an operator did in the console, or the gateway itself did (an approval expired): never a channel's.
+
+    It rides the session's inbox like any message, so it is ordered with the conversation and applied under the
+    session lease by the worker. ``InboundMessage.text`` holds what the operator wrote (``say``), else is empty.
+    The ingest router refuses it from channel adapters (:meth:`~switchboard.queue.router.IngestRouter.accept`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["operator"] = "operator"
+    action: Literal["say", "take_over", "hand_back", "decide"]
+    operator: str
+    """``console:<name>`` of the operator, or ``switchboard`` for the gateway's own (an approval's expiry)."""
+    approval_id: str | None = None
+    """The approval a ``decide`` is about."""
+    verdict: Literal["approve", "deny", "expire"] | None = None
+    """What a ``decide`` asks for."""
+
+
 InboundEvent = Annotated[
-    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted, Field(discriminator="kind")
+    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted | OperatorActed,
+    Field(discriminator="kind"),
 ]
 """What an inbound message is; handled exhaustively (``match`` + ``assert_never``)."""
 

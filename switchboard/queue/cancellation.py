@@ -31,6 +31,7 @@ from switchboard.core.messages import (
     InboundMessage,
     MessageDeleted,
     MessageEdited,
+    OperatorActed,
     Posted,
 )
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -67,7 +68,7 @@ def is_stop(message: InboundMessage) -> bool:
             return name in STOP_COMMAND_NAMES
         case Posted():
             return message.text.strip().lower() in STOP_COMMANDS
-        case ChoiceSelected() | MessageEdited() | MessageDeleted():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed():
             return False
         case _:
             assert_never(event)

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
 from switchboard.channels.registry import Route, busy_policy, resolve_route
-from switchboard.core.messages import InboundMessage, session_key
+from switchboard.core.messages import InboundMessage, OperatorActed, session_key
 from switchboard.errors import MalformedBodyError, QueueUnavailableError
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
@@ -140,6 +140,9 @@ class IngestRouter:
                 the ones already accepted are dropped as duplicates).
         """
         messages = inbound.messages
+        if any(isinstance(m.event, OperatorActed) for m in messages):  # only the console and the gateway make these
+            self._rejected(adapter.name, "forged_operator_event")
+            raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
         try:
             if len(messages) == 1:
                 await self.ingest(messages[0])
