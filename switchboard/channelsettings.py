@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from switchboard.core.policy import PolicyConfig
 from switchboard.types import BusyPolicy
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -198,6 +199,10 @@ class ChannelOptions(BaseModel):
     """Sends a second into one conversation (default: the platform's limit; ``0``: not paced)."""
     accounts: dict[str, ChannelAccount] = Field(default_factory=dict)
     """Further accounts, served at ``/webhooks/{channel}/{account}``."""
+    policy: PolicyConfig | None = None
+    """Rules, mode, approvals and grants for this channel's turns (see ``switchboard.core.policy``)."""
+    admins: list[str] = Field(default_factory=list)
+    """Principals (``telegram:42``) who decide approvals when a policy names ``admins`` among its approvers."""
 
 
 class ChannelAccount(BaseModel):

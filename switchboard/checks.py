@@ -55,6 +55,10 @@ def config_problems(settings: Settings) -> list[str]:
     problems = channel_problems(settings)
     for agent in settings.file.agents.values():
         problems.extend(agent_problems(settings, agent))
+    from switchboard.core.grants import policy_problems
+    from switchboard.core.toolbox import default_registry
+
+    problems.extend(policy_problems(settings.file, default_registry().names()))
     return problems
 
 
@@ -172,6 +176,14 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
     print("agents:")
     for agent in settings.file.agents.values():
         print(f"  {agent.name:<12} {agent.status:<6} model={agent.model or settings.default_model}")
+    operators = settings.file.console.operators
+    print(
+        f"console:     {len(operators)} operator(s) at /console"
+        + (f"; proxy header {settings.console.auth_header}" if settings.console.auth_header else "")
+        + ("" if settings.trusted_proxies or not settings.console.auth_header else " (ignored: no trusted proxies)")
+        if operators
+        else "console:     no operator; add one under console.operators (`switchboard console hash-password`)"
+    )
     egress_warnings, egress_problems = _print_sandbox(settings)
     problems.extend(config_problems(settings))
     problems.extend(egress_problems)

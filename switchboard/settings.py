@@ -45,7 +45,9 @@ from switchboard.computersettings import (
     WorkspaceS3Settings,
     WorkspaceSettings,
 )
+from switchboard.console.config import ConsoleConfig, ConsoleSettings
 from switchboard.core.agent import Agent
+from switchboard.core.policy import TenantConfig
 from switchboard.errors import ConfigError
 
 __all__ = [
@@ -218,8 +220,12 @@ class FileConfig(BaseModel):
     default_agent: str = "assistant"
     agents: dict[str, Agent] = Field(default_factory=dict)
     channels: dict[str, ChannelOptions] = Field(default_factory=dict)
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants; ``switchboard.core.policy``)."""
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    """The operator console's operators (``console.operators``)."""
 
     def agent(self, name: str | None) -> Agent:
         """The named agent, or the default one."""
@@ -274,6 +280,9 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     anthropic_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_API_KEY"))
     anthropic_base_url: str | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"))
+    approval_key: SecretStr | None = None
+    """Signs CodeAct programs paused for an approval (HMAC-SHA256); unset: a key generated once into
+    ``<data dir>/approval-snapshot.key``. Every worker of a deployment needs the same key."""
 
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
@@ -292,6 +301,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     egress: EgressSettings = Field(default_factory=EgressSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
     """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
 

@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from switchboard.core.databases import AgentDatabases
-from switchboard.core.effects import EffectPolicy
 from switchboard.core.egress import AgentEgress
+from switchboard.core.policy import PolicyConfig
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
@@ -50,15 +50,8 @@ class AgentLimits(BaseModel):
     """Input plus output tokens over one whole turn (``None``: bounded by the step budget only)."""
 
 
-class AgentPolicy(BaseModel):
-    """What the agent may do on its own, outside what the model decides."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    untrusted_effects: EffectPolicy = "refuse"
-    """A risky write (``send_file``, ``offer_choice``) asked for after a document, file or search result entered
-    the turn: ``refuse`` (the model is told the user must confirm it) or ``allow``. The interim gate until
-    approvals exist."""
+AgentPolicy = PolicyConfig
+"""An agent's ``policy:`` block: its rules, mode, approvals and grants (see :mod:`switchboard.core.policy`)."""
 
 
 class Agent(BaseModel):
@@ -79,6 +72,7 @@ class Agent(BaseModel):
     vision: bool | None = None
     """The model takes image input (images the user sends are shown to it); ``None``: known vision models do."""
     policy: AgentPolicy = Field(default_factory=AgentPolicy)
+    """What the agent may do on its own, outside what the model decides: rules, mode, approvals, grants."""
     egress: AgentEgress = Field(default_factory=AgentEgress)
     """Hosts the agent's sandboxes and tools may reach, and the secrets injected for them."""
     databases: AgentDatabases = Field(default_factory=dict)

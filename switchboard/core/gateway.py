@@ -5,20 +5,28 @@ In order, for one call:
 1. **Resolve** the name (unknown, or not one of the agent's tools → a correctable error).
 2. **Validate** the arguments with the tool's pydantic model before anything runs; errors go back to
    the model with field names, as correctable.
-3. **Authorise** outside the model: ``tool.permission`` must be among ``ctx.permissions``.
-4. **Gate and stamp** (:mod:`switchboard.core.effects`): a risky write asked for after untrusted content
-   entered the turn is refused unless the agent's policy allows it; the idempotency key
+3. **Authorise** outside the model: ``tool.permission`` must match one of ``ctx.permissions`` (the principal's
+   granted globs, :func:`switchboard.core.grants.permissions_for`).
+4. **Decide** (span ``policy.check``): ``ctx.policy`` (:mod:`switchboard.core.policy`) allows the call, refuses
+   it (``refused_by_policy``), or asks a person: ``needs_approval`` with an :class:`ApprovalRequest` — nothing
+   runs, nothing is claimed, the occurrence is not counted. A call made with ``approved=`` (the request a person
+   approved) must hash to the approved action (else ``approval_mismatch``), runs under the approved key and skips
+   only the *approve*: permissions and *refuse* rules are checked again.
+5. **Stamp and claim** (:mod:`switchboard.core.effects`): the idempotency key
    ``sha256(run_id, tool, logical action, occurrence)`` is stamped on the context, and a write whose key
    is already recorded is not run again (the same arguments get the recorded outcome, other arguments are
-   refused). The occurrence counts the identical calls of the run that succeeded before this one
+   refused; a claim still ``started`` is refused as ``ambiguous`` and routed to reconciliation). The
+   occurrence counts the identical calls of the run that succeeded before this one
    (:attr:`CallScope.ordinals`): a deliberate repeat later in the run is a new action and runs, while a
    re-attempt of the run, making the same calls in the same order, finds each earlier call's record.
-5. **Run** under the tool's timeout, behind a circuit breaker per connector (``tool.breaker_key``: a failing
-   document parser never pauses the clock or the file tools); classify any
+6. **Run** (span ``tool.call``) under the tool's timeout, behind a circuit breaker per connector
+   (``tool.breaker_key``: a failing document parser never pauses the clock or the file tools); classify any
    failure (``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``,
-   ``permanent``; ``circuit_open`` when the breaker refuses) and retry only the classes the tool allows,
-   with exponential back-off and full jitter (honouring ``retry_after``).
-6. **Tier** the output: small results inline; larger ones (> ``inline_bytes`` of JSON) become a data
+   ``permanent``; ``circuit_open`` when the breaker refuses) and retry only the classes the tool allows and
+   only where safe (:func:`~switchboard.core.toolcalls.retry_safe`: a write only after a rate limit, unless its
+   downstream honours the key), with exponential back-off and full jitter (honouring ``retry_after``). A write
+   that timed out may have happened: its claim is kept and it goes to reconciliation, never re-run.
+7. **Tier** the output: small results inline; larger ones (> ``inline_bytes`` of JSON) become a data
    card (shape + sample) bound to a variable (``result_1``…) the next program receives; very large
    ones (> ``file_bytes``) are also written to a file in the session workspace, within its quotas. A tool
    that bounds its own output (``max_inline_bytes``: a ranged file read) is shown inline up to that size.
@@ -30,8 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
-import json
 import logging
 import random
 import time
@@ -39,26 +45,40 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from switchboard.core.approvals import ApprovalRequest
 from switchboard.core.breakers import CircuitBreaker
 from switchboard.core.effects import (
     Refused,
     claim_effect,
-    effect_key,
+    doubt_effect,
     logical_action,
     settle_effect,
-    untrusted_refusal,
 )
+from switchboard.core.policy import PolicyDecision, granted
 from switchboard.core.results import data_card, save_result, scrub_paths
 from switchboard.core.threads import ThreadShare, default_share, run_blocking
 from switchboard.core.toolbox import ToolRegistry
+from switchboard.core.toolcalls import (
+    Tier,
+    ToolOutcome,
+    action_sha256,
+    canonical_json,
+    classify_error,
+    describe_invalid,
+    doubt_info,
+    failure_message,
+    idempotency_key,
+    retry_safe,
+)
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.workspaces import Workspaces, workspace_for
 from switchboard.core.workspacestore import LocalWorkspaces, WorkspaceStore
-from switchboard.errors import DeliveryError, RateLimitedError, ToolError
+from switchboard.errors import ToolError
+from switchboard.tracing import span
 
 __all__ = [
     "CallScope",
@@ -75,90 +95,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Tier = Literal["inline", "card", "file"]
-_NEVER_RETRIED = frozenset({"validation", "auth", "circuit_open"})
 _UNHEALTHY = frozenset({"rate_limit", "transient", "ambiguous_timeout"})
 """Failures that say something about the connector's health (and so count towards its breaker)."""
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted-key, compact JSON: equal values give equal strings."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def action_sha256(tool: str, args: Any) -> str:
-    """Fingerprint of one logical action: the tool name and its canonical arguments."""
-    return hashlib.sha256(f"{tool}\n{canonical_json(args)}".encode()).hexdigest()
-
-
-def idempotency_key(run_id: str, tool: str, logical: dict[str, Any], occurrence: int = 1) -> str:
-    """``sha256(run_id, tool, logical action, occurrence)``: the same on every attempt at the run.
-
-    See :func:`~switchboard.core.effects.effect_key`.
-    """
-    return effect_key(run_id, tool, logical, occurrence)
-
-
-def classify_error(exc: BaseException, tool: Tool) -> tuple[str, float | None]:
-    """The error class of a tool failure and, for rate limits, how long to wait."""
-    if isinstance(exc, ToolError):
-        return exc.error_class, exc.retry_after
-    if isinstance(exc, RateLimitedError):
-        return "rate_limit", exc.retry_after
-    if isinstance(exc, DeliveryError):
-        return ("transient" if exc.retryable else "permanent"), None
-    if isinstance(exc, TimeoutError):
-        return ("ambiguous_timeout" if tool.side_effect == "write" else "transient"), None
-    if isinstance(exc, ValidationError | ValueError):
-        return "validation", None
-    if isinstance(exc, PermissionError):
-        return "auth", None
-    if isinstance(exc, ConnectionError):
-        return "transient", None
-    return "permanent", None
-
-
-class ToolOutcome(BaseModel):
-    """What one call produced, as the runtime and the model see it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    tool: str
-    ok: bool
-    value: Any = None
-    """The result (``tier == "inline"``) or its data card (``card``/``file``)."""
-    error: str | None = None
-    error_class: str | None = None
-    variable: str | None = None
-    """Variable the full result is bound to (large results); the next program receives it as an input."""
-    file: str | None = None
-    """Workspace-relative path the full result was written to (very large results)."""
-    duration_ms: float = 0.0
-    tier: Tier = "inline"
-    attempts: int = 0
-    idempotency_key: str | None = None
-    action_sha256: str | None = None
-
-    @property
-    def correctable(self) -> bool:
-        """The model can fix the call itself (wrong name or arguments)."""
-        return self.error_class == "validation"
-
-    def for_model(self, *, codeact: bool = False) -> str:
-        """The tool message content sent back to the model."""
-        if not self.ok:
-            hint = "fix the arguments and call again" if self.correctable else "do not repeat this call unchanged"
-            return canonical_json({"error": self.error, "error_class": self.error_class, "hint": hint})
-        if self.tier == "inline":
-            return self.value if isinstance(self.value, str) else canonical_json(self.value)
-        body: dict[str, Any] = {"result": "too large to show; this is its data card", "card": self.value}
-        if codeact and self.variable:
-            body["variable"] = self.variable
-            body["hint"] = f"the full result is the input variable `{self.variable}` of your next run_program"
-        if self.file:
-            body["file"] = self.file
-            body["pages"] = f"read any part of it with read_file(path={self.file!r}, offset=N) or start_line/end_line"
-        return canonical_json(body)
 
 
 @dataclass
@@ -247,12 +185,40 @@ class ToolGateway:
         *,
         scope: CallScope | None = None,
         allowed: Collection[str] | None = None,
+        approved: ApprovalRequest | None = None,
     ) -> ToolOutcome:
         """Run one call through every gate; failures come back as an outcome, never as an exception.
 
+        Args:
+            name: the tool.
+            args: its arguments as the model (or a program) gave them.
+            ctx: the call's context (``ctx.policy`` decides it).
+            scope: the turn's bookkeeping (occurrences, variables, allowed names).
+            allowed: narrows the names that may be called (default: ``scope.allowed``).
+            approved: the :class:`ApprovalRequest` a person approved: the call must hash to its
+                ``action_sha256`` (else ``approval_mismatch``), runs under its ``idempotency_key`` and skips the
+                policy's *approve*; a missing permission or a *refuse* still refuses it.
+
         ``asyncio.CancelledError`` is not caught: cancelling the turn cancels the running tool.
         """
-        scope = scope if scope is not None else CallScope()
+        with span("tool.call", tool__name=name, tool__approved=approved is not None) as opened:
+            outcome = await self._call(name, args, ctx, scope if scope is not None else CallScope(), allowed, approved)
+            opened.set_attribute("tool.ok", outcome.ok)
+            if outcome.error_class:
+                opened.set_attribute("tool.error_class", outcome.error_class)
+            if outcome.policy:
+                opened.set_attribute("policy.decision", outcome.policy)
+            return outcome
+
+    async def _call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        scope: CallScope,
+        allowed: Collection[str] | None,
+        approved: ApprovalRequest | None,
+    ) -> ToolOutcome:
         permitted = allowed if allowed is not None else scope.allowed
         started = time.perf_counter()
         tool = self.registry.get(name)
@@ -265,20 +231,67 @@ class ToolGateway:
         try:
             validated = tool.input.model_validate(args)
         except ValidationError as err:
-            return self._failed(name, started, "validation", _describe(name, err))
-        if tool.permission is not None and tool.permission not in ctx.permissions:
+            return self._failed(name, started, "validation", describe_invalid(name, err))
+        if tool.permission is not None and not granted(tool.permission, ctx.permissions):
             return self._failed(
                 name, started, "auth", f"not permitted: {name} needs the {tool.permission!r} permission"
             )
 
         normalised = validated.model_dump(mode="json")
         fingerprint = action_sha256(name, normalised)
-        occurrence = scope.ordinals[fingerprint] + 1
-        key = idempotency_key(ctx.run_id, name, logical_action(tool, normalised), occurrence)
+        if approved is not None:
+            if approved.tool != name or approved.action_sha256 != fingerprint:
+                return self._failed(
+                    name,
+                    started,
+                    "approval_mismatch",
+                    f"not performed: this {name} call is not the action that was approved (its arguments changed); "
+                    "ask again for approval of the new action",
+                    fingerprint=fingerprint,
+                )
+            key = approved.idempotency_key
+        else:
+            occurrence = scope.ordinals[fingerprint] + 1
+            key = idempotency_key(ctx.run_id, name, logical_action(tool, normalised), occurrence)
+        decision = self._decide(tool, normalised, ctx)
+        if decision.decision == "refuse":
+            message = f"not performed: refused by policy ({decision.reason}); do not repeat this call"
+            return self._failed(
+                name, started, "refused_by_policy", message, key=key, fingerprint=fingerprint, policy=decision.label
+            )
+        if decision.decision == "approve" and approved is None:
+            request = ApprovalRequest(
+                tool=name,
+                arguments=normalised,
+                action_sha256=fingerprint,
+                idempotency_key=key,
+                resources=tool.affected(validated),
+                reason=decision.reason,
+                rule=decision.rule,
+                policy_version=decision.version,
+                risk=tool.risk,
+                reversible=tool.reversible,
+            )
+            message = f"not performed yet: {name} needs a person's approval ({decision.reason})"
+            failed = self._failed(
+                name, started, "needs_approval", message, key=key, fingerprint=fingerprint, policy=decision.label
+            )
+            return failed.model_copy(update={"approval": request})
         outcome = await self._effect(tool, validated, ctx, scope, started, key, fingerprint)
+        outcome = outcome.model_copy(update={"policy": decision.label})
         if outcome.ok:  # this occurrence happened (or was recorded): an identical call after it is the next one
             scope.ordinals[fingerprint] += 1
         return outcome
+
+    @staticmethod
+    def _decide(tool: Tool, normalised: dict[str, Any], ctx: ToolContext) -> PolicyDecision:
+        """Ask the turn's policy about one call (span ``policy.check``: names and classes, never argument values)."""
+        policy = ctx.policy
+        with span("policy.check", tool__name=tool.name, policy__version=policy.version) as opened:
+            decision = policy.decide(tool, normalised, actor=ctx.actor, untrusted=ctx.untrusted_context)
+            opened.set_attribute("policy.decision", decision.label.partition(":")[0])
+            opened.set_attribute("policy.rule", decision.rule)
+            return decision
 
     async def _effect(
         self,
@@ -292,11 +305,12 @@ class ToolGateway:
     ) -> ToolOutcome:
         """Gate, claim, run (retrying what the tool allows) and settle one validated call under its key."""
         name = tool.name
-        refusal = untrusted_refusal(tool, untrusted_context=ctx.untrusted_context, policy=ctx.untrusted_effects)
-        if refusal is not None:
-            return self._failed(name, started, "needs_confirmation", refusal, key=key, fingerprint=fingerprint)
-        claimed = await claim_effect(ctx.effects, tool, key, fingerprint)
+        claimed = await claim_effect(ctx.effects, tool, key, fingerprint, run_id=ctx.run_id)
         if isinstance(claimed, Refused):
+            if claimed.error_class == "ambiguous":  # started before, no result: reconciliation, never re-run
+                await doubt_effect(
+                    ctx.effects, tool, key, fingerprint, doubt_info(ctx, "found_started"), claimed.record
+                )
             return self._failed(name, started, claimed.error_class, claimed.message, key=key, fingerprint=fingerprint)
         if claimed is not None:  # done before under this key: the recorded outcome, not a second effect
             elapsed = (time.perf_counter() - started) * 1000
@@ -324,7 +338,7 @@ class ToolGateway:
                     value = await tool.fn(validated, call_ctx)
             except Exception as exc:
                 error_class, retry_after = classify_error(exc, tool)
-                message = scrub_paths(_message(name, exc, tool), call_ctx.workspace, self.workspace_root)
+                message = scrub_paths(failure_message(name, exc, tool), call_ctx.workspace, self.workspace_root)
             else:
                 breaker.record_success()
                 outcome = await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
@@ -341,15 +355,12 @@ class ToolGateway:
             else:
                 breaker.record_success()
             wait = self.backoff_s(attempt, retry_after)
-            if (
-                error_class in _NEVER_RETRIED
-                or error_class not in tool.retry_on
-                or attempt >= self.max_attempts
-                or wait > self.max_retry_wait_s
-            ):
+            if not retry_safe(tool, error_class) or attempt >= self.max_attempts or wait > self.max_retry_wait_s:
                 logger.debug("tool %s failed (%s) after %d attempt(s)", name, error_class, attempt)
                 if error_class != "ambiguous_timeout":  # it may have happened: keep the claim, never repeat it
                     await settle_effect(ctx.effects, tool, key, fingerprint, None)
+                else:
+                    await doubt_effect(ctx.effects, tool, key, fingerprint, doubt_info(ctx, error_class))
                 return self._failed(
                     name, started, error_class, message, attempts=attempt, key=key, fingerprint=fingerprint
                 )
@@ -421,6 +432,7 @@ class ToolGateway:
         attempts: int = 0,
         key: str | None = None,
         fingerprint: str | None = None,
+        policy: str | None = None,
     ) -> ToolOutcome:
         return ToolOutcome(
             tool=name,
@@ -431,22 +443,5 @@ class ToolGateway:
             attempts=attempts,
             idempotency_key=key,
             action_sha256=fingerprint,
+            policy=policy,
         )
-
-
-def _describe(name: str, err: ValidationError) -> str:
-    """A validation error as the model should read it: each field and what is wrong with it."""
-    parts = []
-    for item in err.errors(include_url=False)[:10]:
-        where = ".".join(str(p) for p in item["loc"]) or "(arguments)"
-        parts.append(f"{where}: {item['msg']}")
-    return f"invalid arguments for {name}: " + "; ".join(parts)
-
-
-def _message(name: str, exc: BaseException, tool: Tool) -> str:
-    if isinstance(exc, TimeoutError) and not str(exc):
-        return f"{name} did not finish within {tool.timeout_s:g}s"
-    if isinstance(exc, ValidationError):
-        return _describe(name, exc)
-    text = str(exc) or type(exc).__name__
-    return f"{name} failed: {text[:500]}"

@@ -12,8 +12,11 @@ any running tool; nothing here swallows ``asyncio.CancelledError``.
 The runtime never appends to the conversation history (the queue layer does, after delivery, from
 :attr:`TurnResult.history`: the turn's tool calls and results); it saves the session-state slots through
 the store as the slot tools run. Write effects are recorded under idempotency keys in the store when it
-is also an :class:`~switchboard.core.effects.EffectStore` (per turn in memory otherwise), and risky
-writes after untrusted content are gated (:mod:`switchboard.core.effects`).
+is also an :class:`~switchboard.core.effects.EffectStore` (per turn in memory otherwise).
+
+A call the policy gates does not run: the turn asks a person and ends ``waiting_for_approval``; the decision,
+an inbound event of the session, continues the run in a later turn (:mod:`switchboard.core.turnapprovals`,
+:mod:`switchboard.core.takeover`); in review mode the final reply is held for a person the same way.
 """
 
 from __future__ import annotations
@@ -21,17 +24,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from switchboard.core.approvals import ApprovalRequest
 from switchboard.core.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
-from switchboard.core.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
+from switchboard.core.budget import Budget, BudgetName, PriceTable
 from switchboard.core.decider import Reply, StepRetry, decide
 from switchboard.core.effects import EffectStore, TurnEffects
 from switchboard.core.events import Event, StepRecorded, ToolCalled, UsageMetered
+from switchboard.core.finalstep import final_answer, input_tokens
 from switchboard.core.gateway import (
     CallScope,
     ToolGateway,
@@ -39,6 +45,7 @@ from switchboard.core.gateway import (
     action_sha256,
     workspace_for,
 )
+from switchboard.core.grants import agent_policy
 from switchboard.core.inbound import plan_turn, settle_without_model
 from switchboard.core.model import (
     ChatMessage,
@@ -56,22 +63,20 @@ from switchboard.core.prompt import (
     RUN_PROGRAM,
     Prompt,
     build_prompt,
-    final_request,
-    request_tokens,
     run_program_spec,
 )
 from switchboard.core.providers import ModelFactory, model_name
 from switchboard.core.slots import SLOT_TOOLS, Slots
 from switchboard.core.status import StatusSink
-from switchboard.core.steering import steered_first, steered_in
+from switchboard.core.steering import steered_in
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turnapprovals import TurnApprovals, reply_sink
 from switchboard.core.worklog import (
     call_facts,
     holds_untrusted,
     step_detail,
-    stopped_reply,
     tool_message,
     untrusted_output,
     work_entries,
@@ -104,6 +109,7 @@ class Runtime:
         model_backoff_s: float = 0.5,
         repeat_limit: int = 2,
         attachments: AttachmentSupport | None = None,
+        snapshot_key: bytes | None = None,
     ) -> None:
         """Wire the runtime.
 
@@ -119,6 +125,8 @@ class Runtime:
             model_backoff_s: Base of the exponential back-off between those tries (full jitter).
             repeat_limit: Failures of the same call (tool + normalised arguments) before it is refused.
             attachments: Fetching (over the worker's channels), caps and transcription of the files users send.
+            snapshot_key: Signs CodeAct programs paused for an approval (``core.suspend.snapshot_key``); every worker
+                that may resume them needs the same key (default: a key of this process only).
         """
         self.models = models
         self.registry = tools
@@ -130,6 +138,7 @@ class Runtime:
         self.retry = StepRetry(attempts=max(1, model_attempts), backoff_s=model_backoff_s)
         self.repeat_limit = max(1, repeat_limit)
         self.attachments = attachments or AttachmentSupport()
+        self.snapshot_key = snapshot_key or secrets.token_bytes(32)
 
     async def run_turn(self, request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
         """Run one turn; see the module docstring.
@@ -164,7 +173,6 @@ class _Turn:
         self.budget = Budget.for_turn(request, runtime.prices)
         self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
         self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
-        self.output = Reply(sink, self.budget.max_output_chars)
         self.failures: Counter[str] = Counter()
         self.refused = 0
         self.stopped_by: BudgetName | None = None
@@ -183,11 +191,13 @@ class _Turn:
             status=sink.status if isinstance(sink, StatusSink) else None,
             permissions=request.permissions,
             effects=store if isinstance(store, EffectStore) else TurnEffects(),
-            untrusted_effects=self.agent.policy.untrusted_effects,
+            policy=request.policy or agent_policy(self.agent),
             skills=runtime.registry.skills(self.agent),  # resolved once: the catalogue and use_skill agree
             databases=self.agent.databases,
             agent=self.agent.name,
         )
+        self.output = Reply(reply_sink(sink, store, self.ctx.policy), self.budget.max_output_chars)
+        self.approvals = TurnApprovals(self)
         self.facts: dict[str, dict[str, Any]] = {}
         """Gateway facts of each call by call id, kept with its result in the history."""
         self.untrusted_reads = 0
@@ -205,7 +215,9 @@ class _Turn:
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> TurnResult:
-        settled = await settle_without_model(plan := plan_turn(self.request.messages), self.agent, self.store)
+        if (early := await self.approvals.before_model(plan := plan_turn(self.request.messages))) is not None:
+            return early  # an operator holds the conversation, or only decisions needing no model
+        settled = await settle_without_model(plan, self.agent, self.store)
         if settled is not None:  # /reset, /start, /help, deletions: no model call
             return settled
         self.slots = Slots.from_store(await self.store.load_slots())
@@ -214,6 +226,7 @@ class _Turn:
         self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
         await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
         await self._open()
+        self.messages += self.approvals.news  # what became of the actions it asked people about
         assert self.prompt is not None
         if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
             self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
@@ -231,8 +244,10 @@ class _Turn:
                 raise
             self.stopped_by = "deadline"
         if not answered:
-            await self._final(hard)
+            await final_answer(self, hard)
         text = self.output.text
+        if (held := await self.approvals.hold_reply(text)) is not None:
+            text = held  # review mode: the reply waits for a person
         if self.output.cut and self.stopped_by is None:
             self.stopped_by = "output"  # the reply says so too (the cut notice)
         await self._event(
@@ -245,6 +260,7 @@ class _Turn:
                 output_tokens=self.budget.output_tokens,
                 credits=round(self.budget.credits, 6),
                 stopped_by=self.stopped_by,
+                policy_version=self.ctx.policy.version,
             )
         )
         return TurnResult(
@@ -255,6 +271,7 @@ class _Turn:
             credits=round(self.budget.credits, 6),
             stopped_by=self.stopped_by,
             history=[*self.input.record, *work_entries(self.messages[self.opening :], self.facts, self.tainted_at)],
+            waiting_for=self.approvals.waiting,
         )
 
     def _untrusted(self) -> None:
@@ -300,7 +317,7 @@ class _Turn:
             if request is None:
                 self.stopped_by = "context"
                 return False
-            if not self.budget.can_afford_step(self.spec, _input_tokens(request), request.max_output_tokens):
+            if not self.budget.can_afford_step(self.spec, input_tokens(request), request.max_output_tokens):
                 self.stopped_by = "credits"  # its worst case would pass the cap: a cap is a cap
                 return False
             started = time.perf_counter()
@@ -323,6 +340,8 @@ class _Turn:
             calls = decision.calls if isinstance(decision, ToolCalls) else [self._program_call(decision)]
             self.messages.append(ChatMessage(role="assistant", content=decision.text, tool_calls=calls))
             stop = await self._run_calls(calls)
+            if self.approvals.waiting:
+                return True  # waiting_for_approval: the turn ends here, its worker slot free
             if stop is not None:
                 self.stopped_by = stop
                 return False
@@ -355,6 +374,9 @@ class _Turn:
     async def _run_calls(self, calls: list[ToolCall]) -> BudgetName | None:
         stop: BudgetName | None = None
         for call in calls:
+            if self.approvals.waiting:
+                self._tool_message(call, refusal(call.name, "not run: waiting for approval", error_class="waiting"))
+                continue
             if stop is not None:
                 self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
                 continue
@@ -383,6 +405,8 @@ class _Turn:
                 else:
                     outcome = await self._call_tool(call.name, call.arguments, call.id)
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+                    if outcome.approval is not None:  # nothing ran: a person decides
+                        content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
             except BudgetExceededError as err:
                 stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
                 content, ok = refusal(call.name, str(err)), False
@@ -394,10 +418,12 @@ class _Turn:
     def _tool_message(self, call: ToolCall, content: str) -> None:
         self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
 
-    async def _call_tool(self, name: str, args: dict[str, Any], call_id: str | None) -> ToolOutcome:
-        """One call through the gateway, metered, recorded as an event, slots kept current."""
+    async def _call_tool(
+        self, name: str, args: dict[str, Any], call_id: str | None, *, approved: ApprovalRequest | None = None
+    ) -> ToolOutcome:
+        """One call through the gateway (``approved``: as a person approved it), metered, recorded, slots current."""
         tool = self.rt.registry.get(name)
-        outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope)
+        outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope, approved=approved)
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
         if outcome.ok and untrusted_output(tool):
             self.untrusted_reads += 1
@@ -420,13 +446,14 @@ class _Turn:
                 action_sha256=outcome.action_sha256,
                 variable=outcome.variable,
                 file=outcome.file,
+                policy=outcome.policy,
             )
         )
         return outcome
 
     async def _program(self, call: ToolCall) -> tuple[str, bool]:
-        """Run a CodeAct program; its tool calls go through the gateway like any other."""
-        return await run_program_call(
+        """Run a CodeAct program; its tool calls go through the gateway like any other (a gated one pauses it)."""
+        step = await run_program_call(
             call,
             budget=self.budget,
             tools=self.tools,
@@ -438,49 +465,9 @@ class _Turn:
             event=self._event,
             message_id=self.message_id,
         )
+        return await self.approvals.program_step(call.id, step)
 
     # ---------------------------------------------------------------- the end
-
-    async def _final(self, hard: float) -> None:
-        """One last call without tools, so the user always gets an answer; a fixed text if even that fails."""
-        assert self.prompt is not None
-        reason = self.stopped_by or "steps"
-        request = final_request(
-            self.prompt,
-            self.model,
-            *steered_first(self.messages, self.opening),
-            reason=reason,
-            summary=self.budget.summary(),
-            max_output_tokens=self.agent.limits.max_output_tokens,
-            budget_tokens=self.agent.limits.max_input_tokens,
-        )
-        step = self.budget.steps + 1
-        affordable = self.budget.affordable_output_tokens(self.spec, _input_tokens(request), request.max_output_tokens)
-        if affordable < MIN_ANSWER_TOKENS:  # not even a short answer fits the credits left: the fixed reply
-            logger.info("no credits left for the final answer of a turn; sending a fixed reply")
-            if not self.output.text.strip():
-                await self.output.write(self._fallback(reason), step)
-            return
-        request = request.model_copy(update={"max_output_tokens": affordable})
-        started = time.perf_counter()
-        timeout = asyncio.timeout_at(hard)
-        try:
-            async with timeout:
-                decision, usage = await self._step(request, step)
-        except TimeoutError:
-            if not timeout.expired():
-                raise
-            logger.info("the final answer of a turn ran past the deadline; sending a fixed reply")
-        except ModelError as err:
-            logger.warning("the final answer of a turn failed (%s); sending a fixed reply", err.code or "error")
-        else:
-            cost = self.budget.charge_model(self.spec, *usage)
-            await self._step_event(decision, usage, cost, started, final=reason)
-        if not self.output.text.strip():
-            await self.output.write(self._fallback(reason), step)
-
-    def _fallback(self, reason: str) -> str:
-        return stopped_reply(BUDGET_WORDS.get(reason, reason), self.messages[self.opening :], self.budget.tool_calls)
 
     async def _step_event(
         self, decision: Decision, usage: tuple[int, int], cost: float, started: float, final: str | None = None
@@ -493,7 +480,3 @@ class _Turn:
 
     async def _event(self, event: Event) -> None:
         await self.sink.event(event)
-
-
-def _input_tokens(request: ModelRequest) -> int:
-    return request_tokens(request.system, request.messages, request.tools)

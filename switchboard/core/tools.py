@@ -11,8 +11,9 @@ from pydantic import BaseModel
 
 from switchboard.core.actions import Action
 from switchboard.core.databases import SharedDatabase
-from switchboard.core.effects import EffectPolicy, EffectStore
+from switchboard.core.effects import EffectStore
 from switchboard.core.events import Event
+from switchboard.core.policy import Policy
 from switchboard.core.status import StatusMessages
 from switchboard.core.threads import ThreadShare
 from switchboard.core.turn import SessionStore
@@ -58,8 +59,8 @@ class ToolContext:
     """Idempotency records of write effects (``None``: none kept, every call runs)."""
     untrusted_context: bool = False
     """Untrusted content (a document, a file, a search result) has entered this turn's context."""
-    untrusted_effects: EffectPolicy = "refuse"
-    """The agent's policy for risky writes asked for after untrusted content (see :mod:`switchboard.core.effects`)."""
+    policy: Policy = field(default_factory=Policy)
+    """The turn's effective policy (agent, channel, tenant): decides each call (see :mod:`switchboard.core.policy`)."""
     databases: Mapping[str, SharedDatabase] = field(default_factory=dict)
     """The agent's shared read-only databases by name, attached to its ``sql`` connections."""
     skills: tuple[SkillRef, ...] = ()
@@ -95,6 +96,20 @@ class Tool:
     """``data`` when results carry outside text: shown as a data block, and later risky writes need confirmation."""
     max_inline_bytes: int | None = None
     """The tool bounds its own output (a ranged read): results up to this size are shown inline, never carded."""
+    reversible: bool = True
+    """The effect can be undone (a file rewritten, a slot updated); an irreversible write of medium risk or more
+    needs approval by default."""
+    idempotent: bool = False
+    """The downstream honours the idempotency key: only then are transient or ambiguous failures of a write
+    retried (a rate limit means not performed, and is retried either way)."""
+    resources: Callable[[Any], tuple[str, ...]] | None = None
+    """What a call affects, from its validated input (a path, a recipient, an amount), as a reviewer reads it."""
+
+    def affected(self, validated: BaseModel) -> tuple[str, ...]:
+        """The resources a call with the ``validated`` input touches (empty when the tool names none)."""
+        if self.resources is None:
+            return ()
+        return tuple(str(item) for item in self.resources(validated))
 
     @property
     def breaker_key(self) -> str:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchboard.core.agent import Agent
 from switchboard.core.events import Event
 from switchboard.core.messages import InboundMessage
+from switchboard.core.policy import Policy
 from switchboard.types import SessionKey
 
 __all__ = ["HistoryEntry", "SessionStore", "SteeringSink", "TurnRequest", "TurnResult", "TurnSink"]
@@ -60,6 +61,8 @@ class TurnRequest(BaseModel):
     """What the caller wants from the turn, when it is more than answering the message (console, API)."""
     policy_version: str = ""
     """Version of the policy the turn runs under (recorded with approvals and events)."""
+    policy: Policy | None = None
+    """The turn's effective policy (``switchboard.core.grants.resolve_policy``); ``None``: the agent's own block."""
     step_budget: int | None = None
     """Narrows ``agent.limits.max_steps`` for this turn."""
     token_budget: int | None = None
@@ -85,6 +88,9 @@ class TurnResult(BaseModel):
     history: list[HistoryEntry] = Field(default_factory=list)
     """The turn's tool calls and their results, in order (the answer is not among them): the queue layer stores
     them between the user's message and the answer, and the next turn's context is built from them."""
+    waiting_for: list[str] = Field(default_factory=list)
+    """Approvals the run now waits for (its state is ``waiting_for_approval``): the decision, an inbound event of
+    the session, continues it in a later turn. Empty: the run is done."""
 
 
 class TurnSink(Protocol):

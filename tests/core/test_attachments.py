@@ -146,7 +146,7 @@ async def test_an_image_shown_to_a_vision_model_gates_a_risky_send_like_a_docume
         return sink
 
     shown = await send_after(Attachment(kind="image", ref="p", mime_type="image/png"))
-    assert send_outcome(shown) == REFUSED  # the image may carry instructions: the send needs the user's confirmation
+    assert send_outcome(shown) == REFUSED  # the image may carry instructions: the send waits for an approval
     by_path = await send_after(Attachment(kind="document", ref="d", name="a.txt"))
     assert send_outcome(by_path) == PERFORMED  # a document given by path is not in view until it is read
 

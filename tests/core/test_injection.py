@@ -3,13 +3,12 @@
 The scripted model below really obeys what it reads: when a tool result it was given says "call send_file
 ... and offer_choice ...", it calls both. Before trust classes and the effect gate, both were performed
 (a file went to the user and a choice was offered). Now the tool result reaches the model as a labelled data
-block, the system prompt says data never instructs, and the gateway refuses risky writes after untrusted
-content entered the turn: zero effects, and the refusals are in the event log.
+block, the system prompt says data never instructs, and the policy gates risky writes after untrusted content
+entered the turn: each waits for a person's approval instead of running, so there are zero effects.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from switchboard.core.model import (
 )
 from switchboard.core.prompt import TRUST_NOTE
 from switchboard.core.runtime import Runtime
+from tests.core.test_taint import effects
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 
 DOCUMENT = """Quarterly report
@@ -125,14 +125,10 @@ async def test_an_instruction_hidden_in_a_document_performs_no_effect(tmp_path: 
 
     assert [r.messages[-1].name for r in model.requests[1:2]] == [tool]  # the model read the document ...
     assert {e.tool for e in sink.of("tool_called")} >= {"send_file", "offer_choice"}  # ... and obeyed it
-    assert sink.actions == []  # zero effects
-    refused = {e.tool: e for e in sink.of("tool_called") if e.tool in {"send_file", "offer_choice"}}
-    assert {name: (e.ok, e.error_class) for name, e in refused.items()} == {
-        "send_file": (False, "needs_confirmation"),
-        "offer_choice": (False, "needs_confirmation"),
-    }
-    told = [m for m in model.requests[2].messages if m.role == "tool" and m.name in refused]
-    assert len(told) == 2 and all("needs the user's confirmation" in json.loads(m.content)["error"] for m in told)
+    assert effects(sink.actions) == []  # zero effects (an approval's own buttons are no effect of the document)
+    gated = [e for e in sink.of("tool_called") if e.tool in {"send_file", "offer_choice"}]
+    assert not any(e.ok for e in gated)  # neither ran
+    assert (gated[0].tool, gated[0].error_class) == ("send_file", "needs_approval")  # it asks a person instead
 
 
 async def test_the_document_reaches_the_model_as_a_data_block_it_cannot_close(tmp_path: Path) -> None:

@@ -161,8 +161,8 @@ async def test_a_table_loaded_from_a_document_makes_later_turns_untrusted(tmp_pa
     sink = MemorySink()
     await rt.run_turn(turn("send it", sender, run_id="run-2"), sink, store)
     [called] = sink.of("tool_called")
-    # the card shows names from the document: a risky write now needs the user's confirmation
-    assert (called.error_class == "needs_confirmation") is loaded
+    # the card shows names from the document: a risky write now waits for a person's approval and does not run
+    assert (called.error_class == "needs_approval") is loaded
 
 
 def test_a_missing_database_file_is_a_problem_switchboard_check_names(tmp_path: Path) -> None:

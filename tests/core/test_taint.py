@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 import pytest
 
-from switchboard.core.actions import Action
+from switchboard.core.actions import Action, OfferChoice
 from switchboard.core.agent import Agent, AgentLimits, AgentProfile
+from switchboard.core.approvals import parse_option_id
 from switchboard.core.gateway import workspace_for
 from switchboard.core.messages import InboundMessage
 from switchboard.core.prompt import build_prompt
@@ -80,13 +81,23 @@ SEND = [calls_step(("send_file", {"path": "secrets.txt"}), step=1, prefix="s"), 
 Outcome = tuple[list[str], list[tuple[bool, str | None]]]
 
 
+def effects(actions: list[Action]) -> list[str]:
+    """The kinds of the actions that were effects of the agent (an approval's own buttons are not)."""
+    return [
+        a.kind
+        for a in actions
+        if not (isinstance(a, OfferChoice) and all(parse_option_id(o.id) is not None for o in a.options))
+    ]
+
+
 def send_outcome(sink: ActingSink) -> Outcome:
-    """The actions performed, and (ok, error_class) of every ``send_file`` call."""
+    """The effects performed, and (ok, error_class) of every ``send_file`` call."""
     calls = [(e.ok, e.error_class) for e in sink.of("tool_called") if e.tool == "send_file"]
-    return [a.kind for a in sink.actions], calls
+    return effects(sink.actions), calls
 
 
-REFUSED: Outcome = ([], [(False, "needs_confirmation")])
+REFUSED: Outcome = ([], [(False, "needs_approval")])
+"""Nothing was sent: the send waits for a person's approval (it never runs on its own)."""
 PERFORMED: Outcome = (["file"], [(True, None)])
 
 

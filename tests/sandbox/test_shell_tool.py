@@ -170,10 +170,11 @@ def test_no_sandbox_means_no_shell_tool() -> None:
 def test_without_network_untrusted_content_in_the_turn_does_not_gate_the_next_command(sandbox: Sandbox) -> None:
     # A command's effects stay in the session's workspace: a document or an earlier command's output in view must
     # not stop the next command (a multi-step shell task, a skill's script). Sending to the user is still gated.
-    from switchboard.core.effects import UNTRUSTED_REFUSAL, untrusted_refusal
+    from switchboard.core.policy import Policy
     from switchboard.core.toolbox.channel import TOOLS as CHANNEL_TOOLS
 
     (shell,) = shell_tools(sandbox)
-    assert untrusted_refusal(shell, untrusted_context=True, policy="refuse") is None
+    command = {"commands": ["wc -l notes.md"]}
+    assert Policy().decide(shell, command, actor="web:s", untrusted=True).decision == "allow"
     send = next(tool for tool in CHANNEL_TOOLS if tool.name == "send_file")
-    assert untrusted_refusal(send, untrusted_context=True, policy="refuse") == UNTRUSTED_REFUSAL
+    assert Policy().decide(send, {"path": "a.txt"}, actor="web:s", untrusted=True).decision == "approve"

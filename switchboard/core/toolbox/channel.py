@@ -157,7 +157,11 @@ TOOLS: list[Tool] = [
         input=SendFileInput,
         fn=send_file,
         side_effect="write",
-        risk="medium",  # reaches the user: gated after untrusted content (switchboard.core.effects)
+        # Reaches only this conversation's user, who asked for it: not gated in a clean turn, but once untrusted
+        # content entered the turn it needs approval (switchboard.core.policy defaults).
+        risk="medium",
+        reversible=True,
+        resources=lambda args: (f"file {args.path} to this conversation",),
         key_fields=("path",),  # the logical action, for idempotency keys
         timeout_s=60.0,
         connector="channel",
@@ -169,7 +173,9 @@ TOOLS: list[Tool] = [
         input=OfferChoiceInput,
         fn=offer_choice,
         side_effect="write",
-        risk="medium",  # reaches the user: gated after untrusted content (switchboard.core.effects)
+        risk="medium",  # as send_file: a question to this conversation's user, approved after untrusted content
+        reversible=True,
+        resources=lambda args: (f"question to this conversation: {args.question}",),
         key_fields=("question",),  # the logical action, for idempotency keys
         timeout_s=30.0,
         connector="channel",

@@ -321,6 +321,9 @@ TOOLS: list[Tool] = [
         input=WriteFileInput,
         fn=write_file,
         side_effect="write",
+        risk="low",  # only the session's own workspace, which the agent owns: never gated by default
+        reversible=True,
+        resources=lambda args: (f"workspace file {args.path}",),
         timeout_s=10.0,
         connector="files",
     ),

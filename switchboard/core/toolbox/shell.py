@@ -233,6 +233,8 @@ def shell_tools(
             # content in the turn (a document, an earlier command's output) does not gate the next command. With
             # the egress proxy it can reach the agent's allowlisted hosts with their secrets: gated like a send.
             risk="low" if egress is None else "medium",
+            reversible=True,  # the workspace is the session's; an operator gates network use with a policy rule
+            resources=lambda args: tuple(f"command: {command[:200]}" for command in args.commands),
             timeout_s=options.max_timeout_s + 30.0,
             cost=5,
             connector="sandbox",
