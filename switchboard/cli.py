@@ -99,11 +99,37 @@ def cmd_telegram(settings: Settings, action: str, url: str | None, account: str)
     return telegram_command(settings, action, url, account)
 
 
+def cmd_console(action: str) -> int:
+    """``console hash-password``: print the Argon2 hash of a password read from the terminal or stdin."""
+    from switchboard.console.hashcli import hash_password_command
+
+    return hash_password_command()
+
+
 def cmd_discord(settings: Settings, action: str) -> int:
     """``discord`` (hold the gateway connections only) / ``discord register-commands``."""
     from switchboard.discordcli import discord_command
 
     return discord_command(settings, action)
+
+
+def cmd_control(settings: Settings, args: argparse.Namespace) -> int:
+    """``approvals``, ``reconcile``, ``dead-letters``, ``takeover``, ``say``, ``handback`` (over ``control.py``)."""
+    from switchboard.controlcli import control_command
+
+    action = getattr(args, "action", "-")
+    targets = [t for t in (getattr(args, name, None) for name in ("session", "target", "key", "outcome", "text")) if t]
+    return control_command(
+        settings, args.command, action, targets, operator=args.operator, show_all=getattr(args, "all", False)
+    )
+
+
+_CONTROL_NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("approvals", "approve"): ("target",),
+    ("approvals", "deny"): ("target",),
+    ("reconcile", "resolve"): ("session", "key", "outcome"),
+    ("dead-letters", "requeue"): ("session", "target"),
+}
 
 
 # ---------------------------------------------------------------- entry
@@ -231,6 +257,14 @@ def _parser() -> argparse.ArgumentParser:
     discord.add_argument(
         "action", nargs="?", default="listen", choices=["listen", "register-commands"], help="what to do"
     )
+    console = _command(
+        sub,
+        "console",
+        "the operator console: make an operator's password hash",
+        "hash-password: read a password (from the terminal without echo, or one line of standard input; never an "
+        "argument) and print its Argon2 hash for console.operators[].password_hash in the YAML file.",
+    )
+    console.add_argument("action", choices=["hash-password"], help="what to do")
     telegram = _command(
         sub,
         "telegram",
@@ -243,7 +277,66 @@ def _parser() -> argparse.ArgumentParser:
     telegram.add_argument("action", choices=["set-webhook", "delete-webhook", "webhook-info"], help="what to do")
     telegram.add_argument("url", nargs="?", help="the webhook URL (set-webhook)")
     telegram.add_argument("--account", default="default", help="the Telegram account (a YAML account name)")
+    _control_parsers(sub)
     return parser
+
+
+def _control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    where = (
+        "Uses SWITCHBOARD_REDIS_URL, or else the embedded server of a `switchboard run` serving SWITCHBOARD_DATA_DIR. "
+        "What you do is signed as console:<--operator> (default: your login name) and reaches the session in order "
+        "with its conversation; the console does the same through the same service."
+    )
+    approvals = _command(
+        sub,
+        "approvals",
+        "list pending approvals, or approve / deny one",
+        f"list: every pending approval (id, session, tool, who asked, expiry, reason). approve ID / deny ID: decide "
+        f"it (it counts where the policy lets operators decide). {where}",
+    )
+    approvals.add_argument("action", choices=["list", "approve", "deny"], help="what to do")
+    approvals.add_argument("target", nargs="?", metavar="ID", help="the approval id (approve, deny)")
+    reconcile = _command(
+        sub,
+        "reconcile",
+        "list effects in doubt (started, outcome unknown), or say what became of one",
+        "list: write effects whose worker was lost mid-call; they are never performed again automatically. resolve "
+        f"SESSION KEY done|failed: record whether it happened (a re-run of its turn then gets that outcome). {where}",
+    )
+    reconcile.add_argument("action", choices=["list", "resolve"], help="what to do")
+    reconcile.add_argument("session", nargs="?", help="session key (resolve)")
+    reconcile.add_argument("key", nargs="?", help="the effect's idempotency key (resolve)")
+    reconcile.add_argument("outcome", nargs="?", choices=["done", "failed"], help="what happened (resolve)")
+    reconcile.add_argument("--all", action="store_true", help="also list resolved effects (list)")
+    dead = _command(
+        sub,
+        "dead-letters",
+        "list dead-lettered messages, or requeue one",
+        f"list: the most recent dead letters (id, session, attempts, reason). requeue SESSION ID: ingest its messages "
+        f"into their session again (once; a second requeue is a duplicate). {where}",
+    )
+    dead.add_argument("action", choices=["list", "requeue"], help="what to do")
+    dead.add_argument("session", nargs="?", help="session key (requeue)")
+    dead.add_argument("target", nargs="?", metavar="ID", help="the dead letter id, as `list` prints it (requeue)")
+    takeover = _command(
+        sub,
+        "takeover",
+        "take a conversation over from its agent",
+        f"The agent pauses; the user's messages are recorded, not answered; `say` reaches the user. {where}",
+    )
+    takeover.add_argument("session", help="session key, as `switchboard sessions list` prints it")
+    say = _command(sub, "say", "send a message to the user of a conversation as an operator", where)
+    say.add_argument("session", help="session key")
+    say.add_argument("text", help="what to send")
+    handback = _command(
+        sub,
+        "handback",
+        "hand a conversation back to its agent",
+        f"The agent resumes with the operator's messages in its history. {where}",
+    )
+    handback.add_argument("session", help="session key")
+    for command in (approvals, reconcile, dead, takeover, say, handback):
+        command.add_argument("--operator", help="your operator name (signed as console:NAME; default: login name)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,6 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.error("`telegram set-webhook` needs the URL Telegram should post to")
     if args.command == "agents" and args.action == "show" and not args.name:
         args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
+    if args.command == "console":  # needs no settings: works before the YAML file is valid
+        return cmd_console(args.action)
+    for name in _CONTROL_NEEDS.get((args.command, getattr(args, "action", "")), ()):
+        if not getattr(args, name, None):
+            args.command_parser.error(f"`{args.command} {args.action}` needs {name.replace('target', 'an ID')}")
     try:
         settings = load_settings()
     except ConfigError as err:
@@ -293,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_skills(settings, args.action, args.target, args.template)
         if args.command == "telegram":
             return cmd_telegram(settings, args.action, args.url, args.account)
+        if args.command in {"approvals", "reconcile", "dead-letters", "takeover", "say", "handback"}:
+            return cmd_control(settings, args)
         if args.command == "discord":
             if args.action == "listen":
                 _refuse_bad_config(settings, "discord")

@@ -13,6 +13,7 @@ from switchboard.core.gateway import ToolGateway
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
 from switchboard.core.runtime import Runtime
+from switchboard.core.suspend import snapshot_key
 from switchboard.core.threads import ThreadShare
 from switchboard.core.toolbox import default_registry
 from switchboard.core.toolbox.documents import DocumentLimits
@@ -82,6 +83,9 @@ def build_runtime(
         default_model=settings.default_model,
         gateway=gateway,
         attachments=attachments,
+        snapshot_key=snapshot_key(
+            settings.approval_key.get_secret_value() if settings.approval_key else None, settings.data_path
+        ),
     )
 
 

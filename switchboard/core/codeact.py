@@ -7,7 +7,8 @@ runtime routes that through the tool gateway), so validation, authorisation, app
 apply to programs exactly as to direct tool calls. Each program runs in a fresh session: nothing
 persists between programs except what the runtime passes in again.
 
-A call for which ``pause_on(name, args)`` is true (an approval gate) stops the program there:
+A call for which ``pause_on(name, args)`` is true, or whose ``call_tool`` raises :class:`PauseProgram` (the tool
+gateway asked for a person's approval), stops the program there:
 :class:`PausedProgram` holds a Monty snapshot plus the pending call, :meth:`PausedProgram.dump` turns it
 into a versioned JSON envelope, and :func:`resume_program` continues it — in any worker process — with
 the call's result once it is known.
@@ -49,6 +50,7 @@ __all__ = [
     "MONTY_VERSION",
     "CallTool",
     "PauseOn",
+    "PauseProgram",
     "PausedProgram",
     "ProgramLimits",
     "ProgramResult",
@@ -66,6 +68,12 @@ logger = logging.getLogger(__name__)
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 PauseOn = Callable[[str, dict[str, Any]], bool]
 _T = TypeVar("_T")
+
+
+class PauseProgram(Exception):
+    """Raised by ``call_tool`` to stop the program at this call, unmade (see :attr:`ProgramResult.paused`)."""
+
+
 _DEFAULT_LIMITS = ProgramLimits()
 _ERROR_CHARS = 2000
 _EXC_NAMES: tuple[tuple[type[BaseException], monty.ExcType], ...] = (
@@ -301,6 +309,9 @@ class _Program:
                 value = await self.call_tool(name, args)
             except BudgetExceededError:
                 raise
+            except PauseProgram:  # the call did not happen: the snapshot waits at it
+                self.calls -= 1
+                return self.result(paused=await self._pause(snap, name, args))
             except Exception as exc:
                 snap = await self.call(snap.resume, _exception_for(name, exc))
                 continue

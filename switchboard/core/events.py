@@ -1,7 +1,10 @@
 """Facts appended to a session's event log, one per state transition.
 
 The run state machine is ``queued → running → completed | failed | dead_lettered | cancelled``;
-a failed attempt that will be retried is followed by another ``running``.
+a failed attempt that will be retried is followed by another ``running``. A run that asked a person
+(:class:`ApprovalRequested`) ends ``waiting_for_approval``: its worker slot is free, and the decision, an
+inbound event of the session, starts the run that continues it (:class:`ApprovalDecided`,
+:class:`ApprovalSettled`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "ApprovalSettled",
+    "ControlChanged",
     "DeliveryReported",
     "DropReason",
     "EgressDecision",
@@ -28,6 +35,7 @@ __all__ = [
     "RunFailed",
     "RunQueued",
     "RunStarted",
+    "RunStatus",
     "SandboxUsed",
     "SendDeadLettered",
     "SkillUsed",
@@ -36,7 +44,7 @@ __all__ = [
     "UsageMetered",
 ]
 
-RunStatus = Literal["queued", "running", "completed", "failed", "dead_lettered", "cancelled"]
+RunStatus = Literal["queued", "running", "waiting_for_approval", "completed", "failed", "dead_lettered", "cancelled"]
 
 
 class _Event(BaseModel):
@@ -113,6 +121,8 @@ class ToolCalled(_Event):
     """Variable a large result was bound to (``result_1``...)."""
     file: str | None = None
     """Workspace path a very large result was written to."""
+    policy: str | None = None
+    """What the policy decided (``allow:<rule>``, ``approve:<rule>``, ``observe:<rule>``, ``refuse:<rule>``)."""
 
 
 class SandboxUsed(_Event):
@@ -182,6 +192,57 @@ class UsageMetered(_Event):
     credits: float
     stopped_by: str | None = None
     """The budget that ended the turn early, if any."""
+    policy_version: str = ""
+    """The version of the policy the run's tool calls were checked against."""
+
+
+class ApprovalRequested(_Event):
+    """A gated effect (or, in review mode, a held reply) waits for a person: the run is ``waiting_for_approval``."""
+
+    kind: Literal["approval_requested"] = "approval_requested"
+    approval_id: str
+    approval_kind: Literal["tool", "reply"] = "tool"
+    tool: str | None = None
+    """The gated tool (``None`` for a held reply)."""
+    rule: str = ""
+    policy_version: str = ""
+    action_sha256: str
+    expires_at: float
+    program: bool = False
+    """The call came from a CodeAct program, paused at it (its signed snapshot is in the record)."""
+    status: RunStatus = "waiting_for_approval"
+
+
+class ApprovalDecided(_Event):
+    """A decision reached an approval: what it asked, who made it, and what the store did with it."""
+
+    kind: Literal["approval_decided"] = "approval_decided"
+    approval_id: str
+    verdict: Literal["approve", "deny", "expire"]
+    actor: str
+    via: Literal["button", "command", "console", "expiry"]
+    result: str
+    """:data:`~switchboard.core.approvals.DecideResult` (``applied``: this decision counted), or ``not_allowed``."""
+    waited_ms: float | None = None
+    """From the request to this decision."""
+
+
+class ApprovalSettled(_Event):
+    """An approval's end: the effect ran, was refused at the re-check, or did not happen (denied, expired, ...)."""
+
+    kind: Literal["approval_settled"] = "approval_settled"
+    approval_id: str
+    status: Literal["executed", "refused", "denied", "expired", "superseded", "sent"]
+    reason: str | None = None
+    """Why it was refused (``stale_state``, ``approval_mismatch``, ``refused_by_policy``, ...)."""
+
+
+class ControlChanged(_Event):
+    """An operator took the conversation over, or handed it back to the agent."""
+
+    kind: Literal["control_changed"] = "control_changed"
+    action: Literal["take_over", "hand_back"]
+    operator: str
 
 
 class ReplySent(_Event):
@@ -269,7 +330,11 @@ Event = Annotated[
     | RunCancelled
     | RunDeferred
     | SendDeadLettered
-    | DeliveryReported,
+    | DeliveryReported
+    | ApprovalRequested
+    | ApprovalDecided
+    | ApprovalSettled
+    | ControlChanged,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

@@ -13,6 +13,9 @@ Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exha
   stale, or pressed in another conversation) reads ``clicked an option that was not offered here: <id>`` instead.
 - ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
 - ``MessageDeleted``: recorded in the history, no model call, no reply.
+- ``OperatorActed``: applied by :mod:`switchboard.core.takeover` before the model is asked; a console decision
+  reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn (the
+  history keeps ``(operator … answered in your place)`` beside it).
 
 The same text goes into the conversation history (:func:`history_text`), so a later turn reads what this one read.
 """
@@ -47,6 +50,7 @@ __all__ = [
     "greeting",
     "history_text",
     "is_reset",
+    "operator_decision_text",
     "plan_turn",
     "settle_without_model",
 ]
@@ -97,8 +101,10 @@ def event_text(message: InboundMessage) -> str | None:
             return f"chose option {option_id}{shown}"
         case MessageEdited():
             return f"edited an earlier message to: {message.text}"
+        case OperatorActed(action="decide"):
+            return operator_decision_text(event)
         case MessageDeleted() | OperatorActed():
-            return None  # an operator's action is applied by the gateway (switchboard.core.control), not answered
+            return None  # an operator's action is applied by the gateway (switchboard.core.takeover), not answered
         case _:
             assert_never(event)
 
@@ -110,13 +116,23 @@ def history_text(message: InboundMessage) -> str:
         case MessageDeleted():
             return "(deleted an earlier message)"
         case OperatorActed(action="say"):
-            return message.text
+            return f"(operator {event.operator} answered in your place)"
+        case OperatorActed(action="decide"):
+            return operator_decision_text(event)
         case OperatorActed(action=action):
             return f"(operator {event.operator}: {action.replace('_', ' ')})"
         case Posted() | CommandIssued() | ChoiceSelected() | MessageEdited():
             return event_text(message) or ""
         case _:
             assert_never(event)
+
+
+def operator_decision_text(event: OperatorActed) -> str:
+    """What the agent reads for a decision made in the console (or the gateway's expiry of an approval)."""
+    if event.verdict == "expire":
+        return f"(approval {event.approval_id} expired before anyone decided it)"
+    verdict = {"approve": "approved", "deny": "denied"}.get(event.verdict or "", "decided")
+    return f"(operator {event.operator} {verdict} approval {event.approval_id})"
 
 
 def greeting(agent: Agent) -> str:

@@ -48,6 +48,7 @@ from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
+from switchboard.queue.authority import turn_request
 from switchboard.queue.busy import BusyTurn, answered_part, end_interrupted
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.endings import TurnEndings
@@ -61,7 +62,7 @@ from switchboard.queue.ratelimits import SendBuckets
 from switchboard.queue.sending import REPLY, Undelivered, deliver_reply
 from switchboard.queue.streaming import ReplyStream
 from switchboard.queue.toolstatus import StatusBoard, resume, settle
-from switchboard.settings import QueueSettings
+from switchboard.settings import FileConfig, QueueSettings
 from switchboard.types import SessionKey
 
 __all__ = ["Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
@@ -217,8 +218,11 @@ class Drainer(TurnEndings):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         workspace_root: Path | None = None,
         workspace_store: WorkspaceStore | None = None,
+        config: FileConfig | None = None,
     ) -> None:
         self.redis = redis
+        self.config = config
+        """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
         self.workspace_root = workspace_root
         """Where session workspaces live: channels read the files they send from there."""
         self.workspace_store = workspace_store
@@ -389,17 +393,7 @@ class Drainer(TurnEndings):
         self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
         conversation = messages[-1].conversation
-        request = TurnRequest(
-            session_key=turn.lease.session,
-            agent=agent,
-            messages=list(messages),
-            run_id=turn.run_id,
-            deadline=time.time() + agent.limits.deadline_s,
-            tenant=conversation.tenant,
-            actor=messages[-1].sender.id,
-            request_id=messages[-1].id,
-            trace_id=turn.run_id,
-        )
+        request = turn_request(self.config, turn.lease.session, agent, messages, turn.run_id)
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
         sink = _Sink(self, turn, events)

@@ -3,20 +3,34 @@
 One STRING per effect (:meth:`SessionKeys.effect`), holding the arguments hash, the status and the recorded
 outcome, kept for :data:`~switchboard.core.effects.EFFECT_TTL_S` (longer than any retry of a turn). Both
 writes are Lua scripts fenced by the session lease: a zombie worker can neither claim nor record an effect.
+
+An effect in doubt (claimed ``started``, no recorded result: its worker died mid-call) is indexed for reconciliation
+in its tenant's :meth:`GlobalKeys.effects_in_doubt` (:meth:`RedisEffects.effect_doubt`); operators resolve it
+(``switchboard reconcile``, the console), and it is never performed again automatically.
 """
 
 from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from switchboard.core.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
 from switchboard.types import SessionKey
 
-__all__ = ["RedisEffects"]
+__all__ = ["RedisEffects", "doubt_field"]
 
 _GLOBAL = GlobalKeys()
+
+
+def doubt_field(session: SessionKey, key: str) -> str:
+    """The ``<session>|<effect key>`` field of an effect in its tenant's reconciliation index."""
+    return f"{session}|{key}"
 
 
 class RedisEffects:
@@ -49,6 +63,26 @@ class RedisEffects:
             self.redis,
             [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.effect(key)],
             [self.token, record.to_json() if record is not None else "", self.ttl_ms],
+            session=self.session,
+            epoch=self.epoch,
+        )
+
+    async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, Any]) -> None:
+        """Route the effect under ``key`` (``started``, no result) to reconciliation; the first report is kept.
+
+        ``info`` says what is known (the tool, the run, why it is in doubt); it must hold no secrets.
+        """
+        entry = {
+            "session": self.session,
+            "key": key,
+            "record": json.loads(record.to_json()),
+            "info": dict(info),
+            "at": time.time(),
+        }
+        await scripts.EFFECT_DOUBT(
+            self.redis,
+            [self._keys.lease, _GLOBAL.fenced_rejections, _GLOBAL.effects_in_doubt(tenant_of(self.session))],
+            [self.token, doubt_field(self.session, key), json.dumps(entry, separators=(",", ":"), default=str)],
             session=self.session,
             epoch=self.epoch,
         )

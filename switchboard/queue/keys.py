@@ -104,7 +104,7 @@ class SessionKeys:
 
     @property
     def meta(self) -> str:
-        """HASH: channel, created_at, last_at, counts; for ``switchboard sessions``."""
+        """HASH: channel, created_at, last_at, counts, ``conversation`` (the last channel message's); for operators."""
         return self._k("meta")
 
     @property
@@ -127,6 +127,23 @@ class SessionKeys:
         What the session was offered lately: a click whose option id is in none of them reads as not offered.
         """
         return self._k("offers")
+
+    def approval(self, approval_id: str) -> str:
+        """HASH ``record`` (the opened ApprovalRecord JSON), ``status``, ``action``, ``expires_at``, ``decided_by``, ...
+
+        One approval; kept while pending and for the retention window after it settles (``queue/approvals.py``).
+        """
+        return self._k(f"approval:{approval_id}")
+
+    @property
+    def approvals(self) -> str:
+        """ZSET approval id → requested_at: the session's ``pending`` approvals (removed when decided)."""
+        return self._k("approvals")
+
+    @property
+    def control(self) -> str:
+        """STRING SessionControl JSON while an operator has taken the conversation over (absent otherwise)."""
+        return self._k("control")
 
     @property
     def rate(self) -> str:
@@ -185,6 +202,19 @@ class GlobalKeys:
     def dead_letters(self) -> str:
         """STREAM, capped: every dead letter across sessions, for operators."""
         return f"{self.prefix}:deadletters"
+
+    @property
+    def approvals_due(self) -> str:
+        """ZSET ``<session>|<approval id>`` → expires_at: pending approvals, for the reaper's expiry sweep."""
+        return f"{self.prefix}:approvals:due"
+
+    def approvals_pending(self, tenant: str) -> str:
+        """ZSET ``<session>|<approval id>`` → requested_at: one tenant's pending approvals, for operators."""
+        return f"{self.prefix}:approvals:pending:{tenant}"
+
+    def effects_in_doubt(self, tenant: str) -> str:
+        """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
+        return f"{self.prefix}:effects:doubt:{tenant}"
 
     @property
     def fenced_rejections(self) -> str:
@@ -266,6 +296,14 @@ class GlobalKeys:
     def web_streams_by_address(self, address: str) -> str:
         """ZSET open stream id → expiry (server ms): one client address's open web chat streams."""
         return f"{self.prefix}:webstreams:address:{address}"
+
+    def console_login(self, token_hash: str) -> str:
+        """STRING JSON ``{"operator", "csrf", "via"}``, EX TTL: one console sign-in, by its cookie's hash."""
+        return f"{self.prefix}:console:login:{token_hash}"
+
+    def console_failures(self, kind: str, value: str) -> str:
+        """STRING counter, EX TTL: failed console sign-ins per ``kind`` (``address`` or ``name``) in the window."""
+        return f"{self.prefix}:console:failures:{kind}:{value}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,9 +33,10 @@ from switchboard.core.events import (
     UsageMetered,
 )
 from switchboard.core.inbound import history_text, is_reset
-from switchboard.core.messages import InboundMessage
+from switchboard.core.messages import InboundMessage, OperatorActed
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
+from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -89,6 +90,14 @@ def encode_facts(events: Sequence[Event]) -> str:
             str(sum(int(m.output_tokens) for m in metered)),
         ]
     return json.dumps(facts, separators=(",", ":"))
+
+
+def _conversation_of(messages: Sequence[InboundMessage]) -> str:
+    """The conversation of the last message a channel delivered (JSON), or ``""`` (an operator's own messages)."""
+    for message in reversed(messages):
+        if not isinstance(message.event, OperatorActed):
+            return message.conversation.model_dump_json()
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,20 +375,24 @@ class Ledger:
                 f"{run:.6f}",
                 int(now * 1000),
                 "1" if undelivered is not None else "0",
+                _conversation_of(messages),
             ],
         )
         return int(remaining)
 
 
-class AttemptStore(RedisSessionStore):
+class AttemptStore(ApprovalsDelegate, RedisSessionStore):
     """The turn's :class:`RedisSessionStore`, answering its first history and slot reads from what ``begin`` read.
 
     ``begin`` read them under the same lease, and only the lease's holder writes them, so they are current; a
     later read, a read of more entries than ``begin`` took, or any read after a write goes to Redis as usual.
+    It is also the session's :class:`~switchboard.core.approvals.ApprovalStore` (:mod:`switchboard.queue.approvals`),
+    fenced by the same lease.
     """
 
     def __init__(self, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings, attempt: Attempt) -> None:
         super().__init__(redis, lease.session, lease.epoch, settings, token=lease.token)
+        self.approvals = RedisApprovals(redis, lease.session, lease.token, lease.epoch)
         self._history, self._read, self._slots = attempt.history, attempt.history_read, attempt.slots
 
     async def load_history(self, limit: int) -> list[HistoryEntry]:

@@ -15,6 +15,9 @@ A session in ``runnable`` with no lease needs a new drain job when its drain fla
 A session whose head was deferred (the model provider asked to wait, :attr:`GlobalKeys.deferred`) is left alone
 until the deferral is due; then it is repaired like any other (its flag points at the finished job).
 
+Each sweep also sends every approval past its expiry into its session (:mod:`switchboard.queue.expiry`), so the
+session's model tells the user the action did not happen.
+
 A queued job waiting behind others is left alone. Duplicate drain jobs are harmless anyway: the lease
 serialises them, and a drain that finds the lease taken or the inbox empty simply ends. Repairs and takeovers push
 their drain jobs at the head of the queue (the session was interrupted; the sessions waiting have not started) and
@@ -38,6 +41,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from switchboard.errors import QueueUnavailableError
+from switchboard.queue.expiry import ApprovalExpiry
 from switchboard.queue.jobs import DrainJobs, job_age_s
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import QueueSettings
@@ -93,6 +98,8 @@ class Reaper:
         self.worker_id = worker_id
         self.sync_redis = sync_redis
         self.jobs = DrainJobs(settings.name)
+        self.expiry = ApprovalExpiry(redis, settings)
+        """Approvals past their expiry are told to their sessions (:mod:`switchboard.queue.expiry`)."""
         self._last_rq_cleanup = 0.0
 
     async def sweep(self) -> int:
@@ -105,6 +112,10 @@ class Reaper:
             dropped = await self.jobs.drop_stuck(self.redis, sorted(stuck))
             logger.warning("gave up %d drain jobs stuck in RQ's intermediate list", dropped)
         repaired = await self._sweep_runnable()
+        try:
+            await self.expiry.sweep()
+        except (RedisError, QueueUnavailableError) as err:
+            logger.warning("approval expiry sweep failed: %s", err)
         if self.sync_redis is not None and time.monotonic() - self._last_rq_cleanup >= RQ_CLEANUP_EVERY_S:
             self._last_rq_cleanup = time.monotonic()
             try:

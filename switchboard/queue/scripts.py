@@ -21,14 +21,22 @@ from switchboard.types import SessionKey
 __all__ = [
     "ACK_PRELUDE",
     "ALL",
+    "APPROVAL_DECIDE",
+    "APPROVAL_OPEN",
+    "APPROVAL_PRELUDE",
+    "APPROVAL_SETTLE",
+    "APPROVAL_SUPERSEDE",
     "BEGIN",
     "BUCKET_HOLD",
     "BUCKET_TAKE",
     "COMPLETE",
+    "CONTROL_SET",
     "DEAD_LETTER",
     "DEFER",
     "EFFECT_BEGIN",
+    "EFFECT_DOUBT",
     "EFFECT_FINISH",
+    "EFFECT_RESOLVE",
     "ENQUEUE",
     "FACTS",
     "FAIL",
@@ -72,6 +80,7 @@ JOB_PRELUDE: Final = _source("_job")
 FACTS_PRELUDE: Final = _source("_facts")
 LIMITS_PRELUDE: Final = _source("_limits")
 RETENTION_PRELUDE: Final = _source("_retention")
+APPROVAL_PRELUDE: Final = _source("_approval")
 
 
 class Script:
@@ -164,6 +173,13 @@ SESSION_RESET: Final = Script("session_reset", fenced=True)
 EFFECT_BEGIN: Final = Script("effect_begin", fenced=True)
 EFFECT_FINISH: Final = Script("effect_finish", fenced=True)
 OFFER_RECORD: Final = Script("offer_record", fenced=True)
+EFFECT_DOUBT: Final = Script("effect_doubt", fenced=True)
+EFFECT_RESOLVE: Final = Script("effect_resolve")
+APPROVAL_OPEN: Final = Script("approval_open", fenced=True)
+APPROVAL_DECIDE: Final = Script("approval_decide", fenced=True, preludes=[APPROVAL_PRELUDE])
+APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[APPROVAL_PRELUDE])
+APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
+CONTROL_SET: Final = Script("control_set", fenced=True)
 
 ALL: Final = (
     INGEST,
@@ -198,6 +214,13 @@ ALL: Final = (
     EFFECT_BEGIN,
     EFFECT_FINISH,
     OFFER_RECORD,
+    EFFECT_DOUBT,
+    EFFECT_RESOLVE,
+    APPROVAL_OPEN,
+    APPROVAL_DECIDE,
+    APPROVAL_SUPERSEDE,
+    APPROVAL_SETTLE,
+    CONTROL_SET,
 )
 """Every script, for :func:`load_all`."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -105,6 +105,10 @@ class RedisSessionStore:
     async def effect_finish(self, key: str, record: EffectRecord | None) -> None:
         """Record a write effect's outcome, or release its claim (``None``) after a failure."""
         await self._effects.effect_finish(key, record)
+
+    async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, Any]) -> None:
+        """Route an effect in doubt (``started``, no result) to reconciliation (never re-executed automatically)."""
+        await self._effects.effect_doubt(key, record, info)
 
     async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
         """Search the conversation history and the event log (the ``search_history`` tool's backend).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from switchboard.core.actions import OfferChoice
 from switchboard.core.agent import Agent, AgentProfile
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
@@ -17,6 +18,7 @@ from switchboard.core.runtime import Runtime
 from switchboard.core.toolbox import default_registry
 from switchboard.core.workspaces import workspace_for
 from switchboard.queue.drain import Drainer
+from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.store import load_history
@@ -115,10 +117,10 @@ async def test_a_laundered_slot_keeps_its_mark_in_redis_and_gates_a_later_send(
     await ingestor.ingest(second)
     await drain.drain(second.session_key)
 
-    asked = [c.name for r in model.requests for m in r.messages for c in m.tool_calls]
-    assert asked == ["send_file"]  # the model obeyed the slot ...
-    told = [m.content for m in model.requests[-1].messages if m.role == "tool" and m.name == "send_file"]
-    assert len(told) == 1 and "needs the user's confirmation" in json.loads(told[0])["error"]
+    called = [e for e in await read_events(client, second.session_key, 200) if e["kind"] == "tool_called"]
+    assert (called[-1]["tool"], called[-1]["error_class"]) == ("send_file", "needs_approval")  # the model obeyed
+    offers = [s.action for s in deliverer.sent if isinstance(s.action, OfferChoice)]
+    assert len(offers) == 1 and "send_file" in offers[0].question  # ... a person is asked first
     assert [s.action.kind for s in deliverer.sent if s.action.kind == "file"] == []  # ... and nothing was sent
 
 

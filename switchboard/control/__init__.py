@@ -1,0 +1,47 @@
+"""The control services operators use — the console (``switchboard.console``) and the CLI — one implementation.
+
+See :class:`ControlService`. Every call is scoped to an operator's tenants (:class:`OperatorScope`).
+"""
+
+from __future__ import annotations
+
+from switchboard.control.scope import (
+    ALL_TENANTS,
+    ControlError,
+    InvalidRequestError,
+    NotFoundError,
+    OperatorScope,
+    OutOfScopeError,
+)
+from switchboard.control.service import MAX_SAY_CHARS, ControlService
+from switchboard.control.views import (
+    Accepted,
+    AgentView,
+    DeadLetterView,
+    DoubtView,
+    SessionState,
+    SessionView,
+    TimelineEntry,
+    ToolView,
+    UsageRow,
+)
+
+__all__ = [
+    "ALL_TENANTS",
+    "MAX_SAY_CHARS",
+    "Accepted",
+    "AgentView",
+    "ControlError",
+    "ControlService",
+    "DeadLetterView",
+    "DoubtView",
+    "InvalidRequestError",
+    "NotFoundError",
+    "OperatorScope",
+    "OutOfScopeError",
+    "SessionState",
+    "SessionView",
+    "TimelineEntry",
+    "ToolView",
+    "UsageRow",
+]

@@ -1,0 +1,210 @@
+"""Read-only views for operators: sessions and their live state, timelines, pending approvals, usage."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from switchboard.control.scope import NotFoundError, OperatorScope, session_parts
+from switchboard.control.views import SessionState, SessionView, TimelineEntry, UsageRow
+from switchboard.core.approvals import ApprovalRecord, SessionControl
+from switchboard.core.messages import session_key
+from switchboard.queue.approvals import parse_approval_member, record_from_fields
+from switchboard.queue.eventlog import decode_entries, read_events
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.tracing import trace_hex
+from switchboard.types import SessionKey
+
+__all__ = [
+    "SCAN_LIMIT",
+    "USAGE_EVENTS",
+    "escaped_tenant",
+    "pending_approvals",
+    "session_views",
+    "sessions_in_scope",
+    "timeline_of",
+    "usage_rows",
+]
+
+SCAN_LIMIT: Final = 5_000
+"""Most recently active sessions examined when listing one operator's sessions or summing usage."""
+USAGE_EVENTS: Final = 1_000
+"""Event-log entries read per session when summing usage (the log is capped; older usage is in the totals)."""
+_GLOBAL = GlobalKeys()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def escaped_tenant(tenant: str) -> str:
+    """A tenant name as its session keys (and the per-tenant keys) spell it."""
+    return session_key(tenant, "a", "web", "a", "a").split("/", 1)[0]
+
+
+async def sessions_in_scope(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[SessionKey]:
+    """The ``limit`` most recently active sessions of the scope's tenants, newest first."""
+    found: list[SessionKey] = []
+    batch = max(limit, 1) if scope.unrestricted else 500
+    for start in range(0, SCAN_LIMIT, batch):
+        members = await redis.zrevrange(_GLOBAL.sessions, start, start + batch - 1)
+        for member in members:
+            key = _text(member)
+            try:
+                tenant = session_parts(key)[0]
+            except NotFoundError:
+                continue
+            if scope.allows(tenant):
+                found.append(SessionKey(key))
+                if len(found) >= limit:
+                    return found
+        if len(members) < batch:
+            break
+    return found
+
+
+def _state(
+    leased: bool, controlled: bool, pending: int, depth: int, head_error: bool, deferred: bool, tools_open: bool
+) -> SessionState:
+    if controlled:
+        return "taken_over"
+    if leased:
+        if head_error:
+            return "retrying"
+        return "waiting_for_data" if tools_open else "reasoning"
+    if pending:
+        return "waiting_for_approval"
+    if depth and (head_error or deferred):
+        return "retrying"
+    return "queued" if depth else "done"
+
+
+async def session_views(redis: aioredis.Redis, sessions: Sequence[SessionKey]) -> list[SessionView]:
+    """Each session's live state (two round trips for all of them)."""
+    if not sessions:
+        return []
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        for session in sessions:
+            keys = SessionKeys(session)
+            pipe.hmget(keys.meta, ["channel", "last_at", "received"])
+            pipe.llen(keys.inbox)
+            pipe.exists(keys.lease)
+            pipe.llen(keys.dead)
+            pipe.get(keys.control)
+            pipe.zcard(keys.approvals)
+            pipe.lindex(keys.inbox, 0)
+            pipe.zscore(_GLOBAL.deferred, session)
+            pipe.hlen(keys.tool_statuses)
+            pipe.zscore(_GLOBAL.sessions, session)
+        values = await pipe.execute()
+    heads = {i: _text(values[10 * i + 6]) for i in range(len(sessions)) if values[10 * i + 6]}
+    errors: dict[int, Any] = {}
+    if heads:
+        async with redis.pipeline(transaction=False) as pipe:
+            for i, head in heads.items():
+                pipe.hget(SessionKeys(sessions[i]).attempts, f"{head}:error")
+            errors = dict(zip(heads, await pipe.execute(), strict=True))
+    out: list[SessionView] = []
+    for i, session in enumerate(sessions):
+        meta, depth, leased, dead, control, pending, _head, deferred, tools_open, score = values[10 * i : 10 * i + 10]
+        channel, last_at, received = (_text(v) if v is not None else "" for v in meta)
+        parts = session_parts(session)
+        held = SessionControl.model_validate_json(control) if control else None
+        state = _state(
+            bool(leased),
+            held is not None,
+            int(pending),
+            int(depth),
+            bool(_text(errors.get(i))),
+            deferred is not None and float(deferred) > now,
+            bool(tools_open),
+        )
+        out.append(
+            SessionView(
+                key=session,
+                tenant=parts[0],
+                agent=parts[1],
+                channel=channel or parts[2],
+                state=state,
+                last_activity=float(last_at or score or 0) / 1000,
+                inbox_depth=int(depth),
+                controlled_by=held.operator if held is not None else None,
+                pending_approvals=int(pending),
+                received=int(received or 0),
+                dead_letters=int(dead),
+            )
+        )
+    return out
+
+
+async def timeline_of(redis: aioredis.Redis, session: SessionKey, limit: int) -> list[TimelineEntry]:
+    """The session's last ``limit`` events, oldest first, each with the trace id of the request it belongs to."""
+    entries: list[TimelineEntry] = []
+    for item in await read_events(redis, session, limit):
+        data = {k: v for k, v in item.items() if k not in {"id", "ts", "kind", "at"}}
+        message_id = item.get("message_id")
+        at = item.get("at", item.get("ts"))
+        entries.append(
+            TimelineEntry(
+                id=str(item["id"]),
+                at=float(at) if isinstance(at, int | float) else None,
+                kind=str(item.get("kind", "")),
+                trace_id=trace_hex(message_id) if isinstance(message_id, str) and message_id else None,
+                data=data,
+            )
+        )
+    return entries
+
+
+async def pending_approvals(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[ApprovalRecord]:
+    """Pending approvals of the scope's tenants, oldest first (at most ``limit``)."""
+    indexes = (
+        [_GLOBAL.approvals_due]
+        if scope.unrestricted
+        else [_GLOBAL.approvals_pending(escaped_tenant(t)) for t in sorted(scope.tenants)]
+    )
+    members: list[Any] = []
+    for index in indexes:
+        members += await redis.zrange(index, 0, max(limit, 1) - 1)
+    pairs = [parse_approval_member(m) for m in members]
+    if not pairs:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for session, approval_id in pairs:
+            pipe.hgetall(SessionKeys(session).approval(approval_id))
+        rows = await pipe.execute()
+    records = [r for r in (record_from_fields(row) for row in rows) if r is not None and r.status == "pending"]
+    records = [r for r in records if scope.allows(session_parts(r.session)[0])]
+    records.sort(key=lambda r: r.requested_at)
+    return records[:limit]
+
+
+async def usage_rows(redis: aioredis.Redis, scope: OperatorScope) -> list[UsageRow]:
+    """Credits, tokens and runs per tenant and agent, summed from the metered usage in the sessions' event logs."""
+    sessions = await sessions_in_scope(redis, scope, SCAN_LIMIT)
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0, 0, 0])
+    for start in range(0, len(sessions), 200):
+        chunk = sessions[start : start + 200]
+        async with redis.pipeline(transaction=False) as pipe:
+            for session in chunk:
+                pipe.xrevrange(SessionKeys(session).events, count=USAGE_EVENTS)
+            logs = await pipe.execute()
+        for session, log in zip(chunk, logs, strict=True):
+            parts = session_parts(session)
+            for event in decode_entries(log or []):
+                if event.get("kind") != "usage_metered":
+                    continue
+                row = sums[(parts[0], parts[1])]
+                row[0] += float(event.get("credits") or 0.0)
+                row[1] += int(event.get("input_tokens") or 0)
+                row[2] += int(event.get("output_tokens") or 0)
+                row[3] += 1
+    return [
+        UsageRow(tenant, agent, credits=v[0], input_tokens=int(v[1]), output_tokens=int(v[2]), runs=int(v[3]))
+        for (tenant, agent), v in sorted(sums.items())
+    ]

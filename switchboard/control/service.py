@@ -1,0 +1,239 @@
+"""The control service: what operators read and do, for the console and the CLI alike (one implementation).
+
+Every call takes the operator's :class:`~switchboard.control.scope.OperatorScope` and refuses sessions of other
+tenants before reading anything. Operators never write a session's state directly: a decision, a take-over, a
+message to the user and a hand-back are each one :class:`~switchboard.core.messages.OperatorActed` ingested into the
+session's inbox through the :class:`~switchboard.queue.ingest.Ingestor`, so they are ordered with the conversation
+and applied by the worker under the session lease (docs/ARCHITECTURE.md §5). Repairs that concern no running turn
+(requeueing a dead letter, resolving an effect in doubt) are one atomic step each.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Final, Literal
+
+import redis.asyncio as aioredis
+
+from switchboard.channels.registry import busy_policy
+from switchboard.control.operations import dead_letter_messages, list_dead_letters, list_doubts, resolve_doubt
+from switchboard.control.reading import pending_approvals, session_views, sessions_in_scope, timeline_of, usage_rows
+from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, session_parts
+from switchboard.control.views import (
+    Accepted,
+    AgentView,
+    DeadLetterView,
+    DoubtView,
+    SessionView,
+    TimelineEntry,
+    ToolView,
+    UsageRow,
+)
+from switchboard.core.approvals import ApprovalRecord
+from switchboard.core.messages import OperatorActed
+from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
+from switchboard.queue.ingest import Ingestor
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.operators import operator_message, session_conversation
+from switchboard.settings import Settings
+from switchboard.types import SessionKey
+
+__all__ = ["MAX_SAY_CHARS", "ControlService"]
+
+MAX_SAY_CHARS: Final = 4000
+"""Longest message an operator may send to a user in one ``say``."""
+_GLOBAL = GlobalKeys()
+
+
+class ControlService:
+    """Operators' reads and actions over Redis, scoped per call."""
+
+    def __init__(self, redis: aioredis.Redis, settings: Settings, ingestor: Ingestor) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.ingestor = ingestor
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    async def _existing(self, scope: OperatorScope, session: str) -> SessionKey:
+        key = scope.check(session)
+        if await self.redis.zscore(_GLOBAL.sessions, key) is None:
+            raise NotFoundError(f"no such session: {session[:200]}")
+        return key
+
+    async def sessions(self, scope: OperatorScope, *, limit: int = 50) -> list[SessionView]:
+        """The scope's most recently active sessions and their state, newest first."""
+        return await session_views(self.redis, await sessions_in_scope(self.redis, scope, max(1, min(limit, 1000))))
+
+    async def session(self, scope: OperatorScope, session: str) -> SessionView:
+        """One session and its state."""
+        return (await session_views(self.redis, [await self._existing(scope, session)]))[0]
+
+    async def timeline(self, scope: OperatorScope, session: str, *, limit: int = 200) -> list[TimelineEntry]:
+        """The session's last ``limit`` events, oldest first, with trace ids."""
+        return await timeline_of(self.redis, await self._existing(scope, session), max(1, min(limit, 10_000)))
+
+    async def approvals(self, scope: OperatorScope, *, limit: int = 100) -> list[ApprovalRecord]:
+        """Pending approvals of the scope's tenants, oldest first."""
+        return await pending_approvals(self.redis, scope, max(1, min(limit, 1000)))
+
+    async def session_approvals(self, scope: OperatorScope, session: str) -> list[ApprovalRecord]:
+        """One session's pending approvals, oldest first."""
+        key = await self._existing(scope, session)
+        ids = await self.redis.zrange(SessionKeys(key).approvals, 0, -1)
+        records = []
+        for raw in ids:
+            approval_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            record = record_from_fields(await self.redis.hgetall(SessionKeys(key).approval(approval_id)))
+            if record is not None and record.status == "pending":
+                records.append(record)
+        return records
+
+    async def find_approval(self, scope: OperatorScope, approval_id: str) -> ApprovalRecord:
+        """The pending approval ``approval_id`` of any session in scope (ids are unique: the CLI takes an id alone).
+
+        Raises:
+            NotFoundError: no pending approval with that id in the scope.
+        """
+        if not valid_approval_id(approval_id):  # also keeps glob characters out of the match below
+            raise NotFoundError("no such approval")
+        async for member, _score in self.redis.zscan_iter(_GLOBAL.approvals_due, match=f"*|{approval_id}"):
+            session, found = parse_approval_member(member)
+            if found == approval_id and scope.allows(session_parts(session)[0]):
+                record = record_from_fields(await self.redis.hgetall(SessionKeys(session).approval(approval_id)))
+                if record is not None and record.status == "pending":
+                    return record
+        raise NotFoundError(f"no pending approval {approval_id}")
+
+    async def dead_letters(self, scope: OperatorScope, *, limit: int = 100) -> list[DeadLetterView]:
+        """The scope's most recent dead letters, newest first."""
+        return await list_dead_letters(self.redis, scope, max(1, min(limit, 1000)))
+
+    async def effects_in_doubt(self, scope: OperatorScope, *, include_resolved: bool = False) -> list[DoubtView]:
+        """Effects awaiting reconciliation in the scope's tenants, oldest first."""
+        return await list_doubts(self.redis, scope, include_resolved=include_resolved)
+
+    async def usage(self, scope: OperatorScope) -> list[UsageRow]:
+        """Credits, tokens and runs per tenant and agent (from the sessions' metered usage)."""
+        return await usage_rows(self.redis, scope)
+
+    async def agents(self, scope: OperatorScope) -> list[AgentView]:
+        """Every configured agent: draft/ready, model, tools, credit limit, and what it spent in the scope."""
+        from switchboard.core.toolbox import default_registry
+
+        registry = default_registry()
+        spent: dict[str, list[float]] = {}
+        for row in await self.usage(scope):
+            totals = spent.setdefault(row.agent, [0.0, 0])
+            totals[0] += row.credits
+            totals[1] += row.runs
+        views = []
+        for agent in self.settings.file.agents.values():
+            tools = []
+            for name in agent.tools:
+                tool = registry.get(name)
+                tools.append(ToolView(name, tool.side_effect, tool.risk) if tool else ToolView(name, "unknown", "-"))
+            credits, runs = spent.get(agent.name, [0.0, 0])
+            views.append(
+                AgentView(
+                    name=agent.name,
+                    status=agent.status,
+                    model=agent.model or self.settings.default_model,
+                    tools=tools,
+                    max_credits=agent.limits.max_credits,
+                    credits=float(credits),
+                    runs=int(runs),
+                )
+            )
+        return views
+
+    # -- acting ----------------------------------------------------------------------------------------------------
+
+    async def _act(
+        self,
+        scope: OperatorScope,
+        session: SessionKey,
+        event: OperatorActed,
+        *,
+        text: str = "",
+        dedup: str | None = None,
+    ) -> Accepted:
+        conversation = await session_conversation(self.redis, session)
+        if conversation is None:
+            raise NotFoundError(f"session {session[:200]} is on no known channel")
+        message = operator_message(
+            conversation, event, dedup_key=dedup or f"operator:{secrets.token_hex(12)}", text=text
+        )
+        policy = busy_policy(self.settings.file, conversation.channel, conversation.account, conversation.agent)
+        result = await self.ingestor.ingest(message, busy_policy=policy)
+        if result.limited is not None:
+            raise InvalidRequestError(f"the session refused the message for now ({result.limited}); try again")
+        return Accepted(message_id=result.message_id, duplicate=result.duplicate)
+
+    async def decide(self, scope: OperatorScope, session: str, approval_id: str, verdict: str) -> Accepted:
+        """Approve or deny a pending approval of ``session`` as the operator (applied by the worker, once).
+
+        Raises:
+            InvalidRequestError: ``verdict`` is not ``approve``/``deny``, or the approval is no longer pending.
+            NotFoundError: no such session, or no such approval in it.
+        """
+        if verdict not in ("approve", "deny"):
+            raise InvalidRequestError("verdict must be 'approve' or 'deny'")
+        chosen: Literal["approve", "deny"] = "approve" if verdict == "approve" else "deny"
+        key = await self._existing(scope, session)
+        if not valid_approval_id(approval_id):
+            raise NotFoundError("no such approval")
+        record = record_from_fields(await self.redis.hgetall(SessionKeys(key).approval(approval_id)))
+        if record is None:
+            raise NotFoundError(f"no approval {approval_id} in {session[:200]}")
+        if record.status != "pending":
+            raise InvalidRequestError(f"approval {approval_id} is already {record.status}")
+        event = OperatorActed(action="decide", operator=scope.operator, approval_id=approval_id, verdict=chosen)
+        return await self._act(scope, key, event, dedup=f"decide:{approval_id}:{chosen}:{scope.operator}")
+
+    async def take_over(self, scope: OperatorScope, session: str) -> Accepted:
+        """Take the conversation over: the agent pauses and the operator's messages reach the user."""
+        key = await self._existing(scope, session)
+        return await self._act(scope, key, OperatorActed(action="take_over", operator=scope.operator))
+
+    async def say(self, scope: OperatorScope, session: str, text: str) -> Accepted:
+        """Send ``text`` to the user as the operator (kept in the conversation's history).
+
+        Raises:
+            InvalidRequestError: ``text`` is empty or longer than :data:`MAX_SAY_CHARS`.
+        """
+        if not text.strip() or len(text) > MAX_SAY_CHARS:
+            raise InvalidRequestError(f"the message must have 1 to {MAX_SAY_CHARS} characters")
+        key = await self._existing(scope, session)
+        return await self._act(scope, key, OperatorActed(action="say", operator=scope.operator), text=text)
+
+    async def hand_back(self, scope: OperatorScope, session: str) -> Accepted:
+        """Hand the conversation back to the agent (it resumes with the operator's messages in its history)."""
+        key = await self._existing(scope, session)
+        return await self._act(scope, key, OperatorActed(action="hand_back", operator=scope.operator))
+
+    async def requeue(self, scope: OperatorScope, session: str, dead_letter_id: str) -> list[Accepted]:
+        """Ingest a dead letter's messages into their session again (a second requeue is a duplicate)."""
+        key = await self._existing(scope, session)
+        accepted = []
+        for draft in await dead_letter_messages(self.redis, key, dead_letter_id):
+            policy = busy_policy(
+                self.settings.file, draft.conversation.channel, draft.conversation.account, draft.conversation.agent
+            )
+            result = await self.ingestor.ingest(draft, busy_policy=policy)
+            accepted.append(Accepted(message_id=result.message_id, duplicate=result.duplicate))
+        return accepted
+
+    async def resolve_effect(self, scope: OperatorScope, session: str, key: str, outcome: str) -> DoubtView:
+        """Say what became of an effect in doubt: ``done`` (it happened) or ``failed`` (it did not).
+
+        A re-run of its turn then gets that outcome and never performs the call again.
+
+        Raises:
+            InvalidRequestError: ``outcome`` is neither.
+            NotFoundError: no such effect awaiting reconciliation.
+        """
+        if outcome not in ("done", "failed"):
+            raise InvalidRequestError("outcome must be 'done' or 'failed'")
+        chosen: Literal["done", "failed"] = "done" if outcome == "done" else "failed"
+        return await resolve_doubt(self.redis, scope.check(session), key, chosen, scope.operator)

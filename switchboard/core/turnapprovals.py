@@ -1,0 +1,210 @@
+"""A turn's approvals: pausing at a gated call, continuing after a decision, holding a reply for review.
+
+One :class:`TurnApprovals` per running turn (:class:`switchboard.core.runtime.Runtime`), the runtime's half of
+docs/ARCHITECTURE.md §6 "Approvals":
+
+- :meth:`TurnApprovals.suspend`: a call the gateway answered ``needs_approval`` (a direct call, or one inside a
+  CodeAct program, then paused at it and signed) becomes a ``pending`` record in the session's
+  :class:`~switchboard.core.approvals.ApprovalStore`, an ``approval_requested`` fact and a question with buttons on
+  the conversation's channel; the model reads that the call waits, and the turn ends ``waiting_for_approval``.
+  Without an approval store (a bare runtime) the call is refused: nothing can wait.
+- :meth:`TurnApprovals.before_model`: operator actions and decisions (:mod:`switchboard.core.takeover`);
+  :meth:`TurnApprovals.execute` runs an approved action under the key its request named — through the gateway with
+  ``approved=``, which re-checks authorisation and the action's hash — or resumes the paused program from its
+  verified snapshot with the outcome.
+- :meth:`TurnApprovals.hold_reply`: review mode holds the final reply as a ``kind="reply"`` approval.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, ApprovalStore
+from switchboard.core.events import ApprovalRequested, Event
+from switchboard.core.inbound import TurnPlan
+from switchboard.core.model import ChatMessage
+from switchboard.core.policy import Policy
+from switchboard.core.programs import PausedProgram, ProgramSnapshotError
+from switchboard.core.programstep import ProgramStep, refusal, resume_program_call
+from switchboard.core.suspend import (
+    approval_id_for,
+    approval_offer,
+    approval_record,
+    evidence_of,
+    reply_record,
+    session_state_sha256,
+    waiting_content,
+)
+from switchboard.core.takeover import human_step, settled_messages
+from switchboard.core.turn import SessionStore, TurnResult, TurnSink
+from switchboard.core.worklog import work_entries
+
+if TYPE_CHECKING:
+    from switchboard.core.runtime import _Turn
+
+__all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "TurnApprovals", "reply_sink"]
+
+logger = logging.getLogger(__name__)
+
+REVIEW_HOLD_TEXT = "A person checks my answers here before they are sent; you'll have it as soon as it is approved."
+
+
+class TurnApprovals:
+    """The approvals of one turn (see the module docstring)."""
+
+    def __init__(self, turn: _Turn) -> None:
+        self.turn = turn
+        self.store: ApprovalStore | None = turn.store if isinstance(turn.store, ApprovalStore) else None
+        self.waiting: list[str] = []
+        """Approvals this turn asked for: the run is ``waiting_for_approval`` once it returns."""
+        self.news: list[ChatMessage] = []
+        """Ended approvals, as the model learns them (put after the turn's opening)."""
+
+    async def state(self) -> str:
+        """The hash of the session state an approval depends on, as stored now."""
+        return session_state_sha256(await self.turn.store.load_slots())
+
+    # ---------------------------------------------------------------- pausing
+
+    async def suspend(self, call_id: str | None, request: ApprovalRequest, program: PausedProgram | None) -> str:
+        """Ask a person about a gated call; the tool message content the model reads for it."""
+        turn = self.turn
+        if self.store is None:
+            logger.warning("a call needs approval but this session store keeps no approvals; refused")
+            return refusal(request.tool, "not performed: it needs a person's approval", error_class="needs_approval")
+        approval_id = approval_id_for(turn.rt.snapshot_key, request.idempotency_key)
+        record = await self.store.approval_get(approval_id)  # a re-run of this turn asked already: ask again
+        if record is None:
+            signed = program.dump(key=turn.rt.snapshot_key) if program is not None else None
+            state = await self.state()
+            record = approval_record(
+                turn.request, request, turn.ctx.policy, approval_id=approval_id, state=state, call_id=call_id,
+                program=signed,
+            )  # fmt: skip
+            await self.store.approval_open(record)
+        await self._requested(record)  # (again, on a re-run: its first attempt may have died before saying so)
+        if turn.ctx.act is not None:
+            await turn.ctx.act(approval_offer(record, reply_to=turn.message_id))
+        self.waiting.append(record.id)
+        return waiting_content(record)
+
+    async def _requested(self, record: ApprovalRecord) -> None:
+        request = record.request
+        await self.turn.sink.event(
+            ApprovalRequested(
+                message_id=self.turn.message_id,
+                approval_id=record.id,
+                approval_kind=record.kind,
+                tool=request.tool if request is not None else None,
+                rule=request.rule if request is not None else "review",
+                policy_version=request.policy_version if request is not None else self.turn.ctx.policy.version,
+                action_sha256=record.action_sha256,
+                expires_at=record.expires_at,
+                program=record.program is not None,
+            )
+        )
+
+    async def program_step(self, call_id: str, step: ProgramStep) -> tuple[str, bool]:
+        """The tool message of a program step; a program paused at a gated call waits for its approval."""
+        if step.paused is None or step.approval is None:
+            return step.content, step.ok
+        return await self.suspend(call_id, step.approval, step.paused), True
+
+    # ---------------------------------------------------------------- deciding
+
+    async def before_model(self, plan: TurnPlan) -> TurnResult | None:
+        """Operator actions and decisions; a result when the model is not asked (else ``None``)."""
+        if self.store is None:
+            return None
+        step = await human_step(
+            self.turn.request, plan, self.store, execute=self.execute, state=self.state, event=self.turn.sink.event
+        )
+        if step is None:
+            return None
+        self.news = settled_messages(step.model_news)
+        if step.asks_model:
+            for text in step.texts:  # fixed replies and operators' words lead the reply
+                await self.turn.output.write(text, 0)
+            return None
+        history = work_entries(self.news, self.turn.facts)
+        return TurnResult(text="\n\n".join(step.texts), steps=0, history=history, waiting_for=self.waiting)
+
+    async def execute(self, record: ApprovalRecord) -> tuple[str, bool, str | None]:
+        """Run an approved action once, under its recorded key; ``(content, ok, refusal reason)``."""
+        turn, request = self.turn, record.request
+        assert request is not None
+        budget = turn.budget
+        tool = turn.rt.registry.get(request.tool)
+        if not budget.can_afford_tool(tool.cost if tool is not None else 0):
+            return "", False, "budget"
+        paused: PausedProgram | None = None
+        name, args = request.tool, dict(request.arguments)
+        if record.program is not None:
+            try:
+                paused = PausedProgram.load(record.program.encode(), key=turn.rt.snapshot_key)
+            except ProgramSnapshotError as err:
+                logger.warning("a paused program could not be resumed: %s", err)
+                return "", False, "bad_snapshot"
+            name, args = paused.tool, paused.args  # signed: what the program asked, checked against the hash
+        outcome = await turn._call_tool(name, args, None if paused else f"approval_{record.id}", approved=request)
+        if not outcome.ok and outcome.attempts == 0:  # refused before it ran (mismatch, policy, permission)
+            return outcome.for_model(), False, outcome.error_class or "refused"
+        if paused is None:
+            return outcome.for_model(codeact=turn.agent.codeact), outcome.ok, None
+        step = await resume_program_call(
+            paused,
+            outcome,
+            call_id=f"approval_{record.id}",
+            budget=budget,
+            tool_of=turn.rt.registry.get,
+            scope=turn.scope,
+            inline_bytes=turn.rt.gateway.inline_bytes,
+            call_tool=turn._call_tool,
+            event=turn.sink.event,
+            message_id=turn.message_id,
+        )
+        content, ok = await self.program_step(f"approval_{record.id}", step)
+        return content, ok, None
+
+    # ---------------------------------------------------------------- review
+
+    async def hold_reply(self, text: str) -> str | None:
+        """What to send instead of the final ``text`` (``None``: send it as it is).
+
+        In review mode the reply is held for a person (a ``kind="reply"`` approval with what it rests on) and the
+        user is told it follows; a turn already waiting for a tool approval sends only its question.
+        """
+        turn = self.turn
+        if self.store is None or turn.ctx.policy.mode != "review":
+            return None
+        if self.waiting or not text.strip():
+            return ""
+        approval_id = approval_id_for(turn.rt.snapshot_key, f"{turn.request.run_id}\nreply")
+        if await self.store.approval_get(approval_id) is None:  # else a re-run of this turn held it already
+            evidence = evidence_of(turn.messages[turn.opening :])
+            state = await self.state()
+            record = reply_record(turn.request, turn.ctx.policy, text, evidence, approval_id=approval_id, state=state)
+            await self.store.approval_open(record)
+            await self._requested(record)
+        self.waiting.append(approval_id)
+        return REVIEW_HOLD_TEXT
+
+
+class HeldSink:
+    """The reply's sink in review mode: nothing streams to the user before a person approved it."""
+
+    def __init__(self, sink: TurnSink) -> None:
+        self.sink = sink
+
+    async def delta(self, text: str) -> None:
+        """Kept back (the held reply is sent whole once approved)."""
+
+    async def event(self, event: Event) -> None:
+        """Facts still go to the event log."""
+        await self.sink.event(event)
+
+
+def reply_sink(sink: TurnSink, store: SessionStore, policy: Policy) -> TurnSink:
+    """Where the turn's reply streams: the sink, or in review mode (with approvals kept) nowhere yet."""
+    return HeldSink(sink) if policy.mode == "review" and isinstance(store, ApprovalStore) else sink

@@ -1,0 +1,155 @@
+"""A CodeAct program paused at a gated call resumes from its signed snapshot on another worker; a crash between
+approval and execution executes once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from switchboard.core.approvals import ApprovalRecord, DecideOutcome, DecisionVia, Verdict
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.queue.drain import Drainer
+from switchboard.queue.keys import SessionKeys
+
+from .harness import World, where
+
+PROGRAM = """/run note(text="before")
+r = refund(amount=150)
+print("refunded", r["refunded"])
+note(text="after " + str(r["refunded"]))
+r["refunded"] * 2"""
+
+
+async def test_a_program_paused_at_a_gated_call_resumes_on_another_worker(world: World) -> None:
+    world.codeact = True
+    await world.send(world.message(PROGRAM), world.drainer("w1"))
+    assert world.notes == ["before"] and world.refunds == []  # stopped at refund, the rest not run
+    record = await world.only_approval()
+    assert record.program is not None and record.request is not None and record.request.tool == "refund"
+    assert json.loads(record.program)["mac"]  # signed
+    (requested,) = await world.events("approval_requested")
+    assert requested["program"] is True
+
+    # the decision is drained by another worker, with its own runtime: only Redis and the signing key are shared
+    await world.send(world.click(world.approve_option()), world.drainer("w2"))
+    assert world.refunds == [150]
+    assert world.notes == ["before", "after 150"]  # the rest of the program ran, once
+    reply = world.texts()[-1]
+    assert "refunded 150" in reply and "300" in reply  # its printed output and its value reached the model
+    assert (await world.record(record.id)).status == "executed"
+
+
+async def test_a_tampered_snapshot_is_refused(world: World) -> None:
+    world.codeact = True
+    await world.send(world.message(PROGRAM))
+    record = await world.only_approval()
+    key = SessionKeys(world.session).approval(record.id)
+    raw = await world.raw_record(record.id)
+    envelope = json.loads(raw["program"])
+    envelope["calls"] = 0  # any change breaks the signature
+    raw["program"] = json.dumps(envelope)
+    await world.client.hset(key, "record", json.dumps(raw))
+    await world.send(world.click(world.approve_option()))
+    assert world.refunds == [] and world.notes == ["before"]
+    assert (await world.record(record.id)).outcome == {"reason": "bad_snapshot"}
+
+
+async def test_a_denied_program_does_not_continue(world: World) -> None:
+    world.codeact = True
+    await world.send(world.message(PROGRAM))
+    await world.send(world.click(world.deny_option()))
+    assert world.refunds == [] and world.notes == ["before"]
+    assert "did not run" in world.texts()[-1]
+
+
+class CrashOnce:
+    """The drain's store, with one crash injected after ``method`` did its work (the worker died right there)."""
+
+    def __init__(self, store: Any, method: str, crashes: list[str]) -> None:
+        self._store, self._method, self._crashes = store, method, crashes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def load_history(self, limit: int) -> Any:
+        return await self._store.load_history(limit)
+
+    async def append_history(self, entries: Sequence[Any]) -> None:
+        await self._store.append_history(entries)
+
+    async def load_slots(self) -> dict[str, Any]:
+        return dict(await self._store.load_slots())
+
+    async def save_slot(self, name: str, value: Any) -> None:
+        await self._store.save_slot(name, value)
+
+    async def approval_decide(
+        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+    ) -> DecideOutcome:
+        outcome: DecideOutcome = await self._store.approval_decide(
+            approval_id, verdict, actor, via, action_prefix=action_prefix
+        )
+        self._crash("approval_decide")
+        return outcome
+
+    async def approval_open(self, record: ApprovalRecord) -> None:
+        await self._store.approval_open(record)
+        self._crash("approval_open")  # the question was not yet offered, the turn not completed
+
+    async def approval_settle(self, approval_id: str, status: Any, outcome: Any) -> bool:
+        self._crash("approval_settle")  # the effect ran; its approval was not yet consumed
+        return bool(await self._store.approval_settle(approval_id, status, outcome))
+
+    def _crash(self, where: str) -> None:
+        if where == self._method and not self._crashes:
+            self._crashes.append(where)
+            raise RuntimeError(f"worker died after {where}")
+
+
+def crashing(world: World, method: str, crashes: list[str]) -> Drainer:
+    drainer = world.drainer()
+    inner = drainer.runner
+
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        return await inner(request, sink, CrashOnce(store, method, crashes))
+
+    drainer.runner = runner
+    return drainer
+
+
+async def crash_between(world: World, method: str) -> ApprovalRecord:
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    record = await world.only_approval()
+    crashes: list[str] = []
+    await world.send(world.click(world.approve_option()), crashing(world, method, crashes))
+    assert crashes == [method]  # the first attempt died there; the drain ran the turn again
+    assert len(await world.events("run_failed")) == 1
+    return record
+
+
+async def test_a_crash_between_approval_and_execution_executes_once(world: World) -> None:
+    record = await crash_between(world, "approval_decide")
+    assert world.refunds == [150]
+    assert (await world.record(record.id)).status == "executed"
+    assert "refunded" in world.texts()[-1]
+
+
+async def test_a_crash_between_the_effect_and_its_settlement_does_not_repeat_it(world: World) -> None:
+    record = await crash_between(world, "approval_settle")
+    assert world.refunds == [150]  # the re-run found the effect recorded under the approved key
+    assert (await world.record(record.id)).status == "executed"
+    assert len(where(await world.events("approval_settled"), status="executed")) == 1
+
+
+async def test_a_crash_after_asking_asks_once(world: World) -> None:
+    crashes: list[str] = []
+    await world.send(world.message('/tool refund {"amount": 150}'), crashing(world, "approval_open", crashes))
+    assert crashes == ["approval_open"]
+    requested = {e["approval_id"] for e in await world.events("approval_requested")}
+    assert len(requested) == 1  # the re-run found the approval it had opened: the same id
+    assert len(world.offers()) == 1  # and the outbox sent its question once
+    pending = await world.client.zrange(SessionKeys(world.session).approvals, 0, -1)
+    assert {p.decode() for p in pending} == requested
+    await world.send(world.click(world.approve_option()))
+    assert world.refunds == [150]
