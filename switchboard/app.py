@@ -12,6 +12,7 @@ from aiohttp import web
 from switchboard import webchat, webhooks
 from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.console import routes as console_routes
 from switchboard.metrics import CONTENT_TYPE, Metrics
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
@@ -122,4 +123,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     app.router.add_get("/metrics", _metrics)
     webhooks.add_routes(app)
     webchat.add_routes(app)
+    console_routes.add_routes(app)
     return app

@@ -15,7 +15,7 @@ from typing import TypeAlias
 
 from aiohttp import web
 
-__all__ = ["TrustedProxies", "client_address", "parse_trusted_proxies"]
+__all__ = ["TrustedProxies", "client_address", "from_trusted_proxy", "parse_trusted_proxies"]
 
 TrustedProxies: TypeAlias = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
 """Networks whose ``X-Forwarded-For`` is believed."""
@@ -60,6 +60,12 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 def _trusted(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, trusted: TrustedProxies) -> bool:
     return any(ip.version == net.version and ip in net for net in trusted)
+
+
+def from_trusted_proxy(request: web.BaseRequest, trusted: TrustedProxies) -> bool:
+    """Whether the connection itself comes from a trusted proxy (whose headers may then be believed)."""
+    peer = _ip(request.remote) if request.remote else None
+    return peer is not None and _trusted(peer, trusted)
 
 
 def client_address(request: web.BaseRequest, trusted: TrustedProxies) -> str:

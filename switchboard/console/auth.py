@@ -1,0 +1,244 @@
+"""Who is signed in to the console: sign-in sessions in Redis, the proxy header, throttling, CSRF.
+
+A sign-in is a random token in an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over HTTPS), stored in Redis
+only as its SHA-256, with the operator's name and a CSRF token, for ``SWITCHBOARD_CONSOLE__SESSION_TTL_S`` after its
+last use. Every write must echo the CSRF token in :data:`CSRF_HEADER` (compared in constant time).
+
+With ``SWITCHBOARD_CONSOLE__AUTH_HEADER`` set, a request from a trusted proxy (``SWITCHBOARD_TRUSTED_PROXIES``)
+naming an operator in that header is that operator: a sign-in is made for it (for the cookie and the CSRF token)
+and ends when the header names someone else. The header from any other address is ignored.
+
+Failed password sign-ins are counted per client address and per operator name in fixed windows; past either
+limit further tries are refused with 429 before any password is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from switchboard.appkeys import REDIS, SETTINGS
+from switchboard.clientaddr import client_address, from_trusted_proxy
+from switchboard.console.config import Operator
+from switchboard.errors import QueueUnavailableError
+from switchboard.queue.keys import GlobalKeys
+from switchboard.settings import Settings
+
+__all__ = [
+    "COOKIE",
+    "CSRF_HEADER",
+    "Signin",
+    "Throttle",
+    "authenticate",
+    "cookie_secure",
+    "end_signin",
+    "start_signin",
+]
+
+COOKIE: Final = "sb_console"
+CSRF_HEADER: Final = "X-CSRF-Token"
+COOKIE_PATH: Final = "/console"
+_TOKEN_MAX_CHARS: Final = 128
+_KEYS: Final = GlobalKeys()
+Via = Literal["password", "proxy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Signin:
+    """A signed-in operator: who, the CSRF token their writes carry, how they signed in, and a new cookie to set."""
+
+    operator: Operator
+    csrf: str
+    via: Via
+    new_token: str | None = None
+    """Set when this request made the sign-in (the proxy header): the cookie the response must carry."""
+
+    def csrf_ok(self, presented: str | None) -> bool:
+        """Whether ``presented`` is this sign-in's CSRF token (constant time)."""
+        return presented is not None and hmac.compare_digest(presented.encode(), self.csrf.encode())
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _timeout(request: web.Request) -> float:
+    settings: Settings = request.config_dict[SETTINGS]
+    return settings.queue.ingest_timeout_s
+
+
+def _from_trusted_proxy(request: web.Request) -> bool:
+    return from_trusted_proxy(request, request.config_dict[SETTINGS].trusted_proxies)
+
+
+def cookie_secure(request: web.Request) -> bool:
+    """Whether the sign-in cookie gets ``Secure`` (``SWITCHBOARD_CONSOLE__COOKIE_SECURE``)."""
+    mode = request.config_dict[SETTINGS].console.cookie_secure
+    if mode != "auto":
+        return mode == "always"
+    if request.secure:
+        return True
+    proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return proto == "https" and _from_trusted_proxy(request)
+
+
+def set_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:
+    """Put the sign-in ``token`` in ``response``'s cookie (HttpOnly, SameSite=Strict, path ``/console``)."""
+    response.set_cookie(
+        COOKIE,
+        token,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=cookie_secure(request),
+        max_age=request.config_dict[SETTINGS].console.session_ttl_s,
+    )
+
+
+def clear_cookie(response: web.StreamResponse) -> None:
+    """Make the browser forget the sign-in cookie."""
+    response.del_cookie(COOKIE, path=COOKIE_PATH)
+
+
+async def start_signin(request: web.Request, operator: Operator, via: Via) -> Signin:
+    """Store a new sign-in for ``operator``; its token is in ``new_token`` (for the cookie).
+
+    Raises:
+        QueueUnavailableError: Redis did not answer in time.
+    """
+    token = secrets.token_urlsafe(32)
+    signin = Signin(operator=operator, csrf=secrets.token_urlsafe(32), via=via, new_token=token)
+    body = json.dumps({"operator": operator.name, "csrf": signin.csrf, "via": via})
+    ttl = request.config_dict[SETTINGS].console.session_ttl_s
+    try:
+        async with asyncio.timeout(_timeout(request)):
+            await request.config_dict[REDIS].set(_KEYS.console_login(_hash(token)), body, ex=ttl)
+    except (TimeoutError, RedisError, OSError) as exc:
+        raise QueueUnavailableError("console sign-in not stored") from exc
+    return signin
+
+
+async def end_signin(request: web.Request) -> None:
+    """Delete the sign-in the request's cookie names (if any).
+
+    Raises:
+        QueueUnavailableError: Redis did not answer in time.
+    """
+    token = _cookie_token(request)
+    if token is None:
+        return
+    try:
+        async with asyncio.timeout(_timeout(request)):
+            await request.config_dict[REDIS].delete(_KEYS.console_login(_hash(token)))
+    except (TimeoutError, RedisError, OSError) as exc:
+        raise QueueUnavailableError("console sign-out not stored") from exc
+
+
+def _cookie_token(request: web.Request) -> str | None:
+    token = request.cookies.get(COOKIE)
+    if not token or len(token) > _TOKEN_MAX_CHARS or not token.isascii():
+        return None
+    return token
+
+
+async def _stored(request: web.Request) -> Signin | None:
+    token = _cookie_token(request)
+    if token is None:
+        return None
+    settings: Settings = request.config_dict[SETTINGS]
+    try:
+        async with asyncio.timeout(_timeout(request)):
+            raw = await request.config_dict[REDIS].getex(
+                _KEYS.console_login(_hash(token)), ex=settings.console.session_ttl_s
+            )
+    except (TimeoutError, RedisError, OSError) as exc:
+        raise QueueUnavailableError("console sign-in lookup failed") from exc
+    if raw is None:
+        return None
+    record = json.loads(raw)
+    operator = settings.file.console.operator(str(record["operator"]))
+    if operator is None:  # removed from the YAML file since: no longer an operator
+        return None
+    return Signin(operator=operator, csrf=str(record["csrf"]), via=record["via"])
+
+
+async def authenticate(request: web.Request) -> Signin | None:
+    """The operator the request is from, or ``None`` (anonymous).
+
+    Raises:
+        QueueUnavailableError: Redis did not answer in time.
+    """
+    settings: Settings = request.config_dict[SETTINGS]
+    stored = await _stored(request)
+    header = settings.console.auth_header
+    name = request.headers.get(header, "").strip() if header is not None and _from_trusted_proxy(request) else ""
+    if not name:  # no (believable) proxy header: only a password sign-in counts
+        return stored if stored is not None and stored.via == "password" else None
+    if stored is not None and stored.operator.name == name:
+        return stored
+    operator = settings.file.console.operator(name)
+    if operator is None:
+        return None
+    return await start_signin(request, operator, "proxy")
+
+
+class Throttle:
+    """Failed sign-ins per client address and per operator name, in fixed windows shared by every process."""
+
+    def __init__(self, request: web.Request, name: str) -> None:
+        """The counters that apply to a sign-in as ``name`` by ``request``'s client."""
+        settings: Settings = request.config_dict[SETTINGS]
+        self._redis = request.config_dict[REDIS]
+        self._timeout_s = settings.queue.ingest_timeout_s
+        self._window_s = settings.console.login_window_s
+        address = client_address(request, settings.trusted_proxies)
+        self._keys = (
+            (_KEYS.console_failures("address", address), settings.console.login_failures_per_address),
+            (_KEYS.console_failures("name", _hash(name)), settings.console.login_failures_per_name),
+        )
+
+    async def retry_after_s(self) -> int:
+        """``0`` when a try is allowed now, else the seconds until the fullest window ends.
+
+        Raises:
+            QueueUnavailableError: Redis did not answer in time.
+        """
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key, _ in self._keys:
+                        pipe.get(key)
+                        pipe.ttl(key)
+                    values = await pipe.execute()
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError("sign-in throttle lookup failed") from exc
+        wait = 0
+        for index, (_, limit) in enumerate(self._keys):
+            count, ttl = values[2 * index], values[2 * index + 1]
+            if count is not None and int(count) >= limit:
+                wait = max(wait, int(ttl) if int(ttl) > 0 else self._window_s)
+        return wait
+
+    async def failed(self) -> None:
+        """Count one failed try against both counters (a window starts at its first failure).
+
+        Raises:
+            QueueUnavailableError: Redis did not answer in time.
+        """
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    for key, _ in self._keys:
+                        pipe.incr(key)
+                        pipe.expire(key, self._window_s, nx=True)
+                    await pipe.execute()
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError("sign-in throttle not stored") from exc

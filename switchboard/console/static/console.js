@@ -1,0 +1,327 @@
+/*
+ * Switchboard operator console. Plain JavaScript, no build step, nothing loaded from elsewhere.
+ *
+ * Reads /console/api/* (JSON) every few seconds for the open section; every write is a POST carrying the CSRF token
+ * of the sign-in (X-CSRF-Token). Every string from the server is put in the page with textContent: nothing is ever
+ * parsed as HTML.
+ */
+"use strict";
+
+(() => {
+  const POLL_MS = 2000;
+  const API = "/console/api/";
+
+  let csrf = "";
+  let tab = "sessions";
+  let selected = null; // the session key whose timeline is shown
+  let timer = null;
+  let busy = false;
+
+  const $ = (id) => document.getElementById(id);
+  const notice = $("notice");
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function when(seconds) {
+    if (typeof seconds !== "number" || !seconds) return "";
+    return new Date(seconds * 1000).toLocaleString();
+  }
+
+  function pretty(value) {
+    if (value === undefined || value === null || value === "") return el("span", "");
+    if (typeof value === "string") return el("span", value);
+    return el("pre", JSON.stringify(value, null, 2));
+  }
+
+  function row(cells, attrs) {
+    const tr = document.createElement("tr");
+    for (const [key, value] of Object.entries(attrs || {})) tr.setAttribute(key, value);
+    for (const cell of cells) {
+      const td = document.createElement("td");
+      if (cell instanceof Node) td.appendChild(cell);
+      else td.textContent = cell === undefined || cell === null ? "" : String(cell);
+      tr.appendChild(td);
+    }
+    return tr;
+  }
+
+  function button(label, testid, onClick) {
+    const b = el("button", label);
+    b.type = "button";
+    b.dataset.testid = testid;
+    b.addEventListener("click", async () => {
+      b.disabled = true;
+      try {
+        await onClick();
+      } finally {
+        b.disabled = false;
+      }
+    });
+    return b;
+  }
+
+  function say(message, isError) {
+    notice.textContent = message;
+    notice.classList.toggle("error", Boolean(isError));
+    notice.hidden = !message;
+  }
+
+  async function call(method, path, body) {
+    const init = { method, credentials: "same-origin", headers: {} };
+    if (method !== "GET") {
+      init.headers["X-CSRF-Token"] = csrf;
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body || {});
+    }
+    const response = await fetch(API + path, init);
+    if (response.status === 401) {
+      window.location.assign("/console/login");
+      throw new Error("signed out");
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      const message = data && data.error && data.error.message ? data.error.message : `HTTP ${response.status}`;
+      throw new Error(message);
+    }
+    return data;
+  }
+
+  async function write(path, body, done) {
+    try {
+      const data = await call("POST", path, body);
+      say(done || (data && data.message) || "Done.", false);
+      await refresh();
+      return data;
+    } catch (err) {
+      say(err.message, true);
+      return null;
+    }
+  }
+
+  /* ---------- sessions ---------- */
+
+  async function loadSessions() {
+    const data = await call("GET", "sessions");
+    const body = $("sessions-body");
+    body.replaceChildren();
+    for (const s of data.sessions) {
+      const tr = row(
+        [el("code", s.key), s.state, when(s.last_activity), s.inbox_depth, s.controlled_by || "agent"],
+        { "data-key": s.key, "data-testid": "session-row", "data-state": s.state },
+      );
+      if (s.key === selected) tr.classList.add("selected");
+      tr.addEventListener("click", () => {
+        selected = s.key;
+        refresh();
+      });
+      body.appendChild(tr);
+    }
+    if (selected) await loadTimeline();
+  }
+
+  async function loadTimeline() {
+    const data = await call("GET", `timeline?session=${encodeURIComponent(selected)}`);
+    $("session-detail").hidden = false;
+    $("detail-key").textContent = data.session;
+    $("detail-state").textContent = data.state + (data.controlled_by ? ` (taken over by ${data.controlled_by})` : "");
+    $("detail-state").dataset.state = data.state;
+    const taken = Boolean(data.controlled_by);
+    $("takeover").disabled = taken;
+    $("handback").disabled = !taken;
+    $("detail-approvals").replaceChildren(...data.approvals.map(approvalCard));
+    const body = $("timeline-body");
+    body.replaceChildren();
+    for (const e of data.events) {
+      body.appendChild(
+        row([when(e.at), e.type, el("code", e.trace_id || ""), pretty(e.data)], {
+          "data-testid": "timeline-row",
+          "data-type": e.type,
+        }),
+      );
+    }
+  }
+
+  $("takeover").addEventListener("click", () => write("sessions/take-over", { session: selected }, "Taken over."));
+  $("handback").addEventListener("click", () => write("sessions/hand-back", { session: selected }, "Handed back."));
+  $("say-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const input = $("say-input");
+    const text = input.value.trim();
+    if (!text || !selected) return;
+    if (await write("sessions/say", { session: selected, text }, "Sent.")) input.value = "";
+  });
+
+  /* ---------- approvals ---------- */
+
+  function approvalCard(a) {
+    const card = el("article", null, "card");
+    card.dataset.testid = "approval-card";
+    card.dataset.id = a.id;
+    card.appendChild(el("h3", `${a.kind === "reply" ? "Reply" : a.tool} — ${a.id}`));
+    const dl = document.createElement("dl");
+    const fields = [
+      ["Session", a.session],
+      ["Tool", a.tool],
+      ["Arguments", a.arguments],
+      ["Resources", a.resources],
+      ["Reason", a.reason],
+      ["Policy version", a.policy_version],
+      ["Requested by", a.requester],
+      ["Requested", when(a.requested_at)],
+      ["Expires", when(a.expires_at)],
+      ["Action hash", a.action_sha256],
+    ];
+    for (const [name, value] of fields) {
+      dl.appendChild(el("dt", name));
+      const dd = document.createElement("dd");
+      dd.dataset.field = name.toLowerCase().replace(/ /g, "_");
+      dd.appendChild(pretty(value));
+      dl.appendChild(dd);
+    }
+    card.appendChild(dl);
+    const decide = (verdict) => () =>
+      write("approvals/decide", { session: a.session, id: a.id, verdict }, verdict === "approve" ? "Approved." : "Denied.");
+    card.appendChild(button("Approve", "approve-button", decide("approve")));
+    card.appendChild(document.createTextNode(" "));
+    card.appendChild(button("Deny", "deny-button", decide("deny")));
+    return card;
+  }
+
+  async function loadApprovals() {
+    const data = await call("GET", "approvals");
+    $("approval-count").textContent = data.approvals.length ? String(data.approvals.length) : "";
+    if (tab !== "approvals") return;
+    $("approvals-empty").hidden = data.approvals.length > 0;
+    $("approvals-list").replaceChildren(...data.approvals.map(approvalCard));
+  }
+
+  /* ---------- dead letters, reconciliation, agents, usage ---------- */
+
+  async function loadDead() {
+    const data = await call("GET", "dead-letters");
+    $("dead-body").replaceChildren(
+      ...data.dead_letters.map((d) =>
+        row(
+          [
+            el("code", d.session),
+            el("code", d.id),
+            `${d.reason} (${d.attempts} attempts)${d.preview ? `: ${d.preview}` : ""}`,
+            when(d.at),
+            d.requeued
+              ? "requeued"
+              : button("Requeue", "requeue-button", () => write("dead-letters/requeue", { session: d.session, id: d.id })),
+          ],
+          { "data-testid": "dead-row" },
+        ),
+      ),
+    );
+  }
+
+  async function loadEffects() {
+    const data = await call("GET", "effects");
+    $("effects-body").replaceChildren(
+      ...data.effects.map((f) => {
+        const resolve = (outcome) => () =>
+          write("effects/resolve", { session: f.session, key: f.key, outcome }, `Marked ${outcome}.`);
+        const actions = el("span");
+        actions.append(button("Done", "resolve-done", resolve("done")), " ", button("Failed", "resolve-failed", resolve("failed")));
+        return row([el("code", f.session), f.tool, el("code", f.key), when(f.started_at), pretty({ run: f.run_id, action: f.action_sha256, ...f.info }), actions], {
+          "data-testid": "effect-row",
+        });
+      }),
+    );
+  }
+
+  async function loadAgents() {
+    const data = await call("GET", "agents");
+    $("agents-body").replaceChildren(
+      ...data.agents.map((a) =>
+        row(
+          [
+            a.name,
+            a.status,
+            a.model,
+            (a.tools || []).map((t) => `${t.name} (${t.side_effect}, ${t.risk} risk)`).join(", "),
+            `${a.credits} credits in ${a.runs} runs` + (a.max_credits === null ? "" : ` (at most ${a.max_credits} a run)`),
+          ],
+          { "data-testid": "agent-row", "data-agent": a.name },
+        ),
+      ),
+    );
+  }
+
+  async function loadUsage() {
+    const data = await call("GET", "usage");
+    $("usage-body").replaceChildren(
+      ...data.usage.map((u) =>
+        row([u.tenant, u.agent, u.credits, u.input_tokens, u.output_tokens, u.runs], { "data-testid": "usage-row" }),
+      ),
+    );
+  }
+
+  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage };
+
+  async function refresh() {
+    if (busy) return;
+    busy = true;
+    try {
+      await loadApprovals(); // the count in the tab bar is always live
+      await loaders[tab]();
+    } catch (err) {
+      if (err.message !== "signed out") say(err.message, true);
+    } finally {
+      busy = false;
+    }
+  }
+
+  function show(name) {
+    tab = name;
+    for (const b of document.querySelectorAll(".tabs button")) {
+      if (b.dataset.tab === name) b.setAttribute("aria-current", "page");
+      else b.removeAttribute("aria-current");
+    }
+    for (const panel of document.querySelectorAll("[data-panel]")) panel.hidden = panel.dataset.panel !== name;
+    say("", false);
+    refresh();
+  }
+
+  for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => show(b.dataset.tab));
+
+  $("signout").addEventListener("click", async () => {
+    try {
+      await call("POST", "logout");
+    } catch (_) {
+      /* signed out either way */
+    }
+    window.location.assign("/console/login");
+  });
+
+  async function start() {
+    try {
+      const me = await call("GET", "me");
+      csrf = me.csrf;
+      $("operator").textContent = `${me.operator} (${me.tenants.join(", ")})`;
+    } catch (err) {
+      if (err.message !== "signed out") say(err.message, true);
+      return;
+    }
+    show("sessions");
+    timer = setInterval(refresh, POLL_MS);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) refresh();
+    });
+  }
+
+  start();
+  window.addEventListener("beforeunload", () => clearInterval(timer));
+})();

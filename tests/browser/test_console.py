@@ -1,0 +1,217 @@
+"""The operator console in real Chromium against a real ``switchboard run``: sign in, approve, take over, hand back.
+
+A web chat user asks the offline model for a gated tool call (``/tool write_file {...}``; this module's YAML makes
+``write_file`` need approval); the approval appears in the console, an operator approves it there, and the chat
+shows the resumed run's answer. Then the operator takes the conversation over, writes to the user (the chat shows
+it), and hands it back: the agent answers the next message again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, Page, expect
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+
+from switchboard.console.passwords import hash_password
+from tests.browser.conftest import (
+    CHROMIUM,
+    GUARD_MS,
+    OFFLINE_DELAY_MS,
+    SKIP_REASON,
+    ChatPage,
+    Gateway,
+    _free_port,
+    _stop,
+    _wait_ready,
+)
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+OpenChat = Callable[[], Awaitable[ChatPage]]
+PASSWORD: Final = "operator password for the browser test"
+CONTENT: Final = "hello <img src=x onerror=alert(1)> from the chat"
+"""Markup in the arguments: the console shows it as text, never as HTML."""
+GATED_CALL: Final = '/tool write_file {"path": "note.txt", "content": "' + CONTENT + '"}'
+CONSOLE_CONFIG: Final = """
+default_agent: assistant
+agents:
+  assistant:
+    profile: {{name: Assistant}}
+    instructions: You are a test assistant.
+    tools: [current_time, write_file]
+    policy:
+      rules:
+        - {{name: files-need-ok, tool: write_file, decide: approve, reason: "writing files needs an operator's OK"}}
+console:
+  operators:
+    - name: alice
+      password_hash: "{hash}"
+      tenants: [default]
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """``python -m switchboard run`` as a user starts it, with an operator and a gated ``write_file``."""
+    if CHROMIUM is None:
+        pytest.skip(SKIP_REASON)
+    root = tmp_path_factory.mktemp("console-gateway")
+    config = root / "switchboard.yaml"
+    config.write_text(CONSOLE_CONFIG.format(hash=hash_password(PASSWORD)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
+    port = _free_port()
+    env.update(
+        {
+            "SWITCHBOARD_HOST": "127.0.0.1",
+            "SWITCHBOARD_PORT": str(port),
+            "SWITCHBOARD_DATA_DIR": str(root / "data"),
+            "SWITCHBOARD_CONFIG": str(config),
+            "SWITCHBOARD_OFFLINE__DELAY_MS": str(OFFLINE_DELAY_MS // 3),
+        }
+    )
+    stdout, stderr = root / "stdout.txt", root / "stderr.txt"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "run"], env=env, cwd=root, stdout=out, stderr=err
+        )
+    running = Gateway(url=f"http://127.0.0.1:{port}/", process=process, stdout=stdout, stderr=stderr)
+    try:
+        _wait_ready(running)
+        yield running
+    finally:
+        _stop(running)
+
+
+@dataclass
+class ConsolePage:
+    """The console in its own browser context (its own cookies), driven through ``data-testid`` attributes."""
+
+    page: Page
+    url: str
+    errors: list[str] = field(default_factory=list)
+
+    async def sign_in(self, name: str, password: str) -> None:
+        """Open ``/console`` (redirected to sign-in), sign in, and wait for the console."""
+        await self.page.goto(self.url + "console")
+        await expect(self.page).to_have_url(self.url + "console/login")
+        await self.page.get_by_test_id("login-name").fill(name)
+        await self.page.get_by_test_id("login-password").fill(password)
+        await self.page.get_by_test_id("login-submit").click()
+        await expect(self.page.get_by_test_id("operator-name")).to_contain_text(name, timeout=GUARD_MS)
+
+    async def open_session(self, session: str) -> None:
+        """Show a session's timeline and controls."""
+        await self.page.get_by_test_id("tab-sessions").click()
+        row = self.page.locator(f'[data-testid=session-row][data-key="{session}"]')
+        await row.click(timeout=GUARD_MS)
+        await expect(self.page.get_by_test_id("detail-key")).to_have_text(session, timeout=GUARD_MS)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def open_console(gateway: Gateway, browser: Browser) -> AsyncIterator[Callable[[], Awaitable[ConsolePage]]]:
+    """A console page in a fresh browser context; errors in its console fail the test."""
+    opened: list[ConsolePage] = []
+
+    async def opener() -> ConsolePage:
+        context = await browser.new_context(viewport={"width": 1200, "height": 800})
+        page = await context.new_page()
+        console = ConsolePage(page=page, url=gateway.url)
+        page.on("pageerror", lambda exc: console.errors.append(str(exc)))
+        page.on("console", lambda msg: console.errors.append(msg.text) if msg.type == "error" else None)
+        opened.append(console)
+        return console
+
+    yield opener
+    for console in opened:
+        await console.page.context.close()
+    errors = [error for console in opened for error in console.errors]
+    assert errors == [], f"errors in the console page: {errors}"
+
+
+async def _assistant_says(chat: ChatPage, *texts: str) -> None:
+    """Wait until one finished assistant bubble contains each of ``texts``."""
+    try:
+        await chat.page.wait_for_function(
+            """t => Array.from(document.querySelectorAll('[data-testid=msg-assistant]'))
+                 .some(li => li.getAttribute('aria-busy') === 'false' && t.every(x => li.textContent.includes(x)))""",
+            arg=list(texts),
+            timeout=GUARD_MS,
+        )
+    except PlaywrightTimeoutError:
+        pytest.fail(f"no finished assistant bubble says {texts!r}; the chat shows: {await chat.transcript()}")
+
+
+async def _assistant_texts(chat: ChatPage) -> list[str]:
+    return [text for role, text in await chat.transcript() if role == "assistant"]
+
+
+async def test_a_wrong_password_is_refused_in_the_page(open_console: Callable[[], Awaitable[ConsolePage]]) -> None:
+    console = await open_console()
+    await console.page.goto(console.url + "console/login")
+    await console.page.get_by_test_id("login-name").fill("alice")
+    await console.page.get_by_test_id("login-password").fill("not the password")
+    await console.page.get_by_test_id("login-submit").click()
+    await expect(console.page.get_by_test_id("login-error")).to_have_text(
+        "wrong operator name or password", timeout=GUARD_MS
+    )
+    console.errors.clear()  # the browser logs the 401 of the sign-in request itself
+
+
+async def test_approve_from_the_console_then_take_over_and_hand_back(
+    open_chat: OpenChat, open_console: Callable[[], Awaitable[ConsolePage]]
+) -> None:
+    chat = await open_chat()
+    console = await open_console()
+    await console.sign_in("alice", PASSWORD)
+    session = f"default/assistant/web/default/{await chat.session()}"
+
+    # the user's request needs approval: the console shows the record's data, the operator approves
+    await chat.type_and_send(GATED_CALL)
+    await console.page.get_by_test_id("tab-approvals").click()
+    card = console.page.get_by_test_id("approvals-list").get_by_test_id("approval-card")
+    await expect(card).to_have_count(1, timeout=GUARD_MS)
+    await expect(card.locator("[data-field=tool]")).to_have_text("write_file")
+    await expect(card.locator("[data-field=reason]")).to_have_text("writing files needs an operator's OK")
+    await expect(card.locator("[data-field=resources]")).to_contain_text("note.txt")
+    await expect(card.locator("[data-field=session]")).to_have_text(session)
+    arguments = json.loads(await card.locator("[data-field=arguments]").inner_text())
+    assert arguments["path"] == "note.txt" and arguments["content"] == CONTENT
+    assert await card.locator("img").count() == 0
+    before = len(await _assistant_texts(chat))
+    await card.get_by_test_id("approve-button").click()
+    await expect(card).to_have_count(0, timeout=GUARD_MS)  # decided: no longer pending
+
+    # the run resumes with the approved call: the chat shows the model's report of the tool's result
+    await _assistant_says(chat, "write_file returned:", '"path":"note.txt"')
+    assert len(await _assistant_texts(chat)) > before
+
+    # take over: the operator's words reach the user; the agent stays quiet
+    await console.open_session(session)
+    await console.page.get_by_test_id("takeover-button").click()
+    await expect(console.page.get_by_test_id("detail-state")).to_contain_text("taken over", timeout=GUARD_MS)
+    await console.page.get_by_test_id("say-input").fill("Hello, this is Alice from support.")
+    await console.page.get_by_test_id("say-button").click()
+    await _assistant_says(chat, "Hello, this is Alice from support.")
+
+    # hand back: the agent answers the next message again
+    await console.page.get_by_test_id("handback-button").click()
+    await expect(console.page.get_by_test_id("detail-state")).not_to_contain_text("taken over", timeout=GUARD_MS)
+    await chat.type_and_send("are you back?")
+    await _assistant_says(chat, "You said:", 'are you back?"')  # the offline model's answer: the agent is back
+    timeline = console.page.get_by_test_id("timeline-row")
+    await expect(timeline.first).to_be_visible(timeout=GUARD_MS)
+    traces = [t for t in await console.page.locator("[data-testid=timeline-row] code").all_inner_texts() if t]
+    assert traces, "the timeline shows trace ids"
