@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from switchboard import tracing
 from switchboard.channels.registry import FakePlatform
 from switchboard.errors import ConfigError, QueueUnavailableError
 from switchboard.sessions import REDIS_URL_FILE
@@ -163,23 +164,33 @@ async def serve_worker(settings: Settings, stop: asyncio.Event) -> None:
 async def web_main(settings: Settings) -> None:
     """``switchboard web``."""
     stop = stop_event()
-    await serve_web(settings, stop, ready=lambda url: print(f"Switchboard web tier listening on {url}", flush=True))
+    traces = tracing.configure("switchboard-web")  # before the app is built: it times webhooks only when recording
+    try:
+        await serve_web(settings, stop, ready=lambda url: print(f"Switchboard web tier listening on {url}", flush=True))
+    finally:
+        traces.shutdown()  # exports the spans still batched
 
 
 async def worker_main(settings: Settings) -> None:
     """``switchboard worker``."""
     stop = stop_event()
-    await serve_worker(settings, stop)
+    traces = tracing.configure("switchboard-worker")
+    try:
+        await serve_worker(settings, stop)
+    finally:
+        traces.shutdown()
 
 
 async def _run_main(settings: Settings, started: float, *, embedded: bool) -> None:
     stop = stop_event()
+    traces = tracing.configure("switchboard")  # web tier and worker in one process: one service
     fakes = await simulated_channels(settings)
     try:
         await _run_all(settings, started, stop, simulated=sorted(fakes), embedded=embedded)
     finally:
         for fake in fakes.values():
             await fake.stop()
+        traces.shutdown()
 
 
 async def _run_all(

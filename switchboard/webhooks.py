@@ -9,15 +9,17 @@ handshake by ``GET`` (Meta's ``hub.challenge``); any other method is 405 before 
 from __future__ import annotations
 
 import logging
+import time
 
 from aiohttp import web
 
+from switchboard import tracing
 from switchboard.appkeys import CHANNELS, METRICS, ROUTER, SETTINGS
 from switchboard.channels import registry
 from switchboard.channels.base import Channel, HttpAnswer, Inbound, RawRequest
 from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, SignatureError, excerpt
 
-__all__ = ["add_routes", "error_response"]
+__all__ = ["add_routes", "error_response", "handle_traced_webhook", "handle_webhook"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +124,44 @@ async def _verify_and_receive(adapter: Channel, raw: RawRequest) -> Inbound:
         raise MalformedBodyError(f"could not read the {adapter.name} payload", channel=adapter.name) from exc
 
 
+async def handle_traced_webhook(request: web.Request) -> web.StreamResponse:
+    """:func:`handle_webhook` timed as a ``webhook`` span, in the trace of the first message it accepted.
+
+    The message id is assigned by ingest, so the span is recorded once the answer is known, with the request's
+    start time: it joins the trace of the first message the request accepted (a platform's retry of a message
+    accepted before, that of the original), and is a trace of its own when nothing was accepted (a refused request,
+    a handshake). Installed instead of :func:`handle_webhook` only while spans are recorded.
+    """
+    started = time.time_ns()
+    status = 500
+    ids: list[str] = []
+    try:
+        with tracing.collecting_ingested() as ids:
+            response = await handle_webhook(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        channel, account = request.match_info.get("channel") or request.path[_PREFIX_LEN:], "default"
+        account = request.match_info.get("account", account)
+        known = (channel, account) in request.app[CHANNELS]  # never a name an outsider made up
+        tracing.span_at(
+            "webhook",
+            start_ns=started,
+            trace_key=ids[0] if ids else None,
+            links=[tracing.link_to(other) for other in ids[1:]],
+            http__request__method=request.method,
+            http__route="/webhooks/{channel}",
+            http__response__status_code=status,
+            switchboard__channel=channel if known else "unknown",
+            switchboard__account=account if known else None,
+            switchboard__messages=len(ids),
+            switchboard__message_id=ids[0] if ids else None,
+        )
+
+
 _PREFIX = "/webhooks/"
 _PREFIX_LEN = len(_PREFIX)
 
@@ -131,10 +171,13 @@ def add_routes(app: web.Application) -> None:
 
     Every channel of the channel table also gets a plain route ``/webhooks/<name>``: aiohttp finds a plain route by
     one dictionary lookup, a ``{channel}`` route by a regular expression after it (a measurable part of a webhook's
-    CPU). Both serve the same handler; other names fall through to the ``{channel}`` route (404).
+    CPU). Both serve the same handler; other names fall through to the ``{channel}`` route (404). While spans are
+    recorded (:func:`switchboard.tracing.recording`, decided before the app is built) the handler is
+    :func:`handle_traced_webhook`.
     """
     app[_METHODS] = {}
+    handler = handle_traced_webhook if tracing.recording() else handle_webhook  # no timing cost when not exported
     for name in registry.CHANNEL_MODULES:
-        app.router.add_route("*", _PREFIX + name, handle_webhook)
+        app.router.add_route("*", _PREFIX + name, handler)
     for path in (_PREFIX + "{channel}", _PREFIX + "{channel}/{account}"):
-        app.router.add_route("*", path, handle_webhook)
+        app.router.add_route("*", path, handler)

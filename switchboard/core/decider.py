@@ -6,7 +6,7 @@ are gathered; the step ends as a :data:`~switchboard.core.model.Decision` — an
 program (a lone ``run_program`` call). Retryable provider errors (rate limits honouring ``retry_after``,
 overload, 5xx) are retried with exponential back-off and full jitter, but only while nothing has been
 streamed yet, so the user never sees text twice. The stream is always closed, also on cancellation,
-which is how ``/stop`` reaches the provider's HTTP request.
+which is how ``/stop`` reaches the provider's HTTP request. Each attempt is a ``model.call`` span.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from switchboard.core.model import (
 from switchboard.core.prompt import RUN_PROGRAM
 from switchboard.core.turn import TurnSink
 from switchboard.errors import ModelError
+from switchboard.tracing import current_conversation, span
 
 __all__ = ["CUT_NOTICE", "Reply", "StepRetry", "decide", "fold"]
 
@@ -111,29 +112,37 @@ async def decide(
 ) -> tuple[Decision, tuple[int, int]]:
     """Run one model step; returns the decision and ``(input_tokens, output_tokens)``.
 
+    Each attempt is a ``model.call`` span with the OpenTelemetry GenAI attributes (operation, provider, model,
+    token usage, the conversation's digest); never the prompt or the answer.
+
     Raises:
         ModelError: not retryable, retries used up, text already streamed, or no time left to wait.
     """
     attempt = 0
     while True:
         attempt += 1
-        received = False
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        tokens_in = tokens_out = 0
-        stream: AsyncIterator[ModelEvent] = adapter.stream(request)
+        progress = _Progress()
         try:
-            async for event in stream:
-                received = True
-                if isinstance(event, TextDelta):
-                    texts.append(event.text)
-                    await reply.write(event.text, step)
-                elif isinstance(event, ToolCallEvent):
-                    calls.append(event.call)
-                elif isinstance(event, Usage):  # some providers report in parts; never double-count
-                    tokens_in, tokens_out = max(tokens_in, event.input_tokens), max(tokens_out, event.output_tokens)
+            with span(
+                "model.call",
+                gen_ai__operation__name="chat",
+                gen_ai__provider__name=adapter.provider,
+                gen_ai__request__model=request.model,
+                gen_ai__request__max_tokens=request.max_output_tokens,
+                gen_ai__conversation__id=current_conversation(),
+                switchboard__step=step,
+                switchboard__attempt=attempt,
+            ) as opened:
+                try:
+                    decision, usage = await _attempt(adapter, request, reply, step, progress)
+                except ModelError as err:
+                    opened.set_attribute("switchboard.error_code", err.code or "error")
+                    raise
+                opened.set_attribute("gen_ai.usage.input_tokens", usage[0])
+                opened.set_attribute("gen_ai.usage.output_tokens", usage[1])
+                opened.set_attribute("switchboard.decision", decision.kind)
         except ModelError as err:
-            if not err.retryable or received or attempt >= retry.attempts:
+            if not err.retryable or progress.received or attempt >= retry.attempts:
                 raise
             delay = max(err.retry_after or 0.0, random.uniform(0, retry.backoff_s * 2 ** (attempt - 1)))
             if delay >= remaining_s():
@@ -141,8 +150,38 @@ async def decide(
             logger.info("model step failed (%s); retry %d in %.2fs", err.code or "error", attempt, delay)
             await asyncio.sleep(delay)
             continue
-        finally:
-            closer = getattr(stream, "aclose", None)
-            if closer is not None:
-                await closer()
-        return fold("".join(texts), calls), (tokens_in, tokens_out)
+        return decision, usage
+
+
+class _Progress:
+    """What an attempt got before it failed: once the provider sent anything, the step is not retried."""
+
+    __slots__ = ("received",)
+
+    def __init__(self) -> None:
+        self.received = False
+
+
+async def _attempt(
+    adapter: ModelAdapter, request: ModelRequest, reply: Reply, step: int, progress: _Progress
+) -> tuple[Decision, tuple[int, int]]:
+    """One attempt at the step: stream the provider's events (text on to the reply), always closing the stream."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    tokens_in = tokens_out = 0
+    stream: AsyncIterator[ModelEvent] = adapter.stream(request)
+    try:
+        async for event in stream:
+            progress.received = True
+            if isinstance(event, TextDelta):
+                texts.append(event.text)
+                await reply.write(event.text, step)
+            elif isinstance(event, ToolCallEvent):
+                calls.append(event.call)
+            elif isinstance(event, Usage):  # some providers report in parts; never double-count
+                tokens_in, tokens_out = max(tokens_in, event.input_tokens), max(tokens_out, event.output_tokens)
+    finally:
+        closer = getattr(stream, "aclose", None)
+        if closer is not None:
+            await closer()
+    return fold("".join(texts), calls), (tokens_in, tokens_out)

@@ -44,6 +44,7 @@ from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.message_ids import new_message_id
 from switchboard.queue.scripts import ScriptArg
 from switchboard.settings import LimitsSettings, QueueSettings
+from switchboard.tracing import note_ingested
 from switchboard.types import BusyPolicy, SessionKey
 
 __all__ = ["WEB_ECHO_MAXLEN", "IngestResult", "Ingestor", "new_message_id"]
@@ -219,6 +220,7 @@ def _result(message_id: str, reply: Any) -> IngestResult:
         return IngestResult(message_id, False, False, _drop_reason(stored), int(drain))
     if status == _REUSED:
         return IngestResult(stored, duplicate=False, drain_enqueued=False, reused=True)
+    note_ingested(stored)  # a webhook span joins the trace of the first message it accepted
     return IngestResult(message_id=stored, duplicate=status == _DUPLICATE, drain_enqueued=bool(drain))
 
 

@@ -59,10 +59,12 @@ from switchboard.queue.deliver import read_stored_file, read_workspace_file
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken, fenced_xadd
 from switchboard.queue.ratelimits import SendBuckets
+from switchboard.tracing import span
 
 __all__ = [
     "CURRENT_SEND",
     "MAX_RATE_LIMIT_RETRIES",
+    "RUN_PREFIX",
     "Ephemeral",
     "Outbox",
     "OutboxSend",
@@ -120,6 +122,10 @@ async def append_once(
         epoch=lease.epoch,
     )
     return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+RUN_PREFIX = "run-"
+"""A turn's run id is this then its first message's gateway id (the key of the request's trace)."""
 
 
 def idempotency_key(run_id: str, action: str, ordinal: int = 0) -> str:
@@ -307,10 +313,44 @@ class Outbox:
         A ``durable`` send keeps the action (and ``attempt``, its delivery attempt) in its record, and a failed
         one is recorded as ``failed`` rather than dropped, so that :meth:`pending` finds it later.
 
+        A ``send`` span records it (action kind, channel, logical name, parts, outcome ``sent`` / ``skipped`` /
+        ``failed``), under the current span (a tool's send inside the ``run`` span) or else in the trace of the run's
+        first message (a turn's reply, sent after the run).
+
         Raises:
             FencedWriteError: the lease passed to another epoch (nothing is sent).
             DeliveryError: the platform refused the send (the claim is dropped first).
         """
+        with span(
+            "send",
+            trace_key=run_id.removeprefix(RUN_PREFIX),
+            switchboard__action=action.kind,
+            switchboard__channel=conversation.channel,
+            switchboard__logical=logical,
+            switchboard__durable=durable,
+            switchboard__attempt=attempt,
+        ) as opened:
+            try:
+                outcome = await self._send(action, conversation, run_id, logical, ordinal, facts, durable, attempt)
+            except DeliveryError:
+                opened.set_attribute("switchboard.outcome", "failed")
+                raise
+            opened.set_attribute("switchboard.outcome", "skipped" if outcome.skipped else "sent")
+            if outcome.receipt is not None:
+                opened.set_attribute("switchboard.parts", outcome.receipt.parts)
+            return outcome
+
+    async def _send(
+        self,
+        action: Action,
+        conversation: ConversationRef,
+        run_id: str,
+        logical: str,
+        ordinal: int,
+        facts: str,
+        durable: bool,
+        attempt: int,
+    ) -> SendOutcome:
         key = idempotency_key(run_id, logical, ordinal)
         record: dict[str, Any] = {"state": "claimed", "epoch": self.lease.epoch, "kind": action.kind, "at": time.time()}
         if durable:

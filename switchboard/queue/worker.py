@@ -39,8 +39,10 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from switchboard import tracing
 from switchboard.core.agent import Agent
 from switchboard.core.messages import InboundMessage
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspacestore import WorkspaceStore
 from switchboard.errors import ConfigError
 from switchboard.queue import scripts
@@ -52,7 +54,7 @@ from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings, Settings
 
-__all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker"]
+__all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker", "traced_runner"]
 
 logger = logging.getLogger(__name__)
 
@@ -358,6 +360,58 @@ class SessionWorker:
             await asyncio.sleep(self.settings.reaper_interval_s)
 
 
+def traced_runner(runner: TurnRunner) -> TurnRunner:
+    """``runner`` in the request's trace: ``queue.wait`` and ``run`` spans, and the real trace id on the request.
+
+    The trace is the first message's (:func:`switchboard.tracing.trace_id_of` of its gateway id), so the worker's
+    spans join the web tier's ``webhook`` span without any context passed through Redis. ``TurnRequest.trace_id``
+    becomes that trace id in hex (:func:`switchboard.tracing.trace_hex`, what the ``step`` facts carry), whether or
+    not spans are exported. Each message of the turn gets a ``queue.wait`` span in its own trace, from its acceptance
+    to the start of this run (a retried turn's second run records another); a message folded into a turn begun by an
+    earlier one links to the run's trace. The drain's final reply is sent after the runner returns: its ``send`` span
+    finds the trace from the run id (:class:`~switchboard.queue.outbox.Outbox`).
+    """
+
+    async def run(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        key = request.messages[0].id if request.messages else request.run_id
+        request = request.model_copy(update={"trace_id": tracing.trace_hex(key)})
+        if not tracing.recording():
+            return await runner(request, sink, store)
+        started = time.time_ns()
+        for message in request.messages:
+            tracing.span_at(
+                "queue.wait",
+                start_ns=min(int(message.received_at * 1e9), started),
+                end_ns=started,
+                trace_key=message.id,
+                links=[tracing.link_to(key)] if message.id != key else (),
+                switchboard__message_id=message.id,
+                switchboard__channel=message.conversation.channel,
+            )
+        with (
+            tracing.conversation(request.session_key) as conversation,
+            tracing.span(
+                "run",
+                trace_key=key,
+                switchboard__run_id=request.run_id,
+                switchboard__channel=request.messages[0].conversation.channel if request.messages else None,
+                switchboard__tenant=request.tenant,
+                switchboard__messages=len(request.messages),
+                gen_ai__agent__name=request.agent.name,
+                gen_ai__conversation__id=conversation,
+            ) as opened,
+        ):
+            result = await runner(request, sink, store)
+            opened.set_attribute("switchboard.steps", result.steps)
+            opened.set_attribute("gen_ai.usage.input_tokens", result.input_tokens)
+            opened.set_attribute("gen_ai.usage.output_tokens", result.output_tokens)
+            if result.stopped_by is not None:
+                opened.set_attribute("switchboard.stopped_by", result.stopped_by)
+            return result
+
+    return run
+
+
 async def run_worker(
     settings: Settings,
     runner: TurnRunner,
@@ -387,12 +441,13 @@ async def run_worker(
         return Drainer(
             redis,
             settings.queue,
-            runner=runner,
+            runner=traced_runner(runner),
             deliverer=deliverer,
             agent_for=pick,
             worker_id=wid,
             workspace_root=settings.workspace_path,
             workspace_store=workspace_store,
+            config=settings.file,
         )
 
     worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
