@@ -74,6 +74,7 @@ async def test_approvals_are_listed_and_decided_by_id(base_env: dict[str, str], 
                 policy_version="v1",
             ),
             state_sha256="00" * 32,
+            approvers=("requester", "operators"),
         )
         await RedisApprovals(redis, session, lease.token, lease.epoch).approval_open(record)
 

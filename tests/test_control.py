@@ -119,6 +119,7 @@ def approval(session: SessionKey, *, expires_in: float = 600.0) -> ApprovalRecor
             policy_version="v1",
         ),
         state_sha256="00" * 32,
+        approvers=("requester", "operators"),
     )
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "NotFoundError",
     "OperatorScope",
     "OutOfScopeError",
+    "is_text",
     "session_parts",
 ]
 
@@ -45,9 +46,18 @@ def session_parts(session: str) -> list[str]:
         NotFoundError: ``session`` is not a session key.
     """
     parts = [unquote(p) for p in session.split("/")]
-    if len(parts) not in (5, 6) or not all(parts):
+    if len(parts) not in (5, 6) or not all(parts) or not is_text(session):
         raise NotFoundError(f"not a session key: {session[:200]!r}")
     return parts
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` is valid Unicode text (no lone surrogate, as a JSON escape or undecodable argv bytes make)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

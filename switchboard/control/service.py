@@ -18,7 +18,14 @@ import redis.asyncio as aioredis
 from switchboard.channels.registry import busy_policy
 from switchboard.control.operations import dead_letter_messages, list_dead_letters, list_doubts, resolve_doubt
 from switchboard.control.reading import pending_approvals, session_views, sessions_in_scope, timeline_of, usage_rows
-from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, session_parts
+from switchboard.control.scope import (
+    InvalidRequestError,
+    NotFoundError,
+    OperatorScope,
+    OutOfScopeError,
+    is_text,
+    session_parts,
+)
 from switchboard.control.views import (
     Accepted,
     AgentView,
@@ -30,6 +37,7 @@ from switchboard.control.views import (
     UsageRow,
 )
 from switchboard.core.approvals import ApprovalRecord
+from switchboard.core.grants import may_decide
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
 from switchboard.queue.ingest import Ingestor
@@ -176,6 +184,8 @@ class ControlService:
         Raises:
             InvalidRequestError: ``verdict`` is not ``approve``/``deny``, or the approval is no longer pending.
             NotFoundError: no such session, or no such approval in it.
+            OutOfScopeError: the operator is not among the approval's approvers (the policy's ``approvals.approvers``
+                names neither ``operators`` nor them).
         """
         if verdict not in ("approve", "deny"):
             raise InvalidRequestError("verdict must be 'approve' or 'deny'")
@@ -188,6 +198,8 @@ class ControlService:
             raise NotFoundError(f"no approval {approval_id} in {session[:200]}")
         if record.status != "pending":
             raise InvalidRequestError(f"approval {approval_id} is already {record.status}")
+        if not may_decide(record, scope.operator, chosen):  # the worker would refuse it: say so now, queue nothing
+            raise OutOfScopeError(f"{scope.operator} is not among the approvers of approval {approval_id}")
         event = OperatorActed(action="decide", operator=scope.operator, approval_id=approval_id, verdict=chosen)
         return await self._act(scope, key, event, dedup=f"decide:{approval_id}:{chosen}:{scope.operator}")
 
@@ -200,10 +212,12 @@ class ControlService:
         """Send ``text`` to the user as the operator (kept in the conversation's history).
 
         Raises:
-            InvalidRequestError: ``text`` is empty or longer than :data:`MAX_SAY_CHARS`.
+            InvalidRequestError: ``text`` is empty, longer than :data:`MAX_SAY_CHARS`, or not valid Unicode text.
         """
         if not text.strip() or len(text) > MAX_SAY_CHARS:
             raise InvalidRequestError(f"the message must have 1 to {MAX_SAY_CHARS} characters")
+        if not is_text(text):
+            raise InvalidRequestError("the message is not valid Unicode text")
         key = await self._existing(scope, session)
         return await self._act(scope, key, OperatorActed(action="say", operator=scope.operator), text=text)
 
@@ -236,4 +250,7 @@ class ControlService:
         if outcome not in ("done", "failed"):
             raise InvalidRequestError("outcome must be 'done' or 'failed'")
         chosen: Literal["done", "failed"] = "done" if outcome == "done" else "failed"
-        return await resolve_doubt(self.redis, scope.check(session), key, chosen, scope.operator)
+        checked = scope.check(session)
+        if not is_text(key):
+            raise NotFoundError("no such effect awaiting reconciliation")
+        return await resolve_doubt(self.redis, checked, key, chosen, scope.operator)

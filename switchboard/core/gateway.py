@@ -237,8 +237,11 @@ class ToolGateway:
                 name, started, "auth", f"not permitted: {name} needs the {tool.permission!r} permission"
             )
 
-        normalised = validated.model_dump(mode="json")
-        fingerprint = action_sha256(name, normalised)
+        normalised = validated.model_dump(mode="json", by_alias=True)  # named as the model (and a rule) names them
+        try:
+            fingerprint = action_sha256(name, normalised)
+        except ValueError:  # an int of thousands of digits (from a program) has no canonical JSON
+            return self._failed(name, started, "validation", f"arguments of {name} hold a number too large to record")
         if approved is not None:
             if approved.tool != name or approved.action_sha256 != fingerprint:
                 return self._failed(

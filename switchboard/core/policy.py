@@ -33,8 +33,10 @@ import json
 import math
 import operator
 import re
+import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -76,7 +78,8 @@ def _principal_like(value: str) -> bool:
 class Condition(BaseModel):
     """A test on one normalised argument (``field`` is a dotted path, ``to.address``); every test set must hold.
 
-    A missing field, or one of the wrong type for a comparison, does not match.
+    A missing (or null) field does not match. A value of the wrong type for a comparison does not match an ``allow``
+    rule, and does match an ``approve`` or ``refuse`` rule (see :meth:`holds`).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -107,54 +110,93 @@ class Condition(BaseModel):
             raise ValueError(f"condition on {self.arg!r} tests nothing: add one of gt, ge, lt, le, eq, in, matches")
         return self
 
-    def holds(self, args: Mapping[str, Any]) -> bool:
-        """Whether the call's normalised ``args`` pass every test of this condition."""
-        found, value = _lookup(args, self.arg)
-        if not found:
+    def holds(self, args: Mapping[str, Any], *, strict: bool = False) -> bool:
+        """Whether the call's normalised ``args`` pass every test of this condition.
+
+        A field under a list (``to.address`` over ``to: [{address: …}, …]``) or holding one is tested element by
+        element. An ambiguity never resolves towards ``allow``: for an ``approve`` or ``refuse`` rule (``strict``),
+        one element passing is enough, a value the test cannot read (``"1,000"`` under ``gt``, a NaN) passes, and
+        strings are compared after NFKC normalisation and case folding; for an ``allow`` rule every element must
+        pass exactly.
+        """
+        values = _lookup(args, self.arg)
+        if not values:
             return False
+        results = [self._test(value, strict) for value in values]
+        if strict:
+            return any(result is not False for result in results)
+        return all(result is True for result in results)
+
+    def _test(self, value: Any, loose: bool) -> bool | None:
+        """One value against every test: ``True``, ``False``, or ``None`` when a test cannot read it."""
+        unreadable = False
         bounds = ((self.gt, operator.gt), (self.ge, operator.ge), (self.lt, operator.lt), (self.le, operator.le))
         for bound, test in bounds:
             if bound is None:
                 continue
             number = _number(value)
-            if number is None or not test(number, bound):
+            if number is None:
+                unreadable = True
+            elif not test(number, bound):
                 return False
-        if self.eq is not None and not _equal(value, self.eq):
+        if self.eq is not None and not _equal(value, self.eq, loose):
             return False
-        if self.in_ is not None and not any(_equal(value, item) for item in self.in_):
+        if self.in_ is not None and not any(_equal(value, item, loose) for item in self.in_):
             return False
-        return self.matches is None or (isinstance(value, str) and re.search(self.matches, value) is not None)
+        if self.matches is not None:
+            if not isinstance(value, str):
+                unreadable = True
+            elif not any(re.search(self.matches, text) is not None for text in _forms(value, loose)):
+                return False
+        return None if unreadable else True
 
 
-def _lookup(args: Mapping[str, Any], path: str) -> tuple[bool, Any]:
-    current: Any = args
+def _lookup(args: Mapping[str, Any], path: str) -> list[Any]:
+    """The values at a dotted ``path`` (several under lists; none when it is missing or null)."""
+    current: list[Any] = [args]
     for part in path.split("."):
-        if not isinstance(current, Mapping) or part not in current:
-            return False, None
-        current = current[part]
-    return True, current
+        current = [item[part] for item in _flat(current) if isinstance(item, Mapping) and part in item]
+    return [value for value in _flat(current) if value is not None]
 
 
-def _number(value: Any) -> float | None:
+def _flat(values: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for value in values:
+        flat.extend(_flat(list(value)) if isinstance(value, list | tuple) else [value])
+    return flat
+
+
+def _number(value: Any) -> int | float | Decimal | None:
+    """A number to compare (exactly: a huge int or ``"1e400"`` stays what it is), or ``None`` (not one, or NaN)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, str):
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, str) and len(value) <= 100:
         try:
-            number = float(value)
-        except ValueError:
+            number = Decimal(value.strip())
+        except (InvalidOperation, ValueError):
             return None
-        return number if math.isfinite(number) else None
+        return None if number.is_nan() else number
     return None
 
 
-def _equal(value: Any, expected: str | float | bool) -> bool:
+def _forms(text: str, loose: bool) -> tuple[str, ...]:
+    return (text, unicodedata.normalize("NFKC", text)) if loose else (text,)
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
+def _equal(value: Any, expected: str | float | bool, loose: bool = False) -> bool:
     if isinstance(expected, bool) or isinstance(value, bool):
         return value is expected
     if isinstance(expected, str):
-        return isinstance(value, str) and value == expected
-    number = _number(value) if not isinstance(value, str) else None
+        return isinstance(value, str) and (value == expected or (loose and _fold(value) == _fold(expected)))
+    number = _number(value) if loose or not isinstance(value, str) else None
     return number is not None and number == expected
 
 
@@ -369,7 +411,8 @@ def _matches(rule: Rule, tool: Tool, args: Mapping[str, Any], actor: str, untrus
         return False
     if rule.actor and not any(fnmatch.fnmatchcase(actor, pattern) for pattern in rule.actor):
         return False
-    return all(condition.holds(args) for condition in rule.when)
+    strict = rule.decide != "allow"
+    return all(condition.holds(args, strict=strict) for condition in rule.when)
 
 
 def granted(permission: str, permissions: Collection[str]) -> bool:

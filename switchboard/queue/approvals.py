@@ -134,6 +134,10 @@ class RedisApprovals:
     async def approval_open(self, record: ApprovalRecord) -> None:
         """Persist a new ``pending`` record and index it for expiry and the console.
 
+        The approval expires ``expires_at - requested_at`` after now on the server's clock (the clock of every
+        decision and of the expiry sweep), whatever this worker's clock says; the record keeps the times it was
+        opened with.
+
         Raises:
             ValueError: the record belongs to another session, is not ``pending``, has a malformed id, or its id is
                 already taken (nothing was written).

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
 from switchboard.queue.operators import GATEWAY_PRINCIPAL, operator_message, session_conversation
 from switchboard.settings import QueueSettings
 
@@ -50,6 +50,14 @@ class ApprovalExpiry:
         sent = 0
         for member in due:
             session, approval_id = parse_approval_member(member)
+            status = await self.redis.hget(SessionKeys(session).approval(approval_id), "status")
+            if status not in (b"pending", "pending"):
+                # the record is gone (past its retention) or no longer pending: a left-over entry nothing would ever
+                # remove, holding a place in every batch ahead of the approvals really due
+                await self.redis.zrem(_GLOBAL.approvals_due, member)
+                await self.redis.zrem(_GLOBAL.approvals_pending(tenant_of(session)), member)
+                await self.redis.zrem(SessionKeys(session).approvals, approval_id)
+                continue
             conversation = await session_conversation(self.redis, session)
             if conversation is None:  # not a session any channel can hold: nothing could ever apply it
                 await self.redis.zrem(_GLOBAL.approvals_due, member)
