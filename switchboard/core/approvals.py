@@ -20,6 +20,7 @@ never holds credentials.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -41,6 +42,8 @@ __all__ = [
     "new_approval_id",
     "option_id",
     "parse_option_id",
+    "record_verifies",
+    "sign_record",
     "state_sha256",
 ]
 
@@ -146,6 +149,9 @@ class ApprovalRecord(BaseModel):
     decision_via: DecisionVia | None = None
     outcome: dict[str, Any] | None = None
     """After ``executed``: the tool outcome (JSON); after ``refused``: ``{"reason": ...}``."""
+    mac: str | None = None
+    """HMAC-SHA256 with the server's approval key over what was asked (:func:`sign_record`): a record rewritten in
+    Redis — its arguments and their hash together — no longer verifies and is refused, never run."""
 
     @property
     def action_sha256(self) -> str:
@@ -153,6 +159,31 @@ class ApprovalRecord(BaseModel):
         if self.request is not None:
             return self.request.action_sha256
         return hashlib.sha256((self.draft or "").encode()).hexdigest()
+
+
+_SIGNED = frozenset(
+    {
+        "id", "kind", "session", "tenant", "agent", "channel", "run_id", "requested_by", "requested_at", "expires_at",
+        "request", "draft", "evidence", "state_sha256", "call_id", "program", "approvers",
+    }
+)  # fmt: skip
+"""What a record's ``mac`` covers: everything that was asked; not the decision, which the store's scripts write."""
+
+
+def _mac(record: ApprovalRecord, key: bytes) -> str:
+    body = record.model_dump(mode="json", include=set(_SIGNED))
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_record(record: ApprovalRecord, key: bytes) -> ApprovalRecord:
+    """``record`` with its ``mac`` (made before the record is opened)."""
+    return record.model_copy(update={"mac": _mac(record, key)})
+
+
+def record_verifies(record: ApprovalRecord, key: bytes) -> bool:
+    """Whether ``record`` is what this gateway asked (constant-time compare of its ``mac``)."""
+    return record.mac is not None and hmac.compare_digest(record.mac.encode(), _mac(record, key).encode())
 
 
 DecideResult = Literal["applied", "already_decided", "expired", "mismatch", "not_found", "not_due", "not_allowed"]

@@ -27,6 +27,7 @@ answered "no longer pending". A pending approval thus never holds the conversati
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from switchboard.core.approvals import (
 from switchboard.core.events import ApprovalDecided, ApprovalSettled, Event
 from switchboard.core.gateway import action_sha256, canonical_json
 from switchboard.core.grants import GATEWAY_PRINCIPAL, may_decide
-from switchboard.core.messages import ChoiceSelected, CommandIssued, InboundMessage, OperatorActed
+from switchboard.core.messages import ChoiceSelected, CommandIssued, InboundMessage, OperatorActed, Posted
 from switchboard.core.suspend import principal_of
 from switchboard.tracing import span_at
 
@@ -52,6 +53,7 @@ __all__ = [
     "Ask",
     "Execute",
     "Settled",
+    "Verify",
     "apply_decisions",
     "decision_of",
     "not_done_content",
@@ -61,6 +63,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DECISION_COMMANDS = frozenset({"approve", "deny"})
+_TYPED_DECISION = re.compile(r"^\s*/(approve|deny)(?:@[A-Za-z0-9_]+)?(?:\s+([A-Za-z0-9_-]{1,64}))?\s*$", re.IGNORECASE)
+"""``/approve ID`` or ``/deny ID`` typed as a plain message (the text fallback on channels without commands)."""
 
 SettledStatus = Literal["executed", "refused", "denied", "expired", "superseded", "sent"]
 
@@ -113,6 +117,7 @@ class Applied:
 
 
 Execute = Callable[[ApprovalRecord], Awaitable[tuple[str, bool, str | None]]]
+Verify = Callable[[ApprovalRecord], bool]
 """Runs an approved action: ``(tool result for the model, ok, refusal reason or None when it was executed)``."""
 
 
@@ -133,6 +138,10 @@ def decision_of(message: InboundMessage) -> Ask | None:
             principal_of(message),
             "command",
         )
+    if isinstance(event, Posted) and (typed := _TYPED_DECISION.match(message.text)) is not None:
+        # channels without commands (web chat, Slack, WhatsApp, ...) deliver "/approve ID" as a plain message
+        typed_verdict: Verdict = "approve" if typed.group(1).lower() == "approve" else "deny"
+        return Ask(typed.group(2) or "", typed_verdict, principal_of(message), "command")
     if isinstance(event, OperatorActed) and event.action == "decide":
         if event.approval_id is None or event.verdict is None:
             return None
@@ -161,6 +170,7 @@ async def apply_decisions(
     execute: Execute,
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
+    verify: Verify | None = None,
 ) -> Applied:
     """Apply a turn's decisions in order; see the module docstring.
 
@@ -169,11 +179,12 @@ async def apply_decisions(
         store: The session's approval store (fenced by the lease).
         execute: Runs an approved tool action (or resumes its program) under the recorded key.
         state: The hash of the session state now (:func:`~switchboard.core.suspend.session_state_sha256`).
+        verify: Whether a record is what this gateway asked (its signature); one that is not is refused, never run.
         event: Appends a fact to the session's event log.
     """
     applied = Applied()
     for ask in asks:
-        await _apply(ask, store, applied, execute, state, event)
+        await _apply(ask, store, applied, execute, state, event, verify)
     return applied
 
 
@@ -184,6 +195,7 @@ async def _apply(
     execute: Execute,
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
+    verify: Verify | None,
 ) -> None:
     from_channel = ask.via in ("button", "command")
 
@@ -216,7 +228,7 @@ async def _apply(
                 _wait_span(now_record, ask)
             fresh = outcome.result != "already_decided"
             if now_record.status == "approved":  # just now, or by an attempt of this run that crashed after it
-                applied.settled.append(await _run_approved(now_record, store, execute, state, event))
+                applied.settled.append(await _run_approved(now_record, store, execute, state, event, verify))
             elif fresh and now_record.status in ("denied", "expired"):
                 status: SettledStatus = "denied" if now_record.status == "denied" else "expired"
                 detail = f"denied by {now_record.decided_by}" if status == "denied" else "the approval expired"
@@ -241,8 +253,15 @@ async def _run_approved(
     execute: Execute,
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
+    verify: Verify | None = None,
 ) -> Settled:
     """Re-check an approved action, run it once under its key, and consume the approval."""
+    if verify is not None and not verify(record):  # rewritten in Redis: what it says is not what was asked
+        logger.warning("approval %s does not verify against the approval key; refused", record.id)
+        await store.approval_settle(record.id, "refused", {"reason": "approval_mismatch"})
+        await event(ApprovalSettled(approval_id=record.id, status="refused", reason="approval_mismatch"))
+        detail = "the stored request does not match what was asked for"
+        return Settled(record, "refused", not_done_content(record, "refused", detail), False)
     if record.kind == "reply":
         await store.approval_settle(record.id, "executed", {"sent": True})
         await event(ApprovalSettled(approval_id=record.id, status="sent"))

@@ -37,10 +37,14 @@ Whether a write runs at all is the policy's decision (:mod:`switchboard.core.pol
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -57,6 +61,8 @@ __all__ = [
     "doubt_effect",
     "effect_key",
     "logical_action",
+    "running",
+    "running_here",
     "settle_effect",
 ]
 
@@ -212,6 +218,11 @@ async def claim_effect(
             f"not performed: {tool.name} already ran in this turn for the same {fields} with other arguments, "
             "and one action is never performed twice with different arguments; use what it returned, or ask the user",
         )
+    if found.status != "done" and running_here(key):  # a sibling call of this process is running it: its result
+        claimed, again = await _after_sibling(effects, tool, key, fingerprint, run_id)
+        if claimed:
+            return None
+        found = again or found
     if found.status != "done" or found.outcome is None:
         return Refused(
             "ambiguous",
@@ -220,6 +231,56 @@ async def claim_effect(
             found,
         )
     return found.outcome
+
+
+_RUNNING: Counter[str] = Counter()
+"""Calls of this process (every event loop and thread of it) claiming or executing each key right now."""
+_RUNNING_LOCK = threading.Lock()
+_SIBLING_POLL_S = 0.01
+
+
+def running_here(key: str, *, besides_me: bool = True) -> bool:
+    """Whether another call of this process (besides the caller, itself inside :func:`running`) works on ``key``."""
+    with _RUNNING_LOCK:
+        return _RUNNING[key] > (1 if besides_me else 0)
+
+
+@contextlib.contextmanager
+def running(key: str) -> Iterator[None]:
+    """Count this call as working on ``key`` (claiming, executing, settling) while the block runs."""
+    with _RUNNING_LOCK:
+        _RUNNING[key] += 1
+    try:
+        yield
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING[key] -= 1
+            if _RUNNING[key] <= 0:
+                del _RUNNING[key]
+
+
+async def _after_sibling(
+    effects: EffectStore, tool: Tool, key: str, fingerprint: str, run_id: str
+) -> tuple[bool, EffectRecord | None]:
+    """Wait (at most the tool's timeout) while a sibling call of this process works on ``key``; read it meanwhile.
+
+    A caller racing an execution in flight gets that execution's recorded outcome instead of "unknown": the claim is
+    no crashed attempt's, it is alive here. Returns ``(True, None)`` when the sibling failed and released the claim
+    and this call took it, else ``(False, the record as it last stood)``.
+    """
+    deadline = time.monotonic() + tool.timeout_s
+    found: EffectRecord | None = None
+    # polled: the sibling may run on another thread's event loop, where no asyncio.Event of this loop reaches
+    while running_here(key) and time.monotonic() < deadline:
+        await asyncio.sleep(_SIBLING_POLL_S)
+        found = await effects.effect_begin(
+            key, EffectRecord(fingerprint, tool=tool.name, run_id=run_id, started_at=time.time())
+        )
+        if found is None:
+            return True, None
+        if found.status == "done":
+            break
+    return False, found
 
 
 async def settle_effect(

@@ -56,6 +56,7 @@ from switchboard.core.effects import (
     claim_effect,
     doubt_effect,
     logical_action,
+    running,
     settle_effect,
 )
 from switchboard.core.policy import PolicyDecision, granted
@@ -307,6 +308,19 @@ class ToolGateway:
         fingerprint: str,
     ) -> ToolOutcome:
         """Gate, claim, run (retrying what the tool allows) and settle one validated call under its key."""
+        with running(key):  # a sibling call racing this one waits for its outcome (effects.claim_effect)
+            return await self._claimed(tool, validated, ctx, scope, started, key, fingerprint)
+
+    async def _claimed(
+        self,
+        tool: Tool,
+        validated: BaseModel,
+        ctx: ToolContext,
+        scope: CallScope,
+        started: float,
+        key: str,
+        fingerprint: str,
+    ) -> ToolOutcome:
         name = tool.name
         claimed = await claim_effect(ctx.effects, tool, key, fingerprint, run_id=ctx.run_id)
         if isinstance(claimed, Refused):
@@ -318,6 +332,20 @@ class ToolGateway:
         if claimed is not None:  # done before under this key: the recorded outcome, not a second effect
             elapsed = (time.perf_counter() - started) * 1000
             return ToolOutcome.model_validate({**claimed, "attempts": 0, "variable": None, "duration_ms": elapsed})
+        return await self._run_claimed(tool, validated, ctx, scope, started, key, fingerprint)
+
+    async def _run_claimed(
+        self,
+        tool: Tool,
+        validated: BaseModel,
+        ctx: ToolContext,
+        scope: CallScope,
+        started: float,
+        key: str,
+        fingerprint: str,
+    ) -> ToolOutcome:
+        """Run a claimed call (retrying what the tool allows) and settle it under its key."""
+        name = tool.name
         call_ctx = dataclasses.replace(ctx, idempotency_key=key, workspaces=self.workspaces, threads=self.threads)
         breaker = self.breaker(tool.breaker_key)
 

@@ -69,6 +69,7 @@ from switchboard.core.providers import ModelFactory, model_name
 from switchboard.core.slots import SLOT_TOOLS, Slots
 from switchboard.core.status import StatusSink
 from switchboard.core.steering import steered_in
+from switchboard.core.suspend import principal_of
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
@@ -177,7 +178,7 @@ class _Turn:
         self.refused = 0
         self.stopped_by: BudgetName | None = None
         self.message_id = request.messages[-1].id if request.messages else None
-        last_sender = request.messages[-1].sender.id if request.messages else ""
+        last_sender = principal_of(request.messages[-1]) if request.messages else ""  # the policy's actor form
         self.ctx = ToolContext(
             session_key=request.session_key,
             tenant=request.tenant,

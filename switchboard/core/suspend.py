@@ -113,10 +113,15 @@ def approval_record(
     approval_id: str,
     state: str,
     call_id: str | None,
+    requested_by: str,
     program: bytes | None = None,
     now: float | None = None,
 ) -> ApprovalRecord:
-    """The ``pending`` record ``approval_id`` of a gated call of the run of ``request``."""
+    """The ``pending`` record ``approval_id`` of a gated call of the run of ``request``.
+
+    ``requested_by`` is the principal the call acts for (the tool context's actor): the user whose request it is,
+    also when an operator's decision resumed the program that asks.
+    """
     requested_at = time.time() if now is None else now
     last = request.messages[-1]
     return ApprovalRecord(
@@ -127,7 +132,7 @@ def approval_record(
         channel=last.conversation.channel,
         run_id=request.run_id,
         trace_id=request.trace_id,
-        requested_by=principal_of(last),
+        requested_by=requested_by,
         requested_at=requested_at,
         expires_at=requested_at + policy.approvals.expire_after_s,
         request=approval,
@@ -139,7 +144,14 @@ def approval_record(
 
 
 def reply_record(
-    request: TurnRequest, policy: Policy, draft: str, evidence: Sequence[str], *, approval_id: str, state: str
+    request: TurnRequest,
+    policy: Policy,
+    draft: str,
+    evidence: Sequence[str],
+    *,
+    approval_id: str,
+    state: str,
+    requested_by: str,
 ) -> ApprovalRecord:
     """A held reply (review mode): decided by operators, sent when approved."""
     now = time.time()
@@ -153,7 +165,7 @@ def reply_record(
         channel=last.conversation.channel,
         run_id=request.run_id,
         trace_id=request.trace_id,
-        requested_by=principal_of(last),
+        requested_by=requested_by,
         requested_at=now,
         expires_at=now + policy.approvals.expire_after_s,
         draft=draft,

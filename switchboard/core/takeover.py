@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from switchboard.core.approvals import ApprovalStore, SessionControl
-from switchboard.core.decisions import Execute, Settled, apply_decisions, decision_of, supersede_pending
+from switchboard.core.decisions import Execute, Settled, Verify, apply_decisions, decision_of, supersede_pending
 from switchboard.core.events import ControlChanged, Event
 from switchboard.core.inbound import TurnPlan, event_text
 from switchboard.core.messages import MessageDeleted, OperatorActed
@@ -29,9 +29,30 @@ from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.prompt import RUN_PROGRAM
 from switchboard.core.turn import TurnRequest
 
-__all__ = ["REPLY_NOT_SENT_TEXT", "HumanStep", "human_step", "settled_messages"]
+__all__ = [
+    "HANDED_BACK_TEXT",
+    "REPLY_EXPIRED_TEXT",
+    "REPLY_NOT_SENT_TEXT",
+    "TAKEN_OVER_TEXT",
+    "HumanStep",
+    "human_step",
+    "operator_name",
+    "settled_messages",
+]
 
 REPLY_NOT_SENT_TEXT = "A person reviewed the answer I had prepared and did not approve it, so it was not sent."
+REPLY_EXPIRED_TEXT = (
+    "The answer I had prepared waited too long for a person's review and was not sent; please ask again."
+)
+TAKEN_OVER_TEXT = "You're now talking with {name}, a person on our team."
+"""Said to the user when an operator takes the conversation over (it also marks the moment in the history)."""
+HANDED_BACK_TEXT = "You're talking with the assistant again."
+"""Said to the user when the operator hands the conversation back."""
+
+
+def operator_name(principal: str) -> str:
+    """The name an operator's principal shows (``console:alice`` → ``alice``)."""
+    return principal.split(":", 1)[1] if principal.startswith("console:") else principal
 
 
 @dataclass
@@ -61,6 +82,7 @@ async def human_step(
     execute: Execute,
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
+    verify: Verify | None = None,
 ) -> HumanStep | None:
     """Apply the turn's operator actions and decisions; ``None`` when the turn has none and nothing is pending."""
     step = HumanStep()
@@ -72,9 +94,11 @@ async def human_step(
             case "take_over":
                 await store.set_control(SessionControl(operator=action.operator, since=time.time()))
                 await event(ControlChanged(message_id=message.id, action="take_over", operator=action.operator))
+                step.texts.append(TAKEN_OVER_TEXT.format(name=operator_name(action.operator)))
             case "hand_back":
                 await store.set_control(None)
                 await event(ControlChanged(message_id=message.id, action="hand_back", operator=action.operator))
+                step.texts.append(HANDED_BACK_TEXT)
             case "say":
                 if message.text.strip():
                     step.texts.append(message.text)
@@ -91,14 +115,15 @@ async def human_step(
     ]
     if not asks and not operated and control is None and not pending:
         return None
-    applied = await apply_decisions(asks, store, execute=execute, state=state, event=event)
+    applied = await apply_decisions(asks, store, execute=execute, state=state, event=event, verify=verify)
     step.settled += applied.settled
     step.texts += applied.notices
     if pending:
         step.settled += await supersede_pending(store, event, run_id=request.run_id)
     for settled in step.settled:
         if settled.record.kind == "reply":
-            step.texts.append(settled.content if settled.status == "sent" else REPLY_NOT_SENT_TEXT)
+            held = {"sent": settled.content, "expired": REPLY_EXPIRED_TEXT}
+            step.texts.append(held.get(settled.status, REPLY_NOT_SENT_TEXT))
     step.taken_over = control is not None
     step.asks_model = not step.taken_over and (bool(news) or bool(step.model_news))
     if not news and all(isinstance(m.event, MessageDeleted | OperatorActed) for m in plan.messages):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,6 +71,9 @@ class TurnRequest(BaseModel):
     """Credits this turn may spend (narrows ``agent.limits.max_credits``)."""
     permissions: frozenset[str] = frozenset()
     """Permissions of the principal, checked by the tool gateway outside the model."""
+    permissions_of: Callable[[str], frozenset[str]] | None = None
+    """Permissions of any principal under this turn's configuration: an approved action runs with its requester's,
+    whoever approved it (``None``: the requester keeps :attr:`permissions` only when it is the actor)."""
 
 
 class TurnResult(BaseModel):

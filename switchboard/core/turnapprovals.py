@@ -17,10 +17,11 @@ docs/ARCHITECTURE.md §6 "Approvals":
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, ApprovalStore
+from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, ApprovalStore, record_verifies, sign_record
 from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
 from switchboard.core.model import ChatMessage
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 __all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "TurnApprovals", "reply_sink"]
 
 logger = logging.getLogger(__name__)
+
+_MAY_HAVE_RUN = frozenset({"ambiguous"})
+"""Outcomes of an approved call that did not run now because an earlier attempt may have run it (in doubt: the model
+tells the user it may have happened; it is never run again)."""
 
 REVIEW_HOLD_TEXT = "A person checks my answers here before they are sent; you'll have it as soon as it is approved."
 
@@ -80,8 +85,9 @@ class TurnApprovals:
             state = await self.state()
             record = approval_record(
                 turn.request, request, turn.ctx.policy, approval_id=approval_id, state=state, call_id=call_id,
-                program=signed,
+                requested_by=turn.ctx.actor, program=signed,
             )  # fmt: skip
+            record = sign_record(record, turn.rt.snapshot_key)
             await self.store.approval_open(record)
         await self._requested(record)  # (again, on a re-run: its first attempt may have died before saying so)
         if turn.ctx.act is not None:
@@ -118,7 +124,13 @@ class TurnApprovals:
         if self.store is None:
             return None
         step = await human_step(
-            self.turn.request, plan, self.store, execute=self.execute, state=self.state, event=self.turn.sink.event
+            self.turn.request,
+            plan,
+            self.store,
+            execute=self.execute,
+            state=self.state,
+            event=self.turn.sink.event,
+            verify=lambda record: record_verifies(record, self.turn.rt.snapshot_key),
         )
         if step is None:
             return None
@@ -131,7 +143,24 @@ class TurnApprovals:
         return TurnResult(text="\n\n".join(step.texts), steps=0, history=history, waiting_for=self.waiting)
 
     async def execute(self, record: ApprovalRecord) -> tuple[str, bool, str | None]:
-        """Run an approved action once, under its recorded key; ``(content, ok, refusal reason)``."""
+        """Run an approved action once, under its recorded key; ``(content, ok, refusal reason)``.
+
+        It acts for the principal who asked, with that principal's permissions as configured now (whoever approved
+        it: an operator's approval lends the action no permission of the operator's), and so does the rest of a
+        resumed program.
+        """
+        turn = self.turn
+        acting = turn.ctx
+        if record.requested_by != acting.actor:
+            resolve = turn.request.permissions_of
+            granted = resolve(record.requested_by) if resolve is not None else frozenset[str]()
+            turn.ctx = dataclasses.replace(acting, actor=record.requested_by, permissions=granted)
+        try:
+            return await self._execute(record)
+        finally:
+            turn.ctx = dataclasses.replace(turn.ctx, actor=acting.actor, permissions=acting.permissions)
+
+    async def _execute(self, record: ApprovalRecord) -> tuple[str, bool, str | None]:
         turn, request = self.turn, record.request
         assert request is not None
         budget = turn.budget
@@ -148,7 +177,8 @@ class TurnApprovals:
                 return "", False, "bad_snapshot"
             name, args = paused.tool, paused.args  # signed: what the program asked, checked against the hash
         outcome = await turn._call_tool(name, args, None if paused else f"approval_{record.id}", approved=request)
-        if not outcome.ok and outcome.attempts == 0:  # refused before it ran (mismatch, policy, permission)
+        if not outcome.ok and outcome.attempts == 0 and outcome.error_class not in _MAY_HAVE_RUN:
+            # refused before it ran (mismatch, policy, permission); an earlier attempt in doubt is no refusal
             return outcome.for_model(), False, outcome.error_class or "refused"
         if paused is None:
             return outcome.for_model(codeact=turn.agent.codeact), outcome.ok, None
@@ -184,7 +214,11 @@ class TurnApprovals:
         if await self.store.approval_get(approval_id) is None:  # else a re-run of this turn held it already
             evidence = evidence_of(turn.messages[turn.opening :])
             state = await self.state()
-            record = reply_record(turn.request, turn.ctx.policy, text, evidence, approval_id=approval_id, state=state)
+            record = reply_record(
+                turn.request, turn.ctx.policy, text, evidence, approval_id=approval_id, state=state,
+                requested_by=turn.ctx.actor,
+            )  # fmt: skip
+            record = sign_record(record, turn.rt.snapshot_key)
             await self.store.approval_open(record)
             await self._requested(record)
         self.waiting.append(approval_id)

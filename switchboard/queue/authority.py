@@ -1,16 +1,18 @@
 """Who a turn acts for and what it may do: the principal, its permissions and the policy, set on the TurnRequest.
 
 The drain builds each turn's :class:`~switchboard.core.turn.TurnRequest` here. The *actor* is the principal of the
-turn's last sender: ``<channel>:<sender id>`` for a channel's user (``telegram:42``, ``slack:U123``; a web chat
-sender's id is its session id), or the operator's own principal for what an operator or the gateway did
-(``console:alice``, ``switchboard``: their :class:`~switchboard.core.messages.OperatorActed` already names it, and
-no channel can produce a sender id starting with ``console:``). Its permissions are the grants of the YAML policy
-blocks (:func:`switchboard.core.grants.permissions_for`), and the policy is the effective one of the tenant, agent and
-channel, whose version is recorded with the run (docs/ARCHITECTURE.md §6).
+turn's last sender (its last channel user's, when operators' messages are batched with users'):
+``<channel>:<sender id>`` for a channel's user (``telegram:42``, ``slack:U123``; a web chat sender's id is its
+session id), or the operator's own principal for what an operator or the gateway did (``console:alice``,
+``switchboard``: their :class:`~switchboard.core.messages.OperatorActed` already names it, and no channel can produce
+a sender id starting with ``console:``). Its permissions are the grants of the YAML policy blocks
+(:func:`switchboard.core.grants.permissions_for`) that every sender of the batch holds, and the policy is the
+effective one of the tenant, agent and channel, whose version is recorded with the run (docs/ARCHITECTURE.md §6).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -37,16 +39,24 @@ def turn_request(
 ) -> TurnRequest:
     """The request of one turn over ``messages``, acting for the last sender's principal.
 
+    The turn acts on every message of the batch, so it holds only the permissions *every* sender of the batch holds
+    (a group chat's second user, or an operator's click queued behind a user's message, lends the turn none of
+    theirs), and it acts for the last channel user when there is one (an operator's or the gateway's message
+    batched behind a user's does not make the user's request the operator's).
+
     Without ``config`` (a drain built without the YAML file: tests, embedded uses) the principal holds no
     permissions and the runtime applies the agent's own policy block.
     """
     last = messages[-1]
     conversation = last.conversation
-    actor = principal_of(last)
-    policy, permissions = None, frozenset[str]()
+    principals = list(dict.fromkeys(principal_of(m) for m in messages))
+    people = [principal_of(m) for m in messages if not isinstance(m.event, OperatorActed)]
+    actor = people[-1] if people else principals[-1]
+    policy, permissions, permissions_of = None, frozenset[str](), None
     if config is not None:
+        permissions_of = functools.partial(permissions_for, config, conversation.tenant, agent.name)
         policy = resolve_policy(config, tenant=conversation.tenant, agent=agent.name, channel=conversation.channel)
-        permissions = permissions_for(config, conversation.tenant, agent.name, actor)
+        permissions = frozenset.intersection(*(permissions_of(principal) for principal in principals))
     return TurnRequest(
         session_key=session,
         agent=agent,
@@ -60,4 +70,5 @@ def turn_request(
         policy=policy,
         policy_version=policy.version if policy is not None else "",
         permissions=permissions,
+        permissions_of=permissions_of,
     )

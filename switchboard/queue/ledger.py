@@ -326,9 +326,10 @@ class Ledger:
         now = time.time()
         resets = [i for i, m in enumerate(messages) if is_reset(m)]  # /reset: what came before it is forgotten
         kept = messages[resets[-1] + 1 :] if resets else messages
-        history = [
+        history = [  # an operator's action is no user's words: what it said to the user is the answer below
             HistoryEntry(role="user", text=history_text(m), message_id=m.id, at=m.received_at).model_dump_json()
             for m in kept
+            if not isinstance(m.event, OperatorActed)
         ]
         history += [entry.model_dump_json() for entry in work]
         answer = reply_text if cancelled is None else f"(stopped before answering: {cancelled})"

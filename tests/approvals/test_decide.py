@@ -116,3 +116,18 @@ async def test_the_wait_is_a_span_and_every_run_records_its_policy_version(world
     metered = await world.events("usage_metered")
     assert len(metered) == 2 and all(m["policy_version"] == record.request.policy_version for m in metered)  # type: ignore[union-attr]
     assert record.request is not None and record.request.policy_version
+
+
+async def test_a_typed_approve_is_a_decision_on_channels_without_commands(world: World) -> None:
+    """Web chat, Slack, WhatsApp... deliver ``/approve ID`` as a plain message: it decides, it does not supersede."""
+    approval_id = await ask_refund(world)
+    await world.send(world.message(f"/approve {approval_id}"))  # a Posted message, not a CommandIssued
+    assert world.refunds == [150]
+    record = await world.record(approval_id)
+    assert record.status == "executed" and record.decision_via == "command"
+    second = await ask_refund(world)
+    await world.send(world.message(f"  /DENY {second} "))
+    assert world.refunds == [150] and (await world.record(second)).status == "denied"
+    third = await ask_refund(world)
+    await world.send(world.message(f"please /approve {third}"))  # words around it: a new message, which supersedes
+    assert world.refunds == [150] and (await world.record(third)).status == "superseded"

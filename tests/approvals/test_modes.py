@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from switchboard.core.policy import PolicyConfig
 from switchboard.core.turnapprovals import REVIEW_HOLD_TEXT
+from switchboard.queue.keys import SessionKeys
 
 from .harness import World, where
 
@@ -32,9 +33,20 @@ async def test_review_mode_denied_reply_is_not_sent(world: World) -> None:
     assert "did not approve" in world.texts()[-1]
 
 
+async def test_review_mode_expired_reply_says_it_waited_too_long(world: World) -> None:
+    world.policy = PolicyConfig(mode="review")
+    await world.send(world.message("tell me a secret"))
+    record = await world.only_approval()
+    await world.client.hset(SessionKeys(world.session).approval(record.id), "expires_at", "1")  # time passed
+    await world.send(world.operator("decide", operator="switchboard", approval_id=record.id, verdict="expire"))
+    assert record.draft not in world.texts()
+    assert "waited too long" in world.texts()[-1]
+
+
 async def test_take_over_say_and_hand_back(world: World) -> None:
     await world.send(world.operator("take_over"))
     assert (await world.events("control_changed"))[-1]["action"] == "take_over"
+    assert world.texts()[-1] == "You're now talking with alice, a person on our team."  # the user is told
     answered = len(world.texts())
     await world.send(world.message("is anyone there?"))
     assert len(world.texts()) == answered  # recorded, not answered by the model
@@ -42,6 +54,7 @@ async def test_take_over_say_and_hand_back(world: World) -> None:
     assert world.texts()[-1] == "Hi, this is Alice from support. Your refund is on its way."
     await world.send(world.operator("hand_back"))
     assert (await world.events("control_changed"))[-1]["action"] == "hand_back"
+    assert world.texts()[-1] == "You're talking with the assistant again."
     await world.send(world.message("thanks, and what did Alice say?"))
     reply = world.texts()[-1]
     assert "offline model" in reply and "what did Alice say?" in reply  # the agent answers again
@@ -50,6 +63,7 @@ async def test_take_over_say_and_hand_back(world: World) -> None:
     assert "is anyone there?" in texts  # the user's words while taken over are in the history
     said = [h for h in history if h["role"] == "assistant" and "Alice from support" in h["text"]]
     assert said, "the operator's message is in the agent's history"
+    assert not [h for h in history if h["role"] == "user" and "operator" in h["text"]]  # no actions as user words
 
 
 async def test_an_injected_instruction_in_a_document_causes_no_unapproved_effect(world: World) -> None:

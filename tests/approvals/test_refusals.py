@@ -90,3 +90,23 @@ async def test_a_new_message_supersedes_the_pending_approval(world: World) -> No
     await world.send(world.click(world.approve_option()))
     assert world.refunds == []
     assert "no longer pending" in world.texts()[-1]
+
+
+async def test_a_record_rewritten_with_a_consistent_hash_is_refused_when_the_user_approves_what_they_saw(
+    world: World,
+) -> None:
+    """The stored request and its hash rewritten together (the ``action`` field left as asked): the user's button
+    still names the hash they saw, so the decision applies — and the record's signature refuses the rewritten one."""
+    from switchboard.core.gateway import action_sha256
+
+    record = await ask_refund(world)
+    key = SessionKeys(world.session).approval(record.id)
+    raw = await world.raw_record(record.id)
+    raw["request"]["arguments"]["amount"] = 15000
+    raw["request"]["action_sha256"] = action_sha256("refund", {"amount": 15000})
+    await world.client.hset(key, "record", json.dumps(raw))
+    await world.send(world.click(world.approve_option()))
+    assert world.refunds == []
+    found = await world.record(record.id)
+    assert found.status == "refused" and found.outcome == {"reason": "approval_mismatch"}
+    assert "did not run" in world.texts()[-1]

@@ -52,7 +52,7 @@ async def test_a_tampered_snapshot_is_refused(world: World) -> None:
     await world.client.hset(key, "record", json.dumps(raw))
     await world.send(world.click(world.approve_option()))
     assert world.refunds == [] and world.notes == ["before"]
-    assert (await world.record(record.id)).outcome == {"reason": "bad_snapshot"}
+    assert (await world.record(record.id)).outcome == {"reason": "approval_mismatch"}  # the record is signed too
 
 
 async def test_a_denied_program_does_not_continue(world: World) -> None:
