@@ -214,7 +214,8 @@ async def _apply(
     if record is None:
         notice(UNKNOWN_TEXT)
         return
-    if not may_decide(record, ask.actor, ask.verdict):
+    if not may_decide(record, ask.actor, ask.verdict) or (record.kind == "reply" and ask.actor == record.requested_by):
+        # the user never reviews their own held reply, also when an approver glob (``telegram:*``) names them
         logger.info("a decision on an approval was refused: %s may not decide it", ask.via)
         await event(_decided(record, ask, "not_allowed"))
         notice(NOT_YOURS_TEXT)

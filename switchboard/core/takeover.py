@@ -7,7 +7,8 @@
    conversation (:meth:`~switchboard.core.approvals.ApprovalStore.set_control`), ``hand_back`` clears it, ``say``
    is delivered to the user as the turn's reply and kept in the history (the agent reads it once handed back).
 2. **Decisions** (:mod:`switchboard.core.decisions`): applied, approved actions re-checked and executed.
-3. **Supersede**: a new message from the user supersedes the approvals still pending.
+3. **Supersede**: a new message from the user, or ``/reset`` (the conversation that asked is forgotten), supersedes
+   the approvals still pending.
 
 While an operator holds the conversation the model is not asked: the user's messages are recorded in the history
 (and decisions still apply), the operator answers. Otherwise the model continues when an approval ended (it is told
@@ -110,7 +111,7 @@ async def human_step(
     control = await store.control()
     pending = [
         record
-        for record in (await store.approval_pending() if news and control is None else [])
+        for record in (await store.approval_pending() if (news or plan.reset) and control is None else [])
         if record.run_id != request.run_id  # a re-run of the asking turn: its own approvals stand
     ]
     if not asks and not operated and control is None and not pending:

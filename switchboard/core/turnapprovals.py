@@ -65,6 +65,9 @@ class TurnApprovals:
         """Approvals this turn asked for: the run is ``waiting_for_approval`` once it returns."""
         self.news: list[ChatMessage] = []
         """Ended approvals, as the model learns them (put after the turn's opening)."""
+        self.lead: list[str] = []
+        """Review mode: what leads the reply and is not the model's to review (an approved draft, an operator's
+        words, fixed replies); sent as it is before the question that the new draft waits."""
 
     async def state(self) -> str:
         """The hash of the session state an approval depends on, as stored now."""
@@ -136,6 +139,9 @@ class TurnApprovals:
             return None
         self.news = settled_messages(step.model_news)
         if step.asks_model:
+            if self.turn.ctx.policy.mode == "review":  # decided already: never held again with the new draft
+                self.lead = step.texts
+                return None
             for text in step.texts:  # fixed replies and operators' words lead the reply
                 await self.turn.output.write(text, 0)
             return None
@@ -209,7 +215,7 @@ class TurnApprovals:
         if self.store is None or turn.ctx.policy.mode != "review":
             return None
         if self.waiting or not text.strip():
-            return ""
+            return "\n\n".join(self.lead)
         approval_id = approval_id_for(turn.rt.snapshot_key, f"{turn.request.run_id}\nreply")
         if await self.store.approval_get(approval_id) is None:  # else a re-run of this turn held it already
             evidence = evidence_of(turn.messages[turn.opening :])
@@ -222,7 +228,7 @@ class TurnApprovals:
             await self.store.approval_open(record)
             await self._requested(record)
         self.waiting.append(approval_id)
-        return REVIEW_HOLD_TEXT
+        return "\n\n".join([*self.lead, REVIEW_HOLD_TEXT])
 
 
 class HeldSink:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from switchboard.core.actions import Action, Choice, OfferChoice, SendFile
+from switchboard.core.approvals import APPROVAL_OPTION_PREFIX
 from switchboard.core.threads import run_blocking
 from switchboard.core.toolbox.files import check_relative_path, resolve_in_workspace
 from switchboard.core.tools import Tool, ToolContext
@@ -66,6 +67,13 @@ class OptionInput(BaseModel):
     id: str = Field(min_length=1, max_length=MAX_OPTION_ID_CHARS, pattern=r"^[A-Za-z0-9_.:-]+$")
     label: str = Field(min_length=1, max_length=MAX_OPTION_CHARS)
 
+    @field_validator("id")
+    @classmethod
+    def _not_a_decision(cls, value: str) -> str:
+        if value.lower().startswith(APPROVAL_OPTION_PREFIX):
+            raise ValueError(f"option ids starting with {APPROVAL_OPTION_PREFIX!r} are the gateway's approval buttons")
+        return value
+
 
 class OfferChoiceInput(BaseModel):
     """Arguments of ``offer_choice``."""
@@ -106,6 +114,8 @@ class OfferChoiceInput(BaseModel):
                 out.append(Choice(id=option.id, label=option.label.strip()))
                 continue
             made = _ID_UNSAFE.sub("-", option.lower()).strip("-")[:MAX_OPTION_ID_CHARS] or str(number)
+            if made.startswith(APPROVAL_OPTION_PREFIX):  # never shaped like an approval button's id
+                made = made.replace(":", "-")
             while made in taken:
                 made = f"{made[: MAX_OPTION_ID_CHARS - 4]}-{number}"
             taken.add(made)
