@@ -9,7 +9,8 @@ naming an operator in that header is that operator: a sign-in is made for it (fo
 and ends when the header names someone else. The header from any other address is ignored.
 
 Failed password sign-ins are counted per client address and per operator name in fixed windows; past either
-limit further tries are refused with 429 before any password is checked.
+limit further tries are refused with 429 before any password is checked. Each try is counted before its check
+(so concurrent tries cannot slip past the limit together) and taken back when it signs in.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ class Signin:
 
     def csrf_ok(self, presented: str | None) -> bool:
         """Whether ``presented`` is this sign-in's CSRF token (constant time)."""
-        return presented is not None and hmac.compare_digest(presented.encode(), self.csrf.encode())
+        if presented is None or not presented.isascii():  # header bytes that are not UTF-8 arrive surrogate-escaped
+            return False
+        return hmac.compare_digest(presented, self.csrf)
 
 
 def _hash(token: str) -> str:
@@ -179,7 +182,10 @@ async def authenticate(request: web.Request) -> Signin | None:
     settings: Settings = request.config_dict[SETTINGS]
     stored = await _stored(request)
     header = settings.console.auth_header
-    name = request.headers.get(header, "").strip() if header is not None and _from_trusted_proxy(request) else ""
+    names = request.headers.getall(header, []) if header is not None and _from_trusted_proxy(request) else []
+    if len(names) > 1:  # the client's own header next to the proxy's: which one the proxy wrote is unknowable
+        return None
+    name = names[0].strip() if names else ""
     if not name:  # no (believable) proxy header: only a password sign-in counts
         return stored if stored is not None and stored.via == "password" else None
     if stored is not None and stored.operator.name == name:
@@ -205,40 +211,41 @@ class Throttle:
             (_KEYS.console_failures("name", _hash(name)), settings.console.login_failures_per_name),
         )
 
-    async def retry_after_s(self) -> int:
-        """``0`` when a try is allowed now, else the seconds until the fullest window ends.
+    async def admit(self) -> int:
+        """Count this try against the address, then the name; ``0`` when it may go on, else the seconds to wait.
+
+        The try is counted before its password is checked, so concurrent tries cannot all read a count below the
+        limit and all be checked. A refused try is taken back off the counts (and never makes a counter for its
+        name), and so is one that signs in (:meth:`succeeded`): what stays counted are failures.
 
         Raises:
             QueueUnavailableError: Redis did not answer in time.
         """
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for key, _ in self._keys:
-                        pipe.get(key)
-                        pipe.ttl(key)
-                    values = await pipe.execute()
-        except (TimeoutError, RedisError, OSError) as exc:
-            raise QueueUnavailableError("sign-in throttle lookup failed") from exc
-        wait = 0
-        for index, (_, limit) in enumerate(self._keys):
-            count, ttl = values[2 * index], values[2 * index + 1]
-            if count is not None and int(count) >= limit:
-                wait = max(wait, int(ttl) if int(ttl) > 0 else self._window_s)
-        return wait
+        for index, (key, limit) in enumerate(self._keys):
+            count, ttl = await self._add(key, 1)
+            if count > limit:
+                for counted, _ in self._keys[: index + 1]:
+                    await self._add(counted, -1)
+                return ttl if ttl > 0 else self._window_s
+        return 0
 
-    async def failed(self) -> None:
-        """Count one failed try against both counters (a window starts at its first failure).
+    async def succeeded(self) -> None:
+        """Take a try that signed in back off both counts (only failures count against the limits).
 
         Raises:
             QueueUnavailableError: Redis did not answer in time.
         """
+        for key, _ in self._keys:
+            await self._add(key, -1)
+
+    async def _add(self, key: str, delta: int) -> tuple[int, int]:
         try:
             async with asyncio.timeout(self._timeout_s):
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    for key, _ in self._keys:
-                        pipe.incr(key)
-                        pipe.expire(key, self._window_s, nx=True)
-                    await pipe.execute()
+                    pipe.incrby(key, delta)
+                    pipe.expire(key, self._window_s, nx=True)  # a window starts at its first try; never endless
+                    pipe.ttl(key)
+                    count, _, ttl = await pipe.execute()
         except (TimeoutError, RedisError, OSError) as exc:
             raise QueueUnavailableError("sign-in throttle not stored") from exc
+        return int(count), int(ttl)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from argon2 import PasswordHasher
@@ -15,8 +15,9 @@ __all__ = ["MAX_PASSWORD_CHARS", "hash_password", "verify_password"]
 MAX_PASSWORD_CHARS: Final = 1024
 """Longer passwords are refused before hashing (hashing is the expensive part a caller controls)."""
 _HASHER: Final = PasswordHasher()
-_CHECKS: Final = threading.BoundedSemaphore(2)
-"""At most this many checks at once per process (64 MiB each): a flood of sign-ins waits, memory stays bounded."""
+_CHECKS: Final = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-argon2")
+"""At most this many checks at once per process (64 MiB each). Their own threads: a flood of sign-ins waits in this
+pool's queue and never holds the event loop's default executor, which serves files and other blocking work."""
 
 
 def hash_password(password: str) -> str:
@@ -35,19 +36,27 @@ def _dummy_hash() -> str:
 
 
 def _verify(stored: str | None, password: str) -> bool:
-    with _CHECKS:
-        try:
-            return _HASHER.verify(stored or _dummy_hash(), password) and stored is not None
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
-            return False
+    try:
+        return _HASHER.verify(stored or _dummy_hash(), password) and stored is not None
+    except (VerifyMismatchError, VerificationError, InvalidHashError):
+        return False
 
 
 async def verify_password(stored: str | None, password: str) -> bool:
     """Whether ``password`` matches the hash ``stored`` (``None``: no such operator, always ``False``).
 
-    Runs in a thread (an Argon2 check takes tens of milliseconds); the same work is done whether or not the
-    operator exists.
+    Runs in a thread of its own small pool (an Argon2 check takes tens of milliseconds); the same work is done
+    whether or not the operator exists. A password that is not valid Unicode text (a lone surrogate from a JSON
+    escape) matches nothing: no hash could have been made of it.
     """
-    if len(password) > MAX_PASSWORD_CHARS:
+    if len(password) > MAX_PASSWORD_CHARS or not _is_text(password):
         return False
-    return await asyncio.to_thread(_verify, stored, password)
+    return await asyncio.get_running_loop().run_in_executor(_CHECKS, _verify, stored, password)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -38,6 +38,7 @@ from switchboard.console.auth import (
     start_signin,
 )
 from switchboard.console.passwords import MAX_PASSWORD_CHARS, verify_password
+from switchboard.control.scope import is_text
 from switchboard.errors import QueueUnavailableError
 from switchboard.settings import Settings
 
@@ -155,7 +156,9 @@ async def _credentials(request: web.Request) -> tuple[str, str] | web.Response:
         raw = None
     name = raw.get("name") if isinstance(raw, dict) else None
     password = raw.get("password") if isinstance(raw, dict) else None
-    if not isinstance(name, str) or not isinstance(password, str) or not name or not password:
+    if not isinstance(name, str) or not isinstance(password, str) or not is_text(name + password):
+        name = password = None
+    if not name or not password:
         return error(400, "malformed_body", 'body must be {"name": "<operator>", "password": "<password>"}')
     if len(name) > 64 or len(password) > MAX_PASSWORD_CHARS:
         return error(401, "bad_credentials", "wrong operator name or password")
@@ -173,7 +176,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     name, password = parsed
     throttle = Throttle(request, name)
     try:
-        wait_s = await throttle.retry_after_s()
+        wait_s = await throttle.admit()
         if wait_s:
             logger.warning("console: sign-in refused, too many failures (operator name or address)")
             return error(
@@ -181,10 +184,10 @@ async def login(request: web.Request) -> web.StreamResponse:
             )
         operator = settings.file.console.operator(name)
         if not await verify_password(operator.password_hash if operator is not None else None, password):
-            await throttle.failed()
             logger.info("console: a sign-in failed (wrong operator name or password)")
             return error(401, "bad_credentials", "wrong operator name or password")
         assert operator is not None  # a password matched a stored hash
+        await throttle.succeeded()
         await end_signin(request)  # the browser's older sign-in, if any, ends here
         signin = await start_signin(request, operator, "password")
     except QueueUnavailableError:
