@@ -391,6 +391,22 @@ async def test_only_plain_messages_are_steered(
     assert await client.hget(SessionKeys(session).attempts, f"{head}:took") == b"2"
 
 
+@pytest.mark.parametrize("typed", ["/approve abc123XYZ", "  /DENY abc123XYZ ", "/approve", "/approve@my_bot abc123XYZ"])
+async def test_a_typed_approval_decision_is_not_steered_into_the_running_turn(
+    client: aioredis.Redis, ingestor: Ingestor, queue_settings: QueueSettings, typed: str
+) -> None:
+    """``/approve ID`` typed on a channel without commands is a decision for a turn of its own, not the user's words."""
+    first = make_message("first")
+    head = (await ingestor.ingest(first, busy_policy="steer")).message_id
+    lease = await Lease(client, worker_id="w1", lease_ms=2000).acquire(first.session_key)
+    assert lease is not None
+    ledger = Ledger(client, lease, queue_settings, worker_id="w1")
+    assert await ledger.begin() is not None
+    await ingestor.ingest(make_message(typed), busy_policy="steer")
+    await ingestor.ingest(make_message("behind it"), busy_policy="steer")
+    assert await ledger.steer(head, 1) == ([], [])  # it and everything behind it wait for the next turn
+
+
 def test_a_resumed_reply_acks_only_what_its_run_answered() -> None:
     ids = ["a", "b", "c", "d"]
     attempt = Attempt(2, False, "", ids, ["", "", "", ""], policy="collect")

@@ -1,7 +1,7 @@
 -- Hand the running turn (steer policy) the messages that arrived behind the ones it has, at its next step. Nothing is
 -- acked here: the turn's complete acks them with the rest, so a worker that dies mid-turn leaves them in the inbox.
--- Only plain messages are steered, up to the first that is not one: a command, a stop, a click, an edit or a deletion,
--- or a message with attachments (those are prepared for the model when a turn starts) waits for the next turn, with
+-- Only plain messages are steered, up to the first that is not one: a command, a stop, a typed approval decision, a
+-- click, an edit or a deletion, or a message with attachments (those are prepared for the model when a turn starts) waits for the next turn, with
 -- everything behind it. The head's ':took' field records how many inbox entries the turn has now (a resumed reply
 -- acks no more than that run answered).
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts
@@ -27,8 +27,15 @@ local function plain(body)
     if event.kind ~= 'message' then return false end
     if type(event.attachments) == 'table' and next(event.attachments) ~= nil then return false end
   end
-  local text = type(message.text) == 'string' and message.text or ''
-  return not stops[string.lower(string.match(text, '^%s*(.-)%s*$'))]
+  local text = string.lower(string.match(type(message.text) == 'string' and message.text or '', '^%s*(.-)%s*$'))
+  if stops[text] then return false end
+  -- a typed approval decision (/approve ID, /deny ID) is applied by a turn of its own, never read as words
+  for _, verb in ipairs({'/approve', '/deny'}) do
+    if text == verb or string.sub(text, 1, #verb + 1) == verb .. ' ' or string.sub(text, 1, #verb + 1) == verb .. '@' then
+      return false
+    end
+  end
+  return true
 end
 local out = {0}
 local ids = {}
