@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Protocol
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.channels.base import Capabilities, Receipt, SendContext
 from switchboard.core.actions import Action, SendText, SendTyping, SetStatus, StreamText
@@ -368,8 +370,9 @@ class Drainer(TurnEndings):
                 return None
             await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
             return None
-        except asyncio.CancelledError:
-            # a reply already claimed stays this attempt's: the next one resumes its send instead of the run
+        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
+            # unfinished by no fault of the message (a shutdown; the queue's own store gone mid-run, which the reaper
+            # repairs): its attempt is handed back, unless a reply was claimed (the next attempt resumes that send)
             returned = None if idempotency_key(turn.run_id, REPLY) in outbox.used else attempt.ids[0]
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lease.abandon(lease, return_attempt_of=returned))

@@ -331,3 +331,33 @@ async def test_a_turn_reads_the_history_and_slots_its_session_has(
         (["a", "echo: a"], {"state": {"n": 1}}, ["a", "echo: a"]),
         (["echo: a", "b", "echo: b"], {"state": {"n": 2}}, ["a", "echo: a", "b", "echo: b"]),
     ]
+
+
+async def test_the_queue_store_going_away_mid_run_never_spends_the_messages_attempts(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    """A Redis outage or restart mid-run (a connection error, a timeout) is no fault of the message: more of them than
+    ``max_attempts`` hand the attempt back each time (the reaper repairs the session) and never dead-letter it."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    outages: list[Exception] = [
+        RedisConnectionError("Connection closed by server."),
+        RedisTimeoutError("Timeout reading from socket"),
+    ] * queue_settings.max_attempts
+
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        if outages:
+            raise outages.pop(0)
+        return await echo_runner(request, sink, store)
+
+    await ingestor.ingest(make_message("hello"))
+    session = make_message("x").session_key
+    drainer = make_drainer(client, queue_settings, deliverer, runner)
+    for _ in range(2 * queue_settings.max_attempts):  # what the reaper's repairs would run
+        with pytest.raises((RedisConnectionError, RedisTimeoutError)):
+            await drainer.drain(session)
+    assert await client.exists(SessionKeys(session).lease) == 0  # handed back, not left to lapse
+    await drainer.drain(session)
+    assert deliverer.texts() == ["echo: hello"] and deliverer.texts("error") == []
+    assert await client.llen(SessionKeys(session).dead) == 0
