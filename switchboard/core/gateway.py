@@ -281,7 +281,8 @@ class ToolGateway:
                 name, started, "needs_approval", message, key=key, fingerprint=fingerprint, policy=decision.label
             )
             return failed.model_copy(update={"approval": request})
-        outcome = await self._effect(tool, validated, ctx, scope, started, key, fingerprint)
+        with running(key):  # a sibling call racing this one waits for its outcome (effects.claim_effect)
+            outcome = await self._effect(tool, validated, ctx, scope, started, key, fingerprint)
         outcome = outcome.model_copy(update={"policy": decision.label})
         if outcome.ok:  # this occurrence happened (or was recorded): an identical call after it is the next one
             scope.ordinals[fingerprint] += 1
@@ -307,20 +308,7 @@ class ToolGateway:
         key: str,
         fingerprint: str,
     ) -> ToolOutcome:
-        """Gate, claim, run (retrying what the tool allows) and settle one validated call under its key."""
-        with running(key):  # a sibling call racing this one waits for its outcome (effects.claim_effect)
-            return await self._claimed(tool, validated, ctx, scope, started, key, fingerprint)
-
-    async def _claimed(
-        self,
-        tool: Tool,
-        validated: BaseModel,
-        ctx: ToolContext,
-        scope: CallScope,
-        started: float,
-        key: str,
-        fingerprint: str,
-    ) -> ToolOutcome:
+        """Claim, run (retrying what the tool allows) and settle one validated call under its key."""
         name = tool.name
         claimed = await claim_effect(ctx.effects, tool, key, fingerprint, run_id=ctx.run_id)
         if isinstance(claimed, Refused):
@@ -332,20 +320,6 @@ class ToolGateway:
         if claimed is not None:  # done before under this key: the recorded outcome, not a second effect
             elapsed = (time.perf_counter() - started) * 1000
             return ToolOutcome.model_validate({**claimed, "attempts": 0, "variable": None, "duration_ms": elapsed})
-        return await self._run_claimed(tool, validated, ctx, scope, started, key, fingerprint)
-
-    async def _run_claimed(
-        self,
-        tool: Tool,
-        validated: BaseModel,
-        ctx: ToolContext,
-        scope: CallScope,
-        started: float,
-        key: str,
-        fingerprint: str,
-    ) -> ToolOutcome:
-        """Run a claimed call (retrying what the tool allows) and settle it under its key."""
-        name = tool.name
         call_ctx = dataclasses.replace(ctx, idempotency_key=key, workspaces=self.workspaces, threads=self.threads)
         breaker = self.breaker(tool.breaker_key)
 

@@ -34,7 +34,7 @@ from switchboard.core.approvals import (
     state_sha256,
 )
 from switchboard.core.gateway import canonical_json
-from switchboard.core.messages import InboundMessage
+from switchboard.core.messages import InboundMessage, OperatorActed
 from switchboard.core.model import ChatMessage
 from switchboard.core.policy import Policy
 from switchboard.core.turn import TurnRequest
@@ -96,7 +96,13 @@ def approval_id_for(key: bytes, basis: str) -> str:
 
 
 def principal_of(message: InboundMessage) -> str:
-    """The principal who sent ``message``: ``<channel>:<sender id>``."""
+    """The principal who sent ``message``: ``<channel>:<sender id>``.
+
+    An operator's or the gateway's action names its principal itself (``console:alice``, ``switchboard``); no channel
+    can send one.
+    """
+    if isinstance(message.event, OperatorActed):
+        return message.sender.id
     return f"{message.conversation.channel}:{message.sender.id}"
 
 

@@ -19,19 +19,13 @@ from collections.abc import Sequence
 from switchboard.core.agent import Agent
 from switchboard.core.grants import permissions_for, resolve_policy
 from switchboard.core.messages import InboundMessage, OperatorActed
+from switchboard.core.suspend import principal_of
 from switchboard.core.turn import TurnRequest
 from switchboard.settings import FileConfig
 from switchboard.tracing import trace_hex
 from switchboard.types import SessionKey
 
-__all__ = ["principal_of", "turn_request"]
-
-
-def principal_of(message: InboundMessage) -> str:
-    """The principal a message comes from (``<channel>:<sender id>``, or an operator's ``console:<name>``)."""
-    if isinstance(message.event, OperatorActed):
-        return message.sender.id
-    return f"{message.conversation.channel}:{message.sender.id}"
+__all__ = ["principal_of", "turn_request"]  # principal_of: switchboard.core.suspend, the one definition
 
 
 def turn_request(

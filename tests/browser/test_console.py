@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 import pytest
@@ -66,11 +67,15 @@ console:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """``python -m switchboard run`` as a user starts it, with an operator and a gated ``write_file``."""
+    yield from start_gateway(tmp_path_factory.mktemp("console-gateway"), CONSOLE_CONFIG)
+
+
+def start_gateway(root: Path, config_text: str) -> Iterator[Gateway]:
+    """Run the gateway with ``config_text`` (``{hash}``: the operator's password hash) until the caller is done."""
     if CHROMIUM is None:
         pytest.skip(SKIP_REASON)
-    root = tmp_path_factory.mktemp("console-gateway")
     config = root / "switchboard.yaml"
-    config.write_text(CONSOLE_CONFIG.format(hash=hash_password(PASSWORD)))
+    config.write_text(config_text.format(hash=hash_password(PASSWORD)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
     port = _free_port()
     env.update(

@@ -8,27 +8,19 @@ violation (the page fixture fails a test on any error in the browser's console).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Final
 
 import pytest
 from playwright.async_api import expect
 
-from switchboard.console.passwords import hash_password
 from tests.browser.conftest import (
     CHROMIUM,
     GUARD_MS,
-    OFFLINE_DELAY_MS,
     SKIP_REASON,
     Gateway,
-    _free_port,
-    _stop,
-    _wait_ready,
 )
-from tests.browser.test_console import CONSOLE_CONFIG, PASSWORD, ConsolePage, OpenChat, open_console
+from tests.browser.test_console import CONSOLE_CONFIG, PASSWORD, ConsolePage, OpenChat, open_console, start_gateway
 
 __all__ = ["open_console"]
 
@@ -45,33 +37,7 @@ HOSTILE_CONFIG: Final = CONSOLE_CONFIG.replace("writing files needs an operator'
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """``python -m switchboard run`` with a gated ``write_file`` whose policy reason is markup."""
-    if CHROMIUM is None:
-        pytest.skip(SKIP_REASON)
-    root = tmp_path_factory.mktemp("console-hostile")
-    config = root / "switchboard.yaml"
-    config.write_text(HOSTILE_CONFIG.format(hash=hash_password(PASSWORD)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
-    port = _free_port()
-    env.update(
-        {
-            "SWITCHBOARD_HOST": "127.0.0.1",
-            "SWITCHBOARD_PORT": str(port),
-            "SWITCHBOARD_DATA_DIR": str(root / "data"),
-            "SWITCHBOARD_CONFIG": str(config),
-            "SWITCHBOARD_OFFLINE__DELAY_MS": str(OFFLINE_DELAY_MS // 3),
-        }
-    )
-    stdout, stderr = root / "stdout.txt", root / "stderr.txt"
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", "run"], env=env, cwd=root, stdout=out, stderr=err
-        )
-    running = Gateway(url=f"http://127.0.0.1:{port}/", process=process, stdout=stdout, stderr=stderr)
-    try:
-        _wait_ready(running)
-        yield running
-    finally:
-        _stop(running)
+    yield from start_gateway(tmp_path_factory.mktemp("console-hostile"), HOSTILE_CONFIG)
 
 
 async def _inert(console: ConsolePage) -> None:
