@@ -370,9 +370,11 @@ class Drainer(TurnEndings):
                 return None
             await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
             return None
-        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
-            # unfinished by no fault of the message (a shutdown; the queue's own store gone mid-run, which the reaper
-            # repairs): its attempt is handed back, unless a reply was claimed (the next attempt resumes that send)
+        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError) as err:
+            if not isinstance(err, asyncio.CancelledError) and attempt.attempt < self.settings.max_attempts:
+                return await self._failed(turn, attempt, messages, outbox, err)  # retried here, as any failure
+            # unfinished by no fault of the message (a shutdown; the queue's own store gone at its last attempt, which
+            # the reaper repairs): the attempt is handed back, unless a reply was claimed (the next resumes that send)
             returned = None if idempotency_key(turn.run_id, REPLY) in outbox.used else attempt.ids[0]
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lease.abandon(lease, return_attempt_of=returned))
