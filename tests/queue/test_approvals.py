@@ -283,14 +283,18 @@ async def test_r8_concurrent_approve_deny_and_expire_resolve_to_exactly_one_deci
         expired = n % 10 == 9  # one race in ten runs after the approval expired
         record = record_for(SESSION, expires_in=-1.0 if expired else 3600.0)
         await stores[n % 3].approval_open(record)
-        outcomes = await asyncio.gather(
+        # The first call sent usually wins, so each race starts the six calls at a different one of them:
+        # approves and denies both win some races, whichever way the event loop happens to schedule them.
+        order = [(n + k) % len(verdicts) for k in range(len(verdicts))]
+        sent = await asyncio.gather(
             *(
                 stores[i % 3].approval_decide(
-                    record.id, verdict, f"telegram:{i}", "button", action_prefix=ACTION[: 6 + i]
+                    record.id, verdicts[i], f"telegram:{i}", "button", action_prefix=ACTION[: 6 + i]
                 )
-                for i, verdict in enumerate(verdicts)
+                for i in order
             )
         )
+        outcomes = [sent[order.index(i)] for i in range(len(verdicts))]
         results = Counter(o.result for o in outcomes)
         changed = [(i, o) for i, o in enumerate(outcomes) if o.result in {"applied", "expired"}]
         assert len(changed) == 1, results  # exactly one decision changed the record
