@@ -15,6 +15,15 @@ Each such close is counted, and a summary is logged at WARNING at most once per 
 that is not valid HTTP (a bad request line, a header with a forbidden byte …) gets aiohttp's 400 and one DEBUG
 line, not an ERROR with a traceback per request: it is the client's mistake, and anyone can send it. So is a request
 whose connection is lost while its body is read (closed for slowness, or the client left).
+
+Two shortcuts keep the webhook hot path cheap (docs/ARCHITECTURE.md §10), both in aiohttp's public API:
+
+- :data:`DIRECT_ROUTES`: ``POST`` to one of these exact paths is handed to its handler without the URL dispatcher
+  (the path is one dictionary lookup). They are taken only while the app has no middlewares, and never for a request
+  with ``Expect``; the handler gets the app as an argument (``request.app`` is unset there).
+- :class:`FixedResponse`: an answer whose status, ``Content-Type`` and body are fixed, written as one block of bytes
+  with aiohttp's own ``Date``, ``Server``, ``Content-Length`` and keep-alive headers, without building a header map per
+  request. Used only while the app has no ``on_response_prepare`` hooks (which would see no headers to change).
 """
 
 from __future__ import annotations
@@ -22,10 +31,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
@@ -33,7 +47,7 @@ from aiohttp.web_server import Server
 
 from switchboard.settings import HttpSettings
 
-__all__ = ["LOG_INTERVAL_S", "ConnectionGuard", "GuardedAppRunner"]
+__all__ = ["DIRECT_ROUTES", "LOG_INTERVAL_S", "ConnectionGuard", "DirectHandler", "FixedResponse", "GuardedAppRunner"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +55,90 @@ LOG_INTERVAL_S: Final = 10.0
 """Closed and shed connections are summed up in one log line at most this often."""
 _FD_RESERVE: Final = 256
 """File descriptors kept for everything but client connections (Redis, platform APIs, files)."""
+
+
+DirectHandler = Callable[[web.Application, web.BaseRequest], Awaitable[web.StreamResponse]]
+DIRECT_ROUTES: Final = web.AppKey("direct_routes", dict[str, DirectHandler])
+"""Exact path → handler for ``POST`` requests served without the URL dispatcher (see the module docstring)."""
+_FIXED_CACHE_SIZE: Final = 256
+_dated: list[Any] = [None, b""]
+
+
+def _date_header() -> bytes:
+    """The ``Date`` header line for now (RFC 9110 format, with its line end), formatted once per second."""
+    second = int(time.time())
+    if _dated[0] != second:
+        _dated[0], _dated[1] = second, b"Date: %s\r\n" % formatdate(second, usegmt=True).encode()
+    return _dated[1]  # type: ignore[no-any-return]
+
+
+def _phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:  # a status without a registered phrase: aiohttp sends an empty one too
+        return b""
+
+
+class FixedResponse(web.StreamResponse):
+    """An answer with a fixed status, ``Content-Type`` and body, written in one transport write.
+
+    Instances are shared (:meth:`of` caches them per answer, keep-alive and HTTP version), so nothing is set on
+    them per request. The headers are what aiohttp would send for the same answer: ``Content-Type`` (none for an empty
+    body without one), ``Content-Length``, ``Date``, ``Server``, and ``Connection`` where the version's default
+    differs from whether the connection is kept.
+    """
+
+    _cache: dict[tuple[int, bytes, str | None, bool, int], FixedResponse] = {}
+
+    def __init__(self, status: int, body: bytes, content_type: str | None, *, keep_alive: bool, minor: int) -> None:
+        """The answer for a request of HTTP/1.``minor`` whose connection is kept (``keep_alive``) or closed."""
+        super().__init__(status=status)
+        self._keep = keep_alive
+        head = [b"HTTP/1.%d %d %s\r\n" % (minor, status, _phrase(status))]
+        if content_type is not None:
+            head.append(b"Content-Type: %s\r\n" % content_type.encode("latin-1"))
+        head.append(b"Content-Length: %d\r\nServer: %s\r\n" % (len(body), SERVER_SOFTWARE.encode()))
+        if keep_alive and minor == 0:
+            head.append(b"Connection: keep-alive\r\n")
+        elif not keep_alive and minor == 1:
+            head.append(b"Connection: close\r\n")
+        self._head = b"".join(head)
+        self._tail = b"\r\n" + body
+
+    @classmethod
+    def of(cls, request: web.BaseRequest, status: int, body: bytes, content_type: str | None) -> FixedResponse:
+        """The shared response for this answer to ``request`` (a fresh one once the cache is full)."""
+        keep_alive, minor = request.keep_alive, request.version.minor
+        key = (status, body, content_type, keep_alive, minor)
+        found = cls._cache.get(key)
+        if found is None:
+            found = cls(status, body, content_type, keep_alive=keep_alive, minor=minor)
+            if len(cls._cache) < _FIXED_CACHE_SIZE:
+                cls._cache[key] = found
+        return found
+
+    @staticmethod
+    def fits(status: int, request: web.BaseRequest) -> bool:
+        """Whether a fixed answer may serve this status to this request (a body is allowed; HTTP/1.0 or 1.1)."""
+        return status >= 200 and status not in (204, 304) and request.method != "HEAD" and request.version.major == 1
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the connection is kept after this answer (decided from the request it was made for)."""
+        return self._keep
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        """Write the whole answer; the connection reports a reset when the client has gone."""
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the client closed the connection before the answer")
+        transport.write(b"".join((self._head, _date_header(), self._tail)))
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        """Nothing more to write: :meth:`prepare` wrote the answer whole."""
+
+    def __repr__(self) -> str:
+        return f"<FixedResponse {self.status} keep_alive={self._keep}>"
 
 
 def _descriptor_cap() -> int | None:
@@ -244,13 +342,31 @@ class GuardedAppRunner(web.AppRunner):
     async def _make_server(self) -> Server:
         plain = await super()._make_server()
         return _GuardedServer(
-            plain.request_handler,
+            self._direct(plain.request_handler),
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
             loop=plain._loop,
             guard=self.guard,
             **plain._kwargs,
         )
+
+    def _direct(
+        self, dispatch: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+    ) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
+        """``dispatch`` (the app's), with :data:`DIRECT_ROUTES` taken first while the app has no middlewares."""
+        app = self.app
+        direct = app.get(DIRECT_ROUTES)
+        if not direct or app.middlewares:
+            return dispatch
+
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            if request.method == "POST" and "Expect" not in request.headers:
+                handler = direct.get(request.path)
+                if handler is not None:
+                    return await handler(app, request)
+            return await dispatch(request)
+
+        return handle
 
     async def _cleanup_server(self) -> None:
         self.guard.close()

@@ -8,8 +8,10 @@ handshake by ``GET`` (Meta's ``hub.challenge``); any other method is 405 before 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -18,8 +20,16 @@ from switchboard.appkeys import CHANNELS, METRICS, ROUTER, SETTINGS
 from switchboard.channels import registry
 from switchboard.channels.base import Channel, HttpAnswer, Inbound, RawRequest
 from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, SignatureError, excerpt
+from switchboard.server import DIRECT_ROUTES, FixedResponse
 
-__all__ = ["add_routes", "error_response", "handle_traced_webhook", "handle_webhook"]
+__all__ = [
+    "add_routes",
+    "error_response",
+    "handle_traced_webhook",
+    "handle_webhook",
+    "serve_traced_webhook",
+    "serve_webhook",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +39,9 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return web.json_response({"ok": False, "error": {"code": code, "message": message}}, status=status, headers=headers)
 
 
-def _answer(answer: HttpAnswer) -> web.Response:
+def _answer(app: web.Application, request: web.BaseRequest, answer: HttpAnswer) -> web.StreamResponse:
+    if not app.on_response_prepare and FixedResponse.fits(answer.status, request):  # the hot path: no header map
+        return FixedResponse.of(request, answer.status, answer.body, answer.content_type)
     if answer.content_type is None:
         response = web.Response(status=answer.status, body=answer.body or None)
         response.headers.pop("Content-Type", None)
@@ -50,20 +62,35 @@ def _methods(app: web.Application, channel: str) -> frozenset[str]:
     return methods
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def _read_body(request: web.BaseRequest, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+    content = request.content
+    if content.is_eof():  # the whole body has arrived (as it has for almost every webhook): take it as it is
+        body = content.read_nowait()
+        if len(body) > limit:  # a chunked body has no Content-Length to refuse it by
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
+        return body
     return await request.read()
+
+
+def _route_of(request: web.Request) -> tuple[str, str]:
+    """The channel and account a request routed by aiohttp's dispatcher names."""
+    match = request.match_info
+    return match.get("channel") or request.path[_PREFIX_LEN:], match.get("account", "default")
 
 
 async def handle_webhook(request: web.Request) -> web.StreamResponse:
     """Serve ``/webhooks/{channel}`` and ``/webhooks/{channel}/{account}``."""
-    app = request.app
+    return await serve_webhook(request.app, request, *_route_of(request))
+
+
+async def serve_webhook(
+    app: web.Application, request: web.BaseRequest, channel_name: str, account: str
+) -> web.StreamResponse:
+    """Serve one webhook request for ``channel_name``/``account`` (a plain route: ``account`` is ``default``)."""
     settings = app[SETTINGS]
     metrics = app[METRICS]
-    match = request.match_info
-    channel_name = match.get("channel") or request.path[_PREFIX_LEN:]  # a plain route: /webhooks/<known channel>
-    account = match.get("account", "default")
     adapter = app[CHANNELS].get((channel_name, account))
     methods = _methods(app, channel_name) if adapter is not None else frozenset[str]()
     if adapter is None or not methods:
@@ -100,7 +127,7 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
         return error_response(503, "queue_unavailable", "the queue did not confirm in time; retry")
     except RequestError as err:  # a message that cannot be stored as text: 400, as a malformed body
         return error_response(err.status, err.code, str(err))
-    return _answer(answer)
+    return _answer(app, request, answer)
 
 
 async def _verify_and_receive(adapter: Channel, raw: RawRequest) -> Inbound:
@@ -125,7 +152,14 @@ async def _verify_and_receive(adapter: Channel, raw: RawRequest) -> Inbound:
 
 
 async def handle_traced_webhook(request: web.Request) -> web.StreamResponse:
-    """:func:`handle_webhook` timed as a ``webhook`` span, in the trace of the first message it accepted.
+    """:func:`serve_traced_webhook` for a request routed by aiohttp's dispatcher."""
+    return await serve_traced_webhook(request.app, request, *_route_of(request))
+
+
+async def serve_traced_webhook(
+    app: web.Application, request: web.BaseRequest, channel: str, account: str
+) -> web.StreamResponse:
+    """:func:`serve_webhook` timed as a ``webhook`` span, in the trace of the first message it accepted.
 
     The message id is assigned by ingest, so the span is recorded once the answer is known, with the request's
     start time: it joins the trace of the first message the request accepted (a platform's retry of a message
@@ -137,16 +171,14 @@ async def handle_traced_webhook(request: web.Request) -> web.StreamResponse:
     ids: list[str] = []
     try:
         with tracing.collecting_ingested() as ids:
-            response = await handle_webhook(request)
+            response = await serve_webhook(app, request, channel, account)
         status = response.status
         return response
     except web.HTTPException as exc:
         status = exc.status
         raise
     finally:
-        channel, account = request.match_info.get("channel") or request.path[_PREFIX_LEN:], "default"
-        account = request.match_info.get("account", account)
-        known = (channel, account) in request.app[CHANNELS]  # never a name an outsider made up
+        known = (channel, account) in app[CHANNELS]  # never a name an outsider made up
         tracing.span_at(
             "webhook",
             start_ns=started,
@@ -162,8 +194,15 @@ async def handle_traced_webhook(request: web.Request) -> web.StreamResponse:
         )
 
 
+_Serve = Callable[[web.Application, web.BaseRequest, str, str], Awaitable[web.StreamResponse]]
 _PREFIX = "/webhooks/"
 _PREFIX_LEN = len(_PREFIX)
+
+
+async def _serve_plain(
+    serve: _Serve, channel: str, app: web.Application, request: web.BaseRequest
+) -> web.StreamResponse:
+    return await serve(app, request, channel, "default")
 
 
 def add_routes(app: web.Application) -> None:
@@ -173,11 +212,16 @@ def add_routes(app: web.Application) -> None:
     one dictionary lookup, a ``{channel}`` route by a regular expression after it (a measurable part of a webhook's
     CPU). Both serve the same handler; other names fall through to the ``{channel}`` route (404). While spans are
     recorded (:func:`switchboard.tracing.recording`, decided before the app is built) the handler is
-    :func:`handle_traced_webhook`.
+    :func:`handle_traced_webhook`. ``POST`` to a plain route skips the dispatcher too (``DIRECT_ROUTES``, see
+    :mod:`switchboard.server`), which the webhook's answer, a :class:`~switchboard.server.FixedResponse`, pairs with.
     """
     app[_METHODS] = {}
-    handler = handle_traced_webhook if tracing.recording() else handle_webhook  # no timing cost when not exported
+    traced = tracing.recording()  # no timing cost when not exported
+    handler = handle_traced_webhook if traced else handle_webhook
+    serve = serve_traced_webhook if traced else serve_webhook
+    direct = app.setdefault(DIRECT_ROUTES, {})
     for name in registry.CHANNEL_MODULES:
         app.router.add_route("*", _PREFIX + name, handler)
+        direct[_PREFIX + name] = functools.partial(_serve_plain, serve, name)
     for path in (_PREFIX + "{channel}", _PREFIX + "{channel}/{account}"):
         app.router.add_route("*", path, handler)

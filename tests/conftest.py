@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from aiohttp.web_runner import BaseRunner
 
 from switchboard.queue.embedded import EmbeddedRedis
+from switchboard.server import GuardedAppRunner
+from switchboard.settings import HttpSettings
 
 MINIMAL_CONFIG = """
 default_agent: assistant
@@ -68,3 +74,26 @@ def base_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
         }
     )
     return env
+
+
+class GuardedTestServer(TestServer):
+    """aiohttp's test server, serving its app through the gateway's own runner (``switchboard web``'s server path)."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        return GuardedAppRunner(self.app, HttpSettings(), **kwargs)
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: Any) -> Any:
+    """pytest-aiohttp's ``aiohttp_client``; an app given to it is served as ``switchboard web`` serves it.
+
+    So every route test goes through :class:`~switchboard.server.GuardedAppRunner`: its guards, its direct webhook
+    routes and their fixed answers, not only aiohttp's plain runner.
+    """
+
+    async def make(app: Any, **kwargs: Any) -> Any:
+        if isinstance(app, web.Application):
+            app = GuardedTestServer(app)
+        return await aiohttp_client(app, **kwargs)
+
+    return make

@@ -90,12 +90,36 @@ async def test_malformed_body_is_400_and_writes_nothing(
     assert _snapshot(sync_redis) == before
 
 
-async def test_oversized_body_is_413_before_parsing(client: TestClient, sync_redis: redis.Redis) -> None:
+def _chunks(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` sent chunked (no ``Content-Length`` to refuse it by)."""
+
+    async def stream() -> AsyncIterator[bytes]:
+        for at in range(0, len(body), 65536):
+            yield body[at : at + 65536]
+
+    return stream()
+
+
+@pytest.mark.parametrize("path", ["/webhooks/telegram", "/webhooks/telegram/default"])
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_oversized_body_is_413_before_parsing(
+    client: TestClient, sync_redis: redis.Redis, path: str, chunked: bool
+) -> None:
+    """On the direct plain route and the dispatched account route alike, with a ``Content-Length`` or chunked."""
     before = _snapshot(sync_redis)
     big = b'{"update_id": 1, "pad": "' + b"x" * (1024 * 1024 + 10) + b'"}'
-    resp = await client.post("/webhooks/telegram", data=big, headers={"X-Telegram-Bot-Api-Secret-Token": "not-checked"})
+    data: Any = _chunks(big) if chunked else big
+    resp = await client.post(path, data=data, headers={"X-Telegram-Bot-Api-Secret-Token": "not-checked"})
     assert resp.status == 413
+    assert (await resp.json())["error"]["code"] == "body_too_large"
     assert _snapshot(sync_redis) == before
+
+
+async def test_a_chunked_update_is_accepted_like_any_other(client: TestClient, sync_redis: redis.Redis) -> None:
+    body, headers = sign_update(make_update("chunked hello", chat_id=8, update_id=1003), SECRET)
+    resp = await client.post("/webhooks/telegram", data=_chunks(body * 1), headers=headers)
+    assert (resp.status, await resp.json()) == (200, {"ok": True})
+    assert len(sync_redis.keys("sb:*:inbox")) == 1
 
 
 async def test_the_plain_and_the_account_route_reach_the_same_adapter(
@@ -185,11 +209,37 @@ async def test_a_method_the_channel_does_not_take_is_405_before_the_adapter_sees
 async def test_the_adapters_answer_is_sent_as_it_is(
     aiohttp_client: Any, answer: HttpAnswer, content_type: str | None
 ) -> None:
-    async def handler(request: web.Request) -> web.Response:
-        return webhooks._answer(answer)
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return webhooks._answer(request.app, request, answer)
 
     app = web.Application()
     app.router.add_get("/", handler)
     resp = await (await aiohttp_client(app)).get("/")
     assert resp.status == answer.status and await resp.read() == answer.body
     assert resp.headers.get("Content-Type") == content_type
+
+
+async def test_a_chunked_body_over_the_cap_that_arrived_whole_is_413(
+    base_env: dict[str, str], fake_tg: FakeTelegram, aiohttp_client: Any, sync_redis: redis.Redis
+) -> None:
+    """Head and whole chunked body in one write: the body is complete before the route reads it, and still capped."""
+    env = base_env | {
+        "SWITCHBOARD_TELEGRAM__BOT_TOKEN": "42:test",
+        "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": SECRET,
+        "SWITCHBOARD_TELEGRAM__API_BASE_URL": fake_tg.base_url,
+        "SWITCHBOARD_QUEUE__MAX_BODY_BYTES": "2048",
+    }
+    client = await aiohttp_client(create_app(load_settings(env)))
+    before = _snapshot(sync_redis)
+    body, _headers = sign_update(make_update("x" * 3000, chat_id=9, update_id=1004), SECRET)
+    head = (
+        f"POST /webhooks/telegram HTTP/1.1\r\nHost: x\r\nX-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    async with asyncio.timeout(10):
+        answer = await reader.read(-1)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 413 ") and b'"body_too_large"' in answer
+    assert _snapshot(sync_redis) == before
