@@ -106,21 +106,23 @@ class FixedResponse(web.StreamResponse):
         self._tail = b"\r\n" + body
 
     @classmethod
-    def of(cls, request: web.BaseRequest, status: int, body: bytes, content_type: str | None) -> FixedResponse:
-        """The shared response for this answer to ``request`` (a fresh one once the cache is full)."""
-        keep_alive, minor = request.keep_alive, request.version.minor
-        key = (status, body, content_type, keep_alive, minor)
-        found = cls._cache.get(key)
-        if found is None:
-            found = cls(status, body, content_type, keep_alive=keep_alive, minor=minor)
-            if len(cls._cache) < _FIXED_CACHE_SIZE:
-                cls._cache[key] = found
-        return found
+    def of(cls, request: web.BaseRequest, status: int, body: bytes, content_type: str | None) -> FixedResponse | None:
+        """The shared response for this answer to ``request``; ``None`` where a fixed answer does not fit.
 
-    @staticmethod
-    def fits(status: int, request: web.BaseRequest) -> bool:
-        """Whether a fixed answer may serve this status to this request (a body is allowed; HTTP/1.0 or 1.1)."""
-        return status >= 200 and status not in (204, 304) and request.method != "HEAD" and request.version.major == 1
+        It does not fit an answer without a body (1xx, 204, 304), a ``HEAD`` request or another HTTP than 1.x. Once
+        the cache is full, a fresh response is made per call.
+        """
+        version = request.version
+        key = (status, body, content_type, request.keep_alive, version.minor)
+        found = cls._cache.get(key)
+        if found is not None and version.major == 1 and request.method != "HEAD":
+            return found
+        if status < 200 or status in (204, 304) or version.major != 1 or request.method == "HEAD":
+            return None
+        found = cls(status, body, content_type, keep_alive=key[3], minor=key[4])
+        if len(cls._cache) < _FIXED_CACHE_SIZE:
+            cls._cache[key] = found
+        return found
 
     @property
     def keep_alive(self) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -40,8 +39,10 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 
 
 def _answer(app: web.Application, request: web.BaseRequest, answer: HttpAnswer) -> web.StreamResponse:
-    if not app.on_response_prepare and FixedResponse.fits(answer.status, request):  # the hot path: no header map
-        return FixedResponse.of(request, answer.status, answer.body, answer.content_type)
+    if not app.on_response_prepare:  # the hot path: no header map
+        fixed = FixedResponse.of(request, answer.status, answer.body, answer.content_type)
+        if fixed is not None:
+            return fixed
     if answer.content_type is None:
         response = web.Response(status=answer.status, body=answer.body or None)
         response.headers.pop("Content-Type", None)
@@ -86,40 +87,38 @@ async def handle_webhook(request: web.Request) -> web.StreamResponse:
 
 
 async def serve_webhook(
-    app: web.Application, request: web.BaseRequest, channel_name: str, account: str
+    app: web.Application, request: web.BaseRequest, channel: str, account: str
 ) -> web.StreamResponse:
-    """Serve one webhook request for ``channel_name``/``account`` (a plain route: ``account`` is ``default``)."""
+    """Serve one webhook request for ``channel``/``account`` (a plain route: ``account`` is ``default``)."""
     settings = app[SETTINGS]
     metrics = app[METRICS]
-    adapter = app[CHANNELS].get((channel_name, account))
-    methods = _methods(app, channel_name) if adapter is not None else frozenset[str]()
+    adapter = app[CHANNELS].get((channel, account))
+    methods = _methods(app, channel) if adapter is not None else frozenset[str]()
     if adapter is None or not methods:
-        metrics.rejected(channel_name, "unknown_channel")
+        metrics.rejected(channel, "unknown_channel")
         return error_response(
             404,
             "unknown_channel",
-            f"no enabled channel account {excerpt(channel_name)}/{excerpt(account)}: set the channel's credentials "
+            f"no enabled channel account {excerpt(channel)}/{excerpt(account)}: set the channel's credentials "
             "(SWITCHBOARD_<CHANNEL>__...) and restart; `switchboard check` lists what is enabled",
         )
     if request.method not in methods:
-        metrics.rejected(channel_name, "method_not_allowed")
+        metrics.rejected(channel, "method_not_allowed")
         allowed = ", ".join(sorted(methods))
-        return error_response(
-            405, "method_not_allowed", f"/webhooks/{channel_name} accepts {allowed}", {"Allow": allowed}
-        )
+        return error_response(405, "method_not_allowed", f"/webhooks/{channel} accepts {allowed}", {"Allow": allowed})
     try:
         body = await _read_body(request, settings.queue.max_body_bytes)
     except web.HTTPRequestEntityTooLarge:
-        metrics.rejected(channel_name, "too_large")
+        metrics.rejected(channel, "too_large")
         return error_response(413, "body_too_large", f"body over {settings.queue.max_body_bytes} bytes")
     raw = RawRequest(request.method, request.path, request.headers, request.query, body, account)
     try:
         inbound = await _verify_and_receive(adapter, raw)
     except RequestError as err:
-        metrics.rejected(channel_name, err.code)
+        metrics.rejected(channel, err.code)
         return error_response(err.status, err.code, str(err))
     except QueueUnavailableError:
-        metrics.rejected(channel_name, "verify_unavailable")
+        metrics.rejected(channel, "verify_unavailable")
         return error_response(503, "verify_unavailable", "could not verify the request now; retry")
     try:
         answer = await app[ROUTER].accept(adapter, inbound)
@@ -194,15 +193,8 @@ async def serve_traced_webhook(
         )
 
 
-_Serve = Callable[[web.Application, web.BaseRequest, str, str], Awaitable[web.StreamResponse]]
 _PREFIX = "/webhooks/"
 _PREFIX_LEN = len(_PREFIX)
-
-
-async def _serve_plain(
-    serve: _Serve, channel: str, app: web.Application, request: web.BaseRequest
-) -> web.StreamResponse:
-    return await serve(app, request, channel, "default")
 
 
 def add_routes(app: web.Application) -> None:
@@ -222,6 +214,6 @@ def add_routes(app: web.Application) -> None:
     direct = app.setdefault(DIRECT_ROUTES, {})
     for name in registry.CHANNEL_MODULES:
         app.router.add_route("*", _PREFIX + name, handler)
-        direct[_PREFIX + name] = functools.partial(_serve_plain, serve, name)
+        direct[_PREFIX + name] = functools.partial(serve, channel=name, account="default")  # no coroutine layer
     for path in (_PREFIX + "{channel}", _PREFIX + "{channel}/{account}"):
         app.router.add_route("*", path, handler)

@@ -85,7 +85,9 @@ async def test_a_fixed_answer_is_what_aiohttp_sends_for_it(
     version: str, connection: str | None, status: int, body: bytes, content_type: str | None
 ) -> None:
     async def fixed(request: web.Request) -> web.StreamResponse:
-        return FixedResponse.of(request, status, body, content_type)
+        answer = FixedResponse.of(request, status, body, content_type)
+        assert answer is not None
+        return answer
 
     async def plain(request: web.Request) -> web.StreamResponse:
         return _aiohttp_answer(status, body, content_type)
@@ -112,7 +114,9 @@ async def test_a_fixed_answer_is_what_aiohttp_sends_for_it(
 
 async def test_a_kept_connection_is_served_again_after_a_fixed_answer() -> None:
     async def fixed(request: web.Request) -> web.StreamResponse:
-        return FixedResponse.of(request, 200, b'{"ok":true}', "application/json")
+        answer = FixedResponse.of(request, 200, b'{"ok":true}', "application/json")
+        assert answer is not None
+        return answer
 
     app = web.Application()
     app.router.add_post("/fixed", fixed)
@@ -134,10 +138,12 @@ def test_fixed_answers_are_shared_per_answer_and_never_built_for_what_they_canno
     one = FixedResponse.of(kept, 200, b'{"ok":true}', "application/json")
     assert FixedResponse.of(kept, 200, b'{"ok":true}', "application/json") is one
     assert FixedResponse.of(closed, 200, b'{"ok":true}', "application/json") is not one
-    assert one.keep_alive and not FixedResponse.of(closed, 200, b"", None).keep_alive
-    assert FixedResponse.fits(200, kept) and FixedResponse.fits(202, kept)
-    assert not FixedResponse.fits(204, kept) and not FixedResponse.fits(304, kept)
-    assert not FixedResponse.fits(200, request("HEAD", HttpVersion11))
+    closed_empty = FixedResponse.of(closed, 200, b"", None)
+    assert one is not None and one.keep_alive and closed_empty is not None and not closed_empty.keep_alive
+    assert FixedResponse.of(kept, 202, b"", None) is not None
+    assert FixedResponse.of(kept, 204, b"", None) is None and FixedResponse.of(kept, 304, b"", None) is None
+    assert FixedResponse.of(kept, 101, b"", None) is None
+    assert FixedResponse.of(request("HEAD", HttpVersion11), 200, b'{"ok":true}', "application/json") is None
 
 
 def _app(*, middleware: bool = False) -> web.Application:

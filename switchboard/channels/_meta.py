@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from pydantic import SecretStr
+from pydantic_core import from_json
 
 from switchboard.channels.base import HttpAnswer, Inbound, RawRequest, header_values
 from switchboard.errors import MalformedBodyError, SignatureError
@@ -175,12 +176,15 @@ def load_delivery(body: bytes, object_name: str, channel: str) -> dict[str, Any]
     Raises:
         MalformedBodyError: not JSON, not an object, another ``object``, or ``entry`` not a list.
     """
-    try:
-        payload = json.loads(body)
-        if b"\\ud" in body or b"\\uD" in body:  # an escaped surrogate: a lone one would poison the stored record
-            payload = _repaired(payload)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise MalformedBodyError(f"{channel}: body is not JSON", channel=channel) from None
+    try:  # pydantic-core's parser is about twice as fast; what it refuses, json.loads decides (same results)
+        payload = from_json(body)
+    except ValueError:  # not JSON, or JSON it does not take: a lone surrogate, UTF-16/32, deep nesting, a BOM
+        try:
+            payload = json.loads(body)
+            if b"\\ud" in body or b"\\uD" in body:  # an escaped lone surrogate would poison the stored record
+                payload = _repaired(payload)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise MalformedBodyError(f"{channel}: body is not JSON", channel=channel) from None
     if not isinstance(payload, dict):
         raise MalformedBodyError(f"{channel}: body is not a JSON object", channel=channel)
     if payload.get("object") != object_name:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from multidict import MultiMapping
+from multidict import CIMultiDictProxy, MultiMapping
 
 from switchboard.core.actions import Action
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
@@ -65,6 +65,8 @@ class RawRequest:
 
 def header_values(headers: Mapping[str, str], name: str) -> list[str]:
     """Every value of header ``name``, case-insensitively (a repeated header gives several: signature checks refuse)."""
+    if type(headers) is CIMultiDictProxy:  # aiohttp's request headers: no ABC check on the hot path
+        return headers.getall(name, [])
     if isinstance(headers, MultiMapping):
         return [str(value) for value in headers.getall(name, [])]
     lowered = name.lower()

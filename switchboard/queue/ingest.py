@@ -265,8 +265,10 @@ def _rq_time(now: float) -> str:
 
 def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, _last: asyncio.Future[Any]) -> None:
     """The last reply of a batch is in: its deadline is no longer needed (unless a caller left early)."""
-    if all(future.done() for future in futures):
-        timer.cancel()
+    for future in futures:
+        if not future.done():
+            return
+    timer.cancel()
 
 
 def _fingerprint(text: str) -> str:

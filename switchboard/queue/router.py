@@ -140,9 +140,10 @@ class IngestRouter:
                 the ones already accepted are dropped as duplicates).
         """
         messages = inbound.messages
-        if any(isinstance(m.event, OperatorActed) for m in messages):  # only the console and the gateway make these
-            self._rejected(adapter.name, "forged_operator_event")
-            raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
+        for message in messages:
+            if isinstance(message.event, OperatorActed):  # only the console and the gateway make these
+                self._rejected(adapter.name, "forged_operator_event")
+                raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
         try:
             if len(messages) == 1:
                 await self.ingest(messages[0])

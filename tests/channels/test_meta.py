@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from switchboard.channels import _meta
 from switchboard.channels._meta import UNCLAIMED_PREFIX, AccountMap, sign, verify_request
 from switchboard.channels._meta_graph import (
     GraphError,
@@ -18,7 +21,7 @@ from switchboard.channels._meta_graph import (
     sends_token,
 )
 from switchboard.channels.base import RawRequest
-from switchboard.errors import SignatureError
+from switchboard.errors import MalformedBodyError, SignatureError
 
 
 def error(code: int, subcode: int | None = None) -> dict[str, Any]:
@@ -142,3 +145,50 @@ def test_which_media_urls_a_download_reaches_and_which_get_the_token(
     assert media_allowed(URL(url), graph) is allowed
     if allowed:  # the token question is only asked of hops that pass
         assert sends_token(URL(url), graph) is token
+
+
+def _reference_delivery(body: bytes, object_name: str) -> Any:
+    """What ``load_delivery`` gave before it parsed with pydantic-core: ``json.loads`` and the surrogate repair."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return "malformed"
+    payload = _meta._repaired(payload)
+    if not isinstance(payload, dict) or payload.get("object") != object_name:
+        return "malformed"
+    return payload if isinstance(payload.get("entry", []), list) else "malformed"
+
+
+_PAYLOADS = Path(__file__).resolve().parents[1] / "payloads"
+_SAMPLES = [
+    (path.read_bytes(), {"whatsapp": "whatsapp_business_account", "messenger": "page", "instagram": "instagram"}[d])
+    for d in ("whatsapp", "messenger", "instagram")
+    for path in sorted((_PAYLOADS / d).glob("*.json"))
+]
+_ODD = [
+    b'{"object":"page","entry":[{"id":"1","x":"\\ud800"}]}',  # a lone surrogate: repaired
+    b'{"object":"page","entry":[{"id":"1","x":"\\ud83d\\ude00 \\udc00"}]}',  # a pair and a lone one
+    '{"object":"page","entry":[{"id":"é"}]}'.encode("utf-16"),  # json.loads detects UTF-16
+    b'\xef\xbb\xbf{"object":"page","entry":[]}',  # a UTF-8 byte order mark
+    b'{"object":"page","entry":[' + b"[" * 300 + b"]" * 300 + b"]}",  # nesting pydantic-core refuses
+    b'{"object":"page","entry":[' + b"[" * 100_000 + b"]" * 100_000 + b"]}",  # nesting json.loads refuses too
+    b'{"object":"page","entry":[{"n":123456789012345678901234567890,"f":1e400,"g":-0.0}]}',
+    b'{"object":"page","object":"page","entry":[1],"entry":[2]}',  # duplicate keys: the last wins
+    b'{"object":"page","entry":[{"x":"\x01"}]}',  # a raw control character
+    b'{"object":"page","entry":[1,]}',
+    b'{"object":"page","entry":[]} trailing',
+    b'{"object":"page","entry":{}}',
+    b'["object","page"]',
+    b"",
+]
+
+
+@pytest.mark.parametrize(("body", "object_name"), _SAMPLES + [(body, "page") for body in _ODD])
+def test_a_delivery_is_read_exactly_as_json_loads_reads_it(body: bytes, object_name: str) -> None:
+    expected = _reference_delivery(body, object_name)
+    try:
+        got: Any = _meta.load_delivery(body, object_name, "messenger")
+    except MalformedBodyError:
+        got = "malformed"
+    assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert type(got) is type(expected)
