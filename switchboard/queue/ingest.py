@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
@@ -38,7 +37,7 @@ from switchboard.core.messages import InboundMessage, Posted, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
-from switchboard.queue.connection import MultiplexedConnection
+from switchboard.queue.coalescer import Coalescer
 from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.message_ids import new_message_id
@@ -60,124 +59,6 @@ _ASSIGNED: set[str] = {"id", "received_at"}
 """Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
 _to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
 """``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
-_pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
-_Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
-
-
-class _Coalescer:
-    """Sends the ingest scripts of concurrent requests in one pipeline per event-loop iteration.
-
-    Each script stays its own atomic step; only the round trip is shared. Under load this divides the client
-    library's per-round-trip cost (most of the gateway's CPU per request) by the batch size, and costs an idle
-    gateway at most one loop iteration of latency. The deadline is kept per batch (one timer, not one
-    ``asyncio.timeout`` per request): when Redis has not confirmed a batch within ``timeout_s`` its callers get
-    :class:`TimeoutError` while the round trip runs on (the scripts may still land: a platform's retry is deduplicated).
-    """
-
-    def __init__(self, redis: aioredis.Redis, timeout_s: float) -> None:
-        self.redis = redis
-        self.timeout_s = timeout_s
-        self._mux = MultiplexedConnection(redis) if MultiplexedConnection.supports(redis) else None
-        self._pending: list[_Item] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def submit(self, keys: list[str], args: list[ScriptArg]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._flush, loop)
-        self._pending.append((keys, args, future))
-        return future
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        batch, self._pending = self._pending, []
-        timer = loop.call_later(self.timeout_s, self._expire, batch)
-        if self._mux is not None and self._mux.ready:
-            self._write(self._mux, batch, timer)
-            return
-        task = loop.create_task(self._send(batch, timer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _write(self, mux: MultiplexedConnection, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
-        sha = scripts.INGEST.sha
-        futures = [future for _keys, _args, future in batch]
-        try:
-            commands = [_pack(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args, _f in batch]
-        except (TypeError, ValueError) as err:  # a bug, not an outage: fail the batch now rather than at its deadline
-            timer.cancel()
-            for future in futures:
-                if not future.done():
-                    future.set_exception(RedisError(f"could not encode the ingest script call: {err}"))
-            return
-        mux.write(commands, futures)
-        futures[-1].add_done_callback(functools.partial(_batch_done, futures, timer))
-
-    async def _send(self, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
-        live = [item for item in batch if not item[2].done()]
-        if not live:
-            timer.cancel()
-            return
-        if self._mux is None:
-            try:
-                await self._round_trip(live)
-            finally:
-                timer.cancel()
-            return
-        try:
-            await self._mux.connect()
-        except NotImplementedError:
-            logger.warning("ingest falls back to redis-py pipelines: this redis-py cannot be multiplexed")
-            self._mux = None
-            try:
-                await self._round_trip(live)
-            finally:
-                timer.cancel()
-            return
-        except Exception as err:
-            timer.cancel()
-            for _keys, _args, future in live:
-                if not future.done():
-                    future.set_exception(err)
-            return
-        self._write(self._mux, live, timer)
-
-    def _expire(self, batch: list[_Item]) -> None:
-        """The batch's deadline passed: every caller still waiting gets :class:`TimeoutError`."""
-        overdue = False
-        for _keys, _args, future in batch:
-            if not future.done():
-                overdue = True
-                future.set_exception(TimeoutError("Redis did not confirm the ingest batch in time"))
-        if overdue and self._mux is not None:
-            self._mux.abandon()  # a connection that stopped answering is not trusted with the next batch
-
-    async def _round_trip(self, live: list[_Item]) -> None:
-        try:
-            if len(live) == 1:
-                results: list[Any] = [await scripts.INGEST(self.redis, live[0][0], live[0][1])]
-            else:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for keys, args, _future in live:
-                        pipe.evalsha(scripts.INGEST.sha, len(keys), *keys, *args)
-                    results = await pipe.execute(raise_on_error=False)
-                for i, result in enumerate(results):
-                    if isinstance(result, NoScriptError):  # script cache flushed: load it and run this one alone
-                        results[i] = await scripts.INGEST(self.redis, live[i][0], live[i][1])
-        except BaseException as err:
-            for _keys, _args, future in live:
-                if not future.done():
-                    future.set_exception(err if isinstance(err, Exception) else RedisError("ingest interrupted"))
-            if not isinstance(err, Exception):
-                raise
-            return
-        for (_keys, _args, future), result in zip(live, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
 
 
 _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
@@ -209,6 +90,17 @@ def _drop_reason(value: str) -> DropReason:
 
 _session_key = functools.lru_cache(maxsize=16_384)(session_key)
 """Session keys of recently seen conversations (escaping five components costs more than the lookup)."""
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+"""``json.dumps`` of a ``str`` (the same C function it calls), without its Python layers."""
+
+
+@functools.lru_cache(maxsize=16_384)
+def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str, str, str, str]:
+    """A session's keys the ingest script touches (messages, inbox, meta, events, drain, rate, cancel), made once."""
+    keys = SessionKeys(session)
+    return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel
+
+
 _rq_second: list[Any] = [None, ""]
 
 
@@ -263,14 +155,6 @@ def _rq_time(now: float) -> str:
     return f"{_rq_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
-def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, _last: asyncio.Future[Any]) -> None:
-    """The last reply of a batch is in: its deadline is no longer needed (unless a caller left early)."""
-    for future in futures:
-        if not future.done():
-            return
-    timer.cancel()
-
-
 def _fingerprint(text: str) -> str:
     """A text's short hash for an idempotent dedup record: 64 bits, as a key is reused by mistake, not attacked."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -312,7 +196,7 @@ class Ingestor:
             )
         )
         self._jobs = DrainJobs(settings.name)
-        self._coalescer = _Coalescer(redis, settings.ingest_timeout_s)
+        self._coalescer = Coalescer(redis, settings.ingest_timeout_s)
         self._config: tuple[ScriptArg, ...] = (
             settings.dedup_ttl_s,
             settings.events_maxlen,
@@ -435,13 +319,13 @@ class Ingestor:
         conv = message.conversation
         channel = conv.channel
         session = _session_key(conv.tenant, conv.agent, channel, conv.account, conv.conversation, conv.thread)
-        keys = SessionKeys(session)
+        keys, messages, inbox, meta, events, drain, rate, cancel = _session_keys(session)
         # The stored record is the draft plus the two fields assigned here, spliced in front of the draft's JSON
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
         # validated ChannelName literal, so it needs no escaping).
         at = repr(now)
         stop = _stops(message)
-        sender = json.dumps(message.sender.id)
+        sender = _json_string(message.sender.id)
         draft = _to_json(message, exclude=_ASSIGNED)
         record = b"".join((b'{"id":"', message_id.encode(), b'","received_at":', at.encode(), b",", draft[1:]))
         received = (
@@ -456,20 +340,20 @@ class Ingestor:
         rq = self._jobs.keys
         script_keys = [
             keys.dedup(message.dedup_key),
-            keys.messages,
-            keys.inbox,
-            keys.meta,
-            keys.events,
-            keys.drain,
+            messages,
+            inbox,
+            meta,
+            events,
+            drain,
             _GLOBAL.runnable,
             _GLOBAL.sessions,
             _GLOBAL.stats,
             rq.job(job_id),
             rq.queue,
             rq.queues,
-            keys.rate,
+            rate,
             _GLOBAL.sender_rate(f"{conv.tenant}/{channel}/{conv.account}/{message.sender.id}"),
-            keys.cancel,
+            cancel,
         ]
         script_args: list[ScriptArg] = [
             message_id,

@@ -1,0 +1,152 @@
+"""③ The ingest scripts of concurrent requests, sent to Redis in one pipeline per event-loop iteration.
+
+Used by :class:`switchboard.queue.ingest.Ingestor`; see docs/ARCHITECTURE.md (ingest) for the script itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, RedisError
+
+from switchboard.queue import scripts
+from switchboard.queue.connection import MultiplexedConnection
+from switchboard.queue.scripts import ScriptArg
+
+__all__ = ["Coalescer"]
+
+logger = logging.getLogger(__name__)
+
+_pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
+_Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
+
+
+class Coalescer:
+    """Sends the ingest scripts of concurrent requests in one pipeline per event-loop iteration.
+
+    Each script stays its own atomic step; only the round trip is shared. Under load this divides the client
+    library's per-round-trip cost (most of the gateway's CPU per request) by the batch size, and costs an idle
+    gateway at most one loop iteration of latency. The deadline is kept per batch (one timer, not one
+    ``asyncio.timeout`` per request): when Redis has not confirmed a batch within ``timeout_s`` its callers get
+    :class:`TimeoutError` while the round trip runs on (the scripts may still land: a platform's retry is deduplicated).
+    """
+
+    def __init__(self, redis: aioredis.Redis, timeout_s: float) -> None:
+        self.redis = redis
+        self.timeout_s = timeout_s
+        self._mux = MultiplexedConnection(redis) if MultiplexedConnection.supports(redis) else None
+        self._pending: list[_Item] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, keys: list[str], args: list[ScriptArg]) -> asyncio.Future[Any]:
+        """Queue one ingest script call for this loop iteration's pipeline; the future gets its reply."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush, loop)
+        self._pending.append((keys, args, future))
+        return future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._pending = self._pending, []
+        timer = loop.call_later(self.timeout_s, self._expire, batch)
+        if self._mux is not None and self._mux.ready:
+            self._write(self._mux, batch, timer)
+            return
+        task = loop.create_task(self._send(batch, timer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _write(self, mux: MultiplexedConnection, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
+        sha = scripts.INGEST.sha
+        futures = [future for _keys, _args, future in batch]
+        try:
+            commands = [_pack(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args, _f in batch]
+        except (TypeError, ValueError) as err:  # a bug, not an outage: fail the batch now rather than at its deadline
+            timer.cancel()
+            for future in futures:
+                if not future.done():
+                    future.set_exception(RedisError(f"could not encode the ingest script call: {err}"))
+            return
+        mux.write(commands, futures)
+        futures[-1].add_done_callback(functools.partial(_batch_done, futures, timer))
+
+    async def _send(self, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
+        live = [item for item in batch if not item[2].done()]
+        if not live:
+            timer.cancel()
+            return
+        if self._mux is None:
+            try:
+                await self._round_trip(live)
+            finally:
+                timer.cancel()
+            return
+        try:
+            await self._mux.connect()
+        except NotImplementedError:
+            logger.warning("ingest falls back to redis-py pipelines: this redis-py cannot be multiplexed")
+            self._mux = None
+            try:
+                await self._round_trip(live)
+            finally:
+                timer.cancel()
+            return
+        except Exception as err:
+            timer.cancel()
+            for _keys, _args, future in live:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        self._write(self._mux, live, timer)
+
+    def _expire(self, batch: list[_Item]) -> None:
+        """The batch's deadline passed: every caller still waiting gets :class:`TimeoutError`."""
+        overdue = False
+        for _keys, _args, future in batch:
+            if not future.done():
+                overdue = True
+                future.set_exception(TimeoutError("Redis did not confirm the ingest batch in time"))
+        if overdue and self._mux is not None:
+            self._mux.abandon()  # a connection that stopped answering is not trusted with the next batch
+
+    async def _round_trip(self, live: list[_Item]) -> None:
+        try:
+            if len(live) == 1:
+                results: list[Any] = [await scripts.INGEST(self.redis, live[0][0], live[0][1])]
+            else:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for keys, args, _future in live:
+                        pipe.evalsha(scripts.INGEST.sha, len(keys), *keys, *args)
+                    results = await pipe.execute(raise_on_error=False)
+                for i, result in enumerate(results):
+                    if isinstance(result, NoScriptError):  # script cache flushed: load it and run this one alone
+                        results[i] = await scripts.INGEST(self.redis, live[i][0], live[i][1])
+        except BaseException as err:
+            for _keys, _args, future in live:
+                if not future.done():
+                    future.set_exception(err if isinstance(err, Exception) else RedisError("ingest interrupted"))
+            if not isinstance(err, Exception):
+                raise
+            return
+        for (_keys, _args, future), result in zip(live, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, _last: asyncio.Future[Any]) -> None:
+    """The last reply of a batch is in: its deadline is no longer needed (unless a caller left early)."""
+    for future in futures:
+        if not future.done():
+            return
+    timer.cancel()
