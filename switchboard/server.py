@@ -19,8 +19,10 @@ whose connection is lost while its body is read (closed for slowness, or the cli
 Two shortcuts keep the webhook hot path cheap (docs/ARCHITECTURE.md §10), both in aiohttp's public API:
 
 - :data:`DIRECT_ROUTES`: ``POST`` to one of these exact paths is handed to its handler without the URL dispatcher
-  (the path is one dictionary lookup). They are taken only while the app has no middlewares, and never for a request
-  with ``Expect``; the handler gets the app as an argument (``request.app`` is unset there).
+  (the path is one dictionary lookup, of the path as the dispatcher matches it: ``%2F`` stays encoded). They are
+  taken only while the app has no middlewares and no ``on_response_prepare`` hooks (a request the dispatcher did not
+  route runs none), and never for a request with ``Expect``; the handler gets the app as an argument (``request.app``
+  is unset there).
 - :class:`FixedResponse`: an answer whose status, ``Content-Type`` and body are fixed, written as one block of bytes
   with aiohttp's own ``Date``, ``Server``, ``Content-Length`` and keep-alive headers, without building a header map per
   request. Used only while the app has no ``on_response_prepare`` hooks (which would see no headers to change).
@@ -355,15 +357,19 @@ class GuardedAppRunner(web.AppRunner):
     def _direct(
         self, dispatch: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
     ) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
-        """``dispatch`` (the app's), with :data:`DIRECT_ROUTES` taken first while the app has no middlewares."""
+        """``dispatch`` (the app's), with :data:`DIRECT_ROUTES` taken first while the app has no middlewares or hooks.
+
+        The path looked up is the one the dispatcher matches (``rel_url.path_safe``), not the decoded ``path``: a
+        target like ``/webhooks%2Ftelegram`` decodes to a direct path, but the dispatcher answers it 404.
+        """
         app = self.app
         direct = app.get(DIRECT_ROUTES)
-        if not direct or app.middlewares:
+        if not direct or app.middlewares or app.on_response_prepare:  # hooks run only for what the dispatcher routed
             return dispatch
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
             if request.method == "POST" and "Expect" not in request.headers:
-                handler = direct.get(request.path)
+                handler = direct.get(request.rel_url.path_safe)
                 if handler is not None:
                     return await handler(app, request)
             return await dispatch(request)

@@ -181,7 +181,9 @@ def load_delivery(body: bytes, object_name: str, channel: str) -> dict[str, Any]
     except ValueError:  # not JSON, or JSON it does not take: a lone surrogate, UTF-16/32, deep nesting, a BOM
         try:
             payload = json.loads(body)
-            if b"\\ud" in body or b"\\uD" in body:  # an escaped lone surrogate would poison the stored record
+            # A lone surrogate would poison the stored record: escaped, or as raw UTF-8 bytes (0xED 0xA0-0xBF), which
+            # json.loads reads with surrogatepass.
+            if b"\\ud" in body or b"\\uD" in body or b"\xed" in body:
                 payload = _repaired(payload)
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise MalformedBodyError(f"{channel}: body is not JSON", channel=channel) from None

@@ -168,6 +168,7 @@ _SAMPLES = [
 _ODD = [
     b'{"object":"page","entry":[{"id":"1","x":"\\ud800"}]}',  # a lone surrogate: repaired
     b'{"object":"page","entry":[{"id":"1","x":"\\ud83d\\ude00 \\udc00"}]}',  # a pair and a lone one
+    b'{"object":"page","entry":[{"id":"1","x":"\xed\xa0\x80"}]}',  # a lone surrogate as raw UTF-8 bytes
     '{"object":"page","entry":[{"id":"é"}]}'.encode("utf-16"),  # json.loads detects UTF-16
     b'\xef\xbb\xbf{"object":"page","entry":[]}',  # a UTF-8 byte order mark
     b'{"object":"page","entry":[' + b"[" * 300 + b"]" * 300 + b"]}",  # nesting pydantic-core refuses
