@@ -66,6 +66,7 @@ _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
 _DUPLICATE: Final = 1
 _REFUSED: Final = 2
 _REUSED: Final = 3
+_AFTER_MISSING: Final = 4
 _NO_LIMITS: Final = LimitsSettings(  # the retention settings (idle TTL, web history bytes) keep their defaults
     sessions_per_address_per_hour=0,
     messages_per_session_per_minute=0,
@@ -127,21 +128,22 @@ def _stops(message: InboundMessage) -> bool:
     return len(text) <= _LONGEST_STOP and text.lower() in STOP_COMMANDS
 
 
-def _wave(messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int) -> list[tuple[InboundMessage, BusyPolicy]]:
-    """The messages from ``start`` on that may be sent together.
+def _wave(
+    messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int
+) -> list[tuple[InboundMessage, BusyPolicy, str | None]]:
+    """The messages from ``start`` on that may be sent together, each with its guard.
 
-    One per session (a session's next message waits for its previous one: it never lands when that one failed), up to
-    and with a ``/stop`` (its stop is requested before anything after it is sent).
+    A session's later message goes with the dedup key of its message before it in the wave: the script writes nothing
+    unless that one landed, so a session's later message never lands when an earlier one failed (Redis runs one write's
+    scripts in order). The wave ends with a ``/stop`` (its stop is requested before anything after it is sent).
     """
-    wave: list[tuple[InboundMessage, BusyPolicy]] = []
-    sessions: set[SessionKey] = set()
+    wave: list[tuple[InboundMessage, BusyPolicy, str | None]] = []
+    last: dict[SessionKey, str] = {}
     for message, policy in messages[start:]:
         c = message.conversation
         session = _session_key(c.tenant, c.agent, c.channel, c.account, c.conversation, c.thread)
-        if session in sessions:
-            break
-        sessions.add(session)
-        wave.append((message, policy))
+        wave.append((message, policy, last.get(session)))
+        last[session] = _session_keys(session)[0].dedup(message.dedup_key)
         if _stops(message):
             break
     return wave
@@ -264,40 +266,49 @@ class Ingestor:
         messages: Sequence[tuple[InboundMessage, BusyPolicy]],
         confirmed: Callable[[InboundMessage, IngestResult], None] | None = None,
     ) -> list[IngestResult]:
-        """:meth:`ingest` for each message of one platform delivery, in order; different sessions' in one write.
+        """:meth:`ingest` for each message of one platform delivery, in order, sent in one write.
 
-        Each stays its own atomic script. A session's next message is sent once its previous one is confirmed, and
-        the messages after a ``/stop`` once its stop is requested, as one by one (a message alone in its wave goes
-        through :meth:`ingest`). Platform messages only. ``confirmed`` is called with each message's result as soon
+        Each stays its own atomic script. A session's later message carries its earlier one's dedup key and is written
+        only if that one landed (refused by a limit, it is sent again on its own once that is known), and the messages
+        after a ``/stop`` are sent once its stop is requested, as one by one (a message alone in its wave goes through
+        :meth:`ingest`). Platform messages only. ``confirmed`` is called with each message's result as soon
         as Redis confirms it (also for the messages confirmed before a failure).
 
         Raises:
             QueueUnavailableError: one was not confirmed in time (answer 503; the retry's duplicates are dropped).
         """
         results: list[IngestResult] = []
-        pending: deque[tuple[InboundMessage, str, SessionKey, bool, list[str], list[ScriptArg], Any]] = deque()
+        pending: deque[tuple[InboundMessage, BusyPolicy, str, SessionKey, bool, list[str], list[ScriptArg], Any]]
+        pending = deque()
         index = 0
         try:
             while index < len(messages):
                 wave = _wave(messages, index)
                 index += len(wave)
                 if len(wave) == 1:  # nothing to send together: exactly as one by one
-                    message, policy = wave[0]
+                    message, policy, _after = wave[0]
                     results.append(result := await self.ingest(message, busy_policy=policy))
                     if confirmed is not None:
                         confirmed(message, result)
                     continue
-                for message, policy in wave:
+                for message, policy, after in wave:
                     message_id, session, stop, keys, args = self._script_call(message, policy, None, False)
-                    pending.append((message, message_id, session, stop, keys, args, self._coalescer.submit(keys, args)))
+                    if after is not None:
+                        keys.append(after)  # KEYS[16]: written only if the session's message before it landed
+                    future = self._coalescer.submit(keys, args)
+                    pending.append((message, policy, message_id, session, stop, keys, args, future))
                 while pending:
-                    message, message_id, session, stop, keys, args, future = pending.popleft()
+                    message, policy, message_id, session, stop, keys, args, future = pending.popleft()
                     try:
                         reply = await future
                     except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
                         async with asyncio.timeout(self.settings.ingest_timeout_s):
                             reply = await scripts.INGEST(self.redis, keys, args)
-                    results.append(result := _result(message_id, reply))
+                    if reply[0] == _AFTER_MISSING:  # the one before it was refused (a limit): now it goes on its own
+                        result = await self.ingest(message, busy_policy=policy)
+                    else:
+                        result = _result(message_id, reply)
+                    results.append(result)
                     if confirmed is not None:
                         confirmed(message, result)
                     if stop and not (result.duplicate or result.limited or result.reused):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -19,7 +18,7 @@ from switchboard.errors import ConfigError, QueueUnavailableError
 from switchboard.fakes.slack_payloads import make_event, sign_request
 from switchboard.fakes.telegram_updates import make_update
 from switchboard.metrics import Metrics
-from switchboard.queue.ingest import Ingestor, IngestResult
+from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.router import IngestRouter, resolve_route
 from switchboard.settings import FileConfig, load_settings
@@ -69,8 +68,10 @@ def _message(
     )
 
 
-def _router(async_redis: aioredis.Redis, config: FileConfig, metrics: Metrics | None = None) -> IngestRouter:
-    settings = load_settings({"SWITCHBOARD_QUEUE__INGEST_TIMEOUT_S": "0.5"})
+def _router(
+    async_redis: aioredis.Redis, config: FileConfig, metrics: Metrics | None = None, **env: str
+) -> IngestRouter:
+    settings = load_settings({"SWITCHBOARD_QUEUE__INGEST_TIMEOUT_S": "0.5", **env})
     return IngestRouter(Ingestor(async_redis, settings.queue, settings.limits), config, ACCOUNTS, metrics)
 
 
@@ -158,22 +159,23 @@ async def test_every_message_of_a_request_is_accepted_or_it_is_refused_and_the_r
             await router.accept(WebChannel(None), both)
     finally:
         sync_redis.execute_command("CLIENT", "UNPAUSE")
-    await asyncio.sleep(0.1)  # let the timed-out script finish before the retry
+    await asyncio.sleep(0.1)  # let the timed-out scripts finish before the retry
     await router.accept(WebChannel(None), both)  # the platform's retry
     session = "acme/support/telegram/default/c1"
-    assert _queued(sync_redis, session) == 2  # each once: the first deduplicated, the second accepted
+    assert _queued(sync_redis, session) == 2  # each once
+    # The second went in the same write as the first (a duplicate, so it landed): the retry finds both.
     rendered = metrics.render(None, None).decode()
-    assert 'switchboard_messages_accepted_total{channel="telegram"} 2.0' in rendered
-    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 1.0' in rendered
+    assert 'switchboard_messages_accepted_total{channel="telegram"} 1.0' in rendered
+    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 2.0' in rendered
     assert 'reason="queue_unavailable"} 1.0' in rendered
 
 
-async def test_one_deliverys_messages_to_different_sessions_are_sent_together_and_a_sessions_next_waits(
+async def test_one_deliverys_messages_are_sent_together_each_sessions_in_order(
     async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
 ) -> None:
-    """Scripts for different sessions are all handed over before the first is confirmed: while Redis holds writes
-    back, they are already on their way (one by one, each would wait for the previous answer). A session's second
-    message waits for its first one's answer, so it never lands when the first failed (the session's order holds)."""
+    """A delivery's scripts are all handed over before the first is confirmed: while Redis holds writes back, they are
+    already on their way (one by one, each would wait for the previous answer). A session's second message goes in
+    the same write, after its first (Redis runs one write's scripts in order)."""
     metrics = Metrics(["telegram"])
     router = _router(async_redis, _config(tmp_path), metrics)
     five = tuple(_message("telegram", "default", conversation=f"c{i}", dedup=f"m{i}") for i in range(5))
@@ -188,40 +190,58 @@ async def test_one_deliverys_messages_to_different_sessions_are_sent_together_an
         sync_redis.execute_command("CLIENT", "UNPAUSE")
     await asyncio.sleep(0.2)  # the timed-out scripts land now
     sessions = [f"acme/support/telegram/default/c{i}" for i in range(5)]
-    assert [_queued(sync_redis, s) for s in sessions] == [1] * 5  # all five sent, though none was confirmed in time
+    assert [_queued(sync_redis, s) for s in sessions] == [2, 1, 1, 1, 1]  # all sent, though none was confirmed
     first = SessionKeys(SessionKey(sessions[0]))
-    assert _dedup_keys(sync_redis, first) == ["m0"]  # c0's second message was never sent
+    assert _dedup_keys(sync_redis, first) == ["m0", "m5"]  # in the delivery's order
     answer = await router.accept(WebChannel(None), delivery)  # the retry
-    assert answer == delivery.answer and _dedup_keys(sync_redis, first) == ["m0", "m5"]  # in the delivery's order
+    assert answer == delivery.answer and _dedup_keys(sync_redis, first) == ["m0", "m5"]
     rendered = metrics.render(None, None).decode()
-    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 5.0' in rendered
-    assert 'switchboard_messages_accepted_total{channel="telegram"} 1.0' in rendered
+    assert 'switchboard_messages_deduplicated_total{channel="telegram"} 6.0' in rendered
+    assert 'switchboard_messages_accepted_total{channel="telegram"}' not in rendered
     assert 'reason="unknown_account"} 2.0' in rendered  # dropped and counted on each attempt, as one by one
 
 
-async def test_messages_confirmed_before_a_failure_are_counted_as_one_by_one(
-    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_sessions_later_message_never_lands_when_an_earlier_one_in_the_same_write_failed(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
 ) -> None:
-    """A session's second message is not confirmed: its first one, already stored, is counted as accepted."""
+    """The second message's script fails (its dedup key holds the wrong type); the third, sent in the same write,
+    is guarded by the second's dedup key and writes nothing. The first is stored and counted as accepted."""
     metrics = Metrics(["telegram"])
     router = _router(async_redis, _config(tmp_path), metrics)
-    real, calls = router.ingestor.ingest, 0
-
-    async def flaky(message: InboundMessage, **kwargs: Any) -> IngestResult:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise QueueUnavailableError("redis did not confirm")
-        return await real(message, **kwargs)
-
-    monkeypatch.setattr(router.ingestor, "ingest", flaky)
+    session = SessionKeys(SessionKey("acme/support/telegram/default/c1"))
+    sync_redis.hset(session.dedup("f1"), "not", "a string")  # GET on it is an error reply: that script fails
     delivery = Inbound(messages=tuple(_message("telegram", "default", dedup=f"f{i}") for i in range(3)))
     with pytest.raises(QueueUnavailableError):
         await router.accept(WebChannel(None), delivery)
-    assert _queued(sync_redis, "acme/support/telegram/default/c1") == 1  # the third was never sent
+    await asyncio.sleep(0.1)
+    assert _dedup_keys(sync_redis, session) == ["f0"]  # the third never landed after the failed second
+    assert not sync_redis.exists(session.dedup("f2"))
     rendered = metrics.render(None, None).decode()
     assert 'switchboard_messages_accepted_total{channel="telegram"} 1.0' in rendered
     assert 'reason="queue_unavailable"} 1.0' in rendered
+    sync_redis.delete(session.dedup("f1"))  # the fault clears: the platform's retry stores the rest, in order
+    await router.accept(WebChannel(None), delivery)
+    assert _dedup_keys(sync_redis, session) == ["f0", "f1", "f2"]
+
+
+async def test_a_message_after_one_refused_by_a_limit_is_sent_on_its_own_as_one_by_one(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
+    """With an inbox depth of 2: the first two land, the third is refused (inbox full), so the fourth, guarded by the
+    third's dedup key, is not written in that write; it is then sent on its own and refused as one by one would be."""
+    metrics = Metrics(["telegram"])
+    router = _router(async_redis, _config(tmp_path), metrics, SWITCHBOARD_LIMITS__INBOX_DEPTH="2")
+    session = SessionKeys(SessionKey("acme/support/telegram/default/c1"))
+    delivery = Inbound(messages=tuple(_message("telegram", "default", dedup=f"d{i}") for i in range(4)))
+    await router.accept(WebChannel(None), delivery)  # acknowledged: a platform's refusal would only be retried
+    assert _dedup_keys(sync_redis, session) == ["d0", "d1"]
+    dropped = [e for _id, e in sync_redis.xrange(session.events) if e[b"kind"] == b"message_dropped"]
+    assert len(dropped) == 2  # the third and the fourth, each refused by the limit (the fourth on its own)
+    rendered = metrics.render(None, None).decode()
+    assert 'reason="rate_limited"} 2.0' in rendered
+    sync_redis.delete(session.inbox)  # room again: now the fourth gets in (its refusal wrote no dedup record)
+    await router.accept(WebChannel(None), Inbound(messages=(delivery.messages[3],)))
+    assert sync_redis.exists(session.dedup("d3"))
 
 
 async def test_a_stop_in_a_delivery_is_confirmed_and_requested_before_the_messages_after_it(

@@ -4,7 +4,9 @@
 --       10 job hash, 11 rq queue, 12 rq queues, 13 session rate meter, 14 sender rate meter, 15 stop request;
 --       the web chat's part, passed only for it (a platform session's ingest touches none of them):
 --       16 web stream, 17 attempts, 18 history, 19 slots, 20 outbox, 21 dead letters, 22 epoch (the rest of the
---       session's keys, which the idle TTL covers)
+--       session's keys, which the idle TTL covers);
+--       or instead, for a platform message sent in one write with the one before it in the same session and delivery:
+--       16 that message's dedup key (it must hold a record, or nothing is written and {4, '', 0} is returned)
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
 --       8 run_queued JSON, 9 job id, 10 now (RQ format),
 --       11 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429),
@@ -20,9 +22,10 @@
 -- publish: a worker that misses it finishes the turn and the message is answered by the next one.
 -- The dedup record's value is the message id, or 'id:fingerprint' when ARGV[27] was given: the dedup key is then an
 -- idempotency key, and reusing it for a different text is a conflict (nothing is written).
--- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, {2, reason, wait ms} when over a limit, or
--- {3, original id, 0} for a dedup key reused with a different fingerprint.
-local web = #KEYS > 15
+-- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, {2, reason, wait ms} when over a limit,
+-- {3, original id, 0} for a dedup key reused with a different fingerprint, or {4, '', 0} when the message before it
+-- (KEYS[16], see above) did not land: a session's later message never lands when an earlier one failed.
+local web = #KEYS > 16
 local fingerprint, idle_ttl = '', ''
 if web then fingerprint, idle_ttl = ARGV[27], ARGV[25] end
 local prev = redis.call('GET', KEYS[1])
@@ -36,6 +39,7 @@ if prev then  -- before the limits: a retry of an accepted message is a duplicat
   redis.call('HINCRBY', KEYS[9], 'deduplicated', 1)
   return {1, prev_id, 0}
 end
+if #KEYS == 16 and not redis.call('GET', KEYS[16]) then return {4, '', 0} end
 local session_limit, sender_limit, depth = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local session_tat, sender_tat, now
 if session_limit > 0 or sender_limit > 0 or depth > 0 then
