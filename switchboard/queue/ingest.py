@@ -129,20 +129,30 @@ def _stops(message: InboundMessage) -> bool:
 
 
 def _wave(
-    messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int
+    messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int, senders: bool = False
 ) -> list[tuple[InboundMessage, BusyPolicy, str | None]]:
     """The messages from ``start`` on that may be sent together, each with its guard.
 
     A session's later message goes with the dedup key of its message before it in the wave: the script writes nothing
     unless that one landed, so a session's later message never lands when an earlier one failed (Redis runs one write's
     scripts in order). The wave ends with a ``/stop`` (its stop is requested before anything after it is sent).
+    With ``senders`` (a per-sender limit), it also ends before a message whose sender meter a guarded message of
+    another session counts: that one may be sent again on its own, and one by one it is counted first.
     """
     wave: list[tuple[InboundMessage, BusyPolicy, str | None]] = []
     last: dict[SessionKey, str] = {}
+    guarded: dict[tuple[str, str, str, str], set[SessionKey]] = {}
     for message, policy in messages[start:]:
         c = message.conversation
         session = _session_key(c.tenant, c.agent, c.channel, c.account, c.conversation, c.thread)
-        wave.append((message, policy, last.get(session)))
+        after = last.get(session)
+        if senders:
+            meter = (c.tenant, c.channel, c.account, message.sender.id)
+            if guarded.get(meter, {session}) - {session}:
+                break
+            if after is not None:
+                guarded.setdefault(meter, set()).add(session)
+        wave.append((message, policy, after))
         last[session] = _session_keys(session)[0].dedup(message.dedup_key)
         if _stops(message):
             break
@@ -283,7 +293,7 @@ class Ingestor:
         index = 0
         try:
             while index < len(messages):
-                wave = _wave(messages, index)
+                wave = _wave(messages, index, self.limits.messages_per_sender_per_minute > 0)
                 index += len(wave)
                 if len(wave) == 1:  # nothing to send together: exactly as one by one
                     message, policy, _after = wave[0]
@@ -304,14 +314,14 @@ class Ingestor:
                     except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
                         async with asyncio.timeout(self.settings.ingest_timeout_s):
                             reply = await scripts.INGEST(self.redis, keys, args)
-                    if reply[0] == _AFTER_MISSING:  # the one before it was refused (a limit): now it goes on its own
-                        result = await self.ingest(message, busy_policy=policy)
+                    if resent := reply[0] == _AFTER_MISSING:  # the one before it was refused: now it goes alone
+                        result = await self.ingest(message, busy_policy=policy)  # (which requests its stop)
                     else:
                         result = _result(message_id, reply)
                     results.append(result)
                     if confirmed is not None:
                         confirmed(message, result)
-                    if stop and not (result.duplicate or result.limited or result.reused):
+                    if stop and not (resent or result.duplicate or result.limited or result.reused):
                         await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
             return results
         except (TimeoutError, RedisError, OSError) as err:
