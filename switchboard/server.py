@@ -115,15 +115,14 @@ class FixedResponse(web.StreamResponse):
         the cache is full, a fresh response is made per call.
         """
         version = request.version
-        key = (status, body, content_type, request.keep_alive, version.minor)
-        found = cls._cache.get(key)
-        if found is not None and version.major == 1 and request.method != "HEAD":
-            return found
         if status < 200 or status in (204, 304) or version.major != 1 or request.method == "HEAD":
             return None
-        found = cls(status, body, content_type, keep_alive=key[3], minor=key[4])
-        if len(cls._cache) < _FIXED_CACHE_SIZE:
-            cls._cache[key] = found
+        key = (status, body, content_type, request.keep_alive, version.minor)
+        found = cls._cache.get(key)
+        if found is None:
+            found = cls(status, body, content_type, keep_alive=key[3], minor=key[4])
+            if len(cls._cache) < _FIXED_CACHE_SIZE:
+                cls._cache[key] = found
         return found
 
     @property

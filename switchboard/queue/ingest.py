@@ -130,30 +130,28 @@ def _stops(message: InboundMessage) -> bool:
 
 def _wave(
     messages: Sequence[tuple[InboundMessage, BusyPolicy]], start: int, senders: bool = False
-) -> list[tuple[InboundMessage, BusyPolicy, str | None]]:
-    """The messages from ``start`` on that may be sent together, each with its guard.
+) -> list[tuple[InboundMessage, BusyPolicy]]:
+    """The messages from ``start`` on that may be sent together.
 
-    A session's later message goes with the dedup key of its message before it in the wave: the script writes nothing
-    unless that one landed, so a session's later message never lands when an earlier one failed (Redis runs one write's
-    scripts in order). The wave ends with a ``/stop`` (its stop is requested before anything after it is sent).
-    With ``senders`` (a per-sender limit), it also ends before a message whose sender meter a guarded message of
-    another session counts: that one may be sent again on its own, and one by one it is counted first.
+    A session's later message is sent guarded by the one before it (see :meth:`Ingestor.ingest_all`). The wave ends
+    with a ``/stop`` (its stop is requested before anything after it is sent). With ``senders`` (a per-sender limit),
+    it also ends before a message whose sender meter a guarded message of another session counts: that one may be
+    sent again on its own, and one by one it is counted first.
     """
-    wave: list[tuple[InboundMessage, BusyPolicy, str | None]] = []
-    last: dict[SessionKey, str] = {}
+    wave: list[tuple[InboundMessage, BusyPolicy]] = []
+    sessions: set[SessionKey] = set()
     guarded: dict[tuple[str, str, str, str], set[SessionKey]] = {}
     for message, policy in messages[start:]:
         c = message.conversation
         session = _session_key(c.tenant, c.agent, c.channel, c.account, c.conversation, c.thread)
-        after = last.get(session)
         if senders:
-            meter = (c.tenant, c.channel, c.account, message.sender.id)
-            if guarded.get(meter, {session}) - {session}:
+            held = guarded.setdefault((c.tenant, c.channel, c.account, message.sender.id), set())
+            if any(other != session for other in held):
                 break
-            if after is not None:
-                guarded.setdefault(meter, set()).add(session)
-        wave.append((message, policy, after))
-        last[session] = _session_keys(session)[0].dedup(message.dedup_key)
+            if session in sessions:
+                held.add(session)
+        sessions.add(session)
+        wave.append((message, policy))
         if _stops(message):
             break
     return wave
@@ -296,13 +294,16 @@ class Ingestor:
                 wave = _wave(messages, index, self.limits.messages_per_sender_per_minute > 0)
                 index += len(wave)
                 if len(wave) == 1:  # nothing to send together: exactly as one by one
-                    message, policy, _after = wave[0]
+                    message, policy = wave[0]
                     results.append(result := await self.ingest(message, busy_policy=policy))
                     if confirmed is not None:
                         confirmed(message, result)
                     continue
-                for message, policy, after in wave:
+                last: dict[SessionKey, str] = {}  # session → the dedup key of its latest message in this wave
+                for message, policy in wave:
                     message_id, session, stop, keys, args = self._script_call(message, policy, None, False)
+                    after = last.get(session)
+                    last[session] = keys[0]
                     if after is not None:
                         keys.append(after)  # KEYS[16]: written only if the session's message before it landed
                     future = self._coalescer.submit(keys, args)

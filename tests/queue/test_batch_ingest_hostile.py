@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -225,44 +225,22 @@ async def test_two_hundred_messages_of_three_sessions_keep_each_sessions_order(
         )
 
 
-async def test_a_stop_inside_a_same_session_run_is_requested_once_before_the_rest(
-    async_redis: aioredis.Redis, sync_redis: redis.Redis
-) -> None:
-    """A /stop right after a message refused by the inbox depth is sent again on its own: one stop, one publish."""
-    texts = ["one", "two", "/stop", "three", "four"]
-    delivery: Delivery = [(_msg("A", f"s{i}", text=t), "sequential") for i, t in enumerate(texts)]
-    counts = []
+async def _stops_published(
+    async_redis: aioredis.Redis,
+    sync_redis: redis.Redis,
+    delivery: Delivery,
+    limits: LimitsSettings,
+    prepare: Callable[[Ingestor], Awaitable[object]] | None = None,
+    convs: Sequence[str] = ("A",),
+) -> list[tuple[int, list[tuple[bool, Any]], dict[str, Any]]]:
+    """One by one, then in one write, each on a flushed Redis after ``prepare``: the stops published on the cancel
+    channel, the results' summary and the state of ``convs``."""
+    runs = []
     for batched in (False, True):
         sync_redis.flushall()
-        ingestor = _ingestor(async_redis, _limits(depth=1))
-        pubsub = async_redis.pubsub()
-        await pubsub.subscribe(GlobalKeys().cancel_channel)
-        await pubsub.get_message(timeout=1.0)
-        if batched:
-            await ingestor.ingest_all(delivery)
-        else:
-            for m, p in delivery:
-                await ingestor.ingest(m, busy_policy=p)
-        heard = 0
-        while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is not None:
-            heard += 1
-        counts.append((heard, _state(sync_redis, ["A"])))
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-    assert counts[1] == counts[0]
-
-
-async def test_a_stop_after_a_refused_message_is_requested_once(
-    async_redis: aioredis.Redis, sync_redis: redis.Redis
-) -> None:
-    """s0 lands, s1 is refused (depth 1), the /stop (s2) guarded by s1 comes back as status 4 and is sent on its own:
-    its stop must be requested once, as one by one (a /stop gets in although the inbox is full? it is refused too)."""
-    delivery: Delivery = [(_msg("A", "s0"), "sequential"), (_msg("A", "s1"), "sequential")]
-    delivery.append((_msg("A", "s2", text="/stop"), "sequential"))
-    heard_counts = []
-    for batched in (False, True):
-        sync_redis.flushall()
-        ingestor = _ingestor(async_redis, _limits(depth=2))
-        sync_redis.rpush(_keys("A").inbox, "pre")  # one slot left: s0 lands, s1 is refused, s2 too
+        ingestor = _ingestor(async_redis, limits)
+        if prepare is not None:
+            await prepare(ingestor)
         pubsub = async_redis.pubsub()
         await pubsub.subscribe(GlobalKeys().cancel_channel)
         await pubsub.get_message(timeout=1.0)
@@ -273,9 +251,41 @@ async def test_a_stop_after_a_refused_message_is_requested_once(
         heard = 0
         while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is not None:
             heard += 1
-        heard_counts.append((heard, _summary(results)))
+        runs.append((heard, _summary(results), _state(sync_redis, convs)))
         await pubsub.aclose()  # type: ignore[no-untyped-call]
-    assert heard_counts[1] == heard_counts[0]
+    return runs
+
+
+async def test_a_stop_inside_a_same_session_run_is_requested_once_before_the_rest(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis
+) -> None:
+    """A /stop right after a message refused by the inbox depth is sent again on its own: one stop, one publish."""
+    texts = ["one", "two", "/stop", "three", "four"]
+    delivery: Delivery = [(_msg("A", f"s{i}", text=t), "sequential") for i, t in enumerate(texts)]
+    one_by_one, batch = await _stops_published(async_redis, sync_redis, delivery, _limits(depth=1))
+    assert (batch[0], batch[2]) == (one_by_one[0], one_by_one[2])
+
+
+async def test_a_stop_after_a_refused_message_is_requested_once(
+    async_redis: aioredis.Redis, sync_redis: redis.Redis
+) -> None:
+    """s0 lands, s1 is refused (depth 1), the /stop (s2) guarded by s1 comes back as status 4 and is sent on its own:
+    its stop must be requested once, as one by one (a /stop gets in although the inbox is full? it is refused too)."""
+    delivery: Delivery = [(_msg("A", "s0"), "sequential"), (_msg("A", "s1"), "sequential")]
+    delivery.append((_msg("A", "s2", text="/stop"), "sequential"))
+
+    async def one_slot_left(_ingestor: Ingestor) -> object:  # s0 lands, s1 is refused, s2 too
+        return sync_redis.rpush(_keys("A").inbox, "pre")
+
+    one_by_one, batch = await _stops_published(
+        async_redis,
+        sync_redis,
+        delivery,
+        _limits(depth=2),
+        one_slot_left,
+        convs=(),  # its inbox holds a stand-in
+    )
+    assert batch[:2] == one_by_one[:2]
 
 
 async def test_a_stop_after_a_refused_message_that_lands_on_its_own_publishes_once(
@@ -287,24 +297,12 @@ async def test_a_stop_after_a_refused_message_that_lands_on_its_own_publishes_on
         (_msg("A", "s1", sender="X"), "sequential"),
         (_msg("A", "s2", sender="Y", text="/stop"), "sequential"),
     ]
-    heard_counts = []
-    for batched in (False, True):
-        sync_redis.flushall()
-        ingestor = _ingestor(async_redis, _limits(sender=1))
-        await ingestor.ingest(_msg("C", "c0", sender="X"))
-        pubsub = async_redis.pubsub()
-        await pubsub.subscribe(GlobalKeys().cancel_channel)
-        await pubsub.get_message(timeout=1.0)
-        if batched:
-            results = await ingestor.ingest_all(delivery)
-        else:
-            results = [await ingestor.ingest(m, busy_policy=p) for m, p in delivery]
-        heard = 0
-        while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is not None:
-            heard += 1
-        heard_counts.append((heard, _summary(results)))
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-    assert heard_counts[1] == heard_counts[0] == (1, [(False, "sender_rate"), (False, None)])
+
+    async def x_used_its_one(ingestor: Ingestor) -> object:
+        return await ingestor.ingest(_msg("C", "c0", sender="X"))
+
+    one_by_one, batch = await _stops_published(async_redis, sync_redis, delivery, _limits(sender=1), x_used_its_one)
+    assert batch[:2] == one_by_one[:2] == (1, [(False, "sender_rate"), (False, None)])
 
 
 @pytest.mark.parametrize("policy", ["interrupt", "steer", "collect"])

@@ -1,8 +1,8 @@
 -- Hand the running turn (steer policy) the messages that arrived behind the ones it has, at its next step. Nothing is
 -- acked here: the turn's complete acks them with the rest, so a worker that dies mid-turn leaves them in the inbox.
 -- Only plain messages are steered, up to the first that is not one: a command, a stop, a typed approval decision, a
--- click, an edit or a deletion, or a message with attachments (those are prepared for the model when a turn starts) waits for the next turn, with
--- everything behind it. The head's ':took' field records how many inbox entries the turn has now (a resumed reply
+-- click, an edit or a deletion, or a message with attachments (those are prepared for the model when a turn starts)
+-- waits for the next turn, with everything behind it. The head's ':took' field records how many inbox entries the turn has now (a resumed reply
 -- acks no more than that run answered).
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts
 -- ARGV: 1 token, 2 the turn's head message id, 3 inbox entries the turn has already, 4 most it may have in all,
