@@ -236,12 +236,14 @@ class ConnectionGuard:
 class _GuardedHandler(RequestHandler):
     """aiohttp's connection protocol, with a deadline for each request's head and body."""
 
-    __slots__ = ("_body_timer", "_guard", "_head_timer", "_payload")
+    __slots__ = ("_body_timer", "_guard", "_head_since", "_head_timer", "_payload")
 
     def __init__(self, manager: Server, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_since: float | None = None
+        """When the head being waited for began (loop time); ``None`` while no head is awaited."""
         self._body_timer: asyncio.TimerHandle | None = None
         self._payload: StreamReader | None = None
         """The body of the latest request whose head has arrived."""
@@ -266,17 +268,15 @@ class _GuardedHandler(RequestHandler):
         heads = self._request_count
         body_done = self._payload is None or self._payload.is_eof()
         super().data_received(data)
-        if self._request_count != heads:  # a request head arrived
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+        if self._request_count != heads:  # a request head arrived (its timer, if still armed, finds none awaited)
+            self._head_since = None
             payload = self._messages[-1][1] if self._messages else None
             self._payload = payload if isinstance(payload, StreamReader) else None
             if self._payload is not None and not self._payload.is_eof():
                 if self._body_timer is not None:
                     self._body_timer.cancel()
                 self._body_timer = self._loop.call_later(self._guard.http.body_timeout_s, self._body_deadline)
-        elif data and self._head_timer is None and (body_done or self._payload is None or self._payload.is_eof()):
+        elif data and self._head_since is None and (body_done or self._payload is None or self._payload.is_eof()):
             # The first bytes of a further request on this connection (or bytes that completed a body and may have
             # started the next head: timed as a head). Not an empty call: aiohttp resumes its parser with no bytes
             # whenever a handler has read a body, and an idle kept-alive connection is no slow head (its keep-alive
@@ -295,10 +295,25 @@ class _GuardedHandler(RequestHandler):
         super().log_exception(*args, **kwargs)
 
     def _arm_head(self) -> None:
-        self._head_timer = self._loop.call_later(self._guard.http.header_timeout_s, self._head_deadline)
+        """A head is awaited from now.
+
+        Its deadline timer is not made and cancelled per request (a measurable part of a webhook's CPU): one armed
+        for an earlier head stays, and when it fires it re-arms for the head awaited then.
+        """
+        self._head_since = self._loop.time()
+        if self._head_timer is None:
+            self._head_timer = self._loop.call_later(self._guard.http.header_timeout_s, self._head_deadline)
 
     def _head_deadline(self) -> None:
         self._head_timer = None
+        since = self._head_since
+        if since is None:  # no head awaited now: the next one arms a timer again
+            return
+        left = since + self._guard.http.header_timeout_s - self._loop.time()
+        if left > 0:  # a later head than the one this timer was armed for: its own deadline is still ahead
+            self._head_timer = self._loop.call_later(left, self._head_deadline)
+            return
+        self._head_since = None
         if not self._force_close:
             logger.debug("closing a connection whose request head did not arrive in time")
             self._guard.note("slow_headers")

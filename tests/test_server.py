@@ -91,6 +91,32 @@ async def test_headers_trickling_in_are_closed_even_while_bytes_keep_coming(
     assert runner.guard.total["slow_headers"] == 1
 
 
+@pytest.mark.parametrize(
+    "server", [HttpSettings(header_timeout_s=0.6, body_timeout_s=0.6, max_connections=50)], indirect=True
+)
+async def test_a_slow_head_after_a_served_request_is_timed_from_its_own_first_byte(
+    server: tuple[GuardedAppRunner, int],
+) -> None:
+    """The deadline timer armed when the connection opened fires while the second head is young: it waits on for it."""
+    runner, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    opened = asyncio.get_running_loop().time()
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(GUARD_S):
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        assert await reader.readexactly(2) == b"ok"
+    await asyncio.sleep(0.3)
+    writer.write(b"GET / HT")  # a second head begins 0.3 s after the first, and never ends
+    started = asyncio.get_running_loop().time()
+    closed = asyncio.ensure_future(_closed_by_server(reader))
+    await asyncio.sleep(max(0.0, opened + 0.6 + 0.15 - asyncio.get_running_loop().time()))
+    assert not closed.done(), "closed by the first head's deadline, not its own"
+    assert await closed == b""
+    assert asyncio.get_running_loop().time() - started >= 0.6
+    writer.close()
+    assert runner.guard.total["slow_headers"] == 1
+
+
 async def test_a_body_that_stops_short_is_closed_after_the_body_timeout(
     server: tuple[GuardedAppRunner, int],
 ) -> None:

@@ -54,9 +54,12 @@ def _sender(user_id: int, name: str | None) -> Sender:
 
 
 class _Wire(BaseModel):
-    """Shape checks for the fields we rely on (python-telegram-bot's ``de_json`` checks no types)."""
+    """Shape checks for the fields we rely on (python-telegram-bot's ``de_json`` checks no types).
 
-    model_config = ConfigDict(strict=True, extra="allow", populate_by_name=True)
+    Other fields are skipped, not kept: nothing reads them, and keeping them costs every update a dictionary per object.
+    """
+
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
 
 
 class _WireUser(_Wire):

@@ -170,9 +170,13 @@ def _fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IngestResult:
-    """What ingest did with one message."""
+    """What ingest did with one message.
+
+    Read-only by convention (not frozen: one is made per message, and a frozen dataclass's ``__init__`` costs four
+    times a plain one's).
+    """
 
     message_id: str
     """The gateway id; for a duplicate, the id the original got; for a refused message, the id it would have had."""
