@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, TypeAdapter, with_config
+from typing_extensions import TypedDict
 
 from switchboard.core.messages import (
     Attachment,
@@ -37,7 +38,7 @@ from switchboard.core.messages import (
     trusted,
 )
 
-__all__ = ["UpdateReader", "WireUpdate", "utf16_len"]
+__all__ = ["WIRE_UPDATE", "UpdateReader", "WireUpdate", "utf16_len"]
 
 _CHANNEL: Literal["telegram"] = "telegram"
 # Telegram's ``ChatType`` / ``MessageEntityType`` values as plain strings (enum member access costs on every update)
@@ -53,103 +54,117 @@ def _sender(user_id: int, name: str | None) -> Sender:
     return Sender(id=str(user_id), name=name, is_bot=False)
 
 
-class _Wire(BaseModel):
-    """Shape checks for the fields we rely on (python-telegram-bot's ``de_json`` checks no types).
+_WIRE = ConfigDict(strict=True, extra="ignore")
+"""Shape checks for the fields we rely on (python-telegram-bot's ``de_json`` checks no types). Other fields are
+skipped. The wire types are typed dictionaries, not models: pydantic-core checks them as strictly and returns plain
+``dict`` objects, which costs an update much less than building a model per object (a measurable part of a webhook's
+CPU). A key that may be absent is read with ``get``; the sender is under ``from_`` (``from`` on the wire)."""
+_Count = Annotated[int, Field(ge=0)]
 
-    Other fields are skipped, not kept: nothing reads them, and keeping them costs every update a dictionary per object.
-    """
 
-    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
-
-
-class _WireUser(_Wire):
+@with_config(_WIRE)
+class _WireUser(TypedDict):
     id: int
     is_bot: bool
     first_name: str
-    last_name: str | None = None
-    username: str | None = None
-
-    @property
-    def full_name(self) -> str:
-        return f"{self.first_name} {self.last_name}" if self.last_name else self.first_name
+    last_name: NotRequired[str | None]
+    username: NotRequired[str | None]
 
 
-class _WireChat(_Wire):
+def _full_name(user: _WireUser) -> str:
+    last = user.get("last_name")
+    return f"{user['first_name']} {last}" if last else user["first_name"]
+
+
+@with_config(_WIRE)
+class _WireChat(TypedDict):
     id: int
     type: str
 
 
-class _WireEntity(_Wire):
+@with_config(_WIRE)
+class _WireEntity(TypedDict):
     type: str
-    offset: int = Field(ge=0)
-    length: int = Field(ge=0)
-    user: _WireUser | None = None
+    offset: _Count
+    length: _Count
+    user: NotRequired[_WireUser | None]
 
 
-class _WireFile(_Wire):
+@with_config(_WIRE)
+class _WireFile(TypedDict):
     """A ``PhotoSize``, ``Document``, ``Voice``, ``Audio``, ``Video`` or ``VideoNote``: what fetching needs."""
 
-    file_id: str = Field(min_length=1)
-    file_size: int | None = Field(None, ge=0)
-    file_name: str | None = None
-    mime_type: str | None = None
-    width: int | None = None
-    height: int | None = None
+    file_id: Annotated[str, Field(min_length=1)]
+    file_size: NotRequired[_Count | None]
+    file_name: NotRequired[str | None]
+    mime_type: NotRequired[str | None]
+    width: NotRequired[int | None]
+    height: NotRequired[int | None]
 
 
-class _WireReply(_Wire):
+@with_config(_WIRE)
+class _WireReply(TypedDict):
     """The replied-to message (Telegram never nests a further ``reply_to_message`` in it)."""
 
-    from_: _WireUser | None = Field(None, alias="from")
-    forum_topic_created: dict[str, Any] | None = None
+    from_: NotRequired[Annotated[_WireUser | None, Field(alias="from")]]
+    forum_topic_created: NotRequired[dict[str, Any] | None]
 
 
-class _WireButton(_Wire):
+@with_config(_WIRE)
+class _WireButton(TypedDict):
     text: str
-    callback_data: str | None = None
+    callback_data: NotRequired[str | None]
 
 
-class _WireMarkup(_Wire):
-    inline_keyboard: list[list[_WireButton]] = Field(default_factory=list)
+@with_config(_WIRE)
+class _WireMarkup(TypedDict):
+    inline_keyboard: NotRequired[list[list[_WireButton]]]
 
 
-class _WireMessage(_Wire):
+@with_config(_WIRE)
+class _WireMessage(TypedDict):
     message_id: int
     date: int
     chat: _WireChat
-    from_: _WireUser | None = Field(None, alias="from")
-    text: str | None = None
-    caption: str | None = None
-    entities: list[_WireEntity] | None = None
-    caption_entities: list[_WireEntity] | None = None
-    message_thread_id: int | None = None
-    is_topic_message: bool | None = None
-    reply_to_message: _WireReply | None = None
-    forum_topic_created: dict[str, Any] | None = None
-    photo: list[_WireFile] | None = None
-    document: _WireFile | None = None
-    voice: _WireFile | None = None
-    audio: _WireFile | None = None
-    video: _WireFile | None = None
-    video_note: _WireFile | None = None
-    reply_markup: _WireMarkup | None = None
+    from_: NotRequired[Annotated[_WireUser | None, Field(alias="from")]]
+    text: NotRequired[str | None]
+    caption: NotRequired[str | None]
+    entities: NotRequired[list[_WireEntity] | None]
+    caption_entities: NotRequired[list[_WireEntity] | None]
+    message_thread_id: NotRequired[int | None]
+    is_topic_message: NotRequired[bool | None]
+    reply_to_message: NotRequired[_WireReply | None]
+    forum_topic_created: NotRequired[dict[str, Any] | None]
+    photo: NotRequired[list[_WireFile] | None]
+    document: NotRequired[_WireFile | None]
+    voice: NotRequired[_WireFile | None]
+    audio: NotRequired[_WireFile | None]
+    video: NotRequired[_WireFile | None]
+    video_note: NotRequired[_WireFile | None]
+    reply_markup: NotRequired[_WireMarkup | None]
 
 
-class _WireCallback(_Wire):
-    id: str = Field(min_length=1)
-    from_: _WireUser = Field(alias="from")
-    data: str | None = None
-    message: _WireMessage | None = None
+@with_config(_WIRE)
+class _WireCallback(TypedDict):
+    id: Annotated[str, Field(min_length=1)]
+    from_: Annotated[_WireUser, Field(alias="from")]
+    data: NotRequired[str | None]
+    message: NotRequired[_WireMessage | None]
     """Absent for a button on an inline-mode message (not ours); an old message may come as a stub."""
 
 
-class WireUpdate(_Wire):
+@with_config(_WIRE)
+class WireUpdate(TypedDict):
     """One ``Update``: the kinds the gateway reads (others are allowed and ignored)."""
 
-    update_id: int = Field(ge=0)
-    message: _WireMessage | None = None
-    edited_message: _WireMessage | None = None
-    callback_query: _WireCallback | None = None
+    update_id: _Count
+    message: NotRequired[_WireMessage | None]
+    edited_message: NotRequired[_WireMessage | None]
+    callback_query: NotRequired[_WireCallback | None]
+
+
+WIRE_UPDATE: TypeAdapter[WireUpdate] = TypeAdapter(WireUpdate)
+"""Validates an ``Update`` (``validate_json`` for a webhook body, ``validate_python`` for a ``getUpdates`` item)."""
 
 
 def _utf16(text: str) -> bytes:
@@ -177,34 +192,48 @@ def _strip_ranges(text: str, ranges: list[tuple[int, int, bool]]) -> str:
     return units.decode("utf-16-le", "ignore").strip()
 
 
+_FILE_KINDS: tuple[
+    tuple[Literal["document", "voice", "audio", "video"], Literal["document", "voice", "audio", "video", "video_note"]],
+    ...,
+] = (
+    ("document", "document"),
+    ("voice", "voice"),
+    ("audio", "audio"),
+    ("video", "video"),
+    ("video", "video_note"),
+)
+"""The attachment kind of each single-file field of a message."""
+
+
 def _attachments(message: _WireMessage) -> tuple[Attachment, ...]:
     """The files a message carries, by ``file_id`` (the largest size of a photo)."""
     found: list[Attachment] = []
-    if message.photo:
-        largest = max(message.photo, key=lambda p: ((p.width or 0) * (p.height or 0), p.file_size or 0))
-        found.append(Attachment(kind="image", ref=largest.file_id, mime_type="image/jpeg", size=largest.file_size))
-    kinds: tuple[tuple[Literal["document", "voice", "audio", "video"], _WireFile | None], ...] = (
-        ("document", message.document),
-        ("voice", message.voice),
-        ("audio", message.audio),
-        ("video", message.video),
-        ("video", message.video_note),
-    )
-    for kind, wire in kinds:
+    photo = message.get("photo")
+    if photo:
+        largest = max(photo, key=lambda p: ((p.get("width") or 0) * (p.get("height") or 0), p.get("file_size") or 0))
+        size = largest.get("file_size")
+        found.append(Attachment(kind="image", ref=largest["file_id"], mime_type="image/jpeg", size=size))
+    for kind, key in _FILE_KINDS:
+        wire = message.get(key)
         if wire is not None:
             found.append(
                 Attachment(
-                    kind=kind, ref=wire.file_id, name=wire.file_name, mime_type=wire.mime_type, size=wire.file_size
+                    kind=kind,
+                    ref=wire["file_id"],
+                    name=wire.get("file_name"),
+                    mime_type=wire.get("mime_type"),
+                    size=wire.get("file_size"),
                 )
             )
     return tuple(found)
 
 
 def _button_label(message: _WireMessage, data: str) -> str | None:
-    for row in message.reply_markup.inline_keyboard if message.reply_markup else ():
+    markup = message.get("reply_markup")
+    for row in markup.get("inline_keyboard", ()) if markup else ():
         for button in row:
-            if button.callback_data == data:
-                return button.text
+            if button.get("callback_data") == data:
+                return button["text"]
     return None
 
 
@@ -240,24 +269,28 @@ class UpdateReader:
     def read(self, update: WireUpdate) -> list[InboundMessage]:
         """Zero or one draft for one ``Update``."""
         draft: InboundMessage | None = None
-        if update.message is not None:
-            draft = self._message(update.update_id, update.message, edited=False)
-        elif update.edited_message is not None:
-            draft = self._message(update.update_id, update.edited_message, edited=True)
-        elif update.callback_query is not None:
-            draft = self._callback(update.update_id, update.callback_query)
+        if (message := update.get("message")) is not None:
+            draft = self._message(update["update_id"], message, edited=False)
+        elif (edited := update.get("edited_message")) is not None:
+            draft = self._message(update["update_id"], edited, edited=True)
+        elif (query := update.get("callback_query")) is not None:
+            draft = self._callback(update["update_id"], query)
         return [draft] if draft is not None else []
 
     def _is_own(self, user: _WireUser) -> bool:
-        return user.is_bot or (self.bot_id is not None and user.id == self.bot_id)
+        return user["is_bot"] or (self.bot_id is not None and user["id"] == self.bot_id)
 
     def _message(self, update_id: int, message: _WireMessage, *, edited: bool) -> InboundMessage | None:
-        user, chat = message.from_, message.chat
-        if user is None or self._is_own(user) or chat.type == _CHANNEL_CHAT:
+        user, chat = message.get("from_"), message["chat"]
+        if user is None or self._is_own(user) or chat["type"] == _CHANNEL_CHAT:
             return None
-        has_text = message.text is not None
-        text = (message.text if has_text else message.caption) or ""
-        entities = (message.entities if has_text else message.caption_entities) or []
+        text = message.get("text")
+        has_text = text is not None
+        if has_text:
+            entities = message.get("entities") or []
+        else:
+            text, entities = message.get("caption"), message.get("caption_entities") or []
+        text = text or ""
         attachments = () if edited else _attachments(message)
         if not text.strip() and not attachments:
             return None  # a sticker, a service message, an empty edit
@@ -266,13 +299,13 @@ class UpdateReader:
         replied = self._replies_to_bot(message)
         bare_command = command is not None and command[2] is None
         addressed = mentions or replied or bare_command or not self.require_mention
-        if chat.type != _PRIVATE and not addressed:
+        if chat["type"] != _PRIVATE and not addressed:
             return None
         if command is not None and command[2] is not None and not self._is_for_us(command[2]):
             return None  # /command@another_bot
         event: InboundEvent
         if edited:
-            event = MessageEdited(original_id=str(message.message_id))
+            event = MessageEdited(original_id=str(message["message_id"]))
         elif command is not None:
             name, length, _ = command
             text = _strip_ranges(text, [(0, length, False), *[m for m in mentions if m[0] >= length]])
@@ -287,12 +320,12 @@ class UpdateReader:
         return self._draft(update_id, message, user, text, event, mentioned=bool(mentions), replied=replied)
 
     def _callback(self, update_id: int, query: _WireCallback) -> InboundMessage | None:
-        message = query.message
-        if query.data is None or message is None or self._is_own(query.from_):
+        message, data, user = query.get("message"), query.get("data"), query["from_"]
+        if data is None or message is None or self._is_own(user):
             return None  # a game button, or a button on an inline-mode message
-        event = ChoiceSelected(option_id=query.data, offer_message_id=str(message.message_id), ack_ref=query.id)
-        label = _button_label(message, query.data) or query.data
-        return self._draft(update_id, message, query.from_, label, event, mentioned=False, replied=False)
+        event = ChoiceSelected(option_id=data, offer_message_id=str(message["message_id"]), ack_ref=query["id"])
+        label = _button_label(message, data) or data
+        return self._draft(update_id, message, user, label, event, mentioned=False, replied=False)
 
     def _draft(
         self,
@@ -305,9 +338,10 @@ class UpdateReader:
         mentioned: bool,
         replied: bool,
     ) -> InboundMessage:
-        chat = message.chat
-        thread = str(message.message_thread_id) if message.is_topic_message and message.message_thread_id else None
-        extra = {"chat_id": str(chat.id), "reply_to_message_id": str(message.message_id), "chat_type": chat.type}
+        chat, message_id, topic = message["chat"], str(message["message_id"]), message.get("message_thread_id")
+        thread = str(topic) if topic and message.get("is_topic_message") else None
+        chat_id, chat_type = str(chat["id"]), chat["type"]
+        extra = {"chat_id": chat_id, "reply_to_message_id": message_id, "chat_type": chat_type}
         if thread:
             extra["message_thread_id"] = thread
         # Every value below is a str/bool/None taken from the validated wire model (or an event model): the draft is
@@ -318,7 +352,7 @@ class UpdateReader:
             agent=self.agent,
             channel=_CHANNEL,
             account=self.account,
-            conversation=str(chat.id),
+            conversation=chat_id,
             thread=thread,
             extra=extra,
         )
@@ -327,12 +361,12 @@ class UpdateReader:
             id="",
             dedup_key=str(update_id),
             conversation=conversation,
-            sender=_sender(user.id, user.full_name or user.username),
+            sender=_sender(user["id"], _full_name(user) or user.get("username")),
             text=text,
             event=event,
-            platform_message_id=str(message.message_id),
+            platform_message_id=message_id,
             received_at=time.time(),
-            meta={"chat_type": str(chat.type), "mentioned": mentioned, "replied_to_bot": replied},
+            meta={"chat_type": chat_type, "mentioned": mentioned, "replied_to_bot": replied},
         )
 
     def _is_for_us(self, target: str) -> bool:
@@ -340,14 +374,15 @@ class UpdateReader:
 
     def _command(self, text: str, entities: list[_WireEntity]) -> tuple[str, int, str | None] | None:
         """``(name, UTF-16 length, @target)`` of a bot command that opens the text, if any."""
-        first = next((e for e in entities if e.offset == 0 and e.type == _BOT_COMMAND), None)
+        first = next((e for e in entities if e["offset"] == 0 and e["type"] == _BOT_COMMAND), None)
         if first is None:
             return None
-        value = _utf16(text)[: first.length * 2].decode("utf-16-le", "ignore")
+        length = first["length"]
+        value = _utf16(text)[: length * 2].decode("utf-16-le", "ignore")
         command, _, target = value[1:].partition("@")
         if not command:
             return None
-        return command.lower(), first.length, target or None
+        return command.lower(), length, target or None
 
     def _mentions(self, text: str, entities: list[_WireEntity]) -> list[tuple[int, int, bool]]:
         """UTF-16 ranges of the text that address this bot (to be stripped from what the agent reads)."""
@@ -357,26 +392,28 @@ class UpdateReader:
         username = (self.username or "").lower()
         units = _utf16(text)
         for entity in entities:
-            value = units[entity.offset * 2 : (entity.offset + entity.length) * 2].decode("utf-16-le", "ignore")
-            by_name = entity.type == _MENTION and username and value[1:].lower() == username
-            by_id = entity.type == _TEXT_MENTION and entity.user and entity.user.id == self.bot_id
+            kind, offset, length, mentioned = entity["type"], entity["offset"], entity["length"], entity.get("user")
+            value = units[offset * 2 : (offset + length) * 2].decode("utf-16-le", "ignore")
+            by_name = kind == _MENTION and username and value[1:].lower() == username
+            by_id = kind == _TEXT_MENTION and mentioned and mentioned["id"] == self.bot_id
             if by_name or by_id:
-                found.append((entity.offset, entity.length, True))
-            elif entity.type == _BOT_COMMAND and "@" in value and username:
+                found.append((offset, length, True))
+            elif kind == _BOT_COMMAND and "@" in value and username:
                 command, _, target = value.partition("@")
                 if target.lower() == username:
                     skip = len(_utf16(command)) // 2
-                    found.append((entity.offset + skip, entity.length - skip, False))
+                    found.append((offset + skip, length - skip, False))
         return found
 
     def _replies_to_bot(self, message: _WireMessage) -> bool:
-        reply = message.reply_to_message
-        if reply is None or reply.from_ is None or not reply.from_.is_bot:
+        reply = message.get("reply_to_message")
+        author = reply.get("from_") if reply is not None else None
+        if reply is None or author is None or not author["is_bot"]:
             return False
-        if reply.forum_topic_created is not None:
+        if reply.get("forum_topic_created") is not None:
             return False  # every message in a forum topic "replies" to the topic's opening message
         if self.bot_id is not None:
-            return reply.from_.id == self.bot_id
+            return author["id"] == self.bot_id
         if self.username:
-            return (reply.from_.username or "").lower() == self.username.lower()
+            return (author.get("username") or "").lower() == self.username.lower()
         return True  # identity unknown: in privacy mode Telegram only delivers replies to this bot's messages

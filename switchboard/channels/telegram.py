@@ -26,7 +26,7 @@ from switchboard.channels._botapi import BotApi
 from switchboard.channels._telegram_files import fetch_file
 from switchboard.channels._telegram_polling import TelegramPoller
 from switchboard.channels._telegram_sending import MAX_BUTTON_LABEL, MAX_BUTTONS, TelegramSender, is_private
-from switchboard.channels._telegram_updates import UpdateReader, WireUpdate
+from switchboard.channels._telegram_updates import WIRE_UPDATE, UpdateReader
 from switchboard.channels.base import (
     OK_JSON,
     Capabilities,
@@ -198,7 +198,7 @@ class TelegramChannel:
             MalformedBodyError: the body is not JSON or not a Telegram ``Update``.
         """
         try:  # one pass over the bytes: pydantic-core parses and checks the shape together
-            wire = WireUpdate.model_validate_json(request.body)
+            wire = WIRE_UPDATE.validate_json(request.body)
         except ValidationError as err:
             raise _malformed(err) from None
         return Inbound(messages=tuple(self._reader.read(wire)), answer=OK_JSON)
@@ -209,7 +209,7 @@ class TelegramChannel:
         Raises:
             ValidationError: it is not a Telegram ``Update``.
         """
-        return self._reader.read(WireUpdate.model_validate(update))
+        return self._reader.read(WIRE_UPDATE.validate_python(update))
 
     def listener(self) -> Listener | None:
         """The ``getUpdates`` poller when the transport is ``polling``, else ``None`` (webhook)."""
