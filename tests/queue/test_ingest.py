@@ -116,6 +116,35 @@ async def test_ingest_times_out_with_queue_unavailable(redis_url: str, sync_redi
         await client.aclose()
 
 
+async def test_a_batch_sent_after_an_answered_one_times_out_at_its_own_deadline(
+    redis_url: str, sync_redis: redis.Redis
+) -> None:
+    """A stuck batch times out at its own deadline, not at an earlier batch's; and again after a reconnect."""
+    import asyncio
+
+    settings = QueueSettings(name="sbtest", ingest_timeout_s=0.4)
+    client = async_client(redis_url)
+    ingestor = Ingestor(client, settings)
+    loop = asyncio.get_running_loop()
+    try:
+        assert not (await ingestor.ingest(make_message("answered"))).duplicate
+        await asyncio.sleep(0.2)  # the first batch's deadline is 0.2 s from now
+        sync_redis.execute_command("CLIENT", "PAUSE", "3000", "WRITE")
+        started = loop.time()
+        with pytest.raises(QueueUnavailableError):
+            await ingestor.ingest(make_message("stuck"))
+        assert loop.time() - started >= 0.4, "timed out at the earlier batch's deadline"
+        sync_redis.execute_command("CLIENT", "UNPAUSE")
+        started = loop.time()
+        with pytest.raises(QueueUnavailableError):  # the connection that timed out is dropped; a later stall still
+            sync_redis.execute_command("CLIENT", "PAUSE", "3000", "WRITE")  # times out on the next one
+            await ingestor.ingest(make_message("stuck again"))
+        assert 0.4 <= loop.time() - started < 2.5
+    finally:
+        sync_redis.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
+
+
 def test_rq_key_names_match_rq(sync_redis: redis.Redis) -> None:
     from rq.defaults import RQ_KEY_PREFIX
 
