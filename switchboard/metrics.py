@@ -11,7 +11,6 @@ the process was told about (:meth:`Metrics.allow_channels`) or ``unknown``, so n
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -86,31 +85,6 @@ class _QueueCollector(Collector):
             )
 
 
-class _IngestCollector(Collector):
-    """Messages accepted and deduplicated, by channel: plain counts bumped on the hot path, exported at a scrape.
-
-    ``Counter.labels(...).inc()`` takes a lock per increment (a measurable part of a webhook's CPU); these counts are
-    bumped only on the event loop's thread, so they need none. The series are the ``Counter`` ones they replace.
-    """
-
-    _FAMILIES = (
-        ("switchboard_messages_accepted", "Messages durably queued"),
-        ("switchboard_messages_deduplicated", "Platform retries dropped by dedup key"),
-    )
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, bool], list[float]] = {}
-        """``(channel, duplicate)`` → ``[count, created]`` (a series appears with its first message)."""
-
-    def collect(self) -> Iterable[Metric]:
-        for duplicate, (name, help_text) in enumerate(self._FAMILIES):
-            family = CounterMetricFamily(name, help_text, labels=["channel"])
-            for (channel, dup), (count, created) in sorted(self.counts.items()):
-                if dup == bool(duplicate):
-                    family.add_metric([channel], count, created=created)
-            yield family
-
-
 class _WorkspaceCollector(Collector):
     """Disk held by every session workspace under one root (the usage ledger the workers keep), and its bound."""
 
@@ -138,8 +112,19 @@ class Metrics:
         """
         self._channels: set[str] = set(channels)
         self.registry = CollectorRegistry()
-        self._ingest = _IngestCollector()
-        self.registry.register(self._ingest)
+        self._accepted = Counter(
+            "switchboard_messages_accepted", "Messages durably queued", ["channel"], registry=self.registry
+        )
+        self._deduplicated = Counter(
+            "switchboard_messages_deduplicated",
+            "Platform retries dropped by dedup key",
+            ["channel"],
+            registry=self.registry,
+        )
+        self._ingested: dict[tuple[str, bool], int] = {}
+        """Messages counted since the last scrape, by (channel, duplicate), added to the counters by :meth:`render`:
+        ``Counter.labels(...).inc()`` takes a lock per call, a measurable part of a webhook's CPU. Counted on the event
+        loop's thread only, so the plain counts need none."""
         self._rejected = Counter(
             "switchboard_requests_rejected",
             "Requests refused, by reason",
@@ -163,11 +148,8 @@ class Metrics:
     def ingested(self, channel: str, *, duplicate: bool) -> None:
         """Count one message accepted or deduplicated."""
         key = (channel if channel in self._channels else UNKNOWN_CHANNEL, duplicate)
-        found = self._ingest.counts.get(key)
-        if found is None:
-            self._ingest.counts[key] = [1.0, time.time()]
-        else:
-            found[0] += 1
+        counts = self._ingested
+        counts[key] = counts.get(key, 0) + 1
 
     def rejected(self, channel: str, reason: str) -> None:
         """Count one refused request (``reason`` is a code of ours, never text from the request)."""
@@ -177,4 +159,7 @@ class Metrics:
         """The exposition text, with the deployment-wide figures just read from Redis."""
         self._queue.snapshot = snapshot
         self._queue.live_workers = live_workers
+        counted, self._ingested = self._ingested, {}
+        for (channel, duplicate), count in counted.items():
+            (self._deduplicated if duplicate else self._accepted).labels(channel).inc(count)
         return generate_latest(self.registry)

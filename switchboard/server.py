@@ -43,7 +43,8 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.streams import StreamReader
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
@@ -236,7 +237,7 @@ class ConnectionGuard:
 class _GuardedHandler(RequestHandler):
     """aiohttp's connection protocol, with a deadline for each request's head and body."""
 
-    __slots__ = ("_body_timer", "_guard", "_head_since", "_head_timer", "_payload")
+    __slots__ = ("_body_length", "_body_timer", "_guard", "_head_since", "_head_timer", "_payload", "_tail")
 
     def __init__(self, manager: Server, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -247,6 +248,10 @@ class _GuardedHandler(RequestHandler):
         self._body_timer: asyncio.TimerHandle | None = None
         self._payload: StreamReader | None = None
         """The body of the latest request whose head has arrived."""
+        self._body_length: int | None = None
+        """That body's ``Content-Length`` while it is still arriving (``None``: chunked, or complete)."""
+        self._tail = b""
+        """The last 3 bytes received before the latest read (a head's ``CRLF CRLF`` may span reads)."""
 
     @property
     def idle(self) -> bool:
@@ -266,22 +271,34 @@ class _GuardedHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         heads = self._request_count
-        body_done = self._payload is None or self._payload.is_eof()
+        payload = self._payload
+        body_done = payload is None or payload.is_eof()
+        had = 0 if payload is None or body_done else payload.total_bytes
+        tail = self._tail
+        self._tail = data[-3:] if len(data) > 2 else (tail + data)[-3:]
         super().data_received(data)
         if self._request_count != heads:  # a request head arrived (its timer, if still armed, finds none awaited)
             self._head_since = None
-            payload = self._messages[-1][1] if self._messages else None
+            message, payload = self._messages[-1] if self._messages else (None, None)
             self._payload = payload if isinstance(payload, StreamReader) else None
             if self._payload is not None and not self._payload.is_eof():
+                length = message.headers.get("Content-Length") if isinstance(message, RawRequestMessage) else None
+                self._body_length = int(length) if length is not None and length.isdigit() else None
                 if self._body_timer is not None:
                     self._body_timer.cancel()
                 self._body_timer = self._loop.call_later(self._guard.http.body_timeout_s, self._body_deadline)
-        elif data and self._head_since is None and (body_done or self._payload is None or self._payload.is_eof()):
-            # The first bytes of a further request on this connection (or bytes that completed a body and may have
-            # started the next head: timed as a head). Not an empty call: aiohttp resumes its parser with no bytes
-            # whenever a handler has read a body, and an idle kept-alive connection is no slow head (its keep-alive
-            # timeout closes it) — arming there timed out every idle webhook connection, and cost a timer a request.
-            self._arm_head()
+            elif payload is EMPTY_PAYLOAD and not (data if len(data) > 3 else tail + data).endswith(b"\r\n\r\n"):
+                self._arm_head()  # bytes after the last head (which has no body) in the same read: a further head
+        elif not data or self._head_since is not None:
+            # Not an empty call: aiohttp resumes its parser with no bytes whenever a handler has read a body, and an
+            # idle kept-alive connection is no slow head (its keep-alive timeout closes it).
+            return
+        elif body_done:
+            self._arm_head()  # the first bytes of a further request on this connection
+        elif self._payload is not None and self._payload.is_eof():  # these bytes completed the body…
+            if self._body_length is not None and had + len(data) > self._body_length:
+                self._arm_head()  # …and began a further request (a connection idle after a body is no slow head)
+            self._body_length = None
 
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
         """Log a failed request as aiohttp does, except that a malformed one is one DEBUG line, no traceback."""

@@ -88,7 +88,7 @@ def _malformed(err: ValidationError) -> MalformedBodyError:
     first = err.errors()[0]
     if first["type"] == "json_invalid":
         return MalformedBodyError("body is not JSON", channel=_CHANNEL)
-    if first["type"] in ("model_type", "model_attributes_type") and not first["loc"]:
+    if first["type"] in ("dict_type", "model_type", "model_attributes_type") and not first["loc"]:
         return MalformedBodyError("body must be a JSON object (a Telegram Update)", channel=_CHANNEL)
     where = ".".join(str(p) for p in first["loc"])[:200] or "body"
     return MalformedBodyError(f"not a Telegram Update: {where}: {first['msg']}", channel=_CHANNEL)
