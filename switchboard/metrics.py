@@ -147,7 +147,7 @@ class Metrics:
 
     def ingested(self, channel: str, *, duplicate: bool) -> None:
         """Count one message accepted or deduplicated."""
-        key = (channel if channel in self._channels else UNKNOWN_CHANNEL, duplicate)
+        key = (self._channel(channel), duplicate)
         counts = self._ingested
         counts[key] = counts.get(key, 0) + 1
 

@@ -295,7 +295,7 @@ class _GuardedHandler(RequestHandler):
             return
         elif body_done:
             self._arm_head()  # the first bytes of a further request on this connection
-        elif self._payload is not None and self._payload.is_eof():  # these bytes completed the body…
+        elif payload is not None and payload.is_eof():  # these bytes completed the body…
             if self._body_length is not None and had + len(data) > self._body_length:
                 self._arm_head()  # …and began a further request (a connection idle after a body is no slow head)
             self._body_length = None

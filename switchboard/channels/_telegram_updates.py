@@ -285,12 +285,10 @@ class UpdateReader:
         if user is None or self._is_own(user) or chat["type"] == _CHANNEL_CHAT:
             return None
         text = message.get("text")
-        has_text = text is not None
-        if has_text:
+        if text is not None:
             entities = message.get("entities") or []
         else:
-            text, entities = message.get("caption"), message.get("caption_entities") or []
-        text = text or ""
+            text, entities = message.get("caption") or "", message.get("caption_entities") or []
         attachments = () if edited else _attachments(message)
         if not text.strip() and not attachments:
             return None  # a sticker, a service message, an empty edit
