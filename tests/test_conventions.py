@@ -133,7 +133,8 @@ def test_the_repository_explains_itself() -> None:
         *(root / "tests").rglob("*.py"),
         *(root / "bench").rglob("*.py"),
         root / "README.md",
-        root / "docs" / "ARCHITECTURE.md",
+        root / "mkdocs.yml",
+        *(root / "docs").rglob("*.md"),  # the manual's pages, ARCHITECTURE.md among them
     ]
     offenders = [
         f"{path.relative_to(root)}: {word}"
@@ -152,3 +153,39 @@ def test_the_repository_explains_itself() -> None:
         if number not in sections
     }
     assert cited == set(), "every cited section exists"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub and MkDocs give a heading (lower case, punctuation dropped, spaces as hyphens)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_is_a_front_page_that_links_into_the_manual() -> None:
+    """The README fits on a few screens, shows both commands, and every link it has leads to a page and heading."""
+    root = PKG.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300, "the manual lives in docs/; the README stays a front page"
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert "make run" in quickstart
+    assert "make test" in quickstart
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        page = root / path
+        if not page.is_file():
+            broken.append(target)
+        elif anchor and page.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.MULTILINE)
+            if anchor not in {_slug(h) for h in headings}:
+                broken.append(target)
+    assert broken == []
+    nav = (root / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = {
+        str(page.relative_to(root / "docs"))
+        for page in (root / "docs").rglob("*.md")
+        if "pending" not in page.relative_to(root / "docs").parts
+    }
+    assert {page for page in pages if page not in nav} == set(), "every page is in the site's nav"
+
