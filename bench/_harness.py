@@ -103,7 +103,7 @@ def fmt(value: float, digits: int = 1) -> str:
 
 
 def render_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A Markdown table under a bold title (what the README shows)."""
+    """A Markdown table under a bold title (what docs/benchmarks.md shows)."""
     lines = [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"

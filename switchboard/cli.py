@@ -137,7 +137,7 @@ _CONTROL_NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
 
 _ENV_HELP = (
     "Configuration comes from SWITCHBOARD_* environment variables (nested with __, e.g. "
-    "SWITCHBOARD_TELEGRAM__BOT_TOKEN) and the YAML file named by SWITCHBOARD_CONFIG; see the README."
+    "SWITCHBOARD_TELEGRAM__BOT_TOKEN) and the YAML file named by SWITCHBOARD_CONFIG; see docs/configuration.md."
 )
 
 

@@ -3,7 +3,7 @@
 The web chat has no platform API to call. A send action becomes one entry on the session's web stream (the
 Redis stream the page reads over SSE); the publisher that writes it is injected, so this module knows nothing of
 Redis or the queue (docs/ARCHITECTURE.md §4). Each entry has a ``type`` and a JSON ``data`` object, as the web chat
-API names them (README, "Web chat"):
+API names them (docs/channels/web-chat.md):
 
 =============== ===========================================================================
 ``status``      ``{"status": "queued" | "running" | "idle", "reply_to"?}``

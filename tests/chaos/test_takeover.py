@@ -2,7 +2,7 @@
 
 The lease is set to 30 s here, so a recovery faster than the lease can only come from the heartbeat takeover: the
 old code waited for the lease to lapse (≥ 30 s), so the bound below (15 s, three times the ≤ 5 s the design aims
-at, generous for a 2-core CI box) fails on it. The measured times are printed; they are what the README reports.
+at, generous for a 2-core CI box) fails on it. The measured times are printed; they are what docs/benchmarks.md reports.
 """
 
 from __future__ import annotations
