@@ -188,4 +188,3 @@ def test_the_readme_is_a_front_page_that_links_into_the_manual() -> None:
         if "pending" not in page.relative_to(root / "docs").parts
     }
     assert {page for page in pages if page not in nav} == set(), "every page is in the site's nav"
-
