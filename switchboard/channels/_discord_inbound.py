@@ -1,15 +1,20 @@
 """Discord's inbound payloads — interactions and gateway dispatches — as normalised inbound messages.
 
-Two shapes arrive: an *interaction* (a slash command or a button click, by HTTP POST to the interactions endpoint
-or as a gateway ``INTERACTION_CREATE``) and a gateway *message* event (``MESSAGE_CREATE`` / ``_UPDATE`` /
-``_DELETE``). Both become :class:`~switchboard.core.messages.InboundMessage` drafts here; verifying the request
-and speaking the gateway protocol happen elsewhere.
+Two shapes arrive: an *interaction* (a slash command, a user or message context-menu command, or a button click, by
+HTTP POST to the interactions endpoint or as a gateway ``INTERACTION_CREATE``) and a gateway *message* event
+(``MESSAGE_CREATE`` / ``_UPDATE`` / ``_DELETE``). Both become :class:`~switchboard.core.messages.InboundMessage`
+drafts here; verifying the request and speaking the gateway protocol happen elsewhere.
 
 Who reaches the agent: direct messages always; guild channels and threads when the bot is mentioned (the
 mention is stripped) or replied to; never the bot itself, other bots or webhooks (no bot-to-bot loops). The
 conversation is the channel id; a thread is its own session (``conversation`` = parent channel,
 ``thread`` = thread id), so a reply is sent to the thread. Dedup keys are the snowflakes: ``m:<message id>``,
 ``i:<interaction id>``, ``e:<message id>:<edited_timestamp>`` and ``d:<message id>``.
+
+A context-menu command (``data.type`` 2 ``USER`` or 3 ``MESSAGE``) is a :class:`CommandIssued` named as the menu
+entry, whose text names its target from ``data.resolved`` by ``data.target_id`` (``[target user: Grace (@grace, id
+777)]``, ``[target message <id> by Grace (id 777): <its text>]``); the target message's files are its attachments.
+Discord has no native location or contact share: those arrive as text or links, read as such.
 """
 
 from __future__ import annotations
@@ -110,10 +115,21 @@ class _Option(_Wire):
     options: list[_Option] = Field(default_factory=list)
 
 
+class _Resolved(_Wire):
+    users: dict[str, _User] = Field(default_factory=dict)
+    members: dict[str, _Member] = Field(default_factory=dict)
+    messages: dict[str, _Message] = Field(default_factory=dict)
+
+
 class _Data(_Wire):
     name: str | None = None
     custom_id: str | None = None
     options: list[_Option] = Field(default_factory=list)
+    type: int = 1
+    """An application command's type: 1 slash (``CHAT_INPUT``), 2 ``USER`` and 3 ``MESSAGE`` context menus."""
+    target_id: str | None = None
+    """The user or message a context-menu command was used on (its object is in ``resolved``)."""
+    resolved: _Resolved | None = None
 
 
 class _Component(_Wire):
@@ -161,6 +177,31 @@ def _options_text(options: list[_Option]) -> str:
         elif option.value is not None:
             words.append(str(option.value))
     return " ".join(w for w in words if w)
+
+
+def _files(message: _Message) -> tuple[Attachment, ...]:
+    return tuple(
+        Attachment(kind=_kind(f.content_type), ref=f.url, name=f.filename, mime_type=f.content_type, size=f.size)
+        for f in message.attachments
+    )
+
+
+def _target(data: _Data) -> tuple[str, tuple[Attachment, ...]]:
+    """What a context-menu command was used on, as the agent reads it, and the target message's files."""
+    target, resolved = data.target_id or "", data.resolved or _Resolved()
+    if data.type == 2:
+        user = resolved.users.get(target)
+        if user is None:
+            return f"[target user: id {target}]", ()
+        name = _name(user, resolved.members.get(target)) or user.id
+        handle = f"@{user.username}, " if user.username else ""
+        return f"[target user: {name} ({handle}id {user.id})]", ()
+    message = resolved.messages.get(target)
+    if message is None:
+        return f"[target message {target}]", ()
+    author = f" by {_name(message.author) or message.author.id} (id {message.author.id})" if message.author else ""
+    content = f": {message.content}" if message.content else ""
+    return f"[target message {message.id}{author}{content}]", _files(message)
 
 
 def _label(components: list[_Component], custom_id: str) -> str | None:
@@ -221,11 +262,18 @@ def parse_interaction(wire: Interaction, account: str, *, now: float | None = No
         "application_id": wire.application_id,
     }
     event: InboundEvent
+    meta = {"guild_id": wire.guild_id or "", "interaction": "command" if wire.type == 2 else "component"}
     if wire.type == 2:
         name = (wire.data.name or "").lower()
         if not name:
             raise MalformedBodyError("application command without a name", channel=CHANNEL)
-        event, text = CommandIssued(name=name), _options_text(wire.data.options)
+        if wire.data.type in (2, 3):  # a context-menu command: its target is what it is about
+            if not wire.data.target_id:
+                raise MalformedBodyError("context-menu command without a target_id", channel=CHANNEL)
+            text, files = _target(wire.data)
+            event, meta["target_id"] = CommandIssued(name=name, attachments=files), wire.data.target_id
+        else:
+            event, text = CommandIssued(name=name), _options_text(wire.data.options)
     else:
         custom_id = wire.data.custom_id
         if not custom_id:
@@ -240,7 +288,7 @@ def parse_interaction(wire: Interaction, account: str, *, now: float | None = No
         sender=Sender(id=user.id, name=_name(user, wire.member)),
         text=text,
         event=event,
-        meta={"guild_id": wire.guild_id or "", "interaction": "command" if wire.type == 2 else "component"},
+        meta=meta,
     )
 
 
@@ -334,10 +382,7 @@ class DiscordInbound:
         if author is None or message.type not in _USER_MESSAGE_TYPES:
             return None
         addressed, text = self._addressed(message)
-        files = tuple(
-            Attachment(kind=_kind(f.content_type), ref=f.url, name=f.filename, mime_type=f.content_type, size=f.size)
-            for f in message.attachments
-        )
+        files = _files(message)
         if not addressed or not (text or files):
             return None
         self._remember(self._accepted, message.id, (author.id, _name(author, message.member)))

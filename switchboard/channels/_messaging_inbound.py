@@ -6,7 +6,8 @@ Both channels speak the same format: ``{"object": "page" | "instagram", "entry":
 and one of:
 
 - ``message`` → :class:`Posted` (text and attachments: ``image``/``video``/``audio``/``file`` by their CDN
-  ``payload.url``, fetched lazily; locations, shares, story mentions and other kinds as a line of text), with
+  ``payload.url``, fetched lazily; a ``location`` attachment (Messenger's shared pin) as a :class:`Location` part;
+  shares, story mentions and other kinds as a line of text), with
   ``reply_to.mid`` as ``meta["reply_to"]``; ``message.quick_reply.payload`` → :class:`ChoiceSelected`;
   ``message.is_echo`` (the Page's or account's own message) is dropped; ``message.is_deleted`` (Instagram's
   unsend) → :class:`MessageDeleted`;
@@ -48,6 +49,7 @@ from switchboard.core.messages import (
     ConversationRef,
     InboundEvent,
     InboundMessage,
+    Location,
     MessageDeleted,
     MessageEdited,
     Posted,
@@ -204,18 +206,23 @@ def wire_error(err: ValidationError, channel: MessagingChannel) -> MalformedBody
 
 
 def _attachment_text(item: _WireAttachment) -> str | None:
-    """A line standing in for an attachment that is not a file (location, share, story mention, reel …)."""
+    """A line standing in for an attachment that is not a file nor a location (share, story mention, reel …)."""
     payload = item.payload
     kind = item.type or "attachment"
-    if kind == "location" and payload is not None and payload.coordinates is not None:
-        where = payload.coordinates
-        return f"[location: {where.lat:.6f}, {where.long:.6f}]"
     if kind == "fallback" and (item.title or (payload and payload.title)):
         title = item.title or (payload.title if payload else "")
         link = payload.url if payload and payload.url else ""
         return f"[shared: {title} {link}]".replace(" ]", "]")
     url = payload.url if payload is not None else None
     return f"[{kind.replace('_', ' ')}: {url}]" if url else f"[{kind.replace('_', ' ')}]"
+
+
+def _location(item: _WireAttachment) -> Location | None:
+    """A shared pin with its coordinates and the title Messenger gave it."""
+    if item.type != "location" or item.payload is None or item.payload.coordinates is None:
+        return None
+    where = item.payload.coordinates
+    return Location(latitude=where.lat, longitude=where.long, name=item.title or item.payload.title or None)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -379,6 +386,7 @@ class MessagingReader:
             return message.mid, text, choice, message.mid, meta | {"quick_reply": True}
         files: list[Attachment] = []
         lines: list[str] = []
+        places: list[Location] = []
         for item in message.attachments:
             kind = _KINDS.get(item.type)
             url = item.payload.url if item.payload is not None else None
@@ -388,15 +396,21 @@ class MessagingReader:
             if kind is not None and url:
                 files.append(trusted(Attachment, kind=kind, ref=url, name=item.title, mime_type=None, size=None))
                 continue
+            place = _location(item)
+            if place is not None:
+                places.append(place)
+                continue
             line = _attachment_text(item)
             if line is not None:
                 lines.append(line)
         if message.is_unsupported and not text:
             lines.append("[a message this app cannot show]")
         text = "\n".join(part for part in (text, *lines) if part)
-        if not text and not files:
+        if not text and not files and not places:
             return None
-        event = trusted(Posted, kind="message", attachments=tuple(files)) if files else _POSTED
+        event = _POSTED
+        if files or places:
+            event = trusted(Posted, kind="message", attachments=tuple(files), shared=tuple(places))
         return message.mid, text, event, message.mid, meta
 
     def _reaction(

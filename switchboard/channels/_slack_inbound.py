@@ -6,7 +6,8 @@ mentions the bot (``app_mention``, or a ``message`` whose text holds ``<@BOT>``)
 other bots' (``subtype: bot_message``) are dropped; ``message_changed`` and ``message_deleted`` become
 :class:`MessageEdited` / :class:`MessageDeleted` under the same rules. A channel conversation keeps to its
 thread: ``thread_ts or ts`` is the session's thread and where replies go; a DM is one session unless the user
-wrote in a thread (assistant threads), which is then its own.
+wrote in a thread (assistant threads), which is then its own. Slack has no native location or contact share
+(a map link or a name is plain text): nothing to turn into a :class:`~switchboard.core.messages.Location` part.
 
 Dedup keys: a new message is keyed by its ``ts`` (unique per channel, and a session never spans channels),
 which covers Slack's retries of the same ``event_id`` *and* the second event Slack sends for one message when

@@ -9,6 +9,8 @@ Only the fields the gateway reads are parsed (:class:`WireActivity`, lenient abo
   is dropped; clicks always count (the card was the bot's).
 - ``messageUpdate`` (``channelData.eventType`` ``editMessage``) → :class:`MessageEdited`; ``messageDelete`` →
   :class:`MessageDeleted`.
+- Teams sends a bot no native location or contact share (a shared place or person arrives as text or a card link,
+  read as such): nothing becomes a :class:`~switchboard.core.messages.Location` part.
 - Anything else (``conversationUpdate`` when the bot is added or removed, ``installationUpdate``, ``typing``,
   reactions, invokes) carries nothing for the agent: acknowledged, not run.
 

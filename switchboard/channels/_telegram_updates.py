@@ -4,16 +4,20 @@ The same reader serves the webhook (one ``Update`` per request) and long polling
 ``update_id`` is the dedup key. What becomes an event:
 
 - ``message`` → :class:`Posted` (text or caption, with photos, documents, voice notes, audio and video by
-  ``file_id``), or :class:`CommandIssued` when it starts with a bot command (``/stop``, ``/ask …``);
+  ``file_id``; a shared ``location`` or ``venue`` as a :class:`Location` part, a ``contact`` as a :class:`Contact`
+  part), or :class:`CommandIssued` when it starts with a bot command (``/stop``, ``/ask …``);
 - ``edited_message`` → :class:`MessageEdited` (same addressing rules as a message);
 - ``callback_query`` (a tap on an inline-keyboard button the bot sent) → :class:`ChoiceSelected` carrying the
   button's ``callback_data`` (the option id), the message that carried it and the query id to acknowledge.
 
 Private chats reach the agent on every message; groups only when the bot is mentioned (``@username``, a
-``text_mention``, ``/command@username``), replied to, or sent a bare command (Telegram delivers those to every
-bot of the group even in privacy mode). A button tap always reaches it: only the bot's own messages carry its
-buttons. Forum topics are their own sessions (``thread`` = ``message_thread_id``). Channel posts, the bot's own
-messages, stickers and service messages parse to nothing (no error, so Telegram stops retrying them).
+``text_mention``, ``/command@username``) or replied to, unless ``require_mention`` is off. A bare ``/command`` in a
+group follows the same rule as any other message: Telegram delivers it to bots in privacy mode too, but in a group
+with several bots it may be meant for any of them (Telegram's clients add ``@username`` to a command picked from a
+bot's menu in groups); ``/command@another_bot`` is never taken. A button tap always reaches it: only the bot's own
+messages carry its buttons. Forum topics are their own sessions (``thread`` = ``message_thread_id``). Channel posts,
+the bot's own messages, stickers, service messages and live-location updates (edits of a location) parse to nothing
+(no error, so Telegram stops retrying them).
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
     CommandIssued,
+    Contact,
     ConversationRef,
     InboundEvent,
     InboundMessage,
+    Location,
     MessageEdited,
     Posted,
     Sender,
+    SharedPart,
     trusted,
 )
 
@@ -103,6 +110,26 @@ class _WireFile(TypedDict):
 
 
 @with_config(_WIRE)
+class _WireLocation(TypedDict):
+    latitude: float
+    longitude: float
+
+
+@with_config(_WIRE)
+class _WireVenue(TypedDict):
+    location: _WireLocation
+    title: str
+    address: str
+
+
+@with_config(_WIRE)
+class _WireContact(TypedDict):
+    phone_number: str
+    first_name: str
+    last_name: NotRequired[str | None]
+
+
+@with_config(_WIRE)
 class _WireReply(TypedDict):
     """The replied-to message (Telegram never nests a further ``reply_to_message`` in it)."""
 
@@ -141,6 +168,9 @@ class _WireMessage(TypedDict):
     audio: NotRequired[_WireFile | None]
     video: NotRequired[_WireFile | None]
     video_note: NotRequired[_WireFile | None]
+    location: NotRequired[_WireLocation | None]
+    venue: NotRequired[_WireVenue | None]
+    contact: NotRequired[_WireContact | None]
     reply_markup: NotRequired[_WireMarkup | None]
 
 
@@ -228,6 +258,29 @@ def _attachments(message: _WireMessage) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
+def _shared(message: _WireMessage) -> tuple[SharedPart, ...]:
+    """The place (a venue, else a bare location) or contact card a message shares, if any."""
+    venue, location, contact = message.get("venue"), message.get("location"), message.get("contact")
+    if venue is not None:
+        where = venue["location"]
+        place = Location(
+            latitude=where["latitude"],
+            longitude=where["longitude"],
+            name=venue["title"] or None,
+            address=venue["address"] or None,
+        )
+        return (place,)
+    if location is not None:
+        return (Location(latitude=location["latitude"], longitude=location["longitude"]),)
+    if contact is not None:
+        last = contact.get("last_name")
+        name = f"{contact['first_name']} {last}" if last else contact["first_name"]
+        return (
+            Contact(name=name or "(no name)", phones=(contact["phone_number"],) if contact["phone_number"] else ()),
+        )
+    return ()
+
+
 def _button_label(message: _WireMessage, data: str) -> str | None:
     markup = message.get("reply_markup")
     for row in markup.get("inline_keyboard", ()) if markup else ():
@@ -290,13 +343,13 @@ class UpdateReader:
         else:
             text, entities = message.get("caption") or "", message.get("caption_entities") or []
         attachments = () if edited else _attachments(message)
-        if not text.strip() and not attachments:
+        shared = () if edited else _shared(message)  # an edited location is a live location moving: not a message
+        if not text.strip() and not attachments and not shared:
             return None  # a sticker, a service message, an empty edit
         mentions = self._mentions(text, entities)
         command = self._command(text, entities)
         replied = self._replies_to_bot(message)
-        bare_command = command is not None and command[2] is None
-        addressed = mentions or replied or bare_command or not self.require_mention
+        addressed = mentions or replied or not self.require_mention
         if chat["type"] != _PRIVATE and not addressed:
             return None
         if command is not None and command[2] is not None and not self._is_for_us(command[2]):
@@ -310,10 +363,10 @@ class UpdateReader:
             event = CommandIssued(name=name, attachments=attachments)
             return self._draft(update_id, message, user, text, event, mentioned=bool(mentions), replied=replied)
         else:
-            event = Posted(attachments=attachments) if attachments else _POSTED
+            event = Posted(attachments=attachments, shared=shared) if attachments or shared else _POSTED
         if mentions:
             text = _strip_ranges(text, mentions)
-        if not text.strip() and not attachments:
+        if not text.strip() and not attachments and not shared:
             return None  # a bare mention with nothing to say
         return self._draft(update_id, message, user, text, event, mentioned=bool(mentions), replied=replied)
 

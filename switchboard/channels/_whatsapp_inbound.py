@@ -10,12 +10,27 @@ ingest router records them in the session's event log), never messages; a ``fail
 and title, never text. Other fields (``smb_message_echoes`` of coexistence numbers, template and account updates)
 carry nothing for the agent.
 
-Normalisation: ``text`` → its body; ``image``/``document``/``audio``/``video``/``sticker`` → an
-:class:`~switchboard.core.messages.Attachment` by media id (a voice note is ``voice``), the caption as text;
-``location`` and ``contacts`` → text the agent can read; ``reaction`` → a short text naming the emoji and the
-message it answers (a removed reaction is dropped); ``interactive`` ``button_reply`` / ``list_reply`` and template
-``button`` answers → :class:`~switchboard.core.messages.ChoiceSelected` with the option id. A reply's ``context.id``
-is kept in ``meta["reply_to"]``.
+Normalisation, by the message's ``type`` (the table is explicit; a type it does not name is treated as content the
+user sent that this gateway cannot read, so the user hears so rather than nothing):
+
+- ``text`` → its body; ``image``/``document``/``audio``/``video``/``sticker`` → an
+  :class:`~switchboard.core.messages.Attachment` by media id (a voice note is ``voice``), the caption as text;
+- ``location`` → a :class:`~switchboard.core.messages.Location` part; ``contacts`` → one
+  :class:`~switchboard.core.messages.Contact` part per card;
+- ``reaction`` → a short text naming the emoji and the message it answers (a removed reaction is dropped);
+- ``interactive`` ``button_reply`` / ``list_reply`` and template ``button`` answers →
+  :class:`~switchboard.core.messages.ChoiceSelected` with the option id;
+- ``edit`` (the user edited a message; ``edit.original_message_id``, the new ``edit.message``) →
+  :class:`~switchboard.core.messages.MessageEdited` with the new text or caption;
+- ``revoke`` (the user deleted a message; ``revoke.original_message_id``) →
+  :class:`~switchboard.core.messages.MessageDeleted`: recorded, never answered;
+- system events → nothing, never answered: ``system`` (whatever its ``system.type``: a changed number or identity,
+  and any subtype Meta adds), ``request_welcome`` (a user opened the chat) and ``ephemeral`` (disappearing messages
+  switched on);
+- ``unsupported`` / ``unknown`` (content the Cloud API does not deliver, with ``errors``), ``order`` and any other
+  type → the notice ``[a message this gateway cannot show (<type>)]``, so the agent can tell the user.
+
+A reply's ``context.id`` is kept in ``meta["reply_to"]``.
 """
 
 from __future__ import annotations
@@ -31,9 +46,13 @@ from switchboard.channels.base import OK_JSON, DeliveryStatus, Inbound
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
+    Contact,
     ConversationRef,
     InboundEvent,
     InboundMessage,
+    Location,
+    MessageDeleted,
+    MessageEdited,
     Posted,
     Sender,
     trusted,
@@ -54,6 +73,7 @@ _MEDIA: Final[dict[str, _Kind]] = {
     "sticker": "image",
 }
 _SILENT: Final = frozenset({"system", "request_welcome", "ephemeral"})
+"""System events: never answered (see the module's table)."""
 _POSTED: Final = Posted()
 """The event of a message without attachments (frozen: shared by every draft)."""
 _STATUSES: Final[dict[str, Literal["sent", "delivered", "read", "failed"]]] = {
@@ -218,12 +238,14 @@ def _body(kind: str, message: dict[str, Any], reply_to: str) -> tuple[str, Inbou
         if not attachment.ref:
             return None
         caption = _str(part.get("caption"))
-        posted = trusted(Posted, kind="message", attachments=(attachment,))
+        posted = trusted(Posted, kind="message", attachments=(attachment,), shared=())
         return (caption or ("[sticker]" if kind == "sticker" else "")), posted
     if kind == "location":
-        return _location(part), _POSTED
+        location = _location(part)
+        return ("", Posted(shared=(location,))) if location is not None else _cannot_show(kind)
     if kind == "contacts":
-        return _contacts(_list(message.get("contacts"))), _POSTED
+        contacts = tuple(_contact(_dict(c)) for c in _list(message.get("contacts")))
+        return ("", Posted(shared=contacts)) if contacts else _cannot_show(kind)
     if kind == "reaction":
         emoji = _str(part.get("emoji"))
         if not emoji:
@@ -240,24 +262,47 @@ def _body(kind: str, message: dict[str, Any], reply_to: str) -> tuple[str, Inbou
         if not option:
             return None
         return _str(part.get("text")), ChoiceSelected(option_id=option, offer_message_id=reply_to or None)
-    return f"[a {kind or 'message'} message this gateway cannot show]", _POSTED
+    if kind == "edit":
+        original, edited = _str(part.get("original_message_id")), _dict(part.get("message"))
+        edited_kind = _str(edited.get("type"))
+        content = _dict(edited.get(edited_kind))
+        text = _str(content.get("body")) if edited_kind == "text" else _str(content.get("caption"))
+        if not original or not text:
+            return None  # nothing the user can read changed
+        return text, MessageEdited(original_id=original)
+    if kind == "revoke":
+        original = _str(part.get("original_message_id"))
+        return ("", MessageDeleted(original_id=original)) if original else None
+    return _cannot_show(kind)
 
 
-def _location(part: dict[str, Any]) -> str:
-    where = ", ".join(s for s in (_str(part.get("name")), _str(part.get("address"))) if s)
-    lat, lon = part.get("latitude"), part.get("longitude")
-    coords = f"{lat}, {lon}" if isinstance(lat, int | float) and isinstance(lon, int | float) else ""
-    shown = " ".join(s for s in (where, f"({coords})" if coords else "", _str(part.get("url"))) if s)
-    return f"[location] {shown}".rstrip()
+def _cannot_show(kind: str) -> tuple[str, InboundEvent]:
+    """The notice for content the user sent that this gateway cannot read (the agent can say so)."""
+    return f"[a message this gateway cannot show ({kind or 'no type'})]", _POSTED
 
 
-def _contacts(contacts: list[Any]) -> str:
-    lines = []
-    for contact in contacts:
-        card = _dict(contact)
-        name = _str(_dict(card.get("name")).get("formatted_name")) or "(no name)"
-        details = [_str(_dict(p).get("phone")) for p in _list(card.get("phones"))]
-        details += [_str(_dict(e).get("email")) for e in _list(card.get("emails"))]
-        shown = ", ".join(d for d in details if d)
-        lines.append(f"[contact] {name}" + (f": {shown}" if shown else ""))
-    return "\n".join(lines) or "[contact]"
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _location(part: dict[str, Any]) -> Location | None:
+    latitude, longitude = _number(part.get("latitude")), _number(part.get("longitude"))
+    if latitude is None or longitude is None:
+        return None
+    return Location(
+        latitude=latitude,
+        longitude=longitude,
+        name=_str(part.get("name")) or None,
+        address=_str(part.get("address")) or None,
+        url=_str(part.get("url")) or None,
+    )
+
+
+def _contact(card: dict[str, Any]) -> Contact:
+    phones = (_str(_dict(p).get("phone")) for p in _list(card.get("phones")))
+    emails = (_str(_dict(e).get("email")) for e in _list(card.get("emails")))
+    return Contact(
+        name=_str(_dict(card.get("name")).get("formatted_name")) or "(no name)",
+        phones=tuple(p for p in phones if p),
+        emails=tuple(e for e in emails if e),
+    )

@@ -3,7 +3,9 @@
 Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exhaustively (``match`` +
 ``assert_never``):
 
-- ``Posted``: the message text (attachments are added by :mod:`switchboard.core.attachments`).
+- ``Posted``: the message text, then one line per shared location or contact (:func:`shared_text`, e.g.
+  ``[location: 52.52, 13.405 — Alexanderplatz, Berlin]``, ``[contact: Ada Lovelace, +44 20 7946 0000]``);
+  attachments are added by :mod:`switchboard.core.attachments`.
 - ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
   conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
   short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
@@ -31,11 +33,14 @@ from switchboard.core.agent import Agent
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
+    Contact,
     InboundMessage,
+    Location,
     MessageDeleted,
     MessageEdited,
     OperatorActed,
     Posted,
+    SharedPart,
 )
 from switchboard.core.turn import SessionStore, TurnResult
 
@@ -53,6 +58,7 @@ __all__ = [
     "operator_decision_text",
     "plan_turn",
     "settle_without_model",
+    "shared_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,10 +89,30 @@ def _command_text(name: str, args: str) -> str:
     return f"/{name} {args}".strip() if args.strip() else f"/{name}"
 
 
+def _coordinate(value: float) -> str:
+    """A coordinate to six decimals (about 10 cm), trailing zeros dropped: the same float always reads the same."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def shared_text(part: SharedPart) -> str:
+    """One line the agent reads for a shared location or contact card."""
+    match part:
+        case Location():
+            where = ", ".join(s for s in (part.name, part.address, part.url) if s)
+            coordinates = f"{_coordinate(part.latitude)}, {_coordinate(part.longitude)}"
+            return f"[location: {coordinates}{f' — {where}' if where else ''}]"
+        case Contact():
+            return f"[contact: {', '.join((part.name, *part.phones, *part.emails))}]"
+        case _:
+            assert_never(part)
+
+
 def event_text(message: InboundMessage) -> str | None:
     """What the model reads for ``message`` (``None``: nothing to answer, e.g. a deletion)."""
     event = message.event
     match event:
+        case Posted(shared=shared) if shared:
+            return "\n".join([*([message.text] if message.text else []), *map(shared_text, shared)])
         case Posted():
             return message.text
         case CommandIssued(name="ask"):

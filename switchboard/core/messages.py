@@ -14,14 +14,17 @@ __all__ = [
     "Attachment",
     "ChoiceSelected",
     "CommandIssued",
+    "Contact",
     "ConversationRef",
     "InboundEvent",
     "InboundMessage",
+    "Location",
     "MessageDeleted",
     "MessageEdited",
     "OperatorActed",
     "Posted",
     "Sender",
+    "SharedPart",
     "session_key",
     "trusted",
 ]
@@ -122,13 +125,47 @@ class Attachment(BaseModel):
     """Bytes, when the platform says (checked against the cap before fetching)."""
 
 
+class Location(BaseModel):
+    """A place the user shared: a map pin, or a venue with its name and address."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["location"] = "location"
+    latitude: float
+    longitude: float
+    name: str | None = None
+    """The venue's or place's name, when the user shared one (Telegram ``venue.title``, WhatsApp ``name``)."""
+    address: str | None = None
+    url: str | None = None
+    """A link the platform gave with the place (WhatsApp ``location.url``)."""
+
+
+class Contact(BaseModel):
+    """A contact card the user shared (what the platform sends of it; never fetched further)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["contact"] = "contact"
+    name: str
+    """The card's display name (``(no name)`` when it has none)."""
+    phones: tuple[str, ...] = ()
+    emails: tuple[str, ...] = ()
+
+
+SharedPart = Annotated[Location | Contact, Field(discriminator="kind")]
+"""Something the user shared that is not text or a file; rendered into what the agent reads by
+:func:`switchboard.core.inbound.shared_text` (``match`` + ``assert_never``)."""
+
+
 class Posted(BaseModel):
-    """A new message: ``InboundMessage.text`` plus attachments."""
+    """A new message: ``InboundMessage.text`` plus attachments and shared locations or contacts."""
 
     model_config = ConfigDict(frozen=True)
 
     kind: Literal["message"] = "message"
     attachments: tuple[Attachment, ...] = ()
+    shared: tuple[SharedPart, ...] = ()
+    """Locations and contact cards in the message (a message may hold only these, with an empty text)."""
 
 
 class CommandIssued(BaseModel):

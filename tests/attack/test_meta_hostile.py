@@ -30,6 +30,7 @@ from switchboard.channels.registry import BuildContext
 from switchboard.channels.whatsapp import WhatsAppChannel
 from switchboard.channelsettings import InstagramSettings, MessengerSettings, WhatsAppSettings
 from switchboard.core.actions import SendText
+from switchboard.core.inbound import event_text
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted
 from switchboard.errors import AttachmentError
 from switchboard.fakes.messenger import FakeMessenger
@@ -485,7 +486,9 @@ async def test_hostile_contact_and_location_names_stay_text_in_one_message(
     for message in found:
         assert isinstance(message.event, Posted) and message.event.attachments == ()
         assert message.sender.id == USER and message.meta["type"] in ("contacts", "location")
-        assert message.text.startswith(("[contact] ", "[location] "))
+        [part] = message.event.shared  # the name is a field of the typed part, read as one line of one message
+        assert part.name == HOSTILE and message.text == ""
+        assert (event_text(message) or "").startswith(("[contact: Bob\n", "[location: 1.5, 2.5 — Bob\n"))
 
 
 # --------------------------------------------------------------------------- media SSRF through fetch

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels._discord_inbound import DiscordInbound
+from switchboard.channels._discord_inbound import DiscordInbound, load_interaction, parse_interaction
 from switchboard.channels._discord_markdown import _FENCE, utf16_len
 from switchboard.channels._discord_outbound import message_nonce
 from switchboard.channels.base import FileData
@@ -29,6 +29,7 @@ from switchboard.core.actions import (
     SendTyping,
     StreamText,
 )
+from switchboard.core.inbound import event_text
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -81,6 +82,16 @@ CASES: dict[str, Draft | bytes | str] = {
     "interaction_reset": Draft("command", "", "300"),
     "interaction_component": Draft("choice", "Approve", "300", answer=b'{"type":6}', option="approve:42"),
     "interaction_malformed": MALFORMED,
+    "interaction_user_command": Draft(
+        "command", "[target user: Grace H. (@grace, id 777)]", "300", answer=b'{"type":5}'
+    ),
+    "interaction_message_command": Draft(
+        "command",
+        "[target message 1250000000000000777 by Grace (id 777): The deploy failed at step 3: migrations timed out.]",
+        "300",
+        answer=b'{"type":5}',
+        attachments=1,
+    ),
     "gateway_dm_message": Draft("message", "hello there, bot", "300"),
     "gateway_dm_with_attachment": Draft("message", "", "300", attachments=1),
     "gateway_guild_mention": Draft("message", "what's the deploy status?", "301"),
@@ -114,7 +125,8 @@ def _check(draft: Any, expected: Draft, data: dict[str, Any]) -> None:
         case Posted():
             assert len(draft.event.attachments) == expected.attachments
         case CommandIssued():
-            assert draft.event.name == data["data"]["name"]
+            assert draft.event.name == data["data"]["name"].lower()
+            assert len(draft.event.attachments) == expected.attachments
         case MessageEdited() | MessageDeleted():
             assert draft.event.original_id == data["id"]
 
@@ -169,6 +181,26 @@ def test_sample_gateway_dispatch(name: str) -> None:
     key = {"message": "m:{id}", "edited": "e:{id}:{edited_timestamp}", "deleted": "d:{id}"}[expected.kind]
     assert last.dedup_key == key.format(**data)
     _check(last, expected, data)
+
+
+def test_a_context_menu_command_reads_its_name_and_target() -> None:
+    user = load_interaction((PAYLOADS / "interaction_user_command.json").read_bytes())
+    draft = parse_interaction(user, "default")
+    assert draft is not None and event_text(draft) == "/report user [target user: Grace H. (@grace, id 777)]"
+    assert draft.meta["target_id"] == "777"
+    data = json.loads((PAYLOADS / "interaction_message_command.json").read_bytes())
+    draft = parse_interaction(load_interaction(data), "default")
+    assert draft is not None and isinstance(draft.event, CommandIssued)
+    [log] = draft.event.attachments  # the target message's file, fetched like any the user sent
+    [wire] = data["data"]["resolved"]["messages"]["1250000000000000777"]["attachments"]
+    assert (log.kind, log.name, log.ref) == ("document", "deploy.log", wire["url"])
+    assert event_text(draft) == (
+        "/summarise [target message 1250000000000000777 by Grace (id 777): "
+        "The deploy failed at step 3: migrations timed out.]"
+    )
+    del data["data"]["resolved"]  # Discord always resolves the target; without it the id is all there is
+    draft = parse_interaction(load_interaction(data), "default")
+    assert draft is not None and draft.text == "[target message 1250000000000000777]"
 
 
 def test_delete_of_a_guild_message_the_agent_never_saw_is_ignored() -> None:

@@ -14,7 +14,15 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
 from switchboard.app import create_app
-from switchboard.core.messages import ChoiceSelected, InboundMessage, MessageDeleted, MessageEdited, Posted
+from switchboard.core.inbound import event_text
+from switchboard.core.messages import (
+    ChoiceSelected,
+    InboundMessage,
+    Location,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+)
 from switchboard.fakes.messenger import FakeMessenger
 from switchboard.fakes.messenger_payloads import sign_delivery
 from switchboard.queue.eventlog import read_events
@@ -113,7 +121,7 @@ CASES: list[tuple[str, list[tuple[str, str, str, str, Any]]]] = [
     ("file.json", [("default", USER, "message", "", ("document",))]),
     ("image_with_text.json", [("default", USER, "message", "is this broken?", ("image", "image"))]),
     ("sticker.json", [("default", USER, "message", "[sticker]", ())]),
-    ("location.json", [("default", USER, "message", "[location: 48.858400, 2.294500]", ())]),
+    ("location.json", [("default", USER, "message", "", ())]),
     ("reply.json", [("default", USER, "message", "yes, that one", ())]),
     ("reaction.json", [("default", USER, "message", "[reacted ❤ to message m_fake00000001]", ())]),
     ("unreact.json", []),
@@ -178,6 +186,14 @@ async def test_payloads_through_the_route(
         check(by_text[(item[0], item[1], item[3])], item, "messenger", "second")
     again = await client.post("/webhooks/messenger", data=body, headers=headers)  # Meta's redelivery
     assert again.status == 200 and len(stored(sync_redis)) == len(expected)
+
+
+async def test_a_shared_pin_is_a_location_the_agent_reads(client: TestClient, sync_redis: redis.Redis) -> None:
+    body, headers = sign_delivery(payload("messenger", "location.json"), APP_SECRET)
+    assert (await client.post("/webhooks/messenger", data=body, headers=headers)).status == 200
+    [message] = stored(sync_redis)
+    assert message.event == Posted(shared=(Location(latitude=48.8584, longitude=2.2945, name="Pin"),))
+    assert event_text(message) == "[location: 48.8584, 2.2945 — Pin]"
 
 
 async def test_the_reply_and_reaction_name_the_message_they_answer(client: TestClient, sync_redis: redis.Redis) -> None:

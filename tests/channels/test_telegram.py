@@ -17,13 +17,16 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from switchboard.channels import telegram as telegram_module
 from switchboard.channels.base import OK_JSON, RawRequest
 from switchboard.channels.telegram import CAPABILITIES, GROUP_CAPABILITIES, TelegramChannel
+from switchboard.core.inbound import event_text, plan_turn
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
     CommandIssued,
+    Contact,
     ConversationRef,
     InboundEvent,
     InboundMessage,
+    Location,
     MessageEdited,
     Posted,
 )
@@ -134,6 +137,26 @@ CASES: dict[str, Expect | Literal["malformed"] | None] = {
         "private",
         Posted(attachments=(Attachment(kind="video", ref="BAAD-video", mime_type="video/mp4", size=1500000),)),
     ),
+    "private_location": Expect("", 501, "private", Posted(shared=(Location(latitude=52.520008, longitude=13.404954),))),
+    "private_venue": Expect(
+        "",
+        501,
+        "private",
+        Posted(
+            shared=(
+                Location(
+                    latitude=52.521918,
+                    longitude=13.413215,
+                    name="Alexanderplatz",
+                    address="Alexanderplatz, 10178 Berlin",
+                ),
+            )
+        ),
+    ),
+    "private_contact": Expect(
+        "", 501, "private", Posted(shared=(Contact(name="Grace Hopper", phones=("+4915112345678",)),))
+    ),
+    "edited_live_location": IGNORED,
     "private_sticker": IGNORED,
     "private_from_bot": IGNORED,
     "group_mention": Expect("what's the deploy status?", GROUP, "supergroup", mentioned=True),
@@ -145,7 +168,8 @@ CASES: dict[str, Expect | Literal["malformed"] | None] = {
     "group_command_to_bot": Expect(
         "how many users signed up?", GROUP, "supergroup", CommandIssued(name="ask"), mentioned=True
     ),
-    "group_bare_command": Expect("", GROUP, "supergroup", CommandIssued(name="reset")),
+    "group_bare_command": IGNORED,
+    "group_bare_command_for_other_bot": IGNORED,
     "group_command_to_other_bot": IGNORED,
     "group_reply_to_bot": Expect("and what about staging?", GROUP, "supergroup", replied=True),
     "group_photo_reply_to_bot": Expect("", GROUP, "supergroup", photo("AgAD-l", 120000), replied=True),
@@ -455,6 +479,32 @@ async def test_a_command_with_a_mention_after_it_strips_both() -> None:
     update["message"]["entities"] = entities
     [draft] = await drafts(adapter, signed(update))
     assert draft.event == CommandIssued(name="ask") and draft.text == "what does know?"
+
+
+async def test_a_bare_group_command_follows_the_rule_of_any_group_message() -> None:
+    data = json.loads((PAYLOADS / "group_bare_command.json").read_bytes())  # a bare /reset in a supergroup
+    strict, open_group = TelegramChannel(settings()), TelegramChannel(settings(), require_mention=False)
+    assert await drafts(strict, signed(data)) == []  # may be for any bot of the group
+    [taken] = await drafts(open_group, signed(data))
+    assert taken.event == CommandIssued(name="reset")
+    data["message"]["reply_to_message"] = {"message_id": 60, "from": {"id": 123456, "is_bot": True, "first_name": "B"}}
+    [reply] = await drafts(strict, signed(data))  # a reply to this bot addresses it
+    assert reply.event == CommandIssued(name="reset") and reply.meta["replied_to_bot"] is True
+    other = json.loads((PAYLOADS / "group_command_to_other_bot.json").read_bytes())
+    assert await drafts(open_group, signed(other)) == []  # /cmd@otherbot is never ours, whatever the setting
+
+
+@pytest.mark.parametrize(
+    ("name", "reads"),
+    [
+        ("private_location", "[location: 52.520008, 13.404954]"),
+        ("private_venue", "[location: 52.521918, 13.413215 — Alexanderplatz, Alexanderplatz, 10178 Berlin]"),
+        ("private_contact", "[contact: Grace Hopper, +4915112345678]"),
+    ],
+)
+async def test_a_shared_place_or_contact_is_what_the_agent_reads(name: str, reads: str) -> None:
+    [draft] = await drafts(TelegramChannel(settings()), request((PAYLOADS / f"{name}.json").read_bytes()))
+    assert event_text(draft) == reads and plan_turn([draft]).kind == "model"
 
 
 # ── capabilities ────────────────────────────────────────────────────────────────────────────────

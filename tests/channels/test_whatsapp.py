@@ -15,7 +15,17 @@ from switchboard.channels.base import RawRequest
 from switchboard.channels.registry import BuildContext, factory
 from switchboard.channels.whatsapp import FACTORY, WhatsAppChannel, parse_template, problems
 from switchboard.channelsettings import WhatsAppSettings
-from switchboard.core.messages import ChoiceSelected, ConversationRef, InboundMessage, Posted
+from switchboard.core.inbound import event_text, plan_turn
+from switchboard.core.messages import (
+    ChoiceSelected,
+    Contact,
+    ConversationRef,
+    InboundMessage,
+    Location,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+)
 from switchboard.errors import MalformedBodyError, SignatureError
 from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID, sign_request, text_delivery
 
@@ -159,6 +169,7 @@ async def test_two_signature_headers_are_refused() -> None:
 
 # --------------------------------------------------------------------------- the case table
 
+PAULISTA = "Av. Paulista 1000, São Paulo"
 IMAGE = {"kind": "image", "ref": "1003383421387256", "mime_type": "image/jpeg", "name": None, "size": None}
 
 CASES: list[tuple[str, list[dict[str, Any]]]] = [
@@ -171,9 +182,24 @@ CASES: list[tuple[str, list[dict[str, Any]]]] = [
     ("sticker", [{"text": "[sticker]", "attachments": [{"kind": "image", "mime_type": "image/webp"}]}]),
     (
         "location",
-        [{"text": "[location] Paulista Office, Av. Paulista 1000, São Paulo (-23.5505, -46.6333)"}],
+        [
+            {
+                "text": "",
+                "shared": [Location(latitude=-23.5505, longitude=-46.6333, name="Paulista Office", address=PAULISTA)],
+                "reads": f"[location: -23.5505, -46.6333 — Paulista Office, {PAULISTA}]",
+            }
+        ],
     ),
-    ("contacts", [{"text": "[contact] John Smith: +1 555 010 9999, john@example.com"}]),
+    (
+        "contacts",
+        [
+            {
+                "text": "",
+                "shared": [Contact(name="John Smith", phones=("+1 555 010 9999",), emails=("john@example.com",))],
+                "reads": "[contact: John Smith, +1 555 010 9999, john@example.com]",
+            }
+        ],
+    ),
     (
         "reply_context",
         [{"text": "yes, that one", "meta_reply_to": "wamid.HBgLMTU1NTAwMDExMTEVAgARGBJCQUI0QjQ2OTRERjM1NjVGAA=="}],
@@ -185,7 +211,12 @@ CASES: list[tuple[str, list[dict[str, Any]]]] = [
     ("template_button", [{"text": "Talk to us", "choice": ("talk-to-agent", "wamid.TEMPLATE0001")}]),
     ("statuses", []),
     ("system", []),
-    ("unsupported", [{"text": "[a unsupported message this gateway cannot show]"}]),
+    ("request_welcome", []),
+    ("unsupported", [{"text": "[a message this gateway cannot show (unsupported)]"}]),
+    ("order", [{"text": "[a message this gateway cannot show (order)]"}]),
+    ("edit", [{"text": "Olá! Preço do plano anual?", "edited": "wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQTdGRkE0001"}]),
+    ("edit_caption", [{"text": "my receipt, March", "edited": "wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQTdGRkE0002"}]),
+    ("revoke", [{"text": "", "deleted": "wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQTdGRkE0001"}]),
 ]
 
 
@@ -220,8 +251,16 @@ async def test_sample_payloads_are_normalised(name: str, expected: list[dict[str
             assert isinstance(draft.event, ChoiceSelected)
             assert (draft.event.option_id, draft.event.offer_message_id) == want["choice"]
             assert draft.event.offered is False  # checked against the recorded offers by the drain, not here
+        elif "edited" in want:
+            assert draft.event == MessageEdited(original_id=want["edited"])
+            assert event_text(draft) == f"edited an earlier message to: {want['text']}"
+        elif "deleted" in want:
+            assert draft.event == MessageDeleted(original_id=want["deleted"])
+            assert event_text(draft) is None and plan_turn([draft]).kind == "silent"  # recorded, never answered
         else:
             assert isinstance(draft.event, Posted)
+            assert list(draft.event.shared) == want.get("shared", [])
+            assert event_text(draft) == want.get("reads", want["text"])
         if "meta_reply_to" in want:
             assert draft.meta["reply_to"] == want["meta_reply_to"]
 

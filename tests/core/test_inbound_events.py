@@ -6,7 +6,15 @@ import time
 from pathlib import Path
 
 from switchboard.core.inbound import RESET_TEXT, history_text
-from switchboard.core.messages import ChoiceSelected, CommandIssued, MessageDeleted, MessageEdited
+from switchboard.core.messages import (
+    ChoiceSelected,
+    CommandIssued,
+    Contact,
+    Location,
+    MessageDeleted,
+    MessageEdited,
+    Posted,
+)
 from switchboard.core.replay import ReplayModel
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, message, runtime
@@ -110,3 +118,23 @@ async def test_an_unknown_command_reaches_the_model_as_typed(tmp_path: Path) -> 
     cmd = message("fr en", event=CommandIssued(name="translate"))
     await runtime(tmp_path, model=model).run_turn(turn(cmd), MemorySink(), MemoryStore())
     assert last_user(model) == "/translate fr en"
+
+
+async def test_a_shared_place_and_contact_reach_the_model_as_lines_after_the_text(tmp_path: Path) -> None:
+    model = ReplayModel([answer_step("near you")], strict=False)
+    place = Location(latitude=52.520008, longitude=13.4, name="Alexanderplatz", address="10178 Berlin")
+    card = Contact(name="Grace Hopper", phones=("+4915112345678",), emails=("grace@example.com",))
+    shared = message("meet here?", event=Posted(shared=(place, card)))
+    await runtime(tmp_path, model=model).run_turn(turn(shared), MemorySink(), MemoryStore())
+    assert last_user(model) == (
+        "meet here?\n[location: 52.520008, 13.4 — Alexanderplatz, 10178 Berlin]\n"
+        "[contact: Grace Hopper, +4915112345678, grace@example.com]"
+    )
+    assert history_text(shared) == last_user(model)  # a later turn reads what this one read
+
+
+async def test_a_bare_pin_without_text_is_answered(tmp_path: Path) -> None:
+    model = ReplayModel([answer_step("got it")], strict=False)
+    pin = message("", event=Posted(shared=(Location(latitude=-23.5505, longitude=-46.6333),)))
+    result = await runtime(tmp_path, model=model).run_turn(turn(pin), MemorySink(), MemoryStore())
+    assert last_user(model) == "[location: -23.5505, -46.6333]" and result.text == "got it"
