@@ -124,4 +124,4 @@ async def listen_for_stops(
             await asyncio.sleep(0.5)
         finally:
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]

@@ -44,7 +44,7 @@ class _HiredisPacking:
     redis-py's asyncio connection packs in Python (several µs per argument); the ingest script has ~30.
     """
 
-    _serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+    _serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None  # type: ignore[no-untyped-call, unused-ignore]
 
     def pack_command(self, *args: Any) -> list[bytes]:
         assert self._serializer is not None
@@ -185,7 +185,7 @@ class MultiplexedConnection:
                 return
             await self._release()
             pool = self.client.connection_pool
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
             writer = getattr(conn, "_writer", None)
             if writer is None:  # a redis-py whose connections keep their streams elsewhere
                 await pool.release(conn)

@@ -58,13 +58,13 @@ class MultiplexedRedis(aioredis.Redis):
         """Send one command over the shared connection and parse its reply as redis-py would."""
         mux = self._mux
         if mux is None:
-            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call, unused-ignore]
         if not mux.ready:
             try:
                 await mux.connect()
             except NotImplementedError:
                 self._mux = None
-                return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+                return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call, unused-ignore]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         name = args[0]
         # redis-py names some commands in two words ("SCRIPT LOAD", "CLIENT UNBLOCK"): two arguments on the wire
