@@ -53,6 +53,9 @@ class Grant:
     token: str
     agent: str
     session: str
+    confined: bool = False
+    """Honoured only on its own unix socket (:meth:`~switchboard.egress.proxy.EgressProxy.own_socket`), never on the
+    proxy's shared listeners: a sandbox's grant, which no other local process may use even if it learns the token."""
 
 
 @dataclass(slots=True)
@@ -104,9 +107,9 @@ class EgressPolicy:
         """The agent's rules (an unknown agent may reach nothing)."""
         return self.agents.get(agent) or AgentRules(allow=(), secrets={})
 
-    def grant(self, agent: str, session: str) -> Grant:
-        """Issue a grant for one client; revoke it when the client is done."""
-        grant = Grant(token=token_source.token_urlsafe(24), agent=agent, session=session)
+    def grant(self, agent: str, session: str, *, confined: bool = False) -> Grant:
+        """Issue a grant for one client; revoke it when the client is done (``confined``: :attr:`Grant.confined`)."""
+        grant = Grant(token=token_source.token_urlsafe(24), agent=agent, session=session, confined=confined)
         self._grants[grant.token] = grant
         return grant
 
