@@ -117,6 +117,15 @@ class EgressPolicy:
         """Withdraw a grant: requests with its token are refused from now on."""
         self._grants.pop(grant.token, None)
 
+    def bound_to(self, host: str) -> tuple[Secret, ...]:
+        """Every secret of any agent bound to ``host``: what each response from it is redacted of."""
+        found: dict[tuple[str, str], Secret] = {}
+        for rules in self.agents.values():
+            for secret in rules.secrets.values():
+                if host_matches(host, secret.domains):
+                    found.setdefault((secret.name, secret.value.get_secret_value()), secret)
+        return tuple(found.values())
+
     def lookup(self, token: str) -> Grant | None:
         """The live grant with this token."""
         return self._grants.get(token)

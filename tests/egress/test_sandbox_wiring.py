@@ -372,3 +372,25 @@ async def test_a_live_grant_is_on_no_command_line_and_useless_outside_its_sandbo
         with contextlib.suppress(asyncio.CancelledError):
             await call
     assert wired.gate.policy.lookup(token) is None
+
+
+async def test_a_host_that_stores_or_compresses_the_secret_never_shows_it_to_the_sandbox(
+    wired: Wired, async_redis: aioredis.Redis
+) -> None:
+    needs_curl()
+    auth = f"-H 'Authorization: Bearer {PLACEHOLDER}'"
+    store, recall = (
+        wired.url("api.example.test", "/store", tls=True),
+        wired.url("api.example.test", "/recall", tls=True),
+    )
+    gzipped = wired.url("api.example.test", "/encoded-echo?enc=gzip", tls=True)
+    result = await wired.shell(
+        f"curl -sS {auth} {store} >/dev/null && curl -sS --compressed -D - {recall}",
+        f"curl -sS --compressed {auth} '{gzipped}'",
+    )
+    recalled, echoed = _stdout(result)
+    assert wired.world.tls.stored == f"Bearer {SECRET_VALUE}"  # the host did get (and keep) the real value
+    assert f"you stored: Bearer {PLACEHOLDER}" in recalled and f"X-Stored: Bearer {PLACEHOLDER}" in recalled
+    assert echoed == f"seen: Bearer {PLACEHOLDER}"
+    assert SECRET_VALUE not in json.dumps(result)
+    assert SECRET_VALUE not in repr(await read_events(async_redis, SESSION))
