@@ -68,7 +68,7 @@ def _show(settings: Settings, agent: Agent) -> None:
     print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
     print("tools:")
     for name in agent.tools:
-        tool = registry.get(name)
+        tool = registry.get(name, agent=agent.name)
         if tool is None:
             print(f"  {name:<18} UNKNOWN")
         else:

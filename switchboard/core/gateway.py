@@ -222,7 +222,7 @@ class ToolGateway:
     ) -> ToolOutcome:
         permitted = allowed if allowed is not None else scope.allowed
         started = time.perf_counter()
-        tool = self.registry.get(name)
+        tool = self.registry.get(name, agent=ctx.agent)  # its risk may follow the agent's own configuration
         if tool is None or (permitted is not None and name not in permitted):
             names = sorted(permitted) if permitted is not None else self.registry.names()
             return self._failed(name, started, "validation", f"unknown tool {name!r}; available: {', '.join(names)}")

@@ -381,7 +381,7 @@ class _Turn:
             if stop is not None:
                 self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
                 continue
-            tool = self.rt.registry.get(call.name)
+            tool = self.rt.registry.get(call.name, agent=self.agent.name)
             cost = tool.cost if tool is not None else 0
             if not self.budget.can_afford_tool(cost):
                 stop = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
@@ -423,7 +423,7 @@ class _Turn:
         self, name: str, args: dict[str, Any], call_id: str | None, *, approved: ApprovalRequest | None = None
     ) -> ToolOutcome:
         """One call through the gateway (``approved``: as a person approved it), metered, recorded, slots current."""
-        tool = self.rt.registry.get(name)
+        tool = self.rt.registry.get(name, agent=self.agent.name)
         outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope, approved=approved)
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
         if outcome.ok and untrusted_output(tool):

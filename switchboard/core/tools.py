@@ -104,6 +104,9 @@ class Tool:
     retried (a rate limit means not performed, and is retried either way)."""
     resources: Callable[[Any], tuple[str, ...]] | None = None
     """What a call affects, from its validated input (a path, a recipient, an amount), as a reviewer reads it."""
+    per_agent: Callable[[str], Tool] | None = None
+    """The tool as one agent (by name) has it, when its risk or description follow that agent's own configuration
+    (``shell``: network only for an agent with an egress allowlist); ``None``: the same for every agent."""
 
     def affected(self, validated: BaseModel) -> tuple[str, ...]:
         """The resources a call with the ``validated`` input touches (empty when the tool names none)."""

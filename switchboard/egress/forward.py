@@ -5,6 +5,11 @@ Both the proxy (for sandboxes) and :class:`~switchboard.egress.client.EgressClie
 host allowlist, port, address (IP literals here; names at connection time, see
 :mod:`switchboard.egress.addresses`), request size, placeholders. Redirects are never followed here: a 3xx goes
 back to the client, whose next request is checked from the start.
+
+Every response from a host that any secret is bound to is redacted of all those secrets (headers and body), whether
+or not this request carried one: such a host is asked for ``identity``, and a body it encodes anyway (``gzip``,
+``deflate``, stacked) is decoded before redaction and sent on decoded; one the proxy cannot decode (``br``,
+``zstd``, a broken stream) is refused (``response_encoding``), as is one that decodes past the response cap.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -24,7 +30,7 @@ from yarl import URL
 
 from switchboard.egress.addresses import AddressGuard, AddressRefusedError, GuardedResolver
 from switchboard.egress.events import EgressRequested, EgressSink
-from switchboard.egress.placeholders import PlaceholderRefusedError, Substitution, substitute
+from switchboard.egress.placeholders import PlaceholderRefusedError, Secret, Substitution, redact, substitute
 from switchboard.egress.policy import EgressPolicy, Grant, host_matches, is_ip_literal
 from switchboard.settings import EgressSettings
 
@@ -38,6 +44,7 @@ REFUSAL_STATUS: Final = {
     "method_not_allowed": 405,
     "request_too_large": 413,
     "response_too_large": 502,
+    "response_encoding": 502,
     "upstream_error": 502,
     "upstream_tls": 502,
     "upstream_timeout": 504,
@@ -61,6 +68,49 @@ _HOP: Final = frozenset(
 )
 _SKIP_AUTO: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _NO_BODY: Final = frozenset({204, 304})
+_GZIP, _ZLIB = 16 + zlib.MAX_WBITS, zlib.MAX_WBITS
+
+
+def _inflate(data: bytes, coding: str, limit: int) -> bytes | str:
+    """``data`` decoded from one content coding, or the refusal reason (unknown coding, broken, over ``limit``)."""
+    if coding == "identity":
+        return data
+    if coding in ("gzip", "x-gzip"):
+        tries = [_GZIP]
+    elif coding == "deflate":
+        tries = [_ZLIB, -_ZLIB]  # zlib-wrapped as HTTP says, or raw deflate as some servers send it
+    else:
+        return "response_encoding"
+    for wbits in tries:
+        out, rest = b"", data
+        try:
+            while rest:  # gzip may hold several members
+                inflater = zlib.decompressobj(wbits)
+                out += inflater.decompress(rest, limit + 1 - len(out))
+                if len(out) > limit:
+                    return "response_too_large"
+                if not inflater.eof:
+                    break
+                rest = inflater.unused_data
+                if wbits != _GZIP:
+                    break
+        except zlib.error:
+            continue
+        if inflater.eof and not (wbits != _GZIP and rest):
+            return out
+    return "response_encoding"
+
+
+def _decoded(data: bytes, codings: list[str], limit: int) -> bytes | str:
+    """``data`` decoded from every content coding applied (last applied, first undone), or the refusal reason."""
+    if not data:
+        return data
+    for coding in reversed(codings):
+        step = _inflate(data, coding, limit)
+        if isinstance(step, str):
+            return step
+        data = step
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +231,7 @@ class Forwarder:
             except PlaceholderRefusedError as err:
                 refused = err.reason
         if refused is None and substitution is not None:
-            outcome = await self._send(method, url, substitution, body)
+            outcome = await self._send(method, url, substitution, body, self.policy.bound_to(host))
         else:
             outcome = Outcome.refusal(refused or "bad_request")
         await self._record(grant, method, url, host, port, outcome, substitution, len(body), started)
@@ -195,9 +245,11 @@ class Forwarder:
         await self._record(grant, method, url, host, port, outcome, None, 0, time.perf_counter())
         return outcome
 
-    async def _send(self, method: str, url: URL, sub: Substitution, body: bytes) -> Outcome:
+    async def _send(self, method: str, url: URL, sub: Substitution, body: bytes, hidden: tuple[Secret, ...]) -> Outcome:
+        """Send the request on; the response comes back redacted of ``hidden`` (the secrets bound to its host)."""
+        hidden = (*hidden, *(s for s in sub.used if s not in hidden))
         headers: CIMultiDict[str] = CIMultiDict((n, v) for n, v in sub.headers if n.lower() not in _HOP)
-        if sub.used:  # an echoed secret can only be taken back out of an uncompressed response
+        if hidden:  # a secret can only be taken back out of a response the proxy can read
             headers["Accept-Encoding"] = "identity"
         try:
             async with self._client().request(
@@ -228,11 +280,24 @@ class Forwarder:
         except (aiohttp.ClientError, ValueError):
             return Outcome.refusal("upstream_error")
         out = [
-            (name.decode("latin-1"), sub.redact(value).decode("latin-1"))
+            (name.decode("latin-1"), redact(value, hidden).decode("latin-1"))
             for name, value in raw_headers
             if name.decode("latin-1").lower() not in _HOP or (method == "HEAD" and name.lower() == b"content-length")
         ]
-        data = sub.redact(b"".join(chunks)) if status not in _NO_BODY else b""
+        data = b"".join(chunks) if status not in _NO_BODY else b""
+        if hidden and method != "HEAD":
+            codings = [
+                c.strip().lower()
+                for name, value in out
+                if name.lower() == "content-encoding"
+                for c in value.split(",")
+                if c.strip()
+            ]
+            decoded = _decoded(data, codings, self.policy.max_response_bytes)
+            if isinstance(decoded, str):
+                return Outcome.refusal(decoded)
+            data = redact(decoded, hidden)
+            out = [(n, v) for n, v in out if n.lower() != "content-encoding"]  # sent on decoded
         return Outcome(status=status, reason=reason, headers=out, body=data)
 
     async def _record(

@@ -7,9 +7,12 @@ would be refused anyway, and commands keep no network at all). Otherwise, under 
 the session's event log. Landlock and the weak floor share the host's network stack, so no proxy can be reached
 from them: the gate then only tells each call why there is no network.
 
-Per ``shell`` call, :meth:`SandboxEgress.access` issues a grant for the agent and session, hands the sandbox the
-proxy URL with the grant's token (``HTTP_PROXY`` and friends on the bridge's ``127.0.0.1:3128``), the CA
-certificate to bind read-only and the variables naming it, and revokes the grant when the call ends — finished,
+Per ``shell`` call, :meth:`SandboxEgress.access` issues a confined grant for the agent and session and a unix
+socket of the proxy that honours that grant alone (in a private ``0700`` directory, bound into the call's
+sandboxes only: the grant is refused on the proxy's shared TCP port and socket, so a local process that learns the
+token cannot use it), hands the sandbox the proxy URL with the grant's token (``HTTP_PROXY`` and friends on the
+bridge's ``127.0.0.1:3128``, passed to bwrap on a pipe, never on a command line), the CA certificate to bind
+read-only and the variables naming it, and revokes the grant and removes the socket when the call ends — finished,
 timed out or cancelled. See docs/ARCHITECTURE.md §7.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,24 +86,31 @@ class SandboxEgress:
     """``None``: the sandbox cannot reach a proxy (``unreachable`` says why)."""
     unreachable: str = ""
 
-    @contextlib.contextmanager
-    def access(self, agent: str, session: str) -> Iterator[EgressAccess | str]:
-        """The way out of one call for ``agent`` in ``session``, or why it has none; the grant ends with the block."""
+    def reaches(self, agent: str) -> bool:
+        """Whether ``agent``'s commands get a way out: its own allowlist (or the deployment's), and a reachable proxy.
+
+        Only that agent's configuration counts: another agent's allowlist changes nothing for it.
+        """
+        return self.proxy is not None and bool(self.policy.rules(agent).allow)
+
+    @contextlib.asynccontextmanager
+    async def access(self, agent: str, session: str) -> AsyncIterator[EgressAccess | str]:
+        """The way out of one call for ``agent`` in ``session``, or why it has none; grant and socket end with it."""
         if self.proxy is None:
             yield self.unreachable
             return
         if not self.policy.rules(agent).allow:
             yield NO_HOSTS
             return
-        assert self.proxy.socket_path is not None
-        grant = self.policy.grant(agent, session)
+        grant = self.policy.grant(agent, session, confined=True)
         try:
-            yield EgressAccess(
-                socket=self.proxy.socket_path,
-                ca_cert=self.proxy.ca.cert_path,
-                environment=self.proxy.environment(grant, address=PROXY_ADDRESS, ca_path=CA_CERT),
-                token=grant.token,
-            )
+            async with self.proxy.own_socket(grant) as path:
+                yield EgressAccess(
+                    socket=path,
+                    ca_cert=self.proxy.ca.cert_path,
+                    environment=self.proxy.environment(grant, address=PROXY_ADDRESS, ca_path=CA_CERT),
+                    token=grant.token,
+                )
         finally:
             self.policy.revoke(grant)
 

@@ -6,8 +6,9 @@ mistake or an attempt to move the secret somewhere it may not go. Substitution a
 destination (``https``): a placeholder in a plain ``http://`` request is refused, so a command cannot downgrade a
 request to read the real value off the wire.
 
-A response that echoes a substituted value back gets the placeholder in its place, so the real value never
-reaches the sandbox. Redaction is best effort: it finds the value as it was sent, in any letter case, its
+A response from a host gets the placeholder in place of every secret bound to that host, whether or not the request
+substituted it (a host may store a value and show it to a later request), so the real value never reaches the
+sandbox. Redaction is best effort: it finds the value as it was sent, in any letter case, its
 percent-encoding, its hex (either case), and its standard and URL-safe base64 at any alignment (so also inside
 ``base64("user:" + value)``), at a cost linear in the response, which the proxy caps. It cannot find a value the
 destination transformed otherwise (hashed, split, JSON unicode escapes, another encoding); a value shorter than
@@ -21,7 +22,7 @@ import base64
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote_from_bytes
 
@@ -35,6 +36,7 @@ __all__ = [
     "Substitution",
     "echo_pattern",
     "placeholder",
+    "redact",
     "substitute",
 ]
 
@@ -82,6 +84,23 @@ def echo_pattern(value: bytes) -> re.Pattern[bytes]:
     return re.compile(pattern)
 
 
+@functools.lru_cache(maxsize=256)
+def _echo(value: bytes) -> re.Pattern[bytes]:
+    """:func:`echo_pattern`, compiled once per value."""
+    return echo_pattern(value)
+
+
+def redact(data: bytes, secrets: Sequence[Secret]) -> bytes:
+    """``data`` with each of ``secrets`` — literal, case variant or encoded — turned back into its placeholder.
+
+    Best effort (a response that echoes one): see the module's note for what is found and what is not.
+    """
+    for secret in secrets:
+        shown = placeholder(secret.name).encode()
+        data = _echo(secret.value.get_secret_value().encode()).sub(functools.partial(_hide, shown), data)
+    return data
+
+
 def placeholder(name: str) -> str:
     """The text that stands for secret ``name`` in commands, scripts and the model's context."""
     return "{{secret:" + name.upper() + "}}"
@@ -110,22 +129,10 @@ class Substitution:
 
     headers: list[tuple[str, str]]
     used: tuple[Secret, ...]
-    _echoes: list[tuple[re.Pattern[bytes], bytes]] = field(default_factory=list, repr=False, compare=False)
 
     def redact(self, data: bytes) -> bytes:
-        """``data`` with every substituted value — literal, case variant or encoded — turned back into its placeholder.
-
-        Best effort (a response that echoes it): see the module's note for what is found and what is not.
-        """
-        if not self.used:
-            return data
-        if not self._echoes:
-            for secret in self.used:
-                pattern = echo_pattern(secret.value.get_secret_value().encode())
-                self._echoes.append((pattern, placeholder(secret.name).encode()))
-        for pattern, shown in self._echoes:
-            data = pattern.sub(functools.partial(_hide, shown), data)
-        return data
+        """``data`` with every substituted value turned back into its placeholder (:func:`redact`)."""
+        return redact(data, self.used)
 
 
 def _hide(shown: bytes, match: re.Match[bytes]) -> bytes:

@@ -53,6 +53,9 @@ class Grant:
     token: str
     agent: str
     session: str
+    confined: bool = False
+    """Honoured only on its own unix socket (:meth:`~switchboard.egress.proxy.EgressProxy.own_socket`), never on the
+    proxy's shared listeners: a sandbox's grant, which no other local process may use even if it learns the token."""
 
 
 @dataclass(slots=True)
@@ -104,15 +107,24 @@ class EgressPolicy:
         """The agent's rules (an unknown agent may reach nothing)."""
         return self.agents.get(agent) or AgentRules(allow=(), secrets={})
 
-    def grant(self, agent: str, session: str) -> Grant:
-        """Issue a grant for one client; revoke it when the client is done."""
-        grant = Grant(token=token_source.token_urlsafe(24), agent=agent, session=session)
+    def grant(self, agent: str, session: str, *, confined: bool = False) -> Grant:
+        """Issue a grant for one client; revoke it when the client is done (``confined``: :attr:`Grant.confined`)."""
+        grant = Grant(token=token_source.token_urlsafe(24), agent=agent, session=session, confined=confined)
         self._grants[grant.token] = grant
         return grant
 
     def revoke(self, grant: Grant) -> None:
         """Withdraw a grant: requests with its token are refused from now on."""
         self._grants.pop(grant.token, None)
+
+    def bound_to(self, host: str) -> tuple[Secret, ...]:
+        """Every secret of any agent bound to ``host``: what each response from it is redacted of."""
+        found: dict[tuple[str, str], Secret] = {}
+        for rules in self.agents.values():
+            for secret in rules.secrets.values():
+                if host_matches(host, secret.domains):
+                    found.setdefault((secret.name, secret.value.get_secret_value()), secret)
+        return tuple(found.values())
 
     def lookup(self, token: str) -> Grant | None:
         """The live grant with this token."""

@@ -7,8 +7,10 @@ requests inside a tunnel go to the host named by the ``CONNECT`` (a ``Host`` hea
 
 Clients are known by their grant token, sent as the proxy URL's user name (``http://<token>:grant@127.0.0.1:<port>``,
 i.e. ``Proxy-Authorization: Basic``; the password is ignored, but must not be empty: Python's urllib sends no
-credentials without one); without a live grant the answer is 407. HTTP parsing is h11's (strict about
-framing, so no request smuggling through the proxy).
+credentials without one); without a live grant the answer is 407. A sandbox's grant is *confined*: it is honoured
+only on a unix socket of its own (:meth:`EgressProxy.own_socket`, in a private ``0700`` directory, bound into that
+sandbox alone), so another local process that learns the token still cannot use it on the shared listeners.
+HTTP parsing is h11's (strict about framing, so no request smuggling through the proxy).
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
+import hmac
 import ipaddress
 import logging
+import os
+import shutil
 import ssl
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, cast
 
@@ -139,9 +147,34 @@ class EgressProxy:
         env["GIT_SSL_CAINFO"] = ca
         return env
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    @contextlib.asynccontextmanager
+    async def own_socket(self, grant: Grant) -> AsyncIterator[Path]:
+        """A unix socket serving ``grant`` alone, in a fresh private directory; both are gone when the block ends.
+
+        The directory is ``0700`` and the socket ``0600`` (the worker's user only): other local users cannot reach
+        it, and a sandbox sees only the socket bound into it.
+        """
+        directory = Path(tempfile.mkdtemp(prefix="sb-egress-"))  # 0700
+        path = directory / "proxy.sock"
         try:
-            await self._serve(reader, writer)
+            server = await asyncio.start_unix_server(
+                functools.partial(self._client, only=grant.token), str(path), limit=_READ
+            )
+            os.chmod(path, 0o600)
+            try:
+                yield path
+            finally:
+                server.close()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(server.wait_closed(), 2)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, only: str | None = None
+    ) -> None:
+        try:
+            await self._serve(reader, writer, only)
         except (ConnectionError, TimeoutError, ssl.SSLError, h11.ProtocolError, _Malformed, OSError) as err:
             logger.debug("egress: client connection ended (%s)", type(err).__name__)
         except Exception as err:  # never a traceback that could carry request data into the logs
@@ -159,7 +192,16 @@ class EgressProxy:
             else:
                 return cast("h11.Event | type[h11.PAUSED]", event)
 
-    def _grant(self, headers: list[tuple[str, str]]) -> Grant | None:
+    def _grant(self, headers: list[tuple[str, str]], only: str | None) -> Grant | None:
+        """The live grant the request presents, if this listener honours it (``only``: its own socket's grant)."""
+        grant = self._presented(headers)
+        if grant is None:
+            return None
+        if only is None:
+            return None if grant.confined else grant
+        return grant if hmac.compare_digest(grant.token.encode(), only.encode()) else None
+
+    def _presented(self, headers: list[tuple[str, str]]) -> Grant | None:
         for name, value in headers:
             if name != "proxy-authorization":
                 continue
@@ -174,7 +216,7 @@ class EgressProxy:
             return self.forwarder.policy.lookup(credentials.strip())
         return None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, only: str | None) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_HEAD_LIMIT)
         while True:
             async with asyncio.timeout(self._timeout):
@@ -184,7 +226,7 @@ class EgressProxy:
             method = request.method.decode("ascii", "replace").upper()
             headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in request.headers]
             target = request.target.decode("ascii", "replace")
-            grant = self._grant(headers)
+            grant = self._grant(headers, only)
             if method == "CONNECT":
                 await self._connect(conn, reader, writer, grant, target)
                 return

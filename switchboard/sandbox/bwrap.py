@@ -22,6 +22,7 @@ __all__ = [
     "PROXY_PORT",
     "WORKSPACE",
     "bwrap_argv",
+    "env_args",
     "proxy_binds",
     "python_binds",
     "python_prefixes",
@@ -140,6 +141,18 @@ def bwrap_argv(
     for name, value in env.items():
         argv += ["--setenv", name, value]
     return [*argv, *(extra or []), "--seccomp", str(seccomp_fd), "--"]
+
+
+def env_args(env: Mapping[str, str]) -> bytes:
+    """``--setenv NAME VALUE`` for each variable, NUL-separated: what bwrap reads with ``--args FD``.
+
+    The sandbox's environment (the egress proxy's URL with the call's grant among it) reaches bwrap on a pipe, not on
+    its command line, which every local user can read (``ps``, ``/proc/<pid>/cmdline``).
+    """
+    parts: list[bytes] = []
+    for name, value in env.items():
+        parts += [b"--setenv", name.encode(), value.encode()]
+    return b"".join(part + b"\0" for part in parts)
 
 
 def proxy_binds(

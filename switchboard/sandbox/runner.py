@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal, assert_never
 
 from switchboard.sandbox import confine
-from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, proxy_binds, python_prefixes, system_binds
+from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, env_args, proxy_binds, python_prefixes, system_binds
 from switchboard.sandbox.capture import StreamCapture, read_into
 from switchboard.sandbox.landlock import ruleset
 from switchboard.sandbox.limits import CommandLimits, PidsCgroup, tasks_of_this_user
@@ -168,12 +168,15 @@ class Sandbox:
         seccomp_fd: int,
         egress: EgressAccess | None = None,
         ruleset_fd: int = -1,
+        env_fd: int = -1,
     ) -> tuple[list[str], dict[str, str]]:
         """The full command line and the environment of the spawned process.
 
         ``seccomp_fd``: the pipe holding the seccomp filter (bubblewrap) or the launcher's payload (Landlock, weak:
         :func:`~switchboard.sandbox.confine.payload`); ``ruleset_fd``: the command's Landlock ruleset (``-1``: none,
-        :func:`~switchboard.sandbox.landlock.ruleset`).
+        :func:`~switchboard.sandbox.landlock.ruleset`). ``env_fd`` (bubblewrap): the pipe bwrap reads the sandbox's
+        environment from (``--args``); then the environment returned is the sandbox's, for the caller to write
+        there (:func:`~switchboard.sandbox.bwrap.env_args`), and the spawned process gets none.
         """
         shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
         limit = self.limits.prlimit_argv(  # + 1: the launcher stays, as the command's parent
@@ -189,15 +192,16 @@ class Sandbox:
                     )
                 else:
                     extra, bridge = proxy_binds(self.proxy_socket, env)
+                piped = env_fd >= 0  # the values (a proxy URL with a grant) on no command line
                 head = bwrap_argv(
                     self.bwrap,
                     workspace,
                     seccomp_fd=seccomp_fd,
                     tmp_bytes=self.limits.tmp_mb * 2**20,
-                    env=env,
-                    extra=extra,
+                    env={} if piped else env,
+                    extra=[*(["--args", str(env_fd)] if piped else []), *extra],
                 )
-                return [*head, *bridge, *limit, *shell], {}
+                return [*head, *bridge, *limit, *shell], env if piped else {}
             case "landlock" | "weak":
                 launcher = confine.launcher_argv(seccomp_fd, ruleset_fd)
                 return [*launcher, *limit, *shell], self._env(tmp, str(workspace))
@@ -240,7 +244,7 @@ class Sandbox:
     ) -> CommandResult:
         tmp = tempfile.mkdtemp(prefix="sb-tmp-") if self.kind != "bwrap" else ""
         read_fd, write_fd = os.pipe()
-        rules = -1
+        rules = env_read = env_write = -1
         cgroup = PidsCgroup(self.pids_root, self.limits.processes) if self.pids_root is not None else None
         started = time.monotonic()
         try:
@@ -250,7 +254,13 @@ class Sandbox:
             write_fd = -1
             if self.kind == "landlock":  # the system and the Python prefixes bubblewrap binds, read-only
                 rules = ruleset(_read_only_roots(), [str(workspace), tmp, "/dev/null"])
-            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules)
+            if self.kind == "bwrap":  # bwrap reads the sandbox's environment from a pipe (``--args``)
+                env_read, env_write = os.pipe()
+            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules, env_read)
+            if env_write >= 0:
+                os.write(env_write, env_args(env))  # a few KiB: within the pipe's buffer
+                os.close(env_write)
+                env_write, env = -1, {}
             if cgroup is not None:  # join the cgroup before anything forks
                 argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *argv]
             loop = asyncio.get_running_loop()
@@ -262,18 +272,18 @@ class Sandbox:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=(read_fd,) if rules < 0 else (read_fd, rules),
+                pass_fds=tuple(fd for fd in (read_fd, rules, env_read) if fd >= 0),
                 env=env,
                 cwd=str(workspace),
             )
             proc = asyncio.subprocess.Process(transport, protocol, loop)
-            for fd in (read_fd, rules):
+            for fd in (read_fd, rules, env_read):
                 if fd >= 0:
                     os.close(fd)
-            read_fd = rules = -1
+            read_fd = rules = env_read = -1
             return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started)
         finally:
-            for fd in (read_fd, write_fd, rules):
+            for fd in (read_fd, write_fd, rules, env_read, env_write):
                 if fd >= 0:
                     os.close(fd)
             if cgroup is not None:

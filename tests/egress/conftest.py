@@ -7,10 +7,12 @@ the address check failed. Only the test resolver knows these names; the producti
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import socket
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,12 +87,24 @@ class ListSink:
         self.events.append(event)
 
 
+def _encode(data: bytes, coding: str) -> bytes:
+    """``data`` in one content coding (``br`` and ``zstd``: bytes that only claim it, as no codec is installed)."""
+    match coding:
+        case "gzip" | "x-gzip":
+            return gzip.compress(data)
+        case "deflate":
+            return zlib.compress(data)
+        case _:
+            return data
+
+
 @dataclass
 class Upstream:
     """A recording HTTP(S) server."""
 
     hits: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    stored: str = ""
 
     def app(self) -> web.Application:
         async def any_path(request: web.Request) -> web.StreamResponse:
@@ -102,6 +116,23 @@ class Upstream:
                 raise web.HTTPFound(request.query["to"])
             if request.path == "/big":
                 return web.Response(body=b"x" * int(request.query["n"]))
+            if request.path == "/store":  # a destination that keeps a header, and shows it to any later request
+                self.stored = request.headers.get("Authorization", "")
+                return web.Response(text="stored")
+            if request.path == "/recall":
+                return web.Response(text=f"you stored: {self.stored}", headers={"X-Stored": self.stored})
+            if request.path == "/encoded-echo":  # echoes credentials in the encoding asked by ``enc``, whatever
+                text = f"seen: {request.headers.get('Authorization', '')}".encode()  # the request accepts
+                text += b"0" * int(request.query.get("pad", "0"))
+                codings = [c.strip() for c in request.query["enc"].split(",")]
+                for coding in codings:
+                    text = _encode(text, coding)
+                if request.query.get("truncated"):
+                    text = text[: len(text) // 2]
+                resp = web.Response(body=text, headers={"Content-Encoding": request.query["enc"]})
+                if request.query.get("chunked"):
+                    resp.enable_chunked_encoding()
+                return resp
             if request.path == "/echo-auth":  # a destination that echoes credentials back
                 return web.Response(
                     text=request.headers.get("Authorization", ""),
@@ -199,6 +230,7 @@ async def make_world(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             or {
                 "api.example.test": [[PUBLIC]],
                 "other.example.test": [[PUBLIC]],
+                "plain.example.test": [[PUBLIC]],
                 "blocked.test": [[PUBLIC]],
                 "loop.example.test": [["127.0.0.1"]],
                 "ten.example.test": [["10.0.0.1"]],

@@ -72,7 +72,7 @@ async def test_a_sandbox_that_cannot_reach_the_proxy_gets_the_reason_and_no_prox
     settings = load_settings(base_env | {"SWITCHBOARD_EGRESS__ALLOW": "api.example.test"})
     gate = await start_sandbox_egress(settings, async_redis, Sandbox("landlock"))
     assert gate is not None and gate.proxy is None
-    with gate.access("assistant", SESSION) as access:
+    async with gate.access("assistant", SESSION) as access:
         assert access == (
             "none: a landlock+seccomp sandbox shares the host's network stack and cannot reach the egress proxy"
         )

@@ -9,6 +9,8 @@ with the bridge, ``curl`` and Python's urllib inside. Destinations are the local
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import logging
 import shutil
@@ -298,3 +300,97 @@ async def test_a_whole_turn_keeps_the_token_and_the_secret_out_of_the_models_con
     token = (workspace_for(tmp_path / "ws", msg.session_key) / "proxy.txt").read_text()
     token = token.removeprefix("http://").partition(":")[0]
     assert token and token not in repr(model.requests) and wired.gate.policy.lookup(token) is None
+
+
+def _command_lines() -> list[bytes]:
+    """Every process's command line this user can read (as ``ps -eo args`` shows them to anyone)."""
+    found: list[bytes] = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((entry / "cmdline").read_bytes())
+            except OSError:
+                continue
+    return found
+
+
+async def _raw_status(socket_path: Path, token: str, url: str) -> bytes:
+    """The status line the proxy's shared unix socket answers a request presenting ``token``."""
+    credentials = base64.b64encode(f"{token}:grant".encode()).decode()
+    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    writer.write(f"GET {url} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {credentials}\r\n\r\n".encode())
+    await writer.drain()
+    line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    return line
+
+
+async def _host_curl(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "curl", "-sS", "--max-time", "10", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def test_a_live_grant_is_on_no_command_line_and_useless_outside_its_sandbox(wired: Wired) -> None:
+    needs_curl()
+    echo = wired.url("api.example.test", "/echo-auth", tls=True)
+    inside = f"curl -sS -H 'Authorization: Bearer {PLACEHOLDER}' {echo} > inside.txt"
+    marker = wired.workspace / "live.txt"
+    call = asyncio.create_task(
+        wired.shell(f"{inside}; printf %s $HTTPS_PROXY > live.tmp; mv live.tmp live.txt; sleep 30")
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline and not call.done():
+            await asyncio.sleep(0.05)
+        token = marker.read_text().removeprefix("http://").partition(":")[0]
+        assert token and wired.gate.policy.lookup(token) is not None  # live: the call still runs
+        assert (wired.workspace / "inside.txt").read_text() == f"Bearer {PLACEHOLDER}"  # the sandbox's own way out
+        assert [hit["headers"]["Authorization"] for hit in wired.world.tls.hits] == [f"Bearer {SECRET_VALUE}"]
+        assert not [line for line in _command_lines() if token.encode() in line]  # not in bwrap's argv, nor any
+        # another local process presenting the live token: refused on the shared TCP port and the shared socket
+        assert await _status_with(wired, f"http://{token}:grant@{wired.proxy_tcp}") == 407
+        code, out = await _host_curl(
+            "--proxy",
+            f"http://{token}:grant@{wired.proxy_tcp}",
+            "--cacert",
+            str(wired.world.proxy.ca.cert_path),
+            "-H",
+            f"Authorization: Bearer {PLACEHOLDER}",
+            echo,
+        )
+        assert code != 0 and "407" in out and SECRET_VALUE not in out, out
+        assert wired.gate.proxy is not None and wired.gate.proxy.socket_path is not None
+        status = await _raw_status(wired.gate.proxy.socket_path, token, wired.url("api.example.test", "/outside"))
+        assert status.startswith(b"HTTP/1.1 407 ")
+        assert len(wired.world.tls.hits) == 1 and wired.world.public.hits == []  # nothing more reached a host
+    finally:
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+    assert wired.gate.policy.lookup(token) is None
+
+
+async def test_a_host_that_stores_or_compresses_the_secret_never_shows_it_to_the_sandbox(
+    wired: Wired, async_redis: aioredis.Redis
+) -> None:
+    needs_curl()
+    auth = f"-H 'Authorization: Bearer {PLACEHOLDER}'"
+    store, recall = (
+        wired.url("api.example.test", "/store", tls=True),
+        wired.url("api.example.test", "/recall", tls=True),
+    )
+    gzipped = wired.url("api.example.test", "/encoded-echo?enc=gzip", tls=True)
+    result = await wired.shell(
+        f"curl -sS {auth} {store} >/dev/null && curl -sS --compressed -D - {recall}",
+        f"curl -sS --compressed {auth} '{gzipped}'",
+    )
+    recalled, echoed = _stdout(result)
+    assert wired.world.tls.stored == f"Bearer {SECRET_VALUE}"  # the host did get (and keep) the real value
+    assert f"you stored: Bearer {PLACEHOLDER}" in recalled and f"X-Stored: Bearer {PLACEHOLDER}" in recalled
+    assert echoed == f"seen: Bearer {PLACEHOLDER}"
+    assert SECRET_VALUE not in json.dumps(result)
+    assert SECRET_VALUE not in repr(await read_events(async_redis, SESSION))

@@ -65,9 +65,12 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._specs.pop(tool.name, None)
 
-    def get(self, name: str) -> Tool | None:
-        """The tool called ``name``, if registered."""
-        return self._tools.get(name)
+    def get(self, name: str, *, agent: str = "") -> Tool | None:
+        """The tool called ``name``, if registered, as ``agent`` has it (see :attr:`Tool.per_agent`)."""
+        tool = self._tools.get(name)
+        if tool is not None and agent and tool.per_agent is not None:
+            return tool.per_agent(agent)
+        return tool
 
     def names(self) -> list[str]:
         """Registered tool names, sorted."""
@@ -91,7 +94,8 @@ class ToolRegistry:
 
     def specs(self, tools: Sequence[Tool] | None = None) -> list[ToolSpec]:
         """Specs for ``tools`` (default: every registered tool), in order."""
-        return [self.spec(t.name) for t in (tools if tools is not None else list(self._tools.values()))]
+        listed = tools if tools is not None else list(self._tools.values())
+        return [self.spec(t.name) if self._tools.get(t.name) is t else tool_spec(t) for t in listed]
 
     def for_agent(self, agent: Agent) -> list[Tool]:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
@@ -102,7 +106,7 @@ class ToolRegistry:
         seen: set[str] = set()
         found: list[Tool] = []
         for name in [*agent.tools, *(["use_skill"] if agent.skills else [])]:
-            tool = self._tools.get(name)
+            tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
                 continue
             if tool is not None and name not in seen:

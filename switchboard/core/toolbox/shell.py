@@ -62,8 +62,12 @@ PROXIED = "HTTP(S) through the egress proxy: only the hosts allowlisted for this
 class EgressGate(Protocol):
     """The worker's egress proxy, as one ``shell`` call sees it (:class:`switchboard.egress.gate.SandboxEgress`)."""
 
-    def access(self, agent: str, session: str) -> contextlib.AbstractContextManager[EgressAccess | str]:
+    def access(self, agent: str, session: str) -> contextlib.AbstractAsyncContextManager[EgressAccess | str]:
         """The call's way out (a grant, revoked when the block ends), or why it has no network."""
+        ...
+
+    def reaches(self, agent: str) -> bool:
+        """Whether ``agent``'s commands get a way out at all (an allowlist, and a proxy the sandbox can reach)."""
         ...
 
 
@@ -133,7 +137,7 @@ def _outcome(done: CommandResult) -> str:
 
 def _access(
     egress: EgressGate | None, box: Sandbox, ctx: ToolContext
-) -> contextlib.AbstractContextManager[EgressAccess | str | None]:
+) -> contextlib.AbstractAsyncContextManager[EgressAccess | str | None]:
     """The call's way out through ``egress`` (``None``: the worker has no proxy; a string: why there is none)."""
     if egress is None:
         return contextlib.nullcontext(None)
@@ -192,7 +196,7 @@ def shell_tools(
         try:
             # the status message takes its final state when the block ends, however it ends
             async with progress:
-                with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
+                async with _access(egress, box, ctx) as access:  # the grant is revoked here, however the call ends
                     way_out = access if isinstance(access, EgressAccess) else None
                     network = None if egress is None else PROXIED if way_out is not None else str(access)
                     results = await asyncio.gather(*(run(i, c, way_out) for i, c in enumerate(args.commands)))
@@ -219,20 +223,20 @@ def shell_tools(
             result["error"] = over_quota
         return result
 
-    return [
-        Tool(
+    def networked(network: bool) -> Tool:
+        return Tool(
             name="shell",
             description="Run shell commands (coreutils, grep, sed, awk, curl, python3 with data libraries, sqlite3) "
             "in a fresh sandbox over your workspace; several commands run concurrently. Each result has stdout, "
             "stderr and an outcome (exit code, or timeout). Files you write in the working directory stay in the "
-            "workspace." + (_NO_NETWORK if egress is None else _PROXY_NOTE),
+            "workspace." + (_PROXY_NOTE if network else _NO_NETWORK),
             input=ShellInput,
             fn=shell,
             side_effect="write",
             # Without network a command's effects stay in the session's own workspace: low risk, so untrusted
             # content in the turn (a document, an earlier command's output) does not gate the next command. With
             # the egress proxy it can reach the agent's allowlisted hosts with their secrets: gated like a send.
-            risk="low" if egress is None else "medium",
+            risk="medium" if network else "low",
             reversible=True,  # the workspace is the session's; an operator gates network use with a policy rule
             resources=lambda args: tuple(f"command: {command[:200]}" for command in args.commands),
             timeout_s=options.max_timeout_s + 30.0,
@@ -240,5 +244,16 @@ def shell_tools(
             connector="sandbox",
             retry_on=frozenset(),
             output_trust="data",
+            per_agent=None if egress is None else of_agent,
         )
-    ]
+
+    variants: dict[bool, Tool] = {}
+
+    def of_agent(agent: str) -> Tool:
+        """The tool as ``agent`` has it: network (and its risk) only when that agent's own commands get a way out."""
+        network = egress is not None and egress.reaches(agent)
+        if network not in variants:
+            variants[network] = networked(network)
+        return variants[network]
+
+    return [networked(egress is not None)]  # the tool for a call serving no agent: the worker's proxy counts
