@@ -458,7 +458,7 @@ class Workspaces:
                 return self._over(home, used, 0, others) is not None
 
             kept = before.entries
-            added = [p for p in found if p not in kept or kept[p][1] != found[p][1]]
+            added = {p for p in found if p not in kept or kept[p][1] != found[p][1]}
             grown = [p for p in found if p not in added and not found[p][1] and found[p][0] > kept[p][0]]
             # the largest first: a new file by its size, a grown one by its growth; then new directories, deepest first
             files = sorted(
