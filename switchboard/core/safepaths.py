@@ -42,6 +42,7 @@ __all__ = [
     "read_regular",
     "remove_entry",
     "remove_tree",
+    "truncate_entry",
     "write_bytes",
 ]
 
@@ -283,6 +284,23 @@ def remove_entry(home: Path, parts: Sequence[str]) -> None:
             os.unlink(parts[-1], dir_fd=parent)
         except IsADirectoryError:
             os.rmdir(parts[-1], dir_fd=parent)
+
+
+def truncate_entry(home: Path, parts: Sequence[str], size: int) -> None:
+    """Cut the regular file ``home/parts…`` to ``size`` bytes if it is longer (nothing is followed).
+
+    A file with other hard links is refused: its other name may lie outside the workspace.
+
+    Raises:
+        UnsafePathError: a symlink, a special file or a hard-linked file in the way.
+        OSError: it is gone.
+    """
+    fd = _open_file(home, parts, os.O_WRONLY, create=False, single=True)
+    try:
+        if os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def remove_tree(home: Path, parts: Sequence[str]) -> None:

@@ -13,6 +13,11 @@ workspace (:mod:`switchboard.core.safepaths`): a command may have left one anywh
 an object store, the local directories are working copies: the store tells :attr:`Workspaces.elsewhere` what the
 tenant's other workspaces hold there, and the tenant quota is checked against that instead of the local ledger.
 
+Sandboxed commands write past :meth:`Workspaces.store`: the ``shell`` tool takes a :meth:`Workspaces.snapshot`
+before them, measures the workspace while they run (:meth:`Snapshot.exceeded`) and has :meth:`Workspaces.settle`
+take back what they wrote past the quotas afterwards. A workspace over a quota refuses every write until files are
+deleted.
+
 Directories count too: each directory inside a workspace is one entry against the session's file quota and
 :data:`DIRECTORY_BYTES` (one file-system block) against every byte quota, so a chain of empty directories costs
 what it takes on disk. Paths are bounded (:func:`path_bound_error`: at most :data:`MAX_PATH_PARTS` components,
@@ -29,7 +34,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +45,7 @@ from switchboard.core.safepaths import (
     missing_dirs,
     parts_below,
     remove_entry,
+    truncate_entry,
     write_bytes,
 )
 from switchboard.errors import ToolError
@@ -51,6 +57,7 @@ __all__ = [
     "MAX_PATH_PARTS",
     "SYNC_DIR",
     "Quotas",
+    "Snapshot",
     "Workspaces",
     "make_private_dir",
     "path_bound_error",
@@ -140,6 +147,41 @@ class Quotas:
     session_files: int = 10_000
     """Most files and directories one workspace may hold (each write measures the workspace, so its cost stays
     bounded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a workspace held before commands wrote into it, and how much it may hold (:meth:`Workspaces.snapshot`)."""
+
+    entries: Mapping[tuple[str, ...], tuple[int, bool]]
+    """Every entry by its components: its bytes (as the quotas count them), and if it is a directory."""
+    used: int
+    """Bytes the workspace held."""
+    most_bytes: int
+    """Most bytes it may hold: the tightest of the session's, the tenant's and the total quota, given the rest."""
+    most_entries: int
+    """Most files and directories it may hold."""
+    over: str | None
+    """Why the workspace was over a quota already (its commands may then only read and delete), or ``None``."""
+
+    def exceeded(self, used: int, entries: int) -> bool:
+        """If a workspace holding ``used`` bytes in ``entries`` entries is past what it may hold.
+
+        A workspace over a quota already may not grow past what it held.
+        """
+        return used > max(self.most_bytes, self.used) or entries > max(self.most_entries, len(self.entries))
+
+
+def _size(count: int) -> str:
+    """``count`` bytes for a message: in MiB from one MiB on (quotas are set in MiB), else in bytes."""
+    if count < 2**20:
+        return f"{count} bytes"
+    return f"{count // 2**20} MiB" if count % 2**20 == 0 else f"{count / 2**20:.1f} MiB"
+
+
+def _shown_parts(parts: Sequence[tuple[str, ...]], most: int = 5) -> str:
+    names = ", ".join(repr("/".join(p)) for p in parts[:most])
+    return names + (f" and {len(parts) - most} more" if len(parts) > most else "")
 
 
 def _count(path: Path) -> tuple[int, int]:
@@ -280,11 +322,8 @@ class Workspaces:
                 a workspace-relative path, never the host's.
         """
         shown = shown or target.name
-        root = self.root.resolve() if self.root is not None else None
         home = workspace.resolve()
-        tenant_path = home.parent
         elsewhere = self.elsewhere.get(home)
-        shared = elsewhere is None and root is not None and tenant_path.parent == root
         try:
             parts = parts_below(home, target) if Path(target).is_relative_to(home) else parts_below(workspace, target)
         except UnsafePathError:
@@ -302,24 +341,22 @@ class Workspaces:
             existing = found.st_size if found is not None and stat.S_ISREG(found.st_mode) else 0
             delta = len(data) - (0 if append else existing) + created * DIRECTORY_BYTES
             used, entries = _count(home)
-            self._check("the session workspace", used + delta, self.quotas.session_bytes)
+            self._check("session", used, delta, self.quotas.session_bytes)
             added = created + (0 if found is not None else 1)
             if added and entries + added > self.quotas.session_files:
+                if entries > self.quotas.session_files:
+                    raise ToolError(_over_files(entries, self.quotas.session_files), error_class="permanent")
                 raise ToolError(
                     f"the session workspace already holds {entries} files and directories, and this write would "
                     f"add {added} (the most is {self.quotas.session_files}): write into an existing file",
                     error_class="permanent",
                 )
             if elsewhere is not None:
-                self._check("this tenant's workspaces", elsewhere + used + delta, self.quotas.tenant_bytes)
-            tenant_file = total_file = None
-            tenant = total = 0
-            if shared and ledger is not None and root is not None:
-                tenant_file, total_file = ledger / tenant_path.name, ledger / _TOTAL
-                tenant = _read_int(tenant_file, lambda: _workspaces_usage(tenant_path, 1))
-                total = _read_int(total_file, lambda: _workspaces_usage(root, 2))
-                self._check("this tenant's workspaces", tenant + delta, self.quotas.tenant_bytes)
-                self._check("all workspaces", total + delta, self.quotas.total_bytes)
+                self._check("tenant", elsewhere + used, delta, self.quotas.tenant_bytes)
+            tenant_file, total_file, tenant, total = self._ledgers(home, ledger)
+            if tenant_file is not None:
+                self._check("tenant", tenant, delta, self.quotas.tenant_bytes)
+                self._check("total", total, delta, self.quotas.total_bytes)
             try:
                 size = write_bytes(home, parts, data, append=append)
             except OSError as exc:
@@ -330,69 +367,139 @@ class Workspaces:
             self._account(tenant_file, tenant + delta, total_file, total + delta)
             return size
 
-    def snapshot(self, workspace: Path) -> frozenset[tuple[str, ...]]:
-        """What ``workspace`` holds now (blocking): give it to :meth:`settle` after commands wrote there."""
-        return frozenset(_entries(workspace))
+    def _ledgers(self, home: Path, ledger: Path | None) -> tuple[Path | None, Path | None, int, int]:
+        """The tenant's and the total ledger files of the workspace ``home`` and what they hold (under the lock).
 
-    def settle(self, workspace: Path, before: frozenset[tuple[str, ...]]) -> str | None:
-        """Check what commands wrote into ``workspace`` since ``before`` against the quotas (blocking).
-
-        Sandboxed commands write past :meth:`store`. Afterwards the workspace is measured: while it is over the
-        session's quotas (bytes, files) or the tenant's or the total (local ledger), the entries the commands
-        *added* are deleted, largest first, then their empty directories (deepest first); nothing is followed.
-        Files that existed before are never touched: if growing them passed a quota, every later write is
-        refused by :meth:`store` until files are removed. The ledger learns the new usage. Returns what the
-        model is told (``None``: within every quota).
+        ``None`` files: the workspace is not counted in the local ledgers (no root, or its tenant's usage is in a
+        remote store: :attr:`elsewhere`).
         """
-        home = workspace.resolve()
         root = self.root.resolve() if self.root is not None else None
         tenant_path = home.parent
-        elsewhere = self.elsewhere.get(home)
-        shared = elsewhere is None and root is not None and tenant_path.parent == root
-        with self._locked() as ledger:
-            tenant_file = total_file = None
-            tenant = total = 0
-            if shared and ledger is not None and root is not None:
-                tenant_file, total_file = ledger / tenant_path.name, ledger / _TOTAL
-                tenant = _read_int(tenant_file, lambda: _workspaces_usage(tenant_path, 1))
-                total = _read_int(total_file, lambda: _workspaces_usage(root, 2))
-            found = _entries(home)
-            used_before = sum(size for parts, (size, _) in found.items() if parts in before)
-            used = sum(size for size, _ in found.values())
-            if tenant_file is not None:  # the ledgers counted the workspace as it was before (or were rebuilt now)
-                tenant, total = tenant - used_before, total - used_before
+        if ledger is None or root is None or home in self.elsewhere or tenant_path.parent != root:
+            return None, None, 0, 0
+        tenant_file, total_file = ledger / tenant_path.name, ledger / _TOTAL
+        tenant = _read_int(tenant_file, lambda: _workspaces_usage(tenant_path, 1))
+        total = _read_int(total_file, lambda: _workspaces_usage(root, 2))
+        return tenant_file, total_file, tenant, total
 
-            def over() -> bool:
-                return (
-                    used > self.quotas.session_bytes
-                    or len(found) > self.quotas.session_files
-                    or (elsewhere is not None and elsewhere + used > self.quotas.tenant_bytes)
-                    or (tenant_file is not None and tenant + used > self.quotas.tenant_bytes)
-                    or (tenant_file is not None and total + used > self.quotas.total_bytes)
+    def _over(self, home: Path, used: int, entries: int, others: tuple[int, int] | None) -> str | None:
+        """Why a workspace holding ``used`` bytes in ``entries`` entries is over a quota, or ``None``.
+
+        ``others``: what the tenant's other workspaces and all other workspaces hold (local ledgers), if counted.
+        """
+        quotas = self.quotas
+        elsewhere = self.elsewhere.get(home)
+        if used > quotas.session_bytes:
+            return _OVER["session"].format(quota=_size(quotas.session_bytes), now=_size(used))
+        if entries > quotas.session_files:
+            return _over_files(entries, quotas.session_files)
+        if elsewhere is not None and elsewhere + used > quotas.tenant_bytes:
+            return _OVER["tenant"].format(quota=_size(quotas.tenant_bytes), now=_size(elsewhere + used))
+        if others is not None and others[0] + used > quotas.tenant_bytes:
+            return _OVER["tenant"].format(quota=_size(quotas.tenant_bytes), now=_size(others[0] + used))
+        if others is not None and others[1] + used > quotas.total_bytes:
+            return _OVER["total"].format(quota=_size(quotas.total_bytes), now=_size(others[1] + used))
+        return None
+
+    def snapshot(self, workspace: Path) -> Snapshot:
+        """What ``workspace`` holds now and how much it may hold (blocking): give it to :meth:`settle` afterwards.
+
+        While commands run, :meth:`Snapshot.exceeded` on :meth:`usage` tells when they wrote past the quotas.
+        """
+        home = workspace.resolve()
+        with self._locked() as ledger:
+            tenant_file, _, tenant, total = self._ledgers(home, ledger)
+            found = _entries(home)
+        used = sum(size for size, _ in found.values())
+        most = self.quotas.session_bytes
+        elsewhere = self.elsewhere.get(home)
+        if elsewhere is not None:
+            most = min(most, self.quotas.tenant_bytes - elsewhere)
+        others = None
+        if tenant_file is not None:  # the ledgers count the workspace as it is now
+            others = tenant - used, total - used
+            most = min(most, self.quotas.tenant_bytes - others[0], self.quotas.total_bytes - others[1])
+        over = self._over(home, used, len(found), others)
+        return Snapshot(found, used, max(0, most), self.quotas.session_files, over)
+
+    @staticmethod
+    def usage(workspace: Path) -> tuple[int, int]:
+        """Bytes and entries ``workspace`` holds now, as the quotas count them (blocking)."""
+        return _count(workspace)
+
+    def settle(self, workspace: Path, before: Snapshot, *, stopped: bool = False) -> str | None:
+        """Take back what commands wrote into ``workspace`` since ``before`` past the quotas (blocking).
+
+        Sandboxed commands write past :meth:`store`. Afterwards the workspace is measured; while it is over the
+        session's quotas (bytes, files) or the tenant's or the total (local ledger), the commands' writes are
+        taken back, the largest first: entries they added are deleted, files that were there before and grew are
+        cut back to their earlier size, then the directories they added (deepest first); nothing is followed.
+        When the workspace was over a quota before (``before.over``), every entry added and every growth is taken
+        back. The ledger learns the new usage. ``stopped``: the commands were killed for passing the quotas.
+        Returns what the model is told (``None``: within every quota, nothing taken back).
+        """
+        home = workspace.resolve()
+        with self._locked() as ledger:
+            tenant_file, total_file, tenant, total = self._ledgers(home, ledger)
+            found = _entries(home)
+            used = sum(size for size, _ in found.values())
+            others = None
+            if tenant_file is not None and total_file is not None:
+                # the ledgers counted the workspace as it was before, or were rebuilt just now from the disk
+                others = (
+                    tenant - (before.used if tenant_file.exists() else used),
+                    total - (before.used if total_file.exists() else used),
                 )
 
-            removed = 0
-            added = sorted(  # files, largest first; then directories, deepest first (emptied by then)
-                (p for p in found if p not in before),
-                key=lambda p: (found[p][1], -len(p) if found[p][1] else -found[p][0]),
+            def over() -> bool:
+                return self._over(home, used, len(found), others) is not None
+
+            def bytes_over() -> bool:
+                return self._over(home, used, 0, others) is not None
+
+            kept = before.entries
+            added = {p for p in found if p not in kept or kept[p][1] != found[p][1]}
+            grown = [p for p in found if p not in added and not found[p][1] and found[p][0] > kept[p][0]]
+            # the largest first: a new file by its size, a grown one by its growth; then new directories, deepest first
+            files = sorted(
+                [(found[p][0], p, True) for p in added if not found[p][1]]
+                + [(found[p][0] - kept[p][0], p, False) for p in grown],
+                key=lambda item: -item[0],
             )
-            for parts in added:
-                if not over():
+            folders = sorted((p for p in added if found[p][1]), key=len, reverse=True)
+            everything = before.over is not None
+            removed: list[tuple[str, ...]] = []
+            cut: list[tuple[str, ...]] = []
+            for _, parts, new in files:
+                if not everything and not (over() if new else bytes_over()):
+                    continue
+                with contextlib.suppress(OSError):
+                    if new:
+                        remove_entry(home, parts)
+                        used -= found.pop(parts)[0]
+                        removed.append(parts)
+                    else:
+                        try:
+                            truncate_entry(home, parts, kept[parts][0])
+                        except UnsafePathError:  # a link, a special file, a hard link: the name goes instead
+                            remove_entry(home, parts)
+                            used -= found.pop(parts)[0]
+                            removed.append(parts)
+                            continue
+                        used -= found[parts][0] - kept[parts][0]
+                        found[parts] = (kept[parts][0], False)
+                        cut.append(parts)
+            for parts in folders:
+                if not everything and not over():
                     break
                 with contextlib.suppress(OSError):
                     remove_entry(home, parts)
                     used -= found.pop(parts)[0]
-                    removed += 1
-            self._account(tenant_file, tenant + used, total_file, total + used)
-            if not removed and not over():
-                return None
-            return (
-                f"the commands wrote past the workspace quotas (session: {self.quotas.session_bytes} bytes, "
-                f"{self.quotas.session_files} files and directories): {removed} of the entries they made were "
-                "deleted"
-                + ("; the workspace is still over a quota: delete files before writing more" if over() else "")
-                + ". Write less, or replace files"
-            )
+                    removed.append(parts)
+            if others is not None:
+                self._account(tenant_file, others[0] + used, total_file, others[1] + used)
+            still = self._over(home, used, len(found), others)
+        return _settled(before, still, removed, cut, stopped=stopped)
 
     @staticmethod
     def _account(tenant_file: Path | None, tenant: int, total_file: Path | None, total: int) -> None:
@@ -401,12 +508,74 @@ class Workspaces:
             _write_int(total_file, total)
 
     @staticmethod
-    def _check(what: str, after: int, quota: int) -> None:
-        if after > quota:
+    def _check(what: str, now: int, delta: int, quota: int) -> None:
+        """Refuse a write of ``delta`` bytes where ``now`` are held of ``quota`` (``what``: a key of :data:`_OVER`)."""
+        if now + delta <= quota:
+            return
+        if now > quota:
             raise ToolError(
-                f"{what} would hold {after} bytes, over the {quota}-byte quota: write less, or replace files",
-                error_class="permanent",
+                f"{_OVER[what].format(quota=_size(quota), now=_size(now))}: {_REFUSED}", error_class="permanent"
             )
+        raise ToolError(
+            f"{_HOLDERS[what]} would hold {now + delta} bytes, over the {quota}-byte quota: write less, or replace "
+            "files",
+            error_class="permanent",
+        )
+
+
+_OVER = {
+    "session": "the session workspace is over its {quota} quota (it holds {now})",
+    "tenant": "this tenant's workspaces are over their {quota} quota (they hold {now})",
+    "total": "the workspaces of this host are over their {quota} quota (they hold {now})",
+}
+"""Why a workspace is over a byte quota, by quota."""
+_HOLDERS = {"session": "the session workspace", "tenant": "this tenant's workspaces", "total": "all workspaces"}
+_REFUSED = (
+    "writing is refused until you delete files (with rm in shell, which can still read and delete); reading works"
+)
+
+
+def _over_files(entries: int, most: int) -> str:
+    return f"the session workspace is over its limit of {most} files and directories (it holds {entries}): {_REFUSED}"
+
+
+def _settled(
+    before: Snapshot,
+    still: str | None,
+    removed: list[tuple[str, ...]],
+    cut: list[tuple[str, ...]],
+    *,
+    stopped: bool,
+) -> str | None:
+    """What the model is told after :meth:`Workspaces.settle` (``None``: nothing to say)."""
+    taken = []
+    if removed:
+        taken.append(
+            f"removed {len(removed)} new {_plural(len(removed), 'entry', 'entries')} ({_shown_parts(removed)})"
+        )
+    if cut:
+        taken.append(
+            f"cut {len(cut)} grown {_plural(len(cut), 'file', 'files')} back to the size "
+            f"{_plural(len(cut), 'it', 'they')} had ({_shown_parts(cut)})"
+        )
+    back = f"; this call's writes were taken back: {' and '.join(taken)}" if taken else ""
+    if before.over is not None:
+        now = (
+            f"; it is still over a quota: {_REFUSED}" if still else "; it is now within its quotas: writing works again"
+        )
+        return f"{before.over} when this call started, so its commands could only read and delete files{back}{now}"
+    if not (taken or stopped or still):
+        return None
+    return (
+        ("the commands were stopped: they wrote" if stopped else "the commands wrote")
+        + f" past the workspace's quota ({_size(before.most_bytes)}, {before.most_entries} files and directories)"
+        + back
+        + (f"; {still}: {_REFUSED}" if still else ". Write less, or delete files to make room")
+    )
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return one if count == 1 else many
 
 
 def _read_int(path: Path, rebuild: Callable[[], int]) -> int:

@@ -40,17 +40,19 @@ class CommandLimits:
     tmp_mb: int = 64
     """Size of the private ``/tmp`` (a tmpfs under bubblewrap)."""
 
-    def prlimit_argv(self, prlimit: str, *, nproc: bool, already: int = 0) -> list[str]:
+    def prlimit_argv(self, prlimit: str, *, nproc: bool, already: int = 0, file_bytes: int | None = None) -> list[str]:
         """``prlimit`` options applying these limits to the command it starts.
 
         ``nproc``: cap processes too, at :attr:`processes` more than ``already`` (what the uid runs already, where
         the kernel counts the command's processes together with them: no user namespace of its own).
+        ``file_bytes``: a lower file-size limit for this command (``0``: it may write no file at all).
         """
+        fsize = self.file_mb * 2**20 if file_bytes is None else min(file_bytes, self.file_mb * 2**20)
         argv = [
             prlimit,
             f"--as={self.memory_mb * 2**20}",
             f"--cpu={self.cpu_s}",
-            f"--fsize={self.file_mb * 2**20}",
+            f"--fsize={fsize}",
             f"--nofile={self.open_files}",
             "--core=0",
         ]

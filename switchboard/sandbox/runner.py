@@ -169,18 +169,23 @@ class Sandbox:
         egress: EgressAccess | None = None,
         ruleset_fd: int = -1,
         env_fd: int = -1,
+        file_bytes: int | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """The full command line and the environment of the spawned process.
 
         ``seccomp_fd``: the pipe holding the seccomp filter (bubblewrap) or the launcher's payload (Landlock, weak:
         :func:`~switchboard.sandbox.confine.payload`); ``ruleset_fd``: the command's Landlock ruleset (``-1``: none,
-        :func:`~switchboard.sandbox.landlock.ruleset`). ``env_fd`` (bubblewrap): the pipe bwrap reads the sandbox's
-        environment from (``--args``); then the environment returned is the sandbox's, for the caller to write
-        there (:func:`~switchboard.sandbox.bwrap.env_args`), and the spawned process gets none.
+        :func:`~switchboard.sandbox.landlock.ruleset`); ``file_bytes``: a lower file-size limit (``RLIMIT_FSIZE``).
+        ``env_fd`` (bubblewrap): the pipe bwrap reads the sandbox's environment from (``--args``); then the
+        environment returned is the sandbox's, for the caller to write there
+        (:func:`~switchboard.sandbox.bwrap.env_args`), and the spawned process gets none.
         """
         shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
         limit = self.limits.prlimit_argv(  # + 1: the launcher stays, as the command's parent
-            self.prlimit, nproc=self.pids_root is None, already=tasks_of_this_user() + 1 if shared else 0
+            self.prlimit,
+            nproc=self.pids_root is None,
+            already=tasks_of_this_user() + 1 if shared else 0,
+            file_bytes=file_bytes,
         )
         shell = ["/bin/sh", "-c", command]
         match self.kind:
@@ -216,11 +221,15 @@ class Sandbox:
         timeout_s: float,
         max_output: int,
         egress: EgressAccess | None = None,
+        stop: asyncio.Event | None = None,
+        file_bytes: int | None = None,
     ) -> CommandResult:
         """Run ``command`` with ``/bin/sh -c`` over ``workspace``; never raises for what the command does.
 
         ``egress``: the command's way to the egress proxy (used by bubblewrap; the other kinds have no network).
-        Cancelling the awaiting task kills the command's process group.
+        Cancelling the awaiting task kills the command's process group, and so does setting ``stop`` (the result
+        is then that of a killed command, not a timeout). ``file_bytes``: the largest file it may write, if lower
+        than the sandbox's limit (``0``: none at all).
         """
         loop = asyncio.get_running_loop()
         slots = self._slots.get(loop)
@@ -231,7 +240,8 @@ class Sandbox:
         if self.kind != "bwrap":
             egress = None
         async with slots:
-            done = await self._run(command, workspace, min(timeout_s, self.limits.max_wall_s), max_output, egress)
+            deadline = min(timeout_s, self.limits.max_wall_s)
+            done = await self._run(command, workspace, deadline, max_output, egress, stop, file_bytes)
         if egress is None or not egress.token:
             return done
         hide = egress.token
@@ -240,7 +250,14 @@ class Sandbox:
         )
 
     async def _run(
-        self, command: str, workspace: Path, timeout_s: float, max_output: int, egress: EgressAccess | None
+        self,
+        command: str,
+        workspace: Path,
+        timeout_s: float,
+        max_output: int,
+        egress: EgressAccess | None,
+        stop: asyncio.Event | None = None,
+        file_bytes: int | None = None,
     ) -> CommandResult:
         tmp = tempfile.mkdtemp(prefix="sb-tmp-") if self.kind != "bwrap" else ""
         read_fd, write_fd = os.pipe()
@@ -256,7 +273,7 @@ class Sandbox:
                 rules = ruleset(_read_only_roots(), [str(workspace), tmp, "/dev/null"])
             if self.kind == "bwrap":  # bwrap reads the sandbox's environment from a pipe (``--args``)
                 env_read, env_write = os.pipe()
-            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules, env_read)
+            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules, env_read, file_bytes)
             if env_write >= 0:
                 os.write(env_write, env_args(env))  # a few KiB: within the pipe's buffer
                 os.close(env_write)
@@ -281,7 +298,7 @@ class Sandbox:
                 if fd >= 0:
                     os.close(fd)
             read_fd = rules = env_read = -1
-            return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started)
+            return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started, stop)
         finally:
             for fd in (read_fd, write_fd, rules, env_read, env_write):
                 if fd >= 0:
@@ -300,6 +317,7 @@ class Sandbox:
         timeout_s: float,
         max_output: int,
         started: float,
+        stop: asyncio.Event | None = None,
     ) -> CommandResult:
         assert proc.stdout is not None and proc.stderr is not None
         out, err = StreamCapture(max_output), StreamCapture(max_output)
@@ -308,7 +326,7 @@ class Sandbox:
         try:
             try:
                 async with asyncio.timeout(timeout_s):
-                    await exited.wait()  # not proc.wait(): that also waits for every holder of the pipes
+                    await _first(exited, stop)  # not proc.wait(): that also waits for every holder of the pipes
             except TimeoutError:
                 timed_out = True
         finally:
@@ -329,6 +347,19 @@ class Sandbox:
         if code is not None and code < 0:  # killed by a signal: the shell's convention
             code = 128 - code
         return CommandResult(out.text(), err.text(), code, timed_out, duration)
+
+
+async def _first(exited: asyncio.Event, stop: asyncio.Event | None) -> None:
+    """Wait until the command exits, or until ``stop`` is set."""
+    if stop is None:
+        await exited.wait()
+        return
+    waits = [asyncio.ensure_future(exited.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):

@@ -205,17 +205,15 @@ def test_settle_takes_back_what_commands_added_past_the_quota_and_keeps_what_was
     for index in range(4):  # what a command writes past the store: 3,000 + 4 × 3,000 + a directory
         (home / "out" / f"f{index}").write_bytes(b"x" * 3000)
     (home / "small").write_bytes(b"s")
-    told = spaces.settle(home, spaces.snapshot(home) - {("out",), ("out", "f0"), ("out", "f1"), ("out", "f2")})
-    assert told is not None and "deleted" in told
     told = spaces.settle(home, before)
+    assert told is not None and "removed" in told and "quota" in told
     held = sum(p.stat().st_size for p in home.rglob("*") if p.is_file())
     assert (home / "kept.txt").read_bytes() == b"k" * 3000
     assert held + 4096 * sum(1 for p in home.rglob("*") if p.is_dir()) <= 10_000
-    assert told is None or "deleted" in told
     spaces.store(home, home / "later.txt", b"ok", shown="later.txt")  # the ledger still adds up: writes go on
 
 
-def test_settle_reports_a_workspace_left_over_quota_by_files_that_grew(tmp_path: Path) -> None:
+def test_settle_cuts_back_a_file_that_was_there_before_and_grew_past_the_quota(tmp_path: Path) -> None:
     root = tmp_path / "root"
     home = make_private_dir(workspace_for(root, SESSION))
     spaces = Workspaces(root, Quotas(session_bytes=10_000))
@@ -223,7 +221,22 @@ def test_settle_reports_a_workspace_left_over_quota_by_files_that_grew(tmp_path:
     before = spaces.snapshot(home)
     (home / "big.txt").write_bytes(b"x" * 20_000)  # a command grew a file it had before
     told = spaces.settle(home, before)
-    assert told is not None and "still over" in told
-    assert (home / "big.txt").stat().st_size == 20_000, "a file that was there before is never deleted"
-    with pytest.raises(Exception, match="quota"):
-        spaces.store(home, home / "more.txt", b"y", shown="more.txt")
+    assert told is not None and "cut 1 grown file back" in told, told
+    assert (home / "big.txt").read_bytes() == b"x", "cut back to the size it had, not deleted"
+    spaces.store(home, home / "more.txt", b"y", shown="more.txt")  # within the quota again: writes go on
+
+
+def test_settle_cuts_no_file_through_a_link_and_removes_the_name_instead(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    home = make_private_dir(workspace_for(root, SESSION))
+    outside = tmp_path / "host.txt"
+    outside.write_bytes(b"h" * 20_000)
+    spaces = Workspaces(root, Quotas(session_bytes=10_000))
+    spaces.store(home, home / "a.txt", b"x", shown="a.txt")
+    before = spaces.snapshot(home)
+    (home / "a.txt").unlink()
+    os.link(outside, home / "a.txt")  # a hard link to a host file the command could reach, in place of a.txt
+    told = spaces.settle(home, before)
+    assert told is not None and "removed 1 new entry ('a.txt')" in told, told
+    assert outside.read_bytes() == b"h" * 20_000, "the host file was cut through its link in the workspace"
+    assert not (home / "a.txt").exists()

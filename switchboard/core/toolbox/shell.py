@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchboard.core.events import SandboxUsed
 from switchboard.core.toolbox.progress import Progress, ProgressOptions
 from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import Workspaces, make_private_dir
+from switchboard.core.workspaces import Snapshot, Workspaces, make_private_dir
 from switchboard.errors import ToolError
 from switchboard.sandbox.runner import CommandResult, EgressAccess, Sandbox
 
@@ -57,6 +59,9 @@ SandboxSource = Callable[[], Awaitable[Sandbox | None]]
 
 PROXIED = "HTTP(S) through the egress proxy: only the hosts allowlisted for this agent"
 """The result's ``network`` when the commands could reach the egress proxy."""
+
+WATCH_S = 0.1
+"""How often the workspace is measured while commands run (less often where one measurement takes long)."""
 
 
 class EgressGate(Protocol):
@@ -148,6 +153,38 @@ def _access(
     return egress.access(ctx.agent, ctx.session_key)
 
 
+async def _watch(workspace: Path, before: Snapshot, stop: asyncio.Event) -> None:
+    """Set ``stop`` as soon as the workspace holds more than ``before`` says it may.
+
+    A measurement walks the workspace: the pause after one is at least ten times what it took (and
+    :data:`WATCH_S`), so a workspace of many files costs at most a tenth of a thread while commands run. In the
+    pause the file system's used space is read every :data:`WATCH_S` / 4 (one ``statvfs``): when it grew by more
+    than the workspace has left, the next walk comes at once.
+    """
+    while True:
+        started = time.monotonic()
+        used, entries = await asyncio.to_thread(Workspaces.usage, workspace)
+        if before.exceeded(used, entries):
+            stop.set()
+            return
+        left = max(before.most_bytes, before.used) - used
+        disk = await asyncio.to_thread(_disk_used, workspace)
+        until = time.monotonic() + max(WATCH_S, 10 * (time.monotonic() - started))
+        while time.monotonic() < until:
+            await asyncio.sleep(WATCH_S / 4)
+            if await asyncio.to_thread(_disk_used, workspace) - disk > left:
+                break
+
+
+def _disk_used(path: Path) -> int:
+    """Bytes in use on the file system holding ``path`` (``0`` if it cannot be read)."""
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return 0
+    return (found.f_blocks - found.f_bfree) * found.f_frsize
+
+
 def _entry(done: CommandResult) -> dict[str, Any]:
     return {"stdout": done.stdout, "stderr": done.stderr, "outcome": done.outcome()}
 
@@ -186,10 +223,22 @@ def shell_tools(
         progress = Progress(status, [_shown(c) for c in args.commands], options.progress)
         network: str | None = None
         spaces = ctx.workspaces or Workspaces(None)
-        before = await asyncio.to_thread(spaces.snapshot, workspace)  # what the commands add may be taken back
+        before = await asyncio.to_thread(spaces.snapshot, workspace)  # what the commands write may be taken back
+        # over a quota already: the commands may write no file (only read and delete), and what they add goes
+        file_bytes = 0 if before.over is not None else None
+        stop = asyncio.Event()  # set by the watch when the commands write past the quotas: they are killed
+        watch = asyncio.create_task(_watch(workspace, before, stop))
 
         async def run(index: int, command: str, way_out: EgressAccess | None) -> CommandResult:
-            done = await box.run(command, workspace, timeout_s=timeout_s, max_output=limit, egress=way_out)
+            done = await box.run(
+                command,
+                workspace,
+                timeout_s=timeout_s,
+                max_output=limit,
+                egress=way_out,
+                stop=stop,
+                file_bytes=file_bytes,
+            )
             progress.finished(index, _outcome(done))
             return done
 
@@ -202,7 +251,9 @@ def shell_tools(
                     results = await asyncio.gather(*(run(i, c, way_out) for i, c in enumerate(args.commands)))
                 progress.end("timed_out" if any(r.timed_out for r in results) else "done")
         finally:
-            over_quota = await asyncio.to_thread(spaces.settle, workspace, before)
+            watch.cancel()
+            await asyncio.wait([watch])
+            over_quota = await asyncio.to_thread(spaces.settle, workspace, before, stopped=stop.is_set())
         if ctx.record is not None:
             await ctx.record(
                 SandboxUsed(
