@@ -119,7 +119,11 @@ async def _try(
         abi = abi_version()
         if abi < 4:
             return None, f"Landlock ABI {abi} (4 or later is needed to deny TCP)" if abi else "Landlock is unavailable"
-        detail = f"Landlock ABI {abi} (files, TCP), processes by {processes}"
+        signals = "signals scoped" if abi >= 6 else "signals NOT scoped (ABI < 6: a command may signal the worker)"
+        detail = (
+            f"Landlock ABI {abi} (files, TCP, {signals}; limits and priorities of other processes refused by "
+            f"seccomp), processes by {processes}"
+        )
         sandbox = Sandbox("landlock", limits, prlimit=prlimit, seccomp=seccomp, pids_root=pids_root)
     sandbox.detail, sandbox.concurrency = detail, concurrency
     failure = await _probe(sandbox)

@@ -153,7 +153,7 @@ class Sandbox:
             case "landlock" | "weak":
                 if not self.seccomp_local:
                     try:
-                        self.seccomp_local = program(inet=self.kind == "weak", unix=False)
+                        self.seccomp_local = program(inet=self.kind == "weak", unix=False, shared_pids=True)
                     except SeccompError:  # no table for this machine: only the weak floor runs without one
                         return b""
                 return self.seccomp_local
