@@ -22,6 +22,7 @@ __all__ = [
     "PROXY_PORT",
     "WORKSPACE",
     "bwrap_argv",
+    "options_through_fd",
     "proxy_binds",
     "python_binds",
     "python_prefixes",
@@ -174,3 +175,25 @@ def proxy_binds(
         binds += ["--ro-bind-try", str(ca_cert), CA_CERT]
     start = f'{sys.executable} -I -S {inside_bridge} {inside_socket} {PROXY_PORT} && exec "$@"'
     return binds, ["/bin/sh", "-c", start, "sh"]
+
+
+def options_through_fd(argv: list[str], seccomp_fd: int) -> tuple[list[str], int]:
+    """``argv`` (a full command line from :func:`bwrap_argv` on) with bubblewrap's options moved into a memfd.
+
+    Bubblewrap is pid 1 of the sandbox, and its command line is readable inside: the options name the host paths it
+    binds (workspace, data directory, proxy socket, repository). ``bwrap --args FD`` reads them from the returned
+    descriptor instead (inheritable; the caller passes it to bubblewrap and closes it). The command after ``--``
+    stays on the command line.
+    """
+    end = ["--seccomp", str(seccomp_fd), "--"]
+    cut = next(i for i in range(len(argv)) if argv[i : i + 3] == end) + 2
+    fd = os.memfd_create("bwrap-options", 0)
+    try:
+        data = b"".join(option.encode() + b"\0" for option in argv[1:cut])
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return [argv[0], "--args", str(fd), *argv[cut:]], fd
