@@ -384,10 +384,14 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
         self._exited.set()
 
 
+_DEVICES = ["/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"]
+"""Character devices a Landlock command reads (bubblewrap's ``--dev`` has them too); ``/dev/null`` is writable."""
+
+
 def _read_only_roots() -> list[str]:
-    """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds)."""
+    """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds, and harmless devices)."""
     binds = system_binds()
-    return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"]
+    return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"] + _DEVICES
 
 
 async def _stop_launcher(proc: asyncio.subprocess.Process, exited: asyncio.Event) -> None:
