@@ -5,7 +5,9 @@ the worker: ``bwrap`` (bubblewrap, new namespaces, seccomp), ``landlock`` (Landl
 user namespaces are unavailable) or ``weak`` (rlimits and a scrubbed environment only — operator-trusted skills,
 never on by default). Each command starts in a process group of its own; on its deadline, or when the awaiting
 task is cancelled, the whole group is killed (under bubblewrap the sandbox's pid namespace goes with it, so a
-process that ignores signals or starts a new session dies too), and the ``pids`` cgroup is swept where one is used.
+process that ignores signals or starts a new session dies too), and the command's cgroups (``pids``, memory) are swept
+where they are used; without a memory cgroup a watchdog kills the command when its processes together pass its
+memory budget. A worker runs at most as many commands at once as fit into its total memory budget.
 Under Landlock and the weak floor the launcher (:mod:`switchboard.sandbox.confine`) is a child subreaper: it is
 first asked (SIGTERM) to kill every process below it — a daemon that left the group included — and it does the
 same whenever the command exits, so nothing a command started outlives it even without a cgroup.
