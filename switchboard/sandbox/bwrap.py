@@ -184,9 +184,14 @@ def options_through_fd(argv: list[str], seccomp_fd: int) -> tuple[list[str], int
     binds (workspace, data directory, proxy socket, repository). ``bwrap --args FD`` reads them from the returned
     descriptor instead (inheritable; the caller passes it to bubblewrap and closes it). The command after ``--``
     stays on the command line.
+
+    Raises:
+        ValueError: ``argv`` does not end its options as :func:`bwrap_argv` does.
     """
     end = ["--seccomp", str(seccomp_fd), "--"]
-    cut = next(i for i in range(len(argv)) if argv[i : i + 3] == end) + 2
+    cut = next((i + 2 for i in range(len(argv)) if argv[i : i + 3] == end), None)
+    if cut is None:
+        raise ValueError("not a command line of bwrap_argv: its options do not end with --seccomp FD --")
     fd = os.memfd_create("bwrap-options", 0)
     try:
         data = b"".join(option.encode() + b"\0" for option in argv[1:cut])
