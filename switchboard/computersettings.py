@@ -80,7 +80,10 @@ class SandboxSettings(BaseModel):
     cpu_s: int = Field(60, ge=1)
     """CPU seconds of one command (``RLIMIT_CPU``)."""
     memory_mb: int = Field(1024, ge=64)
-    """Address space of one command (``RLIMIT_AS``)."""
+    """Memory of one command, all its processes together (a memory cgroup, else a watchdog over its processes'
+    resident memory), and the address space of each of its processes (``RLIMIT_AS``)."""
+    memory_total_mb: int = Field(4096, ge=64)
+    """Memory of all the commands of one worker together: a command waits while its budget would pass this."""
     processes: int = Field(64, ge=4)
     """Processes and threads of one command (``RLIMIT_NPROC``, or a ``pids`` cgroup when the worker is root)."""
     file_mb: int = Field(64, ge=1)

@@ -22,7 +22,7 @@ __all__ = [
     "PROXY_PORT",
     "WORKSPACE",
     "bwrap_argv",
-    "env_args",
+    "options_through_fd",
     "proxy_binds",
     "python_binds",
     "python_prefixes",
@@ -143,18 +143,6 @@ def bwrap_argv(
     return [*argv, *(extra or []), "--seccomp", str(seccomp_fd), "--"]
 
 
-def env_args(env: Mapping[str, str]) -> bytes:
-    """``--setenv NAME VALUE`` for each variable, NUL-separated: what bwrap reads with ``--args FD``.
-
-    The sandbox's environment (the egress proxy's URL with the call's grant among it) reaches bwrap on a pipe, not on
-    its command line, which every local user can read (``ps``, ``/proc/<pid>/cmdline``).
-    """
-    parts: list[bytes] = []
-    for name, value in env.items():
-        parts += [b"--setenv", name.encode(), value.encode()]
-    return b"".join(part + b"\0" for part in parts)
-
-
 def proxy_binds(
     socket_path: Path | None,
     env: dict[str, str],
@@ -187,3 +175,30 @@ def proxy_binds(
         binds += ["--ro-bind-try", str(ca_cert), CA_CERT]
     start = f'{sys.executable} -I -S {inside_bridge} {inside_socket} {PROXY_PORT} && exec "$@"'
     return binds, ["/bin/sh", "-c", start, "sh"]
+
+
+def options_through_fd(argv: list[str], seccomp_fd: int) -> tuple[list[str], int]:
+    """``argv`` (a full command line from :func:`bwrap_argv` on) with bubblewrap's options moved into a memfd.
+
+    Bubblewrap is pid 1 of the sandbox, and its command line is readable inside: the options name the host paths it
+    binds (workspace, data directory, proxy socket, repository). ``bwrap --args FD`` reads them from the returned
+    descriptor instead (inheritable; the caller passes it to bubblewrap and closes it). The command after ``--``
+    stays on the command line.
+
+    Raises:
+        ValueError: ``argv`` does not end its options as :func:`bwrap_argv` does.
+    """
+    end = ["--seccomp", str(seccomp_fd), "--"]
+    cut = next((i + 2 for i in range(len(argv)) if argv[i : i + 3] == end), None)
+    if cut is None:
+        raise ValueError("not a command line of bwrap_argv: its options do not end with --seccomp FD --")
+    fd = os.memfd_create("bwrap-options", 0)
+    try:
+        data = b"".join(option.encode() + b"\0" for option in argv[1:cut])
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return [argv[0], "--args", str(fd), *argv[cut:]], fd

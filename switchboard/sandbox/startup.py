@@ -16,6 +16,7 @@ def limits_of(settings: SandboxSettings) -> CommandLimits:
         max_wall_s=settings.max_timeout_s,
         cpu_s=settings.cpu_s,
         memory_mb=settings.memory_mb,
+        memory_total_mb=settings.memory_total_mb,
         processes=settings.processes,
         file_mb=settings.file_mb,
         tmp_mb=settings.tmp_mb,

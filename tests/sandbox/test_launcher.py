@@ -45,11 +45,11 @@ def test_the_launcher_imports_no_module_but_the_ctypes_extension() -> None:
 
 def test_the_payload_is_the_launchers_code_and_the_filter_a_command_was_built() -> None:
     landlock, weak = sandbox_of("landlock"), sandbox_of("weak")
-    per_command = program(inet=False, unix=False)  # what each Landlock command got, built again and again
+    per_command = program(inet=False, unix=False, shared_pids=True)  # what each Landlock command got, built again
     assert landlock._filter(None) == per_command
     code, seccomp = marshal.loads(confine.payload(landlock._filter(None)))
     assert seccomp == per_command and code.co_filename == confine.__file__
-    assert marshal.loads(confine.payload(weak._filter(None)))[1] == program(inet=True, unix=False)
+    assert marshal.loads(confine.payload(weak._filter(None)))[1] == program(inet=True, unix=False, shared_pids=True)
     assert confine.payload(per_command) is confine.payload(per_command), "compiled once per worker"
 
 

@@ -57,3 +57,10 @@ def test_the_tasks_of_this_user_are_its_processes_and_every_thread_of_theirs() -
         counted = result.read()
     os.waitpid(pid, 0)
     assert counted == b"6"  # the process and its five threads
+
+
+def test_the_workers_total_memory_bounds_how_many_commands_run_at_once() -> None:
+    assert CommandLimits(memory_mb=1024, memory_total_mb=4096).slots(16) == 4
+    assert CommandLimits(memory_mb=100, memory_total_mb=250).slots(16) == 2
+    assert CommandLimits(memory_mb=64, memory_total_mb=4096).slots(16) == 16  # concurrency is the lower bound here
+    assert CommandLimits(memory_mb=2048, memory_total_mb=1024).slots(16) == 1  # one command still runs

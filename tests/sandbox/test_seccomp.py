@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from switchboard.sandbox.seccomp import ARCHES, DENIED, SeccompError, program
+from switchboard.sandbox.seccomp import ARCHES, DENIED, SELF_ONLY, SeccompError, program
 
 PROBE = """
 import ctypes, errno, os, socket, sys
@@ -57,13 +57,13 @@ def test_the_bridge_variant_also_allows_ip_sockets() -> None:
 
 def test_every_denied_call_has_a_number_on_every_machine() -> None:
     for _arch, numbers in ARCHES.values():
-        assert set(DENIED) | {"socket", "clone", "clone3"} == set(numbers)
+        assert set(DENIED) | set(SELF_ONLY) | {"socket", "clone", "clone3", "setpriority", "ioprio_set"} == set(numbers)
         assert len(set(numbers.values())) == len(numbers)
 
 
 def test_the_program_is_whole_instructions_and_fits_the_kernel_limit() -> None:
     for machine in ARCHES:
-        code = program(machine)
+        code = program(machine, shared_pids=True)
         assert len(code) % 8 == 0 and len(code) // 8 < 4096
 
 
@@ -136,3 +136,62 @@ def test_namespaces_and_the_mount_api_are_refused_and_plain_processes_still_star
         "thread": "ok",
         "fork": 0,
     }
+
+
+OTHER_PROCESSES = """
+import ctypes, errno, os, platform, resource, subprocess
+from switchboard.sandbox.seccomp import install, program
+os.setpgid(0, 0)  # a process group of its own: the group-wide calls below reach nothing else
+child = subprocess.Popen(["sleep", "30"])
+install(program(unix=False, shared_pids={shared}))
+libc = ctypes.CDLL(None, use_errno=True)
+ioprio_set = {{"x86_64": 251, "aarch64": 30}}[platform.machine()]
+def call(fn, *args):
+    try:
+        fn(*args)
+        return "ok"
+    except OSError as err:
+        return errno.errorcode[err.errno]
+def raw(number, *args):
+    return "ok" if libc.syscall(number, *args) == 0 else errno.errorcode[ctypes.get_errno()]
+results = {{
+    "prlimit-other": call(resource.prlimit, child.pid, resource.RLIMIT_CPU, (100, 100)),
+    "prlimit-self": call(resource.prlimit, 0, resource.RLIMIT_CPU, (100, 100)),
+    "setrlimit": call(resource.setrlimit, resource.RLIMIT_NOFILE, (64, 64)),
+    "nice-other": call(os.setpriority, os.PRIO_PROCESS, child.pid, 5),
+    "nice-group": call(os.setpriority, os.PRIO_PGRP, 0, 5),
+    "nice-user": call(os.setpriority, os.PRIO_USER, os.getuid() + 1, 5),  # a uid with no process: harmless if let
+    "nice-self": call(os.setpriority, os.PRIO_PROCESS, 0, 6),
+    "ioprio-other": raw(ioprio_set, 1, child.pid, (3 << 13)),
+    "ioprio-group": raw(ioprio_set, 2, 0, (3 << 13)),
+    "ioprio-self": raw(ioprio_set, 1, 0, (2 << 13) | 4),
+    "affinity-other": call(os.sched_setaffinity, child.pid, {{0}}),
+    "affinity-self": call(os.sched_setaffinity, 0, os.sched_getaffinity(0)),
+    "scheduler-other": call(os.sched_setscheduler, child.pid, os.SCHED_BATCH, os.sched_param(0)),
+    "scheduler-self": call(os.sched_setscheduler, 0, os.SCHED_BATCH, os.sched_param(0)),
+    "param-other": call(os.sched_setparam, child.pid, os.sched_param(0)),
+}}
+child.kill()
+print(results)
+"""
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_with_shared_pids_only_the_caller_changes_its_limits_and_scheduling(shared: bool) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", OTHER_PROCESSES.format(shared=shared)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = dict(eval(done.stdout))
+    others = {name: value for name, value in found.items() if not name.endswith(("-self", "setrlimit"))}
+    assert {name: found[name] for name in found if name not in others} == dict.fromkeys(
+        ["prlimit-self", "setrlimit", "nice-self", "ioprio-self", "affinity-self", "scheduler-self"], "ok"
+    )
+    if shared:
+        assert others == dict.fromkeys(others, "EPERM")
+    else:  # bubblewrap's filter: its pid namespace holds no host process
+        assert others["prlimit-other"] == "ok" and others["nice-group"] == "ok"
