@@ -4,6 +4,10 @@ A signed activity whose ``serviceUrl`` the HTTP client cannot even use (``file:/
 raise a plain ``ValueError``: the drain crashed on every attempt, and the conversation's later messages were never
 answered. Every send failure is now a classified delivery failure: the reply is dead-lettered with its reason and
 the session moves on.
+
+A genuine token for a ``serviceUrl`` off the Bot Connector's hosts (plain ``http``, loopback, the cloud metadata
+address) sent the bot's own bearer token there with the reply. Replies now go only where file downloads may go:
+``https`` on a host of ``SWITCHBOARD_TEAMS__CONNECTOR_HOSTS`` (or an origin it names, for a local fake).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from aiohttp import web
 from aiohttp.test_utils import TestClient
+from pydantic import ValidationError
 
 from switchboard.app import create_app
 from switchboard.channels._teams_channel import TeamsChannel
+from switchboard.channelsettings import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.core.providers import ModelFactory
 from switchboard.fakes.teams import FakeTeams
 from switchboard.queue.deliver import ChannelDeliverer
@@ -119,8 +126,71 @@ async def test_a_send_the_http_client_cannot_make_is_dead_lettered_and_the_conve
     assert len(answered) == 1 and "order 42" in answered[0], answered  # the later message is answered
     events = await read_events(async_redis, session)
     (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
-    assert dead["attempts"] == 2 and "teams" in dead["reason"], dead
+    assert dead["attempts"] == 1 and "serviceUrl" in dead["reason"] and "not a Bot Connector host" in dead["reason"]
     assert "secret" not in str(events)  # a serviceUrl's userinfo never reaches the event log
     assert [e["kind"] for e in events].count("run_completed") == 2
     keys = SessionKeys(session)
     assert await async_redis.llen(keys.inbox) == 0 and await async_redis.exists(keys.lease) == 0
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[list[str | None]]:
+    """A server on loopback that is no Connector host: the ``Authorization`` header of every request it gets."""
+    seen: list[str | None] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response({"id": "stolen"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    seen.append(f"http://127.0.0.1:{port}/amer/")  # the first entry: its service URL
+    try:
+        yield seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_reply_to_a_service_url_off_the_connector_hosts_never_gets_the_token(
+    elsewhere: list[str | None],
+    client: TestClient,
+    fake: FakeTeams,
+    channel: TeamsChannel,
+    settings: Settings,
+    async_redis: aioredis.Redis,
+    sync_redis: redis.Redis,
+) -> None:
+    service_url = str(elsewhere.pop(0))
+    assert await post(client, fake, activity(fake, service_url, "1764617400001", "first: order 41")) == 202
+    assert await post(client, fake, activity(fake, fake.service_url, "1764617400002", "second: order 42")) == 202
+    session = the_session(sync_redis)
+
+    assert await drain(settings, channel, async_redis, session) is DrainOutcome.RELEASED
+
+    assert elsewhere == []  # before: the reply, its typing and its edits, each with "Bearer <the bot's token>"
+    answered = [text for (conversation, _), text in fake.messages.items() if conversation == PERSONAL]
+    assert len(answered) == 1 and "order 42" in answered[0], answered
+    events = await read_events(async_redis, session)
+    (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
+    assert dead["attempts"] == 1, dead  # refused for good: not retried
+    assert "not a Bot Connector host" in dead["reason"] and "SWITCHBOARD_TEAMS__CONNECTOR_HOSTS" in dead["reason"]
+
+
+def test_the_connector_hosts_are_read_from_the_environment(base_env: dict[str, str]) -> None:
+    env = base_env | {"SWITCHBOARD_TEAMS__CONNECTOR_HOSTS": "Connector.Example., http://127.0.0.1:3978"}
+    assert load_settings(env).teams.connector_hosts == ("connector.example", "http://127.0.0.1:3978")
+    assert load_settings(base_env).teams.connector_hosts == TEAMS_CONNECTOR_HOSTS  # every public cloud's by default
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    ["http://connector.example", "https://connector.example/amer/", "https://u:p@connector.example", "a/b", " , "],
+)
+def test_a_connector_host_that_is_no_https_host_or_origin_is_refused_at_start(hosts: str) -> None:
+    with pytest.raises(ValidationError, match="connector_hosts"):
+        TeamsSettings.model_validate({"connector_hosts": hosts})
