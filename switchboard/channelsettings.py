@@ -5,10 +5,11 @@ Re-exported by :mod:`switchboard.settings`, which composes them into :class:`~sw
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 from switchboard.core.policy import PolicyConfig
 from switchboard.types import BusyPolicy
@@ -29,6 +30,7 @@ def secure_endpoint(url: str) -> bool:
 
 
 __all__ = [
+    "TEAMS_CONNECTOR_HOSTS",
     "ChannelAccount",
     "ChannelOptions",
     "ChannelSettings",
@@ -116,6 +118,32 @@ class DiscordSettings(ChannelSettings):
         return self.bot_token is not None or self.public_key is not None
 
 
+TEAMS_CONNECTOR_HOSTS = (
+    "smba.trafficmanager.net",
+    "smba.infra.gcc.teams.microsoft.com",
+    "smba.infra.gov.teams.microsoft.us",
+    "smba.infra.dod.teams.microsoft.us",
+)
+"""The Bot Connector's hosts in the commercial, GCC, GCC High and DoD clouds (``serviceUrl``:
+``https://smba.trafficmanager.net/amer/`` and the other regions, which are paths of one host)."""
+
+
+def _connector_host(entry: str) -> str:
+    """A host name (``https`` on 443), or an origin ``scheme://host[:port]`` that :func:`secure_endpoint` accepts."""
+    entry = entry.strip()
+    if "://" not in entry:
+        host = entry.lower().rstrip(".")
+        if not host or any(c in host for c in "/:@?#[] "):
+            raise ValueError(f"{entry[:80]!r} is no host name (give a name, or an origin such as https://host:8443)")
+        return host
+    parts = urlsplit(entry)
+    if not secure_endpoint(entry) or parts.username or parts.password or parts.path.strip("/") or parts.query:
+        raise ValueError(
+            f"{entry[:80]!r} is no https:// origin (an origin names scheme, host and port only; http only to this host)"
+        )
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
 class TeamsSettings(ChannelSettings):
     """``SWITCHBOARD_TEAMS__*``."""
 
@@ -124,6 +152,22 @@ class TeamsSettings(ChannelSettings):
     tenant_id: str | None = None
     openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
     login_base_url: str = "https://login.microsoftonline.com"
+    connector_hosts: Annotated[tuple[str, ...], NoDecode] = TEAMS_CONNECTOR_HOSTS
+    """Comma-separated Bot Connector hosts a conversation's ``serviceUrl`` may be on: replies (with the bot's token)
+    and inline images go there only. A host name means ``https`` on port 443; an origin (``https://host:8443``, or
+    ``http://127.0.0.1:3978`` for a local fake) means exactly that origin."""
+
+    @field_validator("connector_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, v: object) -> object:
+        return tuple(part for part in v.split(",") if part.strip()) if isinstance(v, str) else v
+
+    @field_validator("connector_hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("name at least one Bot Connector host (default: the public and government clouds')")
+        return tuple(_connector_host(entry) for entry in v)
 
     @property
     def enabled(self) -> bool:  # noqa: D102

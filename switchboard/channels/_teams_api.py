@@ -12,7 +12,9 @@ when the Connector answers 401.
 **Activities.** Sends go through the Agents SDK's ``ConnectorClient`` (``POST {serviceUrl}/v3/conversations/{id}/
 activities``, ``PUT …/activities/{activityId}``) on one connection pool for the adapter's life; each call gets a light
 session on that pool rooted at the conversation's verified ``serviceUrl`` (which may carry a path such as ``/amer/``:
-calls go under it, never to the host's root). Answers map to the gateway's errors: 429 → :class:`RateLimitedError`
+calls go under it, never to the host's root). A ``serviceUrl`` off the Bot Connector's hosts (``connector_hosts``,
+:func:`~switchboard.channels._teams_files.service_allowed`) gets no call and no token: the send is refused for good.
+Answers map to the gateway's errors: 429 → :class:`RateLimitedError`
 (``Retry-After``); 412, 5xx, timeouts and network trouble → retryable :class:`DeliveryError`; other refusals are not
 retryable (413 ``MessageSizeTooBig``, 403 the bot is not in the conversation, 404 gone).
 """
@@ -23,14 +25,17 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Final
 
 import aiohttp
 from microsoft_agents.activity import Activity
 from microsoft_agents.hosting.core.authorization.authentication_constants import AuthenticationConstants
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
+from yarl import URL
 
+from switchboard.channels._download import host_of
+from switchboard.channels._teams_files import service_allowed
 from switchboard.errors import DeliveryError, RateLimitedError
 
 __all__ = ["BOT_SCOPE", "BotToken", "ConnectorApi"]
@@ -147,10 +152,12 @@ class ConnectorApi:
 
     Args:
         token: The bot's token source.
+        connector_hosts: Where a conversation's ``serviceUrl`` may be (``SWITCHBOARD_TEAMS__CONNECTOR_HOSTS``).
     """
 
-    def __init__(self, token: BotToken) -> None:
+    def __init__(self, token: BotToken, connector_hosts: Collection[str]) -> None:
         self.token = token
+        self.connector_hosts = connector_hosts
         self._connector: aiohttp.TCPConnector | None = None
         self._plain: aiohttp.ClientSession | None = None
 
@@ -187,6 +194,13 @@ class ConnectorApi:
         await self._call(service_url, lambda c: c.conversations.update_activity(conversation_id, activity_id, activity))
 
     async def _call(self, service_url: str, call: Callable[[ConnectorClient], object]) -> str | None:
+        if not service_allowed(service_url, self.connector_hosts):
+            raise DeliveryError(
+                f"teams: the conversation's serviceUrl ({_origin(service_url)}) is not a Bot Connector host "
+                "(https on a host of SWITCHBOARD_TEAMS__CONNECTOR_HOSTS); not sent",
+                channel=_CHANNEL,
+                retryable=False,
+            )
         token = await self.token.get()
         base = service_url if service_url.endswith("/") else service_url + "/"
         session = aiohttp.ClientSession(base_url=base, connector=self._pool(), connector_owner=False, timeout=_TIMEOUT)
@@ -226,6 +240,16 @@ class ConnectorApi:
         if self._connector is not None:
             await self._connector.close()
             self._connector = None
+
+
+def _origin(service_url: str) -> str:
+    """Scheme, host and port of a URL, for a message (never its userinfo or path)."""
+    try:
+        url = URL(service_url)
+        shown = f"{url.scheme}://{host_of(url)}" if url.scheme else "no absolute URL"
+        return f"{shown}:{url.explicit_port}" if url.explicit_port is not None else shown
+    except (ValueError, TypeError):
+        return "no URL"
 
 
 def _seconds(value: str | None) -> float:

@@ -120,7 +120,7 @@ class TeamsChannel:
         self.token = BotToken(
             settings.login_base_url, settings.tenant_id, settings.app_id or "", password, lambda: self.api.http()
         )
-        self.api = ConnectorApi(self.token)
+        self.api = ConnectorApi(self.token, settings.connector_hosts)
         self.keys = BotFrameworkKeys(
             settings.openid_metadata_url, self.api.http, refresh_cooldown_s=key_refresh_cooldown_s
         )
@@ -211,11 +211,11 @@ class TeamsChannel:
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download a file the user sent, refusing more than ``limit`` bytes.
 
-        Only the hosts Teams serves files from are reached — the conversation's verified ``serviceUrl`` origin,
-        SharePoint / OneDrive, the Bot Connector (:func:`~switchboard.channels._teams_files.file_allowed`) — on the
+        Only the hosts Teams serves files from are reached — SharePoint / OneDrive, the Bot Connector's hosts
+        (``connector_hosts``, :func:`~switchboard.channels._teams_files.file_allowed`) — on the
         first hop and on every redirect, followed by hand. A file's ``downloadUrl`` is pre-authorised (no token is
         sent); an inline image on the conversation's Connector origin is fetched with the bot's token, which is
-        never sent to any other origin.
+        never sent to any other origin, nor to a ``serviceUrl`` off the Connector.
 
         Raises:
             AttachmentError: too large, gone, on a host Teams does not serve files from, or unreachable.
@@ -223,19 +223,20 @@ class TeamsChannel:
         if attachment.size is not None and attachment.size > limit:
             raise AttachmentError(f"the file is over the {limit}-byte limit", channel=_CHANNEL, too_large=True)
         service_url = conversation.extra.get("service_url", "")
+        hosts = self._settings.connector_hosts
         token: dict[str, str] = {}
 
         def allowed(url: URL) -> bool:
-            return file_allowed(url, service_url)
+            return file_allowed(url, service_url, hosts)
 
         def headers_for(url: URL) -> dict[str, str]:
-            return token if sends_token(url, service_url) else {}
+            return token if sends_token(url, service_url, hosts) else {}
 
         try:
             first = URL(attachment.ref)
         except ValueError:
             first = URL()
-        if first.absolute and sends_token(first, service_url):
+        if first.absolute and sends_token(first, service_url, hosts):
             try:
                 token["Authorization"] = f"Bearer {await self.token.get()}"
             except DeliveryError as exc:

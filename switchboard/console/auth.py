@@ -8,9 +8,12 @@ With ``SWITCHBOARD_CONSOLE__AUTH_HEADER`` set, a request from a trusted proxy (`
 naming an operator in that header is that operator: a sign-in is made for it (for the cookie and the CSRF token)
 and ends when the header names someone else. The header from any other address is ignored.
 
-Failed password sign-ins are counted per client address and per operator name in fixed windows; past either
-limit further tries are refused with 429 before any password is checked. Each try is counted before its check
-(so concurrent tries cannot slip past the limit together) and taken back when it signs in.
+Failed password sign-ins are counted per client address (a fixed window; past its limit the address gets 429) and
+per client address *and* operator name: past ``login_failures_per_name`` failures that address waits before each
+further try as that name, longer after each failure (429 with ``Retry-After``). No count is kept per name alone, so
+a stranger guessing an operator's password never locks the operator out from their own address. Each try is counted
+before its check (so concurrent tries cannot slip past a limit together) and taken back when it signs in; the counts
+live in Redis, shared by every process.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -30,6 +34,7 @@ from switchboard.appkeys import REDIS, SETTINGS
 from switchboard.clientaddr import client_address, from_trusted_proxy
 from switchboard.console.config import Operator
 from switchboard.errors import QueueUnavailableError
+from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import Settings
 
@@ -197,46 +202,63 @@ async def authenticate(request: web.Request) -> Signin | None:
 
 
 class Throttle:
-    """Failed sign-ins per client address and per operator name, in fixed windows shared by every process."""
+    """Failed sign-ins per client address (fixed window) and per address and name (growing waits), in Redis."""
 
     def __init__(self, request: web.Request, name: str) -> None:
         """The counters that apply to a sign-in as ``name`` by ``request``'s client."""
         settings: Settings = request.config_dict[SETTINGS]
+        console = settings.console
         self._redis = request.config_dict[REDIS]
         self._timeout_s = settings.queue.ingest_timeout_s
-        self._window_s = settings.console.login_window_s
+        self._window_s = console.login_window_s
         address = client_address(request, settings.trusted_proxies)
-        self._keys = (
-            (_KEYS.console_failures("address", address), settings.console.login_failures_per_address),
-            (_KEYS.console_failures("name", _hash(name)), settings.console.login_failures_per_name),
-        )
+        self._address = _KEYS.console_failures("address", address)
+        self._address_limit = console.login_failures_per_address
+        pair = _hash(f"{address}\x1f{name}")
+        self._pair = [_KEYS.console_failures("pair", pair), _KEYS.console_wait(pair)]
+        self._pair_args: list[scripts.ScriptArg] = [
+            console.login_failures_per_name,
+            round(console.login_delay_s * 1000),
+            console.login_window_s * 1000,
+            console.login_window_s,
+        ]
 
     async def admit(self) -> int:
-        """Count this try against the address, then the name; ``0`` when it may go on, else the seconds to wait.
+        """Count this try against the address, then the address and name; ``0``: go on, else the seconds to wait.
 
         The try is counted before its password is checked, so concurrent tries cannot all read a count below the
-        limit and all be checked. A refused try is taken back off the counts (and never makes a counter for its
-        name), and so is one that signs in (:meth:`succeeded`): what stays counted are failures.
+        limit and all be checked. A refused try is taken back off the address's count (and never makes a count for
+        its name), and so is one that signs in (:meth:`succeeded`): what stays counted are failures.
 
         Raises:
             QueueUnavailableError: Redis did not answer in time.
         """
-        for index, (key, limit) in enumerate(self._keys):
-            count, ttl = await self._add(key, 1)
-            if count > limit:
-                for counted, _ in self._keys[: index + 1]:
-                    await self._add(counted, -1)
-                return ttl if ttl > 0 else self._window_s
+        count, ttl = await self._add(self._address, 1)
+        if count > self._address_limit:
+            await self._add(self._address, -1)
+            return ttl if ttl > 0 else self._window_s
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                wait_ms = int(await scripts.CONSOLE_THROTTLE(self._redis, self._pair, self._pair_args))
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError("sign-in throttle not stored") from exc
+        if wait_ms > 0:
+            await self._add(self._address, -1)
+            return max(1, math.ceil(wait_ms / 1000))
         return 0
 
     async def succeeded(self) -> None:
-        """Take a try that signed in back off both counts (only failures count against the limits).
+        """Take a try that signed in back off the address's count, and forget the address and name's failures.
 
         Raises:
             QueueUnavailableError: Redis did not answer in time.
         """
-        for key, _ in self._keys:
-            await self._add(key, -1)
+        await self._add(self._address, -1)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._redis.delete(*self._pair)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError("sign-in throttle not stored") from exc
 
     async def _add(self, key: str, delta: int) -> tuple[int, int]:
         try:

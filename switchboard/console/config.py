@@ -85,8 +85,13 @@ class ConsoleSettings(BaseModel):
     session_ttl_s: int = Field(8 * 3600, ge=60)
     """A sign-in lasts this long after its last use."""
     login_failures_per_name: int = Field(5, ge=1)
-    """Failed sign-ins one operator name may have within ``login_window_s`` before further tries are refused."""
+    """Failed sign-ins as one operator name from one client address before each further try from that address waits
+    (``login_delay_s``, doubling after each failure, at most ``login_window_s``). Other addresses are not held back:
+    nobody can lock an operator out by guessing their name."""
+    login_delay_s: float = Field(1.0, gt=0)
+    """The first wait imposed on an address past ``login_failures_per_name`` failures for one name."""
     login_failures_per_address: int = Field(20, ge=1)
-    """Failed sign-ins one client address may have within ``login_window_s``."""
+    """Failed sign-ins one client address may have within ``login_window_s``, whatever names it tries."""
     login_window_s: int = Field(15 * 60, ge=1)
-    """The window the failure counts cover (each starts at its first failure)."""
+    """The window the failure counts cover (an address's from its first failure, an address and name's from its
+    last)."""

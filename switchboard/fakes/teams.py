@@ -312,7 +312,11 @@ async def _sim_start(settings: TeamsSettings) -> tuple[TeamsSettings, FakePlatfo
     await fake.start()
     _RUNNING[fake.base_url] = fake
     block = TeamsSettings(
-        app_id=app_id, app_password=password, openid_metadata_url=fake.metadata_url, login_base_url=fake.base_url
+        app_id=app_id,
+        app_password=password,
+        openid_metadata_url=fake.metadata_url,
+        login_base_url=fake.base_url,
+        connector_hosts=(fake.base_url,),
     )
     return block, fake
 

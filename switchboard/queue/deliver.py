@@ -3,14 +3,22 @@
 It routes each action to the adapter of the conversation's ``(channel, account)``; the adapters do the
 platform dialect (chunking, edits, 429s as ``RateLimitedError``) within the limits their capabilities declare.
 The outbox around it owns idempotency, multi-part progress and the shared rate limits (the ``SendContext``).
+
+:class:`ClassifiedDeliverer` is what the drain sends through: whatever a channel's send raises reaches every
+caller (replies, notices, status messages, streaming) as a :class:`~switchboard.errors.DeliveryError`, so one bad
+send is retried and dead-lettered like any refused one instead of failing the turn again and again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import mimetypes
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
 
 from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, SendContext
 from switchboard.channels.registry import PerConversation
@@ -20,16 +28,22 @@ from switchboard.core.safepaths import UnsafePathError, read_inside
 from switchboard.core.toolbox.files import resolve_in_workspace
 from switchboard.core.workspaces import workspace_for
 from switchboard.core.workspacestore import WorkspaceStore
-from switchboard.errors import DeliveryError, ToolError
+from switchboard.errors import DeliveryError, FencedWriteError, ToolError
+
+if TYPE_CHECKING:
+    from switchboard.queue.drain import Deliverer
 
 __all__ = [
     "MAX_SEND_FILE_BYTES",
     "NO_CHANNEL",
     "ChannelDeliverer",
     "ChannelRegistry",
+    "ClassifiedDeliverer",
     "read_stored_file",
     "read_workspace_file",
 ]
+
+logger = logging.getLogger(__name__)
 
 ChannelRegistry = Mapping[tuple[str, str], Channel] | Callable[[ConversationRef], Channel | None]
 
@@ -140,3 +154,40 @@ class ChannelDeliverer:
             RateLimitedError: the platform asked to wait (the outbox retries the send).
         """
         return await self._channel(conversation).perform(action, conversation, send)
+
+
+class ClassifiedDeliverer:
+    """A deliverer whose sends fail only with :class:`DeliveryError`, whatever the channel underneath raises.
+
+    An unexpected exception of a channel's send (a ``ValueError`` from the HTTP client on a URL it cannot use, a
+    bug in an adapter) becomes a retryable ``DeliveryError`` naming the channel and the exception's type (not its
+    text, which may quote a URL's credentials); its traceback goes to the log. Passed through unchanged: the lease
+    passing to another epoch (``FencedWriteError``) and the queue's own Redis failing (``RedisError``), which the
+    drain handles itself, and cancellation.
+    """
+
+    def __init__(self, inner: Deliverer) -> None:
+        self.inner = inner
+
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show."""
+        return self.inner.capabilities(conversation)
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Perform ``action`` through the inner deliverer.
+
+        Raises:
+            DeliveryError: the send failed, for whatever reason (``RateLimitedError`` when the platform asked to
+                wait).
+            FencedWriteError: the session's lease passed to another worker.
+        """
+        try:
+            return await self.inner.perform(action, conversation, send)
+        except (DeliveryError, FencedWriteError, RedisError):
+            raise
+        except Exception as exc:
+            channel = conversation.channel
+            logger.warning("%s send of %s failed unexpectedly", channel, action.kind, exc_info=True)
+            raise DeliveryError(
+                f"{channel}: the send failed unexpectedly ({type(exc).__name__})", channel=channel
+            ) from exc

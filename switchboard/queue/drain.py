@@ -53,6 +53,7 @@ from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledErro
 from switchboard.queue.authority import turn_request
 from switchboard.queue.busy import BusyTurn, answered_part, end_interrupted
 from switchboard.queue.cancellation import is_stop
+from switchboard.queue.deliver import ClassifiedDeliverer
 from switchboard.queue.endings import TurnEndings
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.jobs import DrainJobs
@@ -233,7 +234,8 @@ class Drainer(TurnEndings):
         """The outbound rate limits, shared by every worker (:mod:`switchboard.queue.ratelimits`)."""
         self.settings = settings
         self.runner = runner
-        self.deliverer = deliverer
+        self.deliverer = ClassifiedDeliverer(deliverer)
+        """Every send goes through it: a channel's send fails only with ``DeliveryError`` (handled by each caller)."""
         self.agent_for = agent_for
         self.worker_id = worker_id
         self.lease = Lease(redis, worker_id=worker_id, lease_ms=settings.lease_ms)

@@ -302,8 +302,12 @@ class GlobalKeys:
         return f"{self.prefix}:console:login:{token_hash}"
 
     def console_failures(self, kind: str, value: str) -> str:
-        """STRING counter, EX TTL: failed console sign-ins per ``kind`` (``address`` or ``name``) in the window."""
+        """STRING counter, EX TTL: failed console sign-ins per ``kind`` (``address``, or ``pair``: address + name)."""
         return f"{self.prefix}:console:failures:{kind}:{value}"
+
+    def console_wait(self, pair: str) -> str:
+        """STRING, PX TTL: while it lives, one (address, operator name) pair's sign-in tries are refused."""
+        return f"{self.prefix}:console:wait:{pair}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ __all__ = [
     "BUCKET_HOLD",
     "BUCKET_TAKE",
     "COMPLETE",
+    "CONSOLE_THROTTLE",
     "CONTROL_SET",
     "DEAD_LETTER",
     "DEFER",
@@ -180,6 +181,7 @@ APPROVAL_DECIDE: Final = Script("approval_decide", fenced=True, preludes=[APPROV
 APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[APPROVAL_PRELUDE])
 APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
+CONSOLE_THROTTLE: Final = Script("console_throttle")
 
 ALL: Final = (
     INGEST,
@@ -221,6 +223,7 @@ ALL: Final = (
     APPROVAL_SUPERSEDE,
     APPROVAL_SETTLE,
     CONTROL_SET,
+    CONSOLE_THROTTLE,
 )
 """Every script, for :func:`load_all`."""
 

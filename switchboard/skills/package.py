@@ -32,7 +32,9 @@ __all__ = [
     "MAX_COMPATIBILITY_CHARS",
     "MAX_DESCRIPTION_CHARS",
     "MAX_NAME_CHARS",
+    "PIN_SOURCES",
     "SKILL_FILE",
+    "Pin",
     "SkillError",
     "SkillManifest",
     "SkillRef",
@@ -59,6 +61,10 @@ _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}")
 
 SkillSource = Literal["builtin", "template", "local"]
 """Where a package came from: shipped with Switchboard, a shipped template the operator installed, or their own."""
+PinSource = Literal["builtin", "installed"]
+PIN_SOURCES: tuple[PinSource, ...] = ("builtin", "installed")
+"""What a pin's ``SOURCE:`` prefix may say: a built-in package, or one in the operator's store."""
+_HASH = re.compile(r"[0-9a-f]{12,64}")
 
 
 class SkillError(SwitchboardError):
@@ -133,17 +139,62 @@ def version_problem(version: str) -> str | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What an agent's ``skills`` entry names: ``[SOURCE:]NAME[@VERSION][#SHA256]``.
+
+    ``NAME`` alone means the latest added version (else the built-in); ``NAME@VERSION`` must name exactly one
+    package, and where an installed package and a built-in share it, the source (``builtin:``, ``installed:``) or
+    the content hash (``#`` and at least 12 hex digits of it, as ``skills list`` shows) says which.
+    """
+
+    name: str
+    version: str | None = None
+    source: PinSource | None = None
+    sha256: str | None = None
+    """A prefix of the package's content hash (lowercase hex)."""
+
+    @classmethod
+    def parse(cls, pin: str) -> Pin:
+        """Read a pin.
+
+        Raises:
+            SkillError: a malformed pin, saying what is wrong.
+        """
+        rest, hashed, digest = pin.partition("#")
+        source: PinSource | None = None
+        prefix, colon, tail = rest.partition(":")
+        if colon:
+            if prefix not in PIN_SOURCES:
+                raise SkillError(f"skill {pin!r}: the part before ':' must be {' or '.join(PIN_SOURCES)}")
+            source, rest = ("builtin" if prefix == "builtin" else "installed"), tail
+        name, at, version = rest.partition("@")
+        problems = name_problems(name) + ([problem] if version and (problem := version_problem(version)) else [])
+        if at and not version:
+            problems.append("give a version after @")
+        if hashed and not _HASH.fullmatch(digest):
+            problems.append("give 12 to 64 lowercase hex digits of the package's sha256 after #")
+        if problems:
+            raise SkillError(f"skill {pin!r}: {'; '.join(problems)}")
+        return cls(name, version or None, source, digest or None)
+
+    def __str__(self) -> str:
+        text = f"{self.source + ':' if self.source else ''}{self.name}"
+        return text + (f"@{self.version}" if self.version else "") + (f"#{self.sha256}" if self.sha256 else "")
+
+
 def check_pins(pins: list[str]) -> list[str]:
-    """An agent's ``skills`` list, each ``name`` or ``name@version``, unchanged if valid.
+    """An agent's ``skills`` list, each a :class:`Pin` (``name``, ``name@version``, qualified), unchanged if valid.
 
     Raises:
-        ValueError: a name breaks the spec's rules or a version is malformed (pydantic reports it on the field).
+        ValueError: a name breaks the spec's rules, or a version or qualifier is malformed (pydantic reports it on
+            the field).
     """
     for pin in pins:
-        name, _, version = pin.partition("@")
-        problems = name_problems(name) + ([problem] if version and (problem := version_problem(version)) else [])
-        if problems or pin.endswith("@"):
-            raise ValueError(f"skill {pin!r}: {'; '.join(problems) or 'give a version after @'}")
+        try:
+            Pin.parse(pin)
+        except SkillError as err:
+            raise ValueError(str(err)) from None
     return pins
 
 

@@ -8,8 +8,12 @@ interrupted ``add`` never leaves half a package behind an index entry.
 Three sources: **built-in** skills ship in ``switchboard/skills/builtin/`` and are always available; **templates**
 ship in ``switchboard/skills/templates/`` and are copied into the store on request (``skills add --template``);
 and the operator's **own** packages (a folder or a zip). An installed package of a built-in's name takes its
-place. A version comes from ``metadata`` (``switchboard.version``, else ``version``), or else counts up from 1;
-adding the same content again changes nothing.
+place where the name is unpinned. A version comes from ``metadata`` (``switchboard.version``, else ``version``), or
+else counts up from 1, past the built-in's versions of that name; adding the same content again changes nothing.
+
+A pin ``name@version`` names exactly one package: installing a package under a built-in's name *and* version is
+refused, and a pin that still names two (a store from before that check) is refused until its source or hash says
+which (:class:`~switchboard.skills.package.Pin`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.skills.package import (
+    Pin,
     SkillError,
     SkillManifest,
     SkillRef,
@@ -78,13 +83,24 @@ class _Index(BaseModel):
 
 
 def parse_pin(pin: str) -> tuple[str, str | None]:
-    """``name`` or ``name@version`` → (name, version or ``None``)."""
-    name, _, version = pin.partition("@")
-    return name, version or None
+    """``name`` or ``name@version`` → (name, version or ``None``).
+
+    Raises:
+        SkillError: a malformed pin, or one qualified by a source or hash (the store takes names and versions only).
+    """
+    parsed = Pin.parse(pin)
+    if parsed.source is not None or parsed.sha256 is not None:
+        raise SkillError(f"{pin!r}: give the installed skill as NAME or NAME@VERSION (see `switchboard skills list`)")
+    return parsed.name, parsed.version
 
 
 def _ref(entry: IndexEntry, path: Path) -> SkillRef:
     return SkillRef(entry.name, entry.version, entry.sha256, entry.description, entry.source, path)
+
+
+def _exact(ref: SkillRef) -> str:
+    """A pin naming only ``ref``: ``builtin:name@version`` for a built-in, ``name@version#sha256[:12]`` otherwise."""
+    return f"builtin:{ref.pin}" if ref.source == "builtin" else f"{ref.pin}#{ref.sha256[:12]}"
 
 
 @cache
@@ -183,6 +199,12 @@ class SkillStore:
             index = self._read()
             same = [e for e in index.skills if e.name == manifest.name]
             version = self._version(manifest, digest, same)
+            if any(ref.name == manifest.name and ref.version == version for ref in builtin_skills()):
+                raise SkillError(
+                    f"{manifest.name}@{version} is a built-in skill, and a pin must name one package: give yours "
+                    f'another version in SKILL.md (metadata: switchboard.version: "{version}-local", say) or '
+                    "another name"
+                )
             existing = next((e for e in same if e.version == version), None)
             if existing is not None:
                 if existing.sha256 != digest:
@@ -213,7 +235,8 @@ class SkillStore:
         for entry in same:  # the same content again: that version
             if entry.sha256 == digest:
                 return entry.version
-        return str(max((int(e.version) for e in same if e.version.isdigit()), default=0) + 1)
+        taken = [e.version for e in same] + [ref.version for ref in builtin_skills() if ref.name == manifest.name]
+        return str(max((int(v) for v in taken if v.isdigit()), default=0) + 1)
 
     def _place(self, files: dict[str, bytes], target: Path) -> None:
         staging = self.root / f".staging-{secrets.token_hex(6)}"
@@ -259,21 +282,43 @@ class SkillLibrary:
         self.store = store
 
     def resolve(self, pin: str) -> SkillRef:
-        """The package ``name`` or ``name@version`` means (unpinned: the latest added, else the built-in).
+        """The one package ``pin`` names (:class:`~switchboard.skills.package.Pin`).
+
+        ``name`` alone is the latest added version, else the built-in; with a source only, the latest of that
+        source. Otherwise the version, source and hash given must match exactly one package.
 
         Raises:
-            SkillError: no such skill or version.
+            SkillError: a malformed pin, no such skill or version, or a pin that names two packages (the message
+                gives the pins that name each).
         """
-        name, version = parse_pin(pin)
-        if problems := name_problems(name):
+        wanted = Pin.parse(pin)
+        if problems := name_problems(wanted.name):
             raise SkillError(f"skill {pin!r}: {problems[0]}")
-        entry = self.store.find(name, version) if self.store is not None else None
-        if entry is not None and self.store is not None:
-            return _ref(entry, self.store.path(entry))
-        for ref in builtin_skills():
-            if ref.name == name and version in (None, ref.version):
-                return ref
-        raise SkillError(f"no skill {pin!r} (installed and built-in: {', '.join(self.names()) or 'none'})")
+        found = self._candidates(wanted)
+        if wanted.version is None and wanted.sha256 is None:  # the latest installed, else the built-in
+            installed = [ref for ref in found if ref.source != "builtin"]
+            found = installed[-1:] or found[:1]
+        if not found:
+            raise SkillError(f"no skill {pin!r} (installed and built-in: {', '.join(self.names()) or 'none'})")
+        if len(found) > 1:
+            exact = ", ".join(_exact(ref) for ref in found)
+            raise SkillError(f"skill {pin!r} names two packages; pin one of them: {exact}")
+        return found[0]
+
+    def _candidates(self, wanted: Pin) -> list[SkillRef]:
+        """The packages matching ``wanted``: installed ones in the order they were added, then the built-ins."""
+        found: list[SkillRef] = []
+        if self.store is not None and wanted.source != "builtin":
+            for entry in self.store.entries():
+                if entry.name == wanted.name and wanted.version in (None, entry.version):
+                    found.append(_ref(entry, self.store.path(entry)))
+        if wanted.source != "installed":
+            found += [
+                ref for ref in builtin_skills() if ref.name == wanted.name and wanted.version in (None, ref.version)
+            ]
+        if wanted.sha256 is not None:
+            found = [ref for ref in found if ref.sha256.startswith(wanted.sha256)]
+        return found
 
     def names(self) -> list[str]:
         """Every skill name available, sorted."""

@@ -514,7 +514,7 @@ async def test_a_download_url_on_an_internal_host_is_never_fetched(
 
 
 async def test_the_bot_token_never_follows_a_redirect_off_the_service_host(
-    channel: TeamsChannel, fake: FakeTeams, front: Recorder, internal: Recorder
+    fake: FakeTeams, front: Recorder, internal: Recorder
 ) -> None:
     """An inline image on the conversation's Connector host gets the bot's token; when that host redirects to
     another host, the token is not forwarded there."""
@@ -525,8 +525,12 @@ async def test_the_bot_token_never_follows_a_redirect_off_the_service_host(
         extra={"service_url": front.url + "/amer/", "conversation_type": "personal"},
     )
     attachment = Attachment(kind="image", ref=front.url + "/amer/v3/attachments/1/views/original", name="i.png")
-    with contextlib.suppress(AttachmentError):  # refusing the redirect outright is fine too
-        await channel.fetch(attachment, conversation, 1 << 20)
+    channel = make_channel(fake, connector_hosts=(fake.base_url, front.url))  # front stands for a Connector host
+    try:
+        with contextlib.suppress(AttachmentError):  # refusing the redirect outright is fine too
+            await channel.fetch(attachment, conversation, 1 << 20)
+    finally:
+        await channel.aclose()
     assert any(h[2].get("Authorization", "").startswith("Bearer ") for h in front.hits)  # the token path ran
     assert all("Authorization" not in headers for _m, _p, headers in internal.hits)
 

@@ -28,6 +28,7 @@ def teams_settings(fake: FakeTeams, **overrides: Any) -> TeamsSettings:
         "app_password": PASSWORD,
         "openid_metadata_url": fake.metadata_url,
         "login_base_url": fake.base_url,
+        "connector_hosts": (fake.base_url,),
     }
     return TeamsSettings.model_validate({**values, **overrides})
 
@@ -38,6 +39,7 @@ def teams_env(fake: FakeTeams) -> dict[str, str]:
         "SWITCHBOARD_TEAMS__APP_PASSWORD": PASSWORD,
         "SWITCHBOARD_TEAMS__OPENID_METADATA_URL": fake.metadata_url,
         "SWITCHBOARD_TEAMS__LOGIN_BASE_URL": fake.base_url,
+        "SWITCHBOARD_TEAMS__CONNECTOR_HOSTS": fake.base_url,
     }
 
 

@@ -15,7 +15,7 @@ from yarl import URL
 
 from switchboard.channels._download import MAX_REDIRECTS
 from switchboard.channels._teams_channel import TeamsChannel
-from switchboard.channels._teams_files import file_allowed, sends_token
+from switchboard.channels._teams_files import CONNECTOR_HOSTS, file_allowed, sends_token, service_allowed
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError
 from switchboard.fakes.teams import FakeTeams
@@ -39,7 +39,7 @@ SERVICE = "https://smba.trafficmanager.net/amer/"
     ],
 )
 def test_teams_file_hosts_are_allowed(url: str) -> None:
-    assert file_allowed(URL(url), SERVICE)
+    assert file_allowed(URL(url), SERVICE, CONNECTOR_HOSTS)
 
 
 @pytest.mark.parametrize(
@@ -66,28 +66,65 @@ def test_teams_file_hosts_are_allowed(url: str) -> None:
     ],
 )
 def test_other_hosts_are_refused(url: str) -> None:
-    assert not file_allowed(URL(url), SERVICE)
+    assert not file_allowed(URL(url), SERVICE, CONNECTOR_HOSTS)
 
 
-def test_the_verified_service_origin_is_allowed_over_http_only_on_loopback() -> None:
+def test_a_service_origin_counts_only_when_it_is_a_connector_host() -> None:
     loopback = "http://127.0.0.1:3978/"
-    assert file_allowed(URL("http://127.0.0.1:3978/v3/attachments/1"), loopback)
-    assert not file_allowed(URL("http://127.0.0.1:3979/v3/attachments/1"), loopback)  # another port: another origin
-    assert not file_allowed(URL("http://connector.example/v3/attachments/1"), "http://connector.example/")
-    assert file_allowed(URL("https://connector.example/v3/attachments/1"), "https://connector.example/")
+    assert not file_allowed(URL("http://127.0.0.1:3978/v3/attachments/1"), loopback, CONNECTOR_HOSTS)
+    configured = (*CONNECTOR_HOSTS, "http://127.0.0.1:3978")  # a local fake, named as an origin
+    assert file_allowed(URL("http://127.0.0.1:3978/v3/attachments/1"), loopback, configured)
+    assert not file_allowed(URL("http://127.0.0.1:3979/v3/attachments/1"), loopback, configured)  # another port
+    assert not file_allowed(URL("https://connector.example/v3/attachments/1"), "https://connector.example/", configured)
+    sovereign = ("connector.example",)  # a host name: https on 443 only
+    assert file_allowed(URL("https://connector.example/v3/attachments/1"), "https://connector.example/", sovereign)
+    assert not file_allowed(URL("http://connector.example/v3/attachments/1"), "http://connector.example/", sovereign)
+
+
+@pytest.mark.parametrize(
+    "service_url",
+    [
+        "http://127.0.0.1:3978/amer/",
+        "https://127.0.0.1/amer/",
+        "http://169.254.169.254/latest/",
+        "https://169.254.169.254/latest/",
+        "http://smba.trafficmanager.net/amer/",
+        "https://smba.trafficmanager.net:8443/amer/",
+        "https://user:pw@smba.trafficmanager.net/amer/",
+        "https://smba.trafficmanager.net.evil.example/amer/",
+        "https://evil.trafficmanager.net/amer/",
+        "file:///etc/",
+        "/amer/",
+        "not a url",
+        "",
+    ],
+)
+def test_a_service_url_off_the_connector_hosts_gets_no_reply(service_url: str) -> None:
+    assert not service_allowed(service_url, CONNECTOR_HOSTS)
+
+
+def test_the_connector_hosts_of_every_cloud_get_replies() -> None:
+    for host in CONNECTOR_HOSTS:
+        assert service_allowed(f"https://{host}/amer/", CONNECTOR_HOSTS), host
+        assert service_allowed(f"https://{host.upper()}.:443/", CONNECTOR_HOSTS), host
+    assert service_allowed("http://127.0.0.1:3978/amer/", ("http://127.0.0.1:3978",))
 
 
 def test_only_the_verified_service_origin_gets_the_token() -> None:
-    assert sends_token(URL("https://smba.trafficmanager.net/amer/v3/attachments/1"), SERVICE)
-    assert sends_token(URL("https://smba.trafficmanager.net/emea/v3/attachments/1"), SERVICE)  # same origin
+    hosts = CONNECTOR_HOSTS
+    assert sends_token(URL("https://smba.trafficmanager.net/amer/v3/attachments/1"), SERVICE, hosts)
+    assert sends_token(URL("https://smba.trafficmanager.net/emea/v3/attachments/1"), SERVICE, hosts)  # same origin
     for url in (
         "https://contoso.sharepoint.com/x",
         "http://smba.trafficmanager.net/amer/v3/attachments/1",
         "https://smba.trafficmanager.net:444/amer/v3/attachments/1",
         "https://evil@smba.trafficmanager.net/amer/v3/attachments/1",
+        "https://smba.infra.gcc.teams.microsoft.com/v3/attachments/1",  # a Connector host, not this conversation's
     ):
-        assert not sends_token(URL(url), SERVICE), url
-    assert not sends_token(URL("https://smba.trafficmanager.net/amer/x"), "not a url")
+        assert not sends_token(URL(url), SERVICE, hosts), url
+    assert not sends_token(URL("https://smba.trafficmanager.net/amer/x"), "not a url", hosts)
+    loopback = "http://127.0.0.1:3978/amer/"  # the conversation's own origin, but no Connector host
+    assert not sends_token(URL("http://127.0.0.1:3978/v3/attachments/1"), loopback, hosts)
 
 
 # --------------------------------------------------------------------------- fetch against a local Connector
@@ -129,9 +166,9 @@ async def connector() -> AsyncIterator[Connector]:
 
 
 @pytest.fixture
-async def channel() -> AsyncIterator[TeamsChannel]:
+async def channel(connector: Connector) -> AsyncIterator[TeamsChannel]:
     async with FakeTeams(app_id=APP_ID, app_password=PASSWORD) as fake:
-        adapter = make_channel(fake)
+        adapter = make_channel(fake, connector_hosts=(fake.base_url, connector.url))
         try:
             yield adapter
         finally:
@@ -172,14 +209,16 @@ async def test_a_file_over_the_limit_is_refused(channel: TeamsChannel, connector
     assert caught.value.too_large
 
 
-async def test_a_download_url_off_the_allowed_hosts_is_never_requested(
-    channel: TeamsChannel, connector: Connector
-) -> None:
-    """A loopback URL that is not the conversation's Connector origin is refused before any connection."""
-    elsewhere = ConversationRef(
-        channel="teams", conversation="a:1", extra={"service_url": "https://smba.trafficmanager.net/amer/"}
-    )
-    for ref in (connector.url + "/image", connector.url.replace("127.0.0.1", "localhost") + "/image"):
-        with pytest.raises(AttachmentError, match="not fetched"):
-            await channel.fetch(Attachment(kind="document", ref=ref), elsewhere, 1 << 20)
+async def test_a_download_url_off_the_allowed_hosts_is_never_requested(connector: Connector) -> None:
+    """A loopback URL that is no Connector host is refused before any connection, also as the serviceUrl."""
+    async with FakeTeams(app_id=APP_ID, app_password=PASSWORD) as fake:
+        channel = make_channel(fake)
+        try:
+            for service_url in ("https://smba.trafficmanager.net/amer/", connector.url + "/amer/"):
+                elsewhere = ConversationRef(channel="teams", conversation="a:1", extra={"service_url": service_url})
+                for ref in (connector.url + "/image", connector.url.replace("127.0.0.1", "localhost") + "/image"):
+                    with pytest.raises(AttachmentError, match="not fetched"):
+                        await channel.fetch(Attachment(kind="document", ref=ref), elsewhere, 1 << 20)
+        finally:
+            await channel.aclose()
     assert connector.hits == []

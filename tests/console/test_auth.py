@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -77,14 +78,45 @@ async def test_malformed_sign_ins_are_refused_clearly(console: Console) -> None:
     assert big.status == 413
 
 
-async def test_sign_ins_are_throttled_per_name(console: Console) -> None:
+def _from(address: str) -> dict[str, dict[str, str]]:
+    """Headers of a sign-in from ``address`` (the app believes the test client's proxy header)."""
+    return {"headers": {"X-Forwarded-For": address}}
+
+
+async def test_wrong_passwords_from_one_address_never_lock_the_operator_out_elsewhere(
+    console_env: dict[str, str], make_console: MakeConsole
+) -> None:
+    console = await make_console({**console_env, "SWITCHBOARD_TRUSTED_PROXIES": "127.0.0.1"})
     limit = console.settings.console.login_failures_per_name
-    for _ in range(limit):
-        assert (await console.login("alice", "wrong")).status == 401
-    resp = await console.login("alice", PASSWORD)  # even the right password, until the window ends
-    assert resp.status == 429
-    assert int(resp.headers["Retry-After"]) > 0
-    assert (await console.login("bob", PASSWORD)).status == 200  # another name is not held back
+    statuses = [(await console.login("alice", "wrong", **_from("203.0.113.7"))).status for _ in range(limit + 5)]
+    assert statuses == [401] * limit + [429] * 5, statuses  # the stranger's address waits
+    resp = await console.login("alice", PASSWORD, **_from("203.0.113.7"))
+    assert resp.status == 429 and int(resp.headers["Retry-After"]) > 0
+    assert (await console.login("alice", PASSWORD, **_from("198.51.100.2"))).status == 200  # before: 429 for 15 min
+    assert (await console.login("bob", PASSWORD, **_from("203.0.113.7"))).status == 200  # another name from there
+
+
+async def test_an_address_guessing_one_name_waits_longer_after_each_failure_in_every_process(
+    console_env: dict[str, str], make_console: MakeConsole
+) -> None:
+    env = {
+        **console_env,
+        "SWITCHBOARD_TRUSTED_PROXIES": "127.0.0.1",
+        "SWITCHBOARD_CONSOLE__LOGIN_FAILURES_PER_NAME": "2",
+        "SWITCHBOARD_CONSOLE__LOGIN_DELAY_S": "1",
+    }
+    console, other = await make_console(env), await make_console(env)  # two gateways on one Redis
+    attacker = _from("203.0.113.7")
+    assert [(await console.login("alice", "wrong", **attacker)).status for _ in range(2)] == [401, 401]
+    waits = []
+    for _ in range(2):
+        refused = await other.login("alice", "wrong", **attacker)  # the wait holds in the other process too
+        assert refused.status == 429, refused.status
+        waits.append(int(refused.headers["Retry-After"]))
+        await asyncio.sleep(waits[-1] + 0.05)
+        assert (await console.login("alice", "wrong", **attacker)).status == 401  # one more guess, then a longer wait
+    assert waits == [1, 2], waits
+    assert (await console.login("alice", PASSWORD, **_from("198.51.100.2"))).status == 200
 
 
 async def test_sign_ins_are_throttled_per_address(console_env: dict[str, str], make_console: MakeConsole) -> None:

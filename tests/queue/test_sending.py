@@ -218,3 +218,42 @@ async def test_a_worker_killed_in_the_send_window_resends_without_rerunning_the_
     assert (await read_stats(client)).send_window_duplicates == 1  # the HTTP send window stays counted
     kinds = [e["kind"] for e in await read_events(client, session)]
     assert kinds.count("usage_metered") == 1 and kinds.count("run_completed") == 1
+
+
+class Broken(RecordingDeliverer):
+    """A channel whose every send for the message ``bad`` raises what no adapter declares (a plain ``ValueError``)."""
+
+    def __init__(self, bad: str) -> None:
+        super().__init__()
+        self.bad = bad
+        self.raised = 0
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        if getattr(action, "reply_to", None) == self.bad:
+            self.raised += 1
+            raise ValueError("URL should be absolute")
+        return await super().perform(action, conversation, send)
+
+
+async def test_any_exception_of_a_send_dead_letters_the_reply_and_the_session_goes_on(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    first, second = make_message("first"), make_message("second")
+    session = first.session_key
+    bad = (await ingestor.ingest(first)).message_id
+    await ingestor.ingest(second)
+    runner, waits = Runner(), []
+    deliverer = Broken(bad)
+    outcome = await drainer_for(client, queue_settings, deliverer, runner, waits).drain_session(session)
+
+    assert outcome is DrainOutcome.RELEASED  # before: the ValueError escaped the drain, again at every drain
+    assert runner.calls == 2 and deliverer.texts() == ["answer: second"]
+    # status, reply (every attempt) and the "undelivered" notice all raised, and each was handled
+    assert deliverer.raised >= queue_settings.send_max_attempts + 2
+    events = await read_events(client, session)
+    (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
+    assert dead["message_id"] == bad and dead["attempts"] == queue_settings.send_max_attempts, dead
+    assert "failed unexpectedly (ValueError)" in dead["reason"], dead
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("run_completed") == 2 and "run_failed" not in kinds and "run_dead_lettered" not in kinds
+    assert await client.llen(SessionKeys(session).inbox) == 0

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from switchboard.skills.package import SkillError
-from switchboard.skills.store import SkillLibrary, SkillStore, builtin_skills, template_names
+from switchboard.skills.package import SkillError, check_pins, content_sha256
+from switchboard.skills.sources import read_folder
+from switchboard.skills.store import IndexEntry, SkillLibrary, SkillStore, builtin_skills, template_names
 from tests.skills.helpers import make_skill, zip_folder
 
 
@@ -138,3 +140,74 @@ def test_the_cli_round_trip(tmp_path: Path) -> None:
     assert sb("remove", "word-count@1.0", env=env).stdout.strip() == "removed word-count@1.0"
     gone = sb("show", "word-count", env=env)
     assert gone.returncode == 1 and "no skill 'word-count'" in gone.stdout
+
+
+def test_a_package_with_a_builtins_name_and_version_is_refused_at_install(store: SkillStore, tmp_path: Path) -> None:
+    builtin = next(ref for ref in builtin_skills() if ref.name == "xlsx-report")
+    mine = make_skill(tmp_path / "src", "xlsx-report", metadata={"switchboard.version": builtin.version})
+    with pytest.raises(SkillError, match=f"xlsx-report@{builtin.version} is a built-in skill.*another version"):
+        store.add(mine)
+    assert store.entries() == [] and not (store.root / "xlsx-report").exists()
+    assert SkillLibrary(store).resolve(f"xlsx-report@{builtin.version}") == builtin  # still the built-in
+
+
+def test_an_undeclared_version_counts_past_the_builtins(store: SkillStore, tmp_path: Path) -> None:
+    builtin = next(ref for ref in builtin_skills() if ref.name == "pdf-report")
+    entry, _ = store.add(make_skill(tmp_path / "src", "pdf-report"))
+    assert entry.version == str(int(builtin.version) + 1)
+    library = SkillLibrary(store)
+    assert library.resolve("pdf-report") == library.resolve(f"pdf-report@{entry.version}") != builtin
+    assert library.resolve(f"pdf-report@{builtin.version}") == builtin
+
+
+def _installed_before_the_check(store: SkillStore, tmp_path: Path, name: str, version: str) -> IndexEntry:
+    """A package of a built-in's name and version, as a store written before collisions were refused holds it."""
+    source = make_skill(tmp_path / "old", name, metadata={"switchboard.version": version})
+    package = read_folder(source)
+    entry = IndexEntry(
+        name=name,
+        version=version,
+        sha256=content_sha256(package.files),
+        description="mine",
+        source="local",
+        origin=str(source),
+        added_at=1.0,
+        seq=1,
+    )
+    target = store.path(entry)
+    shutil.copytree(source, target)
+    (store.root / "index.json").write_text(json.dumps({"schema": 1, "skills": [entry.model_dump()]}))
+    return entry
+
+
+def test_a_pin_that_names_two_packages_is_refused_until_it_names_one(store: SkillStore, tmp_path: Path) -> None:
+    builtin = next(ref for ref in builtin_skills() if ref.name == "xlsx-report")
+    mine = _installed_before_the_check(store, tmp_path, "xlsx-report", builtin.version)
+    library = SkillLibrary(store)
+    pin = f"xlsx-report@{builtin.version}"
+    with pytest.raises(SkillError, match="names two packages") as caught:
+        library.resolve(pin)  # before: the installed one, silently (another hash than the pin had meant)
+    assert f"builtin:{pin}" in str(caught.value) and f"{pin}#{mine.sha256[:12]}" in str(caught.value)
+    assert library.resolve(f"builtin:{pin}") == builtin
+    assert library.resolve(f"{pin}#{builtin.sha256[:12]}") == builtin
+    by_hash = library.resolve(f"{pin}#{mine.sha256[:12]}")
+    assert (by_hash.sha256, by_hash.source) == (mine.sha256, "local")
+    assert library.resolve(f"installed:{pin}").sha256 == mine.sha256
+    assert library.resolve("xlsx-report").sha256 == mine.sha256  # unpinned: the installed package takes its place
+    with pytest.raises(SkillError, match="no skill"):
+        library.resolve(f"{pin}#{'0' * 12}")
+    found, problems = library.resolve_all([pin, "pdf-report@1"])
+    assert [r.name for r in found] == ["pdf-report"] and "names two packages" in problems[0]
+
+
+@pytest.mark.parametrize(
+    "pin", ["xlsx-report", "xlsx-report@1", "builtin:xlsx-report@1", "installed:my-skill", "my-skill@2#0123456789ab"]
+)
+def test_qualified_pins_are_valid_in_an_agent(pin: str) -> None:
+    assert check_pins([pin]) == [pin]
+
+
+@pytest.mark.parametrize("pin", ["elsewhere:xlsx-report", "builtin:", "xlsx-report@1#", "xlsx-report#xyz", "a@1#12ab"])
+def test_malformed_qualified_pins_are_refused(pin: str) -> None:
+    with pytest.raises(ValueError, match="skill"):
+        check_pins([pin])
