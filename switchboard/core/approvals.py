@@ -148,7 +148,8 @@ class ApprovalRecord(BaseModel):
     decided_at: float | None = None
     decision_via: DecisionVia | None = None
     outcome: dict[str, Any] | None = None
-    """After ``executed``: the tool outcome (JSON); after ``refused``: ``{"reason": ...}``."""
+    """After ``executed``: the tool outcome (JSON); after ``refused``: ``{"reason": ...}``; with ``run``, the run that
+    settled it (a re-run of that run's turn continues from this outcome)."""
     mac: str | None = None
     """HMAC-SHA256 with the server's approval key over what was asked (:func:`sign_record`): a record rewritten in
     Redis — its arguments and their hash together — no longer verifies and is refused, never run."""
