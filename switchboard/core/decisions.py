@@ -228,14 +228,18 @@ async def _apply(
         await event(_decided(record, ask, "not_allowed"))
         notice(NOT_YOURS_TEXT)
         return
-    outcome = await store.approval_decide(approval_id, ask.verdict, ask.actor, ask.via, action_prefix=ask.action_prefix)
+    outcome = await store.approval_decide(
+        approval_id, ask.verdict, ask.actor, ask.via, action_prefix=ask.action_prefix, run_id=run_id
+    )
     now_record = outcome.record or record
     await event(_decided(now_record, ask, outcome.result))
     match outcome.result:
         case "applied" | "already_decided" | "expired":
             if outcome.result == "applied":
                 _wait_span(now_record, ask)
-            fresh = outcome.result != "already_decided"
+            # a re-run of the turn that decided it (its worker was lost before the model answered) carries it on
+            ours = run_id is not None and now_record.decided_in == run_id and not _in(applied, now_record)
+            fresh = outcome.result != "already_decided" or ours
             if now_record.status == "approved":  # just now, or by an attempt of this run that crashed after it
                 settled = await _run_approved(now_record, store, execute, state, event, verify, run_id)
                 applied.settled.append(settled)

@@ -87,10 +87,17 @@ class CrashOnce:
         await self._store.save_slot(name, value)
 
     async def approval_decide(
-        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
     ) -> DecideOutcome:
         outcome: DecideOutcome = await self._store.approval_decide(
-            approval_id, verdict, actor, via, action_prefix=action_prefix
+            approval_id, verdict, actor, via, action_prefix=action_prefix, run_id=run_id
         )
         self._crash("approval_decide")
         return outcome
@@ -236,3 +243,28 @@ async def test_a_crash_after_a_held_reply_was_approved_still_sends_it(world: Wor
     await world.send(decide, crashing(world, "approval_settled", crashes))
     assert crashes == ["approval_settled"] and (await world.record(record.id)).status == "executed"
     assert world.texts()[1:] == [record.draft]
+
+
+async def test_a_crash_after_a_deny_was_recorded_still_tells_the_user(world: World) -> None:
+    """The worker dies once the deny was applied, before the model answered: the re-run tells the model (it says the
+    refund did not happen) instead of answering "That was already denied"."""
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    record = await world.only_approval()
+    crashes: list[str] = []
+    await world.send(world.click(world.deny_option()), crashing(world, "approval_decide", crashes))
+    assert crashes == ["approval_decide"] and world.refunds == []
+    assert (await world.record(record.id)).status == "denied"
+    (reply,) = world.texts()
+    assert "did not run" in reply and "already denied" not in reply, reply
+
+
+async def test_a_crash_after_an_expiry_was_recorded_still_tells_the_user(world: World) -> None:
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    record = await world.only_approval()
+    await world.client.hset(SessionKeys(world.session).approval(record.id), "expires_at", "1")  # time passed
+    crashes: list[str] = []
+    expire = world.operator("decide", operator="switchboard", approval_id=record.id, verdict="expire")
+    await world.send(expire, crashing(world, "approval_decide", crashes))
+    assert crashes == ["approval_decide"] and (await world.record(record.id)).status == "expired"
+    (reply,) = world.texts()
+    assert "expired" in reply and "did not run" in reply, reply
