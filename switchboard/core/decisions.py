@@ -17,7 +17,8 @@ hash, the action's hash, then authorisation and budget in the gateway) and execu
 second effect; then :meth:`~switchboard.core.approvals.ApprovalStore.approval_settle` consumes it, recording the
 outcome with the run that carried it out: a re-run of that run's turn (its worker died before the model answered)
 continues from the recorded outcome, while any other decision on it gets the fixed "already approved" reply. Denied,
-expired and refused approvals are :class:`Settled` too: the model is told the action did not happen. What needs no model
+expired and refused approvals are :class:`Settled` too: the model is told the action did not happen (again by a
+re-run of the turn that decided it: the record keeps that run as ``decided_in``). What needs no model
 — a decision already made, someone else's approval, an unknown id — gets a short fixed reply (on the channel the
 decision came from; none for the console or the expiry sweep, which have their own views).
 
