@@ -147,8 +147,11 @@ class ApprovalRecord(BaseModel):
     decided_by: str | None = None
     decided_at: float | None = None
     decision_via: DecisionVia | None = None
+    decided_in: str | None = None
+    """The run whose turn applied the decision: a re-run of that turn (its worker was lost) carries it on."""
     outcome: dict[str, Any] | None = None
-    """After ``executed``: the tool outcome (JSON); after ``refused``: ``{"reason": ...}``."""
+    """After ``executed``: the tool outcome (JSON); after ``refused``: ``{"reason": ...}``; with ``run``, the run that
+    settled it (a re-run of that run's turn continues from this outcome)."""
     mac: str | None = None
     """HMAC-SHA256 with the server's approval key over what was asked (:func:`sign_record`): a record rewritten in
     Redis — its arguments and their hash together — no longer verifies and is refused, never run."""
@@ -229,13 +232,21 @@ class ApprovalStore(Protocol):
         """This session's ``pending`` records, oldest first."""
 
     async def approval_decide(
-        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
     ) -> DecideOutcome:
         """Apply one decision atomically: only a ``pending`` record changes, at most once.
 
         ``approve``/``deny`` before ``expires_at`` → ``approved``/``denied`` (``action_prefix``, when given, must
         prefix the record's action hash); at or after ``expires_at`` any verdict records ``expired``. The clock is
         the store's (Redis ``TIME``), so every process agrees on expiry. Authorisation is checked by the caller.
+        A decision that changes the record keeps ``run_id`` as its ``decided_in``.
         """
 
     async def approval_supersede(self, approval_id: str) -> bool:

@@ -14,8 +14,11 @@ session lease (:func:`decision_of` reads it):
 decision, or by an earlier attempt of this run that crashed before the effect — is re-checked (the session state's
 hash, the action's hash, then authorisation and budget in the gateway) and executed through the runtime's
 ``execute`` under the idempotency key the request named, so a re-run finds the recorded outcome instead of a
-second effect; then :meth:`~switchboard.core.approvals.ApprovalStore.approval_settle` consumes it. Denied, expired
-and refused approvals are :class:`Settled` too: the model is told the action did not happen. What needs no model
+second effect; then :meth:`~switchboard.core.approvals.ApprovalStore.approval_settle` consumes it, recording the
+outcome with the run that carried it out: a re-run of that run's turn (its worker died before the model answered)
+continues from the recorded outcome, while any other decision on it gets the fixed "already approved" reply. Denied,
+expired and refused approvals are :class:`Settled` too: the model is told the action did not happen (again by a
+re-run of the turn that decided it: the record keeps that run as ``decided_in``). What needs no model
 — a decision already made, someone else's approval, an unknown id — gets a short fixed reply (on the channel the
 decision came from; none for the console or the expiry sweep, which have their own views).
 
@@ -105,6 +108,8 @@ class Settled:
     content: str
     """The tool result the model reads for the action (the outcome, or why it did not happen)."""
     ok: bool
+    reason: str | None = None
+    """Why a ``refused`` action was refused (``approval_mismatch``, ``stale_state``, a gateway refusal)."""
 
 
 @dataclass
@@ -171,6 +176,7 @@ async def apply_decisions(
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None = None,
+    run_id: str | None = None,
 ) -> Applied:
     """Apply a turn's decisions in order; see the module docstring.
 
@@ -181,10 +187,12 @@ async def apply_decisions(
         state: The hash of the session state now (:func:`~switchboard.core.suspend.session_state_sha256`).
         verify: Whether a record is what this gateway asked (its signature); one that is not is refused, never run.
         event: Appends a fact to the session's event log.
+        run_id: The deciding turn's run: recorded with what an approved action came to, so a re-run of the turn
+            continues from it.
     """
     applied = Applied()
     for ask in asks:
-        await _apply(ask, store, applied, execute, state, event, verify)
+        await _apply(ask, store, applied, execute, state, event, verify, run_id)
     return applied
 
 
@@ -196,6 +204,7 @@ async def _apply(
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None,
+    run_id: str | None,
 ) -> None:
     from_channel = ask.via in ("button", "command")
 
@@ -220,21 +229,31 @@ async def _apply(
         await event(_decided(record, ask, "not_allowed"))
         notice(NOT_YOURS_TEXT)
         return
-    outcome = await store.approval_decide(approval_id, ask.verdict, ask.actor, ask.via, action_prefix=ask.action_prefix)
+    outcome = await store.approval_decide(
+        approval_id, ask.verdict, ask.actor, ask.via, action_prefix=ask.action_prefix, run_id=run_id
+    )
     now_record = outcome.record or record
     await event(_decided(now_record, ask, outcome.result))
     match outcome.result:
         case "applied" | "already_decided" | "expired":
             if outcome.result == "applied":
                 _wait_span(now_record, ask)
-            fresh = outcome.result != "already_decided"
+            # a re-run of the turn that decided it (its worker was lost before the model answered) carries it on
+            ours = run_id is not None and now_record.decided_in == run_id and not _in(applied, now_record)
+            fresh = outcome.result != "already_decided" or ours
             if now_record.status == "approved":  # just now, or by an attempt of this run that crashed after it
-                applied.settled.append(await _run_approved(now_record, store, execute, state, event, verify))
+                settled = await _run_approved(now_record, store, execute, state, event, verify, run_id)
+                applied.settled.append(settled)
             elif fresh and now_record.status in ("denied", "expired"):
                 status: SettledStatus = "denied" if now_record.status == "denied" else "expired"
                 detail = f"denied by {now_record.decided_by}" if status == "denied" else "the approval expired"
                 await event(ApprovalSettled(approval_id=now_record.id, status=status))
                 applied.settled.append(Settled(now_record, status, not_done_content(now_record, status, detail), False))
+            elif not _in(applied, now_record) and (again := _settled_by(now_record, run_id)) is not None:
+                # this turn carried it out before its worker was lost: continue from the recorded outcome (the
+                # settlement's fact may not have been written: it is written again)
+                await event(ApprovalSettled(approval_id=now_record.id, status=again.status, reason=again.reason))
+                applied.settled.append(again)
             else:
                 by = f" by {now_record.decided_by}" if now_record.decided_by else ""
                 notice(_ALREADY.get(now_record.status, "That was already decided{by}.").format(by=by))
@@ -255,16 +274,17 @@ async def _run_approved(
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None = None,
+    run_id: str | None = None,
 ) -> Settled:
-    """Re-check an approved action, run it once under its key, and consume the approval."""
+    """Re-check an approved action, run it once under its key, and consume the approval (noting ``run_id``)."""
+    by = {"run": run_id} if run_id is not None else {}
     if verify is not None and not verify(record):  # rewritten in Redis: what it says is not what was asked
         logger.warning("approval %s does not verify against the approval key; refused", record.id)
-        await store.approval_settle(record.id, "refused", {"reason": "approval_mismatch"})
+        await store.approval_settle(record.id, "refused", {"reason": "approval_mismatch", **by})
         await event(ApprovalSettled(approval_id=record.id, status="refused", reason="approval_mismatch"))
-        detail = "the stored request does not match what was asked for"
-        return Settled(record, "refused", not_done_content(record, "refused", detail), False)
+        return _refused(record, "approval_mismatch")
     if record.kind == "reply":
-        await store.approval_settle(record.id, "executed", {"sent": True})
+        await store.approval_settle(record.id, "executed", {"sent": True, **by})
         await event(ApprovalSettled(approval_id=record.id, status="sent"))
         return Settled(record, "sent", record.draft or "", True)
     reason: str | None = None
@@ -276,16 +296,40 @@ async def _run_approved(
     if reason is None:
         content, ok, reason = await execute(record)
     if reason is not None:
-        detail = {
-            "approval_mismatch": "the action changed after it was asked for",
-            "stale_state": "the conversation's state changed since it was asked for",
-        }.get(reason, f"it was refused when checked again ({reason})")
-        await store.approval_settle(record.id, "refused", {"reason": reason})
+        await store.approval_settle(record.id, "refused", {"reason": reason, **by})
         await event(ApprovalSettled(approval_id=record.id, status="refused", reason=reason))
-        return Settled(record, "refused", not_done_content(record, "refused", detail), False)
-    await store.approval_settle(record.id, "executed", {"ok": ok, "result": content[:4000]})
+        return _refused(record, reason)
+    # the whole result the model reads (bounded by the gateway's tiering): a re-run of this turn reads it back
+    await store.approval_settle(record.id, "executed", {"ok": ok, "result": content, **by})
     await event(ApprovalSettled(approval_id=record.id, status="executed"))
     return Settled(record, "executed", content, ok)
+
+
+def _refused(record: ApprovalRecord, reason: str) -> Settled:
+    detail = {
+        "approval_mismatch": "the stored request does not match what was asked for",
+        "stale_state": "the conversation's state changed since it was asked for",
+    }.get(reason, f"it was refused when checked again ({reason})")
+    return Settled(record, "refused", not_done_content(record, "refused", detail), False, reason)
+
+
+def _in(applied: Applied, record: ApprovalRecord) -> bool:
+    """Whether this turn's decisions settled ``record`` already (a second click in the same batch is told so)."""
+    return any(s.record.id == record.id for s in applied.settled)
+
+
+def _settled_by(record: ApprovalRecord, run_id: str | None) -> Settled | None:
+    """How ``record`` ended, when the run ``run_id`` settled it (a re-run of its turn continues from there)."""
+    recorded = record.outcome or {}
+    if run_id is None or recorded.get("run") != run_id:
+        return None
+    if record.status == "refused":
+        return _refused(record, str(recorded.get("reason") or "refused"))
+    if record.status != "executed":
+        return None
+    if record.kind == "reply":
+        return Settled(record, "sent", record.draft or "", True)
+    return Settled(record, "executed", str(recorded.get("result", "")), bool(recorded.get("ok", True)))
 
 
 async def supersede_pending(

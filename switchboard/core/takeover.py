@@ -116,7 +116,9 @@ async def human_step(
     ]
     if not asks and not operated and control is None and not pending:
         return None
-    applied = await apply_decisions(asks, store, execute=execute, state=state, event=event, verify=verify)
+    applied = await apply_decisions(
+        asks, store, execute=execute, state=state, event=event, verify=verify, run_id=request.run_id
+    )
     step.settled += applied.settled
     step.texts += applied.notices
     if pending:

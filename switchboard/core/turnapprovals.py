@@ -22,6 +22,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, ApprovalStore, record_verifies, sign_record
+from switchboard.core.decisions import Settled
 from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
 from switchboard.core.model import ChatMessage
@@ -138,6 +139,7 @@ class TurnApprovals:
         if step is None:
             return None
         self.news = settled_messages(step.model_news)
+        await self._paused_again(step.model_news)
         if step.asks_model:
             if self.turn.ctx.policy.mode == "review":  # decided already: never held again with the new draft
                 self.lead = step.texts
@@ -147,6 +149,25 @@ class TurnApprovals:
             return None
         history = work_entries(self.news, self.turn.facts)
         return TurnResult(text="\n\n".join(step.texts), steps=0, history=history, waiting_for=self.waiting)
+
+    async def _paused_again(self, settled: list[Settled]) -> None:
+        """Approvals of programs that resumed and paused again: the turn waits for them.
+
+        Asked just now, they are waiting already; a re-run of a turn whose worker died after the resumed program
+        was settled finds them here (the program paused at ``approval_<id>`` of the approval it resumed from).
+        """
+        resumed = {
+            f"approval_{s.record.id}" for s in settled if s.record.program is not None and s.status == "executed"
+        }
+        if not resumed or self.store is None:
+            return
+        for record in await self.store.approval_pending():
+            if (
+                record.call_id in resumed
+                and record.run_id == self.turn.request.run_id
+                and record.id not in self.waiting
+            ):
+                self.waiting.append(record.id)
 
     async def execute(self, record: ApprovalRecord) -> tuple[str, bool, str | None]:
         """Run an approved action once, under its recorded key; ``(content, ok, refusal reason)``.

@@ -1,7 +1,8 @@
 """Approval records and take-over state in Redis: the queue layer's :class:`~switchboard.core.approvals.ApprovalStore`.
 
 One HASH per approval (:meth:`SessionKeys.approval`): ``record`` is the :class:`ApprovalRecord` JSON as opened, and
-the fields that change beside it (``status``, ``decided_by``, ``decided_at``, ``decision_via``, ``outcome``), so a
+the fields that change beside it (``status``, ``decided_by``, ``decided_at``, ``decision_via``, ``decided_in``,
+``outcome``), so a
 script never re-encodes the record. A pending approval is indexed three ways: the session's pending set
 (:attr:`SessionKeys.approvals`), the reaper's expiry sweep (:attr:`GlobalKeys.approvals_due`) and the tenant's list
 for operators (:meth:`GlobalKeys.approvals_pending`); it leaves all three in the step that decides it.
@@ -96,6 +97,8 @@ def record_from_fields(fields: dict[Any, Any] | list[Any]) -> ApprovalRecord | N
         body["decided_at"] = float(found["decided_at"])
     if found.get("decision_via"):
         body["decision_via"] = found["decision_via"]
+    if found.get("decided_in"):
+        body["decided_in"] = found["decided_in"]
     if found.get("outcome"):
         body["outcome"] = json.loads(found["outcome"])
     return ApprovalRecord.model_validate(body)
@@ -184,7 +187,14 @@ class RedisApprovals:
         return [r for r in records if r is not None and r.status == "pending"]
 
     async def approval_decide(
-        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
     ) -> DecideOutcome:
         """Apply one decision atomically: only a ``pending`` record changes, at most once (Redis ``TIME`` is the clock).
 
@@ -208,6 +218,7 @@ class RedisApprovals:
                 via,
                 (action_prefix or "").lower(),
                 self.retention_ms,
+                run_id or "",
             ],
             session=self.session,
             epoch=self.epoch,
@@ -279,10 +290,19 @@ class ApprovalsDelegate:
         return await self.approvals.approval_pending()
 
     async def approval_decide(
-        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
     ) -> DecideOutcome:
         """Apply one decision atomically (see :meth:`RedisApprovals.approval_decide`)."""
-        return await self.approvals.approval_decide(approval_id, verdict, actor, via, action_prefix=action_prefix)
+        return await self.approvals.approval_decide(
+            approval_id, verdict, actor, via, action_prefix=action_prefix, run_id=run_id
+        )
 
     async def approval_supersede(self, approval_id: str) -> bool:
         """``pending`` → ``superseded``; whether it changed."""

@@ -52,7 +52,9 @@ async def test_a_payload_changed_in_redis_is_refused(world: World) -> None:
     await world.send(world.click(world.approve_option()))
     assert world.refunds == []
     settled = await world.record(record.id)
-    assert settled.status == "refused" and settled.outcome == {"reason": "approval_mismatch"}
+    assert (
+        settled.status == "refused" and settled.outcome is not None and settled.outcome["reason"] == "approval_mismatch"
+    )
     assert "did not run" in world.texts()[-1]
 
 
@@ -77,7 +79,7 @@ async def test_stale_state_is_refused(world: World) -> None:
     await world.send(world.click(world.approve_option()))
     assert world.refunds == []
     settled = await world.record(record.id)
-    assert settled.status == "refused" and settled.outcome == {"reason": "stale_state"}
+    assert settled.status == "refused" and settled.outcome is not None and settled.outcome["reason"] == "stale_state"
     assert where(await world.events("approval_settled"), status="refused", reason="stale_state")
 
 
@@ -108,5 +110,5 @@ async def test_a_record_rewritten_with_a_consistent_hash_is_refused_when_the_use
     await world.send(world.click(world.approve_option()))
     assert world.refunds == []
     found = await world.record(record.id)
-    assert found.status == "refused" and found.outcome == {"reason": "approval_mismatch"}
+    assert found.status == "refused" and found.outcome is not None and found.outcome["reason"] == "approval_mismatch"
     assert "did not run" in world.texts()[-1]

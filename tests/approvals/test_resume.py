@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from switchboard.core.approvals import ApprovalRecord, DecideOutcome, DecisionVia, Verdict
+from switchboard.core.policy import PolicyConfig
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.drain import Drainer
 from switchboard.queue.keys import SessionKeys
@@ -52,7 +53,8 @@ async def test_a_tampered_snapshot_is_refused(world: World) -> None:
     await world.client.hset(key, "record", json.dumps(raw))
     await world.send(world.click(world.approve_option()))
     assert world.refunds == [] and world.notes == ["before"]
-    assert (await world.record(record.id)).outcome == {"reason": "approval_mismatch"}  # the record is signed too
+    outcome = (await world.record(record.id)).outcome
+    assert outcome is not None and outcome["reason"] == "approval_mismatch"  # the record is signed too
 
 
 async def test_a_denied_program_does_not_continue(world: World) -> None:
@@ -85,10 +87,17 @@ class CrashOnce:
         await self._store.save_slot(name, value)
 
     async def approval_decide(
-        self, approval_id: str, verdict: Verdict, actor: str, via: DecisionVia, *, action_prefix: str | None
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
     ) -> DecideOutcome:
         outcome: DecideOutcome = await self._store.approval_decide(
-            approval_id, verdict, actor, via, action_prefix=action_prefix
+            approval_id, verdict, actor, via, action_prefix=action_prefix, run_id=run_id
         )
         self._crash("approval_decide")
         return outcome
@@ -99,7 +108,9 @@ class CrashOnce:
 
     async def approval_settle(self, approval_id: str, status: Any, outcome: Any) -> bool:
         self._crash("approval_settle")  # the effect ran; its approval was not yet consumed
-        return bool(await self._store.approval_settle(approval_id, status, outcome))
+        consumed = bool(await self._store.approval_settle(approval_id, status, outcome))
+        self._crash("approval_settled")  # consumed; the model has not answered yet
+        return consumed
 
     def _crash(self, where: str) -> None:
         if where == self._method and not self._crashes:
@@ -118,8 +129,8 @@ def crashing(world: World, method: str, crashes: list[str]) -> Drainer:
     return drainer
 
 
-async def crash_between(world: World, method: str) -> ApprovalRecord:
-    await world.send(world.message('/tool refund {"amount": 150}'))
+async def crash_between(world: World, method: str, text: str = '/tool refund {"amount": 150}') -> ApprovalRecord:
+    await world.send(world.message(text))
     record = await world.only_approval()
     crashes: list[str] = []
     await world.send(world.click(world.approve_option()), crashing(world, method, crashes))
@@ -153,3 +164,107 @@ async def test_a_crash_after_asking_asks_once(world: World) -> None:
     assert {p.decode() for p in pending} == requested
     await world.send(world.click(world.approve_option()))
     assert world.refunds == [150]
+
+
+async def test_a_crash_after_the_approval_was_settled_still_answers(world: World) -> None:
+    """The worker dies once the approved call ran and its approval was consumed, before the model answered: the
+    re-run tells the model the recorded outcome and it answers, once; no "already approved" notice instead."""
+    record = await crash_between(world, "approval_settled")
+    assert world.refunds == [150]
+    assert (await world.record(record.id)).status == "executed"
+    replies = world.texts()  # the question is an offer, not a text
+    assert len(replies) == 1 and "refund returned" in replies[0] and "already" not in replies[0], replies
+    assert '"refunded":150' in replies[0].replace(" ", ""), replies
+    assert len(where(await world.events("approval_settled"), status="executed")) == 1  # written by the re-run
+
+
+async def test_a_crash_after_a_resumed_program_was_settled_still_answers(world: World) -> None:
+    world.codeact = True
+    record = await crash_between(world, "approval_settled", PROGRAM)
+    assert world.refunds == [150] and world.notes == ["before", "after 150"]
+    assert (await world.record(record.id)).status == "executed"
+    replies = world.texts()
+    assert len(replies) == 1 and "The program printed: refunded 150" in replies[0], replies
+    assert "300" in replies[0] and "already" not in replies[0], replies
+
+
+async def test_a_second_click_after_execution_gets_the_fixed_reply(world: World) -> None:
+    """Only a re-run of the turn that carried the approval out continues it: another click is told it is done."""
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    option = world.approve_option()
+    await world.send(world.click(option))
+    await world.send(world.click(option))
+    assert world.refunds == [150]
+    assert world.texts()[-1].startswith("That was already approved by") and "carried out" in world.texts()[-1]
+
+
+TWICE = """/run r = refund(amount=150)
+s = refund(amount=20)
+print("refunded", r["refunded"], s["refunded"])"""
+
+
+async def test_a_program_paused_again_still_waits_after_a_crash_past_its_settlement(world: World) -> None:
+    """A resumed program pauses at its second gated call; the worker dies once the first approval was consumed. The
+    re-run still knows the turn waits for the second approval: in review mode no draft is held beside it."""
+    world.codeact = True
+    world.policy = PolicyConfig(mode="review")
+    first = await crash_between(world, "approval_settled", TWICE)
+    assert world.refunds == [150] and (await world.record(first.id)).status == "executed"
+    requested = {e["approval_id"] for e in await world.events("approval_requested")}
+    pending = [r for r in [await world.record(i) for i in requested] if r.status == "pending"]
+    assert [r.kind for r in pending] == ["tool"], pending  # the second refund waits; no reply held for review
+    assert not any("A person checks my answers" in t for t in world.texts()), world.texts()
+
+
+async def test_a_crash_past_the_settlement_of_a_batch_of_clicks_answers_the_first_and_tells_the_second(
+    world: World,
+) -> None:
+    """Two taps on approve in one turn, the worker dies after the first settled it: the re-run continues the first
+    (the model answers) and tells the second it is done, as the first attempt would have; the refund runs once."""
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    batch = [world.click(world.approve_option()), world.click(world.approve_option())]
+    for message in batch:
+        await world.ingestor.ingest(message, busy_policy="collect")
+    crashes: list[str] = []
+    await crashing(world, "approval_settled", crashes).drain(batch[-1].session_key)
+    assert crashes == ["approval_settled"] and world.refunds == [150]
+    (reply,) = world.texts()
+    assert reply.count("already approved by telegram:u1 and carried out") == 1 and "refund returned" in reply, reply
+
+
+async def test_a_crash_after_a_held_reply_was_approved_still_sends_it(world: World) -> None:
+    """Review mode: the worker dies once the operator's approval of the held reply was consumed; the re-run sends the
+    draft (once), instead of nothing."""
+    world.policy = PolicyConfig(mode="review")
+    await world.send(world.message("what is the refund policy?"))
+    record = await world.only_approval()
+    crashes: list[str] = []
+    decide = world.operator("decide", approval_id=record.id, verdict="approve")
+    await world.send(decide, crashing(world, "approval_settled", crashes))
+    assert crashes == ["approval_settled"] and (await world.record(record.id)).status == "executed"
+    assert world.texts()[1:] == [record.draft]
+
+
+async def test_a_crash_after_a_deny_was_recorded_still_tells_the_user(world: World) -> None:
+    """The worker dies once the deny was applied, before the model answered: the re-run tells the model (it says the
+    refund did not happen) instead of answering "That was already denied"."""
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    record = await world.only_approval()
+    crashes: list[str] = []
+    await world.send(world.click(world.deny_option()), crashing(world, "approval_decide", crashes))
+    assert crashes == ["approval_decide"] and world.refunds == []
+    assert (await world.record(record.id)).status == "denied"
+    (reply,) = world.texts()
+    assert "did not run" in reply and "already denied" not in reply, reply
+
+
+async def test_a_crash_after_an_expiry_was_recorded_still_tells_the_user(world: World) -> None:
+    await world.send(world.message('/tool refund {"amount": 150}'))
+    record = await world.only_approval()
+    await world.client.hset(SessionKeys(world.session).approval(record.id), "expires_at", "1")  # time passed
+    crashes: list[str] = []
+    expire = world.operator("decide", operator="switchboard", approval_id=record.id, verdict="expire")
+    await world.send(expire, crashing(world, "approval_decide", crashes))
+    assert crashes == ["approval_decide"] and (await world.record(record.id)).status == "expired"
+    (reply,) = world.texts()
+    assert "expired" in reply and "did not run" in reply, reply

@@ -13,9 +13,15 @@ extended the way a custom integration extends it (:meth:`ToolRegistry.register`)
   ``chaos:pause:validate`` (seconds): validating the arguments blocks the worker that long — it validates an
   approved call again before claiming it, so a kill then lands after the decision, before the tool ran;
   ``chaos:pause:effect`` (seconds): after its effect the tool waits that long before returning (a kill then lands
-  while it runs, effect done, result not recorded).
+  while it runs, effect done, result not recorded); ``chaos:pause:claimed`` (seconds): the tool waits before its
+  effect (claimed by the gateway, not done).
 - ``tick(ref)``: a read (never claimed, so a re-run would repeat it): ``INCR chaos:exec:tick:<ref>``, returns the
   count. A CodeAct program resumed from its snapshot does not call it again; one re-run from the start would.
+
+Two more switches time the rest of an approved call's crash window: ``chaos:pause:settle`` (seconds) holds the
+worker just before it consumes an approval (the effect ran and is recorded; the approval is still ``approved``), and
+``chaos:pause:settled`` just after (``executed``; the model has not answered); ``chaos:pause:model`` (seconds) makes
+every model call that starts while it is set that slow (the offline model, from its first byte).
 """
 
 from __future__ import annotations
@@ -24,20 +30,38 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis
 from pydantic import BaseModel, Field, model_validator
 
 import switchboard.core.toolbox as toolbox
+from switchboard.core.model import ModelEvent, ModelRequest
+from switchboard.core.providers.offline import OfflineModel
 from switchboard.core.toolbox import ToolRegistry
 from switchboard.core.tools import Tool, ToolContext
+from switchboard.queue.approvals import RedisApprovals
 
-__all__ = ["EXEC_PREFIX", "PAUSE_EFFECT", "PAUSE_VALIDATE", "chaos_tools", "executions"]
+__all__ = [
+    "EXEC_PREFIX",
+    "PAUSE_CLAIMED",
+    "PAUSE_EFFECT",
+    "PAUSE_MODEL",
+    "PAUSE_SETTLE",
+    "PAUSE_SETTLED",
+    "PAUSE_VALIDATE",
+    "chaos_tools",
+    "executions",
+]
 
 EXEC_PREFIX = "chaos:exec:"
 PAUSE_VALIDATE = "chaos:pause:validate"
+PAUSE_CLAIMED = "chaos:pause:claimed"
 PAUSE_EFFECT = "chaos:pause:effect"
+PAUSE_SETTLE = "chaos:pause:settle"
+PAUSE_SETTLED = "chaos:pause:settled"
+PAUSE_MODEL = "chaos:pause:model"
 
 _client: redis.Redis | None = None
 
@@ -87,6 +111,9 @@ async def _charge(args: ChargeInput, ctx: ToolContext) -> dict[str, Any]:
 
 
 async def _refund(args: RefundInput, ctx: ToolContext) -> dict[str, Any]:
+    pause = _pause(PAUSE_CLAIMED)
+    if pause:
+        await asyncio.sleep(pause)
     done = _redis().incr(f"{EXEC_PREFIX}refund:{args.ref}")
     pause = _pause(PAUSE_EFFECT)
     if pause:
@@ -133,6 +160,28 @@ def _install() -> None:
         return registry
 
     toolbox.default_registry = extended  # before switchboard.worker binds the name
+
+    settle = RedisApprovals.approval_settle
+
+    async def paused_settle(self: RedisApprovals, approval_id: str, status: Any, outcome: Any) -> bool:
+        if pause := _pause(PAUSE_SETTLE):
+            await asyncio.sleep(pause)
+        consumed = await settle(self, approval_id, status, outcome)
+        if pause := _pause(PAUSE_SETTLED):
+            await asyncio.sleep(pause)
+        return consumed
+
+    RedisApprovals.approval_settle = paused_settle  # type: ignore[method-assign]
+
+    stream = OfflineModel.stream
+
+    async def slow_stream(self: OfflineModel, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if pause := _pause(PAUSE_MODEL):
+            await asyncio.sleep(pause)
+        async for event in stream(self, request):
+            yield event
+
+    OfflineModel.stream = slow_stream  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
