@@ -80,6 +80,8 @@ CASES: dict[str, Draft | bytes | str] = {
     "interaction_stop": Draft("command", "", "300"),
     "interaction_reset": Draft("command", "", "300"),
     "interaction_component": Draft("choice", "Approve", "300", answer=b'{"type":6}', option="approve:42"),
+    "interaction_string_select": Draft("choice", "Bananas", "300", answer=b'{"type":6}', option="fruit.banana"),
+    "interaction_user_select": b'{"type":6}',  # acknowledged; a user picker answers no offer
     "interaction_malformed": MALFORMED,
     "gateway_dm_message": Draft("message", "hello there, bot", "300"),
     "gateway_dm_with_attachment": Draft("message", "", "300", attachments=1),
