@@ -232,8 +232,9 @@ def load_interaction(body: bytes | dict[str, Any]) -> Interaction:
 
 
 def parse_interaction(wire: Interaction, account: str, *, now: float | None = None) -> InboundMessage | None:
-    """A slash command, a button click or a string select pick as a draft; ``None`` for what the agent does not see
-    (PING, user/role/channel pickers, others).
+    """A slash command, a button click or a string select pick as a draft; ``None`` for what the agent does not see.
+
+    Not seen: PING, user/role/channel pickers (no offer has them), other interaction types.
 
     Raises:
         MalformedBodyError: the interaction lacks the user, channel or data Discord always sends with it.

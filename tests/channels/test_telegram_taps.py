@@ -59,7 +59,8 @@ class Chat:
 
     async def tap(self, data: str, *, user_id: int | None = None) -> str:
         """Tap the button carrying ``data`` on the latest message that has it; the callback query's id."""
-        message_id = max(m for (chat, m), markup in self.fake.state.markups.items() if chat == CHAT and data in str(markup))
+        markups = self.fake.state.markups.items()
+        message_id = max(m for (chat, m), markup in markups if chat == CHAT and data in str(markup))
         update = self.fake.press_button(CHAT, message_id, data, next(_UPDATES))
         if user_id is not None:
             update["callback_query"]["from"]["id"] = user_id
@@ -150,8 +151,12 @@ async def test_an_offer_choice_answer_is_acknowledged_without_a_notice(chat: Cha
 async def test_approve_and_deny_are_acknowledged_and_refused_presses_say_why(chat: Chat) -> None:
     await chat.say(note("first"))
     approve, deny = await chat.approval_buttons(1)
-    assert await chat.answered(await chat.tap(approve)) is None  # applied: the tool runs, the model answers
-    await chat.until(lambda: any("first.txt" in t for t in chat.texts()), "the answer after the approval")
+    pressed = await chat.tap(approve)
+    assert await chat.answered(pressed) is None  # applied: the tool runs, the model answers
+    await chat.until(lambda: any("write_file returned" in t for t in chat.texts()), "the approved call's outcome")
+    (ack,) = [c for c in chat.fake.sent(method="answerCallbackQuery") if c.params["callback_query_id"] == pressed]
+    outcome = [c for c in chat.fake.sent(CHAT) if "write_file returned" in str(c.params.get("text"))]
+    assert outcome[0].seq > ack.seq  # the press is answered before the approved action's outcome is sent
 
     again = await chat.answered(await chat.tap(approve))  # already decided
     assert again is not None and again.startswith("That was already approved")
