@@ -24,7 +24,7 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.worker import run_worker
-from tests.channels.test_telegram import BOT, SECRET, TOKEN
+from tests.channels.test_telegram import BOT, PAYLOADS, SECRET, TOKEN
 from tests.fakes.telegram_api import FakeTelegram, make_update, sign_update
 
 CHAT = 7301
@@ -50,9 +50,13 @@ _UPDATES = itertools.count(90_000)
 class Chat:
     """The gateway's webhook (signed posts) and the fake Bot API, with a worker running."""
 
-    post: Callable[[dict[str, Any]], Awaitable[int]]
+    send: Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]]
     fake: FakeTelegram
     redis: aioredis.Redis
+
+    async def post(self, update: dict[str, Any]) -> int:
+        status, _ = await self.send(update)
+        return status
 
     async def say(self, text: str) -> None:
         assert await self.post(make_update(text, chat_id=CHAT, update_id=next(_UPDATES))) == 200
@@ -116,16 +120,16 @@ async def chat(aiohttp_client: Any, base_env: dict[str, str], tmp_path: Path, re
         }
         client = await aiohttp_client(create_app(load_settings(env)))
 
-        async def post(update: dict[str, Any]) -> int:
+        async def send(update: dict[str, Any]) -> tuple[int, bytes]:
             body, headers = sign_update(update, SECRET)
             resp = await client.post("/webhooks/telegram", data=body, headers=headers)
-            return int(resp.status)
+            return int(resp.status), await resp.read()
 
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(load_settings(env), stop))
         redis = aioredis.Redis.from_url(redis_url)
         try:
-            yield Chat(post, fake, redis)
+            yield Chat(send, fake, redis)
         finally:
             stop.set()
             await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
@@ -179,3 +183,12 @@ async def test_approve_and_deny_are_acknowledged_and_refused_presses_say_why(cha
 
     calls = chat.fake.sent(method="answerCallbackQuery")
     assert len(calls) == len({c.params["callback_query_id"] for c in calls}) == 6  # each tap once, none missed
+
+
+async def test_a_tap_no_turn_will_answer_is_answered_in_the_webhooks_answer(chat: Chat) -> None:
+    game = json.loads((PAYLOADS / "callback_query_game.json").read_text())
+    status, body = await chat.send(game)
+    assert status == 200
+    assert json.loads(body) == {"method": "answerCallbackQuery", "callback_query_id": game["callback_query"]["id"]}
+    await chat.say("hello")  # a queued message is answered with the plain OK
+    assert await chat.send(make_update("again", chat_id=CHAT, update_id=next(_UPDATES))) == (200, b'{"ok":true}')
