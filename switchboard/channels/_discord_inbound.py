@@ -124,6 +124,9 @@ class _Resolved(_Wire):
 class _Data(_Wire):
     name: str | None = None
     custom_id: str | None = None
+    component_type: int | None = None
+    values: list[str] = Field(default_factory=list)
+    """What a select menu's user picked (option values)."""
     options: list[_Option] = Field(default_factory=list)
     type: int = 1
     """An application command's type: 1 slash (``CHAT_INPUT``), 2 ``USER`` and 3 ``MESSAGE`` context menus."""
@@ -132,10 +135,17 @@ class _Data(_Wire):
     resolved: _Resolved | None = None
 
 
+class _SelectOption(_Wire):
+    label: str = ""
+    value: str = ""
+
+
 class _Component(_Wire):
     type: int = 0
     custom_id: str | None = None
     label: str | None = None
+    options: list[_SelectOption] = Field(default_factory=list)
+    """A string select menu's options."""
     components: list[_Component] = Field(default_factory=list)
 
 
@@ -204,14 +214,36 @@ def _target(data: _Data) -> tuple[str, tuple[Attachment, ...]]:
     return f"[target message {message.id}{author}{content}]", _files(message)
 
 
-def _label(components: list[_Component], custom_id: str) -> str | None:
+_BUTTON, _STRING_SELECT = 2, 3
+"""Component types that answer an offer; the other selects (users, roles, channels) pick Discord ids instead."""
+
+
+def _find(components: list[_Component], custom_id: str) -> _Component | None:
     for component in components:
         if component.custom_id == custom_id:
-            return component.label
-        found = _label(component.components, custom_id)
+            return component
+        found = _find(component.components, custom_id)
         if found is not None:
             return found
     return None
+
+
+def _picked(data: _Data, offer: _OfferMessage | None) -> tuple[str, str | None] | None:
+    """``(option id, label)`` of a button click or a string select pick; ``None`` for other components.
+
+    Raises:
+        MalformedBodyError: no ``custom_id``.
+    """
+    if not data.custom_id:
+        raise MalformedBodyError("component interaction without a custom_id", channel=CHANNEL)
+    component = _find(offer.components, data.custom_id) if offer else None
+    if data.component_type in (None, _BUTTON):
+        return data.custom_id, component.label if component else None
+    if data.component_type != _STRING_SELECT or not data.values or not data.values[0]:
+        return None
+    value = data.values[0]
+    labels = [o.label for o in component.options if o.value == value] if component else []
+    return value, labels[0] if labels and labels[0] else None
 
 
 def _conversation(account: str, channel_id: str, parent: str | None, extra: dict[str, str]) -> ConversationRef:
@@ -241,7 +273,9 @@ def load_interaction(body: bytes | dict[str, Any]) -> Interaction:
 
 
 def parse_interaction(wire: Interaction, account: str, *, now: float | None = None) -> InboundMessage | None:
-    """A slash command or component click as a draft; ``None`` for what the agent does not see (PING, others).
+    """A slash command, a button click or a string select pick as a draft; ``None`` for what the agent does not see.
+
+    Not seen: PING, user/role/channel pickers (no offer has them), other interaction types.
 
     Raises:
         MalformedBodyError: the interaction lacks the user, channel or data Discord always sends with it.
@@ -275,13 +309,13 @@ def parse_interaction(wire: Interaction, account: str, *, now: float | None = No
         else:
             event, text = CommandIssued(name=name), _options_text(wire.data.options)
     else:
-        custom_id = wire.data.custom_id
-        if not custom_id:
-            raise MalformedBodyError("component interaction without a custom_id", channel=CHANNEL)
         offer = wire.message
-        label = _label(offer.components, custom_id) if offer else None
-        event = ChoiceSelected(option_id=custom_id, offer_message_id=offer.id if offer else None)
-        text = label or custom_id
+        picked = _picked(wire.data, offer)
+        if picked is None:
+            return None  # a user, role or channel picker: acknowledged, nothing the agent offered
+        option, label = picked
+        event = ChoiceSelected(option_id=option, offer_message_id=offer.id if offer else None)
+        text = label or option
     return InboundMessage(
         dedup_key=f"i:{wire.id}",
         conversation=_conversation(account, channel_id, parent, extra),

@@ -100,13 +100,36 @@ class _WireText(_Wire):
     text: str = ""
 
 
+class _WireOption(_Wire):
+    text: _WireText | None = None
+    value: str | None = None
+
+
 class _WireAction(_Wire):
     type: str = ""
     action_id: str = ""
     block_id: str | None = None
     value: str | None = None
     text: _WireText | None = None
+    selected_option: _WireOption | None = None
+    """What a ``static_select``, ``radio_buttons`` or ``overflow`` element's user picked."""
     action_ts: str | None = None
+
+
+_PICKERS = frozenset({"static_select", "radio_buttons", "overflow"})
+"""Elements whose one ``selected_option`` answers an offer (besides buttons); checkboxes and multi-selects pick
+several, user/channel/conversation pickers pick Slack ids: acknowledged, not run."""
+
+
+def _picked(action: _WireAction) -> tuple[str, str] | None:
+    """``(option id, label)`` of a button click or a one-option pick, else ``None``."""
+    if action.type == "button":
+        option = action.value or action.action_id
+        return (option, action.text.text if action.text and action.text.text else option) if option else None
+    chosen = action.selected_option if action.type in _PICKERS else None
+    if chosen is None or not chosen.value:
+        return None
+    return chosen.value, chosen.text.text if chosen.text and chosen.text.text else chosen.value
 
 
 class _WireId(_Wire):
@@ -342,16 +365,21 @@ def _deleted(
 
 
 def parse_interaction(identity: SlackIdentity, payload: WireInteraction) -> InboundMessage | None:
-    """A ``block_actions`` click on a button → a :class:`ChoiceSelected` draft (acknowledged by the HTTP 200)."""
+    """A ``block_actions`` button click or one-option pick → a :class:`ChoiceSelected` draft.
+
+    Picks come from ``static_select``, ``radio_buttons`` and ``overflow`` elements (``selected_option.value``).
+    Every interaction is acknowledged by the HTTP 200, also those that carry nothing for the agent.
+    """
     if payload.type != "block_actions" or payload.user is None or not payload.actions:
         return None
     action = payload.actions[0]
-    option = action.value or action.action_id
+    picked = _picked(action)
     channel = (payload.channel.id if payload.channel else None) or (
         payload.container.channel_id if payload.container else None
     )
-    if action.type != "button" or not option or not channel:
+    if picked is None or not channel:
         return None
+    option, label = picked
     message = payload.message
     offer_ts = (payload.container.message_ts if payload.container else None) or (message.ts if message else None)
     channel_type = "im" if channel.startswith("D") else "channel"
@@ -359,7 +387,6 @@ def parse_interaction(identity: SlackIdentity, payload: WireInteraction) -> Inbo
     if thread is None and channel_type != "im":
         thread = offer_ts
     team = payload.team.id if payload.team else None
-    label = action.text.text if action.text else option
     return InboundMessage.model_validate(
         {
             "dedup_key": f"act:{action.action_ts or payload.trigger_id or offer_ts}:{payload.user.id}",

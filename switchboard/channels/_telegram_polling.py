@@ -134,4 +134,17 @@ class TelegramPoller:
             drafts = []
         if drafts:
             await emit(Inbound(messages=tuple(drafts)))
+        else:
+            await self._answer_dropped_tap(update)
         self.offset = update_id + 1
+
+    async def _answer_dropped_tap(self, update: dict[str, Any]) -> None:
+        """Stop the spinner of a tap no turn will answer (a game's, an inline-mode message's); best effort."""
+        query = update.get("callback_query")
+        query_id = query.get("id") if isinstance(query, dict) else None
+        if not isinstance(query_id, str) or not query_id:
+            return
+        try:
+            await self._client().call("answerCallbackQuery", {"callback_query_id": query_id})
+        except DeliveryError as err:
+            logger.info("telegram account %s: a dropped tap was not answered: %s", self._account, type(err).__name__)

@@ -16,6 +16,7 @@ fetched lazily with a size cap (:mod:`~switchboard.channels._telegram_files`).
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from dataclasses import replace
 from typing import Any, Literal, assert_never
@@ -31,6 +32,7 @@ from switchboard.channels.base import (
     OK_JSON,
     Capabilities,
     FileData,
+    HttpAnswer,
     Inbound,
     Listener,
     Rate,
@@ -63,6 +65,8 @@ logger = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name, not a secret
 _CHANNEL: Literal["telegram"] = "telegram"
+_ANSWER_TAP = {"method": "answerCallbackQuery"}
+"""A Bot API call made by answering the webhook (Telegram runs it; no result comes back)."""
 
 CAPABILITIES = Capabilities(
     max_text=4096,
@@ -201,7 +205,12 @@ class TelegramChannel:
             wire = WIRE_UPDATE.validate_json(request.body)
         except ValidationError as err:
             raise _malformed(err) from None
-        return Inbound(messages=tuple(self._reader.read(wire)), answer=OK_JSON)
+        drafts = self._reader.read(wire)
+        if not drafts and (query := wire.get("callback_query")) is not None:
+            # a tap no turn will answer (a game's, an inline-mode message's): answered with the webhook's answer
+            answer = json.dumps({**_ANSWER_TAP, "callback_query_id": query["id"]})
+            return Inbound(answer=HttpAnswer(200, answer.encode()))
+        return Inbound(messages=tuple(drafts), answer=OK_JSON)
 
     def read_update(self, update: Any) -> list[InboundMessage]:
         """Normalise one decoded ``Update`` (from ``getUpdates``).

@@ -97,6 +97,8 @@ class Ask:
     via: DecisionVia
     action_prefix: str | None = None
     """From a button: the action hash's prefix the click was offered with."""
+    ack_ref: str | None = None
+    """From a button on a platform that wants each tap answered (``ChoiceSelected.ack_ref``)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,10 @@ class Applied:
 
 
 Execute = Callable[[ApprovalRecord], Awaitable[tuple[str, bool, str | None]]]
-Verify = Callable[[ApprovalRecord], bool]
 """Runs an approved action: ``(tool result for the model, ok, refusal reason or None when it was executed)``."""
+Verify = Callable[[ApprovalRecord], bool]
+Answer = Callable[[Ask, str], Awaitable[None]]
+"""Acknowledges a button's tap once its decision is known: ``""`` when it was taken, else why it was refused."""
 
 
 def decision_of(message: InboundMessage) -> Ask | None:
@@ -134,7 +138,7 @@ def decision_of(message: InboundMessage) -> Ask | None:
         if parsed is None:
             return None
         approval_id, verdict, prefix = parsed
-        return Ask(approval_id, verdict, principal_of(message), "button", prefix)
+        return Ask(approval_id, verdict, principal_of(message), "button", prefix, event.ack_ref)
     if isinstance(event, CommandIssued) and event.name in DECISION_COMMANDS:
         words = message.text.split()
         return Ask(
@@ -177,6 +181,7 @@ async def apply_decisions(
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None = None,
     run_id: str | None = None,
+    answer: Answer | None = None,
 ) -> Applied:
     """Apply a turn's decisions in order; see the module docstring.
 
@@ -189,10 +194,11 @@ async def apply_decisions(
         event: Appends a fact to the session's event log.
         run_id: The deciding turn's run: recorded with what an approved action came to, so a re-run of the turn
             continues from it.
+        answer: Acknowledges each button press as soon as its decision is known (before an approved action runs).
     """
     applied = Applied()
     for ask in asks:
-        await _apply(ask, store, applied, execute, state, event, verify, run_id)
+        await _apply(ask, store, applied, execute, state, event, verify, run_id, answer)
     return applied
 
 
@@ -205,29 +211,36 @@ async def _apply(
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None,
     run_id: str | None,
+    answer: Answer | None = None,
 ) -> None:
     from_channel = ask.via in ("button", "command")
 
-    def notice(text: str) -> None:
+    async def taken(text: str = "") -> None:
+        if answer is not None and ask.via == "button":
+            await answer(ask, text)
+
+    async def notice(text: str) -> None:
+        """A refusal: said in the conversation, and as the press's acknowledgement."""
         if from_channel:
             applied.notices.append(text)
+        await taken(text)
 
     approval_id = ask.approval_id
     if not approval_id:
         pending = await store.approval_pending()
         if len(pending) != 1:
-            notice(WHICH_TEXT.format(ids=" or ".join(r.id for r in pending)) if pending else NONE_PENDING_TEXT)
+            await notice(WHICH_TEXT.format(ids=" or ".join(r.id for r in pending)) if pending else NONE_PENDING_TEXT)
             return
         approval_id = pending[0].id
     record = await store.approval_get(approval_id)
     if record is None:
-        notice(UNKNOWN_TEXT)
+        await notice(UNKNOWN_TEXT)
         return
     if not may_decide(record, ask.actor, ask.verdict) or (record.kind == "reply" and ask.actor == record.requested_by):
         # the user never reviews their own held reply, also when an approver glob (``telegram:*``) names them
         logger.info("a decision on an approval was refused: %s may not decide it", ask.via)
         await event(_decided(record, ask, "not_allowed"))
-        notice(NOT_YOURS_TEXT)
+        await notice(NOT_YOURS_TEXT)
         return
     outcome = await store.approval_decide(
         approval_id, ask.verdict, ask.actor, ask.via, action_prefix=ask.action_prefix, run_id=run_id
@@ -242,27 +255,30 @@ async def _apply(
             ours = run_id is not None and now_record.decided_in == run_id and not _in(applied, now_record)
             fresh = outcome.result != "already_decided" or ours
             if now_record.status == "approved":  # just now, or by an attempt of this run that crashed after it
+                await taken()
                 settled = await _run_approved(now_record, store, execute, state, event, verify, run_id)
                 applied.settled.append(settled)
             elif fresh and now_record.status in ("denied", "expired"):
                 status: SettledStatus = "denied" if now_record.status == "denied" else "expired"
+                await taken("" if status == "denied" else _ALREADY["expired"])
                 detail = f"denied by {now_record.decided_by}" if status == "denied" else "the approval expired"
                 await event(ApprovalSettled(approval_id=now_record.id, status=status))
                 applied.settled.append(Settled(now_record, status, not_done_content(now_record, status, detail), False))
             elif not _in(applied, now_record) and (again := _settled_by(now_record, run_id)) is not None:
                 # this turn carried it out before its worker was lost: continue from the recorded outcome (the
                 # settlement's fact may not have been written: it is written again)
+                await taken()
                 await event(ApprovalSettled(approval_id=now_record.id, status=again.status, reason=again.reason))
                 applied.settled.append(again)
             else:
                 by = f" by {now_record.decided_by}" if now_record.decided_by else ""
-                notice(_ALREADY.get(now_record.status, "That was already decided{by}.").format(by=by))
+                await notice(_ALREADY.get(now_record.status, "That was already decided{by}.").format(by=by))
         case "mismatch":
-            notice(MISMATCH_TEXT)
+            await notice(MISMATCH_TEXT)
         case "not_found":
-            notice(UNKNOWN_TEXT)
+            await notice(UNKNOWN_TEXT)
         case "not_allowed":
-            notice(NOT_YOURS_TEXT)
+            await notice(NOT_YOURS_TEXT)
         case "not_due":
             logger.info("an expiry arrived before the approval's expiry time; left pending")
 

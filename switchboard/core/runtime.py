@@ -216,7 +216,9 @@ class _Turn:
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> TurnResult:
-        if (early := await self.approvals.before_model(plan := plan_turn(self.request.messages))) is not None:
+        early = await self.approvals.before_model(plan := plan_turn(self.request.messages))
+        await self.approvals.ack_taps()  # every press is answered before the model is asked
+        if early is not None:
             return early  # an operator holds the conversation, or only decisions needing no model
         settled = await settle_without_model(plan, self.agent, self.store)
         if settled is not None:  # /reset, /start, /help, deletions: no model call

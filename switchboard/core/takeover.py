@@ -22,7 +22,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from switchboard.core.approvals import ApprovalStore, SessionControl
-from switchboard.core.decisions import Execute, Settled, Verify, apply_decisions, decision_of, supersede_pending
+from switchboard.core.decisions import (
+    Answer,
+    Execute,
+    Settled,
+    Verify,
+    apply_decisions,
+    decision_of,
+    supersede_pending,
+)
 from switchboard.core.events import ControlChanged, Event
 from switchboard.core.inbound import TurnPlan, event_text
 from switchboard.core.messages import MessageDeleted, OperatorActed
@@ -84,8 +92,12 @@ async def human_step(
     state: Callable[[], Awaitable[str]],
     event: Callable[[Event], Awaitable[None]],
     verify: Verify | None = None,
+    answer: Answer | None = None,
 ) -> HumanStep | None:
-    """Apply the turn's operator actions and decisions; ``None`` when the turn has none and nothing is pending."""
+    """Apply the turn's operator actions and decisions; ``None`` when the turn has none and nothing is pending.
+
+    ``answer`` acknowledges each decision's button press as soon as the decision is known.
+    """
     step = HumanStep()
     for message in request.messages:
         action = message.event
@@ -117,7 +129,7 @@ async def human_step(
     if not asks and not operated and control is None and not pending:
         return None
     applied = await apply_decisions(
-        asks, store, execute=execute, state=state, event=event, verify=verify, run_id=request.run_id
+        asks, store, execute=execute, state=state, event=event, verify=verify, run_id=request.run_id, answer=answer
     )
     step.settled += applied.settled
     step.texts += applied.notices

@@ -13,6 +13,10 @@ docs/ARCHITECTURE.md §6 "Approvals":
   ``approved=``, which re-checks authorisation and the action's hash — or resumes the paused program from its
   verified snapshot with the outcome.
 - :meth:`TurnApprovals.hold_reply`: review mode holds the final reply as a ``kind="reply"`` approval.
+- Taps: on a platform that wants each button press answered (Telegram's ``answerCallbackQuery``), a decision's press
+  is acknowledged as soon as the decision is known, with the refusal as its notice (already decided, not the
+  tapper's, expired); :meth:`TurnApprovals.ack_taps` then acknowledges every other press of the turn (an
+  ``offer_choice`` answer) without a notice. Each goes to the channel as an :class:`AckChoice`.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from switchboard.core.actions import AckChoice
 from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, ApprovalStore, record_verifies, sign_record
-from switchboard.core.decisions import Settled
+from switchboard.core.decisions import Ask, Settled
 from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
+from switchboard.core.messages import ChoiceSelected
 from switchboard.core.model import ChatMessage
 from switchboard.core.policy import Policy
 from switchboard.core.programs import PausedProgram, ProgramSnapshotError
@@ -69,6 +75,8 @@ class TurnApprovals:
         self.lead: list[str] = []
         """Review mode: what leads the reply and is not the model's to review (an approved draft, an operator's
         words, fixed replies); sent as it is before the question that the new draft waits."""
+        self.acked: set[str] = set()
+        """``ack_ref`` of the presses acknowledged in this turn."""
 
     async def state(self) -> str:
         """The hash of the session state an approval depends on, as stored now."""
@@ -135,6 +143,7 @@ class TurnApprovals:
             state=self.state,
             event=self.turn.sink.event,
             verify=lambda record: record_verifies(record, self.turn.rt.snapshot_key),
+            answer=self._answer,
         )
         if step is None:
             return None
@@ -168,6 +177,23 @@ class TurnApprovals:
                 and record.id not in self.waiting
             ):
                 self.waiting.append(record.id)
+
+    async def _answer(self, ask: Ask, text: str) -> None:
+        if ask.ack_ref is not None:
+            await self._ack(ask.ack_ref, text)
+
+    async def _ack(self, ack_ref: str, text: str) -> None:
+        act = self.turn.ctx.act
+        if act is None or ack_ref in self.acked:
+            return
+        self.acked.add(ack_ref)
+        await act(AckChoice(ack_ref=ack_ref, text=text, reply_to=self.turn.message_id))
+
+    async def ack_taps(self) -> None:
+        """Acknowledge the turn's button presses no decision answered (an ``offer_choice`` answer): no notice."""
+        for message in self.turn.request.messages:
+            if isinstance(message.event, ChoiceSelected) and message.event.ack_ref is not None:
+                await self._ack(message.event.ack_ref, "")
 
     async def execute(self, record: ApprovalRecord) -> tuple[str, bool, str | None]:
         """Run an approved action once, under its recorded key; ``(content, ok, refusal reason)``.

@@ -43,7 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.channels.base import Capabilities, Receipt, SendContext
-from switchboard.core.actions import Action, SendText, SendTyping, SetStatus, StreamText
+from switchboard.core.actions import AckChoice, Action, SendText, SendTyping, SetStatus, StreamText
 from switchboard.core.agent import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
@@ -172,10 +172,17 @@ class _Sink:
         return await self._turn.busy.take_steered(self._turn.ledger)
 
     async def act(self, action: Action) -> None:
-        """A channel action a tool asked for (send a file, offer a choice): through the outbox, once."""
+        """A channel action a tool asked for (send a file, offer a choice): through the outbox, once.
+
+        A tap's acknowledgement is sent at once instead, best effort and unpaced: the platform refuses a second
+        one (a re-run's) and forgets the tap soon, so it is not worth a durable send.
+        """
         turn = self._turn
         if turn.lost.is_set():
             raise _lost(turn.lease)
+        if isinstance(action, AckChoice):
+            await self._drainer._notify(turn, action, f"ack:{action.ack_ref}")
+            return
         if turn.conversation is None or turn.outbox is None:
             return
         turn.acts += 1

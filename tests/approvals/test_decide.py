@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+from switchboard.core.actions import AckChoice
 from switchboard.core.approvals import option_id, parse_option_id
+from switchboard.core.decisions import MISMATCH_TEXT, NOT_YOURS_TEXT, UNKNOWN_TEXT
+from switchboard.core.messages import ChoiceSelected, InboundMessage
 
 from .harness import World, where
 
@@ -131,3 +134,34 @@ async def test_a_typed_approve_is_a_decision_on_channels_without_commands(world:
     third = await ask_refund(world)
     await world.send(world.message(f"please /approve {third}"))  # words around it: a new message, which supersedes
     assert world.refunds == [150] and (await world.record(third)).status == "superseded"
+
+
+def acks(world: World) -> dict[str, str]:
+    """``ack_ref`` → notice of every tap acknowledgement the channel was asked for."""
+    return {s.action.ack_ref: s.action.text for s in world.deliverer.sent if isinstance(s.action, AckChoice)}
+
+
+def tap(world: World, option: str, ref: str, *, user: str | None = None) -> InboundMessage:
+    event = ChoiceSelected(option_id=option, offer_message_id="1", ack_ref=ref)
+    return world.message("Approve", event, user=user)
+
+
+async def test_every_press_is_acknowledged_once_with_the_refusal_as_its_notice(world: World) -> None:
+    first = await ask_refund(world)
+    await world.send(tap(world, world.approve_option(), "q1"))
+    assert world.refunds == [150] and acks(world) == {"q1": ""}
+    await world.send(tap(world, world.deny_option(), "q2"))  # decided already
+    assert acks(world)["q2"].startswith("That was already approved by telegram:u1")
+
+    second = await ask_refund(world)
+    await world.send(tap(world, world.approve_option(), "q3", user="u2"))  # not the requester's
+    await world.send(tap(world, option_id(second, "approve", "0" * 64), "q4"))  # another version of the request
+    await world.send(tap(world, option_id("nosuchapproval", "approve", "0" * 64), "q5"))
+    assert [acks(world)[q] for q in ("q3", "q4", "q5")] == [NOT_YOURS_TEXT, MISMATCH_TEXT, UNKNOWN_TEXT]
+    await world.send(tap(world, world.deny_option(), "q6"))
+    assert acks(world)["q6"] == "" and (await world.record(second)).status == "denied"
+
+    await world.send(tap(world, "fruit.banana", "q7"))  # not a decision (an offer_choice answer): no notice
+    assert acks(world)["q7"] == ""
+    sent = [s.action for s in world.deliverer.sent if isinstance(s.action, AckChoice)]
+    assert len(sent) == 7 and (await world.record(first)).status == "executed"  # each press answered once

@@ -81,6 +81,8 @@ CASES: dict[str, Draft | bytes | str] = {
     "interaction_stop": Draft("command", "", "300"),
     "interaction_reset": Draft("command", "", "300"),
     "interaction_component": Draft("choice", "Approve", "300", answer=b'{"type":6}', option="approve:42"),
+    "interaction_string_select": Draft("choice", "Bananas", "300", answer=b'{"type":6}', option="fruit.banana"),
+    "interaction_user_select": b'{"type":6}',  # acknowledged; a user picker answers no offer
     "interaction_malformed": MALFORMED,
     "interaction_user_command": Draft(
         "command", "[target user: Grace H. (@grace, id 777)]", "300", answer=b'{"type":5}'

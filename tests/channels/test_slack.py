@@ -150,6 +150,8 @@ async def test_ssl_check_is_answered_empty_without_a_signature() -> None:
 
 # --------------------------------------------------------------------------- the case table
 
+OFFER_TS = "1700000020.000100"
+"""The message carrying the select, radio group and overflow menu of the pick samples."""
 CASES: list[tuple[str, dict[str, Any] | None]] = [
     ("dm.json", {"kind": "message", "text": "Hello & welcome <3", "conversation": "D0DIRECT", "thread": None}),
     (
@@ -201,6 +203,19 @@ CASES: list[tuple[str, dict[str, Any] | None]] = [
         "block_actions.form.json",
         {"kind": "choice", "text": "Approve", "conversation": "C0GENERAL", "thread": "1700000001.000100"},
     ),
+    *(
+        (
+            f"block_actions_{element}.form.json",
+            {"kind": "choice", "text": label, "conversation": "C0GENERAL", "option": option, "offer": OFFER_TS},
+        )
+        for element, label, option in [
+            ("static_select", "Bananas", "fruit.banana"),
+            ("radio_buttons", "*Apples*", "fruit.apple"),
+            ("overflow", "Cherries", "fruit.cherry"),
+        ]
+    ),
+    ("block_actions_checkboxes.form.json", None),  # several ticks at once: no one option picked
+    ("block_actions_users_select.form.json", None),  # a user picker answers no offer
 ]
 
 
@@ -238,8 +253,8 @@ async def test_payloads_normalise(name: str, expected: dict[str, Any] | None) ->
             assert isinstance(event, MessageDeleted) and event.original_id == expected["original"]
         case "choice":
             assert isinstance(event, ChoiceSelected)
-            assert event.option_id == "approve" and event.ack_ref is None
-            assert event.offer_message_id == "1700000010.000100"
+            assert event.option_id == expected.get("option", "approve") and event.ack_ref is None
+            assert event.offer_message_id == expected.get("offer", "1700000010.000100")
 
 
 async def test_file_share_carries_references_not_credentials() -> None:
@@ -297,11 +312,11 @@ async def test_malformed_forms_are_400(body: bytes) -> None:
         await adapter().receive(signed(body, form=True))
 
 
-async def test_clicks_on_other_elements_are_acknowledged_and_dropped() -> None:
-    click = payload("block_actions.form.json")
-    click["actions"][0]["type"] = "static_select"
+async def test_a_pick_without_a_selected_option_is_acknowledged_and_dropped() -> None:
+    click = payload("block_actions_static_select.form.json")
+    del click["actions"][0]["selected_option"]  # a select cleared (Slack sends no option)
     inbound = await adapter().receive(signed(form_body(click), form=True))
-    assert inbound.messages == () and inbound.answer.status == 200
+    assert inbound.messages == () and inbound.answer.status == 200 and inbound.answer.body == b""
 
 
 def test_problems_say_what_is_missing() -> None:

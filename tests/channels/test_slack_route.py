@@ -6,6 +6,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +175,18 @@ async def test_a_choice_round_trip(client: TestClient, fake: FakeSlack, sync_red
         and m["text"] == "Reject"
         for m in stored
     ), stored
+
+
+@pytest.mark.parametrize(
+    ("sample", "option"),
+    [("static_select", "fruit.banana"), ("radio_buttons", "fruit.apple"), ("overflow", "fruit.cherry")],
+)
+async def test_a_pick_in_a_select_radio_group_or_overflow_menu_is_queued_as_a_choice(
+    client: TestClient, sync_redis: redis.Redis, sample: str, option: str
+) -> None:
+    path = Path(__file__).resolve().parent.parent / "payloads" / "slack" / f"block_actions_{sample}.form.json"
+    body, headers = sign_request(form_body(json.loads(path.read_text())), SECRET, form=True)
+    resp = await client.post("/webhooks/slack", data=body, headers=headers)
+    assert resp.status == 200 and await resp.read() == b""  # Slack's acknowledgement
+    stored = [m for m in stored_messages(sync_redis) if isinstance(m, dict) and m.get("event")]
+    assert [m["event"]["option_id"] for m in stored if m["event"]["kind"] == "choice"] == [option]

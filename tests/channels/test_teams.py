@@ -58,6 +58,11 @@ CASES: list[tuple[str, dict[str, Any] | None]] = [
     ("channel_thread_mention.json", {"kind": "message", "text": "draft the release notes", "conversation": THREAD}),
     ("channel_thread_reply_no_mention.json", None),
     ("card_submit.json", {"kind": "choice", "text": "Approve", "conversation": PERSONAL, "option": "approve"}),
+    # an Input.ChoiceSet (id switchboard_choice) submitted with its card: the value is the picked option's
+    (
+        "card_choice_set.json",
+        {"kind": "choice", "text": "fruit.banana", "conversation": PERSONAL, "option": "fruit.banana"},
+    ),
     ("conversation_update.json", None),
     ("installation_update.json", None),
     ("typing.json", None),

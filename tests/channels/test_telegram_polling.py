@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from switchboard.channels.base import Inbound, Listener
 from switchboard.channels.telegram import TelegramChannel
 from switchboard.errors import QueueUnavailableError
-from tests.channels.test_telegram import BOT, TOKEN, settings
+from tests.channels.test_telegram import BOT, PAYLOADS, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram, make_update
 
 
@@ -140,3 +141,22 @@ async def test_a_second_poller_conflicts_and_the_fake_notices(fake: FakeTelegram
         await stop(tasks[0], first)
         await stop(tasks[1], second)
     assert fake.state.max_polls_in_flight == 2
+
+
+async def test_a_tap_no_turn_will_answer_is_answered_by_the_poller(fake: FakeTelegram) -> None:
+    adapter, listener = poller(fake)
+    emitted: list[Inbound] = []
+
+    async def emit(inbound: Inbound) -> None:
+        emitted.append(inbound)
+
+    inline = PAYLOADS / "callback_query_inline_mode.json"  # a button on an inline-mode message: no chat to run in
+    fake.push_update(json.loads(inline.read_text()) | {"update_id": 6000})
+    fake.push_update(make_update("hello", chat_id=501, update_id=6001))
+    task = await run_listener(listener, emit)
+    try:
+        await until(lambda: fake.state.confirmed == 6002, "both updates confirmed")
+    finally:
+        await stop(task, adapter)
+    assert fake.state.answered == {"5512cb-inline": None}
+    assert [m.dedup_key for i in emitted for m in i.messages] == ["6001"]
