@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from switchboard.channels._discord_inbound import DiscordInbound
-from switchboard.channels._discord_markdown import _FENCE, utf16_len
 from switchboard.channels._discord_outbound import message_nonce
 from switchboard.channels.base import FileData
 from switchboard.channels.discord import FACTORY, DiscordChannel, problems
 from switchboard.channels.registry import BuildContext, factory
+from switchboard.channels.render.discord import _FENCE, utf16_len
 from switchboard.core.actions import (
     AckChoice,
     Choice,

@@ -10,7 +10,7 @@ WhatsApp marks ``*bold*``, ``_italic_``, ``~strike~`` and ```` ```monospace``` `
 - fenced code blocks keep their fences but lose the info string (WhatsApp would show ``python`` as text); nothing
   inside them is rewritten.
 
-Splitting comes after rendering, with the shared splitter (:func:`~switchboard.channels.textsplit.split_reply`): cuts
+Splitting comes after rendering, with the shared splitter (:func:`~switchboard.channels.render.split.split_reply`): cuts
 at paragraph, line or word breaks, and a code block cut in two is closed and reopened.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from switchboard.channels.textsplit import split_reply
+from switchboard.channels.render.split import split_reply
 
 __all__ = ["MAX_TEXT", "render_whatsapp", "split_text"]
 

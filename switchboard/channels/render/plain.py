@@ -5,7 +5,7 @@ and written back as the text a reader would see: emphasis markers dropped, headi
 ``•`` or numbered lines, quotes with ``> ``, code as it is, tables as ``a | b`` lines, and links as their text
 followed by the URL (``docs (https://…)``; a bare URL once). The apps link bare URLs themselves.
 
-Splitting comes after rendering, with :func:`switchboard.channels.textsplit.split_reply`: Messenger within 2,000
+Splitting comes after rendering, with :func:`switchboard.channels.render.split.split_reply`: Messenger within 2,000
 characters, Instagram within 1,000 UTF-8 bytes (an emoji is four bytes, an accented letter two). Quick-reply
 titles are cut to 20 characters the same way, never inside a character.
 """
@@ -17,7 +17,7 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-from switchboard.channels.textsplit import Unit, split_reply
+from switchboard.channels.render.split import Unit, split_reply
 
 __all__ = ["markdown_to_plain", "render_parts", "shorten"]
 

@@ -15,7 +15,7 @@ from typing import Final
 
 from markdown_it import MarkdownIt
 
-from switchboard.channels.textsplit import RENDER_HEADROOM, measure, split_reply
+from switchboard.channels.render.split import RENDER_HEADROOM, measure, split_reply
 
 __all__ = ["MAX_TEXT", "neutral_text", "render_parts", "render_teams"]
 
