@@ -32,8 +32,8 @@ from typing import Any, Final, Literal
 from switchboard.channels._meta import record_event
 from switchboard.channels._meta_graph import GraphApi, GraphError, window_closed
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.actions import action_markdown
 from switchboard.channels.render.plain import render_parts, shorten
-from switchboard.channels.render.telegram import action_markdown
 from switchboard.core.actions import OfferChoice, SendFile
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError

@@ -25,8 +25,8 @@ from typing import Any, Final
 from switchboard.channels._botapi import BotApi, BotApiRefusal
 from switchboard.channels._telegram_files import upload_file
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.actions import action_markdown
 from switchboard.channels.render.telegram import (
-    action_markdown,
     markdown_to_html,
     render_messages,
     split_html,

@@ -46,7 +46,7 @@ from switchboard.channels.base import (
     SendContext,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory, ReadUpload
-from switchboard.channels.render.telegram import action_markdown
+from switchboard.channels.render.actions import action_markdown
 from switchboard.channelsettings import ChannelSettings
 from switchboard.core.actions import (
     AckChoice,

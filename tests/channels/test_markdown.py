@@ -8,13 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from switchboard.channels.render.telegram import (
-    action_markdown,
-    markdown_to_html,
-    render_messages,
-    split_html,
-    visible_text,
-)
+from switchboard.channels.render.actions import action_markdown
+from switchboard.channels.render.telegram import markdown_to_html, render_messages, split_html, visible_text
 from switchboard.core.actions import Choice, OfferChoice, SendFile
 from tests.fakes.telegram_api import check_html
 

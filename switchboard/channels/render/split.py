@@ -1,16 +1,24 @@
-"""Splitting a Markdown reply into messages within a channel's length limit (the streaming policy's parts).
+"""Splitting a reply into messages within a channel's length limit.
 
-Cuts fall at the last paragraph break, else line break, else space in the second half of the allowance, else at
-the limit itself; a part is an exact slice of the reply (joined, the parts are the reply again), except that a
-code block cut in two is closed at the end of one part and reopened (with its language) at the start of the next.
-Lengths are measured in the channel's unit: characters, UTF-8 bytes or UTF-16 code units.
+Two splitters. :func:`split_reply` cuts *Markdown* (the streaming policy's parts, and the dialects that render
+after splitting or pass Markdown through): cuts fall at the last paragraph break, else line break, else space in
+the second half of the allowance, else at the limit itself; a part is an exact slice of the reply (joined, the parts
+are the reply again), except that a code block cut in two is closed at the end of one part and reopened (with its
+language) at the start of the next. Lengths are measured in the channel's unit: characters, UTF-8 bytes or UTF-16
+code units.
+
+:func:`split_marks` cuts *rendered* markup (Telegram HTML, Slack mrkdwn) given as :class:`Mark` tokens: only
+between tokens, so never inside a tag, an entity or a link; the spans open at a cut are closed at the end of the
+part and reopened at the start of the next one, so every part is balanced on its own.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
-__all__ = ["RENDER_HEADROOM", "measure", "split_head", "split_reply"]
+__all__ = ["RENDER_HEADROOM", "Mark", "Unit", "measure", "split_head", "split_marks", "split_reply"]
 
 RENDER_HEADROOM = 0.8
 """The share of ``max_text`` a Markdown part may take: rendering adds markup (tags, entities) to what is measured."""
@@ -119,3 +127,104 @@ def split_head(text: str, limit: int, unit: Unit = "chars") -> tuple[str, str]:
     """
     head, rest, fence = _next(text, None, limit, unit)
     return head, (f"{fence}\n{rest}" if fence is not None and rest else rest)
+
+
+class Mark(NamedTuple):
+    """One token of rendered markup: a span opening or closing, or a piece of text the splitter never cuts."""
+
+    kind: Literal["open", "close", "text"]
+    value: str
+    name: str = ""
+    """The span's name (``open``/``close``): a close matches the innermost open of the same name."""
+    width: int = 0
+    """What ``value`` counts towards the limit."""
+    closer: str = ""
+    """For ``open``: what closes the span at a cut."""
+    closing: int = 0
+    """For ``open``: what ``closer`` counts towards the limit once the part is finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    end: int
+    """Index of the first token of the next part."""
+    cost: int
+    """Width of the part up to here, without the closers."""
+    stack: tuple[Mark, ...]
+    """Spans open at the cut."""
+
+
+def _next_cut(tokens: list[Mark], start: int, stack: tuple[Mark, ...], limit: int) -> _Cut:
+    """Where the part that starts at ``start`` (with ``stack`` reopened) ends.
+
+    The latest blank line, else line end, else space that keeps the part at least half full; else as far as the
+    limit allows (never less than one text token, so splitting ends).
+    """
+    current = list(stack)
+    cost = sum(tok.width for tok in stack)
+    closing = sum(tok.closing for tok in stack)
+    best: dict[int, _Cut] = {}
+    last: _Cut | None = None
+    previous = ""
+    for index in range(start, len(tokens)):
+        tok = tokens[index]
+        if tok.kind == "open":
+            current.append(tok)
+            closing += tok.closing
+        elif tok.kind == "close" and current and current[-1].name == tok.name:
+            closing -= current.pop().closing
+        cost += tok.width
+        if cost + closing > limit and last is not None:
+            break
+        if tok.kind == "text":
+            last = _Cut(index + 1, cost, tuple(current))
+            score = (3 if previous == "\n" else 2) if tok.value == "\n" else (1 if tok.value == " " else 0)
+            for level in range(1, score + 1):
+                best[level] = last
+            previous = tok.value
+    else:
+        return _Cut(len(tokens), cost, tuple(current))
+    for wanted in (3, 2, 1):
+        cut = best.get(wanted)
+        if cut is not None and cut.cost >= limit // 2:
+            return cut
+    assert last is not None
+    return last
+
+
+def split_marks(
+    tokens: list[Mark],
+    limit: int,
+    *,
+    finish: Callable[[str], str] = str,
+    trim: bool = False,
+    divide: Callable[[Mark], list[Mark]] | None = None,
+) -> list[str]:
+    """Rendered markup in parts of at most ``limit`` each, every part balanced; parts with no visible text dropped.
+
+    ``finish`` turns a part into what is sent; ``trim`` drops the spaces and line ends a part would leave inside
+    the spans closed at its end. A part's first text token that cannot fit even alone is handed to ``divide``
+    (when given) for smaller tokens to cut between; with none (an empty list), the part holds just that token.
+    """
+    parts: list[str] = []
+    stack: tuple[Mark, ...] = ()
+    index = 0
+    while index < len(tokens):
+        cut = _next_cut(tokens, index, stack, limit)
+        if divide is not None and cut.cost + sum(tok.closing for tok in cut.stack) > limit:
+            first = next((i for i in range(index, cut.end) if tokens[i].kind == "text"), None)
+            smaller = divide(tokens[first]) if first is not None else []
+            if first is not None and smaller:
+                tokens[first : first + 1] = smaller
+                continue
+        end, after = cut.end, list(cut.stack)
+        while end < len(tokens) and tokens[end].kind == "close" and after and after[-1].name == tokens[end].name:
+            after.pop()  # a closer right at the cut costs what its forced close would: keep it in this part
+            end += 1
+        chunk = tokens[index:end]
+        if any(tok.kind == "text" and not tok.value.isspace() for tok in chunk):
+            body = "".join(tok.value for tok in stack) + "".join(tok.value for tok in chunk)
+            body = body.rstrip(" \n") if trim and after else body
+            parts.append(finish(body + "".join(tok.closer for tok in reversed(after))).strip())
+        stack, index = tuple(after), end
+    return [part for part in parts if part]
