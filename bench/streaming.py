@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from switchboard.channels._markdown import visible_text
+from switchboard.channels.render.telegram import visible_text
 from switchboard.channels.telegram import TelegramChannel
 from switchboard.core.agent import Agent, AgentProfile
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender

@@ -2,7 +2,7 @@
 
 Every send is ``{"recipient": {"id": PSID/IGSID}, "messaging_type": "RESPONSE", "message": {...}}`` on the
 account's token (``me`` is the Page, or the Instagram account, the token belongs to). Text is rendered to plain
-text and split within the platform's limit (:mod:`~switchboard.channels._messaging_text`); each part is preceded by
+text and split within the platform's limit (:mod:`~switchboard.channels.render.plain`); each part is preceded by
 ``await send.pace()`` and followed by ``await send.part_sent(message_id)``, so a retry on any worker resumes after
 the parts already sent.
 
@@ -29,11 +29,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
 
-from switchboard.channels._markdown import action_markdown
-from switchboard.channels._messaging_text import render_parts, shorten
 from switchboard.channels._meta import record_event
 from switchboard.channels._meta_graph import GraphApi, GraphError, window_closed
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.actions import action_markdown
+from switchboard.channels.render.plain import render_parts, shorten
 from switchboard.core.actions import OfferChoice, SendFile
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError

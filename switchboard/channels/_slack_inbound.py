@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from switchboard.channels._mrkdwn import slack_text_to_plain
+from switchboard.channels.render.slack import slack_text_to_plain
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,

@@ -1,6 +1,6 @@
 """⑤ for Slack: every send action through the Web API, within Slack's limits, resumable part by part.
 
-Text is rendered to mrkdwn and split after rendering (:mod:`~switchboard.channels._mrkdwn`); each part is one
+Text is rendered to mrkdwn and split after rendering (:mod:`~switchboard.channels.render.slack`); each part is one
 ``chat.postMessage`` in the conversation's thread, preceded by ``await send.pace()`` (the shared rate buckets)
 and followed by ``await send.part_sent(ts)``, so a retry on any worker resumes after the parts already sent.
 
@@ -23,14 +23,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from switchboard.channels._mrkdwn import (
+from switchboard.channels._slack_api import SlackApi, SlackRefusal
+from switchboard.channels.base import FileData, Receipt, SendContext
+from switchboard.channels.render.slack import (
     MAX_MESSAGE_CHARS,
     neutralise_markdown,
     plain_mrkdwn,
     render_mrkdwn,
 )
-from switchboard.channels._slack_api import SlackApi, SlackRefusal
-from switchboard.channels.base import FileData, Receipt, SendContext
 from switchboard.core.actions import EditText, OfferChoice, SendFile, StreamText
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError

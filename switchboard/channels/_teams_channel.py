@@ -18,7 +18,6 @@ from switchboard.channels._teams_api import BotToken, ConnectorApi
 from switchboard.channels._teams_auth import BotFrameworkKeys, TokenValidator
 from switchboard.channels._teams_files import file_allowed, sends_token
 from switchboard.channels._teams_inbound import TeamsIdentity, parse_activity, read_activity
-from switchboard.channels._teams_markdown import MAX_TEXT
 from switchboard.channels._teams_outbound import MAX_BUTTONS, MAX_LABEL, TeamsSender
 from switchboard.channels.base import (
     Capabilities,
@@ -31,6 +30,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
 )
+from switchboard.channels.render.teams import MAX_TEXT
 from switchboard.channelsettings import TeamsSettings
 from switchboard.core.actions import (
     AckChoice,

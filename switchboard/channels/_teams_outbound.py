@@ -2,7 +2,7 @@
 
 Replies are proactive messages: ``POST {serviceUrl}/v3/conversations/{id}/activities`` to the ``serviceUrl`` the
 conversation's verified activities came from (a channel thread's id carries ``;messageid=``, so the reply lands in
-the thread). Text is split in Markdown and rendered (:mod:`~switchboard.channels._teams_markdown`); each part is one
+the thread). Text is split in Markdown and rendered (:mod:`~switchboard.channels.render.teams`); each part is one
 activity, preceded by ``await send.pace()`` and followed by ``await send.part_sent(id)``, so a retry on any worker
 resumes after the parts already sent. ``EditText`` updates the activity (``PUT …/activities/{id}``): the streaming
 policy streams a reply by editing a preview under the shared edit budget. ``OfferChoice`` is an Adaptive Card whose
@@ -19,8 +19,8 @@ from microsoft_agents.activity import Attachment as CardAttachment
 
 from switchboard.channels._teams_api import ConnectorApi
 from switchboard.channels._teams_inbound import CHOICE_KEY
-from switchboard.channels._teams_markdown import neutral_text, render_parts
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.teams import neutral_text, render_parts
 from switchboard.core.actions import EditText, OfferChoice, SendFile
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError

@@ -23,9 +23,15 @@ from dataclasses import replace
 from typing import Any, Final
 
 from switchboard.channels._botapi import BotApi, BotApiRefusal
-from switchboard.channels._markdown import action_markdown, markdown_to_html, render_messages, split_html, visible_text
 from switchboard.channels._telegram_files import upload_file
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.actions import action_markdown
+from switchboard.channels.render.telegram import (
+    markdown_to_html,
+    render_messages,
+    split_html,
+    visible_text,
+)
 from switchboard.core.actions import AckChoice, EditText, OfferChoice, SendError, SendFile, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from switchboard.channels._meta import record_event
 from switchboard.channels._meta_graph import GraphApi, GraphError, window_closed
-from switchboard.channels._whatsapp_format import render_whatsapp, split_text
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.render.whatsapp import render_whatsapp, split_text
 from switchboard.core.actions import OfferChoice, SendFile
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError

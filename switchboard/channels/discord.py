@@ -16,7 +16,7 @@ Outbound is REST on one aiohttp pool (:mod:`~switchboard.channels._discord_rest`
 before sending) and :mod:`~switchboard.channels._discord_outbound` (interaction follow-ups while the token lives;
 channel messages with ``nonce`` + ``enforce_nonce`` otherwise; never any mention). Markdown mostly passes through
 and is split after rendering into parts of at most 2,000 characters with balanced code fences
-(:mod:`~switchboard.channels._discord_markdown`). Streaming is by edits; choices are buttons.
+(:mod:`~switchboard.channels.render.discord`). Streaming is by edits; choices are buttons.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from switchboard.channels._discord_inbound import (
     load_interaction,
     parse_interaction,
 )
-from switchboard.channels._discord_markdown import MAX_CONTENT, escape_markdown, render_markdown, split_content
 from switchboard.channels._discord_outbound import Poster
 from switchboard.channels._discord_rest import DiscordRest, Upload
 from switchboard.channels.base import (
@@ -58,6 +57,7 @@ from switchboard.channels.base import (
     header_values,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channels.render.discord import MAX_CONTENT, escape_markdown, render_markdown, split_content
 from switchboard.core.actions import (
     AckChoice,
     Action,

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, assert_never
 from urllib.parse import unquote
 
-from switchboard.channels._markdown import action_markdown
 from switchboard.channels.base import (
     OK_JSON,
     Capabilities,
@@ -47,6 +46,7 @@ from switchboard.channels.base import (
     SendContext,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory, ReadUpload
+from switchboard.channels.render.actions import action_markdown
 from switchboard.channelsettings import ChannelSettings
 from switchboard.core.actions import (
     AckChoice,

@@ -28,7 +28,6 @@ from switchboard.channels._meta import (
     verify_request,
 )
 from switchboard.channels._meta_graph import GraphApi, GraphError
-from switchboard.channels._whatsapp_format import MAX_TEXT
 from switchboard.channels._whatsapp_inbound import WhatsAppIdentity, parse_delivery
 from switchboard.channels._whatsapp_outbound import MAX_LIST_ROWS, WhatsAppSender
 from switchboard.channels.base import (
@@ -42,6 +41,7 @@ from switchboard.channels.base import (
     SendContext,
 )
 from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channels.render.whatsapp import MAX_TEXT
 from switchboard.channelsettings import WhatsAppSettings, secure_endpoint
 from switchboard.core.actions import (
     AckChoice,

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import assert_never
 
 from switchboard.channels.base import Capabilities, FileData, Receipt, SendContext
-from switchboard.channels.textsplit import RENDER_HEADROOM, measure, split_head, split_reply
+from switchboard.channels.render.split import RENDER_HEADROOM, measure, split_head, split_reply
 from switchboard.core.actions import Action, EditText, SendError, SendText, StreamDelta, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError

@@ -19,9 +19,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from switchboard.channels._discord_markdown import MAX_CONTENT, render_markdown, split_content
-from switchboard.channels._markdown import MAX_MESSAGE_LENGTH, render_messages
-from switchboard.channels._mrkdwn import render_mrkdwn
+from switchboard.channels.render.discord import MAX_CONTENT, render_markdown, split_content
+from switchboard.channels.render.slack import render_mrkdwn
+from switchboard.channels.render.telegram import MAX_MESSAGE_LENGTH, render_messages
 from switchboard.core.agent import Agent, AgentLimits, AgentProfile
 from switchboard.core.gateway import ToolGateway
 from switchboard.core.model import ChatMessage, TextDelta, ToolCall

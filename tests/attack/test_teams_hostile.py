@@ -27,8 +27,8 @@ from multidict import CIMultiDict
 
 from switchboard.app import create_app
 from switchboard.channels._teams_channel import TeamsChannel
-from switchboard.channels._teams_markdown import MAX_TEXT
-from switchboard.channels.textsplit import measure
+from switchboard.channels.render.split import measure
+from switchboard.channels.render.teams import MAX_TEXT
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import NOT_OFFERED_PREFIX, event_text
 from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from switchboard.channels._discord_inbound import DiscordInbound, load_interaction, parse_interaction
-from switchboard.channels._discord_markdown import _FENCE, utf16_len
 from switchboard.channels._discord_outbound import message_nonce
 from switchboard.channels.base import FileData
 from switchboard.channels.discord import FACTORY, DiscordChannel, problems
 from switchboard.channels.registry import BuildContext, factory
+from switchboard.channels.render.discord import utf16_len
+from switchboard.channels.render.markdown import FENCE as _FENCE
 from switchboard.core.actions import (
     AckChoice,
     Choice,

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from switchboard.channels._discord_markdown import _FENCE, escape_markdown, render_markdown, split_content, utf16_len
+from switchboard.channels.render.discord import escape_markdown, render_markdown, split_content, utf16_len
+from switchboard.channels.render.markdown import FENCE as _FENCE
 
 settings_for_hypothesis = hypothesis_settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from switchboard.channels._markdown import action_markdown, markdown_to_html, render_messages, split_html, visible_text
+from switchboard.channels.render.actions import action_markdown
+from switchboard.channels.render.telegram import markdown_to_html, render_messages, split_html, visible_text
 from switchboard.core.actions import Choice, OfferChoice, SendFile
 from tests.fakes.telegram_api import check_html
 
@@ -228,7 +229,7 @@ def test_actions_without_a_native_form_become_markdown() -> None:
 
 
 def test_plain_replies_skip_the_parser_and_match_what_it_renders() -> None:
-    from switchboard.channels._markdown import _PLAIN
+    from switchboard.channels.render.telegram import _PLAIN
 
     rng = random.Random(7)
     allowed = "aZq09 ,.;:?!'\"()/%$-"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from switchboard.channels._messaging_text import markdown_to_plain, render_parts, shorten
+from switchboard.channels.render.plain import markdown_to_plain, render_parts, shorten
 
 CASES = [
     ("plain words", "plain words"),

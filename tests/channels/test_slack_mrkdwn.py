@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from switchboard.channels._mrkdwn import (
+from switchboard.channels.render.slack import (
     MAX_MESSAGE_CHARS,
     markdown_to_mrkdwn,
     neutralise_markdown,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from switchboard.channels._teams_channel import ACCEPTED, TeamsChannel
-from switchboard.channels._teams_markdown import MAX_TEXT, render_parts, render_teams
+from switchboard.channels.render.split import measure
+from switchboard.channels.render.teams import MAX_TEXT, render_parts, render_teams
 from switchboard.channels.teams import problems
-from switchboard.channels.textsplit import measure
 from switchboard.core.actions import AckChoice, Choice, EditText, OfferChoice, SendError, SendText, SendTyping
 from switchboard.core.messages import ChoiceSelected, MessageDeleted, MessageEdited, Posted
 from switchboard.errors import DeliveryError, RateLimitedError, SignatureError

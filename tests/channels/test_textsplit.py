@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from switchboard.channels.textsplit import measure, split_head, split_reply
+from switchboard.channels.render.split import measure, split_head, split_reply
 
 
 @pytest.mark.parametrize("unit", ["chars", "bytes", "utf16"])

@@ -11,8 +11,8 @@ import pytest
 
 from switchboard.channels import _meta
 from switchboard.channels._meta_graph import GraphError, GraphRateLimited
-from switchboard.channels._whatsapp_format import render_whatsapp, split_text
 from switchboard.channels.registry import BuildContext
+from switchboard.channels.render.whatsapp import render_whatsapp, split_text
 from switchboard.channels.whatsapp import WhatsAppChannel
 from switchboard.core.actions import Choice, EditText, OfferChoice, SendFile, SendText, SendTyping
 from switchboard.core.messages import Attachment, ConversationRef

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Capabilities, Rate, Receipt, SendContext
-from switchboard.channels.textsplit import RENDER_HEADROOM, split_head
+from switchboard.channels.render.split import RENDER_HEADROOM, split_head
 from switchboard.core.actions import Action, EditText, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink

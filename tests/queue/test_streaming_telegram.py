@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels import telegram as telegram_module
-from switchboard.channels._markdown import visible_text
 from switchboard.channels.base import Rate
+from switchboard.channels.render.telegram import visible_text
 from switchboard.channels.telegram import TelegramChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink

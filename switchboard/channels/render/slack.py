@@ -19,12 +19,13 @@ characters or whole escapes and links, closes what is open at a cut (a code fenc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import quote
 
-from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
+
+from switchboard.channels.render.markdown import Walker, link_target
+from switchboard.channels.render.split import Mark, split_marks
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -41,7 +42,6 @@ MAX_MESSAGE_CHARS = 4000
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 _MAX_HREF = 1000
-_HR = "——————"
 _PRIVATE = re.compile("[\ue000-\ue0ff]")
 """Our span markers: scrubbed from the model's text before rendering, so it cannot forge one."""
 _FENCE_RUN = re.compile("`{3,}")
@@ -76,13 +76,6 @@ _FINAL = str.maketrans(
         for span in [_SPANS[name]]
     }
 )
-
-
-def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
-
-
-_MD = _parser()
 
 
 def _esc(text: str) -> str:
@@ -132,79 +125,35 @@ def _wrap(name: str, inner: str) -> str:
     return f"{lead}{span.opener}{core}{span.closer}{trail}"
 
 
-class _Renderer:
-    """Walks markdown-it's syntax tree and writes marked mrkdwn (markers become mrkdwn after splitting)."""
+class _Slack(Walker):
+    """Marked mrkdwn: spans and code blocks as private-use markers (they become mrkdwn after splitting)."""
 
-    def block(self, node: SyntaxTreeNode, quoted: bool) -> str:
-        kind = node.type
-        if kind in ("paragraph", "inline"):
-            return self.inline(node.children, frozenset())
-        if kind == "heading":
-            return _wrap("b", self.inline(node.children, frozenset({"b"})))
-        if kind == "blockquote":
-            inner = self.blocks(node.children, "\n", quoted=True)
-            return inner if quoted or not inner else "\n".join("> " + line for line in inner.split("\n"))
-        if kind in ("bullet_list", "ordered_list"):
-            return self.items(node, quoted)
-        if kind in ("fence", "code_block"):
-            content = node.content.rstrip("\n")
-            if not content.strip():
-                return ""
-            return _esc(content) if quoted else f"{_SPANS['pre'].opener}{_esc(content)}{_SPANS['pre'].closer}"
-        if kind == "hr":
-            return _HR
-        if kind == "table":
-            return self.table(node)
-        if node.children:
-            return self.blocks(node.children, "\n", quoted=quoted)
-        return _esc(node.content)
+    def escape(self, text: str) -> str:
+        return _esc(text)
 
-    def blocks(self, nodes: list[SyntaxTreeNode], sep: str, *, quoted: bool) -> str:
-        return sep.join(part for part in (self.block(n, quoted) for n in nodes) if part)
+    def emphasis(self, name: str, inner: str, ctx: frozenset[str]) -> str:
+        return inner if name in ctx or "a" in ctx else _wrap(name, inner)
 
-    def items(self, node: SyntaxTreeNode, quoted: bool) -> str:
-        start = str(node.attrs.get("start", 1))
-        number = int(start) if start.isdigit() else 1
-        lines: list[str] = []
-        for offset, item in enumerate(node.children):
-            marker = f"{number + offset}. " if node.type == "ordered_list" else "• "
-            body = self.blocks(item.children, "\n", quoted=quoted)
-            body = _QUOTE_MARK.sub("&gt; ", body)  # after the item's marker a quote's > is literal: escape it
-            lines.append(marker + body.replace("\n", "\n" + " " * len(marker)))
-        return "\n".join(lines)
+    def code_span(self, content: str, ctx: frozenset[str]) -> str:
+        content = content.replace("`", "'")
+        if "a" in ctx or not content.strip():
+            return _esc(content)
+        return f"{_SPANS['code'].opener}{_esc(content)}{_SPANS['code'].closer}"
 
-    def table(self, node: SyntaxTreeNode) -> str:
-        rows: list[str] = []
-        for section in node.children:
-            for row in section.children:
-                line = " | ".join(self.inline(cell.children, frozenset()) for cell in row.children)
-                rows.append(_wrap("b", line) if section.type == "thead" else line)
-        return "\n".join(rows)
+    def code_block(self, node: SyntaxTreeNode, quoted: bool) -> str:
+        content = node.content.rstrip("\n")
+        if not content.strip():
+            return ""
+        return _esc(content) if quoted else f"{_SPANS['pre'].opener}{_esc(content)}{_SPANS['pre'].closer}"
 
-    def inline(self, nodes: list[SyntaxTreeNode], ctx: frozenset[str]) -> str:
-        return "".join(self.inline(n.children, ctx) if n.type == "inline" else self.span(n, ctx) for n in nodes)
+    def quote(self, inner: str, quoted: bool) -> str:
+        return inner if quoted or not inner else "\n".join("> " + line for line in inner.split("\n"))
 
-    def span(self, node: SyntaxTreeNode, ctx: frozenset[str]) -> str:
-        kind = node.type
-        if kind in ("text", "html_inline"):
-            return _esc(node.content)
-        if kind in ("softbreak", "hardbreak"):
-            return "\n"
-        tag = {"strong": "b", "em": "i", "s": "s"}.get(kind)
-        if tag is not None:
-            inner = self.inline(node.children, ctx | {tag})
-            return inner if tag in ctx or "a" in ctx else _wrap(tag, inner)
-        if kind == "code_inline":
-            content = node.content.replace("`", "'")
-            if "a" in ctx or not content.strip():
-                return _esc(content)
-            return f"{_SPANS['code'].opener}{_esc(content)}{_SPANS['code'].closer}"
-        if kind in ("link", "image"):
-            return self.link(node, ctx)
-        return _esc(node.content) + self.inline(node.children, ctx)
+    def item(self, body: str) -> str:
+        return _QUOTE_MARK.sub("&gt; ", body)  # after the item's marker a quote's > is literal: escape it
 
     def link(self, node: SyntaxTreeNode, ctx: frozenset[str]) -> str:
-        target = str(node.attrs.get("href" if node.type == "link" else "src", ""))
+        target = link_target(node)
         label = _PRIVATE.sub("", self.inline(node.children, ctx | {"a"})).replace("|", "¦").replace("\n", " ").strip()
         href = _safe_href(target)
         if href is None or "a" in ctx:
@@ -214,88 +163,36 @@ class _Renderer:
 
 def markdown_to_mrkdwn(markdown: str) -> str:
     """Render the agent's Markdown as marked mrkdwn (span markers still in; see :func:`split_mrkdwn`)."""
-    markdown = _PRIVATE.sub("\ufffd", markdown)
-    tokens = _MD.parse(markdown)
-    if any(t.nesting == 1 and t.level >= _MD.options.maxNesting - 1 for t in tokens):
-        return _esc(markdown).strip()  # markdown-it drops what is nested deeper than that: show it all as text
-    return _Renderer().blocks(SyntaxTreeNode(tokens).children, "\n\n", quoted=False).strip()
-
-
-class _Token(NamedTuple):
-    kind: str
-    """``open``, ``close`` or ``text`` (a run of up to 8 non-space characters, one space or line end, one escape,
-    one whole ``<link>``)."""
-    value: str
-    name: str = ""
+    return _Slack().render(_PRIVATE.sub("\ufffd", markdown))
 
 
 _TOKEN = re.compile(r"<[^<>]*>|&(?:amp|lt|gt);|[\ue001-\ue00a]|[^<>&\s\ue001-\ue00a]{1,8}|.", re.DOTALL)
+"""A marker, a whole ``<link>``, one escape, a run of up to 8 non-space characters, or one space or line end."""
 
 
-def _tokenize(marked: str) -> list[_Token]:
-    tokens: list[_Token] = []
+def _text(value: str) -> Mark:
+    return Mark("text", value, width=len(value))
+
+
+def _tokenize(marked: str) -> list[Mark]:
+    tokens: list[Mark] = []
     for match in _TOKEN.finditer(marked):
         value = match.group()
         found = _BY_MARKER.get(value)
         if found is None:
-            tokens.append(_Token("text", value))
+            tokens.append(_text(value))
         else:
-            tokens.append(_Token("open" if found[1] else "close", value, found[0]))
+            name, opening = found
+            span = _SPANS[name]
+            width = len(span.open_text if opening else span.close_text)
+            tokens.append(Mark("open" if opening else "close", value, name, width, span.closer, len(span.close_text)))
     return tokens
 
 
-def _width(token: _Token) -> int:
-    if token.kind == "text":
-        return len(token.value)
-    span = _SPANS[token.name]
-    return len(span.open_text if token.kind == "open" else span.close_text)
-
-
-def _closing_width(stack: list[str]) -> int:
-    return sum(len(_SPANS[name].close_text) for name in stack)
-
-
-@dataclass(frozen=True, slots=True)
-class _Cut:
-    end: int
-    cost: int
-    stack: tuple[str, ...]
-
-
-def _next_cut(tokens: list[_Token], start: int, stack: tuple[str, ...], limit: int) -> _Cut:
-    """Where the part starting at ``start`` (with ``stack`` reopened) ends.
-
-    The latest blank line, else line end, else space that keeps it at least half full; else as far as the limit
-    allows (never less than one token, so splitting ends).
-    """
-    current = list(stack)
-    cost = sum(len(_SPANS[name].open_text) for name in stack)
-    best: dict[int, _Cut] = {}
-    last: _Cut | None = None
-    previous = ""
-    for index in range(start, len(tokens)):
-        tok = tokens[index]
-        if tok.kind == "open":
-            current.append(tok.name)
-        elif tok.kind == "close" and current and current[-1] == tok.name:
-            current.pop()
-        cost += _width(tok)
-        if cost + _closing_width(current) > limit and last is not None:
-            break
-        if tok.kind == "text":
-            last = _Cut(index + 1, cost, tuple(current))
-            score = (3 if previous == "\n" else 2) if tok.value == "\n" else (1 if tok.value == " " else 0)
-            for level in range(1, score + 1):
-                best[level] = last
-            previous = tok.value
-    else:
-        return _Cut(len(tokens), cost, tuple(current))
-    for wanted in (3, 2, 1):
-        cut = best.get(wanted)
-        if cut is not None and cut.cost >= limit // 2:
-            return cut
-    assert last is not None
-    return last
+def _divide(token: Mark) -> list[Mark]:
+    """A run of plain characters too long for a part, one token a character (never a link or an escape)."""
+    run = token.value
+    return [_text(ch) for ch in run] if len(run) > 1 and run[0] not in "<&" else []
 
 
 def _finish(marked: str) -> str:
@@ -312,30 +209,7 @@ def split_mrkdwn(marked: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     if len(marked) <= limit and len(_finish(marked)) <= limit:
         whole = _finish(marked).strip()
         return [whole] if whole else []
-    tokens = _tokenize(marked)
-    parts: list[str] = []
-    stack: tuple[str, ...] = ()
-    index = 0
-    while index < len(tokens):
-        cut = _next_cut(tokens, index, stack, limit)
-        if cut.cost + _closing_width(list(cut.stack)) > limit:  # only possible when its first text is too long
-            first = next((i for i in range(index, cut.end) if tokens[i].kind == "text"), None)
-            run = tokens[first].value if first is not None else ""
-            if first is not None and len(run) > 1 and run[0] not in "<&":  # plain characters, not a link or escape
-                tokens[first : first + 1] = [_Token("text", ch) for ch in run]
-                continue
-        end, after = cut.end, list(cut.stack)
-        while end < len(tokens) and tokens[end].kind == "close" and after and after[-1] == tokens[end].name:
-            after.pop()  # a closer right at the cut costs what its forced close would: keep it in this part
-            end += 1
-        chunk = tokens[index:end]
-        body = "".join(_SPANS[name].opener for name in stack) + "".join(tok.value for tok in chunk)
-        if any(tok.kind == "text" and not tok.value.isspace() for tok in chunk):
-            body = body.rstrip(" \n") if after else body
-            closers = "".join(_SPANS[name].closer for name in reversed(after))
-            parts.append(_finish(body + closers).strip())
-        stack, index = tuple(after), end
-    return [part for part in parts if part]
+    return split_marks(_tokenize(marked), limit, finish=_finish, trim=True, divide=_divide)
 
 
 def render_mrkdwn(markdown: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:

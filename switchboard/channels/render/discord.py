@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import re
 
+from switchboard.channels.render.markdown import FENCE, closes_fence, fenced_lines
+from switchboard.channels.render.split import measure
+
 __all__ = ["MAX_CONTENT", "escape_markdown", "render_markdown", "split_content", "utf16_len"]
 
 MAX_CONTENT = 2000
@@ -28,7 +31,6 @@ MAX_CONTENT = 2000
 
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(([^)\s]+)\)")
 _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _FENCES = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
 _FENCE_AHEAD = re.compile(r" *(`{3,}|~{3,})")
 _ESCAPE = re.compile(r"([\\*_~`|\[\]])|^([>#-])", re.MULTILINE)
@@ -36,7 +38,7 @@ _ESCAPE = re.compile(r"([\\*_~`|\[\]])|^([>#-])", re.MULTILINE)
 
 def utf16_len(text: str) -> int:
     """Length in UTF-16 code units (a character outside the BMP counts twice)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    return measure(text, "utf16")
 
 
 def escape_markdown(text: str) -> str:
@@ -47,18 +49,8 @@ def escape_markdown(text: str) -> str:
 def render_markdown(markdown: str) -> str:
     """The agent's Markdown as Discord Markdown (see the module docstring for what changes)."""
     out: list[str] = []
-    fence: str | None = None
-    for line in markdown.replace("\r\n", "\n").split("\n"):
-        match = _FENCE.match(line)
-        if match:
-            marker = match.group(1)
-            if fence is None:
-                fence = marker
-            elif marker[0] == fence[0] and len(marker) >= len(fence) and not match.group(2).strip():
-                fence = None
-            out.append(line)
-            continue
-        if fence is None:
+    for line, role in fenced_lines(markdown):
+        if role == "text":
             line = _IMAGE.sub(lambda m: f"[{m.group(1) or 'image'}]({m.group(2)})", line)
             line = _DEEP_HEADING.sub(lambda m: f"**{m.group(1)}**", line)
         out.append(line)
@@ -68,13 +60,12 @@ def render_markdown(markdown: str) -> str:
 def _open_fence(text: str, fence: tuple[str, str] | None) -> tuple[str, str] | None:
     """The fence (marker, info) open after ``text``, given the one open before it."""
     for line in text.split("\n"):
-        match = _FENCE.match(line)
+        match = FENCE.match(line)
         if not match:
             continue
-        marker = match.group(1)
         if fence is None:
-            fence = (marker, match.group(2).strip())
-        elif marker[0] == fence[0][0] and len(marker) >= len(fence[0]) and not match.group(2).strip():
+            fence = (match.group(1), match.group(2).strip())
+        elif closes_fence(match, fence[0]):
             fence = None
     return fence
 

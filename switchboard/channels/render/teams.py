@@ -4,7 +4,7 @@ Teams renders a Markdown subset in bot messages: bold, italic, strikethrough, he
 block quotes, inline code, code blocks and links. It does not render tables in text messages, and it interprets
 some HTML: so tables become code blocks (their columns stay aligned), and ``<``, ``>`` and ``&`` outside code are
 written as entities — model output never becomes markup, an ``<at>`` mention that pings, or an image. Splitting is
-done on the Markdown (``channels/textsplit.py``: code blocks cut in two are closed and reopened) with room left for
+done on the Markdown (``channels/render/split.py``: code blocks cut in two are closed and reopened) with room left for
 what rendering adds, then each part is rendered.
 """
 
@@ -13,9 +13,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from markdown_it import MarkdownIt
-
-from switchboard.channels.textsplit import RENDER_HEADROOM, measure, split_reply
+from switchboard.channels.render.markdown import parser
+from switchboard.channels.render.split import RENDER_HEADROOM, measure, split_reply
 
 __all__ = ["MAX_TEXT", "neutral_text", "render_parts", "render_teams"]
 
@@ -26,7 +25,7 @@ _FENCE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN: Final = re.compile(r"(`+)(.+?)\1")
 _ESCAPES: Final = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _MARKDOWN_CHARS: Final = re.compile(r"([\\`*_~\[\]#|-])")
-_parser = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough")
+_parser: Final = parser()
 
 
 def _escape(text: str) -> str:

@@ -10,7 +10,7 @@ WhatsApp marks ``*bold*``, ``_italic_``, ``~strike~`` and ```` ```monospace``` `
 - fenced code blocks keep their fences but lose the info string (WhatsApp would show ``python`` as text); nothing
   inside them is rewritten.
 
-Splitting comes after rendering, with the shared splitter (:func:`~switchboard.channels.textsplit.split_reply`): cuts
+Splitting comes after rendering, with the shared splitter (:func:`~switchboard.channels.render.split.split_reply`): cuts
 at paragraph, line or word breaks, and a code block cut in two is closed and reopened.
 """
 
@@ -19,14 +19,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from switchboard.channels.textsplit import split_reply
+from switchboard.channels.render.markdown import LineRole, fenced_lines
+from switchboard.channels.render.split import split_reply
 
 __all__ = ["MAX_TEXT", "render_whatsapp", "split_text"]
 
 MAX_TEXT: Final = 4096
 """WhatsApp's limit for ``text.body``."""
 
-_FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _LINK = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -73,21 +73,13 @@ def _plain_spans(line: str) -> str:
 def render_whatsapp(markdown: str) -> str:
     """The agent's Markdown as WhatsApp-formatted text (see the module docstring)."""
     out: list[str] = []
-    fence: str | None = None
-    for line in markdown.replace("\r\n", "\n").split("\n"):
-        match = _FENCE.match(line)
-        if match:
-            marker = match.group(2)
-            if fence is None:
-                fence = marker
-                out.append("```")
-                continue
-            if marker[0] == fence[0] and len(marker) >= len(fence) and not match.group(3).strip():
-                fence = None
-                out.append("```")
-                continue
-        out.append(line if fence is not None else _line(line))
-    if fence is not None:
+    role: LineRole = "text"
+    for line, role in fenced_lines(markdown):
+        if role in ("open", "close"):
+            out.append("```")  # without the info string: WhatsApp would show the language as text
+        else:
+            out.append(line if role == "code" else _line(line))
+    if role in ("open", "code"):
         out.append("```")
     return "\n".join(out).strip("\n")
 
