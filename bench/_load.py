@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._harness import SECRET_TOKEN, percentile, pin
-from switchboard.fakes.telegram import make_update
+from switchboard.channels.telegram.fake.platform import make_update
 
 __all__ = [
     "WRK_INSTALL_HINT",

@@ -8,7 +8,7 @@
     python-telegram-bot's own ``Application.run_webhook`` with a no-op handler, checking the secret token,
     its Bot API pointed at ``URL`` (the fake) for ``getMe`` and ``setWebhook``.
 ``python -m bench._servers fake-telegram --port P``
-    :class:`switchboard.fakes.telegram.FakeTelegram` on its own core, so the replies' arrival times are
+    :class:`switchboard.channels.telegram.fake.platform.FakeTelegram` on its own core, so the replies' arrival times are
     taken by a process the load generator does not slow down.
 """
 
@@ -69,7 +69,7 @@ def serve_ptb(port: int, api: str) -> None:
 
 def serve_fake_telegram(port: int) -> None:
     """The fake Bot API until SIGTERM."""
-    from switchboard.fakes.telegram import FakeTelegram
+    from switchboard.channels.telegram.fake.platform import FakeTelegram
 
     async def main() -> None:
         stop = asyncio.Event()

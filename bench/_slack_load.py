@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from bench._load import PostLoad, _lua_str
-from switchboard.fakes.slack_payloads import BOT_USER_ID, TEAM_ID
+from switchboard.channels.slack.fake.payloads import BOT_USER_ID, TEAM_ID
 
 __all__ = ["SIGNING_SECRET", "SlackLoad", "midstate", "slack_load"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from bench._harness import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
-from switchboard.fakes.telegram import make_update
+from switchboard.channels.telegram.fake.platform import make_update
 from switchboard.queue.embedded import EmbeddedRedis
 
 __all__ = ["HIGH_LIMITS", "Replies", "Stack", "dropped", "gateway"]

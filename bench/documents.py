@@ -29,9 +29,9 @@ from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, NameObject
 
 from bench._harness import SUMMARY_HEADERS, Row, fmt, median, parser, percentile, render_table, verdicts
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.toolbox import default_registry
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.types import SessionKey
 
 MiB = 2**20

@@ -30,15 +30,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench._harness import SUMMARY_HEADERS, Row, fmt, median, parser, percentile, render_table, rounds_of, verdicts
-from switchboard.core import codeact
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent import codeact
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.events import Event
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
 
 TARGET_STEP_MS = 2.0

@@ -95,7 +95,7 @@ def serve_bolt(port: int, api: str) -> None:
 
 def serve_fake(port: int) -> None:
     """The fake Slack Web API until SIGTERM."""
-    from switchboard.fakes.slack import FakeSlack
+    from switchboard.channels.slack.fake.platform import FakeSlack
 
     async def main() -> None:
         stop = asyncio.Event()

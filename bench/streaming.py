@@ -21,17 +21,17 @@ import time
 from pathlib import Path
 
 from switchboard.channels.render.telegram import visible_text
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.fake.platform import FakeTelegram
+from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.connection import async_client
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer
 from switchboard.queue.embedded import EmbeddedRedis
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.worker.drain import Drainer
 
 TOKEN = "123456:BENCH-token-abcdefghijklmnopqrstuv"
 REPLY = " ".join(f"word{n}" for n in range(3000))[:20_000]

@@ -29,7 +29,7 @@ import aiohttp
 
 from bench._harness import PYTHON, Proc, bench_env, fmt, free_port, median, parser, render_table, start_redis, workdir
 from bench._stack import HIGH_LIMITS
-from switchboard.fakes.teams import FakeTeams, make_activity
+from switchboard.channels.teams.fake.platform import FakeTeams, make_activity
 
 APP_ID = "00000000-bench-4000-8000-000000000000"
 PASSWORD = "bench-client-secret"

@@ -177,11 +177,11 @@ def adapter_cost(samples: int) -> dict[str, float]:
     """µs per delivery of the adapter's own steps, in this process: signature check, JSON, normalisation."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from switchboard.channels._meta import load_delivery, verify_request
-    from switchboard.channels._whatsapp_inbound import parse_delivery
     from switchboard.channels.base import RawRequest
-    from switchboard.channels.whatsapp import WhatsAppChannel
-    from switchboard.channelsettings import WhatsAppSettings
+    from switchboard.channels.meta.webhook import load_delivery, verify_request
+    from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
+    from switchboard.channels.meta.whatsapp.inbound import parse_delivery
+    from switchboard.settings.channels import WhatsAppSettings
 
     channel = WhatsAppChannel(
         WhatsAppSettings(access_token="x", app_secret=APP_SECRET, verify_token="v", phone_number_id=PHONE_NUMBER_ID)

@@ -1,5 +1,5 @@
 """Allow ``python -m switchboard``."""
 
-from switchboard.cli import main
+from switchboard.cli.main import main
 
 raise SystemExit(main())

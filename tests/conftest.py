@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestServer
 from aiohttp.web_runner import BaseRunner
 
 from switchboard.queue.embedded import EmbeddedRedis
-from switchboard.server import GuardedAppRunner
 from switchboard.settings import HttpSettings
+from switchboard.web.server import GuardedAppRunner
 
 MINIMAL_CONFIG = """
 default_agent: assistant
@@ -87,7 +87,7 @@ class GuardedTestServer(TestServer):
 def aiohttp_client(aiohttp_client: Any) -> Any:
     """pytest-aiohttp's ``aiohttp_client``; an app given to it is served as ``switchboard web`` serves it.
 
-    So every route test goes through :class:`~switchboard.server.GuardedAppRunner`: its guards, its direct webhook
+    So every route test goes through :class:`~switchboard.web.server.GuardedAppRunner`: its guards, its direct webhook
     routes and their fixed answers, not only aiohttp's plain runner.
     """
 

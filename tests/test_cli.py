@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard import cli
+from switchboard.cli import main as cli
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor

@@ -8,9 +8,9 @@ import time
 
 import redis.asyncio as aioredis
 
-from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, new_approval_id
-from switchboard.core.effects import EffectRecord
+from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, new_approval_id
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
+from switchboard.core.tools.effects import EffectRecord
 from switchboard.queue.approvals import RedisApprovals
 from switchboard.queue.connection import async_client
 from switchboard.queue.effects import RedisEffects

@@ -6,9 +6,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from switchboard.clientaddr import TrustedProxies, client_address, parse_trusted_proxies
 from switchboard.errors import ConfigError
 from switchboard.settings import LimitsSettings, load_settings
+from switchboard.web.clientaddr import TrustedProxies, client_address, parse_trusted_proxies
 
 PROXIES = parse_trusted_proxies("10.0.0.0/8, 2001:db8:ffff::/48")
 

@@ -16,10 +16,10 @@ from switchboard.control import (
     OperatorScope,
     OutOfScopeError,
 )
-from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, SessionControl, new_approval_id
-from switchboard.core.effects import EffectRecord
+from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, SessionControl, new_approval_id
 from switchboard.core.events import UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
+from switchboard.core.tools.effects import EffectRecord
 from switchboard.queue.approvals import RedisApprovals
 from switchboard.queue.connection import async_client
 from switchboard.queue.effects import RedisEffects

@@ -129,7 +129,7 @@ def test_the_repository_explains_itself() -> None:
     banned = tuple(a + b for a, b in (("DESIGN", " §"), ("DESIGN", ".md"), ("STYLE", ".md"), ("..", "/shared")))
     texts = [
         *PKG.rglob("*.py"),
-        *(PKG / "channels" / "static").glob("*"),
+        *(PKG / "web" / "webchat" / "static").glob("*"),
         *(root / "tests").rglob("*.py"),
         *(root / "bench").rglob("*.py"),
         root / "README.md",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from switchboard.core.toolbox.files import resolve_in_workspace
+from switchboard.core.tools.builtin.files import resolve_in_workspace
 from switchboard.queue.embedded import EmbeddedRedis, make_private_dir
 
 
@@ -75,7 +75,7 @@ def test_a_session_workspace_is_private(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("open_umask")
 def test_every_level_above_a_workspace_and_its_result_files_is_private(tmp_path: Path) -> None:
-    from switchboard.core.workspaces import Workspaces, workspace_for
+    from switchboard.core.workspaces.disk import Workspaces, workspace_for
 
     root = tmp_path / "workspaces"
     workspace = workspace_for(root, "t1/assistant/web/default/c1")

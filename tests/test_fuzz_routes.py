@@ -1,7 +1,7 @@
 """Property: no request to any public route gets a 5xx or an unhandled-exception log, whatever it carries.
 
 The real app (web chat and a Telegram account, so both kinds of route are live) with real Redis, served by the
-production server stack (:class:`~switchboard.server.GuardedAppRunner`), driven through the aiohttp test client
+production server stack (:class:`~switchboard.web.server.GuardedAppRunner`), driven through the aiohttp test client
 for well-formed HTTP with arbitrary content, and over a raw socket for bytes no client library would send
 (non-UTF-8 header values, control characters, odd methods and targets).
 """
@@ -21,10 +21,10 @@ from aiohttp.web_runner import BaseRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from switchboard.app import create_app
-from switchboard.fakes.telegram import FakeTelegram, make_update
-from switchboard.server import GuardedAppRunner
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update
 from switchboard.settings import HttpSettings, load_settings
+from switchboard.web.app import create_app
+from switchboard.web.server import GuardedAppRunner
 
 SECRET = "fuzz_secret-123"
 FUZZ = settings(

@@ -9,12 +9,12 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from switchboard.app import create_app
-from switchboard.metrics import UNKNOWN_CHANNEL, Metrics
 from switchboard.queue.connection import async_client
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
+from switchboard.web.metrics import UNKNOWN_CHANNEL, Metrics
 
 
 def _series(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:

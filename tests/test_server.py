@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from switchboard.server import ConnectionGuard, GuardedAppRunner
 from switchboard.settings import HttpSettings, load_settings
+from switchboard.web.server import ConnectionGuard, GuardedAppRunner
 
 GUARD_S = 10.0
 """Only a guard against a hanging test: every close below is expected well before it."""
@@ -183,7 +183,7 @@ async def test_over_the_cap_the_oldest_idle_connections_are_shed_logged_and_serv
     server: tuple[GuardedAppRunner, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     runner, port = server
-    caplog.set_level(logging.WARNING, logger="switchboard.server")
+    caplog.set_level(logging.WARNING, logger="switchboard.web.server")
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     for _ in range(8):  # partial requests that would hold their connection for a minute
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

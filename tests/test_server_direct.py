@@ -15,8 +15,8 @@ import pytest
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from aiohttp.test_utils import make_mocked_request
 
-from switchboard.server import DIRECT_ROUTES, DirectHandler, FixedResponse, GuardedAppRunner
 from switchboard.settings import HttpSettings
+from switchboard.web.server import DIRECT_ROUTES, DirectHandler, FixedResponse, GuardedAppRunner
 
 GUARD_S = 5.0
 """Only a guard against a hanging test."""

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from switchboard import channelsettings, settings
+from switchboard import settings
 from switchboard.errors import ConfigError
+from switchboard.settings import channels as channelsettings
 from switchboard.settings import load_settings
 
 

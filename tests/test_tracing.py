@@ -19,12 +19,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN
 
 from switchboard import tracing
-from switchboard.app import create_app
+from switchboard.cli.worker import run_worker
 from switchboard.queue.eventlog import read_events
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
-from switchboard.webhooks import handle_traced_webhook, handle_webhook
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
+from switchboard.web.webhooks import handle_traced_webhook, handle_webhook
 from tests.channels.test_telegram import BOT, SECRET, TOKEN
 from tests.channels.test_telegram_gateway import fake, gateway_env, wait_for  # noqa: F401 (fixtures)
 from tests.fakes.telegram_api import FakeTelegram, check_html, make_update, sign_update

@@ -13,11 +13,11 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from switchboard import webhooks
-from switchboard.app import create_app
 from switchboard.channels.base import HttpAnswer
-from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update, sign_update
 from switchboard.settings import load_settings
+from switchboard.web import webhooks
+from switchboard.web.app import create_app
 
 SECRET = "webhook_secret-123"
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 from pydantic import ValidationError
 
 from switchboard.channels.base import Capabilities, Channel, FileData, Rate, Receipt, SendContext
-from switchboard.channelsettings import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import ConfigError, DeliveryError
 from switchboard.settings import FileConfig, Settings
+from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.types import BusyPolicy, SessionKey
 
 if TYPE_CHECKING:
@@ -71,14 +71,14 @@ ReadUpload = Callable[[SessionKey, str, int], Awaitable[FileData]]
 """Read a web chat upload back (session, upload id, at most that many bytes); raises ``AttachmentError``."""
 
 CHANNEL_MODULES: dict[str, str] = {
-    "web": "switchboard.channels.web",
-    "telegram": "switchboard.channels.telegram",
-    "slack": "switchboard.channels.slack",
-    "discord": "switchboard.channels.discord",
-    "teams": "switchboard.channels.teams",
-    "whatsapp": "switchboard.channels.whatsapp",
-    "messenger": "switchboard.channels.messenger",
-    "instagram": "switchboard.channels.instagram",
+    "web": "switchboard.channels.web.adapter",
+    "telegram": "switchboard.channels.telegram.adapter",
+    "slack": "switchboard.channels.slack.adapter",
+    "discord": "switchboard.channels.discord.adapter",
+    "teams": "switchboard.channels.teams.factory",
+    "whatsapp": "switchboard.channels.meta.whatsapp.adapter",
+    "messenger": "switchboard.channels.meta.messenger.adapter",
+    "instagram": "switchboard.channels.meta.instagram.adapter",
 }
 """Channel name → the module exporting its ``FACTORY`` (the one line a new channel adds)."""
 

@@ -35,7 +35,6 @@ from typing import Any, Final
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from switchboard.appkeys import INGESTOR, REDIS, SETTINGS
 from switchboard.console.routes import SECURITY_HEADERS, SIGNIN, Handler, error, operator_only
 from switchboard.control import (
     Accepted,
@@ -46,8 +45,9 @@ from switchboard.control import (
     OperatorScope,
     OutOfScopeError,
 )
-from switchboard.core.approvals import ApprovalRecord
+from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.errors import QueueUnavailableError
+from switchboard.web.appkeys import INGESTOR, REDIS, SETTINGS
 
 __all__ = ["add_api_routes", "approval_json"]
 

@@ -26,7 +26,6 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from switchboard.appkeys import SETTINGS
 from switchboard.console.auth import (
     CSRF_HEADER,
     Signin,
@@ -41,6 +40,7 @@ from switchboard.console.passwords import MAX_PASSWORD_CHARS, verify_password
 from switchboard.control.scope import is_text
 from switchboard.errors import QueueUnavailableError
 from switchboard.settings import Settings
+from switchboard.web.appkeys import SETTINGS
 
 __all__ = ["SIGNIN", "STATIC_DIR", "Handler", "add_routes", "error", "operator_only"]
 

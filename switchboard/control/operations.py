@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from switchboard.control.reading import escaped_tenant
 from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, session_parts
 from switchboard.control.views import DeadLetterView, DoubtView
-from switchboard.core.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.core.messages import InboundMessage
+from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
 from switchboard.queue.effects import doubt_field
 from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of

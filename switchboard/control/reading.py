@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from switchboard.control.scope import NotFoundError, OperatorScope, session_parts
 from switchboard.control.views import SessionState, SessionView, TimelineEntry, UsageRow
-from switchboard.core.approvals import ApprovalRecord, SessionControl
+from switchboard.core.approvals.records import ApprovalRecord, SessionControl
 from switchboard.core.messages import session_key
 from switchboard.queue.approvals import parse_approval_member, record_from_fields
 from switchboard.queue.eventlog import decode_entries, read_events

@@ -36,8 +36,8 @@ from switchboard.control.views import (
     ToolView,
     UsageRow,
 )
-from switchboard.core.approvals import ApprovalRecord
-from switchboard.core.grants import may_decide
+from switchboard.core.approvals.grants import may_decide
+from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
 from switchboard.queue.ingest import Ingestor
@@ -127,7 +127,7 @@ class ControlService:
 
     async def agents(self, scope: OperatorScope) -> list[AgentView]:
         """Every configured agent: draft/ready, model, tools, credit limit, and what it spent in the scope."""
-        from switchboard.core.toolbox import default_registry
+        from switchboard.core.tools.builtin import default_registry
 
         registry = default_registry()
         spent: dict[str, list[float]] = {}

@@ -222,7 +222,8 @@ class ApprovalDecided(_Event):
     actor: str
     via: Literal["button", "command", "console", "expiry"]
     result: str
-    """:data:`~switchboard.core.approvals.DecideResult` (``applied``: this decision counted), or ``not_allowed``."""
+    """:data:`~switchboard.core.approvals.records.DecideResult` (``applied``: this decision counted), or
+    ``not_allowed``."""
     waited_ms: float | None = None
     """From the request to this decision."""
 

@@ -5,7 +5,7 @@ Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exha
 
 - ``Posted``: the message text, then one line per shared location or contact (:func:`shared_text`, e.g.
   ``[location: 52.52, 13.405 — Alexanderplatz, Berlin]``, ``[contact: Ada Lovelace, +44 20 7946 0000]``);
-  attachments are added by :mod:`switchboard.core.attachments`.
+  attachments are added by :mod:`switchboard.core.agent.attachments`.
 - ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
   conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
   short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
@@ -15,7 +15,7 @@ Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exha
   stale, or pressed in another conversation) reads ``clicked an option that was not offered here: <id>`` instead.
 - ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
 - ``MessageDeleted``: recorded in the history, no model call, no reply.
-- ``OperatorActed``: applied by :mod:`switchboard.core.takeover` before the model is asked; a console decision
+- ``OperatorActed``: applied by :mod:`switchboard.core.approvals.takeover` before the model is asked; a console decision
   reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn (the
   history keeps ``(operator … answered in your place)`` beside it).
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, assert_never, runtime_checkable
 
-from switchboard.core.agent import Agent
+from switchboard.core.agent.config import Agent
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
@@ -64,7 +64,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STOP_COMMAND_NAMES = frozenset({"stop", "cancel"})
-"""Commands the queue handles by stopping the running turn (see ``switchboard.queue.cancellation``)."""
+"""Commands the queue handles by stopping the running turn (see ``switchboard.worker.cancellation``)."""
 GREETING_COMMANDS = frozenset({"start", "help"})
 NOT_OFFERED_PREFIX = "clicked an option that was not offered here: "
 """What the agent reads before the id of a click that answers no offer the gateway recorded for the session."""
@@ -130,7 +130,7 @@ def event_text(message: InboundMessage) -> str | None:
         case OperatorActed(action="decide"):
             return operator_decision_text(event)
         case MessageDeleted() | OperatorActed():
-            return None  # an operator's action is applied by the gateway (switchboard.core.takeover), not answered
+            return None  # an operator's action is applied by the gateway (core.approvals.takeover), not answered
         case _:
             assert_never(event)
 

@@ -136,7 +136,7 @@ class ModelRequest(BaseModel):
     max_output_tokens: int = 2048
     metadata: dict[str, str] = Field(default_factory=dict)
     compacted: list[dict[str, Any]] = Field(default_factory=list)
-    """Opaque items of the provider's native compaction (:mod:`switchboard.core.native`), standing for the
+    """Opaque items of the provider's native compaction (:mod:`switchboard.core.agent.native`), standing for the
     conversation before ``messages``; only the adapter that made them reads them."""
     hosted_shell: bool = False
     """Offer the provider's hosted shell (OpenAI Responses: the ``shell`` tool in a hosted container)."""

@@ -8,10 +8,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from switchboard.core.agent import Agent
+from switchboard.core.agent.config import Agent
+from switchboard.core.approvals.policy import Policy
 from switchboard.core.events import Event
 from switchboard.core.messages import InboundMessage
-from switchboard.core.policy import Policy
 from switchboard.types import SessionKey
 
 __all__ = ["HistoryEntry", "SessionStore", "SteeringSink", "TurnRequest", "TurnResult", "TurnSink"]
@@ -62,7 +62,8 @@ class TurnRequest(BaseModel):
     policy_version: str = ""
     """Version of the policy the turn runs under (recorded with approvals and events)."""
     policy: Policy | None = None
-    """The turn's effective policy (``switchboard.core.grants.resolve_policy``); ``None``: the agent's own block."""
+    """The turn's effective policy (``switchboard.core.approvals.grants.resolve_policy``); ``None``: the agent's own
+    block."""
     step_budget: int | None = None
     """Narrows ``agent.limits.max_steps`` for this turn."""
     token_budget: int | None = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from switchboard.core.egress import normalize_pattern
+from switchboard.core.tools.egress import normalize_pattern
 from switchboard.egress.placeholders import Secret
 
 if TYPE_CHECKING:

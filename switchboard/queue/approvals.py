@@ -1,4 +1,6 @@
-"""Approval records and take-over state in Redis: the queue layer's :class:`~switchboard.core.approvals.ApprovalStore`.
+"""Approval records and take-over state in Redis: the queue layer's approval store.
+
+:class:`~switchboard.core.approvals.records.ApprovalStore` on Redis.
 
 One HASH per approval (:meth:`SessionKeys.approval`): ``record`` is the :class:`ApprovalRecord` JSON as opened, and
 the fields that change beside it (``status``, ``decided_by``, ``decided_at``, ``decision_via``, ``decided_in``,
@@ -22,7 +24,7 @@ from typing import Any, Final, Literal
 
 import redis.asyncio as aioredis
 
-from switchboard.core.approvals import (
+from switchboard.core.approvals.records import (
     ApprovalRecord,
     DecideOutcome,
     DecideResult,
@@ -61,7 +63,7 @@ _RESULTS: Final[dict[str, DecideResult]] = {
 
 
 def valid_approval_id(approval_id: str) -> bool:
-    """Whether ``approval_id`` has the shape of an id :func:`~switchboard.core.approvals.new_approval_id` makes."""
+    """Whether ``approval_id`` has the shape of an approval id (see ``core.approvals.records.new_approval_id``)."""
     return _ID.match(approval_id) is not None
 
 
@@ -273,7 +275,7 @@ class RedisApprovals:
 
 
 class ApprovalsDelegate:
-    """:class:`~switchboard.core.approvals.ApprovalStore` for a session store, by delegation to ``self.approvals``."""
+    """The approval store of a session store, by delegation to ``self.approvals``."""
 
     approvals: RedisApprovals
 

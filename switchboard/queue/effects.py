@@ -1,7 +1,9 @@
-"""Idempotency records of write effects in Redis: the queue layer's :class:`~switchboard.core.effects.EffectStore`.
+"""Idempotency records of write effects in Redis: the queue layer's effect store.
+
+:class:`~switchboard.core.tools.effects.EffectStore` on Redis.
 
 One STRING per effect (:meth:`SessionKeys.effect`), holding the arguments hash, the status and the recorded
-outcome, kept for :data:`~switchboard.core.effects.EFFECT_TTL_S` (longer than any retry of a turn). Both
+outcome, kept for :data:`~switchboard.core.tools.effects.EFFECT_TTL_S` (longer than any retry of a turn). Both
 writes are Lua scripts fenced by the session lease: a zombie worker can neither claim nor record an effect.
 
 An effect in doubt (claimed ``started``, no recorded result: its worker died mid-call) is indexed for reconciliation
@@ -18,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from switchboard.core.effects import EFFECT_TTL_S, EffectRecord
+from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
 from switchboard.types import SessionKey

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from switchboard.core.workspaces import make_private_dir
+from switchboard.core.workspaces.disk import make_private_dir
 from switchboard.errors import ConfigError
 
 __all__ = ["PRIVATE_UMASK", "EmbeddedRedis", "find_server_binary", "make_private_dir"]

@@ -25,9 +25,9 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from switchboard.outbound.webstream import WebEvent, decode_entries, with_message_ids
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.muxredis import MultiplexedRedis
-from switchboard.queue.webstream import WebEvent, decode_entries, with_message_ids
 from switchboard.types import SessionKey
 
 __all__ = ["POOL_SIZE", "StreamFanout", "Subscription", "SubscriptionClosedError"]
@@ -235,7 +235,8 @@ class StreamFanout:
 
         Returns the subscription and whether the caller must catch up: when someone in this process already followed
         the session, the reader may have taken events after ``after`` before this call, and those are not delivered
-        here; read them with :func:`~switchboard.queue.webstream.replay` after subscribing, skipping ids already seen.
+        here; read them with :func:`~switchboard.outbound.webstream.replay` after subscribing, skipping ids already
+        seen.
         Otherwise the reader starts at ``after`` and nothing is missed.
         """
         sub = Subscription(session, self.queue_limit, closing, tag)

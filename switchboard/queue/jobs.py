@@ -57,7 +57,7 @@ JOB_TIMEOUT_S: Final = 3600
 
 
 def drain_session(session: str) -> None:
-    """Placeholder RQ resolves for drain jobs; they are run by :class:`~switchboard.queue.worker.SessionWorker`.
+    """Placeholder RQ resolves for drain jobs; they are run by :class:`~switchboard.worker.worker.SessionWorker`.
 
     Raises:
         RuntimeError: always; a stock ``rq worker`` must not run drain jobs (it would bypass the lease).

@@ -37,7 +37,6 @@ from switchboard.core.messages import InboundMessage, OperatorActed
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
-from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
@@ -45,6 +44,7 @@ from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bu
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.types import BusyPolicy
+from switchboard.worker.cancellation import STOP_COMMANDS
 
 __all__ = [
     "DEAD_LETTER_CAP",
@@ -387,7 +387,8 @@ class AttemptStore(ApprovalsDelegate, RedisSessionStore):
 
     ``begin`` read them under the same lease, and only the lease's holder writes them, so they are current; a
     later read, a read of more entries than ``begin`` took, or any read after a write goes to Redis as usual.
-    It is also the session's :class:`~switchboard.core.approvals.ApprovalStore` (:mod:`switchboard.queue.approvals`),
+    It is also the session's :class:`~switchboard.core.approvals.records.ApprovalStore`
+    (:mod:`switchboard.queue.approvals`),
     fenced by the same lease.
     """
 

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 class IngestMetrics(Protocol):
-    """What the router counts (:class:`switchboard.metrics.Metrics` has it)."""
+    """What the router counts (:class:`switchboard.web.metrics.Metrics` has it)."""
 
     def ingested(self, channel: str, *, duplicate: bool) -> None:
         """Count one message accepted or deduplicated."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from switchboard.core.effects import EffectRecord
+from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
 from switchboard.queue.effects import RedisEffects
@@ -33,7 +33,7 @@ async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -
 class RedisSessionStore:
     """Per-session storage for one turn, bound to the lease epoch the drain holds.
 
-    Implements :class:`switchboard.core.turn.SessionStore` and :class:`switchboard.core.effects.EffectStore`.
+    Implements :class:`switchboard.core.turn.SessionStore` and :class:`switchboard.core.tools.effects.EffectStore`.
     Reads are plain; writes run as Lua scripts that
     first compare the lease with this store's token and raise
     :class:`~switchboard.errors.FencedWriteError` when the epoch has passed.

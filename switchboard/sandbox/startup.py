@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.core.toolbox.shell import ShellOptions
+from switchboard.core.tools.builtin.shell import ShellOptions
 from switchboard.sandbox.detect import Choice, choose_now
 from switchboard.sandbox.limits import CommandLimits
 from switchboard.settings import SandboxSettings, Settings

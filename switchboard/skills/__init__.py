@@ -6,5 +6,6 @@
 - :mod:`~switchboard.skills.loading`: the agent's skill catalogue and the ``use_skill`` tool;
 - :mod:`~switchboard.skills.command`: ``switchboard skills add|list|show|remove``.
 
-This module imports none of them, so that :mod:`switchboard.core.tools` may name :class:`SkillRef` without a cycle.
+This module imports none of them, so that :mod:`switchboard.core.tools.definition` may name :class:`SkillRef` without a
+cycle.
 """

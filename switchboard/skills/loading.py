@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from switchboard.core.agent import Agent
+from switchboard.core.agent.config import Agent
 from switchboard.core.events import SkillUsed
-from switchboard.core.threads import run_blocking
-from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import Workspaces, make_private_dir
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.threads import run_blocking
+from switchboard.core.workspaces.disk import Workspaces, make_private_dir
 from switchboard.errors import ToolError
 from switchboard.skills.package import SkillError, SkillRef, content_sha256, read_manifest
 from switchboard.skills.sources import read_folder

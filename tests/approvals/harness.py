@@ -18,8 +18,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
-from switchboard.core.agent import Agent, AgentProfile
-from switchboard.core.approvals import ApprovalRecord
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.runtime import Runtime
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
@@ -29,18 +31,16 @@ from switchboard.core.messages import (
     OperatorActed,
     Sender,
 )
-from switchboard.core.policy import PolicyConfig
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import ToolRegistry, default_registry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.queue.approvals import record_from_fields
-from switchboard.queue.drain import Drainer
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
+from switchboard.worker.drain import Drainer
 from tests.queue.conftest import RecordingDeliverer
 
 KEY = b"test-approval-key-0123456789abcdef"

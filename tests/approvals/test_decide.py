@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from switchboard.core.actions import AckChoice
-from switchboard.core.approvals import option_id, parse_option_id
-from switchboard.core.decisions import MISMATCH_TEXT, NOT_YOURS_TEXT, UNKNOWN_TEXT
+from switchboard.core.approvals.decisions import MISMATCH_TEXT, NOT_YOURS_TEXT, UNKNOWN_TEXT
+from switchboard.core.approvals.records import option_id, parse_option_id
 from switchboard.core.messages import ChoiceSelected, InboundMessage
 
 from .harness import World, where

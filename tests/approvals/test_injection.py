@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 
-from switchboard.core.gateway import workspace_for
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
+from switchboard.core.tools.gateway import workspace_for
 
 from .harness import World
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from switchboard.core.suspend import KEY_FILE, approval_id_for, snapshot_key
+from switchboard.core.approvals.suspend import KEY_FILE, approval_id_for, snapshot_key
 
 
 def test_a_generated_key_is_private_and_stable(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from switchboard.core.policy import PolicyConfig
-from switchboard.core.turnapprovals import REVIEW_HOLD_TEXT
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.approvals.turn import REVIEW_HOLD_TEXT
 from switchboard.queue.keys import SessionKeys
 
 from .harness import World, where

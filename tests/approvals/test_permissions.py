@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from switchboard.core.policy import PolicyConfig
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.queue.drain import Drainer
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.settings import FileConfig
+from switchboard.worker.drain import Drainer
 
 from .harness import World
 

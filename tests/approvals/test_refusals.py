@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from switchboard.core.approvals import ApprovalRecord
+from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.queue.keys import SessionKeys
 
 from .harness import World, where
@@ -60,7 +60,7 @@ async def test_a_payload_changed_in_redis_is_refused(world: World) -> None:
 
 async def test_a_changed_hash_with_the_changed_payload_is_still_refused(world: World) -> None:
     """Rewriting the hash too: the button binds the hash the user saw, so the click no longer matches."""
-    from switchboard.core.gateway import action_sha256
+    from switchboard.core.tools.gateway import action_sha256
 
     record = await ask_refund(world)
     key = SessionKeys(world.session).approval(record.id)
@@ -99,7 +99,7 @@ async def test_a_record_rewritten_with_a_consistent_hash_is_refused_when_the_use
 ) -> None:
     """The stored request and its hash rewritten together (the ``action`` field left as asked): the user's button
     still names the hash they saw, so the decision applies — and the record's signature refuses the rewritten one."""
-    from switchboard.core.gateway import action_sha256
+    from switchboard.core.tools.gateway import action_sha256
 
     record = await ask_refund(world)
     key = SessionKeys(world.session).approval(record.id)

@@ -7,11 +7,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from switchboard.core.approvals import ApprovalRecord, DecideOutcome, DecisionVia, Verdict
-from switchboard.core.policy import PolicyConfig
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.approvals.records import ApprovalRecord, DecideOutcome, DecisionVia, Verdict
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.drain import Drainer
 from switchboard.queue.keys import SessionKeys
+from switchboard.worker.drain import Drainer
 
 from .harness import World, where
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.policy import ApprovalsConfig, PolicyConfig, Rule
-from switchboard.core.turnapprovals import REVIEW_HOLD_TEXT
+from switchboard.core.approvals.policy import ApprovalsConfig, PolicyConfig, Rule
+from switchboard.core.approvals.turn import REVIEW_HOLD_TEXT
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings
 from tests.approvals.harness import KEY, World, where

@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.discord.adapter import DiscordChannel
 from switchboard.channels.registry import BuildContext
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN

@@ -20,11 +20,17 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.fakes.discord import FakeDiscord, make_command, make_component, make_ping, sign_interaction
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.slack_payloads import make_block_actions, make_event, sign, sign_request
+from switchboard.channels.discord.fake.platform import (
+    FakeDiscord,
+    make_command,
+    make_component,
+    make_ping,
+    sign_interaction,
+)
+from switchboard.channels.slack.fake.payloads import make_block_actions, make_event, sign, sign_request
+from switchboard.channels.slack.fake.platform import FakeSlack
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, KEY, PUBLIC_KEY
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels.slack_support import BOT_TOKEN as SLACK_TOKEN

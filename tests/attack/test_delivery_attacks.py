@@ -13,11 +13,11 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from switchboard.errors import RateLimitedError
-from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import DrainOutcome
 from tests.queue.conftest import make_message
 from tests.queue.test_sending import Refusing, Runner, drainer_for
 

@@ -27,12 +27,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from switchboard import tracing
-from switchboard.app import create_app
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.slack_payloads import sign_request
-from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
-from switchboard.server import FixedResponse, GuardedAppRunner
+from switchboard.channels.slack.fake.payloads import sign_request
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update, sign_update
 from switchboard.settings import HttpSettings, load_settings
+from switchboard.web.app import create_app
+from switchboard.web.server import FixedResponse, GuardedAppRunner
 from tests.channels.slack_support import BOT_TOKEN as SLACK_TOKEN
 from tests.channels.slack_support import SECRET as SLACK_SECRET
 

@@ -15,17 +15,17 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers._transcript import parse_arguments
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
-from switchboard.core.validtext import MAX_ARGUMENT_DEPTH
-from switchboard.queue.drain import Drainer
+from switchboard.core.providers.validtext import MAX_ARGUMENT_DEPTH
+from switchboard.core.tools.builtin import default_registry
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.core.turns import MemorySink, MemoryStore, request
 from tests.core.turns import runtime as runtime_for
 from tests.queue.conftest import RecordingDeliverer, make_message

@@ -17,8 +17,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 
 MakeClient = Callable[[web.Application], Awaitable[TestClient[Any, Any]]]
 

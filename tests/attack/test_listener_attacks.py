@@ -14,9 +14,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Inbound
-from switchboard.channels.discord import DiscordChannel, _GatewayListener
+from switchboard.channels.discord.adapter import DiscordChannel, _GatewayListener
+from switchboard.channels.discord.fake.platform import FakeDiscord, make_message
 from switchboard.channels.registry import BuildContext
-from switchboard.fakes.discord import FakeDiscord, make_message
 from tests.channels._discord_fixtures import APP_ID, BOT_ID
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings

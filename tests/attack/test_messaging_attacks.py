@@ -11,10 +11,10 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels._meta import sign
-from switchboard.fakes.messenger_payloads import sign_delivery
+from switchboard.channels.meta.messaging.fake.payloads import sign_delivery
+from switchboard.channels.meta.webhook import sign
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels.test_instagram import IG_SECRET, IG_TOKEN, instagram_env
 from tests.channels.test_messenger import APP_SECRET, TOKEN, gateway_env, payload
 

@@ -22,21 +22,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-from switchboard.app import create_app
-from switchboard.channels._meta import SIGNATURE_HEADER, sign
-from switchboard.channels.instagram import InstagramChannel
-from switchboard.channels.messenger import MessengerChannel
-from switchboard.channels.registry import BuildContext
-from switchboard.channels.whatsapp import WhatsAppChannel
-from switchboard.channelsettings import InstagramSettings, MessengerSettings, WhatsAppSettings
-from switchboard.core.actions import SendText
-from switchboard.core.inbound import event_text
-from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted
-from switchboard.errors import AttachmentError
-from switchboard.fakes.messenger import FakeMessenger
-from switchboard.fakes.messenger_payloads import make_delivery, sign_delivery, text_item
-from switchboard.fakes.whatsapp import FakeWhatsApp
-from switchboard.fakes.whatsapp_payloads import (
+from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.messaging.fake.payloads import make_delivery, sign_delivery, text_item
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
+from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.webhook import SIGNATURE_HEADER, sign
+from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
+from switchboard.channels.meta.whatsapp.fake.payloads import (
     PHONE_NUMBER_ID,
     delivery,
     make_message,
@@ -44,7 +36,15 @@ from switchboard.fakes.whatsapp_payloads import (
     sign_request,
     text_delivery,
 )
+from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
+from switchboard.channels.registry import BuildContext
+from switchboard.core.actions import SendText
+from switchboard.core.inbound import event_text
+from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted
+from switchboard.errors import AttachmentError
 from switchboard.settings import load_settings
+from switchboard.settings.channels import InstagramSettings, MessengerSettings, WhatsAppSettings
+from switchboard.web.app import create_app
 from tests.channels.slack_support import Progress
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"

@@ -22,13 +22,13 @@ from aiohttp import web
 from switchboard.channels.render.discord import MAX_CONTENT, render_markdown, split_content
 from switchboard.channels.render.slack import render_mrkdwn
 from switchboard.channels.render.telegram import MAX_MESSAGE_LENGTH, render_messages
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
-from switchboard.core.gateway import ToolGateway
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.native import MAX_HOSTED_FILES, STATE_SLOT, HostedFiles, NativeAdapter
 from switchboard.core.model import ChatMessage, TextDelta, ToolCall
-from switchboard.core.native import MAX_HOSTED_FILES, STATE_SLOT, HostedFiles, NativeAdapter
 from switchboard.core.providers._openai_native import REPORT_CHARS
 from switchboard.core.providers.openai import OpenAIModel
-from switchboard.core.workspaces import Quotas, Workspaces, workspace_for
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import Quotas, Workspaces, workspace_for
 from switchboard.errors import FencedWriteError, ModelError
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from switchboard.checks import redacted_url
+from switchboard.cli.checks import redacted_url
 from switchboard.errors import ConfigError
 from switchboard.settings import load_settings
 

@@ -20,15 +20,15 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from switchboard.app import create_app
 from switchboard.channels.base import OK_JSON, RawRequest
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.fake.platform import SECRET_HEADER, FakeTelegram, make_update, sign_update
 from switchboard.core.messages import Attachment, CommandIssued
 from switchboard.errors import MalformedBodyError
-from switchboard.fakes.telegram import SECRET_HEADER, FakeTelegram, make_update, sign_update
-from switchboard.metrics import UNKNOWN_CHANNEL, Metrics
-from switchboard.server import GuardedAppRunner
 from switchboard.settings import HttpSettings, TelegramSettings, load_settings
+from switchboard.web.app import create_app
+from switchboard.web.metrics import UNKNOWN_CHANNEL, Metrics
+from switchboard.web.server import GuardedAppRunner
 
 TOKEN, BOT_ID, BOT, SECRET = "123456:TEST-token-abcdefghijklmnopqrstuv", 123456, "hostile_bot", "hostile-Secret_1"
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads" / "telegram"

@@ -11,15 +11,15 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
-from switchboard.core.gateway import CallScope, ToolGateway
+from switchboard.core.approvals.policy import Policy, PolicyConfig
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
-from switchboard.core.policy import Policy, PolicyConfig
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.gateway import CallScope, ToolGateway
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.drain import Drainer
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import FileConfig, QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.core.test_gateway_approvals import ctx
 from tests.core.turns import make_tool
 from tests.queue.conftest import RecordingDeliverer

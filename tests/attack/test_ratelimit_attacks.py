@@ -16,21 +16,21 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-import switchboard.channels._telegram_polling as polling
+import switchboard.channels.telegram.polling as polling
 from switchboard.channels.base import Inbound
-from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.discord.adapter import DiscordChannel
+from switchboard.channels.discord.fake.platform import FakeDiscord
+from switchboard.channels.discord.fake.rest import FakeDiscordApi
 from switchboard.channels.registry import BuildContext
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.actions import SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
-from switchboard.fakes.discord import FakeDiscord
-from switchboard.fakes.discord_rest import FakeDiscordApi
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox
+from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.queue.connection import async_client
-from switchboard.queue.deliver import ChannelDeliverer
 from switchboard.queue.lease import Lease
-from switchboard.queue.outbox import Outbox
-from switchboard.queue.ratelimits import SendBuckets
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, Sending
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings

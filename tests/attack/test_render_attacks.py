@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.discord.adapter import DiscordChannel
+from switchboard.channels.discord.fake.platform import FakeDiscord
 from switchboard.channels.registry import BuildContext
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.actions import SendText
 from switchboard.core.messages import ConversationRef
-from switchboard.fakes.discord import FakeDiscord
-from switchboard.fakes.slack import FakeSlack
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, Sending
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import redis
 
-from switchboard.app import create_app
-from switchboard.fakes.discord import FakeDiscord, make_command, sign_interaction
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.slack_payloads import make_event, sign_request
+from switchboard.channels.discord.fake.platform import FakeDiscord, make_command, sign_interaction
+from switchboard.channels.slack.fake.payloads import make_event, sign_request
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.cli.worker import run_worker
 from switchboard.settings import load_settings
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, KEY, PUBLIC_KEY
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.fakes.telegram_api import FakeTelegram, make_update, sign_update

@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from switchboard.server import GuardedAppRunner
 from switchboard.settings import HttpSettings
+from switchboard.web.server import GuardedAppRunner
 
 GUARD_S = 10.0
 """Only a guard against a hanging test."""

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.sqlcard import database_card
-from switchboard.core.sqlguard import SqlLimits, deadline_handler
-from switchboard.core.sqlstore import SESSION_DB
-from switchboard.core.toolbox.sql import SqlInput, sql_tools
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Workspaces, workspace_for
+from switchboard.core.sql.card import database_card
+from switchboard.core.sql.guard import SqlLimits, deadline_handler
+from switchboard.core.sql.store import SESSION_DB
+from switchboard.core.tools.builtin.sql import SqlInput, sql_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.workspaces.disk import Workspaces, workspace_for
 from switchboard.errors import ToolError
 from switchboard.skills.loading import UseSkillInput, skill_tools
 from switchboard.skills.package import SkillError, parse_skill_md
@@ -147,7 +147,7 @@ def test_a_hand_made_database_of_slow_views_cannot_hold_the_prompt_up(
         granted.append(timeout_s)
         real(connection, min(timeout_s, 0.01))  # the same decisions, without waiting out each deadline
 
-    monkeypatch.setattr("switchboard.core.sqlcard.deadline_handler", spy)
+    monkeypatch.setattr("switchboard.core.sql.card.deadline_handler", spy)
     card = database_card(mine, {})
     assert "v0 (? rows)" in card.text, card.text
     assert sum(granted) <= 1.0, f"the card may spend {sum(granted):.2f} s of the event loop on one database"

@@ -18,35 +18,35 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels import telegram as telegram_module
 from switchboard.channels.base import Rate
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.channels.web import WebChannel
-from switchboard.core.gateway import ToolGateway
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.channels.telegram import adapter as telegram_module
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.fake.state import _Planned
+from switchboard.channels.web.adapter import WebChannel
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import ConversationRef
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox import progress as progress_module
-from switchboard.core.toolbox.progress import Progress, ProgressOptions
-from switchboard.core.toolbox.shell import ShellOptions, shell_tools
-from switchboard.core.workspaces import workspace_for
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.telegram_state import _Planned
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer, DrainOutcome
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin import progress as progress_module
+from switchboard.core.tools.builtin.progress import Progress, ProgressOptions
+from switchboard.core.tools.builtin.shell import ShellOptions, shell_tools
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import workspace_for
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox
+from switchboard.outbound.ratelimits import SendBuckets
+from switchboard.outbound.toolstatus import StatusBoard
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
-from switchboard.queue.outbox import Outbox
-from switchboard.queue.ratelimits import SendBuckets
-from switchboard.queue.toolstatus import StatusBoard
 from switchboard.sandbox.runner import Sandbox
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
+from switchboard.worker.drain import Drainer, DrainOutcome
 from tests.channels.slack_support import BOT_TOKEN, dm, make_channel
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.core.turns import agent, answer_step, calls_step

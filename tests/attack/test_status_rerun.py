@@ -12,9 +12,9 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.core.workspaces import workspace_for
-from switchboard.queue.deliver import ChannelDeliverer
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.core.workspaces.disk import workspace_for
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.ingest import Ingestor
 from switchboard.sandbox.runner import Sandbox
 from tests.attack.test_status_hostile import QUEUE, bwrap, channel, fake, make_drainer, private

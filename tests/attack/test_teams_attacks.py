@@ -19,9 +19,9 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.fakes.teams import FakeTeams, SigningKey
+from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels.teams_support import APP_ID, PASSWORD, payload, teams_env
 
 NOW = int(time.time())

@@ -25,18 +25,18 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from multidict import CIMultiDict
 
-from switchboard.app import create_app
-from switchboard.channels._teams_channel import TeamsChannel
 from switchboard.channels.render.split import measure
 from switchboard.channels.render.teams import MAX_TEXT
+from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import NOT_OFFERED_PREFIX, event_text
 from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage
 from switchboard.errors import AttachmentError
-from switchboard.fakes.teams import FakeTeams, SigningKey
 from switchboard.queue.offers import check_choices
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from switchboard.web.app import create_app
 from tests.channels.slack_support import Progress
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, personal, teams_env
 
@@ -257,7 +257,7 @@ async def test_a_token_for_one_bot_is_refused_at_another_bots_endpoint(
 async def test_an_unauthenticated_request_is_refused_before_its_body_is_parsed(
     gateway: TestClient, fake: FakeTeams, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import switchboard.channels._teams_channel as teams_channel
+    import switchboard.channels.teams.adapter as teams_channel
 
     parsed: list[int] = []
     real_loads = json.loads

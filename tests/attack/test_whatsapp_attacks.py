@@ -15,10 +15,16 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels._meta import SIGNATURE_HEADER, sign
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID, delivery, make_message, sign_request, text_delivery
+from switchboard.channels.meta.webhook import SIGNATURE_HEADER, sign
+from switchboard.channels.meta.whatsapp.fake.payloads import (
+    PHONE_NUMBER_ID,
+    delivery,
+    make_message,
+    sign_request,
+    text_delivery,
+)
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"
 VERIFY = "verify-me"

@@ -19,9 +19,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from switchboard.core.toolbox.files import MAX_LIST_ENTRIES, ListFilesInput, WriteFileInput, list_files, write_file
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import DIRECTORY_BYTES, Quotas, Workspaces
+from switchboard.core.tools.builtin.files import (
+    MAX_LIST_ENTRIES,
+    ListFilesInput,
+    WriteFileInput,
+    list_files,
+    write_file,
+)
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.workspaces.disk import DIRECTORY_BYTES, Quotas, Workspaces
 from switchboard.errors import ToolError
 
 DEEP = "e/" * 1_500 + "g"

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.results import save_result
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.shell import shell_tools
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces, workspace_for
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.shell import shell_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.tools.results import save_result
+from switchboard.core.workspaces.disk import Quotas, Workspaces, workspace_for
 from switchboard.errors import ToolError
 from switchboard.types import SessionKey
 from tests.sandbox.conftest import sandbox_of
@@ -68,8 +68,8 @@ def test_a_large_tool_result_is_never_written_through_a_planted_symlink(root: Pa
 
 
 async def test_file_tools_and_reads_refuse_planted_links(root: Path, home: Path, outside: Path) -> None:
-    from switchboard.core.toolbox.files import resolve_in_workspace
-    from switchboard.core.workspacestore import LocalWorkspaces
+    from switchboard.core.tools.builtin.files import resolve_in_workspace
+    from switchboard.core.workspaces.store import LocalWorkspaces
 
     (outside / "secret.txt").write_text("host secret")
     (home / "link").symlink_to(outside, target_is_directory=True)

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.files import TOOLS as FILE_TOOLS
-from switchboard.core.toolbox.shell import shell_tools
-from switchboard.core.toolcalls import ToolOutcome
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces, workspace_for
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.files import TOOLS as FILE_TOOLS
+from switchboard.core.tools.builtin.shell import shell_tools
+from switchboard.core.tools.calls import ToolOutcome
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import Quotas, Workspaces, workspace_for
 from switchboard.sandbox.runner import Sandbox
 from switchboard.types import SessionKey
 from tests.sandbox.conftest import LIMITS, sandbox_of

@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 import pytest
 from playwright.async_api import expect
 
-from switchboard.channels.web import WebChannel, split_session_key
+from switchboard.channels.web.adapter import WebChannel, split_session_key
+from switchboard.cli.sessions import REDIS_URL_FILE
 from switchboard.core.actions import Choice, OfferChoice
+from switchboard.outbound.outbox import Ephemeral
+from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.lease import CURRENT_LEASE, Lease
 from switchboard.queue.offers import record_offer
-from switchboard.queue.outbox import Ephemeral
-from switchboard.queue.webstream import WebStreamPublisher
-from switchboard.sessions import REDIS_URL_FILE
 from switchboard.types import SessionKey
 from tests.browser.conftest import CHROMIUM, GUARD_MS, SKIP_REASON, ChatPage, Gateway
 

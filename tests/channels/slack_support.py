@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.channels.base import FileData
-from switchboard.channels.slack import SlackChannel
-from switchboard.channelsettings import SlackSettings
+from switchboard.channels.slack.adapter import SlackChannel
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
+from switchboard.settings.channels import SlackSettings
 
 BOT_TOKEN = "xoxb-1-test-token"
 APP_TOKEN = "xapp-1-test-token"

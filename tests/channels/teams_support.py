@@ -8,11 +8,11 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchboard.channels._teams_channel import TeamsChannel
 from switchboard.channels.base import RawRequest
-from switchboard.channelsettings import TeamsSettings
+from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.fake.platform import FakeTeams
 from switchboard.core.messages import ConversationRef
-from switchboard.fakes.teams import FakeTeams
+from switchboard.settings.channels import TeamsSettings
 
 APP_ID = "00000000-1111-4222-8333-444444444444"
 BOT_ID = "28:" + APP_ID

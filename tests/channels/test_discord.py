@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels._discord_inbound import DiscordInbound, load_interaction, parse_interaction
-from switchboard.channels._discord_outbound import message_nonce
 from switchboard.channels.base import FileData
-from switchboard.channels.discord import FACTORY, DiscordChannel, problems
+from switchboard.channels.discord.adapter import FACTORY, DiscordChannel, problems
+from switchboard.channels.discord.fake.platform import FakeDiscord
+from switchboard.channels.discord.inbound import DiscordInbound, load_interaction, parse_interaction
+from switchboard.channels.discord.outbound import message_nonce
 from switchboard.channels.registry import BuildContext, factory
 from switchboard.channels.render.discord import utf16_len
 from switchboard.channels.render.markdown import FENCE as _FENCE
@@ -41,7 +42,6 @@ from switchboard.core.messages import (
     Posted,
 )
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, RateLimitedError
-from switchboard.fakes.discord import FakeDiscord
 from tests.channels._discord_fixtures import (
     APP_ID,
     BOT_ID,

@@ -11,18 +11,18 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels._discord_gateway import INTENTS
-from switchboard.channels._discord_outbound import message_nonce
 from switchboard.channels.base import Inbound
-from switchboard.channels.discord import DiscordChannel, _GatewayListener
+from switchboard.channels.discord.adapter import DiscordChannel, _GatewayListener
+from switchboard.channels.discord.fake.platform import FakeDiscord, make_command, make_message
+from switchboard.channels.discord.gateway import INTENTS
+from switchboard.channels.discord.outbound import message_nonce
 from switchboard.core.actions import SendText
 from switchboard.core.messages import CommandIssued, InboundMessage, MessageEdited, Posted
 from switchboard.errors import QueueUnavailableError
-from switchboard.fakes.discord import FakeDiscord, make_command, make_message
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, PUBLIC_KEY, TOKEN, Sending, channel, fake
 
 __all__ = ["channel", "fake"]  # fixtures, imported for pytest

@@ -10,16 +10,16 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels.discord import FACTORY
+from switchboard.channels.discord.adapter import FACTORY
+from switchboard.channels.discord.fake.platform import SIMULATION, FakeDiscord, make_message
 from switchboard.channels.registry import env_block
+from switchboard.cli.discord import register_commands
+from switchboard.cli.listeners import run_listeners
+from switchboard.cli.worker import run_worker
 from switchboard.core.messages import InboundMessage
-from switchboard.discordcli import register_commands
 from switchboard.errors import ConfigError
-from switchboard.fakes.discord import SIMULATION, FakeDiscord, make_message
-from switchboard.listeners import run_listeners
 from switchboard.settings import load_settings
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, PUBLIC_KEY, TOKEN, fake
 
 __all__ = ["fake"]  # fixtures, imported for pytest

@@ -12,13 +12,19 @@ import redis
 from aiohttp.test_utils import TestClient
 from nacl.signing import SigningKey
 
-from switchboard.app import create_app
-from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.discord.adapter import DiscordChannel
+from switchboard.channels.discord.fake.platform import (
+    FakeDiscord,
+    make_command,
+    make_component,
+    make_ping,
+    sign_interaction,
+)
 from switchboard.core.actions import Choice, OfferChoice
 from switchboard.core.messages import ChoiceSelected, CommandIssued, ConversationRef, InboundMessage
 from switchboard.errors import SignatureError
-from switchboard.fakes.discord import FakeDiscord, make_command, make_component, make_ping, sign_interaction
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import (
     APP_ID,
     KEY,

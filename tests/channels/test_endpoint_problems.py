@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.channels import instagram, messenger, teams, whatsapp
-from switchboard.channelsettings import (
+from switchboard.channels.meta.instagram import adapter as instagram
+from switchboard.channels.meta.messenger import adapter as messenger
+from switchboard.channels.meta.whatsapp import adapter as whatsapp
+from switchboard.channels.teams import factory as teams
+from switchboard.settings.channels import (
     InstagramSettings,
     MessengerSettings,
     TeamsSettings,

@@ -16,21 +16,21 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from pydantic import BaseModel
 
-from switchboard.channels._meta import sign
 from switchboard.channels.base import Channel, DeliveryStatus, RawRequest
-from switchboard.channels.instagram import InstagramChannel
-from switchboard.channels.messenger import MessengerChannel
+from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID, PAGE_ID
+from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.webhook import sign
+from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
+from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID
 from switchboard.channels.registry import BuildContext
-from switchboard.channels.slack import SlackChannel
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.channels.whatsapp import WhatsAppChannel
-from switchboard.channelsettings import InstagramSettings, MessengerSettings, SlackSettings, WhatsAppSettings
+from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.channels.slack.fake.payloads import sign_request
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Posted, Sender, trusted
 from switchboard.errors import MalformedBodyError
-from switchboard.fakes.messenger_payloads import IG_ACCOUNT_ID, PAGE_ID
-from switchboard.fakes.slack_payloads import sign_request
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID
 from switchboard.settings import TelegramSettings
+from switchboard.settings.channels import InstagramSettings, MessengerSettings, SlackSettings, WhatsAppSettings
 
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads"
 SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -13,12 +13,12 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.fakes.messenger import FakeMessenger
-from switchboard.fakes.messenger_payloads import sign_delivery
+from switchboard.channels.meta.messaging.fake.payloads import sign_delivery
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
 from switchboard.queue.eventlog import read_events
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from switchboard.web.app import create_app
 from tests.channels.test_messenger import AGENTS, PAYLOADS, check, keyspace, payload, stored
 
 IG_TOKEN = "IGQVJtestaccounttoken"

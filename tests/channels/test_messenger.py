@@ -13,7 +13,8 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
+from switchboard.channels.meta.messaging.fake.payloads import sign_delivery
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
 from switchboard.core.inbound import event_text
 from switchboard.core.messages import (
     ChoiceSelected,
@@ -23,10 +24,9 @@ from switchboard.core.messages import (
     MessageEdited,
     Posted,
 )
-from switchboard.fakes.messenger import FakeMessenger
-from switchboard.fakes.messenger_payloads import sign_delivery
 from switchboard.queue.eventlog import read_events
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads"
 TOKEN = "EAAGtestpagetoken"

@@ -7,17 +7,23 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from switchboard.channels._meta import UNCLAIMED_PREFIX
 from switchboard.channels.base import RawRequest
-from switchboard.channels.instagram import InstagramChannel
-from switchboard.channels.instagram import problems as instagram_problems
-from switchboard.channels.messenger import MessengerChannel
-from switchboard.channels.messenger import problems as messenger_problems
+from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.instagram.adapter import problems as instagram_problems
+from switchboard.channels.meta.messaging.fake.payloads import (
+    IG_ACCOUNT_ID,
+    PAGE_ID,
+    make_delivery,
+    sign_delivery,
+    text_item,
+)
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
+from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.messenger.adapter import problems as messenger_problems
+from switchboard.channels.meta.webhook import UNCLAIMED_PREFIX
 from switchboard.channels.registry import BuildContext
-from switchboard.channelsettings import InstagramSettings, MessengerSettings
 from switchboard.errors import SignatureError
-from switchboard.fakes.messenger import FakeMessenger
-from switchboard.fakes.messenger_payloads import IG_ACCOUNT_ID, PAGE_ID, make_delivery, sign_delivery, text_item
+from switchboard.settings.channels import InstagramSettings, MessengerSettings
 
 SECRET = "app-secret-one"
 TOKEN = "EAAGaccountstoken"

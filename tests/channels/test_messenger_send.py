@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels._meta import EVENT_COUNTS
-from switchboard.channels.instagram import InstagramChannel
-from switchboard.channels.messenger import MessengerChannel
-from switchboard.channelsettings import InstagramSettings, MessengerSettings
+from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
+from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.webhook import EVENT_COUNTS
 from switchboard.core.actions import (
     Choice,
     EditText,
@@ -25,7 +25,7 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
-from switchboard.fakes.messenger import FakeMessenger
+from switchboard.settings.channels import InstagramSettings, MessengerSettings
 from tests.channels.slack_support import Progress
 
 TOKEN = "EAAGsendtoken"

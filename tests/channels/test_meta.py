@@ -10,9 +10,9 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from switchboard.channels import _meta
-from switchboard.channels._meta import UNCLAIMED_PREFIX, AccountMap, sign, verify_request
-from switchboard.channels._meta_graph import (
+from switchboard.channels.base import RawRequest
+from switchboard.channels.meta import webhook as _meta
+from switchboard.channels.meta.graph import (
     GraphError,
     GraphRateLimited,
     backoff_s,
@@ -20,7 +20,7 @@ from switchboard.channels._meta_graph import (
     media_allowed,
     sends_token,
 )
-from switchboard.channels.base import RawRequest
+from switchboard.channels.meta.webhook import UNCLAIMED_PREFIX, AccountMap, sign, verify_request
 from switchboard.errors import MalformedBodyError, SignatureError
 
 

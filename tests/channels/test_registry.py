@@ -22,16 +22,16 @@ import pytest
 import redis
 from aiohttp.test_utils import TestServer
 
-from switchboard.app import create_app
-from switchboard.appkeys import CHANNELS
 from switchboard.channels import registry
-from switchboard.checks import check_command, config_problems, known_variables
+from switchboard.cli.checks import check_command, config_problems, known_variables
+from switchboard.cli.simulate import SIMULATE_FILE, simulate
 from switchboard.core.actions import SendText
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import ConfigError
-from switchboard.queue.outbox import Ephemeral
+from switchboard.outbound.outbox import Ephemeral
 from switchboard.settings import Settings, load_settings
-from switchboard.simulate import SIMULATE_FILE, simulate
+from switchboard.web.app import create_app
+from switchboard.web.appkeys import CHANNELS
 
 from .echo.channel import ANSWER, EchoChannel, EchoSettings
 from .echo.fake import SIMULATION, sign
@@ -169,7 +169,7 @@ async def test_simulate_posts_a_signed_request_and_prints_the_reply_the_fake_cap
 
 
 async def test_run_starts_the_fake_of_a_channel_without_credentials(echo_line: None, base_env: dict[str, str]) -> None:
-    from switchboard.processes import simulated_channels
+    from switchboard.cli.processes import simulated_channels
 
     settings = load_settings(base_env)
     fakes = await simulated_channels(settings)
@@ -241,7 +241,7 @@ async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
 
 _IMPORTS = """
 import sys
-from switchboard.checks import config_problems, unknown_variables
+from switchboard.cli.checks import config_problems, unknown_variables
 from switchboard.channels.registry import build_channels
 from switchboard.settings import load_settings
 import os

@@ -13,8 +13,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from bench._slack_load import SIGNING_SECRET, self_check, slack_load
 from switchboard.channels.base import RawRequest
-from switchboard.channels.slack import SlackChannel
-from switchboard.channelsettings import SlackSettings
+from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.settings.channels import SlackSettings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from switchboard.channels.render.slack import (
     slack_text_to_plain,
     split_mrkdwn,
 )
-from switchboard.fakes.slack import check_mrkdwn, pings
+from switchboard.channels.slack.fake.platform import check_mrkdwn, pings
 
 
 @pytest.mark.parametrize(

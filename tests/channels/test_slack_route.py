@@ -13,11 +13,11 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
+from switchboard.channels.slack.fake.payloads import form_body, make_block_actions, make_event, sign, sign_request
+from switchboard.channels.slack.fake.platform import FakeSlack
 from switchboard.core.actions import Choice, OfferChoice
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.slack_payloads import form_body, make_block_actions, make_event, sign, sign_request
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels.slack_support import BOT_TOKEN, SECRET, Progress, in_channel, make_channel
 
 

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels._slack_outbound import STREAM_CAP
-from switchboard.channels.slack import SlackChannel
+from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.channels.slack.fake.methods import Planned
+from switchboard.channels.slack.fake.platform import FakeSlack, check_mrkdwn
+from switchboard.channels.slack.outbound import STREAM_CAP
 from switchboard.core.actions import (
     AckChoice,
     Choice,
@@ -23,8 +25,6 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment
 from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
-from switchboard.fakes.slack import FakeSlack, check_mrkdwn
-from switchboard.fakes.slack_methods import Planned
 from tests.channels.slack_support import BOT_TOKEN, AttemptProgress, Progress, dm, in_channel, make_channel
 
 

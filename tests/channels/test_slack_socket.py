@@ -10,15 +10,15 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels._slack_socket import SlackSocketListener
 from switchboard.channels.base import Inbound
-from switchboard.channels.slack import SlackChannel
+from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.channels.slack.fake.payloads import make_block_actions, make_event
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.channels.slack.socket import SlackSocketListener
 from switchboard.core.messages import ChoiceSelected
 from switchboard.errors import QueueUnavailableError
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.slack_payloads import make_block_actions, make_event
 from switchboard.settings import load_settings
+from switchboard.web.app import create_app
 from tests.channels.slack_support import APP_TOKEN, BOT_TOKEN, make_channel
 
 

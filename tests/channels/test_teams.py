@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from switchboard.channels._teams_channel import ACCEPTED, TeamsChannel
 from switchboard.channels.render.split import measure
 from switchboard.channels.render.teams import MAX_TEXT, render_parts, render_teams
-from switchboard.channels.teams import problems
+from switchboard.channels.teams.adapter import ACCEPTED, TeamsChannel
+from switchboard.channels.teams.factory import problems
+from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
 from switchboard.core.actions import AckChoice, Choice, EditText, OfferChoice, SendError, SendText, SendTyping
 from switchboard.core.messages import ChoiceSelected, MessageDeleted, MessageEdited, Posted
 from switchboard.errors import DeliveryError, RateLimitedError, SignatureError
-from switchboard.fakes.teams import FakeTeams, SigningKey
 from tests.channels.slack_support import AttemptProgress, Progress
 from tests.channels.teams_support import (
     APP_ID,
@@ -292,7 +292,7 @@ def test_markdown_keeps_what_teams_renders_and_neutralises_the_rest() -> None:
 
 
 def test_check_says_what_is_missing() -> None:
-    from switchboard.channelsettings import TeamsSettings
+    from switchboard.settings.channels import TeamsSettings
 
     found = problems(TeamsSettings(app_id=APP_ID, login_base_url="ftp://x"))
     assert any("SWITCHBOARD_TEAMS__APP_PASSWORD" in p for p in found)
@@ -303,7 +303,7 @@ def test_check_says_what_is_missing() -> None:
 async def test_the_bot_token_is_renewed_shortly_before_it_expires(fake: FakeTeams) -> None:
     import aiohttp
 
-    from switchboard.channels._teams_api import BotToken
+    from switchboard.channels.teams.api import BotToken
 
     now = [1000.0]
     async with aiohttp.ClientSession() as http:

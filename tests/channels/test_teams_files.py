@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from switchboard.channels._download import MAX_REDIRECTS
-from switchboard.channels._teams_channel import TeamsChannel
-from switchboard.channels._teams_files import CONNECTOR_HOSTS, file_allowed, sends_token, service_allowed
+from switchboard.channels.download import MAX_REDIRECTS
+from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.fake.platform import FakeTeams
+from switchboard.channels.teams.files import CONNECTOR_HOSTS, file_allowed, sends_token, service_allowed
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError
-from switchboard.fakes.teams import FakeTeams
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel
 
 SERVICE = "https://smba.trafficmanager.net/amer/"

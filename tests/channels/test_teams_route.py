@@ -14,17 +14,17 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.channels._teams_channel import TeamsChannel
-from switchboard.channelsettings import TeamsSettings
-from switchboard.checks import config_problems
+from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.fake.platform import SIMULATION, FakeTeams
+from switchboard.cli.checks import config_problems
+from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
-from switchboard.fakes.teams import SIMULATION, FakeTeams
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.settings import Settings, load_settings
+from switchboard.settings.channels import TeamsSettings
 from switchboard.types import SessionKey
-from switchboard.worker import build_runtime, provider_config
+from switchboard.web.app import create_app
+from switchboard.worker.drain import Drainer
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
 
 PERSONAL = "a:1HkC_personal-chat-id"

@@ -23,18 +23,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pydantic import ValidationError
 
-from switchboard.app import create_app
-from switchboard.channels._teams_channel import TeamsChannel
-from switchboard.channelsettings import TEAMS_CONNECTOR_HOSTS, TeamsSettings
+from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.fake.platform import FakeTeams
+from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
-from switchboard.fakes.teams import FakeTeams
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer, DrainOutcome
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
+from switchboard.settings.channels import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.types import SessionKey
-from switchboard.worker import build_runtime, provider_config
+from switchboard.web.app import create_app
+from switchboard.worker.drain import Drainer, DrainOutcome
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
 
 PERSONAL = "a:1HkC_personal-chat-id"

@@ -14,9 +14,9 @@ from typing import Any, Literal
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchboard.channels import telegram as telegram_module
 from switchboard.channels.base import OK_JSON, RawRequest
-from switchboard.channels.telegram import CAPABILITIES, GROUP_CAPABILITIES, TelegramChannel
+from switchboard.channels.telegram import adapter as telegram_module
+from switchboard.channels.telegram.adapter import CAPABILITIES, GROUP_CAPABILITIES, TelegramChannel
 from switchboard.core.inbound import event_text, plan_turn
 from switchboard.core.messages import (
     Attachment,
@@ -440,7 +440,7 @@ async def test_an_unreachable_api_at_start_leaves_replies_working(caplog: pytest
     await gone.stop()
     adapter = TelegramChannel(settings(base_url, bot_token="not-a-numeric-token"))
     try:
-        with caplog.at_level(logging.WARNING, logger="switchboard.channels.telegram"):
+        with caplog.at_level(logging.WARNING, logger="switchboard.channels.telegram.adapter"):
             await adapter.start()
     finally:
         await adapter.aclose()

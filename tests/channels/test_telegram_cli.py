@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from switchboard.cli import main
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
+from switchboard.cli.main import main
 from tests.channels.test_telegram import SECRET, TOKEN
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.channels._telegram_files import MAX_DOCUMENT_BYTES, MAX_FETCH_BYTES, MAX_PHOTO_BYTES
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.files import MAX_DOCUMENT_BYTES, MAX_FETCH_BYTES, MAX_PHOTO_BYTES
 from switchboard.core.actions import Action, SendFile
-from switchboard.core.gateway import workspace_for
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.messages import Attachment
-from switchboard.core.replay import ReplayModel
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.channels.test_telegram_sending import conversation

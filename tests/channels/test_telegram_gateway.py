@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.app import create_app
+from switchboard.cli.worker import run_worker
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
 from tests.channels.test_telegram import BOT, SECRET, TOKEN
 from tests.fakes.telegram_api import SECRET_HEADER, FakeTelegram, check_html, make_update, sign_update
 
@@ -227,7 +227,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
     aiohttp_client: Any, base_env: dict[str, str]
 ) -> None:
     """What `switchboard run` without a token and `switchboard simulate telegram "text"` do."""
-    from switchboard.fakes.telegram_simulation import SIMULATION
+    from switchboard.channels.telegram.fake.simulation import SIMULATION
     from switchboard.settings import TelegramSettings
 
     block, running = await SIMULATION.start(TelegramSettings())

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from switchboard.channels.base import Inbound, Listener
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.errors import QueueUnavailableError
 from tests.channels.test_telegram import BOT, PAYLOADS, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram, make_update

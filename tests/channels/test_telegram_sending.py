@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.actions import (
     AckChoice,
     Choice,

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.app import create_app
-from switchboard.core.approvals import parse_option_id
-from switchboard.core.decisions import NOT_YOURS_TEXT
+from switchboard.cli.worker import run_worker
+from switchboard.core.approvals.decisions import NOT_YOURS_TEXT
+from switchboard.core.approvals.records import parse_option_id
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
 from tests.channels.test_telegram import BOT, PAYLOADS, SECRET, TOKEN
 from tests.fakes.telegram_api import FakeTelegram, make_update, sign_update
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from switchboard.channels import _meta
 from switchboard.channels.base import RawRequest
+from switchboard.channels.meta import webhook as _meta
+from switchboard.channels.meta.whatsapp.adapter import FACTORY, WhatsAppChannel, parse_template, problems
+from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID, sign_request, text_delivery
 from switchboard.channels.registry import BuildContext, factory
-from switchboard.channels.whatsapp import FACTORY, WhatsAppChannel, parse_template, problems
-from switchboard.channelsettings import WhatsAppSettings
 from switchboard.core.inbound import event_text, plan_turn
 from switchboard.core.messages import (
     ChoiceSelected,
@@ -27,7 +27,7 @@ from switchboard.core.messages import (
     Posted,
 )
 from switchboard.errors import MalformedBodyError, SignatureError
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID, sign_request, text_delivery
+from switchboard.settings.channels import WhatsAppSettings
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"
 VERIFY = "my-verify-token"
@@ -276,7 +276,7 @@ async def test_statuses_are_delivery_reports_for_the_users_conversation_not_mess
     channel = adapter()
     request = post(*sign_request(payload("statuses"), SECRET))
     await channel.verify(request)
-    with caplog.at_level(logging.INFO, logger="switchboard.channels._whatsapp_inbound"):
+    with caplog.at_level(logging.INFO, logger="switchboard.channels.meta.whatsapp.inbound"):
         inbound = await channel.receive(request)
     assert inbound.messages == ()
     assert [(s.status, s.platform_id, s.error) for s in inbound.statuses] == [
@@ -357,7 +357,7 @@ async def test_malformed_bodies_are_400(body: bytes) -> None:
 def test_the_factory_is_in_the_table_and_takes_get_for_the_handshake() -> None:
     assert factory("whatsapp") is FACTORY
     assert FACTORY.webhook_methods == frozenset({"GET", "POST"})
-    assert FACTORY.fake == "switchboard.fakes.whatsapp"
+    assert FACTORY.fake == "switchboard.channels.meta.whatsapp.fake.platform"
 
 
 def test_check_names_what_is_missing() -> None:

@@ -15,14 +15,20 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
-from switchboard.fakes.whatsapp import FakeWhatsApp
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID, delivery, make_message, sign_request, text_delivery
+from switchboard.channels.meta.whatsapp.fake.payloads import (
+    PHONE_NUMBER_ID,
+    delivery,
+    make_message,
+    sign_request,
+    text_delivery,
+)
+from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
+from switchboard.cli.worker import run_worker
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
-from switchboard.worker import run_worker
+from switchboard.web.app import create_app
 
 TOKEN = "EAAdefault"
 SALES_TOKEN = "EAAsales"
@@ -247,8 +253,8 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
     aiohttp_client: Any, base_env: dict[str, str]
 ) -> None:
     """What `switchboard run` without WhatsApp credentials and `switchboard simulate whatsapp "text"` do."""
-    from switchboard.channelsettings import WhatsAppSettings
-    from switchboard.fakes.whatsapp import SIMULATION
+    from switchboard.channels.meta.whatsapp.fake.platform import SIMULATION
+    from switchboard.settings.channels import WhatsAppSettings
 
     block, running = await SIMULATION.start(WhatsAppSettings())
     try:

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.channels import _meta
-from switchboard.channels._meta_graph import GraphError, GraphRateLimited
+from switchboard.channels.meta import webhook as _meta
+from switchboard.channels.meta.graph import GraphError, GraphRateLimited
+from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
+from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID
+from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
 from switchboard.channels.registry import BuildContext
 from switchboard.channels.render.whatsapp import render_whatsapp, split_text
-from switchboard.channels.whatsapp import WhatsAppChannel
 from switchboard.core.actions import Choice, EditText, OfferChoice, SendFile, SendText, SendTyping
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError
-from switchboard.fakes.whatsapp import FakeWhatsApp
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID
 from tests.channels.slack_support import Progress
 from tests.channels.test_whatsapp import settings
 

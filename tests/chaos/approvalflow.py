@@ -12,8 +12,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from switchboard.core.approvals import ApprovalRecord
-from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update, sign_update
+from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.queue.approvals import record_from_fields
 from switchboard.queue.keys import SessionKeys
 

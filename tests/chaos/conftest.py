@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 
 from .harness import BOT_TOKEN, Gateway, WorkerPool
 

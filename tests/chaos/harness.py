@@ -31,14 +31,14 @@ import aiohttp
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from switchboard.app import create_app
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update, sign_update
 from switchboard.core.messages import session_key
-from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
 from switchboard.queue.eventlog import decode_entries
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from switchboard.web.app import create_app
 
 from .checker import History, Posted, Reply, Signal, message_text
 

@@ -32,7 +32,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import FakeTelegram, make_update
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update
 from switchboard.queue.keys import SessionKeys
 
 from .approvalflow import approval_of, ask_refund, buttons, next_update_id, post_update, press, record

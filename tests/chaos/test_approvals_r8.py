@@ -21,9 +21,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update
 from switchboard.control import ControlError, ControlService, OperatorScope, OutOfScopeError
-from switchboard.core.gateway import action_sha256
-from switchboard.fakes.telegram import FakeTelegram, make_update
+from switchboard.core.tools.gateway import action_sha256
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import load_settings

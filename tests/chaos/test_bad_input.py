@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import SECRET_HEADER, FakeTelegram, make_update, sign_update
+from switchboard.channels.telegram.fake.platform import SECRET_HEADER, FakeTelegram, make_update, sign_update
 
 from .harness import SECRET, Gateway, chaos_env, chat_of
 

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 
 from .checker import check, message_text

@@ -2,7 +2,7 @@
 
 - 16 threads, each with its own event loop and Redis connection, make 1,000 calls each of the same write call (one
   idempotency key): the tool runs once; every other caller gets the stored result — one that arrives while the one
-  execution is in flight waits for it (``switchboard.core.effects.running``).
+  execution is in flight waits for it (``switchboard.core.tools.effects.running``).
 - 100 calls under the same key with other arguments: all refused (``idempotency_conflict``), none runs.
 - The record's TTL is at least 24 h.
 - 50 crashes of real worker processes between "effect done" and "result recorded" (the tool SIGKILLs its own
@@ -26,12 +26,12 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
 from switchboard.control import ControlService, OperatorScope
-from switchboard.core.effects import EFFECT_TTL_S
-from switchboard.core.gateway import CallScope, ToolGateway, ToolOutcome
 from switchboard.core.messages import session_key
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import workspace_for
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.effects import EFFECT_TTL_S
+from switchboard.core.tools.gateway import CallScope, ToolGateway, ToolOutcome
+from switchboard.core.workspaces.disk import workspace_for
 from switchboard.queue.connection import async_client
 from switchboard.queue.effects import RedisEffects
 from switchboard.queue.ingest import Ingestor

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys
 
 from .checker import check

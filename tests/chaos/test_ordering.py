@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 
 from .checker import check
 from .harness import Gateway, WorkerPool, chaos_env, collect, interleaved, replies, wait_until

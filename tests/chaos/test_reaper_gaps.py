@@ -36,7 +36,7 @@ SETTINGS = QueueSettings(lease_ms=500, reaper_interval_s=0.1)
 REPAIR_BOUND_S = 10 * SETTINGS.lease_ms / 1000
 """Ten lease TTLs: generous for a sweep every 0.1 s, far below the 30 s and 60 s fallbacks."""
 STARTED_TTL_S = 60.0
-"""What ``SessionWorker`` registers started drain jobs with (``switchboard.queue.worker.STARTED_TTL_S``)."""
+"""What ``SessionWorker`` registers started drain jobs with (``switchboard.worker.worker.STARTED_TTL_S``)."""
 
 
 def _message() -> InboundMessage:

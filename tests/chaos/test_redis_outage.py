@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.embedded import EmbeddedRedis
 
 from .checker import Signal, check

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.fakes.telegram import FakeTelegram
+from switchboard.channels.telegram.fake.platform import FakeTelegram
 
 from .checker import check, message_text
 from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, replies, wait_until

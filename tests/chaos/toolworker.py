@@ -1,6 +1,6 @@
 """A real ``switchboard worker`` with three test tools registered: ``python -m tests.chaos.toolworker``.
 
-The worker is the product's own (``switchboard.cli.main(["worker"])``); the only difference is the tool registry,
+The worker is the product's own (``switchboard.cli.main.main(["worker"])``); the only difference is the tool registry,
 extended the way a custom integration extends it (:meth:`ToolRegistry.register`), in every place that builds one
 (start-up checks, the runtime). Each tool counts what it really did in the test's Redis under ``chaos:exec:...``
 (keys of the test, not of the product), so a test reads the number of executions from outside the process:
@@ -36,11 +36,11 @@ from typing import Any
 import redis
 from pydantic import BaseModel, Field, model_validator
 
-import switchboard.core.toolbox as toolbox
+import switchboard.core.tools.builtin as toolbox
 from switchboard.core.model import ModelEvent, ModelRequest
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.queue.approvals import RedisApprovals
 
 __all__ = [
@@ -159,7 +159,7 @@ def _install() -> None:
             registry.register(tool, replace=True)
         return registry
 
-    toolbox.default_registry = extended  # before switchboard.worker binds the name
+    toolbox.default_registry = extended  # before switchboard.cli.worker binds the name
 
     settle = RedisApprovals.approval_settle
 
@@ -186,6 +186,6 @@ def _install() -> None:
 
 if __name__ == "__main__":
     _install()
-    from switchboard.cli import main
+    from switchboard.cli.main import main
 
     raise SystemExit(main(["worker"]))

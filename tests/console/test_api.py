@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.approvals import ApprovalRecord, ApprovalRequest, new_approval_id
-from switchboard.core.effects import EffectRecord
+from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, new_approval_id
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
+from switchboard.core.tools.effects import EffectRecord
 from switchboard.queue.approvals import RedisApprovals
 from switchboard.queue.effects import RedisEffects
 from switchboard.queue.ingest import Ingestor

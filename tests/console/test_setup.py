@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from argon2 import PasswordHasher
 
-from switchboard.checks import check_command
-from switchboard.cli import main
+from switchboard.cli.checks import check_command
+from switchboard.cli.main import main
 from switchboard.errors import ConfigError
 from switchboard.settings import load_settings
 from tests.console.conftest import HASH

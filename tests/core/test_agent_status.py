@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.core.agent import Agent, AgentProfile
-from switchboard.core.replay import ReplayModel
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.replay import ReplayModel
 from tests.core.turns import MemorySink, MemoryStore, answer_step, request, runtime
 
 
@@ -25,7 +25,7 @@ async def test_a_draft_agent_answers_that_it_is_not_ready(
 ) -> None:
     model = ReplayModel([answer_step("a generic answer")])
     sink = MemorySink()
-    with caplog.at_level(logging.WARNING, logger="switchboard.core.runtime"):
+    with caplog.at_level(logging.WARNING, logger="switchboard.core.agent.runtime"):
         result = await runtime(tmp_path, model=model).run_turn(request("hi", agent_=agent), sink, MemoryStore())
     assert agent.status == "draft"
     assert result.text.startswith("This agent is not ready yet (draft)") and missing in result.text

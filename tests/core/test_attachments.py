@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 from switchboard.channels.base import FileData
-from switchboard.core.attachments import AttachmentLimits, AttachmentSupport, safe_name, vision_capable
-from switchboard.core.gateway import workspace_for
+from switchboard.core.agent.attachments import AttachmentLimits, AttachmentSupport, safe_name, vision_capable
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted
-from switchboard.core.replay import ReplayModel
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import TurnRequest
 from switchboard.errors import AttachmentError
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, message, runtime
@@ -152,9 +152,9 @@ async def test_an_image_shown_to_a_vision_model_gates_a_risky_send_like_a_docume
 
 
 async def test_an_attachment_over_the_workspace_quota_is_a_note_not_a_failed_turn(tmp_path: Path) -> None:
-    from switchboard.core.gateway import ToolGateway
-    from switchboard.core.toolbox import default_registry
-    from switchboard.core.workspaces import Quotas, Workspaces
+    from switchboard.core.tools.builtin import default_registry
+    from switchboard.core.tools.gateway import ToolGateway
+    from switchboard.core.workspaces.disk import Quotas, Workspaces
 
     root = tmp_path / "ws"
     tools = default_registry()

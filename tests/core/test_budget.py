@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from switchboard.core.budget import Budget, PriceTable
+from switchboard.core.agent.budget import Budget, PriceTable
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.model import Finished, ModelEvent, ToolCall, ToolCallEvent, Usage
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
 from tests.core.turns import (
     Empty,
     MemorySink,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.codeact import (
+from switchboard.core.agent.codeact import (
     PausedProgram,
     ProgramLimits,
     ProgramRunner,
@@ -22,7 +22,7 @@ from switchboard.core.codeact import (
     run_program,
     tool_params,
 )
-from switchboard.core.toolbox.files import TOOLS as FILE_TOOLS
+from switchboard.core.tools.builtin.files import TOOLS as FILE_TOOLS
 from switchboard.errors import BudgetExceededError, ToolError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -329,7 +329,7 @@ async def test_a_paused_program_resumes_in_another_process(runner: ProgramRunner
     (tmp_path / "paused.json").write_bytes(envelope)
     child = f"""
 import asyncio, json, pathlib, sys
-from switchboard.core.codeact import resume_program
+from switchboard.core.agent.codeact import resume_program
 
 async def call_tool(name, args):
     assert name == "count", name
@@ -384,7 +384,7 @@ async def test_altered_or_foreign_envelopes_are_refused(runner: ProgramRunner) -
 def test_a_forked_child_gets_a_clear_error_instead_of_a_hang() -> None:
     script = """
 import asyncio, os, sys
-from switchboard.core.codeact import ProgramRunner
+from switchboard.core.agent.codeact import ProgramRunner
 
 async def tool(name, args):
     return 1

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.compaction import (
+from switchboard.core.agent.compaction import (
     SCHEMA,
     Compacted,
     compact,
@@ -22,7 +22,7 @@ from switchboard.core.compaction import (
     render_record,
     split_turns,
 )
-from switchboard.core.prompt import _as_messages
+from switchboard.core.agent.prompt import _as_messages
 from switchboard.core.turn import HistoryEntry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +123,7 @@ def test_the_same_history_gives_byte_identical_output() -> None:
 def test_output_is_identical_across_processes_and_hash_seeds() -> None:
     code = (
         "from tests.core.test_compaction import conversation;"
-        "from switchboard.core.compaction import compact;"
+        "from switchboard.core.agent.compaction import compact;"
         "c = compact(conversation(120), budget_chars=9000);"
         "print(c.record_sha256, len(c.rendered), c.chars)"
     )

@@ -21,11 +21,11 @@ import pytest
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from switchboard.core.gateway import CallScope, ToolGateway
-from switchboard.core.parsers import MAX_COLUMNS, table_card
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.documents import DocumentLimits, document_tools
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.documents import DocumentLimits, document_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import CallScope, ToolGateway
+from switchboard.core.tools.parsers import MAX_COLUMNS, table_card
 from switchboard.types import SessionKey
 
 MiB = 2**20
@@ -229,8 +229,8 @@ async def test_a_parse_past_its_deadline_is_killed_and_not_retried(workspace: Pa
 
 @pytest.mark.usefixtures("no_children_left")
 async def test_five_parses_hitting_their_limits_pause_nothing_for_anyone(workspace: Path) -> None:
-    from switchboard.core.toolbox.clock import TOOLS as CLOCK
-    from switchboard.core.toolbox.files import TOOLS as FILES
+    from switchboard.core.tools.builtin.clock import TOOLS as CLOCK
+    from switchboard.core.tools.builtin.files import TOOLS as FILES
 
     limits = DocumentLimits(timeout_s=0.3)
     gateway = ToolGateway(ToolRegistry([*CLOCK, *FILES, *document_tools(limits)]), workspace_root=workspace.parent)

@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from switchboard.core.toolbox.documents import (
+from switchboard.core.tools.builtin.documents import (
     DocumentLimits,
     ReadDocumentInput,
     document_tools,
     read_document,
     table_card,
 )
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
 from switchboard.errors import ToolError
 
 

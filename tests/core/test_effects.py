@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from switchboard.core.actions import Action
-from switchboard.core.effects import EffectRecord, TurnEffects, effect_key
-from switchboard.core.gateway import CallScope, ToolGateway, workspace_for
-from switchboard.core.replay import ReplayModel
-from switchboard.core.toolbox import default_registry
-from switchboard.core.tools import ToolContext
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.effects import EffectRecord, TurnEffects, effect_key
+from switchboard.core.tools.gateway import CallScope, ToolGateway, workspace_for
 from switchboard.errors import ToolError
 from switchboard.types import SessionKey
 from tests.core.turns import (

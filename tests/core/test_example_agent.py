@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.settings import load_settings
 from tests.core.turns import MemorySink, MemoryStore, request
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from switchboard.core.toolbox import files
-from switchboard.core.toolbox.files import (
+from switchboard.core.tools.builtin import files
+from switchboard.core.tools.builtin.files import (
     TOOLS,
     ListFilesInput,
     ReadFileInput,
@@ -19,7 +19,7 @@ from switchboard.core.toolbox.files import (
     resolve_in_workspace,
     write_file,
 )
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
 from switchboard.errors import ToolError
 
 BAD_PATHS = ["../secret.txt", "a/../../secret.txt", "/etc/passwd", "~/notes.md", "", "C:\\Windows\\win.ini", "a\x00b"]

@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.gateway import (
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.builtin.clock import TOOLS as CLOCK
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.gateway import (
     CallScope,
     CircuitBreaker,
     ToolGateway,
@@ -18,10 +21,7 @@ from switchboard.core.gateway import (
     idempotency_key,
     workspace_for,
 )
-from switchboard.core.toolbox import ToolRegistry, default_registry
-from switchboard.core.toolbox.clock import TOOLS as CLOCK
-from switchboard.core.tools import Tool, ToolContext
-from switchboard.core.workspaces import DIRECTORY_BYTES, Quotas, Workspaces
+from switchboard.core.workspaces.disk import DIRECTORY_BYTES, Quotas, Workspaces
 from switchboard.errors import RateLimitedError, ToolError
 from switchboard.types import SessionKey
 from tests.core.turns import Empty, Payload, make_tool
@@ -349,7 +349,7 @@ def test_native_tool_families_have_breakers_of_their_own() -> None:
 
 
 async def test_a_failing_connector_does_not_pause_other_tools_for_any_session(tmp_path: Path) -> None:
-    from switchboard.core.toolbox.files import TOOLS as FILES
+    from switchboard.core.tools.builtin.files import TOOLS as FILES
 
     runs: list[int] = []
     parser = failing(TimeoutError(), runs, name="parse", connector="documents")
@@ -364,7 +364,7 @@ async def test_a_failing_connector_does_not_pause_other_tools_for_any_session(tm
 
 
 async def test_errors_never_show_host_paths(tmp_path: Path) -> None:
-    from switchboard.core.toolbox.files import TOOLS as FILES
+    from switchboard.core.tools.builtin.files import TOOLS as FILES
 
     async def leaks(args: Empty, c: ToolContext) -> Any:
         raise OSError(f"cannot open {c.workspace.resolve() / 'inbox' / 'x.txt'} or {tmp_path}/elsewhere")
@@ -386,7 +386,7 @@ async def test_errors_never_show_host_paths(tmp_path: Path) -> None:
 
 
 async def test_a_saved_result_can_be_paged_through_without_a_new_card(tmp_path: Path) -> None:
-    from switchboard.core.toolbox.files import TOOLS as FILES
+    from switchboard.core.tools.builtin.files import TOOLS as FILES
 
     report = "".join(f"line {i:05d}\n" for i in range(20_000))
     scope = CallScope()

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 from switchboard import tracing
-from switchboard.core.effects import EffectRecord, TurnEffects, effect_key
-from switchboard.core.gateway import CallScope, ToolGateway, action_sha256, workspace_for
-from switchboard.core.policy import Policy, PolicyConfig
-from switchboard.core.replay import ReplayModel
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.approvals.policy import Policy, PolicyConfig
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.effects import EffectRecord, TurnEffects, effect_key
+from switchboard.core.tools.gateway import CallScope, ToolGateway, action_sha256, workspace_for
 from switchboard.errors import ToolError
 from switchboard.types import SessionKey
 from tests.core.turns import (

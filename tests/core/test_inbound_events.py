@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.inbound import RESET_TEXT, history_text
 from switchboard.core.messages import (
     ChoiceSelected,
@@ -15,7 +16,6 @@ from switchboard.core.messages import (
     MessageEdited,
     Posted,
 )
-from switchboard.core.replay import ReplayModel
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, message, runtime
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from switchboard.core.actions import Action
-from switchboard.core.agent import Agent, AgentLimits, AgentPolicy, AgentProfile
-from switchboard.core.gateway import workspace_for
+from switchboard.core.agent.config import Agent, AgentLimits, AgentPolicy, AgentProfile
+from switchboard.core.agent.prompt import TRUST_NOTE
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.model import (
     Finished,
     ModelEvent,
@@ -29,8 +30,7 @@ from switchboard.core.model import (
     Usage,
     data_block,
 )
-from switchboard.core.prompt import TRUST_NOTE
-from switchboard.core.runtime import Runtime
+from switchboard.core.tools.gateway import workspace_for
 from tests.core.test_taint import effects
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from switchboard.core.agent.prompt import RUN_PROGRAM, build_prompt, final_request
+from switchboard.core.agent.slots import Slots
 from switchboard.core.model import (
     ChatMessage,
     Finished,
@@ -19,12 +21,10 @@ from switchboard.core.model import (
     ToolSpec,
     Usage,
 )
-from switchboard.core.prompt import RUN_PROGRAM, build_prompt, final_request
 from switchboard.core.providers import ModelFactory, ProviderConfig, model_name, parse_model_spec
 from switchboard.core.providers import offline as offline_module
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.slots import Slots
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.errors import ConfigError
 from tests.core.turns import MemorySink, MemoryStore, agent, message, request, runtime
 
@@ -201,7 +201,7 @@ def test_offline_needs_no_provider_sdk() -> None:
     code = (
         "import sys\n"
         "from switchboard.core.providers import ModelFactory, ProviderConfig\n"
-        "from switchboard.core.runtime import Runtime\n"
+        "from switchboard.core.agent.runtime import Runtime\n"
         "ModelFactory(ProviderConfig()).get('offline')\n"
         "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))\n"
     )

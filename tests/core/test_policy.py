@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from switchboard.checks import config_problems
-from switchboard.core.agent import Agent, AgentPolicy
-from switchboard.core.approvals import ApprovalRecord
-from switchboard.core.grants import may_decide, permissions_for, policy_problems, resolve_policy
-from switchboard.core.policy import Policy, PolicyConfig, Rule, granted
-from switchboard.core.slots import SLOT_TOOLS
-from switchboard.core.toolbox import default_registry
-from switchboard.core.toolbox.channel import TOOLS as CHANNEL_TOOLS
-from switchboard.core.toolbox.files import TOOLS as FILE_TOOLS
-from switchboard.core.tools import Tool
+from switchboard.cli.checks import config_problems
+from switchboard.core.agent.config import Agent, AgentPolicy
+from switchboard.core.agent.slots import SLOT_TOOLS
+from switchboard.core.approvals.grants import may_decide, permissions_for, policy_problems, resolve_policy
+from switchboard.core.approvals.policy import Policy, PolicyConfig, Rule, granted
+from switchboard.core.approvals.records import ApprovalRecord
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.builtin.channel import TOOLS as CHANNEL_TOOLS
+from switchboard.core.tools.builtin.files import TOOLS as FILE_TOOLS
+from switchboard.core.tools.definition import Tool
 from switchboard.errors import ConfigError
 from switchboard.settings import FileConfig, Settings, load_file
 from switchboard.skills.loading import skill_tools

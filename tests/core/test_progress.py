@@ -1,6 +1,6 @@
 """The progress policy of a long tool call: what the status message says, when it is posted, edited and ended.
 
-The channel end is a recorder of the :class:`~switchboard.core.status.StatusMessage` calls (the queue layer's real
+The channel end is a recorder of the :class:`~switchboard.core.tools.status.StatusMessage` calls (the queue layer's real
 one is tested through the fake platforms in ``tests/sandbox/test_shell_progress.py``).
 """
 
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from switchboard.core.toolbox.progress import Progress, ProgressOptions, duration, notice_times
+from switchboard.core.tools.builtin.progress import Progress, ProgressOptions, duration, notice_times
 
 
 class Status:

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.core.model import Finished, ModelRequest, TextDelta, ToolSpec
-from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.replay import (
+from switchboard.core.agent.replay import (
     RecordedStep,
     RecordingModel,
     ReplayModel,
@@ -18,6 +16,8 @@ from switchboard.core.replay import (
     request_fingerprint,
     save_recording,
 )
+from switchboard.core.model import Finished, ModelRequest, TextDelta, ToolSpec
+from switchboard.core.providers.offline import OfflineModel
 from switchboard.errors import ModelError, ReplayDivergedError
 from tests.core.turns import RECORDINGS, MemorySink, MemoryStore, answer_step, request, runtime
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.agent import Agent, AgentLimits
+from switchboard.core.agent.config import Agent, AgentLimits
+from switchboard.core.agent.prompt import WORK_LOG_MARKER, request_tokens
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.model import ModelRequest, TextDelta
-from switchboard.core.prompt import WORK_LOG_MARKER, request_tokens
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.toolbox import default_registry
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import ToolContext
 from switchboard.core.turn import HistoryEntry
 from switchboard.errors import ModelError
 from tests.core.turns import (

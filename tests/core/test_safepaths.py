@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.core.safepaths import (
+from switchboard.core.workspaces.disk import Quotas, Workspaces, make_private_dir, workspace_for
+from switchboard.core.workspaces.safepaths import (
     UnsafePathError,
     entry_stat,
     missing_dirs,
@@ -20,8 +21,7 @@ from switchboard.core.safepaths import (
     remove_tree,
     write_bytes,
 )
-from switchboard.core.workspaces import Quotas, Workspaces, make_private_dir, workspace_for
-from switchboard.core.workspacesync import MAX_KEY_BYTES, remote_name, write_copy
+from switchboard.core.workspaces.sync import MAX_KEY_BYTES, remote_name, write_copy
 
 SESSION = "t/a/web/default/chat"
 

@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from switchboard.core.sandbox import SandboxLimits, run_callable
+from switchboard.core.tools.child import SandboxLimits, run_callable
 
 HERE = __name__
 

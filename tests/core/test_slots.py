@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from switchboard.core.gateway import CallScope, ToolGateway
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.slots import SLOT_MAX_BYTES, Slots, slot_bytes
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.replay import ReplayModel
-from switchboard.core.slots import SLOT_MAX_BYTES, Slots, slot_bytes
-from switchboard.core.toolbox import default_registry
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import CallScope, ToolGateway
 from switchboard.types import SessionKey
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, calls_step, request, runtime
 

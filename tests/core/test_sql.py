@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.databases import SharedDatabase
-from switchboard.core.sqlcard import database_card
-from switchboard.core.sqlguard import SqlLimits
-from switchboard.core.sqlstore import SESSION_DB
-from switchboard.core.toolbox.sql import SqlInput, sql_tools
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces
+from switchboard.core.sql.card import database_card
+from switchboard.core.sql.databases import SharedDatabase
+from switchboard.core.sql.guard import SqlLimits
+from switchboard.core.sql.store import SESSION_DB
+from switchboard.core.tools.builtin.sql import SqlInput, sql_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.workspaces.disk import Quotas, Workspaces
 from switchboard.errors import ToolError
 from switchboard.types import SessionKey
 

@@ -11,12 +11,12 @@ from typing import Any
 import openpyxl
 import pytest
 
-from switchboard.core.sqlcard import database_card
-from switchboard.core.sqlload import BATCH_ROWS, sanitise_names
-from switchboard.core.sqlstore import SESSION_DB
-from switchboard.core.toolbox.documents import ReadDocumentInput, read_document
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, Workspaces
+from switchboard.core.sql.card import database_card
+from switchboard.core.sql.load import BATCH_ROWS, sanitise_names
+from switchboard.core.sql.store import SESSION_DB
+from switchboard.core.tools.builtin.documents import ReadDocumentInput, read_document
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.workspaces.disk import Quotas, Workspaces
 from switchboard.errors import ToolError
 
 

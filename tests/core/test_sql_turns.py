@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from switchboard.agents import agent_problems
-from switchboard.core.agent import Agent
-from switchboard.core.databases import SharedDatabase
+from switchboard.cli.agents import agent_problems
+from switchboard.core.agent.config import Agent
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.model import ModelRequest
-from switchboard.core.replay import ReplayModel
-from switchboard.core.sqlcard import CARD_HEADING
+from switchboard.core.sql.card import CARD_HEADING
+from switchboard.core.sql.databases import SharedDatabase
 from switchboard.core.turn import TurnRequest
-from switchboard.core.workspaces import workspace_for
+from switchboard.core.workspaces.disk import workspace_for
 from switchboard.errors import ConfigError
 from switchboard.settings import load_file, load_settings
 

@@ -15,14 +15,14 @@ from typing import Any, Literal
 import pytest
 
 from switchboard.core.actions import Action, OfferChoice
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
-from switchboard.core.approvals import parse_option_id
-from switchboard.core.gateway import workspace_for
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.prompt import build_prompt
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.slots import SLOT_TOOLS, UNTRUSTED_KEY, Slots, StateUpdate
+from switchboard.core.approvals.records import parse_option_id
 from switchboard.core.messages import InboundMessage
-from switchboard.core.prompt import build_prompt
-from switchboard.core.replay import ReplayModel
-from switchboard.core.slots import SLOT_TOOLS, UNTRUSTED_KEY, Slots, StateUpdate
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import HistoryEntry, TurnResult
 from switchboard.types import SessionKey
 from tests.core.turns import MemorySink, MemoryStore, answer_step, calls_step, message, request, runtime

@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.threads import ThreadShare, run_blocking
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.files import TOOLS as FILES
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.files import TOOLS as FILES
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.tools.threads import ThreadShare, run_blocking
 from switchboard.types import SessionKey
 from tests.core.turns import Empty, make_tool
 

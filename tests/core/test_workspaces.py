@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.gateway import ToolGateway
 from switchboard.core.messages import session_key
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.files import TOOLS as FILES
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import DIRECTORY_BYTES, Quotas, Workspaces, read_total_bytes, workspace_for
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.files import TOOLS as FILES
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import DIRECTORY_BYTES, Quotas, Workspaces, read_total_bytes, workspace_for
 from switchboard.errors import ToolError
-from switchboard.metrics import Metrics
 from switchboard.types import SessionKey
+from switchboard.web.metrics import Metrics
 
 KiB = 1024
 

@@ -9,15 +9,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.replay import RecordedStep
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.events import Event
 from switchboard.core.messages import ConversationRef, InboundEvent, InboundMessage, Posted, Sender
 from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import RecordedStep
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import ToolRegistry, default_registry
-from switchboard.core.tools import Tool, ToolContext
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"

@@ -17,13 +17,13 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from switchboard.core.agent import Agent
+from switchboard.cli.worker import build_runtime, provider_config
+from switchboard.core.agent.config import Agent
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.providers import ModelFactory
-from switchboard.core.runtime import Runtime
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from switchboard.egress.gate import SandboxEgress, start_sandbox_egress
 from switchboard.settings import Settings, load_settings
-from switchboard.worker import build_runtime, provider_config
 from tests.core.turns import MemorySink, MemoryStore, message
 from tests.sandbox.conftest import sandbox_of
 
@@ -54,7 +54,8 @@ def _settings(tmp_path: Path, agents: dict[str, Any]) -> Settings:
 
 
 class Worker:
-    """A worker's runtime over ``settings`` and its egress proxy (as :func:`switchboard.worker.run_worker` has it)."""
+    """A worker's runtime over ``settings`` and its egress proxy (as :func:`switchboard.cli.worker.run_worker` has
+    it)."""
 
     def __init__(self, settings: Settings, runtime: Runtime, gate: SandboxEgress | None) -> None:
         self.settings, self.runtime, self.gate = settings, runtime, gate

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.cli.worker import run_worker
 from switchboard.core.events import EgressRequested, EventAdapter
 from switchboard.egress.events import RedisEgressSink
 from switchboard.egress.gate import MAX_SOCKET_PATH, start_sandbox_egress
@@ -21,7 +22,6 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.sandbox.runner import Sandbox
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
-from switchboard.worker import run_worker
 from tests.sandbox.conftest import sandbox_of
 
 SESSION = "default/assistant/web/main/conv-1"
@@ -151,6 +151,6 @@ def test_check_refuses_a_socket_path_too_long(base_env: dict[str, str], tmp_path
 def test_importing_the_worker_loads_no_egress_code() -> None:
     """Start-up stays light: the proxy, h11 and the certificate code load only when the worker starts a proxy."""
     loaded = "sorted(m for m in sys.modules if m.startswith(('switchboard.egress', 'h11')))"
-    probe = f"import sys, switchboard.worker; print({loaded})"
+    probe = f"import sys, switchboard.cli.worker; print({loaded})"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout == "[]\n"

@@ -24,14 +24,14 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.events import EgressRequested, EventAdapter
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.replay import ReplayModel
-from switchboard.core.toolbox import ToolRegistry, default_registry
-from switchboard.core.toolbox.shell import PROXIED, ShellOptions, shell_tools
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.builtin.shell import PROXIED, ShellOptions, shell_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import TurnRequest
-from switchboard.core.workspaces import workspace_for
+from switchboard.core.workspaces.disk import workspace_for
 from switchboard.egress.gate import NO_HOSTS, SandboxEgress, start_sandbox_egress
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import SessionKeys

@@ -14,11 +14,11 @@ import redis.asyncio as aioredis
 from switchboard.egress.ca import DeploymentCA
 from switchboard.egress.events import RedisEgressSink
 from switchboard.egress.placeholders import placeholder
-from switchboard.metrics import Metrics
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.stats import read_stats
 from switchboard.types import SessionKey
+from switchboard.web.metrics import Metrics
 from tests.egress.conftest import PUBLIC, SECRET_VALUE, SHARED_VALUE, Upstream, World, _serve
 from tests.egress.test_proxy import _get
 

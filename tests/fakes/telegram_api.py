@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from switchboard.channels.base import FileData
-from switchboard.errors import DeliveryError
-from switchboard.fakes.telegram import (
+from switchboard.channels.telegram.fake.platform import (
     FAKE_STATE,
     SECRET_HEADER,
     FakeCall,
@@ -21,6 +20,7 @@ from switchboard.fakes.telegram import (
     make_update,
     sign_update,
 )
+from switchboard.errors import DeliveryError
 
 __all__ = [
     "FAKE_STATE",

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from switchboard.channels.base import FileData
-from switchboard.core.attachments import AttachmentSupport
+from switchboard.core.agent.attachments import AttachmentSupport
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import Attachment, ConversationRef, Posted
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import TurnRequest
 from switchboard.errors import AttachmentError
 from tests.core.turns import MemorySink, MemoryStore, agent, message

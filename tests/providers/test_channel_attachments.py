@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.channelfiles import ChannelAttachments, attachment_support, transcription_model
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.core.attachments import AttachmentLimits, AttachmentSupport
-from switchboard.core.gateway import workspace_for
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.core.agent.attachments import AttachmentLimits, AttachmentSupport
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted, Sender
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import TurnRequest
 from switchboard.settings import TelegramSettings, load_settings
+from switchboard.worker.files import ChannelAttachments, attachment_support, transcription_model
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram

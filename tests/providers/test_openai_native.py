@@ -16,15 +16,15 @@ from openai.types.containers import FileListResponse
 from openai.types.responses import ResponseCompactionItem, ResponseStreamEvent, ResponseUsage
 from pydantic import BaseModel, TypeAdapter
 
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
-from switchboard.core.gateway import ToolGateway
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.native import STATE_SLOT, NativeAdapter
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.model import ChatMessage, Finished, HostedContainer, TextDelta, ToolCall, ToolCallEvent
-from switchboard.core.native import STATE_SLOT, NativeAdapter
 from switchboard.core.providers.openai import OpenAIModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import HistoryEntry, TurnRequest, TurnResult
-from switchboard.core.workspaces import Quotas, Workspaces, workspace_for
+from switchboard.core.workspaces.disk import Quotas, Workspaces, workspace_for
 from switchboard.errors import ModelError
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease

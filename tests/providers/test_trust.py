@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 import pytest
 
-from switchboard.core.agent import Agent, AgentLimits, AgentProfile
-from switchboard.core.gateway import workspace_for
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.prompt import TRUST_NOTE
 from switchboard.core.model import ModelAdapter
-from switchboard.core.prompt import TRUST_NOTE
 from switchboard.core.providers.anthropic import AnthropicModel
 from switchboard.core.providers.openai import OpenAIModel
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import HistoryEntry
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 from tests.fakes.anthropic_api import FakeAnthropic

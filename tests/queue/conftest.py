@@ -16,13 +16,13 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Capabilities, Receipt, SendContext
 from switchboard.core.actions import Action
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.connection import async_client
-from switchboard.queue.drain import Drainer, TurnRunner
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer, TurnRunner
 
 AGENT = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.")
 _counter = itertools.count(1)

@@ -12,7 +12,7 @@ import sys
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Channel, Emit, Inbound
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.queue.holders import ListenerHost
 from switchboard.settings import TelegramSettings
 

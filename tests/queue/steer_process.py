@@ -1,6 +1,6 @@
 """A real worker process for the mid-steer kill test: ``python -m tests.queue.steer_process REDIS_URL``.
 
-Runs :func:`switchboard.queue.worker.run_worker` with a runner that, for a message saying "hang", asks its sink for
+Runs :func:`switchboard.worker.worker.run_worker` with a runner that, for a message saying "hang", asks its sink for
 steered messages (as the runtime does before each model call) until one arrives, then hangs: the test SIGKILLs it
 there, with the steered message taken by the turn but not acked.
 """
@@ -11,8 +11,8 @@ import asyncio
 import sys
 
 from switchboard.core.turn import SessionStore, SteeringSink, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.worker import run_worker
 from switchboard.settings import QueueSettings, Settings
+from switchboard.worker.worker import run_worker
 
 from .conftest import RecordingDeliverer, agent_for, echo_runner
 

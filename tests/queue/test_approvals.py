@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.approvals import (
+from switchboard.core.approvals.records import (
     ApprovalRecord,
     ApprovalRequest,
     ApprovalStore,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 import yaml
 
-from switchboard.core.agent import Agent
-from switchboard.core.grants import resolve_policy
+from switchboard.core.agent.config import Agent
+from switchboard.core.approvals.grants import resolve_policy
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.drain import Drainer
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import FileConfig, QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.queue.conftest import RecordingDeliverer
 
 CONFIG = FileConfig.model_validate(

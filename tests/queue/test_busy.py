@@ -19,7 +19,9 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt, SendContext
 from switchboard.core.actions import Action
-from switchboard.core.agent import AgentLimits
+from switchboard.core.agent.config import AgentLimits
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -31,14 +33,9 @@ from switchboard.core.messages import (
 from switchboard.core.model import ModelEvent, ModelRequest
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry, SessionStore, SteeringSink, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
-from switchboard.queue.busy import INTERRUPTED_CODE, BusyTurn, answered_part
-from switchboard.queue.cancellation import interrupt_record, listen_for_stops
-from switchboard.queue.drain import Drainer
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -46,6 +43,9 @@ from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import MAX_INTERRUPTS, Attempt, Ledger
 from switchboard.settings import QueueSettings, load_file
 from switchboard.types import BusyPolicy
+from switchboard.worker.busy import INTERRUPTED_CODE, BusyTurn, answered_part
+from switchboard.worker.cancellation import interrupt_record, listen_for_stops
+from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step, calls_step
 
 from .conftest import AGENT, RecordingDeliverer, agent_for, make_drainer, make_message, wait_for

@@ -8,10 +8,10 @@ import json
 import redis.asyncio as aioredis
 
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.cancellation import listen_for_stops, request_stop
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
+from switchboard.worker.cancellation import listen_for_stops, request_stop
 from tests.queue.conftest import RecordingDeliverer, make_drainer, make_message, wait_for
 
 
@@ -77,10 +77,10 @@ async def test_console_stop_reaches_the_model_request_of_the_real_runtime(
 ) -> None:
     from pathlib import Path
 
+    from switchboard.core.agent.runtime import Runtime
     from switchboard.core.providers import ModelFactory, ProviderConfig
-    from switchboard.core.runtime import Runtime
-    from switchboard.core.toolbox import default_registry
-    from switchboard.queue.drain import Drainer
+    from switchboard.core.tools.builtin import default_registry
+    from switchboard.worker.drain import Drainer
     from tests.queue.conftest import agent_for
 
     deliverer = RecordingDeliverer(streaming=True)

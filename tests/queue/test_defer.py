@@ -12,12 +12,12 @@ import redis.asyncio as aioredis
 
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import BudgetExceededError, ModelError
-from switchboard.queue.drain import Drainer, DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer, DrainOutcome
 
 from .conftest import RecordingDeliverer, agent_for, make_message
 

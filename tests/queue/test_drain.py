@@ -9,8 +9,6 @@ import redis.asyncio as aioredis
 from switchboard.core.events import StepRecorded, UsageMetered
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
-from switchboard.queue import drain as drain_module
-from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -18,6 +16,8 @@ from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken, fenced_xad
 from switchboard.queue.stats import read_stats
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
+from switchboard.worker import drain as drain_module
+from switchboard.worker.drain import DrainOutcome
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.effects import EFFECT_TTL_S, EffectRecord, effect_key
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.events import Event
-from switchboard.core.replay import ReplayModel
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord, effect_key
 from switchboard.errors import FencedWriteError
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease

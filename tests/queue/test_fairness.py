@@ -11,14 +11,14 @@ import redis.asyncio as aioredis
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
-from switchboard.queue.drain import DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import Lease
-from switchboard.queue.worker import SessionWorker
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.worker import SessionWorker
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
 

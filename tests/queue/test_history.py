@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.model import ModelEvent, ModelRequest
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
@@ -50,7 +50,7 @@ def model() -> Capturing:
 
 
 def drainer(client: aioredis.Redis, settings: QueueSettings, deliverer: RecordingDeliverer, tmp: Path, model: Any):  # type: ignore[no-untyped-def]
-    from switchboard.queue.drain import Drainer
+    from switchboard.worker.drain import Drainer
 
     factory = ModelFactory(ProviderConfig())
     factory.override("offline", model)

@@ -8,21 +8,21 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from switchboard.core.actions import Choice, OfferChoice
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.inbound import RESET_TEXT
 from switchboard.core.messages import ChoiceSelected, CommandIssued, MessageDeleted, Posted
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry
-from switchboard.queue.cancellation import is_stop
-from switchboard.queue.drain import Drainer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.offers import record_offer
 from switchboard.settings import QueueSettings
+from switchboard.worker.cancellation import is_stop
+from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step
 from tests.queue.conftest import RecordingDeliverer, make_message
 

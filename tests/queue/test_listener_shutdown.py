@@ -17,9 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Channel, Emit, Inbound
-from switchboard.channels.discord import DiscordChannel
+from switchboard.channels.discord.adapter import DiscordChannel
+from switchboard.channels.discord.fake.platform import FakeDiscord, make_message
 from switchboard.channels.registry import BuildContext
-from switchboard.fakes.discord import FakeDiscord, make_message
 from switchboard.queue.holders import ListenerHost
 from switchboard.queue.keys import GlobalKeys
 from tests.channels._discord_fixtures import fake, settings

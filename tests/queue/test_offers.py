@@ -13,20 +13,20 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.core.actions import Choice, OfferChoice
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import ChoiceSelected, InboundMessage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry
 from switchboard.errors import FencedWriteError
-from switchboard.queue.drain import Drainer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.offers import OFFERS_KEPT, OFFERS_TTL_S, check_choices, record_offer
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step, calls_step
 from tests.queue.conftest import RecordingDeliverer, make_message
 

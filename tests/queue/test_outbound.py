@@ -13,14 +13,14 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Capabilities, Rate
 from switchboard.core.actions import SendFile, SendText
-from switchboard.core.workspaces import workspace_for
+from switchboard.core.workspaces.disk import workspace_for
 from switchboard.errors import DeliveryError, FencedWriteError, RateLimitedError
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox
+from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.queue.connection import async_client
-from switchboard.queue.deliver import ChannelDeliverer
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
-from switchboard.queue.outbox import Outbox
-from switchboard.queue.ratelimits import SendBuckets
 from switchboard.settings import QueueSettings
 
 from .conftest import RecordingDeliverer, make_drainer, make_message
@@ -121,7 +121,7 @@ import asyncio, sys
 from switchboard.channels.base import Capabilities, Rate
 from switchboard.core.messages import ConversationRef
 from switchboard.queue.connection import async_client
-from switchboard.queue.ratelimits import SendBuckets
+from switchboard.outbound.ratelimits import SendBuckets
 
 async def main(url, chat, times):
     redis = async_client(url)
@@ -248,8 +248,8 @@ async def test_no_typing_reaches_a_channel_that_shows_none(
     client: aioredis.Redis, queue_settings: QueueSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-    from switchboard.queue import drain as drain_module
     from switchboard.queue.ingest import Ingestor
+    from switchboard.worker import drain as drain_module
 
     monkeypatch.setattr(drain_module, "TYPING_DELAY_S", 0.0)
     quiet = RecordingDeliverer(typing=False, typing_refresh_s=0.01)

@@ -7,21 +7,21 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt, SendContext
-from switchboard.channels.web import WebChannel
+from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError, RateLimitedError
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import DrainOutcome
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox, idempotency_key
+from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Ledger
-from switchboard.queue.outbox import Outbox, idempotency_key
 from switchboard.queue.stats import read_stats
-from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
+from switchboard.worker.drain import DrainOutcome
 
 from .conftest import RecordingDeliverer, make_drainer, make_message
 
@@ -112,7 +112,7 @@ async def test_rate_limited_send_is_retried_without_rerunning_the_model(
     async def fake_sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    from switchboard.queue.drain import Drainer
+    from switchboard.worker.drain import Drainer
 
     from .conftest import agent_for
 

@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
-from switchboard.queue.worker import SessionWorker
 from switchboard.settings import QueueSettings
+from switchboard.worker.worker import SessionWorker
 
 from .conftest import RecordingDeliverer, make_drainer, make_message, wait_for
 

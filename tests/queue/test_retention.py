@@ -12,15 +12,15 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from switchboard.channels.web import WebChannel
+from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
-from switchboard.queue.deliver import ChannelDeliverer
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, fenced_xadd
-from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import SessionKey
 

@@ -12,17 +12,17 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Inbound, RawRequest
 from switchboard.channels.registry import build_channels
-from switchboard.channels.web import WebChannel
+from switchboard.channels.slack.fake.payloads import make_event, sign_request
+from switchboard.channels.telegram.fake.updates import make_update
+from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError, QueueUnavailableError
-from switchboard.fakes.slack_payloads import make_event, sign_request
-from switchboard.fakes.telegram_updates import make_update
-from switchboard.metrics import Metrics
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.router import IngestRouter, resolve_route
 from switchboard.settings import FileConfig, load_settings
 from switchboard.types import SessionKey
+from switchboard.web.metrics import Metrics
 
 CONFIG = """
 default_agent: assistant

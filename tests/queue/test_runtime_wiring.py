@@ -7,10 +7,10 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
@@ -25,7 +25,7 @@ TOOLS_AGENT = Agent(
 
 
 def _drainer(client: aioredis.Redis, settings: QueueSettings, deliverer: RecordingDeliverer, tmp_path: Path):  # type: ignore[no-untyped-def]
-    from switchboard.queue.drain import Drainer
+    from switchboard.worker.drain import Drainer
 
     runtime = Runtime(models=ModelFactory(ProviderConfig()), tools=default_registry(), workspace_root=tmp_path / "ws")
     return Drainer(

@@ -17,12 +17,12 @@ from switchboard.core.events import UsageMetered
 from switchboard.core.messages import ConversationRef
 from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import DeliveryError, RateLimitedError
-from switchboard.queue.drain import Drainer, DrainOutcome
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer, DrainOutcome
 
 from .conftest import RecordingDeliverer, agent_for, make_message
 

@@ -6,10 +6,10 @@ from switchboard.channels.base import Capabilities, Receipt, SendContext
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
-from switchboard.queue.deliver import NO_CHANNEL, ChannelDeliverer
+from switchboard.outbound.deliver import NO_CHANNEL, ChannelDeliverer
+from switchboard.outbound.outbox import Ephemeral
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.lease import Lease
-from switchboard.queue.outbox import Ephemeral
 from switchboard.queue.sessions import list_sessions, timeline
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, bucket_field, read_stats
 from switchboard.settings import QueueSettings

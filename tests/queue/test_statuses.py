@@ -10,13 +10,13 @@ import redis
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import DeliveryStatus, Inbound
-from switchboard.channels.web import WebChannel
+from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import QueueUnavailableError
-from switchboard.metrics import Metrics
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.types import SessionKey
+from switchboard.web.metrics import Metrics
 from tests.queue.test_router import _config, _router
 
 

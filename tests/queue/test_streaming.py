@@ -13,12 +13,12 @@ from switchboard.channels.render.split import RENDER_HEADROOM, split_head
 from switchboard.core.actions import Action, EditText, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer, DrainOutcome
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.notices import CANCELLED_TEXT
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
-from switchboard.queue.notices import CANCELLED_TEXT
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer, DrainOutcome
 
 from .conftest import agent_for, make_message
 from .outbound_channel import Crash, FakeChannel, FakePlatform

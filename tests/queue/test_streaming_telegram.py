@@ -12,16 +12,16 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels import telegram as telegram_module
 from switchboard.channels.base import Rate
 from switchboard.channels.render.telegram import visible_text
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram import adapter as telegram_module
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram
 

@@ -10,19 +10,19 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from switchboard.core.actions import OfferChoice
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
-from switchboard.core.workspaces import workspace_for
-from switchboard.queue.drain import Drainer
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.workspaces.disk import workspace_for
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.store import load_history
 from switchboard.settings import QueueSettings
+from switchboard.worker.drain import Drainer
 from tests.queue.conftest import RecordingDeliverer, make_message
 
 AGENT = Agent(

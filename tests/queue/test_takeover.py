@@ -16,8 +16,8 @@ from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import Lease, fenced_xadd
 from switchboard.queue.reaper import Reaper
-from switchboard.queue.worker import ALIVE_BEATS, SessionWorker
 from switchboard.settings import QueueSettings
+from switchboard.worker.worker import ALIVE_BEATS, SessionWorker
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
 

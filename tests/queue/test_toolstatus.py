@@ -11,17 +11,17 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channels import telegram as telegram_module
 from switchboard.channels.base import Rate
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram import adapter as telegram_module
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import ConversationRef
-from switchboard.core.status import StatusMessages
-from switchboard.queue.deliver import ChannelDeliverer
+from switchboard.core.tools.status import StatusMessages
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox
+from switchboard.outbound.ratelimits import SendBuckets
+from switchboard.outbound.toolstatus import FINAL_HOLD_WAIT_S, FINAL_TOKEN_WAIT_S, INTERRUPTED_TEXT, StatusBoard
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
-from switchboard.queue.outbox import Outbox
-from switchboard.queue.ratelimits import SendBuckets
-from switchboard.queue.toolstatus import FINAL_HOLD_WAIT_S, FINAL_TOKEN_WAIT_S, INTERRUPTED_TEXT, StatusBoard
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram
 

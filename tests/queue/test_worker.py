@@ -11,8 +11,8 @@ from switchboard.errors import ConfigError
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.reaper import live_workers
-from switchboard.queue.worker import SessionWorker
 from switchboard.settings import QueueSettings
+from switchboard.worker.worker import SessionWorker
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
 
@@ -147,7 +147,7 @@ def test_check_config_refuses_a_bad_setup(settings: QueueSettings, kw: dict[str,
 
 
 def test_check_config_refuses_old_rq(monkeypatch: pytest.MonkeyPatch) -> None:
-    import switchboard.queue.worker as worker_module
+    import switchboard.worker.worker as worker_module
 
     monkeypatch.setattr(worker_module, "version", lambda name: "2.12.0")
     worker = SessionWorker("redis://127.0.0.1:1/0", QueueSettings(), drainer_factory=lambda r, w: None)  # type: ignore[arg-type,return-value]

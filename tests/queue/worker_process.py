@@ -1,6 +1,6 @@
 """A real worker process for the kill test: ``python -m tests.queue.worker_process REDIS_URL``.
 
-Runs :func:`switchboard.queue.worker.run_worker` with a runner that hangs on "hang" and a deliverer that
+Runs :func:`switchboard.worker.worker.run_worker` with a runner that hangs on "hang" and a deliverer that
 sends nothing, the way ``switchboard worker`` runs it with the real runtime and channels.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from switchboard.queue.worker import run_worker
 from switchboard.settings import QueueSettings, Settings
+from switchboard.worker.worker import run_worker
 
 from .conftest import RecordingDeliverer, agent_for, echo_runner
 

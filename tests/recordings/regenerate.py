@@ -1,6 +1,6 @@
 """Rebuild the recorded runs in this folder: ``.venv/bin/python -m tests.recordings.regenerate``.
 
-Each file is a JSONL recording (:mod:`switchboard.core.replay`): one line per model step holding the
+Each file is a JSONL recording (:mod:`switchboard.core.agent.replay`): one line per model step holding the
 request's fingerprint and the events the model streamed. The offline runs are recorded from the
 offline model; the others from a scripted model, through the real runtime, so the fingerprints are
 what the runtime really sent.
@@ -12,8 +12,8 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from switchboard.core.agent.replay import RecordedStep, RecordingModel, ReplayModel, save_recording
 from switchboard.core.providers.offline import OfflineModel
-from switchboard.core.replay import RecordedStep, RecordingModel, ReplayModel, save_recording
 from tests.core.turns import (
     RECORDINGS,
     MemorySink,

@@ -17,27 +17,27 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
+from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID
+from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
 from switchboard.channels.registry import BuildContext
-from switchboard.channels.slack import SlackChannel
-from switchboard.channels.telegram import TelegramChannel
-from switchboard.channels.whatsapp import WhatsAppChannel
-from switchboard.core.gateway import ToolGateway
+from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.toolbox.shell import ShellOptions, shell_tools
-from switchboard.core.workspaces import workspace_for
-from switchboard.fakes.slack import FakeSlack
-from switchboard.fakes.whatsapp import FakeWhatsApp
-from switchboard.fakes.whatsapp_payloads import PHONE_NUMBER_ID
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.builtin.shell import ShellOptions, shell_tools
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import workspace_for
+from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.sandbox.runner import Sandbox
 from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.worker.drain import Drainer
 from tests.channels.slack_support import BOT_TOKEN, dm, make_channel
 from tests.channels.test_whatsapp import settings as whatsapp_settings
 from tests.core.turns import agent, answer_step, calls_step

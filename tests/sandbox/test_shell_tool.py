@@ -9,10 +9,10 @@ import pytest
 
 from switchboard.core.actions import Action
 from switchboard.core.events import Event, SandboxUsed
-from switchboard.core.gateway import ToolGateway
-from switchboard.core.toolbox import ToolRegistry, default_registry
-from switchboard.core.toolbox.shell import ShellOptions, shell_tools
-from switchboard.core.tools import ToolContext
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.builtin.shell import ShellOptions, shell_tools
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.sandbox.capture import marker
 from switchboard.sandbox.runner import Sandbox
 from switchboard.types import SessionKey
@@ -170,8 +170,8 @@ def test_no_sandbox_means_no_shell_tool() -> None:
 def test_without_network_untrusted_content_in_the_turn_does_not_gate_the_next_command(sandbox: Sandbox) -> None:
     # A command's effects stay in the session's workspace: a document or an earlier command's output in view must
     # not stop the next command (a multi-step shell task, a skill's script). Sending to the user is still gated.
-    from switchboard.core.policy import Policy
-    from switchboard.core.toolbox.channel import TOOLS as CHANNEL_TOOLS
+    from switchboard.core.approvals.policy import Policy
+    from switchboard.core.tools.builtin.channel import TOOLS as CHANNEL_TOOLS
 
     (shell,) = shell_tools(sandbox)
     command = {"commands": ["wc -l notes.md"]}

@@ -13,15 +13,15 @@ import openpyxl
 import pytest
 from openpyxl.chart import BarChart
 
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.actions import Action
-from switchboard.core.agent import Agent, AgentPolicy, AgentProfile
-from switchboard.core.attachments import AttachmentSupport, FetchedFile
+from switchboard.core.agent.attachments import AttachmentSupport, FetchedFile
+from switchboard.core.agent.config import Agent, AgentPolicy, AgentProfile
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.events import SandboxUsed, SkillUsed
-from switchboard.core.gateway import workspace_for
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted, Sender
-from switchboard.core.replay import ReplayModel
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import TurnRequest
 from switchboard.sandbox.detect import choose_now
 from switchboard.skills.store import SkillLibrary, SkillStore, builtin_skills

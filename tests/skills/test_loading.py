@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.events import EventAdapter, SkillUsed, ToolCalled
-from switchboard.core.gateway import workspace_for
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.settings import load_settings
 from switchboard.skills.store import IndexEntry, SkillLibrary, SkillStore, builtin_skills
 from tests.core.turns import MemorySink, MemoryStore, answer_step, calls_step, request, runtime
@@ -131,7 +131,7 @@ async def test_a_package_changed_after_it_was_installed_is_refused(
 
 
 def test_agents_validate_names_a_skill_that_is_not_installed(tmp_path: Path, store: SkillStore) -> None:
-    from switchboard.agents import agent_problems
+    from switchboard.cli.agents import agent_problems
 
     config = tmp_path / "switchboard.yaml"
     config.write_text(

@@ -13,18 +13,18 @@ import redis.asyncio as aioredis
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
-from switchboard import webchat
-from switchboard.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
-from switchboard.channels.web import WebChannel
-from switchboard.metrics import Metrics
+from switchboard.channels.web.adapter import WebChannel
+from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.router import IngestRouter
-from switchboard.queue.webstream import WebStreamPublisher
 from switchboard.settings import Settings, load_settings
 from switchboard.types import SessionKey
+from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
+from switchboard.web.metrics import Metrics
+from switchboard.web.webchat import routes as webchat
 
 
 @dataclass

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard import webchat
 from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import load_settings
+from switchboard.web.webchat import routes as webchat
 
 from .conftest import Chat, build_app
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard import webchat
 from switchboard.queue.connection import async_client
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import load_settings
+from switchboard.web.webchat import routes as webchat
 
 from .conftest import Chat, build_app
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from switchboard.channels.base import FileData, RawRequest
-from switchboard.channels.web import MAX_FILE_BYTES, WebChannel, parse_post, split_session_key
+from switchboard.channels.web.adapter import MAX_FILE_BYTES, WebChannel, parse_post, split_session_key
 from switchboard.core.actions import (
     AckChoice,
     Choice,
@@ -31,10 +31,10 @@ from switchboard.errors import (
     FencedWriteError,
     MalformedBodyError,
 )
+from switchboard.outbound.outbox import Ephemeral
+from switchboard.outbound.webstream import parse_event_id, replay
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease
-from switchboard.queue.outbox import Ephemeral
-from switchboard.queue.webstream import parse_event_id, replay
 from switchboard.types import SessionKey
 
 from .conftest import Chat

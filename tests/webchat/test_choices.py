@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.web import WebChannel, split_session_key
+from switchboard.channels.web.adapter import WebChannel, split_session_key
 from switchboard.core.actions import Choice, OfferChoice
-from switchboard.core.agent import Agent, AgentProfile
+from switchboard.core.agent.config import Agent, AgentProfile
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import ChoiceSelected, InboundMessage, Posted
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
-from switchboard.queue.drain import Drainer
+from switchboard.core.tools.builtin import default_registry
+from switchboard.outbound.outbox import Ephemeral
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE
-from switchboard.queue.outbox import Ephemeral
+from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step, calls_step
 
 from .conftest import Chat, read_sse

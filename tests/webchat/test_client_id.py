@@ -6,9 +6,9 @@ the new text. A platform's dedup key stays a plain duplicate check (its retries 
 
 from __future__ import annotations
 
-from switchboard.appkeys import INGESTOR
-from switchboard.queue import webstream
+from switchboard.outbound import webstream
 from switchboard.queue.keys import SessionKeys
+from switchboard.web.appkeys import INGESTOR
 from tests.queue.conftest import make_message
 
 from .conftest import Chat

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.web import WebChannel
-from switchboard.core.agent import Agent
+from switchboard.channels.web.adapter import WebChannel
+from switchboard.core.agent.config import Agent
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
-from switchboard.queue.drain import Drainer
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE
 from switchboard.types import SessionKey
+from switchboard.worker.drain import Drainer
 
 from .conftest import Chat, read_sse
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.outbound.webstream import WebEvent
 from switchboard.queue.connection import async_client
 from switchboard.queue.fanout import StreamFanout, Subscription, SubscriptionClosedError
 from switchboard.queue.keys import SessionKeys
-from switchboard.queue.webstream import WebEvent
 from switchboard.types import SessionKey
 
 A = SessionKey("default/assistant/web/default/a")

@@ -10,11 +10,11 @@ import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from switchboard.app import create_app
+from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update, sign_update
 from switchboard.core.events import EventAdapter, MessageDropped
-from switchboard.fakes.telegram import FakeTelegram, make_update, sign_update
 from switchboard.queue.connection import async_client
 from switchboard.settings import LimitsSettings, load_settings
+from switchboard.web.app import create_app
 
 SECRET = "webhook_secret-123"
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]

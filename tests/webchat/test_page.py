@@ -82,7 +82,7 @@ async def test_nothing_else_is_served_from_disk(chat: Chat, path: str) -> None:
 
 
 async def test_script_never_parses_server_text_as_html() -> None:
-    from switchboard.webchat import STATIC_DIR
+    from switchboard.web.webchat.routes import STATIC_DIR
 
     script = (STATIC_DIR / "chat.js").read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):

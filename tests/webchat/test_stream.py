@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from switchboard import chatstream
 from switchboard.queue.keys import SessionKeys
+from switchboard.web.webchat import stream as chatstream
 
 from .conftest import Chat, read_sse
 

@@ -14,14 +14,14 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from switchboard import chatstream
-from switchboard.app import create_app
 from switchboard.queue.connection import async_client
 from switchboard.queue.fanout import POOL_SIZE
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.muxredis import MultiplexedRedis
 from switchboard.queue.streamslots import StreamSlots
 from switchboard.settings import Settings, load_settings
+from switchboard.web.app import create_app
+from switchboard.web.webchat import stream as chatstream
 
 from .conftest import Chat, build_app, read_sse
 

@@ -5,8 +5,8 @@ Before, one token minted 500 tickets in a second (501 Redis keys, each living ``
 
 from __future__ import annotations
 
-from switchboard import chatstream
 from switchboard.queue.keys import GlobalKeys
+from switchboard.web.webchat import stream as chatstream
 
 from .conftest import Chat
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from switchboard import webchat
 from switchboard.queue.keys import GlobalKeys
+from switchboard.web.webchat import routes as webchat
 
 from .conftest import Chat
 

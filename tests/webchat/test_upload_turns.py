@@ -5,21 +5,21 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from switchboard.channelfiles import ChannelAttachments
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.web import WebChannel
-from switchboard.core.agent import Agent
-from switchboard.core.attachments import AttachmentSupport
-from switchboard.core.gateway import workspace_for
+from switchboard.channels.web.adapter import WebChannel
+from switchboard.core.agent.attachments import AttachmentSupport
+from switchboard.core.agent.config import Agent
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import Attachment, InboundMessage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.gateway import workspace_for
 from switchboard.errors import AttachmentError
-from switchboard.queue.drain import Drainer
 from switchboard.queue.uploads import UploadStore
 from switchboard.types import SessionKey
+from switchboard.worker.drain import Drainer
+from switchboard.worker.files import ChannelAttachments
 from tests.core.turns import answer_step
 
 from .conftest import SSE, Chat, read_sse
@@ -104,7 +104,7 @@ async def test_the_adapter_reads_only_its_sessions_uploads_and_never_past_the_ca
     ref = await upload(chat, owner, PDF, "a.pdf", "application/pdf")
     web = WebChannel(None, read_upload=UploadStore(chat.redis).read)
     attachment = Attachment(kind="document", ref=ref, name="a.pdf")
-    from switchboard.channels.web import split_session_key
+    from switchboard.channels.web.adapter import split_session_key
 
     mine = split_session_key(SessionKey(await chat.session_key(owner)))
     theirs = split_session_key(SessionKey(await chat.session_key(other)))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from aiobotocore.session import get_session
 
-from switchboard.core.workspaces import Quotas, Workspaces
-from switchboard.s3workspaces import S3Workspaces
+from switchboard.core.workspaces.disk import Quotas, Workspaces
+from switchboard.core.workspaces.s3 import S3Workspaces
 
 KEY_ID, SECRET = "test-key-id", "test-secret-key"
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.messages import session_key
-from switchboard.core.replay import ReplayModel
-from switchboard.core.workspaces import Workspaces, workspace_for
-from switchboard.core.workspacestore import LocalWorkspaces
+from switchboard.core.workspaces.disk import Workspaces, workspace_for
+from switchboard.core.workspaces.s3 import build_workspace_store
+from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.errors import ToolError
-from switchboard.s3workspaces import build_workspace_store
 from switchboard.settings import load_settings
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, calls_step, request, runtime
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from switchboard.core.gateway import ToolGateway
 from switchboard.core.messages import session_key
-from switchboard.core.toolbox import ToolRegistry
-from switchboard.core.tools import ToolContext
-from switchboard.core.workspaces import Quotas, workspace_for
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.workspaces.disk import Quotas, workspace_for
+from switchboard.core.workspaces.s3 import S3Workspaces, build_workspace_store
 from switchboard.errors import ConfigError, ToolError
-from switchboard.s3workspaces import S3Workspaces, build_workspace_store
 from switchboard.settings import load_settings
 from tests.core.turns import make_tool
 
@@ -233,6 +233,6 @@ def test_the_s3_backend_is_configured_by_environment(tmp_path: Path) -> None:
 
 
 def test_starting_a_worker_does_not_import_the_s3_client() -> None:
-    code = "import sys, switchboard.worker, switchboard.s3workspaces; print('aiobotocore' in sys.modules)"
+    code = "import sys, switchboard.cli.worker, switchboard.core.workspaces.s3; print('aiobotocore' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert done.stdout.strip() == "False"

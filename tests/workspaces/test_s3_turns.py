@@ -14,27 +14,27 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.channelfiles import ChannelAttachments
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.actions import SendFile
-from switchboard.core.attachments import AttachmentSupport
-from switchboard.core.gateway import ToolGateway
+from switchboard.core.agent.attachments import AttachmentSupport
+from switchboard.core.agent.replay import RecordedStep, ReplayModel
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted, Sender, session_key
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.replay import RecordedStep, ReplayModel
-from switchboard.core.runtime import Runtime
-from switchboard.core.toolbox import default_registry
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import TurnRequest
-from switchboard.core.workspaces import Quotas, workspace_for
+from switchboard.core.workspaces.disk import Quotas, workspace_for
+from switchboard.core.workspaces.s3 import S3Workspaces
 from switchboard.errors import DeliveryError
-from switchboard.queue.deliver import ChannelDeliverer
-from switchboard.queue.drain import Drainer
+from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.outbound.outbox import Outbox
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.lease import Lease
-from switchboard.queue.outbox import Outbox
-from switchboard.s3workspaces import S3Workspaces
 from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.worker.drain import Drainer
+from switchboard.worker.files import ChannelAttachments
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, calls_step
 from tests.fakes.telegram_api import FakeTelegram
 

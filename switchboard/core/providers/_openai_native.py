@@ -31,8 +31,8 @@ from openai.types.responses import (
     ResponseInputItemParam,
 )
 
-from switchboard.core.native import ContainerFile
-from switchboard.core.programs import cap_output
+from switchboard.core.agent.native import ContainerFile
+from switchboard.core.agent.programs import cap_output
 
 __all__ = [
     "COMMAND_CHARS",

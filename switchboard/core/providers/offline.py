@@ -23,6 +23,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from switchboard.core.agent.prompt import FINAL_NOTE_HEADING, RUN_PROGRAM, WORK_LOG_MARKER
 from switchboard.core.model import (
     ChatMessage,
     Finished,
@@ -33,7 +34,6 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
-from switchboard.core.prompt import FINAL_NOTE_HEADING, RUN_PROGRAM, WORK_LOG_MARKER
 
 __all__ = ["OfflineModel"]
 

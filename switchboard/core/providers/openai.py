@@ -58,6 +58,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import Response
 
+from switchboard.core.agent.native import ContainerFile, NativeWindow
 from switchboard.core.model import (
     Finished,
     HostedContainer,
@@ -68,7 +69,6 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
-from switchboard.core.native import ContainerFile, NativeWindow
 from switchboard.core.providers._errors import (
     ProviderFacts,
     auth_error,

@@ -27,7 +27,7 @@ _NO_KEY = "unused"
 
 
 class OpenAITranscriber:
-    """A :class:`~switchboard.core.attachments.Transcriber` over OpenAI's audio transcription API."""
+    """A :class:`~switchboard.core.agent.attachments.Transcriber` over OpenAI's audio transcription API."""
 
     def __init__(self, *, model: str, api_key: str | None, base_url: str | None, timeout_s: float = 60.0) -> None:
         """Create the client.

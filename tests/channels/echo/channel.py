@@ -27,7 +27,6 @@ from switchboard.channels.base import (
     SendContext,
 )
 from switchboard.channels.registry import ChannelFactory
-from switchboard.channelsettings import ChannelSettings
 from switchboard.core.actions import (
     AckChoice,
     Action,
@@ -43,6 +42,7 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Sender
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, SignatureError
+from switchboard.settings.channels import ChannelSettings
 
 __all__ = ["ANSWER", "FACTORY", "SIGNATURE_HEADER", "EchoChannel", "EchoSettings"]
 

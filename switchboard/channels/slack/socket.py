@@ -1,0 +1,128 @@
+"""Slack Socket Mode: receive events over a websocket, for deployments without a public HTTPS URL.
+
+``apps.connections.open`` (with the app-level ``xapp-`` token) gives a ``wss://`` URL; Slack then pushes
+envelopes ``{"envelope_id", "type", "payload", "retry_attempt", …}``. Each envelope's payload is the body the
+HTTP endpoint would have received (an Events API callback, an interactivity payload) and goes through the same
+parsing; what it carries is handed to ``emit`` (the ingest router) and the envelope is acknowledged
+(``{"envelope_id": …}``) only once ``emit`` returned — durably accepted. When the queue is unavailable the
+envelope is left unacknowledged and Slack delivers it again (its dedup key answers the repeat). A ``disconnect``
+message (Slack refreshes connections every few hours), a closed socket or a network failure reconnects, with
+backoff. This is a small client on the adapter's aiohttp pool; slack-sdk's Socket Mode client would acknowledge
+from its own listener callbacks and keep a second session.
+
+The gateway runs one listener per account across all processes (the listener host holds a fenced lease), so
+Slack's load balancing across several connections never splits one account's events between processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from typing import TYPE_CHECKING, Any, Final
+
+import aiohttp
+from pydantic import ValidationError
+
+from switchboard.channels.base import Emit, Inbound
+from switchboard.channels.slack.api import SlackApi
+from switchboard.channels.slack.inbound import WireCallback, WireInteraction
+from switchboard.errors import DeliveryError, QueueUnavailableError, RequestError
+
+if TYPE_CHECKING:
+    from switchboard.channels.slack.adapter import SlackChannel
+
+__all__ = ["SlackSocketListener"]
+
+logger = logging.getLogger(__name__)
+
+_HEARTBEAT_S: Final = 30.0
+_BACKOFF_MIN_S: Final = 1.0
+_BACKOFF_MAX_S: Final = 30.0
+
+
+class SlackSocketListener:
+    """One Socket Mode connection for one account (reconnecting until cancelled).
+
+    Args:
+        channel: The account's adapter (parses payloads).
+        app_token: The app-level token (``xapp-…``, scope ``connections:write``).
+        api: The bot's Web API client: its base URL and connection pool are shared.
+    """
+
+    def __init__(self, channel: SlackChannel, app_token: str, api: SlackApi) -> None:
+        self._channel = channel
+        self._api = api
+        self._app_token = app_token
+        self.acked: int = 0
+        """Envelopes acknowledged since start (for tests and metrics)."""
+
+    async def _open(self) -> str:
+        app = SlackApi(self._app_token, self._api.base_url, session=self._api.http())
+        answer = await app.call("apps.connections.open", {})
+        url = answer.get("url")
+        if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
+            raise DeliveryError("slack answered apps.connections.open without a websocket URL", channel="slack")
+        return url
+
+    async def listen(self, emit: Emit) -> None:
+        """Receive until cancelled; reconnect after every disconnect or failure (with backoff)."""
+        backoff = _BACKOFF_MIN_S
+        account = self._channel.account
+        while True:
+            try:
+                url = await self._open()
+                async with self._api.http().ws_connect(url, heartbeat=_HEARTBEAT_S, autoping=True) as ws:
+                    logger.info("slack account %s: socket mode connected", account)
+                    backoff = _BACKOFF_MIN_S
+                    await self._serve(ws, emit)
+                logger.info("slack account %s: socket mode connection closed; reconnecting", account)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except (DeliveryError, aiohttp.ClientError, OSError, TimeoutError, QueueUnavailableError) as exc:
+                logger.warning("slack account %s: socket mode: %s; retrying in %.0f s", account, exc, backoff)
+            await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse, emit: Emit) -> None:
+        async for message in ws:
+            if message.type != aiohttp.WSMsgType.TEXT:
+                if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
+                    return
+                continue
+            try:
+                envelope = json.loads(message.data)
+            except ValueError:
+                logger.warning("slack account %s: socket mode sent a frame that is not JSON", self._channel.account)
+                continue
+            if not isinstance(envelope, dict):
+                continue
+            kind = envelope.get("type")
+            if kind == "disconnect":
+                return  # Slack asks for a new connection (refresh_requested, link_disabled, warning)
+            envelope_id = envelope.get("envelope_id")
+            if not isinstance(envelope_id, str):
+                continue  # hello and other notices
+            inbound = self._inbound(kind, envelope.get("payload"))
+            if inbound is not None and inbound.messages:
+                await emit(inbound)  # raises when the queue did not confirm: no ack, Slack sends it again
+            await ws.send_str(json.dumps({"envelope_id": envelope_id}))
+            self.acked += 1
+
+    def _inbound(self, kind: Any, payload: Any) -> Inbound | None:
+        """An envelope's payload → :class:`Inbound` (``None``: nothing to hand on; bad payloads are logged)."""
+        try:
+            if kind == "events_api":
+                return self._channel.receive_callback(WireCallback.model_validate(payload))
+            if kind == "interactive":
+                return self._channel.receive_interaction(WireInteraction.model_validate(payload))
+        except (ValidationError, RequestError) as exc:
+            logger.warning(
+                "slack account %s: socket mode %s envelope not understood (%s); acknowledged and dropped",
+                self._channel.account,
+                kind,
+                type(exc).__name__,
+            )
+        return None  # slash_commands and other kinds: acknowledged, not handled

@@ -1,0 +1,72 @@
+"""① and ⑤ for Microsoft Teams: Bot Framework activities in, proactive Bot Connector messages out.
+
+Inbound (``/webhooks/teams[/{account}]``, the bot's messaging endpoint): every activity's bearer token is checked
+(:mod:`~switchboard.channels.teams.auth`: RS256 with a key of the configured OpenID metadata, issuer, audience = the
+app id, expiry, key endorsements, and the ``serviceurl`` claim equal to the activity's ``serviceUrl``) before the
+activity is read; a bad token is 401 and nothing is queued. A verified activity is acknowledged at once (202) once it
+is durably queued, and answered later by a worker as a proactive message: the Connector gives up on a bot after about
+15 seconds and sends the activity again, and that re-send is dropped by its dedup key (conversation + activity id),
+so however long the agent runs, the user gets one answer.
+
+The Agents SDK's ``CloudAdapter.process`` is not used: it runs the bot's turn inside the HTTP request, which the
+queue does instead. The SDK provides the Activity models and the ``ConnectorClient`` the replies go through
+(:mod:`~switchboard.channels.teams.api`); the token checks and the bot's own token are done asynchronously here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.settings.channels import TeamsSettings, secure_endpoint
+
+if TYPE_CHECKING:
+    from switchboard.channels.teams.adapter import TeamsChannel
+
+__all__ = ["FACTORY", "problems"]
+
+
+def problems(settings: TeamsSettings) -> list[str]:
+    """What keeps an account from working, and how to fix it (``switchboard check``)."""
+    found = []
+    if not settings.app_id:
+        found.append(
+            "no app id: set SWITCHBOARD_TEAMS__APP_ID (Azure Bot → Configuration → Microsoft App ID); every "
+            "activity is refused until it is set"
+        )
+    if settings.app_password is None:
+        found.append(
+            "no app password: set SWITCHBOARD_TEAMS__APP_PASSWORD (the app registration's client secret); "
+            "activities are accepted but no reply can be sent"
+        )
+    for name, value in (
+        ("OPENID_METADATA_URL", settings.openid_metadata_url),
+        ("LOGIN_BASE_URL", settings.login_base_url),
+    ):
+        if not secure_endpoint(value):
+            found.append(f"SWITCHBOARD_TEAMS__{name} must be an https:// URL (got {value[:80]!r})")
+    if settings.tenant_id is not None and not settings.tenant_id.strip():
+        found.append("SWITCHBOARD_TEAMS__TENANT_ID is empty: set the tenant id (single-tenant bot) or unset it")
+    return found
+
+
+def _build(settings: TeamsSettings, context: BuildContext) -> TeamsChannel:
+    from switchboard.channels.teams.adapter import TeamsChannel  # the Agents SDK loads only where Teams is used
+
+    return TeamsChannel(
+        settings,
+        account=context.account,
+        require_mention=context.require_mention,
+        agent=context.agent,
+        tenant=context.tenant,
+    )
+
+
+FACTORY: ChannelFactory[TeamsSettings] = ChannelFactory(
+    name="teams",
+    settings=TeamsSettings,
+    build=_build,
+    problems=problems,
+    fake="switchboard.channels.teams.fake.platform",
+)
+"""Teams in the channel table."""

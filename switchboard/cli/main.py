@@ -1,0 +1,412 @@
+"""``switchboard`` command line: wires settings, Redis, the web tier and workers together.
+
+Logging is configured here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from switchboard.channels.registry import CHANNEL_MODULES
+from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
+from switchboard.errors import ConfigError, SwitchboardError
+from switchboard.settings import Settings, load_settings
+
+__all__ = ["main"]
+
+logger = logging.getLogger("switchboard")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- check
+
+
+def cmd_check(settings: Settings, environ: Mapping[str, str]) -> int:
+    """Print what is enabled and what is misconfigured; exit 1 on any problem."""
+    from switchboard.cli.checks import check_command
+
+    return check_command(settings, environ)
+
+
+def _refuse_bad_config(settings: Settings, command: str) -> None:
+    """Refuse to start on anything ``check`` reports as a problem (Redis is checked by connecting)."""
+    from switchboard.cli.checks import config_problems
+
+    problems = config_problems(settings)
+    if problems:
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise ConfigError(
+            f"`switchboard {command}` refuses to start; fix these first (see `switchboard check`):\n{listed}"
+        )
+
+
+def _warn_unknown_variables(settings: Settings, environ: Mapping[str, str]) -> None:
+    from switchboard.cli.checks import unknown_variables
+
+    for warning in unknown_variables(environ, settings):
+        logger.warning("%s", warning)
+
+
+# ---------------------------------------------------------------- simulate, sessions, agents
+
+
+def cmd_simulate(settings: Settings, channel: str, text: str, timeout: float) -> int:
+    """Send a correctly signed platform request to the running gateway and print the captured reply."""
+    from switchboard.cli.simulate import simulate
+
+    return asyncio.run(simulate(settings, channel, text, wait_s=timeout))
+
+
+def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -> int:
+    """``sessions list`` / ``sessions show KEY`` / ``sessions stop KEY``."""
+    from switchboard.cli.sessions import sessions_command
+
+    return sessions_command(settings, action, key, limit)
+
+
+def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
+    """``agents list|show NAME|validate``."""
+    from switchboard.cli.agents import agents_command
+
+    return agents_command(settings, action, name)
+
+
+def cmd_skills(settings: Settings, action: str, target: str | None, template: str | None) -> int:
+    """``skills add DIR|ZIP|--template NAME`` / ``list`` / ``show NAME[@VERSION]`` / ``remove NAME[@VERSION]``."""
+    from switchboard.skills.command import skills_command
+
+    return skills_command(settings, action, target, template)
+
+
+def cmd_telegram(settings: Settings, action: str, url: str | None, account: str) -> int:
+    """``telegram set-webhook URL`` / ``delete-webhook`` / ``webhook-info``."""
+    from switchboard.cli.telegram import telegram_command
+
+    return telegram_command(settings, action, url, account)
+
+
+def cmd_console(action: str) -> int:
+    """``console hash-password``: print the Argon2 hash of a password read from the terminal or stdin."""
+    from switchboard.console.hashcli import hash_password_command
+
+    return hash_password_command()
+
+
+def cmd_discord(settings: Settings, action: str) -> int:
+    """``discord`` (hold the gateway connections only) / ``discord register-commands``."""
+    from switchboard.cli.discord import discord_command
+
+    return discord_command(settings, action)
+
+
+def cmd_control(settings: Settings, args: argparse.Namespace) -> int:
+    """``approvals``, ``reconcile``, ``dead-letters``, ``takeover``, ``say``, ``handback`` (over ``control.py``)."""
+    from switchboard.cli.control import control_command
+
+    action = getattr(args, "action", "-")
+    targets = [t for t in (getattr(args, name, None) for name in ("session", "target", "key", "outcome", "text")) if t]
+    return control_command(
+        settings, args.command, action, targets, operator=args.operator, show_all=getattr(args, "all", False)
+    )
+
+
+_CONTROL_NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("approvals", "approve"): ("target",),
+    ("approvals", "deny"): ("target",),
+    ("reconcile", "resolve"): ("session", "key", "outcome"),
+    ("dead-letters", "requeue"): ("session", "target"),
+}
+
+
+# ---------------------------------------------------------------- entry
+
+
+_ENV_HELP = (
+    "Configuration comes from SWITCHBOARD_* environment variables (nested with __, e.g. "
+    "SWITCHBOARD_TELEGRAM__BOT_TOKEN) and the YAML file named by SWITCHBOARD_CONFIG; see docs/configuration.md."
+)
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    command = sub.add_parser(
+        name, help=summary, description=f"{description}\n\n{_ENV_HELP}", formatter_class=_Formatter
+    )
+    command.set_defaults(command_parser=command)
+    return command
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps each paragraph of a description on its own, and shows an option's default when it has one."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n\n".join(super(_Formatter, self)._fill_text(part, width, indent) for part in text.split("\n\n"))
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default not in (None, argparse.SUPPRESS) and action.option_strings and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="switchboard",
+        description="Switchboard: connect AI agents to the chat apps people already use.\n\n" + _ENV_HELP,
+        formatter_class=_Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)")
+    _command(
+        sub,
+        "run",
+        "all-in-one: embedded Redis, web tier, one worker (Ctrl-C stops everything)",
+        "Start everything on this machine: an embedded Redis-compatible server (unless SWITCHBOARD_REDIS_URL is "
+        "set), the web tier on SWITCHBOARD_HOST:SWITCHBOARD_PORT, one worker, and a simulated platform (a "
+        "built-in fake API) for each channel without credentials. Refuses to start on any problem `switchboard "
+        "check` reports.",
+    )
+    _command(
+        sub,
+        "web",
+        "the web tier: webhooks, web chat, /healthz, /metrics (needs SWITCHBOARD_REDIS_URL)",
+        "Serve webhooks, the web chat and its API, /healthz and /metrics on SWITCHBOARD_HOST:SWITCHBOARD_PORT. "
+        "Needs SWITCHBOARD_REDIS_URL; run as many as you like behind a load balancer.",
+    )
+    _command(
+        sub,
+        "worker",
+        "a worker: agent runs and deliveries (needs SWITCHBOARD_REDIS_URL)",
+        "Run agent turns and deliver their replies, many sessions at once. Needs SWITCHBOARD_REDIS_URL; run as "
+        "many as you like, on any machine that reaches that Redis.",
+    )
+    _command(
+        sub,
+        "check",
+        "validate configuration and credentials, ping Redis, print what is enabled",
+        "Print the configuration in effect (config file, data directory, model, Redis, channels, agents), warn "
+        "about SWITCHBOARD_* variables that no setting reads, and list every problem. Exit status 1 when there "
+        "is a problem; `run`, `web` and `worker` refuse to start on the same problems.",
+    )
+    sim = _command(
+        sub,
+        "simulate",
+        "send a signed platform request to a running gateway, print the reply",
+        "Send TEXT as a user of CHANNEL to the gateway started by `switchboard run` in this directory (found "
+        "through SWITCHBOARD_DATA_DIR) and print the reply. A platform channel needs `run` without its "
+        "credentials, so that its built-in fake API captures the reply.",
+    )
+    sim.add_argument("channel", choices=list(CHANNEL_MODULES), help="the channel to speak as a user of")
+    sim.add_argument("text", help="the message text to send")
+    sim.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the reply")
+    sessions = _command(
+        sub,
+        "sessions",
+        "list sessions, show one session's timeline, or stop its running turn",
+        "list: the most recently active sessions. show KEY: one session's event timeline. stop KEY: stop the "
+        "turn running for a session. Uses SWITCHBOARD_REDIS_URL, or else the embedded server of a "
+        "`switchboard run` serving SWITCHBOARD_DATA_DIR.",
+    )
+    sessions.add_argument("action", choices=["list", "show", "stop"], help="what to do")
+    sessions.add_argument("key", nargs="?", help="session key (show, stop), as `sessions list` prints it")
+    sessions.add_argument("--limit", type=int, default=50, help="most sessions (list) or events (show) to print")
+    agents = _command(
+        sub,
+        "agents",
+        "list agents, show one, or validate them all",
+        "list: every agent with its status and model. show NAME: one agent's profile, model, limits and tools. "
+        "validate: every agent's problems (exit status 1 when there is one). Reads the YAML file only.",
+    )
+    agents.add_argument("action", choices=["list", "show", "validate"], help="what to do")
+    agents.add_argument("name", nargs="?", help="agent name (show)")
+    skills = _command(
+        sub,
+        "skills",
+        "add, list, show or remove skill packages (folders with a SKILL.md)",
+        "add DIR|ZIP: validate a skill (the agentskills.io SKILL.md format) and install it as a versioned package "
+        "under SWITCHBOARD_DATA_DIR/skills; add --template NAME: install a shipped template. list: installed, "
+        "built-in and template skills. show NAME[@VERSION]: one package's version, hash and files. remove "
+        "NAME[@VERSION]: uninstall one version, or every version. Agents name skills in their YAML `skills:` list.",
+    )
+    skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
+    skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
+    skills.add_argument("--template", help="install the shipped template NAME (add)")
+    discord = _command(
+        sub,
+        "discord",
+        "hold Discord's gateway connection (needs SWITCHBOARD_REDIS_URL), or register its slash commands",
+        "Without an action: hold each Discord bot's gateway connection (ordinary messages) and queue what arrives, "
+        "like the web tier's listener but in a process of its own; exactly one process holds each bot's "
+        "connection, so it is safe beside `web` or twice. register-commands: register /ask, /reset and /stop "
+        "with Discord for every configured bot.",
+    )
+    discord.add_argument(
+        "action", nargs="?", default="listen", choices=["listen", "register-commands"], help="what to do"
+    )
+    console = _command(
+        sub,
+        "console",
+        "the operator console: make an operator's password hash",
+        "hash-password: read a password (from the terminal without echo, or one line of standard input; never an "
+        "argument) and print its Argon2 hash for console.operators[].password_hash in the YAML file.",
+    )
+    console.add_argument("action", choices=["hash-password"], help="what to do")
+    telegram = _command(
+        sub,
+        "telegram",
+        "register the webhook with Telegram (with the secret token), remove it, or show it",
+        "set-webhook URL: tell Telegram to post updates to URL (the gateway's public https:// address, e.g. "
+        "https://bot.example.com/webhooks/telegram) with SWITCHBOARD_TELEGRAM__SECRET_TOKEN, which the gateway "
+        "checks on every request. delete-webhook: stop Telegram posting (for long polling, "
+        "SWITCHBOARD_TELEGRAM__TRANSPORT=polling). webhook-info: where Telegram posts now, and its last error.",
+    )
+    telegram.add_argument("action", choices=["set-webhook", "delete-webhook", "webhook-info"], help="what to do")
+    telegram.add_argument("url", nargs="?", help="the webhook URL (set-webhook)")
+    telegram.add_argument("--account", default="default", help="the Telegram account (a YAML account name)")
+    _control_parsers(sub)
+    return parser
+
+
+def _control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    where = (
+        "Uses SWITCHBOARD_REDIS_URL, or else the embedded server of a `switchboard run` serving SWITCHBOARD_DATA_DIR. "
+        "What you do is signed as console:<--operator> (default: your login name) and reaches the session in order "
+        "with its conversation; the console does the same through the same service."
+    )
+    approvals = _command(
+        sub,
+        "approvals",
+        "list pending approvals, or approve / deny one",
+        f"list: every pending approval (id, session, tool, who asked, expiry, reason). approve ID / deny ID: decide "
+        f"it (it counts where the policy lets operators decide). {where}",
+    )
+    approvals.add_argument("action", choices=["list", "approve", "deny"], help="what to do")
+    approvals.add_argument("target", nargs="?", metavar="ID", help="the approval id (approve, deny)")
+    reconcile = _command(
+        sub,
+        "reconcile",
+        "list effects in doubt (started, outcome unknown), or say what became of one",
+        "list: write effects whose worker was lost mid-call; they are never performed again automatically. resolve "
+        f"SESSION KEY done|failed: record whether it happened (a re-run of its turn then gets that outcome). {where}",
+    )
+    reconcile.add_argument("action", choices=["list", "resolve"], help="what to do")
+    reconcile.add_argument("session", nargs="?", help="session key (resolve)")
+    reconcile.add_argument("key", nargs="?", help="the effect's idempotency key (resolve)")
+    reconcile.add_argument("outcome", nargs="?", choices=["done", "failed"], help="what happened (resolve)")
+    reconcile.add_argument("--all", action="store_true", help="also list resolved effects (list)")
+    dead = _command(
+        sub,
+        "dead-letters",
+        "list dead-lettered messages, or requeue one",
+        f"list: the most recent dead letters (id, session, attempts, reason). requeue SESSION ID: ingest its messages "
+        f"into their session again (once; a second requeue is a duplicate). {where}",
+    )
+    dead.add_argument("action", choices=["list", "requeue"], help="what to do")
+    dead.add_argument("session", nargs="?", help="session key (requeue)")
+    dead.add_argument("target", nargs="?", metavar="ID", help="the dead letter id, as `list` prints it (requeue)")
+    takeover = _command(
+        sub,
+        "takeover",
+        "take a conversation over from its agent",
+        f"The agent pauses; the user's messages are recorded, not answered; `say` reaches the user. {where}",
+    )
+    takeover.add_argument("session", help="session key, as `switchboard sessions list` prints it")
+    say = _command(sub, "say", "send a message to the user of a conversation as an operator", where)
+    say.add_argument("session", help="session key")
+    say.add_argument("text", help="what to send")
+    handback = _command(
+        sub,
+        "handback",
+        "hand a conversation back to its agent",
+        f"The agent resumes with the operator's messages in its history. {where}",
+    )
+    handback.add_argument("session", help="session key")
+    for command in (approvals, reconcile, dead, takeover, say, handback):
+        command.add_argument("--operator", help="your operator name (signed as console:NAME; default: login name)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``switchboard`` console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "sessions" and args.action in {"show", "stop"} and not args.key:
+        args.command_parser.error(f"`sessions {args.action}` needs a session KEY (see `switchboard sessions list`)")
+    if args.command == "telegram" and args.action == "set-webhook" and not args.url:
+        args.command_parser.error("`telegram set-webhook` needs the URL Telegram should post to")
+    if args.command == "agents" and args.action == "show" and not args.name:
+        args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
+    if args.command == "console":  # needs no settings: works before the YAML file is valid
+        return cmd_console(args.action)
+    for name in _CONTROL_NEEDS.get((args.command, getattr(args, "action", "")), ()):
+        if not getattr(args, name, None):
+            args.command_parser.error(f"`{args.command} {args.action}` needs {name.replace('target', 'an ID')}")
+    try:
+        settings = load_settings()
+    except ConfigError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 2
+    _configure_logging(settings.log_level)
+    try:
+        if args.command in {"run", "web", "worker"}:
+            _refuse_bad_config(settings, args.command)
+            _warn_unknown_variables(settings, os.environ)
+            # conversation text lives in the data dir (AOF, workspaces, result files): this user only
+            os.umask(0o077)
+            if args.command != "web":
+                from switchboard.queue.embedded import make_private_dir
+
+                make_private_dir(settings.data_path)
+        if args.command == "run":
+            return run_all_in_one(settings)
+        if args.command == "web":
+            require_redis(settings, "web")
+            serve_forever(web_main(settings), use_uvloop=settings.uvloop)
+            return 0
+        if args.command == "worker":
+            require_redis(settings, "worker")
+            serve_forever(worker_main(settings), use_uvloop=settings.uvloop)
+            return 0
+        if args.command == "check":
+            return cmd_check(settings, os.environ)
+        if args.command == "simulate":
+            return cmd_simulate(settings, args.channel, args.text, args.timeout)
+        if args.command == "sessions":
+            return cmd_sessions(settings, args.action, args.key, args.limit)
+        if args.command == "agents":
+            return cmd_agents(settings, args.action, args.name)
+        if args.command == "skills":
+            return cmd_skills(settings, args.action, args.target, args.template)
+        if args.command == "telegram":
+            return cmd_telegram(settings, args.action, args.url, args.account)
+        if args.command in {"approvals", "reconcile", "dead-letters", "takeover", "say", "handback"}:
+            return cmd_control(settings, args)
+        if args.command == "discord":
+            if args.action == "listen":
+                _refuse_bad_config(settings, "discord")
+            return cmd_discord(settings, args.action)
+    except ConfigError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 2
+    except SwitchboardError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The worker process: the agent runtime, channel adapters and the session worker, wired from settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from switchboard.channels.registry import ChannelSet, build_channels, send_rates
+from switchboard.core.agent.attachments import AttachmentSupport
+from switchboard.core.agent.runtime import Runtime
+from switchboard.core.approvals.suspend import snapshot_key
+from switchboard.core.providers import ModelFactory, ProviderConfig
+from switchboard.core.providers.transcription import OpenAITranscriber
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.builtin.documents import DocumentLimits
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.tools.threads import ThreadShare
+from switchboard.core.workspaces.disk import Quotas, Workspaces
+from switchboard.core.workspaces.s3 import build_workspace_store
+from switchboard.outbound.webstream import WebStreamPublisher
+from switchboard.queue.connection import async_client
+from switchboard.queue.uploads import UploadStore
+from switchboard.sandbox.startup import shell_options, startup_choice
+from switchboard.settings import Settings
+from switchboard.skills.store import SkillLibrary, SkillStore
+from switchboard.worker.files import attachment_support
+from switchboard.worker.worker import run_worker as run_session_worker
+
+if TYPE_CHECKING:
+    from switchboard.core.tools.builtin.shell import EgressGate
+
+__all__ = ["build_runtime", "provider_config", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def provider_config(settings: Settings) -> ProviderConfig:
+    """Provider credentials and endpoints, read once from the settings."""
+    return ProviderConfig(
+        openai_api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+        openai_base_url=settings.openai_base_url,
+        openai_wire_api=settings.openai_wire_api,
+        anthropic_api_key=settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+        anthropic_base_url=settings.anthropic_base_url,
+        offline_delay_ms=settings.offline.delay_ms,
+    )
+
+
+def build_runtime(
+    settings: Settings,
+    models: ModelFactory,
+    attachments: AttachmentSupport | None = None,
+    egress: EgressGate | None = None,
+) -> Runtime:
+    """The shared agent runtime over the configured models and tools.
+
+    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands.
+    """
+    docs, spaces = settings.documents, settings.workspaces
+    tools = default_registry(
+        documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars),
+        sandbox=startup_choice(settings).sandbox,
+        shell=shell_options(settings.sandbox),
+        skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
+        egress=egress,
+    )
+    root = settings.workspace_path
+    quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
+    workspaces = Workspaces(root, quotas)
+    gateway = ToolGateway(
+        tools,
+        workspace_root=root,
+        workspaces=workspaces,
+        threads=ThreadShare(spaces.tool_threads, spaces.threads_per_session),
+        store=build_workspace_store(settings, workspaces),
+    )
+    return Runtime(
+        models=models,
+        tools=tools,
+        workspace_root=root,
+        prices=settings.file.prices,
+        default_model=settings.default_model,
+        gateway=gateway,
+        attachments=attachments,
+        snapshot_key=snapshot_key(
+            settings.approval_key.get_secret_value() if settings.approval_key else None, settings.data_path
+        ),
+    )
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    """Run one worker process until ``stop`` is set.
+
+    When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
+    proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
+    """
+    from switchboard.egress.gate import start_sandbox_egress
+
+    assert settings.redis_url is not None
+    redis = async_client(settings.redis_url)
+    publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
+    uploads = UploadStore(redis, timeout_s=30.0)  # the web chat's files (up to the attachment cap each)
+    channels = ChannelSet(
+        build_channels(settings, publish=publisher.publish, read_upload=uploads.read), send_rates(settings)
+    )
+    models = ModelFactory(provider_config(settings))
+    attachments = attachment_support(settings, channels)
+    egress = await start_sandbox_egress(settings, redis, startup_choice(settings).sandbox)
+    runtime = build_runtime(settings, models, attachments, egress)
+    await channels.start()
+    try:
+        await run_session_worker(
+            settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
+        )
+    finally:
+        if egress is not None:
+            await egress.close()
+        await runtime.gateway.store.aclose()
+        await channels.aclose()
+        await models.aclose()
+        if isinstance(attachments.transcriber, OpenAITranscriber):
+            await attachments.transcriber.aclose()
+        await redis.aclose()

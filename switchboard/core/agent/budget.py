@@ -1,0 +1,206 @@
+"""Budgets of one turn (docs/ARCHITECTURE.md §3.6) and the credit price table.
+
+A :class:`Budget` counts what a turn has used — model steps, tool calls, tokens, credits, output
+characters, wall-clock time — against the agent's limits narrowed by the request envelope. The
+runtime asks :meth:`Budget.exhausted` before every step, and :meth:`Budget.can_afford_step` with the step's
+worst case (estimated input plus every output token it may write), so a credit cap is never passed; once a
+budget runs out, one last model call without tools answers the user, its output capped to what the credits
+left can pay (:meth:`Budget.affordable_output_tokens`).
+
+Credits are metered from a :class:`PriceTable` (credits per 1,000 tokens, by ``provider:model``)
+plus each tool's own :attr:`~switchboard.core.tools.definition.Tool.cost`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from switchboard.core.agent.config import AgentLimits
+from switchboard.core.turn import TurnRequest
+
+__all__ = ["INPUT_ESTIMATE_MARGIN", "MIN_ANSWER_TOKENS", "Budget", "BudgetName", "PriceTable"]
+
+MIN_ANSWER_TOKENS = 16
+"""A final answer the credits left cannot pay this many tokens for is not asked for (a fixed reply instead)."""
+
+INPUT_ESTIMATE_MARGIN = 1.25
+"""Input tokens are estimated before a step (four ASCII characters a token); providers count their own way and
+add framing, so the credit check before a step assumes a quarter more."""
+
+BudgetName = Literal["steps", "tool_calls", "tokens", "credits", "deadline", "context", "repeat_guard", "output"]
+"""Which budget (or guard) ended a turn early; reported as ``TurnResult.stopped_by``."""
+
+
+class PriceTable:
+    """Credits per 1,000 tokens by model spec, e.g. ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``.
+
+    A spec with no entry costs nothing; ``openai:gpt-4.1-mini-2025`` falls back to the longest
+    configured prefix (``openai:gpt-4.1-mini``), so dated snapshots share their family's price.
+    """
+
+    def __init__(self, prices: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        self._prices: dict[str, tuple[float, float]] = {
+            spec: (float(p.get("input", 0.0)), float(p.get("output", 0.0))) for spec, p in (prices or {}).items()
+        }
+
+    def rates(self, spec: str) -> tuple[float, float]:
+        """``(input, output)`` credits per 1,000 tokens for a model spec."""
+        found = self._prices.get(spec)
+        if found is not None:
+            return found
+        best = ""
+        for key in self._prices:
+            if spec.startswith(key) and len(key) > len(best):
+                best = key
+        return self._prices[best] if best else (0.0, 0.0)
+
+    def model_credits(self, spec: str, input_tokens: int, output_tokens: int) -> float:
+        """Credits one model step cost."""
+        rate_in, rate_out = self.rates(spec)
+        return (input_tokens * rate_in + output_tokens * rate_out) / 1000.0
+
+
+@dataclass
+class Budget:
+    """What one turn may still spend, and what it has spent.
+
+    Build it with :meth:`for_turn`; limits are the agent's, narrowed by the request envelope.
+    """
+
+    max_steps: int
+    max_tool_calls: int
+    max_tokens: int | None
+    """Input plus output tokens over the whole turn (``None``: bounded by steps only)."""
+    max_credits: float | None
+    max_output_chars: int
+    deadline: float
+    """Unix time by which the turn must end."""
+    prices: PriceTable = field(default_factory=PriceTable)
+    steps: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    credits: float = 0.0
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def for_turn(cls, request: TurnRequest, prices: PriceTable, *, now: float | None = None) -> Budget:
+        """The budget of ``request``: agent limits narrowed by the envelope's own budgets."""
+        limits: AgentLimits = request.agent.limits
+        start = time.time() if now is None else now
+        steps = limits.max_steps if request.step_budget is None else min(limits.max_steps, request.step_budget)
+        tokens = _narrow_int(limits.max_turn_tokens, request.token_budget)
+        credits = _narrow_float(limits.max_credits, request.credit_budget)
+        return cls(
+            max_steps=max(1, steps),
+            max_tool_calls=limits.max_tool_calls,
+            max_tokens=tokens,
+            max_credits=credits,
+            max_output_chars=limits.max_output_chars,
+            deadline=min(request.deadline, start + limits.deadline_s),
+            prices=prices,
+            started=start,
+        )
+
+    # ---------------------------------------------------------------- charging
+
+    def charge_model(self, spec: str, input_tokens: int, output_tokens: int) -> float:
+        """Count one model step; returns the credits it cost."""
+        self.steps += 1
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        cost = self.prices.model_credits(spec, input_tokens, output_tokens)
+        self.credits += cost
+        return cost
+
+    def charge_tool(self, cost: int) -> None:
+        """Count one tool call and its credits."""
+        self.tool_calls += 1
+        self.credits += cost
+
+    # ---------------------------------------------------------------- questions
+
+    @property
+    def tokens(self) -> int:
+        """Tokens used so far (input plus output)."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def tool_calls_left(self) -> int:
+        """Tool calls the turn may still make."""
+        return max(0, self.max_tool_calls - self.tool_calls)
+
+    def can_afford_tool(self, cost: int) -> bool:
+        """Whether one more call of a tool with this cost fits the call and credit budgets."""
+        if self.tool_calls_left <= 0:
+            return False
+        return self.max_credits is None or self.credits + cost <= self.max_credits + 1e-9
+
+    def step_worst_case(self, spec: str, input_tokens: int, max_output_tokens: int) -> float:
+        """Credits one model step can cost at most: its estimated input (with a margin) and every output token."""
+        rate_in, rate_out = self.prices.rates(spec)
+        return (input_tokens * INPUT_ESTIMATE_MARGIN * rate_in + max_output_tokens * rate_out) / 1000.0
+
+    def can_afford_step(self, spec: str, input_tokens: int, max_output_tokens: int) -> bool:
+        """Whether a model step fits the credit budget even if it costs its worst case (a cap is a cap)."""
+        if self.max_credits is None:
+            return True
+        worst = self.step_worst_case(spec, input_tokens, max_output_tokens)
+        return self.credits + worst <= self.max_credits + 1e-9
+
+    def affordable_output_tokens(self, spec: str, input_tokens: int, wanted: int) -> int:
+        """The most output tokens (up to ``wanted``) a step with this input may write within the credit budget."""
+        if self.max_credits is None:
+            return wanted
+        rate_in, rate_out = self.prices.rates(spec)
+        left = self.max_credits - self.credits - input_tokens * INPUT_ESTIMATE_MARGIN * rate_in / 1000.0
+        if left < 0:
+            return 0
+        if rate_out <= 0:
+            return wanted
+        return max(0, min(wanted, int(left * 1000.0 / rate_out)))
+
+    def remaining_s(self, *, now: float | None = None) -> float:
+        """Seconds until the deadline (negative once it has passed)."""
+        return self.deadline - (time.time() if now is None else now)
+
+    def exhausted(self, *, now: float | None = None) -> BudgetName | None:
+        """The first budget that has run out, or ``None`` while the turn may take another step."""
+        if self.remaining_s(now=now) <= 0:
+            return "deadline"
+        if self.steps >= self.max_steps:
+            return "steps"
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return "tokens"
+        if self.max_credits is not None and self.credits >= self.max_credits - 1e-9:
+            return "credits"
+        if self.max_tool_calls > 0 and self.tool_calls_left <= 0:
+            return "tool_calls"
+        return None
+
+    def summary(self) -> dict[str, float | int | None]:
+        """What was spent against what was allowed (for events and the final no-tools turn)."""
+        return {
+            "steps": self.steps,
+            "max_steps": self.max_steps,
+            "tool_calls": self.tool_calls,
+            "max_tool_calls": self.max_tool_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "max_tokens": self.max_tokens,
+            "credits": round(self.credits, 6),
+            "max_credits": self.max_credits,
+        }
+
+
+def _narrow_int(a: int | None, b: int | None) -> int | None:
+    """The tighter of two optional limits."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _narrow_float(a: float | None, b: float | None) -> float | None:
+    """The tighter of two optional limits."""
+    return b if a is None else a if b is None else min(a, b)

@@ -1,0 +1,114 @@
+"""The Agent: a configuration over the shared runtime, loaded from the YAML file."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.sql.databases import AgentDatabases
+from switchboard.core.tools.egress import AgentEgress
+from switchboard.skills.package import check_pins
+from switchboard.types import BusyPolicy
+
+__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus"]
+
+AgentStatus = Literal["draft", "ready"]
+
+
+class AgentProfile(BaseModel):
+    """Who the agent is, as users see it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+
+
+class AgentLimits(BaseModel):
+    """Budgets of one turn (docs/ARCHITECTURE.md §3.6): nothing unbounded wraps a model call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(8, ge=1, le=1000)
+    """Model decisions per turn; at the budget one last turn without tools answers the user."""
+    deadline_s: float = Field(120.0, gt=0)
+    """Wall-clock budget of one turn."""
+    max_output_chars: int = Field(40_000, ge=1)
+    """Longest reply the agent may send in one turn; a longer one is cut with a notice saying so. The default
+    holds five full-length model steps (2,048 tokens, ~8,000 characters each), about ten Telegram messages."""
+    max_input_tokens: int = Field(32_000, ge=256)
+    """Context budget: the most the model is ever sent in one request."""
+    max_output_tokens: int = Field(2_048, ge=16)
+    """Most tokens a model may write in one step."""
+    max_credits: float | None = Field(None, ge=0)
+    """Credits one turn may spend (``None``: unmetered)."""
+    max_tool_calls: int = Field(64, ge=0)
+    """Tool calls per turn."""
+    max_turn_tokens: int | None = Field(None, ge=256)
+    """Input plus output tokens over one whole turn (``None``: bounded by the step budget only)."""
+
+
+AgentPolicy = PolicyConfig
+"""An agent's ``policy:`` block: its rules, mode, approvals and grants (see
+:mod:`switchboard.core.approvals.policy`)."""
+
+
+class Agent(BaseModel):
+    """One agent: profile, instructions, model, tools and limits over the shared runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    profile: AgentProfile | None = None
+    instructions: str = ""
+    model: str | None = None
+    """``provider:name`` (``offline``, ``openai:gpt-4.1-mini``, ``anthropic:...``); ``None`` uses the default."""
+    tools: list[str] = Field(default_factory=lambda: ["current_time"])
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    busy_policy: BusyPolicy = "sequential"
+    codeact: bool = False
+    """Let the model answer with a program that calls tools as functions."""
+    vision: bool | None = None
+    """The model takes image input (images the user sends are shown to it); ``None``: known vision models do."""
+    policy: AgentPolicy = Field(default_factory=AgentPolicy)
+    """What the agent may do on its own, outside what the model decides: rules, mode, approvals, grants."""
+    egress: AgentEgress = Field(default_factory=AgentEgress)
+    """Hosts the agent's sandboxes and tools may reach, and the secrets injected for them."""
+    databases: AgentDatabases = Field(default_factory=dict)
+    """Shared read-only SQLite databases its ``sql`` tool reads, by name (see :mod:`switchboard.core.sql.databases`)."""
+    skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
+    """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
+    compaction: Literal["deterministic", "native"] = "deterministic"
+    """How long runs are fitted into the context: ``native`` uses the provider's own compaction where it has one
+    (OpenAI's Responses API), falling back to the deterministic record whenever it is unavailable or fails."""
+    shell: Literal["local", "hosted"] = "local"
+    """Where shell commands run: ``local`` (the ``shell`` tool in the session's sandbox) or ``hosted`` (OpenAI's
+    hosted container through the Responses API; the local ``shell`` tool is then not offered)."""
+
+    @property
+    def status(self) -> AgentStatus:
+        """``ready`` once the agent has a profile and instructions, else ``draft``."""
+        return "ready" if self.profile is not None and self.instructions.strip() else "draft"
+
+    def missing(self) -> list[str]:
+        """What keeps the agent in draft (``profile``, ``instructions``); empty when it is ready."""
+        found = [] if self.profile is not None else ["profile"]
+        return found if self.instructions.strip() else [*found, "instructions"]
+
+    def draft_notice(self) -> str:
+        """What a user who writes to this agent while it is a draft is told (a draft is never served)."""
+        return (
+            f"This agent is not ready yet (draft): it has no {' and no '.join(self.missing())}. "
+            "Its operator has been told; please try again later."
+        )
+
+    def problems(self) -> list[str]:
+        """What keeps the agent in draft, in words an operator can act on."""
+        found: list[str] = []
+        if self.profile is None:
+            found.append(f"agent {self.name!r} has no profile: add `profile: {{name: ...}}` in the YAML file")
+        if not self.instructions.strip():
+            found.append(f"agent {self.name!r} has no instructions: add `instructions: ...` in the YAML file")
+        return found

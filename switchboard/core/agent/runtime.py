@@ -1,0 +1,485 @@
+"""④ The agent loop: one turn of one session, from the new message(s) to the final text.
+
+Per turn: load the slots and a history window, build the request (:mod:`~switchboard.core.agent.prompt`),
+then step — stream the model (text goes to the sink as it arrives), fold its events into a decision,
+and act on it: an answer ends the turn; tool calls go through the tool gateway and their results
+return to the model; a program runs in CodeAct with the tools as functions. Every step and every tool
+call is an event. Budgets (steps, tool calls, tokens, credits, deadline, output size) are checked
+before each step; when one runs out, one last call without tools writes an answer that says what was
+and was not done. Cancelling the task running :meth:`Runtime.run_turn` cancels the model stream and
+any running tool; nothing here swallows ``asyncio.CancelledError``.
+
+The runtime never appends to the conversation history (the queue layer does, after delivery, from
+:attr:`TurnResult.history`: the turn's tool calls and results); it saves the session-state slots through
+the store as the slot tools run. Write effects are recorded under idempotency keys in the store when it
+is also an :class:`~switchboard.core.tools.effects.EffectStore` (per turn in memory otherwise).
+
+A call the policy gates does not run: the turn asks a person and ends ``waiting_for_approval``; the decision,
+an inbound event of the session, continues the run in a later turn (:mod:`switchboard.core.approvals.turn`,
+:mod:`switchboard.core.approvals.takeover`); in review mode the final reply is held for a person the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
+from switchboard.core.agent.budget import Budget, BudgetName, PriceTable
+from switchboard.core.agent.decider import Reply, StepRetry, decide
+from switchboard.core.agent.finalstep import final_answer, input_tokens
+from switchboard.core.agent.native import HostedFiles, NativeAdapter
+from switchboard.core.agent.programstep import refusal, run_program_call
+from switchboard.core.agent.prompt import (
+    BUDGET_WORDS,
+    RUN_PROGRAM,
+    Prompt,
+    build_prompt,
+    run_program_spec,
+)
+from switchboard.core.agent.slots import SLOT_TOOLS, Slots
+from switchboard.core.agent.steering import steered_in
+from switchboard.core.agent.worklog import (
+    call_facts,
+    holds_untrusted,
+    step_detail,
+    tool_message,
+    untrusted_output,
+    work_entries,
+)
+from switchboard.core.approvals.grants import agent_policy
+from switchboard.core.approvals.records import ApprovalRequest
+from switchboard.core.approvals.suspend import principal_of
+from switchboard.core.approvals.turn import TurnApprovals, reply_sink
+from switchboard.core.events import Event, StepRecorded, ToolCalled, UsageMetered
+from switchboard.core.inbound import plan_turn, settle_without_model
+from switchboard.core.model import (
+    ChatMessage,
+    Decision,
+    FinalAnswer,
+    ModelRequest,
+    Program,
+    ToolCall,
+    ToolCalls,
+)
+from switchboard.core.providers import ModelFactory, model_name
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.effects import EffectStore, TurnEffects
+from switchboard.core.tools.gateway import (
+    CallScope,
+    ToolGateway,
+    ToolOutcome,
+    action_sha256,
+    workspace_for,
+)
+from switchboard.core.tools.status import StatusSink
+from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.workspaces.store import in_workspace, persist_quietly
+from switchboard.errors import BudgetExceededError, ModelError
+
+__all__ = ["Runtime"]
+
+logger = logging.getLogger(__name__)
+
+_SLOT_TOOL_NAMES = frozenset(t.name for t in SLOT_TOOLS)
+_SLOT_OF_TOOL = {"update_plan": "plan", "update_context": "context", "update_state": "state"}
+
+
+class Runtime:
+    """The shared agent runtime; the queue layer calls :meth:`run_turn` as its ``TurnRunner``."""
+
+    def __init__(
+        self,
+        *,
+        models: ModelFactory,
+        tools: ToolRegistry,
+        workspace_root: Path,
+        prices: Mapping[str, Mapping[str, float]] | None = None,
+        default_model: str = "offline",
+        gateway: ToolGateway | None = None,
+        history_limit: int = 200,
+        model_attempts: int = 4,
+        model_backoff_s: float = 0.5,
+        repeat_limit: int = 2,
+        attachments: AttachmentSupport | None = None,
+        snapshot_key: bytes | None = None,
+    ) -> None:
+        """Wire the runtime.
+
+        Args:
+            models: Adapters by model spec.
+            tools: Every tool agents may name.
+            workspace_root: Session workspaces live under it (one directory per session).
+            prices: Credits per 1,000 tokens by ``provider:model``.
+            default_model: Spec used when an agent names no model.
+            gateway: The tool gateway (default: one over ``tools``); its circuit breakers live for the process.
+            history_limit: History entries loaded per turn (the context budget then picks the window).
+            model_attempts: Tries per model step on retryable provider errors.
+            model_backoff_s: Base of the exponential back-off between those tries (full jitter).
+            repeat_limit: Failures of the same call (tool + normalised arguments) before it is refused.
+            attachments: Fetching (over the worker's channels), caps and transcription of the files users send.
+            snapshot_key: Signs CodeAct programs paused for an approval (``core.suspend.snapshot_key``); every worker
+                that may resume them needs the same key (default: a key of this process only).
+        """
+        self.models = models
+        self.registry = tools
+        self.workspace_root = workspace_root
+        self.prices = PriceTable(prices)
+        self.default_model = default_model
+        self.gateway = gateway or ToolGateway(tools, workspace_root=workspace_root)
+        self.history_limit = history_limit
+        self.retry = StepRetry(attempts=max(1, model_attempts), backoff_s=model_backoff_s)
+        self.repeat_limit = max(1, repeat_limit)
+        self.attachments = attachments or AttachmentSupport()
+        self.snapshot_key = snapshot_key or secrets.token_bytes(32)
+
+    async def run_turn(self, request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        """Run one turn; see the module docstring.
+
+        Raises:
+            ModelError: the provider failed for good (auth, bad request, retries used up).
+            ConfigError: the agent names an unknown model provider.
+        """
+        if request.agent.status == "draft":  # never served: no model call, the user is told why
+            logger.warning(
+                "agent %r is a draft (no %s) and is not served; see `switchboard check`",
+                request.agent.name,
+                " and no ".join(request.agent.missing()),
+            )
+            return TurnResult(text=request.agent.draft_notice(), steps=0)
+        return await in_workspace(self.gateway.store, request.session_key, _Turn(self, request, sink, store).run)
+
+
+class _Turn:
+    """State of one running turn."""
+
+    def __init__(self, runtime: Runtime, request: TurnRequest, sink: TurnSink, store: SessionStore) -> None:
+        self.rt = runtime
+        self.request = request
+        self.agent = request.agent
+        self.sink = sink
+        self.store = store
+        self.spec = self.agent.model or runtime.default_model
+        self.model = model_name(self.spec)
+        hosted = HostedFiles(runtime.gateway, request.session_key, self._untrusted)  # what an OpenAI-hosted shell did
+        self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
+        self.budget = Budget.for_turn(request, runtime.prices)
+        self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
+        self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
+        self.failures: Counter[str] = Counter()
+        self.refused = 0
+        self.stopped_by: BudgetName | None = None
+        self.message_id = request.messages[-1].id if request.messages else None
+        last_sender = principal_of(request.messages[-1]) if request.messages else ""  # the policy's actor form
+        self.ctx = ToolContext(
+            session_key=request.session_key,
+            tenant=request.tenant,
+            run_id=request.run_id,
+            actor=request.actor or last_sender,
+            workspace=workspace_for(runtime.workspace_root, request.session_key),
+            idempotency_key="",
+            store=store,
+            act=getattr(sink, "act", None),
+            record=sink.event,
+            status=sink.status if isinstance(sink, StatusSink) else None,
+            permissions=request.permissions,
+            effects=store if isinstance(store, EffectStore) else TurnEffects(),
+            policy=request.policy or agent_policy(self.agent),
+            skills=runtime.registry.skills(self.agent),  # resolved once: the catalogue and use_skill agree
+            databases=self.agent.databases,
+            agent=self.agent.name,
+        )
+        self.output = Reply(reply_sink(sink, store, self.ctx.policy), self.budget.max_output_chars)
+        self.approvals = TurnApprovals(self)
+        self.facts: dict[str, dict[str, Any]] = {}
+        """Gateway facts of each call by call id, kept with its result in the history."""
+        self.untrusted_reads = 0
+        self.tainted_at: int | None = None
+        """Turn messages from this index on were produced with untrusted content in the context."""
+        self.slots = Slots()
+        self.history: list[HistoryEntry] = []
+        self.prompt: Prompt | None = None
+        self.messages: list[ChatMessage] = []
+        self.opening = 0
+        self.shrunk = False
+        self.inbound = request.messages  # what the model reads (plan_turn)
+        self.input = TurnInput(text=None, attached=None, record=[])  # the user's message with the files they sent
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> TurnResult:
+        early = await self.approvals.before_model(plan := plan_turn(self.request.messages))
+        await self.approvals.ack_taps()  # every press is answered before the model is asked
+        if early is not None:
+            return early  # an operator holds the conversation, or only decisions needing no model
+        settled = await settle_without_model(plan, self.agent, self.store)
+        if settled is not None:  # /reset, /start, /help, deletions: no model call
+            return settled
+        self.slots = Slots.from_store(await self.store.load_slots())
+        self.history = list(await self.store.load_history(self.rt.history_limit))
+        self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
+        self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
+        await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
+        await self._open()
+        self.messages += self.approvals.news  # what became of the actions it asked people about
+        assert self.prompt is not None
+        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
+            self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
+        loop = asyncio.get_running_loop()
+        remaining = self.budget.remaining_s()
+        hard = loop.time() + remaining
+        soft = hard - min(10.0, max(0.05, 0.15 * remaining))
+        answered = False
+        timeout = asyncio.timeout_at(soft)
+        try:
+            async with timeout:
+                answered = await self._loop()
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            self.stopped_by = "deadline"
+        if not answered:
+            await final_answer(self, hard)
+        text = self.output.text
+        if (held := await self.approvals.hold_reply(text)) is not None:
+            text = held  # review mode: the reply waits for a person
+        if self.output.cut and self.stopped_by is None:
+            self.stopped_by = "output"  # the reply says so too (the cut notice)
+        await self._event(
+            UsageMetered(
+                message_id=self.message_id,
+                model=self.spec,
+                steps=self.budget.steps,
+                tool_calls=self.budget.tool_calls,
+                input_tokens=self.budget.input_tokens,
+                output_tokens=self.budget.output_tokens,
+                credits=round(self.budget.credits, 6),
+                stopped_by=self.stopped_by,
+                policy_version=self.ctx.policy.version,
+            )
+        )
+        return TurnResult(
+            text=text,
+            steps=self.budget.steps,
+            input_tokens=self.budget.input_tokens,
+            output_tokens=self.budget.output_tokens,
+            credits=round(self.budget.credits, 6),
+            stopped_by=self.stopped_by,
+            history=[*self.input.record, *work_entries(self.messages[self.opening :], self.facts, self.tainted_at)],
+            waiting_for=self.approvals.waiting,
+        )
+
+    def _untrusted(self) -> None:
+        """Untrusted content entered the context: from now on risky writes meet the policy gate."""
+        if self.tainted_at is None:  # what the model writes from here on is marked untrusted in the history
+            self.tainted_at = len(self.messages) - self.opening
+        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
+
+    async def _open(self, history_cap: int | None = None) -> None:
+        specs = self.rt.registry.specs(self.tools)
+        if self.agent.codeact:
+            specs.append(run_program_spec(self.tools))
+        show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
+        prompt = await asyncio.to_thread(  # off the loop: the databases' card reads and counts a workspace file
+            build_prompt,
+            self.agent,
+            self.slots,
+            self.history,
+            self.inbound,
+            self.tools,
+            specs,
+            show_slots=show_slots,
+            history_cap=history_cap,
+            text=self.input.text,
+            attached=self.input.attached,
+            skills=self.ctx.skills,
+            workspace=self.ctx.workspace,  # the databases' card, when the agent has sql
+        )
+        turn_messages = self.messages[self.opening :]
+        self.prompt = prompt
+        self.messages = [*prompt.messages, *turn_messages]
+        self.opening = len(prompt.messages)
+
+    async def _loop(self) -> bool:
+        """Step until an answer (``True``) or a budget (``False``, with ``stopped_by`` set)."""
+        while True:
+            self.messages += await steered_in(self.sink)  # the steer busy policy: what the user sent meanwhile
+            reason = self.budget.exhausted()
+            if reason is not None:
+                self.stopped_by = reason
+                return False
+            request = self._fitted_request()
+            if request is None:
+                self.stopped_by = "context"
+                return False
+            if not self.budget.can_afford_step(self.spec, input_tokens(request), request.max_output_tokens):
+                self.stopped_by = "credits"  # its worst case would pass the cap: a cap is a cap
+                return False
+            started = time.perf_counter()
+            try:
+                decision, usage = await self._step(request, self.budget.steps + 1)
+            except ModelError as err:
+                if err.code != "context_length" or self.shrunk:
+                    raise
+                logger.info("context too long for %s; compacting the history and retrying once", self.spec)
+                self.shrunk = True
+                assert self.prompt is not None
+                await self._open(history_cap=self.prompt.history_tokens // 2)
+                continue
+            cost = self.budget.charge_model(self.spec, *usage)
+            await self._step_event(decision, usage, cost, started)
+            if isinstance(decision, FinalAnswer):
+                if not self.output.text.strip():
+                    await self.output.write("(no answer)", self.budget.steps)
+                return True
+            calls = decision.calls if isinstance(decision, ToolCalls) else [self._program_call(decision)]
+            self.messages.append(ChatMessage(role="assistant", content=decision.text, tool_calls=calls))
+            stop = await self._run_calls(calls)
+            if self.approvals.waiting:
+                return True  # waiting_for_approval: the turn ends here, its worker slot free
+            if stop is not None:
+                self.stopped_by = stop
+                return False
+
+    def _fitted_request(self) -> ModelRequest | None:
+        """The next request, with the oldest history dropped if it no longer fits the context budget."""
+        assert self.prompt is not None
+        limit = self.agent.limits.max_input_tokens
+        pinned = self.prompt.pinned
+        while self.adapter.tokens(self.prompt.system, self.messages, self.prompt.tools) > limit:
+            if self.opening <= pinned:
+                return None
+            del self.messages[0]
+            self.opening -= 1
+            while self.opening > pinned and self.messages[0].role != "user":
+                del self.messages[0]
+                self.opening -= 1
+        return self.prompt.request(self.model, self.messages, max_output_tokens=self.agent.limits.max_output_tokens)
+
+    async def _step(self, request: ModelRequest, step: int) -> tuple[Decision, tuple[int, int]]:
+        return await decide(
+            self.adapter, request, self.output, step, retry=self.rt.retry, remaining_s=self.budget.remaining_s
+        )
+
+    def _program_call(self, decision: Program) -> ToolCall:
+        return ToolCall(id=decision.call_id, name=RUN_PROGRAM, arguments={"code": decision.code})
+
+    # ---------------------------------------------------------------- tools
+
+    async def _run_calls(self, calls: list[ToolCall]) -> BudgetName | None:
+        stop: BudgetName | None = None
+        for call in calls:
+            if self.approvals.waiting:
+                self._tool_message(call, refusal(call.name, "not run: waiting for approval", error_class="waiting"))
+                continue
+            if stop is not None:
+                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                continue
+            tool = self.rt.registry.get(call.name, agent=self.agent.name)
+            cost = tool.cost if tool is not None else 0
+            if not self.budget.can_afford_tool(cost):
+                stop = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
+                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
+                continue
+            fingerprint = action_sha256(call.name, call.arguments)
+            if self.failures[fingerprint] >= self.rt.repeat_limit:
+                self.refused += 1
+                message = (
+                    f"this exact call failed {self.failures[fingerprint]} times and was not run again: "
+                    "change the arguments, try another way, or answer with what you have"
+                )
+                self.budget.charge_tool(0)
+                self._tool_message(call, refusal(call.name, message, error_class="repeated"))
+                if self.refused >= self.rt.repeat_limit:
+                    stop = "repeat_guard"
+                continue
+            reads = self.untrusted_reads
+            try:
+                if call.name == RUN_PROGRAM and self.agent.codeact:
+                    content, ok = await self._program(call)
+                else:
+                    outcome = await self._call_tool(call.name, call.arguments, call.id)
+                    content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+                    if outcome.approval is not None:  # nothing ran: a person decides
+                        content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
+            except BudgetExceededError as err:
+                stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
+                content, ok = refusal(call.name, str(err)), False
+            if not ok:
+                self.failures[fingerprint] += 1
+            self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
+        return stop
+
+    def _tool_message(self, call: ToolCall, content: str) -> None:
+        self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+
+    async def _call_tool(
+        self, name: str, args: dict[str, Any], call_id: str | None, *, approved: ApprovalRequest | None = None
+    ) -> ToolOutcome:
+        """One call through the gateway (``approved``: as a person approved it), metered, recorded, slots current."""
+        tool = self.rt.registry.get(name, agent=self.agent.name)
+        outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope, approved=approved)
+        self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
+        if outcome.ok and untrusted_output(tool):
+            self.untrusted_reads += 1
+            self._untrusted()
+        if call_id is not None:
+            self.facts[call_id] = call_facts(tool, outcome)
+        if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):
+            value = outcome.value.get("value")
+            self.slots = self.slots.with_value(_SLOT_OF_TOOL[name], value, untrusted=self.ctx.untrusted_context)
+        await self._event(
+            ToolCalled(
+                message_id=self.message_id,
+                tool=name,
+                ok=outcome.ok,
+                duration_ms=round(outcome.duration_ms, 3),
+                call_id=call_id,
+                side_effect=tool.side_effect if tool is not None else "read",
+                error_class=outcome.error_class,
+                idempotency_key=outcome.idempotency_key,
+                action_sha256=outcome.action_sha256,
+                variable=outcome.variable,
+                file=outcome.file,
+                policy=outcome.policy,
+            )
+        )
+        return outcome
+
+    async def _program(self, call: ToolCall) -> tuple[str, bool]:
+        """Run a CodeAct program; its tool calls go through the gateway like any other (a gated one pauses it)."""
+        step = await run_program_call(
+            call,
+            budget=self.budget,
+            tools=self.tools,
+            tool_of=self.rt.registry.get,
+            scope=self.scope,
+            slots=self.slots.as_inputs(),
+            inline_bytes=self.rt.gateway.inline_bytes,
+            call_tool=self._call_tool,
+            event=self._event,
+            message_id=self.message_id,
+        )
+        return await self.approvals.program_step(call.id, step)
+
+    # ---------------------------------------------------------------- the end
+
+    async def _step_event(
+        self, decision: Decision, usage: tuple[int, int], cost: float, started: float, final: str | None = None
+    ) -> None:
+        trace_id = self.request.trace_id if self.budget.steps == 1 else None
+        detail = step_detail(self.spec, decision, usage, cost, time.perf_counter() - started, final, trace_id)
+        await self._event(
+            StepRecorded(message_id=self.message_id, step=self.budget.steps, decision=decision.kind, detail=detail)
+        )
+
+    async def _event(self, event: Event) -> None:
+        await self.sink.event(event)

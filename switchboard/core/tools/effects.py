@@ -1,0 +1,312 @@
+"""Effects of write tools: idempotency records, and the interim gate on effects after untrusted content.
+
+**Idempotency.** Every call of a ``write`` tool carries a key derived from the run and the *logical
+action*: ``sha256(run_id, tool, canonical JSON of the key arguments, occurrence)``. The key arguments
+are the tool's :attr:`~switchboard.core.tools.definition.Tool.key_fields` (``send_file`` is keyed by ``path``,
+``offer_choice`` by ``question``), or all of its normalised arguments when it names none. The
+*occurrence* tells deliberate repeats apart: a call is the n-th of its action (the same tool and the
+same full arguments) when n - 1 identical calls of the run succeeded before it, counted in the order
+the calls are made — tool calls of the model and calls from its programs alike. Running ``cat n.txt``
+again after changing the file, or ``pytest`` again after a fix, is a new action and really runs. A
+re-attempt of the run (after a crash, or restarted for a newer message) makes its calls again in the
+same order, so each maps to the key its earlier attempt used; failed calls do not count, so a retry
+after a failure (its claim released) or after an unknown outcome (its claim kept) uses the same key.
+The first occurrence's key is ``sha256(run_id, tool, key arguments)``, as before occurrences counted.
+Before the tool runs, the gateway claims the key in an :class:`EffectStore` together with the hash of
+the full arguments (:func:`~switchboard.core.tools.gateway.action_sha256`):
+
+- no record → the claim is taken and the tool runs; its outcome is recorded (a failure releases the
+  claim, so a later try may run);
+- a finished record with the same arguments hash → the recorded outcome comes back and the tool does
+  not run again (a re-run of the turn after a crash or an interruption);
+- a record with another arguments hash → refused (``idempotency_conflict``): the same logical action
+  with different arguments is never performed twice;
+- a record still ``started`` (a worker died mid-effect) → refused (``ambiguous``): it may or may not
+  have happened, so it is not repeated blindly.
+
+The queue layer keeps the records in Redis for the retry window, fenced by the session lease
+(``switchboard.queue.effects``); :class:`TurnEffects` keeps them for one turn in memory when no such
+store is wired (tests, one-off runs).
+
+**Doubt.** A claim still ``started`` with no result — a worker died mid-effect, or the call timed out and may
+have happened — is never re-executed automatically: the gateway refuses it (``ambiguous``) and routes it to
+reconciliation through :meth:`EffectStore.effect_doubt`, where an operator marks it done or failed.
+
+Whether a write runs at all is the policy's decision (:mod:`switchboard.core.approvals.policy`), taken before its claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from switchboard.core.tools.definition import Tool
+
+__all__ = [
+    "EFFECT_TTL_S",
+    "EffectRecord",
+    "EffectStore",
+    "Refused",
+    "TurnEffects",
+    "claim_effect",
+    "doubt_effect",
+    "effect_key",
+    "logical_action",
+    "running",
+    "running_here",
+    "settle_effect",
+]
+
+EFFECT_TTL_S = 8 * 24 * 3600
+"""How long an effect record is kept: longer than any retry of the turn (platform retries stop after 24 h)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """What the store keeps under one idempotency key."""
+
+    action_sha256: str
+    """Hash of the tool name and its full normalised arguments."""
+    status: Literal["started", "done"] = "started"
+    outcome: dict[str, Any] | None = None
+    """The recorded outcome (``ToolOutcome`` as JSON), once ``done``."""
+    tool: str = ""
+    """The tool (empty in records written before it was kept)."""
+    run_id: str = ""
+    """The run that claimed the key."""
+    started_at: float = 0.0
+    """Unix time of the claim (``0``: unknown)."""
+
+    def to_json(self) -> str:
+        """Compact JSON, as stored."""
+        body = {
+            "action_sha256": self.action_sha256,
+            "status": self.status,
+            "outcome": self.outcome,
+            "tool": self.tool,
+            "run_id": self.run_id,
+            "started_at": self.started_at,
+        }
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=str)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> EffectRecord:
+        """Read a stored record (records written before ``tool``, ``run_id`` and ``started_at`` read as unknown)."""
+        body = json.loads(raw)
+        outcome = body.get("outcome")
+        done = body.get("status") == "done"
+        started_at = body.get("started_at")
+        return cls(
+            str(body["action_sha256"]),
+            "done" if done else "started",
+            outcome if isinstance(outcome, dict) else None,
+            tool=str(body.get("tool") or ""),
+            run_id=str(body.get("run_id") or ""),
+            started_at=float(started_at) if isinstance(started_at, int | float) else 0.0,
+        )
+
+
+@runtime_checkable
+class EffectStore(Protocol):
+    """Idempotency records of write effects (implemented in Redis by the queue layer, fenced by the lease)."""
+
+    async def effect_begin(self, key: str, record: EffectRecord) -> EffectRecord | None:
+        """Claim ``key`` with ``record``; returns the existing record instead when there is one."""
+
+    async def effect_finish(self, key: str, record: EffectRecord | None) -> None:
+        """Store the finished ``record`` under ``key``, or release the claim (``None``) after a failure."""
+
+    async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, str]) -> None:
+        """Route the claim ``record`` of ``key``, whose outcome is unknown, to reconciliation (idempotent).
+
+        ``info`` says where it happened and why it is in doubt (``session``, ``tenant``, ``agent``, ``run_id``,
+        ``actor``, ``reason``: ``found_started`` or ``ambiguous_timeout``); never arguments.
+        """
+
+
+class TurnEffects:
+    """An :class:`EffectStore` in memory, for a turn run without the queue's store."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, EffectRecord] = {}
+        self.doubts: dict[str, tuple[EffectRecord, dict[str, str]]] = {}
+        """Effects in doubt by key, as reconciliation would list them."""
+
+    async def effect_begin(self, key: str, record: EffectRecord) -> EffectRecord | None:
+        """Claim ``key`` with ``record``; returns the existing record instead when there is one."""
+        found = self.records.get(key)
+        if found is None:
+            self.records[key] = record
+        return found
+
+    async def effect_finish(self, key: str, record: EffectRecord | None) -> None:
+        """Store the finished ``record`` under ``key``, or release the claim (``None``) after a failure."""
+        if record is None:
+            self.records.pop(key, None)
+        else:
+            self.records[key] = record
+
+    async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, str]) -> None:
+        """Route the claim ``record`` of ``key``, whose outcome is unknown, to reconciliation (idempotent)."""
+        self.doubts[key] = (record, dict(info))
+
+
+def logical_action(tool: Tool, normalised: dict[str, Any]) -> dict[str, Any]:
+    """The arguments that name the action: the tool's ``key_fields``, or all of them."""
+    if not tool.key_fields:
+        return normalised
+    return {name: normalised.get(name) for name in tool.key_fields}
+
+
+def effect_key(run_id: str, tool: str, logical: dict[str, Any], occurrence: int = 1) -> str:
+    """``sha256(run_id, tool, canonical logical arguments, occurrence)``: one key per logical action of a run.
+
+    Args:
+        run_id: the run (the same for every attempt at it).
+        tool: the tool's name.
+        logical: the arguments naming the action (:func:`logical_action`).
+        occurrence: 1 for the first such action of the run, n for the n-th; the first keeps the key it had
+            before occurrences were counted, so records written then are still found.
+
+    Raises:
+        ValueError: ``occurrence`` is below 1.
+    """
+    if occurrence < 1:
+        raise ValueError(f"occurrence counts from 1, not {occurrence}")
+    canonical = json.dumps(logical, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    tail = "" if occurrence == 1 else f"\n{occurrence}"  # compact JSON has no raw newline: no collision
+    return hashlib.sha256(f"{run_id}\n{tool}\n{canonical}{tail}".encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The action must not run: the tool error to report instead."""
+
+    error_class: str
+    message: str
+    record: EffectRecord | None = None
+    """The record found under the key (``ambiguous``: the claim in doubt)."""
+
+
+async def claim_effect(
+    effects: EffectStore | None, tool: Tool, key: str, fingerprint: str, *, run_id: str = ""
+) -> dict[str, Any] | Refused | None:
+    """Claim a write's key before it runs.
+
+    Returns ``None`` (run it), the recorded outcome (JSON) to return instead of running, or :class:`Refused`.
+    """
+    if tool.side_effect != "write" or effects is None:
+        return None
+    found = await effects.effect_begin(
+        key, EffectRecord(fingerprint, tool=tool.name, run_id=run_id, started_at=time.time())
+    )
+    if found is None:
+        return None
+    if found.action_sha256 != fingerprint:
+        fields = ", ".join(tool.key_fields) or "arguments"
+        return Refused(
+            "idempotency_conflict",
+            f"not performed: {tool.name} already ran in this turn for the same {fields} with other arguments, "
+            "and one action is never performed twice with different arguments; use what it returned, or ask the user",
+        )
+    if found.status != "done" and running_here(key):  # a sibling call of this process is running it: its result
+        claimed, again = await _after_sibling(effects, tool, key, fingerprint, run_id)
+        if claimed:
+            return None
+        found = again or found
+    if found.status != "done" or found.outcome is None:
+        return Refused(
+            "ambiguous",
+            f"not performed again: an earlier attempt of this turn started {tool.name} with these arguments and "
+            "its outcome is unknown; tell the user it may already have happened",
+            found,
+        )
+    return found.outcome
+
+
+_RUNNING: Counter[str] = Counter()
+"""Calls of this process (every event loop and thread of it) claiming or executing each key right now."""
+_RUNNING_LOCK = threading.Lock()
+_SIBLING_POLL_S = 0.01
+
+
+def running_here(key: str, *, besides_me: bool = True) -> bool:
+    """Whether another call of this process (besides the caller, itself inside :func:`running`) works on ``key``."""
+    with _RUNNING_LOCK:
+        return _RUNNING[key] > (1 if besides_me else 0)
+
+
+@contextlib.contextmanager
+def running(key: str) -> Iterator[None]:
+    """Count this call as working on ``key`` (claiming, executing, settling) while the block runs."""
+    with _RUNNING_LOCK:
+        _RUNNING[key] += 1
+    try:
+        yield
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING[key] -= 1
+            if _RUNNING[key] <= 0:
+                del _RUNNING[key]
+
+
+async def _after_sibling(
+    effects: EffectStore, tool: Tool, key: str, fingerprint: str, run_id: str
+) -> tuple[bool, EffectRecord | None]:
+    """Wait (at most the tool's timeout) while a sibling call of this process works on ``key``; read it meanwhile.
+
+    A caller racing an execution in flight gets that execution's recorded outcome instead of "unknown": the claim is
+    no crashed attempt's, it is alive here. Returns ``(True, None)`` when the sibling failed and released the claim
+    and this call took it, else ``(False, the record as it last stood)``.
+    """
+    deadline = time.monotonic() + tool.timeout_s
+    found: EffectRecord | None = None
+    # polled: the sibling may run on another thread's event loop, where no asyncio.Event of this loop reaches
+    while running_here(key) and time.monotonic() < deadline:
+        await asyncio.sleep(_SIBLING_POLL_S)
+        found = await effects.effect_begin(
+            key, EffectRecord(fingerprint, tool=tool.name, run_id=run_id, started_at=time.time())
+        )
+        if found is None:
+            return True, None
+        if found.status == "done":
+            break
+    return False, found
+
+
+async def settle_effect(
+    effects: EffectStore | None, tool: Tool, key: str, fingerprint: str, outcome: dict[str, Any] | None
+) -> None:
+    """Record a write's successful ``outcome`` (JSON) under its key, or release the claim (``None``)."""
+    if tool.side_effect != "write" or effects is None:
+        return
+    await effects.effect_finish(
+        key, EffectRecord(fingerprint, "done", outcome, tool=tool.name) if outcome is not None else None
+    )
+
+
+async def doubt_effect(
+    effects: EffectStore | None,
+    tool: Tool,
+    key: str,
+    fingerprint: str,
+    info: Mapping[str, str],
+    found: EffectRecord | None = None,
+) -> None:
+    """Route a write whose outcome is unknown (its claim kept) to reconciliation; it is never re-run by itself.
+
+    ``found``: the claim as stored, when the gateway read it (else one is described from ``info``).
+    """
+    if tool.side_effect != "write" or effects is None:
+        return
+    record = found or EffectRecord(fingerprint, tool=tool.name, run_id=info.get("run_id", ""), started_at=time.time())
+    await effects.effect_doubt(key, record, info)

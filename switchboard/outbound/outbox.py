@@ -1,0 +1,456 @@
+"""The outbox: idempotency records around every send, so a re-run turn sends no reply twice.
+
+Each send has an idempotency key ``sha256(run_id, logical action, ordinal)``; because ``run_id`` is
+stable across re-runs, a re-run computes the same keys. Records live in ``SessionKeys.outbox`` and
+move ``claimed → sent``:
+
+- before the platform call, a fenced claim: ``sent`` already → skip (an earlier attempt delivered it);
+  ``claimed`` by an earlier attempt that never recorded the result → send again and count a possible
+  *send-window duplicate* (the crash fell between the platform call and its record);
+- right after the platform call, the ``sent`` record (the window between the two is kept tiny);
+- a send that failed cleanly drops its claim, so a later retry is not counted as a duplicate; a *durable* send
+  (a turn's reply) keeps it as ``failed`` instead, with the attempts made so far.
+
+A durable send's record also holds the rendered action, so a later attempt at the turn resumes the send from
+Redis (:meth:`Outbox.pending`) and never re-runs the model.
+
+Where a channel's send is itself a Redis write (the web chat's stream), there is no send window at all: while a
+send is in flight its key is :data:`CURRENT_SEND`, and :func:`append_once` (what the web stream publisher writes
+with) appends the entry and marks the record ``sent`` in one fenced script, so no kill can duplicate it. A claim
+such a send "reclaimed" is uncounted there again (the earlier attempt provably wrote nothing).
+
+``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model, up to ``max_wait_s``
+(``SWITCHBOARD_QUEUE__MAX_DEFER_S``) for all of a turn's sends together: a platform asking for a longer wait, or
+for short waits that add up to more, fails the send at once rather than holding the session's lease and a worker
+slot for as long as it says. A 429 also holds the chat's send buckets for ``retry_after``
+(:class:`~switchboard.outbound.ratelimits.SendBuckets`), so other workers' sends to that chat wait too.
+
+Every send hands the channel a :class:`OutboxSend` (its ``SendContext``): the idempotency key (forwarded where the
+platform dedups, Discord ``nonce``), the parts an earlier attempt recorded, ``part_sent`` to record one more part
+in the outbox record (one fenced script, so a retry on *another* worker resumes at the next part: a record that is
+not ``sent`` never forgets its parts), ``pace`` for the shared send buckets, and ``read_file`` for the session's
+workspace files (any worker can send them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import TypeAdapter, ValidationError
+
+from switchboard.channels.base import Capabilities, FileData, Receipt, SendContext
+from switchboard.core.actions import Action
+from switchboard.core.messages import ConversationRef
+from switchboard.core.workspaces.store import WorkspaceStore
+from switchboard.errors import DeliveryError, RateLimitedError
+from switchboard.outbound.deliver import read_stored_file, read_workspace_file
+from switchboard.outbound.ratelimits import SendBuckets
+from switchboard.queue import scripts
+from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.lease import LeaseToken, fenced_xadd
+from switchboard.tracing import span
+
+__all__ = [
+    "CURRENT_SEND",
+    "MAX_RATE_LIMIT_RETRIES",
+    "RUN_PREFIX",
+    "Ephemeral",
+    "Outbox",
+    "OutboxSend",
+    "PendingSend",
+    "SendOutcome",
+    "append_once",
+    "idempotency_key",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_RATE_LIMIT_RETRIES = 5
+"""Platform 429s honoured per send before the send counts as failed."""
+_GLOBAL = GlobalKeys()
+
+Perform = Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]
+Capable = Callable[[ConversationRef], Capabilities]
+_ACTION: TypeAdapter[Action] = TypeAdapter(Action)
+
+CURRENT_SEND: ContextVar[str | None] = ContextVar("switchboard_current_send", default=None)
+"""The idempotency key of the outbox send being performed in this context (``None`` outside :meth:`Outbox.send`)."""
+
+
+async def append_once(
+    redis: aioredis.Redis,
+    lease: LeaseToken,
+    stream_key: str,
+    fields: Mapping[str, str],
+    maxlen: int,
+    max_bytes: int = 0,
+) -> str:
+    """Append a stream entry that *is* a delivery (the web chat's), exactly once; returns its entry id.
+
+    With ``max_bytes`` the stream is also trimmed, oldest entries first, to stay within that many bytes.
+
+    Inside :meth:`Outbox.send` the append and the outbox's ``sent`` record are one fenced script (an entry already
+    recorded is not appended again); outside it (status, typing, streamed deltas: nothing to record) it is a plain
+    fenced ``XADD``.
+
+    Raises:
+        FencedWriteError: the lease has passed to another epoch.
+    """
+    key = CURRENT_SEND.get()
+    if key is None:
+        return await fenced_xadd(redis, lease, stream_key, fields, maxlen, max_bytes)
+    keys = SessionKeys(lease.session)
+    args: list[scripts.ScriptArg] = [lease.token, maxlen, key, f"{time.time():.6f}", max_bytes]
+    for name, value in fields.items():
+        args += [name, value]
+    entry = await scripts.OUTBOX_APPEND(
+        redis,
+        [keys.lease, _GLOBAL.fenced_rejections, stream_key, keys.outbox, _GLOBAL.stats],
+        args,
+        session=lease.session,
+        epoch=lease.epoch,
+    )
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+RUN_PREFIX = "run-"
+"""A turn's run id is this then its first message's gateway id (the key of the request's trace)."""
+
+
+def idempotency_key(run_id: str, action: str, ordinal: int = 0) -> str:
+    """``sha256(run_id, logical action, ordinal)`` as hex: the same for every re-run of a turn."""
+    return hashlib.sha256(f"{run_id}\x1f{action}\x1f{ordinal}".encode()).hexdigest()
+
+
+class Ephemeral:
+    """The send context of an action nothing is recorded for (status, typing, a streamed delta or edit).
+
+    It resumes nothing, records nothing and does not pace (ephemeral actions are best effort: the edit budget, not
+    the send buckets, meters preview edits); it reads no files.
+    """
+
+    def __init__(self, idempotency_key: str) -> None:
+        self._key = idempotency_key
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across re-runs of the same logical action."""
+        return self._key
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Nothing was recorded: always empty."""
+        return ()
+
+    async def part_sent(self, platform_id: str) -> None:
+        """Nothing to record."""
+
+    async def pace(self) -> None:
+        """Ephemeral actions do not wait for send tokens."""
+
+    async def read_file(self, path: str) -> FileData:
+        """Files go out through the outbox only.
+
+        Raises:
+            DeliveryError: always (``retryable=False``).
+        """
+        raise DeliveryError("a file can only be sent through the outbox", channel="", retryable=False)
+
+
+class OutboxSend:
+    """The send context of one outbox send (:class:`~switchboard.channels.base.SendContext`)."""
+
+    def __init__(self, outbox: Outbox, key: str, conversation: ConversationRef, sent: list[str]) -> None:
+        self._outbox = outbox
+        self._key = key
+        self._conversation = conversation
+        self._sent = sent
+        """Shared with the outbox's send, so a 429 retry of the same send resumes after the parts recorded."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """``sha256(run_id, logical action, ordinal)``: the same for every attempt at the send."""
+        return self._key
+
+    @property
+    def sent(self) -> tuple[str, ...]:
+        """Platform ids of the parts already recorded for this send (by any worker)."""
+        return tuple(self._sent)
+
+    async def part_sent(self, platform_id: str) -> None:
+        """Record one more part in the outbox record (fenced).
+
+        Raises:
+            FencedWriteError: the session's lease passed to another worker.
+        """
+        outbox = self._outbox
+        await scripts.OUTBOX_PART(
+            outbox.redis,
+            outbox._fenced_keys(),
+            [outbox.lease.token, self._key, platform_id],
+            session=outbox.lease.session,
+            epoch=outbox.lease.epoch,
+        )
+        self._sent.append(platform_id)
+
+    async def pace(self) -> None:
+        """Take a token of the account's and the chat's send buckets (shared by every worker), waiting if need be.
+
+        Raises:
+            RateLimitedError: no token within the bounded wait.
+        """
+        outbox = self._outbox
+        if outbox.buckets is not None and outbox.capabilities is not None:
+            await outbox.buckets.pace(self._conversation, outbox.capabilities(self._conversation))
+
+    async def read_file(self, path: str) -> FileData:
+        """Read ``path`` from the session's workspace.
+
+        Raises:
+            DeliveryError: no workspace here, no such file, or the path leaves the workspace (``retryable=False``).
+        """
+        outbox = self._outbox
+        if outbox.workspace_store is not None:
+            return await read_stored_file(outbox.workspace_store, outbox.lease.session, path, self._conversation)
+        return await read_workspace_file(outbox.workspace_root, outbox.lease.session, path, self._conversation)
+
+
+class SendOutcome:
+    """What :meth:`Outbox.send` did."""
+
+    __slots__ = ("key", "receipt", "skipped")
+
+    def __init__(self, key: str, receipt: Receipt | None, skipped: bool) -> None:
+        self.key = key
+        self.receipt = receipt
+        """What the send produced; for a skipped send, the platform ids an earlier attempt recorded."""
+        self.skipped = skipped
+        """``True`` when an earlier attempt had already delivered this send."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSend:
+    """A durable send an earlier attempt recorded: what to send, and how far it got."""
+
+    action: Action
+    state: str
+    """``claimed`` (outcome unknown: the worker died in the send window), ``failed`` or ``sent``."""
+    attempts: int
+    """Delivery attempts made so far."""
+    parts: int
+    """Platform messages it became, once ``sent``."""
+
+
+class Outbox:
+    """Fenced, idempotent sends for one session under one lease."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        lease: LeaseToken,
+        perform: Perform,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        events_maxlen: int = 2_000,
+        max_wait_s: float = math.inf,
+        buckets: SendBuckets | None = None,
+        capabilities: Capable | None = None,
+        workspace_root: Path | None = None,
+        workspace_store: WorkspaceStore | None = None,
+    ) -> None:
+        self.redis = redis
+        self.workspace_store = workspace_store
+        """Where workspaces are kept (``SendContext.read_file`` reads from it when set, else ``workspace_root``)."""
+        self.buckets = buckets
+        """The shared send buckets (``None``: sends are not paced, and a 429 holds nothing)."""
+        self.capabilities = capabilities
+        """The rates of a conversation's channel."""
+        self.workspace_root = workspace_root
+        """Where session workspaces live (``SendContext.read_file``)."""
+        self.max_wait_s = max_wait_s
+        """The longest the turn's sends may wait on platform ``retry_after`` in all; past it the error is raised."""
+        self.waited_s = 0.0
+        """Seconds this outbox's sends (and their caller's retries) have waited on the platform so far."""
+        self.events_maxlen = events_maxlen
+        """The session event log's cap, for facts that ride on a claim."""
+        self.lease = lease
+        self._perform = perform
+        self._sleep = sleep
+        self._keys = SessionKeys(lease.session)
+        self.used: list[str] = []
+        """Idempotency keys this outbox claimed (dropped from the record when the turn is acked)."""
+
+    def _fenced_keys(self) -> list[str]:
+        return [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.outbox]
+
+    async def send(
+        self,
+        action: Action,
+        conversation: ConversationRef,
+        *,
+        run_id: str,
+        logical: str,
+        ordinal: int = 0,
+        facts: str = "",
+        durable: bool = False,
+        attempt: int = 1,
+    ) -> SendOutcome:
+        """Claim, perform and record one send.
+
+        ``facts`` (:func:`~switchboard.queue.ledger.encode_facts`) are events the drain held back: the claim
+        writes them first, in the same fenced step (one round trip fewer than writing them on their own).
+        A ``durable`` send keeps the action (and ``attempt``, its delivery attempt) in its record, and a failed
+        one is recorded as ``failed`` rather than dropped, so that :meth:`pending` finds it later.
+
+        A ``send`` span records it (action kind, channel, logical name, parts, outcome ``sent`` / ``skipped`` /
+        ``failed``), under the current span (a tool's send inside the ``run`` span) or else in the trace of the run's
+        first message (a turn's reply, sent after the run).
+
+        Raises:
+            FencedWriteError: the lease passed to another epoch (nothing is sent).
+            DeliveryError: the platform refused the send (the claim is dropped first).
+        """
+        with span(
+            "send",
+            trace_key=run_id.removeprefix(RUN_PREFIX),
+            switchboard__action=action.kind,
+            switchboard__channel=conversation.channel,
+            switchboard__logical=logical,
+            switchboard__durable=durable,
+            switchboard__attempt=attempt,
+        ) as opened:
+            try:
+                outcome = await self._send(action, conversation, run_id, logical, ordinal, facts, durable, attempt)
+            except DeliveryError:
+                opened.set_attribute("switchboard.outcome", "failed")
+                raise
+            opened.set_attribute("switchboard.outcome", "skipped" if outcome.skipped else "sent")
+            if outcome.receipt is not None:
+                opened.set_attribute("switchboard.parts", outcome.receipt.parts)
+            return outcome
+
+    async def _send(
+        self,
+        action: Action,
+        conversation: ConversationRef,
+        run_id: str,
+        logical: str,
+        ordinal: int,
+        facts: str,
+        durable: bool,
+        attempt: int,
+    ) -> SendOutcome:
+        key = idempotency_key(run_id, logical, ordinal)
+        record: dict[str, Any] = {"state": "claimed", "epoch": self.lease.epoch, "kind": action.kind, "at": time.time()}
+        if durable:
+            record |= {"attempts": attempt, "action": action.model_dump(mode="json")}
+        claimed = json.dumps(record)
+        keys = [*self._fenced_keys(), _GLOBAL.stats]
+        args: list[scripts.ScriptArg] = [self.lease.token, key, claimed]
+        if facts:
+            keys.append(self._keys.events)
+            args += [facts, self.events_maxlen]
+        verdict = await scripts.OUTBOX_CLAIM(
+            self.redis,
+            keys,
+            args,
+            session=self.lease.session,
+            epoch=self.lease.epoch,
+        )
+        self.used.append(key)
+        state, ids = _verdict(verdict)
+        if state == "sent":
+            return SendOutcome(key, Receipt(platform_ids=tuple(ids), parts=len(ids)), skipped=True)
+        if state == "reclaimed":
+            logger.warning("re-sending %s for %s after an unrecorded earlier attempt", logical, self.lease.session)
+        context = CURRENT_SEND.set(key)
+        try:
+            receipt = await self._perform_with_retries(action, conversation, OutboxSend(self, key, conversation, ids))
+        except DeliveryError as err:
+            # the platform refused it: nothing was delivered, so a retry is not a duplicate
+            failed = json.dumps(record | {"state": "failed", "error": str(err)[:300]}) if durable else ""
+            await self._record(key, failed)
+            raise
+        finally:
+            CURRENT_SEND.reset(context)
+        sent = record | {"state": "sent", "at": time.time(), "platform_ids": list(receipt.platform_ids)}
+        sent["parts"] = receipt.parts
+        await self._record(key, json.dumps(sent))
+        return SendOutcome(key, receipt, skipped=False)
+
+    async def pending(self, run_id: str, logical: str, ordinal: int = 0) -> PendingSend | None:
+        """The durable send an earlier attempt at ``run_id`` recorded under ``logical``, if any.
+
+        A record found is this outbox's from now on: it is dropped with the turn's ack (:attr:`used`).
+        """
+        key = idempotency_key(run_id, logical, ordinal)
+        raw = await self.redis.hget(self._keys.outbox, key)
+        if raw is None:
+            return None
+        self.used.append(key)
+        try:
+            record = json.loads(raw)
+            action = _ACTION.validate_python(record["action"])
+        except (ValueError, KeyError, TypeError, ValidationError):
+            return None  # a plain claim (not durable), or a record this version does not read
+        return PendingSend(action, str(record["state"]), int(record.get("attempts", 1)), int(record.get("parts", 1)))
+
+    async def recorded_ids(self, run_id: str, logical: str, ordinal: int = 0) -> tuple[str, ...]:
+        """Platform ids recorded for a send (delivered, or the parts an unfinished one delivered); ``()`` if none."""
+        raw = await self.redis.hget(self._keys.outbox, idempotency_key(run_id, logical, ordinal))
+        if raw is None:
+            return ()
+        try:
+            record = json.loads(raw)
+            ids = record.get("platform_ids") if record.get("state") == "sent" else record.get("progress")
+        except (ValueError, AttributeError):
+            return ()
+        return tuple(str(i) for i in ids) if isinstance(ids, list) else ()
+
+    async def hold(self, conversation: ConversationRef, seconds: float) -> None:
+        """Hold the chat's buckets for ``seconds`` (the platform said 429), for every worker."""
+        if self.buckets is not None and self.capabilities is not None and seconds > 0:
+            await self.buckets.hold(conversation, self.capabilities(conversation), seconds)
+
+    async def _perform_with_retries(self, action: Action, conversation: ConversationRef, send: OutboxSend) -> Receipt:
+        for attempt in range(MAX_RATE_LIMIT_RETRIES + 1):
+            try:
+                return await self._perform(action, conversation, send)
+            except RateLimitedError as err:
+                wait = max(err.retry_after, 0.0)
+                await self.hold(conversation, wait)
+                if attempt == MAX_RATE_LIMIT_RETRIES or self.waited_s + wait > self.max_wait_s:
+                    raise  # the turn's waits add up to max_wait_s at most, however the platform splits them
+                logger.info("%s rate-limited; retrying the send in %.2f s", err.channel, wait)
+                await self._sleep(wait)
+                self.waited_s += wait
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _record(self, key: str, record: str) -> None:
+        """Write the send's outcome (``''`` drops a clean failure's claim; recorded parts are kept either way)."""
+        await scripts.OUTBOX_RECORD(
+            self.redis,
+            self._fenced_keys(),
+            [self.lease.token, key, record],
+            session=self.lease.session,
+            epoch=self.lease.epoch,
+        )
+
+
+def _verdict(raw: Any) -> tuple[str, list[str]]:
+    """``outbox_claim.lua``'s answer: the verdict, and the platform ids recorded so far."""
+    verdict, ids = raw
+    state = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+    parsed = json.loads(ids)
+    return state, [str(i) for i in parsed] if isinstance(parsed, list) else []

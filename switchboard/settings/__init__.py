@@ -1,0 +1,458 @@
+"""Settings: secrets and deployment from the environment, agents and channel options from YAML.
+
+Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter ``__``
+(``SWITCHBOARD_TELEGRAM__BOT_TOKEN``); provider keys keep the names the official SDKs use
+(``OPENAI_API_KEY``). Read once at the entry point (:func:`load_settings`) and passed down.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+from switchboard.console.config import ConsoleConfig, ConsoleSettings
+from switchboard.core.agent.config import Agent
+from switchboard.core.approvals.policy import TenantConfig
+from switchboard.errors import ConfigError
+from switchboard.settings.channels import (
+    ChannelAccount,
+    ChannelOptions,
+    ChannelSettings,
+    DiscordSettings,
+    InstagramSettings,
+    MessengerSettings,
+    SlackSettings,
+    TeamsSettings,
+    TelegramSettings,
+    WhatsAppSettings,
+)
+from switchboard.settings.computer import (
+    EgressSecret,
+    EgressSettings,
+    SandboxSettings,
+    WorkspaceS3Settings,
+    WorkspaceSettings,
+)
+from switchboard.web.clientaddr import TrustedProxies, parse_trusted_proxies
+
+__all__ = [
+    "AttachmentSettings",
+    "ChannelAccount",
+    "ChannelOptions",
+    "ChannelSettings",
+    "DiscordSettings",
+    "DocumentSettings",
+    "EgressSecret",
+    "EgressSettings",
+    "FileConfig",
+    "HttpSettings",
+    "InstagramSettings",
+    "LimitsSettings",
+    "MessengerSettings",
+    "QueueSettings",
+    "SandboxSettings",
+    "Settings",
+    "SlackSettings",
+    "TeamsSettings",
+    "TelegramSettings",
+    "TranscriptionSettings",
+    "WhatsAppSettings",
+    "WorkspaceS3Settings",
+    "WorkspaceSettings",
+    "load_settings",
+]
+
+
+class QueueSettings(BaseModel):
+    """``SWITCHBOARD_QUEUE__*``: the session queue's timings (seconds unless named ``_ms``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "switchboard"
+    """The one RQ queue every worker listens on."""
+    lease_ms: int = Field(15_000, ge=500)
+    """Session lease TTL; a worker heartbeats it every third of this."""
+    reaper_interval_s: float = Field(2.0, gt=0)
+    """How often the reaper sweeps for stranded sessions."""
+    max_attempts: int = Field(3, ge=1)
+    """Attempts per message before it is dead-lettered."""
+    retry_backoff_s: float = Field(0.5, ge=0)
+    """Wait before retrying a failed attempt (doubled each attempt)."""
+    concurrency: int = Field(64, ge=1)
+    """Session drains one worker process runs at once."""
+    fair_turns: int = Field(1, ge=0)
+    """Turns a session runs in a row while other sessions wait for a slot; then it yields the slot and goes to
+    the back of the queue, keeping its own order (0: never yield)."""
+    fair_slice_s: float = Field(0.0, ge=0)
+    """Also yield (between turns) once a session has held its slot this long while others wait (0: off)."""
+    worker_heartbeat_ms: int = Field(1000, ge=50)
+    """How often a worker proves it is alive (at most a third of ``lease_ms``); one silent for three of these is
+    dead and its sessions are taken over at once (the lease still fences it, should it come back)."""
+    dedup_ttl_s: int = Field(8 * 24 * 3600, ge=24 * 3600)
+    """How long platform event ids are remembered (≥ 24 h; WhatsApp retries for up to 7 days)."""
+    ingest_timeout_s: float = Field(2.0, gt=0)
+    """Answer 503 when Redis has not confirmed an ingest within this time."""
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    """Webhook bodies over this are refused with 413 before any parsing."""
+    events_maxlen: int = Field(2_000, ge=100)
+    """Approximate cap of each session's event log."""
+    history_maxlen: int = Field(200, ge=10)
+    """Conversation entries kept per session."""
+    send_max_attempts: int = Field(5, ge=1)
+    """Attempts at delivering a finished turn's reply before the send is dead-lettered (the model is not re-run)."""
+    send_backoff_s: float = Field(1.0, ge=0)
+    """Wait before re-trying a reply the platform failed to take (doubled each attempt; a 429's wait wins)."""
+    max_defer_s: float = Field(3600.0, ge=0)
+    """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
+    longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""
+
+
+class HttpSettings(BaseModel):
+    """``SWITCHBOARD_HTTP__*``: how long the web tier waits on a client, and how many connections it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A request's line and headers must arrive within this of the connection opening or going idle."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """A request's body must have arrived within this of its headers."""
+    keepalive_timeout_s: float = Field(75.0, gt=0)
+    """An idle keep-alive connection is closed after this."""
+    max_connections: int = Field(10_000, ge=1)
+    """Open connections; past it the oldest idle one is closed (or, with none idle, the new one)."""
+
+
+class DocumentSettings(BaseModel):
+    """``SWITCHBOARD_DOCUMENTS__*``: bounds of ``read_document`` (each parse runs in a limited child process)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(25 * 2**20, ge=1024)
+    """Largest document read at all."""
+    memory_mb: int = Field(512, ge=128)
+    """Address space of the parsing child; a document that needs more is refused."""
+    timeout_s: float = Field(20.0, gt=0)
+    """Deadline of one parse; the child is killed when it passes."""
+    max_output_chars: int = Field(100_000, ge=1000)
+    """Longest text one read returns."""
+
+
+class AttachmentSettings(BaseModel):
+    """``SWITCHBOARD_ATTACHMENTS__*``: the files users send, fetched into the session workspace before a turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(20 * 2**20, ge=1024)
+    """Largest file fetched; a bigger one reaches the model as a note (\"too large\"), never as a failed turn."""
+    max_count: int = Field(10, ge=0)
+    """Most files fetched per turn (the rest become a note)."""
+
+
+class TranscriptionSettings(BaseModel):
+    """``SWITCHBOARD_TRANSCRIPTION__*``: voice notes to text through OpenAI's audio API (at ``OPENAI_BASE_URL``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    """Transcription model (``gpt-4o-mini-transcribe``, ``whisper-1``); unset: that default when
+    ``OPENAI_API_KEY`` is set, else off; ``off``: never transcribe."""
+
+
+class OfflineSettings(BaseModel):
+    """``SWITCHBOARD_OFFLINE__*``: the deterministic offline model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delay_ms: int = Field(0, ge=0)
+    """Per-answer delay, so the offline model can stand in for a slow model in load tests."""
+
+
+class LimitsSettings(BaseModel):
+    """``SWITCHBOARD_LIMITS__*``: abuse limits, counted in Redis and shared by every process; ``0`` = no limit.
+
+    Over a limit the web chat answers 429 with ``Retry-After`` and writes nothing; a platform webhook still
+    answers 2xx (the platform would only retry) and the drop is recorded as an event and a metric.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    sessions_per_address_per_hour: int = Field(60, ge=0)
+    """Web chat sessions one client address may create per hour."""
+    messages_per_session_per_minute: int = Field(30, ge=0)
+    """Messages one session accepts per minute (every sender together)."""
+    messages_per_sender_per_minute: int = Field(60, ge=0)
+    """Messages one sender (platform user, web chat session) may send per minute, across sessions."""
+    inbox_depth: int = Field(100, ge=0)
+    """Messages waiting in one session's inbox; with the 32 KiB text cap this bounds a session's queued bytes."""
+    streams_per_session: int = Field(5, ge=0)
+    """Open event streams (SSE) per web chat session."""
+    streams_per_address: int = Field(20, ge=0)
+    """Open event streams (SSE) per client address."""
+    idle_session_ttl_s: int = Field(30 * 24 * 3600, ge=0)
+    """A web chat session's retained conversation (inbox, history, events, web stream, state) is deleted this long
+    after its last activity (a message in, a turn started or ended), like its token; ``0`` keeps it forever."""
+    web_history_kib: int = Field(4096, ge=0)
+    """Most a web chat session's retained web stream (what a reload replays) may hold, besides its cap of about
+    1,000 entries; the oldest entries go first (``0``: only the entry cap)."""
+
+
+class FileConfig(BaseModel):
+    """The YAML file: agents, channels' non-secret options, defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = "default"
+    default_agent: str = "assistant"
+    agents: dict[str, Agent] = Field(default_factory=dict)
+    channels: dict[str, ChannelOptions] = Field(default_factory=dict)
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;
+    ``switchboard.core.approvals.policy``)."""
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    """The operator console's operators (``console.operators``)."""
+
+    def agent(self, name: str | None) -> Agent:
+        """The named agent, or the default one."""
+        key = name or self.default_agent
+        try:
+            return self.agents[key]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ConfigError(f"unknown agent {key!r} (defined: {known})", field=f"agents.{key}") from None
+
+
+def _default_agents() -> dict[str, Agent]:
+    from switchboard.core.agent.config import AgentProfile
+
+    return {
+        "assistant": Agent(
+            name="assistant",
+            profile=AgentProfile(name="Assistant", description="A helpful assistant."),
+            instructions="You are a helpful assistant. Answer briefly and clearly.",
+        )
+    }
+
+
+class Settings(BaseSettings):
+    """Secrets and deployment settings, from the environment (and an optional ``.env`` file)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_",
+        env_nested_delimiter="__",
+        env_file=None,
+        extra="ignore",
+        nested_model_default_partial_update=True,
+    )
+
+    redis_url: str | None = None
+    """Redis (or Valkey) to use; unset under ``switchboard run`` starts the embedded server."""
+    data_dir: Path = Path(".switchboard")
+    """Embedded server data, session workspaces, local indexes (relative to the working directory)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    model: str | None = None
+    """Default model, ``provider:name``; unset picks a provider from the keys present, else ``offline``."""
+    config: Path = Path("config/switchboard.yaml")
+    """The YAML file (``SWITCHBOARD_CONFIG``)."""
+    openai_api: Literal["responses", "chat"] | None = None
+    """OpenAI wire API; default ``responses`` against OpenAI itself, ``chat`` for other base URLs."""
+    log_level: str = "INFO"
+    uvloop: bool = True
+    """Run on uvloop when it is installed (``SWITCHBOARD_UVLOOP=0`` keeps asyncio's own loop)."""
+
+    openai_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_API_KEY"))
+    anthropic_base_url: str | None = Field(None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"))
+    approval_key: SecretStr | None = None
+    """Signs CodeAct programs paused for an approval (HMAC-SHA256); unset: a key generated once into
+    ``<data dir>/approval-snapshot.key``. Every worker of a deployment needs the same key."""
+
+    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+    discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    teams: TeamsSettings = Field(default_factory=TeamsSettings)
+    whatsapp: WhatsAppSettings = Field(default_factory=WhatsAppSettings)
+    instagram: InstagramSettings = Field(default_factory=InstagramSettings)
+    messenger: MessengerSettings = Field(default_factory=MessengerSettings)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    offline: OfflineSettings = Field(default_factory=OfflineSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
+    workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
+    transcription: TranscriptionSettings = Field(default_factory=TranscriptionSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    egress: EgressSettings = Field(default_factory=EgressSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
+    """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
+
+    file: FileConfig = Field(default_factory=FileConfig, exclude=True)
+    """The parsed YAML file (filled by :func:`load_settings`)."""
+    _environ: dict[str, str] = PrivateAttr(default_factory=dict)
+    _channel_blocks: dict[str, ChannelSettings] = PrivateAttr(default_factory=dict)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
+            raise ValueError("must start with redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0)")
+        return v
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, v: object) -> object:
+        return parse_trusted_proxies(v) if isinstance(v, str) else v
+
+    @property
+    def default_model(self) -> str:
+        """The model used when an agent names none (docs/ARCHITECTURE.md §10)."""
+        if self.model:
+            return self.model
+        if self.openai_api_key is not None:
+            return "openai:gpt-4.1-mini"
+        if self.anthropic_api_key is not None:
+            return "anthropic:claude-sonnet-4-5"
+        return "offline"
+
+    @property
+    def openai_wire_api(self) -> Literal["responses", "chat"]:
+        """``responses`` against OpenAI itself, ``chat`` when ``OPENAI_BASE_URL`` points elsewhere."""
+        if self.openai_api:
+            return self.openai_api
+        base = self.openai_base_url or ""
+        return "responses" if not base or "api.openai.com" in base else "chat"
+
+    def channel(self, name: str) -> ChannelSettings:
+        """The env settings block of a platform channel."""
+        block = self.channel_block(name)
+        if block is None:
+            raise ConfigError(f"unknown channel {name!r}", field=name)
+        return block
+
+    def channel_block(self, name: str) -> ChannelSettings | None:
+        """A channel's env block: its own field (``telegram``), one set by :meth:`set_channel_block`, or ``None``.
+
+        A channel without a field here reads its block through the channel registry (``env_block``).
+        """
+        block = self._channel_blocks.get(name)
+        if block is None and name in type(self).model_fields:
+            block = getattr(self, name)
+        return block if isinstance(block, ChannelSettings) else None
+
+    def set_channel_block(self, name: str, block: ChannelSettings) -> None:
+        """Replace a channel's env block (``switchboard run`` points a channel without credentials at its fake)."""
+        if name in type(self).model_fields:
+            setattr(self, name, block)
+        else:
+            self._channel_blocks[name] = block
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment :func:`load_settings` read (empty for settings built otherwise)."""
+        return self._environ
+
+    @property
+    def data_path(self) -> Path:
+        """``data_dir`` resolved against the working directory."""
+        return (Path.cwd() / self.data_dir).resolve()
+
+    @property
+    def workspace_path(self) -> Path:
+        """Where session workspaces (or their working copies) live: ``workspaces.root``, else under the data dir."""
+        root = self.workspaces.root
+        return (Path.cwd() / root).resolve() if root is not None else self.data_path / "workspaces"
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for item in err.errors():
+        loc = [str(p) for p in item["loc"]]
+        if source == "the environment":
+            name = ("SWITCHBOARD_" + "__".join(loc)).upper()
+            if loc and loc[0].endswith(("_api_key", "_base_url")) and loc[0].startswith(("openai", "anthropic")):
+                name = loc[0].upper()
+        else:
+            name = ".".join(loc)
+        lines.append(f"  {name}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(env: dict[str, str] | None = None, *, require_file: bool = False) -> Settings:
+    """Read the environment and the YAML file once, validate both, and return the settings.
+
+    Raises:
+        ConfigError: with a message naming every bad field and how to fix it.
+    """
+    env_map = dict(os.environ if env is None else env)
+    saved = dict(os.environ)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env_map)
+        settings = Settings()
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, "the environment")) from None
+    except SettingsError as err:  # a block's own variable (SWITCHBOARD_LIMITS=…) that is not a JSON object
+        block = str(err).partition('field "')[2].partition('"')[0].upper() or "<BLOCK>"
+        raise ConfigError(f"SWITCHBOARD_{block} is not a JSON object: set SWITCHBOARD_{block}__<FIELD>") from None
+    finally:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+    settings._environ = env_map  # channels without a field here read their block from it
+    settings.file = load_file(settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map)
+    return settings
+
+
+def load_file(path: Path, *, required: bool = False) -> FileConfig:
+    """Parse and validate the YAML file; a missing optional file gives the built-in defaults."""
+    if not path.exists():
+        if required:
+            raise ConfigError(f"config file {path} does not exist: create it or fix SWITCHBOARD_CONFIG", field="config")
+        return FileConfig(agents=_default_agents())
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file: fix SWITCHBOARD_CONFIG", field="config")
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}", field="config") from None
+    except (UnicodeDecodeError, OSError) as err:
+        raise ConfigError(f"{path} is not a readable UTF-8 file ({type(err).__name__})", field="config") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level", field="config")
+    for name, body in (raw.get("agents") or {}).items():
+        if isinstance(body, dict):
+            body.setdefault("name", name)
+    try:
+        cfg = FileConfig.model_validate(raw, context={"config_dir": path.parent})  # relative paths in it
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, str(path))) from None
+    if not cfg.agents:
+        cfg.agents = _default_agents()
+    if cfg.default_agent not in cfg.agents:
+        raise ConfigError(
+            f"{path}: default_agent {cfg.default_agent!r} is not defined under agents "
+            f"(defined: {', '.join(sorted(cfg.agents))})",
+            field="default_agent",
+        )
+    return cfg

@@ -1,0 +1,190 @@
+"""Settings of the computer each session works in: its workspace store, the shell's sandbox, the egress proxy.
+
+``SWITCHBOARD_WORKSPACES__*``, ``SWITCHBOARD_SANDBOX__*`` and ``SWITCHBOARD_EGRESS__*`` (fields of
+:class:`switchboard.settings.Settings`; docs/ARCHITECTURE.md §7 and §10).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+from switchboard.core.tools.egress import normalize_pattern
+
+__all__ = ["EgressSecret", "EgressSettings", "SandboxSettings", "WorkspaceS3Settings", "WorkspaceSettings"]
+
+
+class WorkspaceS3Settings(BaseModel):
+    """``SWITCHBOARD_WORKSPACES__S3__*``: the bucket session workspaces are kept in when the backend is ``s3``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bucket: str = ""
+    """The bucket (it must exist)."""
+    prefix: str = ""
+    """Keys start with it (``<prefix>/t-<tenant digest>/<session digest>/<path>``)."""
+    endpoint_url: str | None = None
+    """The S3 API's address: MinIO, Cloudflare R2, Ceph… (unset: AWS)."""
+    region: str | None = None
+    """The bucket's region (unset: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, botocore's chain)."""
+    access_key_id: SecretStr | None = None
+    """With ``secret_access_key``; unset: the standard AWS chain (``AWS_ACCESS_KEY_ID``…, profiles, roles)."""
+    secret_access_key: SecretStr | None = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    """``path`` for most self-hosted servers."""
+    concurrency: int = Field(8, ge=1)
+    """Transfers in flight at once while one workspace is synced."""
+
+
+class WorkspaceSettings(BaseModel):
+    """``SWITCHBOARD_WORKSPACES__*``: where session workspaces are kept, their quotas, and the tool threads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "s3"] = "local"
+    """``local``: a directory (one host, or a shared volume at the same path on every host); ``s3``: a bucket,
+    worked on in local copies under ``root``."""
+    root: Path | None = None
+    """Local directory of the workspaces (``local``) or of the working copies (``s3``); unset:
+    ``<data dir>/workspaces``. Relative to the working directory."""
+    s3: WorkspaceS3Settings = Field(default_factory=WorkspaceS3Settings)
+    session_quota_mb: int = Field(100, ge=1)
+    """Most one session's workspace may hold."""
+    tenant_quota_mb: int = Field(1000, ge=1)
+    """Most all the workspaces of one tenant may hold together."""
+    total_quota_mb: int = Field(10_000, ge=1)
+    """Most every workspace under the data directory may hold together."""
+    tool_threads: int = Field(16, ge=1)
+    """Threads for blocking tool work (file tools), for every session of a worker together."""
+    threads_per_session: int = Field(2, ge=1)
+    """Most of those threads one session may hold at once."""
+
+
+class SandboxSettings(BaseModel):
+    """``SWITCHBOARD_SANDBOX__*``: the sandbox of the ``shell`` tool, chosen at start-up from what the host supports."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["auto", "bwrap", "landlock", "weak", "off"] = "auto"
+    """``auto``: bubblewrap with seccomp, else Landlock with seccomp, else (if allowed) the weak floor."""
+    allow_weak: bool = False
+    """Allow the weak floor (rlimits only) when nothing stronger works: only for operator-trusted agents and skills."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Deadline of a command when the model sets no ``timeout_ms``."""
+    max_timeout_s: float = Field(600.0, gt=0)
+    """Longest ``timeout_ms`` honoured."""
+    cpu_s: int = Field(60, ge=1)
+    """CPU seconds of one command (``RLIMIT_CPU``)."""
+    memory_mb: int = Field(1024, ge=64)
+    """Memory of one command, all its processes together (a memory cgroup, else a watchdog over its processes'
+    resident memory), and the address space of each of its processes (``RLIMIT_AS``)."""
+    memory_total_mb: int = Field(4096, ge=64)
+    """Memory of all the commands of one worker together: a command waits while its budget would pass this."""
+    processes: int = Field(64, ge=4)
+    """Processes and threads of one command (``RLIMIT_NPROC``, or a ``pids`` cgroup when the worker is root)."""
+    file_mb: int = Field(64, ge=1)
+    """Largest file one command may write (``RLIMIT_FSIZE``)."""
+    tmp_mb: int = Field(64, ge=1)
+    """Size of the private ``/tmp``."""
+    max_output_chars: int = Field(20_000, ge=100)
+    """Default and largest ``max_output_length``: characters kept of each stream (head and tail)."""
+    concurrency: int = Field(16, ge=1)
+    """Commands running at once in one worker (more wait)."""
+    progress_after_s: float = Field(5.0, ge=0)
+    """A command still running after this is announced on the user's channel (0: never)."""
+    progress_every_s: float = Field(5.0, ge=0.05)
+    """How often that status message is edited where the channel edits (the chat's edit budget may skip an edit)."""
+    progress_notices: int = Field(2, ge=0, le=10)
+    """Most progress messages of one call where the channel cannot edit (WhatsApp, Instagram, Messenger, web chat)."""
+    proxy_socket: Path | None = None
+    """Unix socket the worker's egress proxy listens on, bound into bubblewrap sandboxes (default:
+    ``<data dir>/egress/worker-<pid>.sock``; set it only with one worker process per path)."""
+
+
+def _comma_list(value: object) -> object:
+    """``a, b`` → ``("a", "b")`` (lists from the environment are comma-separated)."""
+    return tuple(part.strip() for part in value.split(",") if part.strip()) if isinstance(value, str) else value
+
+
+class EgressSecret(BaseModel):
+    """``SWITCHBOARD_EGRESS__SECRETS__<NAME>__VALUE`` and ``__DOMAINS``: a secret the egress proxy injects.
+
+    Sandboxes and the model see only the placeholder ``{{secret:<NAME>}}``; the proxy puts the value in its place in
+    request headers on requests to these domains, and refuses a request that carries the placeholder anywhere else.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: SecretStr
+    domains: Annotated[tuple[str, ...], NoDecode] = Field(min_length=1)
+    """Comma-separated hosts the secret may be sent to (``api.github.com``, ``*.example.com``)."""
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _comma_list(v)
+
+    @field_validator("domains")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_pattern(p) for p in v)
+
+
+class EgressSettings(BaseModel):
+    """``SWITCHBOARD_EGRESS__*``: the host-side proxy every outbound request of a sandbox or tool goes through."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: Annotated[tuple[str, ...], NoDecode] = ()
+    """Comma-separated hosts every agent may reach, besides each agent's own ``egress.allow`` (default: none)."""
+    methods: Annotated[tuple[str, ...], NoDecode] = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    """HTTP methods passed on; any other is refused with 405."""
+    ports: Annotated[tuple[int, ...], NoDecode] = (80, 443)
+    """Destination ports allowed."""
+    internal_networks: Annotated[tuple[str, ...], NoDecode] = ()
+    """CIDRs an allowlisted host may resolve into although they are private (an internal service); the metadata
+    address is refused whatever this says."""
+    max_request_bytes: int = Field(10 * 2**20, ge=0)
+    """Largest request body passed on (413 past it)."""
+    max_response_bytes: int = Field(50 * 2**20, ge=0)
+    """Largest response body passed back (502 past it)."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """Connecting to the destination (TCP and TLS)."""
+    timeout_s: float = Field(60.0, gt=0)
+    """One request from sending it to its last response byte."""
+    client_timeout_s: float = Field(30.0, gt=0)
+    """A client must send a request's head and body within this."""
+    upstream_ca_file: Path | None = None
+    """Extra CA certificates (PEM) trusted for destinations, besides the system's (a corporate CA)."""
+    host: str = "127.0.0.1"
+    """Loopback address of the proxy's TCP listener."""
+    port: int = Field(0, ge=0, le=65535)
+    """Its port (``0``: any free port, handed to each sandbox)."""
+    secrets: dict[str, EgressSecret] = Field(default_factory=dict)
+    """Secrets by name, bound to the domains they may be sent to."""
+
+    @field_validator("allow", "methods", "ports", "internal_networks", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _comma_list(v)
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_pattern(p) for p in v)
+
+    @field_validator("methods")
+    @classmethod
+    def _upper(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m.upper() for m in v)
+
+    @field_validator("internal_networks")
+    @classmethod
+    def _networks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for net in v:
+            ipaddress.ip_network(net, strict=False)  # ValueError names the bad entry
+        return v

@@ -1,0 +1,68 @@
+"""Who a turn acts for and what it may do: the principal, its permissions and the policy, set on the TurnRequest.
+
+The drain builds each turn's :class:`~switchboard.core.turn.TurnRequest` here. The *actor* is the principal of the
+turn's last sender (its last channel user's, when operators' messages are batched with users'):
+``<channel>:<sender id>`` for a channel's user (``telegram:42``, ``slack:U123``; a web chat sender's id is its
+session id), or the operator's own principal for what an operator or the gateway did (``console:alice``,
+``switchboard``: their :class:`~switchboard.core.messages.OperatorActed` already names it, and no channel can produce
+a sender id starting with ``console:``). Its permissions are the grants of the YAML policy blocks
+(:func:`switchboard.core.approvals.grants.permissions_for`) that every sender of the batch holds, and the policy is the
+effective one of the tenant, agent and channel, whose version is recorded with the run (docs/ARCHITECTURE.md §6).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+
+from switchboard.core.agent.config import Agent
+from switchboard.core.approvals.grants import permissions_for, resolve_policy
+from switchboard.core.approvals.suspend import principal_of
+from switchboard.core.messages import InboundMessage, OperatorActed
+from switchboard.core.turn import TurnRequest
+from switchboard.settings import FileConfig
+from switchboard.tracing import trace_hex
+from switchboard.types import SessionKey
+
+__all__ = ["principal_of", "turn_request"]  # principal_of: switchboard.core.approvals.suspend, the one definition
+
+
+def turn_request(
+    config: FileConfig | None, session: SessionKey, agent: Agent, messages: Sequence[InboundMessage], run_id: str
+) -> TurnRequest:
+    """The request of one turn over ``messages``, acting for the last sender's principal.
+
+    The turn acts on every message of the batch, so it holds only the permissions *every* sender of the batch holds
+    (a group chat's second user, or an operator's click queued behind a user's message, lends the turn none of
+    theirs), and it acts for the last channel user when there is one (an operator's or the gateway's message
+    batched behind a user's does not make the user's request the operator's).
+
+    Without ``config`` (a drain built without the YAML file: tests, embedded uses) the principal holds no
+    permissions and the runtime applies the agent's own policy block.
+    """
+    last = messages[-1]
+    conversation = last.conversation
+    principals = list(dict.fromkeys(principal_of(m) for m in messages))
+    people = [principal_of(m) for m in messages if not isinstance(m.event, OperatorActed)]
+    actor = people[-1] if people else principals[-1]
+    policy, permissions, permissions_of = None, frozenset[str](), None
+    if config is not None:
+        permissions_of = functools.partial(permissions_for, config, conversation.tenant, agent.name)
+        policy = resolve_policy(config, tenant=conversation.tenant, agent=agent.name, channel=conversation.channel)
+        permissions = frozenset.intersection(*(permissions_of(principal) for principal in principals))
+    return TurnRequest(
+        session_key=session,
+        agent=agent,
+        messages=list(messages),
+        run_id=run_id,
+        deadline=time.time() + agent.limits.deadline_s,
+        tenant=conversation.tenant,
+        actor=actor,
+        request_id=last.id,
+        trace_id=trace_hex(messages[0].id),
+        policy=policy,
+        policy_version=policy.version if policy is not None else "",
+        permissions=permissions,
+        permissions_of=permissions_of,
+    )

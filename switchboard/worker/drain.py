@@ -1,0 +1,507 @@
+"""③ → ④ → ⑤ Drain one session: take its lease, run its inbox head by head, send through the outbox, release.
+
+The loop, under the lease (renewed every third of its TTL):
+
+1. ``begin.lua`` counts the attempt *before* running (a SIGKILL still counts), logs ``run_started`` and
+   returns the head message (or, under a busy policy other than ``sequential``, everything waiting; see
+   :mod:`switchboard.worker.busy` for ``interrupt`` and ``steer``). Past ``max_attempts`` the message is
+   dead-lettered instead, and the next one runs.
+2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` (to channels that show typing) only if the
+   run is still going after :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every
+   ``Capabilities.typing_refresh_s``. The runner plays the turn; streamed deltas go through the streaming policy
+   (:mod:`switchboard.outbound.streaming`), facts to the fenced event log.
+3. The reply goes out through the :class:`~switchboard.outbound.outbox.Outbox` as a durable send (retried alone,
+   never by re-running the model: :mod:`switchboard.outbound.sending`), then ``complete.lua`` acks exactly the
+   handled ids, appends history and facts and records the latencies, in one fenced step.
+4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
+   drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user is told what kind of
+   failure it was. A model provider asking to wait defers the turn instead (:mod:`switchboard.worker.endings`).
+5. ``begin.lua`` finding the inbox empty ends the drain in the same atomic step (lease, drain flag and
+   runnable mark removed), so a message that lands later finds no flag and enqueues a new drain job.
+6. Fairness: between turns, once the session has had its share (``fair_turns`` / ``fair_slice_s``) while its
+   worker has no free slot and other drain jobs wait, ``lease_yield.lua`` frees the lease and pushes a new drain
+   job at the back of the queue in one step; the inbox keeps its order and the next drain resumes at its head.
+
+A :class:`~switchboard.errors.FencedWriteError` (the lease passed to another epoch) stops the drain at once,
+without releasing: the new holder owns the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from switchboard.channels.base import Capabilities, Receipt, SendContext
+from switchboard.core.actions import AckChoice, Action, SendText, SendTyping, SetStatus, StreamText
+from switchboard.core.agent.config import Agent
+from switchboard.core.events import Event, StepRecorded, UsageMetered
+from switchboard.core.messages import ConversationRef, InboundMessage
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.workspaces.store import WorkspaceStore
+from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
+from switchboard.outbound.deliver import ClassifiedDeliverer
+from switchboard.outbound.outbox import Ephemeral, Outbox, idempotency_key
+from switchboard.outbound.ratelimits import SendBuckets
+from switchboard.outbound.sending import REPLY, Undelivered, deliver_reply
+from switchboard.outbound.streaming import ReplyStream
+from switchboard.outbound.toolstatus import StatusBoard, resume, settle
+from switchboard.queue.eventlog import EventLog
+from switchboard.queue.jobs import DrainJobs
+from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
+from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
+from switchboard.queue.offers import check_choices, record_offer
+from switchboard.settings import FileConfig, QueueSettings
+from switchboard.types import SessionKey
+from switchboard.worker.authority import turn_request
+from switchboard.worker.busy import BusyTurn, answered_part, end_interrupted
+from switchboard.worker.cancellation import is_stop
+from switchboard.worker.endings import TurnEndings
+
+__all__ = ["Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
+
+logger = logging.getLogger(__name__)
+
+TurnRunner = Callable[[TurnRequest, TurnSink, SessionStore], Awaitable[TurnResult]]
+"""Plays one turn (the agent runtime, or a test's simple function)."""
+
+TYPING_DELAY_S = 0.75
+"""A run still going this long after it started shows a typing indicator (most replies are ready sooner)."""
+RUNNER_GRACE_S = 30.0
+"""How long past its deadline a turn may run before the drain counts it as failed."""
+
+
+class Deliverer(Protocol):
+    """Carries send actions to the conversation's channel (the web tier's channel registry, or a test's recorder)."""
+
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show (how replies stream, typing, rates)."""
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Perform one action; raises ``DeliveryError`` / ``RateLimitedError``."""
+
+
+class DrainOutcome(Enum):
+    """How a drain ended (the worker decides what happens to the RQ job from it)."""
+
+    RELEASED = "released"
+    """The inbox was empty: lease, drain flag and runnable mark removed in one step."""
+    BUSY = "busy"
+    """Another live holder has the lease; it drains the session."""
+    FENCED = "fenced"
+    """The lease passed to another epoch mid-drain; this drain stopped before its next side effect."""
+    HANDED_OVER = "handed_over"
+    """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
+    YIELDED = "yielded"
+    """Other sessions were waiting: the lease was given up and a new drain job queued at the back, in one step."""
+    DEFERRED = "deferred"
+    """The model provider asked to wait: the head was put off and the lease given up; the reaper resumes it."""
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one drain holds while it runs a turn."""
+
+    lease: LeaseToken
+    lost: asyncio.Event
+    ledger: Ledger
+    conversation: ConversationRef | None = None
+    reply_to: str | None = None
+    run_id: str = ""
+    deltas: int = 0
+    acts: int = 0
+    outbox: Outbox | None = None
+    stream: ReplyStream | None = None
+    """The streaming policy of the turn in flight (set once its conversation is known)."""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a stop was asked (``/stop``, console, or a newer message under ``interrupt``) for the turn in flight."""
+    busy: BusyTurn = field(default_factory=BusyTurn)
+    """What the ``interrupt`` and ``steer`` busy policies track of the turn in flight."""
+    stop_reason: str = ""
+    stopped_at: float | None = None
+    """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
+    typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
+
+
+class _Sink:
+    """The turn's view of its drain: deltas to streaming channels, tool status messages, facts to the fenced event log.
+
+    The answering ``step`` event and the closing ``usage_metered`` are held back to ride on the drain's next
+    fenced step (the reply's outbox claim); any other write for the turn writes them first, so order holds.
+    """
+
+    def __init__(self, drainer: Drainer, turn: _Turn, events: EventLog) -> None:
+        self._drainer = drainer
+        self._turn = turn
+        self._events = events
+        self.held: list[Event] = []
+        self.status = None if turn.stream is None else StatusBoard.beside(turn.stream, drainer._perform_for(turn))
+
+    def take(self) -> list[Event]:
+        """The held events, to write with the drain's next step (the caller writes them)."""
+        held, self.held = self.held, []
+        return held
+
+    async def flush(self) -> None:
+        """Write the held events now (one fenced step)."""
+        if self.held:
+            await self._turn.ledger.facts(self.take())
+
+    async def delta(self, text: str) -> None:
+        turn = self._turn
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.stream is not None:
+            turn.deltas += 1
+            await turn.stream.delta(text)
+
+    async def steered(self) -> list[InboundMessage]:
+        """Under ``steer``, the messages accepted for the session since the turn last asked (read from Redis)."""
+        if self._turn.lost.is_set():
+            raise _lost(self._turn.lease)
+        return await self._turn.busy.take_steered(self._turn.ledger)
+
+    async def act(self, action: Action) -> None:
+        """A channel action a tool asked for (send a file, offer a choice): through the outbox, once.
+
+        A tap's acknowledgement is sent at once instead, best effort and unpaced: the platform refuses a second
+        one (a re-run's) and forgets the tap soon, so it is not worth a durable send.
+        """
+        turn = self._turn
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if isinstance(action, AckChoice):
+            await self._drainer._notify(turn, action, f"ack:{action.ack_ref}")
+            return
+        if turn.conversation is None or turn.outbox is None:
+            return
+        turn.acts += 1
+        await self.flush()
+        await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
+        await record_offer(self._drainer.redis, turn.lease, action, idempotency_key(turn.run_id, f"act:{turn.acts}"))
+
+    async def event(self, event: Event) -> None:
+        if self._turn.lost.is_set():
+            raise _lost(self._turn.lease)
+        if isinstance(event, UsageMetered) or (isinstance(event, StepRecorded) and event.decision == "answer"):
+            self.held.append(event)  # the turn is about to end: written with the reply's claim
+            return
+        await self.flush()
+        await self._events.append(event)
+
+
+STOPPED_TEXT = "Stopped."
+NOTHING_RUNNING_TEXT = "Nothing was running, so there was nothing to stop."
+
+
+def _swallow(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("typing refresh failed: %s", type(task.exception()).__name__)
+
+
+def _lost(lease: LeaseToken) -> FencedWriteError:
+    return FencedWriteError("the session lease was lost", session_key=lease.session, epoch=lease.epoch)
+
+
+class Drainer(TurnEndings):
+    """Drains sessions for one worker: one lease, one turn at a time per session, many sessions at once."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: QueueSettings,
+        *,
+        runner: TurnRunner,
+        deliverer: Deliverer,
+        agent_for: Callable[[InboundMessage], Agent],
+        worker_id: str,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        workspace_root: Path | None = None,
+        workspace_store: WorkspaceStore | None = None,
+        config: FileConfig | None = None,
+    ) -> None:
+        self.redis = redis
+        self.config = config
+        """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
+        self.workspace_root = workspace_root
+        """Where session workspaces live: channels read the files they send from there."""
+        self.workspace_store = workspace_store
+        """Where workspaces are kept, when not only under ``workspace_root`` (files sent are read from it)."""
+        self.buckets = SendBuckets(redis, sleep=sleep)
+        """The outbound rate limits, shared by every worker (:mod:`switchboard.outbound.ratelimits`)."""
+        self.settings = settings
+        self.runner = runner
+        self.deliverer = ClassifiedDeliverer(deliverer)
+        """Every send goes through it: a channel's send fails only with ``DeliveryError`` (handled by each caller)."""
+        self.agent_for = agent_for
+        self.worker_id = worker_id
+        self.lease = Lease(redis, worker_id=worker_id, lease_ms=settings.lease_ms)
+        self.stopping = asyncio.Event()
+        """Set by the worker on shutdown: drains hand their session over after the current turn."""
+        self._sleep = sleep
+        self._active: dict[SessionKey, _Turn] = {}
+        self.jobs = DrainJobs(settings.name)
+        self.slots_full: Callable[[], bool] = lambda: False
+        """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
+
+    def cancel(self, session: SessionKey, reason: str) -> bool:
+        """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
+        turn = self._active.get(session)
+        if turn is None or turn.outbox is None:
+            return False
+        if turn.busy.interrupt(reason) is False:
+            return False  # an interrupt this turn does not take (it holds that message, or was restarted enough)
+        turn.stop_reason = reason
+        turn.stop.set()
+        return True
+
+    async def drain(self, session: SessionKey) -> None:
+        """Drain ``session`` until its inbox is empty (or another worker holds or takes it)."""
+        await self.drain_session(session)
+
+    async def drain_session(self, session: SessionKey) -> DrainOutcome:
+        """Like :meth:`drain`, telling the caller how the drain ended."""
+        lease = await self.lease.acquire(session)
+        if lease is None:
+            return DrainOutcome.BUSY
+        turn = _Turn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
+        keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
+        context = CURRENT_LEASE.set(lease)
+        self._active[session] = turn
+        fair_turns, fair_slice_s = self.settings.fair_turns, self.settings.fair_slice_s
+        turns, held_since = 0, time.monotonic()
+        try:
+            while True:
+                if turn.lost.is_set():
+                    raise _lost(lease)
+                if self.stopping.is_set():
+                    await self.lease.abandon(lease)
+                    return DrainOutcome.HANDED_OVER
+                due = (fair_turns and turns >= fair_turns) or (
+                    fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+                )
+                if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease):
+                    return DrainOutcome.YIELDED
+                attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
+                if attempt is None:  # the inbox was empty: released in the same step
+                    return DrainOutcome.RELEASED
+                stopped_at = turn.stopped_at
+                if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
+                    return DrainOutcome.DEFERRED
+                # a turn stopped on request is answered by the /stop behind it, in this drain (it knows what ran)
+                turns = 0 if turn.stopped_at != stopped_at else turns + 1
+        except FencedWriteError:
+            logger.warning("drain of %s stopped: epoch %d lost the lease", session, lease.epoch)
+            return DrainOutcome.FENCED
+        except asyncio.CancelledError:
+            # between turns (a turn in flight already gave the lease up and returned its attempt)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.abandon(lease))
+            raise
+        finally:
+            self._active.pop(session, None)
+            keeper.cancel()
+            CURRENT_LEASE.reset(context)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+
+    async def _handle(self, turn: _Turn, attempt: Attempt) -> DrainOutcome | None:
+        lease = turn.lease
+        turn.busy.start(attempt)
+        turn.stop.clear()  # from here on a stop or an interrupt is this turn's
+        messages: list[InboundMessage] = []
+        for body in attempt.bodies:
+            if body:
+                messages.append(InboundMessage.model_validate_json(body))
+        messages = await check_choices(self.redis, lease.session, messages)  # clicks read as offered or not
+        turn.run_id = f"run-{attempt.ids[0]}"
+        outbox = Outbox(
+            self.redis,
+            lease,
+            self._perform_for(turn),
+            sleep=self._sleep,
+            events_maxlen=self.settings.events_maxlen,
+            max_wait_s=self.settings.max_defer_s,
+            buckets=self.buckets,
+            capabilities=self.deliverer.capabilities,
+            workspace_root=self.workspace_root,
+            workspace_store=self.workspace_store,
+        )
+        turn.outbox = outbox
+        turn.stream = None
+        if not messages:
+            reason = "message record missing"
+            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
+            return None
+        turn.conversation = messages[-1].conversation
+        turn.reply_to = messages[-1].id
+        turn.stream = ReplyStream(
+            self.deliverer.capabilities(turn.conversation),
+            turn.conversation,
+            outbox=outbox,
+            perform=self._perform_for(turn),
+            notify=lambda action, logical: self._notify(turn, action, logical),
+            buckets=self.buckets,
+            run_id=turn.run_id,
+            reply_to=turn.reply_to,
+        )
+        if attempt.dead:
+            reason = attempt.last_error or "the worker running it was lost"
+            await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt - 1, "internal")
+            return None
+        if attempt.last_error and await self._still_deferred(turn, attempt):
+            return DrainOutcome.DEFERRED
+        if attempt.attempt > 1:  # an earlier attempt may have produced the reply: then only its send is left
+            pending = await outbox.pending(turn.run_id, REPLY)
+            await resume(turn.stream, self._perform_for(turn))  # its preview is edited, its status messages ended
+            if pending is not None and isinstance(pending.action, SendText | StreamText):
+                attempt, messages = answered_part(attempt, messages, pending.action.reply_to)
+                await self._resume(turn, attempt, messages, outbox, pending)
+                return None
+        started = time.time()
+        try:
+            result, sent = await self._play(turn, attempt, messages, outbox)
+        except FencedWriteError:
+            raise
+        except RunCancelledError as stopped:
+            if turn.busy.interrupted:  # a newer message: nothing acked, the next turn restarts with it
+                await end_interrupted(turn, attempt, outbox, stopped.reason)
+                return None
+            await self._stopped(turn, attempt, messages, outbox, started, stopped.reason)
+            return None
+        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError) as err:
+            if not isinstance(err, asyncio.CancelledError) and attempt.attempt < self.settings.max_attempts:
+                return await self._failed(turn, attempt, messages, outbox, err)  # retried here, as any failure
+            # unfinished by no fault of the message (a shutdown; the queue's own store gone at its last attempt, which
+            # the reaper repairs): the attempt is handed back, unless a reply was claimed (the next resumes that send)
+            returned = None if idempotency_key(turn.run_id, REPLY) in outbox.used else attempt.ids[0]
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.abandon(lease, return_attempt_of=returned))
+            raise
+        except Exception as err:
+            return await self._failed(turn, attempt, messages, outbox, err)
+        finally:
+            for pending_task in turn.typing:
+                pending_task.cancel()
+            turn.typing.clear()
+        attempt, messages = turn.busy.answered(attempt, messages)  # steered messages are acked with the turn
+        await self._finish(
+            turn, attempt, messages, outbox, text=result.text, sent=sent, started=started, work=result.history
+        )
+        return None
+
+    async def _play(
+        self, turn: _Turn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
+    ) -> tuple[TurnResult, Receipt | Undelivered | None]:
+        await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
+        self._schedule_typing(turn)
+        agent = self.agent_for(messages[0])
+        conversation = messages[-1].conversation
+        request = turn_request(self.config, turn.lease.session, agent, messages, turn.run_id)
+        events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
+        store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
+        sink = _Sink(self, turn, events)
+        if all(is_stop(m) for m in messages):
+            # a /stop that reached its turn: say whether it stopped something, without asking the model
+            stopped = turn.stopped_at is not None and turn.stopped_at >= messages[0].received_at
+            result = TurnResult(text=STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+        else:
+            try:
+                result = await self._run(turn, request, sink, store, agent.limits.deadline_s)
+            except (FencedWriteError, asyncio.CancelledError):
+                raise
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await sink.flush()  # what the turn did before it failed or was stopped is still a fact
+                raise
+        sent: Receipt | Undelivered | None = None
+        if result.text.strip():
+            stream = turn.stream
+            reply = stream.reply(result.text) if stream else SendText(text=result.text, reply_to=turn.reply_to)
+            sent = await deliver_reply(
+                outbox,
+                reply,
+                conversation,
+                run_id=turn.run_id,
+                settings=self.settings,
+                pause=lambda delay: self._pause(turn, delay),
+                facts=encode_facts(sink.take()) if sink.held else "",
+            )
+        else:
+            await sink.flush()
+        return result, sent
+
+    async def _run(
+        self, turn: _Turn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float
+    ) -> TurnResult:
+        """Play the turn; stop it as soon as the lease is lost, or when it overruns its deadline."""
+        task = asyncio.ensure_future(self.runner(request, sink, store))
+        lost = asyncio.ensure_future(turn.lost.wait())
+        stop = asyncio.ensure_future(turn.stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, lost, stop}, timeout=deadline_s + RUNNER_GRACE_S, return_when="FIRST_COMPLETED"
+            )
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            lost.cancel()
+            stop.cancel()
+        if task not in done:
+            task.cancel()  # reaches the model's HTTP request and any tool call in flight
+        await settle(sink.status, after=task)  # the turn's status messages take their final state before it goes on
+        if task in done:
+            return task.result()
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.stop.is_set():
+            raise RunCancelledError(turn.stop_reason or "stopped on request")
+        raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
+
+    def _schedule_typing(self, turn: _Turn) -> None:
+        """Show typing (where the channel has it) once the run lasts :data:`TYPING_DELAY_S`, then keep it shown."""
+        caps = turn.stream.caps if turn.stream is not None else None
+        if caps is None or not caps.typing:
+            return
+        every = max(caps.typing_refresh_s, 0.5)
+        loop = asyncio.get_running_loop()
+
+        def refresh() -> None:
+            task = loop.create_task(self._notify(turn, SendTyping(reply_to=turn.reply_to), "typing"))
+            task.add_done_callback(_swallow)
+            turn.typing.append(task)
+            turn.typing.append(loop.call_later(every, refresh))
+
+        turn.typing.append(loop.call_later(TYPING_DELAY_S, refresh))
+
+    def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]:
+        async def perform(action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+            if turn.lost.is_set():
+                raise _lost(turn.lease)
+            if turn.stream is not None and turn.stream.takes(send.idempotency_key):
+                return await turn.stream.perform_reply(action, conversation, send)  # edits the streamed preview
+            return await self.deliverer.perform(action, conversation, send)
+
+        return perform
+
+    async def _notify(self, turn: _Turn, action: Action, logical: str) -> None:
+        """An ephemeral action (status, typing, delta): best effort, but never after the lease is lost."""
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        if turn.conversation is None:
+            return
+        try:
+            await self.deliverer.perform(action, turn.conversation, Ephemeral(idempotency_key(turn.run_id, logical)))
+        except DeliveryError as err:
+            logger.info("%s for %s not delivered: %s", action.kind, turn.lease.session, type(err).__name__)

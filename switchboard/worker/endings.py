@@ -1,0 +1,273 @@
+"""How a drained turn ends, other than by running: finished, resumed, stopped, failed, deferred or dead-lettered.
+
+:class:`TurnEndings` is a part of :class:`~switchboard.worker.drain.Drainer` (it holds the drainer's Redis client,
+settings, lease manager and deliverer); every step writes through the turn's fenced :class:`Ledger`.
+
+- **finished**: the reply was delivered, or its send dead-lettered (the turn is completed either way: the model is
+  never re-run for a send, see :mod:`switchboard.outbound.sending`);
+- **resumed**: an earlier attempt produced the reply and died before completing the turn; the send is resumed
+  from the outbox record;
+- **failed**: the attempt is logged and retried after a back-off, up to ``max_attempts``; a model provider asking
+  to wait (``ModelError.retry_after``) defers the turn instead (see :meth:`TurnEndings._defer`);
+- **dead-lettered**: the message is set aside with its reason, and the user is told what kind of failure it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import redis.asyncio as aioredis
+
+from switchboard.channels.base import Receipt
+from switchboard.core.actions import Action, SendError, SendText, SetStatus, StreamText
+from switchboard.core.events import SendDeadLettered
+from switchboard.core.messages import InboundMessage
+from switchboard.core.turn import HistoryEntry
+from switchboard.errors import DeliveryError, ModelError
+from switchboard.outbound.notices import (
+    DEAD_LETTER_CODE,
+    DEFER_NOTICE_S,
+    FailureKind,
+    dead_letter_text,
+    deferred_text,
+    failure_kind,
+    undelivered_text,
+)
+from switchboard.outbound.outbox import Outbox, PendingSend
+from switchboard.outbound.sending import Undelivered, deliver_reply
+from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.lease import Lease
+from switchboard.queue.ledger import Attempt
+from switchboard.settings import QueueSettings
+
+if TYPE_CHECKING:
+    from switchboard.worker.drain import Deliverer, DrainOutcome, _Turn
+
+__all__ = ["TurnEndings"]
+
+logger = logging.getLogger(__name__)
+
+_GLOBAL = GlobalKeys()
+
+
+def _error_text(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class TurnEndings:
+    """The ending steps of :class:`~switchboard.worker.drain.Drainer` (a base class, not used on its own)."""
+
+    redis: aioredis.Redis
+    settings: QueueSettings
+    lease: Lease
+    deliverer: Deliverer
+    _sleep: Callable[[float], Awaitable[None]]
+
+    async def _notify(self, turn: _Turn, action: Action, logical: str) -> None:
+        raise NotImplementedError  # the drainer's
+
+    async def _pause(self, turn: _Turn, delay: float) -> None:
+        """Wait ``delay`` seconds, or less when the lease is lost meanwhile (the next fenced step stops the drain)."""
+        if delay <= 0:
+            return
+        lost = asyncio.ensure_future(turn.lost.wait())
+        pause = asyncio.ensure_future(self._sleep(delay))
+        try:
+            await asyncio.wait({lost, pause}, return_when="FIRST_COMPLETED")
+        finally:
+            lost.cancel()
+            pause.cancel()
+
+    async def _finish(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        *,
+        text: str,
+        sent: Receipt | Undelivered | None,
+        started: float,
+        work: Sequence[HistoryEntry] = (),
+    ) -> None:
+        """Complete the turn: its reply was delivered (``Receipt``), dead-lettered (``Undelivered``) or empty.
+
+        ``work`` is the turn's tool calls and results, stored in the history before the answer.
+        """
+        undelivered: SendDeadLettered | None = None
+        if isinstance(sent, Undelivered):
+            undelivered = SendDeadLettered(message_id=turn.reply_to, attempts=sent.attempts, reason=sent.reason)
+            await self._tell(turn, outbox, SendError(code="undelivered", message=undelivered_text()), "undelivered")
+        remaining = await turn.ledger.complete(
+            attempt,
+            messages,
+            reply_text=text,
+            reply_to=turn.reply_to,
+            receipt=sent if isinstance(sent, Receipt) else None,
+            started=started,
+            outbox_keys=outbox.used,
+            undelivered=undelivered,
+            work=work,
+        )
+        if remaining == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+
+    async def _resume(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        pending: PendingSend,
+    ) -> None:
+        """An earlier attempt produced the reply and died before completing the turn: finish its send, not the run."""
+        started = time.time()
+        reply = pending.action
+        assert isinstance(reply, SendText | StreamText)
+        logger.info("resuming the %s reply of %s (%d send attempts made)", pending.state, turn.run_id, pending.attempts)
+        sent: Receipt | Undelivered
+        if pending.state == "sent":
+            sent = Receipt(parts=pending.parts)
+        else:
+            conversation = messages[-1].conversation
+            sent = await deliver_reply(
+                outbox,
+                reply,
+                conversation,
+                run_id=turn.run_id,
+                settings=self.settings,
+                pause=lambda delay: self._pause(turn, delay),
+                attempts_made=pending.attempts,
+            )
+        await self._finish(turn, attempt, messages, outbox, text=reply.text, sent=sent, started=started)
+
+    async def _stopped(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        started: float,
+        reason: str,
+    ) -> None:
+        """A turn stopped on request: recorded as cancelled, not retried; a streamed partial reply is closed."""
+        turn.stopped_at = time.time()
+        for pending in turn.typing:
+            pending.cancel()
+        turn.typing.clear()
+        if turn.stream is not None:
+            await turn.stream.stopped()  # what streamed so far is closed, with the notice
+        remaining = await turn.ledger.complete(
+            attempt,
+            messages,
+            reply_text="",
+            reply_to=turn.reply_to,
+            receipt=None,
+            started=started,
+            outbox_keys=outbox.used,
+            cancelled=reason,
+        )
+        if remaining == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+
+    async def _failed(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        err: Exception,
+    ) -> DrainOutcome | None:
+        """Log a failed attempt and back off before the next, or defer the turn, or dead-letter the message."""
+        text = _error_text(err)
+        logger.warning("run %s attempt %d failed: %s", turn.run_id, attempt.attempt, type(err).__name__)
+        kind = failure_kind(err)
+        delay = self.settings.retry_backoff_s * 2 ** (attempt.attempt - 1)
+        wait = err.retry_after if isinstance(err, ModelError) and err.retryable and err.retry_after else 0.0
+        if wait > delay:
+            if wait > self.settings.max_defer_s:
+                reason = (
+                    f"the model provider asked to wait {wait:.0f} s, longer than SWITCHBOARD_QUEUE__MAX_DEFER_S "
+                    f"({self.settings.max_defer_s:.0f} s): {text}"
+                )[:300]
+                await turn.ledger.fail(attempt, reason)
+                await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt, kind)
+                return None
+            deferred = await self._defer(turn, attempt, wait, text)
+            if deferred is not None:
+                return deferred
+        await turn.ledger.fail(attempt, text)
+        if attempt.attempt >= self.settings.max_attempts:
+            await self._dead_letter(turn, attempt, messages, outbox, text, attempt.attempt, kind)
+            return None
+        await self._pause(turn, max(delay, wait))
+        return None
+
+    async def _defer(self, turn: _Turn, attempt: Attempt, wait: float, text: str) -> DrainOutcome | None:
+        """Put the turn off by the provider's ``retry_after`` without holding a slot; tell the user the first time.
+
+        (Only a wait of :data:`~switchboard.outbound.notices.DEFER_NOTICE_S` or more is worth a notice.)
+
+        The attempt is handed back and the lease given up; the reaper gives the session a new drain job once the
+        wait is over (:attr:`GlobalKeys.deferred`), so the session's later messages stay behind it. ``None``
+        when the message was already deferred ``max_attempts`` times (it then fails like any attempt).
+        """
+        from switchboard.worker.drain import DrainOutcome
+
+        until = time.time() + wait
+        reason = f"rate-limited by the model provider: {text}"[:300]
+        deferrals = await turn.ledger.defer(
+            attempt, until=until, reason=reason, max_deferrals=self.settings.max_attempts
+        )
+        if deferrals == 0:
+            return None
+        logger.info("run %s deferred %.0f s at the model provider's request", turn.run_id, wait)
+        if deferrals == 1 and wait >= DEFER_NOTICE_S:
+            notice = SendText(text=deferred_text(wait), reply_to=turn.reply_to)
+            await self._notify(turn, notice, f"deferred:{attempt.ids[0]}")
+        await self.lease.abandon(turn.lease)
+        return DrainOutcome.DEFERRED
+
+    async def _still_deferred(self, turn: _Turn, attempt: Attempt) -> bool:
+        """Whether the session's head was put off and is not due yet (then the drain gives it back untouched)."""
+        due = await self.redis.zscore(_GLOBAL.deferred, turn.lease.session)
+        if due is None:
+            return False
+        if float(due) > time.time():
+            await self.lease.abandon(turn.lease, return_attempt_of=attempt.ids[0])
+            return True
+        await self.redis.zrem(_GLOBAL.deferred, turn.lease.session)
+        return False
+
+    async def _dead_letter(
+        self,
+        turn: _Turn,
+        attempt: Attempt,
+        messages: Sequence[InboundMessage],
+        outbox: Outbox,
+        reason: str,
+        attempts: int,
+        kind: FailureKind,
+    ) -> None:
+        logger.warning("dead-lettering %s after %d attempts", attempt.ids[0], attempts)
+        if messages:
+            notice = SendError(code=DEAD_LETTER_CODE, message=dead_letter_text(kind), reply_to=turn.reply_to)
+            await self._tell(turn, outbox, notice, "dead_letter")
+        remaining = await turn.ledger.dead_letter(attempt, reason=reason, attempts=attempts, outbox_keys=outbox.used)
+        if remaining == 0:
+            await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
+
+    async def _tell(self, turn: _Turn, outbox: Outbox, notice: SendError, logical: str) -> None:
+        """Send a failure notice through the outbox (once), best effort: the platform may refuse it too."""
+        if turn.conversation is None:
+            return
+        notice = notice.model_copy(update={"reply_to": turn.reply_to})
+        try:
+            await outbox.send(notice, turn.conversation, run_id=turn.run_id, logical=logical)
+        except DeliveryError as err:
+            logger.info("%s notice for %s not delivered: %s", logical, turn.lease.session, type(err).__name__)

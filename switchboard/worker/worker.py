@@ -1,0 +1,454 @@
+"""The session worker: one process, one persistent event loop, many sessions' drains at once.
+
+It listens on exactly one RQ queue (``settings.name``) and takes drain jobs off it the way rq 3 does —
+``BLMOVE`` into the intermediate list, then registered in the ``StartedJobRegistry`` with the job marked
+started, then deleted on success (``result_ttl`` 0) or moved to the ``FailedJobRegistry`` — but runs up to
+``settings.concurrency`` of them concurrently as asyncio tasks instead of forking per job, keeping its
+Redis and HTTP connection pools for its whole life. It runs the reaper and heartbeats every
+``worker_heartbeat_ms``: a liveness key with a TTL of :data:`ALIVE_BEATS` beats (the server's clock, so no clock
+skew), written from a thread of its own so that neither long runs nor a busy event loop can delay it — only a
+dead or frozen process stops it; and, from the loop, its score in ``GlobalKeys.workers`` (for ``/healthz``) and
+its started jobs' RQ deadlines. A task takes over the sessions of workers whose liveness key is gone (SIGKILL,
+host loss, a frozen process) at once, instead of waiting for their leases to lapse; the lease stays the fence,
+so a frozen worker that comes back is refused its next write.
+
+Fairness: a drain that has had its turn yields its slot while this worker has no free one and other drain jobs
+wait (see :class:`~switchboard.worker.drain.Drainer`); the yielded session goes to the back of the one queue. So
+every runnable session, whatever its tenant, is served round-robin: a newcomer waits for about one turn, not for
+the sessions ahead of it to empty their inboxes.
+
+On stop it takes no new jobs; drains finish their current turn and hand their session over (a new drain
+job is pushed for the rest of the inbox); whatever is still running after the grace period is cancelled,
+which gives the lease up, returns the attempt and re-enqueues the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from switchboard import tracing
+from switchboard.core.agent.config import Agent
+from switchboard.core.messages import InboundMessage
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.workspaces.store import WorkspaceStore
+from switchboard.errors import ConfigError
+from switchboard.queue import scripts
+from switchboard.queue.connection import async_client, sync_client
+from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
+from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.reaper import Reaper
+from switchboard.settings import QueueSettings, Settings
+from switchboard.worker.cancellation import listen_for_stops
+from switchboard.worker.drain import Deliverer, Drainer, DrainOutcome, TurnRunner
+
+__all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker", "traced_runner"]
+
+logger = logging.getLogger(__name__)
+
+DrainerFactory = Callable[[aioredis.Redis, str], Drainer]
+"""Builds the worker's drainer from its Redis client and worker id."""
+
+DEQUEUE_BLOCK_S = 1.0
+"""How long one ``BLMOVE`` blocks (also how quickly an idle worker notices a stop)."""
+STARTED_TTL_S = 60.0
+"""Deadline pushed into RQ's StartedJobRegistry at each heartbeat (RQ's own minimum)."""
+ALIVE_BEATS = 3
+"""A worker silent for this many heartbeats is dead (its liveness key expires) and its sessions are taken over."""
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_GLOBAL = GlobalKeys()
+
+
+def _new_worker_id() -> str:
+    return f"{socket.gethostname()[:32]}-{secrets.token_hex(4)}"
+
+
+class _Liveness:
+    """The worker's liveness key, written every beat from a daemon thread with its own synchronous client."""
+
+    def __init__(self, redis_url: str, worker_id: str, beat_s: float) -> None:
+        self.key = _GLOBAL.worker_alive(worker_id)
+        self.beat_s = beat_s
+        self.ttl_ms = max(1, int(ALIVE_BEATS * beat_s * 1000))
+        self.healthy_since: float | None = None
+        """``time.monotonic()`` since when every beat succeeded (``None`` after a failed one)."""
+        self._client = sync_client(redis_url)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"liveness-{worker_id}", daemon=True)
+
+    def beat(self) -> None:
+        """Write the key once (blocking: call it from a thread)."""
+        self._client.set(self.key, int(time.time() * 1000), px=self.ttl_ms)
+
+    def start(self) -> None:
+        """Start beating (after a first :meth:`beat` succeeded)."""
+        self.healthy_since = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            try:
+                self.beat()
+            except Exception as err:  # the thread must outlive any failure: the next beat retries
+                self.healthy_since = None
+                logger.warning("worker liveness beat failed: %s", err)
+                continue
+            if self.healthy_since is None:
+                self.healthy_since = time.monotonic()
+
+    async def stop(self) -> None:
+        """Stop beating and delete the key (a clean stop is not a death: nothing to take over)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, 5.0)
+        with contextlib.suppress(RedisError, OSError):
+            await asyncio.to_thread(self._client.delete, self.key)
+        self._client.close()
+
+
+class SessionWorker:
+    """Runs drain jobs from one RQ queue, many at once."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        settings: QueueSettings,
+        *,
+        drainer: Drainer | None = None,
+        drainer_factory: DrainerFactory | None = None,
+        worker_id: str | None = None,
+        heartbeat_s: float | None = None,
+        shutdown_grace_s: float | None = None,
+    ) -> None:
+        if (drainer is None) == (drainer_factory is None):
+            raise ValueError("give exactly one of drainer or drainer_factory")
+        self.redis_url = redis_url
+        self.settings = settings
+        self.worker_id = worker_id or (drainer.worker_id if drainer else _new_worker_id())
+        # never slower than the lease renewals: a very short lease (tests) shortens the heartbeat with it
+        default_beat_s = min(settings.worker_heartbeat_ms, settings.lease_ms / 3) / 1000
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else default_beat_s
+        self.shutdown_grace_s = shutdown_grace_s if shutdown_grace_s is not None else settings.lease_ms / 1000
+        self.jobs = DrainJobs(settings.name)
+        self._drainer = drainer
+        self._factory = drainer_factory
+        self._running: dict[str, StartedJob] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._liveness: _Liveness | None = None
+
+    # -- configuration --------------------------------------------------------------------------------------
+
+    def check_config(self) -> None:
+        """Start-up self-check (reliability R3): refuse a setup that would break the queue's guarantees.
+
+        Raises:
+            ConfigError: naming the field: rq older than 3.0 (finished jobs could be re-run as abandoned),
+                not exactly one queue name, a heartbeat not shorter than the lease, or job TTLs unset.
+        """
+        rq_version = version("rq")
+        major = int(rq_version.split(".", 1)[0])
+        if major < 3:
+            raise ConfigError(f"rq {rq_version} is too old: switchboard needs rq >= 3.0", field="rq")
+        name = self.settings.name
+        if not _QUEUE_NAME.match(name):
+            raise ConfigError(
+                f"SWITCHBOARD_QUEUE__NAME={name!r}: a worker listens on exactly one queue; "
+                "use one name of letters, digits and _ . : -",
+                field="queue.name",
+            )
+        if self.heartbeat_s <= 0 or self.heartbeat_s * 1000 >= self.settings.lease_ms:
+            raise ConfigError(
+                f"worker heartbeat every {self.heartbeat_s:g} s (SWITCHBOARD_QUEUE__WORKER_HEARTBEAT_MS) is not "
+                f"shorter than the lease (SWITCHBOARD_QUEUE__LEASE_MS={self.settings.lease_ms})",
+                field="queue.lease_ms",
+            )
+        if self.settings.reaper_interval_s * 1000 > 10 * self.settings.lease_ms:
+            raise ConfigError(
+                f"SWITCHBOARD_QUEUE__REAPER_INTERVAL_S={self.settings.reaper_interval_s:g} is far longer than the "
+                "lease: stranded sessions would wait minutes; keep it at most 10x lease_ms",
+                field="queue.reaper_interval_s",
+            )
+        if RESULT_TTL_S is None or FAILURE_TTL_S is None:  # pragma: no cover - constants
+            raise ConfigError("drain job result_ttl and failure_ttl must be explicit", field="queue")
+        if self._drainer is not None and self._drainer.settings.name != name:
+            raise ConfigError("the drainer and the worker disagree on the queue name", field="queue.name")
+
+    async def _check_server(self, redis: aioredis.Redis) -> None:
+        info = await redis.info("server")
+        raw = str(info.get("valkey_version") or info.get("redis_version") or "0")
+        parts = [int(p) for p in re.findall(r"\d+", raw)[:2]] + [0, 0]
+        if "valkey_version" not in info and (parts[0], parts[1]) < (6, 2):
+            raise ConfigError(f"Redis {raw} is too old: the worker needs BLMOVE (Redis >= 6.2)", field="redis_url")
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set, then shut down cleanly (see the module docstring)."""
+        self.check_config()
+        # no max_connections: redis-py's asyncio pool raises (rather than waits) when it runs out;
+        # the concurrency cap bounds the connections in use anyway
+        redis = async_client(self.redis_url)
+        blocking = async_client(self.redis_url, socket_timeout=None, health_check_interval=0)
+        sync = sync_client(self.redis_url)
+        drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
+        reaper = Reaper(redis, self.settings, worker_id=self.worker_id, sync_redis=sync)
+        liveness = self._liveness = _Liveness(self.redis_url, self.worker_id, self.heartbeat_s)
+        background: list[asyncio.Task[None]] = []
+        try:
+            await self._check_server(redis)
+            await scripts.load_all(redis)
+            await asyncio.to_thread(liveness.beat)
+            liveness.start()
+            await self._beat(redis)
+            background = [
+                asyncio.create_task(self._heartbeat_loop(redis, stop)),
+                asyncio.create_task(self._takeover_loop(reaper, stop)),
+                asyncio.create_task(self._reaper_loop(reaper, stop)),
+                asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
+            ]
+            logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
+            await self._dequeue_loop(redis, blocking, drainer, stop)
+            await self._shutdown(drainer)
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError, RedisError):
+                    await task
+            await liveness.stop()
+            with contextlib.suppress(RedisError, OSError):
+                await redis.zrem(_GLOBAL.workers, self.worker_id)
+            await blocking.aclose()
+            await redis.aclose()
+            sync.close()
+            logger.info("worker %s stopped", self.worker_id)
+
+    async def _dequeue_loop(
+        self, redis: aioredis.Redis, blocking: aioredis.Redis, drainer: Drainer, stop: asyncio.Event
+    ) -> None:
+        slots = asyncio.Semaphore(self.settings.concurrency)
+        drainer.slots_full = slots.locked
+        stopped = asyncio.ensure_future(stop.wait())
+        keys = self.jobs.keys
+        try:
+            while not stop.is_set():
+                if slots.locked():
+                    acquire = asyncio.ensure_future(slots.acquire())
+                    await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    if not acquire.done():
+                        acquire.cancel()
+                        break
+                else:
+                    await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                try:
+                    # Redis >= 6 takes a fractional timeout; redis-py's annotation says int
+                    block = cast(int, DEQUEUE_BLOCK_S)
+                    raw = await blocking.blmove(keys.queue, keys.intermediate, block, "LEFT", "RIGHT")
+                except (RedisError, OSError) as err:
+                    slots.release()
+                    logger.warning("dequeue failed: %s; retrying", err)
+                    await asyncio.sleep(0.5)
+                    continue
+                if raw is None:
+                    slots.release()
+                    continue
+                job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+                task = asyncio.create_task(self._run_job(redis, drainer, job_id, slots))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            stopped.cancel()
+
+    async def _run_job(self, redis: aioredis.Redis, drainer: Drainer, job_id: str, slots: asyncio.Semaphore) -> None:
+        try:
+            job = await self.jobs.start(redis, job_id, worker=self.worker_id, heartbeat_ttl_s=STARTED_TTL_S)
+            if job is None:
+                return
+            self._running[job_id] = job
+            try:
+                outcome = await drainer.drain_session(job.session)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._abandoned(redis, job))
+                raise
+            except Exception as err:
+                logger.exception("drain of %s crashed", job.session)
+                await self.jobs.finish(redis, job, error=f"{type(err).__name__}: {err}")
+                return
+            if outcome is DrainOutcome.HANDED_OVER:
+                await self.jobs.enqueue(redis, job.session, expected=job_id, front=True)
+            await self.jobs.finish(redis, job)
+        except (RedisError, OSError) as err:
+            logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)
+        finally:
+            self._running.pop(job_id, None)
+            slots.release()
+
+    async def _abandoned(self, redis: aioredis.Redis, job: StartedJob) -> None:
+        await self.jobs.finish(redis, job, error="abandoned at worker shutdown")
+        await self.jobs.enqueue(redis, job.session, expected=job.job_id, front=True)
+
+    async def _shutdown(self, drainer: Drainer) -> None:
+        drainer.stopping.set()
+        if self._tasks:
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                logger.warning("cancelled %d drains still running at shutdown", len(pending))
+                await asyncio.wait(pending)
+
+    async def _beat(self, redis: aioredis.Redis) -> None:
+        now_ms = int(time.time() * 1000)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(_GLOBAL.workers, {self.worker_id: now_ms})
+            pipe.zremrangebyscore(_GLOBAL.workers, "-inf", now_ms - 24 * 3600 * 1000)
+            await pipe.execute()
+        await self.jobs.heartbeat(redis, list(self._running.values()), ttl_s=STARTED_TTL_S)
+
+    async def _heartbeat_loop(self, redis: aioredis.Redis, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self._beat(redis)
+            except (RedisError, OSError) as err:
+                logger.warning("worker heartbeat failed: %s", err)
+            except Exception:
+                logger.exception("worker heartbeat crashed; retrying")
+
+    async def _takeover_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
+        """Twice a beat, take over the sessions of dead workers (a crash costs the liveness TTL and half a beat).
+
+        Only once this worker's own beats have succeeded for a whole liveness TTL: after a Redis outage every
+        worker gets the chance to beat again before any judges another dead.
+        """
+        while not stop.is_set():
+            await asyncio.sleep(self.heartbeat_s / 2)
+            since = self._liveness.healthy_since if self._liveness is not None else None
+            if since is None or time.monotonic() - since < ALIVE_BEATS * self.heartbeat_s:
+                continue
+            try:
+                await reaper.take_over_dead_workers()
+            except (RedisError, OSError) as err:
+                logger.warning("takeover check failed: %s", err)
+            except Exception:
+                logger.exception("takeover check crashed; retrying")
+
+    async def _reaper_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await reaper.sweep()
+            except (RedisError, OSError) as err:
+                logger.warning("reaper sweep failed: %s", err)
+            except Exception:
+                logger.exception("reaper sweep crashed; retrying next interval")
+            await asyncio.sleep(self.settings.reaper_interval_s)
+
+
+def traced_runner(runner: TurnRunner) -> TurnRunner:
+    """``runner`` in the request's trace: ``queue.wait`` and ``run`` spans, and the real trace id on the request.
+
+    The trace is the first message's (:func:`switchboard.tracing.trace_id_of` of its gateway id), so the worker's
+    spans join the web tier's ``webhook`` span without any context passed through Redis. ``TurnRequest.trace_id``
+    becomes that trace id in hex (:func:`switchboard.tracing.trace_hex`, what the ``step`` facts carry), whether or
+    not spans are exported. Each message of the turn gets a ``queue.wait`` span in its own trace, from its acceptance
+    to the start of this run (a retried turn's second run records another); a message folded into a turn begun by an
+    earlier one links to the run's trace. The drain's final reply is sent after the runner returns: its ``send`` span
+    finds the trace from the run id (:class:`~switchboard.outbound.outbox.Outbox`).
+    """
+
+    async def run(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        key = request.messages[0].id if request.messages else request.run_id
+        request = request.model_copy(update={"trace_id": tracing.trace_hex(key)})
+        if not tracing.recording():
+            return await runner(request, sink, store)
+        started = time.time_ns()
+        for message in request.messages:
+            tracing.span_at(
+                "queue.wait",
+                start_ns=min(int(message.received_at * 1e9), started),
+                end_ns=started,
+                trace_key=message.id,
+                links=[tracing.link_to(key)] if message.id != key else (),
+                switchboard__message_id=message.id,
+                switchboard__channel=message.conversation.channel,
+            )
+        with (
+            tracing.conversation(request.session_key) as conversation,
+            tracing.span(
+                "run",
+                trace_key=key,
+                switchboard__run_id=request.run_id,
+                switchboard__channel=request.messages[0].conversation.channel if request.messages else None,
+                switchboard__tenant=request.tenant,
+                switchboard__messages=len(request.messages),
+                gen_ai__agent__name=request.agent.name,
+                gen_ai__conversation__id=conversation,
+            ) as opened,
+        ):
+            result = await runner(request, sink, store)
+            opened.set_attribute("switchboard.steps", result.steps)
+            opened.set_attribute("gen_ai.usage.input_tokens", result.input_tokens)
+            opened.set_attribute("gen_ai.usage.output_tokens", result.output_tokens)
+            if result.stopped_by is not None:
+                opened.set_attribute("switchboard.stopped_by", result.stopped_by)
+            return result
+
+    return run
+
+
+async def run_worker(
+    settings: Settings,
+    runner: TurnRunner,
+    deliverer: Deliverer,
+    agent_for: Callable[[InboundMessage], Agent] | None,
+    stop: asyncio.Event,
+    *,
+    worker_id: str | None = None,
+    workspace_store: WorkspaceStore | None = None,
+) -> None:
+    """Run one session worker until ``stop`` is set (what ``switchboard worker`` and ``run`` call).
+
+    ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent);
+    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory).
+
+    Raises:
+        ConfigError: no ``SWITCHBOARD_REDIS_URL``, or the self-check failed.
+    """
+    if not settings.redis_url:
+        raise ConfigError(
+            "the worker needs SWITCHBOARD_REDIS_URL (only `switchboard run` embeds a server)", field="redis_url"
+        )
+    pick = agent_for or (lambda message: settings.file.agent(message.conversation.agent))
+    identity = worker_id or _new_worker_id()
+
+    def factory(redis: aioredis.Redis, wid: str) -> Drainer:
+        return Drainer(
+            redis,
+            settings.queue,
+            runner=traced_runner(runner),
+            deliverer=deliverer,
+            agent_for=pick,
+            worker_id=wid,
+            workspace_root=settings.workspace_path,
+            workspace_store=workspace_store,
+            config=settings.file,
+        )
+
+    worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
+    await worker.run(stop)
