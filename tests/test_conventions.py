@@ -188,3 +188,15 @@ def test_the_readme_is_a_front_page_that_links_into_the_manual() -> None:
         if "pending" not in page.relative_to(root / "docs").parts
     }
     assert {page for page in pages if page not in nav} == set(), "every page is in the site's nav"
+
+
+def test_resumable_sends_share_one_loop() -> None:
+    """Only ``channels/parts.py`` records a sent part: every channel resumes a multi-part send through it."""
+    recorders = [
+        f"{path.relative_to(PKG)}:{node.lineno}"
+        for path in _modules("channels")
+        if path.relative_to(PKG).as_posix() != "channels/parts.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "part_sent"
+    ]
+    assert recorders == []

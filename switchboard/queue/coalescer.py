@@ -9,7 +9,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import hiredis
 import redis.asyncio as aioredis
@@ -24,7 +24,14 @@ __all__ = ["Coalescer"]
 logger = logging.getLogger(__name__)
 
 _pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
-_Item = tuple[list[str], list[ScriptArg], "asyncio.Future[Any]"]
+
+
+class _Item(NamedTuple):
+    """One submitted script call, waiting in the pipeline for its reply."""
+
+    keys: list[str]
+    args: list[ScriptArg]
+    reply: asyncio.Future[Any]
 
 
 class Coalescer:
@@ -50,7 +57,7 @@ class Coalescer:
         future: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._flush, loop)
-        self._pending.append((keys, args, future))
+        self._pending.append(_Item(keys, args, future))
         return future
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -65,9 +72,9 @@ class Coalescer:
 
     def _write(self, mux: MultiplexedConnection, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
         sha = scripts.INGEST.sha
-        futures = [future for _keys, _args, future in batch]
+        futures = [item.reply for item in batch]
         try:
-            commands = [_pack(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args, _f in batch]
+            commands = [_pack(("EVALSHA", sha, len(item.keys), *item.keys, *item.args)) for item in batch]
         except (TypeError, ValueError) as err:  # a bug, not an outage: fail the batch now rather than at its deadline
             timer.cancel()
             for future in futures:
@@ -78,7 +85,7 @@ class Coalescer:
         futures[-1].add_done_callback(functools.partial(_batch_done, futures, timer))
 
     async def _send(self, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
-        live = [item for item in batch if not item[2].done()]
+        live = [item for item in batch if not item.reply.done()]
         if not live:
             timer.cancel()
             return
@@ -100,48 +107,48 @@ class Coalescer:
             return
         except Exception as err:
             timer.cancel()
-            for _keys, _args, future in live:
-                if not future.done():
-                    future.set_exception(err)
+            for item in live:
+                if not item.reply.done():
+                    item.reply.set_exception(err)
             return
         self._write(self._mux, live, timer)
 
     def _expire(self, batch: list[_Item]) -> None:
         """The batch's deadline passed: every caller still waiting gets :class:`TimeoutError`."""
         overdue = False
-        for _keys, _args, future in batch:
-            if not future.done():
+        for item in batch:
+            if not item.reply.done():
                 overdue = True
-                future.set_exception(TimeoutError("Redis did not confirm the ingest batch in time"))
+                item.reply.set_exception(TimeoutError("Redis did not confirm the ingest batch in time"))
         if overdue and self._mux is not None:
             self._mux.abandon()  # a connection that stopped answering is not trusted with the next batch
 
     async def _round_trip(self, live: list[_Item]) -> None:
         try:
             if len(live) == 1:
-                results: list[Any] = [await scripts.INGEST(self.redis, live[0][0], live[0][1])]
+                results: list[Any] = [await scripts.INGEST(self.redis, live[0].keys, live[0].args)]
             else:
                 async with self.redis.pipeline(transaction=False) as pipe:
-                    for keys, args, _future in live:
-                        pipe.evalsha(scripts.INGEST.sha, len(keys), *keys, *args)
+                    for item in live:
+                        pipe.evalsha(scripts.INGEST.sha, len(item.keys), *item.keys, *item.args)
                     results = await pipe.execute(raise_on_error=False)
                 for i, result in enumerate(results):
                     if isinstance(result, NoScriptError):  # script cache flushed: load it and run this one alone
-                        results[i] = await scripts.INGEST(self.redis, live[i][0], live[i][1])
+                        results[i] = await scripts.INGEST(self.redis, live[i].keys, live[i].args)
         except BaseException as err:
-            for _keys, _args, future in live:
-                if not future.done():
-                    future.set_exception(err if isinstance(err, Exception) else RedisError("ingest interrupted"))
+            for item in live:
+                if not item.reply.done():
+                    item.reply.set_exception(err if isinstance(err, Exception) else RedisError("ingest interrupted"))
             if not isinstance(err, Exception):
                 raise
             return
-        for (_keys, _args, future), result in zip(live, results, strict=True):
-            if future.done():
+        for item, result in zip(live, results, strict=True):
+            if item.reply.done():
                 continue
             if isinstance(result, Exception):
-                future.set_exception(result)
+                item.reply.set_exception(result)
             else:
-                future.set_result(result)
+                item.reply.set_result(result)
 
 
 def _batch_done(futures: list[asyncio.Future[Any]], timer: asyncio.TimerHandle, _last: asyncio.Future[Any]) -> None:

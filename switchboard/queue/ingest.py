@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
@@ -61,6 +61,10 @@ _to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
 """``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
 
 
+_AFTER_KEY: Final = 16
+"""``KEYS[16]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
+write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[16]`` is its web stream: a web
+chat message is never sent in a wave.)"""
 _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
 """ARGV 25–26 for an echo outside the web chat: no idle TTL (a platform's retention is the operator's)."""
 _DUPLICATE: Final = 1
@@ -168,6 +172,34 @@ def _rq_time(now: float) -> str:
 def _fingerprint(text: str) -> str:
     """A text's short hash for an idempotent dedup record: 64 bits, as a key is reused by mistake, not attacked."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class _ScriptCall(NamedTuple):
+    """One message's ingest script call, and what reading its reply needs."""
+
+    message_id: str
+    """The id the message gets if it is stored."""
+    session: SessionKey
+    stop: bool
+    """The message is a ``/stop``: once accepted, the turn running now is asked to stop."""
+    keys: list[str]
+    args: list[ScriptArg]
+
+    def after(self, dedup_key: str) -> None:
+        """Write this message only if the message holding ``dedup_key`` (its session's one before it) landed."""
+        if len(self.keys) != _AFTER_KEY - 1:
+            raise ValueError(f"only a platform message's call is guarded (KEYS[{_AFTER_KEY}])")
+        self.keys.append(dedup_key)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A message of a wave whose script call is on its way to Redis."""
+
+    message: InboundMessage
+    policy: BusyPolicy
+    call: _ScriptCall
+    reply: asyncio.Future[Any]
 
 
 @dataclass(slots=True)
@@ -290,8 +322,7 @@ class Ingestor:
             QueueUnavailableError: one was not confirmed in time (answer 503; the retry's duplicates are dropped).
         """
         results: list[IngestResult] = []
-        pending: deque[tuple[InboundMessage, BusyPolicy, str, SessionKey, bool, list[str], list[ScriptArg], Any]]
-        pending = deque()
+        pending: deque[_Pending] = deque()
         index = 0
         try:
             while index < len(messages):
@@ -305,39 +336,39 @@ class Ingestor:
                     continue
                 last: dict[SessionKey, str] = {}  # session → the dedup key of its latest message in this wave
                 for message, policy in wave:
-                    message_id, session, stop, keys, args = self._script_call(message, policy, None, False)
-                    after = last.get(session)
-                    last[session] = keys[0]
+                    call = self._script_call(message, policy, None, False)
+                    after = last.get(call.session)
+                    last[call.session] = call.keys[0]
                     if after is not None:
-                        keys.append(after)  # KEYS[16]: written only if the session's message before it landed
-                    future = self._coalescer.submit(keys, args)
-                    pending.append((message, policy, message_id, session, stop, keys, args, future))
+                        call.after(after)
+                    pending.append(_Pending(message, policy, call, self._coalescer.submit(call.keys, call.args)))
                 while pending:
-                    message, policy, message_id, session, stop, keys, args, future = pending.popleft()
+                    item = pending.popleft()
+                    message, call = item.message, item.call
                     try:
-                        reply = await future
+                        reply = await item.reply
                     except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
                         async with asyncio.timeout(self.settings.ingest_timeout_s):
-                            reply = await scripts.INGEST(self.redis, keys, args)
+                            reply = await scripts.INGEST(self.redis, call.keys, call.args)
                     if resent := reply[0] == _AFTER_MISSING:  # the one before it was refused: now it goes alone
-                        result = await self.ingest(message, busy_policy=policy)  # (which requests its stop)
+                        result = await self.ingest(message, busy_policy=item.policy)  # (which requests its stop)
                     else:
-                        result = _result(message_id, reply)
+                        result = _result(call.message_id, reply)
                     results.append(result)
                     if confirmed is not None:
                         confirmed(message, result)
-                    if stop and not (resent or result.duplicate or result.limited or result.reused):
-                        await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
+                    if call.stop and not (resent or result.duplicate or result.limited or result.reused):
+                        await request_stop(self.redis, call.session, reason=f"/stop from {message.sender.id}")
             return results
         except (TimeoutError, RedisError, OSError) as err:
-            for *_call, future in pending:  # their outcome no longer matters: never an unretrieved exception
-                future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            for item in pending:  # their outcome no longer matters: never an unretrieved exception
+                item.reply.add_done_callback(lambda f: f.cancelled() or f.exception())
             logger.warning("ingest for %s not confirmed: %s", messages[0][0].conversation.channel, type(err).__name__)
             raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
 
     def _script_call(
         self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool
-    ) -> tuple[str, SessionKey, bool, list[str], list[ScriptArg]]:
+    ) -> _ScriptCall:
         """The new message id, the session, whether it is a stop, and the ingest script's keys and arguments."""
         now = time.time()
         message_id = new_message_id(now)
@@ -409,4 +440,4 @@ class Ingestor:
                 *(self._web_retention if channel == "web" else _NO_RETENTION),
                 _fingerprint(message.text) if idempotent else "",
             ]
-        return message_id, session, stop, script_keys, script_args
+        return _ScriptCall(message_id, session, stop, script_keys, script_args)

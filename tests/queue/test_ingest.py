@@ -185,3 +185,15 @@ async def test_ingest_survives_a_script_cache_flush(ingestor: Ingestor, client: 
     results = await asyncio.gather(*(ingestor.ingest(make_message(f"after{i}")) for i in range(3)))
     assert all(not r.duplicate for r in results)
     assert await client.llen(SessionKeys(make_message("x").session_key).inbox) == 4
+
+
+async def test_only_a_platform_messages_call_is_guarded_by_the_one_before_it(ingestor: Ingestor) -> None:
+    """The script's KEYS[16] is a platform call's guard in a wave, but a web chat call's web stream: never both."""
+    platform = ingestor._script_call(make_message("a"), "sequential", None, False)
+    platform.after("guard")
+    assert len(platform.keys) == 16 and platform.keys[15] == "guard"
+    web = ingestor._script_call(make_message("b"), "sequential", {"type": "user", "data": "{}"}, False)
+    stream = web.keys[15]
+    with pytest.raises(ValueError, match="KEYS"):
+        web.after("guard")
+    assert web.keys[15] == stream and "guard" not in web.keys

@@ -56,6 +56,7 @@ from switchboard.channels.discord.inbound import (
     parse_interaction,
 )
 from switchboard.channels.discord.outbound import Poster
+from switchboard.channels.parts import SentParts
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.channels.render.discord import MAX_CONTENT, escape_markdown, render_markdown, split_content
 from switchboard.core.actions import (
@@ -330,8 +331,8 @@ class DiscordChannel:
     async def _send_file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """The file (multipart, ``payload_json``) with the caption's first part; the rest of it follows."""
         parts = split_content(render_markdown(action.caption)) if action.caption else []
-        ids = list(send.sent)
-        if not ids:
+        sent = SentParts(send)
+        if not sent.ids:
             data = await send.read_file(action.path)
             if len(data.data) > _MAX_UPLOAD:
                 raise DeliveryError(
@@ -345,8 +346,8 @@ class DiscordChannel:
             message_id = await self._poster.post(
                 conversation, parts[0] if parts else "", key=send.idempotency_key, part=0, files=[upload]
             )
-            await send.part_sent(message_id)
-            ids.append(message_id)
+            await sent.record(message_id)
+        ids = sent.ids
         if len(parts) > 1:
             ids = [ids[0], *await self._poster.post_parts(conversation, parts[1:], send, key_suffix=":caption", skip=1)]
         return Receipt(platform_ids=tuple(ids), parts=max(1, len(parts)), detail={"action": "file"})

@@ -18,6 +18,7 @@ from typing import Any
 
 from switchboard.channels.base import SendContext
 from switchboard.channels.discord.api import DiscordApiError, DiscordRest, Upload
+from switchboard.channels.parts import SentParts
 from switchboard.core.messages import ConversationRef
 
 __all__ = ["NO_MENTIONS", "Poster", "message_nonce"]
@@ -164,16 +165,17 @@ class Poster:
 
         ``skip`` parts of ``send.sent`` belong to an earlier step of the same send (a stream's first message).
         """
-        ids = list(send.sent[skip:])
-        for index in range(len(ids), len(parts)):
+        sent = SentParts(send, skip=skip)
+
+        async def post(index: int, part: str) -> str:
             await send.pace()
             rows = components[index] if components and index < len(components) else None
-            message_id = await self.post(
-                conversation, parts[index], key=send.idempotency_key + key_suffix, part=index, components=rows
+            return await self.post(
+                conversation, part, key=send.idempotency_key + key_suffix, part=index, components=rows
             )
-            await send.part_sent(message_id)
-            ids.append(message_id)
-        return ids
+
+        await sent.send(parts, post)
+        return sent.ids
 
     async def callback(self, interaction_id: str, token: str, answer: bytes) -> None:
         """Answer an interaction that came over the gateway (``POST /interactions/{id}/{token}/callback``)."""

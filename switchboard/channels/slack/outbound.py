@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from switchboard.channels.base import FileData, Receipt, SendContext
+from switchboard.channels.parts import SentParts
 from switchboard.channels.render.slack import (
     MAX_MESSAGE_CHARS,
     neutralise_markdown,
@@ -117,7 +118,7 @@ class SlackSender:
         conversation: ConversationRef,
         send: SendContext,
         *,
-        done: list[str] | None = None,
+        done: SentParts | None = None,
         skip: int = 0,
     ) -> Receipt:
         """Post ``parts`` in order in the conversation's thread, resuming after those already sent.
@@ -125,15 +126,16 @@ class SlackSender:
         ``done`` is this logical send's platform ids so far (``send.sent`` plus what this attempt recorded; it is
         extended in place), the first ``skip`` of them not among ``parts`` (a stream message, an uploaded file).
         """
-        ids = list(send.sent) if done is None else done
+        sent = SentParts(send) if done is None else done
         if not parts:
-            return Receipt(platform_ids=tuple(ids), parts=len(ids), detail={"skipped": "empty"})
+            return sent.receipt(skipped="empty")
         channel, thread = route(conversation)
-        for index in range(max(len(ids) - skip, 0), len(parts)):
-            ts = await self._post(send, {"channel": channel, "thread_ts": thread, "text": parts[index]})
-            await send.part_sent(ts)
-            ids.append(ts)
-        return Receipt(platform_ids=tuple(ids), parts=len(ids))
+
+        async def post(_: int, part: str) -> str:
+            return await self._post(send, {"channel": channel, "thread_ts": thread, "text": part})
+
+        await sent.send(parts, post, offset=skip)
+        return sent.receipt()
 
     async def text(self, markdown: str, conversation: ConversationRef, send: SendContext) -> Receipt:
         """A reply: rendered, split, posted part by part."""
@@ -227,15 +229,14 @@ class SlackSender:
     ) -> Receipt:
         text, held = action.text, min(action.sent, STREAM_CAP)
         cut = len(text) if len(text) <= STREAM_CAP else _stream_cut(text, held)
-        done = list(send.sent)
-        if not done:  # the stream is still open: finish it, then record it as the first part
+        done = SentParts(send)
+        if not done.ids:  # the stream is still open: finish it, then record it as the first part
             try:
                 await self._append(channel, ts, text, held, cut, send, stop=True)
             except SlackRefusal as exc:  # the stream ended on its own (idle): what it lacks follows as messages
                 logger.info("slack account %s: stream %s could not be closed (%s)", self._account, ts, exc.error)
                 cut = held
-            await send.part_sent(ts)
-            done.append(ts)
+            await done.record(ts)
         rest = render_mrkdwn(_rest_markdown(text, cut)) if cut < len(text) else []
         if not rest:
             return Receipt(platform_ids=(ts,), parts=1, handle=f"{channel}:{ts}")
@@ -249,12 +250,11 @@ class SlackSender:
         shown, rest = action.options[:MAX_BUTTONS], action.options[MAX_BUTTONS:]
         if rest:
             question += render_mrkdwn("\n".join(f"- {option.label}" for option in rest), _SECTION_TEXT)
-        before = question[:-1]
-        done = list(send.sent)
-        if len(done) < len(before):
-            await self.post_parts(before, conversation, send, done=done)
-        if len(done) > len(before):
-            return Receipt(platform_ids=tuple(done), parts=len(done))
+        done = SentParts(send)
+        if len(question) > 1:
+            await self.post_parts(question[:-1], conversation, send, done=done)
+        if len(done) >= max(len(question), 1):
+            return done.receipt()
         used: set[str] = set()
         buttons = []
         for index, option in enumerate(shown):
@@ -275,16 +275,17 @@ class SlackSender:
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": last}})
         blocks.append({"type": "actions", "block_id": CHOICE_BLOCK, "elements": buttons})
         fallback = last or plain_mrkdwn(", ".join(option.label for option in shown))[:_SECTION_TEXT]
-        ts = await self._post(send, {"channel": channel, "thread_ts": thread, "text": fallback, "blocks": blocks})
-        await send.part_sent(ts)
-        return Receipt(platform_ids=(*done, ts), parts=len(done) + 1)
+        await done.record(
+            await self._post(send, {"channel": channel, "thread_ts": thread, "text": fallback, "blocks": blocks})
+        )
+        return done.receipt()
 
     async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """Upload a workspace file: ``files.getUploadURLExternal`` → upload → ``files.completeUploadExternal``."""
         channel, thread = route(conversation)
         captions = render_mrkdwn(action.caption) if action.caption.strip() else []
-        done = list(send.sent)
-        if not done:
+        done = SentParts(send)
+        if not done.ids:
             data = await send.read_file(action.path)
             await send.pace()
             ticket = await self._api.call(
@@ -304,10 +305,9 @@ class SlackSender:
             }
             await send.pace()
             await self._api.call("files.completeUploadExternal", params, form=True)
-            await send.part_sent(file_id)
-            done.append(file_id)
+            await done.record(file_id)
         if len(captions) <= 1:
-            return Receipt(platform_ids=tuple(done), parts=1, detail={"method": "files.completeUploadExternal"})
+            return done.receipt(1, method="files.completeUploadExternal")
         return await self.post_parts(captions[1:], conversation, send, done=done, skip=1)
 
     async def fetch(self, attachment: Attachment, limit: int) -> FileData:

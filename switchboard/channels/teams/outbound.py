@@ -18,6 +18,7 @@ from microsoft_agents.activity import Activity, ChannelAccount
 from microsoft_agents.activity import Attachment as CardAttachment
 
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.parts import SentParts
 from switchboard.channels.render.teams import neutral_text, render_parts
 from switchboard.channels.teams.api import ConnectorApi
 from switchboard.channels.teams.inbound import CHOICE_KEY
@@ -92,18 +93,19 @@ class TeamsSender:
         return await self._api.send(service_url, conversation_id, activity)
 
     async def post_parts(
-        self, parts: list[str], conversation: ConversationRef, send: SendContext, *, done: list[str] | None = None
+        self, parts: list[str], conversation: ConversationRef, send: SendContext, *, done: SentParts | None = None
     ) -> Receipt:
         """Post ``parts`` as Markdown messages in order, resuming after those already sent (``done``, extended)."""
-        ids = list(send.sent) if done is None else done
+        sent = SentParts(send) if done is None else done
         if not parts:
-            return Receipt(platform_ids=tuple(ids), parts=len(ids), detail={"skipped": "empty"})
-        for index in range(len(ids), len(parts)):
-            activity = self._activity(conversation, type="message", text=parts[index], text_format="markdown")
-            sent_id = await self._post(conversation, send, activity)
-            await send.part_sent(sent_id)
-            ids.append(sent_id)
-        return Receipt(platform_ids=tuple(ids), parts=len(ids))
+            return sent.receipt(skipped="empty")
+
+        async def post(_: int, part: str) -> str:
+            activity = self._activity(conversation, type="message", text=part, text_format="markdown")
+            return await self._post(conversation, send, activity)
+
+        await sent.send(parts, post)
+        return sent.receipt()
 
     async def text(self, markdown: str, conversation: ConversationRef, send: SendContext) -> Receipt:
         """A reply: split, rendered, posted part by part."""
@@ -133,17 +135,15 @@ class TeamsSender:
     async def choice(self, action: OfferChoice, conversation: ConversationRef, send: SendContext) -> Receipt:
         """The question's leading parts as messages, its last part on an Adaptive Card with the buttons."""
         question = render_parts(action.question) if action.question.strip() else []
-        before = question[:-1]
-        done = list(send.sent)
-        if len(done) < len(before):
-            await self.post_parts(before, conversation, send, done=done)
-        if len(done) > len(before):
-            return Receipt(platform_ids=tuple(done), parts=len(done))
+        done = SentParts(send)
+        if len(question) > 1:
+            await self.post_parts(question[:-1], conversation, send, done=done)
+        if len(done) >= max(len(question), 1):
+            return done.receipt()
         card = CardAttachment(content_type=ADAPTIVE_CARD, content=choice_card(action, question[-1] if question else ""))
         activity = self._activity(conversation, type="message", attachments=[card])
-        sent_id = await self._post(conversation, send, activity)
-        await send.part_sent(sent_id)
-        return Receipt(platform_ids=(*done, sent_id), parts=len(done) + 1)
+        await done.record(await self._post(conversation, send, activity))
+        return done.receipt()
 
     async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """A small image inline (a data URL attachment) with its caption; other files are named, not uploaded.
@@ -151,9 +151,9 @@ class TeamsSender:
         Bots upload files to Teams only through a file-consent card in personal chats, which this gateway does not
         offer; the caption and the file's name still reach the user.
         """
-        done = list(send.sent)
-        if done:
-            return Receipt(platform_ids=tuple(done), parts=len(done))
+        done = SentParts(send)
+        if done.ids:
+            return done.receipt()
         data = await send.read_file(action.path)
         mime = action.mime_type or data.mime_type or "application/octet-stream"
         caption = render_parts(action.caption)[0] if action.caption.strip() else ""
@@ -169,5 +169,5 @@ class TeamsSender:
             text = note + neutral_text(f"(file {data.name}: Teams bots cannot upload files here)")
             activity = self._activity(conversation, type="message", text=text, text_format="markdown")
             sent_id = await self._post(conversation, send, activity)
-        await send.part_sent(sent_id)
-        return Receipt(platform_ids=(sent_id,), parts=1)
+        await done.record(sent_id)
+        return done.receipt()

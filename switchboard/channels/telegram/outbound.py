@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from switchboard.channels.base import Receipt, SendContext
+from switchboard.channels.parts import SentParts
 from switchboard.channels.render.actions import action_markdown
 from switchboard.channels.render.telegram import (
     markdown_to_html,
@@ -129,25 +130,26 @@ class TelegramSender:
         *,
         markup: dict[str, Any] | None = None,
         offset: int = 0,
-        done: list[str] | None = None,
+        done: SentParts | None = None,
     ) -> Receipt:
         """Send ``parts`` in order, the first as a reply, ``markup`` on the last; resume after ``send.sent``.
 
         ``offset`` counts parts of the same send that came before these (a file before its caption's rest);
         ``done`` lists the ids sent so far when this attempt already sent some of them.
         """
-        done = list(send.sent) if done is None else done
+        sent = SentParts(send) if done is None else done
         if not parts:
-            return Receipt(platform_ids=tuple(done), parts=offset, detail={"skipped": "empty"} if not offset else {})
+            return sent.receipt(offset) if offset else sent.receipt(offset, skipped="empty")
         chat_id, thread, reply_to = _route(conversation)
-        for index in range(max(len(done) - offset, 0), len(parts)):
+
+        async def post(index: int, part: str) -> str:
             await send.pace()
             reply = _reply(reply_to) if index + offset == 0 else None
             keyboard = markup if index == len(parts) - 1 else None
-            sent = await self._send_one(parts[index], chat_id, thread, reply, parse_mode, keyboard)
-            await send.part_sent(sent)
-            done.append(sent)
-        return Receipt(platform_ids=tuple(done), parts=offset + len(parts))
+            return await self._send_one(part, chat_id, thread, reply, parse_mode, keyboard)
+
+        await sent.send(parts, post, offset=offset)
+        return sent.receipt(offset + len(parts))
 
     async def _send_one(
         self,
@@ -265,8 +267,8 @@ class TelegramSender:
         """
         caption = split_html(markdown_to_html(action.caption), MAX_CAPTION_LENGTH) if action.caption else []
         detail: dict[str, str] = {}
-        done = list(send.sent)
-        if not done:
+        done = SentParts(send)
+        if not done.ids:
             data = await send.read_file(action.path)
             if action.mime_type:
                 data = replace(data, mime_type=action.mime_type)
@@ -280,9 +282,7 @@ class TelegramSender:
             }
             await send.pace()
             method, message, size = await upload_file(self._client(), data, params)
-            sent = _message_id(message, method)
-            await send.part_sent(sent)
-            done.append(sent)
+            await done.record(_message_id(message, method))
             detail = {"method": method, "bytes": str(size)}
         receipt = await self.parts(caption[1:], conversation, send, "HTML", offset=1, done=done)
         return Receipt(platform_ids=receipt.platform_ids, parts=receipt.parts, detail=detail)

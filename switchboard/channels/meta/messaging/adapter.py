@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, Protocol, TypeVar, assert_never
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from switchboard.channels.base import (
     OK_JSON,
@@ -36,19 +36,22 @@ from switchboard.channels.base import (
     FileData,
     Inbound,
     Listener,
+    Rate,
     RawRequest,
     Receipt,
     SendContext,
 )
 from switchboard.channels.meta.graph import GraphApi
 from switchboard.channels.meta.messaging.inbound import MessagingReader, WireDelivery, wire_error
-from switchboard.channels.meta.messaging.outbound import MessagingSender
+from switchboard.channels.meta.messaging.outbound import MAX_QUICK_REPLIES, QUICK_REPLY_TITLE, MessagingSender
 from switchboard.channels.meta.webhook import (
     AccountMap,
     handshake_answer,
     load_delivery,
+    secret_bytes,
     verify_request,
 )
+from switchboard.channels.registry import BuildContext
 from switchboard.core.actions import (
     AckChoice,
     Action,
@@ -64,8 +67,17 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError
+from switchboard.settings.channels import ChannelSettings, secure_endpoint
 
-__all__ = ["MessagingAccount", "MessagingAdapter"]
+__all__ = [
+    "MessagingAccount",
+    "MessagingAdapter",
+    "MessagingBlock",
+    "account_configs",
+    "block_problems",
+    "messaging_account",
+    "messaging_capabilities",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +99,108 @@ class MessagingAccount:
     human_agent: bool
     agent: str = ""
     tenant: str = "default"
+
+
+class MessagingBlock(Protocol):
+    """What a Messenger and an Instagram settings block share."""
+
+    @property
+    def app_secret(self) -> SecretStr | None:
+        """The Meta app's secret (signs every webhook delivery)."""
+
+    @property
+    def verify_token(self) -> SecretStr | None:
+        """The string typed in the App Dashboard (the subscription handshake)."""
+
+    @property
+    def graph_base_url(self) -> str:
+        """The Graph API's base URL."""
+
+    @property
+    def human_agent(self) -> bool:
+        """Outside the 24-hour window, send replies tagged ``HUMAN_AGENT``."""
+
+
+B = TypeVar("B", bound=ChannelSettings)
+
+
+def messaging_capabilities(max_text: int, text_unit: Literal["chars", "bytes"], *, files: bool) -> Capabilities:
+    """The Messenger Platform's: no edits (final reply only), quick replies, typing, 300 Send API calls a second."""
+    return Capabilities(
+        max_text=max_text,
+        text_unit=text_unit,
+        edits=False,
+        streaming="none",
+        buttons=MAX_QUICK_REPLIES,
+        button_label=QUICK_REPLY_TITLE,
+        files=files,
+        typing=True,
+        typing_refresh_s=15.0,
+        bot_rate=Rate(300.0, 100),
+        chat_rate=Rate(1.0, 5),
+    )
+
+
+def messaging_account(
+    channel: Literal["messenger", "instagram"],
+    settings: MessagingBlock,
+    context: BuildContext,
+    *,
+    token: SecretStr | None,
+    platform_id: str | None,
+) -> MessagingAccount:
+    """What the shared adapter needs of one account's block (``token`` and ``platform_id``: the channel's names)."""
+    return MessagingAccount(
+        channel=channel,
+        account=context.account,
+        token=token.get_secret_value() if token else None,
+        app_secret=secret_bytes(settings.app_secret),
+        verify_token=secret_bytes(settings.verify_token),
+        graph_base_url=settings.graph_base_url,
+        platform_id=platform_id or None,
+        human_agent=settings.human_agent,
+        agent=context.agent,
+        tenant=context.tenant,
+    )
+
+
+def account_configs(
+    settings: B, context: BuildContext | None, config: Callable[[B, BuildContext], MessagingAccount]
+) -> tuple[MessagingAccount, dict[str, MessagingAccount]]:
+    """One account's config, and every account's of its channel by name (the adapter's ``siblings``)."""
+    context = context or BuildContext()
+    kind: type[B] = type(settings)
+    siblings = {
+        name: config(block, BuildContext(account=name))
+        for name, block in context.accounts.items()
+        if isinstance(block, kind)
+    }
+    return config(settings, context), siblings
+
+
+def block_problems(settings: MessagingBlock, env: str, *, app_key: str, verify: str, https: str) -> list[str]:
+    """What keeps an account of either channel from working, and how to fix it (``switchboard check``).
+
+    Args:
+        settings: The account's block.
+        env: The block's variable prefix (``SWITCHBOARD_MESSENGER``).
+        app_key: Where the app secret is found.
+        verify: Where the verify token is typed.
+        https: An example of a Graph base URL.
+    """
+    found = []
+    if settings.app_secret is None:
+        found.append(
+            f"no app secret: set {env}__APP_SECRET ({app_key}); every webhook delivery is refused until it is set"
+        )
+    if settings.verify_token is None:
+        found.append(
+            f"no verify token: set {env}__VERIFY_TOKEN to the string typed in {verify}; the subscription handshake "
+            "is refused until it is set"
+        )
+    if not secure_endpoint(settings.graph_base_url):
+        found.append(f"{env}__GRAPH_BASE_URL must be https ({https})")
+    return found
 
 
 def _same_app(one: MessagingAccount, other: MessagingAccount) -> bool:

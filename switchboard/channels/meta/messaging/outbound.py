@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 from switchboard.channels.base import Receipt, SendContext
 from switchboard.channels.meta.graph import GraphApi, GraphError, window_closed
 from switchboard.channels.meta.webhook import record_event
+from switchboard.channels.parts import SentParts
 from switchboard.channels.render.actions import action_markdown
 from switchboard.channels.render.plain import render_parts, shorten
 from switchboard.core.actions import OfferChoice, SendFile
@@ -142,17 +143,18 @@ class MessagingSender:
     # ---------------------------------------------------------------- actions
 
     async def post_parts(
-        self, parts: list[str], conversation: ConversationRef, send: SendContext, *, done: list[str] | None = None
+        self, parts: list[str], conversation: ConversationRef, send: SendContext, *, done: SentParts | None = None
     ) -> Receipt:
         """Send ``parts`` in order, resuming after those already sent (``done``, extended in place)."""
-        ids = list(send.sent) if done is None else done
-        if not parts and not ids:
+        sent = SentParts(send) if done is None else done
+        if not parts and not sent.ids:
             return Receipt(parts=0, detail={"skipped": "empty"})
-        for index in range(len(ids), len(parts)):
-            mid = await self._send(conversation, {"text": parts[index]}, send)
-            await send.part_sent(mid)
-            ids.append(mid)
-        return Receipt(platform_ids=tuple(ids), parts=len(ids))
+
+        async def post(_: int, part: str) -> str:
+            return await self._send(conversation, {"text": part}, send)
+
+        await sent.send(parts, post)
+        return sent.receipt()
 
     def parts(self, markdown: str) -> list[str]:
         """The agent's Markdown as the plain-text messages it becomes."""
@@ -181,26 +183,25 @@ class MessagingSender:
             listed = "\n".join(f"- {option.label}" for option in rest)
             markdown = f"{markdown}\n\n{listed}" if markdown else listed
         parts = self.parts(markdown) or ["Choose one:"]
-        done = list(send.sent)
-        if len(done) < len(parts) - 1:
+        done = SentParts(send)
+        if len(parts) > 1:
             await self.post_parts(parts[:-1], conversation, send, done=done)
         if len(done) >= len(parts):
-            return Receipt(platform_ids=tuple(done), parts=len(done))
+            return done.receipt()
         replies = [
             {"content_type": "text", "title": shorten(option.label, QUICK_REPLY_TITLE), "payload": option.id}
             for option in shown
         ]
-        mid = await self._send(conversation, {"text": parts[-1], "quick_replies": replies}, send)
-        await send.part_sent(mid)
-        return Receipt(platform_ids=(*done, mid), parts=len(done) + 1, detail={"quick_replies": str(len(replies))})
+        await done.record(await self._send(conversation, {"text": parts[-1], "quick_replies": replies}, send))
+        return done.receipt(quick_replies=str(len(replies)))
 
     async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """Messenger: upload the file with the message, then the caption; Instagram: caption and name as text."""
         if not self._uploads:
             return await self.post_parts(self.parts(action_markdown(action)), conversation, send)
         captions = self.parts(action.caption) if action.caption.strip() else []
-        done = list(send.sent)
-        if not done:
+        done = SentParts(send)
+        if not done.ids:
             data = await send.read_file(action.path)
             if len(data.data) > _MAX_UPLOAD:
                 raise DeliveryError(
@@ -214,9 +215,7 @@ class MessagingSender:
                 fields["message"] = json.dumps(message)
                 return await self._api.upload(_PATH, fields, data.name, data.data, mime, field="filedata")
 
-            mid = self._message_id(await self._within_window(call, send))
-            await send.part_sent(mid)
-            done.append(mid)
+            await done.record(self._message_id(await self._within_window(call, send)))
         if captions:  # the upload is part 0: the captions are parts 1…
             await self.post_parts(["", *captions], conversation, send, done=done)
-        return Receipt(platform_ids=tuple(done), parts=len(done), detail={"method": "upload"})
+        return done.receipt(method="upload")

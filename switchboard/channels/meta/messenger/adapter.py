@@ -9,28 +9,21 @@ files are uploaded with the message, and the typing indicator is ``sender_action
 
 from __future__ import annotations
 
-from switchboard.channels.base import Capabilities, Rate
-from switchboard.channels.meta.messaging.adapter import MessagingAccount, MessagingAdapter
-from switchboard.channels.meta.messaging.outbound import MAX_QUICK_REPLIES, QUICK_REPLY_TITLE
-from switchboard.channels.meta.webhook import HANDSHAKE_METHODS, secret_bytes
+from switchboard.channels.meta.messaging.adapter import (
+    MessagingAccount,
+    MessagingAdapter,
+    account_configs,
+    block_problems,
+    messaging_account,
+    messaging_capabilities,
+)
+from switchboard.channels.meta.webhook import HANDSHAKE_METHODS
 from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import MessengerSettings, secure_endpoint
+from switchboard.settings.channels import MessengerSettings
 
 __all__ = ["CAPABILITIES", "FACTORY", "MessengerChannel", "account_config", "problems"]
 
-CAPABILITIES = Capabilities(
-    max_text=2000,
-    text_unit="chars",
-    edits=False,
-    streaming="none",
-    buttons=MAX_QUICK_REPLIES,
-    button_label=QUICK_REPLY_TITLE,
-    files=True,
-    typing=True,
-    typing_refresh_s=15.0,
-    bot_rate=Rate(300.0, 100),
-    chat_rate=Rate(1.0, 5),
-)
+CAPABILITIES = messaging_capabilities(2000, "chars", files=True)
 """Plain text up to 2,000 characters, no edits (final reply only), 13 quick replies of 20 characters, uploads,
 typing (cleared by Messenger after 20 s), 300 Send API calls a second per Page."""
 
@@ -44,46 +37,25 @@ class MessengerChannel(MessagingAdapter):
     """
 
     def __init__(self, settings: MessengerSettings, context: BuildContext | None = None) -> None:
-        context = context or BuildContext()
-        siblings = {
-            name: account_config(block, BuildContext(account=name))
-            for name, block in context.accounts.items()
-            if isinstance(block, MessengerSettings)
-        }
-        super().__init__(account_config(settings, context), siblings, CAPABILITIES)
+        super().__init__(*account_configs(settings, context, account_config), CAPABILITIES)
 
 
 def account_config(settings: MessengerSettings, context: BuildContext) -> MessagingAccount:
     """What the shared adapter needs of one account's block."""
-    return MessagingAccount(
-        channel="messenger",
-        account=context.account,
-        token=settings.page_access_token.get_secret_value() if settings.page_access_token else None,
-        app_secret=secret_bytes(settings.app_secret),
-        verify_token=secret_bytes(settings.verify_token),
-        graph_base_url=settings.graph_base_url,
-        platform_id=settings.page_id or None,
-        human_agent=settings.human_agent,
-        agent=context.agent,
-        tenant=context.tenant,
+    return messaging_account(
+        "messenger", settings, context, token=settings.page_access_token, platform_id=settings.page_id
     )
 
 
 def problems(settings: MessengerSettings) -> list[str]:
     """What keeps a Page from working, and how to fix it (``switchboard check``)."""
-    found = []
-    if settings.app_secret is None:
-        found.append(
-            "no app secret: set SWITCHBOARD_MESSENGER__APP_SECRET (App Dashboard → App settings → Basic → App secret); "
-            "every webhook delivery is refused until it is set"
-        )
-    if settings.verify_token is None:
-        found.append(
-            "no verify token: set SWITCHBOARD_MESSENGER__VERIFY_TOKEN to the string typed in the App Dashboard "
-            "(Messenger → Webhooks → Verify token); the subscription handshake is refused until it is set"
-        )
-    if not secure_endpoint(settings.graph_base_url):
-        found.append("SWITCHBOARD_MESSENGER__GRAPH_BASE_URL must be https (like https://graph.facebook.com/v23.0)")
+    found = block_problems(
+        settings,
+        "SWITCHBOARD_MESSENGER",
+        app_key="App Dashboard → App settings → Basic → App secret",
+        verify="the App Dashboard (Messenger → Webhooks → Verify token)",
+        https="like https://graph.facebook.com/v23.0",
+    )
     if settings.page_id and not settings.page_id.isdigit():
         found.append("page_id must be the Page's numeric id (Page → About → Page transparency, or GET /me)")
     return found

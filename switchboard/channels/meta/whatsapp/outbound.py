@@ -23,6 +23,7 @@ from typing import Any, Final
 from switchboard.channels.base import Receipt, SendContext
 from switchboard.channels.meta.graph import GraphApi, GraphError, window_closed
 from switchboard.channels.meta.webhook import record_event
+from switchboard.channels.parts import SentParts
 from switchboard.channels.render.whatsapp import render_whatsapp, split_text
 from switchboard.core.actions import OfferChoice, SendFile
 from switchboard.core.messages import ConversationRef
@@ -81,24 +82,23 @@ class WhatsAppSender:
         self, messages: list[dict[str, Any]], conversation: ConversationRef, send: SendContext
     ) -> Receipt:
         """Send ``messages`` in order, skipping the ones an earlier attempt sent; the window handled once."""
-        done = list(send.sent)
-        if done and done[-1].startswith(_TEMPLATE_MARK):
-            return Receipt(platform_ids=tuple(done), parts=len(done), detail={"window": "template"})
-        for message in messages[len(done) :]:
-            await send.pace()
-            try:
-                wamid = await self._post(conversation, message)
-            except GraphError as err:
-                if err.kind != "window":
-                    raise
-                return await self._outside_window(err, conversation, send, done)
-            await send.part_sent(wamid)
-            done.append(wamid)
-        return Receipt(platform_ids=tuple(done), parts=len(done))
+        done = SentParts(send)
+        if done.ids and done.ids[-1].startswith(_TEMPLATE_MARK):
+            return done.receipt(window="template")
 
-    async def _outside_window(
-        self, err: GraphError, conversation: ConversationRef, send: SendContext, done: list[str]
-    ) -> Receipt:
+        async def post(_: int, message: dict[str, Any]) -> str:
+            await send.pace()
+            return await self._post(conversation, message)
+
+        try:
+            await done.send(messages, post)
+        except GraphError as err:
+            if err.kind != "window":
+                raise
+            return await self._outside_window(err, conversation, done)
+        return done.receipt()
+
+    async def _outside_window(self, err: GraphError, conversation: ConversationRef, done: SentParts) -> Receipt:
         if self.window_template is None:
             raise window_closed(
                 err,
@@ -109,9 +109,10 @@ class WhatsAppSender:
         name, language = self.window_template
         template = {"type": "template", "template": {"name": name, "language": {"code": language}}}
         wamid = await self._post(conversation, template)
-        await send.part_sent(_TEMPLATE_MARK + wamid)
+        ids = tuple(done.ids)
+        await done.record(_TEMPLATE_MARK + wamid)
         record_event(_CHANNEL, self.account, "window_template_sent", level=logging.INFO, template=name[:64])
-        return Receipt(platform_ids=(*done, wamid), parts=len(done) + 1, detail={"window": "template"})
+        return Receipt(platform_ids=(*ids, wamid), parts=len(ids) + 1, detail={"window": "template"})
 
     async def text(self, markdown: str, conversation: ConversationRef, send: SendContext) -> Receipt:
         """A reply in WhatsApp formatting, split within 4,096 characters."""
