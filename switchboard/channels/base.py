@@ -21,9 +21,10 @@ How to add a channel: docs/ARCHITECTURE.md §12.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from multidict import CIMultiDictProxy, MultiMapping
 
@@ -46,6 +47,8 @@ __all__ = [
     "Receipt",
     "SendContext",
     "header_values",
+    "json_object",
+    "retry_after_s",
 ]
 
 
@@ -75,6 +78,24 @@ def header_values(headers: Mapping[str, str], name: str) -> list[str]:
         return [str(value) for value in headers.getall(name, [])]
     lowered = name.lower()
     return [value for key, value in headers.items() if key.lower() == lowered]
+
+
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` parsed, if it is a JSON object (a platform's answer or payload); ``None`` for anything else."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def retry_after_s(value: str | None) -> float:
+    """A ``Retry-After`` header's seconds, within 0 s to an hour (1 s when it is missing or not a number)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        return 1.0
+    return min(max(seconds, 0.0), 3600.0) if seconds == seconds else 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ by default the login name), so a decision from the CLI counts where the policy l
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import sys
 import time
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING
 from switchboard.settings import Settings
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from switchboard.control import ControlService, OperatorScope
 
 __all__ = ["control_command", "operator_principal"]
@@ -45,19 +46,14 @@ def control_command(
     settings: Settings, command: str, action: str, targets: list[str], *, operator: str | None, show_all: bool
 ) -> int:
     """Run one operator command (``approvals list``, ``takeover SESSION``, ...); returns the exit code."""
-    from redis.exceptions import RedisError
-
-    from switchboard.cli.checks import redacted_url
-    from switchboard.cli.sessions import redis_url_for
+    from switchboard.cli.sessions import redis_url_for, with_redis
     from switchboard.control import ControlError, ControlService, OperatorScope
-    from switchboard.queue.connection import async_client
     from switchboard.queue.ingest import Ingestor
 
     url = redis_url_for(settings)
     scope = OperatorScope.everything(operator_principal(operator))
 
-    async def go() -> int:
-        redis = async_client(url)
+    async def go(redis: aioredis.Redis) -> int:
         try:
             service = ControlService(redis, settings, Ingestor(redis, settings.queue))
             run = _commands(service, scope, targets, show_all).get((command, action))
@@ -69,13 +65,8 @@ def control_command(
         except ControlError as err:
             print(f"switchboard: {err}", file=sys.stderr)
             return 1
-        except (RedisError, OSError) as err:
-            print(f"switchboard: cannot reach Redis at {redacted_url(url)}: {err}", file=sys.stderr)
-            return 1
-        finally:
-            await redis.aclose()
 
-    return asyncio.run(go())
+    return with_redis(url, go)
 
 
 def _commands(

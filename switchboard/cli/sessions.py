@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from switchboard.cli.checks import redacted_url
@@ -17,9 +18,11 @@ from switchboard.errors import ConfigError
 from switchboard.settings import Settings
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from switchboard.queue.sessions import SessionSummary
 
-__all__ = ["REDIS_URL_FILE", "redis_url_for", "sessions_command"]
+__all__ = ["REDIS_URL_FILE", "redis_url_for", "sessions_command", "with_redis"]
 
 REDIS_URL_FILE = "redis.url"
 """Under the data directory while ``switchboard run`` serves an embedded server: that server's URL."""
@@ -48,43 +51,16 @@ def redis_url_for(settings: Settings) -> str:
     return url
 
 
-def sessions_command(settings: Settings, action: str, key: str | None, limit: int) -> int:
-    """Run one ``sessions`` subcommand (``list``, ``show KEY``, ``stop KEY``); returns the exit code."""
+def with_redis(url: str, body: Callable[[aioredis.Redis], Awaitable[int]]) -> int:
+    """Run ``body`` with a client of ``url``; returns its exit code (1, said on stderr, when Redis is unreachable)."""
     from redis.exceptions import RedisError
 
     from switchboard.queue.connection import async_client
-    from switchboard.queue.keys import GlobalKeys
-    from switchboard.queue.sessions import list_sessions, timeline
-    from switchboard.types import SessionKey
-    from switchboard.worker.cancellation import request_stop
-
-    url = redis_url_for(settings)
 
     async def go() -> int:
         redis = async_client(url)
         try:
-            if action == "list":
-                rows = await list_sessions(redis, limit=limit)
-                if not rows:
-                    print("no sessions yet")
-                for row in rows:
-                    print(_format_row(row))
-                return 0
-            assert key is not None
-            if action == "stop":
-                if await redis.zscore(GlobalKeys().sessions, key) is None:
-                    print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
-                    return 1
-                heard = await request_stop(redis, SessionKey(key), reason="stopped by an operator")
-                print(f"stop sent to {heard} worker(s); the running turn of {key} (if any) stops now")
-                return 0 if heard else 1
-            events = await timeline(redis, SessionKey(key), count=limit)
-            if not events:
-                print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
-                return 1
-            for event in events:
-                print(_format_event(event))
-            return 0
+            return await body(redis)
         except (RedisError, OSError) as err:
             print(f"switchboard: cannot reach Redis at {redacted_url(url)}: {err}", file=sys.stderr)
             return 1
@@ -92,6 +68,40 @@ def sessions_command(settings: Settings, action: str, key: str | None, limit: in
             await redis.aclose()
 
     return asyncio.run(go())
+
+
+def sessions_command(settings: Settings, action: str, key: str | None, limit: int) -> int:
+    """Run one ``sessions`` subcommand (``list``, ``show KEY``, ``stop KEY``); returns the exit code."""
+    from switchboard.queue.keys import GlobalKeys
+    from switchboard.queue.sessions import list_sessions, timeline
+    from switchboard.types import SessionKey
+    from switchboard.worker.cancellation import request_stop
+
+    async def go(redis: aioredis.Redis) -> int:
+        if action == "list":
+            rows = await list_sessions(redis, limit=limit)
+            if not rows:
+                print("no sessions yet")
+            for row in rows:
+                print(_format_row(row))
+            return 0
+        assert key is not None
+        if action == "stop":
+            if await redis.zscore(GlobalKeys().sessions, key) is None:
+                print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
+                return 1
+            heard = await request_stop(redis, SessionKey(key), reason="stopped by an operator")
+            print(f"stop sent to {heard} worker(s); the running turn of {key} (if any) stops now")
+            return 0 if heard else 1
+        events = await timeline(redis, SessionKey(key), count=limit)
+        if not events:
+            print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
+            return 1
+        for event in events:
+            print(_format_event(event))
+        return 0
+
+    return with_redis(redis_url_for(settings), go)
 
 
 def _format_row(row: SessionSummary) -> str:

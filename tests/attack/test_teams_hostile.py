@@ -257,8 +257,6 @@ async def test_a_token_for_one_bot_is_refused_at_another_bots_endpoint(
 async def test_an_unauthenticated_request_is_refused_before_its_body_is_parsed(
     gateway: TestClient, fake: FakeTeams, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import switchboard.channels.teams.adapter as teams_channel
-
     parsed: list[int] = []
     real_loads = json.loads
 
@@ -268,7 +266,7 @@ async def test_an_unauthenticated_request_is_refused_before_its_body_is_parsed(
         return real_loads(raw, *args, **kwargs)
 
     body = b'{"serviceUrl": "' + fake.service_url.encode() + b'", "pad": [' + b"0," * 400_000 + b"0]}"
-    monkeypatch.setattr(teams_channel.json, "loads", counting_loads)
+    monkeypatch.setattr(json, "loads", counting_loads)  # every parser of the gateway's, the adapter's too
     forged = [
         "Bearer not-a-jwt",
         "Bearer " + SigningKey("unpublished").mint(APP_ID, fake.service_url),

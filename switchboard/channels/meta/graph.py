@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 import aiohttp
 from yarl import URL
 
+from switchboard.channels.base import json_object
 from switchboard.channels.download import Fetched, download, host_of
 from switchboard.channels.meta.webhook import record_event
 from switchboard.errors import DeliveryError, RateLimitedError
@@ -258,11 +259,8 @@ class GraphApi:
                 channel=self.channel,
                 kind="transient",
             ) from None
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            answer = None
-        if 200 <= status < 300 and isinstance(answer, dict) and "error" not in answer:
+        answer = json_object(raw)
+        if 200 <= status < 300 and answer is not None and "error" not in answer:
             return answer
         error = classify(status, answer, channel=self.channel, what=what)
         if isinstance(error, GraphError) and error.kind == "auth":

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from switchboard.channels.base import json_object, retry_after_s
 from switchboard.errors import DeliveryError, RateLimitedError
 
 __all__ = ["SlackApi", "SlackRefusal"]
@@ -115,18 +116,19 @@ class SlackApi:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise DeliveryError(f"slack upload failed: {type(exc).__name__}", channel=_CHANNEL) from None
         if status == 429:
-            raise RateLimitedError("slack upload: rate limited", channel=_CHANNEL, retry_after=_seconds(retry_after))
+            raise RateLimitedError(
+                "slack upload: rate limited", channel=_CHANNEL, retry_after=retry_after_s(retry_after)
+            )
         if status >= 300:
             raise DeliveryError(f"slack upload answered HTTP {status}", channel=_CHANNEL, retryable=status >= 500)
 
     def _answer(self, method: str, status: int, retry_after: str | None, raw: bytes) -> dict[str, Any]:
         if status == 429:
-            raise RateLimitedError(f"slack {method}: ratelimited", channel=_CHANNEL, retry_after=_seconds(retry_after))
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+            raise RateLimitedError(
+                f"slack {method}: ratelimited", channel=_CHANNEL, retry_after=retry_after_s(retry_after)
+            )
+        answer = json_object(raw)
+        if answer is None:
             raise DeliveryError(
                 f"slack answered {method} with HTTP {status} and no Web API answer",
                 channel=_CHANNEL,
@@ -136,7 +138,9 @@ class SlackApi:
             return answer
         error = str(answer.get("error") or f"http_{status}")[:100]
         if error == "ratelimited":
-            raise RateLimitedError(f"slack {method}: ratelimited", channel=_CHANNEL, retry_after=_seconds(retry_after))
+            raise RateLimitedError(
+                f"slack {method}: ratelimited", channel=_CHANNEL, retry_after=retry_after_s(retry_after)
+            )
         if status >= 500 or error in _TRANSIENT:
             raise DeliveryError(f"slack failing: {method}: {error}", channel=_CHANNEL, retryable=True)
         raise SlackRefusal(method, error)
@@ -151,11 +155,3 @@ class SlackApi:
         session, self._session = self._session, None
         if session is not None and self._owned and not session.closed:
             await session.close()
-
-
-def _seconds(value: str | None) -> float:
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        return 1.0
-    return min(max(seconds, 0.0), 3600.0) if seconds == seconds else 1.0

@@ -6,7 +6,6 @@ without Teams never load the Agents SDK. See :mod:`switchboard.channels.teams.fa
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import ClassVar, Final, Literal, assert_never
 
@@ -23,6 +22,7 @@ from switchboard.channels.base import (
     RawRequest,
     Receipt,
     SendContext,
+    json_object,
 )
 from switchboard.channels.download import download
 from switchboard.channels.render.teams import MAX_TEXT
@@ -76,11 +76,8 @@ _FETCH_TIMEOUT: Final = aiohttp.ClientTimeout(total=60, connect=5, sock_read=30)
 
 def _peek(body: bytes) -> tuple[str | None, str | None]:
     """``(serviceUrl, channelId)`` of a body, if it is a JSON object naming them (read once the token verified)."""
-    try:
-        raw = json.loads(body)
-    except ValueError:
-        return None, None
-    if not isinstance(raw, dict):
+    raw = json_object(body)
+    if raw is None:
         return None, None
     service_url, channel_id = raw.get("serviceUrl"), raw.get("channelId")
     return (

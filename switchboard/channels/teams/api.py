@@ -22,7 +22,6 @@ retryable (413 ``MessageSizeTooBig``, 403 the bot is not in the conversation, 40
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -34,6 +33,7 @@ from microsoft_agents.hosting.core.authorization.authentication_constants import
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
 from yarl import URL
 
+from switchboard.channels.base import json_object, retry_after_s
 from switchboard.channels.download import host_of
 from switchboard.channels.teams.files import service_allowed
 from switchboard.errors import DeliveryError, RateLimitedError
@@ -121,13 +121,10 @@ class BotToken:
             ) from None
         if status == 429:
             raise RateLimitedError(
-                "teams: Entra token endpoint rate-limited", channel=_CHANNEL, retry_after=_seconds(retry_after)
+                "teams: Entra token endpoint rate-limited", channel=_CHANNEL, retry_after=retry_after_s(retry_after)
             )
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+        answer = json_object(raw)
+        if answer is None:
             raise DeliveryError(
                 f"teams: Entra answered HTTP {status} without JSON", channel=_CHANNEL, retryable=status >= 500
             )
@@ -221,7 +218,7 @@ class ConnectorApi:
         if status == 429:
             retry_after = exc.headers.get("Retry-After") if exc.headers else None
             return RateLimitedError(
-                "teams: connector rate-limited", channel=_CHANNEL, retry_after=_seconds(retry_after)
+                "teams: connector rate-limited", channel=_CHANNEL, retry_after=retry_after_s(retry_after)
             )
         if status == 401:
             self.token.forget(token)
@@ -250,11 +247,3 @@ def _origin(service_url: str) -> str:
         return f"{shown}:{url.explicit_port}" if url.explicit_port is not None else shown
     except (ValueError, TypeError):
         return "no URL"
-
-
-def _seconds(value: str | None) -> float:
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        return 1.0
-    return min(max(seconds, 0.0), 3600.0) if seconds == seconds else 1.0

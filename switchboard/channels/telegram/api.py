@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from switchboard.channels.base import json_object
 from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
 
 __all__ = ["BotApi", "BotApiRefusal", "Upload"]
@@ -132,11 +133,8 @@ class BotApi:
             raise DeliveryError(
                 f"telegram unreachable: {method}: {type(exc).__name__}: {detail}", channel=_CHANNEL, retryable=True
             ) from None
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+        answer = json_object(raw)
+        if answer is None:
             if status == 413:
                 raise BotApiRefusal(
                     f"telegram refused {method}: the upload is too large",

@@ -25,7 +25,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from switchboard.core.actions import Choice, OfferChoice
 from switchboard.core.approvals.policy import Policy
@@ -112,6 +112,34 @@ def session_state_sha256(slots: dict[str, Any]) -> str:
     return state_sha256({"slots": slots})
 
 
+class _Origin(TypedDict):
+    """The fields of a record that say which run asked, for whom, and until when."""
+
+    session: str
+    tenant: str
+    agent: str
+    channel: str
+    run_id: str
+    trace_id: str
+    requested_by: str
+    requested_at: float
+    expires_at: float
+
+
+def _origin(request: TurnRequest, policy: Policy, requested_by: str, now: float) -> _Origin:
+    return _Origin(
+        session=request.session_key,
+        tenant=request.tenant,
+        agent=request.agent.name,
+        channel=request.messages[-1].conversation.channel,
+        run_id=request.run_id,
+        trace_id=request.trace_id,
+        requested_by=requested_by,
+        requested_at=now,
+        expires_at=now + policy.approvals.expire_after_s,
+    )
+
+
 def approval_record(
     request: TurnRequest,
     approval: ApprovalRequest,
@@ -129,19 +157,9 @@ def approval_record(
     ``requested_by`` is the principal the call acts for (the tool context's actor): the user whose request it is,
     also when an operator's decision resumed the program that asks.
     """
-    requested_at = time.time() if now is None else now
-    last = request.messages[-1]
     return ApprovalRecord(
         id=approval_id,
-        session=request.session_key,
-        tenant=request.tenant,
-        agent=request.agent.name,
-        channel=last.conversation.channel,
-        run_id=request.run_id,
-        trace_id=request.trace_id,
-        requested_by=requested_by,
-        requested_at=requested_at,
-        expires_at=requested_at + policy.approvals.expire_after_s,
+        **_origin(request, policy, requested_by, time.time() if now is None else now),
         request=approval,
         state_sha256=state,
         call_id=call_id,
@@ -161,20 +179,10 @@ def reply_record(
     requested_by: str,
 ) -> ApprovalRecord:
     """A held reply (review mode): decided by operators, sent when approved."""
-    now = time.time()
-    last = request.messages[-1]
     return ApprovalRecord(
         id=approval_id,
         kind="reply",
-        session=request.session_key,
-        tenant=request.tenant,
-        agent=request.agent.name,
-        channel=last.conversation.channel,
-        run_id=request.run_id,
-        trace_id=request.trace_id,
-        requested_by=requested_by,
-        requested_at=now,
-        expires_at=now + policy.approvals.expire_after_s,
+        **_origin(request, policy, requested_by, time.time()),
         draft=draft,
         evidence=tuple(evidence),
         state_sha256=state,

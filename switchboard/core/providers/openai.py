@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Set
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Set
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -174,18 +175,9 @@ class OpenAIModel:
         """
         events = self._responses(request) if self.wire_api == "responses" else self._chat(request)
         try:
-            async for event in events:
-                yield event
-        except ModelError:
-            raise
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            # The upstream text can echo part of the key: keep it out of messages and tracebacks.
-            raise auth_error(self._facts, status=exc.status_code) from None
-        except Exception as exc:
-            error = self._classified(exc, request.model)
-            if error is None:
-                raise
-            raise error from exc
+            with self._translated(request.model):
+                async for event in events:
+                    yield event
         finally:
             await events.aclose()
 
@@ -204,7 +196,7 @@ class OpenAIModel:
         """
         if not self.native_compaction:
             raise ModelError("native compaction needs the Responses API", code="bad_request")
-        try:
+        with self._translated(request.model):
             raw = await self._client.responses.with_raw_response.compact(
                 model=request.model,
                 input=[*input_items(request.compacted), *responses_input(request.messages)],
@@ -212,13 +204,6 @@ class OpenAIModel:
             )
             found = raw.parse()
             body = json.loads(raw.text)  # as sent: the SDK's output types have no user-message item
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise auth_error(self._facts, status=exc.status_code) from None
-        except Exception as exc:
-            error = self._classified(exc, request.model)
-            if error is None:
-                raise
-            raise error from exc
         items = compacted_items(body.get("output") if isinstance(body, dict) else None)
         if not any(item.get("type") == "compaction" for item in items):
             raise bad_response_error(self._facts, detail="the compacted window holds no compaction item")
@@ -238,20 +223,30 @@ class OpenAIModel:
             ModelError: classified as a failed step is.
         """
         try:
-            return await container_files(
-                self._client.containers.files,
-                container_id,
-                skip=skip,
-                limit=limit,
-                max_bytes=max_bytes,
-                deadline_s=self._timeout_s * CONTAINER_FETCH_TIMEOUTS,
-            )
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise auth_error(self._facts, status=exc.status_code) from None
-        except TimeoutError:
+            with self._translated(""):
+                return await container_files(
+                    self._client.containers.files,
+                    container_id,
+                    skip=skip,
+                    limit=limit,
+                    max_bytes=max_bytes,
+                    deadline_s=self._timeout_s * CONTAINER_FETCH_TIMEOUTS,
+                )
+        except TimeoutError:  # the listing's own deadline
             raise transport_error(self._facts, timed_out=True) from None
+
+    @contextmanager
+    def _translated(self, model: str) -> Iterator[None]:
+        """What the SDK or the transport raises inside, as a classified :class:`ModelError`; the rest as it is."""
+        try:
+            yield
+        except ModelError:
+            raise
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            # The upstream text can echo part of the key: keep it out of messages and tracebacks.
+            raise auth_error(self._facts, status=exc.status_code) from None
         except Exception as exc:
-            error = self._classified(exc, "")
+            error = self._classified(exc, model)
             if error is None:
                 raise
             raise error from exc

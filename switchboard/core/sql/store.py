@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,35 +156,42 @@ def _read_connection(workspace: Path, shared: Mapping[str, SharedDatabase], limi
 
     Its bytes are read through one verified descriptor (:func:`session_image`), never reopened by name.
     """
-    image = _session_bytes(workspace)
-    con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    try:
-        if image is not None:
-            con.deserialize(image)
-        limit(con, limits)
+
+    def read_only(con: sqlite3.Connection) -> None:
         attach_shared(con, shared)
         con.execute("PRAGMA query_only = 1")
-    except sqlite3.DatabaseError as err:
-        con.close()
-        raise _unreadable(err) from None
-    return con
+
+    return _loaded(workspace, limits, read_only)
 
 
 def _memory_image(
     workspace: Path, shared: Mapping[str, SharedDatabase], limits: SqlLimits, quota: int
 ) -> sqlite3.Connection:
     """The session database loaded into memory (empty if there is none), growing to ``quota`` bytes at most."""
+
+    def writable(con: sqlite3.Connection) -> None:
+        page = int(con.execute("PRAGMA page_size").fetchone()[0])
+        con.execute(f"PRAGMA max_page_count = {max(16, quota // page + 1)}")
+        for statement in _META:
+            con.execute(statement)
+        attach_shared(con, shared)
+
+    return _loaded(workspace, limits, writable)
+
+
+def _loaded(workspace: Path, limits: SqlLimits, prepare: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
+    """The session database loaded into memory under ``limits``, then ``prepare``d; closed if it is not usable.
+
+    Raises:
+        ToolError: the workspace's database is damaged (``permanent``).
+    """
     image = _session_bytes(workspace)
     con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     try:
         if image is not None:
             con.deserialize(image)
         limit(con, limits)
-        page = int(con.execute("PRAGMA page_size").fetchone()[0])
-        con.execute(f"PRAGMA max_page_count = {max(16, quota // page + 1)}")
-        for statement in _META:
-            con.execute(statement)
-        attach_shared(con, shared)
+        prepare(con)
     except sqlite3.DatabaseError as err:
         con.close()
         raise _unreadable(err) from None

@@ -21,8 +21,6 @@ at ``/gateway``.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Mapping
 
 import aiohttp
@@ -40,6 +38,7 @@ from switchboard.channels.discord.fake.payloads import (
     snowflake,
 )
 from switchboard.channels.discord.fake.rest import FakeCall, FakeDiscordApi, FakeDiscordState
+from switchboard.channels.fakes import FakeServer, found_within
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 from switchboard.settings import DiscordSettings
 
@@ -78,15 +77,7 @@ async def _calls(request: web.Request) -> web.Response:
             and (token is None or c.token == token)
         ]
 
-    deadline = time.monotonic() + wait
-    found = matching()
-    while not found and time.monotonic() < deadline:
-        state._changed.clear()
-        try:
-            await asyncio.wait_for(state._changed.wait(), deadline - time.monotonic())
-        except TimeoutError:
-            break
-        found = matching()
+    found = await found_within(matching, lambda: state._changed, wait)
     return web.json_response([c.to_json() for c in found])
 
 
@@ -149,15 +140,14 @@ def create_fake_discord(
     return app
 
 
-class FakeDiscord(FakePlatform):
+class FakeDiscord(FakeServer):
     """Runs the fake on a loopback port: ``api_url`` is what ``SWITCHBOARD_DISCORD__API_BASE_URL`` takes."""
 
     def __init__(self, token: str | None = None, *, bot_id: str = "880000000000000001", application_id: str = "900"):
         self.app = create_fake_discord(token, bot_id=bot_id, application_id=application_id)
         self.state = self.app[FAKE_DISCORD]
         self.gateway = self.app[FAKE_GATEWAY]
-        self.base_url = self.api_url = ""
-        self._runner: web.AppRunner | None = None
+        self.api_url = ""
 
     @property
     def calls(self) -> list[FakeCall]:
@@ -170,29 +160,17 @@ class FakeDiscord(FakePlatform):
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0 picks a free port); returns the API base URL (``…/api/v10``)."""
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        bound_host, bound_port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{bound_host}:{bound_port}"
-        self.api_url = f"{self.base_url}/api/v10"
-        self.gateway.url = f"ws://{bound_host}:{bound_port}/gateway"
-        self.state.gateway_url = self.gateway.url
+        await super().start(host, port)
         return self.api_url
 
-    async def stop(self) -> None:
-        """Stop serving (closing gateway connections)."""
+    def serving(self, host: str, port: int) -> None:  # noqa: D102
+        self.api_url = f"{self.base_url}/api/v10"
+        self.gateway.url = f"ws://{host}:{port}/gateway"
+        self.state.gateway_url = self.gateway.url
+
+    async def closing(self) -> None:
+        """Close gateway connections."""
         await self.gateway.close(1001)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeDiscord:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 # ``switchboard run`` without Discord credentials: the fake, and ``switchboard simulate discord TEXT`` against it

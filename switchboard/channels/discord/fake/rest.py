@@ -193,6 +193,7 @@ class FakeDiscordApi:
     def _record(self, call: FakeCall) -> FakeCall:
         self.state.calls.append(call)
         self.state._changed.set()
+        self.state._changed = asyncio.Event()
         return call
 
     def _message(self, channel_id: str, body: dict[str, Any], files: list[tuple[str, int]]) -> dict[str, Any]:

@@ -15,14 +15,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from switchboard.channels.meta.messaging.adapter import (
-    MessagingAccount,
-    MessagingAdapter,
-    account_configs,
-    block_problems,
-    messaging_account,
-    messaging_capabilities,
-)
+from switchboard.channels.meta.messaging import adapter as messaging
 from switchboard.channels.meta.webhook import HANDSHAKE_METHODS
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.settings.channels import InstagramSettings
@@ -32,12 +25,12 @@ __all__ = ["CAPABILITIES", "FACTORY", "InstagramChannel", "account_config", "pro
 INSTAGRAM_GRAPH_HOST = "graph.instagram.com"
 """The Graph host of "Instagram API with Instagram Login" apps (Instagram user tokens)."""
 
-CAPABILITIES = messaging_capabilities(1000, "bytes", files=False)
+CAPABILITIES = messaging.platform_capabilities(1000, "bytes", files=False)
 """Plain text up to 1,000 UTF-8 bytes, no edits (final reply only), 13 quick replies of 20 characters, no
 uploads, typing, 300 Send API calls a second per account."""
 
 
-class InstagramChannel(MessagingAdapter):
+class InstagramChannel(messaging.MessagingAdapter):
     """One Instagram professional account.
 
     Args:
@@ -46,7 +39,7 @@ class InstagramChannel(MessagingAdapter):
     """
 
     def __init__(self, settings: InstagramSettings, context: BuildContext | None = None) -> None:
-        super().__init__(*account_configs(settings, context, account_config), CAPABILITIES)
+        super().__init__(*messaging.account_configs(settings, context, account_config), CAPABILITIES)
 
     def id_query(self, graph_base_url: str) -> str:
         """Instagram Login: ``me?fields=user_id``; Facebook Login (a Page token): the Page's linked account."""
@@ -61,25 +54,23 @@ class InstagramChannel(MessagingAdapter):
         return str(found) if isinstance(found, str | int) and not isinstance(found, bool) and found else None
 
 
-def account_config(settings: InstagramSettings, context: BuildContext) -> MessagingAccount:
+def account_config(settings: InstagramSettings, context: BuildContext) -> messaging.MessagingAccount:
     """What the shared adapter needs of one account's block."""
-    return messaging_account(
+    return messaging.platform_account(
         "instagram", settings, context, token=settings.access_token, platform_id=settings.account_id
     )
 
 
 def problems(settings: InstagramSettings) -> list[str]:
     """What keeps an account from working, and how to fix it (``switchboard check``)."""
-    found = block_problems(
+    return messaging.block_problems(
         settings,
         "SWITCHBOARD_INSTAGRAM",
+        (settings.account_id, "account_id must be the Instagram professional account's numeric id (GET /me)"),
         app_key="the Meta app's secret, or the Instagram app secret for Instagram Login",
         verify="the App Dashboard's webhook settings",
         https="https://graph.facebook.com/v23.0, or https://graph.instagram.com/v23.0 for Instagram Login",
     )
-    if settings.account_id and not settings.account_id.isdigit():
-        found.append("account_id must be the Instagram professional account's numeric id (GET /me)")
-    return found
 
 
 def _build(settings: InstagramSettings, context: BuildContext) -> InstagramChannel:

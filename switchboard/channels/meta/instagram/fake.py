@@ -8,11 +8,10 @@ UTF-8 bytes, deliveries with ``object: instagram`` and the fake's Instagram acco
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 
-from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID, make_delivery, sign_delivery, text_item
-from switchboard.channels.meta.messaging.fake.platform import FakeMessenger, sim_replies
-from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
+from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID
+from switchboard.channels.meta.messaging.fake.platform import FakeMessenger, sim_details, sim_replies, sim_request
+from switchboard.channels.registry import FakePlatform, Simulation
 from switchboard.settings.channels import InstagramSettings
 
 __all__ = ["SIMULATION"]
@@ -32,24 +31,11 @@ async def _sim_start(settings: InstagramSettings) -> tuple[InstagramSettings, Fa
 
 
 def _sim_details(settings: InstagramSettings) -> dict[str, str]:
-    secret = settings.app_secret.get_secret_value() if settings.app_secret else ""
-    return {
-        "fake_url": settings.graph_base_url.rsplit("/", 1)[0],
-        "app_secret": secret,
-        "account_id": settings.account_id or IG_ACCOUNT_ID,
-    }
-
-
-def _sim_request(details: Mapping[str, str], text: str) -> SampleRequest:
-    user = str(1_000_000_000_000_000 + secrets.randbelow(10**15))
-    item = text_item(text, user=user, account=details["account_id"])
-    delivery = make_delivery("instagram", [(details["account_id"], [item])])
-    body, headers = sign_delivery(delivery, details["app_secret"])
-    return SampleRequest(body=body, headers=headers, conversation=user)
+    return sim_details(settings, settings.account_id or IG_ACCOUNT_ID)
 
 
 SIMULATION: Simulation[InstagramSettings] = Simulation(
-    start=_sim_start, details=_sim_details, request=_sim_request, replies=sim_replies
+    start=_sim_start, details=_sim_details, request=sim_request("instagram", 1_000_000_000_000_000), replies=sim_replies
 )
 """How ``switchboard run`` fakes Instagram without credentials, and how ``switchboard simulate instagram`` talks
 to it."""

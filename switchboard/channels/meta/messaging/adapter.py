@@ -75,8 +75,8 @@ __all__ = [
     "MessagingBlock",
     "account_configs",
     "block_problems",
-    "messaging_account",
-    "messaging_capabilities",
+    "platform_account",
+    "platform_capabilities",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class MessagingBlock(Protocol):
 B = TypeVar("B", bound=ChannelSettings)
 
 
-def messaging_capabilities(max_text: int, text_unit: Literal["chars", "bytes"], *, files: bool) -> Capabilities:
+def platform_capabilities(max_text: int, text_unit: Literal["chars", "bytes"], *, files: bool) -> Capabilities:
     """The Messenger Platform's: no edits (final reply only), quick replies, typing, 300 Send API calls a second."""
     return Capabilities(
         max_text=max_text,
@@ -141,7 +141,7 @@ def messaging_capabilities(max_text: int, text_unit: Literal["chars", "bytes"], 
     )
 
 
-def messaging_account(
+def platform_account(
     channel: Literal["messenger", "instagram"],
     settings: MessagingBlock,
     context: BuildContext,
@@ -178,12 +178,21 @@ def account_configs(
     return config(settings, context), siblings
 
 
-def block_problems(settings: MessagingBlock, env: str, *, app_key: str, verify: str, https: str) -> list[str]:
+def block_problems(
+    settings: MessagingBlock,
+    env: str,
+    platform_id: tuple[str | None, str],
+    *,
+    app_key: str,
+    verify: str,
+    https: str,
+) -> list[str]:
     """What keeps an account of either channel from working, and how to fix it (``switchboard check``).
 
     Args:
         settings: The account's block.
         env: The block's variable prefix (``SWITCHBOARD_MESSENGER``).
+        platform_id: The block's Page / account id, and what to say when it is not numeric.
         app_key: Where the app secret is found.
         verify: Where the verify token is typed.
         https: An example of a Graph base URL.
@@ -200,6 +209,9 @@ def block_problems(settings: MessagingBlock, env: str, *, app_key: str, verify: 
         )
     if not secure_endpoint(settings.graph_base_url):
         found.append(f"{env}__GRAPH_BASE_URL must be https ({https})")
+    configured, numeric = platform_id
+    if configured and not configured.isdigit():
+        found.append(numeric)
     return found
 
 

@@ -9,26 +9,19 @@ files are uploaded with the message, and the typing indicator is ``sender_action
 
 from __future__ import annotations
 
-from switchboard.channels.meta.messaging.adapter import (
-    MessagingAccount,
-    MessagingAdapter,
-    account_configs,
-    block_problems,
-    messaging_account,
-    messaging_capabilities,
-)
+from switchboard.channels.meta.messaging import adapter as messaging
 from switchboard.channels.meta.webhook import HANDSHAKE_METHODS
 from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.settings.channels import MessengerSettings
 
 __all__ = ["CAPABILITIES", "FACTORY", "MessengerChannel", "account_config", "problems"]
 
-CAPABILITIES = messaging_capabilities(2000, "chars", files=True)
+CAPABILITIES = messaging.platform_capabilities(2000, "chars", files=True)
 """Plain text up to 2,000 characters, no edits (final reply only), 13 quick replies of 20 characters, uploads,
 typing (cleared by Messenger after 20 s), 300 Send API calls a second per Page."""
 
 
-class MessengerChannel(MessagingAdapter):
+class MessengerChannel(messaging.MessagingAdapter):
     """One Facebook Page.
 
     Args:
@@ -37,28 +30,26 @@ class MessengerChannel(MessagingAdapter):
     """
 
     def __init__(self, settings: MessengerSettings, context: BuildContext | None = None) -> None:
-        super().__init__(*account_configs(settings, context, account_config), CAPABILITIES)
+        super().__init__(*messaging.account_configs(settings, context, account_config), CAPABILITIES)
 
 
-def account_config(settings: MessengerSettings, context: BuildContext) -> MessagingAccount:
+def account_config(settings: MessengerSettings, context: BuildContext) -> messaging.MessagingAccount:
     """What the shared adapter needs of one account's block."""
-    return messaging_account(
+    return messaging.platform_account(
         "messenger", settings, context, token=settings.page_access_token, platform_id=settings.page_id
     )
 
 
 def problems(settings: MessengerSettings) -> list[str]:
     """What keeps a Page from working, and how to fix it (``switchboard check``)."""
-    found = block_problems(
+    return messaging.block_problems(
         settings,
         "SWITCHBOARD_MESSENGER",
+        (settings.page_id, "page_id must be the Page's numeric id (Page → About → Page transparency, or GET /me)"),
         app_key="App Dashboard → App settings → Basic → App secret",
         verify="the App Dashboard (Messenger → Webhooks → Verify token)",
         https="like https://graph.facebook.com/v23.0",
     )
-    if settings.page_id and not settings.page_id.isdigit():
-        found.append("page_id must be the Page's numeric id (Page → About → Page transparency, or GET /me)")
-    return found
 
 
 def _build(settings: MessengerSettings, context: BuildContext) -> MessengerChannel:

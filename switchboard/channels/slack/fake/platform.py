@@ -25,16 +25,15 @@ message's current text).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from switchboard.channels.fakes import FakeServer, found_within, wait_for_change
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 from switchboard.channels.slack.fake.checks import check_mrkdwn, pings
 from switchboard.channels.slack.fake.methods import FAKE_STATE, FakeCall, FakeSlackState, Planned, fail, ok, perform
@@ -169,14 +168,7 @@ async def _calls(request: web.Request) -> web.Response:
             and (channel is None or c.params.get("channel", c.params.get("channel_id")) == channel)
         ]
 
-    deadline = time.monotonic() + wait
-    found = matching()
-    while not found and time.monotonic() < deadline:
-        try:
-            await asyncio.wait_for(state._changed.wait(), deadline - time.monotonic())
-        except TimeoutError:
-            break
-        found = matching()
+    found = await found_within(matching, lambda: state._changed, wait)
     return web.json_response([c.to_json() for c in found])
 
 
@@ -205,14 +197,12 @@ def create_fake_slack(bot_token: str | None = None, app_token: str | None = None
     return app
 
 
-class FakeSlack(FakePlatform):
+class FakeSlack(FakeServer):
     """Runs the fake on a loopback port; ``api_url`` is the ``SWITCHBOARD_SLACK__API_BASE_URL`` to configure."""
 
     def __init__(self, bot_token: str | None = None, app_token: str | None = None) -> None:
         self.app = create_fake_slack(bot_token, app_token)
         self.state = self.app[FAKE_STATE]
-        self.base_url = ""
-        self._runner: web.AppRunner | None = None
 
     @property
     def api_url(self) -> str:
@@ -267,36 +257,15 @@ class FakeSlack(FakePlatform):
 
     async def wait_for(self, predicate: Any, within_s: float = 5.0) -> None:
         """Wait until ``predicate()`` holds (after calls or acks arrive)."""
-        deadline = time.monotonic() + within_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the fake did not see what was expected in time")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state._changed.wait(), min(0.2, deadline - time.monotonic()))
+        await wait_for_change(predicate, lambda: self.state._changed, within_s)
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve on ``host:port`` (0 picks a free port) and return the base URL."""
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        bound_host, bound_port = self._runner.addresses[0][:2]
-        self.base_url = self.state.base_url = f"http://{bound_host}:{bound_port}"
-        return self.base_url
+    def serving(self, host: str, port: int) -> None:  # noqa: D102
+        self.state.base_url = self.base_url
 
-    async def stop(self) -> None:
-        """Stop serving (closing open sockets)."""
+    async def closing(self) -> None:
+        """Close open sockets."""
         for ws in list(self.state.sockets):
             await ws.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeSlack:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 # ---------------------------------------------------------------- switchboard run / simulate

@@ -21,7 +21,6 @@ Inspection for ``simulate`` and the benchmark: ``GET /_fake/calls?since=&convers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import secrets
@@ -33,6 +32,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from switchboard.channels.fakes import FakeServer, found_within, wait_for_change
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 from switchboard.channels.teams.fake.tokens import ISSUER, SigningKey, make_activity, mention
 from switchboard.settings.channels import TeamsSettings
@@ -78,7 +78,7 @@ class _Planned:
     delay_s: float = 0.0
 
 
-class FakeTeams(FakePlatform):
+class FakeTeams(FakeServer):
     """Runs the fake on a loopback port.
 
     Args:
@@ -92,7 +92,6 @@ class FakeTeams(FakePlatform):
         self.app_password = app_password
         self.key = key or SigningKey()
         self.extra_keys: list[SigningKey] = []
-        self.base_url = ""
         self.calls: list[FakeCall] = []
         self.token_requests = 0
         self.metadata_requests = 0
@@ -102,7 +101,6 @@ class FakeTeams(FakePlatform):
         self._tokens: set[str] = set()
         self._plan: list[_Planned] = []
         self._changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
         self.app = web.Application(client_max_size=4 * 2**20)
         self.app.router.add_get("/v1/.well-known/openidconfiguration", self._metadata)
         self.app.router.add_get("/v1/.well-known/keys", self._keys)
@@ -153,12 +151,7 @@ class FakeTeams(FakePlatform):
 
     async def wait_for(self, predicate: Any, within_s: float = 5.0) -> None:
         """Wait until ``predicate()`` holds (after calls arrive)."""
-        deadline = time.monotonic() + within_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the fake did not see what was expected in time")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(0.2, deadline - time.monotonic()))
+        await wait_for_change(predicate, lambda: self._changed, within_s)
 
     def _record(self, call: FakeCall) -> None:
         self.calls.append(call)
@@ -251,42 +244,13 @@ class FakeTeams(FakePlatform):
         def matching() -> list[FakeCall]:
             return [c for c in self.calls[since:] if conversation in (None, c.conversation)]
 
-        deadline = time.monotonic() + wait
-        found = matching()
-        while not found and time.monotonic() < deadline:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
-            found = matching()
+        found = await found_within(matching, lambda: self._changed, wait)
         return web.json_response([c.to_json() for c in found])
 
     async def _messages(self, request: web.Request) -> web.Response:
         conversation = request.query.get("conversation", "")
         found = [(i, text) for (c, i), text in self.messages.items() if c == conversation]
         return web.json_response([{"id": i, "text": text} for i, text in sorted(found)])
-
-    # ---------------------------------------------------------------- lifecycle
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve on ``host:port`` (0 picks a free port) and return the base URL."""
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        bound_host, bound_port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{bound_host}:{bound_port}"
-        return self.base_url
-
-    async def stop(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTeams:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 def _card_text(body: dict[str, Any]) -> str:

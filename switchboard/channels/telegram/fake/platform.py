@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from switchboard.channels.fakes import FakeServer
 from switchboard.channels.telegram.fake.html import check_html
 from switchboard.channels.telegram.fake.methods import MAX_DOCUMENT_BYTES, METHODS, error, ok, perform
 from switchboard.channels.telegram.fake.state import FakeCall, FakeFile, FakeTelegramState, StoredFile, chat_matches
@@ -209,14 +210,12 @@ def create_fake_telegram(token: str | None = None, *, username: str = "switchboa
     return app
 
 
-class FakeTelegram:
+class FakeTelegram(FakeServer):
     """Runs the fake on a loopback port: ``base_url = await fake.start()`` is the Bot API root to configure."""
 
     def __init__(self, token: str | None = None, *, username: str = "switchboard_test_bot") -> None:
         self.app = create_fake_telegram(token, username=username)
         self.state = self.app[FAKE_STATE]
-        self.base_url = ""
-        self._runner: web.AppRunner | None = None
 
     @property
     def calls(self) -> list[FakeCall]:
@@ -273,26 +272,6 @@ class FakeTelegram:
             callback_data, chat_id=chat_id, update_id=update_id, message=message, bot=self.state.bot
         )
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve on ``host:port`` (0 picks a free port) and return the base URL."""
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        bound_host, bound_port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{bound_host}:{bound_port}"
-        return self.base_url
-
-    async def stop(self) -> None:
-        """Stop serving (long polls waiting for updates end at once)."""
+    async def closing(self) -> None:
+        """Long polls waiting for updates end at once."""
         self.state.end_polls()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

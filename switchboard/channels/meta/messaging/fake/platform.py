@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
 
 from switchboard.channels.meta.fake import FakeGraphServer
+from switchboard.channels.meta.messaging.adapter import MessagingBlock
 from switchboard.channels.meta.messaging.fake.payloads import (
     IG_ACCOUNT_ID,
     PAGE_ID,
@@ -48,7 +49,16 @@ from switchboard.channels.meta.messaging.fake.state import (
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 from switchboard.settings.channels import MessengerSettings
 
-__all__ = ["GRAPH_VERSION", "SIMULATION", "FakeCall", "FakeGraphState", "FakeMessenger", "sim_replies"]
+__all__ = [
+    "GRAPH_VERSION",
+    "SIMULATION",
+    "FakeCall",
+    "FakeGraphState",
+    "FakeMessenger",
+    "sim_details",
+    "sim_replies",
+    "sim_request",
+]
 
 GRAPH_VERSION = "v23.0"
 
@@ -243,20 +253,28 @@ async def _sim_start(settings: MessengerSettings) -> tuple[MessengerSettings, Fa
     return block, fake
 
 
-def _sim_details(settings: MessengerSettings) -> dict[str, str]:
+def sim_details(settings: MessagingBlock, account_id: str) -> dict[str, str]:
+    """What ``simulate`` needs of a faked account: the fake's URL, the app secret to sign with, the account's id."""
     secret = settings.app_secret.get_secret_value() if settings.app_secret else ""
-    return {
-        "fake_url": settings.graph_base_url.rsplit("/", 1)[0],
-        "app_secret": secret,
-        "account_id": settings.page_id or PAGE_ID,
-    }
+    return {"fake_url": settings.graph_base_url.rsplit("/", 1)[0], "app_secret": secret, "account_id": account_id}
 
 
-def _sim_request(details: Mapping[str, str], text: str) -> SampleRequest:
-    user = str(7_000_000_000_000_000 + secrets.randbelow(10**15))
-    item = text_item(text, user=user, account=details["account_id"])
-    body, headers = sign_delivery(make_delivery("page", [(details["account_id"], [item])]), details["app_secret"])
-    return SampleRequest(body=body, headers=headers, conversation=user)
+def sim_request(
+    kind: Literal["page", "instagram"], first_user: int
+) -> Callable[[Mapping[str, str], str], SampleRequest]:
+    """A signed delivery (``object: kind``) of a text from a new user (ids from ``first_user`` on) to the account."""
+
+    def request(details: Mapping[str, str], text: str) -> SampleRequest:
+        user = str(first_user + secrets.randbelow(10**15))
+        item = text_item(text, user=user, account=details["account_id"])
+        body, headers = sign_delivery(make_delivery(kind, [(details["account_id"], [item])]), details["app_secret"])
+        return SampleRequest(body=body, headers=headers, conversation=user)
+
+    return request
+
+
+def _sim_details(settings: MessengerSettings) -> dict[str, str]:
+    return sim_details(settings, settings.page_id or PAGE_ID)
 
 
 async def sim_replies(http: aiohttp.ClientSession, details: Mapping[str, str], conversation: str) -> list[str]:
@@ -268,7 +286,7 @@ async def sim_replies(http: aiohttp.ClientSession, details: Mapping[str, str], c
 
 
 SIMULATION: Simulation[MessengerSettings] = Simulation(
-    start=_sim_start, details=_sim_details, request=_sim_request, replies=sim_replies
+    start=_sim_start, details=_sim_details, request=sim_request("page", 7_000_000_000_000_000), replies=sim_replies
 )
 """How ``switchboard run`` fakes Messenger without credentials, and how ``switchboard simulate messenger`` talks
 to it."""
