@@ -37,7 +37,7 @@ from switchboard.queue.keys import SessionKeys
 
 from .approvalflow import approval_of, ask_refund, buttons, next_update_id, post_update, press, record
 from .harness import Gateway, chat_of, event_log, key_of, lease_holders, settled, wait_until
-from .test_approvals_r8 import PROGRAM, start
+from .test_approvals import PROGRAM, start
 from .toolpool import ToolWorkerPool, tool_pools
 from .toolworker import (
     PAUSE_CLAIMED,

@@ -1,4 +1,4 @@
-"""Reliability R8 and the approval scenarios of issue #11, through real worker processes and signed Telegram webhooks.
+"""Approval scenarios through real worker processes and signed Telegram webhooks: executed once, decided once.
 
 Every test runs ``python -m tests.chaos.toolworker`` workers (the real worker, with a gated ``refund`` and a counting
 ``tick``; :mod:`tests.chaos.toolworker`), the real web tier, the fake Bot API and the offline model (``/tool`` and
@@ -214,7 +214,7 @@ async def test_a_crash_while_the_approved_tool_runs_never_repeats_it(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """Issue #11 / R7 for approved calls: a kill while the approved tool runs (effect done, result not recorded) →
+    """Issue #11 for approved calls: a kill while the approved tool runs (effect done, result not recorded) →
     not executed again after the takeover, routed to reconciliation. Three SIGKILLs (:func:`crash_rounds`)."""
     rounds = await crash_rounds(False, base_env, async_redis, sync_redis, fake, tool_pools, gateways, tmp_path)
     for runs, doubts, _, _ in rounds:
@@ -268,7 +268,7 @@ async def test_concurrent_clicks_make_one_decision_and_at_most_one_execution(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """R8 asks 1,000 races of approve/deny/expire on one approval id: exactly one decision applied, none after a deny.
+    """1,000 races of approve/deny/expire on one approval id: exactly one decision applied, none after a deny.
 
     Through the real stack: 10 sessions, each with a pending refund, get 18 decisions posted at once — 8 approve taps,
     4 deny taps (signed ``callback_query`` webhooks, each its own update), 4 ``/approve ID`` commands, an operator's
@@ -339,7 +339,7 @@ async def test_approve_after_expiry_is_refused_and_the_model_tells_the_user(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """Issue #11: approve after expiry → refused, and the model tells the user; 0 executions (R8: none after expiry).
+    """Issue #11: approve after expiry → refused, and the model tells the user; 0 executions (none after expiry).
 
     Four sessions ask for a refund under a 10 s expiry (the policy's minimum) and nobody decides; the reaper's
     expiry sweep decides ``expire``; the model answers that it did not happen. Then each user taps approve (and one
@@ -506,7 +506,7 @@ async def test_decisions_by_another_session_user_or_tenant_are_all_rejected(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """R8: decisions by a user of another session or tenant are rejected 100%.
+    """Decisions by a user of another session or tenant are rejected 100%.
 
     Four sessions with a pending refund. Against each approval: the other three sessions' users send ``/approve ID``
     and tap a forged button carrying its option (``callback_query`` in their own chat); another user taps the real

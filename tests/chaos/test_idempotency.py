@@ -1,4 +1,4 @@
-"""Reliability R7, the idempotency store: the real :class:`ToolGateway` over the real Redis effect store.
+"""The idempotency store under load and crashes: the real :class:`ToolGateway` over the real Redis effect store.
 
 - 16 threads, each with its own event loop and Redis connection, make 1,000 calls each of the same write call (one
   idempotency key): the tool runs once; every other caller gets the stored result — one that arrives while the one

@@ -1,9 +1,9 @@
-"""Attacks on the live status message of a long ``shell`` call (issue #10 part 2), with real parts.
+"""Attacks on the live status message of a long ``shell`` call, with real parts.
 
 Real Redis, the real drain (outbox, lease, edit budget), the real runtime and tool gateway on replayed model
-decisions, the host's bubblewrap sandbox, and the real channel adapters against the fake platform servers. Where a
-platform misbehaves in time (Telegram answering 429 to everything until ``retry_after`` has passed, a slow answer),
-the fake Bot API is told so at its HTTP boundary. A test marked ``xfail(strict=True)`` documents a defect found.
+decisions, the host's bubblewrap sandbox, and the real channel adapters against the fake platforms, told at their
+HTTP boundary to misbehave in time (429 until ``retry_after`` has passed, a slow answer). The same command run again
+later in a turn is a new action with its own status. ``xfail(strict=True)`` pins a known defect.
 """
 
 from __future__ import annotations
@@ -497,3 +497,26 @@ async def test_the_web_chat_gets_bounded_notices_and_the_reply_stays_the_reply(
     entries = await chat.redis.lrange(keys.history, 0, -1)
     history = b"".join(e if isinstance(e, bytes) else e.encode() for e in entries)
     assert b"Built." in history and "⏳ Running".encode() not in history
+
+
+async def test_the_same_command_run_again_in_one_turn_really_runs_again(
+    fake: FakeTelegram, channel: TelegramChannel, bwrap: Sandbox, tmp_path: Path, async_redis: aioredis.Redis
+) -> None:
+    conversation = private(4501)
+    message = inbound(conversation)
+    workspace = workspace_for(tmp_path, message.session_key)
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "n.txt").write_text("v1")
+    steps = [
+        calls_step(("shell", {"commands": ["cat n.txt"]}), step=1),
+        calls_step(("shell", {"commands": ["printf 'v%s' 2 > n.txt"]}), step=2),
+        calls_step(("shell", {"commands": ["cat n.txt"]}), step=3),  # the model checks its change
+        answer_step("Changed.", step=4),
+    ]
+    worker = make_drainer(async_redis, tmp_path, bwrap, steps, ChannelDeliverer({("telegram", "default"): channel}))
+    await Ingestor(async_redis, QUEUE).ingest(message)
+    await asyncio.wait_for(worker.drain(message.session_key), 60)
+    assert (workspace / "n.txt").read_text() == "v2"  # the change was made
+    history = await history_of(async_redis, message)
+    assert b"Changed." in history
+    assert b"v2" in history, "the second `cat n.txt` answered with the first one's output (v1)"
