@@ -39,8 +39,9 @@ from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from tests.waiting import wait_until
 
-from .harness import Gateway, chaos_env, chat_of, event_log, key_of, replies, settled, wait_until
+from .harness import Gateway, chaos_env, chat_of, event_log, key_of, replies, settled
 from .toolpool import ToolWorkerPool, agent_yaml, tool_env, tool_pools
 from .toolworker import executions
 
