@@ -6,7 +6,7 @@ with the seccomp filter (:mod:`switchboard.sandbox.seccomp`), as one ``marshal``
 the command's Landlock ruleset (:func:`switchboard.sandbox.landlock.ruleset`) is created in the worker and
 inherited as a file descriptor. :func:`launcher_argv` starts ``python -I -S -c BOOTSTRAP PAYLOAD_FD RULESET_FD --
 ARGV...``: no ``site``, no source to compile, no module to import but the ``_ctypes`` extension (``ctypes`` itself,
-``os``, ``signal`` and ``struct`` would add ~10 ms to every command; the few C calls below go through ``_ctypes``
+``os``, ``signal`` and ``struct`` would cost every command their import; the few C calls below go through ``_ctypes``
 directly, exactly as ``ctypes.CDLL(None, use_errno=True)`` makes them).
 
 The launcher (already in its own session, with a scrubbed environment) drops every capability if it runs as root

@@ -151,7 +151,7 @@ class SessionWorker:
     # -- configuration --------------------------------------------------------------------------------------
 
     def check_config(self) -> None:
-        """Start-up self-check (reliability R3): refuse a setup that would break the queue's guarantees.
+        """Start-up self-check: refuse a setup that would break the queue's guarantees.
 
         Raises:
             ConfigError: naming the field: rq older than 3.0 (finished jobs could be re-run as abandoned),

@@ -18,7 +18,7 @@ with a 30-day TTL refreshed on use. Looking a token up by its hash leaks nothing
 A token → session mapping never changes once issued, so each process keeps what it looked up for
 :data:`TOKEN_CACHE_S` (saving a Redis round trip per chat message); a token whose key is deleted or expires in
 Redis is therefore refused at most that long afterwards (a token revoked through this process at once). A wrong
-token is never cached: it costs a lookup each time, as before. The agent a session may name is one of
+token is never cached: it costs a lookup each time. The agent a session may name is one of
 ``channels.web.agents`` (default: only the web channel's own agent).
 """
 
