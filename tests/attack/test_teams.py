@@ -12,13 +12,11 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 import pytest
 import redis
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
@@ -30,12 +28,14 @@ from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import NOT_OFFERED_PREFIX, event_text
-from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage
+from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef
 from switchboard.errors import AttachmentError
 from switchboard.queue.offers import check_choices
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
+from tests.attack.keyspace import keyspace, stored
+from tests.attack.recorder import Recorder, serving
 from tests.channels.slack_support import Progress
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, personal, teams_env
 
@@ -50,22 +50,6 @@ PERSONAL = "a:1HkC_personal-chat-id"
 # --------------------------------------------------------------------------- fixtures
 
 
-@dataclass
-class Recorder:
-    """A plain HTTP server that records every request (an internal host, an attacker's key server)."""
-
-    url: str = ""
-    hits: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    redirect_to: str | None = None
-    answer: bytes = b"internal secret: AKIA-EXAMPLE"
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.hits.append((request.method, request.path_qs, dict(request.headers)))
-        if self.redirect_to is not None:
-            raise web.HTTPFound(self.redirect_to)
-        return web.Response(body=self.answer, content_type="application/octet-stream")
-
-
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTeams]:
     async with FakeTeams(app_id=APP_ID, app_password=PASSWORD) as server:
@@ -78,31 +62,15 @@ async def attacker() -> AsyncIterator[FakeTeams]:
         yield server
 
 
-async def _recorder() -> AsyncIterator[Recorder]:
-    recorder = Recorder()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", recorder.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    recorder.url = f"http://127.0.0.1:{port}"
-    try:
-        yield recorder
-    finally:
-        await runner.cleanup()
-
-
 @pytest.fixture
 async def internal() -> AsyncIterator[Recorder]:
-    async for recorder in _recorder():
+    async with serving(Recorder()) as recorder:
         yield recorder
 
 
 @pytest.fixture
 async def front() -> AsyncIterator[Recorder]:
-    async for recorder in _recorder():
+    async with serving(Recorder()) as recorder:
         yield recorder
 
 
@@ -117,17 +85,6 @@ async def channel(fake: FakeTeams) -> AsyncIterator[TeamsChannel]:
     adapter = make_channel(fake)
     yield adapter
     await adapter.aclose()
-
-
-def keyspace(r: redis.Redis) -> list[bytes]:
-    return sorted(r.keys("*"))
-
-
-def stored(r: redis.Redis) -> list[InboundMessage]:
-    found = []
-    for key in r.keys("sb:*:messages"):
-        found += [InboundMessage.model_validate_json(v) for v in r.hvals(key)]
-    return found
 
 
 async def post(gateway: TestClient, body: bytes, headers: dict[str, str]) -> int:
