@@ -1,15 +1,8 @@
-"""OpenTelemetry spans: one trace per user request, from the webhook to the last send (docs/ARCHITECTURE.md §8).
+"""OpenTelemetry spans: one trace per user request, from the webhook to the last send (``docs/ARCHITECTURE.md`` §8).
 
-Every process derives the trace id from the request's first gateway message id (:func:`trace_id_of`), so the web
-process that accepted the message and the worker that answers it write spans of one trace without passing context
-through Redis. The top spans of a request (``webhook``, ``queue.wait``, ``run``, a reply's ``send``) are children of
-one synthetic root span whose id is derived from the trace id; it is never exported, so a trace backend shows them
-as the trace's roots (some flag the missing parent), side by side in time. Attributes never hold secrets or message
-text: names, ids, counts, sizes, durations and classes only.
-
-Export is configured by the standard OpenTelemetry variables (:func:`configure`): with neither
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` nor ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, nothing records, and :func:`span`
-costs a generator and a global read; the web tier does not even install its webhook timing (:func:`recording`).
+Every process derives the trace id from the request's first message id, so the web process and the worker write spans
+of one trace without passing context through Redis. Attributes never hold secrets or message text. With no OTLP
+endpoint configured nothing records and :func:`span` costs next to nothing.
 """
 
 from __future__ import annotations

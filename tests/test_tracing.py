@@ -26,8 +26,9 @@ from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.web.webhooks import handle_traced_webhook, handle_webhook
 from tests.channels.test_telegram import BOT, SECRET, TOKEN
-from tests.channels.test_telegram_gateway import fake, gateway_env, wait_for  # noqa: F401 (fixtures)
+from tests.channels.test_telegram_gateway import fake, gateway_env  # noqa: F401 (fixtures)
 from tests.fakes.telegram_api import FakeTelegram, check_html, make_update, sign_update
+from tests.waiting import wait_until
 
 CHAT_ID = 9087123456
 SESSION = f"default/assistant/telegram/default/{CHAT_ID}"
@@ -83,7 +84,7 @@ async def test_a_telegram_request_is_one_trace_from_webhook_to_send(
                 worker.result()
             return bool(fake.sent(CHAT_ID))
 
-        await wait_for(replied, "a reply on Telegram")
+        await wait_until(replied, "a reply on Telegram")
         resp = await client.post("/webhooks/telegram", data=body, headers=headers)  # Telegram retries the update
         assert resp.status == 200
     finally:

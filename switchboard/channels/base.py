@@ -1,22 +1,10 @@
 """The channel interface: what every platform adapter provides, and what the gateway gives it.
 
-An adapter is one platform account. Inbound (①): ``verify`` the raw request in constant time, then ``receive``
-it into :class:`Inbound` — zero or more inbound messages (each an ``InboundEvent``: a message, a command, a choice
-selected, an edit or a deletion) and the HTTP answer the platform expects once they are durably accepted (a
-handshake is an ``Inbound`` with no messages and the platform's answer). Adapters leave ``agent`` and ``tenant``
-empty in the conversations they build; the ingest router fills them from the account's configuration, so an
-adapter that serves one URL for many accounts (Meta) only names the account it found in the payload.
-
-Outbound (⑤): ``perform`` carries out every ``Action`` kind (``match`` + ``assert_never``) within the limits its
-:class:`Capabilities` declare, through the :class:`SendContext` the queue hands it: the idempotency key, the parts
-an earlier attempt already sent (a retry resumes at the next part), shared rate limits, and workspace files.
-
-Long-running connections (Discord's gateway, Telegram long polling, Slack Socket Mode) are
-listeners (:class:`Listener`):
-the gateway runs exactly one per account across all processes (under a fenced Redis lease) and feeds what it
-receives to the same ingest router as the webhooks.
-
-How to add a channel: docs/ARCHITECTURE.md §12.
+An adapter is one platform account: it verifies a raw request in constant time, reads it into an :class:`Inbound`,
+and performs every ``Action`` kind within its :class:`Capabilities` through the :class:`SendContext` the queue hands
+it. Adapters leave ``agent`` and ``tenant`` empty; the ingest router fills them from the account's configuration.
+Long-running connections are listeners (:class:`Listener`), one per account across all processes. How to add a channel:
+``docs/ARCHITECTURE.md`` §12.
 """
 
 from __future__ import annotations
@@ -57,7 +45,7 @@ class RawRequest:
     """An inbound HTTP request as the adapter sees it: raw bytes, before any parsing. Read-only by convention.
 
     Not a frozen dataclass, as :class:`Inbound` and ``IngestResult``: one is made per webhook request, and a frozen
-    dataclass's ``__init__`` (``object.__setattr__`` per field) costs four times a plain one's (measured).
+    dataclass's ``__init__`` sets every field through ``object.__setattr__`` (figures: ``docs/benchmarks.md``).
     """
 
     method: str

@@ -1,27 +1,8 @@
 """The console's data and actions: JSON over :class:`switchboard.control.ControlService`, the CLI's service layer.
 
-Reads come from the same event log and state the CLI reads; every write (decide, take over, say, hand back,
-requeue, resolve) goes through the same service, which checks the operator's tenants and ingests an
-``OperatorActed`` into the session (or resolves the record) — nothing here writes to Redis.
-
-========================================= ==================================================================
-``GET /console/api/sessions``              ``{"sessions": [SessionView…]}`` (newest first)
-``GET /console/api/timeline?session=KEY``  ``{"session", "state", "controlled_by", "events": [...],
-                                           "approvals": [...]}``
-``GET /console/api/approvals``             ``{"approvals": [...]}`` pending, oldest first
-``POST /console/api/approvals/decide``     ``{"session", "id", "verdict": "approve"|"deny"}`` → 202
-``POST /console/api/sessions/take-over``   ``{"session"}`` → 202
-``POST /console/api/sessions/say``         ``{"session", "text"}`` → 202
-``POST /console/api/sessions/hand-back``   ``{"session"}`` → 202
-``GET /console/api/dead-letters``          ``{"dead_letters": [...]}``
-``POST /console/api/dead-letters/requeue`` ``{"session", "id"}`` → 202
-``GET /console/api/effects``               ``{"effects": [...]}`` awaiting reconciliation
-``POST /console/api/effects/resolve``      ``{"session", "key", "outcome": "done"|"failed"}`` → 200
-``GET /console/api/agents``                ``{"agents": [...]}``
-``GET /console/api/usage``                 ``{"usage": [...]}`` per tenant and agent
-========================================= ==================================================================
-
-Errors: ``400`` malformed or refused by the service, ``403`` another tenant's, ``404`` unknown, ``503`` Redis.
+Reads come from the same event log and state the CLI reads; every write goes through the same service, which checks
+the operator's tenants, so nothing here writes to Redis. :func:`add_api_routes` lists the routes and answers;
+errors are ``400`` malformed or refused, ``403`` another tenant's, ``404`` unknown, ``503`` Redis.
 """
 
 from __future__ import annotations
@@ -207,7 +188,25 @@ async def _resolve(service: ControlService, scope: OperatorScope, body: dict[str
 
 
 def add_api_routes(app: web.Application) -> None:
-    """Register the console's data and action routes on ``app`` (which must carry SETTINGS, REDIS, INGESTOR)."""
+    """Register the console's data and action routes on ``app`` (which must carry SETTINGS, REDIS, INGESTOR).
+
+    ========================================= ==================================================================
+    ``GET /console/api/sessions``              ``{"sessions": [SessionView…]}`` (newest first)
+    ``GET /console/api/timeline?session=KEY``  ``{"session", "state", "controlled_by", "events": [...],
+                                               "approvals": [...]}``
+    ``GET /console/api/approvals``             ``{"approvals": [...]}`` pending, oldest first
+    ``POST /console/api/approvals/decide``     ``{"session", "id", "verdict": "approve"|"deny"}`` → 202
+    ``POST /console/api/sessions/take-over``   ``{"session"}`` → 202
+    ``POST /console/api/sessions/say``         ``{"session", "text"}`` → 202
+    ``POST /console/api/sessions/hand-back``   ``{"session"}`` → 202
+    ``GET /console/api/dead-letters``          ``{"dead_letters": [...]}``
+    ``POST /console/api/dead-letters/requeue`` ``{"session", "id"}`` → 202
+    ``GET /console/api/effects``               ``{"effects": [...]}`` awaiting reconciliation
+    ``POST /console/api/effects/resolve``      ``{"session", "key", "outcome": "done"|"failed"}`` → 200
+    ``GET /console/api/agents``                ``{"agents": [...]}``
+    ``GET /console/api/usage``                 ``{"usage": [...]}`` per tenant and agent
+    ========================================= ==================================================================
+    """
     app.router.add_get("/console/api/sessions", _reader("sessions", lambda s, scope: s.sessions(scope)))
     app.router.add_get("/console/api/timeline", operator_only(timeline))
     app.router.add_get("/console/api/approvals", _reader("approvals", _approvals))

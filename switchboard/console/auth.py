@@ -1,19 +1,9 @@
 """Who is signed in to the console: sign-in sessions in Redis, the proxy header, throttling, CSRF.
 
-A sign-in is a random token in an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over HTTPS), stored in Redis
-only as its SHA-256, with the operator's name and a CSRF token, for ``SWITCHBOARD_CONSOLE__SESSION_TTL_S`` after its
-last use. Every write must echo the CSRF token in :data:`CSRF_HEADER` (compared in constant time).
-
-With ``SWITCHBOARD_CONSOLE__AUTH_HEADER`` set, a request from a trusted proxy (``SWITCHBOARD_TRUSTED_PROXIES``)
-naming an operator in that header is that operator: a sign-in is made for it (for the cookie and the CSRF token)
-and ends when the header names someone else. The header from any other address is ignored.
-
-Failed password sign-ins are counted per client address (a fixed window; past its limit the address gets 429) and
-per client address *and* operator name: past ``login_failures_per_name`` failures that address waits before each
-further try as that name, longer after each failure (429 with ``Retry-After``). No count is kept per name alone, so
-a stranger guessing an operator's password never locks the operator out from their own address. Each try is counted
-before its check (so concurrent tries cannot slip past a limit together) and taken back when it signs in; the counts
-live in Redis, shared by every process.
+A sign-in is a random token in an ``HttpOnly``, ``SameSite=Strict`` cookie, stored only as its SHA-256, with a CSRF
+token every write must echo. A trusted proxy's auth header may name the operator instead. Failed sign-ins are
+throttled per address and per address and name, never per name alone, so a stranger guessing a password never locks
+the operator out; each try is counted before its check, so concurrent tries cannot slip past a limit together.
 """
 
 from __future__ import annotations

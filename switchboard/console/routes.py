@@ -1,19 +1,8 @@
 """The console's HTTP surface: the page, sign-in and sign-out, and the guard every other route sits behind.
 
-=================================== ==================================================================
-``GET /console``                     the console page (signed in), a redirect to sign in (not), or how to
-                                     add an operator (none configured)
-``GET /console/login``               the sign-in page
-``POST /console/login``              ``{"name", "password"}`` (JSON) → ``200 {"operator", "tenants", "csrf"}``
-                                     and the cookie; ``401`` wrong, ``429`` throttled
-``POST /console/api/logout``         ends the sign-in (CSRF)
-``GET /console/api/me``              ``{"operator", "tenants", "csrf", "via"}``
-``/console/api/…``                   the data and actions, :mod:`switchboard.console.api`
-=================================== ==================================================================
-
-Anonymous requests get ``401`` (JSON) under ``/console/api/`` and a redirect to ``/console/login`` for pages. Every
-request but ``GET``/``HEAD`` must carry the sign-in's CSRF token in ``X-CSRF-Token`` (``403`` otherwise). With no
-operator configured the pages say how to add one and the API answers ``403`` (``no_operator``).
+Anonymous requests get ``401`` (JSON) under ``/console/api/`` and a redirect to sign in for pages; every request but
+``GET``/``HEAD`` must carry the sign-in's CSRF token. With no operator configured the pages say how to add one and the
+API answers ``403``. :func:`add_routes` lists the routes.
 """
 
 from __future__ import annotations
@@ -227,7 +216,19 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the console on ``app`` (which must carry SETTINGS and REDIS)."""
+    """Register the console on ``app`` (which must carry SETTINGS and REDIS).
+
+    =================================== ==================================================================
+    ``GET /console``                     the console page (signed in), a redirect to sign in (not), or how to
+                                         add an operator (none configured)
+    ``GET /console/login``               the sign-in page
+    ``POST /console/login``              ``{"name", "password"}`` (JSON) → ``200 {"operator", "tenants", "csrf"}``
+                                         and the cookie; ``401`` wrong, ``429`` throttled
+    ``POST /console/api/logout``         ends the sign-in (CSRF)
+    ``GET /console/api/me``              ``{"operator", "tenants", "csrf", "via"}``
+    ``/console/api/…``                   the data and actions, :mod:`switchboard.console.api`
+    =================================== ==================================================================
+    """
     from switchboard.console import api
 
     app.router.add_get("/console", operator_only(page))

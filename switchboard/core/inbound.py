@@ -1,25 +1,7 @@
 """What the agent reads for each kind of inbound event, and which turns the gateway answers without the model.
 
-Every :data:`~switchboard.core.messages.InboundEvent` kind is handled here, exhaustively (``match`` +
-``assert_never``):
-
-- ``Posted``: the message text, then one line per shared location or contact (:func:`shared_text`, e.g.
-  ``[location: 52.52, 13.405 — Alexanderplatz, Berlin]``, ``[contact: Ada Lovelace, +44 20 7946 0000]``);
-  attachments are added by :mod:`switchboard.core.agent.attachments`.
-- ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
-  conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
-  short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
-  the model as the text the user typed (``/name args``).
-- ``ChoiceSelected``: ``chose option <id> (<label>)``, so an offer → click round trip lets the agent act on the id;
-  a click the gateway did not find among the session's recent offers (``ChoiceSelected.offered`` is false: forged,
-  stale, or pressed in another conversation) reads ``clicked an option that was not offered here: <id>`` instead.
-- ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
-- ``MessageDeleted``: recorded in the history, no model call, no reply.
-- ``OperatorActed``: applied by :mod:`switchboard.core.approvals.takeover` before the model is asked; a console decision
-  reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn (the
-  history keeps ``(operator … answered in your place)`` beside it).
-
-The same text goes into the conversation history (:func:`history_text`), so a later turn reads what this one read.
+Every :data:`~switchboard.core.messages.InboundEvent` kind is handled exhaustively (:func:`event_text`), and the same
+text goes into the conversation history (:func:`history_text`), so a later turn reads what this one read.
 """
 
 from __future__ import annotations
@@ -108,7 +90,24 @@ def shared_text(part: SharedPart) -> str:
 
 
 def event_text(message: InboundMessage) -> str | None:
-    """What the model reads for ``message`` (``None``: nothing to answer, e.g. a deletion)."""
+    """What the model reads for ``message`` (``None``: nothing to answer, e.g. a deletion).
+
+    - ``Posted``: the message text, then one line per shared location or contact (:func:`shared_text`, e.g.
+      ``[location: 52.52, 13.405 — Alexanderplatz, Berlin]``, ``[contact: Ada Lovelace, +44 20 7946 0000]``);
+      attachments are added by :mod:`switchboard.core.agent.attachments`.
+    - ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
+      conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
+      short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
+      the model as the text the user typed (``/name args``).
+    - ``ChoiceSelected``: ``chose option <id> (<label>)``, so an offer → click round trip lets the agent act on the id;
+      a click the gateway did not find among the session's recent offers (``ChoiceSelected.offered`` is false: forged,
+      stale, or pressed in another conversation) reads ``clicked an option that was not offered here: <id>`` instead.
+    - ``MessageEdited``: ``edited an earlier message to: <new text>``, answered like a message.
+    - ``MessageDeleted``: recorded in the history, no model call, no reply.
+    - ``OperatorActed``: applied by :mod:`switchboard.core.approvals.takeover` before the model is asked; a console
+      decision reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn
+      (the history keeps ``(operator … answered in your place)`` beside it).
+    """
     event = message.event
     match event:
         case Posted(shared=shared) if shared:

@@ -1,15 +1,9 @@
 """The model-adapter Protocol: neutral requests in, a stream of neutral events out.
 
-Adapters (offline, OpenAI, Anthropic) turn a :class:`ModelRequest` into a provider call and
-the provider's stream into :data:`ModelEvent` items. The runtime folds the stream into one
-:data:`Decision`: a final answer, tool calls, or a program (CodeAct).
-
-Every piece of context carries a :data:`TrustClass`. Only ``system`` text (the agent's configured
-instructions and the gateway's fixed text, in :attr:`ModelRequest.system`) may instruct the model;
-``user`` text is the request of the person the agent serves; ``model`` text is what the model wrote
-earlier; ``tool`` content is a tool's own output and ``data`` is text from elsewhere (documents, files,
-retrieved pages, session slots, compaction records), always inside a :func:`data_block` envelope. Nothing
-changes class on its way into a prompt.
+Adapters turn a :class:`ModelRequest` into a provider call and its stream into :data:`ModelEvent` items; the runtime
+folds them into one :data:`Decision`. Every piece of context carries a :data:`TrustClass`: only ``system`` text may
+instruct the model, ``data`` from elsewhere is always inside a :func:`data_block` envelope, and nothing changes class
+on its way into a prompt.
 """
 
 from __future__ import annotations

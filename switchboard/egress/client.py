@@ -1,14 +1,7 @@
 """The in-process way out: tools that call out use :class:`EgressClient`, which applies the proxy's policy.
 
-```python
-client = EgressClient(forwarder, forwarder.policy.grant(agent.name, session))
-response = await client.request("GET", "https://api.github.com/user",
-                                headers={"Authorization": "Bearer {{secret:GITHUB_TOKEN}}"})
-```
-
-The same checks, secret injection, caps and events as a sandbox's requests through the proxy (both call
-:meth:`~switchboard.egress.forward.Forwarder.forward`); redirects are followed here hop by hop, each hop checked
-again as a new request, up to ``max_redirects``.
+The same checks, secret injection, caps and events as a sandbox's requests through the proxy; redirects are
+followed here hop by hop, each hop checked again as a new request.
 """
 
 from __future__ import annotations
@@ -43,7 +36,14 @@ class EgressResponse:
 
 
 class EgressClient:
-    """Sends a tool's requests through the egress policy for one grant (one agent, one session)."""
+    """Sends a tool's requests through the egress policy for one grant (one agent, one session).
+
+    ```python
+    client = EgressClient(forwarder, forwarder.policy.grant(agent.name, session))
+    response = await client.request("GET", "https://api.github.com/user",
+                                    headers={"Authorization": "Bearer {{secret:GITHUB_TOKEN}}"})
+    ```
+    """
 
     def __init__(self, forwarder: Forwarder, grant: Grant, *, max_redirects: int = 5) -> None:
         """Bind the client to ``grant``; ``max_redirects``: hops followed (each checked like a new request)."""

@@ -1,15 +1,9 @@
 """The policy layer itself: one request in, checked, secrets injected, sent on, capped, recorded.
 
-Both the proxy (for sandboxes) and :class:`~switchboard.egress.client.EgressClient` (for in-process tools) call
-:meth:`Forwarder.forward`, so every way out of the host passes the same checks, in this order: grant, method,
-host allowlist, port, address (IP literals here; names at connection time, see
-:mod:`switchboard.egress.addresses`), request size, placeholders. Redirects are never followed here: a 3xx goes
-back to the client, whose next request is checked from the start.
-
-Every response from a host that any secret is bound to is redacted of all those secrets (headers and body), whether
-or not this request carried one: such a host is asked for ``identity``, and a body it encodes anyway (``gzip``,
-``deflate``, stacked) is decoded before redaction and sent on decoded; one the proxy cannot decode (``br``,
-``zstd``, a broken stream) is refused (``response_encoding``), as is one that decodes past the response cap.
+The proxy and :class:`~switchboard.egress.client.EgressClient` both call :meth:`Forwarder.forward`, so every way out
+of the host passes the same checks (grant, method, host, port, address, size, placeholders); redirects go back to the
+client and are checked from the start. Responses from a host a secret is bound to are redacted, decoded first; an
+encoding the proxy cannot decode is refused.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The worker's egress proxy as the ``shell`` tool uses it: one proxy per worker process, one grant per call.
 
-:func:`start_sandbox_egress` runs at worker start-up. When no agent has an allowlist, nothing starts (every request
-would be refused anyway, and commands keep no network at all). Otherwise, under bubblewrap, it starts an
-:class:`~switchboard.egress.proxy.EgressProxy` on a unix socket of this process
-(``<data dir>/egress/worker-<pid>.sock``, or ``SWITCHBOARD_SANDBOX__PROXY_SOCKET``) that records every request in
-the session's event log. Landlock and the weak floor share the host's network stack, so no proxy can be reached
-from them: the gate then only tells each call why there is no network.
-
-Per ``shell`` call, :meth:`SandboxEgress.access` issues a confined grant for the agent and session and a unix
-socket of the proxy that honours that grant alone (in a private ``0700`` directory, bound into the call's
-sandboxes only: the grant is refused on the proxy's shared TCP port and socket, so a local process that learns the
-token cannot use it), hands the sandbox the proxy URL with the grant's token (``HTTP_PROXY`` and friends on the
-bridge's ``127.0.0.1:3128``, passed to bwrap on a pipe, never on a command line), the CA certificate to bind
-read-only and the variables naming it, and revokes the grant and removes the socket when the call ends — finished,
-timed out or cancelled. See docs/ARCHITECTURE.md §7.
+With no allowlist anywhere nothing starts; under bubblewrap a proxy on a unix socket records every request in the
+session's event log (Landlock shares the host's network, so there it only says why there is no network). Each call
+gets a confined grant usable only through its own private socket, handed to the sandbox off the command line, and
+revoked when the call ends (``docs/ARCHITECTURE.md`` §7).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Secret placeholders: what sandboxes and the model see (``{{secret:NAME}}``) and what egress puts in their place.
 
-Substitution happens in request headers only, and only on requests to a host the secret is bound to. A placeholder
-anywhere else (an unbound host, the URL, the body, an unknown name) refuses the whole request: it is either a
-mistake or an attempt to move the secret somewhere it may not go. Substitution also needs an encrypted way to the
-destination (``https``): a placeholder in a plain ``http://`` request is refused, so a command cannot downgrade a
-request to read the real value off the wire.
-
-A response from a host gets the placeholder in place of every secret bound to that host, whether or not the request
-substituted it (a host may store a value and show it to a later request), so the real value never reaches the
-sandbox. Redaction is best effort: it finds the value as it was sent, in any letter case, its
-percent-encoding, its hex (either case), and its standard and URL-safe base64 at any alignment (so also inside
-``base64("user:" + value)``), at a cost linear in the response, which the proxy caps. It cannot find a value the
-destination transformed otherwise (hashed, split, JSON unicode escapes, another encoding); a value shorter than
-:data:`MIN_ENCODED` bytes is redacted literally and in case variants only, its encodings being too short to tell
-from ordinary text.
+Substitution happens in request headers only, over ``https``, to a host the secret is bound to; a placeholder
+anywhere else refuses the whole request. Responses get the placeholder back in place of every secret bound to that
+host, in the encodings a host is likely to echo (best effort, linear in the capped response), so the real value never
+reaches the sandbox.
 """
 
 from __future__ import annotations

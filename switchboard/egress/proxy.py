@@ -1,16 +1,9 @@
 """The egress proxy sandboxes talk to: HTTP/1.1 forward proxy on loopback TCP and on a unix socket.
 
-Plain ``http://`` requests arrive in absolute form; ``https://`` arrives as ``CONNECT host:port``, which the proxy
-answers itself and then terminates TLS with a certificate from the deployment CA (:mod:`switchboard.egress.ca`),
-so it sees each request inside the tunnel. Every request goes through :class:`~switchboard.egress.forward.Forwarder`;
-requests inside a tunnel go to the host named by the ``CONNECT`` (a ``Host`` header cannot redirect them).
-
-Clients are known by their grant token, sent as the proxy URL's user name (``http://<token>:grant@127.0.0.1:<port>``,
-i.e. ``Proxy-Authorization: Basic``; the password is ignored, but must not be empty: Python's urllib sends no
-credentials without one); without a live grant the answer is 407. A sandbox's grant is *confined*: it is honoured
-only on a unix socket of its own (:meth:`EgressProxy.own_socket`, in a private ``0700`` directory, bound into that
-sandbox alone), so another local process that learns the token still cannot use it on the shared listeners.
-HTTP parsing is h11's (strict about framing, so no request smuggling through the proxy).
+``https://`` arrives as ``CONNECT`` and is terminated with a certificate from the deployment CA, so every request,
+inside a tunnel too, goes through the :class:`~switchboard.egress.forward.Forwarder` to the host the ``CONNECT``
+named. Clients are known by their grant token (the proxy URL's user name; 407 without a live grant), and a confined
+grant is honoured only on its own socket. h11 parses HTTP strictly, so nothing is smuggled through the proxy.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """⑤ The worker's :class:`~switchboard.worker.drain.Deliverer` over channel adapters, and workspace files for sends.
 
-It routes each action to the adapter of the conversation's ``(channel, account)``; the adapters do the
-platform dialect (chunking, edits, 429s as ``RateLimitedError``) within the limits their capabilities declare.
-The outbox around it owns idempotency, multi-part progress and the shared rate limits (the ``SendContext``).
-
-:class:`ClassifiedDeliverer` is what the drain sends through: whatever a channel's send raises reaches every
-caller (replies, notices, status messages, streaming) as a :class:`~switchboard.errors.DeliveryError`, so one bad
-send is retried and dead-lettered like any refused one instead of failing the turn again and again.
+Each action goes to the adapter of its conversation's ``(channel, account)``; the outbox around it owns idempotency,
+parts and shared rate limits. :class:`ClassifiedDeliverer` turns whatever a channel's send raises into a
+:class:`~switchboard.errors.DeliveryError`, so one bad send is retried and dead-lettered like any refused one instead
+of failing the turn again and again.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """The outbox: idempotency records around every send, so a re-run turn sends no reply twice.
 
-Each send has an idempotency key ``sha256(run_id, logical action, ordinal)``; because ``run_id`` is
-stable across re-runs, a re-run computes the same keys. Records live in ``SessionKeys.outbox`` and
-move ``claimed → sent``:
-
-- before the platform call, a fenced claim: ``sent`` already → skip (an earlier attempt delivered it);
-  ``claimed`` by an earlier attempt that never recorded the result → send again and count a possible
-  *send-window duplicate* (the crash fell between the platform call and its record);
-- right after the platform call, the ``sent`` record (the window between the two is kept tiny);
-- a send that failed cleanly drops its claim, so a later retry is not counted as a duplicate; a *durable* send
-  (a turn's reply) keeps it as ``failed`` instead, with the attempts made so far.
-
-A durable send's record also holds the rendered action, so a later attempt at the turn resumes the send from
-Redis (:meth:`Outbox.pending`) and never re-runs the model.
-
-Where a channel's send is itself a Redis write (the web chat's stream), there is no send window at all: while a
-send is in flight its key is :data:`CURRENT_SEND`, and :func:`append_once` (what the web stream publisher writes
-with) appends the entry and marks the record ``sent`` in one fenced script, so no kill can duplicate it. A claim
-such a send "reclaimed" is uncounted there again (the earlier attempt provably wrote nothing).
-
-``RateLimitedError.retry_after`` is honoured by retrying the send alone, never the model, up to ``max_wait_s``
-(``SWITCHBOARD_QUEUE__MAX_DEFER_S``) for all of a turn's sends together: a platform asking for a longer wait, or
-for short waits that add up to more, fails the send at once rather than holding the session's lease and a worker
-slot for as long as it says. A 429 also holds the chat's send buckets for ``retry_after``
-(:class:`~switchboard.outbound.ratelimits.SendBuckets`), so other workers' sends to that chat wait too.
-
-Every send hands the channel a :class:`OutboxSend` (its ``SendContext``): the idempotency key (forwarded where the
-platform dedups, Discord ``nonce``), the parts an earlier attempt recorded, ``part_sent`` to record one more part
-in the outbox record (one fenced script, so a retry on *another* worker resumes at the next part: a record that is
-not ``sent`` never forgets its parts), ``pace`` for the shared send buckets, and ``read_file`` for the session's
-workspace files (any worker can send them).
+A send's key is ``sha256(run_id, logical action, ordinal)``, stable across re-runs; its record moves
+``claimed → sent`` around the platform call, keeps a durable send's rendered action (a later attempt resumes the
+send, never the model) and its parts sent. A channel whose send is itself a Redis write has no send window at all
+(:func:`append_once`). A platform's ``retry_after`` is honoured by retrying the send alone, within ``max_wait_s``.
 """
 
 from __future__ import annotations

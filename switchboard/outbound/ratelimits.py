@@ -1,19 +1,9 @@
 """⑤ Outbound rate limits: token buckets in Redis, per bot account and per chat, shared by every worker.
 
-A channel declares its rates once (:class:`~switchboard.channels.base.Capabilities`: ``bot_rate``, ``chat_rate``
-and ``edit_rate``); every send a channel makes first takes a token from its account's bucket and its chat's bucket
-together (:meth:`SendBuckets.pace`, what ``SendContext.pace`` calls), so however many workers send for one bot,
-the platform sees at most the declared rate and never trips its own limits. Waiting for a token sleeps (the event
-loop keeps running) and is bounded: a send that would wait longer than ``max_wait_s`` is failed as rate-limited,
-and the outbox's ``retry_after`` handling takes over.
-
-Streaming previews edit under a separate **edit budget** per chat (:meth:`SendBuckets.try_edit`, which takes send
-tokens as well): an edit that finds no token is never waited for, the streaming policy coalesces it into the next.
-
-A platform 429 *holds* the chat's buckets for its ``retry_after`` (:meth:`SendBuckets.hold`), so other workers'
-sends to that chat wait too instead of collecting 429s of their own.
-
-The buckets are GCRA meters (``lua/_limits.lua``) on the server's clock: an idle bucket is no key at all.
+Every send takes a token from its account's and its chat's bucket (:meth:`SendBuckets.pace`), so however many
+workers send for one bot, the platform sees at most the declared rate; waits are bounded. Streaming edits use a
+separate edit budget and are never waited for, and a platform 429 holds the chat's buckets for every worker. The
+buckets are GCRA meters on the server's clock: an idle bucket is no key at all.
 """
 
 from __future__ import annotations

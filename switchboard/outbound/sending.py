@@ -1,19 +1,9 @@
 """⑤ Delivering a finished turn's reply: the send alone is retried, never the model.
 
-Once a turn has produced its reply, the reply is a durable outbox record (the rendered action, the attempts made,
-the last error), written by the send's first claim together with the turn's held facts (its metered usage). From
-then on only the send is retried:
-
-- a retryable :class:`~switchboard.errors.DeliveryError` backs off (``send_backoff_s × 2ⁿ``, or the platform's
-  ``retry_after`` when it is longer) and tries again, up to ``send_max_attempts``;
-- a permanent refusal (``retryable=False``), the last attempt failing, or the platform asking to wait longer than
-  ``SWITCHBOARD_QUEUE__MAX_DEFER_S`` (a flood-wait of hours would hold the session's lease and a worker slot all
-  along) *dead-letters the send*: the turn is completed all the same (history, ack, usage), with a
-  ``send_dead_lettered`` event carrying the reason;
-- a worker that dies meanwhile leaves the record in Redis: the next attempt at the turn (the same inbox head, so
-  no later reply can overtake it) finds it with :meth:`~switchboard.outbound.outbox.Outbox.pending` and resumes the
-  send where it stopped, counting the attempts already made; a reply of many parts resumes at the next part
-  (the parts sent are recorded in the outbox record as they go, through the channel's ``SendContext``).
+The reply is a durable outbox record from its first claim. A retryable failure backs off and tries again; a
+permanent refusal, the last attempt, or a platform wait over ``SWITCHBOARD_QUEUE__MAX_DEFER_S`` dead-letters the send
+while the turn still completes. A worker that dies meanwhile leaves the record, and the next attempt at the turn
+resumes the send at the next part.
 """
 
 from __future__ import annotations

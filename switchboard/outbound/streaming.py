@@ -1,19 +1,9 @@
 """⑤ The streaming policy, in one place: how a reply being written reaches a channel, by its ``streaming`` capability.
 
-- ``transport``: every delta is a ``StreamDelta`` on the channel's own transport (the web chat's SSE).
-- ``native``: the platform streams into one message (``StreamText``): the first delta opens the stream (its
-  ``Receipt.handle`` names it), later ones carry the whole text so far and how much the platform already has, and
-  the reply itself closes it (``final=True``: the channel makes the complete reply permanent, split within its
-  limits). Appends are metered by the chat's edit budget.
-- ``edits``: the first delta sends a *preview* message (through the outbox, so its id is recorded and a re-run on
-  any worker edits the same preview instead of posting a second), later deltas ``EditText`` it under the chat's
-  **edit budget** (a Redis bucket shared by every worker, ``Capabilities.edit_rate``): a delta that finds no token
-  is coalesced into the next edit, never waited for, so streaming never trips a platform's limits. The reply edits
-  the preview into the first part of the properly split reply and sends the remaining parts, recording each part
-  in the reply's outbox record, so a retry on any worker resumes at the next part.
-- ``none``: the final reply only.
-
-Whatever the mode, the final message is complete and split within the channel's limits.
+``transport`` (the web chat's SSE), ``native`` (the platform streams into one message), ``edits`` (a preview message
+edited under the chat's shared edit budget, a delta finding no token coalesced into the next) or ``none``. The
+preview goes through the outbox, so a re-run on any worker edits the same one, and whatever the mode, the final
+message is complete and split within the channel's limits.
 """
 
 from __future__ import annotations

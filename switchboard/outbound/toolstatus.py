@@ -1,21 +1,10 @@
 """⑤ Tool calls' status messages on the conversation's channel (:class:`~switchboard.core.tools.status.StatusMessages`).
 
-A status message is posted through the outbox under its own logical name (``<name>:<n>``), never the reply's: its
-platform id is recorded, so a re-run of the call on any worker finds the message an earlier attempt posted and edits
-it rather than posting a second. Updates are ephemeral ``EditText`` actions under the chat's **edit budget** (the
-Redis bucket every worker shares, ``Capabilities.edit_rate``): an update that finds no token is skipped, never
-waited for, like a streamed preview's (:mod:`switchboard.outbound.streaming`). The final state waits up to
-:data:`FINAL_TOKEN_WAIT_S` for a token of the edit budget and is made without one after that: it is the one edit the
-user must see. It never goes into a chat the platform holds, though: a 429 holds the chat's buckets for every worker
-(``SendBuckets.hold``), and the final edit waits the hold out (at most :data:`FINAL_HOLD_WAIT_S`) before it is made.
-
-A message's posts and edits run in order, one at a time, as tasks of the board: a caller that stops waiting (its
-call was cancelled) never cuts a request off mid-flight, and the final state always lands after any update still in
-flight. The drain settles the board before the turn ends (:func:`settle`, bounded by :data:`SETTLE_WAIT_S`): what is
-still running then is cancelled, and nothing is sent for the turn afterwards. A message the platform says is gone
-(the user deleted it) is not edited again. Each status message not yet in its final state is listed in the session's
-``tool_statuses`` hash, so that a later attempt at the turn, after a worker was lost mid-call, ends it as interrupted
-(:func:`resume`) rather than leave it saying it runs.
+A status message is posted through the outbox under its own logical name, so a re-run of the call on any worker edits
+the message an earlier attempt posted rather than posting a second. Updates are ephemeral edits under the chat's
+shared edit budget, skipped rather than waited for; the final state is the one edit the user must see, so it waits for
+a token (bounded) and never goes into a chat the platform holds. An unfinished message is ended as interrupted by a
+later attempt (:func:`resume`).
 """
 
 from __future__ import annotations
@@ -65,7 +54,16 @@ T = TypeVar("T")
 
 
 class StatusBoard:
-    """The status messages of one turn's tool calls, in the turn's conversation."""
+    """The status messages of one turn's tool calls, in the turn's conversation.
+
+    A message's posts and edits run in order, one at a time, as tasks of the board: a caller that stops waiting (its
+    call was cancelled) never cuts a request off mid-flight, and the final state always lands after any update still in
+    flight. The drain settles the board before the turn ends (:func:`settle`, bounded by :data:`SETTLE_WAIT_S`): what is
+    still running then is cancelled, and nothing is sent for the turn afterwards. A message the platform says is gone
+    (the user deleted it) is not edited again. Each status message not yet in its final state is listed in the session's
+    ``tool_statuses`` hash, so that a later attempt at the turn, after a worker was lost mid-call, ends it as
+    interrupted (:func:`resume`) rather than leave it saying it runs.
+    """
 
     def __init__(
         self,

@@ -1,13 +1,9 @@
 """The per-session web stream: what the web chat page reads over SSE.
 
-One Redis STREAM per session (``SessionKeys(session).web``); every entry has exactly two fields, ``type``
-(``user`` | ``status`` | ``delta`` | ``message`` | ``reply_error``) and ``data`` (a JSON object). The user's own message
-and its ``status: queued`` are appended by the ingest script, atomically with the enqueue (the reading helpers
-here add the gateway ``message_id`` to user entries); everything the
-worker appends goes through :class:`WebStreamPublisher`, fenced by the session lease the drain holds
-(:data:`~switchboard.queue.lease.CURRENT_LEASE`), so a worker that lost its lease cannot write a stale reply.
-
-Stream entry ids are the SSE event ids, so a reconnecting page resumes exactly where it stopped.
+One Redis stream per session, each entry a ``type`` and a JSON ``data``. The user's message is appended by the ingest
+script; everything a worker appends goes through :class:`WebStreamPublisher`, fenced by the drain's lease, so a worker
+that lost its lease cannot write a stale reply. Entry ids are the SSE event ids, so a reconnecting page resumes
+exactly where it stopped.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Approval records and take-over state in Redis: the queue layer's approval store.
 
-:class:`~switchboard.core.approvals.records.ApprovalStore` on Redis.
-
-One HASH per approval (:meth:`SessionKeys.approval`): ``record`` is the :class:`ApprovalRecord` JSON as opened, and
-the fields that change beside it (``status``, ``decided_by``, ``decided_at``, ``decision_via``, ``decided_in``,
-``outcome``), so a
-script never re-encodes the record. A pending approval is indexed three ways: the session's pending set
-(:attr:`SessionKeys.approvals`), the reaper's expiry sweep (:attr:`GlobalKeys.approvals_due`) and the tenant's list
-for operators (:meth:`GlobalKeys.approvals_pending`); it leaves all three in the step that decides it.
-
-Every write is a Lua script fenced by the session lease, like :mod:`switchboard.queue.effects`: a zombie worker
-writes nothing. :meth:`RedisApprovals.approval_decide` is one compare-and-set on ``pending`` whose clock is the
-server's (``TIME``), so concurrent decisions resolve to exactly one, and every process agrees on expiry. A record
-stays readable until its expiry, then for :data:`APPROVAL_RETENTION_S` after it last changed (the console shows
-who decided what; a late click is answered "already decided", not "unknown").
+:class:`~switchboard.core.approvals.records.ApprovalStore` on Redis: one hash per approval, indexed while pending in the
+session's set, the reaper's expiry sweep and the tenant's list. Every write is a Lua script fenced by the session lease,
+so a zombie worker writes nothing, and a decision is one compare-and-set on ``pending`` on the server's clock, so
+concurrent decisions resolve to exactly one. A record stays readable for :data:`APPROVAL_RETENTION_S` after it last
+changed, so a late click is answered "already decided".
 """
 
 from __future__ import annotations

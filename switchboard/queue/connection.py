@@ -41,7 +41,7 @@ def _options(url: str, kw: dict[str, Any]) -> dict[str, Any]:
 class _HiredisPacking:
     """Packs commands with hiredis' C packer, as redis-py's sync client already does.
 
-    redis-py's asyncio connection packs in Python (several µs per argument); the ingest script has ~30.
+    redis-py's asyncio connection packs in Python, argument by argument, and the ingest script has many arguments.
     """
 
     _serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None  # type: ignore[no-untyped-call, unused-ignore]

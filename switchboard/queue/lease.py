@@ -1,13 +1,9 @@
 """The session lease with its fencing epoch: who may write for a session right now.
 
-Taking the lease (``lease_acquire.lua``) increments the session's epoch counter and stores
-``<epoch>:<worker>`` with a PX TTL; that value is the fencing token. The holder renews it every third of
-the TTL (compare-and-PEXPIRE). Every write for the session compares the stored value with the token
-inside Redis, so a paused or partitioned worker whose lease passed to another epoch is refused
-(Kleppmann's fencing tokens, checked by the resource itself).
-
-:data:`CURRENT_LEASE` carries the token to code that publishes on the drain's behalf (the web chat's
-stream publisher), which uses :func:`fenced_xadd`.
+Taking the lease increments the session's epoch and stores ``<epoch>:<worker>`` with a TTL; that value is the fencing
+token, renewed every third of the TTL, and every write for the session compares it inside Redis, so a paused or
+partitioned worker whose lease passed to another epoch is refused (Kleppmann's fencing tokens).
+:data:`CURRENT_LEASE` carries the token to code publishing on the drain's behalf (:func:`fenced_xadd`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What a drain records for one session under one lease: every step is one fenced Lua script.
 
-``begin`` counts an attempt before it runs, or, when the inbox is empty, ends the drain (lease, drain flag
-and runnable mark removed in that same step, so nothing is stranded); ``fail`` logs a failed attempt;
-``complete`` acks a finished turn with its history, facts and latencies; ``dead_letter`` sets a poison
-message aside; ``facts`` writes events (and metered usage) a drain held back to ride on its next step;
-``steer`` hands a running turn the messages that arrived behind it, and ``interrupt`` ends a turn a newer
-message interrupted without acking anything (the ``steer`` and ``interrupt`` busy policies). Each first checks
-that the lease still belongs to this epoch.
+``begin``, ``fail``, ``complete``, ``dead_letter``, ``facts``, ``steer`` and ``interrupt`` each first check that the
+lease still belongs to this epoch, and ``begin`` on an empty inbox ends the drain in the same step (lease, drain flag
+and runnable mark removed), so nothing is ever stranded.
 """
 
 from __future__ import annotations

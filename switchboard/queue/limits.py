@@ -1,12 +1,8 @@
 """Abuse limits kept in Redis, so every web process shares them (``SWITCHBOARD_LIMITS__*``).
 
-Each limit is a GCRA meter (``lua/_limits.lua``): one short-lived STRING per session, sender or client address,
-read and advanced inside the script that does the work, so a limit costs no extra round trip. Message limits
-(per session, per sender, inbox depth) are checked by the ingest script itself (see
-:mod:`switchboard.queue.ingest`); the session-creation limit per client address is :func:`count_session`; stream
-tickets per session are metered by the script storing them (:func:`issue_stream_ticket`).
-A refused request writes nothing (a platform's drop is recorded as a ``message_dropped`` fact). The wait given
-for a full inbox is 1 s (the drain's pace is not known here); for a rate, the time until the meter admits one more.
+Each limit is a GCRA meter (``lua/_limits.lua``) read and advanced inside the script that does the work, so a limit
+costs no extra round trip: message limits in the ingest script, sessions per address in :func:`count_session`,
+stream tickets in :func:`issue_stream_ticket`. A refused request writes nothing.
 """
 
 from __future__ import annotations

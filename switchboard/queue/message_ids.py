@@ -40,8 +40,8 @@ def _random_hex8() -> str:
 def new_message_id(now: float | None = None) -> str:
     """A gateway message id: 12 hex digits of milliseconds then 16 random hex digits (sortable by time).
 
-    The random part comes from ``os.urandom`` as before, read 4 KiB at a time (one system call per 512 ids instead
-    of one per id); a forked process (an RQ work-horse) drops its parent's unread bytes, so ids stay unique.
+    The random part comes from ``os.urandom``, read 4 KiB at a time (one system call per 512 ids); a forked
+    process (an RQ work-horse) drops its parent's unread bytes, so ids stay unique.
     """
     ms = int((time.time() if now is None else now) * 1000)
     return f"{ms:012x}{_random_hex8()}"

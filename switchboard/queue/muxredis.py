@@ -1,12 +1,9 @@
 """A redis-py asyncio client whose commands all share one pipelined connection (:class:`MultiplexedConnection`).
 
-Meant for many short commands from many concurrent callers, such as thousands of web chat streams opening at once:
-redis-py's own pool takes a connection per command, and its blocking pool wakes every waiter on each release, so a
-burst of callers queues for seconds behind a few connections. Here every command is written at once and its reply
-matched in order. Replies go through redis-py's response callbacks, so callers use the usual command methods
-(``getex``, ``xrange``, ``evalsha`` ...). Pipelines and blocking commands are not for this client.
-
-Where the connection cannot be multiplexed (no hiredis, RESP3), commands go through the client's own pool instead.
+For many short commands from many concurrent callers, such as thousands of web chat streams opening at once:
+redis-py's pool takes a connection per command and wakes every waiter on each release. Here every command is written
+at once and its reply matched in order, through redis-py's usual response callbacks. Not for pipelines or blocking
+commands; without hiredis or under RESP3 commands go through the client's own pool.
 """
 
 from __future__ import annotations

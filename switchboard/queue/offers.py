@@ -1,12 +1,9 @@
 """Offered choices, recorded per session, so the gateway (not the model) knows whether a click answers an offer.
 
-A click (:class:`~switchboard.core.messages.ChoiceSelected`) is whatever the platform or the page sent: a web chat
-post may name any id, a modified Telegram client any ``callback_data``, and anyone in a group may press a button
-offered to someone else. So every :class:`~switchboard.core.actions.OfferChoice` the drain sends is recorded in the
-session's :attr:`~switchboard.queue.keys.SessionKeys.offers` list (fenced like every session write; the last
-:data:`OFFERS_KEPT` offers, for :data:`OFFERS_TTL_S`), and before each turn the drain checks the clicks it runs
-against that record: a known id gets ``offered`` and the recorded label, any other id (forged, stale, evicted, or
-offered in another conversation: records are per session) is marked not offered, whatever the click carried.
+A click is whatever the platform or the page sent: forged ids, stale buttons and buttons pressed by someone else all
+arrive. So every offer the drain sends is recorded in the session (fenced, the last :data:`OFFERS_KEPT` for
+:data:`OFFERS_TTL_S`), and each click is checked against that record before its turn: a known id gets ``offered``
+and the recorded label, any other is marked not offered.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """The reaper: finds runnable sessions nobody is draining and gives them a new drain job; cleans RQ's registries.
 
-It runs in every worker every ``reaper_interval_s``, guarded by a short Redis lock so one sweeps at a time.
-A session in ``runnable`` with no lease needs a new drain job when its drain flag is
-
-- missing (a crash between ingest and enqueue cannot happen — they are one script — but a drain that
-  stopped fenced, or a hand-over, may leave the inbox without one);
-- pointing at a job that is gone or finished, failed, stopped or cancelled;
-- pointing at a job marked started by a worker whose heartbeat is older than the lease TTL (SIGKILL,
-  host loss, a frozen process);
-- pointing at a job gone from RQ (deleted with its id when it was stuck in RQ's intermediate list: a worker died
-  between ``BLMOVE`` and registering it);
-- pointing at a queued job older than :func:`queued_grace_s` that is in no RQ list any more.
-
-A session whose head was deferred (the model provider asked to wait, :attr:`GlobalKeys.deferred`) is left alone
-until the deferral is due; then it is repaired like any other (its flag points at the finished job).
-
-Each sweep also sends every approval past its expiry into its session (:mod:`switchboard.queue.expiry`), so the
-session's model tells the user the action did not happen.
-
-A queued job waiting behind others is left alone. Duplicate drain jobs are harmless anyway: the lease
-serialises them, and a drain that finds the lease taken or the inbox empty simply ends. Repairs and takeovers push
-their drain jobs at the head of the queue (the session was interrupted; the sessions waiting have not started) and
-go out in one pipeline per sweep, so a sweep stays short even when a crash stranded many sessions.
-
-:meth:`Reaper.take_over_dead_workers` runs apart from the sweep, twice every worker heartbeat: a session whose lease
-is held by a worker whose liveness key has expired (it missed three heartbeats) has its lease freed and a new
-drain job pushed in one step, seconds after the crash rather than when the lease would lapse. Busy workers are
-never taken for dead: they beat from a thread of their own, whatever their runs and event loop do.
+It runs in every worker, one sweep at a time under a short Redis lock, repairs drain flags that point at no live
+job, sends expired approvals into their sessions, and (:meth:`Reaper.take_over_dead_workers`) frees the leases of
+workers that missed their heartbeats, seconds after a crash. Duplicate drain jobs are harmless: the lease serialises
+them (``docs/ARCHITECTURE.md`` §5).
 """
 
 from __future__ import annotations

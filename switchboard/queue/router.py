@@ -1,13 +1,9 @@
 """① → ③ The ingest router: one place where every inbound message is routed and durably accepted.
 
-Webhooks, the web chat and long-running listeners (Discord's gateway, Telegram long polling, Slack Socket Mode) all
-hand what an adapter received to :class:`IngestRouter`. It fills the conversation's agent and tenant from the
-configuration (an adapter given them in its ``BuildContext`` builds its drafts routed, which spares a copy of each;
-others leave them empty), picks the busy policy (account > channel > agent), and ingests each
-message (dedup, limits, append, drain) with the metrics counted. Every message of one ``Inbound`` is accepted, or
-:class:`~switchboard.errors.QueueUnavailableError` is raised and the platform is not acknowledged: it retries, and
-the dedup keys make the retry safe. A message for an account that is not configured (a payload naming a Meta page
-nobody set up) is dropped with a warning and a metric: never an error the platform would retry for ever.
+Webhooks, the web chat and listeners hand what an adapter received to :class:`IngestRouter`, which fills in agent,
+tenant and busy policy from the configuration and ingests each message. All of one ``Inbound`` is accepted, or
+:class:`~switchboard.errors.QueueUnavailableError` is raised and the platform retries safely (dedup keys); a message
+for an account nobody configured is dropped with a metric, never an error the platform would retry for ever.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Worker-side figures kept in Redis, so the web tier's ``/metrics`` shows every worker's work.
 
-Counters live in one HASH (:attr:`GlobalKeys.stats`): ``accepted``, ``deduplicated`` and ``messages_dropped``
-(ingest: platform messages over an abuse limit), ``runs_completed``, ``runs_failed``, ``runs_deferred``,
-``dead_letters``, ``send_dead_letters`` (replies whose send was given up), ``send_window_duplicates`` (drains); the
-fenced-write
-refusals have their own counter (:attr:`GlobalKeys.fenced_rejections`). Latencies are histograms kept as
-HASHes of per-bucket counts (``le:<bound>``, not cumulative) plus ``sum`` and ``count``, incremented inside the
-drain's completion script: ``queue_wait`` (accepted → run start) and ``run`` (run start → reply recorded).
+Counters live in one hash (:attr:`GlobalKeys.stats`), fenced-write refusals in their own
+(:attr:`GlobalKeys.fenced_rejections`). Latencies (``queue_wait``, ``run``) are histograms of per-bucket counts plus
+``sum`` and ``count``, incremented inside the drain's completion script.
 """
 
 from __future__ import annotations

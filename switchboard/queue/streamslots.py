@@ -1,12 +1,8 @@
 """Caps on open web chat streams per session and per client address, counted in Redis across web processes.
 
-An address is counted as the session quota counts it (:func:`~switchboard.queue.limits.address_bucket`: IPv6 per
-/64), so a client rotating through the addresses of its own /64 holds no more streams than one address would.
-
-Each open stream holds a slot: its id in two sorted sets (the session's, the address's) scored by an expiry in the
-server's clock. The process holding it pushes the expiry back every third of :data:`SLOT_TTL_MS` (one script call
-for all of its streams) and removes it when the stream ends. A process that dies leaves slots that expire within
-:data:`SLOT_TTL_MS`, and every new stream first drops expired entries, so a crash never leaves a count stuck.
+An address is counted as the session quota counts it (IPv6 per /64), so rotating addresses within one /64 gains
+nothing. Each open stream holds a slot with an expiry on the server's clock, pushed back while the stream lives, so
+a process that dies leaves slots that expire and a crash never leaves a count stuck.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """The Landlock launcher: confine the command, run it, and end whatever it leaves behind (builtin modules only).
 
-The worker prepares what does not depend on the launcher's own process, so that the launcher starts within a
-millisecond or two of a bare interpreter: :func:`payload` is this module's code, compiled once per worker process,
-with the seccomp filter (:mod:`switchboard.sandbox.seccomp`), as one ``marshal`` blob the runner writes into a pipe;
-the command's Landlock ruleset (:func:`switchboard.sandbox.landlock.ruleset`) is created in the worker and
-inherited as a file descriptor. :func:`launcher_argv` starts ``python -I -S -c BOOTSTRAP PAYLOAD_FD RULESET_FD --
-ARGV...``: no ``site``, no source to compile, no module to import but the ``_ctypes`` extension (``ctypes`` itself,
-``os``, ``signal`` and ``struct`` would add ~10 ms to every command; the few C calls below go through ``_ctypes``
-directly, exactly as ``ctypes.CDLL(None, use_errno=True)`` makes them).
-
-The launcher (already in its own session, with a scrubbed environment) drops every capability if it runs as root
-(bounding set, ambient, effective, permitted; securebits locked so that ``execve`` gives none back: uid 0 keeps only
-what the owner bits of its files allow), sets ``no_new_privs``, and makes itself a child subreaper. It then forks
-the command, which enforces the ruleset — read and execute beneath the read-only roots, everything beneath the
-writable ones, no TCP bind or connect (ABI 4+), no signals or abstract unix sockets outside its domain (ABI 6+, so
-the command cannot kill its launcher) — loads the seccomp filter, and executes. When the command exits, or the
-runner sends SIGTERM at the deadline, the launcher SIGKILLs every process below it — a daemon that left the process
-group with ``setsid`` is re-parented to the subreaper, so it is among them — and exits with the command's status.
-The weak floor uses the same launcher with seccomp but without a ruleset (``RULESET_FD`` is ``-1``). Any failure to
-confine exits with status 126 before the command starts: a command never runs less confined than asked.
+The worker prepares what does not depend on the launcher's own process (:func:`payload`: this module's code and the
+seccomp filter as one ``marshal`` blob; the Landlock ruleset as an inherited descriptor), so the launcher starts
+within a millisecond or two of a bare interpreter: no ``site``, no source to compile, no module but ``_ctypes``.
+Any failure to confine exits with status 126 before the command starts (:func:`main`): a command never runs less
+confined than asked.
 """
 
 import _ctypes
@@ -345,6 +331,17 @@ def main(seccomp: bytes, argv: list[str]) -> int:
     the command's parent and a child subreaper. The command runs confined (Landlock's nested domain scopes its
     signals, so it cannot kill the launcher on ABI 6+); when it exits — or when the launcher gets SIGTERM from the
     runner at the deadline — every process it started, daemons included, is killed.
+
+    The launcher (already in its own session, with a scrubbed environment) drops every capability if it runs as root
+    (bounding set, ambient, effective, permitted; securebits locked so that ``execve`` gives none back: uid 0 keeps only
+    what the owner bits of its files allow), sets ``no_new_privs``, and makes itself a child subreaper. It then forks
+    the command, which enforces the ruleset — read and execute beneath the read-only roots, everything beneath the
+    writable ones, no TCP bind or connect (ABI 4+), no signals or abstract unix sockets outside its domain (ABI 6+, so
+    the command cannot kill its launcher) — loads the seccomp filter, and executes. When the command exits, or the
+    runner sends SIGTERM at the deadline, the launcher SIGKILLs every process below it — a daemon that left the process
+    group with ``setsid`` is re-parented to the subreaper, so it is among them — and exits with the command's status.
+    The weak floor uses the same launcher with seccomp but without a ruleset (``RULESET_FD`` is ``-1``). Any failure to
+    confine exits with status 126 before the command starts: a command never runs less confined than asked.
     """
     rules = -1
     try:

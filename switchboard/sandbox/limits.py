@@ -1,13 +1,9 @@
 """What one sandboxed command may use, and how the limits are applied.
 
-Per-process limits (address space, CPU seconds, file size, open files, no core files) are set with
-``prlimit`` right before the command itself starts, inside the sandbox, so they bind the command and everything
-it starts. The number of processes is capped by ``RLIMIT_NPROC`` where the kernel counts it per sandbox (a
-worker that is not root: each bubblewrap sandbox has its own user namespace, so its count starts at one), and by
-a ``pids`` cgroup where the worker is root (root's processes are exempt from ``RLIMIT_NPROC``, even in a user
-namespace). Memory is one budget for all the processes of a command: a memory cgroup (v1 or v2) where this process
-may make one, else a watchdog summing the resident memory of the command's process tree (:func:`process_tree`,
-used by the runner). :class:`CommandCgroup` makes a command's cgroups and removes them afterwards.
+Per-process limits are set with ``prlimit`` inside the sandbox right before the command starts, so they bind
+everything it starts. Processes are capped by ``RLIMIT_NPROC`` where the kernel counts them per sandbox, else by a
+``pids`` cgroup (root is exempt from ``RLIMIT_NPROC``); memory is one budget per command, a memory cgroup where one can
+be made, else a watchdog over the process tree (:func:`process_tree`). :class:`CommandCgroup` makes and removes them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Run one shell command in a fresh sandbox over a workspace, with limits, and capture its output.
 
-:class:`Sandbox` is chosen once at start-up (:func:`switchboard.sandbox.detect.choose`) and runs every command of
-the worker: ``bwrap`` (bubblewrap, new namespaces, seccomp), ``landlock`` (Landlock + seccomp + rlimits, when
-user namespaces are unavailable) or ``weak`` (rlimits and a scrubbed environment only — operator-trusted skills,
-never on by default). Each command starts in a process group of its own; on its deadline, or when the awaiting
-task is cancelled, the whole group is killed (under bubblewrap the sandbox's pid namespace goes with it, so a
-process that ignores signals or starts a new session dies too), and the command's cgroups (``pids``, memory) are swept
-where they are used; without a memory cgroup a watchdog kills the command when its processes together pass its
-memory budget. A worker runs at most as many commands at once as fit into its total memory budget.
-Under Landlock and the weak floor the launcher (:mod:`switchboard.sandbox.confine`) is a child subreaper: it is
-first asked (SIGTERM) to kill every process below it — a daemon that left the group included — and it does the
-same whenever the command exits, so nothing a command started outlives it even without a cgroup.
+:class:`Sandbox` is chosen once at start-up (``bwrap``, ``landlock`` or ``weak``). Each command runs in a process
+group of its own, killed whole at its deadline or on cancellation, with its cgroups swept or a memory watchdog where
+there are none; under Landlock and the weak floor the launcher is a subreaper and kills what the command left, so
+nothing a command started outlives it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """A small seccomp-BPF filter for sandboxed commands, built from a table of syscall numbers.
 
-The filter kills a process that makes a system call under a foreign ABI (x32, 32-bit compat), refuses
-``socket()`` for every address family but ``AF_UNIX`` (no TCP/UDP/raw/netlink sockets, so no network even where
-a network namespace is missing; sandboxes that share the host's file system refuse ``AF_UNIX`` too, see
-:func:`program`), and refuses with ``EPERM`` the calls a command has no business making: tracing other processes,
-io_uring (it bypasses this very filter), new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
-flag) and mounts (``mount``, ``umount2``, ``pivot_root`` and the new mount API: ``open_tree``, ``move_mount``,
-``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``), kernel keyrings, BPF, perf and module
-loading. ``clone3`` gets ``ENOSYS``: its flags are behind a pointer a filter cannot read, and C libraries fall
-back to ``clone`` on ``ENOSYS``. A sandbox sharing the host's pid namespace (Landlock, the weak floor) also gets
-``EPERM`` for the calls that change another process's limits or scheduling (``prlimit64``, ``setpriority``,
-``ioprio_set``, ``sched_setaffinity``/``setscheduler``/``setparam``/``setattr``) unless they name the caller itself
-(see :func:`program`). Everything else is allowed. :func:`program` returns the raw ``struct
-sock_filter`` array that ``bwrap --seccomp FD`` loads (bubblewrap applies it to the command, after it has set up
-its own namespaces); :func:`install` loads it into the calling process. The Landlock launcher's child loads the
-same bytes, built once per worker and handed over with the launcher (:func:`switchboard.sandbox.confine.payload`).
-
-No libseccomp: the table below is the whole policy, and ``tests/sandbox`` checks it against the kernel.
+:func:`program` builds the raw ``struct sock_filter`` array (the policy is on its docstring) that ``bwrap --seccomp``
+loads, and the Landlock launcher loads the same bytes; :func:`install` loads it into the calling process. No
+libseccomp: the table below is the whole policy, and ``tests/sandbox`` checks it against the kernel.
 """
 
 from __future__ import annotations
@@ -226,6 +212,22 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
 
     Whatever the options, ``clone`` with a ``CLONE_NEW*`` flag is refused with ``EPERM`` and ``clone3`` with
     ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; C libraries then fall back to ``clone``).
+
+    The filter kills a process that makes a system call under a foreign ABI (x32, 32-bit compat), refuses
+    ``socket()`` for every address family but ``AF_UNIX`` (no TCP/UDP/raw/netlink sockets, so no network even where
+    a network namespace is missing; sandboxes that share the host's file system refuse ``AF_UNIX`` too, see
+    :func:`program`), and refuses with ``EPERM`` the calls a command has no business making: tracing other processes,
+    io_uring (it bypasses this very filter), new namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
+    flag) and mounts (``mount``, ``umount2``, ``pivot_root`` and the new mount API: ``open_tree``, ``move_mount``,
+    ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``), kernel keyrings, BPF, perf and module
+    loading. ``clone3`` gets ``ENOSYS``: its flags are behind a pointer a filter cannot read, and C libraries fall
+    back to ``clone`` on ``ENOSYS``. A sandbox sharing the host's pid namespace (Landlock, the weak floor) also gets
+    ``EPERM`` for the calls that change another process's limits or scheduling (``prlimit64``, ``setpriority``,
+    ``ioprio_set``, ``sched_setaffinity``/``setscheduler``/``setparam``/``setattr``) unless they name the caller itself
+    (see :func:`program`). Everything else is allowed. :func:`program` returns the raw ``struct
+    sock_filter`` array that ``bwrap --seccomp FD`` loads (bubblewrap applies it to the command, after it has set up
+    its own namespaces); :func:`install` loads it into the calling process. The Landlock launcher's child loads the
+    same bytes, built once per worker and handed over with the launcher (:func:`switchboard.sandbox.confine.payload`).
 
     Raises:
         SeccompError: no table for the machine.

@@ -1,13 +1,9 @@
 """Loading skills into a turn, deterministically.
 
-At the start of a turn the agent's ``skills`` list is resolved once (:func:`agent_skills`): the packages found, in
-the list's order. Their names and descriptions go into the system prompt (:func:`skills_section`), as the
-agentskills.io catalogue: a few dozen tokens per skill, and only the agent's own. When the model calls
-``use_skill(name)``, that exact package (the version and content hash the catalogue was built from) is copied
-into the session workspace under ``skills/<name>/``, within the workspace quotas, and the call returns the
-path, the instructions of its ``SKILL.md`` and its files; the model then runs the scripts with the ``shell``
-tool. Each use is recorded in the session's event log (:class:`~switchboard.core.events.SkillUsed`: name,
-version, hash, source). A package changed on disk after it was installed is refused (its hash no longer matches).
+The agent's ``skills`` are resolved once per turn (:func:`agent_skills`) and listed in the system prompt by name and
+description (:func:`skills_section`). ``use_skill(name)`` copies that exact package (the version and hash the catalogue
+was built from) into the workspace within the quotas and returns its instructions and files; each use is recorded
+(:class:`~switchboard.core.events.SkillUsed`), and a package changed on disk since it was installed is refused.
 """
 
 from __future__ import annotations

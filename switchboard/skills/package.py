@@ -1,17 +1,8 @@
 """One skill package: the ``SKILL.md`` front matter of the agentskills.io format, validated as its spec says.
 
-A skill is a folder holding ``SKILL.md`` (YAML front matter between ``---`` lines, then Markdown instructions)
-and, by convention, ``scripts/``, ``references/`` and ``assets/``. The front matter has exactly the spec's fields:
-
-- ``name`` (required): 1–64 characters, lowercase letters, digits and hyphens, no leading, trailing or doubled
-  hyphen, equal to the folder's name (compared after NFKC normalisation, like the reference validator);
-- ``description`` (required): 1–1024 characters, what the skill does and when to use it;
-- ``license``, ``compatibility`` (1–500 characters), ``allowed-tools`` (space-separated, or a YAML list);
-- ``metadata``: a map of string to string. Switchboard's own keys live here under ``switchboard.``
-  (``switchboard.version``), so the file stays valid for every other client.
-
-Any other top-level field is refused, as ``skills-ref validate`` does. The YAML is read with every scalar as a
-string (``version: 1.10`` stays ``"1.10"``), which is how the reference parser (strictyaml) reads it too.
+The front matter has exactly the spec's fields (:class:`SkillManifest`); Switchboard's own keys live under
+``metadata`` (``switchboard.version``), so the file stays valid for every other client. Any other field is refused,
+as ``skills-ref validate`` does, and every scalar is read as a string, as the reference parser reads it.
 """
 
 from __future__ import annotations
@@ -73,7 +64,21 @@ class SkillError(SwitchboardError):
 
 @dataclass(frozen=True, slots=True)
 class SkillManifest:
-    """The validated front matter of one ``SKILL.md``, and its body."""
+    """The validated front matter of one ``SKILL.md``, and its body.
+
+    A skill is a folder holding ``SKILL.md`` (YAML front matter between ``---`` lines, then Markdown instructions)
+    and, by convention, ``scripts/``, ``references/`` and ``assets/``. The front matter has exactly the spec's fields:
+
+    - ``name`` (required): 1–64 characters, lowercase letters, digits and hyphens, no leading, trailing or doubled
+      hyphen, equal to the folder's name (compared after NFKC normalisation, like the reference validator);
+    - ``description`` (required): 1–1024 characters, what the skill does and when to use it;
+    - ``license``, ``compatibility`` (1–500 characters), ``allowed-tools`` (space-separated, or a YAML list);
+    - ``metadata``: a map of string to string. Switchboard's own keys live here under ``switchboard.``
+      (``switchboard.version``), so the file stays valid for every other client.
+
+    Any other top-level field is refused, as ``skills-ref validate`` does. The YAML is read with every scalar as a
+    string (``version: 1.10`` stays ``"1.10"``), which is how the reference parser (strictyaml) reads it too.
+    """
 
     name: str
     description: str

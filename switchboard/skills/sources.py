@@ -1,15 +1,8 @@
 """Reading a skill package from a folder or a zip file, safely, into memory before anything is installed.
 
-Both sources pass the same gates, so a hostile package is refused with nothing written:
-
-- every path is relative and plain: no absolute path, drive letter, backslash, ``.``/``..`` part or NUL, at
-  most :data:`MAX_DEPTH` deep;
-- no symbolic links and no special files (devices, FIFOs), in a folder or in a zip's recorded file modes;
-- no encrypted zip entries, no duplicate names;
-- at most :data:`MAX_ENTRIES` entries, :data:`MAX_FILE_BYTES` per file and :data:`MAX_TOTAL_BYTES` in all;
-  a zip's declared sizes are checked first, then the bytes actually inflated (a zip bomb may lie about them).
-
-Editor and tool litter (``__MACOSX/``, ``.DS_Store``, ``__pycache__/``, ``.git/``) is skipped.
+Both sources pass the same gates (:func:`read_source`), so a hostile package is refused with nothing written; a zip's
+sizes are checked as declared and again as inflated, since a zip bomb may lie. Editor and tool litter
+(``__MACOSX/``, ``.DS_Store``, ``__pycache__/``, ``.git/``) is skipped.
 """
 
 from __future__ import annotations
@@ -181,6 +174,13 @@ def _rooted(files: dict[str, bytes], path: Path) -> PackageFiles:
 
 def read_source(source: Path) -> PackageFiles:
     """Read a package from a folder or a ``.zip`` file.
+
+    - every path is relative and plain: no absolute path, drive letter, backslash, ``.``/``..`` part or NUL, at
+      most :data:`MAX_DEPTH` deep;
+    - no symbolic links and no special files (devices, FIFOs), in a folder or in a zip's recorded file modes;
+    - no encrypted zip entries, no duplicate names;
+    - at most :data:`MAX_ENTRIES` entries, :data:`MAX_FILE_BYTES` per file and :data:`MAX_TOTAL_BYTES` in all;
+      a zip's declared sizes are checked first, then the bytes actually inflated (a zip bomb may lie about them).
 
     Raises:
         SkillError: missing, unsafe, or over a cap.

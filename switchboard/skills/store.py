@@ -1,19 +1,9 @@
 """Skills as versioned packages: the operator's store under the data directory, and the shipped ones.
 
-Layout: ``<data>/skills/<name>/<version>/…`` (the package's files, read-only) and ``<data>/skills/index.json``,
-which records each installed version's name, version, content hash, where it came from and when it was added.
-Changes take a file lock and replace the index atomically; a package is staged and renamed into place, so an
-interrupted ``add`` never leaves half a package behind an index entry.
-
-Three sources: **built-in** skills ship in ``switchboard/skills/builtin/`` and are always available; **templates**
-ship in ``switchboard/skills/templates/`` and are copied into the store on request (``skills add --template``);
-and the operator's **own** packages (a folder or a zip). An installed package of a built-in's name takes its
-place where the name is unpinned. A version comes from ``metadata`` (``switchboard.version``, else ``version``), or
-else counts up from 1, past the built-in's versions of that name; adding the same content again changes nothing.
-
-A pin ``name@version`` names exactly one package: installing a package under a built-in's name *and* version is
-refused, and a pin that still names two (a store from before that check) is refused until its source or hash says
-which (:class:`~switchboard.skills.package.Pin`).
+Installed versions live under ``<data>/skills/<name>/<version>/`` with an ``index.json``; changes take a file lock,
+stage the package and replace the index atomically, so an interrupted ``add`` leaves nothing half-done. Built-in
+skills are always available, templates are copied on request, and a pin ``name@version`` names exactly one package
+(:class:`~switchboard.skills.package.Pin`).
 """
 
 from __future__ import annotations

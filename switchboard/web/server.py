@@ -1,31 +1,9 @@
 """The web tier's HTTP server: aiohttp, with bounds on slow clients and on the number of open connections.
 
-aiohttp closes a keep-alive connection that stays idle, but on its own it waits as long as a client likes for the
-rest of a request line, its headers or its body, and it accepts connections until the process runs out of file
-descriptors. :class:`GuardedAppRunner` adds what is missing (``SWITCHBOARD_HTTP__*``):
-
-- a request's line and headers must arrive within ``header_timeout_s`` of the connection opening, or of the first
-  byte of a further request on a kept-alive connection;
-- its body must have arrived within ``body_timeout_s`` of the headers;
-- at most ``max_connections`` are open (fewer when the process's file-descriptor limit would run out first:
-  then accepting would fail with nothing but asyncio's own complaint): past the cap the oldest idle connection
-  (waiting for a request, which a slow-header client always is) is closed, or the new one when none is idle.
-
-Each such close is counted, and a summary is logged at WARNING at most once per :data:`LOG_INTERVAL_S`. A request
-that is not valid HTTP (a bad request line, a header with a forbidden byte …) gets aiohttp's 400 and one DEBUG
-line, not an ERROR with a traceback per request: it is the client's mistake, and anyone can send it. So is a request
-whose connection is lost while its body is read (closed for slowness, or the client left).
-
-Two shortcuts keep the webhook hot path cheap (docs/ARCHITECTURE.md §10), both in aiohttp's public API:
-
-- :data:`DIRECT_ROUTES`: ``POST`` to one of these exact paths is handed to its handler without the URL dispatcher
-  (the path is one dictionary lookup, of the path as the dispatcher matches it: ``%2F`` stays encoded). They are
-  taken only while the app has no middlewares and no ``on_response_prepare`` hooks (a request the dispatcher did not
-  route runs none), and never for a request with ``Expect``; the handler gets the app as an argument (``request.app``
-  is unset there).
-- :class:`FixedResponse`: an answer whose status, ``Content-Type`` and body are fixed, written as one block of bytes
-  with aiohttp's own ``Date``, ``Server``, ``Content-Length`` and keep-alive headers, without building a header map per
-  request. Used only while the app has no ``on_response_prepare`` hooks (which would see no headers to change).
+:class:`GuardedAppRunner` adds what aiohttp lacks (``SWITCHBOARD_HTTP__*``): header and body deadlines and a
+connection cap, each close counted and summarised in the log, a client's malformed request logged at DEBUG. Two
+shortcuts keep the webhook hot path cheap, both in aiohttp's public API: :data:`DIRECT_ROUTES` and
+:class:`FixedResponse` (``docs/ARCHITECTURE.md`` §1).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Who a turn acts for and what it may do: the principal, its permissions and the policy, set on the TurnRequest.
 
-The drain builds each turn's :class:`~switchboard.core.turn.TurnRequest` here. The *actor* is the principal of the
-turn's last sender (its last channel user's, when operators' messages are batched with users'):
-``<channel>:<sender id>`` for a channel's user (``telegram:42``, ``slack:U123``; a web chat sender's id is its
-session id), or the operator's own principal for what an operator or the gateway did (``console:alice``,
-``switchboard``: their :class:`~switchboard.core.messages.OperatorActed` already names it, and no channel can produce
-a sender id starting with ``console:``). Its permissions are the grants of the YAML policy blocks
-(:func:`switchboard.core.approvals.grants.permissions_for`) that every sender of the batch holds, and the policy is the
-effective one of the tenant, agent and channel, whose version is recorded with the run (docs/ARCHITECTURE.md §6).
+The actor is the principal of the turn's last sender: ``<channel>:<sender id>`` for a channel's user, or the
+operator's own principal (``console:alice``, ``switchboard``), which no channel can produce. Its permissions are the
+grants every sender of the batch holds, and the policy is the effective one of tenant, agent and channel, its version
+recorded with the run (``docs/ARCHITECTURE.md`` §6).
 """
 
 from __future__ import annotations

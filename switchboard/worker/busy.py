@@ -1,25 +1,9 @@
 """What a drain does with messages that land while a turn runs: the ``interrupt`` and ``steer`` busy policies.
 
-The policy is chosen per agent, channel or channel account (``busy_policy``) and travels with each message into the
-session's meta; ``begin.lua`` reads it when a turn starts. ``sequential`` runs one turn per message and ``collect``
-folds everything waiting into the next turn; both only decide what a turn *takes*. The other two act on the turn in
-flight, and both fold what is waiting at the start of a turn too:
-
-- **interrupt**: the ingest script stores a stop request for the running turn and publishes the session, like a
-  ``/stop`` (:mod:`switchboard.worker.cancellation`). The worker running the turn cancels it (the model request and
-  any tool call with it), logs ``run_cancelled`` and acks nothing (:meth:`Ledger.interrupt`); its partial work is
-  discarded: no reply is sent for it (a reply already being delivered is not interrupted: the turn completes and the
-  new message is answered next), a streaming channel is told the partial reply ended, and the next turn restarts
-  with the interrupted messages and everything waiting, under the same run id (the same write the cancelled run
-  already made is found by its idempotency key, not made twice). After :data:`MAX_INTERRUPTS` restarts a turn runs
-  to the end, so a flood of messages cannot starve the session: what arrives meanwhile is folded into the turn
-  after, and the last message is always answered.
-- **steer**: the message waits in the inbox; the running turn asks its sink for new messages before each model call
-  (:class:`~switchboard.core.turn.SteeringSink`), and the sink reads them from Redis under the lease
-  (:meth:`Ledger.steer`), so the worker running the turn sees messages any web process accepted. They are acked
-  with the turn: a worker that dies mid-turn leaves them in the inbox, and the next attempt takes them again. A
-  message that lands after the turn's last model call is answered by the next turn as usual, and so is anything
-  but a plain text message (a command, a stop, a click, an edit, a message with attachments) with what follows it.
+``interrupt`` cancels the running turn like a ``/stop`` and restarts it with everything waiting, under the same run id
+(at most :data:`MAX_INTERRUPTS` times, so a flood cannot starve the session); ``steer`` hands new plain-text messages
+to the running turn before each model call, acked with the turn. ``sequential`` and ``collect`` only decide what a
+turn takes (``docs/ARCHITECTURE.md`` §5).
 """
 
 from __future__ import annotations

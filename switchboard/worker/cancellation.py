@@ -1,14 +1,8 @@
 """Stopping a running turn: ``/stop`` from the user, or ``switchboard sessions stop KEY`` from an operator.
 
-A stop request sets a short-lived flag on the session and publishes the session key. Every worker
-listens; the one running that session's turn cancels its task, which cancels the model request and any
-tool call in flight (docs/ARCHITECTURE.md §6). Only the running turn stops: messages already waiting still get answers.
-The ``/stop`` message itself is queued like any message and answered in order ("Stopped." or "Nothing
-was running."), so the user always hears back.
-
-Under the ``interrupt`` busy policy the ingest script itself stores an *interrupt* request (:func:`interrupt_record`)
-and publishes the session when a message lands while a turn runs; the drain tells it from a stop by its reason
-(:func:`interrupting_message`) and, instead of acking the turn, restarts it with everything waiting.
+A stop request sets a short-lived flag and publishes the session key; the worker running that turn cancels it, model
+request and tool call included. Only the running turn stops, and ``/stop`` itself is answered in order, so the user
+always hears back. The ``interrupt`` busy policy uses the same path, with a reason that tells it apart.
 """
 
 from __future__ import annotations

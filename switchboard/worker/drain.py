@@ -1,29 +1,9 @@
 """③ → ④ → ⑤ Drain one session: take its lease, run its inbox head by head, send through the outbox, release.
 
-The loop, under the lease (renewed every third of its TTL):
-
-1. ``begin.lua`` counts the attempt *before* running (a SIGKILL still counts), logs ``run_started`` and
-   returns the head message (or, under a busy policy other than ``sequential``, everything waiting; see
-   :mod:`switchboard.worker.busy` for ``interrupt`` and ``steer``). Past ``max_attempts`` the message is
-   dead-lettered instead, and the next one runs.
-2. ``SetStatus(running)`` goes to the channel at once; ``SendTyping`` (to channels that show typing) only if the
-   run is still going after :data:`TYPING_DELAY_S` (a quick reply needs no indicator), then every
-   ``Capabilities.typing_refresh_s``. The runner plays the turn; streamed deltas go through the streaming policy
-   (:mod:`switchboard.outbound.streaming`), facts to the fenced event log.
-3. The reply goes out through the :class:`~switchboard.outbound.outbox.Outbox` as a durable send (retried alone,
-   never by re-running the model: :mod:`switchboard.outbound.sending`), then ``complete.lua`` acks exactly the
-   handled ids, appends history and facts and records the latencies, in one fenced step.
-4. A failed attempt logs ``run_failed``, backs off (``retry_backoff_s × 2ⁿ``) and is retried in the same
-   drain, up to ``max_attempts``; then it is dead-lettered with its reason and the user is told what kind of
-   failure it was. A model provider asking to wait defers the turn instead (:mod:`switchboard.worker.endings`).
-5. ``begin.lua`` finding the inbox empty ends the drain in the same atomic step (lease, drain flag and
-   runnable mark removed), so a message that lands later finds no flag and enqueues a new drain job.
-6. Fairness: between turns, once the session has had its share (``fair_turns`` / ``fair_slice_s``) while its
-   worker has no free slot and other drain jobs wait, ``lease_yield.lua`` frees the lease and pushes a new drain
-   job at the back of the queue in one step; the inbox keeps its order and the next drain resumes at its head.
-
-A :class:`~switchboard.errors.FencedWriteError` (the lease passed to another epoch) stops the drain at once,
-without releasing: the new holder owns the session.
+Each step that touches the session is one fenced Lua script (``begin``, ``complete``, ``lease_yield``), so a crash
+anywhere leaves nothing half-done and a drain whose lease passed to another epoch stops at once, without releasing.
+Failures are retried in the same drain up to ``max_attempts``, then dead-lettered; the loop is described step by step
+in ``docs/ARCHITECTURE.md`` §5.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """How a drained turn ends, other than by running: finished, resumed, stopped, failed, deferred or dead-lettered.
 
-:class:`TurnEndings` is a part of :class:`~switchboard.worker.drain.Drainer` (it holds the drainer's Redis client,
-settings, lease manager and deliverer); every step writes through the turn's fenced :class:`Ledger`.
-
-- **finished**: the reply was delivered, or its send dead-lettered (the turn is completed either way: the model is
-  never re-run for a send, see :mod:`switchboard.outbound.sending`);
-- **resumed**: an earlier attempt produced the reply and died before completing the turn; the send is resumed
-  from the outbox record;
-- **failed**: the attempt is logged and retried after a back-off, up to ``max_attempts``; a model provider asking
-  to wait (``ModelError.retry_after``) defers the turn instead (see :meth:`TurnEndings._defer`);
-- **dead-lettered**: the message is set aside with its reason, and the user is told what kind of failure it was.
+:class:`TurnEndings` is a part of :class:`~switchboard.worker.drain.Drainer`; every step writes through the turn's
+fenced :class:`Ledger`, and the model is never re-run for a send.
 """
 
 from __future__ import annotations
@@ -60,7 +52,16 @@ def _error_text(err: BaseException) -> str:
 
 
 class TurnEndings:
-    """The ending steps of :class:`~switchboard.worker.drain.Drainer` (a base class, not used on its own)."""
+    """The ending steps of :class:`~switchboard.worker.drain.Drainer` (a base class, not used on its own).
+
+    - **finished**: the reply was delivered, or its send dead-lettered (the turn is completed either way: the model is
+      never re-run for a send, see :mod:`switchboard.outbound.sending`);
+    - **resumed**: an earlier attempt produced the reply and died before completing the turn; the send is resumed
+      from the outbox record;
+    - **failed**: the attempt is logged and retried after a back-off, up to ``max_attempts``; a model provider asking
+      to wait (``ModelError.retry_after``) defers the turn instead (see :meth:`TurnEndings._defer`);
+    - **dead-lettered**: the message is set aside with its reason, and the user is told what kind of failure it was.
+    """
 
     redis: aioredis.Redis
     settings: QueueSettings

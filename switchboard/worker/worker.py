@@ -1,25 +1,10 @@
 """The session worker: one process, one persistent event loop, many sessions' drains at once.
 
-It listens on exactly one RQ queue (``settings.name``) and takes drain jobs off it the way rq 3 does —
-``BLMOVE`` into the intermediate list, then registered in the ``StartedJobRegistry`` with the job marked
-started, then deleted on success (``result_ttl`` 0) or moved to the ``FailedJobRegistry`` — but runs up to
-``settings.concurrency`` of them concurrently as asyncio tasks instead of forking per job, keeping its
-Redis and HTTP connection pools for its whole life. It runs the reaper and heartbeats every
-``worker_heartbeat_ms``: a liveness key with a TTL of :data:`ALIVE_BEATS` beats (the server's clock, so no clock
-skew), written from a thread of its own so that neither long runs nor a busy event loop can delay it — only a
-dead or frozen process stops it; and, from the loop, its score in ``GlobalKeys.workers`` (for ``/healthz``) and
-its started jobs' RQ deadlines. A task takes over the sessions of workers whose liveness key is gone (SIGKILL,
-host loss, a frozen process) at once, instead of waiting for their leases to lapse; the lease stays the fence,
-so a frozen worker that comes back is refused its next write.
-
-Fairness: a drain that has had its turn yields its slot while this worker has no free one and other drain jobs
-wait (see :class:`~switchboard.worker.drain.Drainer`); the yielded session goes to the back of the one queue. So
-every runnable session, whatever its tenant, is served round-robin: a newcomer waits for about one turn, not for
-the sessions ahead of it to empty their inboxes.
-
-On stop it takes no new jobs; drains finish their current turn and hand their session over (a new drain
-job is pushed for the rest of the inbox); whatever is still running after the grace period is cancelled,
-which gives the lease up, returns the attempt and re-enqueues the session.
+It takes drain jobs off one RQ queue the way rq 3 does but runs up to ``concurrency`` of them as asyncio tasks instead
+of forking per job, keeping its connection pools for life. Its heartbeat comes from a thread of its own, so only a
+dead or frozen process stops it, and the sessions of workers that stopped beating are taken over at once; the lease
+stays the fence. Yielding drains serve every runnable session round-robin; on stop, running turns finish and hand
+their sessions over.
 """
 
 from __future__ import annotations
@@ -151,7 +136,7 @@ class SessionWorker:
     # -- configuration --------------------------------------------------------------------------------------
 
     def check_config(self) -> None:
-        """Start-up self-check (reliability R3): refuse a setup that would break the queue's guarantees.
+        """Start-up self-check: refuse a setup that would break the queue's guarantees.
 
         Raises:
             ConfigError: naming the field: rq older than 3.0 (finished jobs could be re-run as abandoned),

@@ -24,6 +24,7 @@ from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, PUBLIC_KEY, TOKEN, Sending, channel, fake
+from tests.waiting import wait_until
 
 __all__ = ["channel", "fake"]  # fixtures, imported for pytest
 
@@ -164,8 +165,7 @@ async def test_edits_of_seen_messages_and_gateway_interactions(
     assert isinstance(second.event, MessageEdited) and second.text == "final words"
     assert second.event.original_id == first.platform_message_id
     assert isinstance(third.event, CommandIssued) and third.text == "over the gateway"
-    while not any(c.route.endswith("/callback") for c in fake.calls):
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: any(c.route.endswith("/callback") for c in fake.calls), "the interaction's callback")
     [callback] = [c for c in fake.calls if c.route.endswith("/callback")]
     assert callback.body == {"type": 5} and callback.token == command["token"]
 

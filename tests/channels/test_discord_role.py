@@ -21,6 +21,7 @@ from switchboard.errors import ConfigError
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, PUBLIC_KEY, TOKEN, fake
+from tests.waiting import wait_until
 
 __all__ = ["fake"]  # fixtures, imported for pytest
 
@@ -42,8 +43,7 @@ async def test_the_discord_role_holds_the_gateway_and_queues_messages(
     role = asyncio.create_task(run_listeners(settings, ["discord"], stop))
     await fake.gateway.wait_ready()
     await fake.gateway.dispatch("MESSAGE_CREATE", make_message("from the discord role", channel_id="300"))
-    while not sync_redis.keys("sb:*:messages"):
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: bool(sync_redis.keys("sb:*:messages")), "the message queued")
     [key] = sync_redis.keys("sb:*:messages")
     [body] = sync_redis.hvals(key)
     queued = InboundMessage.model_validate_json(body)

@@ -20,15 +20,7 @@ from switchboard.settings.channels import InstagramSettings, MessengerSettings
 from switchboard.web.app import create_app
 from tests.channels.test_instagram import IG, IG_SECRET, IG_TOKEN, instagram_env
 from tests.channels.test_messenger import APP_SECRET, CONFIG, PAGE, TOKEN, USER, gateway_env
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], what: str, wait_s: float = 30) -> None:
-    try:
-        async with asyncio.timeout(wait_s):
-            while not await check():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for: {what}") from None
+from tests.waiting import wait_until
 
 
 async def run_until(
@@ -46,7 +38,7 @@ async def run_until(
             result = done()
             return await result if not isinstance(result, bool) else result
 
-        await wait_for(check, what)
+        await wait_until(check, what)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -18,6 +18,7 @@ from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from tests.channels.test_telegram import BOT, SECRET, TOKEN
 from tests.fakes.telegram_api import SECRET_HEADER, FakeTelegram, check_html, make_update, sign_update
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -107,15 +108,6 @@ async def test_two_thousand_mutated_requests_are_refused_and_write_nothing(
     assert await keyspace(redis_url) == before
 
 
-async def wait_for(check: Callable[[], Awaitable[bool]], what: str, wait_s: float = 30) -> None:
-    try:
-        async with asyncio.timeout(wait_s):
-            while not await check():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for: {what}") from None
-
-
 async def test_a_private_message_is_answered_on_telegram(
     aiohttp_client: Any, gateway_env: dict[str, str], fake: FakeTelegram
 ) -> None:
@@ -133,7 +125,7 @@ async def test_a_private_message_is_answered_on_telegram(
                 worker.result()  # the worker died: show why
             return bool(fake.sent(501))
 
-        await wait_for(replied, "a reply on Telegram")
+        await wait_until(replied, "a reply on Telegram")
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
@@ -173,14 +165,14 @@ async def test_long_polling_end_to_end_with_offsets_confirmed_after_durable_acce
         async def confirmed() -> bool:
             return fake.state.confirmed > update_id
 
-        await wait_for(confirmed, "the update confirmed to Telegram")
+        await wait_until(confirmed, "the update confirmed to Telegram")
 
         async def replied() -> bool:
             if worker.done():
                 worker.result()
             return bool(fake.sent(777))
 
-        await wait_for(replied, "a reply to the polled message")
+        await wait_until(replied, "a reply to the polled message")
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
@@ -215,7 +207,7 @@ async def test_a_choice_round_trip_through_the_gateway(
                 worker.result()
             return len(fake.sent(501)) >= 2
 
-        await wait_for(replied, "the agent's answer to the tap")
+        await wait_until(replied, "the agent's answer to the tap")
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
@@ -253,7 +245,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
                 async def replied() -> bool:
                     return bool(await SIMULATION.replies(http, details, sample.conversation))
 
-                await wait_for(replied, "the simulated reply")
+                await wait_until(replied, "the simulated reply")
                 [reply] = await SIMULATION.replies(http, details, sample.conversation)
         finally:
             stop.set()

@@ -13,6 +13,7 @@ from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.errors import QueueUnavailableError
 from tests.channels.test_telegram import BOT, PAYLOADS, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram, make_update
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -26,13 +27,6 @@ def poller(fake: FakeTelegram) -> tuple[TelegramChannel, Listener]:
     listener = adapter.listener()
     assert listener is not None
     return adapter, listener
-
-
-async def until(check: Callable[[], bool], what: str, wait_s: float = 20) -> None:
-    async with asyncio.timeout(wait_s):
-        while not check():
-            await asyncio.sleep(0.01)
-    assert check(), what
 
 
 async def run_listener(listener: Listener, emit: Callable[[Inbound], Awaitable[None]]) -> asyncio.Task[None]:
@@ -61,7 +55,7 @@ async def test_updates_are_emitted_in_order_and_confirmed_after(fake: FakeTelegr
     fake.push_update(make_update("after", chat_id=501, update_id=5005))
     task = await run_listener(listener, emit)
     try:
-        await until(lambda: fake.state.confirmed == 5006, "every update confirmed")
+        await wait_until(lambda: fake.state.confirmed == 5006, "every update confirmed")
     finally:
         await stop(task, adapter)
     assert [key for key, _ in emitted] == [str(i) for i in ids] + ["5005"]
@@ -89,7 +83,7 @@ async def test_an_update_the_router_did_not_accept_is_not_confirmed_and_comes_ag
     fake.push_update(make_update("three", chat_id=501, update_id=7002))
     task = await run_listener(listener, emit)
     try:
-        await until(lambda: fake.state.confirmed == 7003, "every update confirmed")
+        await wait_until(lambda: fake.state.confirmed == 7003, "every update confirmed")
     finally:
         await stop(task, adapter)
     assert accepted == ["7000", "7001", "7002"]  # 7001 came again until it was accepted; nothing was skipped
@@ -114,11 +108,13 @@ async def test_polling_backs_off_through_5xx_429_and_a_webhook_set_again(fake: F
     fake.push_update(make_update("through it all", chat_id=501, update_id=9000))
     task = await run_listener(listener, emit)
     try:
-        await until(lambda: got == ["through it all"], "the update after the failures")
+        await wait_until(lambda: got == ["through it all"], "the update after the failures")
         fake.state.webhook = {"url": "https://someone.example/hook"}  # an operator set a webhook meanwhile
-        await until(lambda: any(c.status == 409 for c in fake.calls), "getUpdates refused while the webhook is set")
+        await wait_until(
+            lambda: any(c.status == 409 for c in fake.calls), "getUpdates refused while the webhook is set"
+        )
         fake.push_update(make_update("after the webhook", chat_id=501, update_id=9001))
-        await until(lambda: got == ["through it all", "after the webhook"], "polling deleted the webhook again")
+        await wait_until(lambda: got == ["through it all", "after the webhook"], "polling deleted the webhook again")
     finally:
         await stop(task, adapter)
     statuses = [c.status for c in fake.calls if c.method == "getUpdates"]
@@ -136,7 +132,7 @@ async def test_a_second_poller_conflicts_and_the_fake_notices(fake: FakeTelegram
 
     tasks = [await run_listener(one, emit), await run_listener(two, emit)]
     try:
-        await until(lambda: any(c.status == 409 for c in fake.calls), "a conflict")
+        await wait_until(lambda: any(c.status == 409 for c in fake.calls), "a conflict")
     finally:
         await stop(tasks[0], first)
         await stop(tasks[1], second)
@@ -155,7 +151,7 @@ async def test_a_tap_no_turn_will_answer_is_answered_by_the_poller(fake: FakeTel
     fake.push_update(make_update("hello", chat_id=501, update_id=6001))
     task = await run_listener(listener, emit)
     try:
-        await until(lambda: fake.state.confirmed == 6002, "both updates confirmed")
+        await wait_until(lambda: fake.state.confirmed == 6002, "both updates confirmed")
     finally:
         await stop(task, adapter)
     assert fake.state.answered == {"5512cb-inline": None}

@@ -26,6 +26,7 @@ from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from tests.channels.test_telegram import BOT, PAYLOADS, SECRET, TOKEN
 from tests.fakes.telegram_api import FakeTelegram, make_update, sign_update
+from tests.waiting import wait_until
 
 CHAT = 7301
 SESSION = SessionKey(f"default/assistant/telegram/default/{CHAT}")
@@ -80,12 +81,7 @@ class Chat:
         ]
 
     async def until(self, check: Callable[[], bool], what: str) -> None:
-        try:
-            async with asyncio.timeout(20):
-                while not check():
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}; bot said {self.texts()}") from None
+        await wait_until(check, lambda: f"{what}; bot said {self.texts()}")
 
     async def answered(self, query: str) -> str | None:
         """The notice ``answerCallbackQuery`` carried for ``query`` (waits until it was answered)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
+from tests.waiting import wait_until
 
 TOKEN = "EAAdefault"
 SALES_TOKEN = "EAAsales"
@@ -195,14 +196,6 @@ async def test_a_delivery_is_accepted_whole_or_not_at_all(client: TestClient, sy
     assert inbox(sync_redis, DEFAULT_SESSION) == ["part 0", "part 1", "part 2"]
 
 
-async def wait_for(check: Callable[[], Awaitable[bool]], what: str, within_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def test_end_to_end_a_worker_replies_and_a_choice_round_trips(
     client: TestClient, env: dict[str, str], fake: FakeWhatsApp
 ) -> None:
@@ -216,7 +209,7 @@ async def test_end_to_end_a_worker_replies_and_a_choice_round_trips(
 
     try:
         assert await post(client, text_delivery("hello whatsapp", sender=USER)) == 200
-        await wait_for(lambda: replies(1), "the reply")
+        await wait_until(lambda: replies(1), "the reply")
         assert 'You said: "hello whatsapp"' in fake.state.texts(USER)[0]
 
         offer = {"question": "Which plan?", "options": [{"id": "plan-pro", "label": "Pro"}, {"id": "plan-free",
@@ -227,7 +220,7 @@ async def test_end_to_end_a_worker_replies_and_a_choice_round_trips(
             done = any(t.startswith("offer_choice returned") for t in fake.state.texts(USER))
             return await replies(2) and bool(fake.state.sent("interactive")) and done
 
-        await wait_for(offered, "the offer")
+        await wait_until(offered, "the offer")
         [sent_offer] = fake.state.sent("interactive")
         assert [b["reply"]["id"] for b in sent_offer["interactive"]["action"]["buttons"]] == ["plan-pro", "plan-free"]
         count = len(fake.state.sent(to=USER))
@@ -236,13 +229,13 @@ async def test_end_to_end_a_worker_replies_and_a_choice_round_trips(
             context={"from": "15550001111", "id": "wamid.OFFER"},
         )  # fmt: skip
         assert await post(client, delivery([click])) == 200
-        await wait_for(lambda: replies(count + 1), "the answer to the click")
+        await wait_until(lambda: replies(count + 1), "the answer to the click")
         assert "chose option plan-pro (Pro)" in fake.state.texts(USER)[-1]  # verified against the recorded offer
         forged = make_message(
             "interactive", sender=USER, type="button_reply", button_reply={"id": "plan-gold", "title": "Gold"},
         )  # fmt: skip
         assert await post(client, delivery([forged])) == 200
-        await wait_for(lambda: replies(count + 2), "the answer to the forged click")
+        await wait_until(lambda: replies(count + 2), "the answer to the forged click")
         assert "not offered here: plan-gold" in fake.state.texts(USER)[-1]
     finally:
         stop.set()
@@ -279,7 +272,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
                 async def replied() -> bool:
                     return bool(await SIMULATION.replies(http, details, sample.conversation))
 
-                await wait_for(replied, "the simulated reply")
+                await wait_until(replied, "the simulated reply")
                 [reply] = await SIMULATION.replies(http, details, sample.conversation)
         finally:
             stop.set()

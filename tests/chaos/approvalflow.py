@@ -16,8 +16,9 @@ from switchboard.channels.telegram.fake.platform import FakeTelegram, make_updat
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.queue.approvals import record_from_fields
 from switchboard.queue.keys import SessionKeys
+from tests.waiting import wait_until
 
-from .harness import SECRET, Gateway, chat_of, event_log, key_of, replies, wait_until
+from .harness import SECRET, Gateway, chat_of, event_log, key_of, replies
 
 __all__ = [
     "POLICY",

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
+from tests.waiting import wait_until
 
 from .checker import History, Posted, Reply, Signal, message_text
 
@@ -110,22 +111,6 @@ def chaos_env(base: dict[str, str], fake_url: str, **queue: str) -> dict[str, st
     }
     env.update({f"SWITCHBOARD_{name}": value for name, value in queue.items()})
     return env
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool] | bool], *, timeout: float, interval: float = 0.1, what: str = ""
-) -> float:
-    """Poll ``predicate`` until it is true; returns the seconds waited. Raises ``TimeoutError`` naming ``what``."""
-    started = time.monotonic()
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"not within {timeout:g} s: {what}")
-        await asyncio.sleep(interval)
 
 
 def _die_with_parent() -> None:

@@ -34,10 +34,11 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram, make_update
 from switchboard.queue.keys import SessionKeys
+from tests.waiting import wait_until
 
 from .approvalflow import approval_of, ask_refund, buttons, next_update_id, post_update, press, record
-from .harness import Gateway, chat_of, event_log, key_of, lease_holders, settled, wait_until
-from .test_approvals_r8 import PROGRAM, start
+from .harness import Gateway, chat_of, event_log, key_of, lease_holders, settled
+from .test_approvals import PROGRAM, start
 from .toolpool import ToolWorkerPool, tool_pools
 from .toolworker import (
     PAUSE_CLAIMED,
@@ -147,7 +148,12 @@ async def crash_round(
     await client.set(point.switch, HOLD_S)
     try:
         assert await press(gateway, fake, found) == 200
-        await wait_until(reached(point, client, sync, session, approval_id, key, ref), timeout=20, interval=0.01)
+        await wait_until(
+            reached(point, client, sync, session, approval_id, key, ref),
+            "the crash point reached",
+            timeout=20,
+            interval=0.01,
+        )
         if point.name == "model":
             await asyncio.sleep(0.2)  # into the final model call (it takes HOLD_S), past the settlement's fact
         held = await lease_holders(client, [session])

@@ -13,9 +13,10 @@ from aiohttp import web
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys, SessionKeys
+from tests.waiting import wait_until
 
 from .checker import check, message_text
-from .harness import BOT_TOKEN, Gateway, WorkerPool, chaos_env, chat_of, collect, event_log, key_of, replies, wait_until
+from .harness import BOT_TOKEN, Gateway, WorkerPool, chaos_env, chat_of, collect, event_log, key_of, replies
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
 

@@ -13,9 +13,10 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys
+from tests.waiting import wait_until
 
 from .checker import check
-from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, settled, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, settled
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 

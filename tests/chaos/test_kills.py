@@ -13,9 +13,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
+from tests.waiting import wait_until
 
 from .checker import check
-from .harness import Gateway, WorkerPool, chaos_env, collect, interleaved, lease_holders, settled, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, collect, interleaved, lease_holders, settled
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

@@ -11,9 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
+from tests.waiting import wait_until
 
 from .checker import check
-from .harness import Gateway, WorkerPool, chaos_env, collect, interleaved, replies, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, collect, interleaved, replies
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

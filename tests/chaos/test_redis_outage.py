@@ -15,9 +15,10 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.embedded import EmbeddedRedis
+from tests.waiting import wait_until
 
 from .checker import Signal, check
-from .harness import Gateway, WorkerPool, chaos_env, collect, settled, text, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, collect, settled, text
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(150)]
 

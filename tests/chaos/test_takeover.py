@@ -17,9 +17,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
+from tests.waiting import wait_until
 
 from .checker import check, message_text
-from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, replies, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, collect, event_log, lease_holders, replies
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
 

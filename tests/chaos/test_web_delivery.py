@@ -24,8 +24,9 @@ from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.types import SessionKey
 from switchboard.web.webchat.routes import hash_token
+from tests.waiting import wait_until
 
-from .harness import Gateway, WorkerPool, chaos_env, settled, text, wait_until
+from .harness import Gateway, WorkerPool, chaos_env, settled, text
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

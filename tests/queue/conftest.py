@@ -6,7 +6,6 @@ the real server from the suite's fixtures.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -124,15 +123,3 @@ def make_drainer(
     worker_id: str = "w1",
 ) -> Drainer:
     return Drainer(client, settings, runner=runner, deliverer=deliverer, agent_for=agent_for, worker_id=worker_id)
-
-
-async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> None:  # type: ignore[no-untyped-def]
-    """Poll an async predicate until it is true (a bound on waiting, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        if await predicate():
-            return
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(interval)

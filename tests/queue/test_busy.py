@@ -47,8 +47,9 @@ from switchboard.worker.busy import INTERRUPTED_CODE, BusyTurn, answered_part
 from switchboard.worker.cancellation import interrupt_record, listen_for_stops
 from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step, calls_step
+from tests.waiting import wait_until
 
-from .conftest import AGENT, RecordingDeliverer, agent_for, make_drainer, make_message, wait_for
+from .conftest import AGENT, RecordingDeliverer, agent_for, make_drainer, make_message
 
 WAIT_S = 5.0
 """How long a gated model step waits for the test before going on by itself (only reached on a failure)."""
@@ -109,7 +110,7 @@ async def _listening(client: aioredis.Redis, on_stop: Callable[[Any, str], bool]
         )
 
     try:
-        await wait_for(subscribed)
+        await wait_until(subscribed, "the worker subscribed to steering")
         yield
     finally:
         stop.set()
@@ -194,9 +195,9 @@ async def test_a_flood_of_interrupts_cannot_starve_the_session(
         await ingestor.ingest(make_message("m1"), busy_policy="interrupt")
         drain = asyncio.create_task(drainer.drain(session))
         for n in range(2, MAX_INTERRUPTS + 3):  # m2 … m5: three interrupts, then one the fourth run ignores
-            await wait_for(lambda n=n: _true(len(runs) == n - 1))
+            await wait_until(lambda n=n: _true(len(runs) == n - 1), "the earlier runs started")
             await ingestor.ingest(make_message(f"m{n}"), busy_policy="interrupt")
-        await wait_for(lambda: _true(len(verdicts) == MAX_INTERRUPTS + 1))
+        await wait_until(lambda: _true(len(verdicts) == MAX_INTERRUPTS + 1), "every interrupt given a verdict")
         release.set()
         await asyncio.wait_for(drain, 20)
 

@@ -16,8 +16,9 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, make_drainer, make_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,13 +38,13 @@ async def test_a_worker_killed_mid_steer_loses_nothing(
         async def running() -> bool:
             return any(e["kind"] == "run_started" for e in await read_events(client, session))
 
-        await wait_for(running, timeout=30)
+        await wait_until(running, "the run started", timeout=30)
         steered = await ingestor.ingest(make_message("and this too"), busy_policy="steer")
 
         async def taken() -> bool:  # the doomed worker's turn read it from Redis (two inbox entries now its own)
             return await client.hget(keys.attempts, f"{head}:took") == b"2"
 
-        await wait_for(taken, timeout=30)
+        await wait_until(taken, "the session taken over", timeout=30)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
@@ -64,7 +65,7 @@ async def test_a_worker_killed_mid_steer_loses_nothing(
         return bool(deliverer.texts()) and await client.llen(keys.inbox) == 0
 
     try:
-        await wait_for(answered, timeout=30)
+        await wait_until(answered, "the answer", timeout=30)
     finally:
         stop.set()
         await task

@@ -12,7 +12,8 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
 from switchboard.worker.cancellation import listen_for_stops, request_stop
-from tests.queue.conftest import RecordingDeliverer, make_drainer, make_message, wait_for
+from tests.queue.conftest import RecordingDeliverer, make_drainer, make_message
+from tests.waiting import wait_until
 
 
 class SlowRunner:
@@ -98,7 +99,7 @@ async def test_console_stop_reaches_the_model_request_of_the_real_runtime(
     async def running() -> bool:
         return "run_started" in await _kinds(client, message.session_key)
 
-    await wait_for(running)
+    await wait_until(running, "the run started")
     await asyncio.sleep(0.05)  # let the listener's subscription settle before publishing
     assert await request_stop(client, message.session_key, reason="operator stop") >= 1
     await asyncio.wait_for(drain, 10)  # far sooner than the 30 s model: the request was cancelled

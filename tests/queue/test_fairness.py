@@ -19,8 +19,9 @@ from switchboard.queue.lease import Lease
 from switchboard.settings import QueueSettings
 from switchboard.worker.drain import DrainOutcome
 from switchboard.worker.worker import SessionWorker
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 
 FLOODS = 3
 FLOOD_MESSAGES = 20
@@ -62,14 +63,14 @@ async def _flood_then_newcomer(
     async def busy() -> bool:
         return len(deliverer.texts()) >= 2 * CONCURRENCY
 
-    await wait_for(busy, timeout=20)
+    await wait_until(busy, "the busy session running", timeout=20)
     await ingestor.ingest(newcomer)
     at_ingest = len(deliverer.texts())
 
     async def all_answered() -> bool:
         return len(deliverer.texts()) == FLOODS * FLOOD_MESSAGES + 1
 
-    await wait_for(all_answered, timeout=60)
+    await wait_until(all_answered, "every session answered", timeout=60)
     stop.set()
     await task
     replies = [(s.conversation.conversation, s.action.text) for s in deliverer.sent if s.action.kind == "text"]  # type: ignore[union-attr]

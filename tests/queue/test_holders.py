@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from switchboard.queue.holders import ListenerHost
 from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import TelegramSettings
 from tests.fakes.telegram_api import FakeTelegram, make_update
+from tests.waiting import wait_until
 
 TOKEN = "123456:TEST-token-abcdefghijklmnopqrstuv"
 LEASE_MS = 600
@@ -103,36 +104,27 @@ async def hosts(async_redis: aioredis.Redis, fake: FakeTelegram) -> AsyncIterato
     await group.close()
 
 
-async def until(check: Callable[[], bool], what: str, wait_s: float = 20) -> None:
-    try:
-        async with asyncio.timeout(wait_s):
-            while not check():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for: {what}") from None
-
-
 async def test_exactly_one_host_polls_and_another_takes_over_when_it_stops(
     hosts: Hosts, fake: FakeTelegram, async_redis: aioredis.Redis
 ) -> None:
     hosts.start("host-a")
     hosts.start("host-b")
-    await until(lambda: len(hosts.holders()) == 1, "one host holds the lease")
+    await wait_until(lambda: len(hosts.holders()) == 1, "one host holds the lease")
     [first] = hosts.holders()
     lease = await async_redis.get(LEASE)
     assert lease is not None and lease.decode().endswith(f":{first}")
     for n in range(5):
         fake.push_update(make_update(f"m{n}", chat_id=501, update_id=100 + n))
-    await until(lambda: len(hosts.all_emitted()) == 5, "five updates emitted")
+    await wait_until(lambda: len(hosts.all_emitted()) == 5, "five updates emitted")
     assert hosts.emitted[first] == [str(100 + n) for n in range(5)]
 
     await hosts.stop(first)  # a graceful stop releases the lease: the other takes over without waiting for expiry
-    await until(lambda: len(hosts.holders()) == 1, "the other host holds the lease")
+    await wait_until(lambda: len(hosts.holders()) == 1, "the other host holds the lease")
     [second] = hosts.holders()
     assert second != first
     for n in range(5, 8):
         fake.push_update(make_update(f"m{n}", chat_id=501, update_id=100 + n))
-    await until(lambda: len(hosts.all_emitted()) == 8, "the rest emitted by the new holder")
+    await wait_until(lambda: len(hosts.all_emitted()) == 8, "the rest emitted by the new holder")
     assert hosts.emitted[second] == [str(100 + n) for n in range(5, 8)]
     assert sorted(hosts.all_emitted()) == [str(100 + n) for n in range(8)]  # each exactly once
     assert hosts.overlaps == 0
@@ -145,10 +137,10 @@ async def test_a_holder_that_loses_its_lease_stops_its_listener_at_once(
     hosts: Hosts, fake: FakeTelegram, async_redis: aioredis.Redis
 ) -> None:
     host = hosts.start("only")
-    await until(lambda: bool(host.held), "the host holds the lease")
-    await until(lambda: any(c.method == "getUpdates" for c in fake.calls), "polling started")
+    await wait_until(lambda: bool(host.held), "the host holds the lease")
+    await wait_until(lambda: any(c.method == "getUpdates" for c in fake.calls), "polling started")
     await async_redis.set(LEASE, "999999999999:intruder", px=60_000)  # another epoch took it
-    await until(lambda: not host.held, "the listener stopped with the lease")
+    await wait_until(lambda: not host.held, "the listener stopped with the lease")
     polls = sum(1 for c in fake.calls if c.method == "getUpdates")
     fake.push_update(make_update("while not ours", chat_id=501, update_id=300))
     await asyncio.sleep(LEASE_MS / 1000)  # a few renewal intervals in which nothing may poll
@@ -156,7 +148,7 @@ async def test_a_holder_that_loses_its_lease_stops_its_listener_at_once(
     assert hosts.emitted["only"] == []
     assert (await async_redis.get(LEASE)) == b"999999999999:intruder"  # the loser did not release another's lease
     await async_redis.delete(LEASE)
-    await until(lambda: hosts.emitted["only"] == ["300"], "the host took the free lease again and polled")
+    await wait_until(lambda: hosts.emitted["only"] == ["300"], "the host took the free lease again and polled")
     assert host.acquired == 2
 
 
@@ -193,12 +185,12 @@ async def test_a_killed_holder_process_is_taken_over_within_the_lease(
         async with asyncio.timeout(30):
             while await async_redis.lrange(f"test:emitted:{child}", 0, -1) != [b"400"]:
                 await asyncio.sleep(0.02)
-        await until(lambda: fake.state.confirmed > 400, "the child confirmed its update")
+        await wait_until(lambda: fake.state.confirmed > 400, "the child confirmed its update")
         assert not survivor.held
         process.send_signal(signal.SIGKILL)
         process.wait(10)
         fake.push_update(make_update("to whoever holds it now", chat_id=501, update_id=401))
-        await until(lambda: hosts.emitted["survivor"] == ["401"], "the survivor took over and polled")
+        await wait_until(lambda: hosts.emitted["survivor"] == ["401"], "the survivor took over and polled")
         assert survivor.acquired == 1 and (await holder()).endswith(":survivor")
         assert await async_redis.lrange(f"test:emitted:{child}", 0, -1) == [b"400"]  # each update once
     finally:

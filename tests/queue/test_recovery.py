@@ -16,8 +16,9 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, make_drainer, make_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ async def test_sigkilled_worker_process_session_is_recovered(
         async def running() -> bool:
             return any(e["kind"] == "run_started" for e in await read_events(client, msg.session_key))
 
-        await wait_for(running, timeout=30)
+        await wait_until(running, "the run started", timeout=30)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
@@ -56,7 +57,7 @@ async def test_sigkilled_worker_process_session_is_recovered(
         return deliverer.texts() == ["echo: hang here", "echo: after it"]
 
     try:
-        await wait_for(answered, timeout=20)
+        await wait_until(answered, "the answer after recovery", timeout=20)
     finally:
         stop.set()
         await task

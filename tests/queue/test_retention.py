@@ -23,8 +23,9 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, fenced_xadd
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import SessionKey
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, make_drainer, make_message
 
 _OWN_TTL = ("dedup:", ":rate", ":lease", ":cancel", ":effect:")
 """Keys that always carried their own short TTL."""
@@ -88,7 +89,7 @@ async def test_a_web_session_idle_past_its_ttl_is_gone_and_a_new_message_starts_
     async def gone() -> bool:
         return not [k for k in await _ttls(client, session) if "dedup:" not in k]
 
-    await wait_for(gone, timeout=15)
+    await wait_until(gone, "the session's keys gone", timeout=15)
     await ingestor.ingest(_web("again"), echo=_echo("again"))
     await make_drainer(client, queue_settings, deliverer).drain_session(session)
     assert deliverer.texts() == ["echo: hello", "echo: again"]

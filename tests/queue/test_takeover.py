@@ -18,8 +18,9 @@ from switchboard.queue.lease import Lease, fenced_xadd
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import ALIVE_BEATS, SessionWorker
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 
 _GLOBAL = GlobalKeys()
 
@@ -97,7 +98,9 @@ async def test_a_dead_workers_session_is_answered_by_another_worker(
         return deliverer.texts() == ["echo: orphaned"]
 
     try:
-        await wait_for(answered, timeout=20)  # neither the lease (60 s) nor the sweep (30 s) could explain it
+        await wait_until(
+            answered, "the answer from the new worker", timeout=20
+        )  # neither the lease (60 s) nor the sweep (30 s) could explain it
     finally:
         stop.set()
         await task
@@ -142,7 +145,7 @@ async def test_a_busy_worker_is_never_taken_for_dead(
         return busy_out.texts() == ["echo: take your time"]
 
     try:
-        await wait_for(answered, timeout=30)
+        await wait_until(answered, "the answer from the new worker", timeout=30)
     finally:
         stop.set()
         await asyncio.gather(busy, idle)

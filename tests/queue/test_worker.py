@@ -13,8 +13,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.reaper import live_workers
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
+from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, wait_for
+from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 
 
 def _worker(
@@ -54,7 +55,7 @@ async def test_many_sessions_concurrently_in_one_worker(
     async def all_answered() -> bool:
         return len(deliverer.texts()) == 120
 
-    await wait_for(all_answered, timeout=30)
+    await wait_until(all_answered, "every message answered", timeout=30)
     assert await live_workers(client, 5.0) == 1
     stop.set()
     await task
@@ -89,7 +90,7 @@ async def test_worker_picks_up_a_stranded_session_through_the_reaper(
     async def answered() -> bool:
         return deliverer.texts() == ["echo: stranded"]
 
-    await wait_for(answered, timeout=15)
+    await wait_until(answered, "the answer", timeout=15)
     stop.set()
     await task
 
@@ -125,7 +126,7 @@ async def test_stopping_worker_hands_running_session_to_another(
     async def answered() -> bool:
         return second.texts() == ["echo: long one"]
 
-    await wait_for(answered, timeout=15)
+    await wait_until(answered, "the answer", timeout=15)
     stop_second.set()
     await t2
 
@@ -181,7 +182,7 @@ async def test_messages_racing_with_release_are_never_stranded(
     async def all_answered() -> bool:
         return len(deliverer.texts()) == 150
 
-    await wait_for(all_answered, timeout=30)
+    await wait_until(all_answered, "every message answered", timeout=30)
     stop.set()
     await task
     got: dict[str, list[str]] = defaultdict(list)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,7 @@ from tests.channels.slack_support import BOT_TOKEN, dm, make_channel
 from tests.channels.test_whatsapp import settings as whatsapp_settings
 from tests.core.turns import agent, answer_step, calls_step
 from tests.fakes.telegram_api import FakeCall, FakeTelegram
+from tests.waiting import wait_until
 
 TOKEN = "123456:TEST-token-abcdefghijklmnopqrstuv"
 WA_USER = "15551234567"
@@ -97,14 +98,6 @@ def drainer(
     )  # fmt: skip
 
 
-async def until(check: Callable[[], bool], within_s: float = 20.0) -> None:
-    """Wait until ``check()`` holds (the test fails if it never does)."""
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.02)
-
-
 async def history_of(redis: aioredis.Redis, message: InboundMessage) -> bytes:
     """The session's conversation history as stored (JSON entries, joined)."""
     entries = await redis.lrange(SessionKeys(message.session_key).history, 0, -1)
@@ -144,8 +137,14 @@ async def test_an_editing_channel_shows_one_status_message_kept_up_to_date_then_
     # the status is edited with growing elapsed times while the slow command runs, and shows the quick one's end
     # (Telegram shows the Markdown as HTML)
     quick_done = "<code>echo quick</code> — exit 0"
-    await until(lambda: len({seconds(c.params["text"]) for c in telegram_status(fake)[1]}) >= 2)
-    await until(lambda: any(quick_done in text and " — running" in text for text in texts_so_far()))
+    await wait_until(
+        lambda: len({seconds(c.params["text"]) for c in telegram_status(fake)[1]}) >= 2,
+        "two different elapsed times shown",
+    )
+    await wait_until(
+        lambda: any(quick_done in text and " — running" in text for text in texts_so_far()),
+        "the quick command shown done while the slow one runs",
+    )
     (workspace_for(tmp_path, message.session_key) / "go").write_text("")
     await asyncio.wait_for(drain, 30)
 
@@ -183,7 +182,7 @@ async def test_a_stopped_call_says_so_and_stops_updating(
     worker = drainer(async_redis, tmp_path, bwrap, steps, ChannelDeliverer({("telegram", "default"): channel}))
     await Ingestor(async_redis, QUEUE).ingest(message)
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: len(telegram_status(fake)[0]) == 1)
+    await wait_until(lambda: len(telegram_status(fake)[0]) == 1, "one status message")
     assert worker.cancel(message.session_key, "stopped on request")
     await asyncio.wait_for(drain, 30)
 
@@ -207,7 +206,9 @@ async def test_progress_that_cannot_be_shown_never_fails_the_call(
     worker = drainer(async_redis, tmp_path, bwrap, steps, ChannelDeliverer({("telegram", "default"): channel}))
     await Ingestor(async_redis, QUEUE).ingest(message)
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: any(c.status == 400 for c in fake.calls))  # the status message was refused
+    await wait_until(
+        lambda: any(c.status == 400 for c in fake.calls), "the status message refused (400)"
+    )  # the status message was refused
     (workspace_for(tmp_path, message.session_key) / "go").write_text("")
     await asyncio.wait_for(drain, 30)
     assert telegram_status(fake) == ([], [])
@@ -232,7 +233,7 @@ async def test_a_channel_that_cannot_edit_gets_a_bounded_number_of_notices_and_t
     def notices() -> list[str]:
         return [t for t in fake.state.texts(WA_USER) if "Running" in t]
 
-    await until(lambda: len(notices()) == FAST.progress_notices)
+    await wait_until(lambda: len(notices()) == FAST.progress_notices, "every progress notice")
     # run on past the time a third notice would have come (0.1 s × 6² = 3.6 s into the call), and then some
     third = FAST.progress_after_s * 6**2
     await asyncio.sleep(max(third * 1.5 - (time.monotonic() - started), 0))
@@ -267,7 +268,9 @@ async def test_slack_edits_its_status_message_the_same_way(
     worker = drainer(async_redis, tmp_path, bwrap, steps, ChannelDeliverer({("slack", "default"): channel}))
     await Ingestor(async_redis, QUEUE).ingest(message)
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: len(fake.sent("chat.update")) >= 1)  # an update while the command runs
+    await wait_until(
+        lambda: len(fake.sent("chat.update")) >= 1, "a chat.update while the command runs"
+    )  # an update while the command runs
     (workspace_for(tmp_path, message.session_key) / "go").write_text("")
     await asyncio.wait_for(drain, 30)
 

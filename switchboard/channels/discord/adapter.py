@@ -1,22 +1,9 @@
 """① and ⑤ for Discord: the interactions endpoint, the gateway listener, and sends over REST.
 
-Inbound comes two ways. **Slash commands and button clicks** reach ``POST /webhooks/discord`` (the application's
-Interactions Endpoint URL): Ed25519 over ``timestamp + raw body`` with the application's public key, checked
-before anything is parsed (a bad, missing or stale signature is 401, which Discord tests on purpose); a PING is
-answered PONG after verification; ``/ask``, ``/reset``, ``/stop`` become ``CommandIssued`` and clicks
-``ChoiceSelected``. ``/ask`` and clicks are answered with a deferred response (type 5 / type 6) once durably
-queued, so the reply follows within the token's 15 minutes; ``/reset`` and ``/stop`` are confirmed at once (a
-short ephemeral message: a deferred response left unanswered would "think" until it fails). **Ordinary
-messages** come over the gateway (:mod:`~switchboard.channels.discord.gateway`), held by exactly one process
-per bot (the listener host's fenced lease): direct messages always, guild channels on a mention of the bot,
-threads as sessions of their own (:mod:`~switchboard.channels.discord.inbound`). Interactions arriving over the
-gateway (an application without an endpoint URL) are queued the same way and answered with the callback route.
-
-Outbound is REST on one aiohttp pool (:mod:`~switchboard.channels.discord.api`, per-route buckets honoured
-before sending) and :mod:`~switchboard.channels.discord.outbound` (interaction follow-ups while the token lives;
-channel messages with ``nonce`` + ``enforce_nonce`` otherwise; never any mention). Markdown mostly passes through
-and is split after rendering into parts of at most 2,000 characters with balanced code fences
-(:mod:`~switchboard.channels.render.discord`). Streaming is by edits; choices are buttons.
+Slash commands and clicks reach ``POST /webhooks/discord`` (Ed25519 over timestamp and raw body, checked before
+parsing) and are answered with a deferred response once durably queued; ordinary messages come over the gateway,
+held by exactly one process per bot. Sends go over REST with per-route buckets honoured before sending, ``nonce`` +
+``enforce_nonce`` against duplicates, and never a mention (``docs/channels/discord.md``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Discord's REST API on one aiohttp pool, honouring its per-route rate-limit buckets before sending.
 
-Discord groups routes into buckets it names in ``X-RateLimit-Bucket``; a bucket is per *major parameter* (the
-channel, guild, or interaction webhook). Every answer says how many requests are left in the bucket
-(``X-RateLimit-Remaining``) and when it refills (``X-RateLimit-Reset-After``). Before a request whose bucket is
-empty, the client waits when the refill is near (≤ ``max_wait_s``) and otherwise raises
-:class:`~switchboard.errors.RateLimitedError` so the outbox retries that send alone later; a 429 (per route,
-shared or global) does the same with Discord's ``retry_after``. These buckets live in the process; the
-account-wide and per-chat token buckets shared by every worker are the send context's ``pace()``.
-
-URLs of interaction webhooks contain the interaction token: errors and logs name the route template only.
+Before a request whose bucket is empty the client waits when the refill is near, and otherwise raises
+:class:`~switchboard.errors.RateLimitedError` so the outbox retries that send alone later. Interaction webhook URLs
+contain the interaction token: errors and logs name the route template only.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Discord's gateway: one websocket per bot that receives messages, spoken on aiohttp.
 
-Why not discord.py's client: it has no option for its REST or gateway URL (only process-wide class attributes,
-``Route.BASE`` and ``DiscordWebSocket.DEFAULT_GATEWAY``, so accounts with different API roots cannot share a
-process), and it dispatches every event as a fire-and-forget task after advancing its sequence number, so an
-event cannot be handed to the durable ingest *before* the connection moves on. This client does exactly what
-Switchboard needs and no more:
-
-``HELLO`` → heartbeats every ``heartbeat_interval`` (the first after a random fraction of it) → ``IDENTIFY``
-(or ``RESUME`` with the session and the last *handled* sequence number) → ``READY`` → dispatches, each handled
-(emitted durably) before the next frame is read and only then counted in the sequence number. If emitting
-fails, the connection is dropped and resumed from the last handled event, so Discord replays it. A missed
-heartbeat ACK (a zombie connection), ``RECONNECT`` (op 7), a resumable ``INVALID_SESSION`` (op 9) or a dropped
-socket resume; close codes that mean misconfiguration (bad token, intents not enabled) are logged and retried
-slowly, never in a tight loop.
+Not discord.py's client: it cannot take another REST or gateway URL per account, and it advances its sequence number
+before dispatching, so an event could not be handed to the durable ingest before the connection moves on. Here each
+dispatch is emitted durably before the next frame is read and only then counted, so a failed emit resumes from the
+last handled event and Discord replays it; misconfiguration close codes are retried slowly, never in a tight loop.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Discord's inbound payloads — interactions and gateway dispatches — as normalised inbound messages.
+"""Discord's inbound payloads, interactions and gateway dispatches, as normalised inbound messages.
 
-Two shapes arrive: an *interaction* (a slash command, a user or message context-menu command, or a button click, by
-HTTP POST to the interactions endpoint or as a gateway ``INTERACTION_CREATE``) and a gateway *message* event
-(``MESSAGE_CREATE`` / ``_UPDATE`` / ``_DELETE``). Both become :class:`~switchboard.core.messages.InboundMessage`
-drafts here; verifying the request and speaking the gateway protocol happen elsewhere.
-
-Who reaches the agent: direct messages always; guild channels and threads when the bot is mentioned (the
-mention is stripped) or replied to; never the bot itself, other bots or webhooks (no bot-to-bot loops). The
-conversation is the channel id; a thread is its own session (``conversation`` = parent channel,
-``thread`` = thread id), so a reply is sent to the thread. Dedup keys are the snowflakes: ``m:<message id>``,
-``i:<interaction id>``, ``e:<message id>:<edited_timestamp>`` and ``d:<message id>``.
-
-A context-menu command (``data.type`` 2 ``USER`` or 3 ``MESSAGE``) is a :class:`CommandIssued` named as the menu
-entry, whose text names its target from ``data.resolved`` by ``data.target_id`` (``[target user: Grace (@grace, id
-777)]``, ``[target message <id> by Grace (id 777): <its text>]``); the target message's files are its attachments.
-Discord has no native location or contact share: those arrive as text or links, read as such.
+Direct messages always reach the agent; guild channels and threads when the bot is mentioned or replied to; never the
+bot itself, other bots or webhooks (no bot-to-bot loops). A thread is its own session, and the snowflakes are the
+dedup keys. Verifying requests and speaking the gateway protocol happen elsewhere.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """A small Graph API client on one aiohttp pool, shared by the Meta channels, and its error classification.
 
-There is no official Python SDK for the Graph API. A call is ``{base}/{path}`` (``base`` is the channel's
-``GRAPH_BASE_URL``, version included: ``https://graph.facebook.com/v23.0``) with ``Authorization: Bearer <token>``;
-the token lives only in that header — never in a URL, a log, an event or an exception's text.
-
-Errors come as ``{"error": {"code", "error_subcode", "message", ...}}`` and are classified (:func:`classify`):
-
-- throttling (codes 4, 17, 32, 613, 80001–80014, 130429, 131048, 131056) → :class:`GraphRateLimited` with a
-  jittered back-off (Meta sends no reliable ``Retry-After``);
-- auth (190, 102, 10 and 200–299 permissions, 131005, HTTP 401) → :class:`GraphError` ``kind="auth"``, not
-  retryable, and an ``auth_failed`` alert (event + count + ERROR log);
-- messaging window closed (WhatsApp 131047; Messenger/Instagram code 10 with subcode 2018278, 2534022, or
-  code 100 subcode 2018108) → ``kind="window"``, not retryable (the channel sends its template or records it);
-- invalid recipient (131026, 131030, 131021, 551, code 100 with subcode 2018001/2018109/1545041) →
-  ``kind="recipient"``, not retryable (the outbox dead-letters the send);
-- 5xx, codes 1/2/131000/131016/133004 and network trouble → retryable :class:`GraphError` ``kind="transient"``;
-- anything else → ``kind="refused"``, not retryable.
-
-Downloads (:meth:`GraphApi.download`) fetch URLs that come from payloads or Graph answers, so every hop is
-checked (:func:`media_allowed`): ``https`` on Meta's media domains (:data:`MEDIA_DOMAINS`), port 443, no userinfo
-— or the configured Graph API's own origin (the fakes) — redirects followed by hand, at most
-``_download.MAX_REDIRECTS``, each re-checked; the size is capped. The bearer token goes only to the Graph host and the
-media hosts that want it (:data:`TOKEN_HOSTS`: WhatsApp's ``lookaside.fbsbx.com``), never to a CDN host.
+There is no official Python SDK for the Graph API. The token lives only in the ``Authorization`` header, never in a
+URL, a log, an event or an exception's text; errors are classified by :func:`classify`. Downloads check every hop
+(:func:`media_allowed`: Meta's media domains over https, or the configured Graph origin), follow redirects by hand
+and cap the size; the token goes only to the hosts that want it (:data:`TOKEN_HOSTS`).
 """
 
 from __future__ import annotations
@@ -142,7 +124,21 @@ def _int(value: Any) -> int | None:
 
 
 def classify(status: int, answer: Any, *, channel: str, what: str) -> GraphError | GraphRateLimited:
-    """The error an unsuccessful answer (``status``, parsed JSON or ``None``) stands for."""
+    """The error an unsuccessful answer (``status``, parsed JSON or ``None``) stands for.
+
+    Errors come as ``{"error": {"code", "error_subcode", "message", ...}}`` and are classified (:func:`classify`):
+
+    - throttling (codes 4, 17, 32, 613, 80001–80014, 130429, 131048, 131056) → :class:`GraphRateLimited` with a
+      jittered back-off (Meta sends no reliable ``Retry-After``);
+    - auth (190, 102, 10 and 200–299 permissions, 131005, HTTP 401) → :class:`GraphError` ``kind="auth"``, not
+      retryable, and an ``auth_failed`` alert (event + count + ERROR log);
+    - messaging window closed (WhatsApp 131047; Messenger/Instagram code 10 with subcode 2018278, 2534022, or
+      code 100 subcode 2018108) → ``kind="window"``, not retryable (the channel sends its template or records it);
+    - invalid recipient (131026, 131030, 131021, 551, code 100 with subcode 2018001/2018109/1545041) →
+      ``kind="recipient"``, not retryable (the outbox dead-letters the send);
+    - 5xx, codes 1/2/131000/131016/133004 and network trouble → retryable :class:`GraphError` ``kind="transient"``;
+    - anything else → ``kind="refused"``, not retryable.
+    """
     error = answer.get("error") if isinstance(answer, dict) else None
     error = error if isinstance(error, dict) else {}
     code = _int(error.get("code")) or 0

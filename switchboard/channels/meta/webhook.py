@@ -1,20 +1,9 @@
 """What the three Meta channels (WhatsApp, Instagram, Messenger) share on the way in.
 
-- :func:`verify_request`: the ``GET`` subscription handshake (``hub.mode=subscribe`` and ``hub.verify_token``
-  compared in constant time; wrong → 403) and the ``X-Hub-Signature-256`` check of every ``POST`` (``sha256=``
-  HMAC-SHA256 of the raw body with the app secret, constant time, before anything is parsed; missing, ``sha1=``
-  only, repeated or wrong → 401; no app secret configured → 403). :func:`handshake_answer` echoes
-  ``hub.challenge`` as ``text/plain`` once verified.
-- :func:`load_delivery`: the verified body as JSON, checked to be the app's ``object`` (400 otherwise).
-- :class:`AccountMap`: one app's webhook URL serves every number / page of the app, so the account a message
-  belongs to comes from the payload (WhatsApp ``metadata.phone_number_id``, a Page or Instagram account id in
-  ``entry[].id``). The map names the configured account claiming a platform id; an id nobody claims gets a name
-  no account has (:data:`UNCLAIMED_PREFIX`), and the ingest router drops its messages with a metric.
-- :func:`record_event`: window failures, template fallbacks and auth alerts as structured log records plus
-  per-process counters (:data:`EVENT_COUNTS`); never message bodies, never tokens. (Delivery statuses are not
-  events of this kind: adapters return them as ``Inbound.statuses``, facts in the session's event log.)
-
-The Graph API client and its error classification are in :mod:`switchboard.channels.meta.graph`.
+The handshake and the ``X-Hub-Signature-256`` check on the raw body (:func:`verify_request`, constant time, before
+anything is parsed), the delivery's JSON (:func:`load_delivery`), the account a message belongs to
+(:class:`AccountMap`: one app's webhook URL serves every number and page) and structured operator events
+(:func:`record_event`, never bodies or tokens). The Graph API client is :mod:`switchboard.channels.meta.graph`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """The agent's Markdown in Discord's dialect, split into messages of at most 2,000 characters.
 
-Discord renders most Markdown itself (bold, italics, strike-through, spoilers, code, fenced blocks, quotes,
-headings ``#``–``###``, lists, masked links), so the text mostly passes through. What changes:
-
-- images (``![alt](url)``) become links (Discord shows Markdown images as literal text);
-- ``####`` and deeper headings become bold lines (Discord only knows three levels);
-- plain text of our own (error notices, labels) is escaped with :func:`escape_markdown`.
-
-Mentions are never rewritten here: every send carries ``allowed_mentions: {"parse": []}``, so ``@everyone``,
-``<@id>`` and ``<@&role>`` written by the model show as text and notify nobody.
-
-Splitting comes *after* rendering and counts UTF-16 code units (never more than Discord's count, whichever it
-uses). A part is cut at a blank line, else a line break, else a space, else anywhere but inside a surrogate
-pair, and never just before a ```` ``` ```` or ``~~~`` that is in mid-line (the next part would open with a fence
-the text does not have); a fenced code block open at a cut is closed at the end of the part and reopened (same
-info string) at the start of the next, so every part renders on its own.
+Discord renders most Markdown itself, so the text mostly passes through; images become links and headings past
+``###`` bold lines. Mentions are never rewritten here: every send carries ``allowed_mentions: {"parse": []}``, so
+nothing the model writes notifies anyone. :func:`split_content` splits after rendering, keeping code fences balanced.
 """
 
 from __future__ import annotations
@@ -100,7 +88,14 @@ def _fence_ahead(text: str, at: int) -> bool:
 
 
 def split_content(text: str, limit: int = MAX_CONTENT) -> list[str]:
-    """``text`` in parts of at most ``limit`` UTF-16 units, each with balanced code fences; no empty parts."""
+    """``text`` in parts of at most ``limit`` UTF-16 units, each with balanced code fences; no empty parts.
+
+    Splitting comes *after* rendering and counts UTF-16 code units (never more than Discord's count, whichever it
+    uses). A part is cut at a blank line, else a line break, else a space, else anywhere but inside a surrogate
+    pair, and never just before a ```` ``` ```` or ``~~~`` that is in mid-line (the next part would open with a fence
+    the text does not have); a fenced code block open at a cut is closed at the end of the part and reopened (same
+    info string) at the start of the next, so every part renders on its own.
+    """
     parts: list[str] = []
     fence: tuple[str, str] | None = None
     rest = text.strip("\n")

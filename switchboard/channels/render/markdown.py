@@ -1,12 +1,8 @@
 """Reading the agent's Markdown: one walk over markdown-it's syntax tree, and code fences line by line.
 
-The dialects that rewrite Markdown into another markup (Telegram HTML, Slack mrkdwn, plain text) subclass
-:class:`Walker`: it knows the structure every dialect shares (lists as ``•`` or numbered lines, tables as
-``a | b`` lines, rules as a dash line, blocks joined by blank lines) and asks the dialect only for what differs
-(escaping, emphasis, code, links, quotes). Raw HTML is never parsed (``html`` off): it reaches the dialect as text.
-
-The dialects that pass Markdown through (Discord, WhatsApp) read it line by line instead; :func:`fenced_lines`
-tells them which lines belong to a fenced code block, which they leave alone.
+Dialects that rewrite Markdown (Telegram HTML, Slack mrkdwn, plain text) subclass :class:`Walker`, which knows the
+shared structure and asks only for what differs; raw HTML is never parsed. Dialects that pass Markdown through
+(Discord, WhatsApp) use :func:`fenced_lines` to leave code blocks alone.
 """
 
 from __future__ import annotations

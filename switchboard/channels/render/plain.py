@@ -1,13 +1,8 @@
 """The agent's Markdown as plain text for Messenger and Instagram, split within each platform's limit.
 
-Neither platform renders any markup in a message's ``text``, so the Markdown is read (markdown-it, raw HTML off)
-and written back as the text a reader would see: emphasis markers dropped, headings as their own lines, lists as
-``•`` or numbered lines, quotes with ``> ``, code as it is, tables as ``a | b`` lines, and links as their text
-followed by the URL (``docs (https://…)``; a bare URL once). The apps link bare URLs themselves.
-
-Splitting comes after rendering, with :func:`~switchboard.channels.render.split.split_reply`: Messenger within 2,000
-characters, Instagram within 1,000 UTF-8 bytes (an emoji is four bytes, an accented letter two). Quick-reply
-titles are cut to 20 characters the same way, never inside a character.
+Neither platform renders markup, so the Markdown is written back as the text a reader would see (links as their text
+followed by the URL; the apps link bare URLs themselves). Splitting comes after rendering: Messenger within 2,000
+characters, Instagram within 1,000 UTF-8 bytes; quick-reply titles are cut the same way, never inside a character.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The agent's Markdown as Slack mrkdwn, split into messages that each fit Slack's limits; Slack text read back.
 
-Model output is untrusted: every ``&``, ``<`` and ``>`` of its text is escaped (``&amp;`` ``&lt;`` ``&gt;``, the
-only escapes mrkdwn knows), so ``<!channel>``, ``<!here>``, ``<!everyone>``, ``<@U…>`` or ``<!subteam^…>`` written
-by the model arrive as visible text and never notify anyone; a bare ``@channel``/``@here``/``@everyone`` gets a
-word joiner after its ``@`` as well. The only ``<…>`` this module writes are links, to ``http``, ``https`` or
-``mailto`` targets whose ``<``, ``>``, ``|`` and spaces are percent-encoded, so a link cannot smuggle a mention in.
-
-``**bold**`` becomes ``*bold*``, ``_em_`` ``_em_``, ``~~strike~~`` ``~strike~``, headings bold lines, lists
-``•``/numbered lines, fences ```` ``` ```` blocks (mrkdwn has no language tag), quotes ``>`` lines, tables
-``a | b`` lines.
-
-Splitting happens *after* rendering, on the mrkdwn itself, like the Telegram renderer: the renderer marks where
-each span and code block opens and closes with private-use characters, so the splitter cuts only between
-characters or whole escapes and links, closes what is open at a cut (a code fence with ```` ``` ````, bold with
-``*``) and reopens it at the start of the next part; the markers then become mrkdwn.
+Model output is untrusted: every ``&``, ``<`` and ``>`` is escaped, so a mention written by the model arrives as text
+and notifies nobody, and the only ``<…>`` written here are links with their specials percent-encoded. Splitting
+happens after rendering, on the mrkdwn itself: private-use markers let the splitter cut only between whole escapes
+and links, closing and reopening what is open at a cut (:func:`render_mrkdwn`).
 """
 
 from __future__ import annotations
@@ -213,7 +203,17 @@ def split_mrkdwn(marked: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
 
 
 def render_mrkdwn(markdown: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """Render the agent's Markdown to mrkdwn and split it into messages (an empty list for blank text)."""
+    """Render the agent's Markdown to mrkdwn and split it into messages (an empty list for blank text).
+
+    ``**bold**`` becomes ``*bold*``, ``_em_`` ``_em_``, ``~~strike~~`` ``~strike~``, headings bold lines, lists
+    ``•``/numbered lines, fences ```` ``` ```` blocks (mrkdwn has no language tag), quotes ``>`` lines, tables
+    ``a | b`` lines.
+
+    Splitting happens *after* rendering, on the mrkdwn itself, like the Telegram renderer: the renderer marks where
+    each span and code block opens and closes with private-use characters, so the splitter cuts only between
+    characters or whole escapes and links, closes what is open at a cut (a code fence with ```` ``` ````, bold with
+    ``*``) and reopens it at the start of the next part; the markers then become mrkdwn.
+    """
     return split_mrkdwn(markdown_to_mrkdwn(markdown), limit)
 
 

@@ -1,15 +1,7 @@
 """Splitting a reply into messages within a channel's length limit.
 
-Two splitters. :func:`split_reply` cuts *Markdown* (the streaming policy's parts, and the dialects that render
-after splitting or pass Markdown through): cuts fall at the last paragraph break, else line break, else space in
-the second half of the allowance, else at the limit itself; a part is an exact slice of the reply (joined, the parts
-are the reply again), except that a code block cut in two is closed at the end of one part and reopened (with its
-language) at the start of the next. Lengths are measured in the channel's unit: characters, UTF-8 bytes or UTF-16
-code units.
-
-:func:`split_marks` cuts *rendered* markup (Telegram HTML, Slack mrkdwn) given as :class:`Mark` tokens: only
-between tokens, so never inside a tag, an entity or a link; the spans open at a cut are closed at the end of the
-part and reopened at the start of the next one, so every part is balanced on its own.
+:func:`split_reply` cuts Markdown, :func:`split_marks` rendered markup given as :class:`Mark` tokens; both keep every
+part balanced on its own. Lengths are measured in the channel's unit: characters, UTF-8 bytes or UTF-16 code units.
 """
 
 from __future__ import annotations
@@ -109,7 +101,14 @@ def _next(rest: str, fence: str | None, limit: int, unit: Unit) -> tuple[str, st
 
 
 def split_reply(text: str, limit: int, unit: Unit = "chars") -> list[str]:
-    """``text`` as parts of at most ``limit`` (in ``unit``) each; one part when it fits."""
+    """``text`` as parts of at most ``limit`` (in ``unit``) each; one part when it fits.
+
+    It cuts *Markdown* (the streaming policy's parts, and the dialects that render after splitting or pass Markdown
+    through): cuts fall at the last paragraph break, else line break, else space in the second half of the allowance,
+    else at the limit itself; a part is an exact slice of the reply (joined, the parts are the reply again), except that
+    a code block cut in two is closed at the end of one part and reopened (with its language) at the start of the next.
+    Lengths are measured in the channel's unit: characters, UTF-8 bytes or UTF-16 code units.
+    """
     if measure(text, unit) <= limit:
         return [text]
     parts: list[str] = []
@@ -205,6 +204,10 @@ def split_marks(
     ``finish`` turns a part into what is sent; ``trim`` drops the spaces and line ends a part would leave inside
     the spans closed at its end. A part's first text token that cannot fit even alone is handed to ``divide``
     (when given) for smaller tokens to cut between; with none (an empty list), the part holds just that token.
+
+    It cuts *rendered* markup (Telegram HTML, Slack mrkdwn) given as :class:`Mark` tokens: only between tokens, so never
+    inside a tag, an entity or a link; the spans open at a cut are closed at the end of the part and reopened at the
+    start of the next one, so every part is balanced on its own.
     """
     parts: list[str] = []
     stack: tuple[Mark, ...] = ()

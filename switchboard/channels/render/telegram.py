@@ -1,14 +1,8 @@
 """The agent's Markdown as Telegram HTML, split into messages that each fit the platform's limit.
 
-Model output is untrusted text: raw HTML in it is never passed through (markdown-it runs with ``html``
-off, so ``<script>`` arrives here as text and is escaped), and only the tags Telegram's HTML mode
-understands are produced. Links keep only ``http``, ``https``, ``tg`` and ``mailto`` targets.
-
-Telegram's nesting rules (Bot API, "Formatting options") shape the output: ``pre`` and ``code`` hold
-no other markup, ``a`` holds no code, blockquotes do not nest and hold no links, code or ``pre``.
-Splitting happens *after* rendering, on the HTML itself: a part is cut only between characters or
-entities, never inside a tag or an entity; tags open at a cut are closed at the end of the part and
-reopened at the start of the next one.
+Model output is untrusted: raw HTML in it is escaped, only tags Telegram understands are produced, following its
+nesting rules, and links keep only ``http``, ``https``, ``tg`` and ``mailto`` targets. Splitting happens after
+rendering, never inside a tag or an entity, closing and reopening what is open at a cut.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The agent's Markdown in WhatsApp's formatting, split into messages of at most 4,096 characters.
 
-WhatsApp marks ``*bold*``, ``_italic_``, ``~strike~`` and ```` ```monospace``` ```` (and, in newer clients,
-``- `` lists and ``> `` quotes); it has no links, headings or images. So:
-
-- ``**bold**`` / ``__bold__`` → ``*bold*``; ``*italic*`` → ``_italic_``; ``~~strike~~`` → ``~strike~``;
-- inline ```code``` → ```` ```code``` ```` (monospace every client shows);
-- headings → bold lines; ``* item`` lists → ``- item`` (a leading ``*`` would start bold);
-- ``[text](url)`` → ``text (url)``, images ``![alt](url)`` → ``alt (url)``;
-- fenced code blocks keep their fences but lose the info string (WhatsApp would show ``python`` as text); nothing
-  inside them is rewritten.
-
-Splitting comes after rendering, with the shared splitter (:func:`~switchboard.channels.render.split.split_reply`): cuts
-at paragraph, line or word breaks, and a code block cut in two is closed and reopened.
+WhatsApp has bold, italic, strike-through, monospace, lists and quotes but no links, headings or images
+(:func:`render_whatsapp` lists each rewrite). Splitting comes after rendering, with the shared splitter
+(:func:`~switchboard.channels.render.split.split_reply`).
 """
 
 from __future__ import annotations
@@ -71,7 +62,15 @@ def _plain_spans(line: str) -> str:
 
 
 def render_whatsapp(markdown: str) -> str:
-    """The agent's Markdown as WhatsApp-formatted text (see the module docstring)."""
+    """The agent's Markdown as WhatsApp-formatted text (see the module docstring).
+
+    - ``**bold**`` / ``__bold__`` → ``*bold*``; ``*italic*`` → ``_italic_``; ``~~strike~~`` → ``~strike~``;
+    - inline ```code``` → ```` ```code``` ```` (monospace every client shows);
+    - headings → bold lines; ``* item`` lists → ``- item`` (a leading ``*`` would start bold);
+    - ``[text](url)`` → ``text (url)``, images ``![alt](url)`` → ``alt (url)``;
+    - fenced code blocks keep their fences but lose the info string (WhatsApp would show ``python`` as text); nothing
+      inside them is rewritten.
+    """
     out: list[str] = []
     role: LineRole = "text"
     for line, role in fenced_lines(markdown):

@@ -1,18 +1,8 @@
 """① and ⑤ for Slack: the Events API and interactivity over HTTP or Socket Mode, sends through the Web API.
 
-Inbound over HTTP, one URL for events and interactivity (``/webhooks/slack[/{account}]``): the v0 signature
-(``X-Slack-Signature`` = ``v0=`` HMAC-SHA256 of ``v0:{timestamp}:{raw body}`` with the signing secret) is checked
-in constant time on the raw bytes, with the timestamp within five minutes, before anything is parsed — so
-``url_verification`` is answered with its challenge only once it is authentic. slack-sdk's ``SignatureVerifier``
-is not used: it decodes the body as UTF-8 and calls ``int()`` on the timestamp header (hostile bytes would raise, not
-answer 401). Every accepted request is answered with Slack's empty 200 (a click's 200 is its acknowledgement
-within 3 s); what the payload carries is parsed by :mod:`~switchboard.channels.slack.inbound`.
-
-With an app-level token (``SWITCHBOARD_SLACK__APP_TOKEN``) the account receives over Socket Mode instead
-(:mod:`~switchboard.channels.slack.socket`): the same payloads, acknowledged once durably accepted, one
-connection per account across every process (the listener host holds the lease).
-
-Outbound goes through :mod:`~switchboard.channels.slack.outbound` on one connection pool for the adapter's life.
+The v0 signature is checked in constant time on the raw bytes, timestamp within five minutes, before anything is
+parsed (slack-sdk's ``SignatureVerifier`` is not used: hostile bytes would make it raise, not answer 401). With an
+app-level token the account receives over Socket Mode instead, one connection per account across every process.
 """
 
 from __future__ import annotations

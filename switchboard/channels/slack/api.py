@@ -1,13 +1,9 @@
 """A small Slack Web API client on one aiohttp session: POST JSON with a bearer token, read ``{"ok": …}``.
 
-slack-sdk's ``AsyncWebClient`` does the same with a new ``aiohttp.ClientSession`` per call by default and
-more machinery per request; the gateway keeps one keep-alive pool for the adapter's life instead. A call is a
-POST of a JSON body to ``{base}{method}`` (``base`` ends with ``/``, as slack-sdk's ``base_url`` does) with
-``Authorization: Bearer <token>``; tokens live only in that header, never in a URL, a log or an error text.
-
-Answers map to the gateway's errors: HTTP 429 (``Retry-After``) or ``ratelimited`` → :class:`RateLimitedError`;
-5xx, Slack's transient errors, timeouts and network trouble → retryable :class:`DeliveryError`; any other
-``"ok": false`` → :class:`SlackRefusal` (not retryable) carrying Slack's error code for callers that react to it.
+slack-sdk's ``AsyncWebClient`` makes a new session per call by default; the gateway keeps one keep-alive pool for the
+adapter's life. Tokens live only in the ``Authorization`` header, never in a URL, a log or an error text. Answers map
+to the gateway's errors: 429 or ``ratelimited`` → :class:`RateLimitedError`; 5xx and transient errors → retryable;
+other refusals → :class:`SlackRefusal`, carrying Slack's error code.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Slack payloads → inbound events: Events API callbacks and interactivity, from HTTP or Socket Mode alike.
 
-Direct messages always reach the agent; in channels, group DMs and private channels only a message that
-mentions the bot (``app_mention``, or a ``message`` whose text holds ``<@BOT>``). The bot's own messages
-(``bot_id`` / ``user`` equal to the bot's, learnt from ``auth.test`` or the payload's ``authorizations``) and
-other bots' (``subtype: bot_message``) are dropped; ``message_changed`` and ``message_deleted`` become
-:class:`MessageEdited` / :class:`MessageDeleted` under the same rules. A channel conversation keeps to its
-thread: ``thread_ts or ts`` is the session's thread and where replies go; a DM is one session unless the user
-wrote in a thread (assistant threads), which is then its own. Slack has no native location or contact share
-(a map link or a name is plain text): nothing to turn into a :class:`~switchboard.core.messages.Location` part.
-
-Dedup keys: a new message is keyed by its ``ts`` (unique per channel, and a session never spans channels),
-which covers Slack's retries of the same ``event_id`` *and* the second event Slack sends for one message when
-the app subscribes to both ``app_mention`` and ``message.channels``; an edit or deletion by its ``event_id``; a
-button click by its ``action_ts`` and user. Retries (``X-Slack-Retry-Num``) are never dropped as such: they reach
-the ingest and its dedup record answers them.
+Direct messages always reach the agent; elsewhere only messages that mention the bot; the bot's own and other bots'
+messages are dropped. A channel conversation keeps to its thread. A new message is deduplicated on its ``ts``, which
+covers both Slack's retries and the second event it sends when the app subscribes to ``app_mention`` and
+``message.channels``; retries are never dropped as such, the ingest's dedup record answers them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """⑤ for Slack: every send action through the Web API, within Slack's limits, resumable part by part.
 
-Text is rendered to mrkdwn and split after rendering (:mod:`~switchboard.channels.render.slack`); each part is one
-``chat.postMessage`` in the conversation's thread, preceded by ``await send.pace()`` (the shared rate buckets)
-and followed by ``await send.part_sent(ts)``, so a retry on any worker resumes after the parts already sent.
-
-Native streaming (``chat.startStream`` → ``appendStream`` → ``stopStream``) carries ``StreamText``: the stream
-message holds at most :data:`STREAM_CAP` characters of the reply's Markdown; the final action closes it and posts
-whatever is left as ordinary parts in the same thread. Slack streams only into threads: a top-level direct message
-(no thread) and a workspace without the methods get a :class:`Receipt` with ``handle=None`` and
-``detail["streaming"] == "unavailable"`` on the opening action (nothing was sent): the caller then streams by
-edits (``SendText`` + ``EditText``). An account whose workspace answered ``unknown_method``/``not_allowed`` (and
-friends) remembers it and declares ``streaming="edits"`` from then on.
+Text is rendered to mrkdwn and split after rendering; each part is paced and recorded as sent, so a retry on any
+worker resumes after the parts already sent. Native streaming (``chat.startStream``…) works only in threads: elsewhere,
+or on a workspace without the methods, the opening action answers "unavailable" and the caller streams by edits; an
+account that was refused remembers it.
 """
 
 from __future__ import annotations

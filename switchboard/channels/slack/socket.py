@@ -1,17 +1,9 @@
 """Slack Socket Mode: receive events over a websocket, for deployments without a public HTTPS URL.
 
-``apps.connections.open`` (with the app-level ``xapp-`` token) gives a ``wss://`` URL; Slack then pushes
-envelopes ``{"envelope_id", "type", "payload", "retry_attempt", …}``. Each envelope's payload is the body the
-HTTP endpoint would have received (an Events API callback, an interactivity payload) and goes through the same
-parsing; what it carries is handed to ``emit`` (the ingest router) and the envelope is acknowledged
-(``{"envelope_id": …}``) only once ``emit`` returned — durably accepted. When the queue is unavailable the
-envelope is left unacknowledged and Slack delivers it again (its dedup key answers the repeat). A ``disconnect``
-message (Slack refreshes connections every few hours), a closed socket or a network failure reconnects, with
-backoff. This is a small client on the adapter's aiohttp pool; slack-sdk's Socket Mode client would acknowledge
-from its own listener callbacks and keep a second session.
-
-The gateway runs one listener per account across all processes (the listener host holds a fenced lease), so
-Slack's load balancing across several connections never splits one account's events between processes.
+Each envelope's payload goes through the same parsing as the HTTP endpoint's and is acknowledged only once durably
+accepted, so an unavailable queue means Slack delivers it again. A small client on the adapter's pool: slack-sdk's
+would acknowledge from its own callbacks and keep a second session. One listener per account across all processes,
+so Slack's load balancing never splits an account's events between processes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The bot's side of the Bot Connector: its own access token, and activities posted to a conversation.
 
-**Token.** The bot authenticates to the Connector with an Entra client-credentials token (``client_id`` = app id,
-``client_secret`` = app password, scope ``https://api.botframework.com/.default``) from
-``{SWITCHBOARD_TEAMS__LOGIN_BASE_URL}/{tenant}/oauth2/v2.0/token`` — the tenant is ``SWITCHBOARD_TEAMS__TENANT_ID``
-for a single-tenant bot, ``botframework.com`` otherwise. The grant is one form POST made here with aiohttp:
-MSAL (``microsoft-agents-authentication-msal``) is synchronous, accepts only an ``https`` authority and looks unknown
-authority hosts up at login.microsoftonline.com, so it can neither stay off the event loop by itself nor talk to the
-local fake. The token is cached until five minutes before it expires, fetched by one caller at a time, and dropped
-when the Connector answers 401.
-
-**Activities.** Sends go through the Agents SDK's ``ConnectorClient`` (``POST {serviceUrl}/v3/conversations/{id}/
-activities``, ``PUT …/activities/{activityId}``) on one connection pool for the adapter's life; each call gets a light
-session on that pool rooted at the conversation's verified ``serviceUrl`` (which may carry a path such as ``/amer/``:
-calls go under it, never to the host's root). A ``serviceUrl`` off the Bot Connector's hosts (``connector_hosts``,
-:func:`~switchboard.channels.teams.files.service_allowed`) gets no call and no token: the send is refused for good.
-Answers map to the gateway's errors: 429 → :class:`RateLimitedError`
-(``Retry-After``); 412, 5xx, timeouts and network trouble → retryable :class:`DeliveryError`; other refusals are not
-retryable (413 ``MessageSizeTooBig``, 403 the bot is not in the conversation, 404 gone).
+The Entra client-credentials grant is one form POST made here with aiohttp: MSAL is synchronous, accepts only an
+``https`` authority and looks hosts up at login.microsoftonline.com, so it could neither stay off the event loop nor
+talk to the local fake. The token is cached, fetched by one caller at a time and dropped on a 401. Sends go through
+the Agents SDK's ``ConnectorClient`` rooted at the verified ``serviceUrl``; a ``serviceUrl`` off the Connector's hosts
+gets no call and no token. Answers map to the gateway's errors (429 → :class:`RateLimitedError`).
 """
 
 from __future__ import annotations

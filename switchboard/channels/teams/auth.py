@@ -1,27 +1,10 @@
 """Who may post to the Teams webhook: the Bot Framework's JWT on every activity, checked with the published keys.
 
-Every activity the Bot Connector posts carries ``Authorization: Bearer <JWT>``. It is accepted only when:
-
-- the header names ``RS256`` (``none``, ``HS256`` and every other algorithm are refused before any key is looked
-  up) and a ``kid`` found among the signing keys of the OpenID metadata (``SWITCHBOARD_TEAMS__OPENID_METADATA_URL``
-  → ``jwks_uri``), and the signature verifies with that key;
-- the key's ``endorsements``, when it has some, name the activity's ``channelId`` (``msteams``);
-- ``iss`` is ``https://api.botframework.com``, ``aud`` the bot's app id, and ``exp`` / ``nbf`` hold within the Bot
-  Framework's 5-minute clock skew (``exp``, ``iss`` and ``aud`` must be present: PyJWT checks ``exp`` only when a
-  token has one);
-- the ``serviceurl`` claim equals the activity's ``serviceUrl``, so a replayed or forged activity cannot point the
-  bot's replies at another host.
-
-Everything that needs no activity is checked first (:meth:`TokenValidator.authenticate`), before the body is parsed,
-so an unauthenticated request costs no JSON parse; the endorsement and ``serviceurl`` checks follow on the parsed
-activity (:meth:`VerifiedToken.check`).
-
-The Agents SDK's ``JwtTokenValidator`` is not used for this: it reads keys from fixed Microsoft URLs (not the
-configured metadata), leaves the issuer check off by default, checks neither ``serviceurl`` nor key endorsements,
-accepts a token without ``exp``, and fetches keys with PyJWT's blocking ``PyJWKClient``. Here the metadata and key
-set are fetched with aiohttp (never blocking the event loop), kept for a day, and fetched again when a token names an
-unknown ``kid`` — at most once per cool-down, one fetch at a time, so forged key ids cannot make the gateway
-hammer Microsoft. A failed fetch is ``ConnectionError``: the route answers 503 and the Connector retries.
+The checks are listed on :class:`TokenValidator`. The Agents SDK's ``JwtTokenValidator`` is not used: it reads keys
+from fixed Microsoft URLs, leaves the issuer check off by default, checks neither ``serviceurl`` nor endorsements,
+accepts a token without ``exp`` and fetches keys blocking the event loop. Here keys are fetched with aiohttp, kept for a
+day and refetched for an unknown ``kid`` at most once per cool-down, so forged key ids cannot make the gateway hammer
+Microsoft; a failed fetch is ``ConnectionError`` (503, and the Connector retries).
 """
 
 from __future__ import annotations
@@ -188,7 +171,23 @@ def _bearer(headers: Mapping[str, str]) -> str:
 
 
 class TokenValidator:
-    """Checks the Bot Connector's token on one activity (see the module's docstring).
+    """Checks the Bot Connector's token on one activity.
+
+    Every activity the Bot Connector posts carries ``Authorization: Bearer <JWT>``. It is accepted only when:
+
+    - the header names ``RS256`` (``none``, ``HS256`` and every other algorithm are refused before any key is looked
+      up) and a ``kid`` found among the signing keys of the OpenID metadata (``SWITCHBOARD_TEAMS__OPENID_METADATA_URL``
+      → ``jwks_uri``), and the signature verifies with that key;
+    - the key's ``endorsements``, when it has some, name the activity's ``channelId`` (``msteams``);
+    - ``iss`` is ``https://api.botframework.com``, ``aud`` the bot's app id, and ``exp`` / ``nbf`` hold within the Bot
+      Framework's 5-minute clock skew (``exp``, ``iss`` and ``aud`` must be present: PyJWT checks ``exp`` only when a
+      token has one);
+    - the ``serviceurl`` claim equals the activity's ``serviceUrl``, so a replayed or forged activity cannot point the
+      bot's replies at another host.
+
+    Everything that needs no activity is checked first (:meth:`TokenValidator.authenticate`), before the body is parsed,
+    so an unauthenticated request costs no JSON parse; the endorsement and ``serviceurl`` checks follow on the parsed
+    activity (:meth:`VerifiedToken.check`).
 
     Args:
         app_id: The bot's Microsoft app id (the audience).

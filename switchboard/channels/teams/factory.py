@@ -1,16 +1,10 @@
 """① and ⑤ for Microsoft Teams: Bot Framework activities in, proactive Bot Connector messages out.
 
-Inbound (``/webhooks/teams[/{account}]``, the bot's messaging endpoint): every activity's bearer token is checked
-(:mod:`~switchboard.channels.teams.auth`: RS256 with a key of the configured OpenID metadata, issuer, audience = the
-app id, expiry, key endorsements, and the ``serviceurl`` claim equal to the activity's ``serviceUrl``) before the
-activity is read; a bad token is 401 and nothing is queued. A verified activity is acknowledged at once (202) once it
-is durably queued, and answered later by a worker as a proactive message: the Connector gives up on a bot after about
-15 seconds and sends the activity again, and that re-send is dropped by its dedup key (conversation + activity id),
-so however long the agent runs, the user gets one answer.
-
-The Agents SDK's ``CloudAdapter.process`` is not used: it runs the bot's turn inside the HTTP request, which the
-queue does instead. The SDK provides the Activity models and the ``ConnectorClient`` the replies go through
-(:mod:`~switchboard.channels.teams.api`); the token checks and the bot's own token are done asynchronously here.
+Every activity's token is checked before it is read (:mod:`~switchboard.channels.teams.auth`). A verified activity is
+acknowledged (202) once durably queued and answered later as a proactive message: the Connector gives up after
+about 15 seconds and sends again, and the re-send is dropped by its dedup key, so the user gets one answer however
+long the agent runs. That is why the Agents SDK's ``CloudAdapter.process``, which runs the turn inside the request,
+is not used.
 """
 
 from __future__ import annotations

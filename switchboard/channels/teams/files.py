@@ -1,22 +1,8 @@
 """Where a Teams conversation's Connector may be, where a Teams file may be downloaded from, and who gets the token.
 
-**The Connector.** A conversation's replies and its inline images go to its verified ``serviceUrl``, with the bot's
-own bearer token. :func:`on_connector` admits only a Bot Connector host of ``SWITCHBOARD_TEAMS__CONNECTOR_HOSTS``
-(:data:`~switchboard.settings.channels.TEAMS_CONNECTOR_HOSTS` by default): a host name there means ``https`` on port 443
-without userinfo, that host exactly (its regions are paths of one host, and a wildcard on ``trafficmanager.net``
-would admit anyone's Azure Traffic Manager name); an origin there (``http://127.0.0.1:3978``, a local fake) means that
-origin exactly. A ``serviceUrl`` anywhere else — plain ``http``, loopback, link-local, the cloud metadata address —
-never gets a request, let alone the token (:func:`service_allowed`; the reply is refused for good).
-
-**Files.** A user's file reaches the bot as a URL in the activity: a file's ``downloadUrl`` (content type
-``application/vnd.microsoft.teams.file.download.info``, a pre-authorised SharePoint / OneDrive for Business link) or
-an inline image's ``contentUrl`` (``{serviceUrl}/v3/attachments/{id}/views/original`` on the Bot Connector, which
-wants the bot's token). :func:`file_allowed` lets a download reach — on the first hop and on every redirect — only
-the Connector (as above) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a domain or any
-subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds, OneDrive, the Bot
-Framework). Everything else is refused before any connection. The bot's token goes only to the conversation's own
-``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file host, and never across a
-redirect to another origin.
+Replies and inline images go only to a verified ``serviceUrl`` on the Bot Connector (:func:`on_connector`); files
+only from the Connector or Microsoft's file domains, checked on every hop (:func:`file_allowed`). The bot's token goes
+only to the conversation's own Connector origin (:func:`sends_token`), never to a file host or across a redirect.
 """
 
 from __future__ import annotations
@@ -45,7 +31,26 @@ regions)."""
 
 
 def on_connector(url: URL, hosts: Collection[str]) -> bool:
-    """Whether ``url`` is on a Bot Connector host of ``hosts`` (the settings' ``connector_hosts``, see the module)."""
+    """Whether ``url`` is on a Bot Connector host of ``hosts`` (the settings' ``connector_hosts``, see the module).
+
+    **The Connector.** A conversation's replies and its inline images go to its verified ``serviceUrl``, with the bot's
+    own bearer token. :func:`on_connector` admits only a Bot Connector host of ``SWITCHBOARD_TEAMS__CONNECTOR_HOSTS``
+    (:data:`~switchboard.settings.channels.TEAMS_CONNECTOR_HOSTS` by default): a host name there means ``https`` on port
+    443 without userinfo, that host exactly (its regions are paths of one host, and a wildcard on ``trafficmanager.net``
+    would admit anyone's Azure Traffic Manager name); an origin there (``http://127.0.0.1:3978``, a local fake) means
+    that origin exactly. A ``serviceUrl`` anywhere else — plain ``http``, loopback, link-local, the cloud metadata
+    address — never gets a request, let alone the token (:func:`service_allowed`; the reply is refused for good).
+
+    **Files.** A user's file reaches the bot as a URL in the activity: a file's ``downloadUrl`` (content type
+    ``application/vnd.microsoft.teams.file.download.info``, a pre-authorised SharePoint / OneDrive for Business link) or
+    an inline image's ``contentUrl`` (``{serviceUrl}/v3/attachments/{id}/views/original`` on the Bot Connector, which
+    wants the bot's token). :func:`file_allowed` lets a download reach — on the first hop and on every redirect — only
+    the Connector (as above) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a domain or any
+    subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds, OneDrive, the Bot
+    Framework). Everything else is refused before any connection. The bot's token goes only to the conversation's own
+    ``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file host, and never across a
+    redirect to another origin.
+    """
     if url.user is not None or url.password is not None or not url.absolute:
         return False
     host = host_of(url)
@@ -77,7 +82,18 @@ def service_allowed(service_url: str, hosts: Collection[str]) -> bool:
 
 
 def file_allowed(url: URL, service_url: str, hosts: Collection[str]) -> bool:
-    """Whether a download may reach ``url`` (one hop) for a conversation at ``service_url`` (see the module)."""
+    """Whether a download may reach ``url`` (one hop) for a conversation at ``service_url`` (see the module).
+
+    **Files.** A user's file reaches the bot as a URL in the activity: a file's ``downloadUrl`` (content type
+    ``application/vnd.microsoft.teams.file.download.info``, a pre-authorised SharePoint / OneDrive for Business link) or
+    an inline image's ``contentUrl`` (``{serviceUrl}/v3/attachments/{id}/views/original`` on the Bot Connector, which
+    wants the bot's token). :func:`file_allowed` lets a download reach — on the first hop and on every redirect — only
+    the Connector (as above) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a domain or any
+    subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds, OneDrive, the Bot
+    Framework). Everything else is refused before any connection. The bot's token goes only to the conversation's own
+    ``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file host, and never across a
+    redirect to another origin.
+    """
     return on_domains(url, FILE_DOMAINS) or on_connector(url, hosts)
 
 

@@ -1,22 +1,8 @@
-"""① for Teams: a verified Bot Framework activity → zero or one inbound message draft.
+"""① for Teams: a verified Bot Framework activity → zero or one inbound message draft (:func:`parse_activity`).
 
-Only the fields the gateway reads are parsed (:class:`WireActivity`, lenient about everything else); the SDK's
-``Activity`` model is not used for inbound, because its validator logs a failed payload, body included, at ERROR.
-
-- ``message``: a user's post (the bot's @mention removed from the text, using the ``mention`` entities that name the
-  recipient), or an Adaptive Card ``Action.Submit`` click (``value`` carries the option id the card was built with) →
-  :class:`ChoiceSelected`. In group chats and channels, with ``require_mention``, a post that does not mention the bot
-  is dropped; clicks always count (the card was the bot's).
-- ``messageUpdate`` (``channelData.eventType`` ``editMessage``) → :class:`MessageEdited`; ``messageDelete`` →
-  :class:`MessageDeleted`.
-- Teams sends a bot no native location or contact share (a shared place or person arrives as text or a card link,
-  read as such): nothing becomes a :class:`~switchboard.core.messages.Location` part.
-- Anything else (``conversationUpdate`` when the bot is added or removed, ``installationUpdate``, ``typing``,
-  reactions, invokes) carries nothing for the agent: acknowledged, not run.
-
-Sessions: the conversation id is the session — a personal chat (``a:…``), a group chat (``19:…@thread.v2``) and a
-channel thread (``19:…@thread.tacv2;messageid=<root>``) are each their own. The verified ``serviceUrl`` goes into the
-conversation (``extra["service_url"]``): replies go there and nowhere else.
+Only the fields the gateway reads are parsed (:class:`WireActivity`): the SDK's ``Activity`` validator logs a failed
+payload, body included, at ERROR. The conversation id is the session (personal chat, group chat, channel thread),
+and the verified ``serviceUrl`` goes into the conversation: replies go there and nowhere else.
 """
 
 from __future__ import annotations
@@ -209,6 +195,17 @@ def _base(identity: TeamsIdentity, activity: WireActivity, kind: str) -> dict[st
 
 def parse_activity(identity: TeamsIdentity, activity: WireActivity) -> InboundMessage | None:
     """One verified activity → a draft, or ``None`` when it carries nothing for the agent.
+
+    - ``message``: a user's post (the bot's @mention removed from the text, using the ``mention`` entities that name the
+      recipient), or an Adaptive Card ``Action.Submit`` click (``value`` carries the option id the card was built with)
+      → :class:`ChoiceSelected`. In group chats and channels, with ``require_mention``, a post that does not mention the
+      bot is dropped; clicks always count (the card was the bot's).
+    - ``messageUpdate`` (``channelData.eventType`` ``editMessage``) → :class:`MessageEdited`; ``messageDelete`` →
+      :class:`MessageDeleted`.
+    - Teams sends a bot no native location or contact share (a shared place or person arrives as text or a card link,
+      read as such): nothing becomes a :class:`~switchboard.core.messages.Location` part.
+    - Anything else (``conversationUpdate`` when the bot is added or removed, ``installationUpdate``, ``typing``,
+      reactions, invokes) carries nothing for the agent: acknowledged, not run.
 
     Raises:
         MalformedBodyError: a message activity without an id, or with ids that cannot name a Connector path.

@@ -1,16 +1,8 @@
 """① and ⑤ for Telegram: the webhook secret or long polling, ``Update`` → inbound events, the Bot API for sends.
 
-Telegram signs nothing: ``setWebhook(secret_token=…)`` makes it echo a shared secret, compared here in
-constant time on bytes before the body is read. Hosts without a public HTTPS URL poll instead
-(``SWITCHBOARD_TELEGRAM__TRANSPORT=polling``): :meth:`TelegramChannel.listener` is then a ``getUpdates`` poller
-(:mod:`~switchboard.channels.telegram.polling`) that the listener host runs in exactly one process per bot.
-
-What an ``Update`` becomes (messages, commands, button taps, edits, files by ``file_id``):
-:mod:`~switchboard.channels.telegram.inbound`. How each send action becomes Bot API calls (HTML rendered and
-split after rendering, inline keyboards, drafts and edits for streaming, uploads):
-:mod:`~switchboard.channels.telegram.outbound`. Calls are plain JSON POSTs on one aiohttp pool for the adapter's
-life (:mod:`~switchboard.channels.telegram.api`) against the configurable Bot API root; files the user sent are
-fetched lazily with a size cap (:mod:`~switchboard.channels.telegram.files`).
+Telegram signs nothing: ``setWebhook(secret_token=…)`` makes it echo a shared secret, compared here in constant time
+before the body is read. Hosts without a public HTTPS URL poll instead, one poller per bot across all processes.
+Reading is :mod:`~switchboard.channels.telegram.inbound`, sending :mod:`~switchboard.channels.telegram.outbound`.
 """
 
 from __future__ import annotations

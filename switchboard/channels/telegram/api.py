@@ -1,14 +1,8 @@
 """A small Telegram Bot API client on one aiohttp session: POST JSON (or a file), read ``{"ok": …}``, map errors.
 
-One :class:`aiohttp.ClientSession` (a keep-alive pool) serves an adapter for its whole life; a call is one
-POST of a JSON body to ``{root}/bot{token}/{method}`` (``multipart/form-data`` when it carries a file). The
-token sits in the URL path, so nothing here ever logs or quotes a URL, and every error text is scrubbed of the
-token before it leaves.
-
-Answers map to the gateway's errors: 429 (with ``parameters.retry_after``) → :class:`RateLimitedError`;
-5xx, timeouts and network trouble → retryable :class:`DeliveryError`; other 4xx (and a
-``migrate_to_chat_id`` move) → non-retryable :class:`BotApiRefusal`, a :class:`DeliveryError` that keeps
-Telegram's description for callers that react to it (the HTML fallback).
+The token sits in the URL path, so nothing here logs or quotes a URL and every error text is scrubbed of it. Answers
+map to the gateway's errors: 429 → :class:`RateLimitedError`; 5xx and network trouble → retryable; other 4xx →
+:class:`BotApiRefusal`, which keeps Telegram's description.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Files through the Telegram Bot API: ``sendPhoto`` / ``sendDocument`` out, ``getFile`` + download in.
 
-Out: the Bot API's caps decide the method: a JPEG, PNG or WebP up to 10 MB goes as a photo (shown inline);
-anything else, or a bigger image, as a document up to 50 MB. Over that nothing is sent and the caller gets
-a non-retryable :class:`~switchboard.errors.DeliveryError` saying why, so the agent can tell the user.
-A photo Telegram cannot process (odd dimensions) goes again as a document. The bytes come from the session
-workspace through the send context (any worker can send them).
-
-In: ``getFile`` names the file (and its size: a file over the cap is refused before downloading), then it is
-downloaded from ``{root}/file/bot<token>/<file_path>``, reading no further than the cap. Bots may fetch files
-up to 20 MB.
+The Bot API's caps decide the method (a photo up to 10 MB, a document up to 50 MB, nothing beyond: a non-retryable
+error saying why). Downloads are refused from ``getFile``'s size before downloading and read no further than the cap.
 """
 
 from __future__ import annotations

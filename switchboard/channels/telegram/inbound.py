@@ -1,23 +1,9 @@
 """Telegram ``Update`` → inbound events: what reaches the agent, and as what.
 
-The same reader serves the webhook (one ``Update`` per request) and long polling (``getUpdates`` batches).
-``update_id`` is the dedup key. What becomes an event:
-
-- ``message`` → :class:`Posted` (text or caption, with photos, documents, voice notes, audio and video by
-  ``file_id``; a shared ``location`` or ``venue`` as a :class:`Location` part, a ``contact`` as a :class:`Contact`
-  part), or :class:`CommandIssued` when it starts with a bot command (``/stop``, ``/ask …``);
-- ``edited_message`` → :class:`MessageEdited` (same addressing rules as a message);
-- ``callback_query`` (a tap on an inline-keyboard button the bot sent) → :class:`ChoiceSelected` carrying the
-  button's ``callback_data`` (the option id), the message that carried it and the query id to acknowledge.
-
-Private chats reach the agent on every message; groups only when the bot is mentioned (``@username``, a
-``text_mention``, ``/command@username``) or replied to, unless ``require_mention`` is off. A bare ``/command`` in a
-group follows the same rule as any other message: Telegram delivers it to bots in privacy mode too, but in a group
-with several bots it may be meant for any of them (Telegram's clients add ``@username`` to a command picked from a
-bot's menu in groups); ``/command@another_bot`` is never taken. A button tap always reaches it: only the bot's own
-messages carry its buttons. Forum topics are their own sessions (``thread`` = ``message_thread_id``). Channel posts,
-the bot's own messages, stickers, service messages and live-location updates (edits of a location) parse to nothing
-(no error, so Telegram stops retrying them).
+The same reader serves the webhook and long polling; ``update_id`` is the dedup key. Messages, edits and button taps
+become events; private chats reach the agent on every message, groups only when the bot is mentioned or replied to
+(unless ``require_mention`` is off), and ``/command@another_bot`` never. Anything else parses to nothing, with no
+error, so Telegram stops retrying it (details: ``docs/channels/telegram.md``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """⑤ for Telegram: every send action as Bot API calls, resuming multi-part sends where an attempt stopped.
 
-Markdown is rendered to Telegram HTML and split after rendering (4,096 UTF-16 units a message); the first part
-replies to the user's message, later ones follow it. Before each call the sender waits for a token of the shared
-rate buckets (``send.pace()``); after each part it records the part as sent (``send.part_sent``), so a retry on
-any worker resumes at the next part (``send.sent``). Link previews are off, so Telegram never fetches a link the
-model wrote on its own.
-
-Streaming (``StreamText``): in a private chat by ``sendMessageDraft`` (an animated, ephemeral preview showing
-the latest part; the draft id is derived from the send's idempotency key and is the stream's handle), then the
-complete reply as normal messages. Elsewhere, or where Telegram refuses drafts, opening a stream gives no handle,
-and the streaming policy streams by editing a preview message (``EditText``). Choices are inline keyboards whose
-``callback_data`` is the option id; a tap is acknowledged with ``answerCallbackQuery``.
+Markdown is rendered to Telegram HTML and split after rendering; each part is paced by the shared buckets and
+recorded as sent, so a retry on any worker resumes at the next part. Link previews are off, so Telegram never fetches
+a link the model wrote. Streaming uses ``sendMessageDraft`` in private chats, edits elsewhere; choices are inline
+keyboards whose ``callback_data`` is the option id.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Telegram long polling (``getUpdates``): the transport for hosts without a public HTTPS URL.
 
-A webhook and ``getUpdates`` exclude each other, so the poller deletes the webhook first (pending updates are
-kept). It then asks for updates with ``offset = last confirmed update_id + 1``: Telegram forgets an update once
-a later call passes an offset beyond it, so the offset moves past an update only after ``emit`` returned, i.e.
-after the ingest router durably accepted what it carried. An update that cannot be read (malformed) is logged
-and passed over, or it would come back forever. Errors back off exponentially (with jitter, capped); a 429 waits
-its ``retry_after``; a 409 (a webhook was set again, or another poller runs) deletes the webhook again or waits.
-
-Exactly one poller per bot runs across all processes: the listener host holds a fenced Redis lease for it
-(see :mod:`switchboard.queue.holders`).
+The offset moves past an update only after ``emit`` returned, i.e. after the ingest durably accepted it, since
+Telegram forgets an update once a later call passes it. A malformed update is logged and passed over, errors back
+off, and a 409 deletes the webhook again or waits. Exactly one poller per bot runs across all processes.
 """
 
 from __future__ import annotations

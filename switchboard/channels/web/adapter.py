@@ -1,26 +1,9 @@
 """The built-in web chat channel: turns posted chat messages into ``InboundMessage``s and send actions into events.
 
-The web chat has no platform API to call. A send action becomes one entry on the session's web stream (the
-Redis stream the page reads over SSE); the publisher that writes it is injected, so this module knows nothing of
-Redis or the queue (docs/ARCHITECTURE.md §4). Each entry has a ``type`` and a JSON ``data`` object, as the web chat
-API names them (docs/channels/web-chat.md):
-
-=============== ===========================================================================
-``status``      ``{"status": "queued" | "running" | "idle", "reply_to"?}``
-``delta``       ``{"text": "…", "reply_to": "<message id>"}``
-``message``     ``{"text": "…", "reply_to": "<message id>"}`` (Markdown); an offered choice adds
-                ``"choices": [{"id", "label"}]`` (the page shows buttons that post ``{"choice": "<id>"}`` back), a
-                file ``"file": {"name", "mime_type", "data": "<base64>"}``
-``reply_error`` ``{"reply_to": "…", "code": "…", "message": "…"}`` (never ``error``: ``EventSource`` fires that itself)
-=============== ===========================================================================
-
-The web tier authenticates the bearer token itself (it needs Redis for that) and then hands the adapter a
-:class:`~switchboard.channels.base.RawRequest` whose ``query["session"]`` holds the session key the token maps to.
-A chat post is ``{"text", "client_id"?, "attachments"?: ["<upload id>", …]}`` (a message; ``text`` may be empty when
-it carries attachments) or ``{"choice": "<option id>", "text"?: "<label>", "client_id"?}`` (a click on an offered
-choice's button: a ``ChoiceSelected`` event). Upload ids name files the page uploaded first
-(``POST /api/chat/uploads``); the web tier looks them up in the session and hands :meth:`WebChannel.inbound` the
-attachments, and a worker reads them back through :meth:`WebChannel.fetch` (the injected reader).
+The web chat has no platform API: a send action becomes one entry on the session's web stream, through an injected
+publisher, so this module knows nothing of Redis or the queue (``docs/ARCHITECTURE.md`` §4). The web tier
+authenticates the bearer token (it needs Redis for that) and hands the adapter the session key it maps to. Entries
+and posts are the web chat API's (``docs/channels/web-chat.md``).
 """
 
 from __future__ import annotations

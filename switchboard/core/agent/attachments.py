@@ -1,18 +1,9 @@
 """Files the user sent, in a form the model can use: workspace files, image input, transcripts.
 
-Before a turn's first model call the runtime fetches each attachment of the turn's messages through an
-:class:`AttachmentSource` (the worker passes one over its channel adapters; core never imports channels),
-size-capped (:attr:`AttachmentLimits.max_bytes`) and at most :attr:`AttachmentLimits.max_count` per turn, and
-stores it in the session workspace under ``inbox/`` (workspace quotas apply; the name is sanitised). Then:
-
-- a document (or a video) → the model is told its workspace path, so ``read_document`` / ``read_file`` reach it;
-- an image → image input for a vision-capable model (:func:`vision_capable`), its path otherwise;
-- a voice note or audio → transcribed by the :class:`Transcriber` when one is configured; the transcript is the
-  user's message text, marked as a transcript; without a transcriber the model gets the path.
-
-Whatever cannot be read (too large, the platform refused, a quota) reaches the model as a short note ("the user
-sent X, which could not be read: …"), never as a failed turn. Images are untrusted content: they reach the model
-in a ``data`` message and the turn counts as having outside content in view (risky writes are gated).
+Before a turn's first model call each attachment is fetched through an :class:`AttachmentSource` (core never imports
+channels), capped, and stored under ``inbox/`` in the workspace; a document gets its path, an image becomes image
+input for a vision-capable model, audio a transcript when a :class:`Transcriber` is configured. What cannot be read
+reaches the model as a short note, never a failed turn; images are untrusted content.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Budgets of one turn (docs/ARCHITECTURE.md §3.6) and the credit price table.
+"""Budgets of one turn (``docs/ARCHITECTURE.md`` §3.6) and the credit price table.
 
-A :class:`Budget` counts what a turn has used — model steps, tool calls, tokens, credits, output
-characters, wall-clock time — against the agent's limits narrowed by the request envelope. The
-runtime asks :meth:`Budget.exhausted` before every step, and :meth:`Budget.can_afford_step` with the step's
-worst case (estimated input plus every output token it may write), so a credit cap is never passed; once a
-budget runs out, one last model call without tools answers the user, its output capped to what the credits
-left can pay (:meth:`Budget.affordable_output_tokens`).
-
-Credits are metered from a :class:`PriceTable` (credits per 1,000 tokens, by ``provider:model``)
-plus each tool's own :attr:`~switchboard.core.tools.definition.Tool.cost`.
+A :class:`Budget` counts steps, tool calls, tokens, credits, output and time against the agent's limits, checked
+before every step with its worst case, so a credit cap is never passed; once one runs out, a last call without tools
+answers the user. Credits come from a :class:`PriceTable` plus each tool's own cost.
 """
 
 from __future__ import annotations

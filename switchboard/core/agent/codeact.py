@@ -1,21 +1,9 @@
 """④ CodeAct: the model answers with a short program that calls tools as functions; it runs in Monty.
 
-Monty (``pydantic-monty``) is a sandboxed interpreter for a Python subset, run in a pool of worker
-subprocesses. A program sees the turn's ``inputs`` (slots, bound variables) as globals and the agent's
-tools as functions. Every tool call suspends the interpreter and leaves it through ``call_tool`` (the
-runtime routes that through the tool gateway), so validation, authorisation, approvals and idempotency
-apply to programs exactly as to direct tool calls. Each program runs in a fresh session: nothing
-persists between programs except what the runtime passes in again.
-
-A call for which ``pause_on(name, args)`` is true, or whose ``call_tool`` raises :class:`PauseProgram` (the tool
-gateway asked for a person's approval), stops the program there:
-:class:`PausedProgram` holds a Monty snapshot plus the pending call, :meth:`PausedProgram.dump` turns it
-into a versioned JSON envelope, and :func:`resume_program` continues it — in any worker process — with
-the call's result once it is known.
-
-Monty's blocking calls run on a small thread pool of the :class:`ProgramRunner`, never on the event loop.
-The data exchanged with the runtime (limits, results, the paused-program envelope) lives in
-:mod:`switchboard.core.agent.programs` and is re-exported here.
+Every tool call leaves the sandboxed interpreter through ``call_tool``, routed through the tool gateway, so
+validation, authorisation, approvals and idempotency apply to programs exactly as to direct calls. A program paused
+at a call (an approval) is dumped as a versioned envelope and resumed in any worker process. Monty's blocking calls
+run on the :class:`ProgramRunner`'s threads, never on the event loop.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """④ Deterministic compaction: recent turns verbatim, older ones folded into a fixed-schema record.
 
-No model is asked. The record (schema ``gw.compaction/1``, agent-runtime.md §4.4) is built from the
-history entries alone, serialised as canonical JSON (sorted keys, no floats), so the same entries always
-give byte-identical output and its ``source_sha256`` lets an audit re-derive it. The prompt sees the record
-through a fixed template with per-section caps and ``+N more (log a–b)`` overflow lines; ``search_history``
-reads the full log.
-
-With ``compaction: native`` OpenAI compacts long runs itself (:mod:`switchboard.core.agent.native`); this is the
-fallback.
-
-Cuts fall only on turn boundaries (a turn starts at a user message), and never while a tool call waits for
-its result, so a call and its result always stay on the same side.
-
-What the entries' ``meta`` may carry (all optional; written by the runtime and the queue layer):
-
-- any entry: ``seq`` (position in the event log), ``decision`` (``{"kind", "text"}``), ``approval``
-  (``{"status": "pending|approved|denied|expired", "tool", "text"}``)
-- assistant: ``tool_calls`` (``[{"id", "name", "arguments"}]``), ``usage`` (``{"input_tokens", "output_tokens"}``)
-- tool: ``tool``/``name``, ``call_id``/``tool_call_id``, ``args``/``arguments``, ``ok``, ``status``,
-  ``side_effect``, ``idempotency_key``, ``action_sha256``, ``resources``, ``file``/``result_ref``, ``cost``,
-  ``citations`` (``[{"ref", "title"}]``), ``artifacts`` (paths)
+No model is asked: the record (``gw.compaction/1``) is canonical JSON built from the history entries alone, so the
+same entries always give byte-identical output and its ``source_sha256`` lets an audit re-derive it. Cuts fall on turn
+boundaries, never between a tool call and its result. Native compaction (:mod:`switchboard.core.agent.native`) falls
+back to this.
 """
 
 from __future__ import annotations
@@ -452,6 +436,15 @@ def compact(
 
     Up to ``keep_recent_turns`` turns stay verbatim; fewer when they do not fit, and as a last resort the
     texts of the latest turn are capped head and tail (its structure — calls and results — is kept).
+
+    What the entries' ``meta`` may carry (all optional; written by the runtime and the queue layer):
+
+    - any entry: ``seq`` (position in the event log), ``decision`` (``{"kind", "text"}``), ``approval``
+      (``{"status": "pending|approved|denied|expired", "tool", "text"}``)
+    - assistant: ``tool_calls`` (``[{"id", "name", "arguments"}]``), ``usage`` (``{"input_tokens", "output_tokens"}``)
+    - tool: ``tool``/``name``, ``call_id``/``tool_call_id``, ``args``/``arguments``, ``ok``, ``status``,
+      ``side_effect``, ``idempotency_key``, ``action_sha256``, ``resources``, ``file``/``result_ref``, ``cost``,
+      ``citations`` (``[{"ref", "title"}]``), ``artifacts`` (paths)
 
     Raises:
         ValueError: ``budget_chars`` is too small to hold even the latest turn's structure.

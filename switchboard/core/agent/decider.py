@@ -1,12 +1,8 @@
 """One model step: stream the provider's events, pass text on as it arrives, fold the rest into a decision.
 
-:func:`decide` is the runtime's only contact with a :class:`~switchboard.core.model.ModelAdapter`. Text
-deltas go to the turn's :class:`Reply` (and so to the sink) the moment they arrive; tool calls and usage
-are gathered; the step ends as a :data:`~switchboard.core.model.Decision` — an answer, tool calls, or a
-program (a lone ``run_program`` call). Retryable provider errors (rate limits honouring ``retry_after``,
-overload, 5xx) are retried with exponential back-off and full jitter, but only while nothing has been
-streamed yet, so the user never sees text twice. The stream is always closed, also on cancellation,
-which is how ``/stop`` reaches the provider's HTTP request. Each attempt is a ``model.call`` span.
+:func:`decide` is the runtime's only contact with a :class:`~switchboard.core.model.ModelAdapter`. Retryable provider
+errors are retried with back-off only while nothing has been streamed yet, so the user never sees text twice. The
+stream is always closed, also on cancellation, which is how ``/stop`` reaches the provider's HTTP request.
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
 """What the provider does natively for an agent: compaction (``compaction: native``) and the hosted shell.
 
-:class:`NativeAdapter` wraps a turn's model adapter (through
-:class:`~switchboard.core.providers.validtext.ValidTextAdapter`)
-and keeps the :class:`~switchboard.core.model.ModelAdapter` interface, so the runtime's loop is unchanged:
-
-- ``shell: hosted`` marks every request :attr:`~switchboard.core.model.ModelRequest.hosted_shell`: the provider
-  offers its own shell in its own container (OpenAI's Responses API; the toolbox leaves the local ``shell`` out).
-  After a step whose commands ran there (a :class:`~switchboard.core.model.HostedContainer` event), the files they
-  wrote are fetched from the container (a :class:`HostedFileSource`) into the session workspace under
-  :data:`HOSTED_DIR`, through the workspace quotas, and persisted like any write; the user and the model are told
-  which (``send_file`` delivers them from there). A step copies at most :data:`MAX_HOSTED_FILES` files and
-  :data:`MAX_HOSTED_BYTES` bytes (less if the session quota is smaller), within a deadline the adapter sets; names
-  with control or formatting characters, and a second file for the same workspace path, are not copied. Only
-  ``shell: hosted`` agents copy files. Their output is outside text: the turn counts as untrusted from that step on,
-  as after a local ``shell`` call.
-- ``compaction: native``, when the provider can compact (a :class:`NativeCompactor`: OpenAI's Responses API),
-  compacts once a request passes :data:`COMPACT_AT` of the agent's context budget: the conversation up to its last
-  tool result goes to the provider, which answers a shorter window of opaque items (an encrypted ``compaction`` item
-  and the user's messages); what follows that result stays verbatim. From then on the messages the window stands
-  for are sent as those items, so a long tool-driven run goes on within the budget. The window is saved with the
-  session state (the ``native_compaction`` field of the session's slots, through the
-  :class:`~switchboard.core.turn.SessionStore`), so a later turn on any worker starts from it; ``/reset`` forgets
-  it with the slots.
-
-Which messages a window stands for is told by an anchor: the call id of the last tool result it covered (tool
-results keep their call ids in the stored history, whatever happens to their text), at its first occurrence, and
-checked against the call's name and arguments (ids can repeat). A request in which the anchor is not found (it was
-folded into the deterministic record, dropped, or never there) is sent whole, as before.
-Everything else is the deterministic path, kept as the fallback: a provider without native compaction, a failed
-compaction call (any :class:`~switchboard.errors.ModelError`: 4xx, 5xx, timeouts, a malformed answer), a window
-no smaller than what it stands for, a window for another model, a stored window that does not read as one, and a
-window the provider refuses (a request carrying it answered 400: it is forgotten and the step sent whole, once).
-The compaction request holds only the turn's model input (which never holds secrets: they exist only as
-placeholders until the egress proxy swaps them in), never keys or headers.
+:class:`NativeAdapter` wraps a turn's model adapter and keeps the :class:`~switchboard.core.model.ModelAdapter`
+interface, so the runtime's loop is unchanged. Files the hosted shell wrote are copied into the workspace within
+bounds and quotas; a compaction window is anchored on its last tool result and saved with the session state, the
+deterministic path staying the fallback (``docs/ARCHITECTURE.md`` §7).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A CodeAct step of a turn: run the model's program, its tool calls going through the tool gateway.
 
-The program runs in Monty (:mod:`switchboard.core.agent.codeact`) with the session-state slots and the turn's
-large earlier results as inputs; every function it calls is a tool call made through the turn's
-``call_tool`` (gateway, budget, events), and its value comes back tiered like any tool result.
-
-A call the gateway answers ``needs_approval`` pauses the program at that call (:class:`ProgramStep` carries the
-paused program and the gateway's request); once a person approved it, :func:`resume_program_call` continues the
-program — in any worker — with the approved call's outcome.
+Every function the program calls is a tool call through the turn's ``call_tool`` (gateway, budget, events). A call
+the gateway answers ``needs_approval`` pauses the program there (:class:`ProgramStep`); once approved,
+:func:`resume_program_call` continues it in any worker with the call's outcome.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Building the neutral model request of a turn: instructions, slots, a history window, the new message.
 
-The request never exceeds the agent's context budget (``limits.max_input_tokens``): the system
-prompt, tool specs and the new message come first; recent history fills what is left after a
-reserve for the turn's own tool traffic. When the history does not fit, older turns are folded by
-:mod:`switchboard.core.agent.compaction` (deterministic, no model) when that module is present, or dropped.
-
-Trust classes (see :mod:`switchboard.core.model`): the system prompt holds only the agent's configured
-instructions and fixed gateway text, ending with :data:`TRUST_NOTE`. The session-state slots and the
-compaction record are written from model output and old messages, so they reach the model as one labelled
-``data`` block (a user-role message of class ``data``, just before the new message), never as system
-text. History keeps its roles: tool calls stay on assistant messages and their results stay tool results.
-:attr:`Prompt.untrusted` says whether the opening shows untrusted content: history entries of outside text or
-written with it in view (:attr:`HistoryEntry.untrusted`), verbatim or folded into the compaction record.
-
-At a budget, :func:`final_request` drops the tools: the turn's calls and results go to the last call as a
-separate ``data`` work log, never pasted into the user's message, so the request is valid for any provider.
+The request never exceeds the agent's context budget: older turns are folded by deterministic compaction, or
+dropped. The system prompt holds only configured instructions and fixed gateway text; slots and the compaction
+record, written from model output and old messages, reach the model as a labelled ``data`` block, never as system
+text. At a budget, :func:`final_request` drops the tools and sends the turn's work as a ``data`` work log.
 """
 
 from __future__ import annotations

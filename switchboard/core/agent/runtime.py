@@ -1,22 +1,10 @@
 """④ The agent loop: one turn of one session, from the new message(s) to the final text.
 
-Per turn: load the slots and a history window, build the request (:mod:`~switchboard.core.agent.prompt`),
-then step — stream the model (text goes to the sink as it arrives), fold its events into a decision,
-and act on it: an answer ends the turn; tool calls go through the tool gateway and their results
-return to the model; a program runs in CodeAct with the tools as functions. Every step and every tool
-call is an event. Budgets (steps, tool calls, tokens, credits, deadline, output size) are checked
-before each step; when one runs out, one last call without tools writes an answer that says what was
-and was not done. Cancelling the task running :meth:`Runtime.run_turn` cancels the model stream and
-any running tool; nothing here swallows ``asyncio.CancelledError``.
-
-The runtime never appends to the conversation history (the queue layer does, after delivery, from
-:attr:`TurnResult.history`: the turn's tool calls and results); it saves the session-state slots through
-the store as the slot tools run. Write effects are recorded under idempotency keys in the store when it
-is also an :class:`~switchboard.core.tools.effects.EffectStore` (per turn in memory otherwise).
-
-A call the policy gates does not run: the turn asks a person and ends ``waiting_for_approval``; the decision,
-an inbound event of the session, continues the run in a later turn (:mod:`switchboard.core.approvals.turn`,
-:mod:`switchboard.core.approvals.takeover`); in review mode the final reply is held for a person the same way.
+Each step streams the model, folds its events into a decision and acts on it (an answer ends the turn; tool calls go
+through the tool gateway; a program runs in CodeAct), with budgets checked before every step. Cancelling
+:meth:`Runtime.run_turn` cancels the model stream and any running tool. The runtime never appends to the history
+(the queue layer does, after delivery); a gated call ends the turn ``waiting_for_approval`` (``docs/ARCHITECTURE.md``
+§6).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Session state: three typed slots carried across turns and shown to the agent at the start of each.
 
-- ``plan``: goal, approach and progress of the work in hand;
-- ``context``: paths to re-read when needed (never their content);
-- ``state``: flow variables — ids, names, choices, the current step.
-
-Each slot holds one value, overwritten on update (never appended to), stored through
-:meth:`SessionStore.save_slot`, and capped at :data:`SLOT_MAX_BYTES` of canonical JSON so the
-state stays a pointer-sized summary rather than a second conversation. The agent updates the slots
-with the tools in :data:`SLOT_TOOLS`; a CodeAct program receives them as inputs.
-
-Provenance: a slot written while untrusted content (a document, a file, a search result, or an earlier
-tainted slot) was in the turn's context may carry an instruction from it. Its name is then listed under the
-stored entry :data:`UNTRUSTED_KEY` (``{"untrusted": ["state"]}`` beside the slots), and a later turn that
-shows it counts as holding untrusted content, so risky writes meet the gate of :mod:`switchboard.core.tools.effects`.
-Overwriting the slot in a clean turn removes its name. The mark is written before a tainted value and removed
-only after a clean one, so a crash between the two writes errs on the side of the mark.
+``plan`` (the work in hand), ``context`` (paths to re-read, never their content) and ``state`` (flow variables): each
+one value, overwritten on update and capped, so the state stays a summary rather than a second conversation. A slot
+written with untrusted content in view is marked (:data:`UNTRUSTED_KEY`) until overwritten in a clean turn, and a
+turn that shows it counts as holding untrusted content; the mark is written before a tainted value and removed only
+after a clean one, so a crash errs on the side of the mark.
 """
 
 from __future__ import annotations

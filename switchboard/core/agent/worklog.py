@@ -1,13 +1,8 @@
 """The turn's tool traffic: trust-marked tool messages for the model, history entries for the record.
 
-A tool result stays a tool result (``role="tool"``). A tool whose ``output_trust`` is ``data`` (documents,
-files, search results) has its result wrapped in a labelled ``<data …>`` envelope, marked ``trust="data"``,
-and from then on the turn counts as holding untrusted content (:func:`holds_untrusted`).
-
-At the end of a turn :func:`work_entries` turns the calls and results into :class:`HistoryEntry` items —
-assistant entries carrying ``meta.tool_calls``, tool entries carrying ``meta.call_id`` and the gateway's
-facts — which the queue layer stores between the user's message and the answer. The next turn's prompt is
-built from them (a call always with its result), and compaction folds them when they grow old.
+A ``data`` tool's result is wrapped in a labelled ``<data …>`` envelope, and from then on the turn counts as holding
+untrusted content (:func:`holds_untrusted`). At the end of a turn :func:`work_entries` turns calls and results into
+history entries, a call always with its result, for later prompts and compaction.
 """
 
 from __future__ import annotations

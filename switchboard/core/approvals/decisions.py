@@ -1,30 +1,9 @@
 """Decisions about approvals: who asked what, whether they may, and what became of the action.
 
-A decision is an inbound event of the session, so it is ordered with the conversation and applied under the
-session lease (:func:`decision_of` reads it):
-
-- a click on an approval button (``ChoiceSelected`` whose option id parses with
-  :func:`~switchboard.core.approvals.records.parse_option_id`: the approval, the verdict and the action hash's prefix);
-- ``/approve ID`` or ``/deny ID`` (``CommandIssued``; with no id, the session's only pending approval);
-- an operator's decision in the console, or the gateway's expiry (``OperatorActed(action="decide")``).
-
-:func:`apply_decisions` checks each against the record's approvers
-(:func:`~switchboard.core.approvals.grants.may_decide`), then applies it through the store's compare-and-set
-(:meth:`~switchboard.core.approvals.records.ApprovalStore.approval_decide`). An approval that is ``approved`` — by this
-decision, or by an earlier attempt of this run that crashed before the effect — is re-checked (the session state's
-hash, the action's hash, then authorisation and budget in the gateway) and executed through the runtime's
-``execute`` under the idempotency key the request named, so a re-run finds the recorded outcome instead of a
-second effect; then :meth:`~switchboard.core.approvals.records.ApprovalStore.approval_settle` consumes it, recording the
-outcome with the run that carried it out: a re-run of that run's turn (its worker died before the model answered)
-continues from the recorded outcome, while any other decision on it gets the fixed "already approved" reply. Denied,
-expired and refused approvals are :class:`Settled` too: the model is told the action did not happen (again by a
-re-run of the turn that decided it: the record keeps that run as ``decided_in``). What needs no model
-— a decision already made, someone else's approval, an unknown id — gets a short fixed reply (on the channel the
-decision came from; none for the console or the expiry sweep, which have their own views).
-
-:func:`supersede_pending`: a new message from the user while approvals are pending supersedes them (the earlier
-action did not happen, the model is told so and answers the new message); a later click on their buttons is
-answered "no longer pending". A pending approval thus never holds the conversation up.
+A decision (a button click, ``/approve``/``/deny``, an operator's or the expiry sweep's ``OperatorActed``) is an
+inbound event of the session, so it is ordered with the conversation and applied under the session lease. An
+approved action runs under the idempotency key its request named, so a re-run finds the recorded outcome instead
+of a second effect; a new message supersedes pending approvals, so none holds the conversation up.
 """
 
 from __future__ import annotations

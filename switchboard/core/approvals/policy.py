@@ -1,28 +1,9 @@
 """Policy outside the model: whether a tool call runs, waits for a person's approval, or is refused.
 
-The tool gateway asks :meth:`Policy.decide` about every validated call. The inputs are facts the gateway holds —
-the tool (name, side effect, risk, reversibility), the call's normalised arguments, the principal the run acts
-for, and whether untrusted content (a document, a file, a search result) entered the turn. What the model says
-about safety is never an input.
-
-Rules come from the YAML file, in three blocks of the same shape (:class:`PolicyConfig`): ``agents.<name>.policy``,
-``channels.<name>.policy`` and ``tenants.<name>.policy``. The first matching rule decides, looking in that order
-(the agent's rules, then the channel's, then the tenant's; in file order within a block). ``mode``,
-``untrusted_effects`` and ``approvals`` likewise come from the first block that sets them. When no rule matches:
-
-- a read is allowed;
-- a write of ``high`` risk, or irreversible of ``medium`` risk, needs approval;
-- once untrusted content entered the turn, a write of ``medium`` or ``high`` risk needs approval (unless
-  ``untrusted_effects`` is ``allow``; ``refuse`` refuses it instead) — an instruction hidden in a document never
-  triggers an effect on its own; this also applies over an ``allow`` rule that does not name ``untrusted``;
-- any other write is allowed.
-
-Modes: ``confirm`` (the default) asks as above; ``observe`` lets would-be approvals run and records them
-(``observe:<rule>``); ``review`` asks as ``confirm`` and also holds each final reply for a person (the runtime's
-part). A ``refuse`` is a refusal in every mode.
-
-The version is a hash of the effective configuration (prefixed by the ``version`` labels the blocks set), so it
-changes whenever a rule does; it is recorded on every run and on every approval.
+The inputs are facts the gateway holds (the tool, its normalised arguments, the principal, whether untrusted content
+entered the turn), never what the model says about safety. Rules come from the agent's, the channel's and the
+tenant's ``policy`` blocks, first match deciding; the defaults and the modes are in ``docs/ARCHITECTURE.md`` §6. The
+version is a hash of the effective configuration, recorded on every run and approval.
 """
 
 from __future__ import annotations

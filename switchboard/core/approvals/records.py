@@ -1,21 +1,9 @@
-"""Approval records: what a person decides before a gated effect runs (docs/ARCHITECTURE.md §6, "Approvals").
+"""Approval records: what a person decides before a gated effect runs (``docs/ARCHITECTURE.md`` §6, "Approvals").
 
-The tool gateway asks the policy (:mod:`switchboard.core.approvals.policy`) about every call. When the answer is
-*approve*,
-the call does not run: the gateway returns an :class:`ApprovalRequest` (the tool, its normalised arguments, the
-hash of the action, the idempotency key the call will run under, the affected resources, the policy's reason and
-version). The runtime turns it into an :class:`ApprovalRecord` — with the hash of the relevant session state, the
-requesting run, an expiry and, when the call came from a CodeAct program, the program's signed Monty snapshot —
-persists it through the session's :class:`ApprovalStore` (fenced by the session lease, like every session write),
-offers the decision on the conversation's channel and ends the turn: the run is ``waiting_for_approval``, a normal
-state, and the worker slot is free.
-
-A decision is an inbound event of the session (a button click whose option id is :func:`option_id`, ``/approve
-ID`` or ``/deny ID``, or an operator's decision from the console), so it is serialised with the conversation's
-other messages. :meth:`ApprovalStore.approval_decide` applies it at most once (compare-and-set on ``pending``,
-bound to the action hash and the deciding actor); :meth:`ApprovalStore.approval_settle` consumes an approval once
-its effect ran or was refused. The record never carries secrets: arguments are the tool's validated input, which
-never holds credentials.
+A gated call does not run: the gateway returns an :class:`ApprovalRequest`, the runtime persists an
+:class:`ApprovalRecord` through the session's fenced :class:`ApprovalStore` and ends the turn, freeing the worker
+slot. A decision is applied at most once (compare-and-set on ``pending``, bound to the action hash and the actor) and
+consumed once its effect ran or was refused. A record never carries secrets.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Pausing a run for a person: the approval record, the question on the channel, the held reply of review mode.
 
-When the tool gateway answers a call with ``needs_approval`` (nothing ran), :func:`approval_record` turns its
-:class:`~switchboard.core.approvals.records.ApprovalRequest` into the record the session's
-:class:`~switchboard.core.approvals.records.ApprovalStore` persists — with the hash of the session state the call
-depends on,
-the principal the run acts for, the expiry and the approvers the policy names and, when the call came from a
-CodeAct program, the program paused at that call, signed with the server's key (:func:`snapshot_key`) so that no
-one who can write to Redis can make a worker resume a program of their own. :func:`approval_offer` is the question
-on the channel: native buttons where the channel has them (each option binds the click to the approval *and* the
-action's hash), numbered text elsewhere, and ``/approve ID`` / ``/deny ID`` as the text fallback.
-
-In review mode the turn's final reply is not sent: :func:`reply_record` holds it as a ``kind="reply"`` approval
-(the draft and what it rests on), decided by operators in the console, and sent once approved.
+A paused CodeAct program is signed with the server's key (:func:`snapshot_key`), so no one who can write to Redis can
+make a worker resume a program of their own. Each button binds the click to the approval *and* the action's hash;
+``/approve ID`` / ``/deny ID`` is the text fallback. In review mode the final reply is held as a ``kind="reply"``
+approval.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """The people around a run: operators taking a conversation over, and decisions before the model is asked.
 
-:func:`human_step` runs first in every turn whose store is an
-:class:`~switchboard.core.approvals.records.ApprovalStore`, in this order:
-
-1. **Operator actions** (``OperatorActed``, from the console): ``take_over`` records the operator as holding the
-   conversation (:meth:`~switchboard.core.approvals.records.ApprovalStore.set_control`), ``hand_back`` clears it,
-   ``say``
-   is delivered to the user as the turn's reply and kept in the history (the agent reads it once handed back).
-2. **Decisions** (:mod:`switchboard.core.approvals.decisions`): applied, approved actions re-checked and executed.
-3. **Supersede**: a new message from the user, or ``/reset`` (the conversation that asked is forgotten), supersedes
-   the approvals still pending.
-
-While an operator holds the conversation the model is not asked: the user's messages are recorded in the history
-(and decisions still apply), the operator answers. Otherwise the model continues when an approval ended (it is told
-what happened and answers) or a new message waits; decisions needing no model get their fixed replies.
+:func:`human_step` runs first in every turn with an approval store: operator actions (take over, say, hand back),
+then decisions, then the superseding of approvals a new message or ``/reset`` left pending. While an operator holds
+the conversation the model is not asked: the user's messages are recorded and the operator answers.
 """
 
 from __future__ import annotations

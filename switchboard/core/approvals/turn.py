@@ -1,23 +1,9 @@
 """A turn's approvals: pausing at a gated call, continuing after a decision, holding a reply for review.
 
-One :class:`TurnApprovals` per running turn (:class:`switchboard.core.agent.runtime.Runtime`), the runtime's half of
-docs/ARCHITECTURE.md §6 "Approvals":
-
-- :meth:`TurnApprovals.suspend`: a call the gateway answered ``needs_approval`` (a direct call, or one inside a
-  CodeAct program, then paused at it and signed) becomes a ``pending`` record in the session's
-  :class:`~switchboard.core.approvals.records.ApprovalStore`, an ``approval_requested`` fact and a question with
-  buttons on
-  the conversation's channel; the model reads that the call waits, and the turn ends ``waiting_for_approval``.
-  Without an approval store (a bare runtime) the call is refused: nothing can wait.
-- :meth:`TurnApprovals.before_model`: operator actions and decisions (:mod:`switchboard.core.approvals.takeover`);
-  :meth:`TurnApprovals.execute` runs an approved action under the key its request named — through the gateway with
-  ``approved=``, which re-checks authorisation and the action's hash — or resumes the paused program from its
-  verified snapshot with the outcome.
-- :meth:`TurnApprovals.hold_reply`: review mode holds the final reply as a ``kind="reply"`` approval.
-- Taps: on a platform that wants each button press answered (Telegram's ``answerCallbackQuery``), a decision's press
-  is acknowledged as soon as the decision is known, with the refusal as its notice (already decided, not the
-  tapper's, expired); :meth:`TurnApprovals.ack_taps` then acknowledges every other press of the turn (an
-  ``offer_choice`` answer) without a notice. Each goes to the channel as an :class:`AckChoice`.
+One :class:`TurnApprovals` per running turn, the runtime's half of ``docs/ARCHITECTURE.md`` §6 "Approvals": a gated
+call becomes a pending record and a question with buttons and the turn ends ``waiting_for_approval``; an approved
+action runs under the key its request named, re-checked by the gateway; review mode holds the final reply; button
+presses are acknowledged as soon as the decision is known.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""How provider failures become :class:`~switchboard.errors.ModelError` (shared by the OpenAI and Anthropic adapters).
+"""How provider failures become :class:`~switchboard.errors.ModelError`: one policy for the OpenAI and Anthropic SDKs.
 
-Each adapter pulls the neutral facts out of its SDK's exception (HTTP status, headers, the provider's error
-type or code, its message) and hands them here, so both providers follow one policy:
-
-========================================  =========  ==================  ======================================
-cause                                     retryable  ``code``            notes
-========================================  =========  ==================  ======================================
-429 rate limit                            yes        ``rate_limit``      ``retry_after`` from the headers
-429 ``insufficient_quota``                no         ``quota``           billing, waiting will not help
-529 / ``overloaded_error``                yes        ``overloaded``      ``retry_after`` when given
-5xx, 408, 409, errors inside a stream     yes        ``server_error``
-malformed JSON in a stream               yes        ``bad_response``    an event the SDK could not parse
-connection failures                       yes        ``connection``
-timeouts                                  yes        ``timeout``
-401 / 403                                 no         ``auth``            names the env var, never the key
-context too long (400 / 413)              no         ``context_length``  the runtime compacts and retries once
-404                                       no         ``not_found``       usually a wrong model name
-other 4xx                                 no         ``bad_request``
-========================================  =========  ==================  ======================================
-
-Messages quote the provider's own explanation (shortened, with the API key blanked out) except for
-authentication failures, where the upstream text may echo part of the key and is left out entirely.
+Each adapter pulls the neutral facts out of its SDK's exception and hands them here (the table is on
+:func:`status_error`). Messages quote the provider's own explanation, shortened and with the API key blanked out,
+except for authentication failures, whose upstream text may echo part of the key.
 """
 
 from __future__ import annotations
@@ -152,6 +134,22 @@ def status_error(
     model: str,
 ) -> ModelError:
     """Classify an HTTP error answer from the provider.
+
+    ========================================  =========  ==================  ======================================
+    cause                                     retryable  ``code``            notes
+    ========================================  =========  ==================  ======================================
+    429 rate limit                            yes        ``rate_limit``      ``retry_after`` from the headers
+    429 ``insufficient_quota``                no         ``quota``           billing, waiting will not help
+    529 / ``overloaded_error``                yes        ``overloaded``      ``retry_after`` when given
+    5xx, 408, 409, errors inside a stream     yes        ``server_error``
+    malformed JSON in a stream               yes        ``bad_response``    an event the SDK could not parse
+    connection failures                       yes        ``connection``
+    timeouts                                  yes        ``timeout``
+    401 / 403                                 no         ``auth``            names the env var, never the key
+    context too long (400 / 413)              no         ``context_length``  the runtime compacts and retries once
+    404                                       no         ``not_found``       usually a wrong model name
+    other 4xx                                 no         ``bad_request``
+    ========================================  =========  ==================  ======================================
 
     Args:
         facts: The provider that answered.

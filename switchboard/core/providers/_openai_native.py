@@ -1,16 +1,9 @@
 """What OpenAI's Responses API does natively for an agent: compaction and the hosted shell.
 
-Native compaction (``POST /v1/responses/compact``) answers a window of input items with a shorter one: the
-user messages kept verbatim and one ``compaction`` item whose ``encrypted_content`` only OpenAI can read. The
-window goes back as input, before whatever came after it; :func:`compacted_items` keeps from the output only the
-``message`` and ``compaction`` items, with only what the input side accepts, and :func:`input_items` turns stored
-items back into input.
-
-The hosted shell is the ``shell`` tool with a ``container_auto`` environment: OpenAI runs the model's commands
-in a container it creates, inside the same streamed response. Its ``shell_call`` and ``shell_call_output``
-items arrive as ``response.output_item.done`` events; :class:`HostedShellReport` turns them into the text the
-user reads (what ran, its exit code, its output capped head and tail, the whole report capped too). The files the
-commands wrote are fetched afterwards by :func:`container_files`, within a byte budget.
+Native compaction answers a window of input items with a shorter one (the user's messages and one encrypted
+``compaction`` item), kept and sent back as input (:func:`compacted_items`, :func:`input_items`). The hosted shell
+runs the model's commands in OpenAI's container within the same response; :class:`HostedShellReport` turns its items
+into text the user reads, and :func:`container_files` fetches the files they wrote within a byte budget.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Anthropic Messages through the official ``anthropic`` SDK.
 
-The neutral conversation becomes alternating ``user`` / ``assistant`` turns: an assistant turn carries
-its text and ``tool_use`` blocks, and the results come back in the next user turn as ``tool_result``
-blocks, in the order the calls were made (consecutive same-role entries are merged, since the API
-wants turns to alternate). The raw event stream (``create(stream=True)``) is folded into the neutral
-events of :mod:`switchboard.core.model`: ``TextDelta`` per ``text_delta``, one ``ToolCallEvent`` when a
-``tool_use`` block stops (its ``input_json_delta`` fragments joined and parsed), then ``Usage`` and
-``Finished``. Images on a user message (files the user sent, for vision-capable models) become base64 ``image``
-blocks ahead of its text. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``, ``pause``,
-``context_length``. Input tokens count cache reads and writes too, as all of them fill the context.
+The neutral conversation becomes alternating ``user``/``assistant`` turns (tool results in the next user turn,
+consecutive same-role entries merged), and the raw event stream folds into the neutral events of
+:mod:`switchboard.core.model`. Input tokens count cache reads and writes too, as all of them fill the context.
 """
 
 from __future__ import annotations

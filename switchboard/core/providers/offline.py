@@ -1,17 +1,7 @@
 """The deterministic offline model: demos and tests without a provider key.
 
-What it does, step by step (the same request always gives the same events):
-
-- a plain message → ``You said: "<the text, verbatim>"`` plus one fixed sentence, streamed word by word;
-- "what time is it" / "current time" / "time is it" (any case), with ``current_time`` among the tools →
-  a ``current_time`` call (``in Area/City`` picks the zone), then on the next step an answer with the time;
-- ``/run <code>`` with ``run_program`` among the tools → a CodeAct program (the rest of the text);
-- ``/tool <name> <json>`` → that tool call (handy for demos of slots and files);
-- a request without tools at a budget → says which budget ran out, what was done and what was not;
-- after any other tool result → reports the result briefly.
-
-It reports :class:`Usage` (words counted as tokens) and sleeps ``delay_ms`` once per step, so it can
-stand in for a slow model in load tests.
+The same request always gives the same events (:class:`OfflineModel` lists what it answers); it reports usage and can
+sleep per step, so it stands in for a slow model in load tests.
 """
 
 from __future__ import annotations
@@ -55,7 +45,21 @@ def _call_id(request: ModelRequest, name: str) -> str:
 
 
 class OfflineModel:
-    """A :class:`~switchboard.core.model.ModelAdapter` that needs no network."""
+    """A :class:`~switchboard.core.model.ModelAdapter` that needs no network.
+
+    What it does, step by step (the same request always gives the same events):
+
+    - a plain message → ``You said: "<the text, verbatim>"`` plus one fixed sentence, streamed word by word;
+    - "what time is it" / "current time" / "time is it" (any case), with ``current_time`` among the tools →
+      a ``current_time`` call (``in Area/City`` picks the zone), then on the next step an answer with the time;
+    - ``/run <code>`` with ``run_program`` among the tools → a CodeAct program (the rest of the text);
+    - ``/tool <name> <json>`` → that tool call (handy for demos of slots and files);
+    - a request without tools at a budget → says which budget ran out, what was done and what was not;
+    - after any other tool result → reports the result briefly.
+
+    It reports :class:`Usage` (words counted as tokens) and sleeps ``delay_ms`` once per step, so it can
+    stand in for a slow model in load tests.
+    """
 
     provider = "offline"
 

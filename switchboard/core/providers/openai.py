@@ -1,25 +1,10 @@
 """OpenAI and OpenAI-compatible servers through the official ``openai`` SDK.
 
-Two wire formats, picked by the factory (``SWITCHBOARD_OPENAI_API``):
-
-- ``responses``: the Responses API, for OpenAI itself. Requests are sent with ``store=false``; the
-  gateway keeps the conversation, not OpenAI.
-- ``chat``: Chat Completions, which every OpenAI-compatible server speaks (Ollama, vLLM, llama.cpp,
-  Azure), reached through ``OPENAI_BASE_URL``. Usage is asked for with ``stream_options.include_usage``.
-
-A user message with images (files the user sent, for vision-capable models) carries them as ``input_image``
-parts (Responses) or ``image_url`` parts (Chat Completions), as base64 ``data:`` URLs.
-
-Both streams are folded into the neutral events of :mod:`switchboard.core.model`: ``TextDelta`` as text
-arrives, one ``ToolCallEvent`` per call once its argument fragments are complete, then ``Usage`` and
-``Finished``. Stop reasons are neutral: ``stop``, ``tool_calls``, ``length``, ``refusal``.
-The SDK's own retries are off (``max_retries=0``); the runtime retries on the classified
-:class:`~switchboard.errors.ModelError`.
-
-On the Responses API the adapter also compacts natively (:meth:`OpenAIModel.compact`, ``/v1/responses/compact``;
-a request's :attr:`~switchboard.core.model.ModelRequest.compacted` items go first in its input) and offers the hosted
-shell (:attr:`~switchboard.core.model.ModelRequest.hosted_shell`), whose calls and outputs are reported to the
-user as text as they complete (:mod:`switchboard.core.providers._openai_native`).
+Two wire formats (``SWITCHBOARD_OPENAI_API``): ``responses`` for OpenAI itself (``store=false``: the gateway keeps the
+conversation) and ``chat`` for every Chat Completions server (Ollama, vLLM, llama.cpp, Azure). Both streams fold into
+the neutral events of :mod:`switchboard.core.model`; the SDK's own retries are off, the runtime retries on the
+classified :class:`~switchboard.errors.ModelError`. On the Responses API it also compacts natively and offers the
+hosted shell.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The database card: every table an agent's ``sql`` tool reaches, its columns and what it means, in a few lines.
 
-```
-## Databases (query them with the sql tool; fetch only the rows you need)
-main: this conversation's own database (writable)
-- sales (1204 rows; from inbox/sales.csv): region TEXT, month TEXT, amount REAL
-catalog (read-only): The product catalogue.
-- catalog.products (100000+ rows): sku TEXT, name TEXT, price REAL — one row per product
-```
-
-The card is rebuilt when a database changes: it is cached by file (path, modification time, size), and a write
-primes the cache with the new image as it saves it, so building a turn's prompt costs a ``stat`` per database.
-The session database is whatever a command left in the workspace: it is read only when it is a regular file there
-(never through a symlink, never a FIFO: :func:`session_image`), and counting rows gets one budget per card
-(:data:`CARD_BUDGET_S`), however many slow views it holds.
-Session tables loaded from a document, or created while untrusted content was in the turn's context, make the
-card :attr:`DatabaseCard.untrusted` (their names and descriptions may carry an instruction from that content).
+The card is cached by file (path, modification time, size) and primed by each write, so a turn's prompt costs a
+``stat`` per database. The session database is read only when it is a regular file (never through a symlink or a
+FIFO), row counts share one time budget per card, and tables made from untrusted content make the card
+:attr:`DatabaseCard.untrusted` (their names may carry an instruction). An example is on :func:`database_card`.
 """
 
 from __future__ import annotations
@@ -252,7 +241,16 @@ def _tables(path: Path, schema: str, spec: SharedDatabase | None, budget: CountB
 
 
 def database_card(workspace: Path, databases: Mapping[str, SharedDatabase]) -> DatabaseCard:
-    """The card of the session database in ``workspace`` and of the agent's shared ``databases``."""
+    """The card of the session database in ``workspace`` and of the agent's shared ``databases``.
+
+    ```
+    ## Databases (query them with the sql tool; fetch only the rows you need)
+    main: this conversation's own database (writable)
+    - sales (1204 rows; from inbox/sales.csv): region TEXT, month TEXT, amount REAL
+    catalog (read-only): The product catalogue.
+    - catalog.products (100000+ rows): sku TEXT, name TEXT, price REAL — one row per product
+    ```
+    """
     lines = [CARD_HEADING, "main: this conversation's own database (writable; what you create or load stays here)"]
     budget = CountBudget()
     session = _tables(workspace, "main", None, budget) or []

@@ -1,22 +1,7 @@
-"""Shared read-only databases an agent may query with ``sql``, as written in the YAML file.
+"""Shared read-only databases an agent may query with ``sql``, as written in the YAML file (:class:`SharedDatabase`).
 
-```yaml
-agents:
-  shop:
-    tools: [sql, read_document]
-    databases:
-      catalog:
-        path: data/catalog.sqlite          # relative to this YAML file
-        description: The product catalogue, refreshed nightly.
-        tables:
-          products: one row per product (sku, name, price in EUR)
-          stock: units in stock per sku and warehouse
-```
-
-Each database is attached to the agent's ``sql`` connections under its name (``catalog.products``), opened
-read-only (a ``mode=ro`` URI, ``PRAGMA query_only``). Every session also has its own writable database in its
-workspace (:mod:`switchboard.core.sql.store`); the operator's descriptions and the tables' columns are shown to
-the model with it.
+Each is attached to the agent's ``sql`` connections under its name (``catalog.products``), opened read-only; the
+operator's descriptions and the tables' columns are shown to the model beside the session's own database.
 """
 
 from __future__ import annotations
@@ -40,7 +25,21 @@ def is_identifier(name: str) -> bool:
 
 
 class SharedDatabase(BaseModel):
-    """One operator-provided SQLite file an agent reads (never writes)."""
+    """One operator-provided SQLite file an agent reads (never writes).
+
+    ```yaml
+    agents:
+      shop:
+        tools: [sql, read_document]
+        databases:
+          catalog:
+            path: data/catalog.sqlite          # relative to this YAML file
+            description: The product catalogue, refreshed nightly.
+            tables:
+              products: one row per product (sku, name, price in EUR)
+              stock: units in stock per sku and warehouse
+    ```
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

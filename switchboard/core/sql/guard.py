@@ -1,15 +1,8 @@
 """What a model's SQL may do: connections, the authoriser, limits and the time limit of one statement.
 
-Every statement the ``sql`` tool runs is checked by SQLite itself, at prepare time, through an authoriser
-callback (:class:`Guard`): in ``read`` mode only reads (``SELECT``, recursive CTEs, a few read-only ``PRAGMA``
-queries) pass; in ``write`` mode writes and schema changes pass too, but only on ``main`` (the session's own
-database), never on the shared databases and never on our own bookkeeping tables. ``ATTACH``/``DETACH``,
-transactions, savepoints, virtual tables, triggers, ``load_extension`` and every ``PRAGMA`` that sets something
-are refused in both modes. Shared databases are attached before the guard is installed, from ``mode=ro`` URIs,
-and read connections also set ``PRAGMA query_only``: the authoriser is not the only lock.
-
-A statement runs under a deadline enforced by a SQLite progress handler (a runaway recursive query is
-interrupted, whatever the thread it runs on), and under size limits (longest string or blob, longest statement).
+SQLite itself checks every statement at prepare time through an authoriser (:class:`Guard`), shared databases are
+opened read-only besides, so the authoriser is not the only lock. A statement runs under a deadline enforced by a
+progress handler, and under size limits.
 """
 
 from __future__ import annotations
@@ -106,7 +99,16 @@ class SqlLimits:
 
 @dataclass(slots=True)
 class Guard:
-    """The authoriser of one connection; :attr:`mode` says what passes, the rest records why something did not."""
+    """The authoriser of one connection; :attr:`mode` says what passes, the rest records why something did not.
+
+    Every statement the ``sql`` tool runs is checked by SQLite itself, at prepare time, through an authoriser
+    callback (:class:`Guard`): in ``read`` mode only reads (``SELECT``, recursive CTEs, a few read-only ``PRAGMA``
+    queries) pass; in ``write`` mode writes and schema changes pass too, but only on ``main`` (the session's own
+    database), never on the shared databases and never on our own bookkeeping tables. ``ATTACH``/``DETACH``,
+    transactions, savepoints, virtual tables, triggers, ``load_extension`` and every ``PRAGMA`` that sets something
+    are refused in both modes. Shared databases are attached before the guard is installed, from ``mode=ro`` URIs,
+    and read connections also set ``PRAGMA query_only``: the authoriser is not the only lock.
+    """
 
     mode: GuardMode = "read"
     refusal: str | None = None

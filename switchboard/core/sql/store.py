@@ -1,22 +1,10 @@
 """The session database: a SQLite file in the session workspace, queried and changed one statement at a time.
 
-Each session has its own database, ``data.sqlite`` at the root of its workspace (so it travels with the
-workspace, and the ``shell`` tool's ``sqlite3`` can open it too); the agent's shared databases
-(:mod:`switchboard.core.sql.databases`) are attached beside it read-only. What a statement may do is checked by
-:mod:`switchboard.core.sql.guard`.
-
-**Reads** run on a read-only connection to the file (``mode=ro``, ``PRAGMA query_only``). **Writes** never touch
-the file in place: the database is loaded into memory, the statement runs there in one transaction together with
-its bookkeeping, and the new image is written back through :meth:`Workspaces.store` — the session, tenant and
-total quotas apply to it like to any other write, the file is replaced atomically (a crash leaves the old one),
-and a write refused by a quota changes nothing. A write costs a copy of the database, which the session quota
-bounds. Each write is recorded under the call's idempotency key in the same transaction (``_switchboard_effects``),
-so a turn re-run after a crash gets the recorded outcome instead of inserting its rows twice; an identical write
-asked for twice in one turn is performed once.
-
-Results are capped in rows and characters; the rows left out are counted (up to :attr:`SqlLimits.count_cap`)
-and announced as ``N more rows``. :func:`database_card` is the compact description of every table shown to the
-model (:mod:`switchboard.core.agent.prompt` puts it in the session's ``data`` block).
+Each session has ``data.sqlite`` at the root of its workspace (it travels with the workspace), with the agent's shared
+databases attached read-only. Reads use a read-only connection; a write runs on an in-memory copy in one transaction
+with its idempotency record and is written back through :meth:`Workspaces.store`, so quotas apply, a crash leaves the
+old file, and a re-run turn gets the recorded outcome instead of inserting its rows twice. Results are capped and
+what was left out is counted.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Run a Python callable in a child process with resource limits, and get its JSON result back.
 
-Untrusted data (documents today, skill scripts and shell commands later) is handled in a child, never in the
-worker: :func:`run_callable` spawns ``python -m switchboard.core.tools.child`` (a fresh interpreter, not a fork of
-the worker), in its own process group, with a scrubbed environment. Before it reads a byte of input the child
-caps its own resources (``RLIMIT_AS``, ``RLIMIT_CPU``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, optionally
-``RLIMIT_NPROC``; no core files). It then reads ``{"target": "pkg.module:function", "args": {...}}`` on stdin,
-calls the function and writes ``{"ok": true, "value": ...}`` (or ``{"ok": false, "error": ...}``) on stdout.
-
-The parent reads at most ``output_bytes`` of that, and kills the whole process group when the wall-clock
-deadline passes, the output overflows, or the awaiting task is cancelled: no child outlives its call.
+Untrusted data is handled in a fresh interpreter (not a fork of the worker) that caps its own resources before it
+reads a byte of input. The parent reads a bounded answer and kills the whole process group at the deadline, on
+overflow or on cancellation: no child outlives its call.
 """
 
 from __future__ import annotations

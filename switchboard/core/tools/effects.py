@@ -1,38 +1,9 @@
 """Effects of write tools: idempotency records, and the interim gate on effects after untrusted content.
 
-**Idempotency.** Every call of a ``write`` tool carries a key derived from the run and the *logical
-action*: ``sha256(run_id, tool, canonical JSON of the key arguments, occurrence)``. The key arguments
-are the tool's :attr:`~switchboard.core.tools.definition.Tool.key_fields` (``send_file`` is keyed by ``path``,
-``offer_choice`` by ``question``), or all of its normalised arguments when it names none. The
-*occurrence* tells deliberate repeats apart: a call is the n-th of its action (the same tool and the
-same full arguments) when n - 1 identical calls of the run succeeded before it, counted in the order
-the calls are made — tool calls of the model and calls from its programs alike. Running ``cat n.txt``
-again after changing the file, or ``pytest`` again after a fix, is a new action and really runs. A
-re-attempt of the run (after a crash, or restarted for a newer message) makes its calls again in the
-same order, so each maps to the key its earlier attempt used; failed calls do not count, so a retry
-after a failure (its claim released) or after an unknown outcome (its claim kept) uses the same key.
-The first occurrence's key is ``sha256(run_id, tool, key arguments)``, as before occurrences counted.
-Before the tool runs, the gateway claims the key in an :class:`EffectStore` together with the hash of
-the full arguments (:func:`~switchboard.core.tools.gateway.action_sha256`):
-
-- no record → the claim is taken and the tool runs; its outcome is recorded (a failure releases the
-  claim, so a later try may run);
-- a finished record with the same arguments hash → the recorded outcome comes back and the tool does
-  not run again (a re-run of the turn after a crash or an interruption);
-- a record with another arguments hash → refused (``idempotency_conflict``): the same logical action
-  with different arguments is never performed twice;
-- a record still ``started`` (a worker died mid-effect) → refused (``ambiguous``): it may or may not
-  have happened, so it is not repeated blindly.
-
-The queue layer keeps the records in Redis for the retry window, fenced by the session lease
-(``switchboard.queue.effects``); :class:`TurnEffects` keeps them for one turn in memory when no such
+A write's key is ``sha256(run_id, tool, key arguments, occurrence)``, so a deliberate repeat runs while a re-attempt
+of the run finds each earlier call's record; a record still ``started`` is never re-run blindly but routed to
+reconciliation (``docs/ARCHITECTURE.md`` §6). :class:`TurnEffects` keeps the records for one turn when no Redis
 store is wired (tests, one-off runs).
-
-**Doubt.** A claim still ``started`` with no result — a worker died mid-effect, or the call timed out and may
-have happened — is never re-executed automatically: the gateway refuses it (``ambiguous``) and routes it to
-reconciliation through :meth:`EffectStore.effect_doubt`, where an operator marks it done or failed.
-
-Whether a write runs at all is the policy's decision (:mod:`switchboard.core.approvals.policy`), taken before its claim.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""What an agent may reach on the network, as written in the YAML file (enforced by :mod:`switchboard.egress`).
+"""What an agent may reach on the network, as written in the YAML file (:class:`AgentEgress`).
 
-```yaml
-agents:
-  researcher:
-    egress:
-      allow: [api.github.com, "*.wikipedia.org"]
-      secrets:
-        GITHUB_TOKEN: {env: GH_TOKEN, domains: [api.github.com]}
-```
-
-Default deny: an agent without ``egress.allow`` reaches only the hosts ``SWITCHBOARD_EGRESS__ALLOW`` lists.
+Enforced by :mod:`switchboard.egress`. Default deny: an agent without ``egress.allow`` reaches only the hosts
+``SWITCHBOARD_EGRESS__ALLOW`` lists.
 """
 
 from __future__ import annotations
@@ -54,7 +46,17 @@ class SecretBinding(BaseModel):
 
 
 class AgentEgress(BaseModel):
-    """An agent's network policy: the hosts it may reach and the secrets its requests may carry."""
+    """An agent's network policy: the hosts it may reach and the secrets its requests may carry.
+
+    ```yaml
+    agents:
+      researcher:
+        egress:
+          allow: [api.github.com, "*.wikipedia.org"]
+          secrets:
+            GITHUB_TOKEN: {env: GH_TOKEN, domains: [api.github.com]}
+    ```
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

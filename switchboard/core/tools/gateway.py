@@ -1,38 +1,8 @@
-"""The tool gateway: every tool call — from a model step or a CodeAct program — passes through here.
+"""The tool gateway: every tool call, from a model step or a CodeAct program, passes through here.
 
-In order, for one call:
-
-1. **Resolve** the name (unknown, or not one of the agent's tools → a correctable error).
-2. **Validate** the arguments with the tool's pydantic model before anything runs; errors go back to
-   the model with field names, as correctable.
-3. **Authorise** outside the model: ``tool.permission`` must match one of ``ctx.permissions`` (the principal's
-   granted globs, :func:`switchboard.core.approvals.grants.permissions_for`).
-4. **Decide** (span ``policy.check``): ``ctx.policy`` (:mod:`switchboard.core.approvals.policy`) allows the call,
-refuses
-   it (``refused_by_policy``), or asks a person: ``needs_approval`` with an :class:`ApprovalRequest` — nothing
-   runs, nothing is claimed, the occurrence is not counted. A call made with ``approved=`` (the request a person
-   approved) must hash to the approved action (else ``approval_mismatch``), runs under the approved key and skips
-   only the *approve*: permissions and *refuse* rules are checked again.
-5. **Stamp and claim** (:mod:`switchboard.core.tools.effects`): the idempotency key
-   ``sha256(run_id, tool, logical action, occurrence)`` is stamped on the context, and a write whose key
-   is already recorded is not run again (the same arguments get the recorded outcome, other arguments are
-   refused; a claim still ``started`` is refused as ``ambiguous`` and routed to reconciliation). The
-   occurrence counts the identical calls of the run that succeeded before this one
-   (:attr:`CallScope.ordinals`): a deliberate repeat later in the run is a new action and runs, while a
-   re-attempt of the run, making the same calls in the same order, finds each earlier call's record.
-6. **Run** (span ``tool.call``) under the tool's timeout, behind a circuit breaker per connector
-   (``tool.breaker_key``: a failing document parser never pauses the clock or the file tools); classify any
-   failure (``validation``, ``auth``, ``rate_limit``, ``transient``, ``ambiguous_timeout``,
-   ``permanent``; ``circuit_open`` when the breaker refuses) and retry only the classes the tool allows and
-   only where safe (:func:`~switchboard.core.tools.calls.retry_safe`: a write only after a rate limit, unless its
-   downstream honours the key), with exponential back-off and full jitter (honouring ``retry_after``). A write
-   that timed out may have happened: its claim is kept and it goes to reconciliation, never re-run.
-7. **Tier** the output: small results inline; larger ones (> ``inline_bytes`` of JSON) become a data
-   card (shape + sample) bound to a variable (``result_1``…) the next program receives; very large
-   ones (> ``file_bytes``) are also written to a file in the session workspace, within its quotas. A tool
-   that bounds its own output (``max_inline_bytes``: a ranged file read) is shown inline up to that size.
-
-Error messages never carry a host path: the workspace's location is replaced by workspace-relative names.
+One call is resolved, validated, authorised outside the model, decided by the policy, stamped with its idempotency
+key and claimed, run under its timeout and circuit breaker with safe retries, and its output tiered (inline, data
+card, workspace file); ``docs/ARCHITECTURE.md`` §6 describes each step. Error messages never carry a host path.
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """Session workspaces on disk: where each one lives, and the quotas every write is checked against.
 
-A session's workspace is ``<root>/<tenant digest>/<session digest>``: both parts are SHA-256 digests (of the
-tenant and of the full session key), so no session's directory can lie inside another's, whatever the ids
-(a Telegram forum topic's key extends its chat's key; their directories are still siblings).
-
-Every write a tool makes (``write_file``, the gateway's result files) goes through :meth:`Workspaces.store`,
-which checks three quotas: the session's, the tenant's (all its sessions) and the total of every workspace
-under the root. The session's usage is measured on its directory; tenant and total usage are running totals
-kept in small ledger files under ``<root>/.usage`` (rebuilt by one scan when missing), updated under a file
-lock so that every worker process on the host shares them. The write itself never follows a symlink below the
-workspace (:mod:`switchboard.core.workspaces.safepaths`): a command may have left one anywhere. When the workspaces are
-kept in
-an object store, the local directories are working copies: the store tells :attr:`Workspaces.elsewhere` what the
-tenant's other workspaces hold there, and the tenant quota is checked against that instead of the local ledger.
-
-Sandboxed commands write past :meth:`Workspaces.store`: the ``shell`` tool takes a :meth:`Workspaces.snapshot`
-before them, measures the workspace while they run (:meth:`Snapshot.exceeded`) and has :meth:`Workspaces.settle`
-take back what they wrote past the quotas afterwards. A workspace over a quota refuses every write until files are
-deleted.
-
-Directories count too: each directory inside a workspace is one entry against the session's file quota and
-:data:`DIRECTORY_BYTES` (one file-system block) against every byte quota, so a chain of empty directories costs
-what it takes on disk. Paths are bounded (:func:`path_bound_error`: at most :data:`MAX_PATH_PARTS` components,
-:data:`MAX_PATH_BYTES` bytes, :data:`MAX_NAME_BYTES` per name), and usage is measured by walks that keep their own
-stack, so no tree on disk, however deep, can make a write fail with ``RecursionError``.
+A workspace is ``<root>/<tenant digest>/<session digest>``, so no session's directory lies inside another's. Every
+write goes through :meth:`Workspaces.store`, checked against the session's, the tenant's and the total quota (running
+totals in ledger files shared by every worker on the host); sandboxed commands are measured and settled afterwards.
+Paths are bounded and directories count, so no tree on disk can make a write fail with ``RecursionError``.
 """
 
 from __future__ import annotations

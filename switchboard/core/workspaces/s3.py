@@ -1,20 +1,9 @@
 """Session workspaces in an object store over the S3 API (AWS S3, MinIO, Cloudflare R2, …), and the store factory.
 
-Keys mirror the local layout: ``<prefix><tenant digest>/<session digest>/<path in the workspace>``, both digests
-exactly as :func:`~switchboard.core.workspaces.disk.workspace_for` names the directories, so no session's prefix lies
-inside another's and a tenant's files share one prefix (``t-…/``). A path becomes a key only if it is a plain
-relative path (no ``..``, nothing absolute, within the path bounds); keys the store lists that are not are ignored.
-
-Workers keep working copies under the local root (:mod:`switchboard.core.workspaces.sync`): hydrating lists the
-tenant's prefix once (the session's entity tags, and what the tenant's other sessions hold for the tenant quota)
-and downloads only what differs from what this worker last synced; persisting uploads the files whose size or
-time changed and deletes the keys of files that are gone, after checking the session's and the tenant's quotas
-against the store. A refused persist uploads nothing and puts the working copy back as the store has it.
-
-``aiobotocore`` is an optional dependency (``pip install switchboard[s3]``), imported on the first request, so a
-worker that never touches the store starts no faster or slower for it. Credentials are
-``SWITCHBOARD_WORKSPACES__S3__ACCESS_KEY_ID`` / ``__SECRET_ACCESS_KEY`` when set, otherwise botocore's standard
-chain (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, profiles, instance roles).
+Keys mirror the local layout (tenant and session digests), so no session's prefix lies inside another's; a path
+becomes a key only if it is a plain relative path within the bounds. Workers keep working copies and move only what
+changed (:mod:`switchboard.core.workspaces.sync`); a persist refused by a quota uploads nothing. ``aiobotocore`` is
+optional (``switchboard[s3]``) and imported on first use; credentials come from the settings, else botocore's chain.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Reading and writing below a session workspace without ever following a symlink a command left there.
 
-The sandboxed ``shell`` may leave anything in its workspace: a symlink named ``inbox`` aimed at the worker's
-``site-packages``, a FIFO named ``data.sqlite``, a socket. Everything the worker itself writes or reads there
-(attachments, transcripts, result files, skills, the session database, the object-store sync, ``send_file``) goes
-through this module, which resolves the path one component at a time from a file descriptor of the workspace:
-
-- each directory is opened with ``O_DIRECTORY | O_NOFOLLOW`` relative to the one above it (``dir_fd=``), and a
-  missing one is made there (``0700``); a symlink anywhere in the chain is refused, never followed;
-- a replacing write goes to a fresh temporary name made with ``O_CREAT | O_EXCL | O_NOFOLLOW`` in the verified
-  directory, renamed over the final name with ``os.replace(..., src_dir_fd=, dst_dir_fd=)`` (a rename never
-  follows a link: a planted one is replaced, not written through);
-- an append or a read opens the final name with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO never blocks) and checks with
-  ``fstat`` that it is a regular file; an append also refuses a file with other hard links (its other name may lie
-  elsewhere), a read accepts one (a command cannot link across its mount, and reading is what it could do itself).
-
-There is no check-then-use window: a command still running (or one that left a daemon) can swap a directory for a
-link at any time, and every step here acts on the descriptor it verified. Paths are given as the components below
-the workspace; ``""``, ``.``, ``..`` and names with ``/`` or NUL are refused.
+The sandboxed ``shell`` may leave anything in its workspace (a symlink aimed at ``site-packages``, a FIFO, a
+socket), so everything the worker itself reads or writes there resolves the path one component at a time from a
+descriptor of the workspace (:func:`open_dir`). There is no check-then-use window: every step acts on the descriptor
+it verified. ``""``, ``.``, ``..`` and names with ``/`` or NUL are refused.
 """
 
 from __future__ import annotations
@@ -106,6 +93,15 @@ def _step(parent: int, name: str, *, create: bool) -> int:
 @contextmanager
 def open_dir(home: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
     """A descriptor of the directory ``home/parts…``, reached without following any symlink (closed on exit).
+
+    - each directory is opened with ``O_DIRECTORY | O_NOFOLLOW`` relative to the one above it (``dir_fd=``), and a
+      missing one is made there (``0700``); a symlink anywhere in the chain is refused, never followed;
+    - a replacing write goes to a fresh temporary name made with ``O_CREAT | O_EXCL | O_NOFOLLOW`` in the verified
+      directory, renamed over the final name with ``os.replace(..., src_dir_fd=, dst_dir_fd=)`` (a rename never
+      follows a link: a planted one is replaced, not written through);
+    - an append or a read opens the final name with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO never blocks) and checks with
+      ``fstat`` that it is a regular file; an append also refuses a file with other hard links (its other name may lie
+      elsewhere), a read accepts one (a command cannot link across its mount, and reading is what it could do itself).
 
     Args:
         home: The workspace (its own path is trusted; from it on, nothing is followed).

@@ -1,20 +1,9 @@
 """Where session workspaces are kept: the :class:`WorkspaceStore` interface, and the local-directory store.
 
-A session's workspace belongs to the session, not to a worker. Turns work on a local directory (the *working
-directory*, ``<root>/<tenant digest>/<session digest>`` as :func:`~switchboard.core.workspaces.disk.workspace_for`
-lays it out); the store keeps the workspace between turns:
-
-- :meth:`WorkspaceStore.hydrate` before a turn brings the working directory up to date (only what changed since
-  this worker last had it);
-- :meth:`WorkspaceStore.persist` after the turn, and at safe points within it (after each tool call that may have
-  written), saves what changed, checking the session's and the tenant's quotas *on the store*: a refused persist
-  stores nothing and puts the working directory back as the store has it;
-- :meth:`WorkspaceStore.read` reads one file for a channel to send (any worker can send any session's file);
-- :meth:`WorkspaceStore.delete` removes a session's files.
-
-:class:`LocalWorkspaces` is the default: the working directory *is* the store (one host, or a shared volume
-mounted at the same path on every host), so hydrating and persisting copy nothing. The object-store backend
-(S3 API) lives outside ``core`` (:mod:`switchboard.core.workspaces.s3`): it needs a network client.
+A workspace belongs to the session, not to a worker: turns work on a local directory that the store hydrates before
+the turn and persists after it (and at safe points within it), checking the quotas on the store, so any worker can
+take the next turn. :class:`LocalWorkspaces` is the default: the working directory *is* the store, so nothing is
+copied. The S3 backend lives in :mod:`switchboard.core.workspaces.s3`: it needs a network client.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Working copies of remote workspaces: what a worker last synced, what changed since, and safe local writes.
 
-A remote store (:mod:`switchboard.core.workspaces.s3`) keeps each session's files under a key prefix; a worker works on
-a local copy. For each copy it remembers what it last synced (a small manifest under ``<root>/.sync``, outside
-every workspace, so nothing a turn runs can edit it): per file its entity tag in the store, its size and its
-modification time as written. Comparing the manifest with the store's listing says what to download; comparing
-it with the disk says what to upload. Only regular files are synced: symlinks, sockets and the like never leave
-the worker, and a key from the store becomes a file only if it is a plain relative path
-(:func:`remote_name`), written where no symlink leads out of the workspace.
+For each copy the worker keeps a manifest (outside every workspace, so nothing a turn runs can edit it) of what it last
+synced; compared with the store's listing it says what to download, with the disk what to upload. Only regular files
+are synced, and a key becomes a file only if it is a plain relative path (:func:`remote_name`), written where no
+symlink leads out.
 """
 
 from __future__ import annotations

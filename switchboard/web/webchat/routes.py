@@ -1,25 +1,9 @@
-"""The web chat's HTTP surface: the page at ``/`` and its public API (docs/ARCHITECTURE.md §10).
+"""The web chat's HTTP surface: the page at ``/`` and its public API (``docs/channels/web-chat.md``).
 
-========================================== ============================================================
-``POST /api/chat/sessions``                 ``201 {"session", "token"}`` (body: none, ``{}`` or ``{"agent"}``)
-``POST /api/chat/uploads`` (bearer)         ``201 {"upload", "name", "size", "mime_type", "kind"}``: one file
-                                            (raw body + ``?filename=``, or multipart), for a later message
-``POST /api/chat/messages`` (bearer)        ``202 {"message_id"}`` once durably queued (``{"text"}``, with
-                                            ``"attachments": ["<upload id>", …]`` for uploaded files, or
-                                            ``{"choice": "<option id>"}`` for a button of an offered choice)
-``DELETE /api/chat/sessions`` (bearer)      ``204``: the token is revoked (``401`` from then on)
-``POST /api/chat/stream-ticket`` (bearer)   ``200 {"ticket"}``: single use, short-lived, for ``?ticket=``
-``GET /api/chat/stream`` (``?ticket``)       SSE: replay of the retained history, then live events
-========================================== ============================================================
-
-Tokens are random (``secrets.token_urlsafe(32)``) and stored only as their SHA-256, mapped to the session key,
-with a 30-day TTL refreshed on use. Looking a token up by its hash leaks nothing through timing.
-
-A token → session mapping never changes once issued, so each process keeps what it looked up for
-:data:`TOKEN_CACHE_S` (saving a Redis round trip per chat message); a token whose key is deleted or expires in
-Redis is therefore refused at most that long afterwards (a token revoked through this process at once). A wrong
-token is never cached: it costs a lookup each time, as before. The agent a session may name is one of
-``channels.web.agents`` (default: only the web channel's own agent).
+Tokens are random and stored only as their SHA-256 (a lookup by hash leaks nothing through timing), with a 30-day TTL
+refreshed on use. A token's session never changes, so each process caches the lookup for :data:`TOKEN_CACHE_S`: a
+token deleted in Redis is refused at most that long afterwards (at once through this process); a wrong token is
+never cached.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The web chat's event stream: ``GET /api/chat/stream`` (SSE) and ``POST /api/chat/stream-ticket``.
 
-=============================================== ==============================================================
-``POST /api/chat/stream-ticket`` (bearer)        ``200 {"ticket", "expires_in"}``: opens one stream, once, soon
-``GET /api/chat/stream`` (``?ticket=``, bearer,  SSE: replay of the retained history, then live events
-``?token=``)
-=============================================== ==============================================================
-
-A browser's ``EventSource`` cannot send headers, so the page asks for a **stream ticket** with its bearer token
-and opens the stream with ``?ticket=``: single-use, valid :data:`TICKET_TTL_S`, stored only as its SHA-256. The
-long-lived token then never appears in a URL (access logs, proxies, browser history). ``?token=`` still works for
-clients written before tickets. A session is issued at most :data:`TICKETS_PER_TTL` tickets in any
-:data:`TICKET_TTL_S` (then ``429`` with ``Retry-After``), so unused tickets cannot pile up in Redis.
-
-An open stream holds no Redis connection: the process's :class:`~switchboard.queue.fanout.StreamFanout` reads every
-session with a subscriber over one connection and hands each stream its events; replay and look-ups use that
-fan-out's small blocking pool, never the web tier's main client (so ``/healthz``, session creation and posts never
-wait behind streams). Open streams are capped per session and per client address
-(``SWITCHBOARD_LIMITS__STREAMS_PER_SESSION`` / ``__STREAMS_PER_ADDRESS``), counted in Redis across processes; over a
-cap the answer is ``429`` with ``Retry-After``.
+A browser's ``EventSource`` cannot send headers, so the page opens the stream with a single-use, short-lived
+**stream ticket** and the long-lived token never appears in a URL; tickets per session are capped, so unused ones
+cannot pile up. An open stream holds no Redis connection (one :class:`~switchboard.queue.fanout.StreamFanout` per
+process reads for all), and open streams are capped per session and per client address across processes.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``POST /api/chat/uploads``: files the web chat's user attaches to a message (part of the web chat's public API).
 
-A client uploads each file first and then names the upload ids in ``POST /api/chat/messages``
-(``{"text", "attachments": ["<upload id>", …]}``). The body is either the raw file (``Content-Type`` its MIME type,
-``?filename=`` its name) or ``multipart/form-data`` whose first part is the file. The answer is
-``201 {"upload", "name", "size", "mime_type", "kind"}``.
-
-An upload belongs to the session whose token sent it, is at most ``SWITCHBOARD_ATTACHMENTS__MAX_BYTES`` (413,
-refused from ``Content-Length`` before reading anything, or as soon as the body passes the cap), counts against
-the session's rate like a message (``SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE``; 429), and is kept in
-Redis for an hour (:data:`~switchboard.queue.uploads.UPLOAD_TTL_S`) so any worker can read it.
+An upload belongs to the session whose token sent it, is capped (413 before reading anything, or as soon as the body
+passes the cap), counts against the session's message rate, and is kept in Redis for an hour so any worker can read
+it (``docs/channels/web-chat.md``).
 """
 
 from __future__ import annotations

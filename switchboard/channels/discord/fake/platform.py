@@ -1,22 +1,8 @@
 """A fake Discord: the REST API routes Switchboard uses and the gateway, recording every call.
 
-REST under ``/api/v10``: ``GET /users/@me``, ``/applications/@me``, ``/gateway/bot``; ``POST
-/channels/{id}/messages`` (JSON or multipart with ``payload_json``), ``PATCH /channels/{id}/messages/{id}``,
-``POST /channels/{id}/typing``; ``PUT /applications/{id}/commands``; interaction answers (``POST
-/interactions/{id}/{token}/callback``, ``GET``/``PATCH /webhooks/{app}/{token}/messages/{id|@original}``, ``POST
-/webhooks/{app}/{token}``). Like Discord it refuses what Discord refuses (content over 2,000 characters, an empty
-message, a nonce over 25 characters, more than five rows of five buttons, labels over 80, repeated or over-long
-custom ids) and returns the *existing* message for a repeated ``nonce`` with ``enforce_nonce`` (within five
-minutes, same author). Every answer carries ``X-RateLimit-*`` headers of a per-route, per-channel bucket
-(:attr:`FakeDiscordState.bucket_limit` per :attr:`~FakeDiscordState.bucket_window` seconds): a client that
-ignores them gets 429s. Tests can plan 429s (with bucket headers, optionally global), 5xx and slow answers.
-
-An interaction token the fake was not told about (:meth:`FakeDiscordState.interaction`) is taken as one answered
-with a deferred response (its ``@original`` "thinking"); tokens ``sim-<channel>`` belong to that channel.
-Inspection routes: ``GET /_fake/calls?since=&channel_id=&token=&wait=``, ``GET /_fake/messages?channel_id=`` (as
-they stand after edits) and ``GET /_fake/cdn/{name}`` (files
-registered with :meth:`FakeDiscordState.add_file`). The gateway is :mod:`~switchboard.channels.discord.fake.gateway`
-at ``/gateway``.
+Like Discord it refuses what Discord refuses, dedups on ``nonce`` and enforces per-route rate-limit buckets, so a
+client that ignores them gets 429s; :class:`FakeDiscord` lists its routes, failure injection and inspection routes.
+The gateway is :mod:`~switchboard.channels.discord.fake.gateway` at ``/gateway``.
 """
 
 from __future__ import annotations
@@ -141,7 +127,26 @@ def create_fake_discord(
 
 
 class FakeDiscord(FakeServer):
-    """Runs the fake on a loopback port: ``api_url`` is what ``SWITCHBOARD_DISCORD__API_BASE_URL`` takes."""
+    """Runs the fake on a loopback port: ``api_url`` is what ``SWITCHBOARD_DISCORD__API_BASE_URL`` takes.
+
+    REST under ``/api/v10``: ``GET /users/@me``, ``/applications/@me``, ``/gateway/bot``; ``POST
+    /channels/{id}/messages`` (JSON or multipart with ``payload_json``), ``PATCH /channels/{id}/messages/{id}``,
+    ``POST /channels/{id}/typing``; ``PUT /applications/{id}/commands``; interaction answers (``POST
+    /interactions/{id}/{token}/callback``, ``GET``/``PATCH /webhooks/{app}/{token}/messages/{id|@original}``, ``POST
+    /webhooks/{app}/{token}``). Like Discord it refuses what Discord refuses (content over 2,000 characters, an empty
+    message, a nonce over 25 characters, more than five rows of five buttons, labels over 80, repeated or over-long
+    custom ids) and returns the *existing* message for a repeated ``nonce`` with ``enforce_nonce`` (within five
+    minutes, same author). Every answer carries ``X-RateLimit-*`` headers of a per-route, per-channel bucket
+    (:attr:`FakeDiscordState.bucket_limit` per :attr:`~FakeDiscordState.bucket_window` seconds): a client that
+    ignores them gets 429s. Tests can plan 429s (with bucket headers, optionally global), 5xx and slow answers.
+
+    An interaction token the fake was not told about (:meth:`FakeDiscordState.interaction`) is taken as one answered
+    with a deferred response (its ``@original`` "thinking"); tokens ``sim-<channel>`` belong to that channel.
+    Inspection routes: ``GET /_fake/calls?since=&channel_id=&token=&wait=``, ``GET /_fake/messages?channel_id=`` (as
+    they stand after edits) and ``GET /_fake/cdn/{name}`` (files
+    registered with :meth:`FakeDiscordState.add_file`). The gateway is :mod:`~switchboard.channels.discord.fake.gateway`
+    at ``/gateway``.
+    """
 
     def __init__(self, token: str | None = None, *, bot_id: str = "880000000000000001", application_id: str = "900"):
         self.app = create_fake_discord(token, bot_id=bot_id, application_id=application_id)

@@ -1,23 +1,9 @@
 """The adapter Messenger and Instagram share: both are the Messenger Platform, one webhook URL for every account.
 
-Inbound (①): :func:`~switchboard.channels.meta.webhook.verify_request` checks the ``GET`` handshake's verify token or a
-``POST``'s ``X-Hub-Signature-256`` (raw bytes, constant time) before anything is parsed; the delivery is read by
-:class:`~switchboard.channels.meta.messaging.inbound.MessagingReader` into drafts — every message of every entry, so
-the ingest router accepts them all or none — each naming the account its ``entry[].id`` belongs to
-(:class:`~switchboard.channels.meta.webhook.AccountMap`). Delivery and read receipts come back as
-:class:`~switchboard.channels.base.DeliveryStatus` reports (facts in the user's session's event log), never handed
-to the agent.
-
-Each account's Page / Instagram account id comes from its settings (``page_id`` / ``account_id``), or from
-``GET /me`` with its token at start-up (the receiving account's own, and those of the other accounts of the same
-app); until its own is known, an id no configured account claims (of this app or of another) is taken as its own
-(the app secret vouches for the delivery).
-
-Outbound (⑤) is :class:`~switchboard.channels.meta.messaging.outbound.MessagingSender`. A user's file arrives as a
-signed
-CDN URL in the payload (``attachments[].payload.url``); it is fetched lazily with
-:meth:`~switchboard.channels.meta.graph.GraphApi.download`: Meta's CDN only, every redirect checked, no token,
-size-capped.
+The signature or handshake is checked on the raw bytes before anything is parsed; a delivery becomes drafts naming
+their accounts, receipts become delivery reports, never messages for the agent. An account's id comes from its
+settings or ``GET /me`` at start-up; until known, an id no configured account claims is taken as its own (the app
+secret vouches for the delivery). Users' files are fetched lazily from Meta's CDN only, size-capped, without the token.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """Messenger Platform webhooks (Facebook Messenger and Instagram) → inbound events, receipts set apart.
 
-Both channels speak the same format: ``{"object": "page" | "instagram", "entry": [{"id", "time", "messaging":
-[...]}]}``, where ``entry[].id`` is the Page id (Messenger) or the Instagram professional account id, and each
-``messaging[]`` item carries ``sender.id`` (the PSID / IGSID), ``recipient.id`` (the Page or account), ``timestamp``
-and one of:
-
-- ``message`` → :class:`Posted` (text and attachments: ``image``/``video``/``audio``/``file`` by their CDN
-  ``payload.url``, fetched lazily; a ``location`` attachment (Messenger's shared pin) as a :class:`Location` part;
-  shares, story mentions and other kinds as a line of text), with
-  ``reply_to.mid`` as ``meta["reply_to"]``; ``message.quick_reply.payload`` → :class:`ChoiceSelected`;
-  ``message.is_echo`` (the Page's or account's own message) is dropped; ``message.is_deleted`` (Instagram's
-  unsend) → :class:`MessageDeleted`;
-- ``postback.payload`` (a button of a template, the persistent menu, Get Started) → :class:`ChoiceSelected`;
-- ``message_edit`` (``message_edits`` field) → :class:`MessageEdited` with the new text;
-- ``reaction`` → :class:`Posted` reading ``[reacted ❤ to message <mid>]`` (as WhatsApp's), with
-  ``meta["reaction"]`` / ``meta["reacted_to"]``; a reaction taken back (``unreact``) is dropped;
-- ``delivery`` / ``read`` → :class:`~switchboard.channels.base.DeliveryStatus` reports (one per message named, or
-  one with no message id for a watermark), for the same conversation as the user's messages: recorded in that
-  session's event log by the ingest router, never a message for the agent.
-
-Anything else (``optin``, ``referral``, handover ``standby`` items, unknown future kinds) parses to nothing: the
-delivery is still acknowledged, so Meta does not retry it for ever.
-
-One delivery may batch many entries (Pages / accounts) and many items: every message in it is returned, and the
-ingest router accepts all of them or none. One app's webhook URL serves every Page or account, so each message
-names the account its ``entry[].id`` maps to (``account_of``); an id that maps to no configured account names an
-account nobody configured, and the router drops it with a metric.
-
-Dedup keys (unique per account; Meta's delivery is at least once): a message by its ``mid``, an edit by
-``mid`` and ``num_edit``, a deletion by ``mid``, a postback by its ``mid`` (else sender and timestamp), a
-reaction by message, sender, emoji and timestamp.
+Both channels speak the same format; each ``messaging[]`` item becomes a message, an edit, a deletion, a choice or a
+delivery report, and anything else parses to nothing (the delivery is still acknowledged, so Meta does not retry it
+for ever). Each message names the account its ``entry[].id`` maps to, and carries a dedup key unique per account:
+Meta delivers at least once.
 """
 
 from __future__ import annotations

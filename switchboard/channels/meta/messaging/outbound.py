@@ -1,25 +1,9 @@
 """⑤ for Messenger and Instagram: send actions through the Send API (``POST /me/messages``), resumable by part.
 
-Every send is ``{"recipient": {"id": PSID/IGSID}, "messaging_type": "RESPONSE", "message": {...}}`` on the
-account's token (``me`` is the Page, or the Instagram account, the token belongs to). Text is rendered to plain
-text and split within the platform's limit (:mod:`~switchboard.channels.render.plain`); each part is preceded by
-``await send.pace()`` and followed by ``await send.part_sent(message_id)``, so a retry on any worker resumes after
-the parts already sent.
-
-- ``OfferChoice`` → the question with up to 13 quick replies (title ≤ 20 characters, ``payload`` = the option id:
-  a tap comes back as ``message.quick_reply.payload``); further options are listed in the text.
-- ``SendTyping`` → ``sender_action: mark_seen`` then ``typing_on`` (each its own request, as the API wants).
-- ``SendFile`` → Messenger: the file uploaded with the message (multipart ``filedata``; nothing public needed),
-  the caption as text after it. Instagram's Send API takes attachments by public URL only, which a workspace file
-  does not have: the caption and the file's name are sent as text instead (``Capabilities.files`` is false).
-- Edits and streams: neither platform edits a sent message; ``EditText`` is refused and ``StreamText`` answers
-  "unavailable", so the gateway sends the final reply only.
-
-Messaging window: the API refuses a reply more than 24 hours after the user's last message (code 10, subcode
-2018278 / 2534022 …; classified ``window`` by :mod:`~switchboard.channels.meta.graph`). With ``human_agent``
-enabled the part is sent again tagged ``HUMAN_AGENT`` (``messaging_type: MESSAGE_TAG``, allowed for 7 days);
-otherwise — or when that is refused too — a ``window_closed`` event is recorded and the send fails for good, with
-a message that says what to configure (never silently).
+Each part is paced and recorded as sent, so a retry on any worker resumes after the parts already sent; how each
+action is sent is listed on :class:`MessagingSender`. Past the 24-hour messaging window a part is sent again tagged
+``HUMAN_AGENT`` when ``human_agent`` is enabled; otherwise a ``window_closed`` event is recorded and the send fails
+for good, saying what to configure.
 """
 
 from __future__ import annotations
@@ -58,6 +42,15 @@ def _attachment_type(mime: str | None) -> str:
 
 class MessagingSender:
     """Performs send actions for one Messenger or Instagram account.
+
+    - ``OfferChoice`` → the question with up to 13 quick replies (title ≤ 20 characters, ``payload`` = the option id:
+      a tap comes back as ``message.quick_reply.payload``); further options are listed in the text.
+    - ``SendTyping`` → ``sender_action: mark_seen`` then ``typing_on`` (each its own request, as the API wants).
+    - ``SendFile`` → Messenger: the file uploaded with the message (multipart ``filedata``; nothing public needed),
+      the caption as text after it. Instagram's Send API takes attachments by public URL only, which a workspace file
+      does not have: the caption and the file's name are sent as text instead (``Capabilities.files`` is false).
+    - Edits and streams: neither platform edits a sent message; ``EditText`` is refused and ``StreamText`` answers
+      "unavailable", so the gateway sends the final reply only.
 
     Args:
         api: The account's Graph API client.

@@ -1,17 +1,9 @@
 """① and ⑤ for WhatsApp (Cloud API): Meta's signed webhooks in, Graph API sends out.
 
-Inbound (``/webhooks/whatsapp[/{account}]``, ``GET`` and ``POST``): the ``GET`` subscription handshake and the
-``X-Hub-Signature-256`` check of every ``POST`` are the shared Meta ones (:mod:`~switchboard.channels.meta.webhook`),
-in constant time on the raw bytes before anything is parsed. One app's webhook URL serves every number of the
-app: each message names its number (``metadata.phone_number_id``) and goes to the account configured with that
-``phone_number_id`` (its agent and tenant); a number no account claims is dropped by the ingest router with a
-metric. A delivery's messages are accepted all together or not at all (503: Meta retries, duplicates are dropped
-on the ``wamid``). Parsing is in :mod:`~switchboard.channels.meta.whatsapp.inbound`.
-
-Outbound (:mod:`~switchboard.channels.meta.whatsapp.outbound`): WhatsApp formatting split within 4,096 characters,
-interactive buttons and lists for choices, media uploads, typing with mark-as-read, and the 24-hour window
-(template fallback or a recorded ``window_closed`` failure). WhatsApp has no message edits: replies are sent
-final only. Attachments the user sent are fetched lazily (``GET /{media-id}``, then its URL with the token).
+The handshake and signature checks are the shared Meta ones, on the raw bytes before parsing. One app's webhook URL
+serves every number: each message goes to the account configured with its ``phone_number_id``, and a delivery is
+accepted whole or not at all (Meta retries, duplicates dropped on the ``wamid``). WhatsApp has no edits: replies are
+sent final only.
 """
 
 from __future__ import annotations

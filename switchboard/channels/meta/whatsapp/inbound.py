@@ -1,36 +1,9 @@
 """① WhatsApp Cloud API webhook deliveries → drafts of inbound messages, and delivery reports.
 
-A delivery (``object: whatsapp_business_account``) carries ``entry[].changes[]``; each ``messages`` change names its
-business number in ``value.metadata.phone_number_id`` (the account, through :class:`~switchboard.channels.meta.webhook.
-AccountMap`), the senders' profiles in ``value.contacts[]``, and any number of ``value.messages[]`` and
-``value.statuses[]``. Every message of every change becomes one draft (the delivery is accepted whole or not at
-all), deduplicated on its ``wamid``; statuses of our own sends (sent, delivered, read, failed) become
-:class:`~switchboard.channels.base.DeliveryStatus` reports for the same conversation as that user's messages (the
-ingest router records them in the session's event log), never messages; a ``failed`` one carries Meta's error code
-and title, never text. Other fields (``smb_message_echoes`` of coexistence numbers, template and account updates)
-carry nothing for the agent.
-
-Normalisation, by the message's ``type`` (the table is explicit; a type it does not name is treated as content the
-user sent that this gateway cannot read, so the user hears so rather than nothing):
-
-- ``text`` → its body; ``image``/``document``/``audio``/``video``/``sticker`` → an
-  :class:`~switchboard.core.messages.Attachment` by media id (a voice note is ``voice``), the caption as text;
-- ``location`` → a :class:`~switchboard.core.messages.Location` part; ``contacts`` → one
-  :class:`~switchboard.core.messages.Contact` part per card;
-- ``reaction`` → a short text naming the emoji and the message it answers (a removed reaction is dropped);
-- ``interactive`` ``button_reply`` / ``list_reply`` and template ``button`` answers →
-  :class:`~switchboard.core.messages.ChoiceSelected` with the option id;
-- ``edit`` (the user edited a message; ``edit.original_message_id``, the new ``edit.message``) →
-  :class:`~switchboard.core.messages.MessageEdited` with the new text or caption;
-- ``revoke`` (the user deleted a message; ``revoke.original_message_id``) →
-  :class:`~switchboard.core.messages.MessageDeleted`: recorded, never answered;
-- system events → nothing, never answered: ``system`` (whatever its ``system.type``: a changed number or identity,
-  and any subtype Meta adds), ``request_welcome`` (a user opened the chat) and ``ephemeral`` (disappearing messages
-  switched on);
-- ``unsupported`` / ``unknown`` (content the Cloud API does not deliver, with ``errors``), ``order`` and any other
-  type → the notice ``[a message this gateway cannot show (<type>)]``, so the agent can tell the user.
-
-A reply's ``context.id`` is kept in ``meta["reply_to"]``.
+Every message of every change becomes one draft (a delivery is accepted whole or not at all), deduplicated on its
+``wamid``; statuses of our own sends become :class:`~switchboard.channels.base.DeliveryStatus` reports, never
+messages. The normalisation table by message ``type`` is explicit: a type it does not name becomes a notice the agent
+can pass on, so the user hears something rather than nothing (table: ``docs/channels/whatsapp.md``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """⑤ WhatsApp sends through the Cloud API: ``POST /{phone_number_id}/messages`` (and ``/media`` for uploads).
 
-- Text: rendered to WhatsApp formatting and split within 4,096 characters; each part is recorded as sent (its
-  ``wamid``) before the next, so a retry resumes after the parts already delivered.
-- Choices: up to 3 options with titles of at most 20 characters → interactive reply buttons; otherwise up to 10 →
-  an interactive list (row titles ≤ 24, the full label in the row's description); more → numbered text. The
-  option id comes back as ``button_reply.id`` / ``list_reply.id``.
-- Files: uploaded to ``/{phone_number_id}/media`` (multipart), then sent by media id as an image, video, audio or
-  document (documents keep their file name; captions where WhatsApp takes one).
-- Typing: ``status: read`` on the last inbound ``wamid`` with ``typing_indicator`` (marks it read, shows typing for
-  up to 25 s or until the reply).
-- The 24-hour customer-service window: WhatsApp refuses free-form messages outside it (error 131047). The
-  sender reacts to that error (no last-inbound time is tracked): it sends the configured ``window_template``
-  (``name:language``) once instead and records ``window_template_sent``, or, without one, records
-  ``window_closed`` and raises a non-retryable error the outbox dead-letters with a clear reason.
+Each text part is recorded as sent before the next, so a retry resumes after the parts delivered; how each action is
+sent is on :class:`WhatsAppSender`. Outside the 24-hour window (error 131047) the configured template is sent once
+instead, or the send fails for good with a recorded ``window_closed`` and a clear reason.
 """
 
 from __future__ import annotations
@@ -49,6 +39,20 @@ def _short(text: str, most: int) -> str:
 
 class WhatsAppSender:
     """Sends for one business number.
+
+    - Text: rendered to WhatsApp formatting and split within 4,096 characters; each part is recorded as sent (its
+      ``wamid``) before the next, so a retry resumes after the parts already delivered.
+    - Choices: up to 3 options with titles of at most 20 characters → interactive reply buttons; otherwise up to 10 →
+      an interactive list (row titles ≤ 24, the full label in the row's description); more → numbered text. The
+      option id comes back as ``button_reply.id`` / ``list_reply.id``.
+    - Files: uploaded to ``/{phone_number_id}/media`` (multipart), then sent by media id as an image, video, audio or
+      document (documents keep their file name; captions where WhatsApp takes one).
+    - Typing: ``status: read`` on the last inbound ``wamid`` with ``typing_indicator`` (marks it read, shows typing for
+      up to 25 s or until the reply).
+    - The 24-hour customer-service window: WhatsApp refuses free-form messages outside it (error 131047). The
+      sender reacts to that error (no last-inbound time is tracked): it sends the configured ``window_template``
+      (``name:language``) once instead and records ``window_template_sent``, or, without one, records
+      ``window_closed`` and raises a non-retryable error the outbox dead-letters with a clear reason.
 
     Args:
         api: The Graph API client with the account's token.

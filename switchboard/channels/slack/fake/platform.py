@@ -1,25 +1,8 @@
 """A fake Slack Web API and Socket Mode server: a small aiohttp app speaking the real wire format.
 
-``POST /api/<method>`` (JSON or form, ``Authorization: Bearer``) answers ``auth.test``, ``chat.postMessage``,
-``chat.update``, ``chat.startStream`` / ``appendStream`` / ``stopStream``, ``assistant.threads.setStatus``,
-``files.getUploadURLExternal`` / ``files.completeUploadExternal`` (the bytes go to ``/_fake/upload/<id>``),
-``conversations.info`` and ``apps.connections.open`` (with the app token) in Slack's shapes, with its errors:
-``invalid_auth``, ``channel_not_found``, ``msg_too_long`` (over 40,000 characters), ``invalid_blocks`` (section
-text over 3,000, a button label over 75, a value over 2,000, an ``action_id`` over 255 or repeated, over 25
-elements or 50 blocks), ``message_not_found``, ``message_not_in_streaming_state``. It is stricter than Slack in
-one way, on purpose: text that is not well-formed mrkdwn (a bare ``&`` or ``<``, an unclosed code fence) is refused
-with ``invalid_mrkdwn``, so a rendering mistake fails a test instead of showing garbled on a real workspace. Every
-call is recorded with the mentions in it that would notify someone (:attr:`FakeCall.pings`).
-
-``/_fake/socket`` is the Socket Mode websocket ``apps.connections.open`` points at: it says ``hello``,
-:meth:`FakeSlack.push` sends envelopes down every open socket, acknowledgements are recorded
-(:attr:`FakeSlackState.acks`) and :meth:`FakeSlack.disconnect` asks clients to reconnect. Files for
-``url_private`` downloads are served (with the bot token) from ``/_fake/files/<name>``.
-
-Failure injection: :meth:`FakeSlack.fail_next` (429 with ``Retry-After``), :meth:`FakeSlack.refuse_next` (any
-status and error, e.g. 500), :meth:`FakeSlack.slow_next` (answers after a delay). Inspection for ``simulate`` and
-the benchmarks: ``GET /_fake/calls?since=&channel=&method=&wait=`` and ``GET /_fake/messages?channel=`` (each
-message's current text).
+It answers the Web API methods the gateway calls, with Slack's shapes and errors, serves the Socket Mode websocket and
+``url_private`` files, and records every call. It is stricter than Slack on purpose: malformed mrkdwn is refused, so
+a rendering mistake fails a test instead of showing garbled on a real workspace. :class:`FakeSlack` lists its routes.
 """
 
 from __future__ import annotations
@@ -198,7 +181,29 @@ def create_fake_slack(bot_token: str | None = None, app_token: str | None = None
 
 
 class FakeSlack(FakeServer):
-    """Runs the fake on a loopback port; ``api_url`` is the ``SWITCHBOARD_SLACK__API_BASE_URL`` to configure."""
+    """Runs the fake on a loopback port; ``api_url`` is the ``SWITCHBOARD_SLACK__API_BASE_URL`` to configure.
+
+    ``POST /api/<method>`` (JSON or form, ``Authorization: Bearer``) answers ``auth.test``, ``chat.postMessage``,
+    ``chat.update``, ``chat.startStream`` / ``appendStream`` / ``stopStream``, ``assistant.threads.setStatus``,
+    ``files.getUploadURLExternal`` / ``files.completeUploadExternal`` (the bytes go to ``/_fake/upload/<id>``),
+    ``conversations.info`` and ``apps.connections.open`` (with the app token) in Slack's shapes, with its errors:
+    ``invalid_auth``, ``channel_not_found``, ``msg_too_long`` (over 40,000 characters), ``invalid_blocks`` (section
+    text over 3,000, a button label over 75, a value over 2,000, an ``action_id`` over 255 or repeated, over 25
+    elements or 50 blocks), ``message_not_found``, ``message_not_in_streaming_state``. It is stricter than Slack in
+    one way, on purpose: text that is not well-formed mrkdwn (a bare ``&`` or ``<``, an unclosed code fence) is refused
+    with ``invalid_mrkdwn``, so a rendering mistake fails a test instead of showing garbled on a real workspace. Every
+    call is recorded with the mentions in it that would notify someone (:attr:`FakeCall.pings`).
+
+    ``/_fake/socket`` is the Socket Mode websocket ``apps.connections.open`` points at: it says ``hello``,
+    :meth:`FakeSlack.push` sends envelopes down every open socket, acknowledgements are recorded
+    (:attr:`FakeSlackState.acks`) and :meth:`FakeSlack.disconnect` asks clients to reconnect. Files for
+    ``url_private`` downloads are served (with the bot token) from ``/_fake/files/<name>``.
+
+    Failure injection: :meth:`FakeSlack.fail_next` (429 with ``Retry-After``), :meth:`FakeSlack.refuse_next` (any
+    status and error, e.g. 500), :meth:`FakeSlack.slow_next` (answers after a delay). Inspection for ``simulate`` and
+    the benchmarks: ``GET /_fake/calls?since=&channel=&method=&wait=`` and ``GET /_fake/messages?channel=`` (each
+    message's current text).
+    """
 
     def __init__(self, bot_token: str | None = None, app_token: str | None = None) -> None:
         self.app = create_fake_slack(bot_token, app_token)

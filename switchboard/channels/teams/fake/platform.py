@@ -1,21 +1,8 @@
 """A fake Bot Framework: the Connector a bot posts to, Entra's token endpoint, and the OpenID metadata with its keys.
 
-One aiohttp app speaking the real wire formats:
-
-- ``GET /v1/.well-known/openidconfiguration`` → ``jwks_uri`` → ``GET /v1/.well-known/keys``: the public half of a
-  local RSA key (:class:`~switchboard.channels.teams.fake.tokens.SigningKey`, endorsed for ``msteams``) that mints the
-  tokens
-  the tests and ``switchboard simulate`` send with their activities;
-- ``POST /{tenant}/oauth2/v2.0/token``: the client-credentials grant (checks the app id, the secret and the scope)
-  → a bearer token for the Connector;
-- ``POST {path}/v3/conversations/{id}/activities`` (a new activity), ``POST …/activities/{id}`` (a reply) and
-  ``PUT …/activities/{id}`` (an update) under any service-URL path (``/amer/``), with the issued token only; each
-  answers ``{"id": …}``. ``typing`` activities are recorded too. Every call is kept (:attr:`FakeTeams.calls`) with
-  the path prefix it came under, so a test sees where a reply went.
-
-Failure injection: :meth:`FakeTeams.fail_next` (any status, ``Retry-After``), :meth:`FakeTeams.slow_next`.
-Inspection for ``simulate`` and the benchmark: ``GET /_fake/calls?since=&conversation=&wait=`` and
-``GET /_fake/messages?conversation=`` (each message's current text).
+One aiohttp app speaking the real wire formats, minting the tokens tests and ``switchboard simulate`` send and
+recording every call with the service-URL path it came under; :class:`FakeTeams` lists its routes, failure injection
+and inspection routes.
 """
 
 from __future__ import annotations
@@ -80,6 +67,20 @@ class _Planned:
 
 class FakeTeams(FakeServer):
     """Runs the fake on a loopback port.
+
+    - ``GET /v1/.well-known/openidconfiguration`` → ``jwks_uri`` → ``GET /v1/.well-known/keys``: the public half of a
+      local RSA key (:class:`~switchboard.channels.teams.fake.tokens.SigningKey`, endorsed for ``msteams``) that mints
+      the tokens the tests and ``switchboard simulate`` send with their activities;
+    - ``POST /{tenant}/oauth2/v2.0/token``: the client-credentials grant (checks the app id, the secret and the scope)
+      → a bearer token for the Connector;
+    - ``POST {path}/v3/conversations/{id}/activities`` (a new activity), ``POST …/activities/{id}`` (a reply) and
+      ``PUT …/activities/{id}`` (an update) under any service-URL path (``/amer/``), with the issued token only; each
+      answers ``{"id": …}``. ``typing`` activities are recorded too. Every call is kept (:attr:`FakeTeams.calls`) with
+      the path prefix it came under, so a test sees where a reply went.
+
+    Failure injection: :meth:`FakeTeams.fail_next` (any status, ``Retry-After``), :meth:`FakeTeams.slow_next`.
+    Inspection for ``simulate`` and the benchmark: ``GET /_fake/calls?since=&conversation=&wait=`` and
+    ``GET /_fake/messages?conversation=`` (each message's current text).
 
     Args:
         app_id: The bot's app id the token endpoint accepts (``None``: any).

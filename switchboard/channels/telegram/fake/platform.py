@@ -1,23 +1,9 @@
 """A fake Telegram Bot API: a small aiohttp app speaking the real wire format, recording every call.
 
-It answers ``/bot<token>/<method>`` (JSON, form or query parameters) for ``getMe``, ``sendMessage``,
-``editMessageText``, ``sendMessageDraft``, ``answerCallbackQuery``, ``sendChatAction``, ``getFile``,
-``getUpdates`` (a long poll over a queue of updates: :meth:`FakeTelegram.push_update`), ``setWebhook``,
-``deleteWebhook`` and ``getWebhookInfo``, and ``sendDocument`` / ``sendPhoto`` as ``multipart/form-data`` uploads
-(the file's name, type, size and bytes are kept in :attr:`FakeTelegramState.files`; the recorded call shows
-name, type and size); files are downloaded from ``/file/bot<token>/<file_path>``. Telegram's error shapes: 401
-for a wrong token, 404 for an unknown method, 400 for what Telegram refuses (see
-:mod:`~switchboard.channels.telegram.fake.methods`), 409 for a second ``getUpdates`` running at once or one while a
-webhook is set, 413 for a file over 50 MB, and, when told to, 429 with ``retry_after``, any other status (5xx),
-or a slow answer.
-Inspection routes serve ``switchboard simulate`` and the benchmarks:
-
-- ``GET /_fake/calls?since=<seq>&chat_id=<id>&method=sendMessage&wait=<s>`` → recorded successful calls
-  (add ``include_failed=1`` for refused ones); ``wait`` long-polls until one matches;
-- ``POST /_fake/rate_limit`` with ``{"count": N, "retry_after": S, "method": "sendMessage"}``.
-
-Also re-exported here from :mod:`switchboard.channels.telegram.fake.updates`: :func:`make_update` builds inbound
-``Update`` payloads and :func:`sign_update` adds the secret-token header, as Telegram sends them.
+:class:`FakeTelegram` lists the methods it answers, its error shapes, failure injection and the inspection routes
+``switchboard simulate`` and the benchmarks use. Also re-exported here from
+:mod:`switchboard.channels.telegram.fake.updates`: :func:`make_update` builds inbound ``Update`` payloads and
+:func:`sign_update` adds the secret-token header, as Telegram sends them.
 """
 
 from __future__ import annotations
@@ -211,7 +197,24 @@ def create_fake_telegram(token: str | None = None, *, username: str = "switchboa
 
 
 class FakeTelegram(FakeServer):
-    """Runs the fake on a loopback port: ``base_url = await fake.start()`` is the Bot API root to configure."""
+    """Runs the fake on a loopback port: ``base_url = await fake.start()`` is the Bot API root to configure.
+
+    It answers ``/bot<token>/<method>`` (JSON, form or query parameters) for ``getMe``, ``sendMessage``,
+    ``editMessageText``, ``sendMessageDraft``, ``answerCallbackQuery``, ``sendChatAction``, ``getFile``,
+    ``getUpdates`` (a long poll over a queue of updates: :meth:`FakeTelegram.push_update`), ``setWebhook``,
+    ``deleteWebhook`` and ``getWebhookInfo``, and ``sendDocument`` / ``sendPhoto`` as ``multipart/form-data`` uploads
+    (the file's name, type, size and bytes are kept in :attr:`FakeTelegramState.files`; the recorded call shows
+    name, type and size); files are downloaded from ``/file/bot<token>/<file_path>``. Telegram's error shapes: 401
+    for a wrong token, 404 for an unknown method, 400 for what Telegram refuses (see
+    :mod:`~switchboard.channels.telegram.fake.methods`), 409 for a second ``getUpdates`` running at once or one while a
+    webhook is set, 413 for a file over 50 MB, and, when told to, 429 with ``retry_after``, any other status (5xx),
+    or a slow answer.
+    Inspection routes serve ``switchboard simulate`` and the benchmarks:
+
+    - ``GET /_fake/calls?since=<seq>&chat_id=<id>&method=sendMessage&wait=<s>`` → recorded successful calls
+      (add ``include_failed=1`` for refused ones); ``wait`` long-polls until one matches;
+    - ``POST /_fake/rate_limit`` with ``{"count": N, "retry_after": S, "method": "sendMessage"}``.
+    """
 
     def __init__(self, token: str | None = None, *, username: str = "switchboard_test_bot") -> None:
         self.app = create_fake_telegram(token, username=username)

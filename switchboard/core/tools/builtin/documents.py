@@ -1,12 +1,8 @@
 """``read_document``: text, Markdown, PDF and DOCX as capped text; CSV and XLSX as data cards.
 
-A data card describes a table without flooding the model's context: its columns (with a type guessed from
-the first rows), its row count and a few sample rows. Text keeps its head and tail around an omission
-marker. Paths are confined to the session workspace as for the file tools.
-
-Documents are untrusted: they are parsed in a sandbox child (:mod:`switchboard.core.tools.child`) with memory, CPU,
-time and output limits (:class:`DocumentLimits`), killed at its deadline. A parse that hits a limit is a
-``permanent`` error the gateway never retries; the worker's own memory and threads are never at stake.
+A data card describes a table (columns, row count, sample rows) without flooding the model's context. Documents are
+untrusted: they are parsed in a limited child process (:mod:`switchboard.core.tools.child`), and a parse that hits a
+limit is a ``permanent`` error, so the worker's own memory and threads are never at stake.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Files in the session's own workspace: ``read_file``, ``write_file`` and ``list_files``.
 
-Every path is relative to the workspace (``ToolContext.workspace``, created on first use) and must stay
-inside it: absolute paths, ``..`` segments and symlinks that lead out are refused with an error the model
-can act on, and so are paths deeper than 32 components or longer than 1,024 bytes (a name: 255 bytes). Reads,
-writes and listings are capped; ``read_file`` reads a range (characters or lines) so any agent can page through
-a large file, and every write counts against the workspace quotas, directories included
-(:class:`~switchboard.core.workspaces.disk.Workspaces`). File work runs on the session's share of the tool threads.
-Errors name workspace-relative paths, never the host's.
+Every path is relative to the workspace and must stay inside it and within the path bounds, refused otherwise with an
+error the model can act on. Reads, writes and listings are capped, ``read_file`` pages through a large file, and
+every write counts against the workspace quotas. Errors name workspace-relative paths, never the host's.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """What a long tool call shows the user while it runs: one status message, kept up to date, then its final state.
 
-Where the channel edits (Telegram, Slack, Discord, Teams), a call still running after ``after_s`` posts one status
-message — what runs and for how long, which of several commands finished and how — and edits it every ``every_s``
-and whenever a command finishes, each edit under the chat's edit budget (an update that finds no token is skipped;
-the next one carries newer text). When the call ends the message shows how it ended (``✅ Done in 12 s``,
-``⏹ Timed out after 30 s``). Where the channel cannot edit (WhatsApp, Instagram, Messenger, the web chat), the
-drain's typing indicator shows the agent at work and the call posts at most ``notices`` plain messages, each
-:data:`NOTICE_SPACING` times later than the one before (5 s, 30 s, 3 min): never a flood.
-
-Progress is best effort: it never fails the call, stops when the call ends however it ends (a cancelled call's
-message says it stopped), and is never the agent's reply.
+Where the channel edits, one status message is posted after ``after_s`` and edited under the chat's edit budget;
+where it cannot, at most ``notices`` plain messages, further and further apart, never a flood. Progress is best
+effort: it never fails the call and is never the agent's reply.
 """
 
 from __future__ import annotations

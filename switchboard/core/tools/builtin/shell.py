@@ -1,23 +1,10 @@
 """``shell``: run commands in a fresh sandbox over the session workspace (the Responses API's shell tool, locally).
 
-The arguments are those of OpenAI's hosted shell tool — ``commands`` (run concurrently, each in its own sandbox
-with its own output streams), ``timeout_ms`` and ``max_output_length`` (characters kept per stream, head and tail
-around ``… N characters truncated …``) — and so is the result: one ``{"stdout", "stderr", "outcome"}`` per command,
-``outcome`` being ``{"type": "exit", "exit_code": n}`` or ``{"type": "timeout"}``. Models trained on the hosted
-tool drive this one unchanged.
-
-The sandbox (:mod:`switchboard.sandbox`) is chosen once at start-up; the result names the isolation that applied,
-and the call records it in the session's event log (:class:`~switchboard.core.events.SandboxUsed`). A call
-still running after ``progress_after_s`` shows the user, on their channel, one status message kept up to date — what
-runs, for how long, which commands finished and how — and then how the call ended
-(:mod:`switchboard.core.tools.builtin.progress`).
-
-Network: none, unless the worker runs an egress proxy (an :class:`EgressGate`, see
-:mod:`switchboard.egress.gate`). Then each call gets a grant for its agent and session, its commands reach the
-proxy only (``HTTP_PROXY``/``HTTPS_PROXY`` on the sandbox's loopback, the deployment CA trusted), and the grant is
-revoked when the call ends, however it ends. The result's ``network`` says what the commands had. The grant's
-token is valid only while the call runs and only for the agent's own allowlist; it is shown as
-``<egress-grant>`` wherever a command prints it.
+Arguments and result are those of OpenAI's hosted shell tool, so models trained on it drive this one unchanged. The
+result names the isolation that applied; a long call shows the user one status message kept up to date
+(:mod:`switchboard.core.tools.builtin.progress`). Network is none unless the worker runs an egress proxy: then each
+call gets a grant for its agent's allowlist, revoked when the call ends and shown as ``<egress-grant>`` wherever a
+command prints it.
 """
 
 from __future__ import annotations

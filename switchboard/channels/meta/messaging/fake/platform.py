@@ -1,21 +1,7 @@
 """A fake Graph API Send API for Messenger and Instagram: a small aiohttp app speaking the real wire format.
 
-``POST /{version}/{me | page-or-account-id}/messages`` (``Authorization: Bearer`` or ``?access_token=``) takes a
-JSON body (text, quick replies, an attachment by URL, or a ``sender_action`` alone) or a multipart form
-(``recipient``, ``message``, ``messaging_type`` … as JSON strings, and the file in ``filedata``) and answers
-``{"recipient_id", "message_id"}`` (``{"recipient_id"}`` for a sender action), or Meta's errors: code 190 for a
-wrong token, 100 for bodies Meta refuses (see :mod:`~switchboard.channels.meta.messaging.fake.state`), 10/2018278
-outside a
-closed messaging window. ``GET /{version}/me`` names the Page of the token (with
-``fields=instagram_business_account``, the Instagram account linked to it; with ``fields=user_id``, as
-Instagram Login's API answers, the account itself).
-
-Inbound media stand-ins: ``/_fake/cdn/<name>`` serves what :meth:`FakeMessenger.host_media` stored (no token,
-like Meta's signed CDN URLs) and ``/_fake/lookaside/<name>`` redirects there (as ``lookaside.fbsbx.com`` does).
-
-Failure injection: :meth:`FakeMessenger.fail_next` (any status and Graph error code, e.g. 613 throttling, 190
-auth, 100/2018001 no such user, 500), :meth:`FakeMessenger.slow_next`, :meth:`FakeGraphState.close_window`.
-Inspection for ``simulate``: ``GET /_fake/calls?since=`` and ``GET /_fake/messages?recipient=`` (texts sent).
+It answers sends and ``GET /me`` with Meta's shapes and errors, stands in for Meta's media CDN, and records every
+call; :class:`FakeMessenger` lists its routes, failure injection and inspection routes.
 """
 
 from __future__ import annotations
@@ -188,6 +174,23 @@ def create_fake_graph(flavour: Flavour, token: str | None = None) -> web.Applica
 
 class FakeMessenger(FakeGraphServer[FakeGraphState]):
     """Runs the fake on a loopback port; :attr:`graph_url` is the ``GRAPH_BASE_URL`` to configure.
+
+    ``POST /{version}/{me | page-or-account-id}/messages`` (``Authorization: Bearer`` or ``?access_token=``) takes a
+    JSON body (text, quick replies, an attachment by URL, or a ``sender_action`` alone) or a multipart form
+    (``recipient``, ``message``, ``messaging_type`` … as JSON strings, and the file in ``filedata``) and answers
+    ``{"recipient_id", "message_id"}`` (``{"recipient_id"}`` for a sender action), or Meta's errors: code 190 for a
+    wrong token, 100 for bodies Meta refuses (see :mod:`~switchboard.channels.meta.messaging.fake.state`), 10/2018278
+    outside a
+    closed messaging window. ``GET /{version}/me`` names the Page of the token (with
+    ``fields=instagram_business_account``, the Instagram account linked to it; with ``fields=user_id``, as
+    Instagram Login's API answers, the account itself).
+
+    Inbound media stand-ins: ``/_fake/cdn/<name>`` serves what :meth:`FakeMessenger.host_media` stored (no token,
+    like Meta's signed CDN URLs) and ``/_fake/lookaside/<name>`` redirects there (as ``lookaside.fbsbx.com`` does).
+
+    Failure injection: :meth:`FakeMessenger.fail_next` (any status and Graph error code, e.g. 613 throttling, 190
+    auth, 100/2018001 no such user, 500), :meth:`FakeMessenger.slow_next`, :meth:`FakeGraphState.close_window`.
+    Inspection for ``simulate``: ``GET /_fake/calls?since=`` and ``GET /_fake/messages?recipient=`` (texts sent).
 
     Args:
         flavour: ``messenger`` or ``instagram`` (their text limits and ``messaging_type`` rule differ).

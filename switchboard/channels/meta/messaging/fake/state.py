@@ -1,13 +1,8 @@
 """The fake Send API's memory and its checks: what Meta would refuse, refused with Meta's error shapes.
 
-One fake serves one flavour: ``messenger`` (text ≤ 2,000 characters, ``messaging_type`` required) or ``instagram``
-(text ≤ 1,000 UTF-8 bytes). Both check what the two share: a ``recipient.id``; either a ``message`` or a
-``sender_action`` (``typing_on``, ``typing_off``, ``mark_seen``) alone; ``messaging_type`` one of ``RESPONSE``,
-``UPDATE``, ``MESSAGE_TAG`` (the last with a ``tag``); at most 13 ``quick_replies`` of ``content_type: text``
-with a title of at most 20 characters and a payload of at most 1,000; text or an attachment, not neither.
-
-Conversations whose 24-hour window is closed (:meth:`FakeGraphState.close_window`) refuse everything but a
-``HUMAN_AGENT``-tagged message with code 10 / subcode 2018278, as Meta does.
+One fake serves one flavour, ``messenger`` or ``instagram``, each with its own text limit, and checks what the two
+share: a recipient, a message or a lone sender action, the messaging type, quick replies within Meta's limits.
+Conversations whose 24-hour window is closed refuse everything but a ``HUMAN_AGENT``-tagged message, as Meta does.
 """
 
 from __future__ import annotations

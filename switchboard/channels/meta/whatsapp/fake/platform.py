@@ -1,17 +1,7 @@
 """A fake WhatsApp Cloud API (Graph API): a small aiohttp app speaking the real wire format.
 
-``POST /{version}/{phone_number_id}/messages`` (``Authorization: Bearer``, JSON) takes text (≤ 4,096 characters),
-interactive buttons (1–3, titles ≤ 20, ids ≤ 256) and lists (≤ 10 rows, row titles ≤ 24), templates, media by id,
-and the read receipt with ``typing_indicator``; it answers ``{"messaging_product", "contacts", "messages": [{"id":
-"wamid…"}]}`` or Meta's error object (``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``).
-``POST /{version}/{phone_number_id}/media`` (multipart) stores an upload and answers its id; ``GET /{version}/
-{media_id}`` answers the media's URL (served, with the token only, from ``/_fake/media/{id}``).
-
-Error injection: :meth:`FakeWhatsApp.fail_next` answers the next calls with a Meta error code (131047 outside
-the window, 130429 throttled, 190 bad token, 131026 undeliverable, or any other); :meth:`FakeWhatsApp.close_window`
-makes every free-form message to a user fail with 131047 (templates still pass), as WhatsApp does after 24 h.
-Inspection: :attr:`FakeWhatsAppState.calls`, ``GET /_fake/calls`` and ``GET /_fake/messages?to=`` (the texts a
-user received, for ``switchboard simulate``).
+It checks WhatsApp's limits, answers with Meta's shapes and error codes, closes the 24-hour window on request and
+records every call; :class:`FakeWhatsApp` lists its routes, error injection and inspection.
 """
 
 from __future__ import annotations
@@ -295,7 +285,21 @@ def create_fake_whatsapp(token: str | None = None) -> web.Application:
 
 
 class FakeWhatsApp(FakeGraphServer[FakeWhatsAppState]):
-    """Runs the fake on a loopback port; :attr:`graph_url` is the ``SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL``."""
+    """Runs the fake on a loopback port; :attr:`graph_url` is the ``SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL``.
+
+    ``POST /{version}/{phone_number_id}/messages`` (``Authorization: Bearer``, JSON) takes text (≤ 4,096 characters),
+    interactive buttons (1–3, titles ≤ 20, ids ≤ 256) and lists (≤ 10 rows, row titles ≤ 24), templates, media by id,
+    and the read receipt with ``typing_indicator``; it answers ``{"messaging_product", "contacts", "messages": [{"id":
+    "wamid…"}]}`` or Meta's error object (``{"error": {"message", "type", "code", "error_subcode", "fbtrace_id"}}``).
+    ``POST /{version}/{phone_number_id}/media`` (multipart) stores an upload and answers its id; ``GET /{version}/
+    {media_id}`` answers the media's URL (served, with the token only, from ``/_fake/media/{id}``).
+
+    Error injection: :meth:`FakeWhatsApp.fail_next` answers the next calls with a Meta error code (131047 outside
+    the window, 130429 throttled, 190 bad token, 131026 undeliverable, or any other); :meth:`FakeWhatsApp.close_window`
+    makes every free-form message to a user fail with 131047 (templates still pass), as WhatsApp does after 24 h.
+    Inspection: :attr:`FakeWhatsAppState.calls`, ``GET /_fake/calls`` and ``GET /_fake/messages?to=`` (the texts a
+    user received, for ``switchboard simulate``).
+    """
 
     def __init__(self, token: str | None = None) -> None:
         app = create_fake_whatsapp(token)

@@ -1,23 +1,21 @@
-"""Hostile input against the performance round: Telegram wire types as TypedDicts, the lazily re-armed head timer,
-the ingest counters counted between scrapes. Real sockets, real Redis, the real models; nothing stands in."""
+"""Hostile Telegram updates: wire types read strictly, the same by the webhook and by polling.
+
+A wrongly typed update is a 400 on the webhook (nothing enqueued) and refused by polling; an update the gateway does
+not read makes no message and no error. Real sockets, real Redis, the real models.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import random
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import prometheus_client
 import pytest
 import redis
-from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from switchboard.channels.base import OK_JSON, RawRequest
@@ -25,10 +23,9 @@ from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.telegram.fake.platform import SECRET_HEADER, FakeTelegram, make_update, sign_update
 from switchboard.core.messages import Attachment, CommandIssued
 from switchboard.errors import MalformedBodyError
-from switchboard.settings import HttpSettings, TelegramSettings, load_settings
+from switchboard.settings import TelegramSettings, load_settings
 from switchboard.web.app import create_app
-from switchboard.web.metrics import UNKNOWN_CHANNEL, Metrics
-from switchboard.web.server import GuardedAppRunner
+from tests.attack.test_metrics import series
 
 TOKEN, BOT_ID, BOT, SECRET = "123456:TEST-token-abcdefghijklmnopqrstuv", 123456, "hostile_bot", "hostile-Secret_1"
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads" / "telegram"
@@ -255,16 +252,6 @@ async def gateway(base_env: dict[str, str], aiohttp_client: Any) -> AsyncIterato
         yield await aiohttp_client(create_app(load_settings(env)))
 
 
-def series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            key = (sample.name, tuple(sorted(sample.labels.items())))
-            assert key not in found, f"series {key} exported twice"
-            found[key] = sample.value
-    return found
-
-
 async def test_hostile_bodies_over_http_are_400s_that_enqueue_nothing(gateway: Any, sync_redis: redis.Redis) -> None:
     before = sorted(sync_redis.keys("*"))
     headers = {"Content-Type": "application/json", SECRET_HEADER: SECRET}
@@ -286,220 +273,3 @@ async def test_hostile_bodies_over_http_are_400s_that_enqueue_nothing(gateway: A
     assert found[("switchboard_messages_accepted_total", (("channel", "telegram"),))] == 1
     assert found[("switchboard_messages_deduplicated_total", (("channel", "telegram"),))] == 2
     assert len([k for k in sync_redis.keys("sb:*:inbox")]) == 1
-
-
-# ── the head deadline: one lazily re-armed timer per connection ─────────────────────────────────────
-
-GUARD_S = 10.0
-
-
-async def _ok(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-async def _echo(request: web.Request) -> web.Response:
-    return web.Response(text=str(len(await request.read())))
-
-
-@pytest.fixture
-async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[GuardedAppRunner, int, float]]:
-    timeout = getattr(request, "param", 0.4)
-    app = web.Application()
-    app.router.add_get("/", _ok)
-    app.router.add_post("/echo", _echo)
-    http = HttpSettings(header_timeout_s=timeout, body_timeout_s=timeout, max_connections=200)
-    runner = GuardedAppRunner(app, http, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield runner, runner.addresses[0][1], timeout
-    await runner.cleanup()
-
-
-GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-
-
-async def answer(reader: asyncio.StreamReader) -> bytes:
-    async with asyncio.timeout(GUARD_S):
-        head = await reader.readuntil(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200"), head
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        return await reader.readexactly(length)
-
-
-async def closed_no_sooner_than(reader: asyncio.StreamReader, started: float, timeout: float) -> None:
-    """The server closes the connection, and not before ``timeout`` after ``started`` (loop time)."""
-    async with asyncio.timeout(GUARD_S):
-        assert await reader.read() == b""
-    assert asyncio.get_running_loop().time() - started >= timeout - 0.01, "a head was cut before its own deadline"
-
-
-def now() -> float:
-    return asyncio.get_running_loop().time()
-
-
-async def test_pipelined_requests_then_idle_keep_alive_are_served_and_no_slow_head(
-    server: tuple[GuardedAppRunner, int, float],
-) -> None:
-    runner, port, timeout = server
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for _ in range(3):  # 40 heads, past aiohttp's queue of 32 (the rest is parsed as it drains), and a short POST
-        writer.write(GET * 40 + b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-        assert [await answer(reader) for _ in range(41)] == [b"ok"] * 40 + [b"3"]
-        await asyncio.sleep(timeout * 2.5)  # idle past the head deadline: keep-alive rules, no slow head
-    writer.close()
-    assert runner.guard.total["slow_headers"] == 0
-
-
-async def test_fast_requests_at_every_phase_of_a_stale_timer_are_never_cut(
-    server: tuple[GuardedAppRunner, int, float],
-) -> None:
-    runner, port, timeout = server
-    rng = random.Random(5)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(GET)  # the first head is timed from the connection's opening: send it at once
-    assert await answer(reader) == b"ok"
-    post = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"
-    for n in range(12):  # heads split 0.5 T apart or sent byte by byte, at a random phase of the earlier timers
-        await asyncio.sleep(rng.uniform(0, timeout * 1.2))
-        sent = GET if n % 2 else post
-        if n % 4 == 3:
-            for byte in sent:  # 27 bytes 5 ms apart
-                writer.write(bytes([byte]))
-                await asyncio.sleep(0.005)
-        else:
-            writer.write(sent[:7])
-            await asyncio.sleep(timeout * 0.5)
-            writer.write(sent[7:])
-        assert await answer(reader) == (b"ok" if n % 2 else b"2")
-    writer.close()
-    assert runner.guard.total["slow_headers"] == 0
-
-
-@pytest.mark.parametrize("offset", [-0.03, 0.0, 0.03])
-async def test_a_slow_head_starting_as_the_first_timer_fires_gets_its_own_full_deadline(
-    server: tuple[GuardedAppRunner, int, float], offset: float
-) -> None:
-    runner, port, timeout = server
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    opened = now()
-    writer.write(GET)
-    assert await answer(reader) == b"ok"
-    await asyncio.sleep(max(0.0, opened + timeout + offset - now()))
-    started = now()
-    writer.write(b"GET / HT")
-    await asyncio.sleep(timeout * 0.5)
-    writer.write(b"TP/1.1\r\nHost")  # bytes keep coming, the head never ends
-    await closed_no_sooner_than(reader, started, timeout)
-    writer.close()
-    assert runner.guard.total["slow_headers"] == 1
-
-
-async def test_many_slow_heads_after_fast_requests_are_each_closed_on_their_own_deadline(
-    server: tuple[GuardedAppRunner, int, float],
-) -> None:
-    runner, port, timeout = server
-
-    async def one(n: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(n % 5 * 4 + 1):  # 1 to 17 fast kept-alive requests first
-            writer.write(GET)
-            assert await answer(reader) == b"ok"
-        await asyncio.sleep(n % 7 * timeout / 5)
-        started = now()
-        writer.write(b"GET /")
-        await closed_no_sooner_than(reader, started, timeout)
-        writer.close()
-
-    await asyncio.gather(*(one(n) for n in range(25)))
-    assert runner.guard.total["slow_headers"] == 25
-
-
-@pytest.mark.parametrize("how", ["body in a second packet", "large body in one write"])
-async def test_a_connection_idle_after_a_body_that_took_several_reads_is_no_slow_head(
-    server: tuple[GuardedAppRunner, int, float], how: str
-) -> None:
-    """Bytes that complete a body are no head: the kept-alive connection idle after it is not closed as a slow head
-    (as it was ``header_timeout_s`` after the body, also before this round)."""
-    runner, port, timeout = server
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = b"abcd" if how.startswith("body") else b"x" * 300_000
-    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
-    if how.startswith("body"):
-        await writer.drain()
-        await asyncio.sleep(0.05)
-    writer.write(body)
-    assert await answer(reader) == str(len(body)).encode()
-    await asyncio.sleep(timeout * 2.5)  # a webhook sender's pooled connection, idle between updates
-    assert runner.guard.total["slow_headers"] == 0
-    writer.write(GET)
-    assert await answer(reader) == b"ok"
-    writer.close()
-
-
-async def test_a_partial_head_pipelined_behind_a_full_one_is_closed_as_a_slow_head(
-    server: tuple[GuardedAppRunner, int, float],
-) -> None:
-    """A partial head sent in the same packet behind a complete one (which has no body) is timed as a head (before
-    this round it stayed open until the keep-alive timeout)."""
-    runner, port, timeout = server
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    started = now()
-    writer.write(GET + b"GET / HT")
-    assert await answer(reader) == b"ok"
-    try:
-        async with asyncio.timeout(timeout + 1.5):
-            assert await reader.read() == b""
-    except TimeoutError:
-        pytest.fail(f"a partial pipelined head was still open {now() - started:.1f} s later (timeout {timeout} s)")
-    finally:
-        writer.close()
-    assert runner.guard.total["slow_headers"] == 1
-
-
-# ── the ingest counters, counted between scrapes ────────────────────────────────────────────────────────────
-
-
-def test_the_exposition_parses_and_counts_each_series_once() -> None:
-    metrics, first = Metrics(["telegram", "web"]), time.time()
-    renders = [metrics.render(None, None).decode()]
-    for channel, duplicate, times in [("telegram", 0, 3), ("web", 1, 2), ("slack", 0, 1), ("x" * 500, 1, 1)]:
-        for _ in range(times):
-            metrics.ingested(channel, duplicate=bool(duplicate))
-    renders.append(metrics.render(None, None).decode())
-    for text in renders:  # HELP and TYPE once per family, with no series as with some
-        lines = text.splitlines()
-        for name in ("switchboard_messages_accepted_total", "switchboard_messages_deduplicated_total"):
-            assert sum(x.startswith(f"# HELP {name} ") for x in lines) == lines.count(f"# TYPE {name} counter") == 1
-    assert not [k for k in series(renders[0]) if k[0].startswith(INGEST)]
-    found = {k: v for k, v in series(renders[1]).items() if k[0].startswith(INGEST)}
-    families = {f.name: f.type for f in text_string_to_metric_families(renders[1])}
-    assert families["switchboard_messages_accepted"] == families["switchboard_messages_deduplicated"] == "counter"
-    expected = {("accepted", "telegram"): 3, ("accepted", UNKNOWN_CHANNEL): 1, ("deduplicated", "web"): 2}
-    expected[("deduplicated", UNKNOWN_CHANNEL)] = 1
-    totals = {(f"switchboard_messages_{kind}_total", (("channel", ch),)): n for (kind, ch), n in expected.items()}
-    assert {k: v for k, v in found.items() if k[0].endswith("_total")} == totals
-    created = {k: v for k, v in found.items() if k[0].endswith("_created")}
-    assert set(created) == {(f"switchboard_messages_{kind}_created", (("channel", ch),)) for kind, ch in expected}
-    assert all(first - 1 <= v <= time.time() + 1 for v in created.values())
-    for _ in range(5):
-        metrics.ingested("telegram", duplicate=False)
-    again = series(metrics.render(None, None).decode())
-    assert again[("switchboard_messages_accepted_total", (("channel", "telegram"),))] == 8
-    assert {k: again[k] for k in created} == created  # a series' creation time is set once
-
-
-def test_the_ingest_series_obey_prometheus_clients_switch_for_created_series() -> None:
-    """The ingest series leave out ``_created`` under prometheus_client's switch, as the other counters do."""
-    prometheus_client.disable_created_metrics()
-    try:
-        metrics = Metrics(["telegram"])
-        metrics.ingested("telegram", duplicate=False)
-        metrics.rejected("telegram", "bad_signature")
-        found = series(metrics.render(None, None).decode())
-    finally:
-        prometheus_client.enable_created_metrics()
-    assert (
-        "switchboard_requests_rejected_created",
-        (("channel", "telegram"), ("reason", "bad_signature")),
-    ) not in found
-    assert [k for k in found if k[0].endswith("_created")] == []

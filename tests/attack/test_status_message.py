@@ -1,9 +1,9 @@
-"""Attacks on the live status message of a long ``shell`` call (issue #10 part 2), with real parts.
+"""Attacks on the live status message of a long ``shell`` call, with real parts.
 
 Real Redis, the real drain (outbox, lease, edit budget), the real runtime and tool gateway on replayed model
-decisions, the host's bubblewrap sandbox, and the real channel adapters against the fake platform servers. Where a
-platform misbehaves in time (Telegram answering 429 to everything until ``retry_after`` has passed, a slow answer),
-the fake Bot API is told so at its HTTP boundary. A test marked ``xfail(strict=True)`` documents a defect found.
+decisions, the host's bubblewrap sandbox, and the real channel adapters against the fake platforms, told at their
+HTTP boundary to misbehave in time (429 until ``retry_after`` has passed, a slow answer). The same command run again
+later in a turn is a new action with its own status. ``xfail(strict=True)`` pins a known defect.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.core.turns import agent, answer_step, calls_step
 from tests.fakes.telegram_api import FakeTelegram, check_html
 from tests.sandbox.conftest import sandbox_of
-from tests.sandbox.test_shell_progress import SLOW, history_of, inbound, until
+from tests.sandbox.test_shell_progress import SLOW, history_of, inbound
+from tests.waiting import wait_until
 from tests.webchat.conftest import Chat, read_sse
 
 ROOMY = Rate(1000.0, 1000)
@@ -197,7 +198,9 @@ async def test_the_final_state_is_not_lost_to_a_429_with_retry_after_on_an_edit(
     await status.edit("✅ Done in 12 s: `make` (exit 0)", final=True)
     assert status.message_id is not None
     key = (4401, int(status.message_id))
-    await until(lambda: fake.state.messages[key].startswith("✅ Done in "), within_s=6.0)
+    await wait_until(
+        lambda: fake.state.messages[key].startswith("✅ Done in "), "the status message edited to ✅ Done", timeout=6.0
+    )
 
 
 async def test_calls_ending_in_a_held_chat_make_no_calls_into_the_hold(
@@ -246,10 +249,10 @@ async def test_a_deleted_status_message_is_not_edited_again_and_again(
         return [c.seq for c in fake.calls if c.method == "editMessageText" and c.status == 400]
 
     async with progress:
-        await until(lambda: len(fake.sent(4403, "sendMessage")) == 1)
+        await wait_until(lambda: len(fake.sent(4403, "sendMessage")) == 1, "one message sent to chat 4403")
         [(key, _)] = [(k, t) for k, t in fake.state.messages.items() if k[0] == 4403]
         del fake.state.messages[key]  # the user deleted the status message
-        await until(lambda: len(refused()) >= 1)
+        await wait_until(lambda: len(refused()) >= 1, "a send refused by the fake")
         await asyncio.sleep(0.5)  # ~50 update ticks in which the call keeps running
     assert len(refused()) <= 2, f"{len(refused())} edits of a message that is gone"
 
@@ -273,10 +276,14 @@ async def test_a_status_post_slower_than_the_call_is_not_left_saying_running(
     fake.delay_next(1, 2.0, method="sendMessage")  # Telegram is slow to answer the status post
     await Ingestor(async_redis, QUEUE).ingest(message)
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: not fake.state.plan)  # the status post is in flight
+    await wait_until(
+        lambda: not fake.state.plan, "the status post in flight (the fake's plan used up)"
+    )  # the status post is in flight
     go(tmp_path, conversation)
     await asyncio.wait_for(drain, 30)
-    await until(lambda: len(fake.sent(4404, "sendMessage")) == 2)  # the reply, and the status post landing late
+    await wait_until(
+        lambda: len(fake.sent(4404, "sendMessage")) == 2, "the reply and the late status post in chat 4404"
+    )  # the reply, and the status post landing late
     [(mid, text)] = statuses(fake, 4404).items()
     assert not text.startswith("⏳ Running"), f"message {mid} says {text!r} after the call ended"
 
@@ -290,9 +297,11 @@ async def test_a_stop_during_an_update_in_flight_still_ends_on_the_stopped_state
                           ChannelDeliverer({("telegram", "default"): channel}))  # fmt: skip
     await Ingestor(async_redis, QUEUE).ingest(message)
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: len(statuses(fake, 4405)) == 1)
+    await wait_until(lambda: len(statuses(fake, 4405)) == 1, "one status message in chat 4405")
     fake.delay_next(1, 3.0, method="editMessageText")  # the next update is slow to be answered
-    await until(lambda: not fake.state.plan)  # and is in flight now
+    await wait_until(
+        lambda: not fake.state.plan, "the status edit in flight (the fake's plan used up)"
+    )  # and is in flight now
     assert worker.cancel(message.session_key, "stopped on request")  # the user's /stop
     await asyncio.wait_for(drain, 30)
     await asyncio.sleep(3.5)  # the slow update is answered meanwhile
@@ -315,7 +324,7 @@ async def test_a_lease_lost_mid_call_leaves_no_status_saying_running(
     first = make_drainer(async_redis, tmp_path, bwrap, shell_then("Built.", SLOW), deliverer, queue=queue)
     await Ingestor(async_redis, queue).ingest(message)
     drain = asyncio.create_task(first.drain_session(message.session_key))
-    await until(lambda: len(statuses(fake, 4406)) == 1)
+    await wait_until(lambda: len(statuses(fake, 4406)) == 1, "one status message in chat 4406")
     await async_redis.delete(SessionKeys(message.session_key).lease)  # the lease lapsed: another worker may take it
     assert await asyncio.wait_for(drain, 30) is DrainOutcome.FENCED
     go(tmp_path, conversation)  # should the re-run run the command, it ends at once
@@ -360,7 +369,9 @@ async def test_hostile_commands_are_shown_escaped_cut_and_bounded_and_never_beco
     await Ingestor(async_redis, QUEUE).ingest(message)
     started = time.monotonic()
     drain = asyncio.create_task(worker.drain(message.session_key))
-    await until(lambda: len(fake.sent(GROUP_CHAT, "editMessageText")) >= 1)  # an update with the quick ones' ends
+    await wait_until(
+        lambda: len(fake.sent(GROUP_CHAT, "editMessageText")) >= 1, "an edit of the group's status message"
+    )  # an update with the quick ones' ends
     go(tmp_path, conversation)
     await asyncio.wait_for(drain, 60)
     elapsed = time.monotonic() - started
@@ -404,8 +415,12 @@ async def test_many_sessions_in_one_chat_share_its_edit_budget(
         await Ingestor(async_redis, QUEUE).ingest(message)
     started = time.monotonic()
     drains = [asyncio.create_task(w.drain(m.session_key)) for w, m in zip(workers, messages, strict=True)]
-    await until(lambda: len(statuses(fake, GROUP_CHAT)) == len(topics), within_s=40)
-    await until(lambda: len(fake.sent(GROUP_CHAT, "editMessageText")) >= 2, within_s=40)
+    await wait_until(lambda: len(statuses(fake, GROUP_CHAT)) == len(topics), "a status message per topic", timeout=40)
+    await wait_until(
+        lambda: len(fake.sent(GROUP_CHAT, "editMessageText")) >= 2,
+        "two edits of the group's status messages",
+        timeout=40,
+    )
     for conversation in topics:
         go(tmp_path, conversation)
     await asyncio.wait_for(asyncio.gather(*drains), 90)
@@ -497,3 +512,26 @@ async def test_the_web_chat_gets_bounded_notices_and_the_reply_stays_the_reply(
     entries = await chat.redis.lrange(keys.history, 0, -1)
     history = b"".join(e if isinstance(e, bytes) else e.encode() for e in entries)
     assert b"Built." in history and "⏳ Running".encode() not in history
+
+
+async def test_the_same_command_run_again_in_one_turn_really_runs_again(
+    fake: FakeTelegram, channel: TelegramChannel, bwrap: Sandbox, tmp_path: Path, async_redis: aioredis.Redis
+) -> None:
+    conversation = private(4501)
+    message = inbound(conversation)
+    workspace = workspace_for(tmp_path, message.session_key)
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "n.txt").write_text("v1")
+    steps = [
+        calls_step(("shell", {"commands": ["cat n.txt"]}), step=1),
+        calls_step(("shell", {"commands": ["printf 'v%s' 2 > n.txt"]}), step=2),
+        calls_step(("shell", {"commands": ["cat n.txt"]}), step=3),  # the model checks its change
+        answer_step("Changed.", step=4),
+    ]
+    worker = make_drainer(async_redis, tmp_path, bwrap, steps, ChannelDeliverer({("telegram", "default"): channel}))
+    await Ingestor(async_redis, QUEUE).ingest(message)
+    await asyncio.wait_for(worker.drain(message.session_key), 60)
+    assert (workspace / "n.txt").read_text() == "v2"  # the change was made
+    history = await history_of(async_redis, message)
+    assert b"Changed." in history
+    assert b"v2" in history, "the second `cat n.txt` answered with the first one's output (v1)"

@@ -1,4 +1,4 @@
-"""Reliability R8 and the approval scenarios of issue #11, through real worker processes and signed Telegram webhooks.
+"""Approval scenarios through real worker processes and signed Telegram webhooks: executed once, decided once.
 
 Every test runs ``python -m tests.chaos.toolworker`` workers (the real worker, with a gated ``refund`` and a counting
 ``tick``; :mod:`tests.chaos.toolworker`), the real web tier, the fake Bot API and the offline model (``/tool`` and
@@ -27,6 +27,7 @@ from switchboard.core.tools.gateway import action_sha256
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import load_settings
+from tests.waiting import wait_until
 
 from .approvalflow import (
     POLICY,
@@ -41,7 +42,7 @@ from .approvalflow import (
     record,
     texts,
 )
-from .harness import Gateway, chaos_env, chat_of, event_log, key_of, lease_holders, settled, wait_until
+from .harness import Gateway, chaos_env, chat_of, event_log, key_of, lease_holders, settled
 from .toolpool import ToolWorkerPool, agent_yaml, tool_env, tool_pools
 from .toolworker import PAUSE_EFFECT, PAUSE_VALIDATE, executions
 
@@ -157,9 +158,14 @@ async def crash_rounds(
         try:
             assert await press(gateway, fake, found) == 200
             if before:
-                await wait_until(reaches(async_redis, session, approval_id, "approved"), timeout=20, interval=0.01)
+                await wait_until(
+                    reaches(async_redis, session, approval_id, "approved"),
+                    "the approval approved",
+                    timeout=20,
+                    interval=0.01,
+                )
             else:
-                await wait_until(ran(sync_redis, ref, 1), timeout=20, interval=0.01)
+                await wait_until(ran(sync_redis, ref, 1), "the refund run once", timeout=20, interval=0.01)
             slot = await holder(async_redis, pool, session)
             victim = pool.worker_id(slot)
             pool.kill(slot)
@@ -214,7 +220,7 @@ async def test_a_crash_while_the_approved_tool_runs_never_repeats_it(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """Issue #11 / R7 for approved calls: a kill while the approved tool runs (effect done, result not recorded) →
+    """Issue #11 for approved calls: a kill while the approved tool runs (effect done, result not recorded) →
     not executed again after the takeover, routed to reconciliation. Three SIGKILLs (:func:`crash_rounds`)."""
     rounds = await crash_rounds(False, base_env, async_redis, sync_redis, fake, tool_pools, gateways, tmp_path)
     for runs, doubts, _, _ in rounds:
@@ -268,7 +274,7 @@ async def test_concurrent_clicks_make_one_decision_and_at_most_one_execution(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """R8 asks 1,000 races of approve/deny/expire on one approval id: exactly one decision applied, none after a deny.
+    """1,000 races of approve/deny/expire on one approval id: exactly one decision applied, none after a deny.
 
     Through the real stack: 10 sessions, each with a pending refund, get 18 decisions posted at once — 8 approve taps,
     4 deny taps (signed ``callback_query`` webhooks, each its own update), 4 ``/approve ID`` commands, an operator's
@@ -339,7 +345,7 @@ async def test_approve_after_expiry_is_refused_and_the_model_tells_the_user(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """Issue #11: approve after expiry → refused, and the model tells the user; 0 executions (R8: none after expiry).
+    """Issue #11: approve after expiry → refused, and the model tells the user; 0 executions (none after expiry).
 
     Four sessions ask for a refund under a 10 s expiry (the policy's minimum) and nobody decides; the reaper's
     expiry sweep decides ``expire``; the model answers that it did not happen. Then each user taps approve (and one
@@ -356,7 +362,11 @@ async def test_approve_after_expiry_is_refused_and_the_model_tells_the_user(
     assert await post_update(gateway, command(f"/approve {approvals[0]}", 0)) == 200
     notices = {s: await said(fake, s, "expired before it was decided") for s in range(EXPIRY_SESSIONS)}
     await wait_until(lambda: settled(async_redis), timeout=30, what="every click handled")
-    await wait_until(lambda: len([t for t in texts(fake, 0) if "expired before" in t]) == 2, timeout=20)
+    await wait_until(
+        lambda: len([t for t in texts(fake, 0) if "expired before" in t]) == 2,
+        "two 'expired before' notices",
+        timeout=20,
+    )
     for session, approval_id in approvals.items():
         facts = await decided(async_redis, session, approval_id)
         applied = [f for f in facts if f["result"] == "applied"]
@@ -410,12 +420,18 @@ async def test_a_payload_changed_after_approval_is_refused(
             await async_redis.set(PAUSE_VALIDATE, PAUSE_S)
             try:
                 assert await press(gateway, fake, found) == 200
-                await wait_until(reaches(async_redis, session, approval_id, "approved"), timeout=20)
+                await wait_until(
+                    reaches(async_redis, session, approval_id, "approved"), "the approval approved", timeout=20
+                )
                 pool.kill(await holder(async_redis, pool, session))
             finally:
                 await async_redis.delete(PAUSE_VALIDATE)
             await _tamper(async_redis, session, approval_id, rehash=False)
-        await wait_until(reaches(async_redis, session, approval_id, "refused", "executed"), timeout=40)
+        await wait_until(
+            reaches(async_redis, session, approval_id, "refused", "executed"),
+            "the approval refused or executed",
+            timeout=40,
+        )
         answer = await said(fake, session, "did not run")
         settled_facts = [e for e in await event_log(async_redis, session) if e["kind"] == "approval_settled"]
         assert await status_of(async_redis, session, approval_id) == "refused"
@@ -441,7 +457,9 @@ async def test_a_record_rewritten_with_a_matching_hash_is_refused(
     found = await buttons(fake, 0)
     await _tamper(async_redis, 0, approval_id, rehash=True)
     assert await press(gateway, fake, found) == 200
-    await wait_until(lambda: _is(async_redis, 0, approval_id, "refused", "executed"), timeout=30)
+    await wait_until(
+        lambda: _is(async_redis, 0, approval_id, "refused", "executed"), "the approval refused or executed", timeout=30
+    )
     assert executions(sync_redis, "refund", "rewritten") == 0
     assert await status_of(async_redis, 0, approval_id) == "refused"
 
@@ -506,7 +524,7 @@ async def test_decisions_by_another_session_user_or_tenant_are_all_rejected(
     gateways: Gateways,
     tmp_path: Path,
 ) -> None:
-    """R8: decisions by a user of another session or tenant are rejected 100%.
+    """Decisions by a user of another session or tenant are rejected 100%.
 
     Four sessions with a pending refund. Against each approval: the other three sessions' users send ``/approve ID``
     and tap a forged button carrying its option (``callback_query`` in their own chat); another user taps the real
@@ -557,7 +575,7 @@ async def test_decisions_by_another_session_user_or_tenant_are_all_rejected(
     for found in offers.values():
         assert await press(gateway, fake, found) == 200
     for session in offers:
-        await wait_until(ran(sync_redis, f"other-{session}", 1), timeout=30)
-    await wait_until(lambda: settled(async_redis), timeout=30)
+        await wait_until(ran(sync_redis, f"other-{session}", 1), "the other session's refund run once", timeout=30)
+    await wait_until(lambda: settled(async_redis), "every session settled", timeout=30)
     assert all(executions(sync_redis, "refund", f"other-{s}") == 1 for s in offers)
     assert await async_redis.hlen(GlobalKeys().effects_in_doubt("default")) == 0

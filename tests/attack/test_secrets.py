@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from switchboard.web.app import create_app
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, KEY, PUBLIC_KEY
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.fakes.telegram_api import FakeTelegram, make_update, sign_update
+from tests.waiting import wait_until
 
 TELEGRAM_TOKEN = "424242:TELEGRAMBOTTOKENSECRETVALUE"
 TELEGRAM_SECRET = "TELEGRAMWEBHOOKSECRETVALUE"
@@ -36,15 +37,6 @@ async def platforms() -> AsyncIterator[tuple[FakeTelegram, FakeSlack, FakeDiscor
         FakeDiscord(DISCORD_TOKEN, bot_id=BOT_ID, application_id=APP_ID) as discord,
     ):
         yield telegram, slack, discord
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], what: str, wait_s: float = 60) -> None:
-    try:
-        async with asyncio.timeout(wait_s):
-            while not await check():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for: {what}") from None
 
 
 def keys_holding(r: redis.Redis, needle: bytes) -> list[bytes]:
@@ -118,7 +110,7 @@ async def test_no_secret_reaches_a_log_the_event_log_or_the_model(
                 and any("discord" in t for t in discord_texts)
             )
 
-        await wait_for(all_replied, "a reply on every platform")
+        await wait_until(all_replied, "a reply on every platform", timeout=60)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)

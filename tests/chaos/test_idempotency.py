@@ -1,4 +1,4 @@
-"""Reliability R7, the idempotency store: the real :class:`ToolGateway` over the real Redis effect store.
+"""The idempotency store under load and crashes: the real :class:`ToolGateway` over the real Redis effect store.
 
 - 16 threads, each with its own event loop and Redis connection, make 1,000 calls each of the same write call (one
   idempotency key): the tool runs once; every other caller gets the stored result — one that arrives while the one
@@ -39,8 +39,9 @@ from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from tests.waiting import wait_until
 
-from .harness import Gateway, chaos_env, chat_of, event_log, key_of, replies, settled, wait_until
+from .harness import Gateway, chaos_env, chat_of, event_log, key_of, replies, settled
 from .toolpool import ToolWorkerPool, agent_yaml, tool_env, tool_pools
 from .toolworker import executions
 

@@ -15,6 +15,7 @@ from switchboard.channels.meta.messaging.fake.payloads import sign_delivery
 from switchboard.channels.meta.webhook import sign
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
+from tests.attack.keyspace import keyspace
 from tests.channels.test_instagram import IG_SECRET, IG_TOKEN, instagram_env
 from tests.channels.test_messenger import APP_SECRET, TOKEN, gateway_env, payload
 
@@ -26,10 +27,6 @@ async def gateway(base_env: dict[str, str], tmp_path: Path, aiohttp_client: Any)
     env = gateway_env(base_env, tmp_path, "http://127.0.0.1:9/v23.0") | instagram_env("http://127.0.0.1:9/v23.0")
     assert TOKEN and IG_TOKEN
     return await aiohttp_client(create_app(load_settings(env), listeners=False))  # type: ignore[no-any-return]
-
-
-def keyspace(r: redis.Redis) -> list[bytes]:
-    return sorted(r.keys("*"))
 
 
 def mutations(body: bytes, secret: str, rng: random.Random) -> list[tuple[str, bytes, dict[str, str]]]:

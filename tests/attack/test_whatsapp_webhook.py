@@ -25,6 +25,7 @@ from switchboard.channels.meta.whatsapp.fake.payloads import (
 )
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
+from tests.attack.keyspace import keyspace
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"
 VERIFY = "verify-me"
@@ -41,10 +42,6 @@ async def client(base_env: dict[str, str], aiohttp_client: Any) -> TestClient:
         "SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL": "http://127.0.0.1:9/v23.0",
     }
     return await aiohttp_client(create_app(load_settings(env), listeners=False))  # type: ignore[no-any-return]
-
-
-def keys(r: redis.Redis) -> list[bytes]:
-    return sorted(r.keys("*"))
 
 
 def _flip(body: bytes, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
@@ -74,17 +71,17 @@ async def test_a_mutated_signature_is_refused_and_writes_nothing(
 ) -> None:
     body, headers = sign_request(text_delivery("Olá, préço? 你好"), SECRET)
     bad_body, bad_headers = MUTATIONS[name](body, headers)
-    before = keys(sync_redis)
+    before = keyspace(sync_redis)
     resp = await client.post("/webhooks/whatsapp", data=bad_body, headers=bad_headers)
     assert resp.status in (401, 403), name
-    assert keys(sync_redis) == before
+    assert keyspace(sync_redis) == before
     assert TOKEN not in await resp.text()
 
 
 async def test_a_thousand_random_mutations_are_refused_never_5xx(client: TestClient, sync_redis: redis.Redis) -> None:
     rng = random.Random(9)
     body, headers = sign_request(delivery([make_message(body=f"m{i}") for i in range(3)]), SECRET)
-    before = keys(sync_redis)
+    before = keyspace(sync_redis)
     for _ in range(1000):
         mutated = bytearray(body)
         for _ in range(rng.randint(1, 4)):
@@ -94,7 +91,7 @@ async def test_a_thousand_random_mutations_are_refused_never_5xx(client: TestCli
         resp = await client.post("/webhooks/whatsapp", data=bytes(mutated), headers=headers)
         assert resp.status == 401
         await resp.read()
-    assert keys(sync_redis) == before
+    assert keyspace(sync_redis) == before
 
 
 @pytest.mark.parametrize(
@@ -126,7 +123,7 @@ async def test_signed_hostile_bodies_are_200_or_400_never_5xx(
 async def test_a_handshake_is_never_answered_without_the_verify_token(
     client: TestClient, sync_redis: redis.Redis
 ) -> None:
-    before = keys(sync_redis)
+    before = keyspace(sync_redis)
     for params in (
         {"hub.mode": "subscribe", "hub.challenge": "42"},
         {"hub.mode": "subscribe", "hub.verify_token": VERIFY + " ", "hub.challenge": "42"},
@@ -141,4 +138,4 @@ async def test_a_handshake_is_never_answered_without_the_verify_token(
         headers={SIGNATURE_HEADER: sign(b"", SECRET)},
     )
     assert signed_get.status == 403  # a GET is a handshake: the body signature does not stand in for the token
-    assert keys(sync_redis) == before
+    assert keyspace(sync_redis) == before

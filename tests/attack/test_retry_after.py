@@ -1,9 +1,8 @@
-"""A hostile or broken platform answering 429 with absurd ``retry_after`` values (NaN, negative, 1e12, infinity).
+"""A platform's 429 ``retry_after`` as an attack: absurd values and waits longer than the longest deferral.
 
-Python's ``json`` reads ``NaN`` and ``Infinity``; ``float()`` reads ``"nan"`` in a header. A NaN wait is worse than
-none: ``asyncio.sleep(nan)`` never returns, ``max(nan, 0.0)`` is NaN, and every later comparison with a NaN is
-false, so no bound applies any more. Whatever the platform says, the gateway waits a finite, non-negative time,
-keeps sending afterwards, and never crashes on a rate-limit header.
+Whatever the platform says (NaN, negative, 1e12, infinity, a day), the gateway waits a finite, non-negative time no
+longer than ``SWITCHBOARD_QUEUE__MAX_DEFER_S``, keeps sending afterwards, and never holds a worker slot for the wait:
+a longer wait fails the send at once (dead-lettered; the turn stays completed, the model is not re-run).
 """
 
 from __future__ import annotations
@@ -30,12 +29,19 @@ from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.outbound.outbox import Outbox
 from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.queue.connection import async_client
+from switchboard.queue.eventlog import read_events
+from switchboard.queue.ingest import Ingestor
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
+from switchboard.settings import QueueSettings
+from switchboard.worker.drain import DrainOutcome
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, Sending
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.fakes.telegram_api import FakeTelegram, RecordingSend, make_update
+from tests.queue.conftest import make_message
+from tests.queue.test_sending import Refusing, Runner, drainer_for
 
 ABSURD = [math.nan, -5.0, 1e12, math.inf]
 IDS = ["nan", "negative", "1e12", "inf"]
@@ -203,3 +209,59 @@ async def test_a_discord_bucket_header_with_an_absurd_value_never_crashes_a_send
                 pass
     finally:
         await adapter.aclose()
+
+
+async def test_a_send_never_sleeps_longer_than_the_longest_deferral_in_a_worker(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("hello"))
+    runner, waits = Runner(), []
+    flood_wait = [RateLimitedError("429: Too Many Requests", channel="telegram", retry_after=86_400.0)] * 12
+    deliverer = Refusing(list(flood_wait))
+    outcome = await drainer_for(client, queue_settings, deliverer, runner, waits).drain_session(session)
+
+    assert outcome is DrainOutcome.RELEASED
+    assert runner.calls == 1  # the model is never re-run for it
+    assert deliverer.reply_calls == 1 and waits == []  # before: twelve sleeps of 86,400 s
+    events = await read_events(client, session)
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("run_completed") == 1 and "reply_sent" not in kinds and "run_dead_lettered" not in kinds
+    (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
+    assert "telegram asked to wait 86400 s" in dead["reason"], dead
+    assert f"SWITCHBOARD_QUEUE__MAX_DEFER_S ({queue_settings.max_defer_s:.0f} s)" in dead["reason"], dead
+    assert await client.llen(SessionKeys(session).inbox) == 0
+
+
+async def test_a_platform_wait_within_the_longest_deferral_is_still_honoured(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    settings = queue_settings.model_copy(update={"max_defer_s": 60.0})
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("hello"))
+    runner, waits = Runner(), []
+    deliverer = Refusing([RateLimitedError("429", channel="telegram", retry_after=60.0), None])
+    await drainer_for(client, settings, deliverer, runner, waits).drain_session(session)
+
+    assert runner.calls == 1 and waits == [60.0]
+    assert deliverer.texts() == ["answer: hello"]
+    kinds = [e["kind"] for e in await read_events(client, session)]
+    assert kinds.count("reply_sent") == 1 and "send_dead_lettered" not in kinds
+
+
+async def test_short_platform_waits_add_up_to_the_longest_deferral_at_most(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    settings = queue_settings.model_copy(update={"max_defer_s": 60.0})
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("hello"))
+    runner, waits = Runner(), []
+    # each wait alone is allowed, but not all of them in a row: a platform cannot hold the slot by splitting a wait
+    deliverer = Refusing([RateLimitedError("429", channel="telegram", retry_after=40.0)] * 12)
+    await drainer_for(client, settings, deliverer, runner, waits).drain_session(session)
+
+    assert runner.calls == 1
+    assert waits == [40.0]  # before: nine sleeps of 40 s (the outbox's and the send loop's waits, uncounted)
+    events = await read_events(client, session)
+    (dead,) = [e for e in events if e["kind"] == "send_dead_lettered"]
+    assert "kept asking to wait (80 s in all)" in dead["reason"], dead

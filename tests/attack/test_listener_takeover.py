@@ -22,6 +22,7 @@ from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings
 from tests.fakes.telegram_api import FakeTelegram, make_update
 from tests.queue.test_holders import LEASE, ROOT, TOKEN, Hosts
+from tests.waiting import wait_until
 
 CHILD_LEASE_MS = 1000
 
@@ -37,15 +38,6 @@ async def hosts(async_redis: aioredis.Redis, fake: FakeTelegram) -> AsyncIterato
     group = Hosts(async_redis, fake)
     yield group
     await group.close()
-
-
-async def until_true(check: object, what: str, wait_s: float = 30) -> None:
-    try:
-        async with asyncio.timeout(wait_s):
-            while not await check():  # type: ignore[operator]
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for: {what}") from None
 
 
 async def test_a_frozen_holder_is_taken_over_and_stops_without_double_emitting_when_it_resumes(
@@ -65,20 +57,20 @@ async def test_a_frozen_holder_is_taken_over_and_stops_without_double_emitting_w
         return list(await async_redis.lrange(f"test:emitted:{child}", 0, -1))
 
     try:
-        await until_true(lambda: _endswith(holder(), f":{child}"), "the child holds the lease")
+        await wait_until(lambda: _endswith(holder(), f":{child}"), "the child holds the lease")
         survivor = hosts.start("survivor")
         fake.push_update(make_update("to the child", chat_id=501, update_id=500))
-        await until_true(lambda: _equals(child_emitted(), [b"500"]), "the child emitted its update")
+        await wait_until(lambda: _equals(child_emitted(), [b"500"]), "the child emitted its update")
         process.send_signal(signal.SIGSTOP)  # frozen while its long poll may be in flight
-        await until_true(lambda: _endswith(holder(), ":survivor"), "the survivor took the lease over")
+        await wait_until(lambda: _endswith(holder(), ":survivor"), "the survivor took the lease over")
         for update_id in (501, 502):
             fake.push_update(make_update(f"update {update_id}", chat_id=501, update_id=update_id))
-        await until_true(lambda: _true(hosts.emitted["survivor"] == ["501", "502"]), "the survivor polled")
+        await wait_until(lambda: _true(hosts.emitted["survivor"] == ["501", "502"]), "the survivor polled")
         process.send_signal(signal.SIGCONT)  # the frozen holder wakes up, thinking it still holds the bot
         await asyncio.sleep(CHILD_LEASE_MS / 1000 * 2)  # long enough for its renewal to fail and its poll to end
         for update_id in (503, 504):
             fake.push_update(make_update(f"update {update_id}", chat_id=501, update_id=update_id))
-        await until_true(lambda: _true(hosts.emitted["survivor"][-2:] == ["503", "504"]), "the survivor kept polling")
+        await wait_until(lambda: _true(hosts.emitted["survivor"][-2:] == ["503", "504"]), "the survivor kept polling")
         await asyncio.sleep(CHILD_LEASE_MS / 1000 * 2)
         assert await child_emitted() == [b"500"]  # it emitted nothing the survivor owned
         assert (await holder()).endswith(":survivor") and survivor.acquired == 1

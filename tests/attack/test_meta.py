@@ -12,13 +12,11 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
@@ -40,11 +38,13 @@ from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
 from switchboard.channels.registry import BuildContext
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import event_text
-from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Posted
+from switchboard.core.messages import Attachment, ConversationRef, Posted
 from switchboard.errors import AttachmentError
 from switchboard.settings import load_settings
 from switchboard.settings.channels import InstagramSettings, MessengerSettings, WhatsAppSettings
 from switchboard.web.app import create_app
+from tests.attack.keyspace import keyspace, stored
+from tests.attack.recorder import Recorder, serving
 from tests.channels.slack_support import Progress
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"
@@ -94,50 +94,16 @@ channels:
 # --------------------------------------------------------------------------- fixtures
 
 
-@dataclass
-class Recorder:
-    """A plain HTTP server that records every request and answers as told (JSON, a redirect, or bytes)."""
-
-    url: str = ""
-    hits: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    json_answer: Any = None
-    redirect_to: str | None = None
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.hits.append((request.method, request.path_qs, dict(request.headers)))
-        if self.redirect_to is not None and request.path.startswith("/hop"):
-            raise web.HTTPFound(self.redirect_to)
-        if self.json_answer is not None and not request.path.startswith("/hop"):
-            return web.json_response(self.json_answer)
-        return web.Response(body=b"internal secret: AKIA-EXAMPLE", content_type="text/plain")
-
-
-async def _recorder() -> AsyncIterator[Recorder]:
-    recorder = Recorder()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", recorder.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    recorder.url = f"http://127.0.0.1:{port}"
-    try:
-        yield recorder
-    finally:
-        await runner.cleanup()
-
-
 @pytest.fixture
 async def internal() -> AsyncIterator[Recorder]:
-    async for recorder in _recorder():
+    async with serving(Recorder(hop="/hop", content_type="text/plain")) as recorder:
         yield recorder
 
 
 @pytest.fixture
 async def graph() -> AsyncIterator[Recorder]:
     """A Graph API whose media look-ups answer whatever the test sets (a compromised or spoofed answer)."""
-    async for recorder in _recorder():
+    async with serving(Recorder(hop="/hop", content_type="text/plain")) as recorder:
         yield recorder
 
 
@@ -195,17 +161,6 @@ def m_env(base_env: dict[str, str], tmp_path: Path, *, page_id: str | None) -> d
     if page_id is not None:
         env["SWITCHBOARD_MESSENGER__PAGE_ID"] = page_id
     return env
-
-
-def keyspace(r: redis.Redis) -> list[bytes]:
-    return sorted(r.keys("*"))
-
-
-def stored(r: redis.Redis) -> list[InboundMessage]:
-    found = []
-    for key in r.keys("sb:*:messages"):
-        found += [InboundMessage.model_validate_json(v) for v in r.hvals(key)]
-    return sorted(found, key=lambda m: m.dedup_key)
 
 
 async def post_raw(client: TestClient, path: str, body: bytes, headers: Any) -> int:

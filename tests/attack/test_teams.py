@@ -1,10 +1,8 @@
-"""Hostile Teams traffic through the real route (``create_app`` + real Redis) and the real adapter: service-URL
-games, JWT confusion, forged card clicks, file-fetch SSRF, and hostile model output rendered for Teams.
+"""Hostile Teams traffic through the real route (``create_app`` + real Redis) and the real adapter.
 
-Tokens are minted with the fake Bot Framework's RSA key (the one its OpenID metadata publishes) unless a test forges
-one with a key of its own. A second fake (``attacker``) and a recording server (``internal``, standing for an
-internal service or the cloud metadata endpoint) must never be reached: replies, the bot's token and fetches go to the
-verified ``serviceUrl`` only.
+Forged and mutated Bot Framework tokens, service-URL games, forged card clicks, file-fetch SSRF and hostile model
+output. A bad token is 401/403 (never a 5xx) with nothing queued; the ``attacker`` fake and the ``internal`` recorder
+(an internal service or the cloud metadata endpoint) are never reached.
 """
 
 from __future__ import annotations
@@ -13,13 +11,12 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import jwt
 import pytest
 import redis
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
@@ -31,12 +28,14 @@ from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import NOT_OFFERED_PREFIX, event_text
-from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage
+from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef
 from switchboard.errors import AttachmentError
 from switchboard.queue.offers import check_choices
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
+from tests.attack.keyspace import keyspace, stored
+from tests.attack.recorder import Recorder, serving
 from tests.channels.slack_support import Progress
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, personal, teams_env
 
@@ -51,22 +50,6 @@ PERSONAL = "a:1HkC_personal-chat-id"
 # --------------------------------------------------------------------------- fixtures
 
 
-@dataclass
-class Recorder:
-    """A plain HTTP server that records every request (an internal host, an attacker's key server)."""
-
-    url: str = ""
-    hits: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    redirect_to: str | None = None
-    answer: bytes = b"internal secret: AKIA-EXAMPLE"
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.hits.append((request.method, request.path_qs, dict(request.headers)))
-        if self.redirect_to is not None:
-            raise web.HTTPFound(self.redirect_to)
-        return web.Response(body=self.answer, content_type="application/octet-stream")
-
-
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTeams]:
     async with FakeTeams(app_id=APP_ID, app_password=PASSWORD) as server:
@@ -79,31 +62,15 @@ async def attacker() -> AsyncIterator[FakeTeams]:
         yield server
 
 
-async def _recorder() -> AsyncIterator[Recorder]:
-    recorder = Recorder()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", recorder.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    recorder.url = f"http://127.0.0.1:{port}"
-    try:
-        yield recorder
-    finally:
-        await runner.cleanup()
-
-
 @pytest.fixture
 async def internal() -> AsyncIterator[Recorder]:
-    async for recorder in _recorder():
+    async with serving(Recorder()) as recorder:
         yield recorder
 
 
 @pytest.fixture
 async def front() -> AsyncIterator[Recorder]:
-    async for recorder in _recorder():
+    async with serving(Recorder()) as recorder:
         yield recorder
 
 
@@ -118,17 +85,6 @@ async def channel(fake: FakeTeams) -> AsyncIterator[TeamsChannel]:
     adapter = make_channel(fake)
     yield adapter
     await adapter.aclose()
-
-
-def keyspace(r: redis.Redis) -> list[bytes]:
-    return sorted(r.keys("*"))
-
-
-def stored(r: redis.Redis) -> list[InboundMessage]:
-    found = []
-    for key in r.keys("sb:*:messages"):
-        found += [InboundMessage.model_validate_json(v) for v in r.hvals(key)]
-    return found
 
 
 async def post(gateway: TestClient, body: bytes, headers: dict[str, str]) -> int:
@@ -585,3 +541,134 @@ async def test_surrogate_pairs_at_the_utf16_limit_are_never_cut(
         part.encode("utf-16-le")  # a lone surrogate (half an emoji) would raise here
         assert "\ufffd" not in part
     assert "".join(parts).replace("\n", "").replace(" ", "") == text
+
+
+def _tamper(token: str) -> str:
+    head, body, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["aud"] = APP_ID + "-other"
+    return f"{head}.{_b64(claims)}.{signature}"
+
+
+Forge = Callable[[FakeTeams, str], str]
+"""(the genuine fake, the service URL the token names) → a bad token."""
+
+MUTATIONS: dict[str, Forge] = {
+    "wrong audience": lambda f, url: f.key.mint("another-bot", url),
+    "wrong issuer": lambda f, url: f.key.mint(APP_ID, url, iss="https://sts.windows.net/evil/"),
+    "expired": lambda f, url: f.key.mint(APP_ID, url, exp=NOW - 3600, nbf=NOW - 7200),
+    "not yet valid": lambda f, url: f.key.mint(APP_ID, url, nbf=NOW + 3600, exp=NOW + 7200),
+    "no expiry": lambda f, url: f.key.mint(APP_ID, url, exp=None),
+    "unknown kid": lambda f, url: SigningKey("not-published").mint(APP_ID, url),
+    "published kid, other key": lambda f, url: SigningKey(f.key.kid).mint(APP_ID, url),
+    "alg none": lambda f, url: (
+        f"{_b64({'alg': 'none', 'kid': f.key.kid})}."
+        f"{_b64({'iss': 'https://api.botframework.com', 'aud': APP_ID, 'serviceurl': url, 'exp': NOW + 600})}."
+    ),
+    "HS256 with the public key": lambda f, url: _hs256(f, url),
+    "bad signature": lambda f, url: _tamper(f.key.mint(APP_ID, url)),
+    "no serviceurl claim": lambda f, url: f.key.mint(APP_ID, url, serviceurl=None),
+    "not a JWT": lambda f, url: "definitely.not.a-jwt",
+}
+
+
+def _hs256(fake: FakeTeams, url: str) -> str:
+    claims = {"iss": "https://api.botframework.com", "aud": APP_ID, "serviceurl": url, "exp": NOW + 600}
+    header = {"alg": "HS256", "kid": fake.key.kid, "typ": "JWT"}
+    signing_input = f"{_b64(header)}.{_b64(claims)}".encode()
+    import hashlib
+    import hmac
+
+    mac = hmac.new(fake.key.public_pem, signing_input, hashlib.sha256).digest()
+    return signing_input.decode() + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS), ids=list(MUTATIONS))
+async def test_a_mutated_token_is_refused_and_changes_nothing(
+    gateway: TestClient, fake: FakeTeams, attacker: FakeTeams, sync_redis: redis.Redis, mutation: str
+) -> None:
+    activity = payload("personal.json", fake.service_url)
+    body = json.dumps(activity).encode()
+    before = sorted(sync_redis.keys("*"))
+    token = MUTATIONS[mutation](fake, fake.service_url)
+    status = await post(gateway, body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    assert status in (401, 403)
+    assert sorted(sync_redis.keys("*")) == before
+    assert fake.calls == [] and attacker.calls == []
+
+
+async def test_a_genuine_token_for_another_service_url_cannot_redirect_replies(
+    gateway: TestClient, fake: FakeTeams, attacker: FakeTeams, sync_redis: redis.Redis
+) -> None:
+    """A captured token (serviceurl = Microsoft's) replayed on an activity naming the attacker's host."""
+    activity = payload("personal.json", attacker.service_url)
+    body = json.dumps(activity).encode()
+    before = sorted(sync_redis.keys("*"))
+    for claimed in (fake.service_url, fake.service_url.rstrip("/"), fake.base_url):
+        headers = fake.key.authorization(APP_ID, claimed)
+        assert await post(gateway, body, headers) == 401
+    # and a token naming the attacker's URL on an activity naming Microsoft's
+    genuine = json.dumps(payload("personal.json", fake.service_url)).encode()
+    assert await post(gateway, genuine, fake.key.authorization(APP_ID, attacker.service_url)) == 401
+    assert sorted(sync_redis.keys("*")) == before
+    assert attacker.calls == [] and attacker.token_requests == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": ""},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer " + "a" * 8000},
+    ],
+    ids=["missing", "empty", "basic", "bearer without token", "huge"],
+)
+async def test_a_missing_or_malformed_header_is_refused(
+    gateway: TestClient, fake: FakeTeams, sync_redis: redis.Redis, headers: dict[str, str]
+) -> None:
+    body = json.dumps(payload("personal.json", fake.service_url)).encode()
+    before = sorted(sync_redis.keys("*"))
+    assert await post(gateway, body, headers) == 401
+    assert sorted(sync_redis.keys("*")) == before
+
+
+async def test_a_key_not_endorsed_for_the_channel_is_refused(
+    gateway: TestClient, fake: FakeTeams, sync_redis: redis.Redis
+) -> None:
+    activity = payload("personal.json", fake.service_url) | {"channelId": "webchat"}
+    body = json.dumps(activity).encode()
+    before = sorted(sync_redis.keys("*"))
+    assert await post(gateway, body, fake.key.authorization(APP_ID, fake.service_url)) == 401
+    assert sorted(sync_redis.keys("*")) == before
+
+
+async def test_an_authentic_token_on_a_body_that_is_not_an_activity_is_400(
+    gateway: TestClient, fake: FakeTeams, sync_redis: redis.Redis
+) -> None:
+    before = sorted(sync_redis.keys("*"))
+    for body in (b"not json", b"[]", json.dumps({"serviceUrl": fake.service_url, "channelId": "msteams"}).encode()):
+        assert await post(gateway, body, fake.key.authorization(APP_ID, fake.service_url)) in (400, 401)
+    assert sorted(sync_redis.keys("*")) == before
+
+
+async def test_unreachable_signing_keys_are_a_503_the_connector_retries(
+    base_env: dict[str, str], fake: FakeTeams, aiohttp_client: Any, sync_redis: redis.Redis
+) -> None:
+    env = base_env | teams_env(fake) | {"SWITCHBOARD_TEAMS__OPENID_METADATA_URL": "http://127.0.0.1:9/metadata"}
+    gateway = await aiohttp_client(create_app(load_settings(env), listeners=False))
+    body = json.dumps(payload("personal.json", fake.service_url)).encode()
+    before = sorted(sync_redis.keys("*"))
+    assert await post(gateway, body, fake.key.authorization(APP_ID, fake.service_url)) == 503
+    assert sorted(sync_redis.keys("*")) == before
+
+
+def test_the_forgeries_are_what_they_claim() -> None:
+    """The HS256 forgery really is keyed with the published public key (PyJWT itself would accept it as HS256)."""
+    key = SigningKey("k")
+    forged = _hs256(type("F", (), {"key": key})(), "https://x/")  # type: ignore[arg-type]
+    claims = jwt.decode(
+        forged, key.public_pem, algorithms=["HS256"], audience=APP_ID, options={"verify_signature": False}
+    )
+    assert claims["aud"] == APP_ID and jwt.get_unverified_header(forged)["alg"] == "HS256"
