@@ -205,3 +205,13 @@ async def test_memory_held_in_tmpfs_counts_against_the_watchdogs_budget(kind: Is
     for places in ("/dev/hog /dev/shm/hog memfd", "mapped") if kind == "bwrap" else ("memfd", "mapped"):
         out = await _run(box, workspace, _TMPFS_HOG, places)
         assert "survived" not in out or "held" not in out, f"150 MB held past a 64 MB budget:\n{out}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_memory_held_in_tmpfs_counts_against_the_cgroups_budget(kind: Isolation, workspace: Path) -> None:
+    box = sandbox_of(kind)
+    if box.memory_root is None:
+        pytest.skip("no memory cgroup on this host: the watchdog's test above covers it")
+    box = dataclasses.replace(box, limits=dataclasses.replace(box.limits, memory_mb=64))
+    out = await _run(box, workspace, _TMPFS_HOG, "memfd")
+    assert "survived" not in out or "held" not in out, f"150 MB held past a 64 MB budget:\n{out}"
