@@ -6,10 +6,11 @@ host allowlist, port, address (IP literals here; names at connection time, see
 :mod:`switchboard.egress.addresses`), request size, placeholders. Redirects are never followed here: a 3xx goes
 back to the client, whose next request is checked from the start.
 
-Every response from a host that any secret is bound to is redacted of all those secrets (headers and body), whether
-or not this request carried one: such a host is asked for ``identity``, and a body it encodes anyway (``gzip``,
-``deflate``, stacked) is decoded before redaction and sent on decoded; one the proxy cannot decode (``br``,
-``zstd``, a broken stream) is refused (``response_encoding``), as is one that decodes past the response cap.
+Every response from a host that any secret is bound to is redacted of all those secrets (reason, header values, body;
+a header named after one is dropped), whether or not this request carried one: such a host is asked for
+``identity``, and a body it encodes anyway (``gzip``, ``deflate``, stacked, as content or transfer codings) is
+decoded before redaction and sent on decoded; one the proxy cannot decode (``br``, ``zstd``, a broken stream) is
+refused (``response_encoding``), as is one that decodes past the response cap.
 """
 
 from __future__ import annotations
@@ -283,15 +284,19 @@ class Forwarder:
             (name.decode("latin-1"), redact(value, hidden).decode("latin-1"))
             for name, value in raw_headers
             if name.decode("latin-1").lower() not in _HOP or (method == "HEAD" and name.lower() == b"content-length")
+            if redact(name, hidden) == name  # a header named after a secret is dropped: no placeholder fits a name
         ]
+        reason = redact(reason.encode("latin-1", "replace"), hidden).decode("latin-1")
         data = b"".join(chunks) if status not in _NO_BODY else b""
         if hidden and method != "HEAD":
+            named = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in raw_headers]
             codings = [
                 c.strip().lower()
-                for name, value in out
-                if name.lower() == "content-encoding"
+                for header in ("content-encoding", "transfer-encoding")  # applied in this order, undone backwards
+                for name, value in named
+                if name == header
                 for c in value.split(",")
-                if c.strip()
+                if c.strip() and c.strip().lower() != "chunked"  # aiohttp undid the chunked framing
             ]
             decoded = _decoded(data, codings, self.policy.max_response_bytes)
             if isinstance(decoded, str):
