@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import math
 import secrets
@@ -191,6 +192,19 @@ async def authenticate(request: web.Request) -> Signin | None:
     return await start_signin(request, operator, "proxy")
 
 
+def _network(address: str) -> str:
+    """The unit a sign-in throttle counts: an IPv4 address, or the ``/64`` of an IPv6 one.
+
+    One IPv6 subscriber gets a whole ``/64`` and may use any address of it: counted per address, each guess could
+    come from a fresh one.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else address
+
+
 class Throttle:
     """Failed sign-ins per client address (fixed window) and per address and name (growing waits), in Redis."""
 
@@ -201,7 +215,7 @@ class Throttle:
         self._redis = request.config_dict[REDIS]
         self._timeout_s = settings.queue.ingest_timeout_s
         self._window_s = console.login_window_s
-        address = client_address(request, settings.trusted_proxies)
+        address = _network(client_address(request, settings.trusted_proxies))
         self._address = _KEYS.console_failures("address", address)
         self._address_limit = console.login_failures_per_address
         pair = _hash(f"{address}\x1f{name}")

@@ -131,8 +131,9 @@ class Location(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: Literal["location"] = "location"
-    latitude: float
-    longitude: float
+    latitude: float = Field(ge=-90, le=90)
+    """Degrees; a finite value on the globe (NaN or infinity would not survive the queue's JSON)."""
+    longitude: float = Field(ge=-180, le=180)
     name: str | None = None
     """The venue's or place's name, when the user shared one (Telegram ``venue.title``, WhatsApp ``name``)."""
     address: str | None = None

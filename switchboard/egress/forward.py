@@ -2,8 +2,9 @@
 
 The proxy and :class:`~switchboard.egress.client.EgressClient` both call :meth:`Forwarder.forward`, so every way out
 of the host passes the same checks (grant, method, host, port, address, size, placeholders); redirects go back to the
-client and are checked from the start. Responses from a host a secret is bound to are redacted, decoded first; an
-encoding the proxy cannot decode is refused.
+client and are checked from the start. Responses from a host a secret is bound to are redacted (reason, header
+values, body; a header named after a secret is dropped), decoded first; an encoding the proxy cannot decode is
+refused.
 """
 
 from __future__ import annotations
@@ -277,15 +278,19 @@ class Forwarder:
             (name.decode("latin-1"), redact(value, hidden).decode("latin-1"))
             for name, value in raw_headers
             if name.decode("latin-1").lower() not in _HOP or (method == "HEAD" and name.lower() == b"content-length")
+            if redact(name, hidden) == name  # a header named after a secret is dropped: no placeholder fits a name
         ]
+        reason = redact(reason.encode("latin-1", "replace"), hidden).decode("latin-1")
         data = b"".join(chunks) if status not in _NO_BODY else b""
         if hidden and method != "HEAD":
+            named = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in raw_headers]
             codings = [
                 c.strip().lower()
-                for name, value in out
-                if name.lower() == "content-encoding"
+                for header in ("content-encoding", "transfer-encoding")  # applied in this order, undone backwards
+                for name, value in named
+                if name == header
                 for c in value.split(",")
-                if c.strip()
+                if c.strip() and c.strip().lower() != "chunked"  # aiohttp undid the chunked framing
             ]
             decoded = _decoded(data, codings, self.policy.max_response_bytes)
             if isinstance(decoded, str):

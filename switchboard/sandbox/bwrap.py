@@ -129,6 +129,12 @@ def bwrap_argv(
         "--size",
         str(tmp_bytes),
         "--tmpfs",
+        "/dev/shm",  # noqa: S108 - sized like /tmp: a tmpfs holds memory no resident size counts
+        "--remount-ro",
+        "/dev",  # nor may the command fill --dev's own (unsized) tmpfs; its devices stay usable
+        "--size",
+        str(tmp_bytes),
+        "--tmpfs",
         "/tmp",  # noqa: S108 - the sandbox's own private tmpfs
         *python_binds(),
         "--bind",

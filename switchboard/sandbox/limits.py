@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ __all__ = [
     "CommandLimits",
     "find_memory_root",
     "find_pids_root",
+    "memfd_memory",
     "memory_enforcement",
     "process_tree",
     "tasks_of_this_user",
@@ -272,6 +274,32 @@ def process_tree(root: int) -> dict[int, int]:
             found[pid] = rss[pid]
             todo.extend(children.get(pid, []))
     return found
+
+
+def memfd_memory(pids: Iterable[int]) -> int:
+    """Bytes held by the anonymous files (``memfd_create``) that ``pids`` keep open or mapped, each file once.
+
+    A memfd's pages are memory that no resident size counts until they are mapped and touched: written with
+    ``write()`` and kept open, they would pass the watchdog unseen. An open file counts its allocated blocks; a file
+    only mapped counts the size of its mappings.
+    """
+    held: dict[int, int] = {}
+    mapped: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                        info = os.stat(f"/proc/{pid}/fd/{fd}")
+                        held[info.st_ino] = info.st_blocks * 512
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", "rb") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith(b"/memfd:"):
+                    start, end = (int(bound, 16) for bound in fields[0].split(b"-"))
+                    inode = int(fields[4])
+                    mapped[inode] = max(mapped.get(inode, 0), end - start)
+    return sum(held.values()) + sum(size for inode, size in mapped.items() if inode not in held)
 
 
 def tasks_of_this_user() -> int:

@@ -32,7 +32,7 @@ from switchboard.sandbox.bwrap import (
 )
 from switchboard.sandbox.capture import StreamCapture, read_into
 from switchboard.sandbox.landlock import ruleset
-from switchboard.sandbox.limits import CommandCgroup, CommandLimits, process_tree, tasks_of_this_user
+from switchboard.sandbox.limits import CommandCgroup, CommandLimits, memfd_memory, process_tree, tasks_of_this_user
 from switchboard.sandbox.seccomp import SeccompError, program
 
 __all__ = ["GRANT_SHOWN_AS", "CommandResult", "EgressAccess", "Isolation", "Sandbox"]
@@ -360,7 +360,7 @@ class Sandbox:
         return CommandResult(out.text(), stderr, code, timed_out, duration)
 
     async def _watch_memory(self, root: int, tripped: asyncio.Event) -> None:
-        """Kill the command's process tree when its resident memory passes the budget, and set ``tripped``.
+        """Kill the command's process tree when its resident memory and its memfds pass the budget; set ``tripped``.
 
         For hosts without a memory cgroup. Sampled every :data:`_WATCH_S`: a burst between two samples goes unseen.
         """
@@ -370,7 +370,7 @@ class Sandbox:
             tree = await asyncio.to_thread(process_tree, root)
             if not tree:
                 return
-            if sum(tree.values()) > budget:
+            if sum(tree.values()) + await asyncio.to_thread(memfd_memory, tree) > budget:
                 tripped.set()
                 for _ in range(3):  # what forked meanwhile
                     for pid in tree:

@@ -13,7 +13,7 @@ import struct
 
 from switchboard.sandbox.confine import install_filter
 
-__all__ = ["ARCHES", "DENIED", "SELF_ONLY", "SeccompError", "install", "program"]
+__all__ = ["ARCHES", "DENIED", "HOST_IPC", "SELF_ONLY", "SeccompError", "install", "program"]
 
 # BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h)
 _LD_W_ABS = 0x20
@@ -69,6 +69,27 @@ DENIED = (
 SELF_ONLY = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
 """Calls whose first argument is a pid: with ``shared_pids``, refused with ``EPERM`` unless it is 0 (the caller)."""
 
+HOST_IPC = (
+    "shmget",
+    "shmat",
+    "shmctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+)
+"""System V IPC and POSIX message queues: with ``shared_pids`` (the host's IPC namespace too), refused with ``EPERM``.
+
+Their objects outlive the command (memory no cgroup of the command keeps and nothing removes) and reach the
+host's and other sessions' objects by id.
+"""
+
 ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (
         0xC000003E,  # AUDIT_ARCH_X86_64
@@ -111,6 +132,19 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "sched_setscheduler": 144,
             "sched_setaffinity": 203,
             "sched_setattr": 314,
+            "shmget": 29,
+            "shmat": 30,
+            "shmctl": 31,
+            "semget": 64,
+            "semop": 65,
+            "semctl": 66,
+            "msgget": 68,
+            "msgsnd": 69,
+            "msgrcv": 70,
+            "msgctl": 71,
+            "semtimedop": 220,
+            "mq_open": 240,
+            "mq_unlink": 241,
         },
     ),
     "aarch64": (
@@ -154,6 +188,19 @@ ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "sched_setscheduler": 119,
             "sched_setaffinity": 122,
             "sched_setattr": 274,
+            "mq_open": 180,
+            "mq_unlink": 181,
+            "msgget": 186,
+            "msgctl": 187,
+            "msgrcv": 188,
+            "msgsnd": 189,
+            "semget": 190,
+            "semctl": 191,
+            "semtimedop": 192,
+            "semop": 193,
+            "shmget": 194,
+            "shmctl": 195,
+            "shmat": 196,
         },
     ),
 }
@@ -208,7 +255,8 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
     process (a CPU limit of one second kills the gateway), nor the priority calls on a host process without
     capabilities; so :data:`SELF_ONLY` calls, ``setpriority`` and ``ioprio_set`` are allowed on the caller only (pid
     0; ``PRIO_PROCESS``/``IOPRIO_WHO_PROCESS`` with who 0: a process group or a user would reach the host's
-    processes too) and refused with ``EPERM`` otherwise. A command still sets its own limits and priority.
+    processes too) and refused with ``EPERM`` otherwise. A command still sets its own limits and priority. Such a
+    sandbox shares the host's IPC namespace as well: the :data:`HOST_IPC` calls are refused with ``EPERM``.
 
     Whatever the options, ``clone`` with a ``CLONE_NEW*`` flag is refused with ``EPERM`` and ``clone3`` with
     ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; C libraries then fall back to ``clone``).
@@ -251,6 +299,7 @@ def program(machine: str | None = None, *, inet: bool = False, unix: bool = True
     ops += [(_JEQ_K, numbers[name], "eperm", None) for name in DENIED]
     if shared_pids:
         ops += [(_JEQ_K, numbers[name], "self", None) for name in SELF_ONLY]
+        ops += [(_JEQ_K, numbers[name], "eperm", None) for name in HOST_IPC]
         ops += [
             (_JEQ_K, numbers["setpriority"], "priority", None),
             (_JEQ_K, numbers["ioprio_set"], "ioprio", None),

@@ -16,8 +16,7 @@ def test_the_interpreter_is_bound_after_the_private_tmp(monkeypatch: pytest.Monk
     venv.mkdir(parents=True)
     monkeypatch.setattr(bwrap, "python_prefixes", lambda: [str(venv)])
     argv = bwrap_argv("bwrap", tmp_path / "ws", seccomp_fd=3, tmp_bytes=1 << 20, env={})
-    tmpfs = argv.index("--tmpfs")
-    assert argv[tmpfs + 1] == "/tmp"
+    tmpfs = next(i for i, option in enumerate(argv) if option == "--tmpfs" and argv[i + 1] == "/tmp")
     bound = [i for i, option in enumerate(argv) if option == "--ro-bind" and argv[i + 1] == str(venv)]
     assert bound and all(i > tmpfs for i in bound)  # mounted over the tmpfs, so visible inside
 

@@ -97,8 +97,8 @@ class _WireFile(TypedDict):
 
 @with_config(_WIRE)
 class _WireLocation(TypedDict):
-    latitude: float
-    longitude: float
+    latitude: Annotated[float, Field(ge=-90, le=90)]  # no NaN, infinity or place off the globe: a 400
+    longitude: Annotated[float, Field(ge=-180, le=180)]
 
 
 @with_config(_WIRE)

@@ -165,54 +165,75 @@ def _shown_parts(parts: Sequence[tuple[str, ...]], most: int = 5) -> str:
     return names + (f" and {len(parts) - most} more" if len(parts) > most else "")
 
 
+_ANCHOR_AFTER = 2048
+"""Bytes of a path below an open directory past which the walk opens the next one (``PATH_MAX`` is 4096)."""
+
+
+def _walk(path: Path) -> Iterator[tuple[tuple[str, ...], str, int, bool]]:
+    """Every entry under ``path``: the components of its directory, its name, its bytes, whether it is a directory.
+
+    Each directory is opened relative to an open ancestor, at most :data:`_ANCHOR_AFTER` bytes of path above it, so
+    a tree deeper than the host's ``PATH_MAX`` is walked whole (a command can build one, one ``chdir`` at a time,
+    and what a walk cannot reach is neither counted nor taken back). The walk keeps an explicit stack (``os.walk``
+    recurses once per level); what cannot be read (gone meanwhile) is skipped; nothing is followed.
+    """
+    try:
+        root = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    users = {root: 1}  # the open directories the stack opens others from, and how many entries still need each
+    stack: list[tuple[int, str, tuple[str, ...]]] = [(root, ".", ())]
+    try:
+        while stack:
+            anchor, relative, below = stack.pop()
+            try:
+                fd = os.open(relative, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=anchor)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                deep = len(os.fsencode(relative)) > _ANCHOR_AFTER
+                try:
+                    with os.scandir(fd) as scan:
+                        for entry in scan:
+                            try:
+                                folder = entry.is_dir(follow_symlinks=False)
+                                size = DIRECTORY_BYTES if folder else entry.stat(follow_symlinks=False).st_size
+                            except OSError:
+                                continue
+                            yield below, entry.name, size, folder
+                            if folder:
+                                opener = fd if deep else anchor
+                                users[opener] = users.get(opener, 0) + 1
+                                stack.append(
+                                    (opener, entry.name if deep else f"{relative}/{entry.name}", (*below, entry.name))
+                                )
+                finally:
+                    if fd not in users:
+                        os.close(fd)
+            users[anchor] -= 1
+            if not users[anchor]:
+                del users[anchor]
+                os.close(anchor)
+    finally:
+        for fd in users:
+            os.close(fd)
+
+
 def _count(path: Path) -> tuple[int, int]:
     """Bytes and entries (files, symlinks, directories) under ``path``, ``path`` itself not included.
 
-    Each directory counts :data:`DIRECTORY_BYTES`. The walk keeps an explicit stack (``os.walk`` recurses once
-    per level, and fails on a deep enough tree); what cannot be read (gone meanwhile, too long a path for the
-    host) is skipped.
+    Each directory counts :data:`DIRECTORY_BYTES`; see :func:`_walk`.
     """
     total = entries = 0
-    stack = [os.fspath(path)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as scan:
-                for entry in scan:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                            total += DIRECTORY_BYTES
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-                    entries += 1
-        except OSError:
-            continue
+    for _, _, size, _ in _walk(path):
+        total += size
+        entries += 1
     return total, entries
 
 
 def _entries(path: Path) -> dict[tuple[str, ...], tuple[int, bool]]:
     """Every entry under ``path`` by its components: its bytes (as :func:`_count` counts them), and if a directory."""
-    found: dict[tuple[str, ...], tuple[int, bool]] = {}
-    stack: list[tuple[str, ...]] = [()]
-    while stack:
-        below = stack.pop()
-        try:
-            with os.scandir(os.path.join(path, *below)) as scan:
-                for entry in scan:
-                    parts = (*below, entry.name)
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(parts)
-                            found[parts] = (DIRECTORY_BYTES, True)
-                        else:
-                            found[parts] = (entry.stat(follow_symlinks=False).st_size, False)
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return found
+    return {(*below, name): (size, folder) for below, name, size, folder in _walk(path)}
 
 
 def _workspaces_usage(path: Path, depth: int) -> int:

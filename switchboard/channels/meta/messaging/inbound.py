@@ -63,8 +63,8 @@ class _WireId(_Wire):
 
 
 class _WireCoordinates(_Wire):
-    lat: float
-    long: float
+    lat: float = Field(ge=-90, le=90)  # no NaN, infinity or place off the globe
+    long: float = Field(ge=-180, le=180)
 
 
 class _WirePayload(_Wire):

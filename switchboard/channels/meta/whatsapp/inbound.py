@@ -260,8 +260,8 @@ def _number(value: Any) -> float | None:
 
 def _location(part: dict[str, Any]) -> Location | None:
     latitude, longitude = _number(part.get("latitude")), _number(part.get("longitude"))
-    if latitude is None or longitude is None:
-        return None
+    if latitude is None or longitude is None or not (-90 <= latitude <= 90 and -180 <= longitude <= 180):
+        return None  # missing, NaN, infinite or off the globe: no place
     return Location(
         latitude=latitude,
         longitude=longitude,
