@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from switchboard.channels.telegram import TelegramChannel
+from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import InboundMessage, Location
 from switchboard.errors import MalformedBodyError
 from tests.channels.test_telegram import SECRET, SECRET_HEADER, request, settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from yarl import URL
 
-from switchboard.channels._teams_files import CONNECTOR_HOSTS, sends_token, service_allowed
+from switchboard.channels.teams.files import CONNECTOR_HOSTS, sends_token, service_allowed
 
 REFUSED = [
     "https://smba.trafficmanager.net.evil.com/amer/",
