@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from switchboard.sandbox.runner import Sandbox
-from tests.attack.test_workspace_shell_quota import QUOTA, Session, _said, box, home, root
+from tests.attack.test_workspaces import QUOTA, Session, _said, box, home, root
 
 __all__ = ["box", "home", "root"]
 
