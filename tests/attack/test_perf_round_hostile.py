@@ -23,9 +23,10 @@ from pydantic import ValidationError
 from switchboard.channels.base import OK_JSON, RawRequest
 from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.telegram.fake.platform import SECRET_HEADER, FakeTelegram, make_update, sign_update
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.messages import Attachment, CommandIssued
 from switchboard.errors import MalformedBodyError
-from switchboard.settings import HttpSettings, TelegramSettings, load_settings
+from switchboard.settings import HttpSettings, load_settings
 from switchboard.web.app import create_app
 from switchboard.web.metrics import UNKNOWN_CHANNEL, Metrics
 from switchboard.web.server import GuardedAppRunner

@@ -25,13 +25,13 @@ from pydantic import ValidationError
 
 from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams
+from switchboard.channels.teams.settings import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
 from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
-from switchboard.settings.channels import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.worker.drain import Drainer, DrainOutcome

@@ -16,13 +16,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from switchboard.channels.base import Capabilities, Rate
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.adapter import MessagingAccount, MessagingAdapter
 from switchboard.channels.meta.messaging.outbound import MAX_QUICK_REPLIES, QUICK_REPLY_TITLE
-from switchboard.channels.meta.webhook import HANDSHAKE_METHODS, secret_bytes
-from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import InstagramSettings, secure_endpoint
+from switchboard.channels.meta.webhook import secret_bytes
+from switchboard.channels.registry import BuildContext
+from switchboard.settings.channels import secure_endpoint
 
-__all__ = ["CAPABILITIES", "FACTORY", "InstagramChannel", "account_config", "problems"]
+__all__ = ["CAPABILITIES", "InstagramChannel", "account_config", "problems"]
 
 INSTAGRAM_GRAPH_HOST = "graph.instagram.com"
 """The Graph host of "Instagram API with Instagram Login" apps (Instagram user tokens)."""
@@ -111,18 +112,3 @@ def problems(settings: InstagramSettings) -> list[str]:
     if settings.account_id and not settings.account_id.isdigit():
         found.append("account_id must be the Instagram professional account's numeric id (GET /me)")
     return found
-
-
-def _build(settings: InstagramSettings, context: BuildContext) -> InstagramChannel:
-    return InstagramChannel(settings, context)
-
-
-FACTORY: ChannelFactory[InstagramSettings] = ChannelFactory(
-    name="instagram",
-    settings=InstagramSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.meta.instagram.fake",
-    webhook_methods=HANDSHAKE_METHODS,
-)
-"""Instagram in the channel table."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID, make_delivery, sign_delivery, text_item
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger, sim_replies
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
-from switchboard.settings.channels import InstagramSettings
 
 __all__ = ["SIMULATION"]
 

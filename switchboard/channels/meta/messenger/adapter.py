@@ -12,11 +12,12 @@ from __future__ import annotations
 from switchboard.channels.base import Capabilities, Rate
 from switchboard.channels.meta.messaging.adapter import MessagingAccount, MessagingAdapter
 from switchboard.channels.meta.messaging.outbound import MAX_QUICK_REPLIES, QUICK_REPLY_TITLE
-from switchboard.channels.meta.webhook import HANDSHAKE_METHODS, secret_bytes
-from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import MessengerSettings, secure_endpoint
+from switchboard.channels.meta.messenger.settings import MessengerSettings
+from switchboard.channels.meta.webhook import secret_bytes
+from switchboard.channels.registry import BuildContext
+from switchboard.settings.channels import secure_endpoint
 
-__all__ = ["CAPABILITIES", "FACTORY", "MessengerChannel", "account_config", "problems"]
+__all__ = ["CAPABILITIES", "MessengerChannel", "account_config", "problems"]
 
 CAPABILITIES = Capabilities(
     max_text=2000,
@@ -87,18 +88,3 @@ def problems(settings: MessengerSettings) -> list[str]:
     if settings.page_id and not settings.page_id.isdigit():
         found.append("page_id must be the Page's numeric id (Page → About → Page transparency, or GET /me)")
     return found
-
-
-def _build(settings: MessengerSettings, context: BuildContext) -> MessengerChannel:
-    return MessengerChannel(settings, context)
-
-
-FACTORY: ChannelFactory[MessengerSettings] = ChannelFactory(
-    name="messenger",
-    settings=MessengerSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.meta.messaging.fake.platform",
-    webhook_methods=HANDSHAKE_METHODS,
-)
-"""Messenger in the channel table."""
