@@ -119,8 +119,9 @@ async def test_the_webhook_route_serves_the_new_channel_through_the_router(
     assert keys_down.status == 503  # the platform retries once the keys can be fetched again
     bug = await client.post("/webhooks/echo", data=body, headers={"X-Echo-Trouble": "bug"})
     assert bug.status == 401  # what cannot be verified is not accepted; never a 500
-    odd = json.dumps({"id": "m2", "chat": "c1", "text": 5}).encode()  # trips a bug in the adapter's parsing
-    refused = await client.post("/webhooks/echo/second", data=odd, headers=sign(odd, "second-secret"))
+    odd = json.dumps({"id": "m2", "chat": "c1", "text": "hi"}).encode()
+    bug = sign(odd, "second-secret") | {"X-Echo-Trouble": "parse-bug"}  # trips a bug in the adapter's parsing
+    refused = await client.post("/webhooks/echo/second", data=odd, headers=bug)
     assert refused.status == 400 and (await refused.json())["error"]["code"] == "malformed_body"
     assert sorted(sync_redis.keys("*")) == before
 

@@ -84,9 +84,13 @@ class EchoChannel:
             raise SignatureError("bad echo signature", channel=CHANNEL)
 
     async def receive(self, request: RawRequest) -> Inbound:
+        if request.headers.get("X-Echo-Trouble") == "parse-bug":  # how a real adapter's parsing can have a bug
+            raise RuntimeError("an adapter bug")
         try:
             raw = json.loads(request.body)
-            if not raw["text"].strip():  # a text that is not a string is an adapter bug (AttributeError) on purpose
+            if not isinstance(raw["text"], str):
+                raise TypeError("text is a string")
+            if not raw["text"].strip():
                 return Inbound(answer=ANSWER)
             conversation = ConversationRef(channel=CHANNEL, account=request.account, conversation=str(raw["chat"]))
             message = InboundMessage(
