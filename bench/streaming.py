@@ -23,6 +23,7 @@ from pathlib import Path
 from switchboard.channels.render.telegram import visible_text
 from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.telegram.fake.platform import FakeTelegram
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
@@ -30,7 +31,7 @@ from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.connection import async_client
 from switchboard.queue.embedded import EmbeddedRedis
 from switchboard.queue.ingest import Ingestor
-from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.settings import QueueSettings
 from switchboard.worker.drain import Drainer
 
 TOKEN = "123456:BENCH-token-abcdefghijklmnopqrstuv"

@@ -181,7 +181,7 @@ def adapter_cost(samples: int) -> dict[str, float]:
     from switchboard.channels.meta.webhook import load_delivery, verify_request
     from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
     from switchboard.channels.meta.whatsapp.inbound import parse_delivery
-    from switchboard.settings.channels import WhatsAppSettings
+    from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 
     channel = WhatsAppChannel(
         WhatsAppSettings(access_token="x", app_secret=APP_SECRET, verify_token="v", phone_number_id=PHONE_NUMBER_ID)

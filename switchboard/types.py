@@ -1,8 +1,11 @@
 """Vocabulary aliases shared by every layer."""
 
-from typing import Literal, NewType
+from typing import Annotated, Literal, NewType, TypeAlias
+
+from pydantic import StringConstraints
 
 __all__ = [
+    "CHANNEL_NAME_PATTERN",
     "AccountName",
     "AgentName",
     "BusyPolicy",
@@ -12,8 +15,13 @@ __all__ = [
     "TenantId",
 ]
 
-ChannelName = Literal["telegram", "slack", "discord", "teams", "whatsapp", "instagram", "messenger", "web"]
-"""Every channel the gateway knows; the web chat is built in."""
+CHANNEL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+"""What a channel name may be: it is a path segment (``/webhooks/<name>``), part of a session key and of
+``SWITCHBOARD_<NAME>__*``, and written into JSON unescaped."""
+
+ChannelName: TypeAlias = Annotated[str, StringConstraints(pattern=CHANNEL_NAME_PATTERN)]
+"""A channel's name. Which channels exist is the channel registry's table (``switchboard.channels.registry``), not
+a closed list here: a name is only checked for its shape."""
 
 SessionKey = NewType("SessionKey", str)
 """``tenant/agent/channel/account/conversation[/thread]``; see :func:`switchboard.core.messages.session_key`."""

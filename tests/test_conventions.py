@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -60,18 +61,47 @@ TABLE = list(CHANNEL_MODULES)
 
 @pytest.mark.parametrize("channel", TABLE)
 def test_every_channel_of_the_table_has_module_factory_payloads_and_fake(channel: str) -> None:
-    assert CHANNEL_MODULES[channel] == f"switchboard.channels.{channel}", "a channel module is named after it"
-    assert (PKG / "channels" / f"{channel}.py").is_file()
+    """A channel is a folder: ``factory.py`` (``FACTORY``), ``settings.py`` (its block), its fake; and payloads."""
+    module = CHANNEL_MODULES[channel]
+    assert module.startswith("switchboard.channels.") and module.endswith(".factory"), "the table names factory.py"
+    folder = PKG.parent.joinpath(*module.split(".")[:-1])
+    assert folder.name == channel, f"{folder} is named after the channel"
+    assert (folder / "factory.py").is_file() and (folder / "settings.py").is_file()
     found = factory(channel)
-    assert found is not None and found.name == channel, f"switchboard/channels/{channel}.py exports FACTORY"
+    assert found is not None and found.name == channel, f"{module} exports FACTORY"
+    assert found.settings.__module__ == module.replace(".factory", ".settings"), "the block lives in settings.py"
     payloads = Path(__file__).parent / "payloads" / channel
     assert any(payloads.glob("*.json")), f"tests/payloads/{channel}/ holds sample payloads"
     if not found.builtin:
         assert found.fake is not None, f"{channel} names its built-in fake"
+        assert found.fake.startswith(module.rsplit(".", 2)[0] + "."), (
+            "the fake lives in the channel's folder (or meta/)"
+        )
         assert isinstance(simulation(found), Simulation), f"{found.fake} exports SIMULATION"
 
 
-_WIRING = ("checks.py", "simulate.py", "webhooks.py", "app.py", "webchat.py", "queue/router.py", "channels/registry.py")
+def test_nothing_outside_the_channel_folders_and_registry_names_a_platform_s_settings() -> None:
+    """``Settings`` has no block per platform, and ``ChannelName`` is no closed list of them."""
+    from switchboard.settings import Settings
+    from switchboard.types import ChannelName
+
+    assert [name for name in Settings.model_fields if name in TABLE] == []
+    assert typing.get_origin(ChannelName) is typing.Annotated and typing.get_args(ChannelName)[0] is str
+
+
+_WIRING = (
+    "cli/checks.py",
+    "cli/simulate.py",
+    "cli/processes.py",
+    "web/webhooks.py",
+    "web/app.py",
+    "queue/router.py",
+    "queue/operators.py",
+    "channels/registry.py",
+    "settings/__init__.py",
+    "settings/channels.py",
+    "types.py",
+)
 
 
 def _channel_literals(path: Path) -> list[str]:
@@ -93,6 +123,7 @@ def _channel_literals(path: Path) -> list[str]:
 
 def test_the_wiring_has_no_branch_for_one_platform() -> None:
     """Routing, checks, simulation and the webhook route find channels in the table, never by name."""
+    assert all((PKG / name).is_file() for name in _WIRING), "the wiring files moved: update _WIRING"
     assert [hit for name in _WIRING for hit in _channel_literals(PKG / name)] == []
 
 

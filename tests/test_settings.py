@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from switchboard import settings
+from switchboard.channels import registry
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.errors import ConfigError
 from switchboard.settings import channels as channelsettings
 from switchboard.settings import load_settings
+from switchboard.settings.channels import ChannelSettings
+
+
+def _block(loaded: settings.Settings, channel: str) -> Any:
+    """A channel's env block, read the one way there is: through the channel registry."""
+    found = registry.factory(channel)
+    assert found is not None
+    return registry.env_block(loaded, found)
 
 
 def test_defaults_follow_the_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,9 +29,9 @@ def test_defaults_follow_the_contract(tmp_path: Path, monkeypatch: pytest.Monkey
     assert s.file.agent(None).status == "ready"
     assert (s.host, s.port, s.redis_url) == ("127.0.0.1", 8080, None)
     assert s.default_model == "offline"
-    assert s.telegram.api_base_url == "https://api.telegram.org"
-    assert s.slack.api_base_url == "https://slack.com/api/"
-    assert s.whatsapp.graph_base_url == "https://graph.facebook.com/v23.0"
+    assert _block(s, "telegram").api_base_url == "https://api.telegram.org"
+    assert _block(s, "slack").api_base_url == "https://slack.com/api/"
+    assert _block(s, "whatsapp").graph_base_url == "https://graph.facebook.com/v23.0"
     assert s.queue.dedup_ttl_s >= 24 * 3600
 
 
@@ -34,7 +45,9 @@ def test_nested_env_names_and_provider_keys() -> None:
             "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
         }
     )
-    assert s.telegram.enabled and not s.slack.enabled
+    assert _block(s, "telegram").enabled and not _block(s, "slack").enabled
+    lower = load_settings({"switchboard_telegram__bot_token": "1:abc"})  # names are case-insensitive, as before
+    assert _block(lower, "telegram").enabled
     assert s.queue.lease_ms == 2500
     assert s.default_model.startswith("anthropic:")
     assert s.openai_wire_api == "chat"
@@ -49,10 +62,18 @@ def test_openai_key_wins_over_anthropic_and_model_env_wins_over_both() -> None:
 
 def test_errors_name_the_variable_and_the_fix() -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings({"SWITCHBOARD_PORT": "eighty", "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "has space"})
-    text = str(info.value)
-    assert "SWITCHBOARD_PORT" in text
-    assert "SWITCHBOARD_TELEGRAM__SECRET_TOKEN" in text and "A-Z a-z 0-9 _ -" in text
+        load_settings({"SWITCHBOARD_PORT": "eighty"})
+    assert "SWITCHBOARD_PORT" in str(info.value)
+    # a channel's block is validated through the registry (the CLI does it right after loading, before anything runs)
+    bad = {"SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "has space", "SWITCHBOARD_SLACK__NO_SUCH": "x"}
+    with pytest.raises(ConfigError) as info:
+        registry.check_env_blocks(load_settings(bad))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid configuration in the environment:"
+    assert any(
+        line.startswith("  SWITCHBOARD_TELEGRAM__SECRET_TOKEN: ") and "A-Z a-z 0-9 _ -" in line for line in lines
+    )
+    assert "  SWITCHBOARD_SLACK__NO_SUCH: Extra inputs are not permitted" in lines
 
 
 def test_redis_url_scheme_is_checked_and_unix_accepted() -> None:
@@ -97,24 +118,31 @@ def test_web_session_retention_settings_and_the_channel_blocks_moved_out_of_this
     assert default.idle_session_ttl_s == 30 * 24 * 3600  # as long as a web chat token lives unused
     with pytest.raises(ConfigError, match="SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S"):
         load_settings({"SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S": "-1"})
-    # the channel settings live in their own module; the old import path still works
-    assert settings.TelegramSettings is channelsettings.TelegramSettings
+    # the shared bases live in their own module; each platform's block lives in its channel's folder, and the
+    # settings name no platform
     assert settings.ChannelOptions is channelsettings.ChannelOptions
+    assert issubclass(TelegramSettings, ChannelSettings) and not hasattr(settings, "TelegramSettings")
+    blocks = [name for name, f in settings.Settings.model_fields.items() if "Channel" in str(f.annotation)]
+    assert blocks == []
 
 
 def test_channel_transport_app_token_and_when_slack_is_enabled() -> None:
-    assert load_settings({}).telegram.transport == "webhook"
-    assert load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "polling"}).telegram.transport == "polling"
+    assert _block(load_settings({}), "telegram").transport == "webhook"
+    assert _block(load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "polling"}), "telegram").transport == "polling"
     with pytest.raises(ConfigError, match="SWITCHBOARD_TELEGRAM__TRANSPORT"):
-        load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "carrier-pigeon"})
+        _block(load_settings({"SWITCHBOARD_TELEGRAM__TRANSPORT": "carrier-pigeon"}), "telegram")
     # a bot token alone cannot receive anything: Slack needs the signing secret (HTTP) or an app token (Socket Mode)
-    assert not load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1"}).slack.enabled
-    http = load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__SIGNING_SECRET": "s"})
-    socket = load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"})
-    assert http.slack.enabled and socket.slack.enabled
-    assert socket.slack.app_token is not None and "xapp-1" not in repr(socket.slack)
-    assert not load_settings({"SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"}).slack.enabled
-    assert load_settings({"SWITCHBOARD_DISCORD__BOT_TOKEN": "t"}).discord.enabled
+    assert not _block(load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1"}), "slack").enabled
+    http = _block(
+        load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__SIGNING_SECRET": "s"}), "slack"
+    )
+    socket = _block(
+        load_settings({"SWITCHBOARD_SLACK__BOT_TOKEN": "xoxb-1", "SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"}), "slack"
+    )
+    assert http.enabled and socket.enabled
+    assert socket.app_token is not None and "xapp-1" not in repr(socket)
+    assert not _block(load_settings({"SWITCHBOARD_SLACK__APP_TOKEN": "xapp-1"}), "slack").enabled
+    assert _block(load_settings({"SWITCHBOARD_DISCORD__BOT_TOKEN": "t"}), "discord").enabled
 
 
 def test_require_mention_in_yaml_for_a_channel_and_an_account(tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN_CHANNELS",
     "CHANNEL_MODULES",
+    "ENV_NESTED",
+    "ENV_PREFIX",
     "NO_ADAPTER",
     "AccountConfig",
     "BuildContext",
@@ -50,6 +52,7 @@ __all__ = [
     "account_configs",
     "build_channels",
     "busy_policy",
+    "check_env_blocks",
     "configured",
     "configured_factories",
     "env_block",
@@ -70,15 +73,19 @@ Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
 ReadUpload = Callable[[SessionKey, str, int], Awaitable[FileData]]
 """Read a web chat upload back (session, upload id, at most that many bytes); raises ``AttachmentError``."""
 
+ENV_PREFIX = "SWITCHBOARD_"
+ENV_NESTED = "__"
+"""A channel's env block is ``SWITCHBOARD_<NAME>__<FIELD>``."""
+
 CHANNEL_MODULES: dict[str, str] = {
-    "web": "switchboard.channels.web.adapter",
-    "telegram": "switchboard.channels.telegram.adapter",
-    "slack": "switchboard.channels.slack.adapter",
-    "discord": "switchboard.channels.discord.adapter",
+    "web": "switchboard.channels.web.factory",
+    "telegram": "switchboard.channels.telegram.factory",
+    "slack": "switchboard.channels.slack.factory",
+    "discord": "switchboard.channels.discord.factory",
     "teams": "switchboard.channels.teams.factory",
-    "whatsapp": "switchboard.channels.meta.whatsapp.adapter",
-    "messenger": "switchboard.channels.meta.messenger.adapter",
-    "instagram": "switchboard.channels.meta.instagram.adapter",
+    "whatsapp": "switchboard.channels.meta.whatsapp.factory",
+    "messenger": "switchboard.channels.meta.messenger.factory",
+    "instagram": "switchboard.channels.meta.instagram.factory",
 }
 """Channel name → the module exporting its ``FACTORY`` (the one line a new channel adds)."""
 
@@ -252,7 +259,7 @@ def configured(settings: Settings, name: str) -> bool:
     block = settings.channel_block(name)
     if block is not None and block.enabled:
         return True
-    prefix = f"SWITCHBOARD_{name.upper()}__"
+    prefix = f"{ENV_PREFIX}{name.upper()}{ENV_NESTED}"
     return any(key.upper().startswith(prefix) for key in settings.environ)
 
 
@@ -284,21 +291,40 @@ def _invalid(err: ValidationError, where: str) -> ConfigError:
 def env_block(settings: Settings, found: ChannelFactory[S]) -> S:
     """The channel's env-configured block (account ``default``).
 
-    A channel with a field of its own in :class:`Settings` reads it from there (``settings.telegram``); any other
-    reads ``SWITCHBOARD_<NAME>__<FIELD>`` from the environment :func:`load_settings` read.
+    Read from the ``SWITCHBOARD_<NAME>__<FIELD>`` variables of the environment :func:`load_settings` read (names
+    are case-insensitive, as for every other setting), unless ``switchboard run`` replaced the block
+    (:meth:`Settings.set_channel_block`).
 
     Raises:
-        ConfigError: a variable of the block is invalid or names no field of it.
+        ConfigError: a variable of the block is invalid or names no field of it; the message names the variable.
     """
     block = settings.channel_block(found.name)
     if isinstance(block, found.settings):
         return block
-    prefix = f"SWITCHBOARD_{found.name.upper()}__"
+    prefix = f"{ENV_PREFIX}{found.name.upper()}{ENV_NESTED}"
     values = {k[len(prefix) :].lower(): v for k, v in settings.environ.items() if k.upper().startswith(prefix)}
     try:
         return found.settings.model_validate(values)
     except ValidationError as err:
-        raise _invalid(err, f"{prefix}*") from None
+        lines = ["invalid configuration in the environment:"]
+        lines += [f"  {prefix}{'__'.join(str(p) for p in item['loc']).upper()}: {item['msg']}" for item in err.errors()]
+        raise ConfigError("\n".join(lines), field=f"{prefix}*") from None
+
+
+def check_env_blocks(settings: Settings) -> None:
+    """Validate the env block of every channel given a ``SWITCHBOARD_<NAME>__*`` variable, as start-up does.
+
+    Raises:
+        ConfigError: naming every invalid variable of every such channel.
+    """
+    problems: list[str] = []
+    for found in configured_factories(settings):
+        try:
+            env_block(settings, found)
+        except ConfigError as err:
+            problems += str(err).splitlines()[1:]
+    if problems:
+        raise ConfigError("\n".join(["invalid configuration in the environment:", *problems]))
 
 
 @dataclass(frozen=True, slots=True)

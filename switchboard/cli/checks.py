@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 
 from switchboard.errors import ConfigError
-from switchboard.settings import ChannelSettings, Settings
+from switchboard.settings import Settings
 
 __all__ = [
     "ENV_PREFIX",
@@ -65,13 +65,17 @@ def config_problems(settings: Settings) -> list[str]:
 def channel_problems(settings: Settings) -> list[str]:
     """What keeps an enabled channel account from working.
 
-    Each channel's own checks (its factory's ``problems``), an account whose secrets or settings are missing or
-    invalid, a route to an unknown agent.
+    A YAML block naming no channel of the table, each channel's own checks (its factory's ``problems``), an account
+    whose secrets or settings are missing or invalid, a route to an unknown agent.
     """
     from switchboard.channels import registry
     from switchboard.queue.router import resolve_route
 
-    problems: list[str] = []
+    problems = [
+        f"channels.{name}: no such channel (channels: {', '.join(registry.CHANNEL_MODULES)})"
+        for name in settings.file.channels
+        if registry.factory(name) is None
+    ]
     for factory in registry.configured_factories(settings):
         try:
             accounts = registry.account_configs(settings, factory, settings.environ or None)
@@ -116,12 +120,8 @@ def known_variables(settings: Settings | None = None) -> tuple[frozenset[str], t
     open_prefixes: list[str] = []
     found = registry.factories() if settings is None else registry.configured_factories(settings)
     tabled = {factory.name: factory for factory in found}
-    names = [
-        (variable, is_open)
-        for variable, is_open in _model_names(Settings, ENV_PREFIX)
-        if variable.partition(_NESTED)[0][len(ENV_PREFIX) :].lower() not in registry.CHANNEL_MODULES
-    ]
-    for factory in tabled.values():  # a channel's block is what its factory reads, with or without a field here
+    names = list(_model_names(Settings, ENV_PREFIX))
+    for factory in tabled.values():  # a channel's block is what its factory reads
         names.extend(_model_names(factory.settings, f"{ENV_PREFIX}{factory.name.upper()}{_NESTED}"))
     for variable, is_open in names:
         (open_prefixes.append if is_open else exact.add)(variable)
@@ -223,12 +223,10 @@ def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
 
 
 def _print_channels(settings: Settings) -> None:
-    """One line per channel account of the table, then the platforms this version has no adapter for."""
+    """One line per channel account of the table."""
     from switchboard.channels import registry
 
-    tabled: set[str] = set()
     for factory in registry.factories():
-        tabled.add(factory.name)
         try:
             accounts = registry.account_configs(settings, factory, settings.environ or None)
             block = registry.env_block(settings, factory)
@@ -246,13 +244,6 @@ def _print_channels(settings: Settings) -> None:
             route = f"/webhooks/{factory.name}" + ("" if account.account == "default" else f"/{account.account}")
             served = f"at {', '.join(sorted(factory.webhook_methods))} {route}" if factory.webhook_methods else ""
             print(f"  {factory.name:<10} enabled, account {account.account} {served}".rstrip())
-    for name, field in Settings.model_fields.items():
-        annotation = field.annotation
-        if name in tabled or not (isinstance(annotation, type) and issubclass(annotation, ChannelSettings)):
-            continue
-        block = settings.channel(name)
-        state = "credentials present, but this version has no adapter for it" if block.enabled else "disabled"
-        print(f"  {name:<10} {state}")
 
 
 def _check_redis(url: str) -> list[str]:

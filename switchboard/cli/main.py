@@ -355,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.command_parser.error(f"`{args.command} {args.action}` needs {name.replace('target', 'an ID')}")
     try:
         settings = load_settings()
+        from switchboard.channels.registry import check_env_blocks
+
+        check_env_blocks(settings)  # each channel's SWITCHBOARD_<NAME>__* block, as strictly as the rest
     except ConfigError as err:
         print(f"switchboard: {err}", file=sys.stderr)
         return 2

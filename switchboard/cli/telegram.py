@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from switchboard.channels.registry import env_block
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.factory import FACTORY
 from switchboard.cli.listeners import build_adapters
 from switchboard.errors import ConfigError
 from switchboard.settings import Settings
@@ -44,7 +46,7 @@ async def _run(settings: Settings, action: str, url: str | None, account: str) -
                     return 2
                 await adapter.set_webhook(url)
                 print(f"Telegram now posts account {account!r}'s updates to {url}, with the secret token.")
-                if settings.telegram.transport == "polling" and account == "default":
+                if env_block(settings, FACTORY).transport == "polling" and account == "default":
                     print("Note: SWITCHBOARD_TELEGRAM__TRANSPORT=polling deletes the webhook when the gateway starts.")
             case "delete-webhook":
                 await adapter.delete_webhook()

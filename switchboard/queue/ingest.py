@@ -379,7 +379,7 @@ class Ingestor:
         keys, messages, inbox, meta, events, drain, rate, cancel = _session_keys(session)
         # The stored record is the draft plus the two fields assigned here, spliced in front of the draft's JSON
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
-        # validated ChannelName literal, so it needs no escaping).
+        # ChannelName, validated to [a-z0-9_], so it needs no escaping).
         at = repr(now)
         stop = _stops(message)
         sender = _json_string(message.sender.id)

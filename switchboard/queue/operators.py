@@ -7,20 +7,20 @@ session's meta by ``complete``: its routing data reaches the same chat), else th
 
 from __future__ import annotations
 
-from typing import Final, get_args
+from typing import Final
 from urllib.parse import unquote
 
 import redis.asyncio as aioredis
 
+from switchboard.channels.registry import CHANNEL_MODULES
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
 from switchboard.queue.keys import SessionKeys
-from switchboard.types import ChannelName, SessionKey
+from switchboard.types import SessionKey
 
 __all__ = ["GATEWAY_PRINCIPAL", "operator_message", "session_conversation"]
 
 GATEWAY_PRINCIPAL: Final = "switchboard"
 """The principal of what the gateway does itself (an approval's expiry)."""
-_CHANNELS: Final = frozenset(get_args(ChannelName))
 
 
 async def session_conversation(redis: aioredis.Redis, session: SessionKey) -> ConversationRef | None:
@@ -31,7 +31,7 @@ async def session_conversation(redis: aioredis.Redis, session: SessionKey) -> Co
         if conversation.session_key == session:
             return conversation
     parts = [unquote(p) for p in session.split("/")]
-    if len(parts) not in (5, 6) or parts[2] not in _CHANNELS or not all(parts):
+    if len(parts) not in (5, 6) or parts[2] not in CHANNEL_MODULES or not all(parts):
         return None
     return ConversationRef.model_validate(
         {

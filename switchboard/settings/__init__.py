@@ -29,18 +29,7 @@ from switchboard.console.config import ConsoleConfig, ConsoleSettings
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
 from switchboard.errors import ConfigError
-from switchboard.settings.channels import (
-    ChannelAccount,
-    ChannelOptions,
-    ChannelSettings,
-    DiscordSettings,
-    InstagramSettings,
-    MessengerSettings,
-    SlackSettings,
-    TeamsSettings,
-    TelegramSettings,
-    WhatsAppSettings,
-)
+from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.settings.computer import (
     EgressSecret,
     EgressSettings,
@@ -55,23 +44,16 @@ __all__ = [
     "ChannelAccount",
     "ChannelOptions",
     "ChannelSettings",
-    "DiscordSettings",
     "DocumentSettings",
     "EgressSecret",
     "EgressSettings",
     "FileConfig",
     "HttpSettings",
-    "InstagramSettings",
     "LimitsSettings",
-    "MessengerSettings",
     "QueueSettings",
     "SandboxSettings",
     "Settings",
-    "SlackSettings",
-    "TeamsSettings",
-    "TelegramSettings",
     "TranscriptionSettings",
-    "WhatsAppSettings",
     "WorkspaceS3Settings",
     "WorkspaceSettings",
     "load_settings",
@@ -285,13 +267,6 @@ class Settings(BaseSettings):
     """Signs CodeAct programs paused for an approval (HMAC-SHA256); unset: a key generated once into
     ``<data dir>/approval-snapshot.key``. Every worker of a deployment needs the same key."""
 
-    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
-    slack: SlackSettings = Field(default_factory=SlackSettings)
-    discord: DiscordSettings = Field(default_factory=DiscordSettings)
-    teams: TeamsSettings = Field(default_factory=TeamsSettings)
-    whatsapp: WhatsAppSettings = Field(default_factory=WhatsAppSettings)
-    instagram: InstagramSettings = Field(default_factory=InstagramSettings)
-    messenger: MessengerSettings = Field(default_factory=MessengerSettings)
     queue: QueueSettings = Field(default_factory=QueueSettings)
     offline: OfflineSettings = Field(default_factory=OfflineSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
@@ -342,29 +317,17 @@ class Settings(BaseSettings):
         base = self.openai_base_url or ""
         return "responses" if not base or "api.openai.com" in base else "chat"
 
-    def channel(self, name: str) -> ChannelSettings:
-        """The env settings block of a platform channel."""
-        block = self.channel_block(name)
-        if block is None:
-            raise ConfigError(f"unknown channel {name!r}", field=name)
-        return block
-
     def channel_block(self, name: str) -> ChannelSettings | None:
-        """A channel's env block: its own field (``telegram``), one set by :meth:`set_channel_block`, or ``None``.
+        """A channel's env block set by :meth:`set_channel_block`, else ``None``.
 
-        A channel without a field here reads its block through the channel registry (``env_block``).
+        Channels' blocks are no fields here: the channel registry reads ``SWITCHBOARD_<CHANNEL>__*`` from
+        :attr:`environ` with the block class of the channel's folder (``registry.env_block``).
         """
-        block = self._channel_blocks.get(name)
-        if block is None and name in type(self).model_fields:
-            block = getattr(self, name)
-        return block if isinstance(block, ChannelSettings) else None
+        return self._channel_blocks.get(name)
 
     def set_channel_block(self, name: str, block: ChannelSettings) -> None:
         """Replace a channel's env block (``switchboard run`` points a channel without credentials at its fake)."""
-        if name in type(self).model_fields:
-            setattr(self, name, block)
-        else:
-            self._channel_blocks[name] = block
+        self._channel_blocks[name] = block
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -419,7 +382,7 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
         if env is not None:
             os.environ.clear()
             os.environ.update(saved)
-    settings._environ = env_map  # channels without a field here read their block from it
+    settings._environ = env_map  # channels read their blocks from it (registry.env_block)
     settings.file = load_file(settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map)
     return settings
 

@@ -21,9 +21,11 @@ from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
 from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import make_delivery, sign_delivery, text_item
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
 from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.meta.webhook import SIGNATURE_HEADER, sign
 from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
 from switchboard.channels.meta.whatsapp.fake.payloads import (
@@ -35,13 +37,13 @@ from switchboard.channels.meta.whatsapp.fake.payloads import (
     text_delivery,
 )
 from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 from switchboard.channels.registry import BuildContext
 from switchboard.core.actions import SendText
 from switchboard.core.inbound import event_text
 from switchboard.core.messages import Attachment, ConversationRef, Posted
 from switchboard.errors import AttachmentError
 from switchboard.settings import load_settings
-from switchboard.settings.channels import InstagramSettings, MessengerSettings, WhatsAppSettings
 from switchboard.web.app import create_app
 from tests.attack.keyspace import keyspace, stored
 from tests.attack.recorder import Recorder, serving

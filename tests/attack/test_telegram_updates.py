@@ -21,9 +21,10 @@ from pydantic import ValidationError
 from switchboard.channels.base import OK_JSON, RawRequest
 from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.telegram.fake.platform import SECRET_HEADER, FakeTelegram, make_update, sign_update
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.messages import Attachment, CommandIssued
 from switchboard.errors import MalformedBodyError
-from switchboard.settings import TelegramSettings, load_settings
+from switchboard.settings import load_settings
 from switchboard.web.app import create_app
 from tests.attack.test_metrics import series
 

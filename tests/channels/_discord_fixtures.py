@@ -13,9 +13,9 @@ from nacl.signing import SigningKey
 from switchboard.channels.base import FileData, RawRequest
 from switchboard.channels.discord.adapter import DiscordChannel
 from switchboard.channels.discord.fake.platform import FakeDiscord, bot_token, sign_interaction
+from switchboard.channels.discord.settings import DiscordSettings
 from switchboard.channels.registry import BuildContext
 from switchboard.errors import DeliveryError
-from switchboard.settings import DiscordSettings
 
 BOT_ID = "880000000000000001"
 APP_ID = "900"

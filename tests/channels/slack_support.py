@@ -9,9 +9,9 @@ from typing import Any
 
 from switchboard.channels.base import FileData
 from switchboard.channels.slack.adapter import SlackChannel
+from switchboard.channels.slack.settings import SlackSettings
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
-from switchboard.settings.channels import SlackSettings
 
 BOT_TOKEN = "xoxb-1-test-token"
 APP_TOKEN = "xapp-1-test-token"

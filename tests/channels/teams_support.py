@@ -11,8 +11,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from switchboard.channels.base import RawRequest
 from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams
+from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.core.messages import ConversationRef
-from switchboard.settings.channels import TeamsSettings
 
 APP_ID = "00000000-1111-4222-8333-444444444444"
 BOT_ID = "28:" + APP_ID

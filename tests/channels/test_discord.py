@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from switchboard.channels.base import FileData
-from switchboard.channels.discord.adapter import FACTORY, DiscordChannel, problems
+from switchboard.channels.discord.adapter import DiscordChannel, problems
+from switchboard.channels.discord.factory import FACTORY
 from switchboard.channels.discord.fake.platform import FakeDiscord
 from switchboard.channels.discord.inbound import DiscordInbound, load_interaction, parse_interaction
 from switchboard.channels.discord.outbound import message_nonce

@@ -10,7 +10,7 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from switchboard.channels.discord.adapter import FACTORY
+from switchboard.channels.discord.factory import FACTORY
 from switchboard.channels.discord.fake.platform import SIMULATION, FakeDiscord, make_message
 from switchboard.channels.registry import env_block
 from switchboard.cli.discord import register_commands

@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from switchboard.channels.meta.instagram import adapter as instagram
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messenger import adapter as messenger
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.meta.whatsapp import adapter as whatsapp
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 from switchboard.channels.teams import factory as teams
-from switchboard.settings.channels import (
-    InstagramSettings,
-    MessengerSettings,
-    TeamsSettings,
-    WhatsAppSettings,
-    secure_endpoint,
-)
+from switchboard.channels.teams.settings import TeamsSettings
+from switchboard.settings.channels import secure_endpoint
 
 
 @pytest.mark.parametrize(

@@ -18,19 +18,22 @@ from pydantic import BaseModel
 
 from switchboard.channels.base import Channel, DeliveryStatus, RawRequest
 from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID, PAGE_ID
 from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.meta.webhook import sign
 from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel
 from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 from switchboard.channels.registry import BuildContext
 from switchboard.channels.slack.adapter import SlackChannel
 from switchboard.channels.slack.fake.payloads import sign_request
+from switchboard.channels.slack.settings import SlackSettings
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.messages import ConversationRef, InboundMessage, Posted, Sender, trusted
 from switchboard.errors import MalformedBodyError
-from switchboard.settings import TelegramSettings
-from switchboard.settings.channels import InstagramSettings, MessengerSettings, SlackSettings, WhatsAppSettings
 
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads"
 SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

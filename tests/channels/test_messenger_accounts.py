@@ -10,6 +10,7 @@ import pytest
 from switchboard.channels.base import RawRequest
 from switchboard.channels.meta.instagram.adapter import InstagramChannel
 from switchboard.channels.meta.instagram.adapter import problems as instagram_problems
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import (
     IG_ACCOUNT_ID,
     PAGE_ID,
@@ -20,10 +21,10 @@ from switchboard.channels.meta.messaging.fake.payloads import (
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
 from switchboard.channels.meta.messenger.adapter import MessengerChannel
 from switchboard.channels.meta.messenger.adapter import problems as messenger_problems
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.meta.webhook import UNCLAIMED_PREFIX
 from switchboard.channels.registry import BuildContext
 from switchboard.errors import SignatureError
-from switchboard.settings.channels import InstagramSettings, MessengerSettings
 
 SECRET = "app-secret-one"
 TOKEN = "EAAGaccountstoken"

@@ -11,12 +11,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import make_delivery, quick_reply_item, sign_delivery, text_item
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.registry import factory, simulation
 from switchboard.cli.worker import run_worker
 from switchboard.settings import load_settings
-from switchboard.settings.channels import InstagramSettings, MessengerSettings
 from switchboard.web.app import create_app
 from tests.channels.test_instagram import IG, IG_SECRET, IG_TOKEN, instagram_env
 from tests.channels.test_messenger import APP_SECRET, CONFIG, PAGE, TOKEN, USER, gateway_env

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from switchboard.channels.meta.instagram.adapter import InstagramChannel
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger
 from switchboard.channels.meta.messenger.adapter import MessengerChannel
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.meta.webhook import EVENT_COUNTS
 from switchboard.core.actions import (
     Choice,
@@ -25,7 +27,6 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, RateLimitedError
-from switchboard.settings.channels import InstagramSettings, MessengerSettings
 from tests.channels.slack_support import Progress
 
 TOKEN = "EAAGsendtoken"

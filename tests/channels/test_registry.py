@@ -1,7 +1,8 @@
 """The channel table: a channel registered with one line is configured, served, checked and simulated.
 
-``tests/channels/echo/`` is a text-only channel written the way a new one is (a module exporting ``FACTORY``, a fake
-exporting ``SIMULATION``); these tests add its one line to the table and use nothing else of it.
+``tests/channels/echo/`` is a text-only channel written the way a new one is (a folder: its settings block, adapter,
+``FACTORY``, fake exporting ``SIMULATION`` and sample payloads); these tests add its one line to the table, under its
+own name ``echo``, and use nothing else of it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from switchboard.settings import Settings, load_settings
 from switchboard.web.app import create_app
 from switchboard.web.appkeys import CHANNELS
 
-from .echo.channel import ANSWER, EchoChannel, EchoSettings
+from .echo.adapter import ANSWER, EchoChannel
 from .echo.fake import SIMULATION, sign
+from .echo.settings import EchoSettings
 
 YAML = """
 default_agent: assistant
@@ -42,20 +44,20 @@ agents:
   assistant: {profile: {name: A}, instructions: Be brief.}
   helper: {profile: {name: H}, instructions: Help.}
 channels:
-  teams:
+  echo:
     agent: helper
     tenant: echo-co
     accounts:
       second:
-        secrets_from_env: {app_password: ECHO_SECOND_SECRET}
-        options: {app_id: "2", login_base_url: "http://127.0.0.1:9"}
+        secrets_from_env: {secret: ECHO_SECOND_SECRET}
+        options: {app_id: "2", api_base_url: "http://127.0.0.1:9"}
 """
 
 
 @pytest.fixture
 def echo_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one line a new channel adds to the table."""
-    monkeypatch.setitem(registry.CHANNEL_MODULES, "teams", "tests.channels.echo.channel")
+    monkeypatch.setitem(registry.CHANNEL_MODULES, "echo", "tests.channels.echo.factory")
 
 
 @pytest.fixture
@@ -67,9 +69,9 @@ async def echo(echo_line: None, base_env: dict[str, str], tmp_path: Path) -> Asy
     config.write_text(YAML)
     env = base_env | {
         "SWITCHBOARD_CONFIG": str(config),
-        "SWITCHBOARD_TEAMS__APP_ID": "1",
-        "SWITCHBOARD_TEAMS__APP_PASSWORD": details["secret"],
-        "SWITCHBOARD_TEAMS__LOGIN_BASE_URL": details["fake_url"],
+        "SWITCHBOARD_ECHO__APP_ID": "1",
+        "SWITCHBOARD_ECHO__SECRET": details["secret"],
+        "SWITCHBOARD_ECHO__API_BASE_URL": details["fake_url"],
         "ECHO_SECOND_SECRET": "second-secret",
     }
     yield load_settings(env), fake
@@ -79,9 +81,9 @@ async def echo(echo_line: None, base_env: dict[str, str], tmp_path: Path) -> Asy
 async def test_the_env_block_and_the_yaml_accounts_become_adapters(echo: tuple[Settings, Any]) -> None:
     settings, _ = echo
     channels = registry.build_channels(settings, publish=None)
-    assert {key for key in channels if key[0] == "teams"} == {("teams", "default"), ("teams", "second")}
-    assert isinstance(channels[("teams", "second")], EchoChannel)
-    assert channels[("teams", "second")].account == "second"
+    assert {key for key in channels if key[0] == "echo"} == {("echo", "default"), ("echo", "second")}
+    assert isinstance(channels[("echo", "second")], EchoChannel)
+    assert channels[("echo", "second")].account == "second"
 
 
 async def test_an_account_whose_secret_is_not_in_the_environment_is_a_config_error(
@@ -101,24 +103,25 @@ async def test_the_webhook_route_serves_the_new_channel_through_the_router(
     client = await aiohttp_client(create_app(settings))
     body = json.dumps({"id": "m1", "chat": "c1", "text": "hello"}).encode()
     accepted = await client.post(
-        "/webhooks/teams", data=body, headers=sign(body, settings.environ["SWITCHBOARD_TEAMS__APP_PASSWORD"])
+        "/webhooks/echo", data=body, headers=sign(body, settings.environ["SWITCHBOARD_ECHO__SECRET"])
     )
     assert accepted.status == 200 and await accepted.read() == ANSWER.body
-    assert sync_redis.llen("sb:{echo-co/helper/teams/default/c1}:inbox") == 1  # routed by the YAML options
-    second = await client.post("/webhooks/teams/second", data=body, headers=sign(body, "second-secret"))
+    assert sync_redis.llen("sb:{echo-co/helper/echo/default/c1}:inbox") == 1  # routed by the YAML options
+    second = await client.post("/webhooks/echo/second", data=body, headers=sign(body, "second-secret"))
     assert second.status == 200
-    assert sync_redis.llen("sb:{echo-co/helper/teams/second/c1}:inbox") == 1
+    assert sync_redis.llen("sb:{echo-co/helper/echo/second/c1}:inbox") == 1
     before = sorted(sync_redis.keys("*"))
-    forged = await client.post("/webhooks/teams/second", data=body, headers=sign(body, "wrong"))
+    forged = await client.post("/webhooks/echo/second", data=body, headers=sign(body, "wrong"))
     assert forged.status == 401
-    assert (await client.get("/webhooks/teams")).status == 405  # the factory declares POST only
-    assert (await client.post("/webhooks/teams/third", data=body)).status == 404
-    keys_down = await client.post("/webhooks/teams", data=body, headers={"X-Echo-Trouble": "keys-unreachable"})
+    assert (await client.get("/webhooks/echo")).status == 405  # the factory declares POST only
+    assert (await client.post("/webhooks/echo/third", data=body)).status == 404
+    keys_down = await client.post("/webhooks/echo", data=body, headers={"X-Echo-Trouble": "keys-unreachable"})
     assert keys_down.status == 503  # the platform retries once the keys can be fetched again
-    bug = await client.post("/webhooks/teams", data=body, headers={"X-Echo-Trouble": "bug"})
+    bug = await client.post("/webhooks/echo", data=body, headers={"X-Echo-Trouble": "bug"})
     assert bug.status == 401  # what cannot be verified is not accepted; never a 500
-    odd = json.dumps({"id": "m2", "chat": "c1", "text": 5}).encode()  # trips a bug in the adapter's parsing
-    refused = await client.post("/webhooks/teams/second", data=odd, headers=sign(odd, "second-secret"))
+    odd = json.dumps({"id": "m2", "chat": "c1", "text": "hi"}).encode()
+    bug = sign(odd, "second-secret") | {"X-Echo-Trouble": "parse-bug"}  # trips a bug in the adapter's parsing
+    refused = await client.post("/webhooks/echo/second", data=odd, headers=bug)
     assert refused.status == 400 and (await refused.json())["error"]["code"] == "malformed_body"
     assert sorted(sync_redis.keys("*")) == before
 
@@ -129,16 +132,15 @@ async def test_check_lists_the_accounts_and_the_channels_own_problems(echo: tupl
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert check_command(settings, {}) == 0
-    assert "teams      enabled, account default at POST /webhooks/teams" in out.getvalue()
-    assert "teams      enabled, account second at POST /webhooks/teams/second" in out.getvalue()
-    settings._environ = {k: v for k, v in settings.environ.items() if k != "SWITCHBOARD_TEAMS__APP_ID"}
-    assert config_problems(settings) == ["teams: SWITCHBOARD_TEAMS__APP_ID is not set; set it to the echo app's id"]
+    assert "echo       enabled, account default at POST /webhooks/echo" in out.getvalue()
+    assert "echo       enabled, account second at POST /webhooks/echo/second" in out.getvalue()
+    settings._environ = {k: v for k, v in settings.environ.items() if k != "SWITCHBOARD_ECHO__APP_ID"}
+    assert config_problems(settings) == ["echo: SWITCHBOARD_ECHO__APP_ID is not set; set it to the echo app's id"]
 
 
 def test_the_variables_of_a_tabled_channel_come_from_its_own_settings(echo_line: None) -> None:
     exact, _ = known_variables()
-    assert "SWITCHBOARD_TEAMS__LOGIN_BASE_URL" in exact
-    assert "SWITCHBOARD_TEAMS__OPENID_METADATA_URL" not in exact  # the Settings field's block is not read
+    assert {"SWITCHBOARD_ECHO__APP_ID", "SWITCHBOARD_ECHO__SECRET", "SWITCHBOARD_ECHO__API_BASE_URL"} <= exact
 
 
 async def test_simulate_posts_a_signed_request_and_prints_the_reply_the_fake_captured(
@@ -148,21 +150,21 @@ async def test_simulate_posts_a_signed_request_and_prints_the_reply_the_fake_cap
     app = create_app(settings)
     async with TestServer(app) as server:
         channels = registry.ChannelSet(app[CHANNELS])
-        details = SIMULATION.details(registry.env_block(settings, registry.factory("teams")))  # type: ignore[arg-type]
+        details = SIMULATION.details(registry.env_block(settings, registry.factory("echo")))  # type: ignore[arg-type]
         (settings.data_path / SIMULATE_FILE).parent.mkdir(parents=True, exist_ok=True)
         (settings.data_path / SIMULATE_FILE).write_text(
-            json.dumps({"gateway_url": str(server.make_url("/")), "teams": details})
+            json.dumps({"gateway_url": str(server.make_url("/")), "echo": details})
         )
 
         async def worker() -> None:  # stands in for the worker: answers the first message it finds
-            while not (keys := sync_redis.keys("sb:*teams*:messages")):
+            while not (keys := sync_redis.keys("sb:*echo*:messages")):
                 await asyncio.sleep(0.05)
             raw = next(iter(sync_redis.hgetall(keys[0]).values()))
             message = InboundMessage.model_validate_json(raw)
             await channels.perform(SendText(text=f"echo: {message.text}"), message.conversation, Ephemeral("k"))
 
         answering = asyncio.create_task(worker())
-        code = await simulate(settings, "teams", "ping", wait_s=20)
+        code = await simulate(settings, "echo", "ping", wait_s=20)
         await answering
     assert code == 0
     assert "← reply: echo: ping" in capsys.readouterr().out
@@ -174,9 +176,9 @@ async def test_run_starts_the_fake_of_a_channel_without_credentials(echo_line: N
     settings = load_settings(base_env)
     fakes = await simulated_channels(settings)
     try:
-        assert "teams" in fakes
-        block = registry.env_block(settings, registry.factory("teams"))  # type: ignore[arg-type]
-        assert block.enabled and block.login_base_url.startswith("http://127.0.0.1:")
+        assert "echo" in fakes
+        block = registry.env_block(settings, registry.factory("echo"))  # type: ignore[arg-type]
+        assert block.enabled and block.api_base_url.startswith("http://127.0.0.1:")
         async with aiohttp.ClientSession() as http:
             assert await SIMULATION.replies(http, SIMULATION.details(block), "nobody") == []
     finally:
@@ -187,15 +189,15 @@ async def test_run_starts_the_fake_of_a_channel_without_credentials(echo_line: N
 def test_check_says_what_a_partly_configured_channel_is_missing(
     echo_line: None, base_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = load_settings(base_env | {"SWITCHBOARD_TEAMS__LOGIN_BASE_URL": "http://127.0.0.1:9"})
+    settings = load_settings(base_env | {"SWITCHBOARD_ECHO__API_BASE_URL": "http://127.0.0.1:9"})
     settings.redis_url = None
     assert check_command(settings, {}) == 0  # not enabled: nothing is refused
     out = capsys.readouterr().out
-    assert "teams      disabled (incomplete: teams: SWITCHBOARD_TEAMS__APP_ID is not set" in out
+    assert "echo       disabled (incomplete: echo: SWITCHBOARD_ECHO__APP_ID is not set" in out
     settings = load_settings(base_env)
     settings.redis_url = None
     check_command(settings, {})
-    assert "teams      disabled (no credentials)" in capsys.readouterr().out
+    assert "echo       disabled (no credentials)" in capsys.readouterr().out
 
 
 async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
@@ -209,8 +211,8 @@ async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
     )
     env = base_env | {
         "SWITCHBOARD_CONFIG": str(config),
-        "SWITCHBOARD_TEAMS__APP_ID": "1",
-        "SWITCHBOARD_TEAMS__APP_PASSWORD": "x",
+        "SWITCHBOARD_ECHO__APP_ID": "1",
+        "SWITCHBOARD_ECHO__SECRET": "x",
         "ECHO_SECOND_SECRET": "second-secret",
     }
     settings = load_settings(env)
@@ -220,7 +222,7 @@ async def test_yaml_send_rates_replace_the_platform_s_and_zero_means_not_paced(
     default = InboundMessage.model_validate(
         {
             "dedup_key": "1",
-            "conversation": {"channel": "teams", "conversation": "c"},
+            "conversation": {"channel": "echo", "conversation": "c"},
             "sender": {"id": "u"},
             "text": "x",
         }
@@ -249,7 +251,8 @@ settings = load_settings()
 problems = config_problems(settings)
 channels = sorted(name for name, _account in build_channels(settings, publish=None))
 warnings = unknown_variables(os.environ, settings)
-loaded = sorted(m.rsplit(".", 1)[-1] for m in sys.modules if m.startswith("switchboard.channels.") and "._" not in m)
+folders = [m.split(".")[2:4] for m in sys.modules if m.startswith("switchboard.channels.")]
+loaded = sorted({parts[1] if parts[0] == "meta" and len(parts) > 1 else parts[0] for parts in folders})
 print(repr((problems, channels, warnings, loaded)))
 """
 
@@ -267,7 +270,7 @@ def test_only_the_modules_of_configured_channels_are_imported(base_env: dict[str
     env = base_env | {"SWITCHBOARD_TELEGRAM__BOT_TOKEN": "1:x", "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": "s" * 32}
     problems, channels, warnings, loaded = _loaded(env)
     assert channels == ["telegram", "web"] and not warnings, (problems, warnings)
-    assert "slack" not in loaded and "whatsapp" not in loaded and "teams" not in loaded, loaded
+    assert "slack" not in loaded and "whatsapp" not in loaded and "echo" not in loaded, loaded
     assert {"registry", "telegram", "web"} <= set(loaded)
 
 
@@ -282,3 +285,49 @@ def test_a_misspelt_channel_variable_still_gets_the_intended_name(base_env: dict
     _problems, _channels, warnings, _loaded_modules = _loaded(base_env | {"SWITCHBOARD_SLAK__BOT_TOKEN": "xoxb-1"})
     meant = "did you mean SWITCHBOARD_SLACK__BOT_TOKEN?"
     assert warnings == [f"SWITCHBOARD_SLAK__BOT_TOKEN is not a known setting; {meant}"]
+
+
+# ---- nothing outside the echo folder and its one line names it
+
+
+def _string_constants(path: Path) -> set[str]:
+    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant) and n.value}
+
+
+def test_the_echo_channel_is_its_folder_and_one_line_and_the_package_never_names_it(
+    base_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = Path(registry.__file__).resolve().parents[1]
+    assert not any(
+        {"echo", "SWITCHBOARD_ECHO__SECRET", "tests.channels.echo.factory"} & _string_constants(path)
+        for path in package.rglob("*.py")
+    )
+    env = base_env | {"SWITCHBOARD_ECHO__SECRET": "s", "SWITCHBOARD_ECHO__APP_ID": "1"}
+    assert registry.factory("echo") is None  # without its line the gateway knows no echo channel
+    assert ("echo", "default") not in registry.build_channels(load_settings(env), publish=None)
+    monkeypatch.setitem(registry.CHANNEL_MODULES, "echo", "tests.channels.echo.factory")  # the one line
+    found = registry.factory("echo")
+    assert found is not None and found.settings is EchoSettings and found.name == "echo"
+    channels = registry.build_channels(load_settings(env), publish=None)
+    assert isinstance(channels[("echo", "default")], EchoChannel) and channels[("echo", "default")].name == "echo"
+
+
+def test_an_invalid_channel_variable_is_refused_naming_it(echo_line: None, base_env: dict[str, str]) -> None:
+    settings = load_settings(base_env | {"SWITCHBOARD_ECHO__SECRET": "s", "SWITCHBOARD_ECHO__COLOUR": "blue"})
+    with pytest.raises(ConfigError, match=r"SWITCHBOARD_ECHO__COLOUR: Extra inputs are not permitted"):
+        registry.check_env_blocks(settings)
+    with pytest.raises(ConfigError, match=r"SWITCHBOARD_ECHO__COLOUR"):
+        registry.build_channels(settings, publish=None)
+
+
+def test_a_yaml_block_for_a_channel_nobody_registered_is_a_problem(
+    echo_line: None, base_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = tmp_path / "typo.yaml"
+    config.write_text(YAML.replace("  echo:\n", "  ecoh:\n"))
+    settings = load_settings(base_env | {"SWITCHBOARD_CONFIG": str(config)})
+    problems = config_problems(settings)
+    assert [p for p in problems if "ecoh" in p] == [
+        "channels.ecoh: no such channel (channels: web, telegram, slack, discord, teams, whatsapp, messenger, "
+        "instagram, echo)"
+    ]

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from switchboard.channels.base import RawRequest
-from switchboard.channels.slack.adapter import FACTORY, SlackChannel, problems
+from switchboard.channels.slack.adapter import SlackChannel, problems
+from switchboard.channels.slack.factory import FACTORY
 from switchboard.channels.slack.fake.payloads import form_body, make_event, sign_request
+from switchboard.channels.slack.settings import SlackSettings
 from switchboard.core.messages import ChoiceSelected, MessageDeleted, MessageEdited, Posted
 from switchboard.errors import MalformedBodyError, SignatureError
-from switchboard.settings.channels import SlackSettings
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_700_000_100

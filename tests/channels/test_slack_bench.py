@@ -14,7 +14,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from bench._slack_load import SIGNING_SECRET, self_check, slack_load
 from switchboard.channels.base import RawRequest
 from switchboard.channels.slack.adapter import SlackChannel
-from switchboard.settings.channels import SlackSettings
+from switchboard.channels.slack.settings import SlackSettings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -292,7 +292,7 @@ def test_markdown_keeps_what_teams_renders_and_neutralises_the_rest() -> None:
 
 
 def test_check_says_what_is_missing() -> None:
-    from switchboard.settings.channels import TeamsSettings
+    from switchboard.channels.teams.settings import TeamsSettings
 
     found = problems(TeamsSettings(app_id=APP_ID, login_base_url="ftp://x"))
     assert any("SWITCHBOARD_TEAMS__APP_PASSWORD" in p for p in found)

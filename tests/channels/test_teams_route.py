@@ -16,12 +16,12 @@ from aiohttp.test_utils import TestClient
 
 from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import SIMULATION, FakeTeams
+from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.cli.checks import config_problems
 from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
 from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.settings import Settings, load_settings
-from switchboard.settings.channels import TeamsSettings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.worker.drain import Drainer

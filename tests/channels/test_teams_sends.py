@@ -23,15 +23,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pydantic import ValidationError
 
+from switchboard.channels.registry import env_block
 from switchboard.channels.teams.adapter import TeamsChannel
+from switchboard.channels.teams.factory import FACTORY
 from switchboard.channels.teams.fake.platform import FakeTeams
+from switchboard.channels.teams.settings import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
 from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
-from switchboard.settings.channels import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.worker.drain import Drainer, DrainOutcome
@@ -183,8 +185,8 @@ async def test_a_reply_to_a_service_url_off_the_connector_hosts_never_gets_the_t
 
 def test_the_connector_hosts_are_read_from_the_environment(base_env: dict[str, str]) -> None:
     env = base_env | {"SWITCHBOARD_TEAMS__CONNECTOR_HOSTS": "Connector.Example., http://127.0.0.1:3978"}
-    assert load_settings(env).teams.connector_hosts == ("connector.example", "http://127.0.0.1:3978")
-    assert load_settings(base_env).teams.connector_hosts == TEAMS_CONNECTOR_HOSTS  # every public cloud's by default
+    assert env_block(load_settings(env), FACTORY).connector_hosts == ("connector.example", "http://127.0.0.1:3978")
+    assert env_block(load_settings(base_env), FACTORY).connector_hosts == TEAMS_CONNECTOR_HOSTS  # every cloud's
 
 
 @pytest.mark.parametrize(

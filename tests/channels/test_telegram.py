@@ -17,6 +17,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from switchboard.channels.base import OK_JSON, RawRequest
 from switchboard.channels.telegram import adapter as telegram_module
 from switchboard.channels.telegram.adapter import CAPABILITIES, GROUP_CAPABILITIES, TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.inbound import event_text, plan_turn
 from switchboard.core.messages import (
     Attachment,
@@ -31,7 +32,6 @@ from switchboard.core.messages import (
     Posted,
 )
 from switchboard.errors import MalformedBodyError, SignatureError
-from switchboard.settings import TelegramSettings
 from tests.fakes.telegram_api import SECRET_HEADER, FakeTelegram, make_update, sign_update
 
 TOKEN = "123456:TEST-token-abcdefghijklmnopqrstuv"

@@ -78,3 +78,18 @@ def test_set_webhook_without_a_secret_or_url_or_account_says_what_to_do(
     assert main(["telegram", "set-webhook", "https://bot.example.com/webhooks/telegram"]) == 2
     assert "SWITCHBOARD_TELEGRAM__SECRET_TOKEN" in capsys.readouterr().err
     assert fake.state.webhook == {} and fake.calls == []
+
+
+def test_an_invalid_channel_variable_stops_every_command_naming_it(
+    env: dict[str, str], fake: FakeTelegram, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHBOARD_TELEGRAM__TRANSPORT", "carrier-pigeon")
+    assert main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("switchboard: invalid configuration in the environment:\n")
+    assert "  SWITCHBOARD_TELEGRAM__TRANSPORT: Input should be 'webhook' or 'polling'" in err
+    monkeypatch.setenv("SWITCHBOARD_TELEGRAM__TRANSPORT", "polling")
+    monkeypatch.setenv("SWITCHBOARD_TELEGRAM__TRANSPOTR", "polling")  # a typo in a channel's block is refused too
+    assert main(["telegram", "webhook-info"]) == 2
+    assert "SWITCHBOARD_TELEGRAM__TRANSPOTR: Extra inputs are not permitted" in capsys.readouterr().err
+    assert fake.calls == []

@@ -220,7 +220,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
 ) -> None:
     """What `switchboard run` without a token and `switchboard simulate telegram "text"` do."""
     from switchboard.channels.telegram.fake.simulation import SIMULATION
-    from switchboard.settings import TelegramSettings
+    from switchboard.channels.telegram.settings import TelegramSettings
 
     block, running = await SIMULATION.start(TelegramSettings())
     try:

@@ -12,8 +12,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from switchboard.channels.base import RawRequest
 from switchboard.channels.meta import webhook as _meta
-from switchboard.channels.meta.whatsapp.adapter import FACTORY, WhatsAppChannel, parse_template, problems
+from switchboard.channels.meta.whatsapp.adapter import WhatsAppChannel, parse_template, problems
+from switchboard.channels.meta.whatsapp.factory import FACTORY
 from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID, sign_request, text_delivery
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 from switchboard.channels.registry import BuildContext, factory
 from switchboard.core.inbound import event_text, plan_turn
 from switchboard.core.messages import (
@@ -27,7 +29,6 @@ from switchboard.core.messages import (
     Posted,
 )
 from switchboard.errors import MalformedBodyError, SignatureError
-from switchboard.settings.channels import WhatsAppSettings
 
 SECRET = "5d41402abc4b2a76b9719d911017c592"
 VERIFY = "my-verify-token"

@@ -247,7 +247,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
 ) -> None:
     """What `switchboard run` without WhatsApp credentials and `switchboard simulate whatsapp "text"` do."""
     from switchboard.channels.meta.whatsapp.fake.platform import SIMULATION
-    from switchboard.settings.channels import WhatsAppSettings
+    from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 
     block, running = await SIMULATION.start(WhatsAppSettings())
     try:

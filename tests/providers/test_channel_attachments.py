@@ -10,6 +10,7 @@ import pytest
 
 from switchboard.channels.registry import ChannelSet
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.agent.attachments import AttachmentLimits, AttachmentSupport
 from switchboard.core.agent.replay import ReplayModel
 from switchboard.core.agent.runtime import Runtime
@@ -19,7 +20,7 @@ from switchboard.core.providers.transcription import OpenAITranscriber
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import TurnRequest
-from switchboard.settings import TelegramSettings, load_settings
+from switchboard.settings import load_settings
 from switchboard.worker.files import ChannelAttachments, attachment_support, transcription_model
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step
 from tests.fakes.openai_api import FakeOpenAI

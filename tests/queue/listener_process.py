@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Channel, Emit, Inbound
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.queue.holders import ListenerHost
-from switchboard.settings import TelegramSettings
 
 
 async def main(redis_url: str, fake_url: str, token: str, holder: str, lease_ms: int) -> None:

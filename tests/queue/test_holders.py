@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.base import Channel, Emit, Inbound
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.queue.holders import ListenerHost
 from switchboard.queue.keys import GlobalKeys
-from switchboard.settings import TelegramSettings
 from tests.fakes.telegram_api import FakeTelegram, make_update
 from tests.waiting import wait_until
 

@@ -24,6 +24,7 @@ from switchboard.channels.registry import BuildContext
 from switchboard.channels.slack.adapter import SlackChannel
 from switchboard.channels.slack.fake.platform import FakeSlack
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
@@ -36,7 +37,7 @@ from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.sandbox.runner import Sandbox
-from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.settings import QueueSettings
 from switchboard.worker.drain import Drainer
 from tests.channels.slack_support import BOT_TOKEN, dm, make_channel
 from tests.channels.test_whatsapp import settings as whatsapp_settings

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.registry import ChannelSet
 from switchboard.channels.telegram.adapter import TelegramChannel
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.actions import SendFile
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
@@ -32,7 +33,7 @@ from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.outbound.outbox import Outbox
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.lease import Lease
-from switchboard.settings import QueueSettings, TelegramSettings
+from switchboard.settings import QueueSettings
 from switchboard.worker.drain import Drainer
 from switchboard.worker.files import ChannelAttachments
 from tests.core.turns import MemorySink, MemoryStore, agent, answer_step, calls_step

@@ -43,8 +43,9 @@ from switchboard.channels.discord.inbound import (
     parse_interaction,
 )
 from switchboard.channels.discord.outbound import Poster
+from switchboard.channels.discord.settings import DiscordSettings
 from switchboard.channels.parts import SentParts
-from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channels.registry import BuildContext
 from switchboard.channels.render.discord import MAX_CONTENT, escape_markdown, render_markdown, split_content
 from switchboard.core.actions import (
     AckChoice,
@@ -61,10 +62,9 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, SignatureError
-from switchboard.settings import DiscordSettings
 from switchboard.types import ChannelName
 
-__all__ = ["COMMANDS", "FACTORY", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "DiscordChannel", "problems"]
+__all__ = ["COMMANDS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "DiscordChannel", "problems"]
 
 logger = logging.getLogger(__name__)
 
@@ -446,17 +446,3 @@ class _GatewayListener:
             await self._channel._poster.callback(interaction.id, interaction.token, answer.body)
         except DeliveryError as exc:  # queued all the same: the reply follows in the channel
             logger.warning("discord gateway: interaction callback failed (%s)", exc)
-
-
-def _build(settings: DiscordSettings, context: BuildContext) -> DiscordChannel:
-    return DiscordChannel(settings, context)
-
-
-FACTORY: ChannelFactory[DiscordSettings] = ChannelFactory(
-    name=_CHANNEL,
-    settings=DiscordSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.discord.fake.platform",
-)
-"""Discord in the channel table."""

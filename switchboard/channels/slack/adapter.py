@@ -29,7 +29,6 @@ from switchboard.channels.base import (
     SendContext,
     header_values,
 )
-from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.channels.slack.api import SlackApi
 from switchboard.channels.slack.inbound import (
     SlackIdentity,
@@ -40,6 +39,7 @@ from switchboard.channels.slack.inbound import (
     wire_error,
 )
 from switchboard.channels.slack.outbound import MAX_BUTTONS, SlackSender
+from switchboard.channels.slack.settings import SlackSettings
 from switchboard.channels.slack.socket import SlackSocketListener
 from switchboard.core.actions import (
     AckChoice,
@@ -56,9 +56,8 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import DeliveryError, MalformedBodyError, SignatureError
-from switchboard.settings.channels import SlackSettings
 
-__all__ = ["FACTORY", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "SlackChannel", "problems"]
+__all__ = ["SIGNATURE_HEADER", "TIMESTAMP_HEADER", "SlackChannel", "problems"]
 
 logger = logging.getLogger(__name__)
 
@@ -315,23 +314,3 @@ def problems(settings: SlackSettings) -> list[str]:
     if not settings.api_base_url.endswith("/"):
         found.append("SWITCHBOARD_SLACK__API_BASE_URL must end with / (like https://slack.com/api/)")
     return found
-
-
-def _build(settings: SlackSettings, context: BuildContext) -> SlackChannel:
-    return SlackChannel(
-        settings,
-        account=context.account,
-        require_mention=context.require_mention,
-        agent=context.agent,
-        tenant=context.tenant,
-    )
-
-
-FACTORY: ChannelFactory[SlackSettings] = ChannelFactory(
-    name="slack",
-    settings=SlackSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.slack.fake.platform",
-)
-"""Slack in the channel table."""

@@ -31,6 +31,7 @@ from switchboard.channels.teams.auth import BotFrameworkKeys, TokenValidator
 from switchboard.channels.teams.files import file_allowed, sends_token
 from switchboard.channels.teams.inbound import TeamsIdentity, parse_activity, read_activity
 from switchboard.channels.teams.outbound import MAX_BUTTONS, MAX_LABEL, TeamsSender
+from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.core.actions import (
     AckChoice,
     Action,
@@ -46,7 +47,6 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, SignatureError
-from switchboard.settings.channels import TeamsSettings
 
 __all__ = ["ACCEPTED", "CAPABILITIES", "TeamsChannel"]
 

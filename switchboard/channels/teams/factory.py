@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import TeamsSettings, secure_endpoint
+from switchboard.channels.teams.settings import TeamsSettings
+from switchboard.settings.channels import secure_endpoint
 
 if TYPE_CHECKING:
     from switchboard.channels.teams.adapter import TeamsChannel

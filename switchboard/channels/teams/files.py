@@ -13,7 +13,7 @@ from typing import Final
 from yarl import URL
 
 from switchboard.channels.download import host_of, on_domains
-from switchboard.settings.channels import TEAMS_CONNECTOR_HOSTS
+from switchboard.channels.teams.settings import TEAMS_CONNECTOR_HOSTS
 
 __all__ = ["CONNECTOR_HOSTS", "FILE_DOMAINS", "file_allowed", "on_connector", "sends_token", "service_allowed"]
 

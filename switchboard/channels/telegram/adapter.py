@@ -28,12 +28,12 @@ from switchboard.channels.base import (
     SendContext,
     header_values,
 )
-from switchboard.channels.registry import BuildContext, ChannelFactory
 from switchboard.channels.telegram.api import BotApi
 from switchboard.channels.telegram.files import fetch_file
 from switchboard.channels.telegram.inbound import WIRE_UPDATE, UpdateReader
 from switchboard.channels.telegram.outbound import MAX_BUTTON_LABEL, MAX_BUTTONS, TelegramSender, is_private
 from switchboard.channels.telegram.polling import TelegramPoller
+from switchboard.channels.telegram.settings import TelegramSettings
 from switchboard.core.actions import (
     AckChoice,
     Action,
@@ -49,9 +49,8 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
 from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, SignatureError
-from switchboard.settings import TelegramSettings
 
-__all__ = ["CAPABILITIES", "FACTORY", "GROUP_CAPABILITIES", "SECRET_HEADER", "TelegramChannel"]
+__all__ = ["CAPABILITIES", "GROUP_CAPABILITIES", "SECRET_HEADER", "TelegramChannel"]
 
 logger = logging.getLogger(__name__)
 
@@ -319,34 +318,3 @@ class TelegramChannel:
         api, self._api = self._api, None
         if api is not None:
             await api.aclose()
-
-
-def _build(settings: TelegramSettings, context: BuildContext) -> TelegramChannel:
-    return TelegramChannel(
-        settings,
-        account=context.account,
-        require_mention=context.require_mention,
-        agent=context.agent,
-        tenant=context.tenant,
-    )
-
-
-def _problems(settings: TelegramSettings) -> list[str]:
-    if settings.transport == "webhook" and settings.secret_token is None:
-        return [
-            "telegram: SWITCHBOARD_TELEGRAM__SECRET_TOKEN is not set; every webhook would be refused (choose 1-256 "
-            "chars of A-Z a-z 0-9 _ - and run `switchboard telegram set-webhook URL`), or set "
-            "SWITCHBOARD_TELEGRAM__TRANSPORT=polling on a host without a public HTTPS URL"
-        ]
-    return []
-
-
-FACTORY: ChannelFactory[TelegramSettings] = ChannelFactory(
-    name=_CHANNEL,
-    settings=TelegramSettings,
-    build=_build,
-    problems=_problems,
-    fake="switchboard.channels.telegram.fake.simulation",
-    webhook_methods=frozenset({"POST"}),
-)
-"""The Telegram entry of the channel table (``switchboard.channels.registry``)."""

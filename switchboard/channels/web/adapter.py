@@ -28,7 +28,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
 )
-from switchboard.channels.registry import BuildContext, ChannelFactory, ReadUpload
+from switchboard.channels.registry import ReadUpload
 from switchboard.channels.render.actions import action_markdown
 from switchboard.core.actions import (
     AckChoice,
@@ -45,12 +45,10 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage, Posted, Sender
 from switchboard.errors import AttachmentError, BodyTooLargeError, DeliveryError, MalformedBodyError
-from switchboard.settings.channels import ChannelSettings
 from switchboard.types import SessionKey
 
 __all__ = [
     "CAPABILITIES",
-    "FACTORY",
     "MAX_ATTACHMENTS",
     "MAX_CLIENT_ID_CHARS",
     "MAX_FILE_BYTES",
@@ -58,7 +56,6 @@ __all__ = [
     "ChatPost",
     "Publish",
     "WebChannel",
-    "WebSettings",
     "parse_post",
     "split_session_key",
 ]
@@ -192,14 +189,6 @@ def split_session_key(session: SessionKey) -> ConversationRef:
 
 
 _POSTED: Final = Posted()
-
-
-class WebSettings(ChannelSettings):
-    """The web chat has no ``SWITCHBOARD_WEB__*`` settings: it is built in and always on."""
-
-    @property
-    def enabled(self) -> bool:  # noqa: D102
-        return True
 
 
 class WebChannel:
@@ -396,13 +385,3 @@ class WebChannel:
 
     async def aclose(self) -> None:
         """Nothing to release: the publisher's Redis client belongs to the caller."""
-
-
-def _build(block: WebSettings, context: BuildContext) -> WebChannel:
-    return WebChannel(context.publish, account=context.account, read_upload=context.read_upload)
-
-
-FACTORY: Final = ChannelFactory(
-    name="web", settings=WebSettings, build=_build, webhook_methods=frozenset(), builtin=True
-)
-"""The web chat: built in, always on, served by its own API rather than ``/webhooks/web``."""

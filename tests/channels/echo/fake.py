@@ -14,7 +14,8 @@ from pydantic import SecretStr
 
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 
-from .channel import SIGNATURE_HEADER, EchoSettings
+from .adapter import SIGNATURE_HEADER
+from .settings import EchoSettings
 
 __all__ = ["SIMULATION", "FakeEcho", "sign"]
 
@@ -61,13 +62,13 @@ class FakeEcho(FakePlatform):
 async def _start(block: EchoSettings) -> tuple[EchoSettings, FakePlatform]:
     fake = FakeEcho()
     url = await fake.start()
-    update = {"app_id": "sim", "app_password": SecretStr(secrets.token_urlsafe(16)), "login_base_url": url}
+    update = {"app_id": "sim", "secret": SecretStr(secrets.token_urlsafe(16)), "api_base_url": url}
     return block.model_copy(update=update), fake
 
 
 def _details(block: EchoSettings) -> dict[str, str]:
-    assert block.app_password is not None
-    return {"fake_url": block.login_base_url, "secret": block.app_password.get_secret_value()}
+    assert block.secret is not None
+    return {"fake_url": block.api_base_url, "secret": block.secret.get_secret_value()}
 
 
 def _request(details: Mapping[str, str], text: str) -> SampleRequest:

@@ -24,9 +24,9 @@ from switchboard.channels.discord.fake.payloads import (
     snowflake,
 )
 from switchboard.channels.discord.fake.rest import FakeCall, FakeDiscordApi, FakeDiscordState
+from switchboard.channels.discord.settings import DiscordSettings
 from switchboard.channels.fakes import FakeServer, found_within
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
-from switchboard.settings import DiscordSettings
 
 __all__ = [
     "FAKE_DISCORD",

@@ -15,12 +15,11 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging import adapter as messaging
-from switchboard.channels.meta.webhook import HANDSHAKE_METHODS
-from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import InstagramSettings
+from switchboard.channels.registry import BuildContext
 
-__all__ = ["CAPABILITIES", "FACTORY", "InstagramChannel", "account_config", "problems"]
+__all__ = ["CAPABILITIES", "InstagramChannel", "account_config", "problems"]
 
 INSTAGRAM_GRAPH_HOST = "graph.instagram.com"
 """The Graph host of "Instagram API with Instagram Login" apps (Instagram user tokens)."""
@@ -71,18 +70,3 @@ def problems(settings: InstagramSettings) -> list[str]:
         verify="the App Dashboard's webhook settings",
         https="https://graph.facebook.com/v23.0, or https://graph.instagram.com/v23.0 for Instagram Login",
     )
-
-
-def _build(settings: InstagramSettings, context: BuildContext) -> InstagramChannel:
-    return InstagramChannel(settings, context)
-
-
-FACTORY: ChannelFactory[InstagramSettings] = ChannelFactory(
-    name="instagram",
-    settings=InstagramSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.meta.instagram.fake",
-    webhook_methods=HANDSHAKE_METHODS,
-)
-"""Instagram in the channel table."""

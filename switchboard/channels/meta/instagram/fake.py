@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import secrets
 
+from switchboard.channels.meta.instagram.settings import InstagramSettings
 from switchboard.channels.meta.messaging.fake.payloads import IG_ACCOUNT_ID
 from switchboard.channels.meta.messaging.fake.platform import FakeMessenger, sim_details, sim_replies, sim_request
 from switchboard.channels.registry import FakePlatform, Simulation
-from switchboard.settings.channels import InstagramSettings
 
 __all__ = ["SIMULATION"]
 

@@ -10,11 +10,10 @@ files are uploaded with the message, and the typing indicator is ``sender_action
 from __future__ import annotations
 
 from switchboard.channels.meta.messaging import adapter as messaging
-from switchboard.channels.meta.webhook import HANDSHAKE_METHODS
-from switchboard.channels.registry import BuildContext, ChannelFactory
-from switchboard.settings.channels import MessengerSettings
+from switchboard.channels.meta.messenger.settings import MessengerSettings
+from switchboard.channels.registry import BuildContext
 
-__all__ = ["CAPABILITIES", "FACTORY", "MessengerChannel", "account_config", "problems"]
+__all__ = ["CAPABILITIES", "MessengerChannel", "account_config", "problems"]
 
 CAPABILITIES = messaging.platform_capabilities(2000, "chars", files=True)
 """Plain text up to 2,000 characters, no edits (final reply only), 13 quick replies of 20 characters, uploads,
@@ -50,18 +49,3 @@ def problems(settings: MessengerSettings) -> list[str]:
         verify="the App Dashboard (Messenger → Webhooks → Verify token)",
         https="like https://graph.facebook.com/v23.0",
     )
-
-
-def _build(settings: MessengerSettings, context: BuildContext) -> MessengerChannel:
-    return MessengerChannel(settings, context)
-
-
-FACTORY: ChannelFactory[MessengerSettings] = ChannelFactory(
-    name="messenger",
-    settings=MessengerSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.meta.messaging.fake.platform",
-    webhook_methods=HANDSHAKE_METHODS,
-)
-"""Messenger in the channel table."""

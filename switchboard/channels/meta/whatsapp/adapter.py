@@ -23,7 +23,6 @@ from switchboard.channels.base import (
 )
 from switchboard.channels.meta.graph import GraphApi, GraphError
 from switchboard.channels.meta.webhook import (
-    HANDSHAKE_METHODS,
     AccountMap,
     handshake_answer,
     load_delivery,
@@ -32,7 +31,8 @@ from switchboard.channels.meta.webhook import (
 )
 from switchboard.channels.meta.whatsapp.inbound import WhatsAppIdentity, parse_delivery
 from switchboard.channels.meta.whatsapp.outbound import MAX_LIST_ROWS, WhatsAppSender
-from switchboard.channels.registry import BuildContext, ChannelFactory
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
+from switchboard.channels.registry import BuildContext
 from switchboard.channels.render.whatsapp import MAX_TEXT
 from switchboard.core.actions import (
     AckChoice,
@@ -49,9 +49,9 @@ from switchboard.core.actions import (
 )
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError
-from switchboard.settings.channels import WhatsAppSettings, secure_endpoint
+from switchboard.settings.channels import secure_endpoint
 
-__all__ = ["CAPABILITIES", "FACTORY", "OBJECT", "WhatsAppChannel", "parse_template", "problems"]
+__all__ = ["CAPABILITIES", "OBJECT", "WhatsAppChannel", "parse_template", "problems"]
 
 _CHANNEL: Final = "whatsapp"
 OBJECT: Final = "whatsapp_business_account"
@@ -239,18 +239,3 @@ def problems(settings: WhatsAppSettings) -> list[str]:
     if not secure_endpoint(settings.graph_base_url):
         found.append("SWITCHBOARD_WHATSAPP__GRAPH_BASE_URL must be https (like https://graph.facebook.com/v23.0)")
     return found
-
-
-def _build(settings: WhatsAppSettings, context: BuildContext) -> WhatsAppChannel:
-    return WhatsAppChannel(settings, context)
-
-
-FACTORY: ChannelFactory[WhatsAppSettings] = ChannelFactory(
-    name="whatsapp",
-    settings=WhatsAppSettings,
-    build=_build,
-    problems=problems,
-    fake="switchboard.channels.meta.whatsapp.fake.platform",
-    webhook_methods=HANDSHAKE_METHODS,
-)
-"""WhatsApp in the channel table."""

@@ -29,7 +29,7 @@ from switchboard.channels.slack.fake.payloads import (
     sign,
     sign_request,
 )
-from switchboard.settings.channels import SlackSettings
+from switchboard.channels.slack.settings import SlackSettings
 
 __all__ = [
     "BOT_ID",

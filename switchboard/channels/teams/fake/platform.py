@@ -22,7 +22,7 @@ from aiohttp import web
 from switchboard.channels.fakes import FakeServer, found_within, wait_for_change
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
 from switchboard.channels.teams.fake.tokens import ISSUER, SigningKey, make_activity, mention
-from switchboard.settings.channels import TeamsSettings
+from switchboard.channels.teams.settings import TeamsSettings
 
 __all__ = ["SIMULATION", "FakeCall", "FakeTeams", "SigningKey", "make_activity", "mention"]
 

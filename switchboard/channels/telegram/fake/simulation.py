@@ -19,7 +19,7 @@ from switchboard.channels.registry import FakePlatform, SampleRequest, Simulatio
 from switchboard.channels.telegram.fake.html import check_html
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.channels.telegram.fake.updates import make_update, sign_update
-from switchboard.settings import TelegramSettings
+from switchboard.channels.telegram.settings import TelegramSettings
 
 __all__ = ["SIMULATION"]
 

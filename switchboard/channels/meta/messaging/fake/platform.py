@@ -32,8 +32,8 @@ from switchboard.channels.meta.messaging.fake.state import (
     Planned,
     graph_error,
 )
+from switchboard.channels.meta.messenger.settings import MessengerSettings
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
-from switchboard.settings.channels import MessengerSettings
 
 __all__ = [
     "GRAPH_VERSION",

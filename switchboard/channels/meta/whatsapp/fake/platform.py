@@ -20,8 +20,8 @@ from aiohttp import web
 
 from switchboard.channels.meta.fake import FakeGraphServer
 from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID, sign_request, text_delivery
+from switchboard.channels.meta.whatsapp.settings import WhatsAppSettings
 from switchboard.channels.registry import FakePlatform, SampleRequest, Simulation
-from switchboard.settings.channels import WhatsAppSettings
 
 __all__ = ["SIMULATION", "FakeCall", "FakeWhatsApp", "FakeWhatsAppState", "meta_error"]
 
