@@ -41,6 +41,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
 )
+from switchboard.channels.parts import SentParts
 from switchboard.channels.registry import (
     BuildContext,
     ChannelFactory,
@@ -559,13 +560,15 @@ class MockChannel:
 
     async def _send(self, markdown: str, conversation: ConversationRef, send: SendContext) -> Receipt:
         sent = _SENT.setdefault(conversation.conversation, [])
-        ids = []
-        for part in render_parts(markdown, self._caps.max_text, self._caps.text_unit):
+
+        async def post(index: int, part: str) -> str:
             await send.pace()
             sent.append(part)
-            ids.append(f"{conversation.conversation}:{len(sent)}")
-            await send.part_sent(ids[-1])
-        return Receipt(platform_ids=tuple(ids), parts=len(ids))
+            return f"{conversation.conversation}:{len(sent)}"
+
+        parts = SentParts(send)
+        await parts.send(render_parts(markdown, self._caps.max_text, self._caps.text_unit), post)
+        return parts.receipt()
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:  # noqa: D102
         raise AttachmentError(f"{self._name} sends no files", channel=self._name)
