@@ -227,9 +227,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the console on ``app`` (which must carry SETTINGS and REDIS)."""
-    from switchboard.console import api
-
+    """Register the console's page and sign-in on ``app`` (its API: :func:`switchboard.console.api.add_api_routes`)."""
     app.router.add_get("/console", operator_only(page))
     app.router.add_get("/console/", slash)
     app.router.add_get("/console/login", login_page)
@@ -237,4 +235,3 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/console/static/{name}", static)
     app.router.add_get("/console/api/me", operator_only(me))
     app.router.add_post("/console/api/logout", operator_only(logout))
-    api.add_api_routes(app)

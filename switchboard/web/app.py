@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.console import api as console_api
 from switchboard.console import routes as console_routes
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
@@ -125,4 +126,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     webhooks.add_routes(app)
     webchat.add_routes(app)
     console_routes.add_routes(app)
+    console_api.add_api_routes(app)
     return app
