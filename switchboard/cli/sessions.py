@@ -52,11 +52,11 @@ def sessions_command(settings: Settings, action: str, key: str | None, limit: in
     """Run one ``sessions`` subcommand (``list``, ``show KEY``, ``stop KEY``); returns the exit code."""
     from redis.exceptions import RedisError
 
+    from switchboard.queue.cancellation import request_stop
     from switchboard.queue.connection import async_client
     from switchboard.queue.keys import GlobalKeys
     from switchboard.queue.sessions import list_sessions, timeline
     from switchboard.types import SessionKey
-    from switchboard.worker.cancellation import request_stop
 
     url = redis_url_for(settings)
 

@@ -17,7 +17,7 @@ from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.drainturn import DrainOutcome
 from tests.queue.conftest import make_message
 from tests.queue.test_sending import Refusing, Runner, drainer_for
 

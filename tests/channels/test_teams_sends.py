@@ -34,7 +34,8 @@ from switchboard.settings import Settings, load_settings
 from switchboard.settings.channels import TEAMS_CONNECTOR_HOSTS, TeamsSettings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
 
 PERSONAL = "a:1HkC_personal-chat-id"

@@ -15,7 +15,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from switchboard.queue.connection import async_client
-from switchboard.queue.fanout import POOL_SIZE
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.muxredis import MultiplexedRedis
 from switchboard.queue.streamslots import StreamSlots
@@ -23,6 +22,7 @@ from switchboard.settings import Settings, load_settings
 from switchboard.web.app import create_app
 from switchboard.web.webchat import access
 from switchboard.web.webchat import stream as chatstream
+from switchboard.web.webchat.fanout import POOL_SIZE
 
 from .conftest import Chat, build_app, read_sse
 

@@ -12,7 +12,7 @@ long-lived token then never appears in a URL (access logs, proxies, browser hist
 clients written before tickets. A session is issued at most :data:`TICKETS_PER_TTL` tickets in any
 :data:`TICKET_TTL_S` (then ``429`` with ``Retry-After``), so unused tickets cannot pile up in Redis.
 
-An open stream holds no Redis connection: the process's :class:`~switchboard.queue.fanout.StreamFanout` reads every
+An open stream holds no Redis connection: the process's :class:`.fanout.StreamFanout` reads every
 session with a subscriber over one connection and hands each stream its events; replay and look-ups use that
 fan-out's small blocking pool, never the web tier's main client (so ``/healthz``, session creation and posts never
 wait behind streams). Open streams are capped per session and per client address
@@ -36,7 +36,6 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from switchboard.outbound import webstream
-from switchboard.queue.fanout import StreamFanout, Subscription, SubscriptionClosedError
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import issue_stream_ticket
 from switchboard.queue.streamslots import Slot, StreamSlots
@@ -45,6 +44,7 @@ from switchboard.types import SessionKey
 from switchboard.web.appkeys import REDIS, SETTINGS
 from switchboard.web.clientaddr import client_address
 from switchboard.web.webchat import access
+from switchboard.web.webchat.fanout import StreamFanout, Subscription, SubscriptionClosedError
 
 __all__ = [
     "KEEPALIVE_S",
