@@ -101,7 +101,7 @@ def cmd_telegram(settings: Settings, action: str, url: str | None, account: str)
 
 def cmd_console(action: str) -> int:
     """``console hash-password``: print the Argon2 hash of a password read from the terminal or stdin."""
-    from switchboard.console.hashcli import hash_password_command
+    from switchboard.web.console.hashcli import hash_password_command
 
     return hash_password_command()
 

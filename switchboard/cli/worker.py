@@ -73,7 +73,7 @@ def build_runtime(
         workspace_root=root,
         workspaces=workspaces,
         threads=ThreadShare(spaces.tool_threads, spaces.threads_per_session),
-        store=build_workspace_store(settings, workspaces),
+        store=build_workspace_store(settings.workspace_path, settings.workspaces, workspaces),
     )
     return Runtime(
         models=models,

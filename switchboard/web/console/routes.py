@@ -8,7 +8,7 @@
                                      and the cookie; ``401`` wrong, ``429`` throttled
 ``POST /console/api/logout``         ends the sign-in (CSRF)
 ``GET /console/api/me``              ``{"operator", "tenants", "csrf", "via"}``
-``/console/api/…``                   the data and actions, :mod:`switchboard.console.api`
+``/console/api/…``                   the data and actions, :mod:`switchboard.web.console.api`
 =================================== ==================================================================
 
 Anonymous requests get ``401`` (JSON) under ``/console/api/`` and a redirect to ``/console/login`` for pages. Every
@@ -26,7 +26,11 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from switchboard.console.auth import (
+from switchboard.control.scope import is_text
+from switchboard.errors import QueueUnavailableError
+from switchboard.settings import Settings
+from switchboard.web.appkeys import SETTINGS
+from switchboard.web.console.auth import (
     CSRF_HEADER,
     Signin,
     Throttle,
@@ -36,11 +40,7 @@ from switchboard.console.auth import (
     set_cookie,
     start_signin,
 )
-from switchboard.console.passwords import MAX_PASSWORD_CHARS, verify_password
-from switchboard.control.scope import is_text
-from switchboard.errors import QueueUnavailableError
-from switchboard.settings import Settings
-from switchboard.web.appkeys import SETTINGS
+from switchboard.web.console.passwords import MAX_PASSWORD_CHARS, verify_password
 
 __all__ = ["SIGNIN", "STATIC_DIR", "Handler", "add_routes", "error", "operator_only"]
 
@@ -65,7 +65,7 @@ SECURITY_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 SIGNIN: Final = web.RequestKey("console_signin", Signin)
-"""``request[SIGNIN]``: the :class:`~switchboard.console.auth.Signin` of a request that passed :func:`operator_only`."""
+"""``request[SIGNIN]``: the :class:`.auth.Signin` of a request that passed :func:`operator_only`."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -227,7 +227,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the console's page and sign-in on ``app`` (its API: :func:`switchboard.console.api.add_api_routes`)."""
+    """Register the console's page and sign-in on ``app`` (its API: :func:`.api.add_api_routes`)."""
     app.router.add_get("/console", operator_only(page))
     app.router.add_get("/console/", slash)
     app.router.add_get("/console/login", login_page)
