@@ -87,7 +87,7 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
 
 def cmd_skills(settings: Settings, action: str, target: str | None, template: str | None) -> int:
     """``skills add DIR|ZIP|--template NAME`` / ``list`` / ``show NAME[@VERSION]`` / ``remove NAME[@VERSION]``."""
-    from switchboard.skills.command import skills_command
+    from switchboard.cli.skills import skills_command
 
     return skills_command(settings, action, target, template)
 

@@ -1,7 +1,7 @@
 """Sandboxes for shell commands and skill scripts, chosen at start-up from what the host supports.
 
 - :mod:`~switchboard.sandbox.detect`: which kind works here (bubblewrap + seccomp, Landlock + seccomp, or the weak
-  floor the operator must allow), probed with a real command; :mod:`~switchboard.sandbox.startup` does it once
+  floor the operator must allow), probed with a real command; :mod:`~switchboard.cli.sandbox` does it once
   per process from ``SWITCHBOARD_SANDBOX__*``.
 - :mod:`~switchboard.sandbox.runner`: one command in a fresh sandbox over a workspace, with limits
   (:mod:`~switchboard.sandbox.limits`), its output captured head and tail (:mod:`~switchboard.sandbox.capture`),

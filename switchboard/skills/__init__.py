@@ -2,10 +2,9 @@
 
 - :mod:`~switchboard.skills.package`: the format and its validation, content hashes, :class:`SkillRef`;
 - :mod:`~switchboard.skills.sources`: reading a folder or a zip safely (links, traversal and zip bombs refused);
-- :mod:`~switchboard.skills.store`: versioned packages under the data directory, built-ins and templates;
-- :mod:`~switchboard.skills.loading`: the agent's skill catalogue and the ``use_skill`` tool;
-- :mod:`~switchboard.skills.command`: ``switchboard skills add|list|show|remove``.
+- :mod:`~switchboard.skills.store`: versioned packages under the data directory, built-ins and templates.
 
-This module imports none of them, so that :mod:`switchboard.core.tools.definition` may name :class:`SkillRef` without a
-cycle.
+The agent's skill catalogue and the ``use_skill`` tool are core's (:mod:`switchboard.core.tools.builtin.skills`),
+``switchboard skills add|list|show|remove`` the CLI's (:mod:`switchboard.cli.skills`): this package sits below
+core and imports none of it.
 """
