@@ -8,7 +8,8 @@ from multidict import CIMultiDict
 
 from switchboard.errors import ConfigError
 from switchboard.settings import LimitsSettings, load_settings
-from switchboard.web.clientaddr import TrustedProxies, client_address, parse_trusted_proxies
+from switchboard.settings.proxies import TrustedProxies, parse_trusted_proxies
+from switchboard.web.clientaddr import client_address
 
 PROXIES = parse_trusted_proxies("10.0.0.0/8, 2001:db8:ffff::/48")
 

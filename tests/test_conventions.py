@@ -14,15 +14,180 @@ from switchboard.channels.registry import CHANNEL_MODULES, Simulation, factory, 
 PKG = Path(__file__).resolve().parent.parent / "switchboard"
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("types",),
+    ("errors",),
+    ("tracing",),
+    ("skills",),
+    ("sandbox",),
+    ("core",),
+    ("settings",),
+    ("channels",),
+    ("queue",),
+    ("egress",),
+    ("outbound",),
+    ("worker",),
+    ("control",),
+    ("web",),
+    ("cli",),
+    ("__main__",),
+)
+"""The packages of ``switchboard/``, lowest first (docs/ARCHITECTURE.md §4): a module imports its own package and
+lower layers only."""
+
+TOP_MODULES = {"__init__", "__main__", "errors", "types", "tracing"}
+LAYER_OF = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _source_files() -> list[Path]:
+    """Every importable module (the skills' scripts are package data, run as ``python3 scripts/…``)."""
+    data = (PKG / "skills" / "builtin", PKG / "skills" / "templates")
+    return sorted(p for p in PKG.rglob("*.py") if not any(p.is_relative_to(d) for d in data))
+
+
+MODULES = {_module_name(path): path for path in _source_files()}
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours an imported name lands in (``a.b.C`` → ``a.b``); ``None`` for a third-party name."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _import_nodes(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import in a module: at the top, under ``TYPE_CHECKING``, inside functions."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
+def _imported(path: Path) -> set[str]:
+    """Every name a module imports, absolute (``from x import y`` gives ``x`` and ``x.y``; relative ones resolved)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
+            continue
+        base = node.module or ""
+        if node.level:
+            parts = package.split(".")
+            base = ".".join([*parts[: len(parts) - node.level + 1], *([node.module] if node.module else [])])
+        found.add(base)
+        found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
+
+
+def _imports(path: Path) -> set[str]:
+    """The absolute module names a file imports (third-party ones included), for the framework checks."""
+    return {name for name in _imported(path) if not name.startswith("switchboard.") or _resolve(name) is not None}
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module → the modules of ours it imports (a package's own ``__init__`` when a name comes from it)."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets = {_resolve(name) for name in _imported(path) if name.split(".")[0] == "switchboard"}
+        graph[module] = {t for t in targets if t is not None and t != module and t != "switchboard"}
+    return graph
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _back_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} imports {target} ({_layer(target)} is above {_layer(module)})"
+        for module, targets in graph.items()
+        for target in targets
+        if _layer(target) != _layer(module)
+        and LAYER_OF.get(_layer(target), len(LAYERS)) >= LAYER_OF.get(_layer(module), len(LAYERS))
+    )
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    assert {_layer(module) for module in MODULES} - {"__init__"} == set(LAYER_OF)
+
+
+def test_imports_go_only_down_the_layers() -> None:
+    """TYPE_CHECKING and function-level imports count too: a lazy import still runs back up the layers."""
+    assert _back_imports(_graph()) == []
+
+
+def test_the_layer_check_sees_a_back_import() -> None:
+    graph = _graph()
+    graph["switchboard.core.turn"] = {*graph["switchboard.core.turn"], "switchboard.queue.keys"}
+    assert _back_imports(graph) == ["switchboard.core.turn imports switchboard.queue.keys (queue is above core)"]
+
+
+def test_there_is_no_import_cycle() -> None:
+    assert [" -> ".join(cycle) for cycle in _cycles(_graph())] == []
+
+
+def test_the_cycle_check_names_a_cycle() -> None:
+    graph = _graph()
+    assert "switchboard.core.agent.config" in graph["switchboard.core.turn"]
+    graph["switchboard.core.agent.config"] = {*graph["switchboard.core.agent.config"], "switchboard.core.turn"}
+    assert any({"switchboard.core.agent.config", "switchboard.core.turn"} <= set(cycle) for cycle in _cycles(graph))
+
+
+def test_the_top_level_holds_the_stage_folders_and_five_modules() -> None:
+    modules = {p.stem for p in PKG.glob("*.py")}
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules <= TOP_MODULES
+    assert folders <= set(LAYER_OF) - TOP_MODULES
+
+
+def test_no_module_in_a_folder_is_private() -> None:
+    """Inside a folder no ``_`` prefix is needed (docs/ARCHITECTURE.md §4): ``__all__`` says what a module shares."""
+    private = [
+        str(path.relative_to(PKG))
+        for path in MODULES.values()
+        if path.parent != PKG and path.stem.startswith("_") and path.stem not in {"__init__", "__main__"}
+    ]
+    assert private == []
 
 
 def _modules(sub: str) -> list[Path]:
@@ -38,17 +203,17 @@ def _hits(paths: list[Path], banned: tuple[str, ...]) -> list[str]:
     ]
 
 
-def test_core_imports_no_io_frameworks_nor_outer_layers() -> None:
+def test_core_imports_no_io_frameworks() -> None:
     assert _modules("core"), "core/ has modules"
-    assert _hits(_modules("core"), ("aiohttp", "rq", "redis", "switchboard.channels", "switchboard.queue")) == []
+    assert _hits(_modules("core"), ("aiohttp", "rq", "redis")) == []
 
 
-def test_channels_do_not_import_queue_or_rq() -> None:
-    assert _hits(_modules("channels"), ("rq", "redis", "switchboard.queue")) == []
+def test_channels_do_not_import_rq_or_redis() -> None:
+    assert _hits(_modules("channels"), ("rq", "redis")) == []
 
 
 def test_only_queue_imports_rq() -> None:
-    outside = [p for p in PKG.rglob("*.py") if "queue" not in p.relative_to(PKG).parts]
+    outside = [p for p in MODULES.values() if p.relative_to(PKG).parts[0] != "queue"]
     assert _hits(outside, ("rq",)) == []
 
 
@@ -95,6 +260,7 @@ _WIRING = (
     "cli/processes.py",
     "web/webhooks.py",
     "web/app.py",
+    "web/webchat/routes.py",
     "queue/router.py",
     "queue/operators.py",
     "channels/registry.py",
@@ -128,13 +294,18 @@ def test_the_wiring_has_no_branch_for_one_platform() -> None:
 
 
 def test_redis_key_strings_live_in_keys_module() -> None:
+    """Every Redis key is spelled in queue/keys.py; other modules ask it (``sb:`` literals, or its prefix)."""
+    keys = PKG / "queue" / "keys.py"
     offenders = []
-    for path in [*_modules("queue"), PKG / "app.py", PKG / "webchat.py"]:
-        if path.name == "keys.py" or not path.exists():
+    for path in MODULES.values():
+        if path == keys:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sb:"):
-                offenders.append(f"{path.name}: {node.value!r}")
+                offenders.append(f"{path.relative_to(PKG)}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.ImportFrom) and node.module == "switchboard.queue.keys":
+                offenders += [f"{path.relative_to(PKG)} imports PREFIX" for a in node.names if a.name == "PREFIX"]
     assert offenders == []
 
 

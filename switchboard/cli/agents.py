@@ -37,7 +37,7 @@ def agent_problems(settings: Settings, agent: Agent) -> list[str]:
     for name, database in agent.databases.items():
         if not database.path.is_file():
             problems.append(f"agent {agent.name!r}: database {name} has no file at {database.path}")
-    from switchboard.skills.command import skill_store
+    from switchboard.cli.skills import skill_store
     from switchboard.skills.store import SkillLibrary
 
     _, missing = SkillLibrary(skill_store(settings)).resolve_all(agent.skills)

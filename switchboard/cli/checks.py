@@ -206,8 +206,8 @@ def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
 
     Returns the egress warnings and problems (a sandbox that cannot reach the proxy; a socket path too long).
     """
+    from switchboard.cli.sandbox import describe, startup_choice
     from switchboard.egress.gate import egress_status
-    from switchboard.sandbox.startup import describe, startup_choice
 
     choice = startup_choice(settings)
     first, *rest = describe(choice)

@@ -87,7 +87,7 @@ def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
 
 def cmd_skills(settings: Settings, action: str, target: str | None, template: str | None) -> int:
     """``skills add DIR|ZIP|--template NAME`` / ``list`` / ``show NAME[@VERSION]`` / ``remove NAME[@VERSION]``."""
-    from switchboard.skills.command import skills_command
+    from switchboard.cli.skills import skills_command
 
     return skills_command(settings, action, target, template)
 
@@ -101,7 +101,7 @@ def cmd_telegram(settings: Settings, action: str, url: str | None, account: str)
 
 def cmd_console(action: str) -> int:
     """``console hash-password``: print the Argon2 hash of a password read from the terminal or stdin."""
-    from switchboard.console.hashcli import hash_password_command
+    from switchboard.web.console.hashcli import hash_password_command
 
     return hash_password_command()
 

@@ -72,10 +72,10 @@ def with_redis(url: str, body: Callable[[aioredis.Redis], Awaitable[int]]) -> in
 
 def sessions_command(settings: Settings, action: str, key: str | None, limit: int) -> int:
     """Run one ``sessions`` subcommand (``list``, ``show KEY``, ``stop KEY``); returns the exit code."""
+    from switchboard.queue.cancellation import request_stop
     from switchboard.queue.keys import GlobalKeys
     from switchboard.queue.sessions import list_sessions, timeline
     from switchboard.types import SessionKey
-    from switchboard.worker.cancellation import request_stop
 
     async def go(redis: aioredis.Redis) -> int:
         if action == "list":

@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
+from switchboard.cli.sandbox import shell_options, startup_choice
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
@@ -21,7 +22,6 @@ from switchboard.core.workspaces.s3 import build_workspace_store
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.uploads import UploadStore
-from switchboard.sandbox.startup import shell_options, startup_choice
 from switchboard.settings import Settings
 from switchboard.skills.store import SkillLibrary, SkillStore
 from switchboard.worker.files import attachment_support
@@ -73,7 +73,7 @@ def build_runtime(
         workspace_root=root,
         workspaces=workspaces,
         threads=ThreadShare(spaces.tool_threads, spaces.threads_per_session),
-        store=build_workspace_store(settings, workspaces),
+        store=build_workspace_store(settings.workspace_path, settings.workspaces, workspaces),
     )
     return Runtime(
         models=models,

@@ -1,4 +1,4 @@
-"""The control services operators use — the console (``switchboard.console``) and the CLI — one implementation.
+"""The control services operators use — the console (``switchboard.web.console``) and the CLI — one implementation.
 
 See :class:`ControlService`. Every call is scoped to an operator's tenants (:class:`OperatorScope`).
 """

@@ -46,7 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STOP_COMMAND_NAMES = frozenset({"stop", "cancel"})
-"""Commands the queue handles by stopping the running turn (see ``switchboard.worker.cancellation``)."""
+"""Commands the queue handles by stopping the running turn (see ``switchboard.queue.cancellation``)."""
 GREETING_COMMANDS = frozenset({"start", "help"})
 NOT_OFFERED_PREFIX = "clicked an option that was not offered here: "
 """What the agent reads before the id of a click that answers no offer the gateway recorded for the session."""

@@ -1,4 +1,4 @@
-"""⑤ The worker's :class:`~switchboard.worker.drain.Deliverer` over channel adapters, and workspace files for sends.
+"""⑤ The worker's :class:`Deliverer` over channel adapters, and workspace files for sends.
 
 Each action goes to the adapter of its conversation's ``(channel, account)``; the outbox around it owns idempotency,
 parts and shared rate limits. :class:`ClassifiedDeliverer` turns whatever a channel's send raises into a
@@ -13,7 +13,7 @@ import logging
 import mimetypes
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from redis.exceptions import RedisError
 
@@ -27,15 +27,13 @@ from switchboard.core.workspaces.safepaths import UnsafePathError, read_inside
 from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import DeliveryError, FencedWriteError, ToolError
 
-if TYPE_CHECKING:
-    from switchboard.worker.drain import Deliverer
-
 __all__ = [
     "MAX_SEND_FILE_BYTES",
     "NO_CHANNEL",
     "ChannelDeliverer",
     "ChannelRegistry",
     "ClassifiedDeliverer",
+    "Deliverer",
     "read_stored_file",
     "read_workspace_file",
 ]
@@ -106,6 +104,16 @@ async def read_stored_file(store: WorkspaceStore, session: str, path: str, conve
         raise DeliveryError(f"cannot send {path!r}: the file is too large", channel=channel, retryable=False)
     name = PurePosixPath(path).name
     return FileData(name=name, data=data, mime_type=mimetypes.guess_type(name)[0])
+
+
+class Deliverer(Protocol):
+    """Carries send actions to the conversation's channel (the web tier's channel registry, or a test's recorder)."""
+
+    def capabilities(self, conversation: ConversationRef) -> Capabilities:
+        """What the conversation's channel can show (how replies stream, typing, rates)."""
+
+    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Perform one action; raises ``DeliveryError`` / ``RateLimitedError``."""
 
 
 class ChannelDeliverer:

@@ -8,7 +8,7 @@ drain flag plus an RQ job pushed on the queue → for a web chat session, the id
 (``SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S``; the drain's ``begin`` gives it again, so an idle session expires
 whole). A platform retry can therefore never be dropped while its original was lost, and sessions that already
 have a pending drain cost no RQ work at all. Under the ``interrupt`` busy policy, a message that lands while a turn
-runs also asks that turn to stop, in the same script (see :mod:`switchboard.worker.cancellation`).
+runs also asks that turn to stop, in the same script (see :mod:`switchboard.queue.cancellation`).
 
 With ``idempotent=True`` (the web chat's ``client_id``) the dedup key is an idempotency key: the dedup record also
 holds a short hash of the text, and the same key with a different text is refused as :attr:`IngestResult.reused`
@@ -36,6 +36,7 @@ from switchboard.core.events import DropReason
 from switchboard.core.messages import InboundMessage, Posted, session_key
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 from switchboard.queue.coalescer import Coalescer
 from switchboard.queue.jobs import DrainJobs, rq_time
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -44,7 +45,6 @@ from switchboard.queue.scripts import ScriptArg
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.tracing import note_ingested
 from switchboard.types import BusyPolicy, SessionKey
-from switchboard.worker.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 
 __all__ = ["WEB_ECHO_MAXLEN", "IngestResult", "Ingestor", "new_message_id"]
 

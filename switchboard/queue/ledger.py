@@ -33,6 +33,7 @@ from switchboard.core.messages import InboundMessage, OperatorActed
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
+from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
@@ -40,7 +41,6 @@ from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bu
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.types import BusyPolicy
-from switchboard.worker.cancellation import STOP_COMMANDS
 
 __all__ = [
     "DEAD_LETTER_CAP",

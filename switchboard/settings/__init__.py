@@ -25,19 +25,18 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from switchboard.console.config import ConsoleConfig, ConsoleSettings
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
+from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.settings.computer import (
     EgressSecret,
     EgressSettings,
     SandboxSettings,
-    WorkspaceS3Settings,
-    WorkspaceSettings,
 )
-from switchboard.web.clientaddr import TrustedProxies, parse_trusted_proxies
+from switchboard.settings.console import ConsoleConfig, ConsoleSettings
+from switchboard.settings.proxies import TrustedProxies, parse_trusted_proxies
 
 __all__ = [
     "AttachmentSettings",

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from switchboard.channels.registry import ChannelSet, build_channels
-from switchboard.console import routes as console_routes
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
@@ -20,6 +19,8 @@ from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
+from switchboard.web.console import api as console_api
+from switchboard.web.console import routes as console_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
 from switchboard.web.webchat import routes as webchat
 
@@ -125,4 +126,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     webhooks.add_routes(app)
     webchat.add_routes(app)
     console_routes.add_routes(app)
+    console_api.add_api_routes(app)
     return app

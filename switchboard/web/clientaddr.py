@@ -10,37 +10,15 @@ client. Anything further left was written by the client and proves nothing.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
-from typing import TypeAlias
 
 from aiohttp import web
 
-__all__ = ["TrustedProxies", "client_address", "from_trusted_proxy", "parse_trusted_proxies"]
+from switchboard.settings.proxies import TrustedProxies
 
-TrustedProxies: TypeAlias = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
-"""Networks whose ``X-Forwarded-For`` is believed."""
+__all__ = ["client_address", "from_trusted_proxy"]
 
 UNKNOWN = "unknown"
 """The address given when the transport has no peer address (a UNIX socket) and no trusted header says more."""
-
-
-def parse_trusted_proxies(value: str | Iterable[str]) -> TrustedProxies:
-    """Parse comma-separated addresses or CIDRs (``10.0.0.0/8, ::1``) into networks.
-
-    Raises:
-        ValueError: naming the entry that is neither an address nor a network.
-    """
-    items = value.split(",") if isinstance(value, str) else list(value)
-    networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-    for item in items:
-        text = item.strip()
-        if not text:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            raise ValueError(f"{text!r} is not an IP address or CIDR network (e.g. 10.0.0.0/8, ::1)") from None
-    return tuple(networks)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

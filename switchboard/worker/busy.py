@@ -11,19 +11,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from switchboard.core.messages import InboundMessage
-from switchboard.outbound.outbox import Outbox, idempotency_key
-from switchboard.outbound.streaming import PREVIEW
+from switchboard.queue.cancellation import interrupting_message
 from switchboard.queue.ledger import MAX_COLLECT, MAX_INTERRUPTS, Attempt, Ledger
 from switchboard.types import BusyPolicy
-from switchboard.worker.cancellation import interrupting_message
 
-if TYPE_CHECKING:
-    from switchboard.worker.drain import _Turn
-
-__all__ = ["INTERRUPTED_CODE", "INTERRUPTED_TEXT", "BusyTurn", "answered_part", "end_interrupted"]
+__all__ = ["INTERRUPTED_CODE", "INTERRUPTED_TEXT", "BusyTurn", "answered_part"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,19 +106,3 @@ def answered_part(
     kept = set(attempt.ids[:n])
     part = dataclasses.replace(attempt, ids=attempt.ids[:n], bodies=attempt.bodies[:n])
     return part, [m for m in messages if m.id in kept]
-
-
-async def end_interrupted(turn: _Turn, attempt: Attempt, outbox: Outbox, reason: str) -> None:
-    """End a turn a newer message interrupted: nothing acked, a streamed partial reply closed, the attempt returned.
-
-    The drain then goes on: its next ``begin`` restarts the turn with the interrupted messages and everything waiting.
-    """
-    for pending in turn.typing:
-        pending.cancel()
-    turn.typing.clear()
-    if turn.stream is not None:
-        await turn.stream.stopped(code=INTERRUPTED_CODE, notice=INTERRUPTED_TEXT, restarts=True)
-    preview = idempotency_key(turn.run_id, PREVIEW)  # kept: the restarted turn edits that same preview message
-    done = [key for key in outbox.used if key != preview]
-    n = await turn.ledger.interrupt(attempt, reason=reason, outbox_keys=done)
-    logger.info("run %s interrupted by a newer message (%d so far)", turn.run_id, n)

@@ -13,16 +13,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from switchboard.channels.base import Capabilities, Receipt, SendContext
+from switchboard.channels.base import Receipt, SendContext
 from switchboard.core.actions import AckChoice, Action, SendText, SendTyping, SetStatus, StreamText
 from switchboard.core.agent.config import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
@@ -30,12 +27,13 @@ from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledError
-from switchboard.outbound.deliver import ClassifiedDeliverer
+from switchboard.outbound.deliver import ClassifiedDeliverer, Deliverer
 from switchboard.outbound.outbox import Ephemeral, Outbox, idempotency_key
 from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.outbound.sending import REPLY, Undelivered, deliver_reply
 from switchboard.outbound.streaming import ReplyStream
 from switchboard.outbound.toolstatus import StatusBoard, resume, settle
+from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
@@ -44,11 +42,11 @@ from switchboard.queue.offers import check_choices, record_offer
 from switchboard.settings import FileConfig, QueueSettings
 from switchboard.types import SessionKey
 from switchboard.worker.authority import turn_request
-from switchboard.worker.busy import BusyTurn, answered_part, end_interrupted
-from switchboard.worker.cancellation import is_stop
-from switchboard.worker.endings import TurnEndings
+from switchboard.worker.busy import answered_part
+from switchboard.worker.drainturn import DrainOutcome, DrainTurn
+from switchboard.worker.endings import TurnEndings, end_interrupted
 
-__all__ = ["Deliverer", "DrainOutcome", "Drainer", "TurnRunner"]
+__all__ = ["Drainer", "TurnRunner"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,58 +59,6 @@ RUNNER_GRACE_S = 30.0
 """How long past its deadline a turn may run before the drain counts it as failed."""
 
 
-class Deliverer(Protocol):
-    """Carries send actions to the conversation's channel (the web tier's channel registry, or a test's recorder)."""
-
-    def capabilities(self, conversation: ConversationRef) -> Capabilities:
-        """What the conversation's channel can show (how replies stream, typing, rates)."""
-
-    async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
-        """Perform one action; raises ``DeliveryError`` / ``RateLimitedError``."""
-
-
-class DrainOutcome(Enum):
-    """How a drain ended (the worker decides what happens to the RQ job from it)."""
-
-    RELEASED = "released"
-    """The inbox was empty: lease, drain flag and runnable mark removed in one step."""
-    BUSY = "busy"
-    """Another live holder has the lease; it drains the session."""
-    FENCED = "fenced"
-    """The lease passed to another epoch mid-drain; this drain stopped before its next side effect."""
-    HANDED_OVER = "handed_over"
-    """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
-    YIELDED = "yielded"
-    """Other sessions were waiting: the lease was given up and a new drain job queued at the back, in one step."""
-    DEFERRED = "deferred"
-    """The model provider asked to wait: the head was put off and the lease given up; the reaper resumes it."""
-
-
-@dataclass(slots=True)
-class _Turn:
-    """What one drain holds while it runs a turn."""
-
-    lease: LeaseToken
-    lost: asyncio.Event
-    ledger: Ledger
-    conversation: ConversationRef | None = None
-    reply_to: str | None = None
-    run_id: str = ""
-    deltas: int = 0
-    acts: int = 0
-    outbox: Outbox | None = None
-    stream: ReplyStream | None = None
-    """The streaming policy of the turn in flight (set once its conversation is known)."""
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when a stop was asked (``/stop``, console, or a newer message under ``interrupt``) for the turn in flight."""
-    busy: BusyTurn = field(default_factory=BusyTurn)
-    """What the ``interrupt`` and ``steer`` busy policies track of the turn in flight."""
-    stop_reason: str = ""
-    stopped_at: float | None = None
-    """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
-    typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
-
-
 class _Sink:
     """The turn's view of its drain: deltas to streaming channels, tool status messages, facts to the fenced event log.
 
@@ -120,7 +66,7 @@ class _Sink:
     fenced step (the reply's outbox claim); any other write for the turn writes them first, so order holds.
     """
 
-    def __init__(self, drainer: Drainer, turn: _Turn, events: EventLog) -> None:
+    def __init__(self, drainer: Drainer, turn: DrainTurn, events: EventLog) -> None:
         self._drainer = drainer
         self._turn = turn
         self._events = events
@@ -229,7 +175,7 @@ class Drainer(TurnEndings):
         self.stopping = asyncio.Event()
         """Set by the worker on shutdown: drains hand their session over after the current turn."""
         self._sleep = sleep
-        self._active: dict[SessionKey, _Turn] = {}
+        self._active: dict[SessionKey, DrainTurn] = {}
         self.jobs = DrainJobs(settings.name)
         self.slots_full: Callable[[], bool] = lambda: False
         """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
@@ -254,7 +200,7 @@ class Drainer(TurnEndings):
         lease = await self.lease.acquire(session)
         if lease is None:
             return DrainOutcome.BUSY
-        turn = _Turn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
+        turn = DrainTurn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
         keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
         context = CURRENT_LEASE.set(lease)
         self._active[session] = turn
@@ -295,7 +241,7 @@ class Drainer(TurnEndings):
 
     # -- steps ---------------------------------------------------------------------------------------------
 
-    async def _handle(self, turn: _Turn, attempt: Attempt) -> DrainOutcome | None:
+    async def _handle(self, turn: DrainTurn, attempt: Attempt) -> DrainOutcome | None:
         lease = turn.lease
         turn.busy.start(attempt)
         turn.stop.clear()  # from here on a stop or an interrupt is this turn's
@@ -381,7 +327,7 @@ class Drainer(TurnEndings):
         return None
 
     async def _play(
-        self, turn: _Turn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
+        self, turn: DrainTurn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
     ) -> tuple[TurnResult, Receipt | Undelivered | None]:
         await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
         self._schedule_typing(turn)
@@ -422,7 +368,7 @@ class Drainer(TurnEndings):
         return result, sent
 
     async def _run(
-        self, turn: _Turn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float
+        self, turn: DrainTurn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float
     ) -> TurnResult:
         """Play the turn; stop it as soon as the lease is lost, or when it overruns its deadline."""
         task = asyncio.ensure_future(self.runner(request, sink, store))
@@ -449,7 +395,7 @@ class Drainer(TurnEndings):
             raise RunCancelledError(turn.stop_reason or "stopped on request")
         raise TimeoutError(f"the turn overran its {deadline_s:g} s deadline")
 
-    def _schedule_typing(self, turn: _Turn) -> None:
+    def _schedule_typing(self, turn: DrainTurn) -> None:
         """Show typing (where the channel has it) once the run lasts :data:`TYPING_DELAY_S`, then keep it shown."""
         caps = turn.stream.caps if turn.stream is not None else None
         if caps is None or not caps.typing:
@@ -465,7 +411,7 @@ class Drainer(TurnEndings):
 
         turn.typing.append(loop.call_later(TYPING_DELAY_S, refresh))
 
-    def _perform_for(self, turn: _Turn) -> Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]:
+    def _perform_for(self, turn: DrainTurn) -> Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]:
         async def perform(action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:
             if turn.lost.is_set():
                 raise _lost(turn.lease)
@@ -475,7 +421,7 @@ class Drainer(TurnEndings):
 
         return perform
 
-    async def _notify(self, turn: _Turn, action: Action, logical: str) -> None:
+    async def _notify(self, turn: DrainTurn, action: Action, logical: str) -> None:
         """An ephemeral action (status, typing, delta): best effort, but never after the lease is lost."""
         if turn.lost.is_set():
             raise _lost(turn.lease)

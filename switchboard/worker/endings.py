@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
@@ -20,6 +19,7 @@ from switchboard.core.events import SendDeadLettered
 from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import HistoryEntry
 from switchboard.errors import DeliveryError, ModelError
+from switchboard.outbound.deliver import Deliverer
 from switchboard.outbound.notices import (
     DEAD_LETTER_CODE,
     DEFER_NOTICE_S,
@@ -29,17 +29,17 @@ from switchboard.outbound.notices import (
     failure_kind,
     undelivered_text,
 )
-from switchboard.outbound.outbox import Outbox, PendingSend
+from switchboard.outbound.outbox import Outbox, PendingSend, idempotency_key
 from switchboard.outbound.sending import Undelivered, deliver_reply
+from switchboard.outbound.streaming import PREVIEW
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Attempt
 from switchboard.settings import QueueSettings
+from switchboard.worker.busy import INTERRUPTED_CODE, INTERRUPTED_TEXT
+from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 
-if TYPE_CHECKING:
-    from switchboard.worker.drain import Deliverer, DrainOutcome, _Turn
-
-__all__ = ["TurnEndings"]
+__all__ = ["TurnEndings", "end_interrupted"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +69,10 @@ class TurnEndings:
     deliverer: Deliverer
     _sleep: Callable[[float], Awaitable[None]]
 
-    async def _notify(self, turn: _Turn, action: Action, logical: str) -> None:
+    async def _notify(self, turn: DrainTurn, action: Action, logical: str) -> None:
         raise NotImplementedError  # the drainer's
 
-    async def _pause(self, turn: _Turn, delay: float) -> None:
+    async def _pause(self, turn: DrainTurn, delay: float) -> None:
         """Wait ``delay`` seconds, or less when the lease is lost meanwhile (the next fenced step stops the drain)."""
         if delay <= 0:
             return
@@ -86,7 +86,7 @@ class TurnEndings:
 
     async def _finish(
         self,
-        turn: _Turn,
+        turn: DrainTurn,
         attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
@@ -120,7 +120,7 @@ class TurnEndings:
 
     async def _resume(
         self,
-        turn: _Turn,
+        turn: DrainTurn,
         attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
@@ -149,7 +149,7 @@ class TurnEndings:
 
     async def _stopped(
         self,
-        turn: _Turn,
+        turn: DrainTurn,
         attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
@@ -178,7 +178,7 @@ class TurnEndings:
 
     async def _failed(
         self,
-        turn: _Turn,
+        turn: DrainTurn,
         attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
@@ -209,7 +209,7 @@ class TurnEndings:
         await self._pause(turn, max(delay, wait))
         return None
 
-    async def _defer(self, turn: _Turn, attempt: Attempt, wait: float, text: str) -> DrainOutcome | None:
+    async def _defer(self, turn: DrainTurn, attempt: Attempt, wait: float, text: str) -> DrainOutcome | None:
         """Put the turn off by the provider's ``retry_after`` without holding a slot; tell the user the first time.
 
         (Only a wait of :data:`~switchboard.outbound.notices.DEFER_NOTICE_S` or more is worth a notice.)
@@ -218,8 +218,6 @@ class TurnEndings:
         wait is over (:attr:`GlobalKeys.deferred`), so the session's later messages stay behind it. ``None``
         when the message was already deferred ``max_attempts`` times (it then fails like any attempt).
         """
-        from switchboard.worker.drain import DrainOutcome
-
         until = time.time() + wait
         reason = f"rate-limited by the model provider: {text}"[:300]
         deferrals = await turn.ledger.defer(
@@ -234,7 +232,7 @@ class TurnEndings:
         await self.lease.abandon(turn.lease)
         return DrainOutcome.DEFERRED
 
-    async def _still_deferred(self, turn: _Turn, attempt: Attempt) -> bool:
+    async def _still_deferred(self, turn: DrainTurn, attempt: Attempt) -> bool:
         """Whether the session's head was put off and is not due yet (then the drain gives it back untouched)."""
         due = await self.redis.zscore(_GLOBAL.deferred, turn.lease.session)
         if due is None:
@@ -247,7 +245,7 @@ class TurnEndings:
 
     async def _dead_letter(
         self,
-        turn: _Turn,
+        turn: DrainTurn,
         attempt: Attempt,
         messages: Sequence[InboundMessage],
         outbox: Outbox,
@@ -263,7 +261,7 @@ class TurnEndings:
         if remaining == 0:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
 
-    async def _tell(self, turn: _Turn, outbox: Outbox, notice: SendError, logical: str) -> None:
+    async def _tell(self, turn: DrainTurn, outbox: Outbox, notice: SendError, logical: str) -> None:
         """Send a failure notice through the outbox (once), best effort: the platform may refuse it too."""
         if turn.conversation is None:
             return
@@ -272,3 +270,19 @@ class TurnEndings:
             await outbox.send(notice, turn.conversation, run_id=turn.run_id, logical=logical)
         except DeliveryError as err:
             logger.info("%s notice for %s not delivered: %s", logical, turn.lease.session, type(err).__name__)
+
+
+async def end_interrupted(turn: DrainTurn, attempt: Attempt, outbox: Outbox, reason: str) -> None:
+    """End a turn a newer message interrupted: nothing acked, a streamed partial reply closed, the attempt returned.
+
+    The drain then goes on: its next ``begin`` restarts the turn with the interrupted messages and everything waiting.
+    """
+    for pending in turn.typing:
+        pending.cancel()
+    turn.typing.clear()
+    if turn.stream is not None:
+        await turn.stream.stopped(code=INTERRUPTED_CODE, notice=INTERRUPTED_TEXT, restarts=True)
+    preview = idempotency_key(turn.run_id, PREVIEW)  # kept: the restarted turn edits that same preview message
+    done = [key for key in outbox.used if key != preview]
+    n = await turn.ledger.interrupt(attempt, reason=reason, outbox_keys=done)
+    logger.info("run %s interrupted by a newer message (%d so far)", turn.run_id, n)

@@ -30,14 +30,16 @@ from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import ConfigError
+from switchboard.outbound.deliver import Deliverer
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import listen_for_stops
 from switchboard.queue.connection import async_client, sync_client
 from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings, Settings
-from switchboard.worker.cancellation import listen_for_stops
-from switchboard.worker.drain import Deliverer, Drainer, DrainOutcome, TurnRunner
+from switchboard.worker.drain import Drainer, TurnRunner
+from switchboard.worker.drainturn import DrainOutcome
 
 __all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker", "traced_runner"]
 

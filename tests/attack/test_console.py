@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 from yarl import URL
 
-from switchboard.console.auth import COOKIE
+from switchboard.web.console.auth import COOKIE
 from tests.console.conftest import Console, console, console_env, make_console
 
 __all__ = ["console", "console_env", "make_console"]

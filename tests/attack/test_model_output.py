@@ -19,7 +19,7 @@ from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.model import Finished, ModelEvent, ModelRequest, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.providers._transcript import parse_arguments
+from switchboard.core.providers.transcript import parse_arguments
 from switchboard.core.providers.validtext import MAX_ARGUMENT_DEPTH
 from switchboard.core.tools.builtin import default_registry
 from switchboard.queue.ingest import Ingestor

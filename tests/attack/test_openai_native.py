@@ -25,8 +25,8 @@ from switchboard.channels.render.telegram import MAX_MESSAGE_LENGTH, render_mess
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
 from switchboard.core.agent.native import MAX_HOSTED_FILES, STATE_SLOT, HostedFiles, NativeAdapter
 from switchboard.core.model import ChatMessage, TextDelta, ToolCall
-from switchboard.core.providers._openai_native import REPORT_CHARS
 from switchboard.core.providers.openai import OpenAIModel
+from switchboard.core.providers.openai_native import REPORT_CHARS
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.workspaces.disk import Quotas, Workspaces, workspace_for
 from switchboard.errors import FencedWriteError, ModelError

@@ -34,7 +34,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.drainturn import DrainOutcome
 from tests.channels._discord_fixtures import APP_ID, BOT_ID, Sending
 from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.channels._discord_fixtures import settings as discord_settings

@@ -20,11 +20,11 @@ import pytest
 from switchboard.core.sql.card import database_card
 from switchboard.core.sql.guard import SqlLimits, deadline_handler
 from switchboard.core.sql.store import SESSION_DB
+from switchboard.core.tools.builtin.skills import UseSkillInput, skill_tools
 from switchboard.core.tools.builtin.sql import SqlInput, sql_tools
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.workspaces.disk import Workspaces, workspace_for
 from switchboard.errors import ToolError
-from switchboard.skills.loading import UseSkillInput, skill_tools
 from switchboard.skills.package import SkillError, parse_skill_md
 from switchboard.skills.store import SkillLibrary, builtin_skills
 from switchboard.types import SessionKey

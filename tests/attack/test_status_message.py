@@ -46,7 +46,8 @@ from switchboard.queue.lease import Lease
 from switchboard.sandbox.runner import Sandbox
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 from tests.channels.slack_support import BOT_TOKEN, dm, make_channel
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.core.turns import agent, answer_step, calls_step

@@ -22,7 +22,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
-from switchboard.console.passwords import hash_password
+from switchboard.web.console.passwords import hash_password
 from tests.browser.conftest import (
     CHROMIUM,
     GUARD_MS,

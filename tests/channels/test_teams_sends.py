@@ -36,7 +36,8 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
 
 PERSONAL = "a:1HkC_personal-chat-id"

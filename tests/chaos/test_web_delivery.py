@@ -23,7 +23,7 @@ from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.types import SessionKey
-from switchboard.web.webchat.routes import hash_token
+from switchboard.web.webchat.access import hash_token
 from tests.waiting import wait_until
 
 from .harness import Gateway, WorkerPool, chaos_env, settled, text

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
-from switchboard.console.passwords import hash_password
 from switchboard.settings import Settings, load_settings
 from switchboard.web.app import create_app
+from switchboard.web.console.passwords import hash_password
 
 PASSWORD: Final = "correct horse battery staple"
 HASH: Final = hash_password(PASSWORD)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from switchboard.console.auth import COOKIE
+from switchboard.web.console.auth import COOKIE
 from tests.console.conftest import OPERATORS_CONFIG, PASSWORD, Console
 
 MakeConsole = Callable[[dict[str, str]], Awaitable[Console]]

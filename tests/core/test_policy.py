@@ -18,10 +18,10 @@ from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.channel import TOOLS as CHANNEL_TOOLS
 from switchboard.core.tools.builtin.files import TOOLS as FILE_TOOLS
+from switchboard.core.tools.builtin.skills import skill_tools
 from switchboard.core.tools.definition import Tool
 from switchboard.errors import ConfigError
 from switchboard.settings import FileConfig, Settings, load_file
-from switchboard.skills.loading import skill_tools
 from tests.core.turns import make_tool, noop
 
 

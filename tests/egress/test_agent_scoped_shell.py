@@ -94,7 +94,7 @@ async def make_worker(tmp_path: Path, async_redis: aioredis.Redis) -> AsyncItera
     async def build(agents: dict[str, Any]) -> Worker:
         sandbox_of("bwrap")  # skips, naming why, where bubblewrap does not run
         settings = _settings(tmp_path, agents)
-        from switchboard.sandbox.startup import startup_choice
+        from switchboard.cli.sandbox import startup_choice
 
         gate = await start_sandbox_egress(settings, async_redis, startup_choice(settings).sandbox)
         if gate is not None:

@@ -7,8 +7,8 @@ import email.utils
 import pytest
 
 from switchboard.core.model import ChatMessage, ToolCall
-from switchboard.core.providers._errors import ProviderFacts, redact, retry_after, status_error, stream_error
-from switchboard.core.providers._transcript import MISSING_RESULT, paired, parse_arguments
+from switchboard.core.providers.errors import ProviderFacts, redact, retry_after, status_error, stream_error
+from switchboard.core.providers.transcript import MISSING_RESULT, paired, parse_arguments
 from switchboard.errors import AgentError, ModelError
 
 FACTS = ProviderFacts(name="Acme", key_env="ACME_API_KEY", base_url_env="ACME_BASE_URL", secret="sk-acme-SECRET99")

@@ -9,8 +9,8 @@ from typing import Any, Literal
 import pytest
 
 from switchboard.core.model import ChatMessage, Finished, TextDelta, ToolCall, ToolCallEvent, ToolSpec, Usage
-from switchboard.core.providers._transcript import MISSING_RESULT
 from switchboard.core.providers.openai import OpenAIModel
+from switchboard.core.providers.transcript import MISSING_RESULT
 from switchboard.errors import ModelError
 from tests.core.turns import MemorySink, MemoryStore, runtime
 from tests.core.turns import request as turn_request

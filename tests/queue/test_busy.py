@@ -36,6 +36,7 @@ from switchboard.core.providers.offline import OfflineModel
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry, SessionStore, SteeringSink, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import FencedWriteError
+from switchboard.queue.cancellation import interrupt_record, listen_for_stops
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
@@ -44,7 +45,6 @@ from switchboard.queue.ledger import MAX_INTERRUPTS, Attempt, Ledger
 from switchboard.settings import QueueSettings, load_file
 from switchboard.types import BusyPolicy
 from switchboard.worker.busy import INTERRUPTED_CODE, BusyTurn, answered_part
-from switchboard.worker.cancellation import interrupt_record, listen_for_stops
 from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step, calls_step
 from tests.waiting import wait_until

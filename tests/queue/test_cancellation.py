@@ -8,10 +8,10 @@ import json
 import redis.asyncio as aioredis
 
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.queue.cancellation import listen_for_stops, request_stop
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
-from switchboard.worker.cancellation import listen_for_stops, request_stop
 from tests.queue.conftest import RecordingDeliverer, make_drainer, make_message
 from tests.waiting import wait_until
 

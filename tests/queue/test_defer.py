@@ -17,7 +17,8 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.reaper import Reaper
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 
 from .conftest import RecordingDeliverer, agent_for, make_message
 

@@ -17,7 +17,7 @@ from switchboard.queue.stats import read_stats
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.worker import drain as drain_module
-from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.drainturn import DrainOutcome
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 

@@ -17,7 +17,7 @@ from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.drainturn import DrainOutcome
 from switchboard.worker.worker import SessionWorker
 from tests.waiting import wait_until
 

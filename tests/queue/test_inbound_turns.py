@@ -16,12 +16,12 @@ from switchboard.core.messages import ChoiceSelected, CommandIssued, MessageDele
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import HistoryEntry
+from switchboard.queue.cancellation import is_stop
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.offers import record_offer
 from switchboard.settings import QueueSettings
-from switchboard.worker.cancellation import is_stop
 from switchboard.worker.drain import Drainer
 from tests.core.turns import answer_step
 from tests.queue.conftest import RecordingDeliverer, make_message

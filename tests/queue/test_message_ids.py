@@ -10,9 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.core.messages import CommandIssued, InboundMessage, Posted
+from switchboard.queue.cancellation import is_stop
 from switchboard.queue.ingest import Ingestor, new_message_id
 from switchboard.queue.keys import SessionKeys
-from switchboard.worker.cancellation import is_stop
 
 from .conftest import make_message
 

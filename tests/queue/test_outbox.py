@@ -21,7 +21,7 @@ from switchboard.queue.ledger import Ledger
 from switchboard.queue.stats import read_stats
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
-from switchboard.worker.drain import DrainOutcome
+from switchboard.worker.drainturn import DrainOutcome
 
 from .conftest import RecordingDeliverer, make_drainer, make_message
 

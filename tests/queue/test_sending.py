@@ -22,7 +22,8 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 
 from .conftest import RecordingDeliverer, agent_for, make_message
 

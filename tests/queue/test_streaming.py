@@ -18,7 +18,8 @@ from switchboard.outbound.notices import CANCELLED_TEXT
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
-from switchboard.worker.drain import Drainer, DrainOutcome
+from switchboard.worker.drain import Drainer
+from switchboard.worker.drainturn import DrainOutcome
 
 from .conftest import agent_for, make_message
 from .outbound_channel import Crash, FakeChannel, FakePlatform

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from switchboard.cli.sandbox import describe
 from switchboard.sandbox.detect import choose_now
 from switchboard.sandbox.runner import Sandbox
-from switchboard.sandbox.startup import describe
 from tests.sandbox.conftest import LIMITS
 
 

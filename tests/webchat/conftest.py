@@ -24,6 +24,7 @@ from switchboard.settings import Settings, load_settings
 from switchboard.types import SessionKey
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.web.metrics import Metrics
+from switchboard.web.webchat import access
 from switchboard.web.webchat import routes as webchat
 
 
@@ -80,7 +81,7 @@ class Chat:
         return payload["session"], payload["token"]
 
     async def session_key(self, token: str) -> SessionKey:
-        value = await self.redis.get(GlobalKeys().web_token(webchat.hash_token(token)))
+        value = await self.redis.get(GlobalKeys().web_token(access.hash_token(token)))
         assert value is not None
         return SessionKey(value.decode())
 

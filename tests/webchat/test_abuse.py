@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import load_settings
-from switchboard.web.webchat import routes as webchat
+from switchboard.web.webchat import access
 
 from .conftest import Chat, build_app
 
@@ -127,7 +127,7 @@ async def test_an_operator_may_allow_more_agents(
     client = await aiohttp_client(build_app(settings, app_redis))
     resp = await client.post("/api/chat/sessions", json={"agent": "analyst"})
     assert resp.status == 201
-    key = await app_redis.get(GlobalKeys().web_token(webchat.hash_token((await resp.json())["token"])))
+    key = await app_redis.get(GlobalKeys().web_token(access.hash_token((await resp.json())["token"])))
     assert key is not None and key.decode().startswith("default/analyst/web/")
 
 
@@ -147,7 +147,7 @@ async def test_a_revoked_token_is_refused_at_once(chat: Chat) -> None:
     resp = await chat.client.delete("/api/chat/sessions", headers=auth)
     assert resp.status == 204
     assert resp.headers["Cache-Control"] == "no-store"
-    assert await chat.redis.get(GlobalKeys().web_token(webchat.hash_token(token))) is None
+    assert await chat.redis.get(GlobalKeys().web_token(access.hash_token(token))) is None
     assert (await chat.post(token, {"text": "again"})).status == 401
     assert (await chat.client.delete("/api/chat/sessions", headers=auth)).status == 401
 
@@ -195,5 +195,5 @@ async def test_a_refused_request_logs_nothing_above_debug(chat: Chat, caplog: py
 
 
 def test_hashing_a_token_never_raises_on_a_lone_surrogate() -> None:
-    assert webchat.hash_token("abc\udcff") != webchat.hash_token("abc")
-    assert webchat.hash_token("\ud800") != webchat.hash_token("")
+    assert access.hash_token("abc\udcff") != access.hash_token("abc")
+    assert access.hash_token("\ud800") != access.hash_token("")

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from switchboard.queue.connection import async_client
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import load_settings
-from switchboard.web.webchat import routes as webchat
+from switchboard.web.webchat import access
 
 from .conftest import Chat, build_app
 
@@ -34,7 +34,7 @@ async def test_create_session_answers_201_with_session_and_token(chat: Chat, bod
     key = await chat.session_key(token)
     assert key.split("/") == ["default", "assistant", "web", "default", session_id]
     ttl = await chat.redis.ttl(GlobalKeys().web_token(hashlib.sha256(token.encode()).hexdigest()))
-    assert 0 < ttl <= webchat.TOKEN_TTL_S
+    assert 0 < ttl <= access.TOKEN_TTL_S
 
 
 async def test_token_is_stored_only_hashed(chat: Chat) -> None:
@@ -89,7 +89,7 @@ async def test_named_agent_from_the_yaml_file(
     resp = await client.post("/api/chat/sessions", json={"agent": "support"})
     assert resp.status == 201
     token = (await resp.json())["token"]
-    key = await app_redis.get(GlobalKeys().web_token(webchat.hash_token(token)))
+    key = await app_redis.get(GlobalKeys().web_token(access.hash_token(token)))
     assert key is not None and key.decode().startswith("default/support/web/default/")
     resp = await client.post("/api/chat/sessions", json={"agent": "sales"})
     assert resp.status == 403
@@ -273,7 +273,7 @@ async def test_redis_down_makes_sessions_and_auth_503(aiohttp_client: Any, chat:
 
 async def test_use_refreshes_the_token_ttl(chat: Chat) -> None:
     _, token = await chat.new_session()
-    key = GlobalKeys().web_token(webchat.hash_token(token))
+    key = GlobalKeys().web_token(access.hash_token(token))
     await chat.redis.expire(key, 60)
     await chat.send(token, "hi")
     assert await chat.redis.ttl(key) > 60

@@ -10,9 +10,9 @@ import redis.asyncio as aioredis
 
 from switchboard.outbound.webstream import WebEvent
 from switchboard.queue.connection import async_client
-from switchboard.queue.fanout import StreamFanout, Subscription, SubscriptionClosedError
 from switchboard.queue.keys import SessionKeys
 from switchboard.types import SessionKey
+from switchboard.web.webchat.fanout import StreamFanout, Subscription, SubscriptionClosedError
 
 A = SessionKey("default/assistant/web/default/a")
 B = SessionKey("default/assistant/web/default/b")

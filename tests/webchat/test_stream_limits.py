@@ -15,13 +15,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from switchboard.queue.connection import async_client
-from switchboard.queue.fanout import POOL_SIZE
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.muxredis import MultiplexedRedis
 from switchboard.queue.streamslots import StreamSlots
 from switchboard.settings import Settings, load_settings
 from switchboard.web.app import create_app
+from switchboard.web.webchat import access
 from switchboard.web.webchat import stream as chatstream
+from switchboard.web.webchat.fanout import POOL_SIZE
 
 from .conftest import Chat, build_app, read_sse
 
@@ -279,7 +280,7 @@ async def test_a_ticket_opens_its_session_stream_once(chat: Chat) -> None:
 async def test_a_ticket_is_stored_by_hash_and_expires(chat: Chat) -> None:
     _, token = await chat.new_session()
     ticket = await _ticket(chat, token)
-    key = GlobalKeys().web_stream_ticket(chatstream.webchat.hash_token(ticket))
+    key = GlobalKeys().web_stream_ticket(access.hash_token(ticket))
     assert 0 < await chat.redis.ttl(key) <= chatstream.TICKET_TTL_S
     assert [k for k in await chat.redis.keys("*") if ticket.encode() in k] == []
     await chat.redis.pexpire(key, 1)
@@ -385,7 +386,7 @@ async def test_a_token_revoked_elsewhere_ends_its_streams_here(chat: Chat) -> No
     async with asyncio.timeout(chatstream.REVOCATION_CHECK_S * 3):  # a guard, not a timing assertion
         resp = await chat.client.get(f"/api/chat/stream?token={token}")
         assert resp.status == 200
-        await chat.redis.delete(GlobalKeys().web_token(chatstream.webchat.hash_token(token)))
+        await chat.redis.delete(GlobalKeys().web_token(access.hash_token(token)))
         await resp.content.read()  # EOF
     assert (
         await chat.client.post("/api/chat/stream-ticket", headers={"Authorization": f"Bearer {token}"})

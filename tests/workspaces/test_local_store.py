@@ -66,7 +66,9 @@ async def test_local_reads_refuse_escapes_and_delete_corrects_the_usage_ledger(t
 
 def test_the_local_root_is_the_data_dir_unless_a_shared_volume_is_named(tmp_path: Path) -> None:
     base = {"SWITCHBOARD_DATA_DIR": str(tmp_path / "data")}
-    default = build_workspace_store(load_settings(base))
+    settings = load_settings(base)
+    default = build_workspace_store(settings.workspace_path, settings.workspaces)
     assert isinstance(default, LocalWorkspaces) and default.root == tmp_path / "data" / "workspaces"
-    mounted = build_workspace_store(load_settings({**base, "SWITCHBOARD_WORKSPACES__ROOT": str(tmp_path / "nfs")}))
+    nfs = load_settings({**base, "SWITCHBOARD_WORKSPACES__ROOT": str(tmp_path / "nfs")})
+    mounted = build_workspace_store(nfs.workspace_path, nfs.workspaces)
     assert isinstance(mounted, LocalWorkspaces) and mounted.root == tmp_path / "nfs"

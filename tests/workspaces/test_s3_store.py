@@ -16,8 +16,9 @@ from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.workspaces.disk import Quotas, workspace_for
 from switchboard.core.workspaces.s3 import S3Workspaces, build_workspace_store
+from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import ConfigError, ToolError
-from switchboard.settings import load_settings
+from switchboard.settings import Settings, load_settings
 from tests.core.turns import make_tool
 
 from .conftest import KEY_ID, SECRET, StoreFactory, keys
@@ -222,17 +223,21 @@ def test_the_s3_backend_is_configured_by_environment(tmp_path: Path) -> None:
     }
     settings = load_settings(env)
     assert "not-in-repr" not in repr(settings)
-    store = build_workspace_store(settings)
+    store = build_workspace_store(settings.workspace_path, settings.workspaces)
     assert isinstance(store, S3Workspaces)
     assert (store.bucket, store.prefix, store.root) == ("sessions", "prod/eu/", tmp_path / "cache")
     assert store.quotas.tenant_bytes == 7 * 2**20
     with pytest.raises(ConfigError):
-        build_workspace_store(load_settings({**env, "SWITCHBOARD_WORKSPACES__S3__PREFIX": "a/../b"}))
+        _store(load_settings({**env, "SWITCHBOARD_WORKSPACES__S3__PREFIX": "a/../b"}))
     with pytest.raises(ConfigError):
-        build_workspace_store(load_settings({**env, "SWITCHBOARD_WORKSPACES__S3__BUCKET": ""}))
+        _store(load_settings({**env, "SWITCHBOARD_WORKSPACES__S3__BUCKET": ""}))
 
 
 def test_starting_a_worker_does_not_import_the_s3_client() -> None:
     code = "import sys, switchboard.cli.worker, switchboard.core.workspaces.s3; print('aiobotocore' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert done.stdout.strip() == "False"
+
+
+def _store(settings: Settings) -> WorkspaceStore:
+    return build_workspace_store(settings.workspace_path, settings.workspaces)

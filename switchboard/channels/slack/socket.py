@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import aiohttp
 from pydantic import ValidationError
@@ -22,16 +22,27 @@ from switchboard.channels.slack.api import SlackApi
 from switchboard.channels.slack.inbound import WireCallback, WireInteraction
 from switchboard.errors import DeliveryError, QueueUnavailableError, RequestError
 
-if TYPE_CHECKING:
-    from switchboard.channels.slack.adapter import SlackChannel
-
-__all__ = ["SlackSocketListener"]
+__all__ = ["SlackSocketListener", "SocketReceiver"]
 
 logger = logging.getLogger(__name__)
 
 _HEARTBEAT_S: Final = 30.0
 _BACKOFF_MIN_S: Final = 1.0
 _BACKOFF_MAX_S: Final = 30.0
+
+
+class SocketReceiver(Protocol):
+    """What the listener hands envelopes to: the account's adapter (:class:`~.adapter.SlackChannel`)."""
+
+    @property
+    def account(self) -> str:
+        """The account name, for log lines."""
+
+    def receive_callback(self, callback: WireCallback) -> Inbound:
+        """Parse one Events API body."""
+
+    def receive_interaction(self, payload: WireInteraction) -> Inbound:
+        """Parse one interactivity payload."""
 
 
 class SlackSocketListener:
@@ -43,7 +54,7 @@ class SlackSocketListener:
         api: The bot's Web API client: its base URL and connection pool are shared.
     """
 
-    def __init__(self, channel: SlackChannel, app_token: str, api: SlackApi) -> None:
+    def __init__(self, channel: SocketReceiver, app_token: str, api: SlackApi) -> None:
         self._channel = channel
         self._api = api
         self._app_token = app_token

@@ -22,9 +22,9 @@ from switchboard.core.inbound import event_text
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import ChatMessage, ModelRequest, ToolCall, ToolSpec, data_block
 from switchboard.core.sql.card import database_card
+from switchboard.core.tools.builtin.skills import skills_section
 from switchboard.core.tools.definition import Tool
 from switchboard.core.turn import HistoryEntry
-from switchboard.skills.loading import skills_section
 from switchboard.skills.package import SkillRef
 
 __all__ = [

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
-from switchboard.core.agent.budget import Budget, BudgetName, PriceTable
+from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.agent.decider import Reply, StepRetry, decide
-from switchboard.core.agent.finalstep import final_answer, input_tokens
 from switchboard.core.agent.native import HostedFiles, NativeAdapter
 from switchboard.core.agent.programstep import refusal, run_program_call
 from switchboard.core.agent.prompt import (
@@ -30,14 +29,17 @@ from switchboard.core.agent.prompt import (
     RUN_PROGRAM,
     Prompt,
     build_prompt,
+    final_request,
+    request_tokens,
     run_program_spec,
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
-from switchboard.core.agent.steering import steered_in
+from switchboard.core.agent.steering import steered_first, steered_in
 from switchboard.core.agent.worklog import (
     call_facts,
     holds_untrusted,
     step_detail,
+    stopped_reply,
     tool_message,
     untrusted_output,
     work_entries,
@@ -79,6 +81,11 @@ logger = logging.getLogger(__name__)
 
 _SLOT_TOOL_NAMES = frozenset(t.name for t in SLOT_TOOLS)
 _SLOT_OF_TOOL = {"update_plan": "plan", "update_context": "context", "update_state": "state"}
+
+
+def input_tokens(request: ModelRequest) -> int:
+    """The tokens of a request's input (system, messages, tool specs), as the budget counts them."""
+    return request_tokens(request.system, request.messages, request.tools)
 
 
 class Runtime:
@@ -235,7 +242,7 @@ class _Turn:
                 raise
             self.stopped_by = "deadline"
         if not answered:
-            await final_answer(self, hard)
+            await self._final_answer(hard)
         text = self.output.text
         if (held := await self.approvals.hold_reply(text)) is not None:
             text = held  # review mode: the reply waits for a person
@@ -394,7 +401,7 @@ class _Turn:
                 if call.name == RUN_PROGRAM and self.agent.codeact:
                     content, ok = await self._program(call)
                 else:
-                    outcome = await self._call_tool(call.name, call.arguments, call.id)
+                    outcome = await self.call_tool(call.name, call.arguments, call.id)
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
                     if outcome.approval is not None:  # nothing ran: a person decides
                         content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
@@ -409,7 +416,7 @@ class _Turn:
     def _tool_message(self, call: ToolCall, content: str) -> None:
         self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
 
-    async def _call_tool(
+    async def call_tool(
         self, name: str, args: dict[str, Any], call_id: str | None, *, approved: ApprovalRequest | None = None
     ) -> ToolOutcome:
         """One call through the gateway (``approved``: as a person approved it), metered, recorded, slots current."""
@@ -452,7 +459,7 @@ class _Turn:
             scope=self.scope,
             slots=self.slots.as_inputs(),
             inline_bytes=self.rt.gateway.inline_bytes,
-            call_tool=self._call_tool,
+            call_tool=self.call_tool,
             event=self._event,
             message_id=self.message_id,
         )
@@ -468,6 +475,52 @@ class _Turn:
         await self._event(
             StepRecorded(message_id=self.message_id, step=self.budget.steps, decision=decision.kind, detail=detail)
         )
+
+    # ---------------------------------------------------------------- the last step
+    # When the budget ran out: one call without tools, so the user always gets an answer. When even that cannot
+    # run (no credits left for a short answer, the deadline passed, the provider failed), the answer is a fixed text
+    # saying which budget ran out, what was done and what was not.
+
+    async def _final_answer(self, hard: float) -> None:
+        """One last call without tools, so the user always gets an answer; a fixed text if even that fails."""
+        assert self.prompt is not None
+        reason = self.stopped_by or "steps"
+        request = final_request(
+            self.prompt,
+            self.model,
+            *steered_first(self.messages, self.opening),
+            reason=reason,
+            summary=self.budget.summary(),
+            max_output_tokens=self.agent.limits.max_output_tokens,
+            budget_tokens=self.agent.limits.max_input_tokens,
+        )
+        step = self.budget.steps + 1
+        affordable = self.budget.affordable_output_tokens(self.spec, input_tokens(request), request.max_output_tokens)
+        if affordable < MIN_ANSWER_TOKENS:  # not even a short answer fits the credits left: the fixed reply
+            logger.info("no credits left for the final answer of a turn; sending a fixed reply")
+            if not self.output.text.strip():
+                await self.output.write(self._fallback(reason), step)
+            return
+        request = request.model_copy(update={"max_output_tokens": affordable})
+        started = time.perf_counter()
+        timeout = asyncio.timeout_at(hard)
+        try:
+            async with timeout:
+                decision, usage = await self._step(request, step)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            logger.info("the final answer of a turn ran past the deadline; sending a fixed reply")
+        except ModelError as err:
+            logger.warning("the final answer of a turn failed (%s); sending a fixed reply", err.code or "error")
+        else:
+            cost = self.budget.charge_model(self.spec, *usage)
+            await self._step_event(decision, usage, cost, started, final=reason)
+        if not self.output.text.strip():
+            await self.output.write(self._fallback(reason), step)
+
+    def _fallback(self, reason: str) -> str:
+        return stopped_reply(BUDGET_WORDS.get(reason, reason), self.messages[self.opening :], self.budget.tool_calls)
 
     async def _event(self, event: Event) -> None:
         await self.sink.event(event)

@@ -10,18 +10,17 @@ granted it (:func:`~switchboard.core.approvals.policy.granted`).
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from switchboard.core.agent.config import Agent
-from switchboard.core.approvals.policy import Policy, PolicyConfig
+from switchboard.core.approvals.policy import Policy, PolicyConfig, TenantConfig
 from switchboard.core.approvals.records import ApprovalRecord, Verdict
-
-if TYPE_CHECKING:
-    from switchboard.settings import FileConfig
 
 __all__ = [
     "GATEWAY_PRINCIPAL",
+    "ChannelPolicy",
+    "PolicySources",
     "agent_policy",
     "channel_of",
     "may_decide",
@@ -35,6 +34,34 @@ GATEWAY_PRINCIPAL = "switchboard"
 """The gateway's own principal: it expires approvals, and never approves or denies one."""
 
 
+class ChannelPolicy(Protocol):
+    """What the grants read of a channel's block in the YAML file."""
+
+    @property
+    def policy(self) -> PolicyConfig | None:
+        """``channels.<name>.policy``."""
+
+    @property
+    def admins(self) -> Sequence[str]:
+        """``channels.<name>.admins``: principals who decide approvals naming ``admins``."""
+
+
+class PolicySources(Protocol):
+    """Where ``policy:`` blocks come from: the YAML file (:class:`switchboard.settings.FileConfig`)."""
+
+    @property
+    def agents(self) -> Mapping[str, Agent]:
+        """``agents.<name>``."""
+
+    @property
+    def channels(self) -> Mapping[str, ChannelPolicy]:
+        """``channels.<name>``."""
+
+    @property
+    def tenants(self) -> Mapping[str, TenantConfig]:
+        """``tenants.<name>``."""
+
+
 def channel_of(principal: str) -> str:
     """The channel a principal speaks on (``telegram`` of ``telegram:42``; ``console``; empty for the gateway)."""
     head, sep, _ = principal.partition(":")
@@ -42,7 +69,7 @@ def channel_of(principal: str) -> str:
 
 
 def policy_blocks(
-    config: FileConfig, *, tenant: str, agent: str, channel: str
+    config: PolicySources, *, tenant: str, agent: str, channel: str
 ) -> list[tuple[str, PolicyConfig | None]]:
     """The ``policy:`` blocks that apply to a turn, most specific first: the agent's, the channel's, the tenant's."""
     found_agent = config.agents.get(agent)
@@ -60,14 +87,14 @@ def agent_policy(agent: Agent) -> Policy:
     return Policy.of((f"agent:{agent.name}", agent.policy))
 
 
-def resolve_policy(config: FileConfig, *, tenant: str, agent: str, channel: str) -> Policy:
+def resolve_policy(config: PolicySources, *, tenant: str, agent: str, channel: str) -> Policy:
     """The effective :class:`Policy` of a turn of ``agent`` for ``tenant`` on ``channel``."""
     found_channel = config.channels.get(channel)
     admins = found_channel.admins if found_channel is not None else []
     return Policy.of(*policy_blocks(config, tenant=tenant, agent=agent, channel=channel), admins=admins)
 
 
-def permissions_for(config: FileConfig, tenant: str, agent: str, principal: str) -> frozenset[str]:
+def permissions_for(config: PolicySources, tenant: str, agent: str, principal: str) -> frozenset[str]:
     """The permissions (globs) ``principal`` holds when talking to ``agent`` of ``tenant``.
 
     The union of the grants in the tenant's, the agent's and the principal's channel's ``policy`` blocks whose
@@ -108,7 +135,7 @@ def may_decide(record: ApprovalRecord, actor: str, verdict: Verdict = "approve")
     return False
 
 
-def policy_problems(config: FileConfig, tool_names: Iterable[str]) -> list[str]:
+def policy_problems(config: PolicySources, tool_names: Iterable[str]) -> list[str]:
     """What in the ``policy`` blocks cannot work as written (``switchboard check`` reports it).
 
     A rule naming a tool that none of the agent's tools (for an agent's block) or none of ``tool_names`` (the known

@@ -18,12 +18,9 @@ import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-if TYPE_CHECKING:
-    from switchboard.core.tools.definition import Tool
 
 __all__ = [
     "APPROVER_KINDS",
@@ -36,6 +33,7 @@ __all__ = [
     "PolicyDecision",
     "Rule",
     "TenantConfig",
+    "ToolFacts",
     "UntrustedEffects",
     "granted",
 ]
@@ -50,6 +48,26 @@ APPROVER_KINDS = ("requester", "operators", "admins")
 """Symbolic approvers: the requesting user, any console operator of the tenant, the channel's ``admins``."""
 
 DEFAULT_EXPIRE_AFTER_S = 3600
+
+
+class ToolFacts(Protocol):
+    """What the policy reads of a tool (a :class:`~switchboard.core.tools.definition.Tool`): facts the gateway holds."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name, matched against a rule's glob."""
+
+    @property
+    def side_effect(self) -> Literal["read", "write"]:
+        """Whether a call reads or writes."""
+
+    @property
+    def risk(self) -> RiskName:
+        """The tool's risk class."""
+
+    @property
+    def reversible(self) -> bool:
+        """Whether the effect can be undone."""
 
 
 def _principal_like(value: str) -> bool:
@@ -345,7 +363,9 @@ class Policy:
         version = f"{labels}:{digest[:12]}" if labels else digest[:12]
         return cls(rules, mode, untrusted, approvals, admitted, version)
 
-    def decide(self, tool: Tool, args: Mapping[str, Any], *, actor: str, untrusted: bool = False) -> PolicyDecision:
+    def decide(
+        self, tool: ToolFacts, args: Mapping[str, Any], *, actor: str, untrusted: bool = False
+    ) -> PolicyDecision:
         """Decide one validated call (``args``: its normalised arguments)."""
         decision, rule, reason, explicit_untrusted = self._match(tool, args, actor, untrusted)
         risky = tool.side_effect == "write" and _RISK_ORDER[tool.risk] >= 1
@@ -357,7 +377,7 @@ class Policy:
         return PolicyDecision(decision, rule, reason, self.version)
 
     def _match(
-        self, tool: Tool, args: Mapping[str, Any], actor: str, untrusted: bool
+        self, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool
     ) -> tuple[Decision, str, str, bool]:
         for named in self.rules:
             if _matches(named.rule, tool, args, actor, untrusted):
@@ -379,7 +399,7 @@ class Policy:
         return tuple(found)
 
 
-def _matches(rule: Rule, tool: Tool, args: Mapping[str, Any], actor: str, untrusted: bool) -> bool:
+def _matches(rule: Rule, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool) -> bool:
     if not fnmatch.fnmatchcase(tool.name, rule.tool):
         return False
     if rule.side_effect is not None and rule.side_effect != tool.side_effect:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from switchboard.core.actions import AckChoice
+from switchboard.core.agent.budget import Budget
+from switchboard.core.agent.config import Agent
+from switchboard.core.agent.decider import Reply
 from switchboard.core.agent.programs import PausedProgram, ProgramSnapshotError
 from switchboard.core.agent.programstep import ProgramStep, refusal, resume_program_call
 from switchboard.core.agent.worklog import work_entries
@@ -39,12 +42,13 @@ from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
 from switchboard.core.messages import ChoiceSelected
 from switchboard.core.model import ChatMessage
-from switchboard.core.turn import SessionStore, TurnResult, TurnSink
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.calls import ToolOutcome
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import CallScope, ToolGateway
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 
-if TYPE_CHECKING:
-    from switchboard.core.agent.runtime import _Turn
-
-__all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "TurnApprovals", "reply_sink"]
+__all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "RunningTurn", "TurnApprovals", "TurnRuntime", "reply_sink"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +59,86 @@ tells the user it may have happened; it is never run again)."""
 REVIEW_HOLD_TEXT = "A person checks my answers here before they are sent; you'll have it as soon as it is approved."
 
 
+class TurnRuntime(Protocol):
+    """What the approvals read of the runtime (:class:`~switchboard.core.agent.runtime.Runtime`)."""
+
+    @property
+    def snapshot_key(self) -> bytes:
+        """Signs paused programs and approval records."""
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools, to find an approved call's tool."""
+
+    @property
+    def gateway(self) -> ToolGateway:
+        """The tool gateway (its inline size for a resumed program's results)."""
+
+
+class RunningTurn(Protocol):
+    """What the approvals read and change of the turn in flight (the runtime's turn)."""
+
+    ctx: ToolContext
+    """The calls' context; an approved call runs as the principal who asked, then it is put back."""
+
+    @property
+    def rt(self) -> TurnRuntime:
+        """The runtime playing the turn."""
+
+    @property
+    def request(self) -> TurnRequest:
+        """The turn's request."""
+
+    @property
+    def sink(self) -> TurnSink:
+        """Where the turn's facts go."""
+
+    @property
+    def store(self) -> SessionStore:
+        """The session's store (an :class:`ApprovalStore` keeps approvals)."""
+
+    @property
+    def agent(self) -> Agent:
+        """The agent the turn plays."""
+
+    @property
+    def budget(self) -> Budget:
+        """The turn's budget (an approved call is charged to it)."""
+
+    @property
+    def scope(self) -> CallScope:
+        """The tools this turn may call."""
+
+    @property
+    def output(self) -> Reply:
+        """The reply being written."""
+
+    @property
+    def message_id(self) -> str | None:
+        """The message the turn answers."""
+
+    @property
+    def facts(self) -> dict[str, dict[str, Any]]:
+        """Gateway facts of each call by call id."""
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        """The model's conversation so far."""
+
+    @property
+    def opening(self) -> int:
+        """Where this turn's own messages start in :attr:`messages`."""
+
+    async def call_tool(
+        self, name: str, args: dict[str, Any], call_id: str | None, *, approved: ApprovalRequest | None = None
+    ) -> ToolOutcome:
+        """One call through the gateway (``approved``: as a person approved it)."""
+
+
 class TurnApprovals:
     """The approvals of one turn (see the module docstring)."""
 
-    def __init__(self, turn: _Turn) -> None:
+    def __init__(self, turn: RunningTurn) -> None:
         self.turn = turn
         self.store: ApprovalStore | None = turn.store if isinstance(turn.store, ApprovalStore) else None
         self.waiting: list[str] = []
@@ -222,7 +302,7 @@ class TurnApprovals:
                 logger.warning("a paused program could not be resumed: %s", err)
                 return "", False, "bad_snapshot"
             name, args = paused.tool, paused.args  # signed: what the program asked, checked against the hash
-        outcome = await turn._call_tool(name, args, None if paused else f"approval_{record.id}", approved=request)
+        outcome = await turn.call_tool(name, args, None if paused else f"approval_{record.id}", approved=request)
         if not outcome.ok and outcome.attempts == 0 and outcome.error_class not in _MAY_HAVE_RUN:
             # refused before it ran (mismatch, policy, permission); an earlier attempt in doubt is no refusal
             return outcome.for_model(), False, outcome.error_class or "refused"
@@ -236,7 +316,7 @@ class TurnApprovals:
             tool_of=turn.rt.registry.get,
             scope=turn.scope,
             inline_bytes=turn.rt.gateway.inline_bytes,
-            call_tool=turn._call_tool,
+            call_tool=turn.call_tool,
             event=turn.sink.event,
             message_id=turn.message_id,
         )

@@ -43,7 +43,7 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
-from switchboard.core.providers._errors import (
+from switchboard.core.providers.errors import (
     ProviderFacts,
     auth_error,
     bad_response_error,
@@ -51,7 +51,7 @@ from switchboard.core.providers._errors import (
     stream_error,
     transport_error,
 )
-from switchboard.core.providers._transcript import paired, parse_arguments
+from switchboard.core.providers.transcript import paired, parse_arguments
 from switchboard.errors import ModelError
 
 __all__ = ["AnthropicModel"]
@@ -129,7 +129,7 @@ class AnthropicModel:
         """Run one step, yielding events as Anthropic produces them.
 
         Raises:
-            ModelError: classified as described in :mod:`switchboard.core.providers._errors`.
+            ModelError: classified as described in :mod:`switchboard.core.providers.errors`.
         """
         events = self._messages(request)
         try:

@@ -55,7 +55,7 @@ from switchboard.core.model import (
     ToolCallEvent,
     Usage,
 )
-from switchboard.core.providers._errors import (
+from switchboard.core.providers.errors import (
     ProviderFacts,
     auth_error,
     bad_response_error,
@@ -63,8 +63,8 @@ from switchboard.core.providers._errors import (
     stream_error,
     transport_error,
 )
-from switchboard.core.providers._openai_input import chat_messages, function_tool, responses_input
-from switchboard.core.providers._openai_native import (
+from switchboard.core.providers.openai_input import chat_messages, function_tool, responses_input
+from switchboard.core.providers.openai_native import (
     HostedShellReport,
     compacted_items,
     container_files,
@@ -72,7 +72,7 @@ from switchboard.core.providers._openai_native import (
     input_items,
     window_tokens,
 )
-from switchboard.core.providers._transcript import parse_arguments
+from switchboard.core.providers.transcript import parse_arguments
 from switchboard.errors import ModelError
 
 __all__ = ["CONTAINER_FETCH_TIMEOUTS", "OpenAIModel"]
@@ -156,7 +156,7 @@ class OpenAIModel:
         """Run one step, yielding events as the server produces them.
 
         Raises:
-            ModelError: classified as described in :mod:`switchboard.core.providers._errors`.
+            ModelError: classified as described in :mod:`switchboard.core.providers.errors`.
         """
         events = self._responses(request) if self.wire_api == "responses" else self._chat(request)
         try:
@@ -202,7 +202,7 @@ class OpenAIModel:
 
         Those whose id is in ``skip`` are not fetched; together they hold at most ``max_bytes``, and listing and
         downloads end within :data:`CONTAINER_FETCH_TIMEOUTS` times the request timeout (see
-        :func:`~switchboard.core.providers._openai_native.container_files`).
+        :func:`~switchboard.core.providers.openai_native.container_files`).
 
         Raises:
             ModelError: classified as a failed step is.

@@ -17,15 +17,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from switchboard.core.tools.definition import Tool
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "EFFECT_TTL_S",
     "EffectRecord",
     "EffectStore",
+    "EffectTool",
     "Refused",
     "TurnEffects",
     "claim_effect",
@@ -86,6 +84,26 @@ class EffectRecord:
         )
 
 
+class EffectTool(Protocol):
+    """What effect records read of a tool (a :class:`~switchboard.core.tools.definition.Tool`)."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name, kept on its records."""
+
+    @property
+    def side_effect(self) -> Literal["read", "write"]:
+        """Only writes are claimed."""
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """Arguments naming the logical action; empty: all."""
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a sibling's claim of the same action is awaited."""
+
+
 @runtime_checkable
 class EffectStore(Protocol):
     """Idempotency records of write effects (implemented in Redis by the queue layer, fenced by the lease)."""
@@ -131,7 +149,7 @@ class TurnEffects:
         self.doubts[key] = (record, dict(info))
 
 
-def logical_action(tool: Tool, normalised: dict[str, Any]) -> dict[str, Any]:
+def logical_action(tool: EffectTool, normalised: dict[str, Any]) -> dict[str, Any]:
     """The arguments that name the action: the tool's ``key_fields``, or all of them."""
     if not tool.key_fields:
         return normalised
@@ -169,7 +187,7 @@ class Refused:
 
 
 async def claim_effect(
-    effects: EffectStore | None, tool: Tool, key: str, fingerprint: str, *, run_id: str = ""
+    effects: EffectStore | None, tool: EffectTool, key: str, fingerprint: str, *, run_id: str = ""
 ) -> dict[str, Any] | Refused | None:
     """Claim a write's key before it runs.
 
@@ -231,7 +249,7 @@ def running(key: str) -> Iterator[None]:
 
 
 async def _after_sibling(
-    effects: EffectStore, tool: Tool, key: str, fingerprint: str, run_id: str
+    effects: EffectStore, tool: EffectTool, key: str, fingerprint: str, run_id: str
 ) -> tuple[bool, EffectRecord | None]:
     """Wait (at most the tool's timeout) while a sibling call of this process works on ``key``; read it meanwhile.
 
@@ -255,7 +273,7 @@ async def _after_sibling(
 
 
 async def settle_effect(
-    effects: EffectStore | None, tool: Tool, key: str, fingerprint: str, outcome: dict[str, Any] | None
+    effects: EffectStore | None, tool: EffectTool, key: str, fingerprint: str, outcome: dict[str, Any] | None
 ) -> None:
     """Record a write's successful ``outcome`` (JSON) under its key, or release the claim (``None``)."""
     if tool.side_effect != "write" or effects is None:
@@ -267,7 +285,7 @@ async def settle_effect(
 
 async def doubt_effect(
     effects: EffectStore | None,
-    tool: Tool,
+    tool: EffectTool,
     key: str,
     fingerprint: str,
     info: Mapping[str, str],

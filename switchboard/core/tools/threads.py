@@ -12,15 +12,26 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from switchboard.core.tools.definition import ToolContext
+from switchboard.types import SessionKey
 
-__all__ = ["ThreadShare", "default_share", "run_blocking"]
+__all__ = ["SessionThreads", "ThreadShare", "default_share", "run_blocking"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class SessionThreads(Protocol):
+    """What :func:`run_blocking` reads of a call's context (a :class:`.definition.ToolContext`)."""
+
+    @property
+    def session_key(self) -> SessionKey:
+        """The session whose share the work counts against."""
+
+    @property
+    def threads(self) -> ThreadShare | None:
+        """The pool the gateway set; ``None``: the process default."""
 
 
 class ThreadShare:
@@ -101,7 +112,7 @@ def default_share() -> ThreadShare:
         return _default
 
 
-async def run_blocking(ctx: ToolContext, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+async def run_blocking(ctx: SessionThreads, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run blocking tool work for the session of ``ctx``, within its share of the tool threads."""
     share = ctx.threads if ctx.threads is not None else default_share()
     return await share.run(ctx.session_key, fn, *args, **kwargs)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, assert_never
 
 from switchboard.core.tools.builtin.files import check_relative_path
+from switchboard.core.workspaces.config import WorkspaceSettings
 from switchboard.core.workspaces.disk import Quotas, Workspaces, tenant_dir, workspace_for
 from switchboard.core.workspaces.safepaths import UnsafePathError, read_regular
 from switchboard.core.workspaces.store import MAX_READ_BYTES, LocalWorkspaces, WorkspaceStore
@@ -33,7 +34,6 @@ from switchboard.core.workspaces.sync import (
     write_copy,
 )
 from switchboard.errors import ConfigError, ToolError
-from switchboard.settings import Settings
 
 __all__ = ["S3Workspaces", "build_workspace_store"]
 
@@ -337,18 +337,19 @@ class S3Workspaces:
             await stack.aclose()
 
 
-def build_workspace_store(settings: Settings, workspaces: Workspaces | None = None) -> WorkspaceStore:
-    """The store ``SWITCHBOARD_WORKSPACES__BACKEND`` names, working under ``Settings.workspace_path``.
+def build_workspace_store(
+    root: Path, spaces: WorkspaceSettings, workspaces: Workspaces | None = None
+) -> WorkspaceStore:
+    """The store ``SWITCHBOARD_WORKSPACES__BACKEND`` names, working under ``root`` (``Settings.workspace_path``).
 
     Args:
-        settings: The settings.
-        workspaces: The quotas' bookkeeping the tools write through (default: one from the settings).
+        root: The workspaces' directory (of the working copies, for ``s3``).
+        spaces: ``SWITCHBOARD_WORKSPACES__*`` (``Settings.workspaces``).
+        workspaces: The quotas' bookkeeping the tools write through (default: one from ``spaces``).
 
     Raises:
         ConfigError: ``s3`` without a bucket, or with a bad prefix.
     """
-    root = settings.workspace_path
-    spaces = settings.workspaces
     if workspaces is None:
         mib = 2**20
         workspaces = Workspaces(

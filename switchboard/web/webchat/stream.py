@@ -2,7 +2,7 @@
 
 A browser's ``EventSource`` cannot send headers, so the page opens the stream with a single-use, short-lived
 **stream ticket** and the long-lived token never appears in a URL; tickets per session are capped, so unused ones
-cannot pile up. An open stream holds no Redis connection (one :class:`~switchboard.queue.fanout.StreamFanout` per
+cannot pile up. An open stream holds no Redis connection (one :class:`~switchboard.web.webchat.fanout.StreamFanout` per
 process reads for all), and open streams are capped per session and per client address across processes.
 """
 
@@ -22,7 +22,6 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from switchboard.outbound import webstream
-from switchboard.queue.fanout import StreamFanout, Subscription, SubscriptionClosedError
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import issue_stream_ticket
 from switchboard.queue.streamslots import Slot, StreamSlots
@@ -30,7 +29,8 @@ from switchboard.settings import Settings
 from switchboard.types import SessionKey
 from switchboard.web.appkeys import REDIS, SETTINGS
 from switchboard.web.clientaddr import client_address
-from switchboard.web.webchat import routes as webchat
+from switchboard.web.webchat import access
+from switchboard.web.webchat.fanout import StreamFanout, Subscription, SubscriptionClosedError
 
 __all__ = [
     "KEEPALIVE_S",
@@ -54,7 +54,7 @@ TICKETS_PER_TTL: Final = 10
 """Stream tickets a session may be issued in any :data:`TICKET_TTL_S` (a page needs one per stream it opens)."""
 RETRY_AFTER_S: Final = 10
 """``Retry-After`` when a stream cap is reached (a stream frees its slot as soon as it closes)."""
-REVOCATION_CHECK_S: Final = webchat.TOKEN_CACHE_S
+REVOCATION_CHECK_S: Final = access.TOKEN_CACHE_S
 """How often open streams' tokens are checked: a token revoked through another process ends its streams here within
 this (through this process: at once)."""
 _FANOUT: Final = web.AppKey("webchat_fanout", StreamFanout)
@@ -65,19 +65,6 @@ _SSE_HEADERS: Final = {
     "X-Accel-Buffering": "no",
 }
 _warned_at = 0.0
-
-
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    body = {"ok": False, "error": {"code": code, "message": message}}
-    return web.json_response(body, status=status, headers={**webchat._CORS_HEADERS, **(headers or {})})
-
-
-def _unauthorized(message: str) -> web.Response:
-    return _error(401, "unauthorized", message, {"WWW-Authenticate": 'Bearer realm="switchboard"'})
-
-
-def _unavailable() -> web.Response:
-    return _error(503, "queue_unavailable", "the queue did not confirm in time; retry")
 
 
 def _warn(message: str) -> None:
@@ -95,11 +82,11 @@ async def _token_session(request: web.Request, token_hash: str) -> SessionKey | 
     Raises:
         RedisError: Redis failed (``TimeoutError`` / ``OSError`` likewise).
     """
-    cache = request.app[webchat._TOKENS]
+    cache = request.app[access.TOKENS]
     cached = cache.get(token_hash)
     if cached is not None:
         return cached
-    value = await request.app[_FANOUT].redis.getex(GlobalKeys().web_token(token_hash), ex=webchat.TOKEN_TTL_S)
+    value = await request.app[_FANOUT].redis.getex(GlobalKeys().web_token(token_hash), ex=access.TOKEN_TTL_S)
     if value is None:
         return None
     session = SessionKey(value.decode() if isinstance(value, bytes) else str(value))
@@ -108,7 +95,7 @@ async def _token_session(request: web.Request, token_hash: str) -> SessionKey | 
 
 
 def _token_hash(token: str | None) -> str | None:
-    return webchat.hash_token(token) if token and len(token) <= 512 else None
+    return access.hash_token(token) if token and len(token) <= 512 else None
 
 
 async def _ticket_token(request: web.Request, ticket: str) -> str | None:
@@ -119,7 +106,7 @@ async def _ticket_token(request: web.Request, ticket: str) -> str | None:
     """
     if not ticket or len(ticket) > 512:
         return None
-    value = await request.app[_FANOUT].redis.getdel(GlobalKeys().web_stream_ticket(webchat.hash_token(ticket)))
+    value = await request.app[_FANOUT].redis.getdel(GlobalKeys().web_stream_ticket(access.hash_token(ticket)))
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -130,22 +117,24 @@ async def stream_ticket(request: web.Request) -> web.Response:
     settings: Settings = request.app[SETTINGS]
     try:
         async with asyncio.timeout(settings.queue.ingest_timeout_s):
-            token_hash = _token_hash(webchat._bearer(request, allow_query=False))
+            token_hash = _token_hash(access.bearer(request, allow_query=False))
             session = None if token_hash is None else await _token_session(request, token_hash)
             if token_hash is None or session is None:
-                return _unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
+                return access.unauthorized(
+                    "missing or wrong bearer token: create a session with POST /api/chat/sessions"
+                )
             ticket = secrets.token_urlsafe(32)
             # The ticket names the token, not the session: a token revoked meanwhile opens nothing with it.
-            key = GlobalKeys().web_stream_ticket(webchat.hash_token(ticket))
+            key = GlobalKeys().web_stream_ticket(access.hash_token(ticket))
             wait_ms = await issue_stream_ticket(
                 request.app[_FANOUT].redis, session, key, token_hash, ttl_s=TICKET_TTL_S, per_ttl=TICKETS_PER_TTL
             )
     except (TimeoutError, RedisError, OSError):
-        return _unavailable()
+        return access.unavailable()
     if wait_ms:  # nothing was stored
-        return webchat._too_many(wait_ms, f"at most {TICKETS_PER_TTL} stream tickets per {TICKET_TTL_S} s")
+        return access.too_many(wait_ms, f"at most {TICKETS_PER_TTL} stream tickets per {TICKET_TTL_S} s")
     return web.json_response(
-        {"ticket": ticket, "expires_in": TICKET_TTL_S}, headers={**webchat._CORS_HEADERS, "Cache-Control": "no-store"}
+        {"ticket": ticket, "expires_in": TICKET_TTL_S}, headers={**access.CORS_HEADERS, "Cache-Control": "no-store"}
     )
 
 
@@ -166,17 +155,17 @@ async def _admit(request: web.Request) -> _Admitted | web.Response:
     try:
         after = webstream.parse_event_id(last) if last is not None else None
     except ValueError as err:
-        return _error(400, "bad_last_event_id", str(err))
+        return access.error(400, "bad_last_event_id", str(err))
     ticket = _first(query, "ticket")
     try:
         async with asyncio.timeout(settings.queue.ingest_timeout_s):
             if ticket is not None:
                 token_hash = await _ticket_token(request, ticket)
             else:
-                token_hash = _token_hash(webchat._bearer(request, allow_query=False) or _first(query, "token"))
+                token_hash = _token_hash(access.bearer(request, allow_query=False) or _first(query, "token"))
             session = await _token_session(request, token_hash) if token_hash is not None else None
             if token_hash is None or session is None:
-                return _unauthorized(
+                return access.unauthorized(
                     "missing, wrong or used credential: pass ?ticket=<ticket from POST /api/chat/stream-ticket>, "
                     "Authorization: Bearer <token> or ?token=<token>"
                 )
@@ -189,10 +178,10 @@ async def _admit(request: web.Request) -> _Admitted | web.Response:
             )
     except (TimeoutError, RedisError, OSError) as exc:
         _warn(f"web chat stream refused: Redis failed ({type(exc).__name__})")
-        return _unavailable()
+        return access.unavailable()
     if isinstance(slot, str):
         cap = limits.streams_per_session if slot == "session" else limits.streams_per_address
-        return _error(
+        return access.error(
             429,
             "too_many_streams",
             f"at most {cap} open streams per {slot}; close one or retry later",
@@ -218,7 +207,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return admitted
     # CORS headers only where a browser reads them (a cross-origin request names its Origin); each open stream
     # keeps its headers for as long as it lives.
-    cors = webchat._CORS_HEADERS if "Origin" in request.headers else {}
+    cors = access.CORS_HEADERS if "Origin" in request.headers else {}
     response = web.StreamResponse(headers={**_SSE_HEADERS, **cors})
     fanout = request.app[_FANOUT]
     subscription: Subscription | None = None
@@ -233,7 +222,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         # A revocation that landed between admission and subscribing closed nothing: look once more, now that a
         # later one will find this subscription.
         if not await fanout.redis.exists(GlobalKeys().web_token(admitted.token_hash)):
-            request.app[webchat._TOKENS].drop(admitted.token_hash)
+            request.app[access.TOKENS].drop(admitted.token_hash)
             return response
         if behind:  # what the reader took before this stream subscribed
             last = await _replay(fanout.redis, response, admitted.session, last)
@@ -308,7 +297,7 @@ async def _check_revocations(app: web.Application) -> None:
                 gone = {t for t, value in zip(chunk, found, strict=True) if value is None}
                 if gone:
                     for token_hash in gone:
-                        app[webchat._TOKENS].drop(token_hash)
+                        app[access.TOKENS].drop(token_hash)
                     fanout.close_tagged(gone, "revoked")
         except (TimeoutError, RedisError, OSError) as exc:
             _warn(f"could not check open streams' tokens: Redis failed ({type(exc).__name__})")
@@ -316,7 +305,7 @@ async def _check_revocations(app: web.Application) -> None:
 
 async def preflight(request: web.Request) -> web.Response:
     """CORS preflight for the stream routes."""
-    return web.Response(status=204, headers=dict(webchat._CORS_HEADERS))
+    return web.Response(status=204, headers=dict(access.CORS_HEADERS))
 
 
 async def _on_shutdown(app: web.Application) -> None:

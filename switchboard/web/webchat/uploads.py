@@ -19,7 +19,7 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.queue.uploads import UploadStore
 from switchboard.settings import Settings
 from switchboard.web.appkeys import REDIS, SETTINGS
-from switchboard.web.webchat import routes as webchat
+from switchboard.web.webchat import access
 
 __all__ = ["MAX_NAME_CHARS", "add_upload_routes", "post_upload"]
 
@@ -96,30 +96,30 @@ async def post_upload(request: web.Request) -> web.Response:
     multipart = request.content_type.startswith("multipart/")
     declared = request.content_length
     if declared is not None and declared > limit + (_MULTIPART_SLACK if multipart else 0):
-        webchat._reject(app, "too_large")
-        return webchat._error(413, "file_too_large", too_large)
+        access.reject(app, "too_large")
+        return access.error(413, "file_too_large", too_large)
     try:
-        session = await webchat._session_for(request, allow_query=False)
+        session = await access.session_for(request, allow_query=False)
     except QueueUnavailableError:
-        webchat._reject(app, "queue_unavailable")
-        return webchat._unavailable()
+        access.reject(app, "queue_unavailable")
+        return access.unavailable()
     if session is None:
-        webchat._reject(app, "unauthorized")
-        return webchat._unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
+        access.reject(app, "unauthorized")
+        return access.unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
     try:
         found = await (_multipart_file(request, limit) if multipart else _raw_file(request, limit))
     except _TooLarge:
-        webchat._reject(app, "too_large")
-        return webchat._error(413, "file_too_large", too_large)
+        access.reject(app, "too_large")
+        return access.error(413, "file_too_large", too_large)
     except ValueError:  # a malformed multipart body (no boundary, bad headers)
         found = None
     if found is None:
-        webchat._reject(app, "malformed_body")
-        return webchat._error(400, "malformed_body", "a multipart upload's first part must be the file")
+        access.reject(app, "malformed_body")
+        return access.error(400, "malformed_body", "a multipart upload's first part must be the file")
     raw_name, raw_mime, data = found
     if not data:
-        webchat._reject(app, "malformed_body")
-        return webchat._error(400, "empty_file", "the file is empty")
+        access.reject(app, "malformed_body")
+        return access.error(400, "empty_file", "the file is empty")
     mime_type = _clean_mime(raw_mime)
     if mime_type == _DEFAULT_MIME and raw_name:
         mime_type = _clean_mime(mimetypes.guess_type(raw_name)[0])
@@ -128,12 +128,12 @@ async def post_upload(request: web.Request) -> web.Response:
     try:
         wait_ms = await store.count(session, settings.limits.messages_per_session_per_minute)
         if wait_ms:
-            webchat._reject(app, "rate_limited")
-            return webchat._too_many(wait_ms, "too many uploads in this session")
+            access.reject(app, "rate_limited")
+            return access.too_many(wait_ms, "too many uploads in this session")
         upload = await store.store(session, name, mime_type, data)
     except QueueUnavailableError:
-        webchat._reject(app, "queue_unavailable")
-        return webchat._unavailable()
+        access.reject(app, "queue_unavailable")
+        return access.unavailable()
     logger.debug("web chat upload stored: %d bytes, %s", upload.size, upload.kind)
     body = {
         "upload": upload.id,
@@ -142,10 +142,10 @@ async def post_upload(request: web.Request) -> web.Response:
         "mime_type": upload.mime_type,
         "kind": upload.kind,
     }
-    return web.json_response(body, status=201, headers={**webchat._CORS_HEADERS, **webchat._NO_STORE})
+    return web.json_response(body, status=201, headers={**access.CORS_HEADERS, **access.NO_STORE})
 
 
 def add_upload_routes(app: web.Application) -> None:
     """Register ``POST /api/chat/uploads`` and its CORS preflight."""
     app.router.add_post("/api/chat/uploads", post_upload)
-    app.router.add_route("OPTIONS", "/api/chat/uploads", webchat.preflight)
+    app.router.add_route("OPTIONS", "/api/chat/uploads", access.preflight)

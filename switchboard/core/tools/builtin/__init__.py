@@ -13,7 +13,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.agent.slots import SLOT_TOOLS
 from switchboard.core.model import ToolSpec
+from switchboard.core.tools.builtin.clock import TOOLS as CLOCK_TOOLS
+from switchboard.core.tools.builtin.skills import agent_skills, skill_tools
 from switchboard.core.tools.definition import Tool
 
 if TYPE_CHECKING:
@@ -116,8 +119,6 @@ class ToolRegistry:
 
     def skills(self, agent: Agent) -> tuple[SkillRef, ...]:
         """The packages of ``agent``'s ``skills`` list, resolved for one turn (none without ``use_skill``)."""
-        from switchboard.skills.loading import agent_skills
-
         return agent_skills(self.for_agent(agent), agent)
 
     def problems(self, agent: Agent) -> list[str]:
@@ -150,9 +151,6 @@ def default_registry(
         skills: Where ``use_skill`` finds packages (default: the built-in skills only).
         egress: The worker's egress proxy for ``shell`` commands (``None``: they have no network).
     """
-    from switchboard.core.agent.slots import SLOT_TOOLS
-    from switchboard.core.tools.builtin.clock import TOOLS as CLOCK_TOOLS
-
     registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
     for module_name in OPTIONAL_TOOL_MODULES:
         try:
@@ -169,8 +167,6 @@ def default_registry(
 
         for tool in shell_tools(detect_on_first_use if sandbox == "detect" else sandbox, shell, egress):
             registry.register(tool)
-    from switchboard.skills.loading import skill_tools
-
     for tool in skill_tools(skills):
         registry.register(tool)
     if documents is not None and "read_document" in registry:

@@ -16,7 +16,7 @@ from openai.types.chat import (
 from openai.types.responses import FunctionToolParam, ResponseInputItemParam, ResponseInputMessageContentListParam
 
 from switchboard.core.model import ChatMessage, ImagePart
-from switchboard.core.providers._transcript import arguments_json, paired
+from switchboard.core.providers.transcript import arguments_json, paired
 
 __all__ = ["chat_messages", "data_url", "function_tool", "responses_input"]
 

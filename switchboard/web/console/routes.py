@@ -2,7 +2,7 @@
 
 Anonymous requests get ``401`` (JSON) under ``/console/api/`` and a redirect to sign in for pages; every request but
 ``GET``/``HEAD`` must carry the sign-in's CSRF token. With no operator configured the pages say how to add one and the
-API answers ``403``. :func:`add_routes` lists the routes.
+API answers ``403``. The data and actions are :mod:`switchboard.web.console.api`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from switchboard.console.auth import (
+from switchboard.control.scope import is_text
+from switchboard.errors import QueueUnavailableError
+from switchboard.settings import Settings
+from switchboard.web.appkeys import SETTINGS
+from switchboard.web.console.auth import (
     CSRF_HEADER,
     Signin,
     Throttle,
@@ -25,11 +29,7 @@ from switchboard.console.auth import (
     set_cookie,
     start_signin,
 )
-from switchboard.console.passwords import MAX_PASSWORD_CHARS, verify_password
-from switchboard.control.scope import is_text
-from switchboard.errors import QueueUnavailableError
-from switchboard.settings import Settings
-from switchboard.web.appkeys import SETTINGS
+from switchboard.web.console.passwords import MAX_PASSWORD_CHARS, verify_password
 
 __all__ = ["SIGNIN", "STATIC_DIR", "Handler", "add_routes", "error", "operator_only"]
 
@@ -54,7 +54,7 @@ SECURITY_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 SIGNIN: Final = web.RequestKey("console_signin", Signin)
-"""``request[SIGNIN]``: the :class:`~switchboard.console.auth.Signin` of a request that passed :func:`operator_only`."""
+"""``request[SIGNIN]``: the :class:`.auth.Signin` of a request that passed :func:`operator_only`."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -216,21 +216,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the console on ``app`` (which must carry SETTINGS and REDIS).
-
-    =================================== ==================================================================
-    ``GET /console``                     the console page (signed in), a redirect to sign in (not), or how to
-                                         add an operator (none configured)
-    ``GET /console/login``               the sign-in page
-    ``POST /console/login``              ``{"name", "password"}`` (JSON) → ``200 {"operator", "tenants", "csrf"}``
-                                         and the cookie; ``401`` wrong, ``429`` throttled
-    ``POST /console/api/logout``         ends the sign-in (CSRF)
-    ``GET /console/api/me``              ``{"operator", "tenants", "csrf", "via"}``
-    ``/console/api/…``                   the data and actions, :mod:`switchboard.console.api`
-    =================================== ==================================================================
-    """
-    from switchboard.console import api
-
+    """Register the console's page and sign-in on ``app`` (its API: :func:`.api.add_api_routes`)."""
     app.router.add_get("/console", operator_only(page))
     app.router.add_get("/console/", slash)
     app.router.add_get("/console/login", login_page)
@@ -238,4 +224,3 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/console/static/{name}", static)
     app.router.add_get("/console/api/me", operator_only(me))
     app.router.add_post("/console/api/logout", operator_only(logout))
-    api.add_api_routes(app)

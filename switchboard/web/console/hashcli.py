@@ -10,7 +10,7 @@ import getpass
 import sys
 from typing import TextIO
 
-from switchboard.console.passwords import hash_password
+from switchboard.web.console.passwords import hash_password
 
 __all__ = ["hash_password_command"]
 

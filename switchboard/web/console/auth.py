@@ -21,11 +21,11 @@ from typing import Final, Literal
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from switchboard.console.config import Operator
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys
 from switchboard.settings import Settings
+from switchboard.settings.console import Operator
 from switchboard.web.appkeys import REDIS, SETTINGS
 from switchboard.web.clientaddr import client_address, from_trusted_proxy
 

@@ -1,7 +1,4 @@
-"""The console's settings: operators from the YAML file (``console.operators``), the rest from the environment.
-
-Kept free of aiohttp and Redis so that :mod:`switchboard.settings` can import it.
-"""
+"""The console's settings: operators from the YAML file (``console.operators``), the rest from the environment."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from typing import Any, Final
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from switchboard.console.routes import SECURITY_HEADERS, SIGNIN, Handler, error, operator_only
 from switchboard.control import (
     Accepted,
     ControlError,
@@ -29,6 +28,7 @@ from switchboard.control import (
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.errors import QueueUnavailableError
 from switchboard.web.appkeys import INGESTOR, REDIS, SETTINGS
+from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, Handler, error, operator_only
 
 __all__ = ["add_api_routes", "approval_json"]
 

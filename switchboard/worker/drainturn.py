@@ -1,0 +1,58 @@
+"""What a drain holds for the turn in flight, and how a drain ends (shared by :mod:`.drain` and :mod:`.endings`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from enum import Enum
+
+from switchboard.core.messages import ConversationRef
+from switchboard.outbound.outbox import Outbox
+from switchboard.outbound.streaming import ReplyStream
+from switchboard.queue.lease import LeaseToken
+from switchboard.queue.ledger import Ledger
+from switchboard.worker.busy import BusyTurn
+
+__all__ = ["DrainOutcome", "DrainTurn"]
+
+
+class DrainOutcome(Enum):
+    """How a drain ended (the worker decides what happens to the RQ job from it)."""
+
+    RELEASED = "released"
+    """The inbox was empty: lease, drain flag and runnable mark removed in one step."""
+    BUSY = "busy"
+    """Another live holder has the lease; it drains the session."""
+    FENCED = "fenced"
+    """The lease passed to another epoch mid-drain; this drain stopped before its next side effect."""
+    HANDED_OVER = "handed_over"
+    """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
+    YIELDED = "yielded"
+    """Other sessions were waiting: the lease was given up and a new drain job queued at the back, in one step."""
+    DEFERRED = "deferred"
+    """The model provider asked to wait: the head was put off and the lease given up; the reaper resumes it."""
+
+
+@dataclass(slots=True)
+class DrainTurn:
+    """What one drain holds while it runs a turn."""
+
+    lease: LeaseToken
+    lost: asyncio.Event
+    ledger: Ledger
+    conversation: ConversationRef | None = None
+    reply_to: str | None = None
+    run_id: str = ""
+    deltas: int = 0
+    acts: int = 0
+    outbox: Outbox | None = None
+    stream: ReplyStream | None = None
+    """The streaming policy of the turn in flight (set once its conversation is known)."""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a stop was asked (``/stop``, console, or a newer message under ``interrupt``) for the turn in flight."""
+    busy: BusyTurn = field(default_factory=BusyTurn)
+    """What the ``interrupt`` and ``steer`` busy policies track of the turn in flight."""
+    stop_reason: str = ""
+    stopped_at: float | None = None
+    """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
+    typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
