@@ -1,19 +1,9 @@
 """③ Ingest: accept one inbound message durably, in one Lua script (one round trip on the hot path).
 
-The script (``lua/ingest.lua``) does, atomically: dedup check → abuse limits (inbox depth, messages per
-session and per sender, see :mod:`switchboard.queue.limits`) → dedup key ``SET EX`` → message record → inbox
-append → runnable mark → session meta → ``message_received`` and ``run_queued`` facts → optional web
-chat echo (its web stream trimmed to its byte budget) → and, only when no drain is pending for the session, the
-drain flag plus an RQ job pushed on the queue → for a web chat session, the idle TTL on every one of its keys
-(``SWITCHBOARD_LIMITS__IDLE_SESSION_TTL_S``; the drain's ``begin`` gives it again, so an idle session expires
-whole). A platform retry can therefore never be dropped while its original was lost, and sessions that already
-have a pending drain cost no RQ work at all. Under the ``interrupt`` busy policy, a message that lands while a turn
-runs also asks that turn to stop, in the same script (see :mod:`switchboard.queue.cancellation`).
-
-With ``idempotent=True`` (the web chat's ``client_id``) the dedup key is an idempotency key: the dedup record also
-holds a short hash of the text, and the same key with a different text is refused as :attr:`IngestResult.reused`
-(nothing written) instead of answered as a duplicate. Platforms' retries carry identical payloads, so their dedup
-stays a plain duplicate check.
+``lua/ingest.lua`` checks dedup and the abuse limits, then records the message, appends it to the inbox, marks the
+session runnable and enqueues a drain job only when none is pending, all atomically: a platform retry is never
+dropped while its original was lost (``docs/ARCHITECTURE.md`` §5). With ``idempotent=True`` (the web chat's
+``client_id``) the same key with another text is refused as :attr:`IngestResult.reused` instead of deduplicated.
 """
 
 from __future__ import annotations
