@@ -318,6 +318,10 @@ def check_env_blocks(settings: Settings) -> None:
         ConfigError: naming every invalid variable of every such channel.
     """
     problems: list[str] = []
+    blocks = {f"SWITCHBOARD_{name.upper()}" for name in CHANNEL_MODULES}
+    for variable in settings.environ:  # a whole block in one variable is no way to set a channel: say so
+        if variable.upper() in blocks:
+            problems.append(f"  {variable}: set the channel's settings one by one, as {variable.upper()}__<FIELD>")
     for found in configured_factories(settings):
         try:
             env_block(settings, found)

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from switchboard.channels.registry import check_env_blocks
 from switchboard.cli.checks import redacted_url
 from switchboard.errors import ConfigError
 from switchboard.settings import load_settings
@@ -110,4 +111,4 @@ def test_a_mangled_setting_is_a_config_error_not_a_traceback(
         (tmp_path / "latin1.yaml").write_bytes(b"agents: {caf\xe9: {}}\n")
         value = str(tmp_path / "latin1.yaml")
     with pytest.raises(ConfigError, match=named):  # before: SettingsError, IsADirectoryError, UnicodeDecodeError
-        load_settings(base_env | {variable: value})
+        check_env_blocks(load_settings(base_env | {variable: value}))  # as every command starts
