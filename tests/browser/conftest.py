@@ -268,9 +268,7 @@ class ChatPage:
 
     async def session(self) -> str:
         """The session id this page keeps in localStorage."""
-        value: str = await self.page.evaluate(
-            "() => JSON.parse(localStorage.getItem('switchboard.webchat')).session"
-        )
+        value: str = await self.page.evaluate("() => JSON.parse(localStorage.getItem('switchboard.webchat')).session")
         return value
 
 

@@ -73,9 +73,7 @@ async def test_the_stream_is_opened_with_a_ticket_never_the_token(open_chat: Ope
     opened: list[str] = []
     chat.page.on("request", lambda request: opened.append(request.url) if "/api/chat/stream" in request.url else None)
     await chat.reload()
-    token: str = await chat.page.evaluate(
-        "() => JSON.parse(localStorage.getItem('switchboard.webchat')).token"
-    )
+    token: str = await chat.page.evaluate("() => JSON.parse(localStorage.getItem('switchboard.webchat')).token")
     streams = [url for url in opened if "/api/chat/stream?" in url]
     assert streams, opened
     assert all("ticket=" in url and token not in url for url in streams), streams
