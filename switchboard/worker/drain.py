@@ -30,7 +30,7 @@ from switchboard.errors import DeliveryError, FencedWriteError, RunCancelledErro
 from switchboard.outbound.deliver import ClassifiedDeliverer, Deliverer
 from switchboard.outbound.outbox import Ephemeral, Outbox, idempotency_key
 from switchboard.outbound.ratelimits import SendBuckets
-from switchboard.outbound.sending import REPLY, Undelivered, deliver_reply
+from switchboard.outbound.sending import REPLY, Undelivered
 from switchboard.outbound.streaming import ReplyStream
 from switchboard.outbound.toolstatus import StatusBoard, resume, settle
 from switchboard.queue.cancellation import is_stop
@@ -354,15 +354,8 @@ class Drainer(TurnEndings):
         if result.text.strip():
             stream = turn.stream
             reply = stream.reply(result.text) if stream else SendText(text=result.text, reply_to=turn.reply_to)
-            sent = await deliver_reply(
-                outbox,
-                reply,
-                conversation,
-                run_id=turn.run_id,
-                settings=self.settings,
-                pause=lambda delay: self._pause(turn, delay),
-                facts=encode_facts(sink.take()) if sink.held else "",
-            )
+            facts = encode_facts(sink.take()) if sink.held else ""
+            sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
         else:
             await sink.flush()
         return result, sent

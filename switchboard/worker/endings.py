@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendError, SendText, SetStatus, StreamText
 from switchboard.core.events import SendDeadLettered
-from switchboard.core.messages import InboundMessage
+from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import HistoryEntry
 from switchboard.errors import DeliveryError, ModelError
 from switchboard.outbound.deliver import Deliverer
@@ -84,6 +84,28 @@ class TurnEndings:
             lost.cancel()
             pause.cancel()
 
+    async def _deliver(
+        self,
+        turn: DrainTurn,
+        outbox: Outbox,
+        reply: SendText | StreamText,
+        conversation: ConversationRef,
+        *,
+        facts: str = "",
+        attempts_made: int = 0,
+    ) -> Receipt | Undelivered:
+        """Send the turn's reply durably (:func:`~switchboard.outbound.sending.deliver_reply`), pausing by the lease."""
+        return await deliver_reply(
+            outbox,
+            reply,
+            conversation,
+            run_id=turn.run_id,
+            settings=self.settings,
+            pause=lambda delay: self._pause(turn, delay),
+            facts=facts,
+            attempts_made=attempts_made,
+        )
+
     async def _finish(
         self,
         turn: DrainTurn,
@@ -136,15 +158,7 @@ class TurnEndings:
             sent = Receipt(parts=pending.parts)
         else:
             conversation = messages[-1].conversation
-            sent = await deliver_reply(
-                outbox,
-                reply,
-                conversation,
-                run_id=turn.run_id,
-                settings=self.settings,
-                pause=lambda delay: self._pause(turn, delay),
-                attempts_made=pending.attempts,
-            )
+            sent = await self._deliver(turn, outbox, reply, conversation, attempts_made=pending.attempts)
         await self._finish(turn, attempt, messages, outbox, text=reply.text, sent=sent, started=started)
 
     async def _stopped(

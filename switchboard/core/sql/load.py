@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.core.sql.guard import quote_ident
-from switchboard.core.tools.parsers import MAX_COLUMNS, MAX_UNZIPPED_BYTES, SNIFF_CHARS
+from switchboard.core.tools.parsers import MAX_COLUMNS, MAX_UNZIPPED_BYTES, csv_dialect
 from switchboard.core.tools.parsers import _check_zip as check_zip  # the same zip-bomb check as read_document
 from switchboard.core.tools.parsers import _decode as decode
 from switchboard.core.workspaces.safepaths import read_bytes
@@ -190,12 +190,7 @@ def _nonblank(rows: Iterable[Sequence[Any]]) -> Iterator[Sequence[Any]]:
 
 def _csv_rows(target: Path, suffix: str) -> Callable[[], Iterator[Sequence[Any]]]:
     text = decode(read_bytes(Path(), target.parts))  # from the workspace (cwd), no link followed
-    dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
-    if suffix != ".tsv":
-        try:
-            dialect = csv.Sniffer().sniff(text[:SNIFF_CHARS], delimiters=",;\t|")
-        except csv.Error:
-            dialect = csv.excel
+    dialect = csv_dialect(text, suffix)
     return lambda: _nonblank(csv.reader(io.StringIO(text, newline=""), dialect))
 
 

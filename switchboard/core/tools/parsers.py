@@ -21,7 +21,7 @@ from switchboard.core.agent.programs import cap_output
 from switchboard.core.workspaces.safepaths import read_bytes
 from switchboard.errors import ToolError
 
-__all__ = ["MAX_COLUMNS", "MAX_UNZIPPED_BYTES", "parse", "table_card"]
+__all__ = ["MAX_COLUMNS", "MAX_UNZIPPED_BYTES", "csv_dialect", "parse", "table_card"]
 
 MAX_UNZIPPED_BYTES = 128 * 2**20
 """DOCX and XLSX are zip files: refuse ones whose members really expand past this (zip bombs)."""
@@ -144,14 +144,19 @@ def _decode(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+def csv_dialect(text: str, suffix: str) -> type[csv.Dialect] | csv.Dialect:
+    """The dialect of a delimited file's ``text``: tabs for ``.tsv``, else sniffed (``excel`` when unsure)."""
+    if suffix == ".tsv":
+        return csv.excel_tab
+    try:
+        return csv.Sniffer().sniff(text[:SNIFF_CHARS], delimiters=",;\t|")
+    except csv.Error:
+        return csv.excel
+
+
 def _csv(target: Path, suffix: str, sample_rows: int) -> dict[str, Any]:
     text = _decode(read_bytes(Path(), target.parts))  # from the workspace (cwd), no link followed
-    dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
-    if suffix != ".tsv":
-        try:
-            dialect = csv.Sniffer().sniff(text[:SNIFF_CHARS], delimiters=",;\t|")
-        except csv.Error:
-            dialect = csv.excel
+    dialect = csv_dialect(text, suffix)
     card = table_card(csv.reader(io.StringIO(text, newline=""), dialect), sample_rows=sample_rows)
     return {"kind": "table", "format": suffix.lstrip("."), **card}
 

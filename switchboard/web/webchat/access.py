@@ -29,6 +29,7 @@ __all__ = [
     "TOKEN_TTL_S",
     "TokenCache",
     "bearer",
+    "bearer_session",
     "error",
     "hash_token",
     "preflight",
@@ -162,6 +163,19 @@ async def session_for(request: web.Request, *, allow_query: bool) -> SessionKey 
         return None
     session = SessionKey(value.decode() if isinstance(value, bytes) else str(value))
     cache.put(token_hash, session)
+    return session
+
+
+async def bearer_session(request: web.Request) -> SessionKey | web.Response:
+    """The session a POST's bearer token names, or the response refusing the request (``401``, or ``503``)."""
+    try:
+        session = await session_for(request, allow_query=False)
+    except QueueUnavailableError:
+        reject(request.app, "queue_unavailable")
+        return unavailable()
+    if session is None:
+        reject(request.app, "unauthorized")
+        return unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
     return session
 
 

@@ -197,14 +197,9 @@ async def post_message(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
-    try:
-        session = await access.session_for(request, allow_query=False)
-    except QueueUnavailableError:
-        access.reject(app, "queue_unavailable")
-        return access.unavailable()
-    if session is None:
-        access.reject(app, "unauthorized")
-        return access.unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
+    session = await access.bearer_session(request)
+    if isinstance(session, web.Response):
+        return session
     body = await _read_capped(request, limit)
     if body is None:
         access.reject(app, "too_large")

@@ -98,14 +98,9 @@ async def post_upload(request: web.Request) -> web.Response:
     if declared is not None and declared > limit + (_MULTIPART_SLACK if multipart else 0):
         access.reject(app, "too_large")
         return access.error(413, "file_too_large", too_large)
-    try:
-        session = await access.session_for(request, allow_query=False)
-    except QueueUnavailableError:
-        access.reject(app, "queue_unavailable")
-        return access.unavailable()
-    if session is None:
-        access.reject(app, "unauthorized")
-        return access.unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
+    session = await access.bearer_session(request)
+    if isinstance(session, web.Response):
+        return session
     try:
         found = await (_multipart_file(request, limit) if multipart else _raw_file(request, limit))
     except _TooLarge:
