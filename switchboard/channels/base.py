@@ -12,16 +12,29 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, assert_never
 
 from multidict import CIMultiDictProxy, MultiMapping
 
-from switchboard.core.actions import Action
+from switchboard.core.actions import (
+    AckChoice,
+    Action,
+    EditText,
+    OfferChoice,
+    SendError,
+    SendFile,
+    SendText,
+    SendTyping,
+    SetStatus,
+    StreamDelta,
+    StreamText,
+)
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
 from switchboard.types import ChannelName
 
 __all__ = [
     "OK_JSON",
+    "ActionSender",
     "Capabilities",
     "Channel",
     "DeliveryStatus",
@@ -36,6 +49,7 @@ __all__ = [
     "SendContext",
     "header_values",
     "json_object",
+    "perform_action",
     "retry_after_s",
 ]
 
@@ -214,6 +228,58 @@ class SendContext(Protocol):
         Raises:
             DeliveryError: no such file, or it escapes the workspace (``retryable=False``).
         """
+
+
+class ActionSender(Protocol):
+    """A channel's sender with a method per send action, for :func:`perform_action`."""
+
+    async def text(self, markdown: str, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Send a reply."""
+
+    async def error(self, message: str, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Send a failure notice."""
+
+    async def edit(self, action: EditText, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Edit a sent message, or refuse."""
+
+    async def stream(self, action: StreamText, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Stream a reply natively, or answer ``{"streaming": "unavailable"}``."""
+
+    async def typing(self, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Show the typing indicator."""
+
+    async def choice(self, action: OfferChoice, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Offer options."""
+
+    async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Send a workspace file."""
+
+
+async def perform_action(
+    sender: ActionSender, action: Action, conversation: ConversationRef, send: SendContext
+) -> Receipt:
+    """Carry out one send action with ``sender``, for a channel whose clicks are acknowledged by the HTTP answer."""
+    match action:
+        case SendText():
+            return await sender.text(action.text, conversation, send)
+        case SendError():
+            return await sender.error(action.message, conversation, send)
+        case EditText():
+            return await sender.edit(action, conversation, send)
+        case StreamText():
+            return await sender.stream(action, conversation, send)
+        case SendTyping():
+            return await sender.typing(conversation, send)
+        case OfferChoice():
+            return await sender.choice(action, conversation, send)
+        case SendFile():
+            return await sender.file(action, conversation, send)
+        case SetStatus() | StreamDelta():
+            return Receipt(parts=0)
+        case AckChoice():
+            return Receipt(parts=0, detail={"ack": "http"})  # the webhook's answer acknowledged the click
+        case _:
+            assert_never(action)
 
 
 Emit = Callable[[Inbound], Awaitable[None]]

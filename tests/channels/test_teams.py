@@ -14,7 +14,16 @@ from switchboard.channels.render.teams import MAX_TEXT, render_parts, render_tea
 from switchboard.channels.teams.adapter import ACCEPTED, TeamsChannel
 from switchboard.channels.teams.factory import problems
 from switchboard.channels.teams.fake.platform import FakeTeams, SigningKey
-from switchboard.core.actions import AckChoice, Choice, EditText, OfferChoice, SendError, SendText, SendTyping
+from switchboard.core.actions import (
+    AckChoice,
+    Choice,
+    EditText,
+    OfferChoice,
+    SendError,
+    SendText,
+    SendTyping,
+    StreamText,
+)
 from switchboard.core.messages import ChoiceSelected, MessageDeleted, MessageEdited, Posted
 from switchboard.errors import DeliveryError, RateLimitedError, SignatureError
 from tests.channels.slack_support import AttemptProgress, Progress
@@ -257,6 +266,9 @@ async def test_edit_typing_and_error(fake: FakeTeams, channel: TeamsChannel) -> 
     await channel.perform(SendError(code="x", message="failed: *not* <b>markup</b>"), personal(fake), Progress())
     assert fake.sent(PERSONAL)[-1].body["text"] == r"failed: \*not\* &lt;b&gt;markup&lt;/b&gt;"
     assert (await channel.perform(AckChoice(ack_ref="x"), personal(fake), Progress())).parts == 0
+    before = len(fake.sent(PERSONAL))
+    streamed = await channel.perform(StreamText(text="partial"), personal(fake), Progress())
+    assert streamed.detail == {"streaming": "unavailable"} and len(fake.sent(PERSONAL)) == before
 
 
 async def test_a_choice_is_an_adaptive_card_whose_click_comes_back(fake: FakeTeams, channel: TeamsChannel) -> None:

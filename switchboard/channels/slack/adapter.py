@@ -12,7 +12,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
-from typing import ClassVar, Literal, assert_never
+from typing import ClassVar, Literal
 from urllib.parse import parse_qs
 
 from pydantic import ValidationError
@@ -28,6 +28,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
     header_values,
+    perform_action,
 )
 from switchboard.channels.slack.api import SlackApi
 from switchboard.channels.slack.inbound import (
@@ -41,19 +42,7 @@ from switchboard.channels.slack.inbound import (
 from switchboard.channels.slack.outbound import MAX_BUTTONS, SlackSender
 from switchboard.channels.slack.settings import SlackSettings
 from switchboard.channels.slack.socket import SlackSocketListener
-from switchboard.core.actions import (
-    AckChoice,
-    Action,
-    EditText,
-    OfferChoice,
-    SendError,
-    SendFile,
-    SendText,
-    SendTyping,
-    SetStatus,
-    StreamDelta,
-    StreamText,
-)
+from switchboard.core.actions import Action
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import DeliveryError, MalformedBodyError, SignatureError
 
@@ -238,28 +227,7 @@ class SlackChannel:
                 channel=_CHANNEL,
                 retryable=False,
             )
-        sender = self._sender
-        match action:
-            case SendText():
-                return await sender.text(action.text, conversation, send)
-            case SendError():
-                return await sender.error(action.message, conversation, send)
-            case EditText():
-                return await sender.edit(action, conversation, send)
-            case StreamText():
-                return await sender.stream(action, conversation, send)
-            case SendTyping():
-                return await sender.typing(conversation, send)
-            case SetStatus() | StreamDelta():
-                return Receipt(parts=0)
-            case OfferChoice():
-                return await sender.choice(action, conversation, send)
-            case SendFile():
-                return await sender.file(action, conversation, send)
-            case AckChoice():
-                return Receipt(parts=0, detail={"ack": "http"})  # the click's empty 200 acknowledged it
-            case _:
-                assert_never(action)
+        return await perform_action(self._sender, action, conversation, send)
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download a file the user shared (``url_private``, with the bot token), refusing more than ``limit``.

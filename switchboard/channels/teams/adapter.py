@@ -7,7 +7,7 @@ without Teams never load the Agents SDK. See :mod:`switchboard.channels.teams.fa
 from __future__ import annotations
 
 import logging
-from typing import ClassVar, Final, Literal, assert_never
+from typing import ClassVar, Final, Literal
 
 import aiohttp
 from yarl import URL
@@ -23,6 +23,7 @@ from switchboard.channels.base import (
     Receipt,
     SendContext,
     json_object,
+    perform_action,
 )
 from switchboard.channels.download import download
 from switchboard.channels.render.teams import MAX_TEXT
@@ -32,19 +33,7 @@ from switchboard.channels.teams.files import file_allowed, sends_token
 from switchboard.channels.teams.inbound import TeamsIdentity, parse_activity, read_activity
 from switchboard.channels.teams.outbound import MAX_BUTTONS, MAX_LABEL, TeamsSender
 from switchboard.channels.teams.settings import TeamsSettings
-from switchboard.core.actions import (
-    AckChoice,
-    Action,
-    EditText,
-    OfferChoice,
-    SendError,
-    SendFile,
-    SendText,
-    SendTyping,
-    SetStatus,
-    StreamDelta,
-    StreamText,
-)
+from switchboard.core.actions import Action
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, SignatureError
 
@@ -182,28 +171,7 @@ class TeamsChannel:
                 channel=_CHANNEL,
                 retryable=False,
             )
-        sender = self._sender
-        match action:
-            case SendText():
-                return await sender.text(action.text, conversation, send)
-            case SendError():
-                return await sender.error(action.message, conversation, send)
-            case EditText():
-                return await sender.edit(action, conversation, send)
-            case SendTyping():
-                return await sender.typing(conversation, send)
-            case OfferChoice():
-                return await sender.choice(action, conversation, send)
-            case SendFile():
-                return await sender.file(action, conversation, send)
-            case StreamText():  # not declared (streaming by edits): the caller falls back to edits
-                return Receipt(parts=0, detail={"streaming": "unavailable"})
-            case SetStatus() | StreamDelta():
-                return Receipt(parts=0)
-            case AckChoice():
-                return Receipt(parts=0, detail={"ack": "http"})  # the click's 202 acknowledged it
-            case _:
-                assert_never(action)
+        return await perform_action(self._sender, action, conversation, send)
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download a file the user sent, refusing more than ``limit`` bytes.

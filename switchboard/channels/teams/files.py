@@ -41,15 +41,7 @@ def on_connector(url: URL, hosts: Collection[str]) -> bool:
     that origin exactly. A ``serviceUrl`` anywhere else — plain ``http``, loopback, link-local, the cloud metadata
     address — never gets a request, let alone the token (:func:`service_allowed`; the reply is refused for good).
 
-    **Files.** A user's file reaches the bot as a URL in the activity: a file's ``downloadUrl`` (content type
-    ``application/vnd.microsoft.teams.file.download.info``, a pre-authorised SharePoint / OneDrive for Business link) or
-    an inline image's ``contentUrl`` (``{serviceUrl}/v3/attachments/{id}/views/original`` on the Bot Connector, which
-    wants the bot's token). :func:`file_allowed` lets a download reach — on the first hop and on every redirect — only
-    the Connector (as above) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a domain or any
-    subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds, OneDrive, the Bot
-    Framework). Everything else is refused before any connection. The bot's token goes only to the conversation's own
-    ``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file host, and never across a
-    redirect to another origin.
+    Files are :func:`file_allowed`'s; the token, :func:`sends_token`'s.
     """
     if url.user is not None or url.password is not None or not url.absolute:
         return False
@@ -82,17 +74,17 @@ def service_allowed(service_url: str, hosts: Collection[str]) -> bool:
 
 
 def file_allowed(url: URL, service_url: str, hosts: Collection[str]) -> bool:
-    """Whether a download may reach ``url`` (one hop) for a conversation at ``service_url`` (see the module).
+    """Whether a download may reach ``url`` (one hop) for a conversation at ``service_url``.
 
     **Files.** A user's file reaches the bot as a URL in the activity: a file's ``downloadUrl`` (content type
     ``application/vnd.microsoft.teams.file.download.info``, a pre-authorised SharePoint / OneDrive for Business link) or
     an inline image's ``contentUrl`` (``{serviceUrl}/v3/attachments/{id}/views/original`` on the Bot Connector, which
     wants the bot's token). :func:`file_allowed` lets a download reach — on the first hop and on every redirect — only
-    the Connector (as above) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a domain or any
-    subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds, OneDrive, the Bot
-    Framework). Everything else is refused before any connection. The bot's token goes only to the conversation's own
-    ``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file host, and never across a
-    redirect to another origin.
+    the Connector (:func:`on_connector`) and ``https`` on port 443, without userinfo, on :data:`FILE_DOMAINS` (a
+    domain or any subdomain: SharePoint and OneDrive for Business in the commercial, GCC High and 21Vianet clouds,
+    OneDrive, the Bot Framework). Everything else is refused before any connection. The bot's token goes only to the
+    conversation's own ``serviceUrl`` origin, once that is on the Connector (:func:`sends_token`), never to a file
+    host, and never across a redirect to another origin.
     """
     return on_domains(url, FILE_DOMAINS) or on_connector(url, hosts)
 

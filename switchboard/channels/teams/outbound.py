@@ -22,7 +22,7 @@ from switchboard.channels.parts import SentParts
 from switchboard.channels.render.teams import neutral_text, render_parts
 from switchboard.channels.teams.api import ConnectorApi
 from switchboard.channels.teams.inbound import CHOICE_KEY
-from switchboard.core.actions import EditText, OfferChoice, SendFile
+from switchboard.core.actions import EditText, OfferChoice, SendFile, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
 
@@ -126,6 +126,10 @@ class TeamsSender:
         await send.pace()
         await self._api.update(service_url, conversation_id, action.message_id, activity)
         return Receipt(platform_ids=(action.message_id,), parts=1, detail={"truncated": str(len(parts) > 1).lower()})
+
+    async def stream(self, action: StreamText, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Not declared (Teams streams by edits): "unavailable", so the caller falls back to edits."""
+        return Receipt(parts=0, detail={"streaming": "unavailable"})
 
     async def typing(self, conversation: ConversationRef, send: SendContext) -> Receipt:
         """A ``typing`` activity (Teams shows it for a few seconds, or until the next message)."""

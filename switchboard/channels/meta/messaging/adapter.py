@@ -12,7 +12,7 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, assert_never
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import SecretStr, ValidationError
 
@@ -26,6 +26,7 @@ from switchboard.channels.base import (
     RawRequest,
     Receipt,
     SendContext,
+    perform_action,
 )
 from switchboard.channels.meta.graph import GraphApi
 from switchboard.channels.meta.messaging.inbound import MessagingReader, WireDelivery, wire_error
@@ -38,19 +39,7 @@ from switchboard.channels.meta.webhook import (
     verify_request,
 )
 from switchboard.channels.registry import BuildContext
-from switchboard.core.actions import (
-    AckChoice,
-    Action,
-    EditText,
-    OfferChoice,
-    SendError,
-    SendFile,
-    SendText,
-    SendTyping,
-    SetStatus,
-    StreamDelta,
-    StreamText,
-)
+from switchboard.core.actions import Action
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError
 from switchboard.settings.channels import ChannelSettings, secure_endpoint
@@ -318,28 +307,7 @@ class MessagingAdapter:
             raise DeliveryError(
                 f"{self.name} account {self.account!r} has no access token", channel=self.name, retryable=False
             )
-        sender = self._sender
-        match action:
-            case SendText():
-                return await sender.text(action.text, conversation, send)
-            case SendError():
-                return await sender.error(action.message, conversation, send)
-            case SendTyping():
-                return await sender.typing(conversation, send)
-            case OfferChoice():
-                return await sender.choice(action, conversation, send)
-            case SendFile():
-                return await sender.file(action, conversation, send)
-            case StreamText():
-                return Receipt(parts=0, detail={"streaming": "unavailable", "reason": f"{self.name} has no streams"})
-            case EditText():
-                raise DeliveryError(f"{self.name} cannot edit a sent message", channel=self.name, retryable=False)
-            case SetStatus() | StreamDelta():
-                return Receipt(parts=0)
-            case AckChoice():
-                return Receipt(parts=0, detail={"ack": "http"})  # a tap needs no acknowledgement
-            case _:
-                assert_never(action)
+        return await perform_action(self._sender, action, conversation, send)
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download a file the user sent from Meta's CDN (``payload.url``), refusing more than ``limit``.

@@ -19,7 +19,7 @@ from switchboard.channels.meta.webhook import record_event
 from switchboard.channels.parts import SentParts
 from switchboard.channels.render.actions import action_markdown
 from switchboard.channels.render.plain import render_parts, shorten
-from switchboard.core.actions import OfferChoice, SendFile
+from switchboard.core.actions import EditText, OfferChoice, SendFile, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
 
@@ -161,6 +161,18 @@ class MessagingSender:
         """A failure notice, shown as written."""
         text = " ".join(message.split())[:_ERROR_TEXT] or "Sorry, something went wrong."
         return await self.post_parts([text], conversation, send)
+
+    async def edit(self, action: EditText, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Refused for good: neither platform edits a sent message.
+
+        Raises:
+            DeliveryError: always, not retryable.
+        """
+        raise DeliveryError(f"{self._channel} cannot edit a sent message", channel=self._channel, retryable=False)
+
+    async def stream(self, action: StreamText, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """No streams on either platform: "unavailable", so the gateway sends the final reply only."""
+        return Receipt(parts=0, detail={"streaming": "unavailable", "reason": f"{self._channel} has no streams"})
 
     async def typing(self, conversation: ConversationRef, send: SendContext) -> Receipt:
         """Mark the user's messages seen and show the typing indicator (it clears itself after 20 s)."""
