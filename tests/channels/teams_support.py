@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from switchboard.channels.base import RawRequest
@@ -13,6 +14,7 @@ from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams
 from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.core.messages import ConversationRef
+from switchboard.types import SessionKey
 
 APP_ID = "00000000-1111-4222-8333-444444444444"
 BOT_ID = "28:" + APP_ID
@@ -70,3 +72,16 @@ def raw(body: bytes, headers: dict[str, str]) -> RawRequest:
 def personal(fake: FakeTeams, conversation: str = "a:1HkC_personal-chat-id") -> ConversationRef:
     extra = {"service_url": fake.service_url, "conversation_type": "personal", "bot_id": BOT_ID}
     return ConversationRef(channel="teams", conversation=conversation, extra=extra)
+
+
+async def post(client: TestClient, fake: FakeTeams, activity: dict[str, Any]) -> int:
+    """Post ``activity`` to the gateway's Teams webhook, signed by the fake's key; the answer's status."""
+    body, headers = signed_request(fake, activity)
+    resp = await client.post("/webhooks/teams", data=body, headers=headers)
+    await resp.read()
+    return resp.status
+
+
+def session_of(inbox: str) -> SessionKey:
+    """The session of an inbox key (the hash tag between its braces)."""
+    return SessionKey(inbox[inbox.index("{") + 1 : inbox.rindex("}")])

@@ -22,10 +22,17 @@ from switchboard.cli.worker import build_runtime, provider_config
 from switchboard.core.providers import ModelFactory
 from switchboard.outbound.deliver import ChannelDeliverer
 from switchboard.settings import Settings, load_settings
-from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.worker.drain import Drainer
-from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
+from tests.channels.teams_support import (
+    APP_ID,
+    PASSWORD,
+    make_channel,
+    payload,
+    post,
+    session_of,
+    teams_env,
+)
 
 PERSONAL = "a:1HkC_personal-chat-id"
 
@@ -56,17 +63,6 @@ async def channel(fake: FakeTeams) -> AsyncIterator[TeamsChannel]:
 
 def inboxes(r: redis.Redis) -> dict[str, int]:
     return {key.decode(): int(r.llen(key)) for key in r.keys("sb:*:inbox")}
-
-
-def session_of(inbox: str) -> SessionKey:
-    return SessionKey(inbox[inbox.index("{") + 1 : inbox.rindex("}")])
-
-
-async def post(client: TestClient, fake: FakeTeams, activity: dict[str, Any]) -> int:
-    body, headers = signed_request(fake, activity)
-    resp = await client.post("/webhooks/teams", data=body, headers=headers)
-    await resp.read()
-    return resp.status
 
 
 async def test_a_resend_is_acknowledged_and_dropped(

@@ -38,7 +38,7 @@ from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.worker.drain import Drainer
 from switchboard.worker.drainturn import DrainOutcome
-from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, signed_request, teams_env
+from tests.channels.teams_support import APP_ID, PASSWORD, make_channel, payload, post, session_of, teams_env
 
 PERSONAL = "a:1HkC_personal-chat-id"
 
@@ -74,13 +74,6 @@ async def channel(fake: FakeTeams) -> AsyncIterator[TeamsChannel]:
     await adapter.aclose()
 
 
-async def post(client: TestClient, fake: FakeTeams, activity: dict[str, Any]) -> int:
-    body, headers = signed_request(fake, activity)
-    resp = await client.post("/webhooks/teams", data=body, headers=headers)
-    await resp.read()
-    return resp.status
-
-
 def activity(fake: FakeTeams, service_url: str, activity_id: str, text: str) -> dict[str, Any]:
     found = payload("personal.json", fake.service_url)
     found.update(serviceUrl=service_url, id=activity_id, text=text, attachments=[])
@@ -89,7 +82,7 @@ def activity(fake: FakeTeams, service_url: str, activity_id: str, text: str) -> 
 
 def the_session(r: redis.Redis) -> SessionKey:
     (inbox,) = [key.decode() for key in r.keys("sb:*:inbox")]
-    return SessionKey(inbox[inbox.index("{") + 1 : inbox.rindex("}")])
+    return session_of(inbox)
 
 
 async def drain(settings: Settings, channel: TeamsChannel, r: aioredis.Redis, session: SessionKey) -> DrainOutcome:
