@@ -9,6 +9,7 @@ send, never the model) and its parts sent. A channel whose send is itself a Redi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -151,6 +152,9 @@ class OutboxSend:
         self._conversation = conversation
         self._sent = sent
         """Shared with the outbox's send, so a 429 retry of the same send resumes after the parts recorded."""
+        self.unrecorded: str | None = None
+        """The last part sent, recorded only before the next platform call; the ``sent`` record that follows the
+        last one carries it (one fenced step fewer per send)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -163,11 +167,22 @@ class OutboxSend:
         return tuple(self._sent)
 
     async def part_sent(self, platform_id: str) -> None:
-        """Record one more part in the outbox record (fenced).
+        """Count one more part sent: recorded (fenced) before the next platform call, or by the ``sent`` record.
 
         Raises:
             FencedWriteError: the session's lease passed to another worker.
         """
+        await self.record_unrecorded()
+        self.unrecorded = platform_id
+        self._sent.append(platform_id)
+
+    async def record_unrecorded(self) -> None:
+        """Record the part held back, before anything else is sent (or the send fails or stops)."""
+        held, self.unrecorded = self.unrecorded, None
+        if held is not None:
+            await self._record_part(held)
+
+    async def _record_part(self, platform_id: str) -> None:
         outbox = self._outbox
         await scripts.OUTBOX_PART(
             outbox.redis,
@@ -176,7 +191,6 @@ class OutboxSend:
             session=outbox.lease.session,
             epoch=outbox.lease.epoch,
         )
-        self._sent.append(platform_id)
 
     async def pace(self) -> None:
         """Take a token of the account's and the chat's send buckets (shared by every worker), waiting if need be.
@@ -184,6 +198,7 @@ class OutboxSend:
         Raises:
             RateLimitedError: no token within the bounded wait.
         """
+        await self.record_unrecorded()  # every platform call is paced first: the part before it is recorded by then
         outbox = self._outbox
         if outbox.buckets is not None and outbox.capabilities is not None:
             await outbox.buckets.pace(self._conversation, outbox.capabilities(self._conversation))
@@ -349,12 +364,18 @@ class Outbox:
         if state == "reclaimed":
             logger.warning("re-sending %s for %s after an unrecorded earlier attempt", logical, self.lease.session)
         context = CURRENT_SEND.set(key)
+        send = OutboxSend(self, key, conversation, ids)
         try:
-            receipt = await self._perform_with_retries(action, conversation, OutboxSend(self, key, conversation, ids))
+            receipt = await self._perform_with_retries(action, conversation, send)
         except DeliveryError as err:
             # the platform refused it: nothing was delivered, so a retry is not a duplicate
+            await send.record_unrecorded()
             failed = json.dumps(record | {"state": "failed", "error": str(err)[:300]}) if durable else ""
             await self._record(key, failed)
+            raise
+        except BaseException:
+            with contextlib.suppress(Exception):  # stopped mid-send: what went out stays known, if it can be written
+                await asyncio.shield(send.record_unrecorded())
             raise
         finally:
             CURRENT_SEND.reset(context)

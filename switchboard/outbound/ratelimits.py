@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 PACE_MAX_WAIT_S = 30.0
 """The longest one send waits for a token before it counts as rate-limited (and the outbox's retries take over)."""
 
+_EDITS_REMEMBERED = 10_000
+"""Chats whose edit refusal is remembered at once (past it, the ones whose wait is over are forgotten)."""
+
 _GLOBAL = GlobalKeys()
 
 
@@ -38,6 +42,11 @@ def bucket_args(rate: Rate) -> tuple[int, float]:
     if rate.per_s <= 0 or rate.burst <= 0:
         return 0, 1.0
     return rate.burst, rate.burst * 1000.0 / rate.per_s
+
+
+def _unlimited(args: list[float]) -> bool:
+    """Whether every bucket of a ``(limit, period)`` list is no limit (then there is nothing to ask Redis)."""
+    return all(limit <= 0 for limit in args[::2])
 
 
 def _chat(conversation: ConversationRef) -> str:
@@ -60,6 +69,8 @@ class SendBuckets:
         self._sleep = sleep
         self.waited_s = 0.0
         """Seconds spent waiting for tokens so far (a figure for tests and benchmarks)."""
+        self._edits_after: dict[str, float] = {}
+        """Edit budget key → the monotonic time before which it has no token (as its last refusal said)."""
 
     def _send_buckets(self, conversation: ConversationRef, caps: Capabilities) -> tuple[list[str], list[float]]:
         channel, account = conversation.channel, conversation.account
@@ -72,6 +83,8 @@ class SendBuckets:
     async def take(self, conversation: ConversationRef, caps: Capabilities) -> float:
         """Take a send token from the account's and the chat's buckets: 0, or the seconds to wait (none taken)."""
         keys, args = self._send_buckets(conversation, caps)
+        if _unlimited(args):
+            return 0.0
         wait_ms = await scripts.BUCKET_TAKE(self.redis, keys, args)
         return int(wait_ms) / 1000.0
 
@@ -98,11 +111,26 @@ class SendBuckets:
 
         A streamed edit is a call into the chat too: it takes a token of the account's and the chat's send buckets
         in the same step (all three or none), so streaming never pushes the chat's sends past their rate.
+
+        A refusal's wait is remembered here: until it has passed no bucket can have a token again (other workers only
+        take more), so the deltas meanwhile are refused without asking Redis.
         """
         keys, args = self._send_buckets(conversation, caps)
-        keys.append(_GLOBAL.chat_edit_rate(conversation.channel, conversation.account, _chat(conversation)))
+        edit_key = _GLOBAL.chat_edit_rate(conversation.channel, conversation.account, _chat(conversation))
+        keys.append(edit_key)
         args += bucket_args(caps.edit_rate)
-        return int(await scripts.BUCKET_TAKE(self.redis, keys, args)) == 0
+        if _unlimited(args):
+            return True
+        now = time.monotonic()
+        if self._edits_after.get(edit_key, 0.0) > now:
+            return False
+        wait_ms = int(await scripts.BUCKET_TAKE(self.redis, keys, args))
+        if wait_ms <= 0:
+            return True
+        if len(self._edits_after) >= _EDITS_REMEMBERED:
+            self._edits_after = {k: t for k, t in self._edits_after.items() if t > now}
+        self._edits_after[edit_key] = now + wait_ms / 1000.0
+        return False
 
     async def hold(self, conversation: ConversationRef, caps: Capabilities, seconds: float) -> None:
         """The platform asked the chat to wait ``seconds``: no send or edit into it from any worker until then."""

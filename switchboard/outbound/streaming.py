@@ -9,6 +9,7 @@ message is complete and split within the channel's limits.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import assert_never
 
@@ -78,6 +79,7 @@ class ReplyStream:
         buckets: SendBuckets | None,
         run_id: str,
         reply_to: str | None,
+        start_after_s: float = 0.0,
     ) -> None:
         self.caps = capabilities
         self.mode = capabilities.streaming
@@ -100,6 +102,9 @@ class ReplyStream:
         self.coalesced = 0
         """Deltas that found no edit token and were folded into a later edit."""
         self._off = False
+        self.start_after_s = start_after_s
+        """How long a reply is written before it starts to stream into a message (``native`` and ``edits``)."""
+        self._first_at: float | None = None
 
     @property
     def limit(self) -> int:
@@ -114,6 +119,8 @@ class ReplyStream:
         """A piece of the reply was written."""
         self.deltas += 1
         self.text += text
+        if self.start_after_s > 0 and self.mode in ("native", "edits") and self._early():
+            return  # a reply finished sooner goes out once, whole: no preview to open and edit
         match self.mode:
             case "none":
                 return
@@ -125,6 +132,13 @@ class ReplyStream:
                 await self._edit()
             case _:
                 assert_never(self.mode)
+
+    def _early(self) -> bool:
+        """Whether the reply has been written for less than :attr:`start_after_s` so far."""
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = now
+        return now - self._first_at < self.start_after_s
 
     async def _edit_token(self) -> bool:
         return self._buckets is None or await self._buckets.try_edit(self.conversation, self.caps)

@@ -17,6 +17,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
+from switchboard.core.approvals.records import ApprovalRecord, SessionControl
 from switchboard.core.events import (
     Event,
     ReplySent,
@@ -121,6 +122,10 @@ class Attempt:
     """The session-state slots (JSON values) as ``begin`` read them, when it did."""
     history_read: int = 0
     """How many history entries ``begin`` asked for (fewer came back when the history is shorter)."""
+    control: bytes | None = None
+    """The operator control record as ``begin`` read it (``b""``: none), when it read the history."""
+    approvals_pending: int = 0
+    """The session's pending approvals as ``begin`` counted them, when it read the history."""
 
 
 class Ledger:
@@ -168,6 +173,8 @@ class Ledger:
                 k.outbox,
                 k.dead,
                 k.web,
+                k.control,
+                k.approvals,
             ],
             [
                 MAX_COLLECT,
@@ -199,7 +206,14 @@ class Ledger:
             return attempt
         flat = reply[8 + 2 * n]
         slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-        return dataclasses.replace(attempt, history=list(reply[7 + 2 * n]), slots=slots, history_read=read_history)
+        return dataclasses.replace(
+            attempt,
+            history=list(reply[7 + 2 * n]),
+            slots=slots,
+            history_read=read_history,
+            control=reply[9 + 2 * n],
+            approvals_pending=int(reply[10 + 2 * n]),
+        )
 
     async def steer(self, head: str, taken: int) -> tuple[list[str], list[str]]:
         """The ids and stored JSON of the messages behind the ``taken`` inbox entries the running turn has.
@@ -392,6 +406,8 @@ class AttemptStore(ApprovalsDelegate, RedisSessionStore):
         super().__init__(redis, lease.session, lease.epoch, settings, token=lease.token)
         self.approvals = RedisApprovals(redis, lease.session, lease.token, lease.epoch)
         self._history, self._read, self._slots = attempt.history, attempt.history_read, attempt.slots
+        self._control = attempt.control
+        self._no_approvals = attempt.control is not None and not attempt.approvals_pending
 
     async def load_history(self, limit: int) -> list[HistoryEntry]:
         """The most recent ``limit`` entries, oldest first."""
@@ -421,3 +437,25 @@ class AttemptStore(ApprovalsDelegate, RedisSessionStore):
         """Forget the conversation: history and slots (``/reset``)."""
         self._history = self._slots = None
         await super().reset_conversation()
+
+    async def control(self) -> SessionControl | None:
+        """The operator holding the conversation, if one took it over (first read: as ``begin`` read it)."""
+        raw, self._control = self._control, None
+        if raw is None:
+            return await super().control()
+        return SessionControl.model_validate_json(raw) if raw else None
+
+    async def set_control(self, control: SessionControl | None) -> None:
+        """Take the conversation over (``control``) or hand it back (``None``)."""
+        self._control = None
+        await super().set_control(control)
+
+    async def approval_pending(self) -> list[ApprovalRecord]:
+        """This session's ``pending`` records, oldest first (none, without asking, when ``begin`` counted none)."""
+        none, self._no_approvals = self._no_approvals, False
+        return [] if none else await super().approval_pending()
+
+    async def approval_open(self, record: ApprovalRecord) -> None:
+        """Persist a new ``pending`` record."""
+        self._no_approvals = False
+        await super().approval_open(record)

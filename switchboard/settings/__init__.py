@@ -98,6 +98,9 @@ class QueueSettings(BaseModel):
     """Attempts at delivering a finished turn's reply before the send is dead-lettered (the model is not re-run)."""
     send_backoff_s: float = Field(1.0, ge=0)
     """Wait before re-trying a reply the platform failed to take (doubled each attempt; a 429's wait wins)."""
+    stream_after_s: float = Field(0.5, ge=0)
+    """A reply starts streaming into its message (a native stream, or a preview edited as it grows) once it has
+    been written for this long; one finished sooner is sent once, whole (0: stream from its first piece)."""
     max_defer_s: float = Field(3600.0, ge=0)
     """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
     longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""

@@ -95,6 +95,7 @@ def queue_settings() -> QueueSettings:
         concurrency=64,
         events_maxlen=1000,
         history_maxlen=50,
+        stream_after_s=0.0,
     )
 
 

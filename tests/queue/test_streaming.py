@@ -222,3 +222,63 @@ async def test_a_turn_stopped_mid_stream_closes_its_preview_with_the_notice(
     room = LIMIT - len(CANCELLED_TEXT) - 2
     assert preview == f"{split_head(reply[:300], room)[0]}\n\n{CANCELLED_TEXT}"  # what streamed, and the notice
     assert len(preview) <= EDITS.max_text
+
+
+def _slow_runner(reply: str, pause_s: float):  # type: ignore[no-untyped-def]
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        for start in range(0, len(reply), 10):
+            await sink.delta(reply[start : start + 10])
+            await asyncio.sleep(pause_s)
+        return TurnResult(text=reply, steps=1)
+
+    return runner
+
+
+async def test_a_reply_written_sooner_than_stream_after_goes_out_once_whole(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    reply = _reply(10)
+    platform = FakePlatform()
+    channel = FakeChannel(platform, EDITS)
+    message = make_message("quick", conversation="chat-fast")
+    await ingestor.ingest(message)
+    settings = queue_settings.model_copy(update={"stream_after_s": 60.0})
+    await _drainer(client, settings, channel, _streaming_runner(reply, [])).drain(message.session_key)
+    assert not [a for a, _ in channel.performed if isinstance(a, EditText)]  # no preview opened, none edited
+    assert platform.texts() == [reply[i : i + EDITS.max_text] for i in range(0, len(reply), EDITS.max_text)]
+    edit_budget = "sb:{rate:telegram/default}:edit:chat-fast"
+    assert await client.exists(edit_budget) == 0  # no edit token was taken
+
+
+async def test_a_reply_written_for_longer_than_stream_after_streams_into_a_preview(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    reply = _reply(2)
+    platform = FakePlatform()
+    channel = FakeChannel(platform, replace(EDITS, edit_rate=ROOMY))
+    message = make_message("slow", conversation="chat-slow")
+    await ingestor.ingest(message)
+    settings = queue_settings.model_copy(update={"stream_after_s": 0.05})
+    await _drainer(client, settings, channel, _slow_runner(reply, 0.02)).drain(message.session_key)
+    edits = _streamed_edits(channel)
+    assert edits  # the preview was opened once the reply had been written for a while, and edited as it grew
+    assert reply[:10] in platform.texts()[0]
+    assert "".join(platform.texts()) == reply
+
+
+async def test_an_edit_refused_is_not_asked_again_until_its_wait_has_passed(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    reply, runs = _reply(), []
+    channel = FakeChannel(FakePlatform(), EDITS)
+    message = make_message("many deltas", conversation="chat-budget")
+    await ingestor.ingest(message)
+    before = (await client.info("commandstats")).get("cmdstat_time", {}).get("calls", 0)
+    await _drainer(client, queue_settings, channel, _streaming_runner(reply, runs)).drain(message.session_key)
+    asked = (await client.info("commandstats")).get("cmdstat_time", {}).get("calls", 0) - before
+    deltas = len(reply) // 10
+    sends = len(_expected(reply))
+    assert deltas > 200
+    # every send takes a token (one bucket script each, which reads the server's clock once); the edit budget is
+    # asked until it refuses, and then no more for the 10,000 s it said to wait
+    assert asked <= sends + 8

@@ -4,14 +4,15 @@
 -- which only this lease's holder writes, so the turn need not ask for them again.
 -- Both give the session's keys its idle TTL again (see _retention.lua): a session expires only once idle that long.
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable,
---       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream
+--       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream, 16 control, 17 approvals
 -- ARGV: 1 token, 2 max messages folded under collect, 3 max attempts, 4 events maxlen, 5 epoch, 6 worker, 7 now s,
 --       8 session, 9 history entries to read ('' = neither history nor slots)
 -- Every busy policy but sequential folds what is waiting (up to ARGV[2]) into the turn: collect, and interrupt and
 -- steer, whose next turn takes everything waiting too. The head's fields in the attempts hash also say how often its
 -- turn was interrupted and how many inbox entries its last run took (steered messages included; see steer.lua).
 -- Returns {} when the inbox was empty (released), else {attempt, dead (0|1), last error, policy, interrupts, took, n,
--- ids.., jsons..} followed, when read, by {history entries} and {slot name, value, ...}.
+-- ids.., jsons..} followed, when read, by {history entries}, {slot name, value, ...}, the operator control record
+-- ('' = none) and the number of pending approvals: what every turn asks before the model, read in the same step.
 local refused = fenced() if refused then return refused end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
@@ -47,5 +48,7 @@ for i = 1, #ids do out[#out + 1] = bodies[i] or '' end
 if dead == 0 and ARGV[9] ~= '' and tonumber(ARGV[9]) > 0 then
   out[#out + 1] = redis.call('LRANGE', KEYS[10], -tonumber(ARGV[9]), -1)
   out[#out + 1] = redis.call('HGETALL', KEYS[11])
+  out[#out + 1] = redis.call('GET', KEYS[16]) or ''
+  out[#out + 1] = redis.call('ZCARD', KEYS[17])
 end
 return out
