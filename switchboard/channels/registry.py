@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from switchboard.channels.base import Capabilities, Channel, FileData, Rate, Receipt, SendContext
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
+from switchboard.core.protocols import conforms
 from switchboard.errors import ConfigError, DeliveryError
 from switchboard.settings import FileConfig, Settings
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
@@ -484,7 +485,7 @@ class ChannelSet:
         adapter = self.channels.get(key)
         if adapter is None:
             return NO_ADAPTER
-        caps = adapter.capabilities_for(conversation) if isinstance(adapter, PerConversation) else adapter.capabilities
+        caps = adapter.capabilities_for(conversation) if conforms(adapter, PerConversation) else adapter.capabilities
         configured = self._rates.get(key)
         if configured is None:
             return caps

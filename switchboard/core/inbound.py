@@ -24,6 +24,7 @@ from switchboard.core.messages import (
     Posted,
     SharedPart,
 )
+from switchboard.core.protocols import conforms
 from switchboard.core.turn import SessionStore, TurnResult
 
 __all__ = [
@@ -205,7 +206,7 @@ async def settle_without_model(plan: TurnPlan, agent: Agent, store: SessionStore
     Returns ``None`` when the model answers :attr:`TurnPlan.messages`.
     """
     if plan.reset:
-        if isinstance(store, ConversationReset):
+        if conforms(store, ConversationReset):
             await store.reset_conversation()
         else:
             logger.warning("this session store cannot forget a conversation; /reset is only confirmed")

@@ -21,6 +21,7 @@ from switchboard.channels.base import Capabilities, Channel, FileData, Receipt, 
 from switchboard.channels.registry import PerConversation
 from switchboard.core.actions import Action
 from switchboard.core.messages import ConversationRef
+from switchboard.core.protocols import conforms
 from switchboard.core.tools.builtin.files import resolve_in_workspace
 from switchboard.core.workspaces.disk import workspace_for
 from switchboard.core.workspaces.safepaths import UnsafePathError, read_inside
@@ -147,7 +148,7 @@ class ChannelDeliverer:
         channel = self._find(conversation)
         if channel is None:
             return NO_CHANNEL
-        if isinstance(channel, PerConversation):  # Telegram: drafts in private chats, edits in groups
+        if conforms(channel, PerConversation):  # Telegram: drafts in private chats, edits in groups
             return channel.capabilities_for(conversation)
         return channel.capabilities
 

@@ -266,7 +266,7 @@ class DrainJobs:
                 RESULT_TTL_S,
                 FAILURE_TTL_S,
                 f"{now:.3f}",
-                zlib.compress((error or "").encode()),
+                zlib.compress(error.encode()) if error is not None else "",
             ],
         )
 

@@ -39,7 +39,7 @@ from switchboard.queue.eventlog import encode_event
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
-from switchboard.queue.store import RedisSessionStore
+from switchboard.queue.store import RedisSessionStore, parse_history
 from switchboard.settings import QueueSettings
 from switchboard.types import BusyPolicy
 
@@ -414,7 +414,7 @@ class AttemptStore(ApprovalsDelegate, RedisSessionStore):
         raw, self._history = self._history, None
         if raw is None or (limit > self._read and len(raw) >= self._read):
             return await super().load_history(limit)
-        return [HistoryEntry.model_validate_json(item) for item in raw[-limit:]] if limit > 0 else []
+        return parse_history(raw[-limit:]) if limit > 0 else []
 
     async def load_slots(self) -> dict[str, Any]:
         """The session-state slots (``plan``, ``context``, ``state``)."""

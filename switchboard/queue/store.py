@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import TypeAdapter
 
 from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
@@ -17,17 +18,24 @@ from switchboard.queue.lease import LeaseToken
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
-__all__ = ["RedisSessionStore", "load_history"]
+__all__ = ["RedisSessionStore", "load_history", "parse_history"]
 
 _GLOBAL = GlobalKeys()
+_HISTORY: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[HistoryEntry])
+
+
+def parse_history(raw: Sequence[bytes | str]) -> list[HistoryEntry]:
+    """Stored history entries (JSON each), parsed as one array: one call, not one per entry."""
+    if not raw:
+        return []
+    return _HISTORY.validate_json(b"[" + b",".join(r if isinstance(r, bytes) else r.encode() for r in raw) + b"]")
 
 
 async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -> list[HistoryEntry]:
     """The most recent ``limit`` history entries of a session, oldest first (no lease needed to read)."""
     if limit <= 0:
         return []
-    raw = await redis.lrange(SessionKeys(session).history, -limit, -1)
-    return [HistoryEntry.model_validate_json(item) for item in raw]
+    return parse_history(await redis.lrange(SessionKeys(session).history, -limit, -1))
 
 
 class RedisSessionStore:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import secrets
 import time
@@ -59,6 +60,7 @@ from switchboard.core.model import (
     ToolCall,
     ToolCalls,
 )
+from switchboard.core.protocols import conforms
 from switchboard.core.providers import ModelFactory, model_name
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.definition import Tool, ToolContext
@@ -184,9 +186,9 @@ class _Turn:
             store=store,
             act=getattr(sink, "act", None),
             record=sink.event,
-            status=sink.status if isinstance(sink, StatusSink) else None,
+            status=sink.status if conforms(sink, StatusSink) else None,
             permissions=request.permissions,
-            effects=store if isinstance(store, EffectStore) else TurnEffects(),
+            effects=store if conforms(store, EffectStore) else TurnEffects(),
             policy=request.policy or agent_policy(self.agent),
             skills=runtime.registry.skills(self.agent),  # resolved once: the catalogue and use_skill agree
             databases=self.agent.databases,
@@ -283,7 +285,8 @@ class _Turn:
         if self.agent.codeact:
             specs.append(run_program_spec(self.tools))
         show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
-        prompt = await asyncio.to_thread(  # off the loop: the databases' card reads and counts a workspace file
+        reads_files = self.ctx.workspace is not None and any(t.name == "sql" for t in self.tools)
+        build = functools.partial(
             build_prompt,
             self.agent,
             self.slots,
@@ -298,6 +301,8 @@ class _Turn:
             skills=self.ctx.skills,
             workspace=self.ctx.workspace,  # the databases' card, when the agent has sql
         )
+        # off the loop only when the databases' card reads and counts a workspace file (a thread costs more)
+        prompt = await asyncio.to_thread(build) if reads_files else build()
         turn_messages = self.messages[self.opening :]
         self.prompt = prompt
         self.messages = [*prompt.messages, *turn_messages]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from switchboard.core.inbound import event_text
 from switchboard.core.model import ChatMessage
+from switchboard.core.protocols import conforms
 from switchboard.core.turn import SteeringSink, TurnSink
 
 __all__ = ["steered_first", "steered_in"]
@@ -19,7 +20,7 @@ __all__ = ["steered_first", "steered_in"]
 
 async def steered_in(sink: TurnSink) -> list[ChatMessage]:
     """The user's messages the sink has for the running turn now, as one user message (none: an empty list)."""
-    if not isinstance(sink, SteeringSink):
+    if not conforms(sink, SteeringSink):
         return []
     messages = await sink.steered()
     if not messages:

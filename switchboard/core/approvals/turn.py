@@ -42,6 +42,7 @@ from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
 from switchboard.core.messages import ChoiceSelected
 from switchboard.core.model import ChatMessage
+from switchboard.core.protocols import conforms
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.calls import ToolOutcome
 from switchboard.core.tools.definition import ToolContext
@@ -140,7 +141,7 @@ class TurnApprovals:
 
     def __init__(self, turn: RunningTurn) -> None:
         self.turn = turn
-        self.store: ApprovalStore | None = turn.store if isinstance(turn.store, ApprovalStore) else None
+        self.store: ApprovalStore | None = turn.store if conforms(turn.store, ApprovalStore) else None
         self.waiting: list[str] = []
         """Approvals this turn asked for: the run is ``waiting_for_approval`` once it returns."""
         self.news: list[ChatMessage] = []
@@ -367,4 +368,4 @@ class HeldSink:
 
 def reply_sink(sink: TurnSink, store: SessionStore, policy: Policy) -> TurnSink:
     """Where the turn's reply streams: the sink, or in review mode (with approvals kept) nowhere yet."""
-    return HeldSink(sink) if policy.mode == "review" and isinstance(store, ApprovalStore) else sink
+    return HeldSink(sink) if policy.mode == "review" and conforms(store, ApprovalStore) else sink

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.core.agent.programs import cap_output
+from switchboard.core.protocols import conforms
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
 
@@ -49,7 +50,7 @@ def _trim(result: dict[str, Any]) -> dict[str, Any]:
 async def search_history(args: SearchHistoryInput, ctx: ToolContext) -> dict[str, Any]:
     """Tool body: search the session's full log."""
     store = ctx.store
-    if not isinstance(store, HistorySearch):
+    if not conforms(store, HistorySearch):
         raise ToolError("this session's history cannot be searched here (its store has no search)")
     found = await store.search(args.query.strip(), args.limit)
     results = [_trim(dict(item)) for item in found[: args.limit]]
