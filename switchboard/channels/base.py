@@ -181,6 +181,8 @@ class Capabilities:
     button_label: int = 0
     """Longest button label in characters (longer labels are shortened; the id still identifies the option)."""
     files: bool = False
+    statuses: bool = False
+    """``SetStatus`` shows: the channel is told when a turn starts and when the session goes idle (web chat)."""
     typing: bool = False
     typing_refresh_s: float = 4.0
     """How often a typing indicator must be repeated to stay visible."""

@@ -122,10 +122,7 @@ class DrainJobs:
         Raises:
             ValueError: the payload is not a drain job.
         """
-        try:
-            raw = zlib.decompress(data)
-        except zlib.error:
-            raw = data  # written by our scripts, uncompressed (RQ reads both)
+        raw = data if data.startswith(b"[") else zlib.decompress(data)  # ours are uncompressed (RQ reads both)
         func, _instance, args, _kwargs = json.loads(raw)
         if func != DRAIN_FUNCTION or not args or not isinstance(args[0], str):
             raise ValueError(f"not a drain job: {func!r}")

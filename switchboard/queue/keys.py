@@ -237,7 +237,7 @@ class GlobalKeys:
         return f"{self.prefix}:stats:counters"
 
     def histogram(self, name: str) -> str:
-        """HASH ``le:<bound>`` → count, ``sum``, ``count``: one latency histogram (``queue_wait``, ``run``)."""
+        """HASH ``le:<bound>`` → count, and ``sum``: one latency histogram (``queue_wait``, ``run``)."""
         return f"{self.prefix}:stats:hist:{name}"
 
     @property

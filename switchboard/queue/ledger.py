@@ -8,6 +8,7 @@ and runnable mark removed), so nothing is ever stranded.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import time
 from collections.abc import Sequence
@@ -36,12 +37,13 @@ from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.jobs import StartedJob
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
 from switchboard.queue.store import RedisSessionStore, parse_history
 from switchboard.settings import QueueSettings
-from switchboard.types import BusyPolicy
+from switchboard.types import BusyPolicy, SessionKey
 
 __all__ = [
     "DEAD_LETTER_CAP",
@@ -122,21 +124,76 @@ class Attempt:
     """The session-state slots (JSON values) as ``begin`` read them, when it did."""
     history_read: int = 0
     """How many history entries ``begin`` asked for (fewer came back when the history is shorter)."""
+    idle_ttl: str = ""
+    """The session's idle TTL as ``begin`` read it (``""``: none; see ``_retention.lua``)."""
     control: bytes | None = None
     """The operator control record as ``begin`` read it (``b""``: none), when it read the history."""
     approvals_pending: int = 0
     """The session's pending approvals as ``begin`` counted them, when it read the history."""
 
 
-class Ledger:
-    """Fenced records of one drain."""
+class Start(enum.Enum):
+    """How a drain's first :meth:`Ledger.take` ended when it started no attempt."""
 
-    def __init__(self, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings, *, worker_id: str) -> None:
+    BUSY = "busy"
+    """Another worker holds the session's lease (it drains the session)."""
+    EMPTY = "empty"
+    """The inbox was empty: the drain ended in the same step, without taking the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A drain's first step: the lease taken and an attempt started, in one round trip."""
+
+    ledger: Ledger
+    attempt: Attempt
+
+
+class Ledger:
+    """Fenced records of one drain.
+
+    With ``job``, the drain job is closed by whichever step releases the drain (its begin or its last complete).
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        lease: LeaseToken,
+        settings: QueueSettings,
+        *,
+        worker_id: str,
+        job: StartedJob | None = None,
+    ) -> None:
         self.redis = redis
         self.lease = lease
         self.settings = settings
         self.worker_id = worker_id
         self.keys = SessionKeys(lease.session)
+        self.job = job
+        self.released = False
+        """Set when a step ended the drain (lease released, drain job closed)."""
+
+    @classmethod
+    async def take(
+        cls,
+        redis: aioredis.Redis,
+        session: SessionKey,
+        settings: QueueSettings,
+        *,
+        worker_id: str,
+        job: StartedJob | None = None,
+        read_history: int = 0,
+    ) -> Taken | Start:
+        """Take the session's lease and start an attempt at its inbox head, in one step (see :meth:`begin`)."""
+        unheld = LeaseToken(session=session, epoch=0, token="")
+        reply = await _begin(redis, unheld, settings, worker_id, job, read_history=read_history, taking=True)
+        if not reply:
+            return Start.EMPTY
+        if int(reply[0]) == 0:
+            return Start.BUSY
+        epoch = int(reply[6])
+        lease = LeaseToken(session=session, epoch=epoch, token=f"{epoch}:{worker_id}")
+        return Taken(cls(redis, lease, settings, worker_id=worker_id, job=job), _attempt(reply, read_history))
 
     async def _run(self, script: scripts.Script, keys: list[str], args: list[scripts.ScriptArg]) -> Any:
         return await script(
@@ -154,66 +211,15 @@ class Ledger:
         the slots (read in the same step; only this lease's holder writes them).
 
         Returns ``None`` when the inbox is empty, in which case the drain has been released in the same
-        atomic step (lease, drain flag and runnable mark removed).
+        atomic step (lease, drain flag and runnable mark removed, the drain job closed).
         """
-        k = self.keys
-        reply = await self._run(
-            scripts.BEGIN,
-            [
-                k.inbox,
-                k.messages,
-                k.attempts,
-                k.meta,
-                k.events,
-                k.drain,
-                _GLOBAL.runnable,
-                k.history,
-                k.slots,
-                k.epoch,
-                k.outbox,
-                k.dead,
-                k.web,
-                k.control,
-                k.approvals,
-            ],
-            [
-                MAX_COLLECT,
-                self.settings.max_attempts,
-                self.settings.events_maxlen,
-                self.lease.epoch,
-                self.worker_id,
-                f"{time.time():.3f}",
-                self.lease.session,
-                read_history if read_history > 0 else "",
-            ],
+        reply = await _begin(
+            self.redis, self.lease, self.settings, self.worker_id, self.job, read_history=read_history, taking=False
         )
         if not reply:
+            self.released = True
             return None
-        n = int(reply[6])
-        ids = [v.decode() for v in reply[7 : 7 + n]]
-        bodies = [v.decode() for v in reply[7 + n : 7 + 2 * n]]
-        attempt = Attempt(
-            int(reply[0]),
-            bool(int(reply[1])),
-            reply[2].decode(),
-            ids,
-            bodies,
-            policy=_POLICIES.get(reply[3].decode(), "sequential"),
-            interrupts=int(reply[4]),
-            took=int(reply[5]),
-        )
-        if len(reply) < 9 + 2 * n:
-            return attempt
-        flat = reply[8 + 2 * n]
-        slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-        return dataclasses.replace(
-            attempt,
-            history=list(reply[7 + 2 * n]),
-            slots=slots,
-            history_read=read_history,
-            control=reply[9 + 2 * n],
-            approvals_pending=int(reply[10 + 2 * n]),
-        )
+        return _attempt(reply, read_history)
 
     async def steer(self, head: str, taken: int) -> tuple[list[str], list[str]]:
         """The ids and stored JSON of the messages behind the ``taken`` inbox entries the running turn has.
@@ -323,6 +329,7 @@ class Ledger:
         cancelled: str | None = None,
         undelivered: SendDeadLettered | None = None,
         work: Sequence[HistoryEntry] = (),
+        release: bool = False,
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
@@ -331,6 +338,7 @@ class Ledger:
 
         With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``. With
         ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
+        With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`).
         """
         k = self.keys
         now = time.time()
@@ -359,7 +367,8 @@ class Ledger:
         events.append(encode_event(done))
         wait = max(started - messages[0].received_at, 0.0)
         run = max(now - started, 0.0)
-        remaining = await self._run(
+        rq = RQKeys(self.settings.name)
+        reply = await self._run(
             scripts.COMPLETE,
             [
                 k.inbox,
@@ -372,6 +381,14 @@ class Ledger:
                 _GLOBAL.stats,
                 _GLOBAL.histogram("queue_wait"),
                 _GLOBAL.histogram("run"),
+                k.drain,
+                _GLOBAL.runnable,
+                k.slots,
+                k.epoch,
+                k.dead,
+                k.web,
+                rq.job(self.job.job_id) if self.job is not None else rq.job("none"),
+                rq.started,
             ],
             [
                 json.dumps(attempt.ids),
@@ -387,9 +404,101 @@ class Ledger:
                 int(now * 1000),
                 "1" if undelivered is not None else "0",
                 _conversation_of(messages),
+                "1" if release else "",
+                self.lease.session,
+                attempt.idle_ttl,
+                self.job.composite if self.job is not None else "",
             ],
         )
-        return int(remaining)
+        left, released = (int(v) for v in reply)
+        self.released = bool(released)
+        return left
+
+
+async def _begin(
+    redis: aioredis.Redis,
+    lease: LeaseToken,
+    settings: QueueSettings,
+    worker_id: str,
+    job: StartedJob | None,
+    *,
+    read_history: int,
+    taking: bool,
+) -> Any:
+    """Run ``begin.lua`` (taking the lease first when ``taking``); its raw reply."""
+    k = SessionKeys(lease.session)
+    rq = RQKeys(settings.name)
+    return await scripts.BEGIN(
+        redis,
+        [
+            k.lease,
+            _GLOBAL.fenced_rejections,
+            k.inbox,
+            k.messages,
+            k.attempts,
+            k.meta,
+            k.events,
+            k.drain,
+            _GLOBAL.runnable,
+            k.history,
+            k.slots,
+            k.epoch,
+            k.outbox,
+            k.dead,
+            k.web,
+            k.control,
+            k.approvals,
+            rq.job(job.job_id) if job is not None else rq.job("none"),
+            rq.started,
+        ],
+        [
+            lease.token,
+            MAX_COLLECT,
+            settings.max_attempts,
+            settings.events_maxlen,
+            lease.epoch,
+            worker_id,
+            f"{time.time():.3f}",
+            lease.session,
+            read_history if read_history > 0 else "",
+            "1" if taking else "",
+            settings.lease_ms,
+            job.composite if job is not None else "",
+        ],
+        session=lease.session,
+        epoch=lease.epoch,
+    )
+
+
+def _attempt(reply: Any, read_history: int) -> Attempt:
+    """The attempt ``begin.lua`` started, from its reply (see the script for the layout)."""
+    n = int(reply[8])
+    ids = [v.decode() for v in reply[9 : 9 + n]]
+    bodies = [v.decode() for v in reply[9 + n : 9 + 2 * n]]
+    attempt = Attempt(
+        int(reply[0]),
+        bool(int(reply[1])),
+        reply[2].decode(),
+        ids,
+        bodies,
+        policy=_POLICIES.get(reply[3].decode(), "sequential"),
+        interrupts=int(reply[4]),
+        took=int(reply[5]),
+        idle_ttl=reply[7].decode(),
+    )
+    rest = reply[9 + 2 * n :]
+    if len(rest) < 4:
+        return attempt
+    flat = rest[1]
+    slots = {flat[i].decode(): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+    return dataclasses.replace(
+        attempt,
+        history=list(rest[0]),
+        slots=slots,
+        history_read=read_history,
+        control=rest[2],
+        approvals_pending=int(rest[3]),
+    )
 
 
 class AttemptStore(ApprovalsDelegate, RedisSessionStore):

@@ -108,7 +108,8 @@ def _histogram(raw: dict[bytes, bytes], bounds: Sequence[float]) -> Histogram:
     for bound in (*bounds, math.inf):
         running += _int(fields.get(f"le:{bound:g}" if bound != math.inf else "le:+Inf"))
         buckets.append((bound, running))
-    return Histogram(buckets=tuple(buckets), sum=float(fields.get("sum", b"0") or 0), count=_int(fields.get("count")))
+    # the count is the buckets' total (a ``count`` field written by earlier versions always equals it)
+    return Histogram(buckets=tuple(buckets), sum=float(fields.get("sum", b"0") or 0), count=running)
 
 
 async def read_stats(redis: aioredis.Redis) -> Stats:

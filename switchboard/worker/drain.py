@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import assert_never
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -35,9 +36,9 @@ from switchboard.outbound.streaming import ReplyStream
 from switchboard.outbound.toolstatus import StatusBoard, resume, settle
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
-from switchboard.queue.jobs import DrainJobs
+from switchboard.queue.jobs import DrainJobs, StartedJob
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
-from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, encode_facts
+from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
 from switchboard.queue.offers import check_choices, record_offer
 from switchboard.settings import FileConfig, QueueSettings
 from switchboard.types import SessionKey
@@ -195,35 +196,60 @@ class Drainer(TurnEndings):
         """Drain ``session`` until its inbox is empty (or another worker holds or takes it)."""
         await self.drain_session(session)
 
-    async def drain_session(self, session: SessionKey) -> DrainOutcome:
-        """Like :meth:`drain`, telling the caller how the drain ended."""
-        lease = await self.lease.acquire(session)
-        if lease is None:
-            return DrainOutcome.BUSY
-        turn = DrainTurn(lease, asyncio.Event(), Ledger(self.redis, lease, self.settings, worker_id=self.worker_id))
+    async def drain_session(self, session: SessionKey, job: StartedJob | None = None) -> DrainOutcome:
+        """Like :meth:`drain`, telling the caller how the drain ended.
+
+        With ``job``, a drain that ends ``RELEASED`` has closed that drain job too (in its releasing step).
+        """
+        if self.stopping.is_set():
+            return DrainOutcome.HANDED_OVER
+        taken = await Ledger.take(
+            self.redis,
+            session,
+            self.settings,
+            worker_id=self.worker_id,
+            job=job,
+            read_history=self.settings.history_maxlen,
+        )
+        match taken:
+            case Start.BUSY:
+                return DrainOutcome.BUSY
+            case Start.EMPTY:
+                return DrainOutcome.RELEASED
+            case Taken():
+                pass
+            case _:
+                assert_never(taken)
+        lease = taken.ledger.lease
+        turn = DrainTurn(lease, asyncio.Event(), taken.ledger)
         keeper = asyncio.create_task(self.lease.keep_alive(lease, turn.lost))
         context = CURRENT_LEASE.set(lease)
         self._active[session] = turn
         fair_turns, fair_slice_s = self.settings.fair_turns, self.settings.fair_slice_s
         turns, held_since = 0, time.monotonic()
+        attempt: Attempt | None = taken.attempt
         try:
             while True:
-                if turn.lost.is_set():
-                    raise _lost(lease)
-                if self.stopping.is_set():
-                    await self.lease.abandon(lease)
-                    return DrainOutcome.HANDED_OVER
-                due = (fair_turns and turns >= fair_turns) or (
-                    fair_slice_s and time.monotonic() - held_since >= fair_slice_s
-                )
-                if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease):
-                    return DrainOutcome.YIELDED
-                attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
-                if attempt is None:  # the inbox was empty: released in the same step
-                    return DrainOutcome.RELEASED
+                if attempt is None:  # the drain's first attempt was taken with the lease
+                    if turn.lost.is_set():
+                        raise _lost(lease)
+                    if self.stopping.is_set():
+                        await self.lease.abandon(lease)
+                        return DrainOutcome.HANDED_OVER
+                    due = (fair_turns and turns >= fair_turns) or (
+                        fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+                    )
+                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease):
+                        return DrainOutcome.YIELDED
+                    attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
+                    if attempt is None:  # the inbox was empty: released in the same step
+                        return DrainOutcome.RELEASED
                 stopped_at = turn.stopped_at
                 if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
                     return DrainOutcome.DEFERRED
+                if turn.ledger.released:  # the turn's completion left the inbox empty and ended the drain
+                    return DrainOutcome.RELEASED
+                attempt = None
                 # a turn stopped on request is answered by the /stop behind it, in this drain (it knows what ran)
                 turns = 0 if turn.stopped_at != stopped_at else turns + 1
         except FencedWriteError:
@@ -330,7 +356,8 @@ class Drainer(TurnEndings):
     async def _play(
         self, turn: DrainTurn, attempt: Attempt, messages: Sequence[InboundMessage], outbox: Outbox
     ) -> tuple[TurnResult, Receipt | Undelivered | None]:
-        await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
+        if turn.stream is not None and turn.stream.caps.statuses:
+            await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
         self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
         conversation = messages[-1].conversation

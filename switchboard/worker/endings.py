@@ -126,6 +126,7 @@ class TurnEndings:
         if isinstance(sent, Undelivered):
             undelivered = SendDeadLettered(message_id=turn.reply_to, attempts=sent.attempts, reason=sent.reason)
             await self._tell(turn, outbox, SendError(code="undelivered", message=undelivered_text()), "undelivered")
+        statuses = turn.stream is not None and turn.stream.caps.statuses
         remaining = await turn.ledger.complete(
             attempt,
             messages,
@@ -136,8 +137,9 @@ class TurnEndings:
             outbox_keys=outbox.used,
             undelivered=undelivered,
             work=work,
+            release=not statuses,  # a channel that shows the idle status is told first, under the lease
         )
-        if remaining == 0:
+        if remaining == 0 and statuses:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
 
     async def _resume(

@@ -268,7 +268,7 @@ class SessionWorker:
                 return
             self._running[job_id] = job
             try:
-                outcome = await drainer.drain_session(job.session)
+                outcome = await drainer.drain_session(job.session, job)
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._abandoned(redis, job))
@@ -279,7 +279,8 @@ class SessionWorker:
                 return
             if outcome is DrainOutcome.HANDED_OVER:
                 await self.jobs.enqueue(redis, job.session, expected=job_id, front=True)
-            await self.jobs.finish(redis, job)
+            if outcome is not DrainOutcome.RELEASED:  # a released drain closed its job in the same step
+                await self.jobs.finish(redis, job)
         except (RedisError, OSError) as err:
             logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)
         finally:

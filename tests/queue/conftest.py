@@ -62,18 +62,24 @@ class Sent:
 class RecordingDeliverer:
     """Records every action performed (our own seam between the drain and the channels).
 
-    ``streaming`` makes it a channel whose own transport streams (the web chat's ``StreamDelta``); it shows typing.
+    ``streaming`` makes it a channel whose own transport streams (the web chat's ``StreamDelta``); it shows typing
+    and, like the web chat, the agent's status (``statuses``).
     """
 
     streaming: bool = False
     sent: list[Sent] = field(default_factory=list)
     typing: bool = True
     typing_refresh_s: float = 4.0
+    statuses: bool = True
 
     def capabilities(self, conversation: ConversationRef) -> Capabilities:
         streaming = "transport" if self.streaming else "none"
         return Capabilities(
-            max_text=4096, streaming=streaming, typing=self.typing, typing_refresh_s=self.typing_refresh_s
+            max_text=4096,
+            streaming=streaming,
+            typing=self.typing,
+            typing_refresh_s=self.typing_refresh_s,
+            statuses=self.statuses,
         )
 
     async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:

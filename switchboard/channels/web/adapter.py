@@ -79,8 +79,10 @@ CAPABILITIES: Final = Capabilities(
     buttons=10,
     button_label=80,
     files=True,
+    statuses=True,
 )
-"""The web chat streams on its own transport (SSE ``delta`` events) and shows buttons; it has no edits."""
+"""The web chat streams on its own transport (SSE ``delta`` events), shows buttons and whether the agent is running;
+it has no edits."""
 
 Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
 """Append one event (session, type, data) to the session's web stream; returns the stream entry id."""

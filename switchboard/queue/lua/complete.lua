@@ -1,30 +1,42 @@
--- Finish a turn: ack the inbox head, drop its records, append history and events, record latencies.
+-- Finish a turn: ack the inbox head, drop its records, append history and events, record latencies; with nothing
+-- left in the inbox, end the drain in the same step when asked (see _release.lua).
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 history, 7 events, 8 outbox, 9 meta, 10 stats,
---       11 queue-wait histogram, 12 run histogram
+--       11 queue-wait histogram, 12 run histogram,
+--       13 drain flag, 14 runnable, 15 slots, 16 epoch, 17 dead letters, 18 web stream (released with the drain),
+--       19 drain job hash, 20 RQ started registry (the job is closed on release)
 -- ARGV: 1 token, 2 ids JSON, 3 history entries JSON, 4 history maxlen, 5 events JSON, 6 events maxlen,
 --       7 outbox keys JSON, 8 wait bucket, 9 wait s, 10 run bucket, 11 run s, 12 now ms,
 --       13 '1' when the reply's send was dead-lettered (counted), else '0',
 --       14 the conversation (ConversationRef JSON) of the turn's last channel message, or '' (kept in meta, so an
---          operator's message reaches the same chat: switchboard/control)
--- Returns the inbox length left.
+--          operator's message reaches the same chat: switchboard/control),
+--       15 '1' = release the drain when the inbox is left empty, 16 session, 17 the session's idle TTL as begin read
+--       it ('' = none), 18 job composite ('' = no job to close)
+-- Returns {inbox length left, 1 when the drain was released else 0}.
 local refused = fenced() if refused then return refused end
 local err = ack(KEYS[3], KEYS[4], KEYS[5], cjson.decode(ARGV[2])) if err then return err end
 local entries = cjson.decode(ARGV[3])
 if #entries > 0 then
-  redis.call('RPUSH', KEYS[6], unpack(entries))
-  redis.call('LTRIM', KEYS[6], -tonumber(ARGV[4]), -1)
+  local maxlen = tonumber(ARGV[4])
+  if redis.call('RPUSH', KEYS[6], unpack(entries)) > maxlen then redis.call('LTRIM', KEYS[6], -maxlen, -1) end
 end
 append_events(KEYS[7], ARGV[6], cjson.decode(ARGV[5]))
 local okeys = cjson.decode(ARGV[7])
 if #okeys > 0 then redis.call('HDEL', KEYS[8], unpack(okeys)) end
-redis.call('HSET', KEYS[9], 'last_at', ARGV[12], 'status', 'idle')
-if ARGV[14] and ARGV[14] ~= '' then redis.call('HSET', KEYS[9], 'conversation', ARGV[14]) end
+if ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[9], 'last_at', ARGV[12], 'status', 'idle', 'conversation', ARGV[14])
+else
+  redis.call('HSET', KEYS[9], 'last_at', ARGV[12], 'status', 'idle')
+end
 redis.call('HINCRBY', KEYS[10], 'runs_completed', 1)
 if ARGV[13] == '1' then redis.call('HINCRBY', KEYS[10], 'send_dead_letters', 1) end
+-- a histogram's count is the sum of its buckets (stats.py): a bucket and the sum per observation
 redis.call('HINCRBY', KEYS[11], ARGV[8], 1)
-redis.call('HINCRBY', KEYS[11], 'count', 1)
 redis.call('HINCRBYFLOAT', KEYS[11], 'sum', ARGV[9])
 redis.call('HINCRBY', KEYS[12], ARGV[10], 1)
-redis.call('HINCRBY', KEYS[12], 'count', 1)
 redis.call('HINCRBYFLOAT', KEYS[12], 'sum', ARGV[11])
-return redis.call('LLEN', KEYS[3])
+local left = redis.call('LLEN', KEYS[3])
+if left > 0 or ARGV[15] ~= '1' then return {left, 0} end
+release(KEYS[1], KEYS[13], KEYS[14], ARGV[16], ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
+retain(KEYS, 3, 9, ARGV[17])
+retain(KEYS, 15, 18, ARGV[17])
+return {0, 1}
