@@ -67,6 +67,9 @@ class _Sink:
     fenced step (the reply's outbox claim); any other write for the turn writes them first, so order holds.
     """
 
+    status: StatusBoard | None = None
+    """The turn's tool status messages (``None`` without a conversation to show them in)."""
+
     def __init__(self, drainer: Drainer, turn: DrainTurn, events: EventLog) -> None:
         self._drainer = drainer
         self._turn = turn

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,14 +107,38 @@ def estimate_tokens(text: str) -> int:
     return (ascii_chars + 3) // 4 + (len(text) - ascii_chars)
 
 
+_MEMO_MAX = 8192
+"""Messages and tool specs whose estimates are remembered (past it, the memo starts over)."""
+_MEMO: dict[int, tuple[object, int]] = {}
+
+
+def _remembered(item: ChatMessage | ToolSpec, estimate: Callable[[], int]) -> int:
+    """``estimate()`` of a frozen message or spec, computed once per object (a turn estimates its request often)."""
+    hit = _MEMO.get(id(item))
+    if hit is not None and hit[0] is item:
+        return hit[1]
+    value = estimate()
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[id(item)] = (item, value)
+    return value
+
+
 def _message_tokens(message: ChatMessage) -> int:
-    extra = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) + 16 for c in message.tool_calls)
-    return estimate_tokens(message.content) + extra // 4 + 4 + IMAGE_TOKENS * len(message.images)
+    def estimate() -> int:
+        extra = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) + 16 for c in message.tool_calls)
+        return estimate_tokens(message.content) + extra // 4 + 4 + IMAGE_TOKENS * len(message.images)
+
+    return _remembered(message, estimate)
+
+
+def _spec_chars(tool: ToolSpec) -> int:
+    return _remembered(tool, lambda: len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters)))
 
 
 def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
     """Estimated input tokens of a request."""
-    spec_chars = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in tools)
+    spec_chars = sum(_spec_chars(t) for t in tools)
     return estimate_tokens(system) + sum(_message_tokens(m) for m in messages) + spec_chars // 4
 
 
@@ -275,10 +299,11 @@ def _add_entry(out: list[ChatMessage], entry: HistoryEntry) -> bool:
         return True
     role = entry.role
     last = out[-1] if out else None
+    # the entry was validated when it was read: its words become a message without validating them again
     if last is not None and last.role == role and not last.tool_calls and last.trust is None:
-        out[-1] = ChatMessage(role=role, content=last.content + "\n\n" + entry.text)
+        out[-1] = ChatMessage.model_construct(role=role, content=last.content + "\n\n" + entry.text)
     else:
-        out.append(ChatMessage(role=role, content=entry.text))
+        out.append(ChatMessage.model_construct(role=role, content=entry.text))
     return True
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -113,6 +114,7 @@ def tenant_dir(root: Path, session_key: str) -> Path:
     return root / f"t-{_digest(session_key.split('/', 1)[0], 16)}"
 
 
+@functools.lru_cache(maxsize=4096)
 def workspace_for(root: Path, session_key: str) -> Path:
     """The session's own directory under ``root``: disjoint from every other session's, whatever the ids."""
     return tenant_dir(root, session_key) / _digest(session_key, 32)
