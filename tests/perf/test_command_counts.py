@@ -5,7 +5,8 @@ web`` and ``python -m switchboard worker``, the offline model). The test watches
 every command the web and worker processes issue while a scenario's messages go through; commands run inside a Lua
 script appear in ``MONITOR`` under their own names (client ``lua``) and are counted as well, attributed to the process
 whose ``EVALSHA`` ran them. ``EVALSHA`` is counted per script (``EVALSHA ingest``). Each scenario's window is cut by two
-``ECHO`` markers this test sends, so it holds exactly the commands the server executed in between.
+``ECHO`` markers this test sends, so it holds exactly the commands the server executed in between; the server's own
+``INFO commandstats``, reset at the window's start, must agree with it (so nothing escaped the log).
 
 What is not counted, and why (the rest is deterministic; several runs in a row give the same table):
 
@@ -15,6 +16,11 @@ What is not counted, and why (the rest is deterministic; several runs in a row g
   matter of wall time (the one that hands over a drain job is followed by the ``EVALSHA job_start`` that is counted);
 - ``PING``, ``HELLO``, ``CLIENT``: redis-py's health check of a connection idle for 30 s, and the handshake of a
   connection a pool opens (when depends on how work overlapped).
+
+Two things follow the clock and are pinned by the scenarios instead: a Telegram chat's streaming edit budget (one edit
+a second) is full before each one-at-a-time message, as in a human-paced chat, and spent during the backlog's drain;
+the send rates are off (``send_rate: 0`` in the benchmarks' configuration, whose agent has ``current_time`` as its
+one tool), since a paced send retries on a timer.
 
 To update the table after a deliberate change: run this test, and paste the table its failure message prints over
 :data:`PINNED` (the message also says which commands went up or down, and what each feature costs over the plain path).
