@@ -1,0 +1,712 @@
+"""The Redis commands a message costs, pinned: a change that adds or removes any fails here until the table follows.
+
+A whole gateway runs as an operator runs it (a private valkey, the fake Telegram Bot API, ``python -m switchboard
+web`` and ``python -m switchboard worker``, the offline model). The test watches the server with ``MONITOR`` and counts
+every command the web and worker processes issue while a scenario's messages go through; commands run inside a Lua
+script appear in ``MONITOR`` under their own names (client ``lua``) and are counted as well, attributed to the process
+whose ``EVALSHA`` ran them. ``EVALSHA`` is counted per script (``EVALSHA ingest``). Each scenario's window is cut by two
+``ECHO`` markers this test sends, so it holds exactly the commands the server executed in between; the server's own
+``INFO commandstats``, reset at the window's start, must agree with it (so nothing escaped the log).
+
+What is not counted, and why (the rest is deterministic; several runs in a row give the same table):
+
+- timers, made too long to tick during the test through the settings (:data:`QUIET_TIMERS`): the worker's heartbeat,
+  liveness key and takeover check, the reaper's sweep, the session lease renewal;
+- ``BLMOVE``: the worker's dequeue returns every second whether or not a job came, so how many fall in a window is a
+  matter of wall time (the one that hands over a drain job is followed by the ``EVALSHA job_start`` that is counted);
+- ``PING``, ``HELLO``, ``CLIENT``: redis-py's health check of a connection idle for 30 s, and the handshake of a
+  connection a pool opens (when depends on how work overlapped).
+
+Two things follow the clock and are pinned by the scenarios instead: a Telegram chat's streaming edit budget (one edit
+a second) is full before each one-at-a-time message, as in a human-paced chat, and spent during the backlog's drain;
+the send rates are off (``send_rate: 0`` in the benchmarks' configuration, whose agent has ``current_time`` as its
+one tool), since a paced send retries on a timer.
+
+To update the table after a deliberate change: run this test, and paste the table its failure message prints over
+:data:`PINNED` (the message also says which commands went up or down, and what each feature costs over the plain path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import redis
+
+from bench._harness import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
+from switchboard.channels.telegram.fake.platform import make_update
+from switchboard.queue import scripts
+from switchboard.queue.embedded import EmbeddedRedis
+from switchboard.queue.keys import GlobalKeys, RQKeys
+
+# Calls per message, by scenario. "commands": every command (inside scripts too) by name, EVALSHA by script;
+# "total": their sum; "client": the commands clients sent (not those run inside scripts; a pipeline of 3 counts 3);
+# "web" / "worker": the total split by the process that issued it, "web_client" / "worker_client" the client ones.
+# Scenarios: "plain" a Telegram text message, one at a time, abuse limits off, no tool call; "limits" the same with
+# the abuse limits on; "backlog" BACKLOG messages drained together; "webchat" a web chat message, one at a time;
+# "tool_call" a Telegram message whose turn calls one tool (current_time). Minus "plain": what the feature costs.
+# UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
+PINNED: dict[str, dict[str, Any]] = {
+    "backlog": {
+        "client": 15.4,
+        "commands": {
+            "DEL": 0.2,
+            "EVALSHA begin": 1.1,
+            "EVALSHA bucket_take": 7,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_finish": 0.1,
+            "EVALSHA job_start": 0.1,
+            "EVALSHA lease_acquire": 0.1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_part": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 0.2,
+            "GET": 13.1,
+            "HDEL": 3,
+            "HGET": 3.2,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 8.2,
+            "HSETNX": 1,
+            "INCR": 0.1,
+            "LINDEX": 1.1,
+            "LLEN": 1,
+            "LRANGE": 2,
+            "LREM": 0.1,
+            "LTRIM": 2,
+            "RPUSH": 2.1,
+            "SADD": 0.1,
+            "SET": 2.1,
+            "TIME": 7,
+            "XADD": 7,
+            "ZADD": 2.1,
+            "ZRANGE": 1,
+            "ZREM": 0.2,
+        },
+        "total": 87.2,
+        "web": 14.3,
+        "web_client": 1,
+        "worker": 72.9,
+        "worker_client": 14.4,
+    },
+    "limits": {
+        "client": 19,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 2,
+            "EVALSHA bucket_take": 7,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_finish": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA lease_acquire": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_part": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 2,
+            "GET": 16,
+            "HDEL": 3,
+            "HGET": 5,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 10,
+            "HSETNX": 1,
+            "INCR": 1,
+            "LINDEX": 2,
+            "LLEN": 2,
+            "LRANGE": 2,
+            "LREM": 1,
+            "LTRIM": 2,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 6,
+            "TIME": 8,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZRANGE": 1,
+            "ZREM": 2,
+        },
+        "total": 114,
+        "web": 23,
+        "web_client": 1,
+        "worker": 91,
+        "worker_client": 18,
+    },
+    "plain": {
+        "client": 19,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 2,
+            "EVALSHA bucket_take": 7,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_finish": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA lease_acquire": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_part": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 2,
+            "GET": 14,
+            "HDEL": 3,
+            "HGET": 5,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 10,
+            "HSETNX": 1,
+            "INCR": 1,
+            "LINDEX": 2,
+            "LLEN": 1,
+            "LRANGE": 2,
+            "LREM": 1,
+            "LTRIM": 2,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 4,
+            "TIME": 7,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZRANGE": 1,
+            "ZREM": 2,
+        },
+        "total": 108,
+        "web": 17,
+        "web_client": 1,
+        "worker": 91,
+        "worker_client": 18,
+    },
+    "tool_call": {
+        "client": 18,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 2,
+            "EVALSHA bucket_take": 4,
+            "EVALSHA complete": 1,
+            "EVALSHA fenced_xadd": 2,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_finish": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA lease_acquire": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_part": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 2,
+            "GET": 13,
+            "HDEL": 3,
+            "HGET": 5,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 10,
+            "HSETNX": 1,
+            "INCR": 1,
+            "LINDEX": 2,
+            "LLEN": 1,
+            "LRANGE": 2,
+            "LREM": 1,
+            "LTRIM": 2,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 4,
+            "TIME": 4,
+            "XADD": 9,
+            "ZADD": 3,
+            "ZRANGE": 1,
+            "ZREM": 2,
+        },
+        "total": 105,
+        "web": 17,
+        "web_client": 1,
+        "worker": 88,
+        "worker_client": 17,
+    },
+    "webchat": {
+        "client": 21,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 2,
+            "EVALSHA complete": 1,
+            "EVALSHA fenced_xadd": 8,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_finish": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA lease_acquire": 1,
+            "EVALSHA outbox_append": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 2,
+            "EXPIRE": 35,
+            "GET": 16,
+            "HDEL": 3,
+            "HGET": 5,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 11,
+            "HSETNX": 1,
+            "INCR": 1,
+            "LINDEX": 2,
+            "LLEN": 1,
+            "LRANGE": 2,
+            "LREM": 1,
+            "LTRIM": 2,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 18,
+            "XDEL": 1,
+            "ZADD": 3,
+            "ZRANGE": 1,
+            "ZREM": 2,
+        },
+        "total": 151,
+        "web": 32,
+        "web_client": 1,
+        "worker": 119,
+        "worker_client": 20,
+    },
+}
+
+
+MESSAGES = 3
+"""Counted messages in each one-at-a-time scenario (after one uncounted message that opens the session)."""
+BACKLOG = 10
+"""Messages queued in one session while the worker is stopped, then drained."""
+QUIET_TIMERS = {
+    "SWITCHBOARD_QUEUE__LEASE_MS": "600000",
+    "SWITCHBOARD_QUEUE__WORKER_HEARTBEAT_MS": "200000",
+    "SWITCHBOARD_QUEUE__REAPER_INTERVAL_S": "6000",
+}
+"""Timers long enough not to tick while the test runs (heartbeat and takeover every 100-200 s, reaper 6,000 s)."""
+LIMITS_OFF = {
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "0",
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "0",
+    "SWITCHBOARD_LIMITS__INBOX_DEPTH": "0",
+    "SWITCHBOARD_LIMITS__SESSIONS_PER_ADDRESS_PER_HOUR": "0",
+}
+LIMITS_ON = {
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "1000000",
+    "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "1000000",
+    "SWITCHBOARD_LIMITS__INBOX_DEPTH": "1000000",
+    "SWITCHBOARD_LIMITS__SESSIONS_PER_ADDRESS_PER_HOUR": "0",
+}
+"""Limits checked on every message but never reached (as in ``bench/_stack.py``)."""
+NOT_COUNTED = frozenset({"BLMOVE", "PING", "HELLO", "CLIENT"})
+"""Commands left out by name (see the module docstring)."""
+SCRIPT_NAMES = {script.sha: script.name for script in scripts.ALL}
+
+
+# ---------------------------------------------------------------- the command log
+
+
+@dataclass
+class Seen:
+    """One command as ``MONITOR`` showed it."""
+
+    port: str
+    """The client's port, or ``lua`` for a command run inside a script."""
+    name: str
+
+
+@dataclass
+class CommandLog:
+    """Every command the server executes, from a ``MONITOR`` connection read on a thread."""
+
+    url: str
+    seen: list[Seen] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _markers: dict[str, int] = field(default_factory=dict)
+    _marked: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._marked = threading.Condition(self._lock)
+        self._client = redis.Redis.from_url(self.url, socket_timeout=None)  # quiet while web and worker restart
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()
+        self._thread = threading.Thread(target=self._read, name="monitor", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(redis.ConnectionError, OSError, ValueError):
+            while True:
+                entry = self._monitor.next_command()
+                words = str(entry["command"]).split(" ", 2)
+                name = words[0].upper()
+                if name == "EVALSHA" and len(words) > 1:
+                    name = f"EVALSHA {SCRIPT_NAMES.get(words[1], '?' + words[1][:8])}"
+                port = "lua" if entry.get("client_type") == "lua" else str(entry.get("client_port", ""))
+                with self._marked:
+                    if name == "ECHO" and len(words) > 1 and words[1].startswith("sbcount:"):
+                        self._markers[words[1]] = len(self.seen)
+                        self._marked.notify_all()
+                    else:
+                        self.seen.append(Seen(port, name))
+
+    def mark(self, control: redis.Redis, timeout: float = 10.0) -> int:
+        """Send a marker through ``control`` and wait until the monitor saw it; the log's length at that point."""
+        marker = f"sbcount:{uuid.uuid4().hex}"
+        control.echo(marker)
+        with self._marked:
+            if not self._marked.wait_for(lambda: marker in self._markers, timeout):
+                raise AssertionError("MONITOR did not show the marker")
+            return self._markers[marker]
+
+    def between(self, start: int, end: int) -> list[Seen]:
+        """The commands seen between two markers."""
+        with self._lock:
+            return list(self.seen[start:end])
+
+    def close(self) -> None:
+        """Stop reading."""
+        with contextlib.suppress(Exception):
+            self._monitor.connection.disconnect()  # type: ignore[attr-defined]
+        self._client.close()
+        self._thread.join(5)
+
+
+# ---------------------------------------------------------------- the gateway
+
+
+def redis_ports(proc: Proc, redis_port: int) -> set[str]:
+    """The local ports of ``proc``'s connections to the Redis server (its clients as MONITOR names them)."""
+    return {
+        str(conn.laddr.port)
+        for conn in psutil.Process(proc.pid).net_connections("tcp")
+        if conn.raddr and conn.raddr.port == redis_port
+    }
+
+
+@dataclass
+class Gateway:
+    """Redis, the fake Bot API, and (re)startable web and worker processes."""
+
+    tmp: Path
+    server: EmbeddedRedis
+    fake: Proc
+    fake_url: str
+    control: redis.Redis
+    log: CommandLog
+    web: Proc | None = None
+    worker: Proc | None = None
+    web_url: str = ""
+    ports: dict[str, str] = field(default_factory=dict)
+    """Client port → ``web`` / ``worker``, learnt as the processes open connections."""
+    since: int = 0
+    """The fake's last call sequence number already read."""
+    generation: int = 0
+
+    def start(self, extra: dict[str, str]) -> None:
+        """Start (or restart) ``switchboard web`` and ``switchboard worker`` with ``extra`` settings."""
+        self.stop()
+        self.generation += 1
+        port = free_port()
+        data = self.tmp / f"data{self.generation}"
+        env = {**bench_env(self.server.url, data, port=port, telegram_url=self.fake_url), **QUIET_TIMERS, **extra}
+        self.web = Proc(f"web{self.generation}", [PYTHON, "-m", "switchboard", "web"], env=env, log_dir=self.tmp)
+        self.web_url = f"http://127.0.0.1:{port}"
+        self.web.wait_http(f"{self.web_url}/healthz")
+        self.worker = Proc(
+            f"worker{self.generation}", [PYTHON, "-m", "switchboard", "worker"], env=env, log_dir=self.tmp
+        )
+        deadline = time.monotonic() + 30
+        while _get_json(f"{self.web_url}/healthz").get("workers", 0) < 1:
+            assert self.worker.popen.poll() is None, self.worker.tail()
+            assert time.monotonic() < deadline, f"no live worker:\n{self.worker.tail()}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop web and worker, if running."""
+        for proc in (self.worker, self.web):
+            if proc is not None:
+                proc.stop()
+        self.web = self.worker = None
+
+    def learn_ports(self) -> None:
+        """Note which process each client port belongs to."""
+        assert self.web is not None and self.worker is not None
+        port = int(self.server.port or 0)
+        for role, proc in (("web", self.web), ("worker", self.worker)):
+            self.ports.update(dict.fromkeys(redis_ports(proc, port), role))
+
+    def telegram(self, chat_id: int, update_id: int, text: str) -> None:
+        """Post one signed Telegram update; it must be accepted."""
+        update = make_update(text, chat_id=chat_id, update_id=update_id, first_name="Count", username="count_user")
+        headers = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": SECRET_TOKEN}
+        status, _ = _post(f"{self.web_url}/webhooks/telegram", update, headers)
+        assert status == 200, f"the gateway answered {status}"
+
+    def replies(self) -> int:
+        """Messages the bot sent since the last call (``sendMessage`` calls the fake recorded)."""
+        with urllib.request.urlopen(f"{self.fake_url}/_fake/calls?since={self.since}&method=sendMessage") as resp:
+            calls = json.loads(resp.read())
+        self.since = max([self.since, *(int(c["seq"]) for c in calls)])
+        return len(calls)
+
+    def edit_budget(self, chat_id: int) -> str:
+        """The key of a Telegram chat's streaming edit budget (a GCRA meter: one edit a second, burst 1)."""
+        return GlobalKeys().chat_edit_rate("telegram", "default", str(chat_id))
+
+    def refill_edit_budget(self, chat_id: int) -> None:
+        """Fill the chat's edit budget, as a pause of a second would (a GCRA meter is full once its key is gone).
+
+        Then the next reply's first streamed edit is granted and the others refused, every time: how many edits a
+        reply gets otherwise depends on how long ago the last one was (one a second).
+        """
+        self.control.delete(self.edit_budget(chat_id))
+
+    def spend_edit_budget(self, chat_id: int, seconds: float = 60.0) -> None:
+        """Empty the chat's edit budget for ``seconds``: every streamed edit is refused meanwhile.
+
+        The meter holds its next arrival time in ms of the server's clock (``_limits.lua``).
+        """
+        now_s, now_us = self.control.time()
+        tat_ms = int(now_s) * 1000 + int(now_us) // 1000 + int(seconds * 1000)
+        self.control.set(self.edit_budget(chat_id), tat_ms, px=int(seconds * 1000))
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait until no session is runnable and no drain job is queued or running (the worker has nothing left)."""
+        rq = RQKeys("switchboard")
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.control.pipeline(transaction=False) as pipe:
+                pipe.zcard(GlobalKeys().runnable).zcard(rq.started).llen(rq.queue).llen(rq.intermediate)
+                if not any(pipe.execute()):
+                    return
+            assert time.monotonic() < deadline, (
+                f"the worker did not go idle:\n{self.worker.tail() if self.worker else ''}"
+            )
+            time.sleep(0.02)
+
+    @contextlib.contextmanager
+    def counting(self, into: dict[str, Counter[str]], scenario: str, messages: int) -> Iterator[None]:
+        """Count what the gateway sends Redis while the block runs (which must leave the gateway idle)."""
+        self.control.config_resetstat()
+        start = self.log.mark(self.control)
+        yield
+        self.wait_idle()
+        time.sleep(0.2)  # a straggler would show here, and make the runs disagree
+        end = self.log.mark(self.control)
+        stats = self.control.info("commandstats")
+        self.learn_ports()
+        mine = str(self.control.client_info()["addr"]).rsplit(":", 1)[-1]
+        counts: Counter[str] = Counter()
+        polled: Counter[str] = Counter()
+        caller = ""
+        for seen in self.log.between(start, end):
+            if seen.port != "lua":
+                caller = seen.port  # a script's commands follow the EVALSHA that ran them
+            if caller == mine:
+                polled[seen.name.lower()] += 1
+                continue
+            if seen.name in NOT_COUNTED:
+                continue
+            owner = self.ports.get(caller, f"other:{caller}")
+            counts[f"cmd:{seen.name}"] += 1
+            counts[f"role:{owner}"] += 1
+            if seen.port != "lua":
+                counts["client"] += 1
+                counts[f"role:{owner}_client"] += 1
+        counts["messages"] = messages
+        into[scenario] = counts
+        cross_check(counts, polled, stats)
+
+
+def cross_check(counts: Counter[str], polled: Counter[str], stats: dict[str, Any]) -> None:
+    """The server's own ``INFO commandstats`` (reset at the start of the window) agrees with what MONITOR showed.
+
+    So no command escaped the log, and the commands run inside scripts are those the server counts. ``polled``: the
+    commands this test sent meanwhile (by name), which the server counts too.
+    """
+    seen: Counter[str] = Counter()
+    for key, value in counts.items():
+        if key.startswith("cmd:"):
+            seen[key[4:].split(" ", 1)[0].lower()] += value
+    server = {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) - polled[name] for name in seen}
+    assert server == dict(seen), "MONITOR and INFO commandstats disagree"
+
+
+def _post(url: str, payload: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return int(resp.status), json.loads(resp.read() or b"null")
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as resp:
+        return dict(json.loads(resp.read()))
+    return {}
+
+
+@contextlib.contextmanager
+def gateway(tmp: Path) -> Iterator[Gateway]:
+    """A private Redis (no other test shares it: MONITOR sees the whole server), the fake, and the command log."""
+    server = start_redis(tmp, None)
+    fake_port = free_port()
+    fake = Proc("fake", [PYTHON, "-m", "bench._servers", "fake-telegram", "--port", str(fake_port)], log_dir=tmp)
+    control = redis.Redis.from_url(server.url)
+    log = None
+    gw = None
+    try:
+        fake_url = f"http://127.0.0.1:{fake_port}"
+        fake.wait_http(f"{fake_url}/_fake/calls")
+        log = CommandLog(server.url)
+        gw = Gateway(tmp, server, fake, fake_url, control, log)
+        yield gw
+    finally:
+        if gw is not None:
+            gw.stop()
+        if log is not None:
+            log.close()
+        control.close()
+        fake.stop()
+        server.stop()
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def one_at_a_time(gw: Gateway, into: dict[str, Counter[str]], scenario: str, chat_id: int, text: str) -> None:
+    """One uncounted message opens the session; then :data:`MESSAGES`, each answered before the next is sent."""
+    update = chat_id * 100
+    gw.telegram(chat_id, update, text)
+    gw.wait_idle()
+    assert gw.replies() >= 1, "no reply to the first message"
+    with gw.counting(into, scenario, MESSAGES):
+        for n in range(1, MESSAGES + 1):
+            gw.refill_edit_budget(chat_id)
+            gw.telegram(chat_id, update + n, text)
+            gw.wait_idle()
+    assert gw.replies() == MESSAGES, f"{scenario}: expected one reply per message"
+
+
+def backlog(gw: Gateway, into: dict[str, Counter[str]]) -> None:
+    """:data:`BACKLOG` messages queue in one session while the worker is frozen; then it drains them.
+
+    The chat's edit budget is spent first, so no streamed edit is granted during the drain: otherwise one would be
+    for each second the drain lasts (the first reply of a fast drain takes the budget, and the others find it spent).
+    """
+    assert gw.worker is not None
+    chat_id = 303
+    gw.telegram(chat_id, chat_id * 100, "hello there")
+    gw.wait_idle()
+    gw.replies()
+    gw.spend_edit_budget(chat_id)
+    with gw.counting(into, "backlog", BACKLOG):
+        gw.worker.popen.send_signal(signal.SIGSTOP)
+        try:
+            for n in range(1, BACKLOG + 1):
+                gw.telegram(chat_id, chat_id * 100 + n, "hello there")
+        finally:
+            gw.worker.popen.send_signal(signal.SIGCONT)
+    assert gw.replies() >= 1, "no reply to the backlog"
+
+
+def webchat(gw: Gateway, into: dict[str, Counter[str]]) -> None:
+    """A web chat session (uncounted: opened, one message), then :data:`MESSAGES` posts, each answered first."""
+    status, session = _post(f"{gw.web_url}/api/chat/sessions", {}, {"Content-Type": "application/json"})
+    assert status == 201
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {session['token']}"}
+
+    def post(n: int) -> None:
+        status, _ = _post(f"{gw.web_url}/api/chat/messages", {"text": "hello there", "client_id": f"c{n}"}, headers)
+        assert status == 202
+
+    post(0)
+    gw.wait_idle()
+    with gw.counting(into, "webchat", MESSAGES):
+        for n in range(1, MESSAGES + 1):
+            post(n)
+            gw.wait_idle()
+
+
+# ---------------------------------------------------------------- the table
+
+
+def per_message(counts: Counter[str]) -> dict[str, Any]:
+    """A scenario's row: calls per message (two decimals when a drain shares work between messages)."""
+    n = counts["messages"]
+
+    def each(value: int) -> int | float:
+        return value // n if value % n == 0 else round(value / n, 2)
+
+    commands = {key[4:]: each(v) for key, v in sorted(counts.items()) if key.startswith("cmd:")}
+    row: dict[str, Any] = {"commands": commands, "total": each(sum(counts[f"cmd:{c}"] for c in commands))}
+    row["client"] = each(counts["client"])
+    for key, value in sorted(counts.items()):
+        if key.startswith("role:"):
+            row[key[5:]] = each(value)
+    return row
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``name: a → b (+d)`` for every figure of two rows that differs."""
+    out = []
+    flat_old = {**{k: v for k, v in old.items() if k != "commands"}, **old.get("commands", {})}
+    flat_new = {**{k: v for k, v in new.items() if k != "commands"}, **new.get("commands", {})}
+    for name in sorted(flat_old.keys() | flat_new.keys()):
+        a, b = flat_old.get(name, 0), flat_new.get(name, 0)
+        if a != b:
+            out.append(f"    {name}: {a} → {b} ({b - a:+g})")
+    return out
+
+
+def report(measured: dict[str, dict[str, Any]]) -> str:
+    """The failure message: what changed, each feature's cost over the plain path, and the table to paste."""
+    lines = ["Redis commands per message differ from the pinned table.", "", "Changes (pinned → measured):"]
+    for scenario in sorted(measured.keys() | PINNED.keys()):
+        changed = differences(PINNED.get(scenario, {}), measured.get(scenario, {}))
+        if changed:
+            lines += [f"  {scenario}:", *changed]
+    lines += ["", "Each scenario over the plain path (plain → scenario):"]
+    for scenario in sorted(measured.keys() - {"plain"}):
+        lines += [f"  {scenario}:", *differences(measured["plain"], measured[scenario])]
+    lines += ["", "If the change is deliberate, paste this over PINNED in tests/perf/test_command_counts.py:", ""]
+    lines.append(f"PINNED: dict[str, dict[str, Any]] = {literal(measured)}")
+    return "\n".join(lines)
+
+
+def literal(value: Any, indent: str = "") -> str:
+    """``value`` as Python source the way ``ruff format`` leaves it (one key a line, trailing commas)."""
+    if not isinstance(value, dict):
+        return repr(value)
+    inner = indent + "    "
+    items = "".join(f"{inner}{json.dumps(key)}: {literal(item, inner)},\n" for key, item in sorted(value.items()))
+    return "{\n" + items + indent + "}"
+
+
+def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> None:
+    counts: dict[str, Counter[str]] = {}
+    with gateway(tmp_path) as gw:
+        gw.start(LIMITS_OFF)
+        one_at_a_time(gw, counts, "plain", 101, "hello there")
+        one_at_a_time(gw, counts, "tool_call", 505, "what time is it")
+        webchat(gw, counts)
+        backlog(gw, counts)
+        gw.start(LIMITS_ON)
+        one_at_a_time(gw, counts, "limits", 202, "hello there")
+    measured = {scenario: per_message(c) for scenario, c in counts.items()}
+    strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
+    assert not strays, f"commands from a client that is neither web nor worker: {strays}"
+    if measured != PINNED:
+        pytest.fail(report(measured), pytrace=False)
