@@ -299,11 +299,10 @@ def _add_entry(out: list[ChatMessage], entry: HistoryEntry) -> bool:
         return True
     role = entry.role
     last = out[-1] if out else None
-    # the entry was validated when it was read: its words become a message without validating them again
     if last is not None and last.role == role and not last.tool_calls and last.trust is None:
-        out[-1] = ChatMessage.model_construct(role=role, content=last.content + "\n\n" + entry.text)
+        out[-1] = ChatMessage(role=role, content=last.content + "\n\n" + entry.text)
     else:
-        out.append(ChatMessage.model_construct(role=role, content=entry.text))
+        out.append(ChatMessage(role=role, content=entry.text))
     return True
 
 
