@@ -31,6 +31,7 @@ from switchboard.core.model import (
     TextDelta,
     ToolSpec,
 )
+from switchboard.core.protocols import conforms
 from switchboard.core.providers.validtext import ValidTextAdapter
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import SessionStore
@@ -223,7 +224,7 @@ class NativeAdapter:
         self._valid = ValidTextAdapter(inner)  # no lone surrogates in what the model wrote
         self.agent = agent
         self.store = store
-        responses = isinstance(inner, NativeCompactor) and bool(inner.native_compaction)
+        responses = conforms(inner, NativeCompactor) and bool(inner.native_compaction)
         self.native = agent.compaction == "native" and responses
         if agent.shell == "hosted" and not responses:
             logger.warning("agent %r has `shell: hosted` but its model has no hosted shell", agent.name)
@@ -322,7 +323,7 @@ class NativeAdapter:
     async def _fetch(self, container_id: str) -> str:
         """Copy the files hosted commands wrote into the workspace; what the user and the model are told."""
         files, source = self.files, self.inner
-        if files is None or not isinstance(source, HostedFileSource):
+        if files is None or not conforms(source, HostedFileSource):
             return ""
         budget = min(MAX_HOSTED_BYTES, files.gateway.workspaces.quotas.session_bytes)  # more could never be written
         try:

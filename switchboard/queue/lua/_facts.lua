@@ -8,7 +8,7 @@ local function write_facts(events_key, maxlen, stats_key, facts_json)
   end
   local u = facts.usage
   if type(u) == 'table' then
-    redis.call('HINCRBYFLOAT', stats_key, 'credits', u[1])
+    if tonumber(u[1]) ~= 0 then redis.call('HINCRBYFLOAT', stats_key, 'credits', u[1]) end  -- unpriced models
     redis.call('HINCRBY', stats_key, 'input_tokens', u[2])
     redis.call('HINCRBY', stats_key, 'output_tokens', u[3])
   end
