@@ -181,10 +181,11 @@ class DrainJobs:
         )
         return sum(1 for ok in done if ok)
 
-    async def yield_slot(self, redis: aioredis.Redis, lease: LeaseToken) -> bool:
+    async def yield_slot(self, redis: aioredis.Redis, lease: LeaseToken, job: StartedJob | None = None) -> bool:
         """Fairness: if other drain jobs wait, free ``lease`` and push a new drain job at the back, in one step.
 
-        Returns ``True`` when the slot was given up (the drain must end), ``False`` when nothing waits.
+        Returns ``True`` when the slot was given up (the drain must end; its ``job`` is closed in the same step),
+        ``False`` when nothing waits.
 
         Raises:
             FencedWriteError: the lease has passed to another epoch.
@@ -201,8 +202,10 @@ class DrainJobs:
                 self.keys.job(job_id),
                 self.keys.queue,
                 self.keys.queues,
+                self.keys.job(job.job_id if job is not None else "none"),
+                self.keys.started,
             ],
-            [lease.token, job_id, lease.session, rq_time(time.time()), self.config],
+            [lease.token, job_id, lease.session, rq_time(time.time()), self.config, job.composite if job else ""],
             session=lease.session,
             epoch=lease.epoch,
         )

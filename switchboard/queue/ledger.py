@@ -37,7 +37,7 @@ from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
-from switchboard.queue.jobs import StartedJob
+from switchboard.queue.jobs import DrainJobs, StartedJob, new_job_id, rq_time
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
@@ -163,6 +163,7 @@ class Ledger:
         *,
         worker_id: str,
         job: StartedJob | None = None,
+        jobs: DrainJobs | None = None,
     ) -> None:
         self.redis = redis
         self.lease = lease
@@ -170,8 +171,11 @@ class Ledger:
         self.worker_id = worker_id
         self.keys = SessionKeys(lease.session)
         self.job = job
+        self.jobs = jobs if jobs is not None else DrainJobs(settings.name)
         self.released = False
         """Set when a step ended the drain (lease released, drain job closed)."""
+        self.yielded = False
+        """Set when a completion gave the slot up to waiting sessions (a new drain job queued, this one closed)."""
 
     @classmethod
     async def take(
@@ -182,6 +186,7 @@ class Ledger:
         *,
         worker_id: str,
         job: StartedJob | None = None,
+        jobs: DrainJobs | None = None,
         read_history: int = 0,
     ) -> Taken | Start:
         """Take the session's lease and start an attempt at its inbox head, in one step (see :meth:`begin`)."""
@@ -193,7 +198,8 @@ class Ledger:
             return Start.BUSY
         epoch = int(reply[6])
         lease = LeaseToken(session=session, epoch=epoch, token=f"{epoch}:{worker_id}")
-        return Taken(cls(redis, lease, settings, worker_id=worker_id, job=job), _attempt(reply, read_history))
+        ledger = cls(redis, lease, settings, worker_id=worker_id, job=job, jobs=jobs)
+        return Taken(ledger, _attempt(reply, read_history))
 
     async def _run(self, script: scripts.Script, keys: list[str], args: list[scripts.ScriptArg]) -> Any:
         return await script(
@@ -330,6 +336,7 @@ class Ledger:
         undelivered: SendDeadLettered | None = None,
         work: Sequence[HistoryEntry] = (),
         release: bool = False,
+        yield_slot: bool = False,
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
@@ -338,7 +345,9 @@ class Ledger:
 
         With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``. With
         ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
-        With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`).
+        With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`); with
+        ``yield_slot``, one that is not gives the slot up when other drain jobs wait (:attr:`yielded`, see
+        :meth:`DrainJobs.yield_slot`).
         """
         k = self.keys
         now = time.time()
@@ -368,6 +377,7 @@ class Ledger:
         wait = max(started - messages[0].received_at, 0.0)
         run = max(now - started, 0.0)
         rq = RQKeys(self.settings.name)
+        next_job = new_job_id(now) if yield_slot else "none"
         reply = await self._run(
             scripts.COMPLETE,
             [
@@ -389,6 +399,9 @@ class Ledger:
                 k.web,
                 rq.job(self.job.job_id) if self.job is not None else rq.job("none"),
                 rq.started,
+                rq.queue,
+                rq.queues,
+                rq.job(next_job),
             ],
             [
                 json.dumps(attempt.ids),
@@ -408,10 +421,14 @@ class Ledger:
                 self.lease.session,
                 attempt.idle_ttl,
                 self.job.composite if self.job is not None else "",
+                "1" if yield_slot else "",
+                next_job,
+                rq_time(now),
+                self.jobs.config if yield_slot else "",
             ],
         )
-        left, released = (int(v) for v in reply)
-        self.released = bool(released)
+        left, ended = (int(v) for v in reply)
+        self.released, self.yielded = ended == 1, ended == 2
         return left
 
 

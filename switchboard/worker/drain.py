@@ -212,6 +212,7 @@ class Drainer(TurnEndings):
             self.settings,
             worker_id=self.worker_id,
             job=job,
+            jobs=self.jobs,
             read_history=self.settings.history_maxlen,
         )
         match taken:
@@ -242,16 +243,23 @@ class Drainer(TurnEndings):
                     due = (fair_turns and turns >= fair_turns) or (
                         fair_slice_s and time.monotonic() - held_since >= fair_slice_s
                     )
-                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease):
+                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease, job):
                         return DrainOutcome.YIELDED
                     attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
                     if attempt is None:  # the inbox was empty: released in the same step
                         return DrainOutcome.RELEASED
                 stopped_at = turn.stopped_at
+                # fairness: a turn that ends the session's share gives the slot up in its own completion
+                due = (fair_turns and turns + 1 >= fair_turns) or (
+                    fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+                )
+                turn.yield_after = bool(due) and self.slots_full()
                 if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
                     return DrainOutcome.DEFERRED
                 if turn.ledger.released:  # the turn's completion left the inbox empty and ended the drain
                     return DrainOutcome.RELEASED
+                if turn.ledger.yielded:  # ... or gave the slot up to the sessions waiting
+                    return DrainOutcome.YIELDED
                 attempt = None
                 # a turn stopped on request is answered by the /stop behind it, in this drain (it knows what ran)
                 turns = 0 if turn.stopped_at != stopped_at else turns + 1

@@ -20,7 +20,7 @@ class DrainOutcome(Enum):
     """How a drain ended (the worker decides what happens to the RQ job from it)."""
 
     RELEASED = "released"
-    """The inbox was empty: lease, drain flag and runnable mark removed in one step."""
+    """The inbox was empty: lease, drain flag and runnable mark removed, and the drain's job closed, in one step."""
     BUSY = "busy"
     """Another live holder has the lease; it drains the session."""
     FENCED = "fenced"
@@ -28,7 +28,8 @@ class DrainOutcome(Enum):
     HANDED_OVER = "handed_over"
     """The worker is stopping: the lease was given up between turns; the session needs a new drain job."""
     YIELDED = "yielded"
-    """Other sessions were waiting: the lease was given up and a new drain job queued at the back, in one step."""
+    """Other sessions were waiting: the lease was given up, a new drain job queued at the back and this drain's job
+    closed, in one step."""
     DEFERRED = "deferred"
     """The model provider asked to wait: the head was put off and the lease given up; the reaper resumes it."""
 
@@ -55,4 +56,6 @@ class DrainTurn:
     stop_reason: str = ""
     stopped_at: float | None = None
     """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
+    yield_after: bool = False
+    """Fairness: the turn in flight ends the session's share while others wait (its completion yields the slot)."""
     typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)

@@ -138,6 +138,7 @@ class TurnEndings:
             undelivered=undelivered,
             work=work,
             release=not statuses,  # a channel that shows the idle status is told first, under the lease
+            yield_slot=turn.yield_after,
         )
         if remaining == 0 and statuses:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")

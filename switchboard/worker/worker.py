@@ -279,7 +279,7 @@ class SessionWorker:
                 return
             if outcome is DrainOutcome.HANDED_OVER:
                 await self.jobs.enqueue(redis, job.session, expected=job_id, front=True)
-            if outcome is not DrainOutcome.RELEASED:  # a released drain closed its job in the same step
+            if outcome not in (DrainOutcome.RELEASED, DrainOutcome.YIELDED):  # those closed the job in their step
                 await self.jobs.finish(redis, job)
         except (RedisError, OSError) as err:
             logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)

@@ -177,3 +177,29 @@ async def test_yield_is_fenced(
         await jobs.yield_slot(client, lease)
     assert await client.get(keys.drain) == flag and await client.llen(jobs.keys.queue) == 2
     assert await client.get(GlobalKeys().fenced_rejections) == b"1"
+
+
+async def test_a_turn_ending_its_share_yields_in_its_own_completion_and_closes_its_job(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    for i in range(2):
+        await ingestor.ingest(make_message(f"a{i}", conversation="a"))
+    await ingestor.ingest(make_message("b0", conversation="b"))
+    a = make_message("x", conversation="a").session_key
+    jobs = DrainJobs(queue_settings.name)
+    first_job = (await client.get(SessionKeys(a).drain)).decode()
+    await client.lmove(jobs.keys.queue, jobs.keys.intermediate, "LEFT", "RIGHT")  # as the worker's BLMOVE does
+    job = await jobs.start(client, first_job, worker="w1", heartbeat_ttl_s=60)
+    assert job is not None and job.session == a
+    drainer = make_drainer(client, queue_settings, deliverer)
+    drainer.slots_full = lambda: True
+    yields = (await client.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0)
+
+    assert await drainer.drain_session(a, job) is DrainOutcome.YIELDED
+    assert deliverer.texts() == ["echo: a0"]
+    assert await client.exists(jobs.keys.job(first_job)) == 0  # the drain's own job closed in the same step
+    assert await client.zscore(jobs.keys.started, job.composite) is None
+    flag = (await client.get(SessionKeys(a).drain)).decode()
+    assert [j.decode() for j in await client.lrange(jobs.keys.queue, 0, -1)][-1] == flag != first_job
+    # the turn's steps: take (lease + begin), the reply's claim and sent record, and a completion that yielded
+    assert (await client.info("commandstats"))["cmdstat_evalsha"]["calls"] - yields == 4

@@ -3,15 +3,19 @@
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 history, 7 events, 8 outbox, 9 meta, 10 stats,
 --       11 queue-wait histogram, 12 run histogram,
 --       13 drain flag, 14 runnable, 15 slots, 16 epoch, 17 dead letters, 18 web stream (released with the drain),
---       19 drain job hash, 20 RQ started registry (the job is closed on release)
+--       19 drain job hash, 20 RQ started registry (the job is closed on release or yield),
+--       21 rq queue, 22 rq queues, 23 the new drain job's hash (a yield)
 -- ARGV: 1 token, 2 ids JSON, 3 history entries JSON, 4 history maxlen, 5 events JSON, 6 events maxlen,
 --       7 outbox keys JSON, 8 wait bucket, 9 wait s, 10 run bucket, 11 run s, 12 now ms,
 --       13 '1' when the reply's send was dead-lettered (counted), else '0',
 --       14 the conversation (ConversationRef JSON) of the turn's last channel message, or '' (kept in meta, so an
 --          operator's message reaches the same chat: switchboard/control),
 --       15 '1' = release the drain when the inbox is left empty, 16 session, 17 the session's idle TTL as begin read
---       it ('' = none), 18 job composite ('' = no job to close)
--- Returns {inbox length left, 1 when the drain was released else 0}.
+--       it ('' = none), 18 job composite ('' = no job to close),
+--       19 '1' = yield the slot when other drain jobs wait and the inbox is not empty (fairness, as lease_yield.lua:
+--       the lease freed and a new drain job pushed at the back), 20 the new job id, 21 now (RQ format),
+--       22 job cfg JSON (see _job.lua)
+-- Returns {inbox length left, 1 when the drain was released, 2 when it yielded, else 0}.
 local refused = fenced() if refused then return refused end
 local err = ack(KEYS[3], KEYS[4], KEYS[5], cjson.decode(ARGV[2])) if err then return err end
 local entries = cjson.decode(ARGV[3])
@@ -35,7 +39,15 @@ redis.call('HINCRBYFLOAT', KEYS[11], 'sum', ARGV[9])
 redis.call('HINCRBY', KEYS[12], ARGV[10], 1)
 redis.call('HINCRBYFLOAT', KEYS[12], 'sum', ARGV[11])
 local left = redis.call('LLEN', KEYS[3])
-if left > 0 or ARGV[15] ~= '1' then return {left, 0} end
+if left > 0 then
+  if ARGV[19] ~= '1' or redis.call('LLEN', KEYS[21]) == 0 then return {left, 0} end
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[13], ARGV[20])
+  push_job(KEYS[23], ARGV[20], ARGV[16], ARGV[21], cjson.decode(ARGV[22]))
+  close_job(ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
+  return {left, 2}
+end
+if ARGV[15] ~= '1' then return {left, 0} end
 release(KEYS[1], KEYS[13], KEYS[14], ARGV[16], ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
 retain(KEYS, 3, 9, ARGV[17])
 retain(KEYS, 15, 18, ARGV[17])
