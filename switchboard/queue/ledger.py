@@ -176,6 +176,8 @@ class Ledger:
         """Set when a step ended the drain (lease released, drain job closed)."""
         self.yielded = False
         """Set when a completion gave the slot up to waiting sessions (a new drain job queued, this one closed)."""
+        self.next_attempt: Attempt | None = None
+        """The attempt a completion started at the next inbox head (:meth:`complete`'s ``next_history``)."""
 
     @classmethod
     async def take(
@@ -337,6 +339,7 @@ class Ledger:
         work: Sequence[HistoryEntry] = (),
         release: bool = False,
         yield_slot: bool = False,
+        next_history: int = 0,
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
@@ -347,7 +350,9 @@ class Ledger:
         ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
         With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`); with
         ``yield_slot``, one that is not gives the slot up when other drain jobs wait (:attr:`yielded`, see
-        :meth:`DrainJobs.yield_slot`).
+        :meth:`DrainJobs.yield_slot`). With ``next_history``, an inbox that is not left empty (and no yield) gets its
+        next attempt started in the same step, reading that many history entries (:attr:`next_attempt`, as
+        :meth:`begin` would return it).
         """
         k = self.keys
         now = time.time()
@@ -402,6 +407,8 @@ class Ledger:
                 rq.queue,
                 rq.queues,
                 rq.job(next_job),
+                k.control,
+                k.approvals,
             ],
             [
                 json.dumps(attempt.ids),
@@ -425,10 +432,17 @@ class Ledger:
                 next_job,
                 rq_time(now),
                 self.jobs.config if yield_slot else "",
+                next_history if next_history > 0 else "",
+                MAX_COLLECT,
+                self.settings.max_attempts,
+                self.lease.epoch,
+                self.worker_id,
+                f"{now:.3f}",
             ],
         )
-        left, ended = (int(v) for v in reply)
+        left, ended = int(reply[0]), int(reply[1])
         self.released, self.yielded = ended == 1, ended == 2
+        self.next_attempt = _attempt(reply[2], next_history) if ended == 3 else None
         return left
 
 

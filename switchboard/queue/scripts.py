@@ -83,6 +83,7 @@ LIMITS_PRELUDE: Final = _source("_limits")
 RETENTION_PRELUDE: Final = _source("_retention")
 APPROVAL_PRELUDE: Final = _source("_approval")
 RELEASE_PRELUDE: Final = _source("_release")
+BEGIN_PRELUDE: Final = _source("_begin")
 
 
 class Script:
@@ -155,10 +156,10 @@ LEASE_ABANDON: Final = Script("lease_abandon")
 LEASE_YIELD: Final = Script("lease_yield", fenced=True, preludes=[JOB_PRELUDE, RELEASE_PRELUDE])
 LEASE_TAKEOVER: Final = Script("lease_takeover", preludes=[JOB_PRELUDE])
 FENCED_XADD: Final = Script("fenced_xadd", fenced=True, preludes=[RETENTION_PRELUDE])
-BEGIN: Final = Script("begin", fenced=True, preludes=[RETENTION_PRELUDE, RELEASE_PRELUDE])
+BEGIN: Final = Script("begin", fenced=True, preludes=[RETENTION_PRELUDE, RELEASE_PRELUDE, BEGIN_PRELUDE])
 FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script(
-    "complete", fenced=True, preludes=[ACK_PRELUDE, RETENTION_PRELUDE, RELEASE_PRELUDE, JOB_PRELUDE]
+    "complete", fenced=True, preludes=[ACK_PRELUDE, RETENTION_PRELUDE, RELEASE_PRELUDE, JOB_PRELUDE, BEGIN_PRELUDE]
 )
 DEAD_LETTER: Final = Script("dead_letter", fenced=True, preludes=[ACK_PRELUDE])
 DEFER: Final = Script("defer", fenced=True)

@@ -232,22 +232,10 @@ class Drainer(TurnEndings):
         fair_turns, fair_slice_s = self.settings.fair_turns, self.settings.fair_slice_s
         turns, held_since = 0, time.monotonic()
         attempt: Attempt | None = taken.attempt
+        begun: Attempt | None = None  # begun for the next turn, not handed to it yet (returned if the drain stops)
         try:
-            while True:
-                if attempt is None:  # the drain's first attempt was taken with the lease
-                    if turn.lost.is_set():
-                        raise _lost(lease)
-                    if self.stopping.is_set():
-                        await self.lease.abandon(lease)
-                        return DrainOutcome.HANDED_OVER
-                    due = (fair_turns and turns >= fair_turns) or (
-                        fair_slice_s and time.monotonic() - held_since >= fair_slice_s
-                    )
-                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease, job):
-                        return DrainOutcome.YIELDED
-                    attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
-                    if attempt is None:  # the inbox was empty: released in the same step
-                        return DrainOutcome.RELEASED
+            while attempt is not None:
+                begun = None
                 stopped_at = turn.stopped_at
                 # fairness: a turn that ends the session's share gives the slot up in its own completion
                 due = (fair_turns and turns + 1 >= fair_turns) or (
@@ -260,16 +248,30 @@ class Drainer(TurnEndings):
                     return DrainOutcome.RELEASED
                 if turn.ledger.yielded:  # ... or gave the slot up to the sessions waiting
                     return DrainOutcome.YIELDED
-                attempt = None
                 # a turn stopped on request is answered by the /stop behind it, in this drain (it knows what ran)
                 turns = 0 if turn.stopped_at != stopped_at else turns + 1
+                attempt = begun = turn.ledger.next_attempt  # begun by the completion
+                turn.ledger.next_attempt = None
+                if turn.lost.is_set():
+                    raise _lost(lease)
+                if self.stopping.is_set():
+                    await self.lease.abandon(lease, return_attempt_of=begun.ids[0] if begun else None)
+                    return DrainOutcome.HANDED_OVER
+                if attempt is None:
+                    due = (fair_turns and turns >= fair_turns) or (
+                        fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+                    )
+                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease, job):
+                        return DrainOutcome.YIELDED
+                    attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
+            return DrainOutcome.RELEASED  # the inbox was empty: released in the same step
         except FencedWriteError:
             logger.warning("drain of %s stopped: epoch %d lost the lease", session, lease.epoch)
             return DrainOutcome.FENCED
         except asyncio.CancelledError:
             # between turns (a turn in flight already gave the lease up and returned its attempt)
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.lease.abandon(lease))
+                await asyncio.shield(self.lease.abandon(lease, return_attempt_of=begun.ids[0] if begun else None))
             raise
         finally:
             self._active.pop(session, None)

@@ -139,6 +139,7 @@ class TurnEndings:
             work=work,
             release=not statuses,  # a channel that shows the idle status is told first, under the lease
             yield_slot=turn.yield_after,
+            next_history=self.settings.history_maxlen,  # the drain's next attempt, in the same step
         )
         if remaining == 0 and statuses:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")

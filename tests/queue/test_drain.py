@@ -52,30 +52,6 @@ async def _calls(client: aioredis.Redis, command: str) -> int:
     return int((await client.info("commandstats")).get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-@pytest.mark.parametrize("statuses", [False, True])
-async def test_the_last_completion_ends_the_drain_unless_the_channel_is_told_the_idle_status(
-    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, statuses: bool
-) -> None:
-    for i in range(3):
-        await ingestor.ingest(make_message(f"m{i}"))
-    session = make_message("x").session_key
-    deliverer = RecordingDeliverer(statuses=statuses)
-    begun = await _calls(client, "lindex")  # begin.lua reads the inbox head; complete.lua never does
-    outcome = await make_drainer(client, queue_settings, deliverer).drain_session(session)
-    assert outcome is DrainOutcome.RELEASED
-    assert deliverer.texts() == ["echo: m0", "echo: m1", "echo: m2"]
-    keys = SessionKeys(session)
-    assert await client.exists(keys.lease, keys.drain) == 0
-    assert await client.zscore(GlobalKeys().runnable, session) is None
-    kinds = [s.action.kind for s in deliverer.sent]
-    if statuses:  # told it is idle while the lease is still held; the next begin finds the inbox empty
-        assert kinds[-1] == "status" and deliverer.sent[-1].action.status == "idle"  # type: ignore[union-attr]
-        assert await _calls(client, "lindex") - begun == 4
-    else:  # nothing to tell: the third completion released the drain, no begin found the inbox empty
-        assert "status" not in kinds
-        assert await _calls(client, "lindex") - begun == 3
-
-
 async def test_deltas_only_reach_streaming_channels(
     ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:

@@ -4,7 +4,7 @@
 --       11 queue-wait histogram, 12 run histogram,
 --       13 drain flag, 14 runnable, 15 slots, 16 epoch, 17 dead letters, 18 web stream (released with the drain),
 --       19 drain job hash, 20 RQ started registry (the job is closed on release or yield),
---       21 rq queue, 22 rq queues, 23 the new drain job's hash (a yield)
+--       21 rq queue, 22 rq queues, 23 the new drain job's hash (a yield), 24 control, 25 approvals (the next attempt)
 -- ARGV: 1 token, 2 ids JSON, 3 history entries JSON, 4 history maxlen, 5 events JSON, 6 events maxlen,
 --       7 outbox keys JSON, 8 wait bucket, 9 wait s, 10 run bucket, 11 run s, 12 now ms,
 --       13 '1' when the reply's send was dead-lettered (counted), else '0',
@@ -14,8 +14,12 @@
 --       it ('' = none), 18 job composite ('' = no job to close),
 --       19 '1' = yield the slot when other drain jobs wait and the inbox is not empty (fairness, as lease_yield.lua:
 --       the lease freed and a new drain job pushed at the back), 20 the new job id, 21 now (RQ format),
---       22 job cfg JSON (see _job.lua)
--- Returns {inbox length left, 1 when the drain was released, 2 when it yielded, else 0}.
+--       22 job cfg JSON (see _job.lua),
+--       23 history entries to read for the drain's next attempt, started in the same step when the inbox is not
+--       empty and the drain does not yield ('' = the drain begins it itself), 24 max messages folded under collect,
+--       25 max attempts, 26 epoch, 27 worker, 28 now s
+-- Returns {inbox length left, 1 when the drain was released, 2 when it yielded, 3 when the next attempt was started
+-- (followed by that attempt, _begin.lua's layout), else 0}.
 local refused = fenced() if refused then return refused end
 local err = ack(KEYS[3], KEYS[4], KEYS[5], cjson.decode(ARGV[2])) if err then return err end
 local entries = cjson.decode(ARGV[3])
@@ -40,7 +44,17 @@ redis.call('HINCRBY', KEYS[12], ARGV[10], 1)
 redis.call('HINCRBYFLOAT', KEYS[12], 'sum', ARGV[11])
 local left = redis.call('LLEN', KEYS[3])
 if left > 0 then
-  if ARGV[19] ~= '1' or redis.call('LLEN', KEYS[21]) == 0 then return {left, 0} end
+  if ARGV[19] ~= '1' or redis.call('LLEN', KEYS[21]) == 0 then
+    if ARGV[23] == '' then return {left, 0} end
+    local next_attempt = start_attempt(
+      {inbox = KEYS[3], messages = KEYS[4], attempts = KEYS[5], meta = KEYS[9], events = KEYS[7], drain = KEYS[13],
+       history = KEYS[6], slots = KEYS[15], epoch = KEYS[16], outbox = KEYS[8], dead = KEYS[17], web = KEYS[18],
+       control = KEYS[24], approvals = KEYS[25]},
+      {max_collect = ARGV[24], max_attempts = ARGV[25], events_maxlen = ARGV[6], epoch = tonumber(ARGV[26]),
+       worker = ARGV[27], now = ARGV[28], read_history = ARGV[23]},
+      redis.call('LINDEX', KEYS[3], 0))
+    return {left, 3, next_attempt}
+  end
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[13], ARGV[20])
   push_job(KEYS[23], ARGV[20], ARGV[16], ARGV[21], cjson.decode(ARGV[22]))
