@@ -1,0 +1,124 @@
+"""The drain's merged steps under real worker processes: a reply's parts, the releasing completion, RQ bookkeeping.
+
+A drain's first begin takes the lease, its last completion releases the drain and closes its RQ job, and a send's
+part is recorded only before the next platform call: each is a place where a SIGKILL or a message landing at the
+same moment could lose, repeat or strand something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from switchboard.channels.telegram.fake.platform import FakeTelegram
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.settings import load_settings
+from tests.waiting import wait_until
+
+from .checker import check
+from .harness import Gateway, WorkerPool, chaos_env, chat_of, collect, key_of, replies, settled
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
+
+LONG_WORD = "x" * 5_000
+"""The offline model repeats it: a reply over Telegram's 4,096 characters, sent as two messages."""
+RETRY_AFTER_S = 6
+"""The 429 on the reply's second part: the worker waits this long, holding the first part sent, and is killed."""
+
+
+async def test_a_worker_killed_waiting_out_a_429_between_parts_never_sends_a_part_twice(
+    base_env: dict[str, str],
+    async_redis: aioredis.Redis,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+    gateways: Callable[[dict[str, str]], Gateway],
+) -> None:
+    """Part 1 goes out, part 2 gets a 429, and the worker is SIGKILLed while it waits: part 1 is never sent again.
+
+    A part is recorded once the next platform call is due; the wait on a 429 comes before that call, so the part sent
+    must be recorded before the wait, or a worker killed in it (seconds, not the microseconds of a send window) has
+    the next one send the part again.
+    """
+    env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS="0")
+    gateway = gateways(env)
+    await gateway.start()
+    pool = pools(env, 1)
+    await pool.ready(timeout=30)
+    fake.fail_next(1, retry_after=RETRY_AFTER_S, method="sendMessage", after=1)
+    posted = await gateway.send(0, 0, text=LONG_WORD)
+    assert posted.status == 200
+
+    def limited() -> bool:
+        return any(c.method == "sendMessage" and c.status == 429 for c in fake.calls)
+
+    await wait_until(limited, timeout=30, what="the second part refused with a 429")
+    assert len(replies(fake)) == 1  # the first part went out
+    time.sleep(0.3)  # the worker is in its wait now (its outbox retry), well before the retry is due
+    pool.kill(0)
+    await wait_until(lambda: settled(async_redis), timeout=60, interval=0.25, what="the message answered")
+    texts = [r.text for r in replies(fake) if r.chat_id == chat_of(0)]
+    assert len(texts) == 2, [t[:40] + f"...({len(t)})" for t in texts]
+    assert LONG_WORD[:100] in texts[0] and len(texts[0]) + len(texts[1]) > len(LONG_WORD), texts
+
+
+SESSIONS = 30
+MESSAGES = 6
+
+
+async def test_drains_released_by_their_last_completion_strand_nothing_and_leak_no_rq_bookkeeping(
+    base_env: dict[str, str],
+    async_redis: aioredis.Redis,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+    gateways: Callable[[dict[str, str]], Gateway],
+) -> None:
+    """Messages land as their session's drain ends (before, during and after its releasing step): each answered once.
+
+    Every session gets its messages a few milliseconds to a few turns apart, so some land just before the last
+    completion (the drain goes on), some in the same moment, some between the release and the worker's next dequeue
+    (a new drain job). Afterwards no drain flag, lease or runnable mark is left, and RQ holds no job: none queued,
+    none in the started registry (``rq:wip``), no job hash.
+    """
+    rng = random.Random(2026_12_07)
+    env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS="3")
+    gateway = gateways(env)
+    await gateway.start()
+    pool = pools(env, 2)
+    await pool.ready(timeout=30)
+
+    async def sender(session: int) -> None:
+        for index in range(MESSAGES):
+            assert (await gateway.send(session, index)).status == 200
+            await asyncio.sleep(rng.choice([0.0, 0.01, 0.03, 0.06, 0.1, 0.2]))
+
+    await asyncio.gather(*(sender(s) for s in range(SESSIONS)))
+    await wait_until(lambda: settled(async_redis), timeout=90, interval=0.25, what="every message answered")
+    report = check(await collect(async_redis, range(SESSIONS), fake, gateway.posted))
+    assert report.acked == SESSIONS * MESSAGES and not report.lost and not report.duplicates, report.summary()
+    assert not report.inversions and report.max_runs_per_session == 1, report.summary()
+    rq = RQKeys(load_settings(env).queue.name)
+
+    async def bookkeeping() -> dict[str, object]:
+        sessions = [SessionKeys(key_of(s)) for s in range(SESSIONS)]
+        return {
+            "drain flags": sum([await async_redis.exists(k.drain) for k in sessions]),
+            "leases": sum([await async_redis.exists(k.lease) for k in sessions]),
+            "runnable": await async_redis.zcard(GlobalKeys().runnable),
+            "queued": await async_redis.llen(rq.queue),
+            "started": await async_redis.zrange(rq.started, 0, -1),
+            "job hashes": [key async for key in async_redis.scan_iter(match=rq.job("*"))],
+        }
+
+    clean = {"drain flags": 0, "leases": 0, "runnable": 0, "queued": 0, "started": [], "job hashes": []}
+    await wait_until(lambda: _equal(bookkeeping(), clean), timeout=10, what="nothing left behind")
+    await asyncio.sleep(1.5)  # a reaper pass or two later: still nothing (nothing it would repair)
+    assert await bookkeeping() == clean
+
+
+async def _equal(found: Awaitable[dict[str, object]], expected: dict[str, object]) -> bool:
+    return await found == expected
