@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from tests.waiting import wait_until
 
@@ -64,6 +65,43 @@ async def test_a_worker_killed_waiting_out_a_429_between_parts_never_sends_a_par
     texts = [r.text for r in replies(fake) if r.chat_id == chat_of(0)]
     assert len(texts) == 2, [t[:40] + f"...({len(t)})" for t in texts]
     assert LONG_WORD[:100] in texts[0] and len(texts[0]) + len(texts[1]) > len(LONG_WORD), texts
+
+
+async def test_a_worker_killed_inside_a_parts_send_repeats_only_that_part_and_counts_it(
+    base_env: dict[str, str],
+    async_redis: aioredis.Redis,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+    gateways: Callable[[dict[str, str]], Gateway],
+) -> None:
+    """SIGKILL while the platform takes the second part (it delivers it): that part goes out twice, counted; none else.
+
+    The first part was recorded before the second part's call; the second, in flight when the worker died, is the
+    one send the next worker cannot know about: it is sent again and counted in ``send_window_duplicates``.
+    """
+    env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS="0")
+    gateway = gateways(env)
+    await gateway.start()
+    pool = pools(env, 1)
+    await pool.ready(timeout=30)
+    fake.fail_next(1, retry_after=1, method="sendMessage", after=1)  # the second part waits 1 s, then ...
+    fake.delay_next(1, 3, method="sendMessage")  # ... is delivered 3 s after its call
+    assert (await gateway.send(0, 0, text=LONG_WORD)).status == 200
+
+    def delayed() -> bool:
+        return sum(1 for c in fake.calls if c.method == "sendMessage") == 2 and not fake.state.plan
+
+    await wait_until(delayed, timeout=30, what="the second part's retry in flight")
+    time.sleep(0.3)
+    pool.kill(0)
+    await wait_until(lambda: settled(async_redis), timeout=60, interval=0.25, what="the message answered")
+    await wait_until(lambda: len(replies(fake)) >= 3, timeout=10, what="the killed worker's part delivered too")
+    await asyncio.sleep(0.5)  # nothing more comes
+    texts = [r.text for r in replies(fake) if r.chat_id == chat_of(0)]
+    assert len(texts) == 3 and texts[1] == texts[2] != texts[0], [t[:20] + f"...({len(t)})" for t in texts]
+    assert LONG_WORD[:100] in texts[0]
+    stats = await read_stats(async_redis)
+    assert stats.send_window_duplicates == 1 and stats.runs_completed == 1
 
 
 SESSIONS = 30
