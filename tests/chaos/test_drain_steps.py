@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import pytest
 import redis.asyncio as aioredis
@@ -22,7 +22,7 @@ from switchboard.settings import load_settings
 from tests.waiting import wait_until
 
 from .checker import check
-from .harness import Gateway, WorkerPool, chaos_env, chat_of, collect, key_of, replies, settled
+from .harness import Gateway, WorkerPool, chaos_env, chat_of, collect, key_of, lease_holders, replies, settled
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120)]
 
@@ -139,17 +139,65 @@ async def test_drains_released_by_their_last_completion_strand_nothing_and_leak_
     report = check(await collect(async_redis, range(SESSIONS), fake, gateway.posted))
     assert report.acked == SESSIONS * MESSAGES and not report.lost and not report.duplicates, report.summary()
     assert not report.inversions and report.max_runs_per_session == 1, report.summary()
+    await _nothing_left_behind(async_redis, env, range(SESSIONS))
+
+
+FROZEN_SESSIONS = 3
+
+
+async def test_a_worker_frozen_past_its_lease_writes_nothing_and_leaks_no_rq_bookkeeping_when_resumed(
+    base_env: dict[str, str],
+    async_redis: aioredis.Redis,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+    gateways: Callable[[dict[str, str]], Gateway],
+) -> None:
+    """SIGSTOP the worker that took the sessions (its first step took the lease with the turn) until the other
+    worker has answered them and its last completions released the drains; then SIGCONT: the resumed worker's turns
+    are fenced (nothing of theirs lands), every message is answered once, and no drain job, flag or lease is left.
+    """
+    env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS="1500")
+    gateway = gateways(env)
+    await gateway.start()
+    pool = pools(env, 1)
+    await pool.ready(timeout=30)
+    for session in range(FROZEN_SESSIONS):
+        assert (await gateway.send(session, 0)).status == 200
+
+    async def all_taken() -> bool:
+        return sum(len(s) for s in (await lease_holders(async_redis, range(FROZEN_SESSIONS))).values()) == 3
+
+    await wait_until(all_taken, timeout=20, what="the first worker running every session")
+    pool.stop(0)
+    other = pools(env, 1)  # a second pool: the frozen worker's supervisor leaves a stopped worker alone anyway
+    await other.ready(timeout=30)
+    await wait_until(lambda: settled(async_redis), timeout=60, interval=0.25, what="answered by the other worker")
+    before = await read_stats(async_redis)
+    pool.cont(0)
+    await asyncio.sleep(3.0)  # the resumed worker's model answers (1.5 s) and its writes are refused
+    report = check(await collect(async_redis, range(FROZEN_SESSIONS), fake, gateway.posted, pool.signals))
+    assert not report.lost and not report.duplicates and not report.stale_epochs, report.summary()
+    assert not report.completions and report.takeovers >= FROZEN_SESSIONS, report.summary()
+    after = await read_stats(async_redis)
+    assert after.runs_completed == before.runs_completed == FROZEN_SESSIONS
+    refused = after.fenced_rejections - before.fenced_rejections
+    assert refused or pool.grep(r"lost the lease|was lost"), pool.logs()  # it did resume, and was stopped
+    await _nothing_left_behind(async_redis, env, range(FROZEN_SESSIONS))
+
+
+async def _nothing_left_behind(redis: aioredis.Redis, env: dict[str, str], sessions: Iterable[int]) -> None:
+    """No drain flag, lease or runnable mark left, and RQ holds no job: none queued, started (``rq:wip``) or kept."""
     rq = RQKeys(load_settings(env).queue.name)
+    keys = [SessionKeys(key_of(s)) for s in sessions]
 
     async def bookkeeping() -> dict[str, object]:
-        sessions = [SessionKeys(key_of(s)) for s in range(SESSIONS)]
         return {
-            "drain flags": sum([await async_redis.exists(k.drain) for k in sessions]),
-            "leases": sum([await async_redis.exists(k.lease) for k in sessions]),
-            "runnable": await async_redis.zcard(GlobalKeys().runnable),
-            "queued": await async_redis.llen(rq.queue),
-            "started": await async_redis.zrange(rq.started, 0, -1),
-            "job hashes": [key async for key in async_redis.scan_iter(match=rq.job("*"))],
+            "drain flags": sum([await redis.exists(k.drain) for k in keys]),
+            "leases": sum([await redis.exists(k.lease) for k in keys]),
+            "runnable": await redis.zcard(GlobalKeys().runnable),
+            "queued": await redis.llen(rq.queue),
+            "started": await redis.zrange(rq.started, 0, -1),
+            "job hashes": [key async for key in redis.scan_iter(match=rq.job("*"))],
         }
 
     clean = {"drain flags": 0, "leases": 0, "runnable": 0, "queued": 0, "started": [], "job hashes": []}
