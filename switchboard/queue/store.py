@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic import TypeAdapter
+from pydantic import Json, TypeAdapter
 
 from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
@@ -21,14 +21,16 @@ from switchboard.types import SessionKey
 __all__ = ["RedisSessionStore", "load_history", "parse_history"]
 
 _GLOBAL = GlobalKeys()
-_HISTORY: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[HistoryEntry])
+_HISTORY: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[Json[HistoryEntry]])
 
 
 def parse_history(raw: Sequence[bytes | str]) -> list[HistoryEntry]:
-    """Stored history entries (JSON each), parsed as one array: one call, not one per entry."""
-    if not raw:
-        return []
-    return _HISTORY.validate_json(b"[" + b",".join(r if isinstance(r, bytes) else r.encode() for r in raw) + b"]")
+    """Stored history entries (one JSON document each), parsed in one call, not one per entry.
+
+    Each entry is parsed on its own (not joined into one array), so a corrupt one that holds several values is
+    refused rather than read as several entries.
+    """
+    return _HISTORY.validate_python(raw) if raw else []
 
 
 async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -> list[HistoryEntry]:

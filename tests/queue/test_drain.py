@@ -11,8 +11,9 @@ from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnR
 from switchboard.errors import FencedWriteError
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken, fenced_xadd
+from switchboard.queue.ledger import Ledger
 from switchboard.queue.stats import read_stats
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
@@ -368,3 +369,37 @@ async def test_the_queue_store_going_away_mid_run_never_spends_the_messages_atte
     assert not outages
     assert deliverer.texts() == ["echo: hello"] and deliverer.texts("error") == []
     assert await client.llen(SessionKeys(session).dead) == 0
+
+
+async def test_a_message_landing_right_after_the_releasing_completion_gets_a_drain_job_of_its_own(
+    ingestor: Ingestor,
+    client: aioredis.Redis,
+    queue_settings: QueueSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last completion ends the drain in its own step: a message behind it finds no drain and enqueues one."""
+    await ingestor.ingest(make_message("m0"))
+    session = make_message("x").session_key
+    keys, rq = SessionKeys(session), RQKeys(queue_settings.name)
+    first = await client.get(keys.drain)
+    complete = Ledger.complete
+    landed: list[bytes | None] = []
+
+    async def then_a_message(self: Ledger, *args: object, **kwargs: object) -> int:
+        left = await complete(self, *args, **kwargs)  # type: ignore[arg-type]
+        assert self.released  # the drain ended here, before the worker is back at its queue
+        assert (await ingestor.ingest(make_message("m1"))).drain_enqueued
+        landed.append(await client.get(keys.drain))
+        return left
+
+    monkeypatch.setattr(Ledger, "complete", then_a_message)
+    deliverer = RecordingDeliverer(statuses=False)
+    assert await make_drainer(client, queue_settings, deliverer).drain_session(session) is DrainOutcome.RELEASED
+    monkeypatch.setattr(Ledger, "complete", complete)
+    assert deliverer.texts() == ["echo: m0"]
+    assert landed and landed[0] is not None and landed[0] != first  # a new drain job for m1
+    assert await client.get(keys.drain) == landed[0]
+    assert await client.lrange(rq.queue, 0, -1) == [first, landed[0]]  # (the test ran the first job's drain itself)
+    assert await make_drainer(client, queue_settings, deliverer).drain_session(session) is DrainOutcome.RELEASED
+    assert deliverer.texts() == ["echo: m0", "echo: m1"]
+    assert await client.exists(keys.drain, keys.lease) == 0 and await client.llen(keys.inbox) == 0

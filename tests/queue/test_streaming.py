@@ -282,3 +282,32 @@ async def test_an_edit_refused_is_not_asked_again_until_its_wait_has_passed(
     # every send takes a token (one bucket script each, which reads the server's clock once); the edit budget is
     # asked until it refuses, and then no more for the 10,000 s it said to wait
     assert asked <= sends + 8
+
+
+@pytest.mark.parametrize("mode", ["edits", "native"])
+async def test_a_turn_stopped_before_stream_after_shows_nothing_and_ends_the_drain(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, mode: str
+) -> None:
+    reply = _reply()
+    platform = FakePlatform()
+    written = asyncio.Event()
+
+    async def hangs(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        for start in range(0, 300, 10):
+            await sink.delta(reply[start : start + 10])
+        written.set()
+        await asyncio.sleep(3600)  # still writing when it is stopped, well within stream_after
+        raise AssertionError("not stopped")
+
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("write a lot"))
+    settings = queue_settings.model_copy(update={"stream_after_s": 60.0})
+    drainer = _drainer(client, settings, FakeChannel(platform, replace(EDITS, streaming=mode)), hangs)
+    task = asyncio.create_task(drainer.drain_session(session))
+    await asyncio.wait_for(written.wait(), 30)
+    assert drainer.cancel(session, "stopped on request")
+    assert await asyncio.wait_for(task, 30) is DrainOutcome.RELEASED
+    shown = [kind for kind, _ in platform.calls if kind not in ("status", "typing")]
+    assert shown == []  # nothing was opened, so there is nothing to close: no preview, no stream, no partial reply
+    keys = SessionKeys(session)
+    assert await client.llen(keys.inbox) == 0 and await client.exists(keys.lease, keys.drain, keys.outbox) == 0
