@@ -117,6 +117,16 @@ async def test_message_is_queued_with_its_echo_and_answered_202(chat: Chat) -> N
     ]
 
 
+@pytest.mark.parametrize("text", ['say "hi"\\ \n\t\x01 é ✓ 🎉 \u2028', "plain"])
+async def test_the_echo_is_the_json_of_text_and_client_id_byte_for_byte(chat: Chat, text: str) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    await chat.send(token, text, client_id="c-\"1\"")
+    entries = await chat.redis.xrange(SessionKeys(session).web)  # type: ignore[arg-type]
+    expected = json.dumps({"text": text, "client_id": 'c-"1"'}, ensure_ascii=False).encode()
+    assert entries[0][1][b"data"] == expected
+
+
 async def test_same_client_id_twice_is_one_message_with_the_same_id(chat: Chat) -> None:
     _, token = await chat.new_session()
     session = await chat.session_key(token)

@@ -62,6 +62,25 @@ _LIMITED: Final[dict[DropReason, str]] = {
     "sender_rate": "too many messages from this sender",
 }
 _ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
+_json_string: Final = json.encoder.encode_basestring
+"""What ``_ECHO_JSON`` makes of a ``str`` (the same C function), without its Python layers."""
+
+
+def _echo(draft: InboundMessage) -> str:
+    """The web stream's ``user`` entry of a draft: its text, named by its dedup key (readers map that to the id)."""
+    match draft.event:
+        case Posted(attachments=attachments) if not attachments:  # a plain text: the one on every message's path
+            return f'{{"text": {_json_string(draft.text)}, "client_id": {_json_string(draft.dedup_key)}}}'
+        case Posted(attachments=attachments):
+            shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
+            shown["attachments"] = [
+                {"upload": a.ref, "name": a.name, "mime_type": a.mime_type, "size": a.size} for a in attachments
+            ]
+            return _ECHO_JSON(shown)
+        case ChoiceSelected(option_id=option_id):
+            return _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key, "choice": option_id})
+        case _:
+            return _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key})
 
 
 def _web_channel(app: web.Application) -> WebChannel:
@@ -212,18 +231,7 @@ async def post_message(request: web.Request) -> web.Response:
     except QueueUnavailableError:
         access.reject(app, "queue_unavailable")
         return access.unavailable()
-    # The echo names the message by its dedup key; readers of the web stream map that to the gateway id.
-    shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
-    match draft.event:
-        case ChoiceSelected():
-            shown["choice"] = draft.event.option_id
-        case Posted(attachments=attachments) if attachments:
-            shown["attachments"] = [
-                {"upload": a.ref, "name": a.name, "mime_type": a.mime_type, "size": a.size} for a in attachments
-            ]
-        case _:
-            pass
-    echo = {"type": "user", "data": _ECHO_JSON(shown)}
+    echo = {"type": "user", "data": _echo(draft)}
     try:
         result = await app[ROUTER].ingest(draft, echo=echo, idempotent=True)  # counts it in the metrics
     except QueueUnavailableError:
