@@ -11,13 +11,13 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from switchboard.core.messages import InboundMessage
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DRAIN_FUNCTION, DrainJobs, job_age_s
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
-from switchboard.core.messages import InboundMessage
 from switchboard.settings import LimitsSettings, QueueSettings
 
 from .conftest import make_message

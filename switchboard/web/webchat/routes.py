@@ -31,6 +31,7 @@ from switchboard.settings import Settings
 from switchboard.types import SessionKey
 from switchboard.web.appkeys import CHANNELS, REDIS, ROUTER, SETTINGS
 from switchboard.web.clientaddr import client_address
+from switchboard.web.server import DIRECT_ROUTES, FixedResponse, header_lines
 from switchboard.web.webchat import access
 from switchboard.web.webchat import stream as chatstream
 from switchboard.web.webchat import uploads as chatuploads
@@ -61,6 +62,7 @@ _LIMITED: Final[dict[DropReason, str]] = {
     "session_rate": "too many messages in this session",
     "sender_rate": "too many messages from this sender",
 }
+_CORS_LINES: Final = header_lines(access.CORS_HEADERS)
 _ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
 _json_string: Final = json.encoder.encode_basestring
 """What ``_ECHO_JSON`` makes of a ``str`` (the same C function), without its Python layers."""
@@ -93,7 +95,7 @@ def _web_route(app: web.Application) -> Route:
     return app[ROUTER].routes[("web", "default")]
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+async def _read_capped(request: web.BaseRequest, limit: int) -> bytes | None:
     """The body, or ``None`` when it is over ``limit`` bytes (checked before anything is parsed)."""
     length = request.content_length
     if length is not None:
@@ -208,15 +210,19 @@ async def revoke_session(request: web.Request) -> web.Response:
     return web.Response(status=204, headers={**access.CORS_HEADERS, **access.NO_STORE})
 
 
-async def post_message(request: web.Request) -> web.Response:
+async def post_message(request: web.Request) -> web.StreamResponse:
     """``POST /api/chat/messages``: queue one user message; ``202`` only once Redis holds it."""
-    app = request.app
+    return await serve_message(request.app, request)
+
+
+async def serve_message(app: web.Application, request: web.BaseRequest) -> web.StreamResponse:
+    """:func:`post_message` for ``app``: also the route's :data:`~switchboard.web.server.DIRECT_ROUTES` handler."""
     settings: Settings = app[SETTINGS]
     limit = settings.queue.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
-    session = await access.bearer_session(request)
+    session = await access.bearer_session(request, app)
     if isinstance(session, web.Response):
         return session
     body = await _read_capped(request, limit)
@@ -224,7 +230,7 @@ async def post_message(request: web.Request) -> web.Response:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
     try:
-        draft = await _draft(request, session, body)
+        draft = await _draft(app, session, body)
     except RequestError as err:
         access.reject(app, err.code)
         return access.error(err.status, err.code, str(err))
@@ -245,17 +251,20 @@ async def post_message(request: web.Request) -> web.Response:
         return access.error(409, "client_id_reused", "this client_id was already used for a different text")
     # the id is hex: the body needs no JSON encoder
     body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
+    if not app.on_response_prepare:  # no hook to see the headers: the answer is written in one go
+        fixed = FixedResponse.once(request, 202, body, "application/json", _CORS_LINES)
+        if fixed is not None:
+            return fixed
     return web.Response(body=body, status=202, content_type="application/json", headers=access.CORS_HEADERS)
 
 
-async def _draft(request: web.Request, session: SessionKey, body: bytes) -> InboundMessage:
+async def _draft(app: web.Application, session: SessionKey, body: bytes) -> InboundMessage:
     """The message draft of a chat post; upload ids are looked up in the session (an unknown one is refused).
 
     Raises:
         RequestError: a bad body (400, 413), too many or unknown uploads (400).
         QueueUnavailableError: Redis did not answer the upload lookup in time.
     """
-    app = request.app
     channel = _web_channel(app)
     max_count = app[SETTINGS].attachments.max_count
     post = parse_post(body, max_attachments=max_count)
@@ -307,6 +316,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/chat/sessions", create_session)
     app.router.add_delete("/api/chat/sessions", revoke_session)
     app.router.add_post("/api/chat/messages", post_message)
+    app.setdefault(DIRECT_ROUTES, {})["/api/chat/messages"] = serve_message  # POST without the dispatcher
     chatstream.add_stream_routes(app)
     chatuploads.add_upload_routes(app)
     for path in ("/api/chat/sessions", "/api/chat/messages"):
