@@ -12,12 +12,11 @@ of each kind, and the server's own counters around them:
   divided by ``N``.
 
     python -m bench.ingest_cost            # N = 2000
-    python -m bench.ingest_cost --n 500
+    python -m bench.ingest_cost --quick    # N = 100
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 import redis
 import redis.asyncio as aioredis
 
+from bench._harness import SUMMARY_HEADERS, Row, parser, render_table, verdicts
 from switchboard.channels.web.adapter import WebChannel, parse_post
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.queue.embedded import EmbeddedRedis
@@ -39,6 +39,8 @@ LIMITS_ON = LimitsSettings(
 )
 LIMITS_OFF = LimitsSettings(messages_per_session_per_minute=0, messages_per_sender_per_minute=0, inbox_depth=0)
 WEB_SESSIONS = 64
+TARGET_BYTES = 2048
+"""Issue #20's target for a web chat message of ~1.4 KB of text."""
 TEXT = ("benchmark " + "lorem ipsum dolor sit amet " * 80)[:1400]
 
 
@@ -113,14 +115,29 @@ async def _measure(url: str, n: int) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run it and print the figures."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "ingest cost")
-    p.add_argument("--n", type=int, default=2000, help="messages per case")
+def run(argv: list[str] | None = None) -> list[Row]:
+    """Measure, print the figures, return the summary rows."""
+    p = parser(__doc__.splitlines()[0] if __doc__ else "ingest cost")
+    p.add_argument("--n", type=int, default=None, help="messages per case (default 2000, quick 100)")
     ns = p.parse_args(argv)
+    n = ns.n or (100 if ns.quick else 2000)
     with tempfile.TemporaryDirectory(prefix="sb-cost-") as tmp, EmbeddedRedis(Path(tmp) / "redis") as server:
-        asyncio.run(_measure(server.url, ns.n))
+        figures = asyncio.run(_measure(server.url, n))
+    rows = [Row("ingest_cost", f"Redis commands per message, {label}", f"{figures[label]:.1f}", "(report)", None)
+            for label in ("telegram, limits off", "telegram, limits on", "web chat, limits on")]  # fmt: skip
+    size = figures["web chat bytes per message"]
+    rows.append(
+        Row("ingest_cost", f"Redis bytes per web chat message ({len(TEXT)} chars)", f"{size:.0f}", f"≤ {TARGET_BYTES}",
+            size <= TARGET_BYTES)
+    )  # fmt: skip
+    return verdicts(rows, ns.quick)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.ingest_cost``."""
+    print(render_table("Summary", SUMMARY_HEADERS, [r.cells() for r in run(argv)]))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
