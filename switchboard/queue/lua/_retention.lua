@@ -19,7 +19,8 @@ local function retain_slack_ms(ttl)
 end
 
 -- Whether the session whose meta hash is `meta` is due a full refresh at `now_ms` (its TTL changed, or the last
--- refresh is older than the slack).
+-- refresh is older than the slack). `now_ms` is the web process's clock: a skew between processes delays a refresh by
+-- that skew, which the TTL (days) dwarfs.
 local function retain_due(meta, ttl, now_ms)
   local stamp = redis.call('HMGET', meta, 'idle_ttl', 'retained_at')
   if stamp[1] ~= ttl then return true end
