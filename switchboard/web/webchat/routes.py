@@ -98,9 +98,13 @@ def _web_route(app: web.Application) -> Route:
 async def _read_capped(request: web.BaseRequest, limit: int) -> bytes | None:
     """The body, or ``None`` when it is over ``limit`` bytes (checked before anything is parsed)."""
     length = request.content_length
+    if length is not None and length > limit:
+        return None
+    content = request.content
+    if content.is_eof():  # the whole body has arrived (as it has for almost every post): take it as it is
+        body = content.read_nowait()
+        return None if len(body) > limit else body
     if length is not None:
-        if length > limit:
-            return None
         try:
             return await request.read()  # exactly ``length`` bytes: the HTTP parser stops there
         except web.HTTPRequestEntityTooLarge:
@@ -219,7 +223,8 @@ async def serve_message(app: web.Application, request: web.BaseRequest) -> web.S
     """:func:`post_message` for ``app``: also the route's :data:`~switchboard.web.server.DIRECT_ROUTES` handler."""
     settings: Settings = app[SETTINGS]
     limit = settings.queue.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
+    length = request.content_length
+    if length is not None and length > limit:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
     session = await access.bearer_session(request, app)
