@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
+import pydantic_core
 from aiohttp import web
 from redis.exceptions import RedisError
 
@@ -64,15 +65,15 @@ _LIMITED: Final[dict[DropReason, str]] = {
 }
 _CORS_LINES: Final = header_lines(access.CORS_HEADERS)
 _ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
-_json_string: Final = json.encoder.encode_basestring
-"""What ``_ECHO_JSON`` makes of a ``str`` (the same C function), without its Python layers."""
+_to_json: Final = pydantic_core.to_json
+"""What ``_ECHO_JSON`` makes of a ``str`` the page could send (UTF-8, not escaped), in Rust: a text's longest step."""
 
 
 def _echo(draft: InboundMessage) -> str:
     """The web stream's ``user`` entry of a draft: its text, named by its dedup key (readers map that to the id)."""
     match draft.event:
         case Posted(attachments=attachments) if not attachments:  # a plain text: the one on every message's path
-            return f'{{"text": {_json_string(draft.text)}, "client_id": {_json_string(draft.dedup_key)}}}'
+            return f'{{"text": {_to_json(draft.text).decode()}, "client_id": {_to_json(draft.dedup_key).decode()}}}'
         case Posted(attachments=attachments):
             shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
             shown["attachments"] = [
