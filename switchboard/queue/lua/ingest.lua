@@ -123,7 +123,8 @@ end
 if refresh then
   retain_for(KEYS, 2, 6, idle_ttl)
   retain_for(KEYS, 16, 22, idle_ttl)
-elseif idle_ttl ~= '' and idle_ttl ~= '0' then  -- keys created since the last refresh: an emptied inbox (and its messages), the drain flag
+elseif idle_ttl ~= '' and idle_ttl ~= '0' then
+  -- the keys this message created since the last refresh: an emptied inbox (and its messages hash), the drain flag
   if depth_now == 1 then retain_for(KEYS, 2, 3, idle_ttl) end
   if drain == 1 then retain_for(KEYS, 6, 6, idle_ttl) end
 end
