@@ -25,6 +25,7 @@ what was acknowledged is really stored.
     python -m bench.ingest --quick         # smoke run
     python -m bench.ingest --load python   # without wrk (a weaker generator: figures are floors)
     python -m bench.ingest --limits both   # also a gateway with the abuse limits off, in the same rounds
+    python -m bench.ingest before=/path/to/other/tree   # that tree's gateway too, in the same rounds (A/B)
 """
 
 from __future__ import annotations
@@ -145,7 +146,14 @@ async def run(argv: list[str] | None = None) -> list[Row]:
         default="on",
         help="abuse limits checked (set out of reach), off, or both (a second gateway with them off)",
     )
+    p.add_argument("trees", nargs="*", metavar="NAME=PATH", help="more source trees' web chat and Telegram rows (A/B)")
     ns = p.parse_args(argv)
+    trees: dict[str, Path] = {}
+    for tree in ns.trees:
+        name, sep, path = tree.partition("=")
+        if not sep or not name or name in trees or not (Path(path) / "switchboard").is_dir():
+            p.error(f"{tree!r}: expected NAME=PATH, a new NAME and a source tree at PATH")
+        trees[name] = Path(path).resolve()
     rounds = rounds_of(ns)
     seconds = ns.seconds or (1.0 if ns.quick else 10.0)
     warmup = ns.warmup if ns.warmup is not None else (0.0 if ns.quick else 2.0)
@@ -180,7 +188,7 @@ async def run(argv: list[str] | None = None) -> list[Row]:
             procs.append(fake)
             fake_url = f"http://127.0.0.1:{fake_port}"
             fake.wait_http(f"{fake_url}/_fake/calls")
-            targets = start_targets(tmp, server.url, fake_url, server_cpus, procs, ns.limits)
+            targets = start_targets(tmp, server.url, fake_url, server_cpus, procs, ns.limits, trees)
             for number in range(1, rounds + 1):
                 spec = await measure_round(
                     number, targets, spec_for, server.url, warmup=warmup, seconds=seconds, cpus=load_cpus,
@@ -235,9 +243,15 @@ async def measure_round(
 
 
 def start_targets(
-    tmp: Path, redis_url: str, fake_url: str, cpus: set[int] | None, procs: list[Proc], limits: str
+    tmp: Path,
+    redis_url: str,
+    fake_url: str,
+    cpus: set[int] | None,
+    procs: list[Proc],
+    limits: str,
+    trees: dict[str, Path] | None = None,
 ) -> list[Target]:
-    """Start the four servers, each pinned to the server core, and wait until they answer."""
+    """Start the four servers (and each tree's gateway), each pinned to the server core, and wait until they answer."""
     targets: list[Target] = []
 
     def add(
@@ -250,8 +264,9 @@ def start_targets(
         env: dict[str, str] | None = None,
         switchboard: bool = False,
         ok: int | None = 200,
+        cwd: Path | None = None,
     ) -> None:
-        proc = Proc(key, args, env=env, cpus=cpus, log_dir=tmp)
+        proc = Proc(key, args, env=env, cpus=cpus, log_dir=tmp, cwd=cwd)
         procs.append(proc)
         proc.wait_http(f"http://127.0.0.1:{port}{health}", ok=ok)
         targets.append(Target(key, label, proc, f"http://127.0.0.1:{port}", switchboard))
@@ -302,6 +317,22 @@ def start_targets(
                 off.url,
                 True,
             )
+        )
+    for name, root in (trees or {}).items():
+        tree_port = free_port()
+        tree_env = bench_env(
+            redis_url,
+            tmp / f"data-{name}",
+            port=tree_port,
+            telegram_url=fake_url,
+            **LIMITS["off" if limits == "off" else "on"],
+        )
+        tree_env["PYTHONPATH"] = str(root)
+        add(f"telegram@{name}", f"switchboard web of {root}: Telegram webhook", web_args, "/healthz", tree_port,
+            env=tree_env, switchboard=True, cwd=root)  # fmt: skip
+        tree = targets[-1]
+        targets.append(
+            Target(f"webchat@{name}", f"switchboard web of {root}: POST /api/chat/messages", tree.proc, tree.url, True)
         )
     if importlib.util.find_spec("tornado") is None:
         print(f"WARNING: {PTB_HINT}", file=sys.stderr)
@@ -425,6 +456,12 @@ def report(targets: list[Target], rounds: int, body_bytes: int) -> list[Row]:
             summary.append(Row("ingest", f"{name} req/s, limits on vs off", f"{value:.2f}×", "(report)", None))
             value = cpu_ratio(by[key], by[f"{key}_nolimits"])
             summary.append(Row("ingest", f"{name} CPU-cost, limits on vs off", f"{value:.2f}×", "(report)", None))
+    for t in targets:
+        if "@" in t.key:
+            value = ratio(t, aio)
+            summary.append(Row("ingest", f"{t.key} req/s vs raw aiohttp", f"{value:.2f}×", "(A/B)", None))
+            value = cpu_ratio(t, aio)
+            summary.append(Row("ingest", f"{t.key} CPU-cost ratio vs raw aiohttp", f"{value:.2f}×", "(A/B)", None))
     uv = by.get("aiohttp_uvloop")
     if uv is not None:
         for key, name in (("telegram", "Telegram webhook"), ("webchat", "web chat messages")):

@@ -113,6 +113,12 @@ def test_ingest_bench_runs() -> None:
     assert "switchboard web: Telegram webhook" in out and "python-telegram-bot run_webhook" in out
 
 
+def test_ingest_cost_bench_counts_commands_and_bytes() -> None:
+    out = run_bench("bench.ingest_cost")
+    assert "| ingest_cost | Redis commands per message, web chat, limits on |" in out
+    assert "web chat: " in out and "bytes of used_memory per message" in out
+
+
 def test_whatsapp_ingest_bench_runs() -> None:
     out = run_bench("bench.whatsapp_ingest")
     assert "switchboard web: WhatsApp webhook" in out and "raw aiohttp hello-world (ceiling)" in out

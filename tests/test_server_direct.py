@@ -16,7 +16,7 @@ from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from aiohttp.test_utils import make_mocked_request
 
 from switchboard.settings import HttpSettings
-from switchboard.web.server import DIRECT_ROUTES, DirectHandler, FixedResponse, GuardedAppRunner
+from switchboard.web.server import DIRECT_ROUTES, DirectHandler, FixedResponse, GuardedAppRunner, header_lines
 
 GUARD_S = 5.0
 """Only a guard against a hanging test."""
@@ -110,6 +110,31 @@ async def test_a_fixed_answer_is_what_aiohttp_sends_for_it(
         == (their_body, their_close)
         == (body, connection == "close" or (version == "1.0" and connection is None))
     )
+
+
+@pytest.mark.parametrize(("version", "connection"), REQUESTS)
+async def test_a_one_off_answer_with_headers_is_what_aiohttp_sends_for_it(version: str, connection: str | None) -> None:
+    headers = {"Access-Control-Allow-Origin": "*", "Access-Control-Max-Age": "600"}  # the web chat's 202
+
+    async def once(request: web.Request) -> web.StreamResponse:
+        answer = FixedResponse.once(request, 202, b'{"message_id":"0a1b"}', "application/json", header_lines(headers))
+        assert answer is not None
+        return answer
+
+    async def plain(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=202, body=b'{"message_id":"0a1b"}', content_type="application/json", headers=headers)
+
+    app = web.Application()
+    app.router.add_post("/once", once)
+    app.router.add_post("/plain", plain)
+    async for port in _serve(app):
+        ours = await _exchange(port, _request("POST", "/once", version, connection))
+        theirs = await _exchange(port, _request("POST", "/plain", version, connection))
+    assert ours[0] == theirs[0] and ours[2:] == theirs[2:]
+    assert len(ours[1]) == len(theirs[1])
+    assert {k: v for k, v in ours[1] if k != "Date"} == {k: v for k, v in theirs[1] if k != "Date"}
+    with pytest.raises(ValueError, match="line break"):
+        header_lines({"X-Evil": "a\r\nSet-Cookie: x"})
 
 
 async def test_a_kept_connection_is_served_again_after_a_fixed_answer() -> None:

@@ -96,6 +96,13 @@ def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str,
     return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel
 
 
+@functools.lru_cache(maxsize=16_384)
+def _web_keys(session: SessionKey) -> tuple[str, ...]:
+    """The web chat's part of the script's keys (KEYS 16–22), made once per session."""
+    keys = SessionKeys(session)
+    return keys.web, keys.attempts, keys.history, keys.slots, keys.outbox, keys.dead, keys.epoch
+
+
 _rq_second: list[Any] = [None, ""]
 
 
@@ -232,6 +239,17 @@ class Ingestor:
             )
         )
         self._jobs = DrainJobs(settings.name)
+        rq = self._jobs.keys
+        self._global_keys = (
+            _GLOBAL.runnable,
+            _GLOBAL.sessions,
+            _GLOBAL.stats,
+            rq.job(""),
+            rq.queue,
+            rq.queues,
+            _GLOBAL.sender_rate(""),
+        )
+        """The script's keys shared by every session (a job's and a sender's meter's as prefixes), made once."""
         self._coalescer = Coalescer(redis, settings.ingest_timeout_s)
         self._config: tuple[ScriptArg, ...] = (
             settings.dedup_ttl_s,
@@ -384,7 +402,7 @@ class Ingestor:
         if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
-        rq = self._jobs.keys
+        runnable, sessions, stats, job_prefix, queue, queues, sender_rate = self._global_keys
         script_keys = [
             keys.dedup(message.dedup_key),
             messages,
@@ -392,14 +410,14 @@ class Ingestor:
             meta,
             events,
             drain,
-            _GLOBAL.runnable,
-            _GLOBAL.sessions,
-            _GLOBAL.stats,
-            rq.job(job_id),
-            rq.queue,
-            rq.queues,
+            runnable,
+            sessions,
+            stats,
+            job_prefix + job_id,
+            queue,
+            queues,
             rate,
-            _GLOBAL.sender_rate(f"{conv.tenant}/{channel}/{conv.account}/{message.sender.id}"),
+            f"{sender_rate}{conv.tenant}/{channel}/{conv.account}/{message.sender.id}",
             cancel,
         ]
         script_args: list[ScriptArg] = [
@@ -421,7 +439,7 @@ class Ingestor:
             # The web chat's part of the script (echo, idle TTL over every key of the session, idempotency) is passed
             # only when used: a platform message's call sends 35 arguments, not 49 (packing them is a measurable part
             # of its CPU). A script must declare every key it touches; a platform session's ingest touches none of them.
-            script_keys += [keys.web, keys.attempts, keys.history, keys.slots, keys.outbox, keys.dead, keys.epoch]
+            script_keys += _web_keys(session)
             script_args += [
                 echo.get("type", "user") if echo is not None else "",
                 echo.get("data", "{}") if echo is not None else "",

@@ -28,7 +28,15 @@ from aiohttp.web_server import Server
 
 from switchboard.settings import HttpSettings
 
-__all__ = ["DIRECT_ROUTES", "LOG_INTERVAL_S", "ConnectionGuard", "DirectHandler", "FixedResponse", "GuardedAppRunner"]
+__all__ = [
+    "DIRECT_ROUTES",
+    "LOG_INTERVAL_S",
+    "ConnectionGuard",
+    "DirectHandler",
+    "FixedResponse",
+    "GuardedAppRunner",
+    "header_lines",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +79,26 @@ class FixedResponse(web.StreamResponse):
 
     _cache: dict[tuple[int, bytes, str | None, bool, int], FixedResponse] = {}
 
-    def __init__(self, status: int, body: bytes, content_type: str | None, *, keep_alive: bool, minor: int) -> None:
-        """The answer for a request of HTTP/1.``minor`` whose connection is kept (``keep_alive``) or closed."""
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        *,
+        keep_alive: bool,
+        minor: int,
+        headers: bytes = b"",
+    ) -> None:
+        """The answer for a request of HTTP/1.``minor`` whose connection is kept (``keep_alive``) or closed.
+
+        ``headers``: further header lines, each ending in ``CRLF`` (see :func:`header_lines`).
+        """
         super().__init__(status=status)
         self._keep = keep_alive
         head = [b"HTTP/1.%d %d %s\r\n" % (minor, status, _phrase(status))]
         if content_type is not None:
             head.append(b"Content-Type: %s\r\n" % content_type.encode("latin-1"))
+        head.append(headers)
         head.append(b"Content-Length: %d\r\nServer: %s\r\n" % (len(body), SERVER_SOFTWARE.encode()))
         if keep_alive and minor == 0:
             head.append(b"Connection: keep-alive\r\n")
@@ -104,6 +125,16 @@ class FixedResponse(web.StreamResponse):
                 cls._cache[key] = found
         return found
 
+    @classmethod
+    def once(
+        cls, request: web.BaseRequest, status: int, body: bytes, content_type: str | None, headers: bytes = b""
+    ) -> FixedResponse | None:
+        """A response of its own (not cached: its body differs per request), where :meth:`of` would fit one."""
+        version = request.version
+        if status < 200 or status in (204, 304) or version.major != 1 or request.method == "HEAD":
+            return None
+        return cls(status, body, content_type, keep_alive=request.keep_alive, minor=version.minor, headers=headers)
+
     @property
     def keep_alive(self) -> bool:
         """Whether the connection is kept after this answer (decided from the request it was made for)."""
@@ -121,6 +152,17 @@ class FixedResponse(web.StreamResponse):
 
     def __repr__(self) -> str:
         return f"<FixedResponse {self.status} keep_alive={self._keep}>"
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    """``headers`` as :class:`FixedResponse` takes them: ``Name: value`` lines, each ending in ``CRLF``.
+
+    Raises:
+        ValueError: a name or value holds a line break.
+    """
+    if any("\r" in k or "\n" in k or "\r" in v or "\n" in v for k, v in headers.items()):
+        raise ValueError("a header name or value holds a line break")
+    return b"".join(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
 
 
 def _descriptor_cap() -> int | None:

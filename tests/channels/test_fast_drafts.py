@@ -32,7 +32,16 @@ from switchboard.channels.slack.fake.payloads import sign_request
 from switchboard.channels.slack.settings import SlackSettings
 from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.telegram.settings import TelegramSettings
-from switchboard.core.messages import ConversationRef, InboundMessage, Posted, Sender, trusted
+from switchboard.channels.web.adapter import WebChannel, parse_post
+from switchboard.core.messages import (
+    Attachment,
+    ChoiceSelected,
+    ConversationRef,
+    InboundMessage,
+    Posted,
+    Sender,
+    trusted,
+)
 from switchboard.errors import MalformedBodyError
 
 PAYLOADS = Path(__file__).resolve().parent.parent / "payloads"
@@ -173,3 +182,17 @@ def test_trusted_takes_exactly_the_fields_and_refuses_a_missing_or_unknown_one()
         trusted(Sender, id="7", name="Ann")
     with pytest.raises(TypeError):
         trusted(Sender, id="7", name="Ann", is_bot=False, extra="x")
+
+
+def test_every_web_chat_sample_draft_equals_its_validated_self() -> None:
+    conversation = ConversationRef(tenant="acme", agent="assistant", channel="web", conversation="c0ffee")
+    channel = WebChannel(None)
+    drafts = [
+        channel.inbound(conversation, parse_post(path.read_bytes()))
+        for path in sorted((PAYLOADS / "web").glob("*.json"))
+    ]
+    upload = Attachment(kind="image", ref="u1", name="a.png", mime_type="image/png", size=3)
+    drafts.append(channel.inbound(conversation, parse_post(b'{"text": "", "attachments": ["u1"]}'), (upload,)))
+    assert len(drafts) >= 8 and any(isinstance(d.event, ChoiceSelected) for d in drafts)
+    for draft in drafts:
+        _assert_validates_to_itself(draft)

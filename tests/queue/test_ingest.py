@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from typing import Any
 
 import pytest
 import redis
@@ -10,13 +11,14 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from switchboard.core.messages import InboundMessage
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DRAIN_FUNCTION, DrainJobs, job_age_s
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
-from switchboard.settings import QueueSettings
+from switchboard.settings import LimitsSettings, QueueSettings
 
 from .conftest import make_message
 
@@ -197,3 +199,45 @@ async def test_only_a_platform_messages_call_is_guarded_by_the_one_before_it(ing
     with pytest.raises(ValueError, match="KEYS"):
         web.after("guard")
     assert web.keys[15] == stream and "guard" not in web.keys
+
+
+async def _commands(client: aioredis.Redis) -> dict[str, int]:
+    return {name: int(stats["calls"]) for name, stats in (await client.info("commandstats")).items()}
+
+
+async def _commands_per_message(
+    client: aioredis.Redis, ingestor: Ingestor, messages: list[InboundMessage], **kwargs: Any
+) -> dict[str, int]:
+    """Commands the server ran (inside the ingest script too) for each of ``messages``, after the session's first."""
+    await ingestor.ingest(make_message("warm-up", channel=messages[0].conversation.channel), **kwargs)
+    before = await _commands(client)
+    for message in messages:
+        result = await ingestor.ingest(message, **kwargs)
+        assert not (result.duplicate or result.limited or result.reused)
+    after = await _commands(client)
+    after.pop("cmdstat_info", None)
+    return {name: calls - before.get(name, 0) for name, calls in after.items() if calls != before.get(name, 0)}
+
+
+async def test_a_platform_message_costs_one_command_per_write_and_no_limit_commands_without_limits(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings)  # no abuse limits
+    calls = await _commands_per_message(client, ingestor, [make_message(f"m{i}") for i in range(4)])
+    # per message: the script, the dedup record, the record, the inbox, runnable, sessions, received, meta, two facts,
+    # accepted; the drain was pending already
+    assert sum(calls.values()) == 4 * 12, calls
+    assert not {"cmdstat_get", "cmdstat_hsetnx", "cmdstat_time", "cmdstat_llen", "cmdstat_expire"} & set(calls), calls
+
+
+async def test_a_web_chat_message_refreshes_no_ttl_and_reads_its_meters_at_once(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, LimitsSettings())  # every abuse limit on, idle TTL on
+    echo = {"type": "user", "data": '{"text": "hi"}'}
+    messages = [make_message(f"m{i}", channel="web") for i in range(4)]
+    calls = await _commands_per_message(client, ingestor, messages, echo=echo, idempotent=True)
+    # the 12 above, the retention stamp, the limits (TIME, LLEN, one read of both meters, two writes), the echo and
+    # its status
+    assert sum(calls.values()) == 4 * 20, calls
+    assert calls["cmdstat_mget"] == 4 and "cmdstat_get" not in calls and "cmdstat_expire" not in calls, calls

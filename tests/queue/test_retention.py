@@ -29,6 +29,8 @@ from .conftest import RecordingDeliverer, make_drainer, make_message
 
 _OWN_TTL = ("dedup:", ":rate", ":lease", ":cancel", ":effect:")
 """Keys that always carried their own short TTL."""
+_SLACK_S = 3600 // 8
+"""How long past the idle TTL of 3600 s a message's refresh may keep the keys (an eighth of it)."""
 
 
 def _limits(**values: int) -> LimitsSettings:
@@ -60,7 +62,34 @@ async def test_every_key_of_a_web_session_gets_the_idle_ttl_when_a_message_arriv
     session_keys = SessionKeys(_web("x").session_key)
     assert {session_keys.inbox, session_keys.messages, session_keys.meta, session_keys.web} <= set(ttls)
     retained = {k: t for k, t in ttls.items() if not any(m in k for m in _OWN_TTL)}
-    assert retained and all(0 < t <= 3600 for t in retained.values()), retained
+    assert retained and all(3600 <= t <= 3600 + _SLACK_S for t in retained.values()), retained
+
+
+async def _calls(client: aioredis.Redis, command: str) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+async def test_a_message_refreshes_the_idle_ttl_only_once_per_slack_yet_every_key_it_creates_gets_it(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, _limits(idle_session_ttl_s=3600))
+    keys = SessionKeys(_web("x").session_key)
+    await ingestor.ingest(_web("first"), echo=_echo("first"))
+    await client.delete(keys.inbox, keys.messages, keys.drain)  # as a drain leaves them: emptied, gone
+    before = await _calls(client, "pexpire") + await _calls(client, "expire")
+    await ingestor.ingest(_web("second"), echo=_echo("second"))
+    await ingestor.ingest(_web("third"), echo=_echo("third"))
+    refreshed = await _calls(client, "pexpire") + await _calls(client, "expire") - before
+    assert refreshed == 3  # the new inbox, messages and drain flag once: no key of the session twice
+    ttls = await _ttls(client, keys.session)
+    retained = {k: t for k, t in ttls.items() if not any(m in k for m in _OWN_TTL)}
+    assert {keys.inbox, keys.messages, keys.drain, keys.meta, keys.web} <= set(retained)
+    assert all(3600 - 5 <= t <= 3600 + _SLACK_S for t in retained.values()), retained
+
+    await client.hset(keys.meta, "retained_at", 0)  # the last refresh is older than the slack: all of them again
+    await ingestor.ingest(_web("fourth"), echo=_echo("fourth"))
+    assert await _calls(client, "pexpire") + await _calls(client, "expire") - before - refreshed == 12
 
 
 async def test_the_keys_a_turn_creates_get_the_idle_ttl_too(

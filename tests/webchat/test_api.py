@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 
 from switchboard.queue.connection import async_client
 from switchboard.queue.keys import GlobalKeys, SessionKeys
-from switchboard.settings import load_settings
+from switchboard.settings import HttpSettings, load_settings
+from switchboard.web.server import GuardedAppRunner
 from switchboard.web.webchat import access
 
 from .conftest import Chat, build_app
@@ -115,6 +118,16 @@ async def test_message_is_queued_with_its_echo_and_answered_202(chat: Chat) -> N
         ("user", {"text": "hello", "client_id": "c-1"}),
         ("status", {"status": "queued"}),
     ]
+
+
+@pytest.mark.parametrize("text", ['say "hi"\\ \n\t\x01 é ✓ 🎉 \u2028', "plain"])
+async def test_the_echo_is_the_json_of_text_and_client_id_byte_for_byte(chat: Chat, text: str) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    await chat.send(token, text, client_id='c-"1"')
+    entries = await chat.redis.xrange(SessionKeys(session).web)  # type: ignore[arg-type]
+    expected = json.dumps({"text": text, "client_id": 'c-"1"'}, ensure_ascii=False).encode()
+    assert entries[0][1][b"data"] == expected
 
 
 async def test_same_client_id_twice_is_one_message_with_the_same_id(chat: Chat) -> None:
@@ -286,3 +299,39 @@ async def test_cors_preflight_allows_the_bearer_header(chat: Chat) -> None:
     )
     assert resp.status == 204
     assert "Authorization" in resp.headers["Access-Control-Allow-Headers"]
+
+
+async def test_a_message_posted_to_the_served_app_takes_the_direct_route_and_is_answered_as_by_the_dispatcher(
+    chat: Chat,
+) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    for direct in (True, False):
+        app = build_app(chat.settings, chat.redis)
+        if not direct:
+            app.on_response_prepare.append(_noop_hook)  # a hook turns the direct route off
+        runner = GuardedAppRunner(app, HttpSettings(), access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat/messages"
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(url, json={"text": f"direct={direct}"}, headers={"Authorization": f"Bearer {token}"}) as resp,
+            ):
+                answers.append((resp.status, dict(resp.headers), await resp.read()))
+        finally:
+            await runner.cleanup()
+    (status, headers, body), (plain_status, plain_headers, plain_body) = answers
+    assert status == plain_status == 202
+    assert {k: v for k, v in headers.items() if k != "Date"} == {k: v for k, v in plain_headers.items() if k != "Date"}
+    assert headers["Access-Control-Allow-Origin"] == "*" and headers["Content-Type"] == "application/json"
+    ids = [json.loads(body)["message_id"], json.loads(plain_body)["message_id"]]
+    inbox = [m.decode() for m in await chat.redis.lrange(SessionKeys(session).inbox, 0, -1)]
+    assert inbox == ids
+
+
+async def _noop_hook(request: web.Request, response: web.StreamResponse) -> None:
+    return None

@@ -12,6 +12,7 @@ import base64
 import functools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,7 +44,15 @@ from switchboard.core.actions import (
     StreamDelta,
     StreamText,
 )
-from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage, Posted, Sender
+from switchboard.core.messages import (
+    Attachment,
+    ChoiceSelected,
+    ConversationRef,
+    InboundMessage,
+    Posted,
+    Sender,
+    trusted,
+)
 from switchboard.errors import AttachmentError, BodyTooLargeError, DeliveryError, MalformedBodyError
 from switchboard.types import SessionKey
 
@@ -193,6 +202,12 @@ def split_session_key(session: SessionKey) -> ConversationRef:
 _POSTED: Final = Posted()
 
 
+@functools.lru_cache(maxsize=4096)
+def _sender(conversation: str) -> Sender:
+    """The (frozen) sender of a session's messages: the session itself (a web chat has one user per session)."""
+    return trusted(Sender, id=conversation, name=None, is_bot=False)
+
+
 class WebChannel:
     """The built-in web chat (one account, ``default``); it streams replies token by token on its own SSE."""
 
@@ -267,13 +282,18 @@ class WebChannel:
             event = ChoiceSelected(option_id=post.choice)
         else:
             event = Posted(attachments=attachments) if attachments else _POSTED
-        return InboundMessage(
+        # Every value is a str checked by parse_post, or a model: built without validating it again
+        # (tests/channels/test_fast_drafts.py checks it against validation).
+        return trusted(
+            InboundMessage,
+            id="",
             dedup_key=post.client_id or uuid.uuid4().hex,
             conversation=conversation,
-            sender=Sender(id=conversation.conversation),
+            sender=_sender(conversation.conversation),
             text=post.text,
             event=event,
             platform_message_id=post.client_id,
+            received_at=time.time(),
             meta={"client_id": post.client_id} if post.client_id else {},
         )
 

@@ -8,15 +8,21 @@ local function limits_now()
 end
 
 -- Returns the wait in ms (0 = allowed) and, when allowed, the arrival time to commit. LIMIT <= 0 = no limit.
-local function meter_check(key, limit, period_ms, now)
+-- meter_wait: the same for a meter whose value the caller has read (several meters in one MGET).
+local function meter_wait(value, limit, period_ms, now)
   limit = tonumber(limit)
   if limit <= 0 then return 0, nil end
-  local tat = tonumber(redis.call('GET', key)) or now
+  local tat = tonumber(value) or now
   if tat < now then tat = now end
   local next_tat = tat + period_ms / limit
   local wait = next_tat - period_ms - now
   if wait > 0 then return math.ceil(wait), nil end
   return 0, next_tat
+end
+
+local function meter_check(key, limit, period_ms, now)
+  if tonumber(limit) <= 0 then return 0, nil end
+  return meter_wait(redis.call('GET', key), limit, period_ms, now)
 end
 
 local function meter_commit(key, tat, now)

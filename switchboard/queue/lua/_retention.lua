@@ -10,6 +10,36 @@ local function retain(keys, first, last, ttl)
   end
 end
 
+-- The ingest script's retention, one that costs nothing on most messages: a message refreshes the TTL of every key
+-- only when the last refresh (stamped in the session's meta) is older than the slack, an eighth of the TTL and at
+-- most an hour, and gives the TTL plus that slack: a session's keys outlive its last activity by the idle TTL at
+-- least (and by the slack at most); the keys a message creates get it at once.
+local function retain_slack_ms(ttl)
+  return math.min(math.floor(tonumber(ttl) * 125), 3600000)
+end
+
+-- Whether the session whose meta hash is `meta` is due a full refresh at `now_ms` (its TTL changed, or the last
+-- refresh is older than the slack). `now_ms` is the web process's clock: a skew between processes delays a refresh by
+-- that skew, which the TTL (days) dwarfs.
+local function retain_due(meta, ttl, now_ms)
+  local stamp = redis.call('HMGET', meta, 'idle_ttl', 'retained_at')
+  if stamp[1] ~= ttl then return true end
+  if ttl == '0' then return false end
+  return not stamp[2] or now_ms - tonumber(stamp[2]) >= retain_slack_ms(ttl)
+end
+
+-- keys[first..last] get the idle TTL plus its slack ('0' = kept forever).
+local function retain_for(keys, first, last, ttl)
+  local ms = tonumber(ttl) * 1000
+  for i = first, last do
+    if ms > 0 then
+      redis.call('PEXPIRE', keys[i], ms + retain_slack_ms(ttl))
+    else
+      redis.call('PERSIST', keys[i])
+    end
+  end
+end
+
 -- Keep a web stream under max_bytes (0 = no bound) besides its entry cap: after an entry of `size` bytes, when that
 -- entry alone could take the stream over (size * maxlen >= max_bytes: smaller ones are bounded by the entry cap),
 -- the oldest entries are trimmed until the stream's memory is within the budget.

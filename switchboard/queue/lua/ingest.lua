@@ -28,8 +28,16 @@
 local web = #KEYS > 16
 local fingerprint, idle_ttl = '', ''
 if web then fingerprint, idle_ttl = ARGV[27], ARGV[25] end
-local prev = redis.call('GET', KEYS[1])
-if prev then  -- before the limits: a retry of an accepted message is a duplicate, never a refusal
+local id = ARGV[1]
+local record = id
+if fingerprint ~= '' then record = id .. ':' .. fingerprint end
+-- before any write: a script is not undone by an error (here a wrong type in KEYS[16]) part way through
+if #KEYS == 16 and not redis.call('GET', KEYS[16]) then return {4, '', 0} end
+-- The dedup record is written first (one command on the hot path): a message refused below deletes it again, and
+-- nothing else sees it in between (the script is atomic).
+if not redis.call('SET', KEYS[1], record, 'NX', 'EX', ARGV[13]) then
+  -- before the limits: a retry of an accepted message is a duplicate, never a refusal
+  local prev = redis.call('GET', KEYS[1])
   local sep = string.find(prev, ':', 1, true)
   local prev_id = prev
   if sep then
@@ -39,7 +47,6 @@ if prev then  -- before the limits: a retry of an accepted message is a duplicat
   redis.call('HINCRBY', KEYS[9], 'deduplicated', 1)
   return {1, prev_id, 0}
 end
-if #KEYS == 16 and not redis.call('GET', KEYS[16]) then return {4, '', 0} end
 local session_limit, sender_limit, depth = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local session_tat, sender_tat, now
 if session_limit > 0 or sender_limit > 0 or depth > 0 then
@@ -49,13 +56,22 @@ if session_limit > 0 or sender_limit > 0 or depth > 0 then
   end
   if session_limit > 0 or sender_limit > 0 then
     now = limits_now()
+    local tats = {false, false}
+    if session_limit > 0 and sender_limit > 0 then
+      tats = redis.call('MGET', KEYS[13], KEYS[14])
+    elseif session_limit > 0 then
+      tats[1] = redis.call('GET', KEYS[13])
+    else
+      tats[2] = redis.call('GET', KEYS[14])
+    end
     local w
-    w, session_tat = meter_check(KEYS[13], session_limit, 60000, now)
+    w, session_tat = meter_wait(tats[1], session_limit, 60000, now)
     if w > 0 then reason, wait = reason or 'session_rate', math.max(wait, w) end
-    w, sender_tat = meter_check(KEYS[14], sender_limit, 60000, now)
+    w, sender_tat = meter_wait(tats[2], sender_limit, 60000, now)
     if w > 0 then reason, wait = reason or 'sender_rate', math.max(wait, w) end
   end
   if reason then
+    redis.call('DEL', KEYS[1])
     if ARGV[11] ~= '' then
       redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_dropped', 'data', ARGV[11] .. reason .. '"}')
       redis.call('HINCRBY', KEYS[9], 'messages_dropped', 1)
@@ -65,20 +81,28 @@ if session_limit > 0 or sender_limit > 0 or depth > 0 then
   meter_commit(KEYS[13], session_tat, now)
   meter_commit(KEYS[14], sender_tat, now)
 end
-local id = ARGV[1]
-if fingerprint ~= '' then
-  redis.call('SET', KEYS[1], id .. ':' .. fingerprint, 'EX', ARGV[13])
-else
-  redis.call('SET', KEYS[1], id, 'EX', ARGV[13])
-end
 redis.call('HSET', KEYS[2], id, ARGV[2])
-redis.call('RPUSH', KEYS[3], id)
+local depth_now = redis.call('RPUSH', KEYS[3], id)
 redis.call('ZADD', KEYS[7], 'NX', ARGV[3], ARGV[4])
 redis.call('ZADD', KEYS[8], ARGV[3], ARGV[4])
-redis.call('HSET', KEYS[4], 'channel', ARGV[5], 'last_at', ARGV[3], 'busy_policy', ARGV[6])
-redis.call('HSETNX', KEYS[4], 'created_at', ARGV[3])
-redis.call('HINCRBY', KEYS[4], 'received', 1)
-if idle_ttl ~= '' then redis.call('HSET', KEYS[4], 'idle_ttl', idle_ttl) end
+local meta = {'channel', ARGV[5], 'last_at', ARGV[3], 'busy_policy', ARGV[6]}
+if redis.call('HINCRBY', KEYS[4], 'received', 1) == 1 then  -- the session's first message (or first since it expired)
+  meta[#meta + 1] = 'created_at'
+  meta[#meta + 1] = ARGV[3]
+end
+-- Retention (web chat only, see _retention.lua): the idle TTL of every key of the session is refreshed when the
+-- last refresh is older than its slack (or the TTL changed), the keys this message created get it at once.
+local refresh = false
+if idle_ttl ~= '' then
+  refresh = retain_due(KEYS[4], idle_ttl, tonumber(ARGV[3]))
+  meta[#meta + 1] = 'idle_ttl'
+  meta[#meta + 1] = idle_ttl
+  if refresh then
+    meta[#meta + 1] = 'retained_at'
+    meta[#meta + 1] = ARGV[3]
+  end
+end
+redis.call('HSET', KEYS[4], unpack(meta))
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_received', 'data', ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'run_queued', 'data', ARGV[8])
 if web and ARGV[21] ~= '' then
@@ -96,6 +120,12 @@ if redis.call('SET', KEYS[6], ARGV[9], 'NX') then
   push_job(KEYS[10], ARGV[9], ARGV[4], ARGV[10], cjson.decode(ARGV[15]))
   drain = 1
 end
-retain(KEYS, 2, 6, idle_ttl)
-retain(KEYS, 16, 22, idle_ttl)
+if refresh then
+  retain_for(KEYS, 2, 6, idle_ttl)
+  retain_for(KEYS, 16, 22, idle_ttl)
+elseif idle_ttl ~= '' and idle_ttl ~= '0' then
+  -- the keys this message created since the last refresh: an emptied inbox (and its messages hash), the drain flag
+  if depth_now == 1 then retain_for(KEYS, 2, 3, idle_ttl) end
+  if drain == 1 then retain_for(KEYS, 6, 6, idle_ttl) end
+end
 return {0, id, drain}

@@ -125,7 +125,7 @@ def reject(app: web.Application, reason: str) -> None:
         metrics.rejected("web", reason)
 
 
-def bearer(request: web.Request, *, allow_query: bool) -> str | None:
+def bearer(request: web.BaseRequest, *, allow_query: bool) -> str | None:
     """The token the request carries; ``None`` when missing or not a token's shape (ours are short ASCII)."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
@@ -140,7 +140,7 @@ def bearer(request: web.Request, *, allow_query: bool) -> str | None:
     return token
 
 
-async def session_for(request: web.Request, *, allow_query: bool) -> SessionKey | None:
+async def session_for(request: web.BaseRequest, app: web.Application, *, allow_query: bool) -> SessionKey | None:
     """The session the request's token maps to (refreshing its TTL), or ``None`` for a wrong or missing token.
 
     Raises:
@@ -150,13 +150,13 @@ async def session_for(request: web.Request, *, allow_query: bool) -> SessionKey 
     if not token:
         return None
     token_hash = hash_token(token)
-    cache = request.app[TOKENS]
+    cache = app[TOKENS]
     cached = cache.get(token_hash)
     if cached is not None:
         return cached
     try:
-        async with asyncio.timeout(request.app[SETTINGS].queue.ingest_timeout_s):
-            value = await request.app[REDIS].getex(GlobalKeys().web_token(token_hash), ex=TOKEN_TTL_S)
+        async with asyncio.timeout(app[SETTINGS].queue.ingest_timeout_s):
+            value = await app[REDIS].getex(GlobalKeys().web_token(token_hash), ex=TOKEN_TTL_S)
     except (TimeoutError, RedisError, OSError) as exc:
         raise QueueUnavailableError("token lookup failed") from exc
     if value is None:
@@ -166,15 +166,15 @@ async def session_for(request: web.Request, *, allow_query: bool) -> SessionKey 
     return session
 
 
-async def bearer_session(request: web.Request) -> SessionKey | web.Response:
+async def bearer_session(request: web.BaseRequest, app: web.Application) -> SessionKey | web.Response:
     """The session a POST's bearer token names, or the response refusing the request (``401``, or ``503``)."""
     try:
-        session = await session_for(request, allow_query=False)
+        session = await session_for(request, app, allow_query=False)
     except QueueUnavailableError:
-        reject(request.app, "queue_unavailable")
+        reject(app, "queue_unavailable")
         return unavailable()
     if session is None:
-        reject(request.app, "unauthorized")
+        reject(app, "unauthorized")
         return unauthorized("missing or wrong bearer token: create a session with POST /api/chat/sessions")
     return session
 

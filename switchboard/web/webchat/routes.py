@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
+import pydantic_core
 from aiohttp import web
 from redis.exceptions import RedisError
 
@@ -31,6 +32,7 @@ from switchboard.settings import Settings
 from switchboard.types import SessionKey
 from switchboard.web.appkeys import CHANNELS, REDIS, ROUTER, SETTINGS
 from switchboard.web.clientaddr import client_address
+from switchboard.web.server import DIRECT_ROUTES, FixedResponse, header_lines
 from switchboard.web.webchat import access
 from switchboard.web.webchat import stream as chatstream
 from switchboard.web.webchat import uploads as chatuploads
@@ -61,7 +63,27 @@ _LIMITED: Final[dict[DropReason, str]] = {
     "session_rate": "too many messages in this session",
     "sender_rate": "too many messages from this sender",
 }
+_CORS_LINES: Final = header_lines(access.CORS_HEADERS)
 _ECHO_JSON: Final = json.JSONEncoder(ensure_ascii=False).encode
+_to_json: Final = pydantic_core.to_json
+"""What ``_ECHO_JSON`` makes of a ``str`` the page could send (UTF-8, not escaped), in Rust: a text's longest step."""
+
+
+def _echo(draft: InboundMessage) -> str:
+    """The web stream's ``user`` entry of a draft: its text, named by its dedup key (readers map that to the id)."""
+    match draft.event:
+        case Posted(attachments=attachments) if not attachments:  # a plain text: the one on every message's path
+            return f'{{"text": {_to_json(draft.text).decode()}, "client_id": {_to_json(draft.dedup_key).decode()}}}'
+        case Posted(attachments=attachments):
+            shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
+            shown["attachments"] = [
+                {"upload": a.ref, "name": a.name, "mime_type": a.mime_type, "size": a.size} for a in attachments
+            ]
+            return _ECHO_JSON(shown)
+        case ChoiceSelected(option_id=option_id):
+            return _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key, "choice": option_id})
+        case _:
+            return _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key})
 
 
 def _web_channel(app: web.Application) -> WebChannel:
@@ -74,12 +96,16 @@ def _web_route(app: web.Application) -> Route:
     return app[ROUTER].routes[("web", "default")]
 
 
-async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+async def _read_capped(request: web.BaseRequest, limit: int) -> bytes | None:
     """The body, or ``None`` when it is over ``limit`` bytes (checked before anything is parsed)."""
     length = request.content_length
+    if length is not None and length > limit:
+        return None
+    content = request.content
+    if content.is_eof():  # the whole body has arrived (as it has for almost every post): take it as it is
+        body = content.read_nowait()
+        return None if len(body) > limit else body
     if length is not None:
-        if length > limit:
-            return None
         try:
             return await request.read()  # exactly ``length`` bytes: the HTTP parser stops there
         except web.HTTPRequestEntityTooLarge:
@@ -189,15 +215,20 @@ async def revoke_session(request: web.Request) -> web.Response:
     return web.Response(status=204, headers={**access.CORS_HEADERS, **access.NO_STORE})
 
 
-async def post_message(request: web.Request) -> web.Response:
+async def post_message(request: web.Request) -> web.StreamResponse:
     """``POST /api/chat/messages``: queue one user message; ``202`` only once Redis holds it."""
-    app = request.app
+    return await serve_message(request.app, request)
+
+
+async def serve_message(app: web.Application, request: web.BaseRequest) -> web.StreamResponse:
+    """:func:`post_message` for ``app``: also the route's :data:`~switchboard.web.server.DIRECT_ROUTES` handler."""
     settings: Settings = app[SETTINGS]
     limit = settings.queue.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
+    length = request.content_length
+    if length is not None and length > limit:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
-    session = await access.bearer_session(request)
+    session = await access.bearer_session(request, app)
     if isinstance(session, web.Response):
         return session
     body = await _read_capped(request, limit)
@@ -205,25 +236,14 @@ async def post_message(request: web.Request) -> web.Response:
         access.reject(app, "too_large")
         return access.error(413, "body_too_large", f"body over {limit} bytes")
     try:
-        draft = await _draft(request, session, body)
+        draft = await _draft(app, session, body)
     except RequestError as err:
         access.reject(app, err.code)
         return access.error(err.status, err.code, str(err))
     except QueueUnavailableError:
         access.reject(app, "queue_unavailable")
         return access.unavailable()
-    # The echo names the message by its dedup key; readers of the web stream map that to the gateway id.
-    shown: dict[str, Any] = {"text": draft.text, "client_id": draft.dedup_key}
-    match draft.event:
-        case ChoiceSelected():
-            shown["choice"] = draft.event.option_id
-        case Posted(attachments=attachments) if attachments:
-            shown["attachments"] = [
-                {"upload": a.ref, "name": a.name, "mime_type": a.mime_type, "size": a.size} for a in attachments
-            ]
-        case _:
-            pass
-    echo = {"type": "user", "data": _ECHO_JSON(shown)}
+    echo = {"type": "user", "data": _echo(draft)}
     try:
         result = await app[ROUTER].ingest(draft, echo=echo, idempotent=True)  # counts it in the metrics
     except QueueUnavailableError:
@@ -237,17 +257,20 @@ async def post_message(request: web.Request) -> web.Response:
         return access.error(409, "client_id_reused", "this client_id was already used for a different text")
     # the id is hex: the body needs no JSON encoder
     body = _ACCEPTED_PREFIX + result.message_id.encode() + b'"}'
+    if not app.on_response_prepare:  # no hook to see the headers: the answer is written in one go
+        fixed = FixedResponse.once(request, 202, body, "application/json", _CORS_LINES)
+        if fixed is not None:
+            return fixed
     return web.Response(body=body, status=202, content_type="application/json", headers=access.CORS_HEADERS)
 
 
-async def _draft(request: web.Request, session: SessionKey, body: bytes) -> InboundMessage:
+async def _draft(app: web.Application, session: SessionKey, body: bytes) -> InboundMessage:
     """The message draft of a chat post; upload ids are looked up in the session (an unknown one is refused).
 
     Raises:
         RequestError: a bad body (400, 413), too many or unknown uploads (400).
         QueueUnavailableError: Redis did not answer the upload lookup in time.
     """
-    app = request.app
     channel = _web_channel(app)
     max_count = app[SETTINGS].attachments.max_count
     post = parse_post(body, max_attachments=max_count)
@@ -299,6 +322,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/chat/sessions", create_session)
     app.router.add_delete("/api/chat/sessions", revoke_session)
     app.router.add_post("/api/chat/messages", post_message)
+    app.setdefault(DIRECT_ROUTES, {})["/api/chat/messages"] = serve_message  # POST without the dispatcher
     chatstream.add_stream_routes(app)
     chatuploads.add_upload_routes(app)
     for path in ("/api/chat/sessions", "/api/chat/messages"):

@@ -98,7 +98,7 @@ async def post_upload(request: web.Request) -> web.Response:
     if declared is not None and declared > limit + (_MULTIPART_SLACK if multipart else 0):
         access.reject(app, "too_large")
         return access.error(413, "file_too_large", too_large)
-    session = await access.bearer_session(request)
+    session = await access.bearer_session(request, app)
     if isinstance(session, web.Response):
         return session
     try:
