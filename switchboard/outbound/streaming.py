@@ -80,6 +80,7 @@ class ReplyStream:
         run_id: str,
         reply_to: str | None,
         start_after_s: float = 0.0,
+        delta_every_s: float = 0.0,
     ) -> None:
         self.caps = capabilities
         self.mode = capabilities.streaming
@@ -105,6 +106,10 @@ class ReplyStream:
         self.start_after_s = start_after_s
         """How long a reply is written before it starts to stream into a message (``native`` and ``edits``)."""
         self._first_at: float | None = None
+        self.delta_every_s = delta_every_s
+        """``transport``: the most often a delta is sent; the pieces written in between go together in the next."""
+        self._unsent = ""
+        self._sent_at: float | None = None
 
     @property
     def limit(self) -> int:
@@ -125,13 +130,22 @@ class ReplyStream:
             case "none":
                 return
             case "transport":
-                await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
+                await self._transport(text)
             case "native":
                 await self._native()
             case "edits":
                 await self._edit()
             case _:
                 assert_never(self.mode)
+
+    async def _transport(self, text: str) -> None:
+        self._unsent += text
+        now = time.monotonic()
+        if self._sent_at is not None and now - self._sent_at < self.delta_every_s:
+            return  # goes with the next delta, or the final reply (which replaces the streamed text)
+        self._sent_at = now
+        text, self._unsent = self._unsent, ""
+        await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
 
     def _early(self) -> bool:
         """Whether the reply has been written for less than :attr:`start_after_s` so far."""

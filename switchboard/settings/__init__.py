@@ -101,6 +101,9 @@ class QueueSettings(BaseModel):
     stream_after_s: float = Field(0.5, ge=0)
     """A reply starts streaming into its message (a native stream, or a preview edited as it grows) once it has
     been written for this long; one finished sooner is sent once, whole (0: stream from its first piece)."""
+    delta_every_s: float = Field(0.05, ge=0)
+    """The web chat's streamed pieces of a reply are sent at most this often, those written in between together
+    (0: each as it is written)."""
     max_defer_s: float = Field(3600.0, ge=0)
     """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
     longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""

@@ -320,6 +320,7 @@ class Drainer(TurnEndings):
             run_id=turn.run_id,
             reply_to=turn.reply_to,
             start_after_s=self.settings.stream_after_s,
+            delta_every_s=self.settings.delta_every_s,
         )
         if attempt.dead:
             reason = attempt.last_error or "the worker running it was lost"

@@ -102,6 +102,7 @@ def queue_settings() -> QueueSettings:
         events_maxlen=1000,
         history_maxlen=50,
         stream_after_s=0.0,
+        delta_every_s=0.0,
     )
 
 

@@ -29,8 +29,9 @@ async def _echo(request: TurnRequest, sink: TurnSink, store: SessionStore) -> Tu
     return TurnResult(text=f"You said: {text}", steps=1)
 
 
-def _drainer(chat: Chat) -> Drainer:
-    settings = chat.settings.queue.model_copy(update={"max_attempts": 1, "retry_backoff_s": 0})
+def _drainer(chat: Chat, *, delta_every_s: float = 0.0) -> Drainer:
+    update = {"max_attempts": 1, "retry_backoff_s": 0, "delta_every_s": delta_every_s}
+    settings = chat.settings.queue.model_copy(update=update)
     channels = ChannelSet({("web", "default"): WebChannel(chat.publisher.publish)})
 
     def agent_for(message: InboundMessage) -> Agent:
@@ -75,6 +76,24 @@ async def test_a_reply_streams_live_then_replays_as_one_message(chat: Chat) -> N
         ("status", "idle"),
     ]
     assert replayed[0].data is not None and replayed[0].data["message_id"] == message_id
+
+
+async def test_pieces_written_faster_than_delta_every_go_out_together(chat: Chat) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
+        await chat.send(token, "hello", client_id="c1")
+        await _drainer(chat, delta_every_s=60.0).drain(SessionKey(session))
+        live = await read_sse(resp, 6)
+    # the first piece at once; the rest, written within the minute, arrive with the reply that replaces them
+    assert _summary(live) == [
+        ("user", "hello"),
+        ("status", "queued"),
+        ("status", "running"),
+        ("delta", "You"),
+        ("message", "You said: hello"),
+        ("status", "idle"),
+    ]
 
 
 async def test_messages_sent_during_a_run_are_answered_in_order(chat: Chat) -> None:
