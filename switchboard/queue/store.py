@@ -92,7 +92,7 @@ class RedisSessionStore:
         """Overwrite one slot (JSON-serialisable value)."""
         await scripts.SLOT_SAVE(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.slots],
+            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.slots, self._keys.meta],
             [self.token, name, json.dumps(value, separators=(",", ":"), default=str)],
             session=self.session,
             epoch=self.epoch,

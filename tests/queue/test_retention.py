@@ -103,7 +103,7 @@ async def test_the_keys_a_turn_creates_get_the_idle_ttl_too(
     await make_drainer(client, queue_settings, deliverer).drain_session(session)
     ttls = await _ttls(client, session)
     assert {keys.history, keys.epoch, keys.events, keys.meta, keys.web} <= set(ttls)
-    assert all(0 < t <= 3600 for k, t in ttls.items() if not any(m in k for m in _OWN_TTL)), ttls
+    assert all(0 < t <= 3600 + _SLACK_S for k, t in ttls.items() if not any(m in k for m in _OWN_TTL)), ttls
 
 
 async def test_a_web_session_idle_past_its_ttl_is_gone_and_a_new_message_starts_afresh(
@@ -223,3 +223,45 @@ async def test_worker_writes_outside_a_send_keep_to_the_budget(client: aioredis.
         CURRENT_LEASE.reset(token)
     used = await client.memory_usage(SessionKeys(session).web, samples=0)
     assert used is not None and used <= 128 * 1024
+
+
+async def test_a_turn_right_after_a_refresh_refreshes_nothing_yet_a_history_it_begins_gets_the_ttl(
+    client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    ingestor = Ingestor(client, queue_settings, _limits(idle_session_ttl_s=3600))
+    session = _web("x").session_key
+    keys = SessionKeys(session)
+    await ingestor.ingest(_web("first"), echo=_echo("first"))  # the session's first message refreshes every key
+    before = await _calls(client, "pexpire") + await _calls(client, "expire")
+    await make_drainer(client, queue_settings, deliverer).drain_session(session)
+    # the turn's begin and completion refresh nothing (the slack is not over); the epoch counter and the history
+    # this turn created get the TTL at once
+    assert await _calls(client, "pexpire") + await _calls(client, "expire") - before == 2
+    ttls = await _ttls(client, session)
+    assert all(0 < ttls[k] <= 3600 + _SLACK_S for k in (keys.history, keys.epoch)), ttls
+
+    await client.hset(keys.meta, "retained_at", 0)  # the last refresh is older than the slack: a turn refreshes
+    await ingestor.ingest(_web("second"), echo=_echo("second"))
+    await client.hset(keys.meta, "retained_at", 0)
+    before = await _calls(client, "pexpire") + await _calls(client, "expire")
+    await make_drainer(client, queue_settings, deliverer).drain_session(session)
+    assert await _calls(client, "pexpire") + await _calls(client, "expire") - before == 12
+
+
+async def test_slots_and_dead_letters_a_turn_creates_get_the_idle_ttl(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, _limits(idle_session_ttl_s=3600))
+    session = _web("x").session_key
+    keys = SessionKeys(session)
+    await ingestor.ingest(_web("poison"), echo=_echo("poison"))
+
+    async def saves_then_fails(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        await store.save_slot("plan", {"step": 1})
+        raise RuntimeError("boom")
+
+    settings = queue_settings.model_copy(update={"max_attempts": 1})
+    await make_drainer(client, settings, RecordingDeliverer(), runner=saves_then_fails).drain_session(session)
+    assert await client.llen(keys.dead) == 1  # dead-lettered after its one attempt
+    ttls = await _ttls(client, session)
+    assert all(0 < ttls[k] <= 3600 + _SLACK_S for k in (keys.slots, keys.dead)), ttls

@@ -1,16 +1,8 @@
--- Retention of a web chat session's keys (docs/ARCHITECTURE.md §5): each activity (a message in, a turn begun, the
--- drain released) gives every key of the session the idle TTL again, so they all expire together once the session
--- has been idle that long, and never while it is active (the TTL is days; leases and retries take seconds).
+-- Retention of a web chat session's keys (docs/ARCHITECTURE.md §5): they all expire together once the session has
+-- been idle its TTL, and never while it is active (the TTL is days; leases and retries take seconds).
 -- ttl: '' or nil = the session has no idle TTL (platform sessions: untouched), '0' = keep forever, n = n seconds.
-local function retain(keys, first, last, ttl)
-  if ttl == nil or ttl == false or ttl == '' then return end
-  ttl = tonumber(ttl)
-  for i = first, last do
-    if ttl > 0 then redis.call('EXPIRE', keys[i], ttl) else redis.call('PERSIST', keys[i]) end
-  end
-end
 
--- The ingest script's retention, one that costs nothing on most messages: a message refreshes the TTL of every key
+-- Cheap on most messages: a message (ingest) or a turn (_begin.lua) refreshes the TTL of every key
 -- only when the last refresh (stamped in the session's meta) is older than the slack, an eighth of the TTL and at
 -- most an hour, and gives the TTL plus that slack: a session's keys outlive its last activity by the idle TTL at
 -- least (and by the slack at most); the keys a message creates get it at once.

@@ -1,7 +1,8 @@
 -- Start an attempt on the inbox head (see _begin.lua). A drain's first begin also takes the lease (lease_acquire.lua's
 -- rules: a held lease means another worker drains the session); every later one is fenced by it.
 -- An empty inbox ends the drain in the same step (release without stranding, see _release.lua; a first begin then
--- takes no lease at all), giving the session's keys their idle TTL again (see _retention.lua).
+-- takes no lease at all). A web chat session's keys keep their idle TTL from the last refresh (see _begin.lua): the
+-- TTL and its slack cover the time since.
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable,
 --       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream, 16 control, 17 approvals,
 --       18 drain job hash, 19 RQ started registry (the job is closed on release)
@@ -19,14 +20,13 @@ end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
   release(KEYS[1], KEYS[8], KEYS[9], ARGV[8], ARGV[12] ~= '' and KEYS[18], KEYS[19], ARGV[12])
-  local ttl = redis.call('HGET', KEYS[6], 'idle_ttl')
-  retain(KEYS, 3, 7, ttl)
-  retain(KEYS, 10, 15, ttl)
   return {}
 end
 local epoch = tonumber(ARGV[5])
+local new_epoch = false
 if taking then
   epoch = redis.call('INCR', KEYS[12])
+  new_epoch = epoch == 1
   if epoch == 1 then  -- a new counter starts at the server's time in ms (see lease_acquire.lua)
     local t = redis.call('TIME')
     epoch = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -39,5 +39,5 @@ return start_attempt(
    history = KEYS[10], slots = KEYS[11], epoch = KEYS[12], outbox = KEYS[13], dead = KEYS[14], web = KEYS[15],
    control = KEYS[16], approvals = KEYS[17]},
   {max_collect = ARGV[2], max_attempts = ARGV[3], events_maxlen = ARGV[4], epoch = epoch, worker = ARGV[6],
-   now = ARGV[7], read_history = ARGV[9]},
+   now = ARGV[7], read_history = ARGV[9], new_epoch = new_epoch},
   head)

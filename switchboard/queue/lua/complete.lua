@@ -11,7 +11,8 @@
 --       14 the conversation (ConversationRef JSON) of the turn's last channel message, or '' (kept in meta, so an
 --          operator's message reaches the same chat: switchboard/control),
 --       15 '1' = release the drain when the inbox is left empty, 16 session, 17 the session's idle TTL as begin read
---       it ('' = none), 18 job composite ('' = no job to close),
+--       it ('' = none: a history the turn creates gets it, the rest keep theirs, see _begin.lua),
+--       18 job composite ('' = no job to close),
 --       19 '1' = yield the slot when other drain jobs wait and the inbox is not empty (fairness, as lease_yield.lua:
 --       the lease freed and a new drain job pushed at the back), 20 the new job id, 21 now (RQ format),
 --       22 job cfg JSON (see _job.lua),
@@ -25,7 +26,9 @@ local err = ack(KEYS[3], KEYS[4], KEYS[5], cjson.decode(ARGV[2])) if err then re
 local entries = cjson.decode(ARGV[3])
 if #entries > 0 then
   local maxlen = tonumber(ARGV[4])
-  if redis.call('RPUSH', KEYS[6], unpack(entries)) > maxlen then redis.call('LTRIM', KEYS[6], -maxlen, -1) end
+  local n = redis.call('RPUSH', KEYS[6], unpack(entries))
+  if n > maxlen then redis.call('LTRIM', KEYS[6], -maxlen, -1) end
+  if n == #entries and ARGV[17] ~= '' then retain_for(KEYS, 6, 6, ARGV[17]) end  -- a history this turn began
 end
 append_events(KEYS[7], ARGV[6], cjson.decode(ARGV[5]))
 local okeys = cjson.decode(ARGV[7])
@@ -51,7 +54,7 @@ if left > 0 then
        history = KEYS[6], slots = KEYS[15], epoch = KEYS[16], outbox = KEYS[8], dead = KEYS[17], web = KEYS[18],
        control = KEYS[24], approvals = KEYS[25]},
       {max_collect = ARGV[24], max_attempts = ARGV[25], events_maxlen = ARGV[6], epoch = tonumber(ARGV[26]),
-       worker = ARGV[27], now = ARGV[28], read_history = ARGV[23]},
+       worker = ARGV[27], now = ARGV[28], read_history = ARGV[23], new_epoch = false},
       redis.call('LINDEX', KEYS[3], 0))
     return {left, 3, next_attempt}
   end
@@ -63,6 +66,4 @@ if left > 0 then
 end
 if ARGV[15] ~= '1' then return {left, 0} end
 release(KEYS[1], KEYS[13], KEYS[14], ARGV[16], ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
-retain(KEYS, 3, 9, ARGV[17])
-retain(KEYS, 15, 18, ARGV[17])
 return {0, 1}

@@ -5,7 +5,10 @@
 --       7 per-session dead cap, 8 global dead cap, 9 now ms
 local refused = fenced() if refused then return refused end
 local err = ack(KEYS[3], KEYS[4], KEYS[5], cjson.decode(ARGV[2])) if err then return err end
-redis.call('LPUSH', KEYS[7], ARGV[3])
+if redis.call('LPUSH', KEYS[7], ARGV[3]) == 1 then  -- a list this created gets the web chat's idle TTL at once
+  local ttl = redis.call('HGET', KEYS[11], 'idle_ttl')
+  if ttl and ttl ~= '0' then retain_for(KEYS, 7, 7, ttl) end
+end
 redis.call('LTRIM', KEYS[7], 0, tonumber(ARGV[7]) - 1)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[8], '*', 'record', ARGV[3])
 append_events(KEYS[6], ARGV[5], cjson.decode(ARGV[4]))
