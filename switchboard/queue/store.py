@@ -24,13 +24,28 @@ _GLOBAL = GlobalKeys()
 _HISTORY: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[Json[HistoryEntry]])
 
 
+_PARSED: dict[bytes, HistoryEntry] = {}
+"""Stored entry → the entry it parsed to: a session's history is read again every turn, mostly unchanged."""
+_PARSED_MAX = 4096
+
+
 def parse_history(raw: Sequence[bytes | str]) -> list[HistoryEntry]:
-    """Stored history entries (one JSON document each), parsed in one call, not one per entry.
+    """Stored history entries (one JSON document each); those not parsed before, in one call.
 
     Each entry is parsed on its own (not joined into one array), so a corrupt one that holds several values is
-    refused rather than read as several entries.
+    refused rather than read as several entries. Entries are immutable and their stored form names the message they
+    hold, so one parsed before is that same entry.
     """
-    return _HISTORY.validate_python(raw) if raw else []
+    stored = [r if isinstance(r, bytes) else r.encode() for r in raw]
+    missing = [r for r in stored if r not in _PARSED]
+    if missing:
+        parsed = _HISTORY.validate_python(missing)
+        if len(_PARSED) + len(missing) > _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED.update(zip(missing, parsed, strict=True))
+        if len(missing) == len(stored):
+            return parsed
+    return [_PARSED[r] for r in stored]
 
 
 async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -> list[HistoryEntry]:

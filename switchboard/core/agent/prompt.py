@@ -302,8 +302,23 @@ def _add_entry(out: list[ChatMessage], entry: HistoryEntry) -> bool:
     if last is not None and last.role == role and not last.tool_calls and last.trust is None:
         out[-1] = ChatMessage(role=role, content=last.content + "\n\n" + entry.text)
     else:
-        out.append(ChatMessage(role=role, content=entry.text))
+        out.append(_plain_message(entry))
     return True
+
+
+_PLAIN: dict[int, tuple[HistoryEntry, ChatMessage]] = {}
+
+
+def _plain_message(entry: HistoryEntry) -> ChatMessage:
+    """A plain history entry's message, made once per entry (a session's history is read again every turn)."""
+    hit = _PLAIN.get(id(entry))
+    if hit is not None and hit[0] is entry:
+        return hit[1]
+    message = ChatMessage(role=entry.role, content=entry.text)
+    if len(_PLAIN) >= _MEMO_MAX:
+        _PLAIN.clear()
+    _PLAIN[id(entry)] = (entry, message)
+    return message
 
 
 def _cap(text: str, chars: int) -> str:
