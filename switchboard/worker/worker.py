@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import re
 import secrets
@@ -207,11 +206,6 @@ class SessionWorker:
                 asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
             ]
             logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
-            # Everything loaded so far lives as long as the process: keep it out of the collector's full passes. A
-            # turn allocates thousands of short-lived objects; a young generation of 10,000 (CPython's default is
-            # 700) collects them in far fewer passes (docs/performance.md).
-            gc.freeze()
-            gc.set_threshold(10_000, 10, 10)
             await self._dequeue_loop(redis, blocking, drainer, stop)
             await self._shutdown(drainer)
         finally:
