@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 SWEEP_BATCH: Final = 2_000
 """Runnable sessions examined per sweep (oldest first)."""
 RQ_CLEANUP_EVERY_S: Final = 5.0
-"""How often RQ's own registry cleanup runs (it is not on the recovery path)."""
+"""How often RQ's own registry cleanup runs (it is not on the recovery path), from this long after start."""
 _TERMINAL: Final = {"finished", "failed", "stopped", "canceled"}
 _GLOBAL = GlobalKeys()
 
@@ -77,7 +77,9 @@ class Reaper:
         self.jobs = DrainJobs(settings.name)
         self.expiry = ApprovalExpiry(redis, settings)
         """Approvals past their expiry are told to their sessions (:mod:`switchboard.queue.expiry`)."""
-        self._last_rq_cleanup = 0.0
+        self._last_rq_cleanup = time.monotonic()
+        """RQ's cleanup first runs a period after start: a worker just started has nothing of its own in RQ's
+        registries, and its first sweep (which repairs sessions) stays short."""
 
     async def sweep(self) -> int:
         """One sweep (if this worker wins the lock). Returns how many sessions were given a new drain job."""
