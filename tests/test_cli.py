@@ -220,3 +220,29 @@ def test_every_command_and_option_says_what_it_does() -> None:
         for action in command._actions:
             assert action.help and action.help != argparse.SUPPRESS, f"{name}: {action.dest} has no help"
         assert "SWITCHBOARD_" in command.format_help()
+
+
+def test_bare_switchboard_prints_its_help_and_version_prints_the_version(base_env: dict[str, str]) -> None:
+    from switchboard import __version__
+
+    bare = sb(env=base_env)
+    assert bare.returncode == 0, bare.stderr
+    assert "usage: switchboard" in bare.stdout and "run" in bare.stdout and "simulate" in bare.stdout
+    version = sb("--version", env=base_env)
+    assert version.returncode == 0 and version.stdout.strip() == f"switchboard {__version__}"
+
+
+def test_the_banner_prints_commands_that_work_from_a_new_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from switchboard.cli.processes import invocation
+
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "switchboard"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # a new shell: the virtual environment is not activated
+    assert invocation(".venv/bin/switchboard", cwd=tmp_path) == ".venv/bin/switchboard"
+    assert invocation(str(script), cwd=tmp_path / ".venv") == "bin/switchboard"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")  # activated, or installed on PATH
+    assert invocation(str(script), cwd=tmp_path) == "switchboard"
+    assert invocation("/somewhere/switchboard/__main__.py", cwd=tmp_path) == f"{sys.executable} -m switchboard"

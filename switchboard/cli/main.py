@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.errors import ConfigError, SwitchboardError
@@ -170,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Switchboard: connect AI agents to the chat apps people already use.\n\n" + _ENV_HELP,
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=f"switchboard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)")
     _command(
         sub,
@@ -341,7 +343,11 @@ def _control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``switchboard`` console script."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if not (sys.argv[1:] if argv is None else argv):  # bare `switchboard`: what it can do, not an error
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     if args.command == "sessions" and args.action in {"show", "stop"} and not args.key:
         args.command_parser.error(f"`sessions {args.action}` needs a session KEY (see `switchboard sessions list`)")
     if args.command == "telegram" and args.action == "set-webhook" and not args.url:

@@ -9,10 +9,13 @@ import asyncio
 import errno
 import gc
 import json
+import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from switchboard import tracing
@@ -261,18 +264,40 @@ async def simulated_channels(settings: Settings) -> dict[str, FakePlatform]:
     return fakes
 
 
+def invocation(argv0: str | None = None, cwd: Path | None = None) -> str:
+    """How to run this ``switchboard`` again from a new shell in this directory.
+
+    ``switchboard`` when that name on ``PATH`` is this very script; else its path (``.venv/bin/switchboard`` after
+    ``make run``, whose virtual environment a new shell has not activated); ``python -m switchboard`` as it was
+    started otherwise.
+    """
+    script = Path(argv0 if argv0 is not None else sys.argv[0])
+    if script.name != "switchboard":  # python -m switchboard
+        return f"{sys.executable} -m switchboard"
+    found = shutil.which("switchboard")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "switchboard"
+    here = (cwd or Path.cwd()).resolve()
+    full = script.resolve() if script.is_absolute() else (here / script)
+    try:
+        return str(full.relative_to(here))
+    except ValueError:
+        return str(full)
+
+
 def _channel_lines(settings: Settings, simulated: list[str]) -> list[str]:
     from switchboard.channels import registry
 
+    command = invocation()
     lines: list[str] = []
     for factory in registry.factories():
         if factory.builtin:
             continue
         label = f"{factory.name.capitalize()}:"
         if factory.name in simulated:
-            lines.append(f'  {label:<10} simulated (try: switchboard simulate {factory.name} "hello")\n')
+            lines.append(f'  {label:<10} simulated (try: {command} simulate {factory.name} "hello")\n')
         elif registry.env_block(settings, factory).enabled:
-            lines.append(f"  {label:<10} enabled (`switchboard check` shows how it receives)\n")
+            lines.append(f"  {label:<10} enabled (`{command} check` shows how it receives)\n")
     return lines
 
 
