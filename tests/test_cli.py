@@ -246,3 +246,19 @@ def test_the_banner_prints_commands_that_work_from_a_new_shell(tmp_path: Path, m
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")  # activated, or installed on PATH
     assert invocation(str(script), cwd=tmp_path) == "switchboard"
     assert invocation("/somewhere/switchboard/__main__.py", cwd=tmp_path) == f"{sys.executable} -m switchboard"
+
+
+def test_check_names_the_embedded_server_a_running_run_serves(base_env: dict[str, str], tmp_path: Path) -> None:
+    env = {k: v for k, v in base_env.items() if k != "SWITCHBOARD_REDIS_URL"} | {"SWITCHBOARD_DATA_DIR": str(tmp_path)}
+    alone = sb("check", env=env)
+    assert "redis:       not set" in alone.stdout, alone.stdout
+    (tmp_path / "redis.url").write_text(base_env["SWITCHBOARD_REDIS_URL"])  # what `switchboard run` leaves there
+    serving = sb("check", env=env)
+    assert "redis:       embedded, served by the `switchboard run` of this data directory" in serving.stdout
+    assert "reachable (appendonly=" in serving.stdout and "not set" not in serving.stdout
+
+
+def test_skills_list_has_a_header(base_env: dict[str, str], tmp_path: Path) -> None:
+    result = sb("skills", "list", env=base_env | {"SWITCHBOARD_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].split() == ["NAME", "VERSION", "SOURCE", "SHA256", "ORIGIN"]

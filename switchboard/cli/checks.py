@@ -167,8 +167,13 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
     print(f"config file: {settings.config} ({'found' if settings.config.exists() else 'not found, built-in defaults'})")
     print(f"data dir:    {settings.data_path}")
     print(f"model:       {settings.default_model}")
+    embedded = None if settings.redis_url else embedded_url(settings)
     if settings.redis_url:
         problems.extend(_check_redis(settings.redis_url))
+    elif embedded:
+        print("redis:       embedded, served by the `switchboard run` of this data directory")
+        if _check_redis(embedded):  # its AOF is on: only "unreachable" comes back, and that run owns its server
+            print("             not reachable now: that run is stopping or starting")
     else:
         print("redis:       not set; `switchboard run` starts an embedded server (web/worker need a URL)")
     print("channels:")
@@ -244,6 +249,18 @@ def _print_channels(settings: Settings) -> None:
             route = f"/webhooks/{factory.name}" + ("" if account.account == "default" else f"/{account.account}")
             served = f"at {', '.join(sorted(factory.webhook_methods))} {route}" if factory.webhook_methods else ""
             print(f"  {factory.name:<10} enabled, account {account.account} {served}".rstrip())
+
+
+REDIS_URL_FILE = "redis.url"
+"""Under the data directory while ``switchboard run`` serves an embedded server: that server's URL."""
+
+
+def embedded_url(settings: Settings) -> str | None:
+    """The URL of the embedded server a ``switchboard run`` of this data directory serves, if one runs."""
+    try:
+        return (settings.data_path / REDIS_URL_FILE).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _check_redis(url: str) -> list[str]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from switchboard.cli.checks import redacted_url
+from switchboard.cli.checks import REDIS_URL_FILE, embedded_url, redacted_url
 from switchboard.errors import ConfigError
 from switchboard.settings import Settings
 
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REDIS_URL_FILE", "redis_url_for", "sessions_command", "with_redis"]
 
-REDIS_URL_FILE = "redis.url"
-"""Under the data directory while ``switchboard run`` serves an embedded server: that server's URL."""
-
 
 def redis_url_for(settings: Settings) -> str:
     """``SWITCHBOARD_REDIS_URL``, else the embedded server of a ``switchboard run`` using this data directory.
@@ -36,11 +33,7 @@ def redis_url_for(settings: Settings) -> str:
     """
     if settings.redis_url:
         return settings.redis_url
-    path = settings.data_path / REDIS_URL_FILE
-    try:
-        url = path.read_text().strip()
-    except OSError:
-        url = ""
+    url = embedded_url(settings)
     if not url:
         raise ConfigError(
             f"no Redis to read sessions from: SWITCHBOARD_REDIS_URL is not set and no `switchboard run` is serving "

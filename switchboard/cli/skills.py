@@ -20,6 +20,7 @@ def skill_store(settings: Settings) -> SkillStore:
 def _list(store: SkillStore) -> None:
     entries = store.entries()
     installed = {e.name for e in entries}
+    print(f"{'NAME':<24} {'VERSION':<10} {'SOURCE':<9} {'SHA256':<12}  ORIGIN")
     for entry in entries:
         print(f"{entry.name:<24} {entry.version:<10} {entry.source:<9} {entry.sha256[:12]}  {entry.origin}")
     for ref in builtin_skills():
