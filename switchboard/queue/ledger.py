@@ -503,9 +503,9 @@ async def _begin(
 
 def _attempt(reply: Any, read_history: int) -> Attempt:
     """The attempt ``begin.lua`` started, from its reply (see the script for the layout)."""
-    n = int(reply[9])
-    ids = [v.decode() for v in reply[10 : 10 + n]]
-    bodies = [v.decode() for v in reply[10 + n : 10 + 2 * n]]
+    n = int(reply[8])
+    ids = [v.decode() for v in reply[9 : 9 + n]]
+    bodies = [v.decode() for v in reply[9 + n : 9 + 2 * n]]
     attempt = Attempt(
         int(reply[0]),
         bool(int(reply[1])),
@@ -517,7 +517,7 @@ def _attempt(reply: Any, read_history: int) -> Attempt:
         took=int(reply[5]),
         idle_ttl=reply[7].decode(),
     )
-    rest = reply[10 + 2 * n :]
+    rest = reply[9 + 2 * n :]
     if len(rest) < 4:
         return attempt
     flat = rest[1]

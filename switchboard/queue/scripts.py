@@ -84,6 +84,7 @@ RETENTION_PRELUDE: Final = _source("_retention")
 APPROVAL_PRELUDE: Final = _source("_approval")
 RELEASE_PRELUDE: Final = _source("_release")
 BEGIN_PRELUDE: Final = _source("_begin")
+LEASE_PRELUDE: Final = _source("_lease")
 
 
 class Script:
@@ -150,13 +151,13 @@ ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
 JOB_START: Final = Script("job_start")
 JOB_FINISH: Final = Script("job_finish")
 JOB_DROP_STUCK: Final = Script("job_drop_stuck")
-LEASE_ACQUIRE: Final = Script("lease_acquire")
+LEASE_ACQUIRE: Final = Script("lease_acquire", preludes=[LEASE_PRELUDE])
 LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
 LEASE_YIELD: Final = Script("lease_yield", fenced=True, preludes=[JOB_PRELUDE, RELEASE_PRELUDE])
 LEASE_TAKEOVER: Final = Script("lease_takeover", preludes=[JOB_PRELUDE])
 FENCED_XADD: Final = Script("fenced_xadd", fenced=True, preludes=[RETENTION_PRELUDE])
-BEGIN: Final = Script("begin", fenced=True, preludes=[RETENTION_PRELUDE, RELEASE_PRELUDE, BEGIN_PRELUDE])
+BEGIN: Final = Script("begin", fenced=True, preludes=[RETENTION_PRELUDE, RELEASE_PRELUDE, BEGIN_PRELUDE, LEASE_PRELUDE])
 FAIL: Final = Script("fail", fenced=True)
 COMPLETE: Final = Script(
     "complete", fenced=True, preludes=[ACK_PRELUDE, RETENTION_PRELUDE, RELEASE_PRELUDE, JOB_PRELUDE, BEGIN_PRELUDE]

@@ -231,17 +231,20 @@ class Drainer(TurnEndings):
         self._active[session] = turn
         fair_turns, fair_slice_s = self.settings.fair_turns, self.settings.fair_slice_s
         turns, held_since = 0, time.monotonic()
+
+        def share_used(count: int) -> bool:  # fairness: this many turns (or this long) is the session's share
+            return bool(fair_turns and count >= fair_turns) or bool(
+                fair_slice_s and time.monotonic() - held_since >= fair_slice_s
+            )
+
         attempt: Attempt | None = taken.attempt
         begun: Attempt | None = None  # begun for the next turn, not handed to it yet (returned if the drain stops)
         try:
             while attempt is not None:
                 begun = None
                 stopped_at = turn.stopped_at
-                # fairness: a turn that ends the session's share gives the slot up in its own completion
-                due = (fair_turns and turns + 1 >= fair_turns) or (
-                    fair_slice_s and time.monotonic() - held_since >= fair_slice_s
-                )
-                turn.yield_after = bool(due) and self.slots_full()
+                # a turn that ends the session's share gives the slot up in its own completion
+                turn.yield_after = share_used(turns + 1) and self.slots_full()
                 if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
                     return DrainOutcome.DEFERRED
                 if turn.ledger.released:  # the turn's completion left the inbox empty and ended the drain
@@ -258,10 +261,12 @@ class Drainer(TurnEndings):
                     await self.lease.abandon(lease, return_attempt_of=begun.ids[0] if begun else None)
                     return DrainOutcome.HANDED_OVER
                 if attempt is None:
-                    due = (fair_turns and turns >= fair_turns) or (
-                        fair_slice_s and time.monotonic() - held_since >= fair_slice_s
-                    )
-                    if turns and due and self.slots_full() and await self.jobs.yield_slot(self.redis, lease, job):
+                    if (
+                        turns
+                        and share_used(turns)
+                        and self.slots_full()
+                        and await self.jobs.yield_slot(self.redis, lease, job)
+                    ):
                         return DrainOutcome.YIELDED
                     attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)
             return DrainOutcome.RELEASED  # the inbox was empty: released in the same step

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.slots import Slots
@@ -108,19 +108,25 @@ def estimate_tokens(text: str) -> int:
 
 
 _MEMO_MAX = 8192
-"""Messages and tool specs whose estimates are remembered (past it, the memo starts over)."""
-_MEMO: dict[int, tuple[object, int]] = {}
+"""Objects a memo remembers (past it, the memo starts over)."""
+_TOKENS: dict[int, tuple[object, int]] = {}
+_PLAIN: dict[int, tuple[object, ChatMessage]] = {}
+
+_V = TypeVar("_V")
 
 
-def _remembered(item: ChatMessage | ToolSpec, estimate: Callable[[], int]) -> int:
-    """``estimate()`` of a frozen message or spec, computed once per object (a turn estimates its request often)."""
-    hit = _MEMO.get(id(item))
+def _remembered(memo: dict[int, tuple[object, _V]], item: object, make: Callable[[], _V]) -> _V:
+    """``make()`` for a frozen ``item``, once per object.
+
+    A turn estimates its request several times, and a session's history is read again every turn.
+    """
+    hit = memo.get(id(item))
     if hit is not None and hit[0] is item:
         return hit[1]
-    value = estimate()
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.clear()
-    _MEMO[id(item)] = (item, value)
+    value = make()
+    if len(memo) >= _MEMO_MAX:
+        memo.clear()
+    memo[id(item)] = (item, value)
     return value
 
 
@@ -129,11 +135,11 @@ def _message_tokens(message: ChatMessage) -> int:
         extra = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) + 16 for c in message.tool_calls)
         return estimate_tokens(message.content) + extra // 4 + 4 + IMAGE_TOKENS * len(message.images)
 
-    return _remembered(message, estimate)
+    return _remembered(_TOKENS, message, estimate)
 
 
 def _spec_chars(tool: ToolSpec) -> int:
-    return _remembered(tool, lambda: len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters)))
+    return _remembered(_TOKENS, tool, lambda: len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters)))
 
 
 def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
@@ -306,19 +312,9 @@ def _add_entry(out: list[ChatMessage], entry: HistoryEntry) -> bool:
     return True
 
 
-_PLAIN: dict[int, tuple[HistoryEntry, ChatMessage]] = {}
-
-
 def _plain_message(entry: HistoryEntry) -> ChatMessage:
-    """A plain history entry's message, made once per entry (a session's history is read again every turn)."""
-    hit = _PLAIN.get(id(entry))
-    if hit is not None and hit[0] is entry:
-        return hit[1]
-    message = ChatMessage(role=entry.role, content=entry.text)
-    if len(_PLAIN) >= _MEMO_MAX:
-        _PLAIN.clear()
-    _PLAIN[id(entry)] = (entry, message)
-    return message
+    """A plain history entry's message, made once per entry."""
+    return _remembered(_PLAIN, entry, lambda: ChatMessage(role=entry.role, content=entry.text))
 
 
 def _cap(text: str, chars: int) -> str:

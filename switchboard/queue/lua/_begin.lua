@@ -9,8 +9,7 @@
 -- k: {inbox, messages, attempts, meta, events, drain, history, slots, epoch, outbox, dead, web, control, approvals}
 -- a: {max_collect, max_attempts, events_maxlen, epoch, worker, now (s), read_history ('' = neither history nor
 --     slots), new_epoch (this step created the epoch counter)}
--- Returns {attempt, dead (0|1), last error, policy, interrupts, took, epoch, idle ttl, retained at (ms), n, ids..,
--- jsons..} followed,
+-- Returns {attempt, dead (0|1), last error, policy, interrupts, took, epoch, idle ttl, n, ids.., jsons..} followed,
 -- when read, by {history entries}, {slot name, value, ...}, the operator control record ('' = none) and the number
 -- of pending approvals.
 local function start_attempt(k, a, head)
@@ -37,16 +36,15 @@ local function start_attempt(k, a, head)
     local kept = {k.inbox, k.messages, k.attempts, k.meta, k.events, k.drain, k.history, k.slots, k.epoch,
                   k.outbox, k.dead, k.web}
     retain_for(kept, 1, #kept, ttl)
-    retained_at = tostring(now_ms)
     status[#status + 1] = 'retained_at'
-    status[#status + 1] = retained_at
+    status[#status + 1] = tostring(now_ms)
   elseif ttl and a.new_epoch then
     retain_for({k.epoch}, 1, 1, ttl)
   end
   if #status > 0 then redis.call('HSET', k.meta, unpack(status)) end
   local bodies = redis.call('HMGET', k.messages, unpack(ids))
   local out = {attempt, dead, fields[1] or '', policy, tonumber(fields[2] or '0'), tonumber(fields[3] or '0'),
-               string.format('%d', a.epoch), ttl or '', retained_at or '', #ids}
+               string.format('%d', a.epoch), ttl or '', #ids}
   for i = 1, #ids do out[#out + 1] = ids[i] end
   for i = 1, #ids do out[#out + 1] = bodies[i] or '' end
   if dead == 0 and a.read_history ~= '' and tonumber(a.read_history) > 0 then

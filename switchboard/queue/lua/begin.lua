@@ -1,5 +1,5 @@
--- Start an attempt on the inbox head (see _begin.lua). A drain's first begin also takes the lease (lease_acquire.lua's
--- rules: a held lease means another worker drains the session); every later one is fenced by it.
+-- Start an attempt on the inbox head (see _begin.lua). A drain's first begin also takes the lease (_lease.lua; as
+-- lease_acquire.lua: a held lease means another worker drains the session); every later one is fenced by it.
 -- An empty inbox ends the drain in the same step (release without stranding, see _release.lua; a first begin then
 -- takes no lease at all). A web chat session's keys keep their idle TTL from the last refresh (see _begin.lua): the
 -- TTL and its slack cover the time since.
@@ -22,18 +22,8 @@ if not head then
   release(KEYS[1], KEYS[8], KEYS[9], ARGV[8], ARGV[12] ~= '' and KEYS[18], KEYS[19], ARGV[12])
   return {}
 end
-local epoch = tonumber(ARGV[5])
-local new_epoch = false
-if taking then
-  epoch = redis.call('INCR', KEYS[12])
-  new_epoch = epoch == 1
-  if epoch == 1 then  -- a new counter starts at the server's time in ms (see lease_acquire.lua)
-    local t = redis.call('TIME')
-    epoch = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('SET', KEYS[12], string.format('%d', epoch))
-  end
-  redis.call('SET', KEYS[1], string.format('%d', epoch) .. ':' .. ARGV[6], 'PX', ARGV[11])
-end
+local epoch, new_epoch = tonumber(ARGV[5]), false
+if taking then epoch, new_epoch = take_lease(KEYS[1], KEYS[12], ARGV[6], ARGV[11]) end
 return start_attempt(
   {inbox = KEYS[3], messages = KEYS[4], attempts = KEYS[5], meta = KEYS[6], events = KEYS[7], drain = KEYS[8],
    history = KEYS[10], slots = KEYS[11], epoch = KEYS[12], outbox = KEYS[13], dead = KEYS[14], web = KEYS[15],
