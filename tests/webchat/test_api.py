@@ -51,7 +51,9 @@ async def test_token_is_stored_only_hashed(chat: Chat) -> None:
 async def test_create_session_accepts_an_empty_body_with_a_json_content_type(chat: Chat) -> None:
     resp = await chat.client.post("/api/chat/sessions", data=b"", headers={"Content-Type": "application/json"})
     assert resp.status == 201
-    assert set(await resp.json()) == {"session", "token"}
+    body = await resp.json()
+    assert set(body) == {"session", "token", "agent"}
+    assert body["agent"] == {"id": "assistant", "name": "Assistant", "description": "", "starters": []}
 
 
 async def test_sessions_are_distinct(chat: Chat) -> None:

@@ -24,6 +24,8 @@ class AgentProfile(BaseModel):
 
     name: str
     description: str = ""
+    starters: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=8)
+    """Messages a new conversation may start with: the web chat's empty state offers them as suggestions."""
 
 
 class AgentLimits(BaseModel):

@@ -185,8 +185,15 @@ async def create_session(request: web.Request) -> web.Response:
     if not stored:  # 256 random bits collided: not in this universe, but never hand out someone else's session
         return access.error(500, "token_collision", "could not create a session; retry")
     logger.debug("web chat session created for agent %s", conversation.agent)
+    profile = served.profile if served is not None else None
+    agent = {
+        "id": conversation.agent,
+        "name": profile.name if profile is not None else conversation.agent,
+        "description": profile.description if profile is not None else "",
+        "starters": list(profile.starters) if profile is not None else [],
+    }
     return web.json_response(
-        {"session": conversation.conversation, "token": token},
+        {"session": conversation.conversation, "token": token, "agent": agent},
         status=201,
         headers={**access.CORS_HEADERS, **access.NO_STORE},
     )
