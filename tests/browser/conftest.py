@@ -165,13 +165,16 @@ def _stop(gateway: Gateway) -> None:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """``python -m switchboard run`` with its own embedded server, a minimal YAML file and a slow offline model."""
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """``python -m switchboard run`` with its own embedded server, a minimal YAML file and a slow offline model.
+
+    A test module may set ``GATEWAY_CONFIG`` (YAML text) to run its gateway with another configuration.
+    """
     if CHROMIUM is None:
         pytest.skip(SKIP_REASON)
     root = tmp_path_factory.mktemp("gateway")
     config = root / "switchboard.yaml"
-    config.write_text(MINIMAL_CONFIG)
+    config.write_text(getattr(request.module, "GATEWAY_CONFIG", MINIMAL_CONFIG))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
     port = _free_port()
     env.update(

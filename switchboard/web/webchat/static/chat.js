@@ -29,10 +29,15 @@
   const attachButton = document.getElementById("attach-button");
   const chosenList = document.getElementById("chosen-files");
   const attachError = document.getElementById("attach-error");
+  const emptyState = document.getElementById("empty-state");
+  const emptyName = document.getElementById("empty-name");
+  const emptyDescription = document.getElementById("empty-description");
+  const emptyHint = emptyState.querySelector(".empty-hint");
+  const startersRow = document.getElementById("starters");
 
   /* ---------- state ---------- */
 
-  let auth = loadAuth(); // {token, session} or null
+  let auth = loadAuth(); // {token, session, agent} or null
   let source = null; // EventSource
   let reconnectTimer = null;
   let reconnectDelay = 1000;
@@ -44,6 +49,11 @@
   let pending = new Map(); // client_id -> user turn (sent, id not yet known)
   let replies = new Map(); // reply_to -> assistant bubble
   let order = []; // user turns in the order the gateway accepted them
+  let tools = new Map(); // call_id -> tool card
+  let offers = new Map(); // option id -> the offer showing it ({buttons, outcome})
+  let settledEarly = new Map(); // option id -> a choices_settled that came before its offer
+  let notices = new Set(); // system lines shown ("reply_to|text"), so a notice is never shown twice
+  const stopIds = new Set(); // client_ids of the stops this page posted
   let running = false;
   let chosen = []; // File objects picked or dropped, sent with the next message
 
@@ -84,6 +94,35 @@
     if (className) node.className = className;
     if (text !== undefined) node.textContent = text;
     return node;
+  }
+
+  /* ---------- icons: inline SVG, so nothing needs an emoji font ---------- */
+
+  const ICONS = {
+    attach: "M21 11.5l-8.6 8.6a5 5 0 0 1-7.1-7.1l8.6-8.6a3.3 3.3 0 0 1 4.7 4.7l-8.6 8.6a1.7 1.7 0 0 1-2.4-2.4l7.9-7.9",
+    send: "M12 19V5M5 12l7-7 7 7",
+    stop: "M7 7h10v10H7z",
+    file: "M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8zM14 3v5h5",
+    tool: "M4 17l6-6-6-6M12 19h8",
+    check: "M5 12.5l4.5 4.5L19 7.5",
+    x: "M6 6l12 12M18 6L6 18",
+    spinner: "M12 3a9 9 0 1 0 9 9",
+    clock: "M12 3a9 9 0 1 1 0 18a9 9 0 1 1 0-18M12 7v5l3 2",
+    ban: "M12 3a9 9 0 1 1 0 18a9 9 0 1 1 0-18M5.6 5.6l12.8 12.8",
+    download: "M12 4v11M7 10l5 5 5-5M5 20h14",
+    chevron: "M9 6l6 6-6 6",
+  };
+
+  function icon(name) {
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", "0 0 24 24");
+    svg.setAttribute("class", `icon icon-${name}`);
+    svg.setAttribute("aria-hidden", "true");
+    svg.setAttribute("focusable", "false");
+    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+    path.setAttribute("d", ICONS[name]);
+    svg.appendChild(path);
+    return svg;
   }
 
   function safeHref(url) {
@@ -383,6 +422,7 @@
 
   function sizeLabel(bytes) {
     if (bytes < 1024) return `${bytes} B`;
+    if (bytes < 10 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
     if (bytes < 1024 * 1024) return `${Math.round(bytes / 1024)} KB`;
     return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
   }
@@ -395,7 +435,9 @@
     for (const file of files) {
       if (!file || typeof file.name !== "string") continue;
       const size = typeof file.size === "number" ? ` (${sizeLabel(file.size)})` : "";
-      ul.appendChild(el("li", "", `📎 ${file.name}${size}`));
+      const li = el("li");
+      li.append(icon("file"), `${file.name}${size}`);
+      ul.appendChild(li);
     }
     return ul;
   }
@@ -427,18 +469,56 @@
     li.setAttribute("aria-busy", "true");
     const body = el("div", "body");
     li.appendChild(body);
-    bubble = { li, body, text: "", final: false, failed: false, frame: 0 };
+    bubble = { li, body, text: "", final: false, failed: false, frame: 0, work: null };
     replies.set(replyTo, bubble);
+    place(replyTo, li);
+    return bubble;
+  }
+
+  // Put a new list item under the message it answers (and what already answers it), even if later messages were
+  // sent meanwhile; at the end when that message is not shown.
+  function place(replyTo, li) {
     const wasNear = nearBottom();
     const turn = users.get(replyTo);
+    const bubble = replies.get(replyTo);
     if (turn && turn.last.parentNode === list) {
-      turn.last.after(li); // under the message it answers, even if later messages were sent meanwhile
+      turn.last.after(li);
       turn.last = li;
+    } else if (bubble && bubble.li !== li && bubble.li.parentNode === list) {
+      bubble.li.after(li);
     } else {
       list.appendChild(li);
     }
     keepScrolled(wasNear);
-    return bubble;
+  }
+
+  // The part of a reply above its answer that shows the agent's work: tool cards and files, in the order they came.
+  function workOf(bubble) {
+    if (!bubble.work) {
+      bubble.work = el("div", "work");
+      bubble.li.insertBefore(bubble.work, bubble.body);
+      bubble.li.classList.add("has-work");
+    }
+    return bubble.work;
+  }
+
+  // A small centred line for what is not a message: a stopped reply, a notice from the gateway.
+  function systemLine(replyTo, text, code) {
+    const key = `${replyTo}|${text}`;
+    if (notices.has(key)) return;
+    notices.add(key);
+    const li = el("li", "system-line", text);
+    li.dataset.testid = "system-line";
+    if (code) li.title = code;
+    const bubble = replies.get(replyTo);
+    const turn = users.get(replyTo);
+    if (bubble && !bubble.text && !bubble.work && bubble.li.parentNode === list) {
+      bubble.li.replaceWith(li); // an answer that never started: the line takes its place
+      if (turn && turn.last === bubble.li) turn.last = li;
+      replies.delete(replyTo);
+      return;
+    }
+    place(replyTo, li);
   }
 
   function paint(bubble) {
@@ -485,10 +565,17 @@
     else if (type === "delta") onDelta(data);
     else if (type === "message") onMessage(data);
     else if (type === "reply_error") onReplyError(data);
+    else if (type === "tool") onTool(data);
+    else if (type === "choices_settled") onChoicesSettled(data);
   }
+
+  const STOP_COMMANDS = new Set(["/stop", "/cancel"]);
+  const isStopText = (text) => typeof text === "string" && STOP_COMMANDS.has(text.trim().toLowerCase());
 
   function onUser(data) {
     if (!data || typeof data.message_id !== "string") return;
+    const attached = Array.isArray(data.attachments) && data.attachments.length > 0;
+    if (data.command === "stop" || stopIds.has(data.client_id) || (isStopText(data.text) && !attached)) return;
     let turn = users.get(data.message_id);
     if (!turn && data.client_id && pending.has(data.client_id)) turn = pending.get(data.client_id);
     if (!turn) {
@@ -519,6 +606,9 @@
       setRunning(true);
     } else if (status === "idle") {
       for (const turn of order) if (turn.state === "queued") setStatus(turn, "", "");
+      for (const bubble of replies.values()) {
+        if (bubble.work && !bubble.text) bubble.li.setAttribute("aria-busy", "false"); // work, files, no answer
+      }
       setRunning(false);
     }
   }
@@ -541,7 +631,15 @@
   function onMessage(data) {
     if (!data || typeof data.text !== "string") return;
     const replyTo = data.reply_to || "";
+    if (data.notice === true) {
+      systemLine(replyTo, data.text);
+      return;
+    }
     if (replyTo) started(replyTo);
+    if (data.file && typeof data.file === "object") {
+      renderFile(assistantBubble(replyTo), data.file, data.text); // a file comes before the turn's answer
+      return;
+    }
     const bubble = assistantBubble(replyTo);
     clearError(bubble);
     bubble.text = data.text;
@@ -549,55 +647,276 @@
     bubble.li.classList.remove("streaming");
     bubble.li.setAttribute("aria-busy", "false");
     paint(bubble);
-    if (Array.isArray(data.choices)) renderChoices(bubble, data.choices);
-    if (data.file && typeof data.file === "object") renderFile(bubble, data.file);
+    if (Array.isArray(data.choices)) renderChoices(bubble, data.choices, data.approval);
     if (!order.some((t) => t.state === "queued")) setRunning(false); // the next run, if any, says "running"
   }
 
-  // An offered choice: one button per option; a click posts {"choice": id} (the agent sees the option's id).
-  function renderChoices(bubble, choices) {
-    const old = bubble.li.querySelector(".choices");
-    if (old) old.remove();
+  // An offered choice: one button per option; a click posts {"choice": id} (the agent sees the option's id). An
+  // approval also shows what would run and why a person must decide. A choices_settled event (a decision made here,
+  // in the console or elsewhere, or an expiry) disables the buttons and says what was decided and by whom.
+  function renderChoices(bubble, choices, approval) {
+    for (const old of bubble.li.querySelectorAll(".choices, .approval, .choice-outcome")) old.remove();
+    if (approval && typeof approval === "object") bubble.li.appendChild(approvalCard(approval));
     const row = el("div", "choices");
     row.dataset.testid = "msg-choices";
+    const outcome = el("p", "choice-outcome");
+    outcome.dataset.testid = "choice-outcome";
+    outcome.setAttribute("role", "status");
+    outcome.hidden = true;
+    const offer = { buttons: [], outcome };
     for (const option of choices) {
       if (!option || typeof option.id !== "string" || typeof option.label !== "string") continue;
-      const button = el("button", "choice", option.label);
+      const button = el("button", "choice");
+      button.appendChild(el("span", "choice-label", option.label));
       button.type = "button";
       button.dataset.choice = option.id;
+      button.setAttribute("aria-pressed", "false");
       button.addEventListener("click", () => {
-        for (const other of row.querySelectorAll("button")) other.disabled = true;
-        button.classList.add("chosen");
+        mark(offer, option.id);
         sendChoice(option.id, option.label);
       });
       row.appendChild(button);
+      offer.buttons.push(button);
+      offers.set(option.id, offer);
     }
-    bubble.li.appendChild(row);
+    bubble.li.append(row, outcome);
+    const early = choices.map((option) => option && settledEarly.get(option.id)).find(Boolean);
+    if (early) settle(offer, early);
   }
 
-  // A file the agent sent (small files come inline, base64): a download link, made locally from the bytes.
-  function renderFile(bubble, file) {
+  function mark(offer, chosenId) {
+    for (const button of offer.buttons) {
+      const picked = button.dataset.choice === chosenId;
+      button.disabled = true;
+      button.classList.toggle("chosen", picked);
+      button.setAttribute("aria-pressed", String(picked));
+    }
+  }
+
+  function settle(offer, data) {
+    mark(offer, typeof data.chosen === "string" ? data.chosen : null);
+    const label = typeof data.label === "string" ? data.label : "";
+    const by = typeof data.by === "string" ? data.by : "";
+    offer.outcome.textContent = label && by ? `${label} by ${by}` : label;
+    offer.outcome.hidden = !offer.outcome.textContent;
+  }
+
+  function onChoicesSettled(data) {
+    if (!data || !Array.isArray(data.ids)) return;
+    const ids = data.ids.filter((id) => typeof id === "string");
+    const offer = ids.map((id) => offers.get(id)).find(Boolean);
+    if (offer) settle(offer, data);
+    else for (const id of ids) settledEarly.set(id, data); // the offer is not shown yet
+  }
+
+  function expiryLabel(expiresAt) {
+    if (typeof expiresAt !== "number" || !Number.isFinite(expiresAt)) return "";
+    const left = expiresAt * 1000 - Date.now();
+    const at = new Date(expiresAt * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    if (left <= 0) return `Expired at ${at}`;
+    const minutes = Math.round(left / 60000);
+    return minutes < 1 ? `Expires at ${at} (in under a minute)` : `Expires at ${at} (in ${minutes} min)`;
+  }
+
+  function approvalCard(approval) {
+    const card = el("div", "approval");
+    card.dataset.testid = "approval-card";
+    const head = el("p", "approval-head");
+    head.append(icon("tool"), el("span", "approval-tool", typeof approval.tool === "string" ? approval.tool : "tool"));
+    card.appendChild(head);
+    if (typeof approval.title === "string" && approval.title) {
+      const title = el("code", "approval-title", approval.title);
+      title.dir = "ltr";
+      card.appendChild(title);
+    }
+    if (typeof approval.reason === "string" && approval.reason) {
+      const reason = block("p", "approval-reason");
+      reason.textContent = approval.reason;
+      card.appendChild(reason);
+    }
+    const expiry = expiryLabel(approval.expires_at);
+    if (expiry) card.appendChild(el("p", "approval-expiry", expiry));
+    return card;
+  }
+
+  /* ---------- the agent's work: tool cards ---------- */
+
+  const TOOL_STATES = {
+    running: ["spinner", "Running"],
+    ok: ["check", "Done"],
+    failed: ["x", "Failed"],
+    waiting_approval: ["clock", "Waiting for approval"],
+    refused: ["ban", "Refused"],
+  };
+
+  function durationLabel(ms) {
+    if (ms < 1000) return `${Math.round(ms)} ms`;
+    const seconds = ms / 1000;
+    if (seconds < 60) return `${seconds.toFixed(1)} s`;
+    return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  }
+
+  function toolCard() {
+    const details = el("details", "tool");
+    details.dataset.testid = "tool-card";
+    const summary = el("summary");
+    const badge = el("span", "tool-icon");
+    const title = el("span", "tool-title");
+    title.dir = "ltr";
+    const state = el("span", "tool-state");
+    const meta = el("span", "tool-meta");
+    const chevron = icon("chevron");
+    summary.append(badge, title, state, meta, chevron);
+    const body = el("div", "tool-body");
+    const args = el("pre", "tool-arguments");
+    args.dataset.testid = "tool-arguments";
+    args.setAttribute("aria-label", "Arguments");
+    const output = el("pre", "tool-output");
+    output.dataset.testid = "tool-output";
+    output.setAttribute("aria-label", "Output");
+    const files = el("ul", "tool-files");
+    files.dataset.testid = "tool-files";
+    files.setAttribute("aria-label", "Files made");
+    body.append(args, output, files);
+    details.append(summary, body);
+    const card = { details, badge, title, state, meta, args, output, files, touched: false };
+    summary.addEventListener("click", () => {
+      card.touched = true; // the user's choice of open or closed wins over the default
+    });
+    return card;
+  }
+
+  function onTool(data) {
+    if (!data || typeof data.call_id !== "string" || !data.call_id) return;
+    const replyTo = data.reply_to || "";
+    let card = tools.get(data.call_id);
+    if (!card) {
+      if (replyTo) started(replyTo);
+      const bubble = assistantBubble(replyTo);
+      card = toolCard();
+      const wasNear = nearBottom();
+      workOf(bubble).appendChild(card.details);
+      keepScrolled(wasNear);
+      tools.set(data.call_id, card);
+    }
+    updateTool(card, data);
+  }
+
+  function updateTool(card, data) {
+    const state = Object.hasOwn(TOOL_STATES, data.state) ? data.state : "running";
+    const [iconName, label] = TOOL_STATES[state];
+    card.details.dataset.state = state;
+    card.details.setAttribute("aria-busy", String(state === "running"));
+    card.badge.replaceChildren(icon(iconName));
+    const title = typeof data.title === "string" && data.title ? data.title : String(data.tool || "tool");
+    card.title.textContent = title;
+    card.title.title = title;
+    card.state.textContent = label;
+    const meta = [];
+    if (typeof data.exit_status === "number") meta.push(`exit ${data.exit_status}`);
+    if (typeof data.duration_ms === "number") meta.push(durationLabel(data.duration_ms));
+    card.meta.textContent = meta.join(" · ");
+    card.meta.hidden = !meta.length;
+
+    let args = typeof data.arguments === "string" ? data.arguments : "";
+    try {
+      args = JSON.stringify(JSON.parse(args), null, 2); // a complete JSON preview reads better indented
+    } catch (_) {
+      /* a cut preview: shown as it came */
+    }
+    card.args.textContent = args;
+    card.args.hidden = !args;
+
+    const head = typeof data.output_head === "string" ? data.output_head : "";
+    const tail = typeof data.output_tail === "string" ? data.output_tail : "";
+    const omitted = Number.isInteger(data.omitted_lines) && data.omitted_lines > 0 ? data.omitted_lines : 0;
+    card.output.replaceChildren(head);
+    if (omitted) {
+      const gap = el("span", "omitted", `… ${omitted} ${omitted === 1 ? "line" : "lines"} omitted …`);
+      card.output.append(head ? "\n" : "", gap);
+    }
+    if (tail) card.output.append(head || omitted ? "\n" : "", tail);
+    card.output.hidden = !head && !tail && !omitted;
+
+    card.files.replaceChildren();
+    for (const file of Array.isArray(data.files) ? data.files : []) {
+      if (!file || typeof file.name !== "string") continue;
+      const li = el("li");
+      li.append(icon("file"), el("span", "", typeof file.path === "string" && file.path ? file.path : file.name));
+      card.files.appendChild(li);
+    }
+    card.files.hidden = !card.files.childElementCount;
+    if (!card.touched) card.details.open = state === "running";
+  }
+
+  /* ---------- files the agent sent ---------- */
+
+  const PREVIEWABLE = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+  const MAX_DATA_URL = 1_500_000; // Chromium refuses URLs over 2 MB: a larger file gets a blob: URL instead
+
+  // A file card in its place in the reply: icon or preview, name, size, type and a download link made locally from
+  // the bytes (small files come inline, base64). The caption, if any, is under it; the name is never repeated.
+  function renderFile(bubble, file, caption) {
     if (typeof file.data !== "string" || typeof file.name !== "string") return;
-    const old = bubble.li.querySelector(".file");
-    if (old) old.remove();
     let bytes;
     try {
       bytes = Uint8Array.from(atob(file.data), (c) => c.charCodeAt(0));
     } catch (_) {
       return; // not base64: show nothing rather than a broken link
     }
-    const type = typeof file.mime_type === "string" ? file.mime_type : "application/octet-stream";
-    const link = el("a", "file", `📎 ${file.name}`);
-    link.dataset.testid = "msg-file";
-    link.href = URL.createObjectURL(new Blob([bytes], { type }));
+    const declared = typeof file.mime_type === "string" ? file.mime_type.trim().toLowerCase() : "";
+    const type = /^[a-z0-9][\w.+-]*\/[\w.+-]+$/.test(declared) ? declared : "application/octet-stream";
+    const size = typeof file.size === "number" && file.size >= 0 ? file.size : bytes.length;
+    const href =
+      file.data.length <= MAX_DATA_URL
+        ? `data:${type};base64,${file.data}`
+        : URL.createObjectURL(new Blob([bytes], { type }));
+    const card = el("figure", "file-card");
+    card.dataset.testid = "msg-file";
+    if (PREVIEWABLE.has(type)) {
+      const img = el("img", "file-preview");
+      img.dataset.testid = "file-preview";
+      img.src = href;
+      img.alt = file.name;
+      card.appendChild(img);
+    }
+    const row = el("div", "file-row");
+    const info = el("div", "file-info");
+    const name = el("span", "file-name", file.name);
+    name.dir = "auto";
+    info.append(name, el("span", "file-meta", `${sizeLabel(size)} · ${type}`));
+    const link = el("a", "file-download");
+    link.dataset.testid = "file-download";
+    link.href = href;
     link.download = file.name;
-    bubble.li.appendChild(link);
+    link.setAttribute("aria-label", `Download ${file.name}`);
+    link.append(icon("download"), el("span", "label", "Download"));
+    row.append(icon("file"), info, link);
+    card.appendChild(row);
+    const text = typeof caption === "string" ? caption.trim() : "";
+    if (text && text !== file.name) {
+      const figcaption = el("figcaption", "file-caption");
+      renderMarkdown(text, figcaption);
+      card.appendChild(figcaption);
+    }
+    const wasNear = nearBottom();
+    workOf(bubble).appendChild(card);
+    keepScrolled(wasNear);
   }
 
   function onReplyError(data) {
     if (!data) return;
     const replyTo = data.reply_to || "";
     if (replyTo) started(replyTo);
+    if (data.code === "cancelled") {
+      const stopped = replies.get(replyTo);
+      if (stopped) {
+        stopped.li.classList.remove("streaming");
+        stopped.li.setAttribute("aria-busy", "false");
+      }
+      systemLine(replyTo, String(data.message || "You stopped this reply."), "cancelled");
+      return;
+    }
     const bubble = assistantBubble(replyTo);
     if (bubble.final) return;
     clearError(bubble);
@@ -615,7 +934,7 @@
 
   // The event types of the stream. A failed reply is "reply_error": an event named "error" would also fire the
   // EventSource's own connection-error handler, and the page would show "Reconnecting…" for good.
-  const EVENT_TYPES = ["user", "status", "delta", "message", "reply_error"];
+  const EVENT_TYPES = ["user", "status", "delta", "message", "reply_error", "tool", "choices_settled"];
 
   function retryLater() {
     connection.textContent = "Reconnecting…";
@@ -700,7 +1019,7 @@
         });
         if (response.status === 201) {
           const body = await response.json();
-          saveAuth({ token: body.token, session: body.session });
+          saveAuth({ token: body.token, session: body.session, agent: body.agent || null });
           return;
         }
       } catch (_) {
@@ -721,6 +1040,10 @@
     pending = new Map();
     replies = new Map();
     order = [];
+    tools = new Map();
+    offers = new Map();
+    settledEarly = new Map();
+    notices = new Set();
     list.textContent = "";
     setRunning(false);
   }
@@ -729,6 +1052,7 @@
     resetView();
     saveAuth(null);
     await createSession();
+    renderEmpty();
     connect();
   }
 
@@ -805,7 +1129,32 @@
     showSendError(turn, "Could not reach the server.", true);
   }
 
+  // "/stop" stops the reply being written (the model request and its tools); queued messages still run. It is a
+  // command, not a message: no bubble, and the stream's one notice says what it did.
+  async function postStop() {
+    const clientId = uuid();
+    stopIds.add(clientId);
+    const mine = generation;
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      try {
+        const response = await fetch("api/chat/messages", {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Authorization: `Bearer ${auth.token}` },
+          body: JSON.stringify({ text: "/stop", client_id: clientId }),
+        });
+        if (mine !== generation || response.status < 500) return;
+      } catch (_) {
+        /* network error: retry below */
+      }
+      await sleep(500 * 2 ** attempt);
+    }
+  }
+
   function send(text) {
+    if (isStopText(text)) {
+      postStop();
+      return;
+    }
     if (new TextEncoder().encode(text).length > MAX_TEXT_BYTES) {
       const turn = userTurn(text, uuid());
       showSendError(turn, "This message is over 32 KiB; shorten it.", false);
@@ -881,9 +1230,11 @@
   function renderChosen() {
     chosenList.replaceChildren();
     chosen.forEach((file, index) => {
-      const li = el("li", "", `📎 ${file.name} (${sizeLabel(file.size)})`);
+      const li = el("li");
+      li.append(icon("file"), `${file.name} (${sizeLabel(file.size)})`);
       li.dataset.testid = "chosen-file";
-      const remove = el("button", "", "×");
+      const remove = el("button");
+      remove.appendChild(icon("x"));
       remove.type = "button";
       remove.setAttribute("aria-label", `Remove ${file.name}`);
       remove.addEventListener("click", () => {
@@ -985,9 +1336,8 @@
   });
   input.addEventListener("input", autosize);
 
-  // "/stop" stops the reply being written (the model request and its tools); queued messages still run.
   stopButton.addEventListener("click", () => {
-    if (running && auth) send("/stop");
+    if (running && auth) postStop();
   });
 
   newChat.addEventListener("click", () => {
@@ -995,8 +1345,44 @@
     input.focus();
   });
 
+  /* ---------- the empty chat ---------- */
+
+  // The agent's name and description, and one button per starter (from the session's creation), until a message.
+  function renderEmpty() {
+    const agent = auth && auth.agent && typeof auth.agent === "object" ? auth.agent : null;
+    const name = agent && typeof agent.name === "string" && agent.name.trim() ? agent.name : "Switchboard";
+    const description = agent && typeof agent.description === "string" ? agent.description.trim() : "";
+    const starters = agent && Array.isArray(agent.starters) ? agent.starters : [];
+    emptyName.textContent = name;
+    emptyDescription.textContent = description;
+    emptyDescription.hidden = !description;
+    startersRow.replaceChildren();
+    for (const text of starters) {
+      if (typeof text !== "string" || !text.trim()) continue;
+      const button = el("button", "starter", text);
+      button.type = "button";
+      button.addEventListener("click", () => {
+        if (!auth) return;
+        send(text);
+        input.focus();
+      });
+      startersRow.appendChild(button);
+    }
+    emptyHint.textContent = startersRow.childElementCount
+      ? "Write a message below, or start with one of these:"
+      : "Write a message below to start.";
+    updateEmpty();
+  }
+
+  function updateEmpty() {
+    emptyState.hidden = !auth || list.childElementCount > 0;
+  }
+
+  new MutationObserver(updateEmpty).observe(list, { childList: true });
+
   async function start() {
     if (!auth) await createSession();
+    renderEmpty();
     connect();
   }
 
