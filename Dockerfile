@@ -13,7 +13,8 @@ WORKDIR /app
 ENV SWITCHBOARD_DATA_DIR=/app/data \
     SWITCHBOARD_CONFIG=/app/config/switchboard.yaml \
     PYTHONUNBUFFERED=1
-RUN mkdir -p /app/data && chown switchboard /app/data
+# Mount points of config/compose.yaml's volumes: a new named volume takes its owner from the image's directory.
+RUN mkdir -p /app/data/skills /app/workspaces && chown -R switchboard /app/data /app/workspaces
 USER switchboard
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s \

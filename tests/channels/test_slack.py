@@ -341,6 +341,9 @@ def test_the_app_manifest_asks_for_what_the_adapter_uses() -> None:
     assert events["request_url"] == manifest["settings"]["interactivity"]["request_url"]
     assert events["request_url"].endswith("/webhooks/slack")
     assert manifest["settings"]["interactivity"]["is_enabled"] is True
+    commands = manifest["features"]["slash_commands"]
+    assert "commands" in scopes and {c["command"] for c in commands} >= {"/ask", "/reset", "/stop"}
+    assert {c["url"] for c in commands} == {events["request_url"]}
 
 
 _JSONISH = st.recursive(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 import redis
@@ -12,10 +13,10 @@ from aiohttp.test_utils import TestClient
 
 from switchboard.channels.base import Inbound
 from switchboard.channels.slack.adapter import SlackChannel
-from switchboard.channels.slack.fake.payloads import make_block_actions, make_event
+from switchboard.channels.slack.fake.payloads import make_block_actions, make_event, make_slash_command
 from switchboard.channels.slack.fake.platform import FakeSlack
 from switchboard.channels.slack.socket import SlackSocketListener
-from switchboard.core.messages import ChoiceSelected
+from switchboard.core.messages import ChoiceSelected, CommandIssued
 from switchboard.errors import QueueUnavailableError
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
@@ -56,16 +57,19 @@ async def test_envelopes_are_acknowledged_after_emit_returned(channel: SlackChan
         first = await fake.push("events_api", make_event("hello over the socket"))
         await fake.push("events_api", make_event("echo", user="U0BOTUSER", bot_id="B0BOTID"))  # own: acked, dropped
         click = await fake.push("interactive", make_block_actions("approve", label="Approve"))
-        await fake.push("slash_commands", {"command": "/ask"})
+        command = dict(parse_qsl(make_slash_command("/ask", "what now").decode()))
+        await fake.push("slash_commands", command)
+        await fake.push("slash_commands", {"command": "/ask"})  # no user, channel or trigger: acked, logged, dropped
         await fake.push("events_api", {"type": "event_callback", "event": "garbage"})  # acked, logged, dropped
-        await fake.wait_for(lambda: len(fake.state.acks) == 5)
+        await fake.wait_for(lambda: len(fake.state.acks) == 6)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert fake.state.acks[0] == first and fake.state.acks[2] == click
-    assert [m.text for i in received for m in i.messages] == ["hello over the socket", "Approve"]
+    assert [m.text for i in received for m in i.messages] == ["hello over the socket", "Approve", "what now"]
     assert isinstance(received[1].messages[0].event, ChoiceSelected)
-    assert acks_at_emit == [0, 2]  # each emit ran before its envelope was acknowledged
+    assert received[2].messages[0].event == CommandIssued(name="ask")
+    assert acks_at_emit == [0, 2, 3]  # each emit ran before its envelope was acknowledged
 
 
 async def test_an_envelope_the_queue_did_not_take_is_not_acknowledged(channel: SlackChannel, fake: FakeSlack) -> None:

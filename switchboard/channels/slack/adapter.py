@@ -34,7 +34,9 @@ from switchboard.channels.slack.api import SlackApi
 from switchboard.channels.slack.inbound import (
     SlackIdentity,
     WireCallback,
+    WireCommand,
     WireInteraction,
+    parse_command,
     parse_event_callback,
     parse_interaction,
     wire_error,
@@ -56,6 +58,11 @@ _CHANNEL: Literal["slack"] = "slack"
 _WINDOW_S = 300
 EMPTY_200 = HttpAnswer(200, b"", None)
 """Slack's expected answer: an empty 200."""
+_CONFIRM = {
+    "reset": HttpAnswer(200, b'{"response_type":"ephemeral","text":"Starting a new conversation."}'),
+    "stop": HttpAnswer(200, b'{"response_type":"ephemeral","text":"Stopping the current reply."}'),
+}
+"""Slash commands the gateway itself carries out, confirmed to their user alone in the ack (as on Discord)."""
 
 
 def _is_ssl_check(request: RawRequest) -> bool:
@@ -196,6 +203,11 @@ class SlackChannel:
         draft = parse_interaction(self.identity, payload)
         return Inbound((draft,) if draft is not None else (), EMPTY_200)
 
+    def receive_command(self, command: WireCommand) -> Inbound:
+        """One slash command → its draft, acked with an empty 200 (the answer follows in the channel)."""
+        answer = _CONFIRM.get(command.command[1:].lower(), EMPTY_200)
+        return Inbound((parse_command(self.identity, command),), answer)
+
     def _form(self, body: bytes) -> Inbound:
         try:
             fields = parse_qs(body.decode("utf-8"), max_num_fields=64)
@@ -208,8 +220,14 @@ class SlackChannel:
             except ValidationError as err:
                 raise wire_error(err, "interactivity payload") from None
             return self.receive_interaction(interaction)
-        if fields.get("ssl_check") == ["1"] or "command" in fields:
-            return Inbound((), EMPTY_200)  # slash commands: not offered by the manifest; answered, not handled
+        if "command" in fields:
+            try:
+                command = WireCommand.model_validate({name: values[0] for name, values in fields.items()})
+            except ValidationError as err:
+                raise wire_error(err, "slash command") from None
+            return self.receive_command(command)
+        if fields.get("ssl_check") == ["1"]:
+            return Inbound((), EMPTY_200)
         raise MalformedBodyError("form body without a payload", channel=_CHANNEL)
 
     # ⑤ outbound ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from switchboard.channels.render.slack import slack_text_to_plain
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
+    CommandIssued,
     ConversationRef,
     InboundMessage,
     MessageDeleted,
@@ -29,7 +30,7 @@ from switchboard.core.messages import (
 )
 from switchboard.errors import MalformedBodyError
 
-__all__ = ["SlackIdentity", "parse_event_callback", "parse_interaction", "wire_error"]
+__all__ = ["SlackIdentity", "WireCommand", "parse_command", "parse_event_callback", "parse_interaction", "wire_error"]
 
 _CHANNEL: Literal["slack"] = "slack"
 _POSTED_SUBTYPES = frozenset({"file_share", "thread_broadcast", "me_message"})
@@ -145,6 +146,23 @@ class WireInteraction(_Wire):
     message: WireMessage | None = None
     trigger_id: str | None = None
     actions: list[_WireAction] = Field(default_factory=list)
+
+
+class WireCommand(_Wire):
+    """A slash command's form fields (over HTTP) or a Socket Mode ``slash_commands`` payload.
+
+    ``token`` (the legacy verification token) and ``response_url`` are not read: the signature authenticates the
+    request and the answer goes through ``chat.postMessage``, so neither capability is ever stored.
+    """
+
+    command: str = Field(min_length=2, max_length=64, pattern=r"^/\S+$")
+    """``/name`` as configured in the app."""
+    text: str = Field("", max_length=40_000)
+    user_id: str = Field(min_length=1, max_length=64)
+    channel_id: str = Field(min_length=1, max_length=64)
+    team_id: str | None = Field(None, max_length=64)
+    trigger_id: str = Field(min_length=1, max_length=200)
+    """Unique per invocation: the command's dedup key."""
 
 
 WireMessage.model_rebuild()
@@ -386,6 +404,25 @@ def parse_interaction(identity: SlackIdentity, payload: WireInteraction) -> Inbo
             "event": ChoiceSelected(option_id=option, offer_message_id=offer_ts, ack_ref=None),
             "platform_message_id": offer_ts,
             "meta": {"channel_type": channel_type},
+        }
+    )
+
+
+def parse_command(identity: SlackIdentity, command: WireCommand) -> InboundMessage:
+    """A slash command → a :class:`CommandIssued` draft in the channel it was typed in (no thread: Slack sends none).
+
+    The arguments are what the agent reads; a command is addressed to the bot by itself, so no mention is needed.
+    """
+    channel = command.channel_id
+    channel_type = "im" if channel.startswith("D") else "channel"
+    return InboundMessage.model_validate(
+        {
+            "dedup_key": f"cmd:{command.trigger_id}",
+            "conversation": _conversation(identity, command.team_id, channel, channel_type, None, command.user_id),
+            "sender": _sender(command.user_id),
+            "text": slack_text_to_plain(command.text).strip(),
+            "event": CommandIssued(name=command.command[1:].lower()),
+            "meta": {"channel_type": channel_type, "interaction": "command"},
         }
     )
 

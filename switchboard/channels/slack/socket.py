@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from switchboard.channels.base import Emit, Inbound
 from switchboard.channels.slack.api import SlackApi
-from switchboard.channels.slack.inbound import WireCallback, WireInteraction
+from switchboard.channels.slack.inbound import WireCallback, WireCommand, WireInteraction
 from switchboard.errors import DeliveryError, QueueUnavailableError, RequestError
 
 __all__ = ["SlackSocketListener", "SocketReceiver"]
@@ -43,6 +43,9 @@ class SocketReceiver(Protocol):
 
     def receive_interaction(self, payload: WireInteraction) -> Inbound:
         """Parse one interactivity payload."""
+
+    def receive_command(self, command: WireCommand) -> Inbound:
+        """Parse one slash command."""
 
 
 class SlackSocketListener:
@@ -121,6 +124,8 @@ class SlackSocketListener:
                 return self._channel.receive_callback(WireCallback.model_validate(payload))
             if kind == "interactive":
                 return self._channel.receive_interaction(WireInteraction.model_validate(payload))
+            if kind == "slash_commands":
+                return self._channel.receive_command(WireCommand.model_validate(payload))
         except (ValidationError, RequestError) as exc:
             logger.warning(
                 "slack account %s: socket mode %s envelope not understood (%s); acknowledged and dropped",
@@ -128,4 +133,4 @@ class SlackSocketListener:
                 kind,
                 type(exc).__name__,
             )
-        return None  # slash_commands and other kinds: acknowledged, not handled
+        return None  # other kinds: acknowledged, not handled

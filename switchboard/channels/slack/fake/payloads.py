@@ -22,6 +22,7 @@ __all__ = [
     "form_body",
     "make_block_actions",
     "make_event",
+    "make_slash_command",
     "sign",
     "sign_request",
 ]
@@ -145,3 +146,33 @@ def make_block_actions(
             }
         ],
     }
+
+
+def make_slash_command(
+    command: str,
+    text: str = "",
+    *,
+    channel: str = "C0GENERAL",
+    channel_name: str = "general",
+    user: str = "U0HUMAN",
+    trigger_id: str | None = None,
+) -> bytes:
+    """A slash command's body as Slack posts it to the command's Request URL (form-encoded fields, no ``payload``)."""
+    seq = next(_SEQ)
+    return urlencode(
+        {
+            "token": "verification-token-unused",
+            "team_id": TEAM_ID,
+            "team_domain": "switchboard",
+            "channel_id": channel,
+            "channel_name": channel_name,
+            "user_id": user,
+            "user_name": "human",
+            "command": command,
+            "text": text,
+            "api_app_id": "A0SWITCH",
+            "is_enterprise_install": "false",
+            "response_url": f"https://hooks.slack.com/commands/{TEAM_ID}/{seq}/unused",
+            "trigger_id": trigger_id or f"{seq}.{seq}.trigger",
+        }
+    ).encode()
