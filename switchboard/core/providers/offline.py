@@ -163,8 +163,8 @@ class OfflineModel:
                 shown = f"The program printed: {printed}"
             return shown + ("" if value.get("value") is None else f"\n\nIts value: {_code(_short(value['value']))}.")
         summary = _SUMMARIES.get(name)
-        shown = summary(value) if summary is not None else None
-        return f"{name} returned: {shown}" if shown is not None else _summary(name, value)
+        brief = summary(value) if summary is not None else None
+        return f"{name} returned: {brief}" if brief is not None else _summary(name, value)
 
     @staticmethod
     def _final(request: ModelRequest, text: str) -> str:
