@@ -211,10 +211,11 @@ def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
 
     Returns the egress warnings and problems (a sandbox that cannot reach the proxy; a socket path too long).
     """
-    from switchboard.cli.sandbox import describe, startup_choice
+    from switchboard.cli.sandbox import describe, shell_line, startup_choice
     from switchboard.egress.gate import egress_status
 
     choice = startup_choice(settings)
+    print(f"shell:       {shell_line(choice, settings).removesuffix(' (see `switchboard check`)')}")
     first, *rest = describe(choice)
     print(f"sandbox:     {first}")
     for line in rest:

@@ -205,6 +205,7 @@ async def _run_all(
     settings: Settings, started: float, stop: asyncio.Event, *, simulated: list[str], embedded: bool
 ) -> None:
     from switchboard.cli.checks import redacted_url
+    from switchboard.cli.sandbox import shell_line, startup_choice
 
     web_ready = asyncio.Event()
     url_box: list[str] = []
@@ -234,7 +235,10 @@ async def _run_all(
         f"\n  Switchboard is ready in {time.monotonic() - started:.1f} s\n"
         f"  Web chat:  {url}\n"
         f"  Model:     {settings.default_model}\n"
-        f"  Redis:     {redis_line}\n" + "".join(_channel_lines(settings, simulated)) + "  Press Ctrl-C to stop.\n",
+        f"  Redis:     {redis_line}\n"
+        f"  Shell:     {shell_line(startup_choice(settings), settings)}\n"
+        + "".join(_channel_lines(settings, simulated))
+        + "  Press Ctrl-C to stop.\n",
         flush=True,
     )
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

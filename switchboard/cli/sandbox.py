@@ -7,7 +7,9 @@ from switchboard.sandbox.detect import Choice, choose_now
 from switchboard.sandbox.limits import CommandLimits
 from switchboard.settings import SandboxSettings, Settings
 
-__all__ = ["describe", "limits_of", "shell_options", "startup_choice"]
+_WHY_CHARS = 160
+
+__all__ = ["describe", "limits_of", "shell_line", "shell_options", "startup_choice"]
 
 
 def limits_of(settings: SandboxSettings) -> CommandLimits:
@@ -64,3 +66,17 @@ def describe(choice: Choice) -> list[str]:
             lines.append(f"egress through the proxy socket {choice.sandbox.proxy_socket}")
     lines.extend(f"not used: {reason}" for reason in choice.reasons)
     return lines
+
+
+def shell_line(choice: Choice, settings: Settings) -> str:
+    """One line saying whether agents get the ``shell`` tool here and, when not, why and which agents go without it.
+
+    For ``switchboard check`` and the ``run`` banner: agents that list ``shell`` are still served, without it.
+    """
+    if choice.sandbox is not None:
+        return f"on — commands run in a {choice.sandbox.label} sandbox"
+    why = choice.reasons[0] if choice.reasons else "no sandbox works on this host"
+    why = why if len(why) <= _WHY_CHARS else why[: _WHY_CHARS - 1] + "…"
+    listing = [agent.name for agent in settings.file.agents.values() if "shell" in agent.tools]
+    served = f"; {', '.join(listing)} run{'s' if len(listing) == 1 else ''} without it" if listing else ""
+    return f"off — no sandbox to isolate commands here: {why}{served} (see `switchboard check`)"

@@ -200,7 +200,7 @@ async def test_approve_from_the_console_then_take_over_and_hand_back(
     await expect(card).to_have_count(0, timeout=GUARD_MS)  # decided: no longer pending
 
     # the run resumes with the approved call: the chat shows the model's report of the tool's result
-    await _assistant_says(chat, "write_file returned:", '"path":"note.txt"')
+    await _assistant_says(chat, "write_file returned:", "wrote note.txt")
     assert len(await _assistant_texts(chat)) > before
 
     # take over: the operator's words reach the user; the agent stays quiet
