@@ -107,9 +107,10 @@ async def test_the_starters_show_a_file_a_shell_run_a_program_sql_and_an_approva
             opened = await resp.json()
         token, starters = opened["token"], opened["agent"]["starters"]
         assert opened["agent"]["id"] == "demo" and agent.profile is not None
-        assert starters == agent.profile.starters and len(starters) == 5
+        assert starters == [starter.model_dump() for starter in agent.profile.starters] and len(starters) == 5
+        assert all(starter["label"] != starter["text"] for starter in starters)  # buttons read as words, not code
         ids = []
-        for number, text in enumerate(starters):
+        for number, text in enumerate(starter["text"] for starter in starters):
             headers = {"Authorization": f"Bearer {token}"}
             async with http.post(
                 f"{gateway}/api/chat/messages", json={"text": text, "client_id": f"s{number}"}, headers=headers

@@ -47,7 +47,7 @@ agents:
     profile:
       name: Report helper
       description: Builds reports from your files.
-      starters: ["Summarise my week", "What time is it?"]
+      starters: [{label: Summarise my week, text: "Summarise my week, please"}, "What time is it?"]
     instructions: You are a test assistant.
     tools: [current_time]
 """
@@ -379,7 +379,7 @@ async def test_the_empty_chat_offers_the_agents_starters(open_chat: OpenChat, tm
     await expect(empty).to_be_hidden()
     await chat.wait_answered(1)
     (user, reply) = await chat.transcript()
-    assert user == ("user", "Summarise my week") and "Summarise my week" in reply[1], (user, reply)
+    assert user == ("user", "Summarise my week, please") and "Summarise my week" in reply[1], (user, reply)
     await chat.reload()
     await expect(page.get_by_test_id("msg-user")).to_have_count(1, timeout=GUARD_MS)
     await expect(empty).to_be_hidden()

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import ReplayModel
@@ -40,3 +41,23 @@ async def test_a_ready_agent_is_served(tmp_path: Path) -> None:
     model = ReplayModel([answer_step("hello there")])
     result = await runtime(tmp_path, model=model).run_turn(request("hi", agent_=agent), MemorySink(), MemoryStore())
     assert agent.status == "ready" and result.text == "hello there" and len(model.requests) == 1
+
+
+def test_a_starter_is_a_label_and_a_text_or_a_string_that_is_both() -> None:
+    profile = AgentProfile.model_validate(
+        {"name": "Helper", "starters": ["What time is it?", {"label": "Query", "text": "/tool sql {}"}, "x" * 100]}
+    )
+    assert [(s.label, s.text) for s in profile.starters[:2]] == [
+        ("What time is it?", "What time is it?"),
+        ("Query", "/tool sql {}"),
+    ]
+    assert profile.starters[2].text == "x" * 100 and len(profile.starters[2].label) == 80
+
+
+@pytest.mark.parametrize(
+    "starters",
+    [[{"label": "", "text": "hi"}], [{"label": "hi"}], [{"label": "a", "text": "b", "extra": 1}], ["hi"] * 9],
+)
+def test_a_bad_starter_is_a_configuration_error(starters: list[object]) -> None:
+    with pytest.raises(ValidationError):
+        AgentProfile.model_validate({"name": "Helper", "starters": starters})

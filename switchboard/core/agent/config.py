@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from switchboard.core.approvals.policy import PolicyConfig
 from switchboard.core.sql.databases import AgentDatabases
@@ -12,9 +12,25 @@ from switchboard.core.tools.egress import AgentEgress
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
-__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus"]
+__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus", "Starter"]
 
 AgentStatus = Literal["draft", "ready"]
+
+
+class Starter(BaseModel):
+    """A message a new conversation may start with, and the short label its button shows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(min_length=1, max_length=80)
+    text: str = Field(min_length=1, max_length=2000)
+
+
+def _starter(value: object) -> object:
+    """A bare string is its own label (cut to the label's length)."""
+    if isinstance(value, str):
+        return {"label": value if len(value) <= 80 else value[:79] + "…", "text": value}
+    return value
 
 
 class AgentProfile(BaseModel):
@@ -24,8 +40,9 @@ class AgentProfile(BaseModel):
 
     name: str
     description: str = ""
-    starters: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=8)
-    """Messages a new conversation may start with: the web chat's empty state offers them as suggestions."""
+    starters: list[Annotated[Starter, BeforeValidator(_starter)]] = Field(default_factory=list, max_length=8)
+    """Messages a new conversation may start with (``{label, text}``, or a string that is both): the web chat's empty
+    state offers them as buttons."""
 
 
 class AgentLimits(BaseModel):

@@ -190,7 +190,7 @@ async def create_session(request: web.Request) -> web.Response:
         "id": conversation.agent,
         "name": profile.name if profile is not None else conversation.agent,
         "description": profile.description if profile is not None else "",
-        "starters": list(profile.starters) if profile is not None else [],
+        "starters": [starter.model_dump() for starter in profile.starters] if profile is not None else [],
     }
     return web.json_response(
         {"session": conversation.conversation, "token": token, "agent": agent},

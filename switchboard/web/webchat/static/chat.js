@@ -1357,10 +1357,13 @@
     emptyDescription.textContent = description;
     emptyDescription.hidden = !description;
     startersRow.replaceChildren();
-    for (const text of starters) {
-      if (typeof text !== "string" || !text.trim()) continue;
-      const button = el("button", "starter", text);
+    for (const starter of starters) {
+      const text = starter && typeof starter.text === "string" ? starter.text : "";
+      const label = starter && typeof starter.label === "string" && starter.label.trim() ? starter.label : text;
+      if (!text.trim()) continue;
+      const button = el("button", "starter", label);
       button.type = "button";
+      if (label !== text) button.title = text;
       button.addEventListener("click", () => {
         if (!auth) return;
         send(text);
