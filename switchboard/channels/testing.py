@@ -63,6 +63,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -435,7 +437,7 @@ def _promised(action: Action, caps: Capabilities) -> bool:
             return caps.streaming == "transport"
         case StreamText():
             return caps.streaming == "native"
-        case SetStatus() | AckChoice():
+        case SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
             return False  # best effort: a made-up click reference may be refused by the platform
         case _:
             assert_never(action)
@@ -553,7 +555,7 @@ class MockChannel:
                 return await self._send("\n".join(numbered), conversation, send)
             case SendFile() | EditText():
                 raise DeliveryError(f"{self._name} has no {action.kind}s", channel=self._name, retryable=False)
-            case StreamDelta() | SendTyping() | SetStatus() | AckChoice():
+            case StreamDelta() | SendTyping() | SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case _:
                 assert_never(action)

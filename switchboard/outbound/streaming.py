@@ -147,6 +147,13 @@ class ReplyStream:
         text, self._unsent = self._unsent, ""
         await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
 
+    async def flush(self) -> None:
+        """Send the pieces of the reply held back by ``delta_every_s`` now (``transport``): what follows comes after."""
+        if self.mode == "transport" and self._unsent:
+            self._sent_at = time.monotonic()
+            text, self._unsent = self._unsent, ""
+            await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
+
     def _early(self) -> bool:
         """Whether the reply has been written for less than :attr:`start_after_s` so far."""
         now = time.monotonic()

@@ -110,14 +110,14 @@ async def test_typing_publishes_nothing() -> None:
     assert recorder.calls == [] and receipt.parts == 0
 
 
-async def test_a_choice_is_a_message_with_numbered_options_and_button_ids() -> None:
+async def test_a_choice_is_a_message_with_the_question_alone_and_button_ids() -> None:
     recorder = Recorder()
     options = [Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")]
     await WebChannel(recorder).perform(
         OfferChoice(question="Which plan?", options=options, reply_to="m1"), CONVERSATION, SEND
     )
     expected = {
-        "text": "Which plan?\n\n1. Basic\n2. Pro",
+        "text": "Which plan?",  # the buttons are the options: no numbered list repeating them
         "reply_to": "m1",
         "choices": [{"id": "basic", "label": "Basic"}, {"id": "pro", "label": "Pro"}],
     }
@@ -131,8 +131,9 @@ async def test_a_small_file_is_read_through_the_send_context_and_published_inlin
         SendFile(path="out/report.csv", caption="Here", reply_to="m1"), CONVERSATION, files
     )
     [(_, kind, data)] = recorder.calls
-    assert kind == "message" and data["reply_to"] == "m1" and "report.csv" in data["text"]
-    assert data["file"] == {"name": "report.csv", "mime_type": "text/csv", "data": "YSxiCjEsMgo="}
+    assert kind == "message" and data["reply_to"] == "m1"
+    assert data["text"] == "Here"  # the caption alone: the page shows the file's name on its card
+    assert data["file"] == {"name": "report.csv", "mime_type": "text/csv", "data": "YSxiCjEsMgo=", "size": 8}
 
 
 async def test_a_missing_or_too_large_file_is_refused_so_the_agent_is_not_told_it_arrived() -> None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from switchboard.core.actions import ShowToolCall
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
 from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.agent.decider import Reply, StepRetry, decide
@@ -36,6 +37,7 @@ from switchboard.core.agent.prompt import (
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
 from switchboard.core.agent.steering import steered_first, steered_in
+from switchboard.core.agent.toolcards import ended, outcome_card, started
 from switchboard.core.agent.worklog import (
     call_facts,
     holds_untrusted,
@@ -73,7 +75,7 @@ from switchboard.core.tools.gateway import (
     workspace_for,
 )
 from switchboard.core.tools.status import StatusSink
-from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import ActivitySink, HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import in_workspace, persist_quietly
 from switchboard.errors import BudgetExceededError, ModelError
 
@@ -164,6 +166,8 @@ class _Turn:
         self.agent = request.agent
         self.sink = sink
         self.store = store
+        self.shows: ActivitySink | None = sink if conforms(sink, ActivitySink) else None
+        """Where the user sees each tool call as it starts and ends (``None``: nowhere)."""
         self.spec = self.agent.model or runtime.default_model
         self.model = model_name(self.spec)
         hosted = HostedFiles(runtime.gateway, request.session_key, self._untrusted)  # what an OpenAI-hosted shell did
@@ -402,21 +406,34 @@ class _Turn:
                     stop = "repeat_guard"
                 continue
             reads = self.untrusted_reads
+            card = started(call, self.message_id)
+            await self._show(card)
             try:
                 if call.name == RUN_PROGRAM and self.agent.codeact:
+                    waiting = len(self.approvals.waiting)
                     content, ok = await self._program(call)
+                    paused = len(self.approvals.waiting) > waiting
+                    card = ended(card, "waiting_approval" if paused else "ok" if ok else "failed", content)
                 else:
                     outcome = await self.call_tool(call.name, call.arguments, call.id)
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+                    tool = self.rt.registry.get(call.name, agent=self.agent.name)
+                    card = outcome_card(card, outcome, writes=tool is not None and tool.side_effect == "write")
                     if outcome.approval is not None:  # nothing ran: a person decides
                         content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
             except BudgetExceededError as err:
                 stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
                 content, ok = refusal(call.name, str(err)), False
+                card = ended(card, "refused", str(err))
+            await self._show(card)
             if not ok:
                 self.failures[fingerprint] += 1
             self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
         return stop
+
+    async def _show(self, card: ShowToolCall) -> None:
+        if self.shows is not None:
+            await self.shows.activity(card)
 
     def _tool_message(self, call: ToolCall, content: str) -> None:
         self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
