@@ -170,7 +170,9 @@ class _Turn:
         """Where the user sees each tool call as it starts and ends (``None``: nowhere)."""
         self.spec = self.agent.model or runtime.default_model
         self.model = model_name(self.spec)
-        hosted = HostedFiles(runtime.gateway, request.session_key, self._untrusted)  # what an OpenAI-hosted shell did
+        hosted = HostedFiles(  # what an OpenAI-hosted shell did
+            runtime.gateway, request.session_key, functools.partial(self._untrusted, "the output of the hosted shell")
+        )
         self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
         self.budget = Budget.for_turn(request, runtime.prices)
         self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
@@ -232,8 +234,10 @@ class _Turn:
         await self._open()
         self.messages += self.approvals.news  # what became of the actions it asked people about
         assert self.prompt is not None
-        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
-            self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
+        if self.input.attached:
+            self._untrusted("a file the user sent")
+        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted:
+            self._untrusted("content from earlier in this conversation")  # outside text, or written after it
         loop = asyncio.get_running_loop()
         remaining = self.budget.remaining_s()
         hard = loop.time() + remaining
@@ -278,11 +282,14 @@ class _Turn:
             waiting_for=self.approvals.waiting,
         )
 
-    def _untrusted(self) -> None:
-        """Untrusted content entered the context: from now on risky writes meet the policy gate."""
+    def _untrusted(self, source: str) -> None:
+        """Untrusted content entered the context (``source`` says how): risky writes meet the policy gate from now on."""
         if self.tainted_at is None:  # what the model writes from here on is marked untrusted in the history
             self.tainted_at = len(self.messages) - self.opening
-        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
+        sources = self.ctx.untrusted_sources
+        if source not in sources:
+            sources = (*sources, source)
+        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True, untrusted_sources=sources)
 
     async def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
@@ -447,7 +454,7 @@ class _Turn:
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
         if outcome.ok and untrusted_output(tool):
             self.untrusted_reads += 1
-            self._untrusted()
+            self._untrusted(f"the output of {name}")
         if call_id is not None:
             self.facts[call_id] = call_facts(tool, outcome)
         if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):

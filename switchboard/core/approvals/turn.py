@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import Any, Protocol
 
-from switchboard.core.actions import AckChoice
+from switchboard.core.actions import AckChoice, SettleChoices
 from switchboard.core.agent.budget import Budget
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.decider import Reply
@@ -20,6 +20,7 @@ from switchboard.core.agent.programs import PausedProgram, ProgramSnapshotError
 from switchboard.core.agent.programstep import ProgramStep, refusal, resume_program_call
 from switchboard.core.agent.worklog import work_entries
 from switchboard.core.approvals.decisions import Ask, Settled
+from switchboard.core.approvals.grants import GATEWAY_PRINCIPAL
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.approvals.records import (
     ApprovalRecord,
@@ -31,6 +32,7 @@ from switchboard.core.approvals.records import (
 from switchboard.core.approvals.suspend import (
     approval_id_for,
     approval_offer,
+    approval_options,
     approval_record,
     evidence_of,
     reply_record,
@@ -47,7 +49,7 @@ from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.calls import ToolOutcome
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.gateway import CallScope, ToolGateway
-from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import ActivitySink, SessionStore, TurnRequest, TurnResult, TurnSink
 
 __all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "RunningTurn", "TurnApprovals", "TurnRuntime", "reply_sink"]
 
@@ -221,6 +223,7 @@ class TurnApprovals:
         )
         if step is None:
             return None
+        await self._show_settled(step.settled)
         self.news = settled_messages(step.model_news)
         await self._paused_again(step.model_news)
         if step.asks_model:
@@ -232,6 +235,26 @@ class TurnApprovals:
             return None
         history = work_entries(self.news, self.turn.facts)
         return TurnResult(text="\n\n".join(step.texts), steps=0, history=history, waiting_for=self.waiting)
+
+    async def _show_settled(self, settled: list[Settled]) -> None:
+        """Each decided (or expired) tool approval's buttons are spent, wherever it was decided: the channel is told."""
+        sink = self.turn.sink
+        if not conforms(sink, ActivitySink):
+            return
+        for item in settled:
+            record = item.record
+            if record.kind != "tool" or record.request is None or item.status == "superseded":
+                continue
+            approve, deny = (option.id for option in approval_options(record))
+            chosen, label = {"denied": (deny, "Denied"), "expired": (None, "Expired")}.get(
+                item.status, (approve, "Approved")
+            )  # executed, or refused when checked again: approved either way
+            decider = record.decided_by or ""
+            by = "you" if decider == record.requested_by else "" if decider == GATEWAY_PRINCIPAL else decider
+            ids = (approve, deny)
+            await sink.activity(
+                SettleChoices(ids=ids, chosen=chosen, label=label, by=by, reply_to=self.turn.message_id)
+            )
 
     async def _paused_again(self, settled: list[Settled]) -> None:
         """Approvals of programs that resumed and paused again: the turn waits for them.
