@@ -283,7 +283,7 @@ class _Turn:
         )
 
     def _untrusted(self, source: str) -> None:
-        """Untrusted content entered the context (``source`` says how): risky writes meet the policy gate from now on."""
+        """Untrusted content entered the context (``source`` says how): risky writes now meet the policy gate."""
         if self.tainted_at is None:  # what the model writes from here on is marked untrusted in the history
             self.tainted_at = len(self.messages) - self.opening
         sources = self.ctx.untrusted_sources
