@@ -39,6 +39,9 @@ class SendText(_Action):
 
     kind: Literal["text"] = "text"
     text: str
+    notice: bool = False
+    """The gateway's own word about the conversation (``/stop`` answered), not the agent's: a channel that can
+    shows it as a small system line."""
 
 
 class StreamDelta(_Action):

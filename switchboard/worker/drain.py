@@ -411,10 +411,14 @@ class Drainer(TurnEndings):
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
         sink = _Sink(self, turn, events)
+        notice = False
         if all(is_stop(m) for m in messages):
-            # a /stop that reached its turn: say whether it stopped something, without asking the model
+            # a /stop that reached its turn: say whether it stopped something, without asking the model, once (a
+            # stopped reply that streamed into a message says it there already)
             stopped = turn.stopped_at is not None and turn.stopped_at >= messages[0].received_at
-            result = TurnResult(text=STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+            said = stopped and turn.stop_shown
+            result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+            notice = True
         else:
             try:
                 result = await self._run(turn, request, sink, store, agent.limits.deadline_s)
@@ -427,7 +431,11 @@ class Drainer(TurnEndings):
         sent: Receipt | Undelivered | None = None
         if result.text.strip():
             stream = turn.stream
-            reply = stream.reply(result.text) if stream else SendText(text=result.text, reply_to=turn.reply_to)
+            reply: SendText | StreamText
+            if notice or stream is None:
+                reply = SendText(text=result.text, reply_to=turn.reply_to, notice=notice)
+            else:
+                reply = stream.reply(result.text)
             facts = encode_facts(sink.take()) if sink.held else ""
             sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
         else:

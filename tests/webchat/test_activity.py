@@ -5,6 +5,7 @@ API → real ingest → real Drainer running the real Runtime (a replayed model,
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from switchboard.core.messages import ConversationRef
 from switchboard.core.model import Finished, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.tools.builtin import default_registry
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.queue.cancellation import listen_for_stops
 from switchboard.sandbox.detect import choose_now
 from switchboard.sandbox.runner import Sandbox
 from switchboard.types import SessionKey
@@ -198,3 +201,71 @@ async def test_a_channel_without_tool_activity_is_sent_no_card(chat: Chat, tmp_p
     assert [a.kind for a in channels.performed if a.kind == "text"] == ["text"]
     assert not [a for a in channels.performed if isinstance(a, ShowToolCall | SettleChoices)]
     assert model.exhausted
+
+
+class _Slow:
+    """A turn that writes a little of its reply, then takes a minute (unless stopped); others answer at once."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        if request.messages[-1].text.startswith("slow"):
+            await sink.delta("Let me think")
+            self.started.set()
+            await asyncio.sleep(60)
+        return TurnResult(text="done", steps=1)
+
+
+def _plain_drainer(chat: Chat, runner: _Slow) -> Drainer:
+    channels = ChannelSet({("web", "default"): WebChannel(chat.publisher.publish)})
+    settings = chat.settings.queue.model_copy(update={"max_attempts": 1, "retry_backoff_s": 0})
+    return Drainer(chat.redis, settings, runner=runner, deliverer=channels, worker_id="w1",
+                   agent_for=lambda m: chat.settings.file.agent(m.conversation.agent))  # fmt: skip
+
+
+def _notices(events: list[SSE]) -> list[tuple[str | None, str]]:
+    """Every event that tells the user something about the stop (a bubble or a system line)."""
+    shown: list[tuple[str | None, str]] = []
+    for e in events:
+        data = e.data or {}
+        if e.event == "reply_error" or (e.event == "message" and data.get("text") != "done"):
+            shown.append((e.event, str(data.get("code") or data.get("text"))))
+    return shown
+
+
+async def test_stop_while_a_reply_runs_shows_exactly_one_notice(chat: Chat) -> None:
+    runner = _Slow()
+    drainer = _plain_drainer(chat, runner)
+    _, token = await chat.new_session()
+    session = SessionKey(await chat.session_key(token))
+    stop_listening = asyncio.Event()
+    listener = asyncio.create_task(listen_for_stops(chat.redis, drainer.cancel, stop_listening))
+    try:
+        await chat.send(token, "slow question", client_id="q1")
+        drain = asyncio.create_task(drainer.drain(session))
+        await asyncio.wait_for(runner.started.wait(), 10)
+        await chat.send(token, "/stop", client_id="s1")
+        await asyncio.wait_for(drain, 10)
+    finally:
+        stop_listening.set()
+        await listener
+    events = await _events(chat, token)
+    [stop_echo] = [e.data for e in events if e.event == "user" and e.data["text"] == "/stop"]
+    assert stop_echo["command"] == "stop"  # the page shows no bubble for the button's /stop
+    [question] = [e.data for e in events if e.event == "user" and e.data["text"] == "slow question"]
+    assert "command" not in question
+    assert _notices(events) == [("reply_error", "cancelled")]
+    [error] = [e.data for e in events if e.event == "reply_error"]
+    assert error["message"] == "You stopped this reply."
+
+
+async def test_stop_with_nothing_running_is_one_notice_message(chat: Chat) -> None:
+    drainer = _plain_drainer(chat, _Slow())
+    _, token = await chat.new_session()
+    await chat.send(token, "/stop", client_id="s1")
+    await drainer.drain(SessionKey(await chat.session_key(token)))
+    events = await _events(chat, token)
+    assert _notices(events) == [("message", "Nothing was running, so there was nothing to stop.")]
+    [notice] = [e.data for e in events if e.event == "message"]
+    assert notice["notice"] is True

@@ -359,6 +359,8 @@ class WebChannel:
         match action:
             case StreamDelta():
                 return "delta", {"text": action.text, "reply_to": reply_to}
+            case SendText() if action.notice:
+                return "message", {"text": action.text, "reply_to": reply_to, "notice": True}
             case SendText():
                 return "message", {"text": action.text, "reply_to": reply_to}
             case SetStatus():
