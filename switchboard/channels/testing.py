@@ -415,6 +415,8 @@ def sample_actions(posted: str = "1") -> list[Action]:
         EditText(message_id=posted, text="kit: an edited reply"),
         StreamText(text="kit: a streamed reply", final=True),
         AckChoice(ack_ref="kit-ack", text="kit: noted"),
+        ShowToolCall(call_id="kit-call", tool="shell", title="shell: ls", state="ok", started_at=0.0),
+        SettleChoices(ids=("kit:yes", "kit:no"), chosen="kit:yes", label="Yes", by="you"),
     ]
     missing = set(get_args(get_args(Action)[0])) - {type(action) for action in samples}
     if missing:
@@ -437,7 +439,9 @@ def _promised(action: Action, caps: Capabilities) -> bool:
             return caps.streaming == "transport"
         case StreamText():
             return caps.streaming == "native"
-        case SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
+        case ShowToolCall() | SettleChoices():
+            return caps.tool_activity
+        case SetStatus() | AckChoice():
             return False  # best effort: a made-up click reference may be refused by the platform
         case _:
             assert_never(action)
