@@ -125,3 +125,16 @@ async def test_a_channel_without_tool_activity_is_told_nothing(searching: Search
     await searching.send(searching.click(searching.approve_option()))
     assert searching.refunds == [150]
     assert not [s for s in searching.deliverer.sent if isinstance(s.action, SettleChoices | ShowToolCall)]
+
+
+async def test_the_approved_call_updates_the_card_that_waited(searching: SearchingWorld) -> None:
+    searching.model = ReplayModel([calls_step(("refund", {"amount": 150})), answer_step("Done.", step=2)], strict=False)
+    await searching.send(searching.message("refund me"))
+    await searching.send(searching.click(searching.approve_option()))
+    assert searching.refunds == [150]
+    cards = [s.action for s in searching.deliverer.sent if isinstance(s.action, ShowToolCall)]
+    assert [(c.call_id, c.tool, c.state) for c in cards] == [
+        ("c1_0", "refund", "running"), ("c1_0", "refund", "waiting_approval"),
+        ("c1_0", "refund", "running"), ("c1_0", "refund", "ok"),
+    ]  # fmt: skip
+    assert cards[-1].output_head == '{"refunded":150}'
