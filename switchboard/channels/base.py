@@ -26,6 +26,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -183,6 +185,9 @@ class Capabilities:
     files: bool = False
     statuses: bool = False
     """``SetStatus`` shows: the channel is told when a turn starts and when the session goes idle (web chat)."""
+    tool_activity: bool = False
+    """``ShowToolCall`` and ``SettleChoices`` show: the channel is sent each tool call as it starts and ends, and
+    each decided offer (web chat). A channel without it is sent neither, at no cost."""
     typing: bool = False
     typing_refresh_s: float = 4.0
     """How often a typing indicator must be repeated to stay visible."""
@@ -276,7 +281,7 @@ async def perform_action(
             return await sender.choice(action, conversation, send)
         case SendFile():
             return await sender.file(action, conversation, send)
-        case SetStatus() | StreamDelta():
+        case SetStatus() | StreamDelta() | ShowToolCall() | SettleChoices():
             return Receipt(parts=0)
         case AckChoice():
             return Receipt(parts=0, detail={"ack": "http"})  # the webhook's answer acknowledged the click

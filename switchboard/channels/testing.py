@@ -63,6 +63,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -413,6 +415,8 @@ def sample_actions(posted: str = "1") -> list[Action]:
         EditText(message_id=posted, text="kit: an edited reply"),
         StreamText(text="kit: a streamed reply", final=True),
         AckChoice(ack_ref="kit-ack", text="kit: noted"),
+        ShowToolCall(call_id="kit-call", tool="shell", title="shell: ls", state="ok", started_at=0.0),
+        SettleChoices(ids=("kit:yes", "kit:no"), chosen="kit:yes", label="Yes", by="you"),
     ]
     missing = set(get_args(get_args(Action)[0])) - {type(action) for action in samples}
     if missing:
@@ -435,6 +439,8 @@ def _promised(action: Action, caps: Capabilities) -> bool:
             return caps.streaming == "transport"
         case StreamText():
             return caps.streaming == "native"
+        case ShowToolCall() | SettleChoices():
+            return caps.tool_activity
         case SetStatus() | AckChoice():
             return False  # best effort: a made-up click reference may be refused by the platform
         case _:
@@ -553,7 +559,7 @@ class MockChannel:
                 return await self._send("\n".join(numbered), conversation, send)
             case SendFile() | EditText():
                 raise DeliveryError(f"{self._name} has no {action.kind}s", channel=self._name, retryable=False)
-            case StreamDelta() | SendTyping() | SetStatus() | AckChoice():
+            case StreamDelta() | SendTyping() | SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case _:
                 assert_never(action)

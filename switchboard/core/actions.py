@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AckChoice",
     "Action",
+    "ApprovalCard",
     "Choice",
     "EditText",
     "OfferChoice",
@@ -17,8 +18,12 @@ __all__ = [
     "SendText",
     "SendTyping",
     "SetStatus",
+    "SettleChoices",
+    "ShowToolCall",
     "StreamDelta",
     "StreamText",
+    "ToolFile",
+    "ToolState",
 ]
 
 
@@ -34,6 +39,9 @@ class SendText(_Action):
 
     kind: Literal["text"] = "text"
     text: str
+    notice: bool = False
+    """The gateway's own word about the conversation (``/stop`` answered), not the agent's: a channel that can
+    shows it as a small system line."""
 
 
 class StreamDelta(_Action):
@@ -86,12 +94,28 @@ class Choice(BaseModel):
     label: str = Field(min_length=1)
 
 
+class ApprovalCard(BaseModel):
+    """What an approval's question is about, for a channel that shows it as a card (the web chat)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tool: str
+    title: str
+    """What would run, on one line."""
+    reason: str
+    """Why a person must decide."""
+    expires_at: float | None = None
+
+
 class OfferChoice(_Action):
     """Ask the user to pick one of a few options (native buttons where the channel has them, else numbered text)."""
 
     kind: Literal["choice"] = "choice"
     question: str
     options: list[Choice]
+    approval: ApprovalCard | None = None
+    """Set when the options decide an approval."""
 
 
 class EditText(_Action):
@@ -122,6 +146,67 @@ class StreamText(_Action):
     final: bool = False
 
 
+ToolState = Literal["running", "ok", "failed", "waiting_approval", "refused"]
+"""Where one tool call stands: running, then how it ended (``waiting_approval``: a person decides first)."""
+
+
+class ToolFile(BaseModel):
+    """A workspace file a tool call made or changed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: str
+    """Relative to the session workspace."""
+
+
+class ShowToolCall(_Action):
+    """Show one tool call as it starts and ends (web chat: one card per call); best effort, never the reply.
+
+    Only a channel whose capabilities declare ``tool_activity`` is sent these. Every field is safe to show the user:
+    the arguments are a redacted preview, the output its head and tail.
+    """
+
+    kind: Literal["tool"] = "tool"
+    call_id: str
+    tool: str
+    title: str
+    """The tool and its main argument on one line (at most 120 characters)."""
+    arguments: str = ""
+    """A preview of the arguments as JSON (at most 500 characters, secret-looking values redacted)."""
+    state: ToolState
+    started_at: float
+    """Unix seconds."""
+    duration_ms: float | None = None
+    """``None`` while running."""
+    exit_status: int | None = None
+    """The shell's (or a program's) exit status, when there is one."""
+    output_head: str = ""
+    """The output's first lines (at most 20 lines and 2,000 characters)."""
+    output_tail: str = ""
+    """Its last lines, when the head does not hold everything."""
+    omitted_lines: int = 0
+    """Lines between the head and the tail, not shown."""
+    files: tuple[ToolFile, ...] = ()
+
+
+class SettleChoices(_Action):
+    """An offer was decided (anywhere: a click, the console, a command) or expired: its buttons are spent.
+
+    Like :class:`ShowToolCall`, sent only to a channel whose capabilities declare ``tool_activity``.
+    """
+
+    kind: Literal["settled"] = "settled"
+    ids: tuple[str, ...]
+    """Every option id of the offer."""
+    chosen: str | None = None
+    """The option taken (``None``: none was, e.g. it expired)."""
+    label: str
+    """What became of it: ``Approved``, ``Denied``, ``Expired`` or the picked option's label."""
+    by: str = ""
+    """Who decided: ``you`` (the user of the conversation) or a principal (``console:alice``)."""
+
+
 class AckChoice(_Action):
     """Acknowledge a click (Telegram ``answerCallbackQuery``), with an optional short notice."""
 
@@ -141,7 +226,9 @@ Action = Annotated[
     | OfferChoice
     | EditText
     | StreamText
-    | AckChoice,
+    | AckChoice
+    | ShowToolCall
+    | SettleChoices,
     Field(discriminator="kind"),
 ]
 """Any send action."""

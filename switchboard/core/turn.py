@@ -8,13 +8,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchboard.core.actions import SettleChoices, ShowToolCall
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.events import Event
 from switchboard.core.messages import InboundMessage
 from switchboard.types import SessionKey
 
-__all__ = ["HistoryEntry", "SessionStore", "SteeringSink", "TurnRequest", "TurnResult", "TurnSink"]
+__all__ = ["ActivitySink", "HistoryEntry", "SessionStore", "SteeringSink", "TurnRequest", "TurnResult", "TurnSink"]
 
 
 class HistoryEntry(BaseModel):
@@ -105,6 +106,18 @@ class TurnSink(Protocol):
 
     async def event(self, event: Event) -> None:
         """Append a fact to the session's event log."""
+
+
+@runtime_checkable
+class ActivitySink(TurnSink, Protocol):
+    """A sink that shows the turn's work as it happens: each tool call as it starts and ends, each decided offer.
+
+    Best effort and never the reply: a channel that cannot show them is sent nothing. A sink without this method
+    shows nothing.
+    """
+
+    async def activity(self, action: ShowToolCall | SettleChoices) -> None:
+        """Show ``action`` on the conversation's channel, if it shows such things."""
 
 
 @runtime_checkable

@@ -147,6 +147,13 @@ class ReplyStream:
         text, self._unsent = self._unsent, ""
         await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
 
+    async def flush(self) -> None:
+        """Send the pieces of the reply held back by ``delta_every_s`` now (``transport``): what follows comes after."""
+        if self.mode == "transport" and self._unsent:
+            self._sent_at = time.monotonic()
+            text, self._unsent = self._unsent, ""
+            await self._notify(StreamDelta(text=text, reply_to=self.reply_to), f"delta:{self.deltas}")
+
     def _early(self) -> bool:
         """Whether the reply has been written for less than :attr:`start_after_s` so far."""
         now = time.monotonic()
@@ -281,22 +288,26 @@ class ReplyStream:
         platform_ids = tuple(r.partition(":")[2] for r in send.sent)
         return Receipt(platform_ids=platform_ids, parts=len(platform_ids), detail={"preview": self.preview_id})
 
-    async def stopped(self, *, code: str = "cancelled", notice: str = CANCELLED_TEXT, restarts: bool = False) -> None:
+    async def stopped(self, *, code: str = "cancelled", notice: str = CANCELLED_TEXT, restarts: bool = False) -> bool:
         """The turn was stopped on request: close what streamed so far, with the notice.
 
         ``restarts``: a newer message interrupted the turn, which restarts under the same run id (the ``interrupt``
         busy policy); its preview is left as it is, for the restarted turn edits that same message.
+
+        Returns whether the notice is shown (nothing streamed into a message yet: it is not, and the ``/stop``
+        that asked says so instead).
         """
         match self.mode:
             case "transport":
                 await self._notify(SendError(code=code, message=notice, reply_to=self.reply_to), "stop")
+                return True
             case "native" if self.handle is not None:
                 text = f"{self.text}\n\n{notice}".strip()
                 action = StreamText(handle=self.handle, text=text, sent=len(self.shown), final=True)
-                await self._ephemeral(action, "stream:stop")
+                return await self._ephemeral(action, "stream:stop") is not None
             case "edits" if self.preview_id is not None and not restarts:
                 room = max(1, self.limit - measure(notice, self.caps.text_unit) - 2)  # the notice must fit too
                 text = f"{split_head(self.text, room, self.caps.text_unit)[0]}\n\n{notice}".strip()
-                await self._ephemeral(EditText(message_id=self.preview_id, text=text), "edit:stop")
+                return await self._ephemeral(EditText(message_id=self.preview_id, text=text), "edit:stop") is not None
             case _:
-                return
+                return False

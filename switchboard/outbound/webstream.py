@@ -41,7 +41,7 @@ WEB_STREAM_MAXLEN: Final = 1000
 """Approximate number of entries each session's web stream retains."""
 WEB_STREAM_MAX_BYTES: Final = 4096 * 1024
 """Default byte budget of each session's web stream (``SWITCHBOARD_LIMITS__WEB_HISTORY_KIB``)."""
-EVENT_TYPES: Final = frozenset({"user", "status", "delta", "message", "reply_error"})
+EVENT_TYPES: Final = frozenset({"user", "status", "delta", "message", "reply_error", "tool", "choices_settled"})
 """Every ``type`` a web stream entry may have (a failed reply is ``reply_error``: a browser's ``EventSource`` also
 fires ``error`` for its own connection failures)."""
 _LEGACY_TYPES: Final = {"error": "reply_error"}

@@ -21,7 +21,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.channels.base import Receipt, SendContext
-from switchboard.core.actions import AckChoice, Action, SendText, SendTyping, SetStatus, StreamText
+from switchboard.core.actions import (
+    AckChoice,
+    Action,
+    SendText,
+    SendTyping,
+    SetStatus,
+    SettleChoices,
+    ShowToolCall,
+    StreamText,
+)
 from switchboard.core.agent.config import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
 from switchboard.core.messages import ConversationRef, InboundMessage
@@ -101,6 +110,22 @@ class _Sink:
             raise _lost(self._turn.lease)
         return await self._turn.busy.take_steered(self._turn.ledger)
 
+    async def activity(self, action: ShowToolCall | SettleChoices) -> None:
+        """A tool call's card or a decided offer: best effort like a status, only where the channel shows them.
+
+        A channel whose capabilities do not declare ``tool_activity`` is sent nothing (no Redis command either).
+        Pieces of the reply written before a call go out first, so the call's card and what it sends follow them.
+        """
+        turn = self._turn
+        if turn.lost.is_set():
+            raise _lost(turn.lease)
+        stream = turn.stream
+        if stream is None or not stream.caps.tool_activity:
+            return
+        await stream.flush()
+        logical = f"tool:{action.call_id}:{action.state}" if isinstance(action, ShowToolCall) else "settled"
+        await self._drainer._notify(turn, action.model_copy(update={"reply_to": turn.reply_to}), logical)
+
     async def act(self, action: Action) -> None:
         """A channel action a tool asked for (send a file, offer a choice): through the outbox, once.
 
@@ -117,6 +142,8 @@ class _Sink:
             return
         turn.acts += 1
         await self.flush()
+        if turn.stream is not None:
+            await turn.stream.flush()  # the reply's pieces written before the call go out before what it sends
         await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
         await record_offer(self._drainer.redis, turn.lease, action, idempotency_key(turn.run_id, f"act:{turn.acts}"))
 
@@ -384,10 +411,14 @@ class Drainer(TurnEndings):
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
         sink = _Sink(self, turn, events)
+        notice = False
         if all(is_stop(m) for m in messages):
-            # a /stop that reached its turn: say whether it stopped something, without asking the model
+            # a /stop that reached its turn: say whether it stopped something, without asking the model, once (a
+            # stopped reply that streamed into a message says it there already)
             stopped = turn.stopped_at is not None and turn.stopped_at >= messages[0].received_at
-            result = TurnResult(text=STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+            said = stopped and turn.stop_shown
+            result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
+            notice = True
         else:
             try:
                 result = await self._run(turn, request, sink, store, agent.limits.deadline_s)
@@ -400,7 +431,11 @@ class Drainer(TurnEndings):
         sent: Receipt | Undelivered | None = None
         if result.text.strip():
             stream = turn.stream
-            reply = stream.reply(result.text) if stream else SendText(text=result.text, reply_to=turn.reply_to)
+            reply: SendText | StreamText
+            if notice or stream is None:
+                reply = SendText(text=result.text, reply_to=turn.reply_to, notice=notice)
+            else:
+                reply = stream.reply(result.text)
             facts = encode_facts(sink.take()) if sink.held else ""
             sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
         else:

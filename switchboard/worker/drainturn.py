@@ -56,6 +56,8 @@ class DrainTurn:
     stop_reason: str = ""
     stopped_at: float | None = None
     """When this drain last cancelled a turn on request (answers the ``/stop`` message that asked)."""
+    stop_shown: bool = False
+    """Whether the turn last cancelled on request showed the user it stopped (its streamed reply says so)."""
     yield_after: bool = False
     """Fairness: the turn in flight ends the session's share while others wait (its completion yields the slot)."""
     typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)

@@ -179,8 +179,8 @@ class TurnEndings:
         for pending in turn.typing:
             pending.cancel()
         turn.typing.clear()
-        if turn.stream is not None:
-            await turn.stream.stopped()  # what streamed so far is closed, with the notice
+        # what streamed so far is closed, with the notice; the /stop behind it then says nothing more
+        turn.stop_shown = turn.stream is not None and await turn.stream.stopped()
         remaining = await turn.ledger.complete(
             attempt,
             messages,

@@ -71,6 +71,7 @@ class RecordingDeliverer:
     typing: bool = True
     typing_refresh_s: float = 4.0
     statuses: bool = True
+    tool_activity: bool = False
 
     def capabilities(self, conversation: ConversationRef) -> Capabilities:
         streaming = "transport" if self.streaming else "none"
@@ -80,6 +81,7 @@ class RecordingDeliverer:
             typing=self.typing,
             typing_refresh_s=self.typing_refresh_s,
             statuses=self.statuses,
+            tool_activity=self.tool_activity,
         )
 
     async def perform(self, action: Action, conversation: ConversationRef, send: SendContext) -> Receipt:

@@ -31,6 +31,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -178,7 +180,15 @@ class FakeChannel:
                 self.platform.files[message_id] = data.data
                 await send.part_sent(message_id)
                 return Receipt(platform_ids=(message_id,))
-            case SendTyping() | SetStatus() | StreamDelta() | OfferChoice() | AckChoice():
+            case (
+                SendTyping()
+                | SetStatus()
+                | StreamDelta()
+                | OfferChoice()
+                | AckChoice()
+                | ShowToolCall()
+                | SettleChoices()
+            ):
                 self.platform.calls.append((action.kind, ""))
                 return Receipt(parts=0)
             case _:

@@ -6,6 +6,7 @@ the final reply arrives complete, each message within Telegram's limit, and the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.outbound.deliver import ChannelDeliverer
+from switchboard.queue.cancellation import listen_for_stops
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings
 from switchboard.worker.drain import Drainer
@@ -104,3 +106,40 @@ async def test_a_private_chat_streams_a_long_reply_with_drafts_within_the_budget
     assert fake.sent(chat, "editMessageText") == []
     messages = _visible_messages(fake, chat)
     assert " ".join(messages).split() == REPLY.split()
+
+
+@pytest.mark.parametrize(("chat", "chat_type"), [(-100777, "supergroup"), (777, "private")])
+async def test_stop_leaves_one_notice_in_the_chat(
+    fake: FakeTelegram,
+    channel: TelegramChannel,
+    client: aioredis.Redis,
+    queue_settings: QueueSettings,
+    chat: int,
+    chat_type: str,
+) -> None:
+    started = asyncio.Event()
+
+    async def slow(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        await sink.delta("Let me think")
+        started.set()
+        await asyncio.sleep(60)
+        return TurnResult(text="never", steps=1)
+
+    ingestor = Ingestor(client, queue_settings)
+    question = _message(chat, chat_type)
+    deliverer = ChannelDeliverer({("telegram", "default"): channel})
+    drainer = Drainer(client, queue_settings, runner=slow, deliverer=deliverer, agent_for=agent_for, worker_id="w1")
+    stop_listening = asyncio.Event()
+    listener = asyncio.create_task(listen_for_stops(client, drainer.cancel, stop_listening))
+    try:
+        await ingestor.ingest(question)
+        drain = asyncio.create_task(drainer.drain(question.session_key))
+        await asyncio.wait_for(started.wait(), 10)
+        await ingestor.ingest(question.model_copy(update={"dedup_key": f"tg-stop-{chat}", "text": "/stop"}))
+        await asyncio.wait_for(drain, 10)
+    finally:
+        stop_listening.set()
+        await listener
+    shown = _visible_messages(fake, chat)
+    assert len(shown) == 1 and shown[0].endswith("You stopped this reply."), shown  # one message says it, once
+    assert shown[0].startswith("Let me think")

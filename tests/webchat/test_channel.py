@@ -12,6 +12,7 @@ from switchboard.channels.base import FileData, RawRequest
 from switchboard.channels.web.adapter import MAX_FILE_BYTES, WebChannel, parse_post, split_session_key
 from switchboard.core.actions import (
     AckChoice,
+    ApprovalCard,
     Choice,
     EditText,
     OfferChoice,
@@ -20,8 +21,11 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
+    ToolFile,
 )
 from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, Posted
 from switchboard.errors import (
@@ -95,8 +99,34 @@ class Recorder:
             SendError(code="timeout", message="The model took too long.", reply_to="m1"),
             ("reply_error", {"reply_to": "m1", "code": "timeout", "message": "The model took too long."}),
         ),
+        (
+            SendText(text="Nothing was running.", reply_to="m1", notice=True),
+            ("message", {"text": "Nothing was running.", "reply_to": "m1", "notice": True}),
+        ),
+        (
+            ShowToolCall(call_id="c1", tool="shell", title="shell: ls", arguments='{"commands":["ls"]}',
+                         state="ok", started_at=1.5, duration_ms=2.0, exit_status=0, output_head="a.txt",
+                         files=(ToolFile(name="a.txt", path="out/a.txt"),), reply_to="m1"),
+            ("tool", {"reply_to": "m1", "call_id": "c1", "tool": "shell", "title": "shell: ls",
+                      "arguments": '{"commands":["ls"]}', "state": "ok", "started_at": 1.5, "duration_ms": 2.0,
+                      "exit_status": 0, "output_head": "a.txt", "output_tail": "", "omitted_lines": 0,
+                      "files": [{"name": "a.txt", "path": "out/a.txt"}]}),
+        ),
+        (
+            SettleChoices(ids=("a", "d"), chosen="a", label="Approved", by="console:alice", reply_to="m2"),
+            ("choices_settled", {"ids": ["a", "d"], "chosen": "a", "label": "Approved", "by": "console:alice"}),
+        ),
+        (
+            OfferChoice(question="Run it?", options=[Choice(id="a", label="Approve"), Choice(id="d", label="Deny")],
+                        approval=ApprovalCard(id="ap1", tool="shell", title="shell: rm x", reason="why",
+                                              expires_at=9.0), reply_to="m1"),
+            ("message", {"text": "Run it?", "reply_to": "m1",
+                         "choices": [{"id": "a", "label": "Approve"}, {"id": "d", "label": "Deny"}],
+                         "approval": {"id": "ap1", "tool": "shell", "title": "shell: rm x", "reason": "why",
+                                      "expires_at": 9.0}}),
+        ),
     ],
-)
+)  # fmt: skip
 async def test_actions_become_web_stream_events(action: Any, expected: tuple[str, dict[str, Any]]) -> None:
     recorder = Recorder()
     receipt = await WebChannel(recorder).perform(action, CONVERSATION, SEND)
@@ -110,14 +140,14 @@ async def test_typing_publishes_nothing() -> None:
     assert recorder.calls == [] and receipt.parts == 0
 
 
-async def test_a_choice_is_a_message_with_numbered_options_and_button_ids() -> None:
+async def test_a_choice_is_a_message_with_the_question_alone_and_button_ids() -> None:
     recorder = Recorder()
     options = [Choice(id="basic", label="Basic"), Choice(id="pro", label="Pro")]
     await WebChannel(recorder).perform(
         OfferChoice(question="Which plan?", options=options, reply_to="m1"), CONVERSATION, SEND
     )
     expected = {
-        "text": "Which plan?\n\n1. Basic\n2. Pro",
+        "text": "Which plan?",  # the buttons are the options: no numbered list repeating them
         "reply_to": "m1",
         "choices": [{"id": "basic", "label": "Basic"}, {"id": "pro", "label": "Pro"}],
     }
@@ -131,8 +161,9 @@ async def test_a_small_file_is_read_through_the_send_context_and_published_inlin
         SendFile(path="out/report.csv", caption="Here", reply_to="m1"), CONVERSATION, files
     )
     [(_, kind, data)] = recorder.calls
-    assert kind == "message" and data["reply_to"] == "m1" and "report.csv" in data["text"]
-    assert data["file"] == {"name": "report.csv", "mime_type": "text/csv", "data": "YSxiCjEsMgo="}
+    assert kind == "message" and data["reply_to"] == "m1"
+    assert data["text"] == "Here"  # the caption alone: the page shows the file's name on its card
+    assert data["file"] == {"name": "report.csv", "mime_type": "text/csv", "data": "YSxiCjEsMgo=", "size": 8}
 
 
 async def test_a_missing_or_too_large_file_is_refused_so_the_agent_is_not_told_it_arrived() -> None:

@@ -57,6 +57,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -273,7 +275,7 @@ class DiscordChannel:
                 return Receipt(parts=0, detail={"action": "typing"})
             case AckChoice():
                 return Receipt(parts=0, detail={"skipped": "acknowledged by the interaction answer"})
-            case SetStatus() | StreamDelta():
+            case SetStatus() | StreamDelta() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case _:
                 assert_never(action)

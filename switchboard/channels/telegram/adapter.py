@@ -44,6 +44,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -288,7 +290,7 @@ class TelegramChannel:
                 return await sender.text(action.text, conversation, send)
             case SendTyping():
                 return await sender.typing(conversation, send)
-            case SetStatus() | StreamDelta():
+            case SetStatus() | StreamDelta() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case SendError():
                 return await sender.error(action, conversation, send)

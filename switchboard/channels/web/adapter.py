@@ -30,7 +30,6 @@ from switchboard.channels.base import (
     SendContext,
 )
 from switchboard.channels.registry import ReadUpload
-from switchboard.channels.render.actions import action_markdown
 from switchboard.core.actions import (
     AckChoice,
     Action,
@@ -41,6 +40,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -89,9 +90,10 @@ CAPABILITIES: Final = Capabilities(
     button_label=80,
     files=True,
     statuses=True,
+    tool_activity=True,
 )
-"""The web chat streams on its own transport (SSE ``delta`` events), shows buttons and whether the agent is running;
-it has no edits."""
+"""The web chat streams on its own transport (SSE ``delta`` events), shows buttons, whether the agent is running and
+each tool call as a card; it has no edits."""
 
 Publish = Callable[[SessionKey, str, dict[str, Any]], Awaitable[str]]
 """Append one event (session, type, data) to the session's web stream; returns the stream entry id."""
@@ -341,8 +343,9 @@ class WebChannel:
             "name": data.name,
             "mime_type": data.mime_type or action.mime_type or "application/octet-stream",
             "data": base64.b64encode(data.data).decode("ascii"),
+            "size": len(data.data),
         }
-        return {"text": action_markdown(action), "reply_to": action.reply_to, "file": file}
+        return {"text": action.caption, "reply_to": action.reply_to, "file": file}  # the page shows the name
 
     @staticmethod
     def event_for(action: Action) -> tuple[str, dict[str, Any]] | None:
@@ -356,6 +359,8 @@ class WebChannel:
         match action:
             case StreamDelta():
                 return "delta", {"text": action.text, "reply_to": reply_to}
+            case SendText() if action.notice:
+                return "message", {"text": action.text, "reply_to": reply_to, "notice": True}
             case SendText():
                 return "message", {"text": action.text, "reply_to": reply_to}
             case SetStatus():
@@ -369,9 +374,17 @@ class WebChannel:
                 return None  # status "running" already shows the typing indicator
             case AckChoice():
                 return None  # the click's POST was answered 202: nothing left to acknowledge
-            case OfferChoice():
+            case OfferChoice():  # the buttons are the options: the text is the question alone
                 choices = [{"id": option.id, "label": option.label} for option in action.options]
-                return "message", {"text": action_markdown(action), "reply_to": reply_to, "choices": choices}
+                offer: dict[str, Any] = {"text": action.question, "reply_to": reply_to, "choices": choices}
+                if action.approval is not None:
+                    offer["approval"] = action.approval.model_dump(mode="json")
+                return "message", offer
+            case ShowToolCall():
+                return "tool", action.model_dump(mode="json", exclude={"kind"})
+            case SettleChoices():
+                settled = {"ids": list(action.ids), "chosen": action.chosen, "label": action.label, "by": action.by}
+                return "choices_settled", settled
             case StreamText():
                 return WebChannel._stream_event(action)
             case EditText():

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from switchboard.core.actions import ShowToolCall
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
 from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.agent.decider import Reply, StepRetry, decide
@@ -36,6 +37,7 @@ from switchboard.core.agent.prompt import (
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
 from switchboard.core.agent.steering import steered_first, steered_in
+from switchboard.core.agent.toolcards import ended, outcome_card, started
 from switchboard.core.agent.worklog import (
     call_facts,
     holds_untrusted,
@@ -73,7 +75,7 @@ from switchboard.core.tools.gateway import (
     workspace_for,
 )
 from switchboard.core.tools.status import StatusSink
-from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import ActivitySink, HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import in_workspace, persist_quietly
 from switchboard.errors import BudgetExceededError, ModelError
 
@@ -164,9 +166,13 @@ class _Turn:
         self.agent = request.agent
         self.sink = sink
         self.store = store
+        self.shows: ActivitySink | None = sink if conforms(sink, ActivitySink) else None
+        """Where the user sees each tool call as it starts and ends (``None``: nowhere)."""
         self.spec = self.agent.model or runtime.default_model
         self.model = model_name(self.spec)
-        hosted = HostedFiles(runtime.gateway, request.session_key, self._untrusted)  # what an OpenAI-hosted shell did
+        hosted = HostedFiles(  # what an OpenAI-hosted shell did
+            runtime.gateway, request.session_key, functools.partial(self._untrusted, "the output of the hosted shell")
+        )
         self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
         self.budget = Budget.for_turn(request, runtime.prices)
         self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
@@ -228,8 +234,10 @@ class _Turn:
         await self._open()
         self.messages += self.approvals.news  # what became of the actions it asked people about
         assert self.prompt is not None
-        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted or self.input.attached:
-            self._untrusted()  # outside text, or model output written after it, is in view: see Slots.untrusted
+        if self.input.attached:
+            self._untrusted("a file the user sent")
+        if holds_untrusted(self.messages) or self.prompt.untrusted or self.slots.tainted:
+            self._untrusted("content from earlier in this conversation")  # outside text, or written after it
         loop = asyncio.get_running_loop()
         remaining = self.budget.remaining_s()
         hard = loop.time() + remaining
@@ -274,11 +282,14 @@ class _Turn:
             waiting_for=self.approvals.waiting,
         )
 
-    def _untrusted(self) -> None:
-        """Untrusted content entered the context: from now on risky writes meet the policy gate."""
+    def _untrusted(self, source: str) -> None:
+        """Untrusted content entered the context (``source`` says how): risky writes now meet the policy gate."""
         if self.tainted_at is None:  # what the model writes from here on is marked untrusted in the history
             self.tainted_at = len(self.messages) - self.opening
-        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True)
+        sources = self.ctx.untrusted_sources
+        if source not in sources:
+            sources = (*sources, source)
+        self.ctx = dataclasses.replace(self.ctx, untrusted_context=True, untrusted_sources=sources)
 
     async def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
@@ -402,21 +413,34 @@ class _Turn:
                     stop = "repeat_guard"
                 continue
             reads = self.untrusted_reads
+            card = started(call, self.message_id)
+            await self._show(card)
             try:
                 if call.name == RUN_PROGRAM and self.agent.codeact:
+                    waiting = len(self.approvals.waiting)
                     content, ok = await self._program(call)
+                    paused = len(self.approvals.waiting) > waiting
+                    card = ended(card, "waiting_approval" if paused else "ok" if ok else "failed", content)
                 else:
                     outcome = await self.call_tool(call.name, call.arguments, call.id)
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+                    tool = self.rt.registry.get(call.name, agent=self.agent.name)
+                    card = outcome_card(card, outcome, writes=tool is not None and tool.side_effect == "write")
                     if outcome.approval is not None:  # nothing ran: a person decides
                         content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
             except BudgetExceededError as err:
                 stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
                 content, ok = refusal(call.name, str(err)), False
+                card = ended(card, "refused", str(err))
+            await self._show(card)
             if not ok:
                 self.failures[fingerprint] += 1
             self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
         return stop
+
+    async def _show(self, card: ShowToolCall) -> None:
+        if self.shows is not None:
+            await self.shows.activity(card)
 
     def _tool_message(self, call: ToolCall, content: str) -> None:
         self.messages.append(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
@@ -430,7 +454,7 @@ class _Turn:
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
         if outcome.ok and untrusted_output(tool):
             self.untrusted_reads += 1
-            self._untrusted()
+            self._untrusted(f"the output of {name}")
         if call_id is not None:
             self.facts[call_id] = call_facts(tool, outcome)
         if outcome.ok and name in _SLOT_OF_TOOL and isinstance(outcome.value, dict):

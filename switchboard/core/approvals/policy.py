@@ -15,7 +15,7 @@ import math
 import operator
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, Protocol
@@ -36,6 +36,7 @@ __all__ = [
     "ToolFacts",
     "UntrustedEffects",
     "granted",
+    "untrusted_reason",
 ]
 
 Decision = Literal["allow", "approve", "refuse"]
@@ -314,6 +315,14 @@ _DEFAULT_REASONS = {
 }
 
 
+def untrusted_reason(sources: Sequence[str]) -> str:
+    """Why a write waits after untrusted content entered the turn, naming where it came from when known."""
+    if not sources:
+        return _DEFAULT_REASONS["default:untrusted"]
+    named = " and ".join(sources) if len(sources) <= 2 else ", ".join(sources[:-1]) + " and " + sources[-1]
+    return f"{named} entered this conversation turn and may have asked for it"
+
+
 @dataclass(frozen=True, slots=True)
 class _Named:
     scope: str
@@ -364,14 +373,24 @@ class Policy:
         return cls(rules, mode, untrusted, approvals, admitted, version)
 
     def decide(
-        self, tool: ToolFacts, args: Mapping[str, Any], *, actor: str, untrusted: bool = False
+        self,
+        tool: ToolFacts,
+        args: Mapping[str, Any],
+        *,
+        actor: str,
+        untrusted: bool = False,
+        untrusted_sources: Sequence[str] = (),
     ) -> PolicyDecision:
-        """Decide one validated call (``args``: its normalised arguments)."""
+        """Decide one validated call (``args``: its normalised arguments).
+
+        ``untrusted_sources`` names what brought the untrusted content in (``the output of shell``): the reason of
+        the ``default:untrusted`` rule says so.
+        """
         decision, rule, reason, explicit_untrusted = self._match(tool, args, actor, untrusted)
         risky = tool.side_effect == "write" and _RISK_ORDER[tool.risk] >= 1
         if decision == "allow" and untrusted and risky and not explicit_untrusted and self.untrusted_effects != "allow":
             decision = "approve" if self.untrusted_effects == "approve" else "refuse"
-            rule, reason = "default:untrusted", _DEFAULT_REASONS["default:untrusted"]
+            rule, reason = "default:untrusted", untrusted_reason(untrusted_sources)
         if decision == "approve" and self.mode == "observe":
             return PolicyDecision("allow", rule, reason, self.version, observed=True)
         return PolicyDecision(decision, rule, reason, self.version)

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from switchboard.core.actions import Choice, OfferChoice
+from switchboard.core.actions import ApprovalCard, Choice, OfferChoice
+from switchboard.core.agent.toolcards import title_of
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.approvals.records import (
     ApprovalRecord,
@@ -28,7 +29,7 @@ from switchboard.core.approvals.records import (
     state_sha256,
 )
 from switchboard.core.messages import InboundMessage, OperatorActed
-from switchboard.core.model import ChatMessage
+from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.tools.gateway import canonical_json
 from switchboard.core.turn import TurnRequest
 
@@ -36,6 +37,7 @@ __all__ = [
     "KEY_FILE",
     "approval_id_for",
     "approval_offer",
+    "approval_options",
     "approval_record",
     "evidence_of",
     "principal_of",
@@ -209,14 +211,24 @@ def approval_offer(record: ApprovalRecord, reply_to: str | None = None) -> Offer
         lines.append("This cannot be undone.")
     lines.append(f"Expires: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires_at))}")
     lines.append(f"Reply /approve {record.id} or /deny {record.id}")
-    return OfferChoice(
-        question="\n".join(lines),
-        options=[
-            Choice(id=option_id(record.id, "approve", request.action_sha256), label="Approve"),
-            Choice(id=option_id(record.id, "deny", request.action_sha256), label="Deny"),
-        ],
-        reply_to=reply_to,
+    card = ApprovalCard(
+        id=record.id,
+        tool=request.tool,
+        title=title_of(ToolCall(id=record.call_id or record.id, name=request.tool, arguments=request.arguments)),
+        reason=request.reason,
+        expires_at=record.expires_at,
     )
+    return OfferChoice(question="\n".join(lines), options=approval_options(record), reply_to=reply_to, approval=card)
+
+
+def approval_options(record: ApprovalRecord) -> list[Choice]:
+    """The decision buttons of a tool approval: Approve and Deny, each bound to the action's hash."""
+    assert record.request is not None, "a held reply is decided in the console"
+    digest = record.request.action_sha256
+    return [
+        Choice(id=option_id(record.id, "approve", digest), label="Approve"),
+        Choice(id=option_id(record.id, "deny", digest), label="Deny"),
+    ]
 
 
 def waiting_content(record: ApprovalRecord) -> str:

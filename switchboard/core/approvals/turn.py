@@ -12,14 +12,16 @@ import dataclasses
 import logging
 from typing import Any, Protocol
 
-from switchboard.core.actions import AckChoice
+from switchboard.core.actions import AckChoice, SettleChoices, ShowToolCall
 from switchboard.core.agent.budget import Budget
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.decider import Reply
 from switchboard.core.agent.programs import PausedProgram, ProgramSnapshotError
 from switchboard.core.agent.programstep import ProgramStep, refusal, resume_program_call
+from switchboard.core.agent.toolcards import outcome_card, started
 from switchboard.core.agent.worklog import work_entries
 from switchboard.core.approvals.decisions import Ask, Settled
+from switchboard.core.approvals.grants import GATEWAY_PRINCIPAL
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.approvals.records import (
     ApprovalRecord,
@@ -31,6 +33,7 @@ from switchboard.core.approvals.records import (
 from switchboard.core.approvals.suspend import (
     approval_id_for,
     approval_offer,
+    approval_options,
     approval_record,
     evidence_of,
     reply_record,
@@ -41,13 +44,13 @@ from switchboard.core.approvals.takeover import human_step, settled_messages
 from switchboard.core.events import ApprovalRequested, Event
 from switchboard.core.inbound import TurnPlan
 from switchboard.core.messages import ChoiceSelected
-from switchboard.core.model import ChatMessage
+from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.protocols import conforms
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.calls import ToolOutcome
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.gateway import CallScope, ToolGateway
-from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import ActivitySink, SessionStore, TurnRequest, TurnResult, TurnSink
 
 __all__ = ["REVIEW_HOLD_TEXT", "HeldSink", "RunningTurn", "TurnApprovals", "TurnRuntime", "reply_sink"]
 
@@ -221,6 +224,7 @@ class TurnApprovals:
         )
         if step is None:
             return None
+        await self._show_settled(step.settled)
         self.news = settled_messages(step.model_news)
         await self._paused_again(step.model_news)
         if step.asks_model:
@@ -232,6 +236,30 @@ class TurnApprovals:
             return None
         history = work_entries(self.news, self.turn.facts)
         return TurnResult(text="\n\n".join(step.texts), steps=0, history=history, waiting_for=self.waiting)
+
+    async def _show(self, card: ShowToolCall | None) -> None:
+        if card is not None and conforms(self.turn.sink, ActivitySink):
+            await self.turn.sink.activity(card)
+
+    async def _show_settled(self, settled: list[Settled]) -> None:
+        """Each decided (or expired) tool approval's buttons are spent, wherever it was decided: the channel is told."""
+        sink = self.turn.sink
+        if not conforms(sink, ActivitySink):
+            return
+        for item in settled:
+            record = item.record
+            if record.kind != "tool" or record.request is None or item.status == "superseded":
+                continue
+            approve, deny = (option.id for option in approval_options(record))
+            chosen, label = {"denied": (deny, "Denied"), "expired": (None, "Expired")}.get(
+                item.status, (approve, "Approved")
+            )  # executed, or refused when checked again: approved either way
+            decider = record.decided_by or ""
+            by = "you" if decider == record.requested_by else "" if decider == GATEWAY_PRINCIPAL else decider
+            ids = (approve, deny)
+            await sink.activity(
+                SettleChoices(ids=ids, chosen=chosen, label=label, by=by, reply_to=self.turn.message_id)
+            )
 
     async def _paused_again(self, settled: list[Settled]) -> None:
         """Approvals of programs that resumed and paused again: the turn waits for them.
@@ -303,7 +331,12 @@ class TurnApprovals:
                 logger.warning("a paused program could not be resumed: %s", err)
                 return "", False, "bad_snapshot"
             name, args = paused.tool, paused.args  # signed: what the program asked, checked against the hash
+        card = None if paused else started(ToolCall(id=record.call_id or f"approval_{record.id}", name=name,
+                                                    arguments=args), turn.message_id)  # fmt: skip
+        await self._show(card)  # the call's card, waiting for approval until now, runs
         outcome = await turn.call_tool(name, args, None if paused else f"approval_{record.id}", approved=request)
+        if card is not None:
+            await self._show(outcome_card(card, outcome, writes=tool is not None and tool.side_effect == "write"))
         if not outcome.ok and outcome.attempts == 0 and outcome.error_class not in _MAY_HAVE_RUN:
             # refused before it ran (mismatch, policy, permission); an earlier attempt in doubt is no refusal
             return outcome.for_model(), False, outcome.error_class or "refused"

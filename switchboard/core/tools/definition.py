@@ -59,6 +59,8 @@ class ToolContext:
     """Idempotency records of write effects (``None``: none kept, every call runs)."""
     untrusted_context: bool = False
     """Untrusted content (a document, a file, a search result) has entered this turn's context."""
+    untrusted_sources: tuple[str, ...] = ()
+    """What brought it in, as a reviewer should read it (``the output of shell``, ``a file the user sent``)."""
     policy: Policy = field(default_factory=Policy)
     """The turn's effective policy (agent, channel, tenant): decides each call (see
     :mod:`switchboard.core.approvals.policy`)."""

@@ -24,6 +24,7 @@ from switchboard.channels.web.adapter import WebChannel, parse_post, split_sessi
 from switchboard.core.events import DropReason
 from switchboard.core.messages import Attachment, ChoiceSelected, ConversationRef, InboundMessage, Posted
 from switchboard.errors import MalformedBodyError, QueueUnavailableError, RequestError, excerpt
+from switchboard.queue.cancellation import is_stop
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import count_session
 from switchboard.queue.router import Route
@@ -70,8 +71,13 @@ _to_json: Final = pydantic_core.to_json
 
 
 def _echo(draft: InboundMessage) -> str:
-    """The web stream's ``user`` entry of a draft: its text, named by its dedup key (readers map that to the id)."""
+    """The web stream's ``user`` entry of a draft: its text, named by its dedup key (readers map that to the id).
+
+    A ``/stop`` carries ``"command": "stop"`` (the page shows the stop, not a bubble).
+    """
     match draft.event:
+        case Posted(attachments=attachments) if not attachments and is_stop(draft):  # the stop button: no bubble
+            return _ECHO_JSON({"text": draft.text, "client_id": draft.dedup_key, "command": "stop"})
         case Posted(attachments=attachments) if not attachments:  # a plain text: the one on every message's path
             return f'{{"text": {_to_json(draft.text).decode()}, "client_id": {_to_json(draft.dedup_key).decode()}}}'
         case Posted(attachments=attachments):

@@ -35,6 +35,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -114,7 +116,7 @@ class EchoChannel:
                 return await self._send("\n".join(lines), conversation, send)
             case SendFile() | EditText():
                 raise DeliveryError(f"echo has no {action.kind}s", channel=CHANNEL, retryable=False)
-            case StreamDelta() | SendTyping() | SetStatus() | AckChoice():
+            case StreamDelta() | SendTyping() | SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case _:
                 assert_never(action)

@@ -44,6 +44,8 @@ from switchboard.core.actions import (
     SendText,
     SendTyping,
     SetStatus,
+    SettleChoices,
+    ShowToolCall,
     StreamDelta,
     StreamText,
 )
@@ -175,7 +177,7 @@ class WhatsAppChannel:
                 return await sender.choice(action, conversation, send)
             case SendFile():
                 return await sender.file(action, conversation, send)
-            case SetStatus() | StreamDelta() | AckChoice():
+            case SetStatus() | StreamDelta() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)  # a click is acknowledged by the webhook's 200
             case _:
                 assert_never(action)
