@@ -144,6 +144,8 @@ class _Sink:
         await self.flush()
         if turn.stream is not None:
             await turn.stream.flush()  # the reply's pieces written before the call go out before what it sends
+        if action.reply_to is None:  # it belongs to this turn's reply (the web chat shows it in its place there)
+            action = action.model_copy(update={"reply_to": turn.reply_to})
         await turn.outbox.send(action, turn.conversation, run_id=turn.run_id, logical=f"act:{turn.acts}")
         await record_offer(self._drainer.redis, turn.lease, action, idempotency_key(turn.run_id, f"act:{turn.acts}"))
 

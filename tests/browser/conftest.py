@@ -168,13 +168,15 @@ def _stop(gateway: Gateway) -> None:
 def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """``python -m switchboard run`` with its own embedded server, a minimal YAML file and a slow offline model.
 
-    A test module may set ``GATEWAY_CONFIG`` (YAML text) to run its gateway with another configuration.
+    A test module may set ``GATEWAY_CONFIG`` (YAML text) to run its gateway with another configuration, or
+    ``GATEWAY_CONFIG_PATH`` (a file, read where it lies: paths in it are relative to it) to run one it names.
     """
     if CHROMIUM is None:
         pytest.skip(SKIP_REASON)
     root = tmp_path_factory.mktemp("gateway")
-    config = root / "switchboard.yaml"
-    config.write_text(getattr(request.module, "GATEWAY_CONFIG", MINIMAL_CONFIG))
+    config = getattr(request.module, "GATEWAY_CONFIG_PATH", None) or root / "switchboard.yaml"
+    if config == root / "switchboard.yaml":
+        config.write_text(getattr(request.module, "GATEWAY_CONFIG", MINIMAL_CONFIG))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
     port = _free_port()
     env.update(
@@ -183,7 +185,7 @@ def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             "SWITCHBOARD_PORT": str(port),
             "SWITCHBOARD_DATA_DIR": str(root / "data"),
             "SWITCHBOARD_CONFIG": str(config),
-            "SWITCHBOARD_OFFLINE__DELAY_MS": str(OFFLINE_DELAY_MS),
+            "SWITCHBOARD_OFFLINE__DELAY_MS": str(getattr(request.module, "OFFLINE_DELAY_MS", OFFLINE_DELAY_MS)),
             "SWITCHBOARD_ATTACHMENTS__MAX_BYTES": str(MAX_FILE_BYTES),
         }
     )

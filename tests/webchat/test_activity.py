@@ -54,13 +54,21 @@ def _text_and_calls(text: str, *calls: tuple[str, dict[str, Any]], step: int, pr
 
 
 def _drainer(
-    chat: Chat, model: ReplayModel, tmp_path: Path, tools: list[str], *, delta_every_s: float = 0.0, **registry: Any
+    chat: Chat,
+    model: ReplayModel,
+    tmp_path: Path,
+    tools: list[str],
+    *,
+    delta_every_s: float = 0.0,
+    codeact: bool = False,
+    **registry: Any,
 ) -> Drainer:
     models = ModelFactory(ProviderConfig())
     models.override("offline", model)
     runtime = Runtime(models=models, tools=default_registry(**registry), workspace_root=tmp_path / "ws")
     channels = ChannelSet({("web", "default"): WebChannel(chat.publisher.publish)})
-    agent = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.", tools=tools)
+    agent = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.", tools=tools,
+                  codeact=codeact)  # fmt: skip
     update = {"max_attempts": 1, "retry_backoff_s": 0, "delta_every_s": delta_every_s}
     settings = chat.settings.queue.model_copy(update=update)
     return Drainer(chat.redis, settings, runner=runtime.run_turn, deliverer=channels, agent_for=lambda m: agent,
@@ -126,7 +134,7 @@ async def test_a_sent_file_comes_after_its_card_and_before_the_answer_every_run(
                          delta_every_s=delta_every_s)  # fmt: skip
         _, token = await chat.new_session()
         async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
-            await chat.send(token, "make me a report", client_id="q1")
+            asked = await chat.send(token, "make me a report", client_id="q1")
             await drain.drain(SessionKey(await chat.session_key(token)))
             live: list[SSE] = []
             while not live or (live[-1].data or {}).get("status") != "idle":
@@ -150,6 +158,7 @@ async def test_a_sent_file_comes_after_its_card_and_before_the_answer_every_run(
         assert written["files"] == [{"name": "report.csv", "path": "report.csv"}]
         [file_message] = [e.data for e in live if e.event == "message" and "file" in e.data]
         assert file_message["text"] == "Your report"  # the caption alone: the page shows the name on the card
+        assert file_message["reply_to"] == asked  # in its place in the reply, not a reply of its own
         assert file_message["file"]["name"] == "report.csv" and file_message["file"]["size"] == 8
         assert base64.b64decode(file_message["file"]["data"]) == b"a,b\n1,2\n"
 
@@ -269,3 +278,18 @@ async def test_stop_with_nothing_running_is_one_notice_message(chat: Chat) -> No
     assert _notices(events) == [("message", "Nothing was running, so there was nothing to stop.")]
     [notice] = [e.data for e in events if e.event == "message"]
     assert notice["notice"] is True
+
+
+async def test_a_program_card_shows_what_it_printed_and_its_value_not_its_json(chat: Chat, tmp_path: Path) -> None:
+    code = 'print("squares:", [n * n for n in range(1, 4)])\n6 * 7'
+    model = ReplayModel([calls_step(("run_program", {"code": code})), answer_step("Done.", step=2)])
+    drain = _drainer(chat, model, tmp_path, ["current_time"], codeact=True)
+    _, token = await chat.new_session()
+    await chat.send(token, "run it", client_id="q1")
+    await drain.drain(SessionKey(await chat.session_key(token)))
+    [done] = [e.data for e in await _events(chat, token) if e.event == "tool" and e.data["state"] != "running"]
+    assert (
+        done["tool"] == "run_program"
+        and done["title"] == 'run_program: print("squares:", [n * n for n in range(1, 4)])'
+    )
+    assert done["state"] == "ok" and done["output_head"] == "squares: [1, 4, 9]\n→ 42", done

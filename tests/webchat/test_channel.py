@@ -120,7 +120,7 @@ class Recorder:
             OfferChoice(question="Run it?", options=[Choice(id="a", label="Approve"), Choice(id="d", label="Deny")],
                         approval=ApprovalCard(id="ap1", tool="shell", title="shell: rm x", reason="why",
                                               expires_at=9.0), reply_to="m1"),
-            ("message", {"text": "Run it?", "reply_to": "m1",
+            ("message", {"text": "Approval needed before this runs.", "reply_to": "m1",
                          "choices": [{"id": "a", "label": "Approve"}, {"id": "d", "label": "Deny"}],
                          "approval": {"id": "ap1", "tool": "shell", "title": "shell: rm x", "reason": "why",
                                       "expires_at": 9.0}}),

@@ -78,6 +78,8 @@ MAX_CLIENT_ID_CHARS = 200
 """Longest ``client_id`` a page may send."""
 MAX_ATTACHMENTS: Final = 10
 """Most upload ids one chat post may name (the web tier applies ``SWITCHBOARD_ATTACHMENTS__MAX_COUNT`` too)."""
+APPROVAL_HEADING: Final = "Approval needed before this runs."
+"""An approval's text on the web chat: its card carries the details the other channels' text spells out."""
 MAX_UPLOAD_ID_CHARS: Final = 64
 MAX_CHOICE_ID_CHARS: Final = 64
 """Longest option id (``Choice.id``)."""
@@ -377,8 +379,9 @@ class WebChannel:
             case OfferChoice():  # the buttons are the options: the text is the question alone
                 choices = [{"id": option.id, "label": option.label} for option in action.options]
                 offer: dict[str, Any] = {"text": action.question, "reply_to": reply_to, "choices": choices}
-                if action.approval is not None:
+                if action.approval is not None:  # the card shows what, why and until when: the text heads it
                     offer["approval"] = action.approval.model_dump(mode="json")
+                    offer["text"] = APPROVAL_HEADING
                 return "message", offer
             case ShowToolCall():
                 return "tool", action.model_dump(mode="json", exclude={"kind"})

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from switchboard.core.actions import ShowToolCall
+from switchboard.core.actions import ShowToolCall, ToolState
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
 from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.agent.decider import Reply, StepRetry, decide
@@ -37,7 +37,7 @@ from switchboard.core.agent.prompt import (
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
 from switchboard.core.agent.steering import steered_first, steered_in
-from switchboard.core.agent.toolcards import ended, outcome_card, started
+from switchboard.core.agent.toolcards import ended, outcome_card, program_output, started
 from switchboard.core.agent.worklog import (
     call_facts,
     holds_untrusted,
@@ -420,7 +420,8 @@ class _Turn:
                     waiting = len(self.approvals.waiting)
                     content, ok = await self._program(call)
                     paused = len(self.approvals.waiting) > waiting
-                    card = ended(card, "waiting_approval" if paused else "ok" if ok else "failed", content)
+                    state: ToolState = "waiting_approval" if paused else "ok" if ok else "failed"
+                    card = ended(card, state, program_output(content))
                 else:
                     outcome = await self.call_tool(call.name, call.arguments, call.id)
                     content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok

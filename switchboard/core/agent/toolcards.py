@@ -6,6 +6,7 @@ output as its head and tail (a shell call's commands' stdout and stderr, with th
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import PurePosixPath
@@ -168,3 +169,19 @@ def outcome_card(card: ShowToolCall, outcome: ToolOutcome, *, writes: bool) -> S
         state = "ok"
     files = _files(outcome, writes)
     return ended(card, state, text, exit_status=exit_status, files=files, duration_ms=outcome.duration_ms)
+
+
+def program_output(content: str) -> str:
+    """What a CodeAct program printed, then its error or its value: the program result a person reads."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return content
+    if not isinstance(body, dict) or "output" not in body:
+        return content
+    parts = [str(body.get("output") or "").rstrip("\n")]
+    if body.get("error"):
+        parts.append(f"error: {body['error']}")
+    elif body.get("value") is not None:
+        parts.append(f"→ {json.dumps(body['value'], ensure_ascii=False)}")
+    return "\n".join(part for part in parts if part)
