@@ -15,7 +15,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +24,6 @@ from playwright.async_api import Page, expect
 
 from switchboard.cli.sessions import REDIS_URL_FILE
 from switchboard.core.actions import Choice, OfferChoice
-from switchboard.outbound import webstream
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.lease import CURRENT_LEASE, Lease
@@ -53,7 +52,6 @@ agents:
 """
 """The gateway of this module: an agent with a description and starters, for the empty state."""
 
-CONTRACT_TYPES: Final = frozenset({"tool", "choices_settled"})
 """Stream entry types of the web chat contract that the publisher of this branch may not list yet."""
 
 PHONE: Final = {"width": 390, "height": 844}
@@ -79,13 +77,6 @@ LAYOUT_JS: Final = """() => {
     overflowing: pills.filter((p) => p.scroll > p.client + 1),
   };
 }"""
-
-
-@pytest.fixture
-def contract_types(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Let the publisher write every contract type (a no-op once the worker side lists them itself)."""
-    monkeypatch.setattr(webstream, "EVENT_TYPES", webstream.EVENT_TYPES | CONTRACT_TYPES)
-    yield
 
 
 async def _session(chat: ChatPage) -> SessionKey:
@@ -156,9 +147,7 @@ def _tool(call_id: str, state: str, **fields: Any) -> dict[str, Any]:
     } | fields
 
 
-async def test_a_tool_call_is_one_card_updated_in_place(
-    open_chat: OpenChat, gateway: Gateway, contract_types: None, tmp_path: Path
-) -> None:
+async def test_a_tool_call_is_one_card_updated_in_place(open_chat: OpenChat, gateway: Gateway, tmp_path: Path) -> None:
     chat = await open_chat()
     page = chat.page
     await _publish(gateway, chat, [("tool", _tool("call-1", "running"))])
@@ -209,7 +198,7 @@ async def test_a_tool_call_is_one_card_updated_in_place(
 
 
 async def test_a_sent_file_is_a_card_in_its_place_with_its_name_once(
-    open_chat: OpenChat, gateway: Gateway, contract_types: None, tmp_path: Path
+    open_chat: OpenChat, gateway: Gateway, tmp_path: Path
 ) -> None:
     chat = await open_chat()
     page = chat.page
@@ -269,7 +258,7 @@ async def test_a_sent_file_is_a_card_in_its_place_with_its_name_once(
 
 
 async def test_an_approval_card_shows_what_and_why_and_settles(
-    open_chat: OpenChat, gateway: Gateway, contract_types: None, tmp_path: Path
+    open_chat: OpenChat, gateway: Gateway, tmp_path: Path
 ) -> None:
     chat = await open_chat()
     page = chat.page
@@ -356,7 +345,7 @@ async def test_stop_leaves_one_notice_and_no_bubble_for_the_command(open_chat: O
     await expect(page.get_by_test_id("msg-user")).to_have_text(["What time is it?"])
 
 
-async def test_a_notice_message_is_a_system_line(open_chat: OpenChat, gateway: Gateway, contract_types: None) -> None:
+async def test_a_notice_message_is_a_system_line(open_chat: OpenChat, gateway: Gateway) -> None:
     chat = await open_chat()
     page = chat.page
     text = "Nothing was running, so there was nothing to stop."
@@ -400,3 +389,19 @@ async def test_icons_need_no_emoji_font(open_chat: OpenChat) -> None:
         r"""() => Array.from(document.body.innerText.matchAll(/\p{Extended_Pictographic}/gu), (m) => m[0])"""
     )
     assert pictographs == [], f"text that needs an emoji font: {pictographs}"
+
+
+async def test_a_call_still_running_when_its_run_ends_says_it_stopped(
+    open_chat: OpenChat, gateway: Gateway, tmp_path: Path
+) -> None:
+    chat = await open_chat()
+    page = chat.page
+    await _publish(gateway, chat, [("tool", _tool("call-9", "running"))])
+    card = page.get_by_test_id("tool-card")
+    await expect(card).to_have_attribute("data-state", "running", timeout=GUARD_MS)
+    cancelled = {"reply_to": "work-1", "code": "cancelled", "message": "You stopped this reply."}
+    await _publish(gateway, chat, [("reply_error", cancelled)])
+    await expect(card).to_have_attribute("data-state", "stopped", timeout=GUARD_MS)
+    await expect(card.locator("summary")).to_contain_text("Stopped")
+    await expect(card.locator(".icon-spinner")).to_have_count(0)
+    await _layout(page, tmp_path, "stopped-card")

@@ -605,6 +605,7 @@
       }
       setRunning(true);
     } else if (status === "idle") {
+      stopRunningCards();
       for (const turn of order) if (turn.state === "queued") setStatus(turn, "", "");
       for (const bubble of replies.values()) {
         if (bubble.work && !bubble.text) bubble.li.setAttribute("aria-busy", "false"); // work, files, no answer
@@ -747,7 +748,15 @@
     failed: ["x", "Failed"],
     waiting_approval: ["clock", "Waiting for approval"],
     refused: ["ban", "Refused"],
+    stopped: ["ban", "Stopped"], // the page's own: the run ended (a stop, a failure) before the call's end came
   };
+
+  // A call still running when its run ended (stopped, failed, moved on) never gets its final card: say it stopped.
+  function stopRunningCards() {
+    for (const card of tools.values()) {
+      if (card.details.dataset.state === "running") updateTool(card, { ...card.data, state: "stopped" });
+    }
+  }
 
   function durationLabel(ms) {
     if (ms < 1000) return `${Math.round(ms)} ms`;
@@ -803,6 +812,7 @@
   }
 
   function updateTool(card, data) {
+    card.data = data;
     const state = Object.hasOwn(TOOL_STATES, data.state) ? data.state : "running";
     const [iconName, label] = TOOL_STATES[state];
     card.details.dataset.state = state;
@@ -908,6 +918,7 @@
     if (!data) return;
     const replyTo = data.reply_to || "";
     if (replyTo) started(replyTo);
+    stopRunningCards();
     if (data.code === "cancelled") {
       const stopped = replies.get(replyTo);
       if (stopped) {
