@@ -2,7 +2,8 @@
 
 Built on demand, when an operator asks, from what the session stores anyway: the history entries
 (:class:`~switchboard.core.turn.HistoryEntry`) carry the words, the tool calls (``meta.tool_calls``) and their results
-(``meta.call_id``); the event log carries who sent what, the approvals, the operators' take-overs and the failures.
+(``meta.call_id``); the event log carries who sent what, the approvals, the operators' take-overs and the failures;
+the inbox holds what was said and is not handled yet.
 Every event lands in exactly one line (those that stand for no line of their own go with the line before them), so
 each line opens to its facts.
 """
@@ -18,7 +19,10 @@ import redis.asyncio as aioredis
 
 from switchboard.control.reading import timeline_of
 from switchboard.control.views import TimelineEntry, TranscriptItem
+from switchboard.core.inbound import history_text
+from switchboard.core.messages import InboundMessage, OperatorActed
 from switchboard.core.turn import HistoryEntry
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.store import load_history
 from switchboard.types import SessionKey
 
@@ -77,8 +81,14 @@ def _notice_text(event: TimelineEntry) -> str:
     return f"{event.kind.replace('_', ' ')}{f': {detail}' if detail else ''}"
 
 
-def build_transcript(history: Sequence[HistoryEntry], events: Sequence[TimelineEntry]) -> list[TranscriptItem]:
-    """The transcript of ``history`` (oldest first) and ``events`` (the event log, oldest first), in time order."""
+def build_transcript(
+    history: Sequence[HistoryEntry], events: Sequence[TimelineEntry], waiting: Sequence[InboundMessage] = ()
+) -> list[TranscriptItem]:
+    """The transcript of ``history`` (oldest first) and ``events`` (the event log, oldest first), in time order.
+
+    ``waiting`` are the session's messages not handled yet (its inbox): they are not in the history, and show as
+    lines with the action ``queued``.
+    """
     by_message: dict[str, list[TimelineEntry]] = defaultdict(list)
     senders: dict[str, str] = {}
     received: dict[str, TimelineEntry] = {}
@@ -145,6 +155,23 @@ def build_transcript(history: Sequence[HistoryEntry], events: Sequence[TimelineE
                 item = TranscriptItem(kind="agent", at=entry.at, actor="agent", text=entry.text, untrusted=untrusted)
                 lines.append(_Line(item, take(related, _ANSWER_KINDS)))
 
+    for message in waiting:
+        event = received.get(message.id)
+        if event is None or event.id in claimed:
+            continue
+        operator = message.event if isinstance(message.event, OperatorActed) else None
+        if operator is not None:
+            item = TranscriptItem(
+                kind="operator", at=message.received_at, actor=operator.operator, action=operator.action,
+                text=message.text,
+            )  # fmt: skip
+        else:
+            item = TranscriptItem(
+                kind="user", at=message.received_at, actor=message.sender.id, action="queued",
+                text=history_text(message),
+            )  # fmt: skip
+        lines.append(_Line(item, take(by_message.get(message.id, []), _USER_KINDS)))
+
     approvals: dict[str, list[TimelineEntry]] = defaultdict(list)
     for event in events:
         if event.kind in _APPROVAL_KINDS and event.id not in claimed and event.data.get("approval_id"):
@@ -206,4 +233,8 @@ async def transcript_of(
     """The session's transcript from its last ``history_limit`` history entries and ``events_limit`` events."""
     history = await load_history(redis, session, history_limit)
     events = await timeline_of(redis, session, events_limit)
-    return build_transcript(history, events)
+    keys = SessionKeys(session)
+    ids = await redis.lrange(keys.inbox, 0, history_limit - 1)
+    stored = await redis.hmget(keys.messages, ids) if ids else []
+    waiting = [InboundMessage.model_validate_json(raw) for raw in stored if raw]
+    return build_transcript(history, events, waiting)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from typing import Any, Literal
+
+from switchboard.types import SESSION_STATES, SessionState
 
 __all__ = [
     "SESSION_STATES",
@@ -19,16 +21,6 @@ __all__ = [
     "TranscriptKind",
     "UsageRow",
 ]
-
-SessionState = Literal[
-    "reasoning", "waiting_for_data", "waiting_for_approval", "retrying", "queued", "done", "taken_over"
-]
-"""``taken_over``: an operator holds it; ``reasoning``: a worker runs its turn; ``waiting_for_data``: the turn waits on
-a tool call; ``retrying``: its last attempt failed or the provider asked to wait; ``waiting_for_approval``: a gated
-action waits for a decision; ``queued``: messages wait for a worker; ``done``: nothing to do.
-
-The one vocabulary of session states: the console, its API and ``switchboard sessions`` all print these words."""
-SESSION_STATES: Final[tuple[SessionState, ...]] = get_args(SessionState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +71,8 @@ class TranscriptItem:
     actor: str = ""
     """Who: the user's principal, ``agent``, or the operator's principal."""
     action: str = ""
-    """``operator``: ``take_over``, ``say`` or ``hand_back``; ``approval``: its last status; ``notice``: the event."""
+    """``user``: ``queued`` while the message waits for the agent; ``operator``: ``take_over``, ``say`` or
+    ``hand_back``; ``approval``: its last status; ``notice``: the event."""
     text: str = ""
     """The words (``user``, ``agent``, ``operator``), or what happened (``approval``, ``notice``)."""
     tool: str | None = None

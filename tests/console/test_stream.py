@@ -55,7 +55,8 @@ async def test_the_stream_pushes_sessions_and_the_open_transcript_when_they_chan
     first = await _next(resp, "sessions")
     assert [(s["key"], s["state"]) for s in first] == [(session, "queued")]
     transcript = await _next(resp, "transcript")
-    assert [line["kind"] for line in transcript["transcript"]] == []  # nothing answered yet: no history
+    waiting = [(line["kind"], line["action"], line["text"]) for line in transcript["transcript"]]
+    assert waiting == [("user", "queued", QUESTION)]  # not answered yet: read from the inbox
     # the worker answers: the list and the transcript are pushed, no page asked for them
     await drain(async_redis, session, tmp_path / "ws")
     changed = await _next(resp, "sessions")
