@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ async def _next(resp: ClientResponse, wanted: str, timeout: float = 10.0) -> Any
     return await asyncio.wait_for(read(), timeout)
 
 
+async def _until(resp: ClientResponse, wanted: str, check: Callable[[Any], bool]) -> Any:
+    """The first ``wanted`` event whose data passes ``check`` (the stream pushes each change on the way)."""
+    while True:
+        data = await _next(resp, wanted)
+        assert data is not None, f"the stream ended before a matching {wanted} event"
+        if check(data):
+            return data
+
+
 async def test_the_stream_pushes_sessions_and_the_open_transcript_when_they_change(
     console: Console, async_redis: aioredis.Redis, tmp_path: Path
 ) -> None:
@@ -59,10 +69,9 @@ async def test_the_stream_pushes_sessions_and_the_open_transcript_when_they_chan
     assert waiting == [("user", "queued", QUESTION)]  # not answered yet: read from the inbox
     # the worker answers: the list and the transcript are pushed, no page asked for them
     await drain(async_redis, session, tmp_path / "ws")
-    changed = await _next(resp, "sessions")
-    assert [(s["key"], s["state"]) for s in changed] == [(session, "done")]
-    transcript = await _next(resp, "transcript")
-    assert [line["kind"] for line in transcript["transcript"]] == ["user", "tool_call", "agent"]
+    await _until(resp, "sessions", lambda found: [(s["key"], s["state"]) for s in found] == [(session, "done")])
+    kinds = ["user", "tool_call", "agent"]
+    transcript = await _until(resp, "transcript", lambda t: [line["kind"] for line in t["transcript"]] == kinds)
     assert transcript["transcript"][0]["text"] == QUESTION
     # nothing changes: a heartbeat keeps the connection open
     assert await _next(resp, "heartbeat") is True
@@ -70,7 +79,7 @@ async def test_the_stream_pushes_sessions_and_the_open_transcript_when_they_chan
     await user_says(async_redis, conversation_ref(tenant="other"), "hi", "evt-2")
     await asyncio.sleep(0.5)
     mine = await user_says(async_redis, conversation_ref(conversation="c2"), "hello", "evt-3")
-    pushed = await _next(resp, "sessions")
+    pushed = await _next(resp, "sessions")  # the first change pushed is the new session of its tenant
     assert sorted(s["key"] for s in pushed) == sorted([session, mine])
     resp.close()
 
