@@ -156,8 +156,8 @@ def build_transcript(
                 lines.append(_Line(item, take(related, _ANSWER_KINDS)))
 
     for message in waiting:
-        event = received.get(message.id)
-        if event is None or event.id in claimed:
+        fact = received.get(message.id)
+        if fact is None or fact.id in claimed:
             continue
         operator = message.event if isinstance(message.event, OperatorActed) else None
         if operator is not None:

@@ -11,6 +11,7 @@ from switchboard.types import SessionKey
 
 __all__ = ["timeline"]
 
+
 async def timeline(redis: aioredis.Redis, session: SessionKey, count: int = 200) -> list[dict[str, Any]]:
     """The session's most recent ``count`` event-log entries, oldest first.
 
