@@ -1,17 +1,19 @@
 """Vocabulary aliases shared by every layer."""
 
-from typing import Annotated, Literal, NewType, TypeAlias
+from typing import Annotated, Final, Literal, NewType, TypeAlias, get_args
 
 from pydantic import StringConstraints
 
 __all__ = [
     "CHANNEL_NAME_PATTERN",
+    "SESSION_STATES",
     "AccountName",
     "AgentName",
     "BusyPolicy",
     "ChannelName",
     "MessageId",
     "SessionKey",
+    "SessionState",
     "TenantId",
 ]
 
@@ -37,3 +39,14 @@ BusyPolicy = Literal["sequential", "collect", "interrupt", "steer"]
 """What happens to messages that arrive while a session runs: one run each (``sequential``), folded into the next
 run (``collect``), cancelling the running turn, which restarts with everything waiting (``interrupt``), or handed to
 the running turn at its next step (``steer``)."""
+
+SessionState = Literal[
+    "reasoning", "waiting_for_data", "waiting_for_approval", "retrying", "queued", "done", "taken_over"
+]
+"""What a session is doing, in the one vocabulary the console, its API and ``switchboard sessions`` all use.
+
+``taken_over``: an operator holds it; ``reasoning``: a worker runs its turn; ``waiting_for_data``: the turn waits on
+a tool call; ``retrying``: its last attempt failed or the provider asked to wait; ``waiting_for_approval``: a gated
+action waits for a decision; ``queued``: messages wait for a worker; ``done``: nothing to do."""
+SESSION_STATES: Final[tuple[SessionState, ...]] = get_args(SessionState)
+"""Every :data:`SessionState`, in the order the console lists them."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -18,7 +19,8 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.settings import load_settings
-from switchboard.types import SessionKey
+from switchboard.types import SESSION_STATES, SessionKey
+from tests.console.conversation import QUESTION, conversation_ref, drain, user_says
 
 
 def sb(*args: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -157,3 +159,42 @@ def test_operator_commands_refuse_missing_arguments(base_env: dict[str, str]) ->
         result = sb(*args, env=base_env)
         assert result.returncode == 2 and needs in result.stderr and "Traceback" not in result.stderr
     assert "no dead letters" in sb("dead-letters", "list", env=base_env).stdout
+
+
+# ---- sessions: the console's states and the transcript (issue #21)
+
+
+async def test_sessions_list_and_show_print_the_console_states_and_the_transcript(
+    base_env: dict[str, str], redis_url: str, tmp_path: Path
+) -> None:
+    redis = async_client(redis_url)
+    try:
+        answered = await user_says(redis, conversation_ref(conversation="answered"), QUESTION, "evt-a")
+        await drain(redis, answered, tmp_path / "ws")
+        waiting = await user_says(redis, conversation_ref(channel="web", conversation="w"), "hi \x1b[31m", "evt-w")
+    finally:
+        await redis.aclose()
+    listed = sb("sessions", "list", env=base_env)
+    assert listed.returncode == 0, listed.stderr
+    states = {line.split()[0]: line.split("state=")[1].split()[0] for line in listed.stdout.splitlines()}
+    assert states == {answered: "done", waiting: "queued"}  # the console's words: never idle or running
+    assert set(states.values()) <= set(SESSION_STATES)
+    only_web = sb("sessions", "list", "--channel", "web", env=base_env)
+    assert [line.split()[0] for line in only_web.stdout.splitlines()] == [waiting]
+    only_done = sb("sessions", "list", "--state", "done", env=base_env)
+    assert [line.split()[0] for line in only_done.stdout.splitlines()] == [answered]
+    assert sb("sessions", "list", "--state", "idle", env=base_env).returncode == 2
+
+    shown = sb("sessions", "show", answered, env=base_env)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "state=done" in out
+    assert f"user 42: {QUESTION}" in out
+    assert 'tool lookup({"city": "Paris"}) ok' in out and "result (untrusted):" in out and "12:00 in Paris" in out
+    assert "agent: lookup returned:" in out
+    assert out.index("user 42") < out.index("tool lookup") < out.index("agent: lookup returned")
+    assert "events: message_received, run_queued" in out
+    raw = sb("sessions", "show", waiting, "--events", env=base_env)
+    assert raw.returncode == 0 and "message_received" in raw.stdout
+    terminal = sb("sessions", "show", waiting, env=base_env)
+    assert "\x1b" not in terminal.stdout and "user 42: hi \ufffd[31m" in terminal.stdout

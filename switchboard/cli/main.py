@@ -17,6 +17,7 @@ from switchboard.channels.registry import CHANNEL_MODULES
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.errors import ConfigError, SwitchboardError
 from switchboard.settings import Settings, load_settings
+from switchboard.types import SESSION_STATES
 
 __all__ = ["main"]
 
@@ -72,11 +73,19 @@ def cmd_simulate(settings: Settings, channel: str, text: str, timeout: float) ->
     return asyncio.run(simulate(settings, channel, text, wait_s=timeout))
 
 
-def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -> int:
+def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     """``sessions list`` / ``sessions show KEY`` / ``sessions stop KEY``."""
-    from switchboard.cli.sessions import sessions_command
+    from switchboard.cli.sessions import SessionsQuery, sessions_command
 
-    return sessions_command(settings, action, key, limit)
+    query = SessionsQuery(
+        limit=args.limit,
+        channel=args.channel,
+        agent=args.agent,
+        tenant=args.tenant,
+        state=args.state,
+        events=args.events,
+    )
+    return sessions_command(settings, args.action, args.key, query)
 
 
 def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
@@ -218,14 +227,20 @@ def _parser() -> argparse.ArgumentParser:
     sessions = _command(
         sub,
         "sessions",
-        "list sessions, show one session's timeline, or stop its running turn",
-        "list: the most recently active sessions. show KEY: one session's event timeline. stop KEY: stop the "
-        "turn running for a session. Uses SWITCHBOARD_REDIS_URL, or else the embedded server of a "
-        "`switchboard run` serving SWITCHBOARD_DATA_DIR.",
+        "list sessions, show one session's conversation, or stop its running turn",
+        "list: the most recently active sessions and their state (the console's words). show KEY: one session's "
+        "transcript (what the user and the agent said, tool calls, approvals, operators), or with --events its "
+        "raw event log. stop KEY: stop the turn running for a session. Uses SWITCHBOARD_REDIS_URL, or else the "
+        "embedded server of a `switchboard run` serving SWITCHBOARD_DATA_DIR.",
     )
     sessions.add_argument("action", choices=["list", "show", "stop"], help="what to do")
     sessions.add_argument("key", nargs="?", help="session key (show, stop), as `sessions list` prints it")
-    sessions.add_argument("--limit", type=int, default=50, help="most sessions (list) or events (show) to print")
+    sessions.add_argument("--limit", type=int, default=50, help="most sessions (list) or lines (show) to print")
+    sessions.add_argument("--channel", help="list: only this channel's sessions")
+    sessions.add_argument("--agent", help="list: only this agent's sessions")
+    sessions.add_argument("--tenant", help="list: only this tenant's sessions")
+    sessions.add_argument("--state", choices=list(SESSION_STATES), help="list: only sessions in this state")
+    sessions.add_argument("--events", action="store_true", help="show: the raw event log instead of the transcript")
     agents = _command(
         sub,
         "agents",
@@ -393,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return cmd_simulate(settings, args.channel, args.text, args.timeout)
         if args.command == "sessions":
-            return cmd_sessions(settings, args.action, args.key, args.limit)
+            return cmd_sessions(settings, args)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":

@@ -15,6 +15,7 @@ from switchboard.control.scope import (
 )
 from switchboard.control.service import MAX_SAY_CHARS, ControlService
 from switchboard.control.views import (
+    SESSION_STATES,
     Accepted,
     AgentView,
     DeadLetterView,
@@ -23,12 +24,14 @@ from switchboard.control.views import (
     SessionView,
     TimelineEntry,
     ToolView,
+    TranscriptItem,
     UsageRow,
 )
 
 __all__ = [
     "ALL_TENANTS",
     "MAX_SAY_CHARS",
+    "SESSION_STATES",
     "Accepted",
     "AgentView",
     "ControlError",
@@ -43,5 +46,6 @@ __all__ = [
     "SessionView",
     "TimelineEntry",
     "ToolView",
+    "TranscriptItem",
     "UsageRow",
 ]

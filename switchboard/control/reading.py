@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -46,19 +46,24 @@ def escaped_tenant(tenant: str) -> str:
     return session_key(tenant, "a", "web", "a", "a").split("/", 1)[0]
 
 
-async def sessions_in_scope(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[SessionKey]:
-    """The ``limit`` most recently active sessions of the scope's tenants, newest first."""
+async def sessions_in_scope(
+    redis: aioredis.Redis, scope: OperatorScope, limit: int, keep: Callable[[list[str]], bool] | None = None
+) -> list[SessionKey]:
+    """The ``limit`` most recently active sessions of the scope's tenants, newest first.
+
+    With ``keep``, only those whose key parts (unescaped) it keeps.
+    """
     found: list[SessionKey] = []
-    batch = max(limit, 1) if scope.unrestricted else 500
+    batch = max(limit, 1) if scope.unrestricted and keep is None else 500
     for start in range(0, SCAN_LIMIT, batch):
         members = await redis.zrevrange(_GLOBAL.sessions, start, start + batch - 1)
         for member in members:
             key = _text(member)
             try:
-                tenant = session_parts(key)[0]
+                parts = session_parts(key)
             except NotFoundError:
                 continue
-            if scope.allows(tenant):
+            if scope.allows(parts[0]) and (keep is None or keep(parts)):
                 found.append(SessionKey(key))
                 if len(found) >= limit:
                     return found

@@ -68,6 +68,8 @@ class OperatorScope:
     """The operator's principal (``console:<name>``): who sends what they ingest and who decides what they decide."""
     tenants: frozenset[str]
     """Tenant names (unescaped) the operator may see; :data:`ALL_TENANTS` for every tenant."""
+    reads_messages: bool = True
+    """Whether reads carry message text, tool arguments and results (else they are withheld, marked redacted)."""
 
     @classmethod
     def everything(cls, operator: str) -> OperatorScope:

@@ -10,6 +10,7 @@ and applied by the worker under the session lease (docs/ARCHITECTURE.md §5). Re
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Final, Literal
 
@@ -17,7 +18,14 @@ import redis.asyncio as aioredis
 
 from switchboard.channels.registry import busy_policy
 from switchboard.control.operations import dead_letter_messages, list_dead_letters, list_doubts, resolve_doubt
-from switchboard.control.reading import pending_approvals, session_views, sessions_in_scope, timeline_of, usage_rows
+from switchboard.control.reading import (
+    SCAN_LIMIT,
+    pending_approvals,
+    session_views,
+    sessions_in_scope,
+    timeline_of,
+    usage_rows,
+)
 from switchboard.control.scope import (
     InvalidRequestError,
     NotFoundError,
@@ -26,7 +34,9 @@ from switchboard.control.scope import (
     is_text,
     session_parts,
 )
+from switchboard.control.transcript import redacted, transcript_of
 from switchboard.control.views import (
+    SESSION_STATES,
     Accepted,
     AgentView,
     DeadLetterView,
@@ -34,6 +44,7 @@ from switchboard.control.views import (
     SessionView,
     TimelineEntry,
     ToolView,
+    TranscriptItem,
     UsageRow,
 )
 from switchboard.core.approvals.grants import may_decide
@@ -69,9 +80,42 @@ class ControlService:
             raise NotFoundError(f"no such session: {session[:200]}")
         return key
 
-    async def sessions(self, scope: OperatorScope, *, limit: int = 50) -> list[SessionView]:
-        """The scope's most recently active sessions and their state, newest first."""
-        return await session_views(self.redis, await sessions_in_scope(self.redis, scope, max(1, min(limit, 1000))))
+    async def sessions(
+        self,
+        scope: OperatorScope,
+        *,
+        limit: int = 50,
+        channel: str | None = None,
+        agent: str | None = None,
+        tenant: str | None = None,
+        state: str | None = None,
+    ) -> list[SessionView]:
+        """The scope's most recently active sessions and their state, newest first; each filter narrows the list.
+
+        Raises:
+            InvalidRequestError: ``state`` is not one of :data:`~switchboard.control.views.SESSION_STATES`.
+            OutOfScopeError: ``tenant`` is not the operator's.
+        """
+        limit = max(1, min(limit, 1000))
+        if state is not None and state not in SESSION_STATES:
+            raise InvalidRequestError(f"state must be one of: {', '.join(SESSION_STATES)}")
+        if tenant is not None and not scope.allows(tenant):
+            raise OutOfScopeError(f"{scope.operator} may not see tenant {tenant!r}")
+        wanted = (tenant, agent, channel)
+
+        def keep(parts: list[str]) -> bool:
+            return all(want is None or want == part for want, part in zip(wanted, parts, strict=False))
+
+        filtered = keep if any(w is not None for w in wanted) else None
+        if state is None:
+            return await session_views(self.redis, await sessions_in_scope(self.redis, scope, limit, filtered))
+        found: list[SessionView] = []  # the state is live: read the candidates' state, a page at a time
+        candidates = await sessions_in_scope(self.redis, scope, SCAN_LIMIT, filtered)
+        for start in range(0, len(candidates), 200):
+            found += [v for v in await session_views(self.redis, candidates[start : start + 200]) if v.state == state]
+            if len(found) >= limit:
+                break
+        return found[:limit]
 
     async def session(self, scope: OperatorScope, session: str) -> SessionView:
         """One session and its state."""
@@ -80,6 +124,17 @@ class ControlService:
     async def timeline(self, scope: OperatorScope, session: str, *, limit: int = 200) -> list[TimelineEntry]:
         """The session's last ``limit`` events, oldest first, with trace ids."""
         return await timeline_of(self.redis, await self._existing(scope, session), max(1, min(limit, 10_000)))
+
+    async def transcript(self, scope: OperatorScope, session: str, *, limit: int = 200) -> list[TranscriptItem]:
+        """The session's conversation in time order, each line with its events (see :mod:`.transcript`).
+
+        The user's and the agent's words, tool calls with arguments and results, approvals and operators' actions;
+        the words are withheld unless the scope reads messages.
+        """
+        key = await self._existing(scope, session)
+        limit = max(1, min(limit, 2000))
+        items = await transcript_of(self.redis, key, history_limit=limit, events_limit=limit * 5)
+        return items if scope.reads_messages else [redacted(item) for item in items]
 
     async def approvals(self, scope: OperatorScope, *, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of the scope's tenants, oldest first."""
@@ -115,7 +170,8 @@ class ControlService:
 
     async def dead_letters(self, scope: OperatorScope, *, limit: int = 100) -> list[DeadLetterView]:
         """The scope's most recent dead letters, newest first."""
-        return await list_dead_letters(self.redis, scope, max(1, min(limit, 1000)))
+        found = await list_dead_letters(self.redis, scope, max(1, min(limit, 1000)))
+        return found if scope.reads_messages else [dataclasses.replace(d, preview="") for d in found]
 
     async def effects_in_doubt(self, scope: OperatorScope, *, include_resolved: bool = False) -> list[DoubtView]:
         """Effects awaiting reconciliation in the scope's tenants, oldest first."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from switchboard.types import SESSION_STATES, SessionState
+
 __all__ = [
+    "SESSION_STATES",
     "Accepted",
     "AgentView",
     "DeadLetterView",
@@ -14,15 +17,10 @@ __all__ = [
     "SessionView",
     "TimelineEntry",
     "ToolView",
+    "TranscriptItem",
+    "TranscriptKind",
     "UsageRow",
 ]
-
-SessionState = Literal[
-    "reasoning", "waiting_for_data", "waiting_for_approval", "retrying", "queued", "done", "taken_over"
-]
-"""``taken_over``: an operator holds it; ``reasoning``: a worker runs its turn; ``waiting_for_data``: the turn waits on
-a tool call; ``retrying``: its last attempt failed or the provider asked to wait; ``waiting_for_approval``: a gated
-action waits for a decision; ``queued``: messages wait for a worker; ``done``: nothing to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +54,39 @@ class TimelineEntry:
     """The trace of the request the event belongs to (32 hex digits), when it names a message."""
     data: dict[str, Any] = field(default_factory=dict)
     """The event's other fields."""
+
+
+TranscriptKind = Literal["user", "agent", "tool_call", "approval", "operator", "notice"]
+"""``user``: what the user said; ``agent``: the agent's answer; ``tool_call``: a call with its arguments and result;
+``approval``: a gated action asked, decided and settled; ``operator``: a take-over, an operator's message or a
+hand-back; ``notice``: a failed, deferred, cancelled or dead-lettered run."""
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptItem:
+    """One line of a session's transcript, built from its history and its event log."""
+
+    kind: TranscriptKind
+    at: float | None
+    actor: str = ""
+    """Who: the user's principal, ``agent``, or the operator's principal."""
+    action: str = ""
+    """``user``: ``queued`` while the message waits for the agent; ``operator``: ``take_over``, ``say`` or
+    ``hand_back``; ``approval``: its last status; ``notice``: the event."""
+    text: str = ""
+    """The words (``user``, ``agent``, ``operator``), or what happened (``approval``, ``notice``)."""
+    tool: str | None = None
+    arguments: Any = None
+    """A tool call's arguments as the model gave them."""
+    result: str | None = None
+    """A tool call's result as the agent saw it (data, never markup)."""
+    ok: bool | None = None
+    untrusted: bool = False
+    """Outside content (a data-class tool result), or written with it in view."""
+    redacted: bool = False
+    """The operator's role may not read messages: ``text``, ``arguments`` and ``result`` are withheld."""
+    events: list[TimelineEntry] = field(default_factory=list)
+    """The event-log entries this line stands for."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["ALL_TENANTS", "ConsoleConfig", "ConsoleSettings", "Operator"]
+__all__ = ["ALL_TENANTS", "ConsoleConfig", "ConsoleSettings", "Operator", "OperatorRole"]
 
 ALL_TENANTS = "*"
 """In an operator's ``tenants``: every tenant."""
+OperatorRole = Literal["operator", "viewer"]
+"""``operator``: reads the conversations and acts (take over, write, decide, requeue, reconcile); ``viewer``: sees
+sessions, states and figures, with message text, tool arguments and results withheld, and cannot act."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _ARGON2 = re.compile(r"^\$argon2(id|i|d)\$")
 
 
 class Operator(BaseModel):
-    """One console operator: ``{name, password_hash, tenants}``.
+    """One console operator: ``{name, password_hash, tenants, role}``.
 
     ``password_hash`` is an Argon2 hash made by ``switchboard console hash-password``; an operator without one can
     sign in only through a trusted reverse proxy's header (``SWITCHBOARD_CONSOLE__AUTH_HEADER``).
@@ -28,6 +31,14 @@ class Operator(BaseModel):
     password_hash: str | None = None
     tenants: tuple[str, ...] = Field(min_length=1)
     """The tenants whose sessions, approvals and figures this operator sees and acts on (``"*"``: all)."""
+    role: OperatorRole = "operator"
+    """What they may do in those tenants: ``operator`` reads conversations and acts, ``viewer`` only watches
+    (states and figures, message text withheld by the server)."""
+
+    @property
+    def reads_messages(self) -> bool:
+        """Whether the server shows this operator message text, tool arguments and results."""
+        return self.role == "operator"
 
     @field_validator("name")
     @classmethod

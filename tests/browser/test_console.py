@@ -216,7 +216,52 @@ async def test_approve_from_the_console_then_take_over_and_hand_back(
     await expect(console.page.get_by_test_id("detail-state")).not_to_contain_text("taken over", timeout=GUARD_MS)
     await chat.type_and_send("are you back?")
     await _assistant_says(chat, "You said:", 'are you back?"')  # the offline model's answer: the agent is back
+    await console.page.get_by_test_id("raw-toggle").click()  # the raw timeline is a click away
     timeline = console.page.get_by_test_id("timeline-row")
     await expect(timeline.first).to_be_visible(timeout=GUARD_MS)
     traces = [t for t in await console.page.locator("[data-testid=timeline-row] code").all_inner_texts() if t]
     assert traces, "the timeline shows trace ids"
+
+
+async def _kinds(console: ConsolePage) -> list[str]:
+    kinds: list[str] = await console.page.evaluate(
+        "() => Array.from(document.querySelectorAll('[data-testid=transcript-line]'), (li) => li.dataset.kind)"
+    )
+    return kinds
+
+
+async def test_the_console_shows_the_conversation_as_a_live_transcript(
+    open_chat: OpenChat, open_console: Callable[[], Awaitable[ConsolePage]]
+) -> None:
+    chat = await open_chat()
+    console = await open_console()
+    await console.sign_in("alice", PASSWORD)
+    await expect(console.page.get_by_test_id("live-status")).to_have_text("live", timeout=GUARD_MS)
+    session = f"default/assistant/web/default/{await chat.session()}"
+
+    # a real conversation: a tool call and its answer, then words with markup in them
+    await chat.type_and_send('/tool current_time {"timezone": "Europe/Paris"}')
+    await _assistant_says(chat, "It is", "(Europe/Paris)")
+    await chat.type_and_send(CONTENT)
+    await _assistant_says(chat, "You said:", "onerror")
+    await console.open_session(session)  # the row arrived over the stream
+    lines = console.page.get_by_test_id("transcript")
+    await expect(lines.get_by_test_id("transcript-line")).to_have_count(5, timeout=GUARD_MS)
+    assert await _kinds(console) == ["user", "tool_call", "agent", "user", "agent"]
+    call = lines.locator("[data-kind=tool_call]")
+    arguments = json.loads(await call.get_by_test_id("tool-arguments").inner_text())
+    assert arguments == {"timezone": "Europe/Paris"}
+    await expect(call.get_by_test_id("tool-result")).to_contain_text("Europe/Paris")
+    await expect(lines.locator("[data-kind=user]").nth(1)).to_contain_text(CONTENT)  # markup shown as text
+    assert await lines.locator("img").count() == 0
+    # each line opens to its events
+    first = lines.get_by_test_id("transcript-line").first
+    await first.get_by_test_id("line-events").locator("summary").click()
+    await expect(first.get_by_test_id("line-events")).to_contain_text("message_received")
+
+    # live: the next message appears without a reload or a click
+    await chat.type_and_send("one more thing")
+    await expect(lines.locator("[data-kind=user]").filter(has_text="one more thing")).to_have_count(1, timeout=GUARD_MS)
+    await _assistant_says(chat, "one more thing")
+    await expect(lines.get_by_test_id("transcript-line")).to_have_count(7, timeout=GUARD_MS)
+    await expect(console.page.get_by_test_id("live-status")).to_have_text("live")

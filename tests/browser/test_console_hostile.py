@@ -68,8 +68,12 @@ async def test_markup_in_every_field_is_shown_as_text_and_never_runs(
     await console.page.get_by_test_id("takeover-button").click()
     await console.page.get_by_test_id("say-input").fill(XSS)
     await console.page.get_by_test_id("say-button").click()
-    await console.page.get_by_test_id("timeline-row").first.wait_for(timeout=GUARD_MS)
     await expect(console.page.get_by_test_id("say-input")).to_have_value("", timeout=GUARD_MS)  # sent
+    transcript = console.page.get_by_test_id("transcript")
+    await expect(transcript.locator("[data-kind=user]").first).to_contain_text(XSS, timeout=GUARD_MS)
+    await expect(transcript.locator("[data-kind=operator]").filter(has_text=XSS)).to_have_count(1, timeout=GUARD_MS)
+    await console.page.get_by_test_id("raw-toggle").click()
+    await console.page.get_by_test_id("timeline-row").first.wait_for(timeout=GUARD_MS)
     await _inert(console)
     for tab in ("sessions", "approvals", "dead", "effects", "agents", "usage"):
         await console.page.get_by_test_id(f"tab-{tab}").click()

@@ -70,8 +70,11 @@ def console_env(base_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return {**base_env, "SWITCHBOARD_CONFIG": str(config)}
 
 
+MakeConsole = Callable[[dict[str, str]], Awaitable["Console"]]
+
+
 @pytest.fixture
-def make_console(aiohttp_client: MakeClient) -> Callable[[dict[str, str]], Awaitable[Console]]:
+def make_console(aiohttp_client: MakeClient) -> MakeConsole:
     """Start the real app for an environment and return a console client of it."""
 
     async def make(env: dict[str, str]) -> Console:

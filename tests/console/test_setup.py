@@ -54,6 +54,19 @@ def test_a_password_hash_that_is_not_argon2_is_a_config_error(base_env: dict[str
         load_settings({**base_env, "SWITCHBOARD_CONFIG": str(config)})
 
 
+def test_an_operators_role_is_operator_by_default_and_checked(base_env: dict[str, str], tmp_path: Path) -> None:
+    config = tmp_path / "roles.yaml"
+    config.write_text(
+        "console:\n  operators:\n    - {name: alice, tenants: [default]}\n"
+        "    - {name: carol, tenants: [default], role: viewer}\n"
+    )
+    operators = load_settings({**base_env, "SWITCHBOARD_CONFIG": str(config)}).file.console.operators
+    assert [(o.role, o.reads_messages) for o in operators] == [("operator", True), ("viewer", False)]
+    config.write_text("console:\n  operators:\n    - {name: alice, tenants: [default], role: admin}\n")
+    with pytest.raises(ConfigError, match=r"console\.operators\.0\.role"):
+        load_settings({**base_env, "SWITCHBOARD_CONFIG": str(config)})
+
+
 def test_check_reports_the_console(
     base_env: dict[str, str], console_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Capabilities, Receipt, SendContext
+from switchboard.control.reading import session_views, sessions_in_scope
+from switchboard.control.scope import OperatorScope
 from switchboard.core.actions import Action, SendText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
@@ -10,7 +12,7 @@ from switchboard.outbound.deliver import NO_CHANNEL, ChannelDeliverer
 from switchboard.outbound.outbox import Ephemeral
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.lease import Lease
-from switchboard.queue.sessions import list_sessions, timeline
+from switchboard.queue.sessions import timeline
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, bucket_field, read_stats
 from switchboard.settings import QueueSettings
 
@@ -27,14 +29,16 @@ async def test_list_sessions_and_timeline(
     busy = make_message("x", conversation="busy", channel="web").session_key
     assert await Lease(client, worker_id="w", lease_ms=10_000).acquire(busy)
 
-    sessions = {s.key.split("/")[-1]: s for s in await list_sessions(client)}
-    assert {k: (v.status, v.inbox_depth) for k, v in sessions.items()} == {
-        "done": ("idle", 0),
+    everything = OperatorScope.everything("test")
+    listed = await session_views(client, await sessions_in_scope(client, everything, 50))
+    sessions = {s.key.split("/")[-1]: s for s in listed}
+    assert {k: (v.state, v.inbox_depth) for k, v in sessions.items()} == {
+        "done": ("done", 0),
         "waiting": ("queued", 1),
-        "busy": ("running", 1),
+        "busy": ("reasoning", 1),
     }
     assert sessions["busy"].channel == "web" and sessions["done"].received == 1
-    assert [s.key.split("/")[-1] for s in await list_sessions(client, limit=1)] == ["busy"]
+    assert [s.split("/")[-1] for s in await sessions_in_scope(client, everything, 1)] == ["busy"]
 
     events = await timeline(client, sessions["done"].key)
     assert [e["kind"] for e in events] == [

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from aiohttp import web
 from redis.exceptions import RedisError
 
 from switchboard.control import (
+    SESSION_STATES,
     Accepted,
     ControlError,
     ControlService,
@@ -30,18 +31,33 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.web.appkeys import INGESTOR, REDIS, SETTINGS
 from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, Handler, error, operator_only
 
-__all__ = ["add_api_routes", "approval_json"]
+__all__ = [
+    "SESSION_FILTERS",
+    "add_api_routes",
+    "approval_json",
+    "failure",
+    "filtered_sessions",
+    "plain",
+    "service_of",
+    "transcript_body",
+]
 
 logger = logging.getLogger(__name__)
 
 _BODY_LIMIT: Final = 16 * 1024
+SESSION_FILTERS: Final = ("channel", "agent", "tenant", "state")
 Action = Callable[[ControlService, OperatorScope, dict[str, Any]], Awaitable[Any]]
 
 
-def _service(request: web.Request) -> tuple[ControlService, OperatorScope]:
+def service_of(request: web.Request) -> tuple[ControlService, OperatorScope]:
+    """The control service and the signed-in operator's scope (tenants, whether they read messages)."""
     signin = request[SIGNIN]
     app = request.app
-    scope = OperatorScope(operator=f"console:{signin.operator.name}", tenants=frozenset(signin.operator.tenants))
+    scope = OperatorScope(
+        operator=f"console:{signin.operator.name}",
+        tenants=frozenset(signin.operator.tenants),
+        reads_messages=signin.operator.reads_messages,
+    )
     return ControlService(app[REDIS], app[SETTINGS], app[INGESTOR]), scope
 
 
@@ -49,17 +65,20 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.json_response(body, status=status, headers=SECURITY_HEADERS)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A view (a dataclass, possibly nested) as JSON-ready data."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     return value
 
 
-def approval_json(record: ApprovalRecord) -> dict[str, Any]:
-    """What the reviewer sees of an approval: the record's normalised fields (not the signed paused program)."""
+def approval_json(record: ApprovalRecord, *, reads_messages: bool = True) -> dict[str, Any]:
+    """What the reviewer sees of an approval: the record's normalised fields (not the signed paused program).
+
+    Without ``reads_messages`` the arguments, the held draft and its evidence are withheld (``"redacted": true``).
+    """
     body = record.model_dump(mode="json", exclude={"program"})
     request = record.request
     body.update(
@@ -72,11 +91,15 @@ def approval_json(record: ApprovalRecord) -> dict[str, Any]:
         risk=request.risk if request is not None else "",
         requester=record.requested_by,
         paused_program=record.program is not None,
+        redacted=not reads_messages,
     )
+    if not reads_messages:
+        body.update(arguments=None, draft="", evidence=[])
     return body
 
 
-def _failure(err: Exception) -> web.Response:
+def failure(err: Exception) -> web.Response:
+    """The error answer for a refused request or a Redis that did not answer."""
     match err:
         case OutOfScopeError():
             return error(403, "out_of_scope", str(err))
@@ -93,18 +116,65 @@ def _failure(err: Exception) -> web.Response:
 
 def _reader(name: str, read: Callable[[ControlService, OperatorScope], Awaitable[Any]]) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
-        service, scope = _service(request)
+        service, scope = service_of(request)
         try:
             found = await read(service, scope)
         except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
-            return _failure(err)
-        return _json({name: _plain(found)})
+            return failure(err)
+        return _json({name: plain(found)})
 
     return operator_only(handler)
 
 
 async def _approvals(service: ControlService, scope: OperatorScope) -> list[dict[str, Any]]:
-    return [approval_json(record) for record in await service.approvals(scope)]
+    return [approval_json(r, reads_messages=scope.reads_messages) for r in await service.approvals(scope)]
+
+
+async def filtered_sessions(service: ControlService, scope: OperatorScope, query: Mapping[str, str]) -> Any:
+    """The sessions list for the query's filters (``channel``, ``agent``, ``tenant``, ``state``; empty: any)."""
+    given = {name: query.get(name) or None for name in SESSION_FILTERS}
+    found = await service.sessions(
+        scope, channel=given["channel"], agent=given["agent"], tenant=given["tenant"], state=given["state"]
+    )
+    return plain(found)
+
+
+async def sessions(request: web.Request) -> web.StreamResponse:
+    """``GET /console/api/sessions?channel=&agent=&tenant=&state=``: the sessions, newest first, filtered."""
+    service, scope = service_of(request)
+    try:
+        found = await filtered_sessions(service, scope, request.query)
+    except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
+        return failure(err)
+    return _json({"sessions": found, "states": list(SESSION_STATES)})
+
+
+async def transcript(request: web.Request) -> web.StreamResponse:
+    """``GET /console/api/transcript?session=KEY``: the session's state and its conversation, line by line."""
+    session = request.query.get("session", "")
+    if not session:
+        return error(400, "malformed_request", "name the session: ?session=<key>")
+    service, scope = service_of(request)
+    try:
+        body = await transcript_body(service, scope, session)
+    except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
+        return failure(err)
+    return _json(body)
+
+
+async def transcript_body(service: ControlService, scope: OperatorScope, session: str) -> dict[str, Any]:
+    """The transcript route's answer (also what the stream pushes for the open session)."""
+    view = await service.session(scope, session)
+    lines = await service.transcript(scope, session)
+    pending = await service.session_approvals(scope, session)
+    return {
+        "session": view.key,
+        "state": view.state,
+        "controlled_by": view.controlled_by,
+        "redacted": not scope.reads_messages,
+        "transcript": plain(lines),
+        "approvals": [approval_json(r, reads_messages=scope.reads_messages) for r in pending],
+    }
 
 
 async def timeline(request: web.Request) -> web.StreamResponse:
@@ -112,13 +182,13 @@ async def timeline(request: web.Request) -> web.StreamResponse:
     session = request.query.get("session", "")
     if not session:
         return error(400, "malformed_request", "name the session: ?session=<key>")
-    service, scope = _service(request)
+    service, scope = service_of(request)
     try:
         view = await service.session(scope, session)
         events = await service.timeline(scope, session)
         pending = await service.session_approvals(scope, session)
     except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
-        return _failure(err)
+        return failure(err)
     return _json(
         {
             "session": view.key,
@@ -127,7 +197,7 @@ async def timeline(request: web.Request) -> web.StreamResponse:
             "events": [
                 {"id": e.id, "at": e.at, "type": e.kind, "trace_id": e.trace_id, "data": e.data} for e in events
             ],
-            "approvals": [approval_json(record) for record in pending],
+            "approvals": [approval_json(r, reads_messages=scope.reads_messages) for r in pending],
         }
     )
 
@@ -152,13 +222,15 @@ def _writer(action: Action, status: int = 202) -> Handler:
             body = None
         if not isinstance(body, dict):
             return error(400, "malformed_body", "body must be a JSON object")
-        service, scope = _service(request)
+        service, scope = service_of(request)
+        if request[SIGNIN].operator.role != "operator":
+            return error(403, "viewer", "a viewer cannot act: ask for the operator role (console.operators[].role)")
         try:
             done = await action(service, scope, body)
         except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
-            return _failure(err)
+            return failure(err)
         logger.info("console: %s by %s", request.path.removeprefix("/console/api/"), scope.operator)
-        return _json({"ok": True, "result": _plain(done)}, status=status)
+        return _json({"ok": True, "result": plain(done)}, status=status)
 
     return operator_only(handler)
 
@@ -191,7 +263,10 @@ def add_api_routes(app: web.Application) -> None:
     """Register the console's data and action routes on ``app`` (which must carry SETTINGS, REDIS, INGESTOR).
 
     ========================================= ==================================================================
-    ``GET /console/api/sessions``              ``{"sessions": [SessionView…]}`` (newest first)
+    ``GET /console/api/sessions``              ``{"sessions": [SessionView…], "states"}`` (newest first);
+                                               ``?channel=&agent=&tenant=&state=`` filter
+    ``GET /console/api/transcript?session=KEY`` ``{"session", "state", "controlled_by", "redacted",
+                                               "transcript": [TranscriptItem…], "approvals": [...]}``
     ``GET /console/api/timeline?session=KEY``  ``{"session", "state", "controlled_by", "events": [...],
                                                "approvals": [...]}``
     ``GET /console/api/approvals``             ``{"approvals": [...]}`` pending, oldest first
@@ -207,8 +282,9 @@ def add_api_routes(app: web.Application) -> None:
     ``GET /console/api/usage``                 ``{"usage": [...]}`` per tenant and agent
     ========================================= ==================================================================
     """
-    app.router.add_get("/console/api/sessions", _reader("sessions", lambda s, scope: s.sessions(scope)))
+    app.router.add_get("/console/api/sessions", operator_only(sessions))
     app.router.add_get("/console/api/timeline", operator_only(timeline))
+    app.router.add_get("/console/api/transcript", operator_only(transcript))
     app.router.add_get("/console/api/approvals", _reader("approvals", _approvals))
     app.router.add_get("/console/api/dead-letters", _reader("dead_letters", lambda s, scope: s.dead_letters(scope)))
     app.router.add_get("/console/api/effects", _reader("effects", lambda s, scope: s.effects_in_doubt(scope)))

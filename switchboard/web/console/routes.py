@@ -192,6 +192,7 @@ def _me(signin: Signin) -> web.Response:
     body = {
         "operator": signin.operator.name,
         "tenants": list(signin.operator.tenants),
+        "role": signin.operator.role,
         "csrf": signin.csrf,
         "via": signin.via,
     }

@@ -1,21 +1,28 @@
 /*
  * Switchboard operator console. Plain JavaScript, no build step, nothing loaded from elsewhere.
  *
- * Reads /console/api/* (JSON) every few seconds for the open section; every write is a POST carrying the CSRF token
- * of the sign-in (X-CSRF-Token). Every string from the server is put in the page with textContent: nothing is ever
- * parsed as HTML.
+ * The sessions list and the open session's transcript arrive live over server-sent events (/console/api/stream,
+ * EventSource); where that is not available or keeps failing, the page reads /console/api/* every few seconds
+ * instead. Every write is a POST carrying the CSRF token of the sign-in (X-CSRF-Token). Every string from the server
+ * (message text, tool arguments, untrusted tool output) is put in the page with textContent: nothing is ever parsed
+ * as HTML.
  */
 "use strict";
 
 (() => {
-  const POLL_MS = 2000;
+  const POLL_MS = 5000; // only when the live stream is not available
+  const RECONNECT_MS = 10000;
   const API = "/console/api/";
 
   let csrf = "";
   let tab = "sessions";
-  let selected = null; // the session key whose timeline is shown
+  let selected = null; // the session key whose transcript is shown
   let timer = null;
   let busy = false;
+  let stream = null; // the EventSource, while live
+  let live = false;
+  let filters = {};
+  let rawShown = false;
 
   const $ = (id) => document.getElementById(id);
   const notice = $("notice");
@@ -110,27 +117,94 @@
 
   /* ---------- sessions ---------- */
 
-  async function loadSessions() {
-    const data = await call("GET", "sessions");
+  function query(extra) {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries({ ...filters, ...(extra || {}) })) if (value) params.set(name, value);
+    const text = params.toString();
+    return text ? `?${text}` : "";
+  }
+
+  function renderSessions(sessions) {
     const body = $("sessions-body");
     body.replaceChildren();
-    for (const s of data.sessions) {
+    for (const s of sessions) {
       const tr = row(
-        [el("code", s.key), s.state, when(s.last_activity), s.inbox_depth, s.controlled_by || "agent"],
-        { "data-key": s.key, "data-testid": "session-row", "data-state": s.state },
+        [el("code", s.key), s.channel, s.agent, s.state, when(s.last_activity), s.inbox_depth, s.controlled_by || "agent"],
+        { "data-key": s.key, "data-testid": "session-row", "data-state": s.state, "data-channel": s.channel },
       );
       if (s.key === selected) tr.classList.add("selected");
       tr.addEventListener("click", () => {
         selected = s.key;
-        refresh();
+        for (const other of body.querySelectorAll("tr.selected")) other.classList.remove("selected");
+        tr.classList.add("selected");
+        connect();
+        if (!live) refresh();
       });
       body.appendChild(tr);
     }
-    if (selected) await loadTimeline();
   }
 
-  async function loadTimeline() {
-    const data = await call("GET", `timeline?session=${encodeURIComponent(selected)}`);
+  async function loadSessions() {
+    const data = await call("GET", `sessions${query()}`);
+    renderSessions(data.sessions);
+    if (selected) await loadTranscript();
+  }
+
+  function who(line) {
+    switch (line.kind) {
+      case "user":
+        return `user ${line.actor}${line.action === "queued" ? " (waiting for the agent)" : ""}`;
+      case "agent":
+        return "agent";
+      case "tool_call":
+        return `tool call: ${line.tool || "?"}${line.ok === false ? " (failed)" : ""}`;
+      case "approval":
+        return `approval: ${line.tool || "reply"} (${line.action})`;
+      case "operator":
+        return `operator ${line.actor}: ${line.action.replace(/_/g, " ")}`;
+      default:
+        return line.action ? line.action.replace(/_/g, " ") : line.kind;
+    }
+  }
+
+  function transcriptLine(line) {
+    const li = el("li", null, `line line-${line.kind}`);
+    li.dataset.testid = "transcript-line";
+    li.dataset.kind = line.kind;
+    const head = el("span", `${when(line.at)} · ${who(line)}`, "who");
+    li.appendChild(head);
+    if (line.redacted) {
+      li.appendChild(el("p", "(withheld for your role)", "words redacted"));
+    } else {
+      if (line.text) li.appendChild(el("p", line.text, "words"));
+      if (line.kind === "tool_call") {
+        if (line.arguments !== null && line.arguments !== undefined) {
+          const args = el("pre", JSON.stringify(line.arguments, null, 2));
+          args.dataset.testid = "tool-arguments";
+          li.appendChild(args);
+        }
+        if (line.result !== null && line.result !== undefined) {
+          if (line.untrusted) li.appendChild(el("span", "untrusted output, shown as data", "untrusted"));
+          const result = el("pre", line.result, "data");
+          result.dataset.testid = "tool-result";
+          li.appendChild(result);
+        }
+      }
+    }
+    if (line.events && line.events.length) {
+      const details = document.createElement("details");
+      details.dataset.testid = "line-events";
+      details.appendChild(el("summary", `${line.events.length} event${line.events.length === 1 ? "" : "s"}`));
+      details.appendChild(
+        el("pre", line.events.map((e) => `${e.kind}  ${e.trace_id || ""}\n${JSON.stringify(e.data)}`).join("\n")),
+      );
+      li.appendChild(details);
+    }
+    return li;
+  }
+
+  function renderDetail(data) {
+    if (data.session !== selected) return;
     $("session-detail").hidden = false;
     $("detail-key").textContent = data.session;
     $("detail-state").textContent = data.state + (data.controlled_by ? ` (taken over by ${data.controlled_by})` : "");
@@ -138,7 +212,18 @@
     const taken = Boolean(data.controlled_by);
     $("takeover").disabled = taken;
     $("handback").disabled = !taken;
+    $("redacted-note").hidden = !data.redacted;
     $("detail-approvals").replaceChildren(...data.approvals.map(approvalCard));
+    $("transcript").replaceChildren(...data.transcript.map(transcriptLine));
+    if (rawShown) loadTimeline().catch((err) => say(err.message, true));
+  }
+
+  async function loadTranscript() {
+    renderDetail(await call("GET", `transcript?session=${encodeURIComponent(selected)}`));
+  }
+
+  async function loadTimeline() {
+    const data = await call("GET", `timeline?session=${encodeURIComponent(selected)}`);
     const body = $("timeline-body");
     body.replaceChildren();
     for (const e of data.events) {
@@ -149,6 +234,86 @@
         }),
       );
     }
+  }
+
+  $("raw-toggle").addEventListener("click", async () => {
+    rawShown = !rawShown;
+    $("raw-toggle").setAttribute("aria-expanded", String(rawShown));
+    $("raw-timeline").hidden = !rawShown;
+    if (rawShown && selected) {
+      try {
+        await loadTimeline();
+      } catch (err) {
+        say(err.message, true);
+      }
+    }
+  });
+
+  $("filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = new FormData($("filters"));
+    filters = {};
+    for (const name of ["channel", "agent", "tenant", "state"]) filters[name] = String(form.get(name) || "").trim();
+    connect();
+    if (!live) refresh();
+  });
+  $("filters").addEventListener("reset", () => {
+    filters = {};
+    setTimeout(() => {
+      connect();
+      if (!live) refresh();
+    });
+  });
+
+  /* ---------- live updates ---------- */
+
+  function showLive(text) {
+    $("live").textContent = text;
+  }
+
+  function poll() {
+    if (timer === null) timer = setInterval(refresh, POLL_MS);
+  }
+
+  function connect() {
+    if (stream) stream.close();
+    stream = null;
+    if (!window.EventSource) {
+      live = false;
+      showLive("refreshing every few seconds");
+      poll();
+      return;
+    }
+    const source = new EventSource(API + "stream" + query(selected ? { session: selected } : {}));
+    stream = source;
+    source.addEventListener("open", () => {
+      live = true;
+      showLive("live");
+      if (timer !== null) {
+        clearInterval(timer);
+        timer = null;
+      }
+    });
+    source.addEventListener("sessions", (event) => {
+      renderSessions(JSON.parse(event.data));
+      loadApprovals().catch(() => {});
+    });
+    source.addEventListener("transcript", (event) => renderDetail(JSON.parse(event.data)));
+    source.addEventListener("problem", (event) => say(JSON.parse(event.data).message, true));
+    source.addEventListener("signed_out", () => {
+      source.close();
+      window.location.assign("/console/login");
+    });
+    source.addEventListener("error", () => {
+      if (source !== stream || source.readyState !== EventSource.CLOSED) return; // the browser reconnects itself
+      live = false;
+      stream = null;
+      showLive("reconnecting… (refreshing every few seconds meanwhile)");
+      poll();
+      setTimeout(() => {
+        if (stream === null) connect();
+      }, RECONNECT_MS);
+    });
   }
 
   $("takeover").addEventListener("click", () => write("sessions/take-over", { session: selected }, "Taken over."));
@@ -275,8 +440,8 @@
     if (busy) return;
     busy = true;
     try {
-      await loadApprovals(); // the count in the tab bar is always live
-      await loaders[tab]();
+      await loadApprovals(); // the count in the tab bar is always current
+      if (tab !== "sessions" || !live) await loaders[tab]();
     } catch (err) {
       if (err.message !== "signed out") say(err.message, true);
     } finally {
@@ -298,6 +463,7 @@
   for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => show(b.dataset.tab));
 
   $("signout").addEventListener("click", async () => {
+    if (stream) stream.close();
     try {
       await call("POST", "logout");
     } catch (_) {
@@ -310,18 +476,28 @@
     try {
       const me = await call("GET", "me");
       csrf = me.csrf;
-      $("operator").textContent = `${me.operator} (${me.tenants.join(", ")})`;
+      $("operator").textContent = `${me.operator} (${me.role}; ${me.tenants.join(", ")})`;
+      if (me.role === "viewer") for (const id of ["takeover", "handback", "say-form"]) $(id).hidden = true;
     } catch (err) {
       if (err.message !== "signed out") say(err.message, true);
       return;
     }
+    try {
+      const data = await call("GET", "sessions");
+      for (const state of data.states) $("filters").elements.namedItem("state").appendChild(el("option", state));
+    } catch (err) {
+      say(err.message, true);
+    }
     show("sessions");
-    timer = setInterval(refresh, POLL_MS);
+    connect();
     document.addEventListener("visibilitychange", () => {
-      if (!document.hidden) refresh();
+      if (!document.hidden && !live) refresh();
     });
   }
 
   start();
-  window.addEventListener("beforeunload", () => clearInterval(timer));
+  window.addEventListener("beforeunload", () => {
+    if (stream) stream.close();
+    if (timer !== null) clearInterval(timer);
+  });
 })();
