@@ -164,19 +164,11 @@ def _stop(gateway: Gateway) -> None:
     assert "Switchboard stopped." in gateway.stdout.read_text(errors="replace"), gateway.output()
 
 
-@pytest.fixture(scope="module")
-def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """``python -m switchboard run`` with its own embedded server, a minimal YAML file and a slow offline model.
-
-    A test module may set ``GATEWAY_CONFIG`` (YAML text) to run its gateway with another configuration, or
-    ``GATEWAY_CONFIG_PATH`` (a file, read where it lies: paths in it are relative to it) to run one it names.
-    """
+def run_gateway(root: Path, config: Path, *, delay_ms: int = OFFLINE_DELAY_MS) -> Iterator[Gateway]:
+    """``python -m switchboard run`` on ``config`` (paths in it are relative to it), data under ``root``, until the
+    caller is done; then Ctrl-C, and it must stop cleanly."""
     if CHROMIUM is None:
         pytest.skip(SKIP_REASON)
-    root = tmp_path_factory.mktemp("gateway")
-    config = getattr(request.module, "GATEWAY_CONFIG_PATH", None) or root / "switchboard.yaml"
-    if config == root / "switchboard.yaml":
-        config.write_text(getattr(request.module, "GATEWAY_CONFIG", MINIMAL_CONFIG))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
     port = _free_port()
     env.update(
@@ -185,7 +177,7 @@ def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             "SWITCHBOARD_PORT": str(port),
             "SWITCHBOARD_DATA_DIR": str(root / "data"),
             "SWITCHBOARD_CONFIG": str(config),
-            "SWITCHBOARD_OFFLINE__DELAY_MS": str(getattr(request.module, "OFFLINE_DELAY_MS", OFFLINE_DELAY_MS)),
+            "SWITCHBOARD_OFFLINE__DELAY_MS": str(delay_ms),
             "SWITCHBOARD_ATTACHMENTS__MAX_BYTES": str(MAX_FILE_BYTES),
         }
     )
@@ -200,6 +192,18 @@ def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         yield running
     finally:
         _stop(running)
+
+
+@pytest.fixture(scope="module")
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """``python -m switchboard run`` with its own embedded server, a minimal YAML file and a slow offline model.
+
+    A test module may set ``GATEWAY_CONFIG`` (YAML text) to run its gateway with another configuration.
+    """
+    root = tmp_path_factory.mktemp("gateway")
+    config = root / "switchboard.yaml"
+    config.write_text(getattr(request.module, "GATEWAY_CONFIG", MINIMAL_CONFIG))
+    yield from run_gateway(root, config)
 
 
 # ---------------------------------------------------------------- the browser
@@ -300,3 +304,52 @@ async def open_chat(gateway: Gateway, browser: Browser) -> AsyncIterator[Callabl
         await context.close()
     errors = [error for chat in pages for error in chat.errors]
     assert errors == [], f"errors in the browser console: {errors}"
+
+
+# ---------------------------------------------------------------- the operator console
+
+
+@dataclass
+class ConsolePage:
+    """The console in its own browser context (its own cookies), driven through ``data-testid`` attributes."""
+
+    page: Page
+    url: str
+    errors: list[str] = field(default_factory=list)
+
+    async def sign_in(self, name: str, password: str) -> None:
+        """Open ``/console`` (redirected to sign-in), sign in, and wait for the console."""
+        await self.page.goto(self.url + "console")
+        await expect(self.page).to_have_url(self.url + "console/login")
+        await self.page.get_by_test_id("login-name").fill(name)
+        await self.page.get_by_test_id("login-password").fill(password)
+        await self.page.get_by_test_id("login-submit").click()
+        await expect(self.page.get_by_test_id("operator-name")).to_contain_text(name, timeout=GUARD_MS)
+
+    async def open_session(self, session: str) -> None:
+        """Show a session's timeline and controls."""
+        await self.page.get_by_test_id("tab-sessions").click()
+        row = self.page.locator(f'[data-testid=session-row][data-key="{session}"]')
+        await row.click(timeout=GUARD_MS)
+        await expect(self.page.get_by_test_id("detail-key")).to_have_text(session, timeout=GUARD_MS)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def open_console(gateway: Gateway, browser: Browser) -> AsyncIterator[Callable[[], Awaitable[ConsolePage]]]:
+    """A console page in a fresh browser context; errors in its console fail the test."""
+    opened: list[ConsolePage] = []
+
+    async def opener() -> ConsolePage:
+        context = await browser.new_context(viewport={"width": 1200, "height": 800})
+        page = await context.new_page()
+        console = ConsolePage(page=page, url=gateway.url)
+        page.on("pageerror", lambda exc: console.errors.append(str(exc)))
+        page.on("console", lambda msg: console.errors.append(msg.text) if msg.type == "error" else None)
+        opened.append(console)
+        return console
+
+    yield opener
+    for console in opened:
+        await console.page.context.close()
+    errors = [error for console in opened for error in console.errors]
+    assert errors == [], f"errors in the console page: {errors}"

@@ -9,18 +9,13 @@ it), and hands it back: the agent answers the next message again.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, Page, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+from playwright.async_api import expect
 
 from switchboard.web.console.passwords import hash_password
 from tests.browser.conftest import (
@@ -29,10 +24,9 @@ from tests.browser.conftest import (
     OFFLINE_DELAY_MS,
     SKIP_REASON,
     ChatPage,
+    ConsolePage,
     Gateway,
-    _free_port,
-    _stop,
-    _wait_ready,
+    run_gateway,
 )
 
 pytestmark = [
@@ -72,78 +66,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
 def start_gateway(root: Path, config_text: str) -> Iterator[Gateway]:
     """Run the gateway with ``config_text`` (``{hash}``: the operator's password hash) until the caller is done."""
-    if CHROMIUM is None:
-        pytest.skip(SKIP_REASON)
     config = root / "switchboard.yaml"
     config.write_text(config_text.format(hash=hash_password(PASSWORD)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
-    port = _free_port()
-    env.update(
-        {
-            "SWITCHBOARD_HOST": "127.0.0.1",
-            "SWITCHBOARD_PORT": str(port),
-            "SWITCHBOARD_DATA_DIR": str(root / "data"),
-            "SWITCHBOARD_CONFIG": str(config),
-            "SWITCHBOARD_OFFLINE__DELAY_MS": str(OFFLINE_DELAY_MS // 3),
-        }
-    )
-    stdout, stderr = root / "stdout.txt", root / "stderr.txt"
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", "run"], env=env, cwd=root, stdout=out, stderr=err
-        )
-    running = Gateway(url=f"http://127.0.0.1:{port}/", process=process, stdout=stdout, stderr=stderr)
-    try:
-        _wait_ready(running)
-        yield running
-    finally:
-        _stop(running)
-
-
-@dataclass
-class ConsolePage:
-    """The console in its own browser context (its own cookies), driven through ``data-testid`` attributes."""
-
-    page: Page
-    url: str
-    errors: list[str] = field(default_factory=list)
-
-    async def sign_in(self, name: str, password: str) -> None:
-        """Open ``/console`` (redirected to sign-in), sign in, and wait for the console."""
-        await self.page.goto(self.url + "console")
-        await expect(self.page).to_have_url(self.url + "console/login")
-        await self.page.get_by_test_id("login-name").fill(name)
-        await self.page.get_by_test_id("login-password").fill(password)
-        await self.page.get_by_test_id("login-submit").click()
-        await expect(self.page.get_by_test_id("operator-name")).to_contain_text(name, timeout=GUARD_MS)
-
-    async def open_session(self, session: str) -> None:
-        """Show a session's timeline and controls."""
-        await self.page.get_by_test_id("tab-sessions").click()
-        row = self.page.locator(f'[data-testid=session-row][data-key="{session}"]')
-        await row.click(timeout=GUARD_MS)
-        await expect(self.page.get_by_test_id("detail-key")).to_have_text(session, timeout=GUARD_MS)
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def open_console(gateway: Gateway, browser: Browser) -> AsyncIterator[Callable[[], Awaitable[ConsolePage]]]:
-    """A console page in a fresh browser context; errors in its console fail the test."""
-    opened: list[ConsolePage] = []
-
-    async def opener() -> ConsolePage:
-        context = await browser.new_context(viewport={"width": 1200, "height": 800})
-        page = await context.new_page()
-        console = ConsolePage(page=page, url=gateway.url)
-        page.on("pageerror", lambda exc: console.errors.append(str(exc)))
-        page.on("console", lambda msg: console.errors.append(msg.text) if msg.type == "error" else None)
-        opened.append(console)
-        return console
-
-    yield opener
-    for console in opened:
-        await console.page.context.close()
-    errors = [error for console in opened for error in console.errors]
-    assert errors == [], f"errors in the console page: {errors}"
+    yield from run_gateway(root, config, delay_ms=OFFLINE_DELAY_MS // 3)
 
 
 async def _assistant_says(chat: ChatPage, *texts: str) -> None:

@@ -18,11 +18,10 @@ from tests.browser.conftest import (
     CHROMIUM,
     GUARD_MS,
     SKIP_REASON,
+    ConsolePage,
     Gateway,
 )
-from tests.browser.test_console import CONSOLE_CONFIG, PASSWORD, ConsolePage, OpenChat, open_console, start_gateway
-
-__all__ = ["open_console"]
+from tests.browser.test_console import CONSOLE_CONFIG, PASSWORD, OpenChat, start_gateway
 
 pytestmark = [
     pytest.mark.browser,

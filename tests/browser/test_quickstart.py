@@ -1,33 +1,40 @@
 """The quickstart as a newcomer follows it: `make run`'s shipped configuration, the empty chat's five starters, in
-real Chromium at a phone's width.
+real Chromium at a phone's width, then the operator console showing that conversation.
 
 Within those five messages the page must show a tool card for a shell run, a file sent as a card, and an approval
-asked as a card whose buttons reflect the decision; nothing may overflow 390 px. The screenshots are kept in the
-test's temporary directory (their paths are in any failure message).
+asked as a card whose buttons reflect the decision; nothing may overflow 390 px. The shipped files are copied as
+they are, plus one console operator (the shipped file lists none). The screenshots are kept in the test's temporary
+directory (their paths are in any failure message).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import shutil
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, ViewportSize, expect
 
 from switchboard.cli.sandbox import startup_choice
 from switchboard.settings import load_settings
-from tests.browser.conftest import GUARD_MS, ChatPage
+from switchboard.web.console.passwords import hash_password
+from tests.browser.conftest import GUARD_MS, ChatPage, ConsolePage, Gateway, run_gateway
 
 OpenChat = Callable[[], Awaitable[ChatPage]]
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 
-GATEWAY_CONFIG_PATH: Final = Path(__file__).resolve().parents[2] / "config" / "switchboard.yaml"
-"""The file `make run` reads."""
-OFFLINE_DELAY_MS: Final = 0
-"""The starters' answers need not stream slowly here."""
-PHONE: Final = {"width": 390, "height": 844}
+SHIPPED: Final = Path(__file__).resolve().parents[2] / "config"
+"""The folder of the file `make run` reads."""
+PASSWORD: Final = "the quickstart operator's password"
+OPERATOR: Final = """
+console:
+  operators:
+    - {{name: alice, password_hash: "{hash}", tenants: [default]}}
+"""
+PHONE: Final[ViewportSize] = {"width": 390, "height": 844}
 STARTERS: Final = [
     "Send me a file",
     "Run shell commands",
@@ -35,6 +42,16 @@ STARTERS: Final = [
     "Query the shop database",
     "Publish an announcement (asks for approval)",
 ]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """`make run`'s configuration (its folder copied, paths in it stay relative to it) and one operator."""
+    root = tmp_path_factory.mktemp("quickstart")
+    shutil.copytree(SHIPPED, root / "config")
+    config = root / "config" / "switchboard.yaml"
+    config.write_text(config.read_text() + OPERATOR.format(hash=hash_password(PASSWORD)))
+    yield from run_gateway(root, config, delay_ms=0)
 
 
 async def _fits(page: Page, shot: Path) -> None:
@@ -64,7 +81,9 @@ async def _answered(chat: ChatPage, count: int) -> None:
     )
 
 
-async def test_the_five_starters_show_a_tool_card_a_file_and_an_approval(open_chat: OpenChat, tmp_path: Path) -> None:
+async def test_the_five_starters_show_a_tool_card_a_file_and_an_approval_and_the_console_the_transcript(
+    open_chat: OpenChat, open_console: Callable[[], Awaitable[ConsolePage]], tmp_path: Path
+) -> None:
     chat = await open_chat()
     page = chat.page
     await page.set_viewport_size(PHONE)
@@ -85,7 +104,8 @@ async def test_the_five_starters_show_a_tool_card_a_file_and_an_approval(open_ch
 
     cards = page.get_by_test_id("tool-card")
     shell = cards.filter(has_text="shell")
-    if startup_choice(load_settings({"SWITCHBOARD_CONFIG": str(GATEWAY_CONFIG_PATH)})).sandbox is not None:
+    sandboxed = startup_choice(load_settings({"SWITCHBOARD_CONFIG": str(SHIPPED / "switchboard.yaml")})).sandbox
+    if sandboxed is not None:
         await expect(shell).to_have_count(1)
         await expect(shell).to_have_attribute("data-state", "failed")  # its third command lists a missing file
         await shell.locator("summary").click()
@@ -112,6 +132,18 @@ async def test_the_five_starters_show_a_tool_card_a_file_and_an_approval(open_ch
     written = cards.filter(has_text="write_file").last
     await expect(written).to_have_attribute("data-state", "ok", timeout=GUARD_MS)
     await _fits(page, tmp_path / "approved.png")
+
+    console = await open_console()
+    await console.sign_in("alice", PASSWORD)
+    await console.open_session(f"default/demo/web/default/{await chat.session()}")
+    lines = console.page.get_by_test_id("transcript").get_by_test_id("transcript-line")
+    await expect(lines.filter(has_text="hello from the sandbox" if sandboxed else "squares")).not_to_have_count(0)
+    kinds: list[str] = await console.page.evaluate(
+        "() => Array.from(document.querySelectorAll('[data-testid=transcript-line]'), (li) => li.dataset.kind)"
+    )
+    assert kinds.count("user") >= 5 and "tool_call" in kinds and "approval" in kinds and "agent" in kinds, kinds
+    await expect(lines.filter(has_text="outbox/announcement.md").first).to_be_visible()
+    await console.page.screenshot(path=str(tmp_path / "console.png"))
 
 
 async def _starter_text(chat: ChatPage, index: int) -> str:

@@ -296,6 +296,13 @@ async def test_an_approval_card_shows_what_and_why_and_settles(
     await expect(buttons.nth(0)).to_have_attribute("aria-pressed", "false")
     await expect(page.get_by_test_id("choice-outcome")).to_have_text("Denied by console:alice")
     await _layout(page, tmp_path, "approval-settled")
+    for index in range(2):  # the picked pill's label sits in its middle like the other's (no style of another list)
+        offset = await buttons.nth(index).evaluate(
+            """b => { const l = b.querySelector('.choice-label') || b, lb = l.getBoundingClientRect(),
+                     bb = b.getBoundingClientRect(); return [lb.top + lb.bottom - bb.top - bb.bottom,
+                     lb.left + lb.right - bb.left - bb.right]; }"""
+        )
+        assert all(abs(delta) <= 2 for delta in offset), (index, offset, tmp_path)
 
     await chat.reload()  # the replayed history shows the decision too
     await expect(page.get_by_test_id("choice-outcome")).to_have_text("Denied by console:alice", timeout=GUARD_MS)

@@ -689,7 +689,7 @@
     for (const button of offer.buttons) {
       const picked = button.dataset.choice === chosenId;
       button.disabled = true;
-      button.classList.toggle("chosen", picked);
+      button.classList.toggle("picked", picked);
       button.setAttribute("aria-pressed", String(picked));
     }
   }
