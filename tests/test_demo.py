@@ -127,7 +127,7 @@ async def test_the_starters_show_a_file_a_shell_run_a_program_sql_and_an_approva
     assert any("The program printed: squares: [1, 4, 9, 16, 25, 36, 49] sum: 140" in m["text"] for m in program)
     assert any("| east | 109.5 |" in m["text"] for m in sql), sql
     [asked] = [m for m in approval if m.get("choices")]
-    assert "outbox/announcement.md" in asked["text"] and len(asked["choices"]) >= 2
+    assert "outbox/announcement.md" in asked["approval"]["title"] and len(asked["choices"]) >= 2
     shown = "\n".join(m["text"] for m in shell)
     here = startup_choice(settings)
     if here.sandbox is None:

@@ -84,7 +84,11 @@ class _Sink:
         self._turn = turn
         self._events = events
         self.held: list[Event] = []
-        self.status = None if turn.stream is None else StatusBoard.beside(turn.stream, drainer._perform_for(turn))
+        stream = turn.stream
+        self.status: StatusBoard | None = None
+        # A channel that shows tool calls as live cards (the web chat) has its progress indicator there: no notices.
+        if stream is not None and not stream.caps.tool_activity:
+            self.status = StatusBoard.beside(stream, drainer._perform_for(turn))
 
     def take(self) -> list[Event]:
         """The held events, to write with the drain's next step (the caller writes them)."""

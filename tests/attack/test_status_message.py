@@ -55,7 +55,7 @@ from tests.fakes.telegram_api import FakeTelegram, check_html
 from tests.sandbox.conftest import sandbox_of
 from tests.sandbox.test_shell_progress import SLOW, history_of, inbound
 from tests.waiting import wait_until
-from tests.webchat.conftest import Chat, read_sse
+from tests.webchat.conftest import SSE, Chat, read_sse
 
 ROOMY = Rate(1000.0, 1000)
 QUEUE = QueueSettings(name="sbstatusatk", lease_ms=30_000, max_attempts=3, retry_backoff_s=0.0, history_maxlen=50)
@@ -471,10 +471,11 @@ async def test_slack_status_never_pings_the_channel(async_redis: aioredis.Redis,
         await adapter.aclose()
 
 
-async def test_the_web_chat_gets_bounded_notices_and_the_reply_stays_the_reply(
+async def test_the_web_chat_shows_a_slow_command_as_its_live_card_and_posts_no_notices(
     chat: Chat, bwrap: Sandbox, tmp_path: Path
 ) -> None:
-    """The web chat cannot edit: at most ``progress_notices`` plain messages, never taken for the reply on reload."""
+    """The web chat shows tool calls as live cards: the running card is the progress, no notice message is posted
+    (however long the command takes), and the reply stays the reply."""
     _, token = await chat.new_session()
     session = SessionKey(await chat.session_key(token))
     message_id = await chat.send(token, "build it", client_id="b1")
@@ -490,29 +491,27 @@ async def test_the_web_chat_gets_bounded_notices_and_the_reply_stays_the_reply(
     drain = asyncio.create_task(drainer.drain(session))
     keys = SessionKeys(session)
 
-    async def notices() -> int:
-        entries = await chat.redis.xrange(keys.web) or []
-        mark = "⏳ Running".encode()
-        return sum(any(isinstance(v, bytes) and mark in v for v in (fields or {}).values()) for _, fields in entries)
+    async def entries() -> list[dict[bytes, bytes]]:
+        return [fields for _, fields in await chat.redis.xrange(keys.web) or []]
 
     deadline = time.monotonic() + 20
-    while await notices() < FAST.progress_notices:
-        assert time.monotonic() < deadline, "the notices never came"
+    while not any(b'"state":"running"' in b"".join(fields.values()) for fields in await entries()):
+        assert time.monotonic() < deadline, "the running card never came"
         await asyncio.sleep(0.05)
-    await asyncio.sleep(FAST.progress_after_s * 6**2 * 1.2)  # past the time a third notice would be due
+    await asyncio.sleep(FAST.progress_after_s * 6**2 * 1.2)  # past the time a second notice would have been due
     (workspace_for(tmp_path, session) / "go").write_text("")
     await asyncio.wait_for(drain, 30)
 
+    mark = "⏳ Running".encode()
+    assert not any(mark in b"".join(fields.values()) for fields in await entries())
     async with chat.client.get(f"/api/chat/stream?token={token}") as resp:  # a reload
-        events = await read_sse(resp, 4 + FAST.progress_notices + 1)
+        events: list[SSE] = []
+        while not events or not (events[-1].event == "status" and (events[-1].data or {}).get("status") == "idle"):
+            events += await read_sse(resp, 1)
+    cards = [e.data["state"] for e in events if e.event == "tool" and e.data is not None]
+    assert cards == ["running", "ok"], cards
     messages = [e.data for e in events if e.event == "message" and e.data is not None]
-    assert [m["text"] for m in messages][-1] == "Built." and messages[-1]["reply_to"] == message_id
-    shown = [m for m in messages if "⏳ Running" in m["text"]]
-    assert len(shown) == FAST.progress_notices, messages
-    assert all(m.get("reply_to") != message_id for m in shown)  # a notice is not the reply to the message
-    entries = await chat.redis.lrange(keys.history, 0, -1)
-    history = b"".join(e if isinstance(e, bytes) else e.encode() for e in entries)
-    assert b"Built." in history and "⏳ Running".encode() not in history
+    assert [m["text"] for m in messages] == ["Built."] and messages[0]["reply_to"] == message_id
 
 
 async def test_the_same_command_run_again_in_one_turn_really_runs_again(

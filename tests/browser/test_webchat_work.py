@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -157,6 +158,7 @@ async def test_a_tool_call_is_one_card_updated_in_place(open_chat: OpenChat, gat
     await expect(card).to_have_attribute("open", "")  # open while it runs
     await expect(card.locator(".icon-spinner")).to_be_visible()
     await expect(card.locator("summary")).to_contain_text("shell: ls -la /workspace")
+    await expect(card.locator(".tool-meta")).to_have_text(re.compile(r"^\d+ s$"))  # a running clock, in seconds
 
     head = "\n".join(f"line {n}" for n in range(1, 21))
     tail = "\n".join(f"line {n}" for n in range(63, 66))

@@ -198,7 +198,7 @@ async def test_a_kill_anywhere_in_the_crash_window_still_answers_once(
                 result = "refunded 150 ticks 1 " if not point.in_doubt else "may already have happened"
             else:
                 answered = [a for a in answers if a.startswith("refund returned") or a.startswith("refund failed")]
-                result = '"refunded":150' if not point.in_doubt else "may already have happened"
+                result = "refunded: 150" if not point.in_doubt else "may already have happened"
             wanted_refunds = 0 if point.name == "claimed" else 1
             if (
                 refunds != wanted_refunds

@@ -765,6 +765,30 @@
     return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
   }
 
+  // How long a running call has run, in whole seconds (the gateway's clock; a browser clock behind it reads 0 s).
+  function elapsedLabel(startedAt) {
+    const seconds = Math.max(0, Math.floor(Date.now() / 1000 - startedAt));
+    return seconds < 60 ? `${seconds} s` : `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  }
+
+  // One clock for every running card, ticking only while one runs.
+  let clock = null;
+  function startClock() {
+    if (clock !== null) return;
+    clock = setInterval(() => {
+      let running = 0;
+      for (const card of tools.values()) {
+        if (card.details.dataset.state !== "running") continue;
+        running += 1;
+        card.meta.textContent = elapsedLabel(card.startedAt);
+      }
+      if (!running) {
+        clearInterval(clock);
+        clock = null;
+      }
+    }, 1000);
+  }
+
   function toolCard() {
     const details = el("details", "tool");
     details.dataset.testid = "tool-card";
@@ -825,6 +849,11 @@
     const meta = [];
     if (typeof data.exit_status === "number") meta.push(`exit ${data.exit_status}`);
     if (typeof data.duration_ms === "number") meta.push(durationLabel(data.duration_ms));
+    card.startedAt = typeof data.started_at === "number" ? data.started_at : Date.now() / 1000;
+    if (state === "running") {
+      meta.push(elapsedLabel(card.startedAt));
+      startClock();
+    }
     card.meta.textContent = meta.join(" · ");
     card.meta.hidden = !meta.length;
 
