@@ -70,7 +70,7 @@ async def test_an_html_file_is_never_served_as_a_document_of_the_chat(open_chat:
         try:
             await opened.goto(href)
             title = await opened.title()
-        except Exception as err:  # noqa: BLE001 - a download instead of a page: what an opaque file should be
+        except Exception as err:  # a download instead of a page: what an opaque file should be
             title = f"download: {type(err).__name__}"
         finally:
             await opened.close()
@@ -89,3 +89,52 @@ async def test_a_large_image_is_previewed_from_its_blob_url(open_chat: OpenChat,
     assert (await preview.get_attribute("src") or "").startswith("blob:")
     await expect(preview).to_have_js_property("complete", True)
     assert await preview.evaluate("(img) => img.naturalWidth") == 1
+
+
+ODD: Final = "a\u202eexe.txt\u200b\u200d\x07\x1b[31m"
+"""A right-to-left override, zero-width characters, a bell and a terminal escape."""
+
+
+async def test_hostile_tool_cards_and_file_names_are_text(open_chat: OpenChat, gateway: Gateway) -> None:
+    chat = await open_chat()
+    page = chat.page
+    huge = "y" * 200_000
+    card = _tool(
+        "call-x",
+        "ok",
+        title=f"shell: {XSS}</script>{ODD}",
+        arguments='{"command": "' + XSS.replace('"', '\\"') + '</script>"}',
+        output_head=f"{XSS}\n</script><script>window.__xss=7</script>\n{ODD}\n{huge}",
+        output_tail="javascript:window.__xss=8",
+        omitted_lines=3,
+        duration_ms=5.0,
+        exit_status=0,
+        files=[{"name": XSS, "path": f"javascript:alert(1)/{XSS}"}],
+    )
+    data = base64.b64encode(b"hello").decode()
+    hostile_file = {"name": f"{XSS}{ODD}", "mime_type": 'text/html"><img src=x onerror=window.__xss=9>', "data": data}
+    events = [
+        ("tool", card),
+        ("message", {"text": f"[click](javascript:window.__xss=10) {XSS}", "reply_to": "work-1", "file": hostile_file}),
+    ]
+    await _publish(gateway, chat, events)
+    cards = page.get_by_test_id("tool-card")
+    await expect(cards).to_have_count(1, timeout=GUARD_MS)
+    await expect(page.get_by_test_id("msg-file")).to_have_count(1, timeout=GUARD_MS)
+    await cards.first.locator("summary").click()
+    await expect(cards.first.get_by_test_id("tool-output")).to_contain_text("</script><script>window.__xss=7")
+    await expect(cards.first.locator("summary")).to_contain_text("<img src=x")
+    await expect(cards.first.get_by_test_id("tool-files")).to_contain_text("onerror")
+    await expect(page.get_by_test_id("msg-file")).to_contain_text("application/octet-stream")  # a malformed type
+    assert await page.evaluate("window.__xss") is None
+    messages = page.get_by_test_id("message-list")
+    assert (
+        await messages.locator(
+            "img:not([data-testid=file-preview]), svg:not(.icon), script, [onerror], [onload]"
+        ).count()
+        == 0
+    )
+    hrefs = await messages.locator("a[href]").evaluate_all("(links) => links.map((a) => a.href)")
+    assert not [h for h in hrefs if h.lower().startswith("javascript:")], hrefs
+    wide = await page.evaluate("() => document.scrollingElement.scrollWidth <= innerWidth")
+    assert wide, "a huge line made the page scroll sideways"
