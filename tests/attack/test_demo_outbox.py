@@ -8,6 +8,7 @@ documented (docs/getting-started.md), not hidden.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,33 @@ async def test_a_write_through_a_symlink_into_outbox_is_refused_not_run(
     outcome = await _gateway(tmp_path).call("write_file", {"path": "b.md", "content": "x"}, context)
     assert not outcome.ok and outcome.error_class == "validation", outcome
     assert _outbox_files(workspace) == []
+
+
+async def test_the_demo_shop_database_is_never_written_by_sql(base_env: dict[str, str], tmp_path: Path) -> None:
+    settings = load_settings(base_env | {"SWITCHBOARD_CONFIG": str(SHIPPED)})
+    databases = settings.file.agents["demo"].databases
+    shop = databases["shop"].path
+    before = hashlib.sha256(shop.read_bytes()).hexdigest()
+    context = ctx(tmp_path, databases=databases)
+    gateway = _gateway(tmp_path)
+    for statement in (
+        "DELETE FROM shop.orders",
+        "UPDATE shop.products SET price_eur = 0",
+        "INSERT INTO shop.products SELECT * FROM shop.products",
+        "DROP TABLE shop.orders",
+        "CREATE TABLE shop.evil (a)",
+        "ALTER TABLE shop.products ADD COLUMN x",
+        "PRAGMA shop.journal_mode = DELETE",
+        "DETACH shop",
+        f"ATTACH '{shop}' AS rw",
+        "WITH x AS (SELECT 1) DELETE FROM shop.orders",
+        "CREATE TRIGGER t AFTER INSERT ON shop.orders BEGIN DELETE FROM shop.orders; END",
+        "REPLACE INTO shop.products (sku) VALUES ('x')",
+        "VACUUM shop",
+        "REINDEX shop.products",
+    ):
+        outcome = await gateway.call("sql", {"statement": statement}, context)
+        assert not outcome.ok, (statement, outcome.value)
+    assert hashlib.sha256(shop.read_bytes()).hexdigest() == before
+    read = await gateway.call("sql", {"statement": "SELECT COUNT(*) AS n FROM shop.orders"}, context)
+    assert read.ok, read
