@@ -18,6 +18,7 @@ from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, 
 from switchboard.queue.approvals import RedisApprovals
 from switchboard.queue.lease import Lease
 from switchboard.types import SessionKey
+from switchboard.web.console import stream as console_stream
 from tests.console.conftest import HASH, OPERATORS_CONFIG, Console, MakeConsole, make_console
 from tests.console.conversation import conversation_ref, user_says
 
@@ -127,3 +128,14 @@ async def test_a_viewers_stream_carries_no_approvals_words(console: Console, ses
     assert b'"redacted":true' in seen
     for secret in SECRETS:
         assert secret.encode() not in seen, secret
+
+
+async def test_reloading_the_console_never_runs_out_of_streams(console: Console) -> None:
+    """Each reload closes its stream and opens one: a closed one is let go at once, not at its next write."""
+    assert (await console.login("carol")).status == 200
+    for reload in range(2 * console_stream.MAX_STREAMS_PER_OPERATOR):
+        resp = await console.client.get("/console/api/stream")
+        assert resp.status == 200, f"reload {reload}: {resp.status}"
+        await asyncio.wait_for(resp.content.readuntil(b"event: sessions"), 5)
+        resp.close()  # the browser leaves the page
+        await asyncio.sleep(0.3 * console_stream.TICK_S)
