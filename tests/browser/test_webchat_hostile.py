@@ -26,6 +26,22 @@ pytestmark = [
 OpenChat = Callable[[], Awaitable[ChatPage]]
 
 XSS: Final = '"><img src=x onerror="window.__xss=1"><script>window.__xss=2</script><svg onload="window.__xss=3">'
+GATEWAY_CONFIG: Final = r"""
+default_agent: assistant
+agents:
+  assistant:
+    profile:
+      name: '<img src=x onerror="window.__xss=11">Name'
+      description: '</script><script>window.__xss=12</script> desc'
+      starters:
+        - {label: '<b onmouseover="window.__xss=13">bold</b>', text: '<svg onload="window.__xss=14">'}
+        - "javascript:window.__xss=15"
+        - {label: "‮evil​", text: "x"}
+    instructions: You are a test assistant.
+    tools: [current_time]
+"""
+"""Markup in the agent's name, description and starters, as a configuration could carry it."""
+
 HTML_DOC: Final = (
     "<!doctype html><title>pwned</title><script>window.opener && (window.opener.__xss = 4);"
     "document.title = 'ran:' + (localStorage.length >= 0)</script><p>hi</p>"
@@ -138,3 +154,22 @@ async def test_hostile_tool_cards_and_file_names_are_text(open_chat: OpenChat, g
     assert not [h for h in hrefs if h.lower().startswith("javascript:")], hrefs
     wide = await page.evaluate("() => document.scrollingElement.scrollWidth <= innerWidth")
     assert wide, "a huge line made the page scroll sideways"
+
+
+async def test_markup_in_the_agents_name_description_and_starters_is_text(open_chat: OpenChat) -> None:
+    chat = await open_chat()
+    page = chat.page
+    starters = page.locator("#starters button")
+    await expect(starters).to_have_count(3, timeout=GUARD_MS)
+    await expect(starters.nth(0)).to_have_text('<b onmouseover="window.__xss=13">bold</b>')
+    await expect(starters.nth(1)).to_have_text("javascript:window.__xss=15")
+    await expect(page.locator("body")).to_contain_text('<img src=x onerror="window.__xss=11">Name')
+    await expect(page.locator("body")).to_contain_text("</script><script>window.__xss=12</script> desc")
+    await starters.nth(0).hover()
+    await starters.nth(0).click()  # the starter's text is sent as text, and echoed as text
+    await chat.wait_answered(1)
+    await expect(starters.first).to_be_hidden(timeout=GUARD_MS)
+    assert await page.evaluate("window.__xss") is None
+    assert await page.locator("img, script:not([src]), [onerror], [onload], [onmouseover], b").count() == 0
+    (user, _) = await chat.transcript()
+    assert user == ("user", '<svg onload="window.__xss=14">')
