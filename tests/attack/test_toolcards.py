@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import pytest
 
-from switchboard.core.agent.toolcards import arguments_preview, started, title_of
+from switchboard.core.agent.toolcards import HEAD_CHARS, arguments_preview, output_parts, started, title_of
 from switchboard.core.model import ToolCall
 
 TOKEN: Final = "sk-proj-4f9aQ2mZ7xYbT1cVw8eRuN3k"
@@ -81,3 +81,16 @@ def test_a_huge_argument_is_redacted_in_linear_time() -> None:
         card = started(call, "m1")
         assert time.perf_counter() - started_at < 2.0, payload[:20]  # a guard: it took minutes when quadratic
         assert len(card.arguments) <= 500 and len(card.title) <= 120
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["x" * 10_000, "a\n" + "y" * 10_000 + "\nb", "\n".join("z" * 1000 for _ in range(30))],
+)
+def test_an_output_cut_inside_a_line_says_so(output: str) -> None:
+    """A huge line is cut to what a card holds, and the card must not pass the cut part off as the whole output."""
+    head, tail, omitted = output_parts(output)
+    assert len(head) <= HEAD_CHARS and len(tail) <= HEAD_CHARS
+    shown = head + "\n" + tail
+    assert omitted > 0 or "…" in shown, (len(head), len(tail), omitted)
+    assert all(part in output for part in shown.replace("…", "\n").split("\n"))  # nothing made up

@@ -113,17 +113,19 @@ def arguments_preview(arguments: dict[str, Any]) -> str:
 
 
 def output_parts(text: str) -> tuple[str, str, int]:
-    """``(head, tail, omitted lines)`` of an output: each at most :data:`HEAD_LINES` lines and :data:`HEAD_CHARS`."""
+    """``(head, tail, omitted lines)`` of an output: each at most :data:`HEAD_LINES` lines and :data:`HEAD_CHARS`.
+
+    A line cut to fit is marked ``…`` where it was cut, so a cut part never passes for the whole output.
+    """
     lines = text.splitlines()
     if len(lines) <= HEAD_LINES and len(text) <= HEAD_CHARS:
         return text, "", 0
-    head_lines = lines[:HEAD_LINES]
-    head = "\n".join(head_lines)[:HEAD_CHARS]
+    head = "\n".join(lines[:HEAD_LINES])
+    head = head if len(head) <= HEAD_CHARS else head[: HEAD_CHARS - 1] + "…"
     shown = head.count("\n") + 1
     rest = lines[shown:]
-    tail_lines = rest[-HEAD_LINES:]
-    tail = "\n".join(tail_lines)
-    tail = tail[-HEAD_CHARS:]
+    tail = "\n".join(rest[-HEAD_LINES:])
+    tail = tail if len(tail) <= HEAD_CHARS else "…" + tail[-(HEAD_CHARS - 1) :]
     kept = tail.count("\n") + 1 if tail else 0
     return head, tail, max(0, len(rest) - kept)
 
