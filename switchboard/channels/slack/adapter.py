@@ -213,6 +213,9 @@ class SlackChannel:
             fields = parse_qs(body.decode("utf-8"), max_num_fields=64)
         except (UnicodeDecodeError, ValueError):
             raise MalformedBodyError("form body is not UTF-8 key=value pairs", channel=_CHANNEL) from None
+        if repeated := sorted(name for name, values in fields.items() if len(values) > 1):
+            # which value is meant would depend on the reader: Slack never repeats a field
+            raise MalformedBodyError(f"form field given more than once: {', '.join(repeated)}", channel=_CHANNEL)
         payload = fields.get("payload")
         if payload:
             try:

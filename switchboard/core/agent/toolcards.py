@@ -36,7 +36,21 @@ HEAD_LINES: Final = 20
 HEAD_CHARS: Final = 2000
 """Characters the head (and the tail) of an output shows at most."""
 REDACTED: Final = "[redacted]"
-_SECRET_KEY = re.compile(r"token|secret|passw|api[_-]?key|authorization|credential|cookie|private[_-]?key", re.I)
+_SECRET_WORDS: Final = (
+    r"token|secret|passw|passphrase|api[_-]?key|access[_-]?key|auth(?!or)|credential|cookie|private[_-]?key|bearer|jwt"  # noqa: S105
+)
+_SECRET_KEY = re.compile(_SECRET_WORDS, re.I)
+_SECRET_IN_TEXT: Final = (
+    re.compile(r"(?i)(\b(?:proxy-)?authorization\s*:\s*)(?:(?:bearer|basic|token|digest)\s+)?[^\s'\"]+"),
+    re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(rf"(?i)((?<![\w{{-])[\w-]*(?:{_SECRET_WORDS})[\w-]*\s*[:=]\s*['\"]?)(?!\{{\{{)[^\s'\"&,;}}]+"),
+    re.compile(
+        r"()\b(?:sk-[\w-]{16,}|sk_(?:live|test)_\w{16,}|gh[pousr]_\w{20,}|github_pat_\w{20,}|xox[abposr]-[\w-]{10,}"
+        r"|A[KS]IA[0-9A-Z]{16}|AIza[\w-]{35}|glpat-[\w-]{20,}|hf_\w{30,}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})"
+    ),
+)
+"""Credentials inside a string: an ``Authorization`` header, a ``Bearer``/``Basic`` credential, ``key=value`` under a
+secret-looking name, and well-known token shapes (the first group, kept, is what names it)."""
 _MAIN_ARGUMENT = ("command", "commands", "code", "path", "query", "url", "question", "name", "text")
 
 
@@ -55,15 +69,40 @@ def title_of(call: ToolCall) -> str:
         )
     if isinstance(main, list):
         main = " ; ".join(str(item) for item in main)
-    shown = _one_line(str(main), TITLE_CHARS)
+    shown = _one_line(_scrubbed(_one_line(str(main), 2 * TITLE_CHARS)), TITLE_CHARS)
     return _one_line(f"{call.name}: {shown}" if shown else call.name, TITLE_CHARS)
 
 
+def _scrubbed(text: str) -> str:
+    """``text`` with the credentials in it (:data:`_SECRET_IN_TEXT`) replaced by :data:`REDACTED`.
+
+    Only as much as a card shows is scanned (the patterns are not linear in a long run of word characters).
+    """
+    text = text if len(text) <= ARGUMENTS_CHARS else text[:ARGUMENTS_CHARS] + "…"
+    for pattern in _SECRET_IN_TEXT:
+        text = pattern.sub(lambda match: match.group(1) + REDACTED, text)
+    return text
+
+
+def _secret_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(_SECRET_KEY.search(value))
+
+
 def _redacted(value: Any) -> Any:
+    """``value`` with what is under secret-looking keys at any depth, and credentials in strings, redacted.
+
+    A header given as a ``[name, value]`` pair or a ``{"name": …, "value": …}`` object counts as keyed by its name.
+    """
     if isinstance(value, dict):
+        if _secret_name(value.get("name")) and "value" in value:
+            value = {**value, "value": REDACTED}
         return {k: REDACTED if _SECRET_KEY.search(str(k)) else _redacted(v) for k, v in value.items()}
     if isinstance(value, list):
+        if len(value) == 2 and _secret_name(value[0]):
+            return [value[0], REDACTED]
         return [_redacted(item) for item in value]
+    if isinstance(value, str):
+        return _scrubbed(value)
     return value
 
 
@@ -74,17 +113,19 @@ def arguments_preview(arguments: dict[str, Any]) -> str:
 
 
 def output_parts(text: str) -> tuple[str, str, int]:
-    """``(head, tail, omitted lines)`` of an output: each at most :data:`HEAD_LINES` lines and :data:`HEAD_CHARS`."""
+    """``(head, tail, omitted lines)`` of an output: each at most :data:`HEAD_LINES` lines and :data:`HEAD_CHARS`.
+
+    A line cut to fit is marked ``…`` where it was cut, so a cut part never passes for the whole output.
+    """
     lines = text.splitlines()
     if len(lines) <= HEAD_LINES and len(text) <= HEAD_CHARS:
         return text, "", 0
-    head_lines = lines[:HEAD_LINES]
-    head = "\n".join(head_lines)[:HEAD_CHARS]
+    head = "\n".join(lines[:HEAD_LINES])
+    head = head if len(head) <= HEAD_CHARS else head[: HEAD_CHARS - 1] + "…"
     shown = head.count("\n") + 1
     rest = lines[shown:]
-    tail_lines = rest[-HEAD_LINES:]
-    tail = "\n".join(tail_lines)
-    tail = tail[-HEAD_CHARS:]
+    tail = "\n".join(rest[-HEAD_LINES:])
+    tail = tail if len(tail) <= HEAD_CHARS else "…" + tail[-(HEAD_CHARS - 1) :]
     kept = tail.count("\n") + 1 if tail else 0
     return head, tail, max(0, len(rest) - kept)
 

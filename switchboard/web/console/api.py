@@ -77,7 +77,8 @@ def plain(value: Any) -> Any:
 def approval_json(record: ApprovalRecord, *, reads_messages: bool = True) -> dict[str, Any]:
     """What the reviewer sees of an approval: the record's normalised fields (not the signed paused program).
 
-    Without ``reads_messages`` the arguments, the held draft and its evidence are withheld (``"redacted": true``).
+    Without ``reads_messages`` the words are withheld (``"redacted": true``): the arguments (also inside ``request``),
+    the held draft, what it rests on (``evidence``, ``resources``) and a settled call's ``outcome``.
     """
     body = record.model_dump(mode="json", exclude={"program"})
     request = record.request
@@ -94,7 +95,7 @@ def approval_json(record: ApprovalRecord, *, reads_messages: bool = True) -> dic
         redacted=not reads_messages,
     )
     if not reads_messages:
-        body.update(arguments=None, draft="", evidence=[])
+        body.update(arguments=None, draft="", evidence=[], resources=[], request=None, outcome=None)
     return body
 
 

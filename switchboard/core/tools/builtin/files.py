@@ -219,6 +219,10 @@ def _lines(text: str, args: ReadFileInput) -> dict[str, Any]:
 
 def _write(args: WriteFileInput, ctx: ToolContext) -> dict[str, Any]:
     target = resolve_in_workspace(ctx.workspace, args.path)
+    if target != ctx.workspace.resolve() / args.path:  # a policy decided on the path: write the file it names
+        raise ToolError(
+            f"{args.path!r} goes through a symlink: write to the real path instead", error_class="validation"
+        )
     if target.is_dir():
         raise ToolError(f"{args.path!r} is a directory: name a file inside it", error_class="validation")
     workspaces = ctx.workspaces or Workspaces(None, Quotas(session_bytes=WORKSPACE_QUOTA_BYTES))

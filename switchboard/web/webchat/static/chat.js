@@ -906,10 +906,13 @@
     const declared = typeof file.mime_type === "string" ? file.mime_type.trim().toLowerCase() : "";
     const type = /^[a-z0-9][\w.+-]*\/[\w.+-]+$/.test(declared) ? declared : "application/octet-stream";
     const size = typeof file.size === "number" && file.size >= 0 ? file.size : bytes.length;
+    // Only a raster image keeps its type in the link: any other file is opaque bytes, so an HTML or SVG file opened
+    // from its link (a blob: URL is of the chat's origin) is downloaded, never run as a page of the chat.
+    const served = PREVIEWABLE.has(type) ? type : "application/octet-stream";
     const href =
       file.data.length <= MAX_DATA_URL
-        ? `data:${type};base64,${file.data}`
-        : URL.createObjectURL(new Blob([bytes], { type }));
+        ? `data:${served};base64,${file.data}`
+        : URL.createObjectURL(new Blob([bytes], { type: served }));
     const card = el("figure", "file-card");
     card.dataset.testid = "msg-file";
     if (PREVIEWABLE.has(type)) {
