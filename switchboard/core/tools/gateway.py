@@ -264,7 +264,7 @@ class ToolGateway:
         """Ask the turn's policy about one call (span ``policy.check``: names and classes, never argument values)."""
         policy = ctx.policy
         with span("policy.check", tool__name=tool.name, policy__version=policy.version) as opened:
-            decision = policy.decide(tool, normalised, actor=ctx.actor, untrusted=ctx.untrusted_context)
+            decision = policy.decide(tool, normalised, actor=ctx.actor, untrusted=ctx.untrusted_context, role=ctx.role)
             opened.set_attribute("policy.decision", decision.label.partition(":")[0])
             opened.set_attribute("policy.rule", decision.rule)
             return decision
