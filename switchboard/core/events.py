@@ -347,8 +347,9 @@ class AccessPaired(_Event):
     """An operator approved a sender's pairing code: the sender may talk to the tenant's agents."""
 
     kind: Literal["access_paired"] = "access_paired"
-    sender: str
+    principal: str
     role: str
+    """The role the operator chose, or ``default`` (the account's ``pairing.role``)."""
     operator: str
 
 
@@ -356,7 +357,7 @@ class AccessRevoked(_Event):
     """An operator revoked a paired sender's access."""
 
     kind: Literal["access_revoked"] = "access_revoked"
-    sender: str
+    principal: str
     operator: str
 
 

@@ -95,7 +95,8 @@ class Paired:
     """A sender an operator paired."""
 
     principal: str
-    role: Role
+    role: Role | None
+    """The role the operator chose (``None``: the account's ``pairing.role``)."""
     at: float
     by: str
     session: str
@@ -295,8 +296,10 @@ class PairingStore:
         self.redis = redis
         self.events_maxlen = events_maxlen
 
-    async def approve(self, tenant: str, code: str, operator: str, role: Role = "user") -> Paired | None:
+    async def approve(self, tenant: str, code: str, operator: str, role: Role | None = None) -> Paired | None:
         """Pair the sender holding ``code`` in ``tenant`` as ``role``; ``None`` for an unknown or expired code.
+
+        Without ``role`` the sender gets the ``pairing.role`` of the account it writes to (``user`` by default).
 
         The code is taken with ``GETDEL``: it pairs once, however many operators approve it at the same time.
         """
@@ -311,7 +314,7 @@ class PairingStore:
         who, session = str(record["principal"]), str(record["session"])
         paired = Paired(principal=who, role=role, at=time.time(), by=operator, session=session)
         value = json.dumps({"role": role, "at": paired.at, "by": operator, "session": session})
-        event = AccessPaired(sender=who, role=role, operator=operator)
+        event = AccessPaired(principal=who, role=role or "default", operator=operator)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(_GLOBAL.access_paired(tenant), who, value)
             pipe.delete(_GLOBAL.access_pending(tenant, who), _GLOBAL.access_notice(tenant, who))
@@ -332,7 +335,7 @@ class PairingStore:
             return False
         session = str(json.loads(raw).get("session", ""))
         if session:
-            event = AccessRevoked(sender=principal, operator=operator)
+            event = AccessRevoked(principal=principal, operator=operator)
             fields: Any = {"kind": event.kind, "data": encode_event(event)}
             events = SessionKeys(SessionKey(session)).events
             await self.redis.xadd(events, fields, maxlen=self.events_maxlen, approximate=True)
@@ -347,7 +350,7 @@ class PairingStore:
             out.append(
                 Paired(
                     principal=key.decode() if isinstance(key, bytes) else str(key),
-                    role=data.get("role", "user"),
+                    role=data.get("role"),
                     at=float(data.get("at", 0)),
                     by=str(data.get("by", "")),
                     session=str(data.get("session", "")),
