@@ -394,10 +394,11 @@ class Policy:
         return PolicyDecision(decision, rule, reason, self.version)
 
     def offers(self, tool: ToolFacts, *, actor: str, role: Role) -> bool:
-        """Whether ``tool`` is offered to the model at all: ``False`` when every call by ``actor`` would be refused.
+        """Whether ``tool`` is offered to the model: ``False`` when a ``role`` rule refuses every call by ``actor``.
 
-        That is when the first rule that may match the call whatever its arguments and the turn's taint is a
-        ``refuse`` (a rule with conditions or an ``untrusted`` test that would not refuse keeps the tool offered).
+        That is when the first rule that may match the call, whatever its arguments and the turn's taint, is a
+        ``refuse`` naming ``role`` or ``role_not`` (a rule with conditions or an ``untrusted`` test that would not
+        refuse keeps the tool offered). A call the model makes to a tool it was not offered is refused all the same.
         """
         for named in self.rules:
             rule = named.rule
@@ -407,7 +408,7 @@ class Policy:
                 if rule.decide != "refuse":
                     return True
                 continue
-            return rule.decide != "refuse"
+            return not (rule.decide == "refuse" and (rule.role is not None or rule.role_not is not None))
         return True
 
     def _match(
