@@ -12,20 +12,12 @@ import time
 from typing import TYPE_CHECKING
 
 from switchboard.core.access import Role
-from switchboard.settings import FileConfig, Settings
+from switchboard.settings import Settings
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-__all__ = ["access_command", "known_tenants"]
-
-
-def known_tenants(config: FileConfig) -> list[str]:
-    """Every tenant the YAML file names: the default, ``tenants.*``, and channels' and accounts' ``tenant``."""
-    found = [config.tenant, *config.tenants]
-    for options in config.channels.values():
-        found += [options.tenant or "", *(extra.tenant or "" for extra in options.accounts.values())]
-    return sorted({t for t in found if t})
+__all__ = ["access_command"]
 
 
 def _when(at: float) -> str:
@@ -44,7 +36,7 @@ def access_command(
     """Run ``access approve|list|revoke``; returns the exit code (1: nothing matched, 2: usage)."""
     from switchboard.cli.control import operator_principal
     from switchboard.cli.sessions import redis_url_for, with_redis
-    from switchboard.queue.access import PairingStore
+    from switchboard.queue.access import PairingStore, known_tenants
 
     if action in ("approve", "revoke") and not target:
         print(f"switchboard: access {action} needs a {'code' if action == 'approve' else 'principal'}", file=sys.stderr)

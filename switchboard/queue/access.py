@@ -54,6 +54,7 @@ __all__ = [
     "PairingRequest",
     "PairingStore",
     "code_digest",
+    "known_tenants",
     "new_code",
     "normalise_code",
     "rules_from_config",
@@ -116,6 +117,14 @@ def _minutes(ms: float) -> str:
         hours = minutes // 60
         return f"{hours} hour" + ("s" if hours > 1 else "")
     return f"{minutes} minute" + ("s" if minutes > 1 else "")
+
+
+def known_tenants(config: FileConfig) -> list[str]:
+    """Every tenant the YAML file names: the default, ``tenants.*``, and channels' and accounts' ``tenant``."""
+    found = [config.tenant, *config.tenants]
+    for options in config.channels.values():
+        found += [options.tenant or "", *(extra.tenant or "" for extra in options.accounts.values())]
+    return sorted({t for t in found if t})
 
 
 def rules_from_config(config: FileConfig, tenants: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], AccessRules]:

@@ -21,6 +21,7 @@ from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
+from switchboard.web.console import access as console_access
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
@@ -132,4 +133,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     webchat.add_routes(app)
     console_routes.add_routes(app)
     console_api.add_api_routes(app)
+    console_access.add_access_routes(app)
     return app
