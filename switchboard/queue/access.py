@@ -15,6 +15,7 @@ and issues its code. :class:`PairingStore` is the operators' side: approve a cod
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import json
 import logging
@@ -53,6 +54,7 @@ __all__ = [
     "Paired",
     "PairingRequest",
     "PairingStore",
+    "access_problems",
     "code_digest",
     "known_tenants",
     "new_code",
@@ -125,6 +127,33 @@ def known_tenants(config: FileConfig) -> list[str]:
     for options in config.channels.values():
         found += [options.tenant or "", *(extra.tenant or "" for extra in options.accounts.values())]
     return sorted({t for t in found if t})
+
+
+def access_problems(config: FileConfig) -> list[str]:
+    """What in the ``access`` blocks cannot work as written (``switchboard check`` reports it, start-up refuses it).
+
+    An ``access`` block on the web chat (never checked: its visitors are anonymous), and an ``allow``, group
+    ``allow`` or ``roles`` entry of a channel's (or account's) block naming another channel, which never matches.
+    """
+    problems: list[str] = []
+    for name, options in config.channels.items():
+        blocks = [(f"channels.{name}.access", options.access)]
+        blocks += [(f"channels.{name}.accounts.{a}.access", extra.access) for a, extra in options.accounts.items()]
+        for where, block in blocks:
+            if block is None:
+                continue
+            if name == "web":
+                problems.append(f"{where}: the web chat is never checked (its visitors are anonymous); remove it")
+                continue
+            entries = [*(block.allow or []), *(block.roles or {})]
+            if isinstance(block.groups, dict):
+                entries += [item for group in block.groups.values() for item in group.allow if item != "*"]
+            problems.extend(
+                f"{where}: {entry!r} names another channel and never matches here (write {name}:<id>)"
+                for entry in entries
+                if not fnmatch.fnmatchcase(name, entry.partition(":")[0])
+            )
+    return problems
 
 
 def rules_from_config(config: FileConfig, tenants: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], AccessRules]:
