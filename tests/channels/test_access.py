@@ -303,6 +303,8 @@ async def test_allowlist_admits_the_listed_and_refuses_the_rest_with_one_answer(
     refused = gw.events("access_refused")
     assert len(refused) == 3 and [r.answered for r in refused].count(True) == 1
     assert {(r.reason, r.rule, r.sender) for r in refused} == {("not_allowed", "allowlist", gw.rig.other)}
+    metrics = await (await gw.client.get("/metrics")).text()
+    assert f'channel="{channel}",reason="access_refused"}} 3.0' in metrics
 
 
 @pytest.mark.parametrize("channel", ["slack", "teams", "whatsapp"])
