@@ -59,6 +59,9 @@ def config_problems(settings: Settings) -> list[str]:
     from switchboard.core.tools.builtin import default_registry
 
     problems.extend(policy_problems(settings.file, default_registry().names()))
+    from switchboard.queue.access import access_problems
+
+    problems.extend(access_problems(settings.file))
     return problems
 
 

@@ -14,8 +14,10 @@ import logging
 from collections.abc import Collection
 
 from switchboard.channels.base import Channel
-from switchboard.channels.registry import BuildContext, account_configs, factory
+from switchboard.channels.registry import BuildContext, ChannelSet, account_configs, factory, send_rates
 from switchboard.errors import ConfigError
+from switchboard.outbound.direct import DirectText
+from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.queue.connection import async_client
 from switchboard.queue.holders import ListenerHost
 from switchboard.queue.ingest import Ingestor
@@ -58,7 +60,9 @@ async def run_listeners(settings: Settings, channels: Collection[str], stop: asy
         names = ", ".join(sorted(channels))
         raise ConfigError(f"no account of {names} has a long-running connection to hold: is its bot token set?")
     redis = async_client(settings.redis_url)
-    router = IngestRouter(Ingestor(redis, settings.queue, settings.limits), settings.file, adapters.keys())
+    notify = DirectText(ChannelSet(adapters, send_rates(settings)), SendBuckets(redis))  # access refusals' answers
+    ingestor = Ingestor(redis, settings.queue, settings.limits)
+    router = IngestRouter(ingestor, settings.file, adapters.keys(), notify=notify)
     for adapter in adapters.values():
         await adapter.start()
     host = ListenerHost(redis, listening, router.emit_for)
@@ -73,6 +77,8 @@ async def run_listeners(settings: Settings, channels: Collection[str], stop: asy
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if router.gate is not None:
+            await router.gate.drain()
         for adapter in adapters.values():
             await adapter.aclose()
         await redis.aclose()

@@ -123,6 +123,15 @@ def cmd_discord(settings: Settings, action: str) -> int:
     return discord_command(settings, action)
 
 
+def cmd_access(settings: Settings, args: argparse.Namespace) -> int:
+    """``access approve CODE`` / ``list`` / ``revoke PRINCIPAL``: pairing, the operators' side."""
+    from switchboard.cli.access import access_command
+
+    return access_command(
+        settings, args.action, args.target, tenant=args.tenant, role=args.role, operator=args.operator
+    )
+
+
 def cmd_control(settings: Settings, args: argparse.Namespace) -> int:
     """``approvals``, ``reconcile``, ``dead-letters``, ``takeover``, ``say``, ``handback`` (over ``control.py``)."""
     from switchboard.cli.control import control_command
@@ -352,7 +361,23 @@ def _control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         f"The agent resumes with the operator's messages in its history. {where}",
     )
     handback.add_argument("session", help="session key")
-    for command in (approvals, reconcile, dead, takeover, say, handback):
+    access = _command(
+        sub,
+        "access",
+        "approve a sender's pairing code, list paired senders and open requests, or revoke one",
+        "approve CODE: pair the sender who was given CODE (their next message is answered). list: paired senders "
+        "and senders holding a live code, per tenant. revoke PRINCIPAL (telegram:42): unpair; a web process that "
+        f"found them paired believes it for up to access.pairing.recheck_s more. {where}",
+    )
+    access.add_argument("action", choices=["approve", "list", "revoke"], help="what to do")
+    access.add_argument("target", nargs="?", help="the code (approve) or the principal (revoke)")
+    access.add_argument("--tenant", help="only this tenant (default: every tenant the YAML file names)")
+    access.add_argument(
+        "--role",
+        choices=["admin", "user", "guest"],
+        help="the paired sender's role (approve; default: access.pairing.role, itself user by default)",
+    )
+    for command in (approvals, reconcile, dead, takeover, say, handback, access):
         command.add_argument("--operator", help="your operator name (signed as console:NAME; default: login name)")
 
 
@@ -417,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_telegram(settings, args.action, args.url, args.account)
         if args.command in {"approvals", "reconcile", "dead-letters", "takeover", "say", "handback"}:
             return cmd_control(settings, args)
+        if args.command == "access":
+            return cmd_access(settings, args)
         if args.command == "discord":
             if args.action == "listen":
                 _refuse_bad_config(settings, "discord")

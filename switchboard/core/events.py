@@ -15,6 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "AccessPaired",
+    "AccessRefused",
+    "AccessRevoked",
     "ApprovalDecided",
     "ApprovalRequested",
     "ApprovalSettled",
@@ -27,6 +30,7 @@ __all__ = [
     "EventAdapter",
     "MessageDropped",
     "MessageReceived",
+    "PairingCodeIssued",
     "ReplySent",
     "RunCancelled",
     "RunCompleted",
@@ -63,6 +67,10 @@ class MessageReceived(_Event):
     channel: str
     sender: str
     chars: int
+    access: str | None = None
+    """With access control configured: the rule that admitted the sender (``allowlist:telegram:42``, ``paired``)."""
+    role: str | None = None
+    """With access control configured: the sender's role (``admin``, ``user``, ``guest``)."""
 
 
 DropReason = Literal["inbox_full", "session_rate", "sender_rate"]
@@ -313,9 +321,53 @@ class SendDeadLettered(_Event):
     reason: str
 
 
+class AccessRefused(_Event):
+    """Access control refused a message (``switchboard.core.access``): nothing was queued, no model was asked."""
+
+    kind: Literal["access_refused"] = "access_refused"
+    channel: str
+    sender: str
+    reason: Literal["not_allowed", "group_not_allowed", "not_allowed_in_group", "pairing_required"]
+    rule: str
+    """The rule that refused it (``allowlist``, ``groups``, ``group:<id>``, ``pairing``)."""
+    answered: bool
+    """Whether the sender was told (the answer is rate-limited per sender)."""
+
+
+class PairingCodeIssued(_Event):
+    """An unknown sender got a one-time pairing code (the code itself is never recorded)."""
+
+    kind: Literal["pairing_code_issued"] = "pairing_code_issued"
+    channel: str
+    sender: str
+    expires_at: float
+
+
+class AccessPaired(_Event):
+    """An operator approved a sender's pairing code: the sender may talk to the tenant's agents."""
+
+    kind: Literal["access_paired"] = "access_paired"
+    principal: str
+    role: str
+    """The role the operator chose, or ``default`` (the account's ``pairing.role``)."""
+    operator: str
+
+
+class AccessRevoked(_Event):
+    """An operator revoked a paired sender's access."""
+
+    kind: Literal["access_revoked"] = "access_revoked"
+    principal: str
+    operator: str
+
+
 Event = Annotated[
     MessageReceived
     | MessageDropped
+    | AccessRefused
+    | PairingCodeIssued
+    | AccessPaired
+    | AccessRevoked
     | RunQueued
     | RunStarted
     | StepRecorded

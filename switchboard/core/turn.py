@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchboard.core.access import Role
 from switchboard.core.actions import SettleChoices, ShowToolCall
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import Policy
@@ -58,6 +59,9 @@ class TurnRequest(BaseModel):
     trace_id: str = ""
     actor: str = ""
     """Who the run acts for; empty means the sender of the last message."""
+    role: Role = "user"
+    """The least trusted role among the turn's senders (``switchboard.core.access``): the policy's ``role`` rules
+    read it, and a tool they refuse it outright is not offered to the model."""
     goal: str = ""
     """What the caller wants from the turn, when it is more than answering the message (console, API)."""
     policy_version: str = ""

@@ -22,6 +22,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
+from switchboard.core.access import ROLE_META, RULE_META
 from switchboard.core.events import DropReason
 from switchboard.core.messages import InboundMessage, Posted, session_key
 from switchboard.errors import QueueUnavailableError
@@ -397,6 +398,10 @@ class Ingestor:
             f'{{"at":{at},"message_id":"{message_id}","kind":"message_received","channel":"{channel}",'
             f'"sender":{sender},"chars":{len(message.text)}}}'
         )
+        if (rule := message.meta.get(RULE_META)) is not None:  # access control admitted it: by which rule, as what
+            role = _json_string(str(message.meta.get(ROLE_META, "")))
+            received = f'{received[:-1]},"access":{_json_string(str(rule))},"role":{role}}}'
+
         queued = f'{{"at":{at},"message_id":"{message_id}","kind":"run_queued"}}'
         dropped = ""
         if echo is None and self._limited:

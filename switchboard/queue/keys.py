@@ -212,6 +212,26 @@ class GlobalKeys:
         """ZSET ``<session>|<approval id>`` → requested_at: one tenant's pending approvals, for operators."""
         return f"{self.prefix}:approvals:pending:{tenant}"
 
+    def access_paired(self, tenant: str) -> str:
+        """HASH principal → JSON (role, when, by whom, session): one tenant's paired senders."""
+        return f"{self.prefix}:access:{tenant}:paired"
+
+    def access_code(self, tenant: str, digest: str) -> str:
+        """STRING with a TTL: a live pairing code (by its SHA-256) → JSON (principal, session, expiry)."""
+        return f"{self.prefix}:access:{tenant}:code:{digest}"
+
+    def access_pending(self, tenant: str, principal: str) -> str:
+        """STRING with a TTL: the digest of a sender's live pairing code (at most one per sender)."""
+        return f"{self.prefix}:access:{tenant}:pending:{principal}"
+
+    def access_notice(self, tenant: str, who: str) -> str:
+        """STRING with a TTL: a refused sender (or group) was answered; no other answer until it expires."""
+        return f"{self.prefix}:access:{tenant}:notice:{who}"
+
+    def access_requests(self, tenant: str) -> str:
+        """ZSET principal → expiry of its live pairing code: one tenant's open pairing requests, for operators."""
+        return f"{self.prefix}:access:{tenant}:requests"
+
     def effects_in_doubt(self, tenant: str) -> str:
         """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
         return f"{self.prefix}:effects:doubt:{tenant}"

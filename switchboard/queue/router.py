@@ -19,6 +19,7 @@ from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer,
 from switchboard.channels.registry import Route, busy_policy, resolve_route
 from switchboard.core.messages import InboundMessage, OperatorActed, session_key
 from switchboard.errors import MalformedBodyError, QueueUnavailableError
+from switchboard.queue.access import AccessGate, Notify, rules_from_config
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
 from switchboard.settings import FileConfig
@@ -48,14 +49,17 @@ class IngestRouter:
         config: FileConfig,
         accounts: Collection[tuple[str, str]],
         metrics: IngestMetrics | None = None,
+        *,
+        notify: Notify | None = None,
     ) -> None:
-        """Resolve every enabled account's route once.
+        """Resolve every enabled account's route and access rules once.
 
         Args:
             ingestor: the durable ingest (dedup, limits, append, drain).
             config: the YAML file (agents, ``channels.<name>`` options and accounts, defaults).
             accounts: the enabled ``(channel, account)`` pairs; a message for any other is dropped.
             metrics: counts accepted, deduplicated and refused messages.
+            notify: sends access control's answer to a refused sender (``None``: refused silently).
 
         Raises:
             ConfigError: an account routes to an agent that is not defined.
@@ -64,6 +68,13 @@ class IngestRouter:
         self.config = config
         self.metrics = metrics
         self._routes: dict[tuple[str, str], Route] = {key: resolve_route(config, *key) for key in accounts}
+        rules = rules_from_config(config, {key: route.tenant for key, route in self._routes.items()})
+        self.gate: AccessGate | None = (
+            AccessGate(ingestor.redis, rules, notify=notify, events_maxlen=ingestor.settings.events_maxlen)
+            if rules
+            else None
+        )
+        """Access control (``None`` when every account is open to everyone: no check, no cost)."""
 
     @property
     def routes(self) -> Mapping[tuple[str, str], Route]:
@@ -103,9 +114,25 @@ class IngestRouter:
             self._unknown_account(message)
             return None
         draft, policy = routed
+        if self.gate is not None:
+            admitted = await self._admit(draft)
+            if admitted is None:
+                return None
+            draft = admitted
         result = await self.ingestor.ingest(draft, busy_policy=policy, echo=echo, idempotent=idempotent)
         self._count(message.conversation.channel, result)
         return result
+
+    async def _admit(self, draft: InboundMessage) -> InboundMessage | None:
+        """The routed draft as access control admits it (role stamped), or ``None`` when refused (counted)."""
+        assert self.gate is not None
+        rules = self.gate.rules_for(draft.conversation)
+        if rules is None:
+            return draft
+        admitted = await self.gate.admit(draft, rules)
+        if admitted is None:
+            self._rejected(draft.conversation.channel, "access_refused")
+        return admitted
 
     def _unknown_account(self, message: InboundMessage) -> None:
         channel, account = message.conversation.channel, message.conversation.account
@@ -165,8 +192,13 @@ class IngestRouter:
             found = self.route(message)
             if found is None:
                 self._unknown_account(message)
-            else:
-                routed.append(found)
+                continue
+            if self.gate is not None:
+                admitted = await self._admit(found[0])
+                if admitted is None:
+                    continue
+                found = (admitted, found[1])
+            routed.append(found)
         if routed:  # each counted as soon as it is confirmed, as one by one (also those before a failure)
             await self.ingestor.ingest_all(
                 routed, lambda draft, result: self._count(draft.conversation.channel, result)

@@ -19,6 +19,7 @@ from switchboard.errors import FencedWriteError
 from switchboard.types import SessionKey
 
 __all__ = [
+    "ACCESS_CHECK",
     "ACK_PRELUDE",
     "ALL",
     "APPROVAL_DECIDE",
@@ -187,9 +188,11 @@ APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[
 APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
 CONSOLE_THROTTLE: Final = Script("console_throttle")
+ACCESS_CHECK: Final = Script("access_check")
 
 ALL: Final = (
     INGEST,
+    ACCESS_CHECK,
     SESSION_QUOTA,
     ENQUEUE,
     JOB_START,

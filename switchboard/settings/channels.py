@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchboard.core.access import AccessConfig
 from switchboard.core.approvals.policy import PolicyConfig
 from switchboard.types import BusyPolicy
 
@@ -73,6 +74,8 @@ class ChannelOptions(BaseModel):
     """Rules, mode, approvals and grants for this channel's turns (see ``switchboard.core.approvals.policy``)."""
     admins: list[str] = Field(default_factory=list)
     """Principals (``telegram:42``) who decide approvals when a policy names ``admins`` among its approvers."""
+    access: AccessConfig | None = None
+    """Who may talk to this channel's accounts (wins over the tenant's; see ``switchboard.core.access``)."""
 
 
 class ChannelAccount(BaseModel):
@@ -89,6 +92,8 @@ class ChannelAccount(BaseModel):
     """As the channel's ``send_rate``, for this account (wins over the channel's)."""
     chat_send_rate: float | None = Field(None, ge=0)
     """As the channel's ``chat_send_rate``, for this account (wins over the channel's)."""
+    access: AccessConfig | None = None
+    """As the channel's ``access``, for this account (each field set here wins over the channel's)."""
     secrets_from_env: dict[str, str] = Field(default_factory=dict)
     """Setting name → environment variable, e.g. ``{bot_token: SUPPORT_BOT_TOKEN}``."""
     options: dict[str, str] = Field(default_factory=dict)

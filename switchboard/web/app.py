@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from switchboard.channels.registry import ChannelSet, build_channels
+from switchboard.channels.registry import ChannelSet, build_channels, send_rates
+from switchboard.outbound.direct import DirectText
+from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
@@ -19,6 +21,7 @@ from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
+from switchboard.web.console import access as console_access
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
 from switchboard.web.console import stream as console_stream
@@ -112,10 +115,13 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
         channels = build_channels(settings, publish=publisher.publish)
         app[CHANNELS] = channels
         app[METRICS].allow_channels(name for name, _ in channels)
-        app[ROUTER] = IngestRouter(app[INGESTOR], settings.file, channels.keys(), app[METRICS])
-        channel_set = ChannelSet(channels)
+        channel_set = ChannelSet(channels, send_rates(settings))
+        notify = DirectText(channel_set, SendBuckets(redis))  # access control's answer to a refused sender
+        app[ROUTER] = IngestRouter(app[INGESTOR], settings.file, channels.keys(), app[METRICS], notify=notify)
         await channel_set.start()
         yield
+        if (gate := app[ROUTER].gate) is not None:
+            await gate.drain()
         await channel_set.aclose()
         await redis.aclose()
 
@@ -129,4 +135,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     console_routes.add_routes(app)
     console_api.add_api_routes(app)
     console_stream.add_stream_routes(app)
+    console_access.add_access_routes(app)
     return app

@@ -12,6 +12,7 @@ import functools
 import time
 from collections.abc import Sequence
 
+from switchboard.core.access import least_role, stamped_role
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.grants import permissions_for, resolve_policy
 from switchboard.core.approvals.suspend import principal_of
@@ -34,6 +35,9 @@ def turn_request(
     theirs), and it acts for the last channel user when there is one (an operator's or the gateway's message
     batched behind a user's does not make the user's request the operator's).
 
+    Its role is the least trusted of the roles ingest stamped on the people's messages (``ROLE_META``; ``user``
+    where access control stamped none), for the same reason.
+
     Without ``config`` (a drain built without the YAML file: tests, embedded uses) the principal holds no
     permissions and the runtime applies the agent's own policy block.
     """
@@ -42,6 +46,7 @@ def turn_request(
     principals = list(dict.fromkeys(principal_of(m) for m in messages))
     people = [principal_of(m) for m in messages if not isinstance(m.event, OperatorActed)]
     actor = people[-1] if people else principals[-1]
+    role = least_role(stamped_role(m.meta) for m in messages if not isinstance(m.event, OperatorActed))
     policy, permissions, permissions_of = None, frozenset[str](), None
     if config is not None:
         permissions_of = functools.partial(permissions_for, config, conversation.tenant, agent.name)
@@ -55,6 +60,7 @@ def turn_request(
         deadline=time.time() + agent.limits.deadline_s,
         tenant=conversation.tenant,
         actor=actor,
+        role=role,
         request_id=last.id,
         trace_id=trace_hex(messages[0].id),
         policy=policy,

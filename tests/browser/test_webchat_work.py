@@ -248,7 +248,11 @@ async def test_a_sent_file_is_a_card_in_its_place_with_its_name_once(
     link = report.get_by_test_id("file-download")
     await expect(link).to_have_attribute("download", "report.csv")
     href = await link.get_attribute("href")
-    assert href is not None and base64.b64decode(href.split(",", 1)[1]) == csv and href.startswith("data:application/octet-stream;")
+    assert (
+        href is not None
+        and base64.b64decode(href.split(",", 1)[1]) == csv
+        and href.startswith("data:application/octet-stream;")
+    )
     bubble_text = await page.get_by_test_id("msg-assistant").inner_text()
     assert bubble_text.count("chart.png") == 1, bubble_text  # the name once, on its card
     assert "The chart" in bubble_text

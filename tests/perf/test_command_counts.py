@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import subprocess
 import threading
 import time
 import urllib.request
@@ -44,8 +45,9 @@ from typing import Any
 import psutil
 import pytest
 import redis
+import yaml
 
-from bench._harness import PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
+from bench._harness import MINIMAL_CONFIG, PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
 from switchboard.channels.telegram.fake.platform import make_update
 from switchboard.queue import scripts
 from switchboard.queue.embedded import EmbeddedRedis
@@ -56,9 +58,130 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # "web" / "worker": the total split by the process that issued it, "web_client" / "worker_client" the client ones.
 # Scenarios: "plain" a Telegram text message, one at a time, abuse limits off, no tool call; "limits" the same with
 # the abuse limits on; "backlog" BACKLOG messages drained together; "webchat" a web chat message, one at a time;
-# "tool_call" a Telegram message whose turn calls one tool (current_time). Minus "plain": what the feature costs.
+# "tool_call" a Telegram message whose turn calls one tool (current_time); "access_allowlist" the plain path with
+# ``access: {mode: allowlist}`` admitting the sender; "access_paired" with ``mode: pairing`` and the sender paired
+# (found paired less than ``recheck_s`` ago); "access_recheck" the same with ``recheck_s: 0`` (looked up every message).
+# Minus "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
+    "access_allowlist": {
+        "client": 6,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 67,
+        "web": 15,
+        "web_client": 1,
+        "worker": 52,
+        "worker_client": 5,
+    },
+    "access_paired": {
+        "client": 6,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 67,
+        "web": 15,
+        "web_client": 1,
+        "worker": 52,
+        "worker_client": 5,
+    },
+    "access_recheck": {
+        "client": 7,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA access_check": 1,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 4,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 69,
+        "web": 17,
+        "web_client": 2,
+        "worker": 52,
+        "worker_client": 5,
+    },
     "backlog": {
         "client": 4.2,
         "commands": {
@@ -389,15 +512,27 @@ class Gateway:
     """Client port → ``web`` / ``worker``, learnt as the processes open connections."""
     since: int = 0
     """The fake's last call sequence number already read."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The environment web and worker were started with."""
     generation: int = 0
 
-    def start(self, extra: dict[str, str]) -> None:
-        """Start (or restart) ``switchboard web`` and ``switchboard worker`` with ``extra`` settings."""
+    def start(self, extra: dict[str, str], access: dict[str, Any] | None = None) -> None:
+        """Start (or restart) ``switchboard web`` and ``switchboard worker`` with ``extra`` settings.
+
+        ``access``: the Telegram channel's ``access`` block in the YAML file.
+        """
         self.stop()
         self.generation += 1
         port = free_port()
         data = self.tmp / f"data{self.generation}"
         env = {**bench_env(self.server.url, data, port=port, telegram_url=self.fake_url), **QUIET_TIMERS, **extra}
+        if access is not None:
+            config = yaml.safe_load(MINIMAL_CONFIG)
+            config["channels"]["telegram"]["access"] = access
+            path = self.tmp / f"access{self.generation}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            env["SWITCHBOARD_CONFIG"] = str(path)
+        self.env = env
         self.web = Proc(f"web{self.generation}", [PYTHON, "-m", "switchboard", "web"], env=env, log_dir=self.tmp)
         self.web_url = f"http://127.0.0.1:{port}"
         self.web.wait_http(f"{self.web_url}/healthz")
@@ -433,10 +568,29 @@ class Gateway:
 
     def replies(self) -> int:
         """Messages the bot sent since the last call (``sendMessage`` calls the fake recorded)."""
+        return len(self.reply_texts())
+
+    def reply_texts(self) -> list[str]:
+        """The texts the bot sent since the last call."""
         with urllib.request.urlopen(f"{self.fake_url}/_fake/calls?since={self.since}&method=sendMessage") as resp:
             calls = json.loads(resp.read())
         self.since = max([self.since, *(int(c["seq"]) for c in calls)])
-        return len(calls)
+        return [str(c.get("params", {}).get("text", "")) for c in calls]
+
+    def pair(self, chat_id: int) -> None:
+        """Refuse a stranger in ``pairing`` mode, then approve the code it was given (``switchboard access``)."""
+        self.telegram(chat_id, chat_id * 100 - 1, "let me in")
+        deadline = time.monotonic() + 10
+        texts: list[str] = []
+        while not any("pairing code is" in t for t in texts):
+            assert time.monotonic() < deadline, "no pairing code was sent"
+            texts += self.reply_texts()
+            time.sleep(0.02)
+        code = next(t for t in texts if "pairing code is" in t).split("pairing code is ")[1][:7]
+        done = subprocess.run(
+            [PYTHON, "-m", "switchboard", "access", "approve", code], env=self.env, capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
 
     def edit_budget(self, chat_id: int) -> str:
         """The key of a Telegram chat's streaming edit budget (a GCRA meter: one edit a second, burst 1)."""
@@ -680,6 +834,14 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         backlog(gw, counts)
         gw.start(LIMITS_ON)
         one_at_a_time(gw, counts, "limits", 202, "hello there")
+        gw.start(LIMITS_OFF, access={"mode": "allowlist", "allow": ["telegram:606"]})
+        one_at_a_time(gw, counts, "access_allowlist", 606, "hello there")
+        gw.start(LIMITS_OFF, access={"mode": "pairing"})
+        gw.pair(707)
+        one_at_a_time(gw, counts, "access_paired", 707, "hello there")  # the uncounted first one finds it paired
+        gw.start(LIMITS_OFF, access={"mode": "pairing", "pairing": {"recheck_s": 0}})
+        gw.pair(808)
+        one_at_a_time(gw, counts, "access_recheck", 808, "hello there")
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

@@ -175,7 +175,13 @@ class _Turn:
         )
         self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
         self.budget = Budget.for_turn(request, runtime.prices)
-        self.tools: list[Tool] = runtime.registry.for_agent(self.agent)
+        policy = request.policy or agent_policy(self.agent)
+        actor = request.actor or (principal_of(request.messages[-1]) if request.messages else "")
+        self.tools: list[Tool] = [  # a tool the turn's role may never use is not offered at all
+            tool
+            for tool in runtime.registry.for_agent(self.agent)
+            if policy.offers(tool, actor=actor, role=request.role)
+        ]
         self.scope = CallScope(allowed=frozenset(t.name for t in self.tools))
         self.failures: Counter[str] = Counter()
         self.refused = 0
@@ -195,10 +201,11 @@ class _Turn:
             status=sink.status if conforms(sink, StatusSink) else None,
             permissions=request.permissions,
             effects=store if conforms(store, EffectStore) else TurnEffects(),
-            policy=request.policy or agent_policy(self.agent),
+            policy=policy,
             skills=runtime.registry.skills(self.agent),  # resolved once: the catalogue and use_skill agree
             databases=self.agent.databases,
             agent=self.agent.name,
+            role=request.role,
         )
         self.output = Reply(reply_sink(sink, store, self.ctx.policy), self.budget.max_output_chars)
         self.approvals = TurnApprovals(self)

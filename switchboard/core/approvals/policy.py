@@ -22,6 +22,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from switchboard.core.access import AccessConfig, Role
+
 __all__ = [
     "APPROVER_KINDS",
     "ApprovalsConfig",
@@ -217,16 +219,29 @@ class Rule(BaseModel):
     """Matches only when untrusted content has (``true``) or has not (``false``) entered the turn."""
     actor: list[str] = Field(default_factory=list)
     """Principals (globs: ``telegram:*``) the rule applies to; empty: anyone."""
+    role: list[Role] | None = None
+    """The rule applies only to a turn acting for one of these roles (``admin``, ``user``, ``guest``)."""
+    role_not: list[Role] | None = None
+    """The rule applies only to a turn acting for none of these roles (``{tool: shell, role_not: [admin],
+    decide: refuse}``)."""
     when: list[Condition] = Field(default_factory=list)
     """Conditions on the arguments, all of which must hold."""
     decide: Decision
     reason: str = ""
     """Why, as the reviewer (or the model, for a refusal) reads it."""
 
-    @field_validator("risk", mode="before")
+    @field_validator("risk", "role", "role_not", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    def recorded(self) -> dict[str, Any]:
+        """The rule as hashed into the policy's version (role fields only when set: other versions stay unchanged)."""
+        dump = self.model_dump(mode="json", by_alias=True)
+        for name in ("role", "role_not"):
+            if dump[name] is None:
+                del dump[name]
+        return dump
 
 
 class ApprovalsConfig(BaseModel):
@@ -287,6 +302,8 @@ class TenantConfig(BaseModel):
 
     policy: PolicyConfig | None = None
     """Rules, mode, approvals and grants for every agent and channel of the tenant (the least specific block)."""
+    access: AccessConfig | None = None
+    """Who may talk to the tenant's agents (the least specific block; see ``switchboard.core.access``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +378,7 @@ class Policy:
         )
         approvals = next((b.approvals for _, b in present if b.approvals is not None), ApprovalsConfig())
         effective = {
-            "rules": [[named.scope, named.rule.model_dump(mode="json", by_alias=True)] for named in rules],
+            "rules": [[named.scope, named.rule.recorded()] for named in rules],
             "mode": mode,
             "untrusted_effects": untrusted,
             "approvals": approvals.model_dump(mode="json"),
@@ -380,13 +397,14 @@ class Policy:
         actor: str,
         untrusted: bool = False,
         untrusted_sources: Sequence[str] = (),
+        role: Role = "user",
     ) -> PolicyDecision:
-        """Decide one validated call (``args``: its normalised arguments).
+        """Decide one validated call (``args``: its normalised arguments) for ``actor`` holding ``role``.
 
         ``untrusted_sources`` names what brought the untrusted content in (``the output of shell``): the reason of
         the ``default:untrusted`` rule says so.
         """
-        decision, rule, reason, explicit_untrusted = self._match(tool, args, actor, untrusted)
+        decision, rule, reason, explicit_untrusted = self._match(tool, args, actor, untrusted, role)
         risky = tool.side_effect == "write" and _RISK_ORDER[tool.risk] >= 1
         if decision == "allow" and untrusted and risky and not explicit_untrusted and self.untrusted_effects != "allow":
             decision = "approve" if self.untrusted_effects == "approve" else "refuse"
@@ -395,11 +413,29 @@ class Policy:
             return PolicyDecision("allow", rule, reason, self.version, observed=True)
         return PolicyDecision(decision, rule, reason, self.version)
 
+    def offers(self, tool: ToolFacts, *, actor: str, role: Role) -> bool:
+        """Whether ``tool`` is offered to the model: ``False`` when a ``role`` rule refuses every call by ``actor``.
+
+        That is when the first rule that may match the call, whatever its arguments and the turn's taint, is a
+        ``refuse`` naming ``role`` or ``role_not`` (a rule with conditions or an ``untrusted`` test that would not
+        refuse keeps the tool offered). A call the model makes to a tool it was not offered is refused all the same.
+        """
+        for named in self.rules:
+            rule = named.rule
+            if not _matches_tool(rule, tool, actor, role):
+                continue
+            if rule.when or rule.untrusted is not None:
+                if rule.decide != "refuse":
+                    return True
+                continue
+            return not (rule.decide == "refuse" and (rule.role is not None or rule.role_not is not None))
+        return True
+
     def _match(
-        self, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool
+        self, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool, role: Role
     ) -> tuple[Decision, str, str, bool]:
         for named in self.rules:
-            if _matches(named.rule, tool, args, actor, untrusted):
+            if _matches(named.rule, tool, args, actor, untrusted, role):
                 reason = named.rule.reason or f"policy rule {named.name}"
                 return named.rule.decide, named.name, reason, named.rule.untrusted is not None
         if tool.side_effect == "read":
@@ -418,7 +454,17 @@ class Policy:
         return tuple(found)
 
 
-def _matches(rule: Rule, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool) -> bool:
+def _matches(rule: Rule, tool: ToolFacts, args: Mapping[str, Any], actor: str, untrusted: bool, role: Role) -> bool:
+    if not _matches_tool(rule, tool, actor, role):
+        return False
+    if rule.untrusted is not None and rule.untrusted != untrusted:
+        return False
+    strict = rule.decide != "allow"
+    return all(condition.holds(args, strict=strict) for condition in rule.when)
+
+
+def _matches_tool(rule: Rule, tool: ToolFacts, actor: str, role: Role) -> bool:
+    """Whether ``rule`` matches the tool, the actor and its role (what holds whatever a call's arguments)."""
     if not fnmatch.fnmatchcase(tool.name, rule.tool):
         return False
     if rule.side_effect is not None and rule.side_effect != tool.side_effect:
@@ -427,12 +473,11 @@ def _matches(rule: Rule, tool: ToolFacts, args: Mapping[str, Any], actor: str, u
         return False
     if rule.reversible is not None and rule.reversible != tool.reversible:
         return False
-    if rule.untrusted is not None and rule.untrusted != untrusted:
+    if rule.role is not None and role not in rule.role:
         return False
-    if rule.actor and not any(fnmatch.fnmatchcase(actor, pattern) for pattern in rule.actor):
+    if rule.role_not is not None and role in rule.role_not:
         return False
-    strict = rule.decide != "allow"
-    return all(condition.holds(args, strict=strict) for condition in rule.when)
+    return not rule.actor or any(fnmatch.fnmatchcase(actor, pattern) for pattern in rule.actor)
 
 
 def granted(permission: str, permissions: Collection[str]) -> bool:

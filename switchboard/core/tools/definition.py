@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from switchboard.core.access import Role
 from switchboard.core.actions import Action
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.events import Event
@@ -70,6 +71,8 @@ class ToolContext:
     """The agent's skills, resolved once per turn: the packages its context lists and ``use_skill`` loads."""
     agent: str = ""
     """The agent the call serves (whose egress allowlist a sandboxed command gets); empty: no agent, no egress."""
+    role: Role = "user"
+    """The turn's role (``switchboard.core.access``), which the policy's ``role`` rules match."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -270,6 +270,7 @@ class ToolGateway:
                 actor=ctx.actor,
                 untrusted=ctx.untrusted_context,
                 untrusted_sources=ctx.untrusted_sources,
+                role=ctx.role,
             )
             opened.set_attribute("policy.decision", decision.label.partition(":")[0])
             opened.set_attribute("policy.rule", decision.rule)

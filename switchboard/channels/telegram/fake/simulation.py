@@ -53,9 +53,16 @@ def _details(block: TelegramSettings) -> dict[str, str]:
     return {"fake_url": block.api_base_url, "secret_token": secret}
 
 
+SIMULATED_USER = 6_999_999
+"""The one simulated Telegram user (``telegram:6999999``): each message comes from them in a fresh chat, so its reply
+is read back alone, and access control sees the same person every time."""
+
+
 def _request(details: Mapping[str, str], text: str) -> SampleRequest:
     chat_id = 7_000_000 + random.randrange(1_000_000)
-    update = make_update(text, chat_id=chat_id, update_id=int(time.time() * 1000) % 2_000_000_000)
+    update = make_update(
+        text, chat_id=chat_id, update_id=int(time.time() * 1000) % 2_000_000_000, user_id=SIMULATED_USER
+    )
     body, headers = sign_update(update, details["secret_token"])
     return SampleRequest(body=body, headers=headers, conversation=str(chat_id))
 

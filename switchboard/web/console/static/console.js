@@ -434,7 +434,26 @@
     );
   }
 
-  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage };
+  async function loadAccess() {
+    const data = await call("GET", "access");
+    const rows = [];
+    for (const t of data.tenants) {
+      for (const p of t.paired) {
+        const revoke = () => write("access/revoke", { tenant: t.tenant, principal: p.principal }, `Revoked ${p.principal}.`);
+        rows.push(row([t.tenant, el("code", p.principal), "paired", p.role || "default", when(p.at), button("Revoke", "access-revoke", revoke)], { "data-testid": "access-row" }));
+      }
+      for (const r of t.requests) rows.push(row([t.tenant, el("code", r.principal), "waiting for approval", "", when(r.expires_at), ""], { "data-testid": "access-row" }));
+    }
+    $("access-body").replaceChildren(...rows);
+  }
+
+  $("access-approve").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const done = await write("access/approve", { code: $("access-code").value }, "Paired.");
+    if (done) $("access-code").value = "";
+  });
+
+  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage, access: loadAccess };
 
   async function refresh() {
     if (busy) return;
