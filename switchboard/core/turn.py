@@ -57,6 +57,8 @@ class TurnRequest(BaseModel):
     trace_id: str = ""
     actor: str = ""
     """Who the run acts for; empty means the sender of the last message."""
+    person: str = ""
+    """The person the actor's principal is linked to (``docs/identity.md``); empty: not linked, or not looked up."""
     goal: str = ""
     """What the caller wants from the turn, when it is more than answering the message (console, API)."""
     policy_version: str = ""

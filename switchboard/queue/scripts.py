@@ -29,6 +29,8 @@ __all__ = [
     "BEGIN",
     "BUCKET_HOLD",
     "BUCKET_TAKE",
+    "BUDGET_CHARGE",
+    "BUDGET_READ",
     "COMPLETE",
     "CONSOLE_THROTTLE",
     "CONTROL_SET",
@@ -59,6 +61,8 @@ __all__ = [
     "OUTBOX_CLAIM",
     "OUTBOX_PART",
     "OUTBOX_RECORD",
+    "PEOPLE_LINK",
+    "PEOPLE_UNLINK",
     "SESSION_QUOTA",
     "SESSION_RESET",
     "SLOT_SAVE",
@@ -187,6 +191,10 @@ APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[
 APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
 CONSOLE_THROTTLE: Final = Script("console_throttle")
+BUDGET_READ: Final = Script("budget_read")
+BUDGET_CHARGE: Final = Script("budget_charge")
+PEOPLE_LINK: Final = Script("people_link")
+PEOPLE_UNLINK: Final = Script("people_unlink")
 
 ALL: Final = (
     INGEST,
@@ -229,6 +237,10 @@ ALL: Final = (
     APPROVAL_SETTLE,
     CONTROL_SET,
     CONSOLE_THROTTLE,
+    BUDGET_READ,
+    BUDGET_CHARGE,
+    PEOPLE_LINK,
+    PEOPLE_UNLINK,
 )
 """Every script, for :func:`load_all`."""
 
