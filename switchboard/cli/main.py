@@ -79,6 +79,15 @@ def cmd_sessions(settings: Settings, action: str, key: str | None, limit: int) -
     return sessions_command(settings, action, key, limit)
 
 
+def cmd_people(settings: Settings, args: argparse.Namespace) -> int:
+    """``people list|link|unlink`` and ``budgets``."""
+    from switchboard.cli.people import budgets_command, people_command
+
+    if args.command == "budgets":
+        return budgets_command(settings, args.tenant)
+    return people_command(settings, args.action, args.principals, args.person, args.tenant)
+
+
 def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
     """``agents list|show NAME|validate``."""
     from switchboard.cli.agents import agents_command
@@ -226,6 +235,24 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("action", choices=["list", "show", "stop"], help="what to do")
     sessions.add_argument("key", nargs="?", help="session key (show, stop), as `sessions list` prints it")
     sessions.add_argument("--limit", type=int, default=50, help="most sessions (list) or events (show) to print")
+    people = _command(
+        sub,
+        "people",
+        "link one person's accounts across channels (budgets and permissions follow the person)",
+        "list: each person and their principals. link P1 P2 --as PERSON: link principals (<channel>:<sender id>) "
+        "to one person. unlink P: take a principal out of its person. Never guessed: only what you link.",
+    )
+    people.add_argument("action", choices=["list", "link", "unlink"], help="what to do")
+    people.add_argument("principals", nargs="*", help="principals, e.g. telegram:42 slack:U123")
+    people.add_argument("--as", dest="person", help="the person id (link)")
+    people.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
+    budgets = _command(
+        sub,
+        "budgets",
+        "spend of each period budget (tenant, agent, user) and the alerts reported",
+        "Each live budget counter: scope, subject, period, spent/budget, thresholds already reported.",
+    )
+    budgets.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
     agents = _command(
         sub,
         "agents",
@@ -394,6 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_simulate(settings, args.channel, args.text, args.timeout)
         if args.command == "sessions":
             return cmd_sessions(settings, args.action, args.key, args.limit)
+        if args.command in {"people", "budgets"}:
+            return cmd_people(settings, args)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":
