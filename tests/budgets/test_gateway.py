@@ -210,3 +210,25 @@ async def test_a_person_links_two_channels_with_a_code_and_their_budget_follows_
     )
     [row] = await Budgets(async_redis, ()).live("default")
     assert row.scope == "user" and row.subject == person
+
+
+async def test_an_operator_link_makes_one_budget_for_the_persons_accounts(
+    start: Callable[[str], Awaitable[Gateway]],
+    telegram: FakeTelegram,
+    slack: FakeSlack,
+    async_redis: aioredis.Redis,
+) -> None:
+    gateway = await start("budgets:\n  - {scope: user, period: day, credits: 0.4}\n")
+    linked = await People(async_redis).link("default", ["telegram:501", "slack:U0HUMAN"], "alice", by="cli")
+    assert linked.kind == "person_linked"
+    await gateway.telegram("spend on telegram")
+    await gateway.until(lambda: len(replies(telegram)) == 1, "the answer on Telegram")
+    await gateway.slack_command("/ask", "first on slack")  # what is left cannot pay for a step: closed
+    await gateway.until(lambda: len(slack.sent(channel="C0GENERAL")) == 1, "the hard stop on Slack")
+    await gateway.slack_command("/usage", "")
+    await gateway.until(lambda: len(slack.sent(channel="C0GENERAL")) == 2, "the usage on Slack")
+    sent = [str(c.params["text"]) for c in slack.sent(channel="C0GENERAL")]
+    assert sent[0] == "You have used your budget for today; it resets at 00:00 UTC."
+    assert "you, today: " in sent[1] and "of 0.4 credits" in sent[1]
+    [row] = await Budgets(async_redis, ()).live("default")
+    assert (row.scope, row.subject) == ("user", "alice") and row.spent > 0
