@@ -23,7 +23,15 @@ from switchboard.queue.budgets import Budgets, Counter
 from switchboard.queue.people import LinkRefused, People
 from switchboard.settings import FileConfig
 
-__all__ = ["LINK_COMMAND", "USAGE_COMMAND", "Ticket", "TurnGate", "command_of", "usage_without_budgets"]
+__all__ = [
+    "LINK_COMMAND",
+    "USAGE_COMMAND",
+    "Ticket",
+    "TurnGate",
+    "command_of",
+    "is_direct",
+    "usage_without_budgets",
+]
 
 USAGE_COMMAND = "usage"
 LINK_COMMAND = "link"
@@ -33,6 +41,28 @@ def command_of(messages: Sequence[InboundMessage]) -> str | None:
     """The command every message of the turn is (``/usage`` sent twice is one ``usage``), else ``None``."""
     names = {m.event.name if isinstance(m.event, CommandIssued) else None for m in messages}
     return names.pop() if len(names) == 1 else None
+
+
+_ONE_TO_ONE = frozenset({"web", "whatsapp", "messenger", "instagram"})
+"""Channels whose conversations are always between the bot and one person."""
+NOT_DIRECT_TEXT = (
+    "Ask for a link code in a direct message with me, not here: anyone who sees the code could link their account "
+    "to yours."
+)
+
+
+def is_direct(message: InboundMessage) -> bool:
+    """Whether ``message`` came from a one-to-one conversation with the bot (what the channel says, else no)."""
+    meta = message.meta
+    match message.conversation.channel:
+        case "telegram":
+            return meta.get("chat_type") == "private"
+        case "slack":
+            return meta.get("channel_type") == "im"
+        case "discord":
+            return meta.get("dm") is True
+        case channel:
+            return channel in _ONE_TO_ONE
 
 
 def usage_without_budgets() -> TurnResult:
@@ -85,7 +115,7 @@ class TurnGate:
             request = request.model_copy(update={"person": person})
         user = person or principal
         if command == LINK_COMMAND and self.identity.self_link:
-            return await self._link(request, messages[-1].text.strip())
+            return await self._link(request, messages[-1])
         if command == USAGE_COMMAND:
             if self.budgets is None:
                 return Ticket(request, usage_without_budgets())
@@ -111,10 +141,12 @@ class TurnGate:
         stopped = ticket.cap if ticket.cap is not None and metered.stopped_by == "credits" else None
         return list(await self.budgets.charge(ticket.counters, metered.credits, stopped_at_cap=stopped))
 
-    async def _link(self, request: TurnRequest, code: str) -> Ticket:
-        tenant, principal = request.tenant, request.actor
+    async def _link(self, request: TurnRequest, message: InboundMessage) -> Ticket:
+        tenant, principal, code = request.tenant, request.actor, message.text.strip()
         if ":" not in principal or principal.startswith("console:"):
             return Ticket(request, TurnResult(text="Only a chat account can be linked.", steps=0))
+        if not code and not is_direct(message):  # a code shown in a group could be sent back by anyone there
+            return Ticket(request, TurnResult(text=NOT_DIRECT_TEXT, steps=0))
         if not code:
             ttl, per_hour = self.identity.code_ttl_s, self.identity.codes_per_hour
             issued = await self.people.issue_code(tenant, principal, ttl_s=ttl, per_hour=per_hour)

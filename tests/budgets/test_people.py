@@ -12,9 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.core.events import PersonLinked
+from switchboard.core.messages import CommandIssued, ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.people import LinkRefused, People
+from switchboard.worker.budgets import is_direct
 
 TENANT = "default"
 
@@ -103,3 +105,37 @@ def test_the_cli_links_lists_and_unlinks(base_env: dict[str, str], tmp_path: Pat
     assert bad.returncode == 2 and "write it as <channel>:<sender id>" in bad.stderr
     assert cli("unlink", "telegram:42").stdout.strip() == "unlinked telegram:42 from alice"
     assert cli("unlink", "telegram:42").returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("channel", "meta", "direct"),
+    [
+        ("telegram", {"chat_type": "private"}, True),
+        ("telegram", {"chat_type": "group"}, False),
+        ("telegram", {"chat_type": "supergroup"}, False),
+        ("telegram", {}, False),
+        ("slack", {"channel_type": "im"}, True),
+        ("slack", {"channel_type": "channel"}, False),
+        ("slack", {"channel_type": "mpim"}, False),
+        ("discord", {"dm": True}, True),
+        ("discord", {"dm": False, "guild_id": "9"}, False),
+        ("discord", {"guild_id": "9"}, False),
+        ("teams", {}, False),
+        ("web", {}, True),
+        ("whatsapp", {}, True),
+        ("messenger", {}, True),
+        ("instagram", {}, True),
+    ],
+)
+def test_a_link_code_is_given_only_in_a_direct_conversation(
+    channel: str, meta: dict[str, object], direct: bool
+) -> None:
+    message = InboundMessage(
+        dedup_key="d",
+        conversation=ConversationRef(channel=channel, conversation="c1"),
+        sender=Sender(id="u1"),
+        text="",
+        event=CommandIssued(name="link"),
+        meta=meta,
+    )
+    assert is_direct(message) is direct
