@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
+from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.budgets import IdentityConfig, usage_text
 from switchboard.core.events import Event, UsageMetered
 from switchboard.core.inbound import plan_turn
@@ -112,7 +113,7 @@ class TurnGate:
         command = command_of(messages)
         person = await self.people.person_of(tenant, principal) if self._needs_person() else None
         if person is not None:
-            request = request.model_copy(update={"person": person})
+            request = self._as_person(request, messages, person)
         user = person or principal
         if command == LINK_COMMAND and self.identity.self_link:
             return await self._link(request, messages[-1])
@@ -133,6 +134,18 @@ class TurnGate:
         ticket = Ticket(request.model_copy(update={"credit_budget": left}), counters=admission.counters, cap=left)
         ticket.exhausted = admission.binding_text
         return ticket
+
+    @staticmethod
+    def _as_person(request: TurnRequest, messages: Sequence[InboundMessage], person: str) -> TurnRequest:
+        """The request acting for ``person`` too: its ``person`` set, and the grants of ``person:<id>`` added.
+
+        Grants are added only when every message of the turn is the actor's own: a batch holding others' messages
+        keeps what all of its senders hold.
+        """
+        update: dict[str, object] = {"person": person}
+        if request.permissions_of is not None and all(principal_of(m) == request.actor for m in messages):
+            update["permissions"] = request.permissions | request.permissions_of(f"person:{person}")
+        return request.model_copy(update=update)
 
     async def charge(self, ticket: Ticket, metered: UsageMetered) -> list[Event]:
         """Charge a turn's metered credits to its budgets; the alerts crossed for the first time."""

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+import yaml
 
 from switchboard.core.events import PersonLinked
 from switchboard.core.messages import CommandIssued, ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.people import LinkRefused, People
-from switchboard.worker.budgets import is_direct
+from switchboard.settings import FileConfig
+from switchboard.worker.authority import turn_request
+from switchboard.worker.budgets import TurnGate, is_direct
 
 TENANT = "default"
 
@@ -139,3 +142,54 @@ def test_a_link_code_is_given_only_in_a_direct_conversation(
         meta=meta,
     )
     assert is_direct(message) is direct
+
+
+GRANTS = """
+agents:
+  assistant:
+    name: assistant
+    instructions: test
+tenants:
+  default:
+    policy:
+      grants: {"person:alice": ["payments.*"], "telegram:42": ["read.*"]}
+identity: {resolve: true}
+"""
+
+
+def _message(channel: str, sender: str) -> InboundMessage:
+    return InboundMessage(
+        dedup_key=f"{channel}:{sender}",
+        conversation=ConversationRef(channel=channel, agent="assistant", conversation=f"c-{sender}"),
+        sender=Sender(id=sender),
+        text="hello",
+    )
+
+
+@pytest.mark.parametrize(
+    ("senders", "person", "permissions"),
+    [
+        ([("telegram", "42")], "alice", {"read.*", "payments.*"}),  # the person's grants follow them
+        ([("slack", "U1")], "alice", {"payments.*"}),  # ... to their other account
+        ([("telegram", "43")], "", set()),  # not linked: nothing more
+        ([("telegram", "43"), ("telegram", "42")], "alice", set()),  # a batch with another sender's message: no more
+    ],
+)
+async def test_a_linked_persons_turn_carries_the_person_and_its_grants(
+    async_redis: aioredis.Redis, senders: list[tuple[str, str]], person: str, permissions: set[str]
+) -> None:
+    config = FileConfig.model_validate(yaml.safe_load(GRANTS))
+    await People(async_redis).link(TENANT, ["telegram:42", "slack:U1"], "alice", by="cli")
+    messages = [_message(channel, sender) for channel, sender in senders]
+    agent = config.agent("assistant")
+    request = turn_request(config, messages[-1].conversation.session_key, agent, messages, "run-1")
+    gate = TurnGate.build(async_redis, config)
+    assert gate is not None
+    ticket = await gate.before(request, messages)
+    assert ticket.answer is None
+    assert ticket.request.person == person
+    assert set(ticket.request.permissions) == permissions
+
+
+def test_without_budgets_or_identity_there_is_no_gate() -> None:
+    assert TurnGate.build(None, FileConfig()) is None  # type: ignore[arg-type]  # nothing to ask Redis
