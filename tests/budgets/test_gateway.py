@@ -232,3 +232,39 @@ async def test_an_operator_link_makes_one_budget_for_the_persons_accounts(
     assert "you, today: " in sent[1] and "of 0.4 credits" in sent[1]
     [row] = await Budgets(async_redis, ()).live("default")
     assert (row.scope, row.subject) == ("user", "alice") and row.spent > 0
+
+
+async def test_two_workers_racing_for_the_last_credits_end_at_most_one_runs_cost_over(
+    base_env: dict[str, str],
+    tmp_path: Path,
+    telegram: FakeTelegram,
+    slack: FakeSlack,
+    aiohttp_client: Any,
+    async_redis: aioredis.Redis,
+) -> None:
+    """Two chats' messages at once, two workers: both may be admitted on the same credits left; each is capped by it."""
+    env = gateway_env(base_env, tmp_path, telegram, slack, "budgets:\n  - {scope: tenant, period: day, credits: 0.5}\n")
+    client = await aiohttp_client(create_app(load_settings(env), listeners=False))
+    stop = asyncio.Event()
+    workers = [asyncio.create_task(run_worker(load_settings(env), stop)) for _ in range(2)]
+    gateway = Gateway(client, workers[0])
+    try:
+        for round_ in range(3):
+            chats = (601 + 2 * round_, 602 + 2 * round_)
+            await asyncio.gather(*(gateway.telegram(f"race {round_}", chat_id=chat) for chat in chats))
+            for chat in chats:
+                await gateway.until(lambda chat=chat: len(replies(telegram, chat)) == 1, f"the answer in {chat}")  # type: ignore[misc]
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), 30)
+    metered = []
+    for chat in range(601, 607):
+        log = await events(async_redis, f"default/assistant/telegram/default/{chat}")
+        metered += [e["credits"] for e in log if e["kind"] == "usage_metered" and e["credits"] > 0]
+    [spent] = await Budgets(async_redis, load_settings(env).file.budgets).spent(
+        (await Budgets(async_redis, load_settings(env).file.budgets).admit("default", "assistant", "x", "x")).counters
+    )
+    assert metered and spent == pytest.approx(sum(metered))
+    assert spent - 0.5 <= max(metered) + 1e-9  # over by at most one run's metered cost
+    stopped = [chat for chat in range(601, 607) if replies(telegram, chat) == [HARD_STOP]]
+    assert stopped and len(metered) + len(stopped) == 6  # the budget ran out: the rest got the hard stop
