@@ -88,6 +88,15 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     return sessions_command(settings, args.action, args.key, query)
 
 
+def cmd_people(settings: Settings, args: argparse.Namespace) -> int:
+    """``people list|link|unlink`` and ``budgets``."""
+    from switchboard.cli.people import budgets_command, people_command
+
+    if args.command == "budgets":
+        return budgets_command(settings, args.tenant)
+    return people_command(settings, args.action, args.principals, args.person, args.tenant)
+
+
 def cmd_agents(settings: Settings, action: str, name: str | None) -> int:
     """``agents list|show NAME|validate``."""
     from switchboard.cli.agents import agents_command
@@ -250,6 +259,24 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--tenant", help="list: only this tenant's sessions")
     sessions.add_argument("--state", choices=list(SESSION_STATES), help="list: only sessions in this state")
     sessions.add_argument("--events", action="store_true", help="show: the raw event log instead of the transcript")
+    people = _command(
+        sub,
+        "people",
+        "link one person's accounts across channels (budgets and permissions follow the person)",
+        "list: each person and their principals. link P1 P2 --as PERSON: link principals (<channel>:<sender id>) "
+        "to one person. unlink P: take a principal out of its person. Never guessed: only what you link.",
+    )
+    people.add_argument("action", choices=["list", "link", "unlink"], help="what to do")
+    people.add_argument("principals", nargs="*", help="principals, e.g. telegram:42 slack:U123")
+    people.add_argument("--as", dest="person", help="the person id (link)")
+    people.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
+    budgets = _command(
+        sub,
+        "budgets",
+        "spend of each period budget (tenant, agent, user) and the alerts reported",
+        "Each live budget counter: scope, subject, period, spent/budget, thresholds already reported.",
+    )
+    budgets.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
     agents = _command(
         sub,
         "agents",
@@ -434,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_simulate(settings, args.channel, args.text, args.timeout)
         if args.command == "sessions":
             return cmd_sessions(settings, args)
+        if args.command in {"people", "budgets"}:
+            return cmd_people(settings, args)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":

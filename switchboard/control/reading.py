@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -10,22 +11,36 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 
 from switchboard.control.scope import NotFoundError, OperatorScope, session_parts
-from switchboard.control.views import SessionState, SessionView, TimelineEntry, UsageRow
+from switchboard.control.views import (
+    BudgetAlertView,
+    BudgetView,
+    PersonView,
+    SessionState,
+    SessionView,
+    TimelineEntry,
+    UsageRow,
+)
 from switchboard.core.approvals.records import ApprovalRecord, SessionControl
 from switchboard.core.messages import session_key
 from switchboard.queue.approvals import parse_approval_member, record_from_fields
+from switchboard.queue.budgets import Budgets
 from switchboard.queue.eventlog import decode_entries, read_events
 from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.people import People
+from switchboard.settings import FileConfig
 from switchboard.tracing import trace_hex
 from switchboard.types import SessionKey
 
 __all__ = [
     "SCAN_LIMIT",
     "USAGE_EVENTS",
+    "budget_views",
     "escaped_tenant",
     "pending_approvals",
+    "people_views",
     "session_views",
     "sessions_in_scope",
+    "tenants_in_scope",
     "timeline_of",
     "usage_rows",
 ]
@@ -213,3 +228,46 @@ async def usage_rows(redis: aioredis.Redis, scope: OperatorScope) -> list[UsageR
         UsageRow(tenant, agent, credits=v[0], input_tokens=int(v[1]), output_tokens=int(v[2]), runs=int(v[3]))
         for (tenant, agent), v in sorted(sums.items())
     ]
+
+
+def tenants_in_scope(config: FileConfig, scope: OperatorScope) -> list[str]:
+    """The configured tenants (the default one and each ``tenants.<name>`` block) the operator may see."""
+    names = sorted({config.tenant, *config.tenants, *(r.tenant for r in config.budgets if r.tenant)})
+    return [name for name in names if scope.allows(name)]
+
+
+async def budget_views(
+    redis: aioredis.Redis, config: FileConfig, scope: OperatorScope, *, alerts: int = 50
+) -> tuple[list[BudgetView], list[BudgetAlertView]]:
+    """Each live budget counter of the operator's tenants, and their latest alerts (newest first)."""
+    budgets = Budgets(redis, config.budgets)
+    rows: list[BudgetView] = []
+    found: list[BudgetAlertView] = []
+    for tenant in tenants_in_scope(config, scope):
+        rows += [BudgetView(**dataclasses.asdict(row)) for row in await budgets.live(tenant)]
+        entries: Any = await redis.xrevrange(_GLOBAL.budget_alerts(tenant), count=alerts)
+        for _id, fields in entries:
+            text = {_text(k): _text(v) for k, v in fields.items()}
+            found.append(
+                BudgetAlertView(
+                    tenant=tenant,
+                    at=float(text["at"]),
+                    scope=text["scope"],
+                    subject=text["subject"],
+                    period=text["period"],
+                    threshold=float(text["threshold"]),
+                    spent=float(text["spent"]),
+                    credits=float(text["credits"]),
+                )
+            )
+    found.sort(key=lambda a: a.at, reverse=True)
+    return rows, found[:alerts]
+
+
+async def people_views(redis: aioredis.Redis, config: FileConfig, scope: OperatorScope) -> list[PersonView]:
+    """The linked people of the operator's tenants."""
+    people = People(redis)
+    out: list[PersonView] = []
+    for tenant in tenants_in_scope(config, scope):
+        out += [PersonView(tenant, person, linked) for person, linked in (await people.everyone(tenant)).items()]
+    return out

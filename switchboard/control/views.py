@@ -165,3 +165,39 @@ class Accepted:
 
     message_id: str
     duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    """One period budget counter: who spends against it, how much of it is spent, the alerts already reported."""
+
+    tenant: str
+    scope: str
+    subject: str
+    period: str
+    spent: float
+    credits: float
+    alerts: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAlertView:
+    """One budget alert, as the operators' stream holds it."""
+
+    tenant: str
+    at: float
+    scope: str
+    subject: str
+    period: str
+    threshold: float
+    spent: float
+    credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class PersonView:
+    """One person of a tenant and the principals linked to them."""
+
+    tenant: str
+    person: str
+    principals: list[str]

@@ -21,6 +21,8 @@ __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",
     "ApprovalSettled",
+    "BudgetAlerted",
+    "BudgetExhausted",
     "ControlChanged",
     "DeliveryReported",
     "DropReason",
@@ -31,6 +33,8 @@ __all__ = [
     "MessageDropped",
     "MessageReceived",
     "PairingCodeIssued",
+    "PersonLinked",
+    "PersonUnlinked",
     "ReplySent",
     "RunCancelled",
     "RunCompleted",
@@ -202,6 +206,55 @@ class UsageMetered(_Event):
     """The budget that ended the turn early, if any."""
     policy_version: str = ""
     """The version of the policy the run's tool calls were checked against."""
+
+
+class BudgetAlerted(_Event):
+    """A period budget's spend reached one of its ``alert_at`` thresholds (reported once per threshold and period)."""
+
+    kind: Literal["budget_alerted"] = "budget_alerted"
+    tenant: str
+    scope: Literal["tenant", "agent", "user"]
+    subject: str
+    """The tenant, agent or user (person id or principal) whose budget it is."""
+    period: str
+    """The period's stamp (``2026-12-07``, ``2026-12``)."""
+    threshold: float
+    spent: float
+    credits: float
+    """The budget."""
+
+
+class BudgetExhausted(_Event):
+    """A run was refused before the model was asked: a period budget that applies to it is used up."""
+
+    kind: Literal["budget_exhausted"] = "budget_exhausted"
+    tenant: str
+    scope: Literal["tenant", "agent", "user"]
+    subject: str
+    period: str
+    spent: float
+    credits: float
+
+
+class PersonLinked(_Event):
+    """Two principals were linked to one person (by an operator, or by the person with a one-time code)."""
+
+    kind: Literal["person_linked"] = "person_linked"
+    tenant: str
+    person: str
+    principals: tuple[str, ...]
+    by: str
+    """``operator:<name>``, ``cli``, or ``code`` (the person, verified on both sides)."""
+
+
+class PersonUnlinked(_Event):
+    """A principal no longer belongs to a person."""
+
+    kind: Literal["person_unlinked"] = "person_unlinked"
+    tenant: str
+    person: str
+    principal: str
+    by: str
 
 
 class ApprovalRequested(_Event):
@@ -387,7 +440,11 @@ Event = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | ApprovalSettled
-    | ControlChanged,
+    | ControlChanged
+    | BudgetAlerted
+    | BudgetExhausted
+    | PersonLinked
+    | PersonUnlinked,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

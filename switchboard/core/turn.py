@@ -62,6 +62,8 @@ class TurnRequest(BaseModel):
     role: Role = "user"
     """The least trusted role among the turn's senders (``switchboard.core.access``): the policy's ``role`` rules
     read it, and a tool they refuse it outright is not offered to the model."""
+    person: str = ""
+    """The person the actor's principal is linked to (``docs/identity.md``); empty: not linked, or not looked up."""
     goal: str = ""
     """What the caller wants from the turn, when it is more than answering the message (console, API)."""
     policy_version: str = ""

@@ -329,6 +329,38 @@ class GlobalKeys:
         """STRING, PX TTL: while it lives, one (address, operator name) pair's sign-in tries are refused."""
         return f"{self.prefix}:console:wait:{pair}"
 
+    def budget(self, tenant: str, scope: str, name: str, stamp: str) -> str:
+        """HASH ``spent``, the rule (``budget``, ``scope``, ``subject``, ``period``), ``alert:<fraction>`` marks.
+
+        One budget counter for one period, EXPIREAT the period's end plus a day; a tenant's budget keys share the
+        hash tag ``{budget:<tenant>}``.
+        """
+        return f"{self.prefix}:{{budget:{tenant}}}:{scope}:{name}:{stamp}"
+
+    def budget_counters(self, tenant: str) -> str:
+        """ZSET counter key → its expiry (Unix s): a tenant's live budget counters, for the console."""
+        return f"{self.prefix}:{{budget:{tenant}}}:counters"
+
+    def budget_alerts(self, tenant: str) -> str:
+        """STREAM (capped) of a tenant's budget alerts: what the console and operators read."""
+        return f"{self.prefix}:{{budget:{tenant}}}:alerts"
+
+    def people(self, tenant: str) -> str:
+        """HASH principal (``telegram:42``) → person id: a tenant's linked identities."""
+        return f"{self.prefix}:{{people:{tenant}}}:principals"
+
+    def people_log(self, tenant: str) -> str:
+        """STREAM (capped) of a tenant's ``person_linked`` / ``person_unlinked`` facts."""
+        return f"{self.prefix}:{{people:{tenant}}}:log"
+
+    def link_code(self, tenant: str, code_hash: str) -> str:
+        """STRING JSON ``{"principal", "person"}``, EX TTL: one pending ``/link`` code, by its hash."""
+        return f"{self.prefix}:{{people:{tenant}}}:code:{code_hash}"
+
+    def link_tries(self, tenant: str, principal: str) -> str:
+        """STRING counter, EX one hour: ``/link`` codes asked for and wrong codes tried by one principal."""
+        return f"{self.prefix}:{{people:{tenant}}}:tries:{principal}"
+
 
 @dataclass(frozen=True, slots=True)
 class RQKeys:

@@ -30,6 +30,8 @@ __all__ = [
     "BEGIN",
     "BUCKET_HOLD",
     "BUCKET_TAKE",
+    "BUDGET_CHARGE",
+    "BUDGET_READ",
     "COMPLETE",
     "CONSOLE_THROTTLE",
     "CONTROL_SET",
@@ -60,6 +62,8 @@ __all__ = [
     "OUTBOX_CLAIM",
     "OUTBOX_PART",
     "OUTBOX_RECORD",
+    "PEOPLE_LINK",
+    "PEOPLE_UNLINK",
     "SESSION_QUOTA",
     "SESSION_RESET",
     "SLOT_SAVE",
@@ -189,6 +193,10 @@ APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
 CONSOLE_THROTTLE: Final = Script("console_throttle")
 ACCESS_CHECK: Final = Script("access_check")
+BUDGET_READ: Final = Script("budget_read")
+BUDGET_CHARGE: Final = Script("budget_charge")
+PEOPLE_LINK: Final = Script("people_link")
+PEOPLE_UNLINK: Final = Script("people_unlink")
 
 ALL: Final = (
     INGEST,
@@ -232,6 +240,10 @@ ALL: Final = (
     APPROVAL_SETTLE,
     CONTROL_SET,
     CONSOLE_THROTTLE,
+    BUDGET_READ,
+    BUDGET_CHARGE,
+    PEOPLE_LINK,
+    PEOPLE_UNLINK,
 )
 """Every script, for :func:`load_all`."""
 

@@ -22,11 +22,13 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
+from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
@@ -214,6 +216,23 @@ class FileConfig(BaseModel):
     """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     """The operator console's operators (``console.operators``)."""
+    budgets: tuple[BudgetRule, ...] = ()
+    """Credits per tenant, agent or user per day or month (``docs/budgets.md``); none: nothing is counted."""
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
+    """Linking one person's accounts across channels (``docs/identity.md``)."""
+
+    @model_validator(mode="after")
+    def _one_budget_per_counter(self) -> FileConfig:
+        seen: dict[tuple[str | None, ...], int] = {}
+        for index, rule in enumerate(self.budgets):
+            key = (rule.scope, rule.period, rule.tenant, rule.agent, rule.user)
+            if key in seen:
+                raise ValueError(
+                    f"budgets[{index}] counts the same thing as budgets[{seen[key]}] "
+                    f"({rule.scope}, {rule.period}): merge them into one rule"
+                )
+            seen[key] = index
+        return self
 
     def agent(self, name: str | None) -> Agent:
         """The named agent, or the default one."""

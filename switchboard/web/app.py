@@ -25,6 +25,7 @@ from switchboard.web.console import access as console_access
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
 from switchboard.web.console import stream as console_stream
+from switchboard.web.console.budgets import add_budget_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
 from switchboard.web.webchat import routes as webchat
 
@@ -136,4 +137,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     console_api.add_api_routes(app)
     console_stream.add_stream_routes(app)
     console_access.add_access_routes(app)
+    add_budget_routes(app)
     return app

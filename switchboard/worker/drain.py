@@ -52,6 +52,7 @@ from switchboard.queue.offers import check_choices, record_offer
 from switchboard.settings import FileConfig, QueueSettings
 from switchboard.types import SessionKey
 from switchboard.worker.authority import turn_request
+from switchboard.worker.budgets import USAGE_COMMAND, Ticket, TurnGate, command_of, usage_without_budgets
 from switchboard.worker.busy import answered_part
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 from switchboard.worker.endings import TurnEndings, end_interrupted
@@ -84,6 +85,8 @@ class _Sink:
         self._turn = turn
         self._events = events
         self.held: list[Event] = []
+        self.charge: Callable[[UsageMetered], Awaitable[list[Event]]] | None = None
+        """Charges the turn's metered credits to its period budgets (set when budgets apply to the turn)."""
         stream = turn.stream
         self.status: StatusBoard | None = None
         # A channel that shows tool calls as live cards (the web chat) has its progress indicator there: no notices.
@@ -158,6 +161,8 @@ class _Sink:
             raise _lost(self._turn.lease)
         if isinstance(event, UsageMetered) or (isinstance(event, StepRecorded) and event.decision == "answer"):
             self.held.append(event)  # the turn is about to end: written with the reply's claim
+            if isinstance(event, UsageMetered) and self.charge is not None:
+                self.held.extend(await self.charge(event))  # the alerts it crossed ride along
             return
         await self.flush()
         await self._events.append(event)
@@ -216,6 +221,8 @@ class Drainer(TurnEndings):
         self.jobs = DrainJobs(settings.name)
         self.slots_full: Callable[[], bool] = lambda: False
         """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
+        self.gate = TurnGate.build(redis, config)
+        """Budgets and linked identities (``None`` when neither is configured: a turn then asks Redis nothing more)."""
 
     def cancel(self, session: SessionKey, reason: str) -> bool:
         """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
@@ -426,14 +433,8 @@ class Drainer(TurnEndings):
             result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
             notice = True
         else:
-            try:
-                result = await self._run(turn, request, sink, store, agent.limits.deadline_s)
-            except (FencedWriteError, asyncio.CancelledError):
-                raise
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await sink.flush()  # what the turn did before it failed or was stopped is still a fact
-                raise
+            ticket = await self.gate.before(request, messages) if self.gate is not None else None
+            result = await self._answer(turn, ticket, request, messages, sink, store, agent.limits.deadline_s)
         sent: Receipt | Undelivered | None = None
         if result.text.strip():
             stream = turn.stream
@@ -447,6 +448,45 @@ class Drainer(TurnEndings):
         else:
             await sink.flush()
         return result, sent
+
+    async def _answer(
+        self,
+        turn: DrainTurn,
+        ticket: Ticket | None,
+        request: TurnRequest,
+        messages: Sequence[InboundMessage],
+        sink: _Sink,
+        store: AttemptStore,
+        deadline_s: float,
+    ) -> TurnResult:
+        """The turn's result: answered by the gate (budget used up, ``/usage``, ``/link``), or played."""
+        if ticket is None and command_of(messages) == USAGE_COMMAND:
+            return usage_without_budgets()
+        if ticket is not None:
+            sink.held.extend(ticket.events)  # written with the reply's claim
+            if ticket.answer is not None:
+                return ticket.answer  # the model is not asked
+            request = ticket.request
+            if ticket.counters and self.gate is not None:
+                gate, charged = self.gate, ticket
+
+                async def charge(metered: UsageMetered) -> list[Event]:
+                    return await gate.charge(charged, metered)
+
+                sink.charge = charge
+        try:
+            result = await self._run(turn, request, sink, store, deadline_s)
+            if ticket is not None and ticket.cap is not None and result.stopped_by == "credits" and not result.steps:
+                # the credits left in a period budget could not pay for one step: the budget's message, not the
+                # runtime's note about a turn's own cap
+                result = result.model_copy(update={"text": ticket.exhausted})
+            return result
+        except (FencedWriteError, asyncio.CancelledError):
+            raise
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await sink.flush()  # what the turn did before it failed or was stopped is still a fact
+            raise
 
     async def _run(
         self, turn: DrainTurn, request: TurnRequest, sink: _Sink, store: AttemptStore, deadline_s: float

@@ -60,8 +60,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # the abuse limits on; "backlog" BACKLOG messages drained together; "webchat" a web chat message, one at a time;
 # "tool_call" a Telegram message whose turn calls one tool (current_time); "access_allowlist" the plain path with
 # ``access: {mode: allowlist}`` admitting the sender; "access_paired" with ``mode: pairing`` and the sender paired
-# (found paired less than ``recheck_s`` ago); "access_recheck" the same with ``recheck_s: 0`` (looked up every message).
-# Minus "plain": what the feature costs.
+# (found paired less than ``recheck_s`` ago); "access_recheck" the same with ``recheck_s: 0`` (looked up every message);
+# "budgets" the plain message under three period budgets (tenant, agent, user: the person lookup, one read, one
+# charge). Minus "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -220,6 +221,49 @@ PINNED: dict[str, dict[str, Any]] = {
         "web_client": 1,
         "worker": 40.3,
         "worker_client": 3.2,
+    },
+    "budgets": {
+        "client": 9,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA budget_charge": 1,
+            "EVALSHA budget_read": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "EXPIREAT": 3,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 4,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 6,
+            "HMGET": 6,
+            "HSET": 11,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 6,
+            "ZCARD": 1,
+            "ZREM": 2,
+            "ZREMRANGEBYSCORE": 1,
+        },
+        "total": 87,
+        "web": 15,
+        "web_client": 1,
+        "worker": 72,
+        "worker_client": 8,
     },
     "limits": {
         "client": 6,
@@ -403,6 +447,15 @@ LIMITS_OFF = {
     "SWITCHBOARD_LIMITS__INBOX_DEPTH": "0",
     "SWITCHBOARD_LIMITS__SESSIONS_PER_ADDRESS_PER_HOUR": "0",
 }
+BUDGETS = """\
+prices:
+  offline: {input: 1.0, output: 1.0}
+budgets:
+  - {scope: tenant, period: month, credits: 1000000}
+  - {scope: agent, period: day, credits: 1000000}
+  - {scope: user, period: day, credits: 1000000}
+"""
+"""The "budgets" scenario: a tenant, an agent and a user budget (never reached), metered at a price."""
 LIMITS_ON = {
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "1000000",
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "1000000",
@@ -842,6 +895,10 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         gw.start(LIMITS_OFF, access={"mode": "pairing", "pairing": {"recheck_s": 0}})
         gw.pair(808)
         one_at_a_time(gw, counts, "access_recheck", 808, "hello there")
+        budgets = tmp_path / "budgets.yaml"
+        budgets.write_text(MINIMAL_CONFIG + BUDGETS)
+        gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(budgets)})
+        one_at_a_time(gw, counts, "budgets", 909, "hello there")  # update ids above the others' (Telegram's order)
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

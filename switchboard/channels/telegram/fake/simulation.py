@@ -63,6 +63,8 @@ def _request(details: Mapping[str, str], text: str) -> SampleRequest:
     update = make_update(
         text, chat_id=chat_id, update_id=int(time.time() * 1000) % 2_000_000_000, user_id=SIMULATED_USER
     )
+    if text.startswith("/") and len(text) > 1:  # Telegram marks a leading command, so it reaches the bot as one
+        update["message"]["entities"] = [{"type": "bot_command", "offset": 0, "length": len(text.split()[0])}]
     body, headers = sign_update(update, details["secret_token"])
     return SampleRequest(body=body, headers=headers, conversation=str(chat_id))
 
