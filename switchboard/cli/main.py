@@ -107,6 +107,13 @@ def cmd_console(action: str) -> int:
     return hash_password_command()
 
 
+def cmd_api_tokens(name: str, tenant: str, scopes: str) -> int:
+    """``api-tokens create``: print a new integration API token once, and the YAML entry holding its hash."""
+    from switchboard.web.api.tokens import create_token_command
+
+    return create_token_command(name, tenant, [s.strip() for s in scopes.split(",") if s.strip()])
+
+
 def cmd_discord(settings: Settings, action: str) -> int:
     """``discord`` (hold the gateway connections only) / ``discord register-commands``."""
     from switchboard.cli.discord import discord_command
@@ -267,6 +274,21 @@ def _parser() -> argparse.ArgumentParser:
         "argument) and print its Argon2 hash for console.operators[].password_hash in the YAML file.",
     )
     console.add_argument("action", choices=["hash-password"], help="what to do")
+    api_tokens = _command(
+        sub,
+        "api-tokens",
+        "the integration API: make a token",
+        "create: print a new random token (shown only this once) and the api.tokens entry holding its SHA-256 for "
+        "the YAML file; the gateway never stores the token itself.",
+    )
+    api_tokens.add_argument("action", choices=["create"], help="what to do")
+    api_tokens.add_argument("--name", required=True, help="who uses it (signed as api:NAME)")
+    api_tokens.add_argument("--tenant", default="default", help="the tenant it reaches")
+    api_tokens.add_argument(
+        "--scopes",
+        required=True,
+        help="comma-separated: messages:send, turns:start, conversations:read, conversations:history",
+    )
     telegram = _command(
         sub,
         "telegram",
@@ -356,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
     if args.command == "console":  # needs no settings: works before the YAML file is valid
         return cmd_console(args.action)
+    if args.command == "api-tokens":  # needs no settings either
+        return cmd_api_tokens(args.name, args.tenant, args.scopes)
     for name in _CONTROL_NEEDS.get((args.command, getattr(args, "action", "")), ()):
         if not getattr(args, name, None):
             args.command_parser.error(f"`{args.command} {args.action}` needs {name.replace('target', 'an ID')}")

@@ -18,6 +18,7 @@ from switchboard.queue.router import IngestRouter
 from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
+from switchboard.web.api import routes as api_routes
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
@@ -127,4 +128,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     webchat.add_routes(app)
     console_routes.add_routes(app)
     console_api.add_api_routes(app)
+    api_routes.add_routes(app)
     return app
