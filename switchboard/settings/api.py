@@ -144,3 +144,7 @@ class WebhookSettings(BaseModel):
     backoff_s: float = Field(2.0, ge=0)
     """The first retry's wait; doubled after each failure, with jitter, at most ``max_backoff_s``."""
     max_backoff_s: float = Field(600.0, ge=0)
+    """The longest wait between two attempts."""
+    lookback_s: float = Field(3600.0, gt=0)
+    """Sessions that had a message within this long are read for new events (a run's events follow its message;
+    a deferred run's may come up to ``SWITCHBOARD_QUEUE__MAX_DEFER_S`` later)."""
