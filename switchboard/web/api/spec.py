@@ -227,3 +227,9 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     }
+
+
+if __name__ == "__main__":  # regenerate the copy in docs: python -m switchboard.web.api.spec > docs/api/openapi.json
+    import json
+
+    print(json.dumps(openapi_document(), indent=2, ensure_ascii=False))
