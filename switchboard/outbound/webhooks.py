@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import aiohttp
 import redis.asyncio as aioredis
+from redis import Redis as SyncRedis
 from redis.exceptions import RedisError
 from yarl import URL
 
@@ -46,6 +47,7 @@ from switchboard.types import SessionKey
 __all__ = [
     "SIGNATURE_HEADER",
     "WebhookDispatcher",
+    "dead_letters",
     "escaped_tenant",
     "event_id",
     "sign",
@@ -93,6 +95,12 @@ def verify_signature(secret: bytes, header: str, body: bytes, *, tolerance_s: fl
         return False
     expected = sign(secret, timestamp, body).rsplit("=", 1)[1]
     return any(hmac.compare_digest(expected, given) for given in fields.get("v1", []))
+
+
+def dead_letters(redis: SyncRedis, tenant: str, limit: int = 50) -> list[dict[str, str]]:
+    """The tenant's dead-lettered deliveries, newest first (``switchboard webhooks dead-letters``)."""
+    entries: Any = redis.xrevrange(_GLOBAL.webhook_dead(escaped_tenant(tenant)), count=max(1, limit))
+    return [{_text(k): _text(v) for k, v in fields.items() if _text(k) != "body"} for _, fields in entries or []]
 
 
 @dataclass(frozen=True, slots=True)
