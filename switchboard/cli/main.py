@@ -125,6 +125,33 @@ def cmd_console(action: str) -> int:
     return hash_password_command()
 
 
+def cmd_api_tokens(name: str, tenant: str, scopes: str) -> int:
+    """``api-tokens create``: print a new integration API token once, and the YAML entry holding its hash."""
+    from switchboard.web.api.tokens import create_token_command
+
+    return create_token_command(name, tenant, [s.strip() for s in scopes.split(",") if s.strip()])
+
+
+def cmd_webhooks(settings: Settings, tenant: str, limit: int) -> int:
+    """``webhooks dead-letters``: the tenant's outbound webhook deliveries that were given up on, newest first."""
+    from switchboard.outbound.webhooks import dead_letters
+    from switchboard.queue.connection import sync_client
+
+    if not settings.redis_url:
+        raise ConfigError("needs SWITCHBOARD_REDIS_URL", field="redis_url")
+    client = sync_client(settings.redis_url)
+    try:
+        rows = dead_letters(client, tenant, limit)
+    finally:
+        client.close()
+    for row in rows:
+        where = f"{row['url']}  attempts={row['attempts']}"
+        print(f"{row['at']}  {row['type']:<20} {row['event_id']}  {where}  {row['reason']}")
+    if not rows:
+        print(f"no dead-lettered webhook deliveries for tenant {tenant!r}")
+    return 0
+
+
 def cmd_discord(settings: Settings, action: str) -> int:
     """``discord`` (hold the gateway connections only) / ``discord register-commands``."""
     from switchboard.cli.discord import discord_command
@@ -318,6 +345,31 @@ def _parser() -> argparse.ArgumentParser:
         "argument) and print its Argon2 hash for console.operators[].password_hash in the YAML file.",
     )
     console.add_argument("action", choices=["hash-password"], help="what to do")
+    api_tokens = _command(
+        sub,
+        "api-tokens",
+        "the integration API: make a token",
+        "create: print a new random token (shown only this once) and the api.tokens entry holding its SHA-256 for "
+        "the YAML file; the gateway never stores the token itself.",
+    )
+    api_tokens.add_argument("action", choices=["create"], help="what to do")
+    hooks = _command(
+        sub,
+        "webhooks",
+        "outbound webhooks: list deliveries given up on",
+        "dead-letters: the tenant's webhook deliveries that ran out of attempts or were refused (an address not "
+        "allowed, a 4xx answer), newest first, with the event id, URL and reason.",
+    )
+    hooks.add_argument("action", choices=["dead-letters"], help="what to do")
+    hooks.add_argument("--tenant", default="default", help="whose deliveries")
+    hooks.add_argument("--limit", type=int, default=50, help="at most this many")
+    api_tokens.add_argument("--name", required=True, help="who uses it (signed as api:NAME)")
+    api_tokens.add_argument("--tenant", default="default", help="the tenant it reaches")
+    api_tokens.add_argument(
+        "--scopes",
+        required=True,
+        help="comma-separated: messages:send, turns:start, conversations:read, conversations:history",
+    )
     telegram = _command(
         sub,
         "telegram",
@@ -423,6 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
     if args.command == "console":  # needs no settings: works before the YAML file is valid
         return cmd_console(args.action)
+    if args.command == "api-tokens":  # needs no settings either
+        return cmd_api_tokens(args.name, args.tenant, args.scopes)
     for name in _CONTROL_NEEDS.get((args.command, getattr(args, "action", "")), ()):
         if not getattr(args, name, None):
             args.command_parser.error(f"`{args.command} {args.action}` needs {name.replace('target', 'an ID')}")
@@ -467,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":
             return cmd_skills(settings, args.action, args.target, args.template)
+        if args.command == "webhooks":
+            return cmd_webhooks(settings, args.tenant, args.limit)
         if args.command == "telegram":
             return cmd_telegram(settings, args.action, args.url, args.account)
         if args.command in {"approvals", "reconcile", "dead-letters", "takeover", "say", "handback"}:

@@ -16,6 +16,7 @@ __all__ = [
     "CommandIssued",
     "Contact",
     "ConversationRef",
+    "ExternalEvent",
     "InboundEvent",
     "InboundMessage",
     "Location",
@@ -244,8 +245,24 @@ class OperatorActed(BaseModel):
     """What a ``decide`` asks for."""
 
 
+class ExternalEvent(BaseModel):
+    """Something that happened outside the chat, posted by an integration (``POST /api/v1/turns``).
+
+    ``InboundMessage.text`` holds the event's payload: the model reads it as untrusted data, never as instructions
+    (:func:`switchboard.core.inbound.event_text`). The ingest router refuses it from channel adapters.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["external"] = "external"
+    name: str
+    """What happened, as the integration calls it (``order.shipped``)."""
+    source: str
+    """The integration's principal (``api:<token name>``)."""
+
+
 InboundEvent = Annotated[
-    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted | OperatorActed,
+    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted | OperatorActed | ExternalEvent,
     Field(discriminator="kind"),
 ]
 """What an inbound message is; handled exhaustively (``match`` + ``assert_never``)."""

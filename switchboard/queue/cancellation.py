@@ -22,6 +22,7 @@ from switchboard.core.inbound import STOP_COMMAND_NAMES
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
+    ExternalEvent,
     InboundMessage,
     MessageDeleted,
     MessageEdited,
@@ -62,7 +63,7 @@ def is_stop(message: InboundMessage) -> bool:
             return name in STOP_COMMAND_NAMES
         case Posted():
             return message.text.strip().lower() in STOP_COMMANDS
-        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent():
             return False
         case _:
             assert_never(event)

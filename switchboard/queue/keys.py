@@ -317,6 +317,30 @@ class GlobalKeys:
         """ZSET open stream id → expiry (server ms): one client address's open web chat streams."""
         return f"{self.prefix}:webstreams:address:{address}"
 
+    def webhook_cursors(self, tenant: str) -> str:
+        """HASH session → last event-log entry id read for the tenant's webhooks; ``~since``: where others start."""
+        return f"{self.prefix}:webhooks:{tenant}:cursors"
+
+    def webhook_deliveries(self, tenant: str) -> str:
+        """HASH delivery id (``<endpoint>:<event id>``) → JSON ``{endpoint, body, attempts, last_error}``: waiting."""
+        return f"{self.prefix}:webhooks:{tenant}:deliveries"
+
+    def webhook_due(self, tenant: str) -> str:
+        """ZSET delivery id → unix time its next attempt is due."""
+        return f"{self.prefix}:webhooks:{tenant}:due"
+
+    def webhook_sent(self, tenant: str) -> str:
+        """ZSET delivery id → unix time delivered (a week kept): the same event is never queued twice per URL."""
+        return f"{self.prefix}:webhooks:{tenant}:sent"
+
+    def webhook_dead(self, tenant: str) -> str:
+        """STREAM, capped: deliveries that ran out of attempts or were refused, for operators."""
+        return f"{self.prefix}:webhooks:{tenant}:dead"
+
+    def webhook_lock(self, tenant: str) -> str:
+        """STRING worker id, PX TTL: the process delivering the tenant's webhooks now."""
+        return f"{self.prefix}:webhooks:{tenant}:lock"
+
     def console_login(self, token_hash: str) -> str:
         """STRING JSON ``{"operator", "csrf", "via"}``, EX TTL: one console sign-in, by its cookie's hash."""
         return f"{self.prefix}:console:login:{token_hash}"

@@ -31,6 +31,7 @@ from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
+from switchboard.settings.api import ApiConfig, WebhookSettings
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
 from switchboard.settings.computer import (
     EgressSecret,
@@ -216,6 +217,8 @@ class FileConfig(BaseModel):
     """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     """The operator console's operators (``console.operators``)."""
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    """The integration API's tokens and outbound webhooks (``api.tokens``, ``api.webhooks``)."""
     budgets: tuple[BudgetRule, ...] = ()
     """Credits per tenant, agent or user per day or month (``docs/budgets.md``); none: nothing is counted."""
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
@@ -302,6 +305,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     egress: EgressSettings = Field(default_factory=EgressSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
     """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
 

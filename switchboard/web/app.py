@@ -20,6 +20,7 @@ from switchboard.queue.router import IngestRouter
 from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
+from switchboard.web.api import routes as api_routes
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.web.console import access as console_access
 from switchboard.web.console import api as console_api
@@ -138,4 +139,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     console_stream.add_stream_routes(app)
     console_access.add_access_routes(app)
     add_budget_routes(app)
+    api_routes.add_routes(app)
     return app

@@ -17,9 +17,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from importlib.metadata import version
-from typing import cast
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -439,4 +439,31 @@ async def run_worker(
         )
 
     worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
-    await worker.run(stop)
+    if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command
+        await worker.run(stop)
+        return
+    await _with_webhooks(settings, settings.redis_url, identity, worker.run(stop), stop)
+
+
+async def _with_webhooks(
+    settings: Settings, redis_url: str, identity: str, work: Coroutine[Any, Any, None], stop: asyncio.Event
+) -> None:
+    """Run ``work`` beside the outbound webhooks' delivery loop (``api.webhooks``), stopping both together."""
+    from switchboard.outbound.webhooks import WebhookDispatcher
+
+    redis = async_client(redis_url)
+    try:
+        dispatcher = WebhookDispatcher(
+            redis, settings.file.api.webhooks, settings.webhooks, settings.environ, owner=identity
+        )
+    except BaseException:
+        work.close()
+        await redis.aclose()
+        raise
+    hooks = asyncio.create_task(dispatcher.run(stop), name="webhooks")
+    try:
+        await work
+    finally:
+        hooks.cancel()
+        await asyncio.gather(hooks, return_exceptions=True)
+        await redis.aclose()

@@ -24,6 +24,7 @@ from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
     ConversationRef,
+    ExternalEvent,
     InboundMessage,
     MessageDeleted,
     MessageEdited,
@@ -149,7 +150,7 @@ def attachments_of(message: InboundMessage) -> tuple[Attachment, ...]:
     match event:
         case Posted() | CommandIssued():
             return event.attachments
-        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent():
             return ()
 
 

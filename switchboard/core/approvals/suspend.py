@@ -28,7 +28,7 @@ from switchboard.core.approvals.records import (
     option_id,
     state_sha256,
 )
-from switchboard.core.messages import InboundMessage, OperatorActed
+from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed
 from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.tools.gateway import canonical_json
 from switchboard.core.turn import TurnRequest
@@ -93,10 +93,10 @@ def approval_id_for(key: bytes, basis: str) -> str:
 def principal_of(message: InboundMessage) -> str:
     """The principal who sent ``message``: ``<channel>:<sender id>``.
 
-    An operator's or the gateway's action names its principal itself (``console:alice``, ``switchboard``); no channel
-    can send one.
+    An operator's, an integration's or the gateway's action names its principal itself (``console:alice``,
+    ``api:shop``, ``switchboard``); no channel can send one.
     """
-    if isinstance(message.event, OperatorActed):
+    if isinstance(message.event, OperatorActed | ExternalEvent):
         return message.sender.id
     return f"{message.conversation.channel}:{message.sender.id}"
 
