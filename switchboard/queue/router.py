@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
 from switchboard.channels.registry import Route, busy_policy, resolve_route
-from switchboard.core.messages import InboundMessage, OperatorActed, session_key
+from switchboard.core.messages import InboundMessage, OperatorActed, Scheduled, session_key
 from switchboard.errors import MalformedBodyError, QueueUnavailableError
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
@@ -137,7 +137,7 @@ class IngestRouter:
         """
         messages = inbound.messages
         for message in messages:
-            if isinstance(message.event, OperatorActed):  # only the console and the gateway make these
+            if isinstance(message.event, OperatorActed | Scheduled):  # only the console and the gateway make these
                 self._rejected(adapter.name, "forged_operator_event")
                 raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
         try:

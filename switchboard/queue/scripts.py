@@ -59,6 +59,12 @@ __all__ = [
     "OUTBOX_CLAIM",
     "OUTBOX_PART",
     "OUTBOX_RECORD",
+    "SCHEDULE_CLAIM",
+    "SCHEDULE_DONE",
+    "SCHEDULE_DUE",
+    "SCHEDULE_PUT",
+    "SCHEDULE_RECLAIM",
+    "SCHEDULE_REMOVE",
     "SESSION_QUOTA",
     "SESSION_RESET",
     "SLOT_SAVE",
@@ -187,6 +193,12 @@ APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[
 APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
 CONSOLE_THROTTLE: Final = Script("console_throttle")
+SCHEDULE_PUT: Final = Script("schedule_put")
+SCHEDULE_REMOVE: Final = Script("schedule_remove")
+SCHEDULE_DUE: Final = Script("schedule_due")
+SCHEDULE_CLAIM: Final = Script("schedule_claim")
+SCHEDULE_RECLAIM: Final = Script("schedule_reclaim")
+SCHEDULE_DONE: Final = Script("schedule_done")
 
 ALL: Final = (
     INGEST,
@@ -229,6 +241,12 @@ ALL: Final = (
     APPROVAL_SETTLE,
     CONTROL_SET,
     CONSOLE_THROTTLE,
+    SCHEDULE_PUT,
+    SCHEDULE_REMOVE,
+    SCHEDULE_DUE,
+    SCHEDULE_CLAIM,
+    SCHEDULE_RECLAIM,
+    SCHEDULE_DONE,
 )
 """Every script, for :func:`load_all`."""
 

@@ -22,11 +22,13 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
+from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
@@ -107,6 +109,10 @@ class QueueSettings(BaseModel):
     max_defer_s: float = Field(3600.0, ge=0)
     """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
     longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""
+    schedule_poll_s: float = Field(1.0, gt=0, le=60)
+    """How often each worker looks for due scheduled jobs (an occurrence runs at most about this late)."""
+    schedules_per_session: int = Field(20, ge=0)
+    """Most scheduled jobs one session may hold (what an agent's own ``schedule_*`` calls can create; 0: no cap)."""
 
 
 class HttpSettings(BaseModel):
@@ -214,6 +220,17 @@ class FileConfig(BaseModel):
     """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     """The operator console's operators (``console.operators``)."""
+    schedules: list[ScheduleSpec] = Field(default_factory=list)
+    """Operators' scheduled jobs (``docs/schedules.md``): each worker keeps Redis in step with this list at start."""
+
+    @model_validator(mode="after")
+    def _unique_schedules(self) -> FileConfig:
+        seen: set[str] = set()
+        for index, job in enumerate(self.schedules):
+            if job.id in seen:
+                raise ValueError(f"schedules[{index}]: the id {job.id!r} is used twice; give each job its own id")
+            seen.add(job.id)
+        return self
 
     def agent(self, name: str | None) -> Agent:
         """The named agent, or the default one."""

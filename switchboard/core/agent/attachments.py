@@ -29,6 +29,7 @@ from switchboard.core.messages import (
     MessageEdited,
     OperatorActed,
     Posted,
+    Scheduled,
 )
 from switchboard.core.model import ChatMessage, ImagePart, data_block
 from switchboard.core.turn import HistoryEntry
@@ -149,7 +150,7 @@ def attachments_of(message: InboundMessage) -> tuple[Attachment, ...]:
     match event:
         case Posted() | CommandIssued():
             return event.attachments
-        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | Scheduled():
             return ()
 
 

@@ -27,7 +27,7 @@ from switchboard.core.approvals.records import (
     option_id,
     state_sha256,
 )
-from switchboard.core.messages import InboundMessage, OperatorActed
+from switchboard.core.messages import InboundMessage, OperatorActed, Scheduled
 from switchboard.core.model import ChatMessage
 from switchboard.core.tools.gateway import canonical_json
 from switchboard.core.turn import TurnRequest
@@ -92,9 +92,9 @@ def principal_of(message: InboundMessage) -> str:
     """The principal who sent ``message``: ``<channel>:<sender id>``.
 
     An operator's or the gateway's action names its principal itself (``console:alice``, ``switchboard``); no channel
-    can send one.
+    can send one. A scheduled job's occurrence is ``schedule:<job id>``, which holds no permissions.
     """
-    if isinstance(message.event, OperatorActed):
+    if isinstance(message.event, OperatorActed | Scheduled):
         return message.sender.id
     return f"{message.conversation.channel}:{message.sender.id}"
 
