@@ -21,6 +21,7 @@ from switchboard.web import webhooks
 from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, SETTINGS
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
+from switchboard.web.console import schedules as console_schedules
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
 from switchboard.web.webchat import routes as webchat
 
@@ -127,4 +128,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     webchat.add_routes(app)
     console_routes.add_routes(app)
     console_api.add_api_routes(app)
+    console_schedules.add_schedule_routes(app)
     return app
