@@ -109,7 +109,7 @@ class QueueSettings(BaseModel):
     max_defer_s: float = Field(3600.0, ge=0)
     """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
     longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""
-    schedule_poll_s: float = Field(1.0, gt=0, le=60)
+    schedule_poll_s: float = Field(1.0, gt=0, le=86_400)
     """How often each worker looks for due scheduled jobs (an occurrence runs at most about this late)."""
     schedules_per_session: int = Field(20, ge=0)
     """Most scheduled jobs one session may hold (what an agent's own ``schedule_*`` calls can create; 0: no cap)."""
