@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 DUE_BATCH: Final = 1000
 """Occurrences claimed per tick (the rest are claimed by the next tick, or another worker's)."""
-FIRE_CONCURRENCY: Final = 64
+FIRE_CONCURRENCY: Final = 256
 """Occurrences of one tick delivered at once (their ingests share round trips through the ingest coalescer)."""
 INFLIGHT_MS: Final = 30_000
 """How long a claimed occurrence may stay undelivered before another scheduler fires it again."""
@@ -301,6 +301,8 @@ class _Claim:
     """The in-flight member (``<job id>|<due ms>``); empty for an occurrence skipped at claim time."""
     reason: str
     """Why it is skipped at claim time (empty: it is fired)."""
+    spec: ScheduleSpec | None = None
+    """The job as the claim read it (``None``: read it again, for an occurrence taken over from another)."""
 
 
 class Scheduler:
@@ -311,12 +313,15 @@ class Scheduler:
         self.settings = settings
         self.ingestor = Ingestor(redis, settings)
         """No abuse limits: a job's occurrences are the operator's or the agent's, not a sender's."""
+        self.behind = False
+        """The last tick found a full batch due: more may be waiting, so the loop ticks again at once."""
 
     async def tick(self) -> int:
         """Claim what is due now and deliver it; returns how many occurrences this scheduler handled."""
         now_ms, due, stale = await scripts.SCHEDULE_DUE(
             self.redis, [_GLOBAL.schedules_due, _GLOBAL.schedules_inflight], [DUE_BATCH]
         )
+        self.behind = len(due) >= 2 * DUE_BATCH or len(stale) >= 2 * DUE_BATCH  # (member, score) pairs
         if not due and not stale:
             return 0
         claims = await self._claim(int(now_ms), _pairs(due))
@@ -368,7 +373,7 @@ class Scheduler:
                 now_ms,
             ]
             calls.append(([_GLOBAL.schedules_due, _GLOBAL.schedules_inflight, _GLOBAL.schedule(job_id)], args))
-            planned.append(_Claim(job_id, due_ms, member, reason))
+            planned.append(_Claim(job_id, due_ms, member, reason, spec))
         won: list[_Claim] = []
         runnable = [(c, p) for c, p in zip(calls, planned, strict=True) if p.reason != "gone"]
         gone = [p.job_id for p in planned if p.reason == "gone"]
@@ -394,22 +399,25 @@ class Scheduler:
 
     async def fire(self, claim: _Claim) -> Outcome:
         """Deliver one claimed occurrence into its session (or record why not); returns what became of it."""
-        view = await get_job(self.redis, claim.job_id)
-        if view is None:  # removed while in flight
-            if claim.member:
-                await self.redis.zrem(_GLOBAL.schedules_inflight, claim.member)
-            return "skipped"
-        spec, due_at = view.spec, claim.due_ms / 1000
+        spec = claim.spec
+        if spec is None:
+            view = await get_job(self.redis, claim.job_id)
+            if view is None:  # removed while in flight
+                if claim.member:
+                    await self.redis.zrem(_GLOBAL.schedules_inflight, claim.member)
+                return "skipped"
+            spec = view.spec
+        session, due_at = job_session(spec), claim.due_ms / 1000
         if claim.reason:
-            await self._skip(view, claim, "misfire", claim.reason)
+            await self._skip(spec, session, claim, "misfire", claim.reason)
             return "skipped"
-        conversation = await session_conversation(self.redis, view.session)
+        conversation = await session_conversation(self.redis, session)
         if conversation is None:
-            await self._skip(view, claim, "window_closed", f"{view.session} is not a session of a known channel")
+            await self._skip(spec, session, claim, "window_closed", f"{session} is not a session of a known channel")
             return "skipped"
-        conversation, closed = await self._window(spec, view.session, conversation)
+        conversation, closed = await self._window(spec, session, conversation)
         if closed:
-            await self._skip(view, claim, "window_closed", closed)
+            await self._skip(spec, session, claim, "window_closed", closed)
             return "skipped"
         message = InboundMessage(
             dedup_key=occurrence_key(spec.id, due_at),
@@ -448,17 +456,22 @@ class Scheduler:
         )
 
     async def _skip(
-        self, view: JobView, claim: _Claim, reason: Literal["misfire", "window_closed"], detail: str
+        self,
+        spec: ScheduleSpec,
+        session: SessionKey,
+        claim: _Claim,
+        reason: Literal["misfire", "window_closed"],
+        detail: str,
     ) -> None:
-        fact = ScheduleSkipped(job_id=view.spec.id, due_at=claim.due_ms / 1000, reason=reason, detail=detail)
+        fact = ScheduleSkipped(job_id=spec.id, due_at=claim.due_ms / 1000, reason=reason, detail=detail)
         await self.redis.xadd(
-            SessionKeys(view.session).events,
+            SessionKeys(session).events,
             {"kind": fact.kind, "data": EventAdapter.dump_json(fact)},
             maxlen=self.settings.events_maxlen,
             approximate=True,
         )
         await self._done(claim, "skipped", f"{reason}: {detail}" if reason == "window_closed" else detail, "")
-        logger.info("schedule %s: occurrence %d skipped (%s)", view.spec.id, claim.due_ms, reason)
+        logger.info("schedule %s: occurrence %d skipped (%s)", spec.id, claim.due_ms, reason)
 
     async def _done(self, claim: _Claim, outcome: Outcome, reason: str, message_id: str) -> None:
         now_ms = int(time.time() * 1000)
@@ -474,9 +487,13 @@ class Scheduler:
             try:
                 await self.tick()
             except (RedisError, QueueUnavailableError, OSError) as err:
+                self.behind = False  # Redis is away: wait a poll interval before asking again
                 logger.warning("scheduler tick failed: %s", type(err).__name__)
             except Exception:
+                self.behind = False
                 logger.exception("scheduler tick crashed; retrying next interval")
+            if self.behind:
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.settings.schedule_poll_s)
 
