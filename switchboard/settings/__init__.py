@@ -440,4 +440,11 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
             f"(defined: {', '.join(sorted(cfg.agents))})",
             field="default_agent",
         )
+    for index, job in enumerate(cfg.schedules):
+        if job.target.agent and job.target.agent not in cfg.agents:
+            raise ConfigError(
+                f"{path}: schedules[{index}] ({job.id}) names agent {job.target.agent!r}, which is not defined under "
+                f"agents (defined: {', '.join(sorted(cfg.agents))})",
+                field=f"schedules.{index}.target.agent",
+            )
     return cfg

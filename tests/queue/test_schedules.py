@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from pydantic import ValidationError
 
 from switchboard.core.messages import InboundMessage, Scheduled
 from switchboard.core.schedules import ScheduleSpec, next_after, occurrence_key
+from switchboard.errors import ConfigError
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import decode_entries
 from switchboard.queue.ingest import Ingestor
@@ -31,7 +34,7 @@ from switchboard.queue.schedules import (
     run_now,
     sync_config_jobs,
 )
-from switchboard.settings import QueueSettings
+from switchboard.settings import QueueSettings, load_file
 from switchboard.types import SessionKey
 from tests.queue.conftest import make_message
 
@@ -318,3 +321,36 @@ async def test_run_now_fires_an_extra_occurrence_and_keeps_the_schedule(
     assert before is not None and after is not None and after.next_at == before.next_at
     with pytest.raises(KeyError):
         await run_now(client, queue_settings, "nope")
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ("- {id: a, target: {channel: telegram, conversation: '1', agent: ghost}, action: turn, text: hi, "
+         "cron: '0 9 * * *'}", "names agent 'ghost'"),
+        ("- {id: a, target: {channel: telegram, conversation: '1'}, action: turn, text: hi, cron: '0 9 * * *'}\n"
+         "- {id: a, target: {channel: telegram, conversation: '2'}, action: turn, text: hi, cron: '0 9 * * *'}",
+         "the id 'a' is used twice"),
+        ("- {id: a, target: {channel: telegram, conversation: '1'}, action: turn, text: hi, cron: 'daily'}",
+         "not a five-field cron expression"),
+    ],
+)  # fmt: skip
+def test_the_yaml_schedules_block_is_validated_with_errors_that_say_what_to_fix(
+    tmp_path: Path, block: str, message: str
+) -> None:
+    config = tmp_path / "switchboard.yaml"
+    config.write_text("agents:\n  assistant: {instructions: hi}\nschedules:\n" + textwrap.indent(block, "  ") + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_file(config)
+    assert message in str(caught.value)
+
+
+def test_a_valid_yaml_schedules_block_loads(tmp_path: Path) -> None:
+    config = tmp_path / "switchboard.yaml"
+    config.write_text(
+        "agents:\n  assistant: {instructions: hi}\nschedules:\n"
+        "  - {id: digest, target: {channel: telegram, conversation: '1'}, action: turn, text: 'summarise the day',\n"
+        "     cron: '0 18 * * *', timezone: Europe/Paris, misfire: skip}\n"
+    )
+    [job] = load_file(config).schedules
+    assert job.id == "digest" and job.misfire == "skip" and job.timezone == "Europe/Paris"
