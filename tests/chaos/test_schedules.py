@@ -124,3 +124,31 @@ async def test_scheduled_jobs_run_once_per_occurrence_through_worker_kills_and_a
     record_property("schedule_duplicates_at_chat", duplicates)
     assert duplicates <= kills, sent
     await client.aclose()
+
+
+async def test_a_yaml_job_is_stored_by_the_workers_and_delivered(
+    base_env: dict[str, str],
+    redis_url: str,
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+) -> None:
+    env = chaos_env(base_env, fake.base_url, QUEUE__SCHEDULE_POLL_S="0.1")
+    due = dt.datetime.fromtimestamp(time.time() + 4, dt.UTC).isoformat()
+    config = Path(env["SWITCHBOARD_CONFIG"])
+    config.write_text(
+        config.read_text()
+        + "\nschedules:\n"
+        + f"  - {{id: from-yaml, target: {{channel: telegram, conversation: '{chat_of(3)}'}}, action: message,\n"
+        + f"     text: 'hello from the YAML file', at: '{due}'}}\n"
+    )
+    pool = pools(env, 2)  # both store the same job at start: one job, one occurrence
+    await pool.ready()
+    await wait_until(
+        lambda: "hello from the YAML file" in {r.text for r in replies(fake)}, "the YAML job is delivered", timeout=30
+    )
+    await asyncio.sleep(1.0)
+    assert [r.text for r in replies(fake)].count("hello from the YAML file") == 1
+    client = aioredis.Redis.from_url(redis_url)
+    view = await get_job(client, "from-yaml")
+    await client.aclose()
+    assert view is not None and view.spec.created_by == "config" and view.fired == 1
