@@ -153,3 +153,9 @@ def test_sidebyside_whatsapp_bench_runs_against_raw_aiohttp() -> None:
     out = run_bench("bench.sidebyside", "--channel", "whatsapp")
     assert "switchboard web (ours): WhatsApp webhook" in out and "raw aiohttp handler" in out
     assert "| sidebyside | WhatsApp webhook (ours): baseline CPU ÷ ours, side by side |" in out
+
+
+def test_schedules_bench_runs_and_every_occurrence_is_accepted() -> None:
+    out = run_bench("bench.schedules")
+    assert "Scheduling precision" in out and "baseline: sleep loop" in out
+    assert "| switchboard (2 schedulers, poll 1 s) | 300/300 |" in out and "| 300/300 |" in out.split("sleep loop")[1]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
+from switchboard.cli.schedules import add_schedule_parser
 from switchboard.errors import ConfigError, SwitchboardError
 from switchboard.settings import Settings, load_settings
 from switchboard.types import SESSION_STATES
@@ -304,6 +305,16 @@ def _parser() -> argparse.ArgumentParser:
         "Each live budget counter: scope, subject, period, spent/budget, thresholds already reported.",
     )
     budgets.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
+    schedules = _command(
+        sub,
+        "schedules",
+        "add, list, remove or run now a scheduled job (a message or an agent turn at a time or on cron)",
+        "add ID: a job that sends --message TEXT or runs --turn PROMPT in one conversation (--channel, --to), once "
+        "--at a time or on --cron, in --timezone. list: every job with its next run and what became of its last. "
+        "remove ID. run-now ID: one extra occurrence now. See docs/schedules.md. Uses SWITCHBOARD_REDIS_URL, or "
+        "else the embedded server of a `switchboard run` serving SWITCHBOARD_DATA_DIR.",
+    )
+    add_schedule_parser(schedules)
     agents = _command(
         sub,
         "agents",
@@ -517,6 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sessions(settings, args)
         if args.command in {"people", "budgets"}:
             return cmd_people(settings, args)
+        if args.command == "schedules":
+            from switchboard.cli.schedules import schedules_command
+
+            return schedules_command(settings, args)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":

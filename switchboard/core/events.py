@@ -45,6 +45,7 @@ __all__ = [
     "RunStarted",
     "RunStatus",
     "SandboxUsed",
+    "ScheduleSkipped",
     "SendDeadLettered",
     "SkillUsed",
     "StepRecorded",
@@ -414,6 +415,20 @@ class AccessRevoked(_Event):
     operator: str
 
 
+class ScheduleSkipped(_Event):
+    """An occurrence of a scheduled job was not delivered into the session, and why.
+
+    ``reason``: ``misfire`` (found later than its grace with ``misfire: skip``), ``window_closed`` (WhatsApp's or
+    Messenger's 24-hour window is closed and the job has no template or tag to send instead).
+    """
+
+    kind: Literal["schedule_skipped"] = "schedule_skipped"
+    job_id: str
+    due_at: float
+    reason: Literal["misfire", "window_closed"]
+    detail: str = ""
+
+
 Event = Annotated[
     MessageReceived
     | MessageDropped
@@ -444,7 +459,8 @@ Event = Annotated[
     | BudgetAlerted
     | BudgetExhausted
     | PersonLinked
-    | PersonUnlinked,
+    | PersonUnlinked
+    | ScheduleSkipped,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

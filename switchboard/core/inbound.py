@@ -23,6 +23,7 @@ from switchboard.core.messages import (
     MessageEdited,
     OperatorActed,
     Posted,
+    Scheduled,
     SharedPart,
 )
 from switchboard.core.model import data_block
@@ -110,6 +111,8 @@ def event_text(message: InboundMessage) -> str | None:
     - ``MessageDeleted``: recorded in the history, no model call, no reply.
     - ``ExternalEvent``: ``(external event 'order.shipped' from api:crm; …)`` and the payload in an untrusted
       ``<data>`` envelope (:func:`switchboard.core.model.data_block`), answered like a message.
+    - ``Scheduled``: a ``turn`` job reads ``(scheduled task <id>, due now: <prompt>)``; a ``message`` job's text is
+      the reply of its turn, without the model (like an operator's ``say``).
     - ``OperatorActed``: applied by :mod:`switchboard.core.approvals.takeover` before the model is asked; a console
       decision reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn
       (the history keeps ``(operator … answered in your place)`` beside it).
@@ -136,7 +139,9 @@ def event_text(message: InboundMessage) -> str | None:
             return external_text(event, message.text)
         case OperatorActed(action="decide"):
             return operator_decision_text(event)
-        case MessageDeleted() | OperatorActed():
+        case Scheduled(action="turn"):
+            return f"(scheduled task {event.job_id}, due now: {message.text})"
+        case MessageDeleted() | OperatorActed() | Scheduled():
             return None  # an operator's action is applied by the gateway (core.approvals.takeover), not answered
         case _:
             assert_never(event)
@@ -154,7 +159,9 @@ def history_text(message: InboundMessage) -> str:
             return operator_decision_text(event)
         case OperatorActed(action=action):
             return f"(operator {event.operator}: {action.replace('_', ' ')})"
-        case Posted() | CommandIssued() | ChoiceSelected() | MessageEdited() | ExternalEvent():
+        case Scheduled(action="message"):
+            return f"(scheduled message {event.job_id} sent)"
+        case Posted() | CommandIssued() | ChoiceSelected() | MessageEdited() | ExternalEvent() | Scheduled():
             return event_text(message) or ""
         case _:
             assert_never(event)

@@ -24,6 +24,7 @@ __all__ = [
     "MessageEdited",
     "OperatorActed",
     "Posted",
+    "Scheduled",
     "Sender",
     "SharedPart",
     "session_key",
@@ -261,8 +262,32 @@ class ExternalEvent(BaseModel):
     """The integration's principal (``api:<token name>``)."""
 
 
+class Scheduled(BaseModel):
+    """An occurrence of a scheduled job (:mod:`switchboard.core.schedules`): never a channel's.
+
+    ``InboundMessage.text`` holds the job's text: the prompt of a ``turn`` (the agent runs a turn on it), or the
+    message a ``message`` job sends as it is (no model call). Like :class:`OperatorActed`, the ingest router refuses
+    it from channel adapters.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["scheduled"] = "scheduled"
+    job_id: str
+    action: Literal["turn", "message"]
+    due_at: float
+    """Unix time the occurrence was due (with the job id, what makes its dedup key)."""
+
+
 InboundEvent = Annotated[
-    Posted | CommandIssued | ChoiceSelected | MessageEdited | MessageDeleted | OperatorActed | ExternalEvent,
+    Posted
+    | CommandIssued
+    | ChoiceSelected
+    | MessageEdited
+    | MessageDeleted
+    | OperatorActed
+    | ExternalEvent
+    | Scheduled,
     Field(discriminator="kind"),
 ]
 """What an inbound message is; handled exhaustively (``match`` + ``assert_never``)."""

@@ -28,6 +28,7 @@ from switchboard.core.messages import (
     MessageEdited,
     OperatorActed,
     Posted,
+    Scheduled,
 )
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.types import SessionKey
@@ -63,7 +64,7 @@ def is_stop(message: InboundMessage) -> bool:
             return name in STOP_COMMAND_NAMES
         case Posted():
             return message.text.strip().lower() in STOP_COMMANDS
-        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent() | Scheduled():
             return False
         case _:
             assert_never(event)

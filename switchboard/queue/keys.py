@@ -261,6 +261,28 @@ class GlobalKeys:
         return f"{self.prefix}:stats:hist:{name}"
 
     @property
+    def schedules_due(self) -> str:
+        """ZSET job id → next occurrence (ms): every job that will run again (all share the tag ``{schedules}``)."""
+        return f"{self.prefix}:{{schedules}}:due"
+
+    @property
+    def schedules_inflight(self) -> str:
+        """ZSET ``<job id>|<due ms>`` → deadline (ms): occurrences claimed and not yet delivered."""
+        return f"{self.prefix}:{{schedules}}:inflight"
+
+    def schedule(self, job_id: str) -> str:
+        """HASH of one scheduled job: ``spec`` (JSON), ``session``, ``tenant``, ``next_at``, ``last_*``, counters."""
+        return f"{self.prefix}:{{schedules}}:job:{job_id}"
+
+    def schedules_of_session(self, session: str) -> str:
+        """SET of the job ids whose occurrences go into ``session``."""
+        return f"{self.prefix}:{{schedules}}:session:{session}"
+
+    def schedules_of_tenant(self, tenant: str) -> str:
+        """SET of one tenant's job ids."""
+        return f"{self.prefix}:{{schedules}}:tenant:{tenant}"
+
+    @property
     def reaper_lock(self) -> str:
         """STRING worker id with a PX TTL: the worker sweeping for stranded sessions now."""
         return f"{self.prefix}:reaper:lock"

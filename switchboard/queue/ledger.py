@@ -31,7 +31,7 @@ from switchboard.core.events import (
     UsageMetered,
 )
 from switchboard.core.inbound import history_text, is_reset
-from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed
+from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, Scheduled
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
@@ -94,7 +94,9 @@ def encode_facts(events: Sequence[Event]) -> str:
 def _conversation_of(messages: Sequence[InboundMessage]) -> str:
     """The conversation of the last message a channel delivered (JSON), or ``""`` (an operator's own messages)."""
     for message in reversed(messages):
-        if not isinstance(message.event, OperatorActed | ExternalEvent):  # built by the API: no platform routing data
+        if not isinstance(
+            message.event, OperatorActed | ExternalEvent | Scheduled
+        ):  # built by the API: no platform routing data
             return message.conversation.model_dump_json()
     return ""
 

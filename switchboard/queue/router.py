@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
 from switchboard.channels.registry import Route, busy_policy, resolve_route
-from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, session_key
+from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, Scheduled, session_key
 from switchboard.errors import MalformedBodyError, QueueUnavailableError
 from switchboard.queue.access import AccessGate, Notify, rules_from_config
 from switchboard.queue.ingest import Ingestor, IngestResult
@@ -164,7 +164,9 @@ class IngestRouter:
         """
         messages = inbound.messages
         for message in messages:
-            if isinstance(message.event, OperatorActed | ExternalEvent):  # only the console, API and gateway do
+            if isinstance(
+                message.event, OperatorActed | ExternalEvent | Scheduled
+            ):  # only the console, API and gateway do
                 self._rejected(adapter.name, "forged_operator_event")
                 raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
         try:

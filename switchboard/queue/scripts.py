@@ -64,6 +64,12 @@ __all__ = [
     "OUTBOX_RECORD",
     "PEOPLE_LINK",
     "PEOPLE_UNLINK",
+    "SCHEDULE_CLAIM",
+    "SCHEDULE_DONE",
+    "SCHEDULE_DUE",
+    "SCHEDULE_PUT",
+    "SCHEDULE_RECLAIM",
+    "SCHEDULE_REMOVE",
     "SESSION_QUOTA",
     "SESSION_RESET",
     "SLOT_SAVE",
@@ -197,6 +203,12 @@ BUDGET_READ: Final = Script("budget_read")
 BUDGET_CHARGE: Final = Script("budget_charge")
 PEOPLE_LINK: Final = Script("people_link")
 PEOPLE_UNLINK: Final = Script("people_unlink")
+SCHEDULE_PUT: Final = Script("schedule_put")
+SCHEDULE_REMOVE: Final = Script("schedule_remove")
+SCHEDULE_DUE: Final = Script("schedule_due")
+SCHEDULE_CLAIM: Final = Script("schedule_claim")
+SCHEDULE_RECLAIM: Final = Script("schedule_reclaim")
+SCHEDULE_DONE: Final = Script("schedule_done")
 
 ALL: Final = (
     INGEST,
@@ -244,6 +256,12 @@ ALL: Final = (
     BUDGET_CHARGE,
     PEOPLE_LINK,
     PEOPLE_UNLINK,
+    SCHEDULE_PUT,
+    SCHEDULE_REMOVE,
+    SCHEDULE_DUE,
+    SCHEDULE_CLAIM,
+    SCHEDULE_RECLAIM,
+    SCHEDULE_DONE,
 )
 """Every script, for :func:`load_all`."""
 

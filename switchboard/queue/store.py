@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from pydantic import Json, TypeAdapter
+from pydantic import Json, TypeAdapter, ValidationError
 
+from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
 from switchboard.queue.effects import RedisEffects
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
+from switchboard.queue.operators import session_conversation
+from switchboard.queue.schedules import JobExistsError, create_job, get_job, list_jobs, remove_job
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -134,6 +139,67 @@ class RedisSessionStore:
     async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, Any]) -> None:
         """Route an effect in doubt (``started``, no result) to reconciliation (never re-executed automatically)."""
         await self._effects.effect_doubt(key, record, info)
+
+    async def schedule_add(
+        self,
+        action: Literal["turn", "message"],
+        text: str,
+        *,
+        at: dt.datetime | None,
+        cron: str | None,
+        timezone: str,
+        key: str,
+    ) -> dict[str, Any]:
+        """Make a job into this session (the ``schedule_*`` tools' backend); ``key`` names it, so a retry is no second.
+
+        Raises:
+            ValueError: the job is invalid, its time has passed, or the session holds its most jobs.
+        """
+        conversation = await session_conversation(self.redis, self.session)
+        if conversation is None:
+            raise ValueError("this conversation cannot be reached later (not a session of a known channel)")
+        job_id = "agent-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+        try:
+            spec = ScheduleSpec.model_validate(
+                {
+                    "id": job_id,
+                    "tenant": conversation.tenant,
+                    "target": {
+                        "channel": conversation.channel,
+                        "account": conversation.account,
+                        "conversation": conversation.conversation,
+                        "agent": conversation.agent,
+                        "thread": conversation.thread,
+                    },
+                    "action": action,
+                    "text": text,
+                    "at": at,
+                    "cron": cron,
+                    "timezone": timezone,
+                    "created_by": f"agent:{self.session}",
+                }
+            )
+        except ValidationError as err:
+            raise ValueError("; ".join(str(e["msg"]) for e in err.errors())) from None
+        try:
+            view = await create_job(self.redis, spec, per_session=self.settings.schedules_per_session)
+        except JobExistsError:  # this call's retry: the job it made
+            existing = await get_job(self.redis, job_id)
+            if existing is None or existing.session != self.session:
+                raise
+            view = existing
+        return view.as_dict()
+
+    async def schedule_list(self) -> list[dict[str, Any]]:
+        """This session's jobs (the ``list_schedules`` tool's backend)."""
+        return [view.as_dict() for view in await list_jobs(self.redis, session=self.session)]
+
+    async def schedule_cancel(self, job_id: str) -> bool:
+        """Remove one of this session's jobs (``False``: it has no such job; another session's is not its)."""
+        view = await get_job(self.redis, job_id)
+        if view is None or view.session != self.session:
+            return False
+        return await remove_job(self.redis, job_id)
 
     async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
         """Search the conversation history and the event log (the ``search_history`` tool's backend).

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, Settin
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
+from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.api import ApiConfig, WebhookSettings
@@ -110,6 +111,10 @@ class QueueSettings(BaseModel):
     max_defer_s: float = Field(3600.0, ge=0)
     """Longest wait a model provider's ``retry-after`` may defer a turn by (a longer one fails the message), and
     longest platform ``retry_after`` a reply's send waits out (a longer one dead-letters the send)."""
+    schedule_poll_s: float = Field(1.0, gt=0, le=86_400)
+    """How often each worker looks for due scheduled jobs (an occurrence runs at most about this late)."""
+    schedules_per_session: int = Field(20, ge=0)
+    """Most scheduled jobs one session may hold (what an agent's own ``schedule_*`` calls can create; 0: no cap)."""
 
 
 class HttpSettings(BaseModel):
@@ -235,6 +240,18 @@ class FileConfig(BaseModel):
                     f"({rule.scope}, {rule.period}): merge them into one rule"
                 )
             seen[key] = index
+        return self
+
+    schedules: list[ScheduleSpec] = Field(default_factory=list)
+    """Operators' scheduled jobs (``docs/schedules.md``): each worker keeps Redis in step with this list at start."""
+
+    @model_validator(mode="after")
+    def _unique_schedules(self) -> FileConfig:
+        seen: set[str] = set()
+        for index, job in enumerate(self.schedules):
+            if job.id in seen:
+                raise ValueError(f"schedules[{index}]: the id {job.id!r} is used twice; give each job its own id")
+            seen.add(job.id)
         return self
 
     def agent(self, name: str | None) -> Agent:
@@ -446,4 +463,11 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
             f"(defined: {', '.join(sorted(cfg.agents))})",
             field="default_agent",
         )
+    for index, job in enumerate(cfg.schedules):
+        if job.target.agent and job.target.agent not in cfg.agents:
+            raise ConfigError(
+                f"{path}: schedules[{index}] ({job.id}) names agent {job.target.agent!r}, which is not defined under "
+                f"agents (defined: {', '.join(sorted(cfg.agents))})",
+                field=f"schedules.{index}.target.agent",
+            )
     return cfg

@@ -25,6 +25,7 @@ from switchboard.web.appkeys import CHANNELS, INGESTOR, METRICS, REDIS, ROUTER, 
 from switchboard.web.console import access as console_access
 from switchboard.web.console import api as console_api
 from switchboard.web.console import routes as console_routes
+from switchboard.web.console import schedules as console_schedules
 from switchboard.web.console import stream as console_stream
 from switchboard.web.console.budgets import add_budget_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
@@ -140,4 +141,5 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     console_access.add_access_routes(app)
     add_budget_routes(app)
     api_routes.add_routes(app)
+    console_schedules.add_schedule_routes(app)
     return app

@@ -16,7 +16,7 @@ from switchboard.core.access import least_role, stamped_role
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.grants import permissions_for, resolve_policy
 from switchboard.core.approvals.suspend import principal_of
-from switchboard.core.messages import InboundMessage, OperatorActed
+from switchboard.core.messages import InboundMessage, OperatorActed, Scheduled
 from switchboard.core.turn import TurnRequest
 from switchboard.settings import FileConfig
 from switchboard.tracing import trace_hex
@@ -44,7 +44,7 @@ def turn_request(
     last = messages[-1]
     conversation = last.conversation
     principals = list(dict.fromkeys(principal_of(m) for m in messages))
-    people = [principal_of(m) for m in messages if not isinstance(m.event, OperatorActed)]
+    people = [principal_of(m) for m in messages if not isinstance(m.event, OperatorActed | Scheduled)]
     actor = people[-1] if people else principals[-1]
     role = least_role(stamped_role(m.meta) for m in messages if not isinstance(m.event, OperatorActed))
     policy, permissions, permissions_of = None, frozenset[str](), None

@@ -17,7 +17,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from importlib.metadata import version
 from typing import Any, cast
 
@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from switchboard import tracing
 from switchboard.core.agent.config import Agent
 from switchboard.core.messages import InboundMessage
+from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import ConfigError
@@ -37,6 +38,7 @@ from switchboard.queue.connection import async_client, sync_client
 from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
+from switchboard.queue.schedules import Scheduler, sync_config_jobs
 from switchboard.settings import QueueSettings, Settings
 from switchboard.worker.drain import Drainer, TurnRunner
 from switchboard.worker.drainturn import DrainOutcome
@@ -118,6 +120,8 @@ class SessionWorker:
         worker_id: str | None = None,
         heartbeat_s: float | None = None,
         shutdown_grace_s: float | None = None,
+        schedules: Sequence[ScheduleSpec] = (),
+        default_agent: str = "",
     ) -> None:
         if (drainer is None) == (drainer_factory is None):
             raise ValueError("give exactly one of drainer or drainer_factory")
@@ -134,6 +138,9 @@ class SessionWorker:
         self._running: dict[str, StartedJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._liveness: _Liveness | None = None
+        self._schedules = list(schedules)
+        """The YAML file's jobs, stored at start (:func:`~switchboard.queue.schedules.sync_config_jobs`)."""
+        self._default_agent = default_agent
 
     # -- configuration --------------------------------------------------------------------------------------
 
@@ -199,7 +206,10 @@ class SessionWorker:
             await asyncio.to_thread(liveness.beat)
             liveness.start()
             await self._beat(redis)
+            if self._schedules or self._default_agent:
+                await sync_config_jobs(redis, self._schedules, self._default_agent)
             background = [
+                asyncio.create_task(Scheduler(redis, self.settings).run(stop)),
                 asyncio.create_task(self._heartbeat_loop(redis, stop)),
                 asyncio.create_task(self._takeover_loop(reaper, stop)),
                 asyncio.create_task(self._reaper_loop(reaper, stop)),
@@ -438,7 +448,14 @@ async def run_worker(
             config=settings.file,
         )
 
-    worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=factory, worker_id=identity)
+    worker = SessionWorker(
+        settings.redis_url,
+        settings.queue,
+        drainer_factory=factory,
+        worker_id=identity,
+        schedules=settings.file.schedules,
+        default_agent=settings.file.default_agent,
+    )
     if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command
         await worker.run(stop)
         return

@@ -134,6 +134,26 @@ async def test_outside_the_window_the_configured_template_is_sent_once(fake: Fak
     assert _meta.EVENT_COUNTS[("whatsapp", "default", "window_template_sent")] == before + 1
 
 
+@pytest.mark.parametrize("account_template", [None, "we_are_back:en_US"])
+async def test_a_scheduled_jobs_own_template_is_sent_outside_the_window(
+    fake: FakeWhatsApp, account_template: str | None
+) -> None:
+    adapter = WhatsAppChannel(settings(graph_base_url=fake.graph_url, window_template=account_template), BuildContext())
+    fake.close_window(USER)
+    job = conversation()
+    job = job.model_copy(update={"extra": {**job.extra, "window_template": "renewal_notice:de"}})
+    try:
+        receipt = await adapter.perform(SendText(text="Your plan renews tomorrow"), job, Progress())
+    finally:
+        await adapter.aclose()
+    assert receipt.detail == {"window": "template"}
+    [template] = fake.state.sent("template")
+    assert template["template"] == {
+        "name": "renewal_notice",
+        "language": {"code": "de"},
+    }  # the job's, not the account's
+
+
 async def test_outside_the_window_without_a_template_a_clear_failure_is_recorded(
     channel: WhatsAppChannel, fake: FakeWhatsApp, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -11,7 +11,7 @@ whose ``EVALSHA`` ran them. ``EVALSHA`` is counted per script (``EVALSHA ingest`
 What is not counted, and why (the rest is deterministic; several runs in a row give the same table):
 
 - timers, made too long to tick during the test through the settings (:data:`QUIET_TIMERS`): the worker's heartbeat,
-  liveness key and takeover check, the reaper's sweep, the session lease renewal;
+  liveness key and takeover check, the reaper's sweep, the scheduler's look for due jobs, the session lease renewal;
 - ``BLMOVE``: the worker's dequeue returns every second whether or not a job came, so how many fall in a window is a
   matter of wall time (the one that hands over a drain job is followed by the ``EVALSHA job_start`` that is counted);
 - ``PING``, ``HELLO``, ``CLIENT``: redis-py's health check of a connection idle for 30 s, and the handshake of a
@@ -439,8 +439,10 @@ QUIET_TIMERS = {
     "SWITCHBOARD_QUEUE__LEASE_MS": "600000",
     "SWITCHBOARD_QUEUE__WORKER_HEARTBEAT_MS": "200000",
     "SWITCHBOARD_QUEUE__REAPER_INTERVAL_S": "6000",
+    "SWITCHBOARD_QUEUE__SCHEDULE_POLL_S": "6000",
 }
-"""Timers long enough not to tick while the test runs (heartbeat and takeover every 100-200 s, reaper 6,000 s)."""
+"""Timers long enough not to tick while the test runs (heartbeat and takeover every 100-200 s, reaper and the
+scheduler's look for due jobs 6,000 s)."""
 LIMITS_OFF = {
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "0",
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "0",

@@ -30,6 +30,7 @@ from switchboard.core.messages import (
     MessageEdited,
     OperatorActed,
     Posted,
+    Scheduled,
 )
 from switchboard.core.model import ChatMessage, ImagePart, data_block
 from switchboard.core.turn import HistoryEntry
@@ -150,7 +151,7 @@ def attachments_of(message: InboundMessage) -> tuple[Attachment, ...]:
     match event:
         case Posted() | CommandIssued():
             return event.attachments
-        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent():
+        case ChoiceSelected() | MessageEdited() | MessageDeleted() | OperatorActed() | ExternalEvent() | Scheduled():
             return ()
 
 

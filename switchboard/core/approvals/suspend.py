@@ -28,7 +28,7 @@ from switchboard.core.approvals.records import (
     option_id,
     state_sha256,
 )
-from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed
+from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, Scheduled
 from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.tools.gateway import canonical_json
 from switchboard.core.turn import TurnRequest
@@ -94,9 +94,10 @@ def principal_of(message: InboundMessage) -> str:
     """The principal who sent ``message``: ``<channel>:<sender id>``.
 
     An operator's, an integration's or the gateway's action names its principal itself (``console:alice``,
-    ``api:shop``, ``switchboard``); no channel can send one.
+    ``api:shop``, ``switchboard``); no channel can send one. A scheduled job's occurrence is ``schedule:<job id>``,
+    which holds no permissions.
     """
-    if isinstance(message.event, OperatorActed | ExternalEvent):
+    if isinstance(message.event, OperatorActed | ExternalEvent | Scheduled):
         return message.sender.id
     return f"{message.conversation.channel}:{message.sender.id}"
 

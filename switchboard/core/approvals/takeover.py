@@ -24,7 +24,7 @@ from switchboard.core.approvals.decisions import (
 from switchboard.core.approvals.records import ApprovalStore, SessionControl
 from switchboard.core.events import ControlChanged, Event
 from switchboard.core.inbound import TurnPlan, event_text
-from switchboard.core.messages import MessageDeleted, OperatorActed
+from switchboard.core.messages import MessageDeleted, OperatorActed, Scheduled
 from switchboard.core.model import ChatMessage, ToolCall
 from switchboard.core.turn import TurnRequest
 
@@ -91,6 +91,10 @@ async def human_step(
     step = HumanStep()
     for message in request.messages:
         action = message.event
+        if isinstance(action, Scheduled):
+            if action.action == "message" and message.text.strip():  # sent as it is, like an operator's say
+                step.texts.append(message.text)
+            continue
         if not isinstance(action, OperatorActed):
             continue
         match action.action:
@@ -109,7 +113,10 @@ async def human_step(
                 pass
     asks = [ask for m in request.messages if (ask := decision_of(m)) is not None]
     news = [m for m in plan.messages if decision_of(m) is None and event_text(m) is not None]
-    operated = any(isinstance(m.event, OperatorActed) for m in request.messages)
+    operated = any(
+        isinstance(m.event, OperatorActed) or (isinstance(m.event, Scheduled) and m.event.action == "message")
+        for m in request.messages
+    )
     control = await store.control()
     pending = [
         record
@@ -131,7 +138,7 @@ async def human_step(
             step.texts.append(held.get(settled.status, REPLY_NOT_SENT_TEXT))
     step.taken_over = control is not None
     step.asks_model = not step.taken_over and (bool(news) or bool(step.model_news))
-    if not news and all(isinstance(m.event, MessageDeleted | OperatorActed) for m in plan.messages):
+    if not news and all(isinstance(m.event, MessageDeleted | OperatorActed | Scheduled) for m in plan.messages):
         step.asks_model = step.asks_model and bool(step.model_news)
     return step
 

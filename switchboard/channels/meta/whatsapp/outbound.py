@@ -102,15 +102,23 @@ class WhatsAppSender:
             return await self._outside_window(err, conversation, done)
         return done.receipt()
 
+    def _template(self, conversation: ConversationRef) -> tuple[str, str] | None:
+        """The template sent outside the window: a scheduled job's own, else the account's."""
+        name, _, language = conversation.extra.get("window_template", "").partition(":")
+        if name and language:
+            return name, language
+        return self.window_template
+
     async def _outside_window(self, err: GraphError, conversation: ConversationRef, done: SentParts) -> Receipt:
-        if self.window_template is None:
+        template_of = self._template(conversation)
+        if template_of is None:
             raise window_closed(
                 err,
                 account=self.account,
                 remedy="set window_template (SWITCHBOARD_WHATSAPP__WINDOW_TEMPLATE=name:language) to send an "
                 "approved template instead",
             )
-        name, language = self.window_template
+        name, language = template_of
         template = {"type": "template", "template": {"name": name, "language": {"code": language}}}
         wamid = await self._post(conversation, template)
         ids = tuple(done.ids)

@@ -36,6 +36,7 @@ OPTIONAL_TOOL_MODULES = (
     "switchboard.core.tools.builtin.channel",
     "switchboard.core.tools.builtin.history",
     "switchboard.core.tools.builtin.sql",
+    "switchboard.core.tools.builtin.schedules",
 )
 """Native tool modules registered by :func:`default_registry` when they import (each exports ``TOOLS``)."""
 
