@@ -194,6 +194,9 @@ class Simulation(Generic[S]):
     """``(details, text)`` → a signed request posting ``text`` from a new conversation."""
     replies: Callable[[aiohttp.ClientSession, Mapping[str, str], str], Awaitable[list[str]]]
     """``(http, details, conversation)`` → the texts the fake has received for that conversation so far."""
+    group_request: Callable[[Mapping[str, str], str, str, bool], SampleRequest] | None = None
+    """``(details, text, group id, mention)`` → a signed request posting ``text`` in that group, mentioning the bot or
+    not (``simulate --group``; ``None``: the channel's fake cannot simulate groups)."""
 
 
 def _no_problems(block: Any) -> list[str]:

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import redis
 import yaml
 
@@ -94,3 +95,49 @@ async def test_kept_context_reaches_the_model_as_untrusted_data_once(
     assert "when is the deploy?" in after and "when is the deploy?" not in kept
     assert opening not in second and "and who asked?" in second, "handed over once, then cleared"
     assert not [k for k in sync_redis.keys("sb:*:group_context") if sync_redis.llen(k)]
+
+
+async def test_the_simulation_posts_in_a_group_kept_then_answered(
+    aiohttp_client: Any, base_env: dict[str, str], tmp_path: Path
+) -> None:
+    """What ``switchboard simulate telegram --group -100123 "text"`` (then with ``--mention``) does."""
+    from switchboard.channels.telegram.fake.simulation import SIMULATION
+    from switchboard.channels.telegram.settings import TelegramSettings
+
+    data = yaml.safe_load(MINIMAL_CONFIG)
+    data["channels"] = {"telegram": {"group_replies": {"keep_context": {"enabled": True}}}}
+    config = tmp_path / "groups.yaml"
+    config.write_text(yaml.safe_dump(data))
+    block, running = await SIMULATION.start(TelegramSettings())
+    assert SIMULATION.group_request is not None and block.bot_token and block.secret_token
+    try:
+        env = {
+            **base_env,
+            "SWITCHBOARD_CONFIG": str(config),
+            "SWITCHBOARD_TELEGRAM__BOT_TOKEN": block.bot_token.get_secret_value(),
+            "SWITCHBOARD_TELEGRAM__BOT_USERNAME": block.bot_username or "",
+            "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": block.secret_token.get_secret_value(),
+            "SWITCHBOARD_TELEGRAM__API_BASE_URL": block.api_base_url,
+        }
+        client = await aiohttp_client(create_app(load_settings(env)))
+        details = SIMULATION.details(block)
+        stop = asyncio.Event()
+        worker = asyncio.create_task(run_worker(load_settings(env), stop))
+        try:
+            for text, mention in (("lunch is at noon", False), ("when is lunch?", True)):
+                sample = SIMULATION.group_request(details, text, "-100123", mention)
+                resp = await client.post("/webhooks/telegram", data=sample.body, headers=dict(sample.headers))
+                assert resp.status == 200
+            async with aiohttp.ClientSession() as http:
+
+                async def replied() -> bool:
+                    return bool(await SIMULATION.replies(http, details, "-100123"))
+
+                await wait_until(replied, "the simulated reply")
+                [reply] = await SIMULATION.replies(http, details, "-100123")
+        finally:
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
+        assert "lunch is at noon" in reply and "when is lunch?" in reply
+    finally:
+        await running.stop()
