@@ -430,3 +430,15 @@ async def test_a_wrong_group_replies_block_is_a_clear_error(
     config.write_text(_config("telegram", options))
     with pytest.raises(ConfigError, match=rf"channels\.telegram\.group_replies.*{problem}"):
         load_settings(base_env | {"SWITCHBOARD_CONFIG": str(config)})
+
+
+@pytest.mark.parametrize("channel", CHANNELS_WITH_GROUPS)
+async def test_chatter_in_a_group_access_refuses_is_neither_kept_nor_answered(gateway_for: Any, channel: str) -> None:
+    """Access control decides first: an unlisted group's chatter is dropped silently (no refusal to a bystander)."""
+    access = {"groups": {FREE[channel]: {"allow": ["*"]}}}
+    gw = await gateway_for(channel, {**KEEP, "access": access})
+    await gw.say("plain", "chatting in an unlisted group")
+    assert not gw.kept() and not gw.events("access_refused") and _not_marker(gw.queued()) == []
+    await gw.say("plain", "chatting in the listed group", conversation=FREE[channel])
+    [(_, lines)] = gw.kept().items()
+    assert [line.text for line in lines] == ["chatting in the listed group"]
