@@ -442,3 +442,19 @@ async def test_chatter_in_a_group_access_refuses_is_neither_kept_nor_answered(ga
     await gw.say("plain", "chatting in the listed group", conversation=FREE[channel])
     [(_, lines)] = gw.kept().items()
     assert [line.text for line in lines] == ["chatting in the listed group"]
+
+
+async def test_the_discord_listener_process_reads_group_replies(base_env: dict[str, str], tmp_path: Path) -> None:
+    """``switchboard discord`` builds its own adapters: the account's ``group_replies`` reaches the gateway reader."""
+    from switchboard.cli.listeners import build_adapters
+
+    config = tmp_path / "groups.yaml"
+    config.write_text(
+        _config("discord", {"group_replies": {"free_response": ["301"], "keep_context": {"enabled": True}}})
+    )
+    env = base_env | {"SWITCHBOARD_CONFIG": str(config), "SWITCHBOARD_DISCORD__BOT_TOKEN": discord_kit.TOKEN}
+    adapter = build_adapters(load_settings(env), ["discord"])[("discord", "default")]
+    listener = adapter.listener()
+    assert isinstance(listener, _GatewayListener)
+    rule = listener._inbound.groups
+    assert rule.free_response == {"301"} and rule.keep is not None
