@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from switchboard.channels.base import Capabilities, Channel, FileData, Rate, Receipt, SendContext
 from switchboard.core.actions import Action
+from switchboard.core.groups import GroupRule, resolve_group_rule
 from switchboard.core.messages import ConversationRef
 from switchboard.core.protocols import conforms
 from switchboard.errors import ConfigError, DeliveryError
@@ -51,6 +52,7 @@ __all__ = [
     "SampleRequest",
     "Simulation",
     "account_configs",
+    "account_group_rule",
     "build_channels",
     "busy_policy",
     "check_env_blocks",
@@ -59,6 +61,7 @@ __all__ = [
     "env_block",
     "factories",
     "factory",
+    "group_rule",
     "resolve_route",
     "send_rates",
     "simulation",
@@ -146,6 +149,8 @@ class BuildContext:
     """The account's tenant, set with :attr:`agent`: drafts built routed spare the ingest router a copy of each."""
     require_mention: bool = True
     """Group and channel messages reach the agent only when they mention the bot (direct messages always do)."""
+    groups: GroupRule | None = None
+    """The account's group behaviour (``group_replies``); ``None``: from :attr:`require_mention` alone."""
     publish: Publish | None = None
     """The web chat's stream publisher (``None`` in a process that only ingests); other channels ignore it."""
     read_upload: ReadUpload | None = None
@@ -189,6 +194,9 @@ class Simulation(Generic[S]):
     """``(details, text)`` → a signed request posting ``text`` from a new conversation."""
     replies: Callable[[aiohttp.ClientSession, Mapping[str, str], str], Awaitable[list[str]]]
     """``(http, details, conversation)`` → the texts the fake has received for that conversation so far."""
+    group_request: Callable[[Mapping[str, str], str, str, bool], SampleRequest] | None = None
+    """``(details, text, group id, mention)`` → a signed request posting ``text`` in that group, mentioning the bot or
+    not (``simulate --group``; ``None``: the channel's fake cannot simulate groups)."""
 
 
 def _no_problems(block: Any) -> list[str]:
@@ -344,13 +352,29 @@ class AccountConfig:
     account_options: ChannelAccount | None = None
     """``channels.<channel>.accounts.<account>`` (``None`` for the env-configured ``default``)."""
     require_mention: bool = field(init=False)
+    groups: GroupRule = field(init=False)
+    """The account's group behaviour: ``group_replies`` (account over channel), ``require_mention`` its fallback."""
 
     def __post_init__(self) -> None:
-        for source in (self.account_options, self.channel_options):
-            if source is not None and source.require_mention is not None:
-                object.__setattr__(self, "require_mention", source.require_mention)
-                return
-        object.__setattr__(self, "require_mention", True)
+        rule = group_rule(self.channel_options, self.account_options)
+        object.__setattr__(self, "groups", rule)
+        object.__setattr__(self, "require_mention", rule.answer == "mention")
+
+
+def group_rule(channel: ChannelOptions | None, account: ChannelAccount | None) -> GroupRule:
+    """An account's group behaviour from its YAML options (:func:`switchboard.core.groups.resolve_group_rule`)."""
+    require_mention = next((s.require_mention for s in (account, channel) if s and s.require_mention is not None), None)
+    return resolve_group_rule(
+        channel.group_replies if channel else None,
+        account.group_replies if account else None,
+        require_mention=require_mention,
+    )
+
+
+def account_group_rule(config: FileConfig, channel: str, account: str) -> GroupRule:
+    """The group behaviour of ``channel``'s ``account`` as configured in ``config``."""
+    options = config.channels.get(channel)
+    return group_rule(options, options.accounts.get(account) if options else None)
 
 
 def account_configs(
@@ -408,6 +432,7 @@ def build_channels(
                 agent=route.agent,
                 tenant=route.tenant,
                 require_mention=config.require_mention,
+                groups=config.groups,
                 publish=publish,
                 read_upload=read_upload,
                 accounts=siblings,

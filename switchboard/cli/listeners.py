@@ -41,7 +41,7 @@ def build_adapters(settings: Settings, channels: Collection[str]) -> dict[tuple[
         if channel is None:
             raise ConfigError(f"no channel named {name!r}", field=name)
         for config in account_configs(settings, channel, settings.environ or None):
-            context = BuildContext(account=config.account, require_mention=config.require_mention)
+            context = BuildContext(account=config.account, require_mention=config.require_mention, groups=config.groups)
             found[(name, config.account)] = channel.build(config.block, context)
     return found
 

@@ -67,11 +67,13 @@ def _warn_unknown_variables(settings: Settings, environ: Mapping[str, str]) -> N
 # ---------------------------------------------------------------- simulate, sessions, agents
 
 
-def cmd_simulate(settings: Settings, channel: str, text: str, timeout: float) -> int:
+def cmd_simulate(
+    settings: Settings, channel: str, text: str, timeout: float, group: str | None = None, mention: bool = False
+) -> int:
     """Send a correctly signed platform request to the running gateway and print the captured reply."""
     from switchboard.cli.simulate import simulate
 
-    return asyncio.run(simulate(settings, channel, text, wait_s=timeout))
+    return asyncio.run(simulate(settings, channel, text, wait_s=timeout, group=group, mention=mention))
 
 
 def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
@@ -270,6 +272,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("channel", choices=list(CHANNEL_MODULES), help="the channel to speak as a user of")
     sim.add_argument("text", help="the message text to send")
     sim.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the reply")
+    sim.add_argument("--group", help="post in this group (Telegram: a chat id such as -1001234567890) as a member")
+    sim.add_argument("--mention", action="store_true", help="with --group: mention the bot in the message")
     sessions = _command(
         sub,
         "sessions",
@@ -523,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             return cmd_check(settings, os.environ)
         if args.command == "simulate":
-            return cmd_simulate(settings, args.channel, args.text, args.timeout)
+            return cmd_simulate(settings, args.channel, args.text, args.timeout, args.group, args.mention)
         if args.command == "sessions":
             return cmd_sessions(settings, args)
         if args.command in {"people", "budgets"}:

@@ -44,25 +44,46 @@ def _load(settings: Settings, channel: str) -> tuple[str, Mapping[str, str]]:
     return str(data["gateway_url"]).rstrip("/"), details
 
 
-async def _platform(settings: Settings, sim: registry.Simulation[Any], channel: str, text: str, wait_s: float) -> int:
+async def _platform(
+    settings: Settings,
+    sim: registry.Simulation[Any],
+    channel: str,
+    text: str,
+    wait_s: float,
+    group: tuple[str, bool] | None = None,
+) -> int:
     gateway, details = _load(settings, channel)
-    sample = sim.request(details, text)
+    if group is not None and sim.group_request is None:
+        print(f"{channel}'s built-in fake cannot simulate group messages")
+        return 2
+    sample = (
+        sim.request(details, text)
+        if group is None or sim.group_request is None
+        else sim.group_request(details, text, group[0], group[1])
+    )
     async with aiohttp.ClientSession() as http:
+        earlier = [r for r in await sim.replies(http, details, sample.conversation) if r] if group is not None else []
         async with http.post(f"{gateway}/webhooks/{channel}", data=sample.body, headers=dict(sample.headers)) as resp:
             if resp.status >= 300:
                 print(f"gateway answered {resp.status}: {await resp.text()}")
                 return 1
         print(f"→ sent to {channel} conversation {sample.conversation}: {text}")
+        if group is not None and not group[1]:
+            wait_s = min(wait_s, 3.0)  # not addressed to the bot: answered only where every message is
         deadline = time.monotonic() + wait_s
         seen: list[str] = []
         settled_at = 0.0
         while time.monotonic() < deadline:
             replies = [reply for reply in await sim.replies(http, details, sample.conversation) if reply]
+            replies = replies[len(earlier) :]
             if replies != seen:
                 seen, settled_at = replies, time.monotonic() + _SETTLE_S
             elif seen and time.monotonic() >= settled_at:
                 break
             await asyncio.sleep(0.1)
+    if not seen and group is not None and not group[1]:
+        print("no reply: the message did not address the bot (kept as context if group_replies.keep_context is on)")
+        return 0
     if not seen:
         print(f"no reply within {wait_s:.0f} s (is a worker running? see `switchboard sessions list`)")
         return 1
@@ -102,16 +123,27 @@ async def _web(settings: Settings, text: str, wait_s: float) -> int:
     return 1
 
 
-async def simulate(settings: Settings, channel: str, text: str, *, wait_s: float = 30.0) -> int:
-    """Send ``text`` as a user of ``channel`` and print the gateway's reply."""
+async def simulate(
+    settings: Settings,
+    channel: str,
+    text: str,
+    *,
+    wait_s: float = 30.0,
+    group: str | None = None,
+    mention: bool = False,
+) -> int:
+    """Send ``text`` as a user of ``channel`` (in ``group``, mentioning the bot or not); print the reply."""
     found = registry.factory(channel)
     if found is None:
         print(f"unknown channel {channel!r} (channels: {', '.join(registry.CHANNEL_MODULES)})")
         return 2
     if found.builtin:
+        if group is not None:
+            print("the web chat has no groups")
+            return 2
         return await _web(settings, text, wait_s)
     sim = registry.simulation(found)
     if sim is None:
         print(f"{channel} has no built-in fake to simulate with")
         return 2
-    return await _platform(settings, sim, channel, text, wait_s)
+    return await _platform(settings, sim, channel, text, wait_s, None if group is None else (group, mention))

@@ -23,6 +23,7 @@ __all__ = [
     "ApprovalSettled",
     "BudgetAlerted",
     "BudgetExhausted",
+    "ContextKept",
     "ControlChanged",
     "DeliveryReported",
     "DropReason",
@@ -80,6 +81,15 @@ class MessageReceived(_Event):
 
 DropReason = Literal["inbox_full", "session_rate", "sender_rate"]
 """Which abuse limit refused a message: the session's inbox depth, its message rate, or its sender's."""
+
+
+class ContextKept(_Event):
+    """A group message that did not address the bot was kept as context for the session's next answered turn."""
+
+    kind: Literal["context_kept"] = "context_kept"
+    channel: str
+    sender: str
+    chars: int
 
 
 class MessageDropped(_Event):
@@ -432,6 +442,7 @@ class ScheduleSkipped(_Event):
 Event = Annotated[
     MessageReceived
     | MessageDropped
+    | ContextKept
     | AccessRefused
     | PairingCodeIssued
     | AccessPaired

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, assert_never, runtime_checkable
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.groups import CONTEXT_META, context_text
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
@@ -116,7 +117,19 @@ def event_text(message: InboundMessage) -> str | None:
     - ``OperatorActed``: applied by :mod:`switchboard.core.approvals.takeover` before the model is asked; a console
       decision reads ``(operator console:alice approved approval <id>)``, an operator's ``say`` is the reply of its turn
       (the history keeps ``(operator … answered in your place)`` beside it).
+
+    A group message answered where unanswered messages are kept (``group_replies.keep_context``) reads the kept ones
+    first, as untrusted data (:func:`switchboard.core.groups.context_text`).
     """
+    text = _event_text(message)
+    kept = message.meta.get(CONTEXT_META)
+    if text is None or not isinstance(kept, list):
+        return text
+    context = context_text(kept)
+    return f"{context}\n\n{text}" if context else text
+
+
+def _event_text(message: InboundMessage) -> str | None:
     event = message.event
     match event:
         case Posted(shared=shared) if shared:

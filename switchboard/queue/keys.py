@@ -112,6 +112,14 @@ class SessionKeys:
         """STRING JSON ``{reason, at}`` with a TTL: a stop was asked for the running turn."""
         return self._k("cancel")
 
+    @property
+    def group_context(self) -> str:
+        """LIST of kept group messages (``ContextLine`` JSON), oldest first, capped, with a TTL.
+
+        What the next answered turn reads as untrusted data, then clears (``group_replies.keep_context``).
+        """
+        return self._k("group_context")
+
     def dedup(self, key: str) -> str:
         """STRING message id (``<id>:<text hash>`` for a web chat ``client_id``), with a TTL: the key was accepted."""
         return self._k(f"dedup:{key}")

@@ -16,9 +16,12 @@ from pydantic_core import PydanticSerializationError
 from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
-from switchboard.channels.registry import Route, busy_policy, resolve_route
+from switchboard.channels.registry import Route, account_group_rule, busy_policy, resolve_route
+from switchboard.core.access import Admitted, judge
+from switchboard.core.groups import CONTEXT_ONLY_META, KeepContext
 from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, Scheduled, session_key
 from switchboard.errors import MalformedBodyError, QueueUnavailableError
+from switchboard.queue import groups
 from switchboard.queue.access import AccessGate, Notify, rules_from_config
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
@@ -75,6 +78,12 @@ class IngestRouter:
             else None
         )
         """Access control (``None`` when every account is open to everyone: no check, no cost)."""
+        self._keep: dict[tuple[str, str], KeepContext] = {}
+        """``group_replies.keep_context`` of the accounts that keep unanswered group messages."""
+        for key in self._routes:
+            keep = account_group_rule(config, *key).keep
+            if keep is not None:
+                self._keep[key] = keep
 
     @property
     def routes(self) -> Mapping[tuple[str, str], Route]:
@@ -114,6 +123,9 @@ class IngestRouter:
             self._unknown_account(message)
             return None
         draft, policy = routed
+        if draft.meta.get(CONTEXT_ONLY_META):
+            await self._keep_context(draft)
+            return None
         if self.gate is not None:
             admitted = await self._admit(draft)
             if admitted is None:
@@ -122,6 +134,32 @@ class IngestRouter:
         result = await self.ingestor.ingest(draft, busy_policy=policy, echo=echo, idempotent=idempotent)
         self._count(message.conversation.channel, result)
         return result
+
+    async def _keep_context(self, draft: InboundMessage) -> None:
+        """Keep a group message that did not address the bot as context (no run), if its account keeps any.
+
+        Access control decides from the configuration alone (who is not admitted by it is not kept, and nobody is
+        answered: the message was not for the bot).
+        """
+        conv = draft.conversation
+        keep = self._keep.get((conv.channel, conv.account))
+        if keep is None:
+            return
+        if self.gate is not None:
+            rules = self.gate.rules_for(conv)
+            if rules is not None and not isinstance(judge(rules, draft), Admitted):
+                return
+        settings = self.ingestor.settings
+        try:
+            await groups.keep(
+                self.ingestor.redis,
+                draft,
+                keep,
+                dedup_ttl_s=settings.dedup_ttl_s,
+                events_maxlen=settings.events_maxlen,
+            )
+        except (TimeoutError, RedisError, OSError) as err:
+            raise QueueUnavailableError(f"Redis did not confirm the kept context: {type(err).__name__}") from err
 
     async def _admit(self, draft: InboundMessage) -> InboundMessage | None:
         """The routed draft as access control admits it (role stamped), or ``None`` when refused (counted)."""
@@ -194,6 +232,9 @@ class IngestRouter:
             found = self.route(message)
             if found is None:
                 self._unknown_account(message)
+                continue
+            if found[0].meta.get(CONTEXT_ONLY_META):
+                await self._keep_context(found[0])
                 continue
             if self.gate is not None:
                 admitted = await self._admit(found[0])

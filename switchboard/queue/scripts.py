@@ -34,6 +34,8 @@ __all__ = [
     "BUDGET_READ",
     "COMPLETE",
     "CONSOLE_THROTTLE",
+    "CONTEXT_KEEP",
+    "CONTEXT_TAKE",
     "CONTROL_SET",
     "DEAD_LETTER",
     "DEFER",
@@ -198,6 +200,8 @@ APPROVAL_SUPERSEDE: Final = Script("approval_supersede", fenced=True, preludes=[
 APPROVAL_SETTLE: Final = Script("approval_settle", fenced=True)
 CONTROL_SET: Final = Script("control_set", fenced=True)
 CONSOLE_THROTTLE: Final = Script("console_throttle")
+CONTEXT_KEEP: Final = Script("context_keep")
+CONTEXT_TAKE: Final = Script("context_take", fenced=True)
 ACCESS_CHECK: Final = Script("access_check")
 BUDGET_READ: Final = Script("budget_read")
 BUDGET_CHARGE: Final = Script("budget_charge")
@@ -212,6 +216,8 @@ SCHEDULE_DONE: Final = Script("schedule_done")
 
 ALL: Final = (
     INGEST,
+    CONTEXT_KEEP,
+    CONTEXT_TAKE,
     ACCESS_CHECK,
     SESSION_QUOTA,
     ENQUEUE,

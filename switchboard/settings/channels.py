@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.core.access import AccessConfig
 from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.groups import GroupReplies
 from switchboard.types import BusyPolicy
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -61,7 +62,9 @@ class ChannelOptions(BaseModel):
     tenant: str | None = None
     require_mention: bool | None = None
     """Group and channel messages reach the agent only when they mention the bot (default: yes; direct messages
-    always do)."""
+    always do). Kept for existing files: ``false`` is ``group_replies: {answer: always}``."""
+    group_replies: GroupReplies | None = None
+    """When the bot answers in groups, and whether it keeps what it does not answer (``switchboard.core.groups``)."""
     send_rate: float | None = Field(None, ge=0)
     """Sends a second the gateway allows the whole account, shared by every worker (default: the platform's
     documented limit, e.g. Telegram's 30; ``0``: not paced by the gateway — a fake, or a self-hosted API without
@@ -88,6 +91,8 @@ class ChannelAccount(BaseModel):
     tenant: str | None = None
     require_mention: bool | None = None
     """As the channel's ``require_mention``, for this account (wins over the channel's)."""
+    group_replies: GroupReplies | None = None
+    """As the channel's ``group_replies``, for this account (each field set here wins over the channel's)."""
     send_rate: float | None = Field(None, ge=0)
     """As the channel's ``send_rate``, for this account (wins over the channel's)."""
     chat_send_rate: float | None = Field(None, ge=0)

@@ -33,6 +33,7 @@ from switchboard.core.actions import (
 )
 from switchboard.core.agent.config import Agent
 from switchboard.core.events import Event, StepRecorded, UsageMetered
+from switchboard.core.groups import CONTEXT_META
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.core.workspaces.store import WorkspaceStore
@@ -45,6 +46,7 @@ from switchboard.outbound.streaming import ReplyStream
 from switchboard.outbound.toolstatus import StatusBoard, resume, settle
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
+from switchboard.queue.groups import take as take_context
 from switchboard.queue.jobs import DrainJobs, StartedJob
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
@@ -329,10 +331,11 @@ class Drainer(TurnEndings):
         lease = turn.lease
         turn.busy.start(attempt)
         turn.stop.clear()  # from here on a stop or an interrupt is this turn's
-        messages: list[InboundMessage] = []
-        for body in attempt.bodies:
-            if body:
-                messages.append(InboundMessage.model_validate_json(body))
+        pairs = zip(attempt.ids, attempt.bodies, strict=True)
+        read = [(i, InboundMessage.model_validate_json(body)) for i, body in pairs if body]
+        messages = [message for _, message in read]
+        if any(CONTEXT_META in message.meta for message in messages):  # a group that keeps unanswered messages
+            messages = await take_context(self.redis, lease, read)
         messages = await check_choices(self.redis, lease.session, messages)  # clicks read as offered or not
         turn.run_id = f"run-{attempt.ids[0]}"
         outbox = Outbox(

@@ -233,7 +233,7 @@ async def test_the_simulation_speaks_to_the_gateway_and_reads_the_reply(
         }
         client = await aiohttp_client(create_app(load_settings(env)))
         details = SIMULATION.details(block)
-        assert set(details) == {"fake_url", "secret_token"}
+        assert set(details) == {"fake_url", "secret_token", "bot_username"}
         sample = SIMULATION.request(details, "hello from the simulator")
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(load_settings(env), stop))

@@ -62,7 +62,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # ``access: {mode: allowlist}`` admitting the sender; "access_paired" with ``mode: pairing`` and the sender paired
 # (found paired less than ``recheck_s`` ago); "access_recheck" the same with ``recheck_s: 0`` (looked up every message);
 # "budgets" the plain message under three period budgets (tenant, agent, user: the person lookup, one read, one
-# charge). Minus "plain": what the feature costs.
+# charge); "group_ignored" a group message that does not address the bot (default ``group_replies``: ignored, nothing
+# written); "group_context_kept" the same with ``group_replies.keep_context`` on (kept as context, no run). Minus
+# "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -264,6 +266,25 @@ PINNED: dict[str, dict[str, Any]] = {
         "web_client": 1,
         "worker": 72,
         "worker_client": 8,
+    },
+    "group_context_kept": {
+        "client": 1,
+        "commands": {
+            "EVALSHA context_keep": 1,
+            "EXPIRE": 1,
+            "LTRIM": 1,
+            "RPUSH": 1,
+            "SET": 1,
+            "XADD": 1,
+        },
+        "total": 6,
+        "web": 6,
+        "web_client": 1,
+    },
+    "group_ignored": {
+        "client": 0,
+        "commands": {},
+        "total": 0,
     },
     "limits": {
         "client": 6,
@@ -571,19 +592,24 @@ class Gateway:
     """The environment web and worker were started with."""
     generation: int = 0
 
-    def start(self, extra: dict[str, str], access: dict[str, Any] | None = None) -> None:
+    def start(
+        self, extra: dict[str, str], access: dict[str, Any] | None = None, groups: dict[str, Any] | None = None
+    ) -> None:
         """Start (or restart) ``switchboard web`` and ``switchboard worker`` with ``extra`` settings.
 
-        ``access``: the Telegram channel's ``access`` block in the YAML file.
+        ``access``, ``groups``: the Telegram channel's ``access`` and ``group_replies`` blocks in the YAML file.
         """
         self.stop()
         self.generation += 1
         port = free_port()
         data = self.tmp / f"data{self.generation}"
         env = {**bench_env(self.server.url, data, port=port, telegram_url=self.fake_url), **QUIET_TIMERS, **extra}
-        if access is not None:
+        if access is not None or groups is not None:
             config = yaml.safe_load(MINIMAL_CONFIG)
-            config["channels"]["telegram"]["access"] = access
+            if access is not None:
+                config["channels"]["telegram"]["access"] = access
+            if groups is not None:
+                config["channels"]["telegram"]["group_replies"] = groups
             path = self.tmp / f"access{self.generation}.yaml"
             path.write_text(yaml.safe_dump(config))
             env["SWITCHBOARD_CONFIG"] = str(path)
@@ -614,9 +640,17 @@ class Gateway:
         for role, proc in (("web", self.web), ("worker", self.worker)):
             self.ports.update(dict.fromkeys(redis_ports(proc, port), role))
 
-    def telegram(self, chat_id: int, update_id: int, text: str) -> None:
+    def telegram(self, chat_id: int, update_id: int, text: str, chat_type: str = "private") -> None:
         """Post one signed Telegram update; it must be accepted."""
-        update = make_update(text, chat_id=chat_id, update_id=update_id, first_name="Count", username="count_user")
+        update = make_update(
+            text,
+            chat_id=chat_id,
+            update_id=update_id,
+            chat_type=chat_type,
+            user_id=None if chat_type == "private" else 4242,
+            first_name="Count",
+            username="count_user",
+        )
         headers = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": SECRET_TOKEN}
         status, _ = _post(f"{self.web_url}/webhooks/telegram", update, headers)
         assert status == 200, f"the gateway answered {status}"
@@ -784,6 +818,17 @@ def one_at_a_time(gw: Gateway, into: dict[str, Counter[str]], scenario: str, cha
     assert gw.replies() == MESSAGES, f"{scenario}: expected one reply per message"
 
 
+def group_chatter(gw: Gateway, into: dict[str, Counter[str]], scenario: str, chat_id: int) -> None:
+    """Group messages that do not address the bot: one uncounted, then :data:`MESSAGES` (none starts a run)."""
+    update = abs(chat_id) * 100
+    gw.telegram(chat_id, update, "just chatting", chat_type="supergroup")
+    gw.wait_idle()
+    with gw.counting(into, scenario, MESSAGES):
+        for n in range(1, MESSAGES + 1):
+            gw.telegram(chat_id, update + n, "just chatting", chat_type="supergroup")
+    assert gw.replies() == 0, f"{scenario}: a message that did not address the bot was answered"
+
+
 def backlog(gw: Gateway, into: dict[str, Counter[str]]) -> None:
     """:data:`BACKLOG` messages queue in one session while the worker is frozen; then it drains them.
 
@@ -901,6 +946,10 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         budgets.write_text(MINIMAL_CONFIG + BUDGETS)
         gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(budgets)})
         one_at_a_time(gw, counts, "budgets", 909, "hello there")  # update ids above the others' (Telegram's order)
+        gw.start(LIMITS_OFF)
+        group_chatter(gw, counts, "group_ignored", -1001)
+        gw.start(LIMITS_OFF, groups={"keep_context": {"enabled": True}})
+        group_chatter(gw, counts, "group_context_kept", -1002)
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

@@ -154,6 +154,7 @@ class DiscordChannel:
         context = context or BuildContext()
         self._settings, self._account = settings, context.account
         self._require_mention = context.require_mention
+        self._groups = context.groups
         self._key = _verify_key(settings.public_key)
         self._token = settings.bot_token.get_secret_value() if settings.bot_token else None
         self.bot_id = _bot_id_from_token(self._token)
@@ -413,7 +414,9 @@ class _GatewayListener:
 
     def __init__(self, channel: DiscordChannel) -> None:
         self._channel = channel
-        self._inbound = DiscordInbound(channel.account, channel.bot_id, require_mention=channel._require_mention)
+        self._inbound = DiscordInbound(
+            channel.account, channel.bot_id, require_mention=channel._require_mention, groups=channel._groups
+        )
 
     async def listen(self, emit: Emit) -> None:
         """Hold the gateway connection until cancelled."""

@@ -1,8 +1,10 @@
 """Discord's inbound payloads, interactions and gateway dispatches, as normalised inbound messages.
 
-Direct messages always reach the agent; guild channels and threads when the bot is mentioned or replied to; never the
-bot itself, other bots or webhooks (no bot-to-bot loops). A thread is its own session, and the snowflakes are the
-dedup keys. Verifying requests and speaking the gateway protocol happen elsewhere.
+Direct messages always reach the agent; guild channels and threads as the account's ``group_replies`` say (when the bot,
+or its managed role, is mentioned or the bot is replied to, or always; the others kept as context or ignored, see
+:mod:`switchboard.core.groups`); never the bot itself, other bots or webhooks (no bot-to-bot loops). A thread is its
+own session, and the snowflakes are the dedup keys. Verifying requests and speaking the gateway protocol happen
+elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from switchboard.core.groups import GroupRule
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -85,6 +88,7 @@ class _Message(_Wire):
     type: int = 0
     content: str = ""
     mentions: list[_User] = Field(default_factory=list)
+    mention_roles: list[str] = Field(default_factory=list)
     attachments: list[_File] = Field(default_factory=list)
     referenced_message: _Ref | None = None
     edited_timestamp: str | None = None
@@ -320,12 +324,18 @@ class DiscordInbound:
     Args:
         account: The account name.
         bot_id: The bot's user id (from its token; confirmed by ``READY``).
+        require_mention: Guild messages count only when they address the bot (used without ``groups``).
+        groups: The account's group behaviour (``group_replies``).
     """
 
-    def __init__(self, account: str, bot_id: str | None, *, require_mention: bool = True) -> None:
+    def __init__(
+        self, account: str, bot_id: str | None, *, require_mention: bool = True, groups: GroupRule | None = None
+    ) -> None:
         self.account = account
         self.bot_id = bot_id
-        self.require_mention = require_mention
+        self.groups = groups if groups is not None else GroupRule(answer="mention" if require_mention else "always")
+        self._roles: set[str] = set()
+        """The bot's managed roles (one per guild): mentioning one mentions the bot."""
         self._threads: OrderedDict[str, str] = OrderedDict()
         self._accepted: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         """Message id → (author id, author name) of messages that reached the agent."""
@@ -349,6 +359,10 @@ class DiscordInbound:
                 case "GUILD_CREATE":
                     for thread in data.get("threads") or ():
                         self._thread(thread)
+                    for role in data.get("roles") or ():
+                        self._role(role)
+                case "GUILD_ROLE_CREATE" | "GUILD_ROLE_UPDATE":
+                    self._role(data.get("role") or {})
                 case "THREAD_CREATE" | "THREAD_UPDATE":
                     self._thread(data)
                 case "THREAD_LIST_SYNC":
@@ -368,18 +382,30 @@ class DiscordInbound:
         if data.get("type") in _THREAD_TYPES and data.get("parent_id"):
             self._remember(self._threads, str(data["id"]), str(data["parent_id"]))
 
+    def _role(self, role: dict[str, Any]) -> None:
+        tags = role.get("tags")
+        if isinstance(tags, dict) and self.bot_id is not None and str(tags.get("bot_id")) == self.bot_id:
+            self._roles.add(str(role.get("id")))
+
     def _addressed(self, message: _Message) -> tuple[bool, str]:
-        """Whether the message is for the bot, and its text with the bot's mention removed."""
+        """Whether the message is answered, and its text with the bot's (and its role's) mention removed."""
         text = message.content
         bot = self.bot_id
-        if bot is None:
-            return message.guild_id is None or not self.require_mention, text.strip()
-        mention = re.compile(rf"<@!?{re.escape(bot)}>[,:;]?\s*")
-        mentioned = any(u.id == bot for u in message.mentions) or mention.search(text) is not None
-        referenced = message.referenced_message.author if message.referenced_message else None
-        replied = referenced is not None and referenced.id == bot
-        addressed = mentioned or replied or message.guild_id is None or not self.require_mention
-        return addressed, mention.sub("", text).strip()
+        mentioned = replied = False
+        if bot is not None:
+            mention = re.compile(rf"<@!?{re.escape(bot)}>[,:;]?\s*")
+            mentioned = any(u.id == bot for u in message.mentions) or mention.search(text) is not None
+            text = mention.sub("", text)
+            roles = self._roles.intersection(message.mention_roles)
+            for role in roles:
+                mentioned = True
+                text = re.sub(rf"<@&{re.escape(role)}>[,:;]?\s*", "", text)
+            referenced = message.referenced_message.author if message.referenced_message else None
+            replied = referenced is not None and referenced.id == bot
+        if message.guild_id is None:
+            return True, text.strip()
+        where = (message.channel_id, self._threads.get(message.channel_id))
+        return self.groups.answers(addressed=mentioned or replied, conversations=where), text.strip()
 
     def _from_user(self, message: _Message) -> _User | None:
         author = message.author
@@ -387,8 +413,13 @@ class DiscordInbound:
             return None
         return author
 
-    def _draft(self, message: _Message, author: _User, text: str, key: str, event: InboundEvent) -> InboundMessage:
+    def _draft(
+        self, message: _Message, author: _User, text: str, key: str, event: InboundEvent, *, keep: bool = False
+    ) -> InboundMessage:
         parent = self._threads.get(message.channel_id)
+        meta: dict[str, Any] = {"guild_id": message.guild_id or "", "dm": message.guild_id is None}
+        if self.groups.keep is not None and message.guild_id is not None:
+            meta.update(self.groups.marks(kept=keep))
         return InboundMessage(
             dedup_key=key,
             conversation=_conversation(self.account, message.channel_id, parent, {"reply_to": message.id}),
@@ -396,7 +427,7 @@ class DiscordInbound:
             text=text,
             event=event,
             platform_message_id=message.id,
-            meta={"guild_id": message.guild_id or "", "dm": message.guild_id is None},
+            meta=meta,
         )
 
     def _created(self, message: _Message) -> InboundMessage | None:
@@ -404,8 +435,12 @@ class DiscordInbound:
         if author is None or message.type not in _USER_MESSAGE_TYPES:
             return None
         addressed, text = self._addressed(message)
+        if not addressed:
+            if self.groups.keep is None or not text:
+                return None
+            return self._draft(message, author, text, f"m:{message.id}", Posted(), keep=True)
         files = _files(message)
-        if not addressed or not (text or files):
+        if not (text or files):
             return None
         self._remember(self._accepted, message.id, (author.id, _name(author, message.member)))
         return self._draft(message, author, text, f"m:{message.id}", Posted(attachments=files))

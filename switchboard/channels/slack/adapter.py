@@ -45,6 +45,7 @@ from switchboard.channels.slack.outbound import MAX_BUTTONS, SlackSender
 from switchboard.channels.slack.settings import SlackSettings
 from switchboard.channels.slack.socket import SlackSocketListener
 from switchboard.core.actions import Action
+from switchboard.core.groups import GroupRule
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import DeliveryError, MalformedBodyError, SignatureError
 
@@ -82,7 +83,8 @@ class SlackChannel:
     Args:
         settings: The account's ``SWITCHBOARD_SLACK__*`` block.
         account: The account name (``default`` for the env-configured one).
-        require_mention: Channel messages reach the agent only when they mention the bot.
+        require_mention: Channel messages reach the agent only when they mention the bot (used without ``groups``).
+        groups: The account's group behaviour (``group_replies``).
         agent: The agent the account routes to, and
         tenant: its tenant (``BuildContext``): drafts are built routed (empty: the ingest router fills them in).
         clock: Seconds since the epoch (tests pass a fixed one).
@@ -96,6 +98,7 @@ class SlackChannel:
         *,
         account: str = "default",
         require_mention: bool = True,
+        groups: GroupRule | None = None,
         agent: str = "",
         tenant: str = "default",
         clock: Callable[[], float] = time.time,
@@ -103,7 +106,9 @@ class SlackChannel:
         self._settings = settings
         self._account = account
         self._clock = clock
-        self.identity = SlackIdentity(account, require_mention=require_mention, agent=agent, tenant=tenant)
+        self.identity = SlackIdentity(
+            account, require_mention=require_mention, groups=groups, agent=agent, tenant=tenant
+        )
         token = settings.bot_token.get_secret_value() if settings.bot_token else ""
         self._api = SlackApi(token, settings.api_base_url)
         self._sender = SlackSender(self._api, account)

@@ -1,8 +1,10 @@
 """Slack payloads → inbound events: Events API callbacks and interactivity, from HTTP or Socket Mode alike.
 
-Direct messages always reach the agent; elsewhere only messages that mention the bot; the bot's own and other bots'
-messages are dropped. A channel conversation keeps to its thread. A new message is deduplicated on its ``ts``, which
-covers both Slack's retries and the second event it sends when the app subscribes to ``app_mention`` and
+Direct messages always reach the agent; elsewhere messages as the account's ``group_replies`` say (those that mention
+the bot or reply in a thread the bot started, or every one; the others kept as context or ignored, see
+:mod:`switchboard.core.groups`); the bot's own and other bots' messages are dropped. A channel conversation keeps to its
+thread (a top-level post opens one, and reads the channel's kept context). A new message is deduplicated on its
+``ts``, which covers both Slack's retries and the second event it sends when the app subscribes to ``app_mention`` and
 ``message.channels``; retries are never dropped as such, the ingest's dedup record answers them.
 """
 
@@ -16,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.channels.render.slack import slack_text_to_plain
+from switchboard.core.groups import CONTEXT_AT_META, GroupRule
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -65,6 +68,8 @@ class WireMessage(_Wire):
     text: str | None = None
     ts: str | None = None
     thread_ts: str | None = None
+    parent_user_id: str | None = None
+    """In a thread reply: who wrote the thread's first message."""
     deleted_ts: str | None = None
     files: list[WireFile] | None = None
     message: WireMessage | None = None
@@ -187,6 +192,7 @@ class SlackIdentity:
         bot_id: str | None = None,
         *,
         require_mention: bool = True,
+        groups: GroupRule | None = None,
         agent: str = "",
         tenant: str = "default",
     ) -> None:
@@ -194,7 +200,8 @@ class SlackIdentity:
         self.agent = agent
         """The agent the account routes to (``BuildContext``): drafts are built routed (empty: the router fills it)."""
         self.tenant = tenant
-        self.require_mention = require_mention
+        self.groups = groups if groups is not None else GroupRule(answer="mention" if require_mention else "always")
+        """The account's group behaviour (``group_replies``; without it, from ``require_mention``)."""
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self._mention: tuple[str, re.Pattern[str]] | None = None
@@ -272,11 +279,28 @@ def _thread_of(message: WireMessage, channel_type: str) -> str | None:
     return message.thread_ts or (None if channel_type == "im" else message.ts)
 
 
-def _addressed(identity: SlackIdentity, message: WireMessage, channel_type: str, app_mention: bool) -> bool:
-    if channel_type == "im" or app_mention or not identity.require_mention:
+def _addressed(
+    identity: SlackIdentity, message: WireMessage, channel_type: str, app_mention: bool, channel: str | None = None
+) -> bool:
+    """Whether the message is answered: a DM, a mention, a reply in a thread the bot started, or free response."""
+    if channel_type == "im" or app_mention:
         return True
     pattern = identity.mention()
-    return pattern is not None and bool(pattern.search(message.text or ""))
+    mentioned = pattern is not None and bool(pattern.search(message.text or ""))
+    replied = message.parent_user_id is not None and message.parent_user_id == identity.bot_user_id
+    return identity.groups.answers(addressed=mentioned or replied, conversations=(channel or message.channel,))
+
+
+def _group_meta(
+    identity: SlackIdentity, event: WireMessage, channel: str, channel_type: str, *, keep: bool
+) -> dict[str, Any]:
+    """The draft's group-context marks: kept only, or answered in a session that may hold kept context."""
+    if identity.groups.keep is None or channel_type == "im":
+        return {}
+    meta = identity.groups.marks(kept=keep)
+    if event.thread_ts is None:  # a top-level post opens its own thread: the chatter before it is the channel's
+        meta[CONTEXT_AT_META] = [channel, None]
+    return meta
 
 
 def _read(identity: SlackIdentity, text: str | None) -> str:
@@ -301,9 +325,12 @@ def parse_event_callback(identity: SlackIdentity, callback: WireCallback) -> Inb
         return None  # bot_message, channel_join, …
     if identity.is_own(event) or event.bot_id or not event.user or not event.ts:
         return None
-    if not _addressed(identity, event, channel_type, event.type == "app_mention"):
+    keep = not _addressed(identity, event, channel_type, event.type == "app_mention", channel)
+    if keep and identity.groups.keep is None:
         return None
     text, attachments = _read(identity, event.text), _attachments(event)
+    if keep:
+        attachments = ()  # kept context is words only
     if not text and not attachments:
         return None
     thread = _thread_of(event, channel_type)
@@ -320,7 +347,11 @@ def parse_event_callback(identity: SlackIdentity, callback: WireCallback) -> Inb
         event=Posted(attachments=attachments) if attachments else _POSTED,
         platform_message_id=event.ts,
         received_at=time.time(),
-        meta={"channel_type": channel_type, "event_id": callback.event_id or ""},
+        meta={
+            "channel_type": channel_type,
+            "event_id": callback.event_id or "",
+            **_group_meta(identity, event, channel, channel_type, keep=keep),
+        },
     )
 
 
@@ -330,7 +361,7 @@ def _edited(
     new = event.message
     if new is None or not new.user or not new.ts or identity.is_own(new) or new.bot_id:
         return None
-    if not (_addressed(identity, new, channel_type, False)):
+    if not (_addressed(identity, new, channel_type, False, channel)):
         return None
     text = _read(identity, new.text)
     if not text or (event.previous_message is not None and _read(identity, event.previous_message.text) == text):
@@ -356,7 +387,7 @@ def _deleted(
     deleted = event.deleted_ts or (old.ts if old else None)
     if old is None or not old.user or not deleted or identity.is_own(old) or old.bot_id:
         return None
-    if not _addressed(identity, old, channel_type, False):
+    if not _addressed(identity, old, channel_type, False, channel):
         return None
     thread = old.thread_ts or (None if channel_type == "im" else deleted)
     return InboundMessage.model_validate(

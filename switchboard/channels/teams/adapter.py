@@ -34,6 +34,7 @@ from switchboard.channels.teams.inbound import TeamsIdentity, parse_activity, re
 from switchboard.channels.teams.outbound import MAX_BUTTONS, MAX_LABEL, TeamsSender
 from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.core.actions import Action
+from switchboard.core.groups import GroupRule
 from switchboard.core.messages import Attachment, ConversationRef
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, SignatureError
 
@@ -81,7 +82,8 @@ class TeamsChannel:
     Args:
         settings: The account's ``SWITCHBOARD_TEAMS__*`` block.
         account: The account name (``default`` for the env-configured one).
-        require_mention: Group chats and channels reach the agent only when the bot is mentioned.
+        require_mention: Group chats and channels reach the agent only when the bot is mentioned (without ``groups``).
+        groups: The account's group behaviour (``group_replies``).
         agent: The agent the account routes to, and
         tenant: its tenant (``BuildContext``).
         key_refresh_cooldown_s: Least time between key fetches caused by an unknown ``kid``.
@@ -95,13 +97,16 @@ class TeamsChannel:
         *,
         account: str = "default",
         require_mention: bool = True,
+        groups: GroupRule | None = None,
         agent: str = "",
         tenant: str = "default",
         key_refresh_cooldown_s: float = 300.0,
     ) -> None:
         self._settings = settings
         self._account = account
-        self.identity = TeamsIdentity(account, require_mention=require_mention, agent=agent, tenant=tenant)
+        self.identity = TeamsIdentity(
+            account, require_mention=require_mention, groups=groups, agent=agent, tenant=tenant
+        )
         password = settings.app_password.get_secret_value() if settings.app_password else ""
         self.token = BotToken(
             settings.login_base_url, settings.tenant_id, settings.app_id or "", password, lambda: self.api.http()

@@ -52,6 +52,7 @@ def _build(settings: TeamsSettings, context: BuildContext) -> TeamsChannel:
         settings,
         account=context.account,
         require_mention=context.require_mention,
+        groups=context.groups,
         agent=context.agent,
         tenant=context.tenant,
     )

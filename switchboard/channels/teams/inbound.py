@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from switchboard.core.groups import CONTEXT_AT_META, GroupRule
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -94,14 +95,24 @@ class TeamsIdentity:
 
     Args:
         account: The account name.
-        require_mention: Group chats and channels reach the agent only when the bot is mentioned.
+        require_mention: Group chats and channels reach the agent only when the bot is mentioned (used without
+            ``groups``).
+        groups: The account's group behaviour (``group_replies``).
         agent: The account's agent, and
         tenant: its tenant (empty agent: the ingest router fills both in).
     """
 
-    def __init__(self, account: str, *, require_mention: bool = True, agent: str = "", tenant: str = "default") -> None:
+    def __init__(
+        self,
+        account: str,
+        *,
+        require_mention: bool = True,
+        groups: GroupRule | None = None,
+        agent: str = "",
+        tenant: str = "default",
+    ) -> None:
         self.account = account
-        self.require_mention = require_mention
+        self.groups = groups if groups is not None else GroupRule(answer="mention" if require_mention else "always")
         self.agent = agent
         self.tenant = tenant
 
@@ -198,8 +209,10 @@ def parse_activity(identity: TeamsIdentity, activity: WireActivity) -> InboundMe
 
     - ``message``: a user's post (the bot's @mention removed from the text, using the ``mention`` entities that name the
       recipient), or an Adaptive Card ``Action.Submit`` click (``value`` carries the option id the card was built with)
-      → :class:`ChoiceSelected`. In group chats and channels, with ``require_mention``, a post that does not mention the
-      bot is dropped; clicks always count (the card was the bot's).
+      → :class:`ChoiceSelected`. In group chats and channels a post is answered as ``group_replies`` says (when it
+      mentions the bot, or always, or in a free-response conversation); another is kept as context or dropped. Teams
+      names no author of the message a reply answers, so a reply is not by itself addressed to the bot. Clicks always
+      count (the card was the bot's).
     - ``messageUpdate`` (``channelData.eventType`` ``editMessage``) → :class:`MessageEdited`; ``messageDelete`` →
       :class:`MessageDeleted`.
     - Teams sends a bot no native location or contact share (a shared place or person arrives as text or a card link,
@@ -219,7 +232,8 @@ def parse_activity(identity: TeamsIdentity, activity: WireActivity) -> InboundMe
     kind = _kind(activity)
     conv = activity.conversation.id
     mentions = _mentions_bot(activity)
-    addressed = kind == "personal" or not identity.require_mention or bool(mentions)
+    base_conv = conv.split(";messageid=", 1)[0]
+    addressed = kind == "personal" or identity.groups.answers(addressed=bool(mentions), conversations=(conv, base_conv))
     if activity.type == "messageDelete":
         return InboundMessage.model_validate(
             {
@@ -255,15 +269,23 @@ def parse_activity(identity: TeamsIdentity, activity: WireActivity) -> InboundMe
                 "event": ChoiceSelected(option_id=option, offer_message_id=activity.reply_to_id),
             }
         )
-    attachments = _attachments(activity)
-    if not addressed or (not text and not attachments):
+    keep = not addressed
+    if keep and identity.groups.keep is None:
         return None
+    attachments = () if keep else _attachments(activity)  # kept context is words only
+    if not text and not attachments:
+        return None
+    meta: dict[str, Any] = {"conversation_type": kind, "mentioned": bool(mentions)}
+    if identity.groups.keep is not None and kind != "personal":
+        meta.update(identity.groups.marks(kept=keep))
+        if conv.endswith(f";messageid={activity.id}"):  # a channel post opening its thread: the channel's chatter
+            meta[CONTEXT_AT_META] = [base_conv, None]
     return InboundMessage.model_validate(
         {
             **_base(identity, activity, kind),
             "dedup_key": f"{conv}:{activity.id}",
             "text": text,
             "event": Posted(attachments=attachments),
-            "meta": {"conversation_type": kind, "mentioned": bool(mentions)},
+            "meta": meta,
         }
     )

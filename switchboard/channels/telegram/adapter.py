@@ -49,6 +49,7 @@ from switchboard.core.actions import (
     StreamDelta,
     StreamText,
 )
+from switchboard.core.groups import GroupRule
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage
 from switchboard.errors import ConfigError, DeliveryError, MalformedBodyError, SignatureError
 
@@ -97,7 +98,8 @@ class TelegramChannel:
     Args:
         settings: The account's ``SWITCHBOARD_TELEGRAM__*`` block.
         account: The account name (``default`` for the env-configured bot).
-        require_mention: Group messages reach the agent only when they address the bot.
+        require_mention: Group messages reach the agent only when they address the bot (used without ``groups``).
+        groups: The account's group behaviour (``group_replies``).
         agent: The agent the account routes to, and
         tenant: its tenant (``BuildContext``): drafts are built routed (empty: the ingest router fills them in).
         poll_timeout: Seconds one ``getUpdates`` long poll waits (polling transport).
@@ -110,6 +112,7 @@ class TelegramChannel:
         *,
         account: str = "default",
         require_mention: bool = True,
+        groups: GroupRule | None = None,
         agent: str = "",
         tenant: str = "default",
         poll_timeout: float = 25.0,
@@ -125,6 +128,7 @@ class TelegramChannel:
             bot_id=int(prefix) if prefix.isdigit() else None,
             username=username,
             require_mention=require_mention,
+            groups=groups,
             agent=agent,
             tenant=tenant,
         )

@@ -14,6 +14,7 @@ def _build(settings: TelegramSettings, context: BuildContext) -> TelegramChannel
         settings,
         account=context.account,
         require_mention=context.require_mention,
+        groups=context.groups,
         agent=context.agent,
         tenant=context.tenant,
     )

@@ -1,8 +1,9 @@
 """Telegram ``Update`` → inbound events: what reaches the agent, and as what.
 
 The same reader serves the webhook and long polling; ``update_id`` is the dedup key. Messages, edits and button taps
-become events; private chats reach the agent on every message, groups only when the bot is mentioned or replied to
-(unless ``require_mention`` is off), and ``/command@another_bot`` never. Anything else parses to nothing, with no
+become events; private chats reach the agent on every message, groups as the account's ``group_replies`` say (when the
+bot is mentioned or replied to, or always; unaddressed messages kept as context or ignored, see
+:mod:`switchboard.core.groups`), and ``/command@another_bot`` never. Anything else parses to nothing, with no
 error, so Telegram stops retrying it (details: ``docs/channels/telegram.md``).
 """
 
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from typing_extensions import TypedDict
 
+from switchboard.core.groups import GroupRule
 from switchboard.core.messages import (
     Attachment,
     ChoiceSelected,
@@ -283,7 +285,9 @@ class UpdateReader:
         account: The account name the drafts carry.
         bot_id: The bot's user id (from its token), if known.
         username: The bot's ``@username`` without ``@``, if known.
-        require_mention: Group messages count only when they address the bot (else every one does).
+        require_mention: Group messages count only when they address the bot (else every one does); used when
+            ``groups`` is not given.
+        groups: The account's group behaviour (``group_replies``).
         agent: The agent the account routes to, and
         tenant: its tenant (see ``BuildContext``; empty: the ingest router fills both in, with a copy of the draft).
     """
@@ -295,6 +299,7 @@ class UpdateReader:
         bot_id: int | None,
         username: str | None,
         require_mention: bool = True,
+        groups: GroupRule | None = None,
         agent: str = "",
         tenant: str = "default",
     ) -> None:
@@ -303,7 +308,7 @@ class UpdateReader:
         self.tenant = tenant
         self.bot_id = bot_id
         self.username = username
-        self.require_mention = require_mention
+        self.groups = groups if groups is not None else GroupRule(answer="mention" if require_mention else "always")
 
     def read(self, update: WireUpdate) -> list[InboundMessage]:
         """Zero or one draft for one ``Update``."""
@@ -335,9 +340,11 @@ class UpdateReader:
         mentions = self._mentions(text, entities)
         command = self._command(text, entities)
         replied = self._replies_to_bot(message)
-        addressed = mentions or replied or not self.require_mention
-        if chat["type"] != _PRIVATE and not addressed:
-            return None
+        group = chat["type"] != _PRIVATE
+        if group and not self.groups.answers(addressed=bool(mentions) or replied, conversations=(str(chat["id"]),)):
+            if self.groups.keep is None or edited or not text.strip():
+                return None
+            return self._draft(update_id, message, user, text, _POSTED, mentioned=False, replied=False, keep=True)
         if command is not None and command[2] is not None and not self._is_for_us(command[2]):
             return None  # /command@another_bot
         event: InboundEvent
@@ -374,6 +381,7 @@ class UpdateReader:
         *,
         mentioned: bool,
         replied: bool,
+        keep: bool = False,
     ) -> InboundMessage:
         chat, message_id, topic = message["chat"], str(message["message_id"]), message.get("message_thread_id")
         thread = str(topic) if topic and message.get("is_topic_message") else None
@@ -403,8 +411,14 @@ class UpdateReader:
             event=event,
             platform_message_id=message_id,
             received_at=time.time(),
-            meta={"chat_type": chat_type, "mentioned": mentioned, "replied_to_bot": replied},
+            meta=self._meta(chat_type, mentioned=mentioned, replied=replied, keep=keep),
         )
+
+    def _meta(self, chat_type: str, *, mentioned: bool, replied: bool, keep: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {"chat_type": chat_type, "mentioned": mentioned, "replied_to_bot": replied}
+        if self.groups.keep is not None and chat_type != _PRIVATE:
+            meta.update(self.groups.marks(kept=keep))
+        return meta
 
     def _is_for_us(self, target: str) -> bool:
         return bool(self.username) and target.lower() == (self.username or "").lower()

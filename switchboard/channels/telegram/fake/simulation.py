@@ -1,8 +1,8 @@
 """Telegram under ``switchboard run`` without a bot token, and ``switchboard simulate telegram "text"``.
 
 ``run`` starts the fake Bot API with a made-up token and webhook secret and points the Telegram block at it;
-``simulate`` posts a signed ``Update`` from a new private chat to the gateway and reads the replies the fake
-received for that chat.
+``simulate`` posts a signed ``Update`` from a new private chat (or, with ``--group``, in a group, mentioning the bot
+with ``--mention``) to the gateway and reads the replies the fake received for that chat.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ async def _start(block: TelegramSettings) -> tuple[TelegramSettings, FakePlatfor
 
 def _details(block: TelegramSettings) -> dict[str, str]:
     secret = block.secret_token.get_secret_value() if block.secret_token else ""
-    return {"fake_url": block.api_base_url, "secret_token": secret}
+    return {"fake_url": block.api_base_url, "secret_token": secret, "bot_username": block.bot_username or ""}
 
 
 SIMULATED_USER = 6_999_999
@@ -65,6 +65,27 @@ def _request(details: Mapping[str, str], text: str) -> SampleRequest:
     )
     if text.startswith("/") and len(text) > 1:  # Telegram marks a leading command, so it reaches the bot as one
         update["message"]["entities"] = [{"type": "bot_command", "offset": 0, "length": len(text.split()[0])}]
+    body, headers = sign_update(update, details["secret_token"])
+    return SampleRequest(body=body, headers=headers, conversation=str(chat_id))
+
+
+def _group_request(details: Mapping[str, str], text: str, group: str, mention: bool) -> SampleRequest:
+    try:
+        chat_id = int(group)
+    except ValueError:
+        raise SystemExit(
+            f"switchboard: a Telegram group id is a number, such as -1001234567890 (got {group!r})"
+        ) from None
+    username = details.get("bot_username") or None
+    update = make_update(
+        text,
+        chat_id=chat_id,
+        update_id=int(time.time() * 1000) % 2_000_000_000,
+        message_id=int(time.time() * 1000) % 2_000_000_000,
+        chat_type="supergroup",
+        user_id=SIMULATED_USER,
+        mention=username if mention else None,
+    )
     body, headers = sign_update(update, details["secret_token"])
     return SampleRequest(body=body, headers=headers, conversation=str(chat_id))
 
@@ -84,6 +105,6 @@ async def _replies(http: aiohttp.ClientSession, details: Mapping[str, str], conv
 
 
 SIMULATION: Simulation[TelegramSettings] = Simulation(
-    start=_start, details=_details, request=_request, replies=_replies
+    start=_start, details=_details, request=_request, replies=_replies, group_request=_group_request
 )
 """How ``switchboard run`` fakes Telegram and how ``switchboard simulate telegram`` speaks to it."""
