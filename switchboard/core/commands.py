@@ -40,12 +40,14 @@ __all__ = [
     "CommandRule",
     "CommandSpec",
     "CommandsConfig",
+    "RoleMenu",
     "allowed_roles",
     "command_name",
     "help_text",
     "may_use",
     "menu",
     "refusal_text",
+    "role_menus",
     "turn_command",
     "turn_role",
     "typed_command",
@@ -193,6 +195,44 @@ def menu(
             continue
         if role is None or may_use(name, role, config):
             found.append((name, rule.description))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class RoleMenu:
+    """The command menu of one role, and the senders of a channel it is shown to."""
+
+    role: Role
+    commands: list[tuple[str, str]]
+    senders: tuple[str, ...] = ()
+    """Sender ids (``42`` of ``telegram:42``) of the channel given this menu; empty: everyone else's (the default)."""
+
+
+def role_menus(
+    config: CommandsConfig,
+    channel: str,
+    default_role: Role,
+    roles: Sequence[tuple[str, Role]],
+    *,
+    hidden: frozenset[str] = frozenset(),
+) -> list[RoleMenu]:
+    """The menus a platform that scopes menus per chat shows: the default role's, then one per other role.
+
+    ``roles`` are access control's ``(principal glob, role)`` entries, first match winning; only exact principals of
+    ``channel`` can be given their role's menu (a glob names no chat), the others see the default one.
+    """
+    found = [RoleMenu(default_role, menu(config, default_role, hidden=hidden))]
+    by_role: dict[Role, list[str]] = {}
+    seen: set[str] = set()
+    for pattern, role in roles:
+        head, _, sender = pattern.partition(":")
+        if head != channel or not sender or any(c in sender for c in "*?[") or sender in seen:
+            continue
+        seen.add(sender)
+        if role != default_role:
+            by_role.setdefault(role, []).append(sender)
+    for role, senders in by_role.items():
+        found.append(RoleMenu(role, menu(config, role, hidden=hidden), tuple(senders)))
     return found
 
 
