@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,7 @@ def test_a_handoff_to_an_undefined_agent_is_a_config_error(base_env: dict[str, s
 
     path = tmp_path / "bad.yaml"
     path.write_text(AGENTS.replace("instructions: You sell.", "instructions: You sell.\n    handoff: {to: [legal]}"))
-    with pytest.raises(ConfigError, match="agents.sales.handoff.to names 'legal'"):
+    with pytest.raises(ConfigError, match=re.escape("agents.sales.handoff.to names 'legal'")):
         load_settings(base_env | {"SWITCHBOARD_CONFIG": str(path)})
 
 
