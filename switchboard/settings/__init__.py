@@ -289,6 +289,12 @@ def _check_agents_named(cfg: FileConfig, path: Path) -> None:
                 field=f"routing.{index}.agent",
             )
     for name, agent in cfg.agents.items():
+        if "handoff" in agent.tools and agent.handoff is None:
+            raise ConfigError(
+                f"{path}: agents.{name} has the handoff tool but no handoff block: add "
+                "`handoff: {to: [<agent>, ...]}` naming whom it may hand conversations to",
+                field=f"agents.{name}.handoff",
+            )
         for target in agent.handoff.to if agent.handoff is not None else ():
             if target not in cfg.agents or target == name:
                 why = "itself" if target == name else "an agent that is not defined"

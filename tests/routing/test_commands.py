@@ -5,14 +5,26 @@ Senders: ``telegram:42`` is an admin, ``telegram:66`` a guest, everyone else a u
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.channels.discord.fake.platform import FakeDiscord, make_command, sign_interaction
 from switchboard.channels.slack.fake.platform import FakeSlack
+from switchboard.cli.worker import run_worker
 from switchboard.queue.keys import SessionKeys
+from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from switchboard.web.app import create_app
+from tests.channels._discord_fixtures import APP_ID, BOT_ID, KEY, PUBLIC_KEY
+from tests.channels._discord_fixtures import TOKEN as DISCORD_TOKEN
 from tests.fakes.telegram_api import FakeTelegram
 from tests.routing.test_gateway import AGENTS, Start, events, replies, slack, start, telegram  # noqa: F401
+from tests.waiting import wait_until
 
 CONFIG = (
     AGENTS.replace(
@@ -29,6 +41,14 @@ commands:
   usage: {roles: [admin, user]}
 """
 )
+
+
+@pytest.fixture
+async def discord() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(DISCORD_TOKEN, bot_id=BOT_ID, application_id=APP_ID) as server:
+        yield server
+
+
 ROLE_CHAT = {"admin": 42, "user": 501, "guest": 66}
 
 # command, role, what the answer holds (or ``!text``: must not hold)
@@ -143,3 +163,42 @@ async def test_typed_commands_are_recognised_where_the_platform_has_none(
     await gateway.slack("/etc/hosts is a file")  # not a command: the model reads it
     await gateway.until(lambda: len(slack.sent(channel="D0DIRECT")) == 2, "the answer")
     assert "You said" in str(slack.sent(channel="D0DIRECT")[1].params["text"])
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("status", "Agent: Sales (sales)"),
+        ("whoami", "You are discord:501 (role: user)."),
+        ("model", "/model is not available to you here"),
+        ("help", "/whoami — Who I think you are"),
+    ],
+)
+async def test_discord_slash_commands_are_answered_by_the_gateway(
+    base_env: dict[str, str], tmp_path: Path, aiohttp_client: Any, discord: FakeDiscord, command: str, expected: str
+) -> None:
+    path = tmp_path / "discord.yaml"
+    path.write_text(CONFIG)
+    env = base_env | {
+        "SWITCHBOARD_CONFIG": str(path),
+        "SWITCHBOARD_DISCORD__BOT_TOKEN": DISCORD_TOKEN,
+        "SWITCHBOARD_DISCORD__PUBLIC_KEY": PUBLIC_KEY,
+        "SWITCHBOARD_DISCORD__APPLICATION_ID": APP_ID,
+        "SWITCHBOARD_DISCORD__API_BASE_URL": discord.api_url,
+        "SWITCHBOARD_DISCORD__GATEWAY": "false",
+    }
+    client = await aiohttp_client(create_app(load_settings(env), listeners=False))
+    body, headers = sign_interaction(make_command(command, token=f"tok-{command}"), KEY)
+    assert (await client.post("/webhooks/discord", data=body, headers=headers)).status == 200
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(load_settings(env), stop))
+
+    def answered() -> list[str]:
+        calls = [c for c in discord.calls if c.token == f"tok-{command}" and c.method in ("POST", "PATCH")]
+        return [str(c.body.get("content", "")) for c in calls]
+
+    try:
+        await wait_until(lambda: any(expected in text for text in answered()), f"the answer to /{command}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)

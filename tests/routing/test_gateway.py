@@ -321,3 +321,12 @@ async def test_a_refused_handoff_leaves_the_conversation_with_its_agent(
     await gateway.telegram("still there?")
     await gateway.until(lambda: len(replies(telegram)) == 2, "the next answer")
     assert await agents_of(async_redis, "telegram") == ["sales"]
+
+
+def test_the_handoff_tool_without_a_handoff_block_is_a_config_error(base_env: dict[str, str], tmp_path: Path) -> None:
+    from switchboard.errors import ConfigError
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(AGENTS.replace("instructions: You sell.", "instructions: You sell.\n    tools: [handoff]"))
+    with pytest.raises(ConfigError, match=re.escape("agents.sales has the handoff tool but no handoff block")):
+        load_settings(base_env | {"SWITCHBOARD_CONFIG": str(path)})
