@@ -20,7 +20,7 @@ from typing import Final, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from switchboard.core.access import ROLES, Role, least_role, stamped_role
+from switchboard.core.access import ROLES, Role
 from switchboard.core.messages import (
     ChoiceSelected,
     CommandIssued,
@@ -49,7 +49,6 @@ __all__ = [
     "refusal_text",
     "role_menus",
     "turn_command",
-    "turn_role",
     "typed_command",
 ]
 
@@ -169,11 +168,6 @@ def allowed_roles(name: str, config: CommandsConfig) -> tuple[Role, ...]:
 def may_use(name: str, role: Role, config: CommandsConfig) -> bool:
     """Whether a sender of ``role`` may use command ``name``."""
     return role in allowed_roles(name, config)
-
-
-def turn_role(messages: Sequence[InboundMessage]) -> Role:
-    """The least trusted role stamped on the turn's messages (a batch lends none of its senders more)."""
-    return least_role(stamped_role(m.meta) for m in messages)
 
 
 def menu(

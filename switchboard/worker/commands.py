@@ -24,7 +24,7 @@ from switchboard.core.commands import (
     turn_command,
 )
 from switchboard.core.events import CommandAnswered, Event
-from switchboard.core.inbound import greeting
+from switchboard.core.inbound import RESET_COMMAND_NAMES, greeting
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import TurnRequest, TurnResult
 from switchboard.queue.handoffs import Handoffs
@@ -33,10 +33,8 @@ from switchboard.queue.people import People
 from switchboard.settings import FileConfig
 from switchboard.types import SessionKey, SessionState
 
-__all__ = ["RESET_COMMANDS", "CommandDesk", "Reply", "model_override"]
+__all__ = ["CommandDesk", "Reply", "model_override"]
 
-RESET_COMMANDS = frozenset({"new", "reset"})
-"""Commands that start the conversation over (the runtime forgets it; this desk ends its handoff and model)."""
 DEFAULT_MODEL = "the default model"
 
 
@@ -81,7 +79,7 @@ class CommandDesk:
             return None
         role = request.role
         if command.name == "stop" or may_use(command.name, role, self.commands):
-            if command.name in RESET_COMMANDS:
+            if command.name in RESET_COMMAND_NAMES:  # the runtime forgets the conversation
                 await self._start_over(request, conversation)
             return await self._built_in(command, request, messages)
         fact = CommandAnswered(message_id=messages[-1].id, command=command.name, role=role, outcome="refused")
