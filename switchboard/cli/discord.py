@@ -2,7 +2,8 @@
 
 ``listen`` (the default) holds each Discord bot's gateway connection in a process of its own
 (:func:`switchboard.cli.listeners.run_listeners`: one holder per bot across all processes, so it is safe beside
-``web`` or twice). ``register-commands`` registers ``/ask``, ``/reset`` and ``/stop`` for every configured bot.
+``web`` or twice). ``register-commands`` registers ``/ask``, ``/reset``, ``/stop`` and the gateway's other commands
+(``/new``, ``/status``, ``/help``…, :func:`switchboard.core.commands.menu`) for every configured bot.
 """
 
 from __future__ import annotations
@@ -13,12 +14,23 @@ import sys
 from switchboard.channels.discord.adapter import DiscordChannel
 from switchboard.cli.listeners import build_adapters, run_listeners
 from switchboard.cli.processes import require_redis, serve_forever, stop_event
+from switchboard.core.commands import may_use, menu
 from switchboard.errors import DeliveryError
 from switchboard.settings import Settings
 
-__all__ = ["ACTIONS", "discord_command", "register_commands"]
+__all__ = ["ACTIONS", "discord_command", "discord_menu", "register_commands"]
 
 ACTIONS = ("listen", "register-commands")
+
+
+def discord_menu(settings: Settings) -> list[tuple[str, str, bool]]:
+    """``(name, description, admins only)`` of the gateway's commands: one a ``user`` may not use is for admins."""
+    config = settings.file
+    hidden = frozenset() if config.identity.self_link else frozenset({"link"})
+    return [
+        (name, description, not may_use(name, "user", config.commands))
+        for name, description in menu(config.commands, hidden=hidden)
+    ]
 
 
 async def register_commands(settings: Settings) -> int:
@@ -31,7 +43,7 @@ async def register_commands(settings: Settings) -> int:
     for (_, account), adapter in adapters.items():
         assert isinstance(adapter, DiscordChannel)
         try:
-            names = await adapter.register_commands()
+            names = await adapter.register_commands(discord_menu(settings))
             print(f"discord/{account}: registered " + ", ".join(f"/{name}" for name in names))
         except DeliveryError as err:
             print(f"discord/{account}: {err}", file=sys.stderr)

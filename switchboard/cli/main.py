@@ -115,7 +115,7 @@ def cmd_skills(settings: Settings, action: str, target: str | None, template: st
 
 
 def cmd_telegram(settings: Settings, action: str, url: str | None, account: str) -> int:
-    """``telegram set-webhook URL`` / ``delete-webhook`` / ``webhook-info``."""
+    """``telegram set-webhook URL`` / ``delete-webhook`` / ``webhook-info`` / ``set-commands``."""
     from switchboard.cli.telegram import telegram_command
 
     return telegram_command(settings, action, url, account)
@@ -394,7 +394,9 @@ def _parser() -> argparse.ArgumentParser:
         "checks on every request. delete-webhook: stop Telegram posting (for long polling, "
         "SWITCHBOARD_TELEGRAM__TRANSPORT=polling). webhook-info: where Telegram posts now, and its last error.",
     )
-    telegram.add_argument("action", choices=["set-webhook", "delete-webhook", "webhook-info"], help="what to do")
+    telegram.add_argument(
+        "action", choices=["set-webhook", "delete-webhook", "webhook-info", "set-commands"], help="what to do"
+    )
     telegram.add_argument("url", nargs="?", help="the webhook URL (set-webhook)")
     telegram.add_argument("--account", default="default", help="the Telegram account (a YAML account name)")
     _control_parsers(sub)

@@ -23,8 +23,10 @@ __all__ = [
     "ApprovalSettled",
     "BudgetAlerted",
     "BudgetExhausted",
+    "CommandAnswered",
     "ContextKept",
     "ControlChanged",
+    "ConversationHandedOff",
     "DeliveryReported",
     "DropReason",
     "EgressDecision",
@@ -439,6 +441,33 @@ class ScheduleSkipped(_Event):
     detail: str = ""
 
 
+class ConversationHandedOff(_Event):
+    """An agent handed the conversation to another (the ``handoff`` tool): the next messages go to ``to``."""
+
+    kind: Literal["conversation_handed_off"] = "conversation_handed_off"
+    from_agent: str
+    to: str
+    reason: str
+    history: Literal["none", "summary", "full"]
+    """What the receiving agent may see of the conversation (``handoff.history``)."""
+    carried: int
+    """How many history entries the receiving agent got (the handing agent's note included)."""
+
+
+class CommandAnswered(_Event):
+    """A chat command the gateway answered without a model call (``/status``, ``/model``, ``/whoami``, ``/help``).
+
+    ``outcome``: ``answered``, ``refused`` (the sender's role may not use it), or ``switched`` (``/model`` changed
+    the conversation's model to ``detail``).
+    """
+
+    kind: Literal["command_answered"] = "command_answered"
+    command: str
+    role: Literal["admin", "user", "guest"]
+    outcome: Literal["answered", "refused", "switched"]
+    detail: str = ""
+
+
 Event = Annotated[
     MessageReceived
     | MessageDropped
@@ -471,7 +500,9 @@ Event = Annotated[
     | BudgetExhausted
     | PersonLinked
     | PersonUnlinked
-    | ScheduleSkipped,
+    | ScheduleSkipped
+    | ConversationHandedOff
+    | CommandAnswered,
     Field(discriminator="kind"),
 ]
 """Any event-log fact."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, assert_never, runtime_checkable
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.commands import command_name
 from switchboard.core.groups import CONTEXT_META, context_text
 from switchboard.core.messages import (
     ChoiceSelected,
@@ -34,6 +35,7 @@ from switchboard.core.turn import SessionStore, TurnResult
 __all__ = [
     "GREETING_COMMANDS",
     "NOT_OFFERED_PREFIX",
+    "RESET_COMMAND_NAMES",
     "RESET_TEXT",
     "STOP_COMMAND_NAMES",
     "ConversationReset",
@@ -68,9 +70,13 @@ class ConversationReset(Protocol):
         """Delete the session's history and slots (fenced like every write)."""
 
 
+RESET_COMMAND_NAMES = frozenset({"reset", "new"})
+"""Commands that forget the conversation (the platform's, or typed as a message on any channel)."""
+
+
 def is_reset(message: InboundMessage) -> bool:
-    """Whether ``message`` is the ``/reset`` command."""
-    return isinstance(message.event, CommandIssued) and message.event.name == "reset"
+    """Whether ``message`` is ``/reset`` or ``/new`` (the platform's command, or typed)."""
+    return command_name(message) in RESET_COMMAND_NAMES
 
 
 def _command_text(name: str, args: str) -> str:
@@ -101,7 +107,8 @@ def event_text(message: InboundMessage) -> str | None:
     - ``Posted``: the message text, then one line per shared location or contact (:func:`shared_text`, e.g.
       ``[location: 52.52, 13.405 — Alexanderplatz, Berlin]``, ``[contact: Ada Lovelace, +44 20 7946 0000]``);
       attachments are added by :mod:`switchboard.core.agent.attachments`.
-    - ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` clears the
+    - ``CommandIssued``: ``stop``/``cancel`` are the queue's (they stop the running turn); ``reset`` (or ``new``,
+      also typed as a message) clears the
       conversation's history and session-state slots and is confirmed without the model; ``start``/``help`` get a
       short greeting without the model; ``ask`` is a message with the command's arguments; any other command reaches
       the model as the text the user typed (``/name args``).

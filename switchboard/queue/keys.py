@@ -154,6 +154,11 @@ class SessionKeys:
         return self._k("control")
 
     @property
+    def model(self) -> str:
+        """STRING ``provider:name``: the model ``/model`` chose for this conversation (absent: the agent's own)."""
+        return self._k("model")
+
+    @property
     def rate(self) -> str:
         """STRING, PX TTL: the session's message-rate meter (GCRA arrival time, ms; see ``lua/_limits.lua``)."""
         return self._k("rate")
@@ -289,6 +294,13 @@ class GlobalKeys:
     def schedules_of_tenant(self, tenant: str) -> str:
         """SET of one tenant's job ids."""
         return f"{self.prefix}:{{schedules}}:tenant:{tenant}"
+
+    def handoff(self, conversation: str) -> str:
+        """STRING JSON ``{agent, from, reason, at}`` with a TTL: the agent a conversation was handed to.
+
+        ``conversation`` is ``tenant/-/channel/account/conversation[/thread]`` (a session key without its agent).
+        """
+        return f"{self.prefix}:handoff:{conversation}"
 
     @property
     def reaper_lock(self) -> str:

@@ -16,19 +16,21 @@ from pydantic_core import PydanticSerializationError
 from redis.exceptions import RedisError
 
 from switchboard.channels.base import Channel, DeliveryStatus, Emit, HttpAnswer, Inbound
-from switchboard.channels.registry import Route, account_group_rule, busy_policy, resolve_route
+from switchboard.channels.registry import CHANNEL_MODULES, Route, account_group_rule, busy_policy, resolve_route
 from switchboard.core.access import Admitted, judge
 from switchboard.core.groups import CONTEXT_ONLY_META, KeepContext
 from switchboard.core.messages import ExternalEvent, InboundMessage, OperatorActed, Scheduled, session_key
-from switchboard.errors import MalformedBodyError, QueueUnavailableError
+from switchboard.core.routing import bound_agent
+from switchboard.errors import ConfigError, MalformedBodyError, QueueUnavailableError
 from switchboard.queue import groups
 from switchboard.queue.access import AccessGate, Notify, rules_from_config
+from switchboard.queue.handoffs import Handoffs
 from switchboard.queue.ingest import Ingestor, IngestResult
 from switchboard.queue.statuses import record_statuses
 from switchboard.settings import FileConfig
 from switchboard.types import BusyPolicy
 
-__all__ = ["IngestMetrics", "IngestRouter", "Route", "busy_policy", "resolve_route"]
+__all__ = ["IngestMetrics", "IngestRouter", "Route", "busy_policy", "check_routing", "resolve_route"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,27 @@ class IngestMetrics(Protocol):
 
     def rejected(self, channel: str, reason: str) -> None:
         """Count one message or request refused (``reason`` is a code of ours)."""
+
+
+def check_routing(config: FileConfig) -> None:
+    """The ``routing`` bindings name channels that exist (agents are checked when the file is loaded).
+
+    Raises:
+        ConfigError: a binding names an unknown channel, or the web chat (whose sessions pick their agent).
+    """
+    for index, rule in enumerate(config.routing):
+        channel = rule.match.channel
+        if channel == "web":
+            raise ConfigError(
+                f"routing[{index}]: the web chat picks its agent per session (the agent the page asks for); "
+                "remove `channel: web` from this binding",
+                field=f"routing.{index}.match.channel",
+            )
+        if channel is not None and channel not in CHANNEL_MODULES:
+            raise ConfigError(
+                f"routing[{index}]: unknown channel {channel!r} (channels: {', '.join(sorted(CHANNEL_MODULES))})",
+                field=f"routing.{index}.match.channel",
+            )
 
 
 class IngestRouter:
@@ -65,8 +88,9 @@ class IngestRouter:
             notify: sends access control's answer to a refused sender (``None``: refused silently).
 
         Raises:
-            ConfigError: an account routes to an agent that is not defined.
+            ConfigError: an account routes to an agent that is not defined, or a binding names an unknown channel.
         """
+        check_routing(config)
         self.ingestor = ingestor
         self.config = config
         self.metrics = metrics
@@ -84,6 +108,9 @@ class IngestRouter:
             keep = account_group_rule(config, *key).keep
             if keep is not None:
                 self._keep[key] = keep
+        self.handoffs = Handoffs.build(ingestor.redis, config)
+        """Conversations handed to another agent (``None`` when no agent may hand over: nothing is read)."""
+        self._bindings = tuple(config.routing)
 
     @property
     def routes(self) -> Mapping[tuple[str, str], Route]:
@@ -127,16 +154,21 @@ class IngestRouter:
             await self._keep_context(draft)
             return None
         if self.gate is not None:
-            admitted = await self._admit(draft)
+            admitted = await self._admit(draft)  # stamps the sender's role, which a binding may match
             if admitted is None:
                 return None
             draft = admitted
+        if self._bindings or self.handoffs is not None:
+            draft, policy = await self._bind(draft, policy)
         result = await self.ingestor.ingest(draft, busy_policy=policy, echo=echo, idempotent=idempotent)
         self._count(message.conversation.channel, result)
         return result
 
     async def _keep_context(self, draft: InboundMessage) -> None:
         """Keep a group message that did not address the bot as context (no run), if its account keeps any.
+
+        It is kept for the account's agent: a conversation handed over or bound to another agent answers without it
+        (``docs/groups.md``).
 
         Access control decides from the configuration alone (who is not admitted by it is not kept, and nobody is
         answered: the message was not for the bot).
@@ -160,6 +192,30 @@ class IngestRouter:
             )
         except (TimeoutError, RedisError, OSError) as err:
             raise QueueUnavailableError(f"Redis did not confirm the kept context: {type(err).__name__}") from err
+
+    async def _bind(self, draft: InboundMessage, policy: BusyPolicy) -> tuple[InboundMessage, BusyPolicy]:
+        """The draft sent to the agent its conversation was handed to, else the first ``routing`` binding's.
+
+        The web chat is left as it is: its sessions name their agent.
+        """
+        conv = draft.conversation
+        if conv.channel == "web":
+            return draft, policy
+        agent = None
+        if self.handoffs is not None:
+            try:
+                agent = await self.handoffs.bound(conv)
+            except (TimeoutError, RedisError, OSError) as err:
+                raise QueueUnavailableError(f"Redis did not answer the handoff lookup: {type(err).__name__}") from err
+        if agent is None:
+            agent = bound_agent(self._bindings, draft)
+        if agent is None or agent == conv.agent:
+            return draft, policy
+        routed = conv.model_copy(update={"agent": agent})
+        return (
+            draft.model_copy(update={"conversation": routed}),
+            busy_policy(self.config, conv.channel, conv.account, agent),
+        )
 
     async def _admit(self, draft: InboundMessage) -> InboundMessage | None:
         """The routed draft as access control admits it (role stamped), or ``None`` when refused (counted)."""
@@ -241,6 +297,8 @@ class IngestRouter:
                 if admitted is None:
                     continue
                 found = (admitted, found[1])
+            if self._bindings or self.handoffs is not None:
+                found = await self._bind(*found)
             routed.append(found)
         if routed:  # each counted as soon as it is confirmed, as one by one (also those before a failure)
             await self.ingestor.ingest_all(

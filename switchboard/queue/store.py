@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from pydantic import Json, TypeAdapter, ValidationError
 
 from switchboard.core.schedules import ScheduleSpec
+from switchboard.core.tools.builtin.handoff import ConversationHandoff, HandoffDone
 from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue import scripts
@@ -79,6 +80,8 @@ class RedisSessionStore:
         self.token = token or f"{epoch}:"
         self._keys = SessionKeys(session)
         self._effects = RedisEffects(redis, session, self.token, epoch)
+        self.handoff: ConversationHandoff | None = None
+        """Hands the conversation to another agent (set by the drain when some agent may; ``None``: none may)."""
 
     @classmethod
     def for_lease(cls, redis: aioredis.Redis, lease: LeaseToken, settings: QueueSettings) -> RedisSessionStore:
@@ -139,6 +142,16 @@ class RedisSessionStore:
     async def effect_doubt(self, key: str, record: EffectRecord, info: Mapping[str, Any]) -> None:
         """Route an effect in doubt (``started``, no result) to reconciliation (never re-executed automatically)."""
         await self._effects.effect_doubt(key, record, info)
+
+    async def hand_off(self, from_agent: str, to: str, reason: str, note: str) -> HandoffDone:
+        """Hand the conversation to agent ``to`` (the ``handoff`` tool's backend, :mod:`switchboard.queue.handoffs`).
+
+        Raises:
+            ValueError: no agent may hand over here, or ``from_agent`` may not hand to ``to``.
+        """
+        if self.handoff is None:
+            raise ValueError("this agent may not hand conversations over (it has no handoff block)")
+        return await self.handoff.hand_off(from_agent, to, reason, note)
 
     async def schedule_add(
         self,

@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,6 +30,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, Settin
 from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
+from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
+from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
@@ -242,6 +245,13 @@ class FileConfig(BaseModel):
             seen[key] = index
         return self
 
+    routing: list[RoutingRule] = Field(default_factory=list)
+    """Bindings of messages to agents, first match wins (``docs/routing.md``); none: each account's agent."""
+    commands: dict[Annotated[str, StringConstraints(pattern=COMMAND_NAME_PATTERN)], CommandRule] = Field(
+        default_factory=dict
+    )
+    """Who may use each chat command, and the descriptions of your own (``docs/commands.md``)."""
+
     schedules: list[ScheduleSpec] = Field(default_factory=list)
     """Operators' scheduled jobs (``docs/schedules.md``): each worker keeps Redis in step with this list at start."""
 
@@ -262,6 +272,36 @@ class FileConfig(BaseModel):
         except KeyError:
             known = ", ".join(sorted(self.agents)) or "none"
             raise ConfigError(f"unknown agent {key!r} (defined: {known})", field=f"agents.{key}") from None
+
+
+def _check_agents_named(cfg: FileConfig, path: Path) -> None:
+    """Every agent ``routing`` and ``handoff`` blocks name is defined.
+
+    Raises:
+        ConfigError: one names an agent that is not.
+    """
+    defined = ", ".join(sorted(cfg.agents))
+    for index, rule in enumerate(cfg.routing):
+        if rule.agent not in cfg.agents:
+            raise ConfigError(
+                f"{path}: routing[{index}] sends messages to agent {rule.agent!r}, which is not defined under agents "
+                f"(defined: {defined})",
+                field=f"routing.{index}.agent",
+            )
+    for name, agent in cfg.agents.items():
+        if "handoff" in agent.tools and agent.handoff is None:
+            raise ConfigError(
+                f"{path}: agents.{name} has the handoff tool but no handoff block: add "
+                "`handoff: {to: [<agent>, ...]}` naming whom it may hand conversations to",
+                field=f"agents.{name}.handoff",
+            )
+        for target in agent.handoff.to if agent.handoff is not None else ():
+            if target not in cfg.agents or target == name:
+                why = "itself" if target == name else "an agent that is not defined"
+                raise ConfigError(
+                    f"{path}: agents.{name}.handoff.to names {target!r}, {why} (defined: {defined})",
+                    field=f"agents.{name}.handoff.to",
+                )
 
 
 def _default_agents() -> dict[str, Agent]:
@@ -463,6 +503,7 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
             f"(defined: {', '.join(sorted(cfg.agents))})",
             field="default_agent",
         )
+    _check_agents_named(cfg, path)
     for index, job in enumerate(cfg.schedules):
         if job.target.agent and job.target.agent not in cfg.agents:
             raise ConfigError(

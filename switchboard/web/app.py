@@ -16,7 +16,7 @@ from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.reaper import live_workers, worker_ttl_s
-from switchboard.queue.router import IngestRouter
+from switchboard.queue.router import IngestRouter, check_routing
 from switchboard.queue.stats import Stats, read_stats
 from switchboard.settings import Settings
 from switchboard.web import webhooks
@@ -104,6 +104,7 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     """
     if not settings.redis_url:
         raise ValueError("create_app needs settings.redis_url")
+    check_routing(settings.file)  # a binding naming an unknown channel stops start-up, not the first message
     app = web.Application(client_max_size=settings.queue.max_body_bytes)
     app[SETTINGS] = settings
     app[METRICS] = Metrics()

@@ -16,9 +16,10 @@ import redis.asyncio as aioredis
 
 from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.budgets import IdentityConfig, usage_text
+from switchboard.core.commands import turn_command
 from switchboard.core.events import Event, UsageMetered
 from switchboard.core.inbound import plan_turn
-from switchboard.core.messages import CommandIssued, InboundMessage
+from switchboard.core.messages import InboundMessage
 from switchboard.core.turn import TurnRequest, TurnResult
 from switchboard.queue.budgets import Budgets, Counter
 from switchboard.queue.people import LinkRefused, People
@@ -40,8 +41,8 @@ LINK_COMMAND = "link"
 
 def command_of(messages: Sequence[InboundMessage]) -> str | None:
     """The command every message of the turn is (``/usage`` sent twice is one ``usage``), else ``None``."""
-    names = {m.event.name if isinstance(m.event, CommandIssued) else None for m in messages}
-    return names.pop() if len(names) == 1 else None
+    command = turn_command(messages)
+    return command.name if command is not None else None
 
 
 _ONE_TO_ONE = frozenset({"web", "whatsapp", "messenger", "instagram"})
@@ -116,7 +117,8 @@ class TurnGate:
             request = self._as_person(request, messages, person)
         user = person or principal
         if command == LINK_COMMAND and self.identity.self_link:
-            return await self._link(request, messages[-1])
+            typed = turn_command(messages)
+            return await self._link(request, messages[-1], typed.args if typed is not None else "")
         if command == USAGE_COMMAND:
             if self.budgets is None:
                 return Ticket(request, usage_without_budgets())
@@ -154,8 +156,8 @@ class TurnGate:
         stopped = ticket.cap if ticket.cap is not None and metered.stopped_by == "credits" else None
         return list(await self.budgets.charge(ticket.counters, metered.credits, stopped_at_cap=stopped))
 
-    async def _link(self, request: TurnRequest, message: InboundMessage) -> Ticket:
-        tenant, principal, code = request.tenant, request.actor, message.text.strip()
+    async def _link(self, request: TurnRequest, message: InboundMessage, code: str) -> Ticket:
+        tenant, principal = request.tenant, request.actor
         if ":" not in principal or principal.startswith("console:"):
             return Ticket(request, TurnResult(text="Only a chat account can be linked.", steps=0))
         if not code and not is_direct(message):  # a code shown in a group could be sent back by anyone there

@@ -47,6 +47,7 @@ from switchboard.outbound.toolstatus import StatusBoard, resume, settle
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.groups import take as take_context
+from switchboard.queue.handoffs import Handoffs, TurnHandoff
 from switchboard.queue.jobs import DrainJobs, StartedJob
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
@@ -56,6 +57,7 @@ from switchboard.types import SessionKey
 from switchboard.worker.authority import turn_request
 from switchboard.worker.budgets import USAGE_COMMAND, Ticket, TurnGate, command_of, usage_without_budgets
 from switchboard.worker.busy import answered_part
+from switchboard.worker.commands import CommandDesk, model_override
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 from switchboard.worker.endings import TurnEndings, end_interrupted
 
@@ -225,6 +227,10 @@ class Drainer(TurnEndings):
         """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
         self.gate = TurnGate.build(redis, config)
         """Budgets and linked identities (``None`` when neither is configured: a turn then asks Redis nothing more)."""
+        self.handoffs = Handoffs.build(redis, config, history_maxlen=settings.history_maxlen)
+        """Conversations handed between agents (``None`` when no agent may hand over)."""
+        self.desk = CommandDesk(redis, config, self.handoffs)
+        """Answers ``/status``, ``/model``, ``/whoami``, ``/help`` and refuses commands a role may not use."""
 
     def cancel(self, session: SessionKey, reason: str) -> bool:
         """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
@@ -422,10 +428,14 @@ class Drainer(TurnEndings):
             await self._notify(turn, SetStatus(status="running", reply_to=turn.reply_to), "status:running")
         self._schedule_typing(turn)
         agent = self.agent_for(messages[0])
+        if agent.models_allowed:  # the model /model chose for this conversation
+            agent = await model_override(self.redis, turn.lease.session, agent)
         conversation = messages[-1].conversation
         request = turn_request(self.config, turn.lease.session, agent, messages, turn.run_id)
         events = EventLog(self.redis, turn.lease, maxlen=self.settings.events_maxlen)
         store = AttemptStore(self.redis, turn.lease, self.settings, attempt)
+        if self.handoffs is not None:
+            store.handoff = TurnHandoff(self.handoffs, conversation, messages)
         sink = _Sink(self, turn, events)
         notice = False
         if all(is_stop(m) for m in messages):
@@ -435,6 +445,9 @@ class Drainer(TurnEndings):
             said = stopped and turn.stop_shown
             result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
             notice = True
+        elif (command := await self.desk.answer(request, messages, conversation)) is not None:
+            sink.held.extend(command.events)  # written with the reply's claim
+            result = command.result
         else:
             ticket = await self.gate.before(request, messages) if self.gate is not None else None
             result = await self._answer(turn, ticket, request, messages, sink, store, agent.limits.deadline_s)

@@ -63,8 +63,11 @@ async def test_register_commands(
     base_env: dict[str, str], fake: FakeDiscord, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert await register_commands(load_settings(_env(base_env, fake))) == 0
-    assert [c["name"] for c in fake.state.commands] == ["ask", "reset", "stop"]
-    assert "discord/default: registered /ask, /reset, /stop" in capsys.readouterr().out
+    names = ["ask", "reset", "stop", "new", "status", "usage", "model", "whoami", "help"]  # /link: identity is off
+    assert [c["name"] for c in fake.state.commands] == names
+    assert "discord/default: registered /ask, /reset, /stop, /new, /status" in capsys.readouterr().out
+    admins_only = [c["name"] for c in fake.state.commands if c.get("default_member_permissions") == "8"]
+    assert admins_only == ["model"]  # a user may not use it: shown to server administrators only
     fake.state.refuse_next(1, status=401)
     assert await register_commands(load_settings(_env(base_env, fake))) == 1
 

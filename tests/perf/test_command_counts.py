@@ -63,8 +63,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # (found paired less than ``recheck_s`` ago); "access_recheck" the same with ``recheck_s: 0`` (looked up every message);
 # "budgets" the plain message under three period budgets (tenant, agent, user: the person lookup, one read, one
 # charge); "group_ignored" a group message that does not address the bot (default ``group_replies``: ignored, nothing
-# written); "group_context_kept" the same with ``group_replies.keep_context`` on (kept as context, no run). Minus
-# "plain": what the feature costs.
+# written); "group_context_kept" the same with ``group_replies.keep_context`` on (kept as context, no run); "routing"
+# the plain message with a ``routing`` binding it does not match and an agent that may hand over (the conversation's
+# handoff binding read). Minus "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -366,6 +367,45 @@ PINNED: dict[str, dict[str, Any]] = {
         "worker": 52,
         "worker_client": 5,
     },
+    "routing": {
+        "client": 7,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 5,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 68,
+        "web": 16,
+        "web_client": 2,
+        "worker": 52,
+        "worker_client": 5,
+    },
     "tool_call": {
         "client": 8,
         "commands": {
@@ -479,6 +519,16 @@ budgets:
   - {scope: user, period: day, credits: 1000000}
 """
 """The "budgets" scenario: a tenant, an agent and a user budget (never reached), metered at a price."""
+ROUTING = """\
+    handoff: {to: [billing], history: summary}
+  billing:
+    profile: {name: Billing}
+    instructions: You answer billing questions.
+routing:
+  - {match: {keyword: invoice}, agent: billing}
+"""
+"""The "routing" scenario: a keyword binding the message does not match, and an agent that may hand over (the
+conversation's handoff binding is read for every message)."""
 LIMITS_ON = {
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "1000000",
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "1000000",
@@ -950,6 +1000,11 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         group_chatter(gw, counts, "group_ignored", -1001)
         gw.start(LIMITS_OFF, groups={"keep_context": {"enabled": True}})
         group_chatter(gw, counts, "group_context_kept", -1002)
+        routing = tmp_path / "routing.yaml"
+        tools = "    tools: [current_time]\n"
+        routing.write_text(MINIMAL_CONFIG.replace(tools, tools + ROUTING))
+        gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(routing)})
+        one_at_a_time(gw, counts, "routing", 1001, "hello there")
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

@@ -140,3 +140,23 @@ async def test_a_zombie_drain_cannot_write_to_the_stream(chat: Chat) -> None:
     finally:
         CURRENT_LEASE.reset(reset)
     assert await chat.redis.xrange(keys.web) == before
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("/help", "/whoami — Who I think you are, and your role"),
+        ("/whoami", "(role: user)"),
+        ("/status", "Messages waiting: 0"),
+        ("/model", "/model is not available to you here"),
+    ],
+)
+async def test_the_web_chat_has_no_menu_but_typed_commands_are_answered(chat: Chat, typed: str, expected: str) -> None:
+    _, token = await chat.new_session()
+    session = await chat.session_key(token)
+    async with chat.client.get(f"/api/chat/stream?token={token}") as resp:
+        await chat.send(token, typed, client_id="c1")
+        await _drainer(chat).drain(SessionKey(session))
+        live = await read_sse(resp, 5)
+    [message] = [text for kind, text in _summary(live) if kind == "message"]
+    assert message is not None and expected in message and "You said" not in message  # not the runner's answer

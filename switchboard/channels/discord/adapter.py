@@ -12,7 +12,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal, assert_never
 from urllib.parse import urlsplit
 
@@ -96,7 +96,11 @@ COMMANDS: list[dict[str, Any]] = [
     {"name": "reset", "description": "Start a new conversation", "contexts": [0, 1, 2]},
     {"name": "stop", "description": "Stop the current reply", "contexts": [0, 1, 2]},
 ]
-"""The application commands ``switchboard discord register-commands`` registers."""
+"""The application commands ``switchboard discord register-commands`` always registers (the gateway's other
+commands are added from :func:`switchboard.core.commands.menu`)."""
+ADMINISTRATOR = "8"
+"""Discord's ``ADMINISTRATOR`` permission bit: a command with it as ``default_member_permissions`` is shown to server
+administrators only."""
 
 
 def _bot_id_from_token(token: str | None) -> str | None:
@@ -386,8 +390,12 @@ class DiscordChannel:
         except (DeliveryError, KeyError, TypeError) as exc:
             logger.warning("discord account %s: start-up lookup failed (%s)", self._account, type(exc).__name__)
 
-    async def register_commands(self) -> list[str]:
-        """Register ``/ask``, ``/reset`` and ``/stop`` globally (a bulk overwrite); returns their names.
+    async def register_commands(self, extra: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
+        """Register ``/ask``, ``/reset``, ``/stop`` and ``extra`` globally (a bulk overwrite); returns their names.
+
+        ``extra`` is ``(name, description, admins only)`` of the gateway's other commands (``/status``, ``/help``…):
+        each takes an optional ``text`` argument, and one for admins only is shown to server administrators only
+        (the gateway checks the sender's role whatever Discord shows).
 
         Raises:
             DeliveryError: Discord refused (no application id, wrong token).
@@ -398,7 +406,19 @@ class DiscordChannel:
             raise DeliveryError("set SWITCHBOARD_DISCORD__APPLICATION_ID", channel=_CHANNEL, retryable=False)
         route = "/applications/{application_id}/commands"
         path = f"/applications/{self.application_id}/commands"
-        answer = await self._rest.request("PUT", route, path=path, json_body=COMMANDS)
+        known = {str(c["name"]) for c in COMMANDS}
+        body = COMMANDS + [
+            {
+                "name": name,
+                "description": description[:100],
+                "options": [{"type": 3, "name": "text", "description": "Arguments", "required": False}],
+                "contexts": [0, 1, 2],
+                **({"default_member_permissions": ADMINISTRATOR} if admins_only else {}),
+            }
+            for name, description, admins_only in extra
+            if name not in known
+        ]
+        answer = await self._rest.request("PUT", route, path=path, json_body=body)
         return [str(c.get("name")) for c in answer] if isinstance(answer, list) else []
 
     async def aclose(self) -> None:

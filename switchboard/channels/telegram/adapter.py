@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal, assert_never
 
@@ -267,6 +268,16 @@ class TelegramChannel:
             raise ConfigError("set SWITCHBOARD_TELEGRAM__SECRET_TOKEN before registering a webhook", field="telegram")
         secret = self._settings.secret_token.get_secret_value()
         await self._client().call("setWebhook", {"url": url, "secret_token": secret})
+
+    async def set_commands(self, commands: Sequence[tuple[str, str]], chat_id: str | None = None) -> None:
+        """Set the bot's command menu (``setMyCommands``): for every chat, or for one private chat (``chat_id``).
+
+        Raises:
+            DeliveryError: Telegram refused or could not be reached.
+        """
+        scope = {"type": "chat", "chat_id": chat_id} if chat_id is not None else {"type": "default"}
+        listed = [{"command": name, "description": description[:256]} for name, description in commands]
+        await self._client().call("setMyCommands", {"commands": listed, "scope": scope})
 
     async def delete_webhook(self) -> None:
         """Stop Telegram posting to the webhook (``deleteWebhook``; waiting updates are kept for polling).

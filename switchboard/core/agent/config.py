@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.routing import HandoffConfig
 from switchboard.core.sql.databases import AgentDatabases
 from switchboard.core.tools.egress import AgentEgress
 from switchboard.skills.package import check_pins
@@ -84,6 +85,12 @@ class Agent(BaseModel):
     instructions: str = ""
     model: str | None = None
     """``provider:name`` (``offline``, ``openai:gpt-4.1-mini``, ``anthropic:...``); ``None`` uses the default."""
+    models_allowed: list[str] = Field(default_factory=list)
+    """Models ``/model <name>`` may switch one conversation to (``provider:name``); empty: ``/model`` only shows the
+    model."""
+    handoff: HandoffConfig | None = None
+    """To which agents it may hand a conversation with the ``handoff`` tool, and what they see of it (``None``: it
+    may not hand over)."""
     tools: list[str] = Field(default_factory=lambda: ["current_time"])
     limits: AgentLimits = Field(default_factory=AgentLimits)
     busy_policy: BusyPolicy = "sequential"

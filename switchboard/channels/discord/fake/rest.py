@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -128,6 +129,31 @@ def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None
     return web.Response(
         body=json.dumps(data).encode(), status=status, headers={**(headers or {}), "Content-Type": "application/json"}
     )
+
+
+_COMMAND_NAME = re.compile(r"^[-_a-z0-9]{1,32}$")
+
+
+def _command_problem(body: Any) -> str:
+    """What Discord refuses in a bulk overwrite of commands (``""``: nothing).
+
+    At most 100, unique names of 1-32 lower-case characters, descriptions of 1-100, ``default_member_permissions`` a
+    string of digits.
+    """
+    if not isinstance(body, list) or len(body) > 100:
+        return "a list of at most 100 commands"
+    names = [c.get("name") for c in body if isinstance(c, dict)]
+    if len(names) != len(body) or len(set(names)) != len(names):
+        return "command names must be unique"
+    for command in body:
+        if not _COMMAND_NAME.match(str(command.get("name", ""))):
+            return f"name {command.get('name')!r} is invalid"
+        if not 1 <= len(str(command.get("description", ""))) <= 100:
+            return f"{command['name']}: description must be 1-100 characters"
+        rights = command.get("default_member_permissions")
+        if rights is not None and not (isinstance(rights, str) and rights.isdigit()):
+            return f"{command['name']}: default_member_permissions must be a string of digits"
+    return ""
 
 
 def _error(status: int, message: str, code: int = 0, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -284,6 +310,9 @@ class FakeDiscordApi:
                 start = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
                 return _json({"url": state.gateway_url, "shards": 1, "session_start_limit": start})
             case "PUT /applications/{application_id}/commands":
+                problem = _command_problem(body)
+                if problem:
+                    return _error(400, f"Invalid Form Body: {problem}", 50035)
                 state.commands = body if isinstance(body, list) else []
                 return _json([{**c, "id": snowflake()} for c in state.commands])
             case "POST /channels/{channel_id}/typing":

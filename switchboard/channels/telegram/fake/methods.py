@@ -9,6 +9,8 @@ webhook methods. ``getUpdates`` is in :mod:`switchboard.channels.telegram.fake.p
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import Any
 
@@ -33,7 +35,7 @@ _CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "reco
 _CHAT_ACTIONS |= {"upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
 METHODS = {"getMe", "sendMessage", "sendChatAction", "editMessageText", "setWebhook", "deleteWebhook"}
 METHODS |= {"getWebhookInfo", "sendDocument", "sendPhoto", "getUpdates", "getFile", "sendMessageDraft"}
-METHODS |= {"answerCallbackQuery"}
+METHODS |= {"answerCallbackQuery", "setMyCommands", "getMyCommands"}
 MAX_TEXT = 4096
 MAX_CAPTION = 1024
 MAX_PHOTO_BYTES = 10 * 1000 * 1000
@@ -227,6 +229,50 @@ def _text_message(state: FakeTelegramState, method: str, params: dict[str, Any])
     return ok(_message(state, params, text, message_id))
 
 
+_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+_SCOPES = {"default", "all_private_chats", "all_group_chats", "all_chat_administrators", "chat", "chat_member"}
+
+
+def _decoded(value: Any) -> Any:
+    """A structured parameter as Telegram reads it: JSON in a form or query string, as is in a JSON body."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _scope_key(params: dict[str, Any]) -> str:
+    scope = _decoded(params.get("scope")) or {"type": "default"}
+    return json.dumps({**scope, "language_code": params.get("language_code", "")}, sort_keys=True)
+
+
+def _set_commands(state: FakeTelegramState, params: dict[str, Any]) -> web.Response:
+    """``setMyCommands``, checked as Telegram checks it.
+
+    At most 100 commands, names of 1-32 ``a-z0-9_``, descriptions of 1-256 characters, a known scope (``chat``
+    scopes need a ``chat_id``).
+    """
+    commands = _decoded(params.get("commands"))
+    if not isinstance(commands, list) or len(commands) > 100:
+        return error(400, "Bad Request: can't parse commands JSON object")
+    for entry in commands:
+        if not isinstance(entry, dict) or not _COMMAND_NAME.match(str(entry.get("command", ""))):
+            return error(400, "Bad Request: BOT_COMMAND_INVALID")
+        if not 1 <= len(str(entry.get("description", "")).strip()) <= 256:
+            return error(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+    scope = _decoded(params.get("scope")) or {"type": "default"}
+    if not isinstance(scope, dict) or scope.get("type") not in _SCOPES:
+        return error(400, "Bad Request: wrong scope type")
+    if scope["type"] in ("chat", "chat_member") and not scope.get("chat_id"):
+        return error(400, "Bad Request: chat not found")
+    state.commands[_scope_key(params)] = [
+        {"command": entry["command"], "description": entry["description"]} for entry in commands
+    ]
+    return ok(True)
+
+
 def perform(
     state: FakeTelegramState, method: str, params: dict[str, Any], uploads: dict[str, web.FileField]
 ) -> web.Response:
@@ -245,6 +291,10 @@ def perform(
         pending = 0 if state.webhook else len(state.updates)
         info = {"url": state.webhook.get("url", ""), "has_custom_certificate": False, "pending_update_count": pending}
         return ok(info)
+    if method == "setMyCommands":
+        return _set_commands(state, params)
+    if method == "getMyCommands":
+        return ok(state.commands.get(_scope_key(params), []))
     if method == "getFile":
         return _get_file(state, params)
     if method == "answerCallbackQuery":

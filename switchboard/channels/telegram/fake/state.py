@@ -87,6 +87,8 @@ class FakeTelegramState:
     answered: dict[str, str | None] = field(default_factory=dict)
     """``callback_query_id`` → the notice text of every ``answerCallbackQuery``."""
     webhook: dict[str, Any] = field(default_factory=dict)
+    commands: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    """The command menus ``setMyCommands`` set, by scope (JSON of the scope and its ``language_code``)."""
     plan: list[_Planned] = field(default_factory=list)
     """Answers to give instead of the real ones, in order."""
     updates: list[dict[str, Any]] = field(default_factory=list)

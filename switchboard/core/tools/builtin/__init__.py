@@ -37,6 +37,7 @@ OPTIONAL_TOOL_MODULES = (
     "switchboard.core.tools.builtin.history",
     "switchboard.core.tools.builtin.sql",
     "switchboard.core.tools.builtin.schedules",
+    "switchboard.core.tools.builtin.handoff",
 )
 """Native tool modules registered by :func:`default_registry` when they import (each exports ``TOOLS``)."""
 
