@@ -178,6 +178,8 @@ class BudgetView:
     spent: float
     credits: float
     alerts: tuple[float, ...]
+    resets_at: float
+    """When the period ends (Unix time)."""
 
 
 @dataclass(frozen=True, slots=True)

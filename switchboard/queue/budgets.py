@@ -69,6 +69,8 @@ class SpendRow:
     credits: float
     alerts: tuple[float, ...]
     """Thresholds already reported this period."""
+    resets_at: float
+    """When the period ends and the next one starts counting from nothing (Unix time)."""
 
 
 def _float(value: bytes | str | None) -> float:
@@ -188,16 +190,15 @@ class Budgets:
     async def live(self, tenant: str) -> list[SpendRow]:
         """Every counter of ``tenant`` not yet expired, with its spend and the alerts reported."""
         now = self.clock()
-        found: Any = await self.redis.zrangebyscore(_KEYS.budget_counters(tenant), now, "+inf")
-        keys = [k.decode() for k in found]
-        if not keys:
+        found: Any = await self.redis.zrangebyscore(_KEYS.budget_counters(tenant), now, "+inf", withscores=True)
+        if not found:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
+            for key, _expires in found:
+                pipe.hgetall(key.decode())
             hashes = await pipe.execute()
         rows = []
-        for fields in hashes:
+        for (_key, expires), fields in zip(found, hashes, strict=True):
             if not fields:
                 continue
             text = {k.decode(): v.decode() for k, v in fields.items()}
@@ -211,6 +212,7 @@ class Budgets:
                     round(float(text.get("spent", 0)), 6),
                     float(text["budget"]),
                     alerts,
+                    float(expires) - KEEP_AFTER_S,  # a counter is indexed by its expiry, a fixed time after its end
                 )
             )
         return sorted(rows, key=lambda r: (r.scope, r.subject, r.period))

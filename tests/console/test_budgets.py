@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.core.schedules import JobTarget, ScheduleSpec
+from switchboard.queue import schedules
 from switchboard.queue.budgets import Budgets
 from switchboard.queue.people import People
-from tests.console.conftest import OPERATORS_CONFIG, Console
+from tests.console.conftest import HASH, OPERATORS_CONFIG, Console
 
 BUDGETS = """
 budgets:
@@ -102,3 +104,72 @@ async def test_a_link_without_the_csrf_header_or_sign_in_is_refused(
     assert (await console.login("alice")).status == 200
     assert (await console.write("people/link", body, csrf=False)).status == 403
     assert await async_redis.keys("sb:{people:*") == []
+
+
+VIEWER_CONFIG = f"""
+    - name: victor
+      password_hash: "{HASH}"
+      tenants: [default]
+      role: viewer
+"""
+VIEWER_WRITES: list[tuple[str, dict[str, Any]]] = [
+    ("people/link", {"tenant": "default", "principals": ["telegram:42"], "person": "alice"}),
+    ("people/unlink", {"tenant": "default", "principal": "telegram:7"}),
+    (
+        "schedules",
+        {
+            "id": "nope",
+            "target": {"channel": "web", "conversation": "c1"},
+            "action": "message",
+            "text": "hi",
+            "cron": "0 9 * * *",
+        },
+    ),
+    ("schedules/remove", {"id": "kept"}),
+    ("schedules/run-now", {"id": "kept"}),
+    ("access/approve", {"code": "ABC-234"}),
+    ("access/revoke", {"principal": "telegram:7"}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), VIEWER_WRITES)
+async def test_a_viewer_reads_but_every_write_of_these_views_is_refused(
+    base_env: dict[str, str],
+    tmp_path: Path,
+    make_console: Callable[[dict[str, str]], Awaitable[Console]],
+    async_redis: aioredis.Redis,
+    path: str,
+    body: dict[str, Any],
+) -> None:
+    config = tmp_path / "console.yaml"
+    config.write_text(OPERATORS_CONFIG + VIEWER_CONFIG + BUDGETS)
+    console = await make_console({**base_env, "SWITCHBOARD_CONFIG": str(config)})
+    await People(async_redis).link("default", ["telegram:7"], "bob", by="cli")
+    spec = ScheduleSpec(
+        id="kept",
+        target=JobTarget(channel="web", conversation="c1", agent="assistant"),
+        action="message",
+        text="hi",
+        cron="0 9 * * *",
+    )
+    await schedules.create_job(async_redis, spec)
+    assert (await console.login("victor")).status == 200
+    for view in ("budgets", "people", "schedules", "access"):
+        assert (await console.client.get(f"/console/api/{view}")).status == 200
+    before = {k: await async_redis.type(k) for k in await async_redis.keys("*")}
+    resp = await console.write(path, body)
+    assert resp.status == 403, await resp.text()
+    assert (await resp.json())["error"]["code"] == "viewer"
+    assert {k: await async_redis.type(k) for k in await async_redis.keys("*")} == before
+    assert await People(async_redis).person_of("default", "telegram:7") == "bob"
+    assert [v.spec.id for v in await schedules.list_jobs(async_redis)] == ["kept"]
+
+
+async def test_each_counter_says_when_its_period_ends(console: Console, async_redis: aioredis.Redis) -> None:
+    budgets = Budgets(async_redis, console.settings.file.budgets)
+    admitted = await budgets.admit("default", "assistant", "alice", "telegram:42")
+    await budgets.charge(admitted.counters, 1)
+    assert (await console.login("alice")).status == 200
+    body = await (await console.client.get("/console/api/budgets")).json()
+    ends = {c.subject.scope: c.period.end for c in admitted.counters}
+    assert {b["scope"]: b["resets_at"] for b in body["budgets"]} == ends

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from switchboard.core.access import ROLES, Role
 from switchboard.queue.access import PairingStore, known_tenants
 from switchboard.web.appkeys import REDIS, SETTINGS
-from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, error, operator_only
+from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, acting_only, error, operator_only
 
 __all__ = ["add_access_routes"]
 
@@ -130,5 +130,5 @@ async def revoke(request: web.Request) -> web.StreamResponse:
 def add_access_routes(app: web.Application) -> None:
     """Register ``GET /console/api/access`` and ``POST /console/api/access/approve|revoke`` (operators only)."""
     app.router.add_get("/console/api/access", operator_only(access_view))
-    app.router.add_post("/console/api/access/approve", operator_only(approve))
-    app.router.add_post("/console/api/access/revoke", operator_only(revoke))
+    app.router.add_post("/console/api/access/approve", acting_only(approve))
+    app.router.add_post("/console/api/access/revoke", acting_only(revoke))

@@ -26,7 +26,7 @@ from switchboard.control.identity import link_people, unlink_person
 from switchboard.control.reading import budget_views, people_views
 from switchboard.core.events import EventAdapter, PersonLinked, PersonUnlinked
 from switchboard.web.appkeys import REDIS, SETTINGS
-from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, error, operator_only
+from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, acting_only, error, operator_only
 
 __all__ = ["add_budget_routes"]
 
@@ -131,5 +131,5 @@ def add_budget_routes(app: web.Application) -> None:
     """Register the budgets and people routes on ``app`` (which must carry SETTINGS and REDIS)."""
     app.router.add_get("/console/api/budgets", operator_only(budgets))
     app.router.add_get("/console/api/people", operator_only(people))
-    app.router.add_post("/console/api/people/link", operator_only(link))
-    app.router.add_post("/console/api/people/unlink", operator_only(unlink))
+    app.router.add_post("/console/api/people/link", acting_only(link))
+    app.router.add_post("/console/api/people/unlink", acting_only(unlink))

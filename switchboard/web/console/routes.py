@@ -31,7 +31,7 @@ from switchboard.web.console.auth import (
 )
 from switchboard.web.console.passwords import MAX_PASSWORD_CHARS, verify_password
 
-__all__ = ["SIGNIN", "STATIC_DIR", "Handler", "add_routes", "error", "operator_only"]
+__all__ = ["SIGNIN", "STATIC_DIR", "Handler", "acting_only", "add_routes", "error", "operator_only"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,17 @@ def operator_only(handler: Handler) -> Handler:
         return response
 
     return guarded
+
+
+def acting_only(handler: Handler) -> Handler:
+    """Like :func:`operator_only`, and refuse (``403``) an operator whose role only watches (``viewer``)."""
+
+    async def acting(request: web.Request) -> web.StreamResponse:
+        if request[SIGNIN].operator.role != "operator":
+            return error(403, "viewer", "a viewer cannot act: ask for the operator role (console.operators[].role)")
+        return await handler(request)
+
+    return operator_only(acting)
 
 
 def _file(name: str, *, content_type: str = "text/html") -> web.StreamResponse:

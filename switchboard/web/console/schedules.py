@@ -30,7 +30,7 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.queue import schedules
 from switchboard.types import SessionKey
 from switchboard.web.appkeys import REDIS, SETTINGS
-from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, error, operator_only
+from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, acting_only, error, operator_only
 
 __all__ = ["add_schedule_routes"]
 
@@ -150,6 +150,6 @@ async def _run_now(request: web.Request, job_id: str) -> dict[str, Any]:
 def add_schedule_routes(app: web.Application) -> None:
     """Register the schedule routes on ``app`` (which must carry SETTINGS and REDIS)."""
     app.router.add_get("/console/api/schedules", operator_only(list_schedules))
-    app.router.add_post("/console/api/schedules", operator_only(create_schedule))
-    app.router.add_post("/console/api/schedules/remove", operator_only(_by_id(_remove)))
-    app.router.add_post("/console/api/schedules/run-now", operator_only(_by_id(_run_now)))
+    app.router.add_post("/console/api/schedules", acting_only(create_schedule))
+    app.router.add_post("/console/api/schedules/remove", acting_only(_by_id(_remove)))
+    app.router.add_post("/console/api/schedules/run-now", acting_only(_by_id(_run_now)))

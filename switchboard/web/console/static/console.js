@@ -11,6 +11,7 @@
 
 (() => {
   const POLL_MS = 5000; // only when the live stream is not available
+  const PANEL_MS = 10000; // budgets, people and schedules: read again this often while their tab is shown
   const RECONNECT_MS = 10000;
   const API = "/console/api/";
 
@@ -19,10 +20,12 @@
   let selected = null; // the session key whose transcript is shown
   let timer = null;
   let busy = false;
+  let again = false;
   let stream = null; // the EventSource, while live
   let live = false;
   let filters = {};
   let rawShown = false;
+  let canAct = false; // a viewer watches: no write control is shown (the server refuses their writes anyway)
 
   const $ = (id) => document.getElementById(id);
   const notice = $("notice");
@@ -70,6 +73,11 @@
       }
     });
     return b;
+  }
+
+  /** A write button, or nothing for a viewer. */
+  function act(label, testid, onClick) {
+    return canAct ? button(label, testid, onClick) : "";
   }
 
   function say(message, isError) {
@@ -356,9 +364,11 @@
     card.appendChild(dl);
     const decide = (verdict) => () =>
       write("approvals/decide", { session: a.session, id: a.id, verdict }, verdict === "approve" ? "Approved." : "Denied.");
-    card.appendChild(button("Approve", "approve-button", decide("approve")));
-    card.appendChild(document.createTextNode(" "));
-    card.appendChild(button("Deny", "deny-button", decide("deny")));
+    if (canAct) {
+      card.appendChild(button("Approve", "approve-button", decide("approve")));
+      card.appendChild(document.createTextNode(" "));
+      card.appendChild(button("Deny", "deny-button", decide("deny")));
+    }
     return card;
   }
 
@@ -384,7 +394,7 @@
             when(d.at),
             d.requeued
               ? "requeued"
-              : button("Requeue", "requeue-button", () => write("dead-letters/requeue", { session: d.session, id: d.id })),
+              : act("Requeue", "requeue-button", () => write("dead-letters/requeue", { session: d.session, id: d.id })),
           ],
           { "data-testid": "dead-row" },
         ),
@@ -399,7 +409,7 @@
         const resolve = (outcome) => () =>
           write("effects/resolve", { session: f.session, key: f.key, outcome }, `Marked ${outcome}.`);
         const actions = el("span");
-        actions.append(button("Done", "resolve-done", resolve("done")), " ", button("Failed", "resolve-failed", resolve("failed")));
+        if (canAct) actions.append(button("Done", "resolve-done", resolve("done")), " ", button("Failed", "resolve-failed", resolve("failed")));
         return row([el("code", f.session), f.tool, el("code", f.key), when(f.started_at), pretty({ run: f.run_id, action: f.action_sha256, ...f.info }), actions], {
           "data-testid": "effect-row",
         });
@@ -440,7 +450,7 @@
     for (const t of data.tenants) {
       for (const p of t.paired) {
         const revoke = () => write("access/revoke", { tenant: t.tenant, principal: p.principal }, `Revoked ${p.principal}.`);
-        rows.push(row([t.tenant, el("code", p.principal), "paired", p.role || "default", when(p.at), button("Revoke", "access-revoke", revoke)], { "data-testid": "access-row" }));
+        rows.push(row([t.tenant, el("code", p.principal), "paired", p.role || "default", when(p.at), act("Revoke", "access-revoke", revoke)], { "data-testid": "access-row" }));
       }
       for (const r of t.requests) rows.push(row([t.tenant, el("code", r.principal), "waiting for approval", "", when(r.expires_at), ""], { "data-testid": "access-row" }));
     }
@@ -453,10 +463,158 @@
     if (done) $("access-code").value = "";
   });
 
-  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage, access: loadAccess };
+
+  /* ---------- budgets, people, schedules ---------- */
+
+  function credits(value) {
+    return Number(value).toLocaleString(undefined, { maximumFractionDigits: 2 });
+  }
+
+  function share(fraction) {
+    return `${Number((fraction * 100).toFixed(1))}%`;
+  }
+
+  function spend(spent, budget) {
+    const cell = el("span", null, "spend");
+    const bar = document.createElement("meter");
+    bar.min = 0;
+    bar.max = budget;
+    bar.value = Math.min(spent, budget);
+    bar.low = budget * 0.8;
+    bar.high = budget * 0.999;
+    bar.optimum = 0;
+    bar.dataset.testid = "budget-bar";
+    cell.append(bar, el("span", `${credits(spent)} / ${credits(budget)} (${share(budget ? spent / budget : 0)})`));
+    return cell;
+  }
+
+  async function loadBudgets() {
+    const data = await call("GET", "budgets");
+    $("budgets-empty").hidden = data.budgets.length > 0;
+    $("budgets-body").replaceChildren(
+      ...data.budgets.map((b) =>
+        row(
+          [
+            b.tenant,
+            b.scope,
+            el("code", b.subject),
+            b.period,
+            spend(b.spent, b.credits),
+            b.alerts.length ? b.alerts.map(share).join(", ") : "none",
+            when(b.resets_at),
+          ],
+          { "data-testid": "budget-row", "data-scope": b.scope },
+        ),
+      ),
+    );
+    $("budget-alerts-empty").hidden = data.alerts.length > 0;
+    $("budget-alerts-body").replaceChildren(
+      ...data.alerts.map((a) =>
+        row([when(a.at), a.tenant, a.scope, el("code", a.subject), a.period, share(a.threshold), `${credits(a.spent)} / ${credits(a.credits)}`], {
+          "data-testid": "budget-alert-row",
+        }),
+      ),
+    );
+  }
+
+  async function loadPeople() {
+    const data = await call("GET", "people");
+    $("people-empty").hidden = data.people.length > 0;
+    $("people-body").replaceChildren(
+      ...data.people.map((p) => {
+        const list = el("ul", null, "principals");
+        for (const principal of p.principals) {
+          const item = el("li");
+          item.dataset.testid = "person-principal";
+          item.dataset.principal = principal;
+          const unlink = () => write("people/unlink", { tenant: p.tenant, principal }, `Unlinked ${principal} from ${p.person}.`);
+          item.append(el("code", principal), " ", act("Unlink", "people-unlink", unlink));
+          list.appendChild(item);
+        }
+        return row([p.tenant, el("code", p.person), list], { "data-testid": "person-row", "data-person": p.person });
+      }),
+    );
+  }
+
+  $("people-link").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("people-link").elements;
+    const principals = form.namedItem("principals").value.split(/[\s,]+/).filter(Boolean);
+    const person = form.namedItem("person").value.trim();
+    const body = { tenant: form.namedItem("tenant").value.trim(), principals, person };
+    if (await write("people/link", body, `Linked ${principals.join(" ")} as ${person}.`)) {
+      form.namedItem("principals").value = "";
+      form.namedItem("person").value = "";
+    }
+  });
+
+  function schedule(j) {
+    if (j.cron) return `cron ${j.cron} (${j.timezone})`;
+    return `once at ${j.at}${j.timezone && j.timezone !== "UTC" ? ` (${j.timezone})` : ""}`;
+  }
+
+  function outcome(j) {
+    const cell = el("div");
+    const last = el("span", j.last_outcome || "not run yet", `outcome outcome-${j.last_outcome || "none"}`);
+    last.dataset.testid = "schedule-outcome";
+    cell.append(last, el("span", ` · fired ${j.fired}, skipped ${j.skipped}`, "state"));
+    if (j.last_reason) {
+      const why = el("p", j.last_reason, "reason");
+      why.dataset.testid = "schedule-reason";
+      cell.appendChild(why);
+    }
+    return cell;
+  }
+
+  async function loadSchedules() {
+    const data = await call("GET", "schedules");
+    $("schedules-empty").hidden = data.schedules.length > 0;
+    $("schedules-body").replaceChildren(
+      ...data.schedules.map((j) => {
+        const does = el("div");
+        does.append(el("strong", j.action === "turn" ? "runs a turn on" : "sends"), " ", el("span", j.text, "job-text"));
+        if (j.template) does.appendChild(el("p", `outside the window: template ${j.template.name} (${j.template.language})`, "state"));
+        const actions = el("span", null, "actions");
+        if (canAct) {
+          actions.append(
+            button("Run now", "schedule-run-now", () => write("schedules/run-now", { id: j.id }, `Ran ${j.id} once.`)),
+            " ",
+            button("Remove", "schedule-remove", () => write("schedules/remove", { id: j.id }, `Removed ${j.id}.`)),
+          );
+        }
+        return row(
+          [el("code", j.id), does, el("code", j.session), schedule(j), j.next_at ? when(j.next_at) : "never again", outcome(j), actions],
+          { "data-testid": "schedule-row", "data-id": j.id },
+        );
+      }),
+    );
+  }
+
+  $("schedule-add").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("schedule-add").elements;
+    const value = (name) => form.namedItem(name).value.trim();
+    const body = {
+      id: value("id"),
+      target: { channel: value("channel"), conversation: value("conversation") },
+      action: value("action"),
+      text: form.namedItem("text").value,
+      timezone: value("timezone") || "UTC",
+      [value("when") === "cron" ? "cron" : "at"]: value("schedule"),
+    };
+    if (await write("schedules", body, `Scheduled ${body.id}.`)) {
+      for (const name of ["id", "text", "schedule"]) form.namedItem(name).value = "";
+    }
+  });
+
+  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage, access: loadAccess,
+    budgets: loadBudgets, people: loadPeople, schedules: loadSchedules };
 
   async function refresh() {
-    if (busy) return;
+    if (busy) {
+      again = true; // e.g. a tab opened while the last one was still loading: load it once this one is done
+      return;
+    }
     busy = true;
     try {
       await loadApprovals(); // the count in the tab bar is always current
@@ -465,6 +623,10 @@
       if (err.message !== "signed out") say(err.message, true);
     } finally {
       busy = false;
+      if (again) {
+        again = false;
+        refresh();
+      }
     }
   }
 
@@ -496,7 +658,9 @@
       const me = await call("GET", "me");
       csrf = me.csrf;
       $("operator").textContent = `${me.operator} (${me.role}; ${me.tenants.join(", ")})`;
-      if (me.role === "viewer") for (const id of ["takeover", "handback", "say-form"]) $(id).hidden = true;
+      canAct = me.role !== "viewer";
+      if (!canAct) for (const node of document.querySelectorAll("#takeover, #handback, #say-form, form.write")) node.hidden = true;
+      $("people-link").elements.namedItem("tenant").value = me.tenants.find((t) => t !== "*") || "";
     } catch (err) {
       if (err.message !== "signed out") say(err.message, true);
       return;
@@ -512,6 +676,9 @@
     document.addEventListener("visibilitychange", () => {
       if (!document.hidden && !live) refresh();
     });
+    setInterval(() => {
+      if (!document.hidden && (tab === "budgets" || tab === "people" || tab === "schedules")) refresh();
+    }, PANEL_MS);
   }
 
   start();
