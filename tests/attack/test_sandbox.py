@@ -354,8 +354,8 @@ async def test_the_processes_of_one_command_share_one_memory_budget(
     )
     survived = done.stdout.count("survived")
     assert survived < 3, (done.stdout, done.stderr)
-    if not watchdog:  # the kernel kills one process at a time, until the rest fit
-        assert survived == 2, (done.stdout, done.stderr)
+    if not watchdog:  # the kernel kills until the rest fit: one, or a second one still growing while it did
+        assert survived >= 1, (done.stdout, done.stderr)
     assert "memory" in done.stderr, done.stderr  # the output says why processes died
 
 
