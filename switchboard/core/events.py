@@ -51,6 +51,7 @@ __all__ = [
     "StepRecorded",
     "ToolCalled",
     "UsageMetered",
+    "VoiceReplied",
 ]
 
 RunStatus = Literal["queued", "running", "waiting_for_approval", "completed", "failed", "dead_lettered", "cancelled"]
@@ -316,6 +317,22 @@ class ReplySent(_Event):
     parts: int = 1
 
 
+class VoiceReplied(_Event):
+    """What became of a reply's voice note: sent, or why the reply stayed text only."""
+
+    kind: Literal["voice_replied"] = "voice_replied"
+    outcome: Literal["sent", "too_long", "failed", "undelivered"]
+    """``too_long``: over the agent's ``voice.max_chars`` (not spoken); ``failed``: the speech request failed;
+    ``undelivered``: spoken, but the channel refused the audio."""
+    model: str
+    chars: int
+    """Characters of the text spoken (or that would have been)."""
+    seconds: float | None = None
+    """Length of the audio, when there was one."""
+    reason: str = ""
+    """Why it failed, in a few words (never the provider's own text)."""
+
+
 class RunCompleted(_Event):
     """The run finished and its reply was delivered."""
 
@@ -445,6 +462,7 @@ Event = Annotated[
     | SkillUsed
     | UsageMetered
     | ReplySent
+    | VoiceReplied
     | RunCompleted
     | RunFailed
     | RunDeadLettered

@@ -219,7 +219,8 @@ class FileConfig(BaseModel):
     """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;
     ``switchboard.core.approvals.policy``)."""
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
+    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``; a speech
+    model's per 1,000 characters spoken: ``{"openai:gpt-4o-mini-tts": {"characters": 15}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     """The operator console's operators (``console.operators``)."""
     api: ApiConfig = Field(default_factory=ApiConfig)

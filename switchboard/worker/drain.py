@@ -46,6 +46,7 @@ from switchboard.outbound.toolstatus import StatusBoard, resume, settle
 from switchboard.queue.cancellation import is_stop
 from switchboard.queue.eventlog import EventLog
 from switchboard.queue.jobs import DrainJobs, StartedJob
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
 from switchboard.queue.offers import check_choices, record_offer
@@ -56,6 +57,16 @@ from switchboard.worker.budgets import USAGE_COMMAND, Ticket, TurnGate, command_
 from switchboard.worker.busy import answered_part
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 from switchboard.worker.endings import TurnEndings, end_interrupted
+from switchboard.worker.voice import (
+    VOICE_COMMAND,
+    VOICE_SLOT,
+    VoiceReplies,
+    command_argument,
+    outcome,
+    slots_toggle,
+    toggle_of,
+    toggle_text,
+)
 
 __all__ = ["Drainer", "TurnRunner"]
 
@@ -197,9 +208,12 @@ class Drainer(TurnEndings):
         workspace_root: Path | None = None,
         workspace_store: WorkspaceStore | None = None,
         config: FileConfig | None = None,
+        voice: VoiceReplies | None = None,
     ) -> None:
         self.redis = redis
         self.config = config
+        self.voice = voice
+        """Voice replies (``None`` when no agent has them: a turn then asks nothing more)."""
         """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
         self.workspace_root = workspace_root
         """Where session workspaces live: channels read the files they send from there."""
@@ -432,6 +446,11 @@ class Drainer(TurnEndings):
             said = stopped and turn.stop_shown
             result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
             notice = True
+        elif command_of(messages) == VOICE_COMMAND:  # moves to the commands framework once it exists
+            text, value = toggle_text(agent.voice.mode, command_argument(messages))
+            if value is not None:
+                await store.save_slot(VOICE_SLOT, value)
+            result, notice = TurnResult(text=text, steps=0), True
         else:
             ticket = await self.gate.before(request, messages) if self.gate is not None else None
             result = await self._answer(turn, ticket, request, messages, sink, store, agent.limits.deadline_s)
@@ -445,9 +464,52 @@ class Drainer(TurnEndings):
                 reply = stream.reply(result.text)
             facts = encode_facts(sink.take()) if sink.held else ""
             sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
+            if isinstance(sent, Receipt) and not notice and self.voice is not None and agent.voice.mode != "off":
+                await self._speak(turn, attempt, agent, messages, sink, result.text)
         else:
             await sink.flush()
         return result, sent
+
+    async def _speak(
+        self,
+        turn: DrainTurn,
+        attempt: Attempt,
+        agent: Agent,
+        messages: Sequence[InboundMessage],
+        sink: _Sink,
+        text: str,
+    ) -> None:
+        """Send the delivered reply spoken too, when the turn wants it (:mod:`switchboard.worker.voice`).
+
+        Best effort after the text: a failed speech request or a refused send leaves the reply as the text already
+        sent (a log line and a fact). Through the outbox under its own logical name, so a re-run sends it once.
+        """
+        voice, conversation, outbox = self.voice, turn.conversation, turn.outbox
+        if voice is None or conversation is None or outbox is None or turn.stream is None:
+            return
+        caps = turn.stream.caps
+        if not caps.voice:
+            return
+        if attempt.slots is not None:
+            toggle = slots_toggle(attempt.slots)
+        else:
+            toggle = toggle_of(await self.redis.hget(SessionKeys(turn.lease.session).slots, VOICE_SLOT))
+        if not voice.wanted(agent.voice, messages, caps, toggle):
+            return
+        action, facts = await voice.speak(agent.voice, text, turn.reply_to)
+        if sink.charge is not None:
+            for fact in list(facts):
+                if isinstance(fact, UsageMetered):
+                    facts.extend(await sink.charge(fact))
+        if action is not None:
+            try:
+                await outbox.send(action, conversation, run_id=turn.run_id, logical="voice")
+                facts.append(outcome(agent.voice, action, None))
+            except DeliveryError as err:
+                logger.warning("%s refused the voice reply; the reply stays text only: %s", conversation.channel, err)
+                facts.append(outcome(agent.voice, action, str(err)))
+        if facts:
+            await turn.ledger.facts(facts)
 
     async def _answer(
         self,
