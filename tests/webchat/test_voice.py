@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from switchboard.channels.registry import ChannelSet
-from switchboard.channels.web.adapter import MAX_FILE_BYTES, WebChannel
+from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.agent.config import Agent, AgentVoice
 from switchboard.core.messages import InboundMessage
 from switchboard.core.providers.oggopus import opus_duration

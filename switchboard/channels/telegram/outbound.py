@@ -256,8 +256,9 @@ class TelegramSender:
 
     async def voice(self, action: SendVoice, conversation: ConversationRef, send: SendContext) -> Receipt:
         """``sendVoice``: the OGG/Opus audio as a voice note (no caption: the text reply went out before it)."""
-        if send.sent:
-            return Receipt(platform_ids=send.sent, parts=len(send.sent))
+        done = SentParts(send)
+        if done.ids:
+            return done.receipt()
         chat_id, thread, _ = _route(conversation)
         params: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread}
         if action.duration_s is not None:
@@ -265,9 +266,8 @@ class TelegramSender:
         data = base64.b64decode(action.audio)
         await send.pace()
         message = await self._client().upload("sendVoice", params, Upload("voice", "reply.ogg", data, action.mime_type))
-        message_id = _message_id(message, "sendVoice")
-        await send.part_sent(message_id)
-        return Receipt(platform_ids=(message_id,), detail={"method": "sendVoice", "bytes": str(len(data))})
+        await done.record(_message_id(message, "sendVoice"))
+        return done.receipt(method="sendVoice", bytes=str(len(data)))
 
     async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """The workspace file as a photo or a document with its caption.
