@@ -163,6 +163,8 @@ class VoiceReplies:
         if not text:
             return None, []
         try:
+            if self._api_key is None and self._base_url is None and self._speaker_for is None:
+                raise SpeechError("no speech provider: set OPENAI_API_KEY (or OPENAI_BASE_URL)")
             audio = await self._speaker(voice).speak(text)
             seconds = opus_duration(audio)
         except SpeechError as err:

@@ -340,6 +340,8 @@ class FakeOpenAI(Script):
         """Answer speech requests with this status instead (errors in OpenAI's shape)."""
         self.speech_delay_s = 0.0
         """Wait this long before answering a speech request (a slow provider)."""
+        self.speech_body: bytes | None = None
+        """Answer speech requests with these bytes instead of the audio (a provider that sends something else)."""
         self.compact_failure: Failure | None = None
         """Answer every ``/v1/responses/compact`` with this error while set."""
         self.issued: set[str] = set()
@@ -402,8 +404,8 @@ class FakeOpenAI(Script):
         )
         presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if self.api_key is not None and presented != self.api_key:
-            failure = Failure(status=401, kind="invalid_api_key", message="Incorrect API key provided.")
-            return web.json_response(error_body(failure), status=401)
+            message = f"Incorrect API key provided: {presented}."  # OpenAI echoes (part of) the key it refused
+            return web.json_response(error_body(Failure(401, "invalid_api_key", message)), status=401)
         if self.speech_delay_s:
             await asyncio.sleep(self.speech_delay_s)
         text = body.get("input")
@@ -416,6 +418,8 @@ class FakeOpenAI(Script):
         if body.get("response_format", "mp3") != "opus":
             failure = Failure(400, "invalid_request_error", "fake: only response_format opus is served")
             return web.json_response(error_body(failure), status=400)
+        if self.speech_body is not None:
+            return web.Response(body=self.speech_body, content_type="audio/ogg")
         return web.Response(body=silent_opus(max(len(text) / 15, 0.1)), content_type="audio/ogg")
 
     def speech(self) -> list[Received]:
