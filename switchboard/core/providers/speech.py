@@ -8,6 +8,7 @@ is never quoted (an authentication error can echo part of the key).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,7 @@ class OpenAISpeech:
 
         self.model = model
         self.voice = voice
+        self.timeout_s = timeout_s
         self._sdk = openai
         self._transport_error = httpx2.TransportError
         self._client: AsyncOpenAI = openai.AsyncOpenAI(
@@ -65,10 +67,13 @@ class OpenAISpeech:
         """
         sdk = self._sdk
         try:
-            response = await self._client.audio.speech.create(
-                model=self.model, voice=self.voice, input=text[:MAX_SPEECH_CHARS], response_format="opus"
-            )
-            data = response.content
+            async with asyncio.timeout(self.timeout_s):  # the SDK's timeout is per read: this bounds the whole request
+                response = await self._client.audio.speech.create(
+                    model=self.model, voice=self.voice, input=text[:MAX_SPEECH_CHARS], response_format="opus"
+                )
+                data = response.content
+        except TimeoutError:
+            raise SpeechError("the speech provider did not answer in time") from None
         except (sdk.AuthenticationError, sdk.PermissionDeniedError):
             raise SpeechError("the speech provider refused the key: check OPENAI_API_KEY") from None
         except sdk.APIStatusError as exc:
