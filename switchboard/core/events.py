@@ -195,7 +195,7 @@ class SkillUsed(_Event):
 
 
 class UsageMetered(_Event):
-    """What a turn spent: steps, tool calls, tokens and credits (from the price table)."""
+    """What a turn spent: steps, tool calls, tokens and credits (from the price table), or its spoken reply's cost."""
 
     kind: Literal["usage_metered"] = "usage_metered"
     model: str
@@ -208,6 +208,8 @@ class UsageMetered(_Event):
     """The budget that ended the turn early, if any."""
     policy_version: str = ""
     """The version of the policy the run's tool calls were checked against."""
+    characters: int = 0
+    """Characters spoken: set on the metering of a voice reply's speech request (not a run of its own)."""
 
 
 class BudgetAlerted(_Event):

@@ -180,6 +180,7 @@ class VoiceReplies:
             input_tokens=0,
             output_tokens=0,
             credits=credits,
+            characters=len(text),
         )
         action = SendVoice(
             audio=base64.b64encode(audio).decode("ascii"),

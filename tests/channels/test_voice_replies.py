@@ -16,6 +16,8 @@ from aiohttp.test_utils import TestServer
 from switchboard.channels.meta.whatsapp.fake.payloads import PHONE_NUMBER_ID, delivery, make_message, sign_request
 from switchboard.channels.meta.whatsapp.fake.platform import FakeWhatsApp
 from switchboard.cli.worker import run_worker
+from switchboard.control.reading import usage_rows
+from switchboard.control.scope import OperatorScope
 from switchboard.core.providers.oggopus import opus_duration, silent_opus
 from switchboard.queue.eventlog import read_events
 from switchboard.settings import load_settings
@@ -131,6 +133,11 @@ async def session_events(redis_url: str, session: str) -> list[dict[str, Any]]:
         await client.aclose()
 
 
+async def completed(redis_url: str, session: str) -> int:
+    """Turns the session completed so far (a turn completes after its voice note was sent, or given up)."""
+    return sum(1 for event in await session_events(redis_url, session) if event["kind"] == "run_completed")
+
+
 async def test_a_voice_note_in_is_answered_in_text_and_with_a_voice_note_on_telegram(
     aiohttp_client: Any,
     base_env: dict[str, str],
@@ -183,6 +190,13 @@ async def test_a_voice_note_in_is_answered_in_text_and_with_a_voice_note_on_tele
     assert [m["credits"] for m in metered] == [pytest.approx(len(spoken_text) * 15 / 1000)]
     everything = caplog.text + repr(events)
     assert OPENAI_KEY not in everything  # the key is never logged nor recorded
+    control = aioredis.Redis.from_url(redis_url)
+    try:
+        [row] = await usage_rows(control, OperatorScope.everything("console:test"))
+    finally:
+        await control.aclose()
+    assert row.runs == 1  # the speech is metered with the run, not counted as another one
+    assert row.credits == pytest.approx(sum(m["credits"] for m in metered))
 
 
 @pytest.mark.parametrize(
@@ -199,6 +213,7 @@ async def test_which_replies_are_spoken_by_mode(
     tmp_path: Path,
     telegram: FakeTelegram,
     openai: tuple[FakeOpenAI, str],
+    redis_url: str,
     mode: str,
     voiced: set[str],
 ) -> None:
@@ -216,18 +231,26 @@ async def test_which_replies_are_spoken_by_mode(
 
         async def answered() -> bool:
             running.check()
-            texts = all(telegram.sent(chat) for chat in chats.values())
-            return texts and all(bool(telegram.sent(chats[k], method="sendVoice")) for k in voiced)
+            sessions = [f"default/assistant/telegram/default/{chat}" for chat in chats.values()]
+            return all([await completed(redis_url, session) == 1 for session in sessions])
 
-        await wait_until(answered, "both replies (and their voice notes)")
-        await asyncio.sleep(0.3)  # a voice note that should not come has had time to
+        await wait_until(answered, "both turns completed (their voice notes sent, or not made)")
     got = {kind for kind, chat in chats.items() if telegram.sent(chat, method="sendVoice")}
     assert got == voiced
     assert all(len(telegram.sent(chat)) == 1 for chat in chats.values())  # one text reply each, in every mode
 
 
-@pytest.mark.parametrize("failure", ["http_500", "timeout", "too_long"])
-async def test_a_failed_speech_request_leaves_the_text_reply_sent_once(
+@pytest.mark.parametrize(
+    ("failure", "outcome", "notes", "requests"),
+    [
+        ("http_500", "failed", 0, 1),  # the provider failed
+        ("timeout", "failed", 0, 1),  # the provider was slower than voice.timeout_s
+        ("too_long", "too_long", 0, 0),  # over max_chars: never sent to OpenAI
+        ("refused", "undelivered", 0, 1),  # Telegram refused the note (the user forbids voice messages)
+        ("rate_limited", "sent", 1, 1),  # a 429 on sendVoice: retried by the outbox, sent once, not spoken twice
+    ],
+)
+async def test_whatever_befalls_the_voice_note_the_text_reply_is_sent_once(
     aiohttp_client: Any,
     base_env: dict[str, str],
     tmp_path: Path,
@@ -235,12 +258,19 @@ async def test_a_failed_speech_request_leaves_the_text_reply_sent_once(
     openai: tuple[FakeOpenAI, str],
     redis_url: str,
     failure: str,
+    outcome: str,
+    notes: int,
+    requests: int,
 ) -> None:
     fake_openai, url = openai
     if failure == "http_500":
         fake_openai.speech_status = 500
     elif failure == "timeout":
         fake_openai.speech_delay_s = 5.0  # the agent's voice.timeout_s is 2
+    elif failure == "refused":
+        telegram.refuse_next(1, status=400, description="Bad Request: VOICE_MESSAGES_FORBIDDEN", method="sendVoice")
+    elif failure == "rate_limited":
+        telegram.fail_next(1, retry_after=0.2, method="sendVoice")
     env = environment(base_env, tmp_path, url, mode="always", max_chars=10 if failure == "too_long" else 1000) | {
         "SWITCHBOARD_TELEGRAM__BOT_TOKEN": TOKEN,
         "SWITCHBOARD_TELEGRAM__SECRET_TOKEN": SECRET,
@@ -253,19 +283,18 @@ async def test_a_failed_speech_request_leaves_the_text_reply_sent_once(
 
         async def decided() -> bool:
             running.check()
-            events = await session_events(redis_url, session)
-            return any(e["kind"] == "voice_replied" for e in events) and any(
-                e["kind"] == "run_completed" for e in events
-            )
+            return await completed(redis_url, session) == 1
 
-        await wait_until(decided, "the voice reply's outcome", timeout=20)
+        await wait_until(decided, "the turn completed", timeout=20)
     [text] = telegram.sent(621)
     assert "say this out loud" in check_html(text.params["text"])
-    assert telegram.sent(621, method="sendVoice") == []
+    assert len(telegram.sent(621, method="sendVoice")) == notes
+    tried = [call.status for call in telegram.calls if call.method == "sendVoice"]
+    assert tried == {"refused": [400], "rate_limited": [429, 200]}.get(failure, [])
     events = await session_events(redis_url, session)
     [replied] = [e for e in events if e["kind"] == "voice_replied"]
-    assert replied["outcome"] == ("too_long" if failure == "too_long" else "failed")
-    assert len(fake_openai.speech()) == (0 if failure == "too_long" else 1)  # over max_chars: never sent to OpenAI
+    assert replied["outcome"] == outcome
+    assert len(fake_openai.speech()) == requests
     assert [e for e in events if e["kind"] == "run_failed"] == []  # the turn did not fail, nor was it retried
 
 
@@ -275,6 +304,7 @@ async def test_voice_on_and_off_per_conversation(
     tmp_path: Path,
     telegram: FakeTelegram,
     openai: tuple[FakeOpenAI, str],
+    redis_url: str,
 ) -> None:
     _, url = openai
     env = environment(base_env, tmp_path, url, mode="on_request") | {
@@ -286,16 +316,15 @@ async def test_voice_on_and_off_per_conversation(
     chat = 631
     async with Running(env) as running:
 
-        async def say(text: str, update_id: int, replies: int) -> None:
+        async def say(text: str, update_id: int, turns: int) -> None:
             update = command_update if text.startswith("/") else make_update
             await post_telegram(client, update(text, chat_id=chat, update_id=update_id))
 
             async def answered() -> bool:
                 running.check()
-                return len(telegram.sent(chat)) >= replies
+                return await completed(redis_url, f"default/assistant/telegram/default/{chat}") >= turns
 
-            await wait_until(answered, f"the answer to {text!r}")
-            await asyncio.sleep(0.3)
+            await wait_until(answered, f"the turn of {text!r} completed")
 
         await say("before asking", 7301, 1)
         assert telegram.sent(chat, method="sendVoice") == []  # on_request: nothing until asked
