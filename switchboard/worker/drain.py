@@ -212,9 +212,9 @@ class Drainer(TurnEndings):
     ) -> None:
         self.redis = redis
         self.config = config
+        """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
         self.voice = voice
         """Voice replies (``None`` when no agent has them: a turn then asks nothing more)."""
-        """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
         self.workspace_root = workspace_root
         """Where session workspaces live: channels read the files they send from there."""
         self.workspace_store = workspace_store
@@ -447,7 +447,8 @@ class Drainer(TurnEndings):
             result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
             notice = True
         elif command_of(messages) == VOICE_COMMAND:  # moves to the commands framework once it exists
-            text, value = toggle_text(agent.voice.mode, command_argument(messages))
+            voice_notes = turn.stream is not None and turn.stream.caps.voice
+            text, value = toggle_text(agent.voice.mode, command_argument(messages), voice_notes=voice_notes)
             if value is not None:
                 await store.save_slot(VOICE_SLOT, value)
             result, notice = TurnResult(text=text, steps=0), True

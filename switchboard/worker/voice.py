@@ -13,8 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 from switchboard.channels.base import Capabilities
 from switchboard.channels.render.plain import markdown_to_plain
@@ -31,7 +30,6 @@ from switchboard.settings import Settings
 __all__ = [
     "VOICE_COMMAND",
     "VOICE_SLOT",
-    "Speaker",
     "VoiceReplies",
     "command_argument",
     "outcome",
@@ -47,17 +45,6 @@ VOICE_COMMAND = "voice"
 VOICE_SLOT = "voice"
 """The session-state field holding the conversation's ``/voice`` choice (``"on"`` / ``"off"``; never shown to the
 model, which reads only its own slots; ``/reset`` clears it with them)."""
-
-
-class Speaker(Protocol):
-    """Turns text into OGG/Opus audio."""
-
-    async def speak(self, text: str) -> bytes:
-        """``text`` spoken.
-
-        Raises:
-            SpeechError: the speech provider failed.
-        """
 
 
 def spoke(messages: Sequence[InboundMessage]) -> bool:
@@ -80,10 +67,16 @@ def toggle_of(raw: bytes | str | None) -> bool | None:
     return {"on": True, "off": False}.get(value) if isinstance(value, str) else None
 
 
-def toggle_text(mode: str, argument: str) -> tuple[str, str | None]:
-    """What ``/voice <argument>`` answers, and the value to store (``None``: store nothing)."""
+def toggle_text(mode: str, argument: str, *, voice_notes: bool = True) -> tuple[str, str | None]:
+    """What ``/voice <argument>`` answers, and the value to store (``None``: store nothing).
+
+    ``voice_notes``: whether the conversation's channel shows voice notes (else nothing is stored: there is nothing to
+    turn on).
+    """
     if mode == "off":
         return "Voice replies are not available for this agent.", None
+    if not voice_notes:
+        return "Voice replies are not available here: this chat shows no voice notes.", None
     choice = argument.strip().lower()
     if choice == "on":
         return "Voice replies on: I will also send my answers as voice notes.", "on"
@@ -101,13 +94,11 @@ class VoiceReplies:
         api_key: str | None,
         base_url: str | None,
         prices: PriceTable | None = None,
-        speaker_for: Callable[[AgentVoice], Speaker] | None = None,
     ) -> None:
         self._api_key = api_key
         self._base_url = base_url
         self.prices = prices or PriceTable()
-        self._speaker_for = speaker_for
-        self._speakers: dict[tuple[str, str, float], Speaker] = {}
+        self._speakers: dict[tuple[str, str, float], OpenAISpeech] = {}
 
     @classmethod
     def build(cls, settings: Settings) -> VoiceReplies | None:
@@ -129,20 +120,17 @@ class VoiceReplies:
             return True
         return voice.mode == "when_spoken_to" and spoke(messages)
 
-    def _speaker(self, voice: AgentVoice) -> Speaker:
+    def _speaker(self, voice: AgentVoice) -> OpenAISpeech:
         key = (voice.model, voice.voice, voice.timeout_s)
         speaker = self._speakers.get(key)
         if speaker is None:
-            if self._speaker_for is not None:
-                speaker = self._speaker_for(voice)
-            else:
-                speaker = OpenAISpeech(
-                    model=voice.model,
-                    voice=voice.voice,
-                    api_key=self._api_key,
-                    base_url=self._base_url,
-                    timeout_s=voice.timeout_s,
-                )
+            speaker = OpenAISpeech(
+                model=voice.model,
+                voice=voice.voice,
+                api_key=self._api_key,
+                base_url=self._base_url,
+                timeout_s=voice.timeout_s,
+            )
             self._speakers[key] = speaker
         return speaker
 
@@ -163,7 +151,7 @@ class VoiceReplies:
         if not text:
             return None, []
         try:
-            if self._api_key is None and self._base_url is None and self._speaker_for is None:
+            if self._api_key is None and self._base_url is None:
                 raise SpeechError("no speech provider: set OPENAI_API_KEY (or OPENAI_BASE_URL)")
             audio = await self._speaker(voice).speak(text)
             seconds = opus_duration(audio)
@@ -193,8 +181,7 @@ class VoiceReplies:
     async def aclose(self) -> None:
         """Release the speech clients' connection pools."""
         for speaker in self._speakers.values():
-            if isinstance(speaker, OpenAISpeech):
-                await speaker.aclose()
+            await speaker.aclose()
         self._speakers.clear()
 
 

@@ -147,6 +147,8 @@ def test_the_toggle_is_read_from_the_session_state_and_answered() -> None:
     assert toggle_text("always", "off")[1] == "off"
     assert toggle_text("always", "maybe")[1] is None
     assert toggle_text("off", "on") == ("Voice replies are not available for this agent.", None)
+    here = toggle_text("always", "on", voice_notes=False)  # Slack, Teams: nothing to turn on, nothing stored
+    assert here == ("Voice replies are not available here: this chat shows no voice notes.", None)
 
 
 def test_speech_is_priced_per_thousand_characters() -> None:
