@@ -13,6 +13,7 @@
     ├── DeliveryError               a platform send failed
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
     ├── AttachmentError             a file the user sent could not be fetched (too large, gone, refused)
+    ├── SpeechError                 text-to-speech failed; the reply goes out as text alone
     └── AgentError                  the agent run failed
         ├── RunCancelledError       the user (``/stop``) or an operator stopped the run
         ├── BudgetExceededError     a step, deadline, token or output budget ran out
@@ -40,6 +41,7 @@ __all__ = [
     "RequestError",
     "RunCancelledError",
     "SignatureError",
+    "SpeechError",
     "SwitchboardError",
     "ToolError",
     "excerpt",
@@ -149,6 +151,10 @@ class AttachmentError(SwitchboardError):
         super().__init__(message)
         self.channel = channel
         self.too_large = too_large
+
+
+class SpeechError(SwitchboardError):
+    """Text-to-speech failed (refused, unreachable, timed out, or not audio); the message says why, for operators."""
 
 
 class AgentError(SwitchboardError):

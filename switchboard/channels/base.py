@@ -25,6 +25,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -183,6 +184,9 @@ class Capabilities:
     button_label: int = 0
     """Longest button label in characters (longer labels are shortened; the id still identifies the option)."""
     files: bool = False
+    voice: bool = False
+    """``SendVoice`` is shown as a voice note (or playable audio); a channel without it is never sent one, and no
+    speech is made for it (the text reply alone)."""
     statuses: bool = False
     """``SetStatus`` shows: the channel is told when a turn starts and when the session goes idle (web chat)."""
     tool_activity: bool = False
@@ -283,6 +287,8 @@ async def perform_action(
             return await sender.file(action, conversation, send)
         case SetStatus() | StreamDelta() | ShowToolCall() | SettleChoices():
             return Receipt(parts=0)
+        case SendVoice():
+            return Receipt(parts=0, detail={"voice": "unsupported"})  # the text reply went out: nothing to add
         case AckChoice():
             return Receipt(parts=0, detail={"ack": "http"})  # the webhook's answer acknowledged the click
         case _:

@@ -18,6 +18,7 @@ Only tests import this module (the package never does); it needs no test framewo
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -62,6 +63,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -69,6 +71,7 @@ from switchboard.core.actions import (
     StreamText,
 )
 from switchboard.core.messages import Attachment, ConversationRef, InboundMessage, Sender
+from switchboard.core.providers.oggopus import silent_opus
 from switchboard.errors import AttachmentError, DeliveryError, MalformedBodyError, RequestError, SignatureError
 from switchboard.settings.channels import ChannelSettings
 from switchboard.types import SessionKey
@@ -409,6 +412,7 @@ def sample_actions(posted: str = "1") -> list[Action]:
         SetStatus(status="running"),
         SendError(code="kit", message="kit: something failed"),
         SendFile(path=KIT_FILE, caption="kit: a file", mime_type="text/plain"),
+        SendVoice(audio=base64.b64encode(silent_opus(1.0)).decode("ascii"), duration_s=1.0, text="kit: spoken"),
         OfferChoice(
             question="kit: proceed?", options=[Choice(id="kit:yes", label="Yes"), Choice(id="kit:no", label="No")]
         ),
@@ -431,6 +435,8 @@ def _promised(action: Action, caps: Capabilities) -> bool:
             return True
         case SendFile():
             return caps.files
+        case SendVoice():
+            return caps.voice
         case SendTyping():
             return caps.typing
         case EditText():
@@ -559,7 +565,15 @@ class MockChannel:
                 return await self._send("\n".join(numbered), conversation, send)
             case SendFile() | EditText():
                 raise DeliveryError(f"{self._name} has no {action.kind}s", channel=self._name, retryable=False)
-            case StreamDelta() | SendTyping() | SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
+            case (
+                StreamDelta()
+                | SendTyping()
+                | SetStatus()
+                | AckChoice()
+                | ShowToolCall()
+                | SettleChoices()
+                | SendVoice()
+            ):
                 return Receipt(parts=0)
             case _:
                 assert_never(action)

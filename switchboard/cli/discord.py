@@ -26,7 +26,7 @@ ACTIONS = ("listen", "register-commands")
 def discord_menu(settings: Settings) -> list[tuple[str, str, bool]]:
     """``(name, description, admins only)`` of the gateway's commands: one a ``user`` may not use is for admins."""
     config = settings.file
-    hidden = frozenset() if config.identity.self_link else frozenset({"link"})
+    hidden = config.hidden_commands()
     return [
         (name, description, not may_use(name, "user", config.commands))
         for name, description in menu(config.commands, hidden=hidden)

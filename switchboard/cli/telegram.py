@@ -80,7 +80,7 @@ def telegram_menus(settings: Settings, account: str) -> list[RoleMenu]:
     config = settings.file
     route = resolve_route(config, "telegram", account)
     rules = rules_from_config(config, {("telegram", account): route.tenant}).get(("telegram", account))
-    hidden = frozenset() if config.identity.self_link else frozenset({"link"})
+    hidden = config.hidden_commands()
     default_role = rules.default_role if rules is not None else "user"
     roles = rules.roles if rules is not None else ()
     return role_menus(config.commands, "telegram", default_role, roles, hidden=hidden)

@@ -223,7 +223,7 @@ async def usage_rows(redis: aioredis.Redis, scope: OperatorScope) -> list[UsageR
                 row[0] += float(event.get("credits") or 0.0)
                 row[1] += int(event.get("input_tokens") or 0)
                 row[2] += int(event.get("output_tokens") or 0)
-                row[3] += 1
+                row[3] += 0 if event.get("characters") else 1  # a voice reply's speech is metered, not a run
     return [
         UsageRow(tenant, agent, credits=v[0], input_tokens=int(v[1]), output_tokens=int(v[2]), runs=int(v[3]))
         for (tenant, agent), v in sorted(sums.items())

@@ -17,6 +17,7 @@ __all__ = [
     "SendFile",
     "SendText",
     "SendTyping",
+    "SendVoice",
     "SetStatus",
     "SettleChoices",
     "ShowToolCall",
@@ -82,6 +83,24 @@ class SendFile(_Action):
     caption: str = ""
     mime_type: str | None = None
     """Guessed from the file name; ``image/*`` lets a channel send a photo rather than a document."""
+
+
+class SendVoice(_Action):
+    """Deliver the turn's reply spoken, as a voice note where the platform has one (sent after its text reply).
+
+    The audio rides in the action (the outbox keeps it, so a resumed send needs no second speech request); it is
+    small: the text spoken is capped by the agent's ``voice.max_chars``. A channel without voice notes sends nothing
+    for it (the text reply already went out).
+    """
+
+    kind: Literal["voice"] = "voice"
+    audio: str
+    """The audio, base64-encoded (OGG/Opus)."""
+    mime_type: str = "audio/ogg"
+    duration_s: float | None = None
+    """Length of the audio, when known (Telegram and WhatsApp show it on the note)."""
+    text: str = ""
+    """What it says (the text that was spoken), for a channel that labels the audio."""
 
 
 class Choice(BaseModel):
@@ -223,6 +242,7 @@ Action = Annotated[
     | SetStatus
     | SendError
     | SendFile
+    | SendVoice
     | OfferChoice
     | EditText
     | StreamText

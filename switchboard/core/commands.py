@@ -78,6 +78,7 @@ BUILTIN_COMMANDS: Final[Mapping[str, CommandSpec]] = {
     "whoami": CommandSpec("Who I think you are, and your role"),
     "help": CommandSpec("The commands you can use here"),
     "link": CommandSpec("Link this account to your account on another app", ("admin", "user")),
+    "voice": CommandSpec("Voice replies on or off in this conversation"),
 }
 """The gateway's own commands, in menu order, with their default roles (``/model``: admins only)."""
 

@@ -54,6 +54,7 @@ __all__ = [
     "StepRecorded",
     "ToolCalled",
     "UsageMetered",
+    "VoiceReplied",
 ]
 
 RunStatus = Literal["queued", "running", "waiting_for_approval", "completed", "failed", "dead_lettered", "cancelled"]
@@ -206,7 +207,7 @@ class SkillUsed(_Event):
 
 
 class UsageMetered(_Event):
-    """What a turn spent: steps, tool calls, tokens and credits (from the price table)."""
+    """What a turn spent: steps, tool calls, tokens and credits (from the price table), or its spoken reply's cost."""
 
     kind: Literal["usage_metered"] = "usage_metered"
     model: str
@@ -219,6 +220,8 @@ class UsageMetered(_Event):
     """The budget that ended the turn early, if any."""
     policy_version: str = ""
     """The version of the policy the run's tool calls were checked against."""
+    characters: int = 0
+    """Characters spoken: set on the metering of a voice reply's speech request (not a run of its own)."""
 
 
 class BudgetAlerted(_Event):
@@ -326,6 +329,22 @@ class ReplySent(_Event):
     kind: Literal["reply_sent"] = "reply_sent"
     chars: int
     parts: int = 1
+
+
+class VoiceReplied(_Event):
+    """What became of a reply's voice note: sent, or why the reply stayed text only."""
+
+    kind: Literal["voice_replied"] = "voice_replied"
+    outcome: Literal["sent", "too_long", "failed", "undelivered"]
+    """``too_long``: over the agent's ``voice.max_chars`` (not spoken); ``failed``: the speech request failed;
+    ``undelivered``: spoken, but the channel refused the audio."""
+    model: str
+    chars: int
+    """Characters of the text spoken (or that would have been)."""
+    seconds: float | None = None
+    """Length of the audio, when there was one."""
+    reason: str = ""
+    """Why it failed, in a few words (never the provider's own text)."""
 
 
 class RunCompleted(_Event):
@@ -485,6 +504,7 @@ Event = Annotated[
     | SkillUsed
     | UsageMetered
     | ReplySent
+    | VoiceReplied
     | RunCompleted
     | RunFailed
     | RunDeadLettered

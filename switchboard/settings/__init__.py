@@ -222,7 +222,8 @@ class FileConfig(BaseModel):
     """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;
     ``switchboard.core.approvals.policy``)."""
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``."""
+    """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``; a speech
+    model's per 1,000 characters spoken: ``{"openai:gpt-4o-mini-tts": {"characters": 15}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     """The operator console's operators (``console.operators``)."""
     api: ApiConfig = Field(default_factory=ApiConfig)
@@ -263,6 +264,16 @@ class FileConfig(BaseModel):
                 raise ValueError(f"schedules[{index}]: the id {job.id!r} is used twice; give each job its own id")
             seen.add(job.id)
         return self
+
+    def hidden_commands(self) -> frozenset[str]:
+        """Built-in commands left out of menus and ``/help``: nothing here serves them.
+
+        ``/link`` without self-service identity linking, ``/voice`` when no agent speaks.
+        """
+        hidden = set() if self.identity.self_link else {"link"}
+        if all(agent.voice.mode == "off" for agent in self.agents.values()):
+            hidden.add("voice")
+        return frozenset(hidden)
 
     def agent(self, name: str | None) -> Agent:
         """The named agent, or the default one."""

@@ -68,7 +68,7 @@ class CommandDesk:
         self.people = (
             People(redis) if self.identity is not None and (self.identity.resolve or self.identity.self_link) else None
         )
-        self.hidden = frozenset() if self.identity is not None and self.identity.self_link else frozenset({"link"})
+        self.hidden = config.hidden_commands() if config is not None else frozenset({"link", "voice"})
 
     async def answer(
         self, request: TurnRequest, messages: Sequence[InboundMessage], conversation: ConversationRef

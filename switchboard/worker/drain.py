@@ -49,6 +49,7 @@ from switchboard.queue.eventlog import EventLog
 from switchboard.queue.groups import take as take_context
 from switchboard.queue.handoffs import Handoffs, TurnHandoff
 from switchboard.queue.jobs import DrainJobs, StartedJob
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
 from switchboard.queue.offers import check_choices, record_offer
@@ -60,6 +61,16 @@ from switchboard.worker.busy import answered_part
 from switchboard.worker.commands import CommandDesk, model_override
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 from switchboard.worker.endings import TurnEndings, end_interrupted
+from switchboard.worker.voice import (
+    VOICE_COMMAND,
+    VOICE_SLOT,
+    VoiceReplies,
+    command_argument,
+    outcome,
+    slots_toggle,
+    toggle_of,
+    toggle_text,
+)
 
 __all__ = ["Drainer", "TurnRunner"]
 
@@ -201,10 +212,13 @@ class Drainer(TurnEndings):
         workspace_root: Path | None = None,
         workspace_store: WorkspaceStore | None = None,
         config: FileConfig | None = None,
+        voice: VoiceReplies | None = None,
     ) -> None:
         self.redis = redis
         self.config = config
         """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
+        self.voice = voice
+        """Voice replies (``None`` when no agent has them: a turn then asks nothing more)."""
         self.workspace_root = workspace_root
         """Where session workspaces live: channels read the files they send from there."""
         self.workspace_store = workspace_store
@@ -445,6 +459,12 @@ class Drainer(TurnEndings):
             said = stopped and turn.stop_shown
             result = TurnResult(text="" if said else STOPPED_TEXT if stopped else NOTHING_RUNNING_TEXT, steps=0)
             notice = True
+        elif command_of(messages) == VOICE_COMMAND:  # the agent's voice replies, per conversation
+            voice_notes = turn.stream is not None and turn.stream.caps.voice
+            text, value = toggle_text(agent.voice.mode, command_argument(messages), voice_notes=voice_notes)
+            if value is not None:
+                await store.save_slot(VOICE_SLOT, value)
+            result, notice = TurnResult(text=text, steps=0), True
         elif (command := await self.desk.answer(request, messages, conversation)) is not None:
             sink.held.extend(command.events)  # written with the reply's claim
             result = command.result
@@ -461,9 +481,52 @@ class Drainer(TurnEndings):
                 reply = stream.reply(result.text)
             facts = encode_facts(sink.take()) if sink.held else ""
             sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
+            if isinstance(sent, Receipt) and not notice and self.voice is not None and agent.voice.mode != "off":
+                await self._speak(turn, attempt, agent, messages, sink, result.text)
         else:
             await sink.flush()
         return result, sent
+
+    async def _speak(
+        self,
+        turn: DrainTurn,
+        attempt: Attempt,
+        agent: Agent,
+        messages: Sequence[InboundMessage],
+        sink: _Sink,
+        text: str,
+    ) -> None:
+        """Send the delivered reply spoken too, when the turn wants it (:mod:`switchboard.worker.voice`).
+
+        Best effort after the text: a failed speech request or a refused send leaves the reply as the text already
+        sent (a log line and a fact). Through the outbox under its own logical name, so a re-run sends it once.
+        """
+        voice, conversation, outbox = self.voice, turn.conversation, turn.outbox
+        if voice is None or conversation is None or outbox is None or turn.stream is None:
+            return
+        caps = turn.stream.caps
+        if not caps.voice:
+            return
+        if attempt.slots is not None:
+            toggle = slots_toggle(attempt.slots)
+        else:
+            toggle = toggle_of(await self.redis.hget(SessionKeys(turn.lease.session).slots, VOICE_SLOT))
+        if not voice.wanted(agent.voice, messages, caps, toggle):
+            return
+        action, facts = await voice.speak(agent.voice, text, turn.reply_to)
+        if sink.charge is not None:
+            for fact in list(facts):
+                if isinstance(fact, UsageMetered):
+                    facts.extend(await sink.charge(fact))
+        if action is not None:
+            try:
+                await outbox.send(action, conversation, run_id=turn.run_id, logical="voice")
+                facts.append(outcome(agent.voice, action, None))
+            except DeliveryError as err:
+                logger.warning("%s refused the voice reply; the reply stays text only: %s", conversation.channel, err)
+                facts.append(outcome(agent.voice, action, str(err)))
+        if facts:
+            await turn.ledger.facts(facts)
 
     async def _answer(
         self,

@@ -42,6 +42,7 @@ from switchboard.queue.schedules import Scheduler, sync_config_jobs
 from switchboard.settings import QueueSettings, Settings
 from switchboard.worker.drain import Drainer, TurnRunner
 from switchboard.worker.drainturn import DrainOutcome
+from switchboard.worker.voice import VoiceReplies
 
 __all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker", "traced_runner"]
 
@@ -434,6 +435,7 @@ async def run_worker(
         )
     pick = agent_for or (lambda message: settings.file.agent(message.conversation.agent))
     identity = worker_id or _new_worker_id()
+    voice = VoiceReplies.build(settings)
 
     def factory(redis: aioredis.Redis, wid: str) -> Drainer:
         return Drainer(
@@ -446,6 +448,7 @@ async def run_worker(
             workspace_root=settings.workspace_path,
             workspace_store=workspace_store,
             config=settings.file,
+            voice=voice,
         )
 
     worker = SessionWorker(
@@ -456,10 +459,14 @@ async def run_worker(
         schedules=settings.file.schedules,
         default_agent=settings.file.default_agent,
     )
-    if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command
-        await worker.run(stop)
-        return
-    await _with_webhooks(settings, settings.redis_url, identity, worker.run(stop), stop)
+    try:
+        if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command
+            await worker.run(stop)
+            return
+        await _with_webhooks(settings, settings.redis_url, identity, worker.run(stop), stop)
+    finally:
+        if voice is not None:
+            await voice.aclose()
 
 
 async def _with_webhooks(

@@ -164,9 +164,11 @@ def _stop(gateway: Gateway) -> None:
     assert "Switchboard stopped." in gateway.stdout.read_text(errors="replace"), gateway.output()
 
 
-def run_gateway(root: Path, config: Path, *, delay_ms: int = OFFLINE_DELAY_MS) -> Iterator[Gateway]:
+def run_gateway(
+    root: Path, config: Path, *, delay_ms: int = OFFLINE_DELAY_MS, extra_env: dict[str, str] | None = None
+) -> Iterator[Gateway]:
     """``python -m switchboard run`` on ``config`` (paths in it are relative to it), data under ``root``, until the
-    caller is done; then Ctrl-C, and it must stop cleanly."""
+    caller is done; then Ctrl-C, and it must stop cleanly. ``extra_env`` adds variables (a provider's fake URL)."""
     if CHROMIUM is None:
         pytest.skip(SKIP_REASON)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHBOARD_", "OPENAI_", "ANTHROPIC_"))}
@@ -180,6 +182,7 @@ def run_gateway(root: Path, config: Path, *, delay_ms: int = OFFLINE_DELAY_MS) -
             "SWITCHBOARD_OFFLINE__DELAY_MS": str(delay_ms),
             "SWITCHBOARD_ATTACHMENTS__MAX_BYTES": str(MAX_FILE_BYTES),
         }
+        | (extra_env or {})
     )
     stdout, stderr = root / "stdout.txt", root / "stderr.txt"
     with stdout.open("wb") as out, stderr.open("wb") as err:

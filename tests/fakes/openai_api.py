@@ -1,6 +1,7 @@
 """A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE,
-``POST /v1/responses/compact`` (native compaction) and ``POST /v1/audio/transcriptions`` (multipart, answering
-``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`).
+``POST /v1/responses/compact`` (native compaction), ``POST /v1/audio/transcriptions`` (multipart, answering
+``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`) and ``POST /v1/audio/speech`` (JSON in, audio bytes out: a
+real OGG/Opus stream as long as the text would take to say, for ``response_format: opus``).
 
 Speaks the wire format the official ``openai`` SDK parses (checked against its types in
 ``tests/providers/test_fake_wire.py``): Responses events (``response.created`` ...
@@ -20,6 +21,7 @@ and read by ``GET /v1/containers/{id}/files/{file_id}/content``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -29,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from switchboard.core.providers.oggopus import silent_opus
 from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, ShellRun, split
 
 __all__ = ["CONTAINER_ID", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
@@ -333,6 +336,12 @@ class FakeOpenAI(Script):
         """What ``POST /v1/audio/transcriptions`` answers, in order (then ``"fake transcript"``)."""
         self.audio_status = 200
         """Answer transcriptions with this status instead (errors in OpenAI's shape)."""
+        self.speech_status = 200
+        """Answer speech requests with this status instead (errors in OpenAI's shape)."""
+        self.speech_delay_s = 0.0
+        """Wait this long before answering a speech request (a slow provider)."""
+        self.speech_body: bytes | None = None
+        """Answer speech requests with these bytes instead of the audio (a provider that sends something else)."""
         self.compact_failure: Failure | None = None
         """Answer every ``/v1/responses/compact`` with this error while set."""
         self.issued: set[str] = set()
@@ -348,6 +357,7 @@ class FakeOpenAI(Script):
         app.router.add_get("/v1/containers/{container}/files/{file}/content", self._container_file)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
+        app.router.add_post("/v1/audio/speech", self._speech)
         return app
 
     def images(self) -> list[str]:
@@ -381,6 +391,40 @@ class FakeOpenAI(Script):
             failure = Failure(status=self.audio_status, kind="server_error", message="fake: transcription failed")
             return web.json_response(error_body(failure), status=self.audio_status)
         return web.json_response({"text": self.transcripts.popleft() if self.transcripts else "fake transcript"})
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        """OpenAI's speech route: ``{"model", "input", "voice", "response_format"}`` in, the audio file's bytes out.
+
+        Checks the key like the model routes; ``input`` over 4,096 characters is refused as OpenAI refuses it. The
+        audio is silence lasting about as long as the text would take to say (15 characters a second).
+        """
+        body = await request.json()
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.api_key is not None and presented != self.api_key:
+            message = f"Incorrect API key provided: {presented}."  # OpenAI echoes (part of) the key it refused
+            return web.json_response(error_body(Failure(401, "invalid_api_key", message)), status=401)
+        if self.speech_delay_s:
+            await asyncio.sleep(self.speech_delay_s)
+        text = body.get("input")
+        if not isinstance(text, str) or not text or len(text) > 4096 or not body.get("voice") or not body.get("model"):
+            failure = Failure(400, "invalid_request_error", "fake: input (1-4096 characters), voice, model required")
+            return web.json_response(error_body(failure), status=400)
+        if self.speech_status != 200:
+            failure = Failure(status=self.speech_status, kind="server_error", message="fake: speech failed")
+            return web.json_response(error_body(failure), status=self.speech_status)
+        if body.get("response_format", "mp3") != "opus":
+            failure = Failure(400, "invalid_request_error", "fake: only response_format opus is served")
+            return web.json_response(error_body(failure), status=400)
+        if self.speech_body is not None:
+            return web.Response(body=self.speech_body, content_type="audio/ogg")
+        return web.Response(body=silent_opus(max(len(text) / 15, 0.1)), content_type="audio/ogg")
+
+    def speech(self) -> list[Received]:
+        """The speech requests received, in order."""
+        return [r for r in self.received if r.path == "/v1/audio/speech"]
 
     def put_file(self, path: str, content: bytes, *, source: str = "assistant") -> None:
         """A file in the hosted container (``source``: ``assistant`` for what commands wrote, ``user`` uploads)."""

@@ -65,7 +65,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # charge); "group_ignored" a group message that does not address the bot (default ``group_replies``: ignored, nothing
 # written); "group_context_kept" the same with ``group_replies.keep_context`` on (kept as context, no run); "routing"
 # the plain message with a ``routing`` binding it does not match and an agent that may hand over (the conversation's
-# handoff binding read). Minus "plain": what the feature costs.
+# handoff binding read); "voice" the plain message with the agent's ``voice: {mode: always}`` (the reply spoken by a
+# fake OpenAI speech route and sent after the text: the voice send's outbox claim and record, and its facts). Minus
+# "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -446,6 +448,46 @@ PINNED: dict[str, dict[str, Any]] = {
         "worker": 59,
         "worker_client": 7,
     },
+    "voice": {
+        "client": 9,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA facts": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 2,
+            "EVALSHA outbox_record": 2,
+            "EXISTS": 1,
+            "GET": 7,
+            "HDEL": 3,
+            "HGET": 5,
+            "HGETALL": 1,
+            "HINCRBY": 10,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 10,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 9,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 81,
+        "web": 15,
+        "web_client": 1,
+        "worker": 66,
+        "worker_client": 8,
+    },
     "webchat": {
         "client": 12,
         "commands": {
@@ -529,6 +571,9 @@ routing:
 """
 """The "routing" scenario: a keyword binding the message does not match, and an agent that may hand over (the
 conversation's handoff binding is read for every message)."""
+VOICE = yaml.safe_load(MINIMAL_CONFIG)
+VOICE["agents"]["assistant"]["voice"] = {"mode": "always"}
+"""The "voice" scenario's YAML file: every reply also spoken."""
 LIMITS_ON = {
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SESSION_PER_MINUTE": "1000000",
     "SWITCHBOARD_LIMITS__MESSAGES_PER_SENDER_PER_MINUTE": "1000000",
@@ -974,6 +1019,31 @@ def literal(value: Any, indent: str = "") -> str:
     return "{\n" + items + indent + "}"
 
 
+@contextlib.contextmanager
+def fake_speech() -> Iterator[str]:
+    """OpenAI's speech route faked on a loopback port, served from a thread of this process; yields its ``/v1`` URL."""
+    import asyncio
+
+    from aiohttp import web
+
+    from tests.fakes.openai_api import FakeOpenAI
+
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(FakeOpenAI().app())
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, name="fake-openai", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> None:
     counts: dict[str, Counter[str]] = {}
     with gateway(tmp_path) as gw:
@@ -1005,6 +1075,13 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         routing.write_text(MINIMAL_CONFIG.replace(tools, tools + ROUTING))
         gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(routing)})
         one_at_a_time(gw, counts, "routing", 1001, "hello there")
+        voice = tmp_path / "voice.yaml"
+        voice.write_text(yaml.safe_dump(VOICE))
+        with fake_speech() as speech_url:
+            extra = {"SWITCHBOARD_CONFIG": str(voice), "OPENAI_API_KEY": "sk-count", "OPENAI_BASE_URL": speech_url}
+            gw.start({**LIMITS_OFF, **extra, "SWITCHBOARD_MODEL": "offline"})
+            one_at_a_time(gw, counts, "voice", 1010, "hello there")
+            gw.stop()
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

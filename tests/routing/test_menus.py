@@ -12,6 +12,7 @@ import yaml
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.cli.main import main
 from switchboard.core.commands import BUILTIN_COMMANDS, CommandRule, menu, role_menus
+from switchboard.settings import FileConfig
 from tests.channels.test_telegram_cli import env, fake  # noqa: F401  (fixtures)
 
 CONFIG = """
@@ -74,14 +75,15 @@ def test_the_fake_refuses_a_menu_telegram_would_refuse(
 def test_the_slack_manifest_lists_every_built_in_command() -> None:
     manifest = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "slack-app-manifest.yaml").read_text())
     listed = {c["command"][1:] for c in manifest["features"]["slash_commands"]}
-    assert set(BUILTIN_COMMANDS) - {"link"} <= listed  # /link is listed where identity linking is on
+    # /link is listed where identity linking is on; /voice where voice notes exist (Slack has none)
+    assert set(BUILTIN_COMMANDS) - {"link", "voice"} <= listed
 
 
 @pytest.mark.parametrize(
     ("config", "role", "expected"),
     [
-        ({}, "guest", ["new", "reset", "stop", "status", "whoami", "help"]),
-        ({}, "admin", ["new", "reset", "stop", "status", "usage", "model", "whoami", "help", "link"]),
+        ({}, "guest", ["new", "reset", "stop", "status", "whoami", "help", "voice"]),
+        ({}, "admin", ["new", "reset", "stop", "status", "usage", "model", "whoami", "help", "link", "voice"]),
         ({"model": CommandRule(roles=["admin", "user"])}, "user", ["model"]),
         ({"help": CommandRule(roles=[])}, "admin", ["!help"]),  # nobody: left out of every menu
         ({"report": CommandRule(description="Report a problem")}, "guest", ["report"]),
@@ -100,3 +102,24 @@ def test_role_menus_skip_globs_and_senders_of_the_default_role() -> None:
     roles = [("telegram:1", "user"), ("telegram:2", "admin"), ("slack:U1", "admin"), ("telegram:*", "guest")]
     menus = role_menus({}, "telegram", "user", roles)  # type: ignore[arg-type]
     assert [(m.role, m.senders) for m in menus] == [("user", ()), ("admin", ("2",))]
+
+
+@pytest.mark.parametrize(
+    ("voice", "self_link", "hidden"),
+    [("off", False, {"link", "voice"}), ("always", False, {"link"}), ("off", True, {"voice"}), ("always", True, set())],
+)
+def test_menus_leave_out_what_nothing_here_serves(voice: str, self_link: bool, hidden: set[str]) -> None:
+    config = FileConfig.model_validate(
+        {
+            "agents": {
+                "assistant": {
+                    "name": "assistant",
+                    "profile": {"name": "A"},
+                    "instructions": "Hi.",
+                    "voice": {"mode": voice},
+                }
+            },
+            "identity": {"self_link": self_link},
+        }
+    )
+    assert config.hidden_commands() == hidden

@@ -56,6 +56,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -173,6 +174,7 @@ class DiscordChannel:
             buttons=25,
             button_label=80,
             files=True,
+            voice=True,
             typing=True,
             typing_refresh_s=8.0,
             bot_rate=Rate(45.0, 50),
@@ -273,6 +275,8 @@ class DiscordChannel:
                 return await self._offer(action, conversation, send)
             case SendFile():
                 return await self._send_file(action, conversation, send)
+            case SendVoice():
+                return await self._send_voice(action, conversation, send)
             case SendTyping():
                 channel = self._poster.channel_id(conversation)
                 route, path = "/channels/{channel_id}/typing", f"/channels/{channel}/typing"
@@ -345,6 +349,19 @@ class DiscordChannel:
         if len(parts) > 1:
             ids = [ids[0], *await self._poster.post_parts(conversation, parts[1:], send, key_suffix=":caption", skip=1)]
         return Receipt(platform_ids=tuple(ids), parts=max(1, len(parts)), detail={"action": "file"})
+
+    async def _send_voice(self, action: SendVoice, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """The audio as an ``.ogg`` attachment (Discord plays it inline), without text: the reply went out before it.
+
+        Not a native voice message: that flag needs a waveform and a separate upload flow, for little gain.
+        """
+        sent = SentParts(send)
+        if not sent.ids:
+            upload = Upload("reply.ogg", base64.b64decode(action.audio), action.mime_type)
+            await send.pace()
+            message_id = await self._poster.post(conversation, "", key=send.idempotency_key, part=0, files=[upload])
+            await sent.record(message_id)
+        return Receipt(platform_ids=tuple(sent.ids), detail={"action": "voice"})
 
     async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> FileData:
         """Download an attachment from Discord's CDN (or the configured API host), refusing more than ``limit``.

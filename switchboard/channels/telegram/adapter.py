@@ -44,6 +44,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -71,6 +72,7 @@ CAPABILITIES = Capabilities(
     buttons=MAX_BUTTONS,
     button_label=MAX_BUTTON_LABEL,
     files=True,
+    voice=True,
     typing=True,
     typing_refresh_s=4.0,
     bot_rate=Rate(30.0, 30),
@@ -311,6 +313,8 @@ class TelegramChannel:
                 return await sender.error(action, conversation, send)
             case SendFile():
                 return await sender.file(action, conversation, send)
+            case SendVoice():
+                return await sender.voice(action, conversation, send)
             case OfferChoice():
                 return await sender.choice(action, conversation, send)
             case EditText():

@@ -8,6 +8,7 @@ keyboards whose ``callback_data`` is the option id.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import re
@@ -24,9 +25,9 @@ from switchboard.channels.render.telegram import (
     split_html,
     visible_text,
 )
-from switchboard.channels.telegram.api import BotApi, BotApiRefusal
+from switchboard.channels.telegram.api import BotApi, BotApiRefusal, Upload
 from switchboard.channels.telegram.files import upload_file
-from switchboard.core.actions import AckChoice, EditText, OfferChoice, SendError, SendFile, StreamText
+from switchboard.core.actions import AckChoice, EditText, OfferChoice, SendError, SendFile, SendVoice, StreamText
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
 
@@ -252,6 +253,21 @@ class TelegramSender:
         params = {"chat_id": chat_id, "action": "typing", "message_thread_id": thread}
         await self._client().call("sendChatAction", params)
         return Receipt(parts=0, detail={"action": "typing"})
+
+    async def voice(self, action: SendVoice, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """``sendVoice``: the OGG/Opus audio as a voice note (no caption: the text reply went out before it)."""
+        done = SentParts(send)
+        if done.ids:
+            return done.receipt()
+        chat_id, thread, _ = _route(conversation)
+        params: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread}
+        if action.duration_s is not None:
+            params["duration"] = str(max(round(action.duration_s), 1))
+        data = base64.b64decode(action.audio)
+        await send.pace()
+        message = await self._client().upload("sendVoice", params, Upload("voice", "reply.ogg", data, action.mime_type))
+        await done.record(_message_id(message, "sendVoice"))
+        return done.receipt(method="sendVoice", bytes=str(len(data)))
 
     async def file(self, action: SendFile, conversation: ConversationRef, send: SendContext) -> Receipt:
         """The workspace file as a photo or a document with its caption.

@@ -39,6 +39,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -91,6 +92,7 @@ CAPABILITIES: Final = Capabilities(
     buttons=10,
     button_label=80,
     files=True,
+    voice=True,
     statuses=True,
     tool_activity=True,
 )
@@ -350,6 +352,19 @@ class WebChannel:
         return {"text": action.caption, "reply_to": action.reply_to, "file": file}  # the page shows the name
 
     @staticmethod
+    def _voice_event(action: SendVoice) -> dict[str, Any]:
+        """The spoken reply as an audio file card (the page gives audio a player); refused over the size cap."""
+        size = len(action.audio) * 3 // 4 - action.audio[-2:].count("=")
+        if size > MAX_FILE_BYTES:
+            raise DeliveryError(
+                f"the web chat shows files up to {MAX_FILE_BYTES // 1024} KiB; the spoken reply is larger",
+                channel="web",
+                retryable=False,
+            )
+        file = {"name": "reply.ogg", "mime_type": action.mime_type, "data": action.audio, "size": size}
+        return {"text": "", "reply_to": action.reply_to, "file": file, "voice": True}
+
+    @staticmethod
     def event_for(action: Action) -> tuple[str, dict[str, Any]] | None:
         """The ``(type, data)`` web stream event for an action, or ``None`` when the page shows nothing for it.
 
@@ -398,6 +413,8 @@ class WebChannel:
                 )
             case SendFile():
                 raise DeliveryError("a file is published by perform, which reads it", channel="web", retryable=False)
+            case SendVoice():
+                return "message", WebChannel._voice_event(action)
             case _:
                 assert_never(action)
 

@@ -31,6 +31,9 @@ BudgetName = Literal["steps", "tool_calls", "tokens", "credits", "deadline", "co
 class PriceTable:
     """Credits per 1,000 tokens by model spec, e.g. ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``.
 
+    A speech model's entry has ``characters`` instead: credits per 1,000 characters spoken
+    (``{"openai:gpt-4o-mini-tts": {"characters": 15}}``).
+
     A spec with no entry costs nothing; ``openai:gpt-4.1-mini-2025`` falls back to the longest
     configured prefix (``openai:gpt-4.1-mini``), so dated snapshots share their family's price.
     """
@@ -39,6 +42,21 @@ class PriceTable:
         self._prices: dict[str, tuple[float, float]] = {
             spec: (float(p.get("input", 0.0)), float(p.get("output", 0.0))) for spec, p in (prices or {}).items()
         }
+        self._characters: dict[str, float] = {
+            spec: float(p["characters"]) for spec, p in (prices or {}).items() if "characters" in p
+        }
+
+    def speech_credits(self, spec: str, characters: int) -> float:
+        """Credits a speech request cost: ``characters`` (credits per 1,000 characters spoken) of the spec's entry.
+
+        Looked up like :meth:`rates` (the longest configured prefix); no entry costs nothing.
+        """
+        best = spec if spec in self._characters else ""
+        if not best:
+            for key in self._characters:
+                if spec.startswith(key) and len(key) > len(best):
+                    best = key
+        return self._characters[best] * characters / 1000.0 if best else 0.0
 
     def rates(self, spec: str) -> tuple[float, float]:
         """``(input, output)`` credits per 1,000 tokens for a model spec."""

@@ -13,7 +13,7 @@ from switchboard.core.tools.egress import AgentEgress
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
-__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus", "Starter"]
+__all__ = ["Agent", "AgentLimits", "AgentPolicy", "AgentProfile", "AgentStatus", "AgentVoice", "Starter", "VoiceMode"]
 
 AgentStatus = Literal["draft", "ready"]
 
@@ -70,6 +70,33 @@ class AgentLimits(BaseModel):
     """Input plus output tokens over one whole turn (``None``: bounded by the step budget only)."""
 
 
+VoiceMode = Literal["off", "on_request", "when_spoken_to", "always"]
+"""When a reply is also sent as a voice note: never; when the conversation asked (``/voice on``); when the user sent a
+voice note (or asked); every reply (unless the conversation said ``/voice off``)."""
+
+
+def _yaml_off(value: object) -> object:
+    """YAML reads a bare ``off`` as ``false``: take it as the ``off`` it was written as."""
+    return "off" if value is False else value
+
+
+class AgentVoice(BaseModel):
+    """Voice replies: the turn's text reply also spoken, as a voice note where the channel has one (docs/voice.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Annotated[VoiceMode, BeforeValidator(_yaml_off)] = "off"
+    """``off`` costs nothing (``/voice`` then says voice replies are not available)."""
+    model: str = Field("gpt-4o-mini-tts", min_length=1)
+    """OpenAI speech model (needs ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` for a compatible server)."""
+    voice: str = Field("alloy", min_length=1)
+    """The speaker (``alloy``, ``coral``, ``nova``, ...)."""
+    max_chars: int = Field(1000, ge=1, le=4096)
+    """Longest text spoken: a longer reply is not spoken at all (it goes out as text alone); 4,096 is OpenAI's cap."""
+    timeout_s: float = Field(30.0, gt=0, le=300)
+    """How long the speech request may take before the reply stays text only."""
+
+
 AgentPolicy = PolicyConfig
 """An agent's ``policy:`` block: its rules, mode, approvals and grants (see
 :mod:`switchboard.core.approvals.policy`)."""
@@ -109,6 +136,8 @@ class Agent(BaseModel):
     compaction: Literal["deterministic", "native"] = "deterministic"
     """How long runs are fitted into the context: ``native`` uses the provider's own compaction where it has one
     (OpenAI's Responses API), falling back to the deterministic record whenever it is unavailable or fails."""
+    voice: AgentVoice = Field(default_factory=AgentVoice)
+    """Voice replies (off by default)."""
     shell: Literal["local", "hosted"] = "local"
     """Where shell commands run: ``local`` (the ``shell`` tool in the session's sandbox) or ``hosted`` (OpenAI's
     hosted container through the Responses API; the local ``shell`` tool is then not offered)."""

@@ -51,7 +51,8 @@ _STATIC_FILES: Final = {
 _SESSION_BODY_LIMIT: Final = 4096
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; media-src blob:; "
+        "connect-src 'self'; "
         "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'self'"
     ),
     "X-Content-Type-Options": "nosniff",

@@ -34,6 +34,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -116,6 +117,8 @@ class EchoChannel:
                 return await self._send("\n".join(lines), conversation, send)
             case SendFile() | EditText():
                 raise DeliveryError(f"echo has no {action.kind}s", channel=CHANNEL, retryable=False)
+            case SendVoice():  # no voice notes here: the text reply is all (the capabilities declare none)
+                return Receipt(parts=0)
             case StreamDelta() | SendTyping() | SetStatus() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)
             case _:

@@ -43,6 +43,7 @@ from switchboard.core.actions import (
     SendFile,
     SendText,
     SendTyping,
+    SendVoice,
     SetStatus,
     SettleChoices,
     ShowToolCall,
@@ -68,6 +69,7 @@ CAPABILITIES: Final = Capabilities(
     buttons=MAX_LIST_ROWS,
     button_label=24,
     files=True,
+    voice=True,
     typing=True,
     typing_refresh_s=20.0,
     bot_rate=Rate(80.0, 80),
@@ -177,6 +179,8 @@ class WhatsAppChannel:
                 return await sender.choice(action, conversation, send)
             case SendFile():
                 return await sender.file(action, conversation, send)
+            case SendVoice():
+                return await sender.voice(action, conversation, send)
             case SetStatus() | StreamDelta() | AckChoice() | ShowToolCall() | SettleChoices():
                 return Receipt(parts=0)  # a click is acknowledged by the webhook's 200
             case _:

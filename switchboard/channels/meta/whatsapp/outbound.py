@@ -7,6 +7,7 @@ instead, or the send fails for good with a recorded ``window_closed`` and a clea
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any, Final
 
@@ -15,7 +16,7 @@ from switchboard.channels.meta.graph import GraphApi, GraphError, window_closed
 from switchboard.channels.meta.webhook import record_event
 from switchboard.channels.parts import SentParts
 from switchboard.channels.render.whatsapp import render_whatsapp, split_text
-from switchboard.core.actions import OfferChoice, SendFile
+from switchboard.core.actions import OfferChoice, SendFile, SendVoice
 from switchboard.core.messages import ConversationRef
 from switchboard.errors import DeliveryError
 
@@ -180,6 +181,24 @@ class WhatsAppSender:
         if media_type == "document":
             media["filename"] = data.name
         return await self.send_parts([{"type": media_type, media_type: media}], conversation, send)
+
+    async def voice(self, action: SendVoice, conversation: ConversationRef, send: SendContext) -> Receipt:
+        """Upload the OGG/Opus audio to ``/{phone_number_id}/media`` and send it as a voice message (``voice: true``).
+
+        WhatsApp shows a voice note (play button, profile picture, transcript) only for OGG/Opus; it shows the play
+        button up to 512 KB, a download arrow above.
+        """
+        if send.sent:
+            return Receipt(platform_ids=send.sent, parts=len(send.sent))
+        data = base64.b64decode(action.audio)
+        fields = {"messaging_product": "whatsapp", "type": action.mime_type}
+        uploaded = await self.api.upload(
+            f"{self._number(conversation)}/media", fields, "reply.ogg", data, action.mime_type
+        )
+        media_id = uploaded.get("id")
+        if not isinstance(media_id, str) or not media_id:
+            raise DeliveryError("whatsapp answered an upload without a media id", channel=_CHANNEL, retryable=False)
+        return await self.send_parts([{"type": "audio", "audio": {"id": media_id, "voice": True}}], conversation, send)
 
     async def typing(self, conversation: ConversationRef) -> Receipt:
         """Mark the last inbound message read and show the typing indicator (nothing without an inbound id)."""

@@ -2,8 +2,8 @@
 
 ``sendMessage`` / ``editMessageText`` (HTML checked strictly, 4,096 UTF-16 units after parsing, inline keyboards
 with ``callback_data`` of 1–64 bytes), ``sendMessageDraft`` (private chats only, non-zero ``draft_id``),
-``answerCallbackQuery`` (once per query, notice ≤ 200 characters), ``sendDocument`` / ``sendPhoto`` (multipart
-uploads, 10 MB photos, 50 MB files), ``getFile`` (files up to 20 MB), ``sendChatAction``, ``getMe`` and the
+``answerCallbackQuery`` (once per query, notice ≤ 200 characters), ``sendDocument`` / ``sendPhoto`` / ``sendVoice``
+(multipart uploads, 10 MB photos, 50 MB files), ``getFile`` (files up to 20 MB), ``sendChatAction``, ``getMe`` and the
 webhook methods. ``getUpdates`` is in :mod:`switchboard.channels.telegram.fake.platform` (it waits).
 """
 
@@ -35,13 +35,13 @@ _CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "reco
 _CHAT_ACTIONS |= {"upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note"}
 METHODS = {"getMe", "sendMessage", "sendChatAction", "editMessageText", "setWebhook", "deleteWebhook"}
 METHODS |= {"getWebhookInfo", "sendDocument", "sendPhoto", "getUpdates", "getFile", "sendMessageDraft"}
-METHODS |= {"answerCallbackQuery", "setMyCommands", "getMyCommands"}
+METHODS |= {"answerCallbackQuery", "setMyCommands", "getMyCommands", "sendVoice"}
 MAX_TEXT = 4096
 MAX_CAPTION = 1024
 MAX_PHOTO_BYTES = 10 * 1000 * 1000
 MAX_DOCUMENT_BYTES = 50 * 1000 * 1000
 MAX_FETCH_BYTES = 20 * 1000 * 1000
-_UPLOAD_FIELDS = {"sendDocument": "document", "sendPhoto": "photo"}
+_UPLOAD_FIELDS = {"sendDocument": "document", "sendPhoto": "photo", "sendVoice": "voice"}
 _NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply "
     "markup are exactly the same as a current content and reply markup of the message"
@@ -159,7 +159,12 @@ def _upload(
     if caption is not None:
         message["caption"] = caption
     kind = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}", "file_size": len(content)}
-    message[name] = [kind] if method == "sendPhoto" else {**kind, "file_name": upload.filename}
+    if method == "sendPhoto":
+        message[name] = [kind]
+    elif method == "sendVoice":  # a voice note has no file name: a duration and its type
+        message[name] = {**kind, "duration": int(params.get("duration") or 0), "mime_type": upload.content_type}
+    else:
+        message[name] = {**kind, "file_name": upload.filename}
     return ok(message)
 
 

@@ -202,10 +202,11 @@ class FakeTelegram(FakeServer):
     It answers ``/bot<token>/<method>`` (JSON, form or query parameters) for ``getMe``, ``sendMessage``,
     ``editMessageText``, ``sendMessageDraft``, ``answerCallbackQuery``, ``sendChatAction``, ``getFile``,
     ``getUpdates`` (a long poll over a queue of updates: :meth:`FakeTelegram.push_update`), ``setWebhook``,
-    ``deleteWebhook`` and ``getWebhookInfo``, and ``sendDocument`` / ``sendPhoto`` as ``multipart/form-data`` uploads
-    (the file's name, type, size and bytes are kept in :attr:`FakeTelegramState.files`; the recorded call shows
-    name, type and size); files are downloaded from ``/file/bot<token>/<file_path>``. Telegram's error shapes: 401
-    for a wrong token, 404 for an unknown method, 400 for what Telegram refuses (see
+    ``deleteWebhook`` and ``getWebhookInfo``, and ``sendDocument`` / ``sendPhoto`` / ``sendVoice`` as
+    ``multipart/form-data`` uploads (the file's name, type, size and bytes are kept in
+    :attr:`FakeTelegramState.files`; the recorded call shows name, type and size); files are downloaded from
+    ``/file/bot<token>/<file_path>``. Telegram's error shapes: 401 for a wrong token, 404 for an unknown method, 400
+    for what Telegram refuses (see
     :mod:`~switchboard.channels.telegram.fake.methods`), 409 for a second ``getUpdates`` running at once or one while a
     webhook is set, 413 for a file over 50 MB, and, when told to, 429 with ``retry_after``, any other status (5xx),
     or a slow answer.
@@ -227,7 +228,7 @@ class FakeTelegram(FakeServer):
 
     @property
     def files(self) -> list[FakeFile]:
-        """Every file received with ``sendDocument`` / ``sendPhoto``, in order."""
+        """Every file received with ``sendDocument`` / ``sendPhoto`` / ``sendVoice``, in order."""
         return self.state.files
 
     @property

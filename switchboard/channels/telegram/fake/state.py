@@ -29,7 +29,7 @@ class FakeCall:
 
 @dataclass(frozen=True, slots=True)
 class FakeFile:
-    """A file uploaded with ``sendDocument`` or ``sendPhoto``."""
+    """A file uploaded with ``sendDocument``, ``sendPhoto`` or ``sendVoice``."""
 
     method: str
     chat_id: Any
@@ -79,7 +79,7 @@ class FakeTelegramState:
     markups: dict[tuple[Any, int], dict[str, Any]] = field(default_factory=dict)
     """``reply_markup`` of the messages sent with one (the inline keyboards a user may tap)."""
     files: list[FakeFile] = field(default_factory=list)
-    """Files received with ``sendDocument`` / ``sendPhoto``, in order."""
+    """Files received with ``sendDocument`` / ``sendPhoto`` / ``sendVoice``, in order."""
     stored: dict[str, StoredFile] = field(default_factory=dict)
     """Files ``getFile`` finds, by ``file_id``."""
     drafts: list[tuple[Any, int, str]] = field(default_factory=list)

@@ -637,6 +637,10 @@
       return;
     }
     if (replyTo) started(replyTo);
+    if (data.voice === true && data.file && typeof data.file === "object") {
+      renderVoice(assistantBubble(replyTo), data.file); // the answer spoken: a player under its text
+      return;
+    }
     if (data.file && typeof data.file === "object") {
       renderFile(assistantBubble(replyTo), data.file, data.text); // a file comes before the turn's answer
       return;
@@ -943,6 +947,32 @@
     }
     const wasNear = nearBottom();
     workOf(bubble).appendChild(card);
+    keepScrolled(wasNear);
+  }
+
+  const PLAYABLE = new Set(["audio/ogg", "audio/mpeg", "audio/wav", "audio/webm", "audio/aac"]);
+
+  // The answer spoken (a voice reply): an audio player under the answer's text, from a blob: URL of the bytes (the
+  // page's policy lets media load from blob: only). Anything but a known audio type shows nothing.
+  function renderVoice(bubble, file) {
+    if (typeof file.data !== "string") return;
+    const declared = typeof file.mime_type === "string" ? file.mime_type.trim().toLowerCase() : "";
+    const type = declared.split(";")[0];
+    if (!PLAYABLE.has(type) || bubble.li.querySelector(".msg-voice")) return;
+    let bytes;
+    try {
+      bytes = Uint8Array.from(atob(file.data), (c) => c.charCodeAt(0));
+    } catch (_) {
+      return;
+    }
+    const audio = el("audio", "msg-voice");
+    audio.dataset.testid = "msg-voice";
+    audio.controls = true;
+    audio.preload = "metadata";
+    audio.setAttribute("aria-label", "The reply, spoken");
+    audio.src = URL.createObjectURL(new Blob([bytes], { type }));
+    const wasNear = nearBottom();
+    bubble.li.appendChild(audio);
     keepScrolled(wasNear);
   }
 
