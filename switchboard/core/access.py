@@ -208,8 +208,8 @@ def facets(message: InboundMessage) -> tuple[str, ...]:
     """What an ``allow`` entry may name of the sender: its principal, its Slack workspace, its Teams tenant."""
     conv = message.conversation
     found = [principal(message)]
-    if conv.channel == "slack" and conv.extra.get("team"):
-        found.append(f"slack:team:{conv.extra['team']}")
+    if conv.channel == "slack" and (conv.extra.get("user_team") or conv.extra.get("team")):
+        found.append(f"slack:team:{conv.extra.get('user_team') or conv.extra['team']}")  # the author's own workspace
     elif conv.channel == "teams" and conv.extra.get("tenant_id"):
         found.append(f"teams:tenant:{conv.extra['tenant_id']}")
     return tuple(found)

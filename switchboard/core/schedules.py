@@ -90,6 +90,9 @@ class ScheduleSpec(BaseModel):
     delivered, and says why)."""
     created_by: str = Field("operator", max_length=200)
     """Who made the job: ``operator``, ``console:<name>``, ``api``, or ``agent:<session>``."""
+    role: Literal["guest", "user"] | None = None
+    """The role its turns act with: the role of the turn whose agent made the job, at most ``user``, whoever writes
+    the job (``None``: an operator's job, whose turns act as ``user``)."""
 
     @field_validator("timezone")
     @classmethod

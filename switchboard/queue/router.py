@@ -35,6 +35,15 @@ __all__ = ["IngestMetrics", "IngestRouter", "Route", "busy_policy", "check_routi
 logger = logging.getLogger(__name__)
 
 
+def _operators(message: InboundMessage) -> bool:
+    """Whether the message is the tenant's own (an operator's or API token's action, a scheduled turn), not a user's.
+
+    Channels cannot send these (:meth:`IngestRouter.accept` refuses them); they were authorised by the console, a
+    token's scopes or the schedule, so access control, which judges chat users, does not judge them.
+    """
+    return isinstance(message.event, OperatorActed | ExternalEvent | Scheduled)
+
+
 class IngestMetrics(Protocol):
     """What the router counts (:class:`switchboard.web.metrics.Metrics` has it)."""
 
@@ -153,7 +162,7 @@ class IngestRouter:
         if draft.meta.get(CONTEXT_ONLY_META):
             await self._keep_context(draft)
             return None
-        if self.gate is not None:
+        if self.gate is not None and not _operators(draft):
             admitted = await self._admit(draft)  # stamps the sender's role, which a binding may match
             if admitted is None:
                 return None
@@ -258,9 +267,7 @@ class IngestRouter:
         """
         messages = inbound.messages
         for message in messages:
-            if isinstance(
-                message.event, OperatorActed | ExternalEvent | Scheduled
-            ):  # only the console, API and gateway do
+            if _operators(message):  # only the console, API and gateway do
                 self._rejected(adapter.name, "forged_operator_event")
                 raise MalformedBodyError(f"{adapter.name}: a channel cannot send operator actions")
         try:
@@ -292,7 +299,7 @@ class IngestRouter:
             if found[0].meta.get(CONTEXT_ONLY_META):
                 await self._keep_context(found[0])
                 continue
-            if self.gate is not None:
+            if self.gate is not None and not _operators(found[0]):
                 admitted = await self._admit(found[0])
                 if admitted is None:
                     continue

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from switchboard.core.access import ROLE_META
 from switchboard.core.events import EventAdapter, ScheduleSkipped
 from switchboard.core.messages import ConversationRef, InboundMessage, Scheduled, Sender, session_key
 from switchboard.core.schedules import ScheduleSpec, next_after, occurrence_key
@@ -425,6 +426,7 @@ class Scheduler:
             sender=Sender(id=f"schedule:{spec.id}", name=spec.id),
             text=spec.text,
             event=Scheduled(job_id=spec.id, action=spec.action, due_at=due_at),
+            meta={ROLE_META: spec.role} if spec.role is not None else {},
         )
         result = await self.ingestor.ingest(message)
         outcome: Outcome = "duplicate" if result.duplicate else "delivered"

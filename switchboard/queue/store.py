@@ -162,8 +162,11 @@ class RedisSessionStore:
         cron: str | None,
         timezone: str,
         key: str,
+        role: Literal["guest", "user"] = "user",
     ) -> dict[str, Any]:
         """Make a job into this session (the ``schedule_*`` tools' backend); ``key`` names it, so a retry is no second.
+
+        Its turns act with ``role``, the role of the turn that made it.
 
         Raises:
             ValueError: the job is invalid, its time has passed, or the session holds its most jobs.
@@ -190,6 +193,7 @@ class RedisSessionStore:
                     "cron": cron,
                     "timezone": timezone,
                     "created_by": f"agent:{self.session}",
+                    "role": role,
                 }
             )
         except ValidationError as err:

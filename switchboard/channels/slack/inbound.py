@@ -70,6 +70,8 @@ class WireMessage(_Wire):
     thread_ts: str | None = None
     parent_user_id: str | None = None
     """In a thread reply: who wrote the thread's first message."""
+    user_team: str | None = Field(None, max_length=64)
+    """The author's own workspace (another organisation's in a Slack Connect channel)."""
     deleted_ts: str | None = None
     files: list[WireFile] | None = None
     message: WireMessage | None = None
@@ -132,6 +134,8 @@ class _WireId(_Wire):
     id: str
     name: str | None = None
     username: str | None = None
+    team_id: str | None = Field(None, max_length=64)
+    """A user's own workspace."""
 
 
 class _WireContainer(_Wire):
@@ -231,12 +235,24 @@ class SlackIdentity:
 
 
 def _conversation(
-    identity: SlackIdentity, team: str | None, channel: str, channel_type: str, thread: str | None, user: str
+    identity: SlackIdentity,
+    team: str | None,
+    channel: str,
+    channel_type: str,
+    thread: str | None,
+    user: str,
+    user_team: str | None = None,
 ) -> dict[str, Any]:
-    """A :class:`ConversationRef`'s fields (validated with the message, in one pass)."""
+    """A :class:`ConversationRef`'s fields (validated with the message, in one pass).
+
+    ``user_team`` is the author's own workspace when the payload names it: in a Slack Connect channel it is another
+    organisation's, and access control's ``slack:team:`` entries judge the author by it, not by the host ``team``.
+    """
     extra = {"channel": channel, "channel_type": channel_type, "user": user}
     if team:
         extra["team"] = team
+    if user_team and user_team != team:
+        extra["user_team"] = user_team
     if thread:
         extra["thread_ts"] = thread
     return {  # in declaration order (the hot path builds the model from it as it is: ``trusted``)
@@ -334,7 +350,7 @@ def parse_event_callback(identity: SlackIdentity, callback: WireCallback) -> Inb
     if not text and not attachments:
         return None
     thread = _thread_of(event, channel_type)
-    conversation = _conversation(identity, team, channel, channel_type, thread, event.user)
+    conversation = _conversation(identity, team, channel, channel_type, thread, event.user, event.user_team)
     # Every value below is a str/None from the validated wire model (or an event model): the draft is built without
     # validating it again (tests/channels/test_fast_drafts.py checks it against validation).
     return trusted(
@@ -370,7 +386,9 @@ def _edited(
     return InboundMessage.model_validate(
         {
             "dedup_key": f"edit:{callback.event_id or event.ts}",
-            "conversation": _conversation(identity, callback.team_id, channel, channel_type, thread, new.user),
+            "conversation": _conversation(
+                identity, callback.team_id, channel, channel_type, thread, new.user, new.user_team
+            ),
             "sender": {"id": new.user},
             "text": text,
             "event": MessageEdited(original_id=new.ts),
@@ -393,7 +411,9 @@ def _deleted(
     return InboundMessage.model_validate(
         {
             "dedup_key": f"del:{callback.event_id or deleted}",
-            "conversation": _conversation(identity, callback.team_id, channel, channel_type, thread, old.user),
+            "conversation": _conversation(
+                identity, callback.team_id, channel, channel_type, thread, old.user, old.user_team
+            ),
             "sender": {"id": old.user},
             "text": "",
             "event": MessageDeleted(original_id=deleted),
@@ -429,7 +449,9 @@ def parse_interaction(identity: SlackIdentity, payload: WireInteraction) -> Inbo
     return InboundMessage.model_validate(
         {
             "dedup_key": f"act:{action.action_ts or payload.trigger_id or offer_ts}:{payload.user.id}",
-            "conversation": _conversation(identity, team, channel, channel_type, thread, payload.user.id),
+            "conversation": _conversation(
+                identity, team, channel, channel_type, thread, payload.user.id, payload.user.team_id
+            ),
             "sender": Sender(id=payload.user.id, name=payload.user.username or payload.user.name),
             "text": label,
             "event": ChoiceSelected(option_id=option, offer_message_id=offer_ts, ack_ref=None),

@@ -40,8 +40,11 @@ class SessionSchedules(Protocol):
         cron: str | None,
         timezone: str,
         key: str,
+        role: Literal["guest", "user"] = "user",
     ) -> dict[str, Any]:
         """Make a job into this session; ``key`` (the call's idempotency key) names it, so a retry makes no second.
+
+        Its turns act with ``role``, the role of the turn that made it (a guest cannot schedule itself a user's turn).
 
         Raises:
             ValueError: the job is invalid, its time has passed, or the session holds its most jobs.
@@ -105,7 +108,13 @@ def _schedules(ctx: ToolContext) -> SessionSchedules:
 async def _add(action: Literal["turn", "message"], text: str, args: _When, ctx: ToolContext) -> dict[str, Any]:
     try:
         return await _schedules(ctx).schedule_add(
-            action, text, at=args.at, cron=args.cron, timezone=args.timezone, key=ctx.idempotency_key
+            action,
+            text,
+            at=args.at,
+            cron=args.cron,
+            timezone=args.timezone,
+            key=ctx.idempotency_key,
+            role="guest" if ctx.role == "guest" else "user",  # a job outlives its maker's role: never an admin's
         )
     except ValueError as err:
         raise ToolError(str(err)) from None
