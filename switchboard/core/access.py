@@ -66,15 +66,16 @@ _DIRECT_KINDS: dict[str, tuple[str, frozenset[str]]] = {
 
 
 def _principal_entry(value: str) -> str:
-    """Check one ``allow``/``roles`` entry: ``<channel>:<id or glob>``; a WhatsApp number loses its ``+``."""
+    """Check one ``allow``/``roles`` entry: ``<channel>:<id or glob>``; a WhatsApp number loses its ``+`` or ``00``."""
     head, sep, rest = value.partition(":")
     if not sep or not head or not rest:
         raise ValueError(
             f"{value!r} is not a principal: write <channel>:<sender id> (telegram:42, slack:U123, whatsapp:4915112345),"
             " slack:team:<workspace id>, teams:tenant:<tenant id>, or a glob such as telegram:*"
         )
-    if head == "whatsapp" and rest.startswith("+"):
-        return f"whatsapp:{rest[1:]}"
+    if head == "whatsapp":  # the Cloud API names senders by the number's digits alone: +49…, 0049… are 49…
+        digits = rest[1:] if rest.startswith("+") else rest[2:] if rest.startswith("00") else rest
+        return f"whatsapp:{digits}"
     return value
 
 

@@ -50,8 +50,9 @@ def test_bad_blocks_are_refused_with_what_to_fix(block: dict[str, Any], message:
         AccessConfig.model_validate(block)
 
 
-def test_a_whatsapp_number_loses_its_plus() -> None:
-    assert AccessConfig.model_validate({"allow": ["whatsapp:+4915112345678"]}).allow == ["whatsapp:4915112345678"]
+@pytest.mark.parametrize("written", ["whatsapp:+4915112345678", "whatsapp:004915112345678", "whatsapp:4915112345678"])
+def test_a_whatsapp_number_is_its_digits_as_the_cloud_api_sends_them(written: str) -> None:
+    assert AccessConfig.model_validate({"allow": [written]}).allow == ["whatsapp:4915112345678"]
 
 
 def test_the_most_specific_block_wins_per_field_and_roles_merge() -> None:
