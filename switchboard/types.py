@@ -1,8 +1,9 @@
 """Vocabulary aliases shared by every layer."""
 
 from typing import Annotated, Final, Literal, NewType, TypeAlias, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import StringConstraints
+from pydantic import AfterValidator, StringConstraints
 
 __all__ = [
     "CHANNEL_NAME_PATTERN",
@@ -15,6 +16,7 @@ __all__ = [
     "SessionKey",
     "SessionState",
     "TenantId",
+    "TimeZoneName",
 ]
 
 CHANNEL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
@@ -50,3 +52,15 @@ a tool call; ``retrying``: its last attempt failed or the provider asked to wait
 action waits for a decision; ``queued``: messages wait for a worker; ``done``: nothing to do."""
 SESSION_STATES: Final[tuple[SessionState, ...]] = get_args(SessionState)
 """Every :data:`SessionState`, in the order the console lists them."""
+
+
+def _time_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}: use an IANA name such as UTC or Europe/Berlin") from None
+    return value
+
+
+TimeZoneName: TypeAlias = Annotated[str, AfterValidator(_time_zone)]
+"""An IANA time zone (``UTC``, ``Europe/Berlin``), checked when configured."""

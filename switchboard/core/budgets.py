@@ -12,9 +12,11 @@ import calendar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from switchboard.types import TimeZoneName
 
 __all__ = [
     "BudgetRule",
@@ -44,7 +46,7 @@ class BudgetRule(BaseModel):
     """Credits the subject may spend in one period."""
     alert_at: tuple[float, ...] = (0.8, 1.0)
     """Fractions of ``credits`` at which an alert is reported (once each per period)."""
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
     """IANA time zone whose midnight (or first of the month) starts a period."""
     tenant: str | None = None
     """The tenant the rule applies to (``None``: every tenant, each counted on its own)."""
@@ -60,15 +62,6 @@ class BudgetRule(BaseModel):
         if any(not 0 < f <= 1 for f in value):
             raise ValueError("alert_at holds fractions of the budget, each in (0, 1], e.g. [0.5, 0.8, 1.0]")
         return tuple(sorted(set(value)))
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}: use an IANA name such as UTC or Europe/Berlin") from None
-        return value
 
     @model_validator(mode="after")
     def _fields_fit_scope(self) -> BudgetRule:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Final, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadCronError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from switchboard.types import TimeZoneName
 
 __all__ = [
     "JOB_ID_PATTERN",
@@ -79,7 +81,7 @@ class ScheduleSpec(BaseModel):
     """When a one-off job runs (ISO 8601; a time without an offset is read in ``timezone``)."""
     cron: str | None = None
     """A five-field cron expression (``0 9 * * mon-fri``), read in ``timezone``."""
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
     """IANA time zone of ``cron`` and of an ``at`` without an offset."""
     misfire: Literal["run_once", "skip"] = "run_once"
     """An occurrence found more than ``grace_s`` late (the gateway was down): run it once anyway, or skip it."""
@@ -93,15 +95,6 @@ class ScheduleSpec(BaseModel):
     role: Literal["guest", "user"] | None = None
     """The role its turns act with: the role of the turn whose agent made the job, at most ``user``, whoever writes
     the job (``None``: an operator's job, whose turns act as ``user``)."""
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}: use an IANA name such as Europe/Paris or UTC") from None
-        return value
 
     @field_validator("cron")
     @classmethod
