@@ -42,7 +42,7 @@ class BudgetRule(BaseModel):
     scope: BudgetScope
     """``tenant``: all runs of a tenant; ``agent``: all runs of one agent; ``user``: the runs one person asks for."""
     period: PeriodName = "day"
-    credits: float = Field(gt=0)
+    credits: float = Field(gt=0, allow_inf_nan=False)
     """Credits the subject may spend in one period."""
     alert_at: tuple[float, ...] = (0.8, 1.0)
     """Fractions of ``credits`` at which an alert is reported (once each per period)."""

@@ -423,6 +423,10 @@ class GlobalKeys:
         """STRING JSON ``{"principal", "person"}``, EX TTL: one pending ``/link`` code, by its hash."""
         return f"{self.prefix}:{{people:{tenant}}}:code:{code_hash}"
 
+    def link_wrong(self, tenant: str) -> str:
+        """STRING counter, EX one hour: wrong ``/link`` codes sent by all the accounts of a tenant together."""
+        return f"{self.prefix}:{{people:{tenant}}}:wrong"
+
     def link_tries(self, tenant: str, principal: str) -> str:
         """STRING counter, EX one hour: ``/link`` codes asked for and wrong codes tried by one principal."""
         return f"{self.prefix}:{{people:{tenant}}}:tries:{principal}"

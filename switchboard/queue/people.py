@@ -23,10 +23,20 @@ from switchboard.errors import ConfigError
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys
 
-__all__ = ["LINK_CODE_DIGITS", "LinkRefused", "People", "check_person", "check_principal"]
+__all__ = [
+    "LINK_CODE_DIGITS",
+    "TENANT_WRONG_CODES_PER_HOUR",
+    "LinkRefused",
+    "People",
+    "check_person",
+    "check_principal",
+]
 
 LINK_CODE_DIGITS: Final = 8
 """Digits of a ``/link`` code (with a few tries an hour per principal, guessing one is hopeless)."""
+TENANT_WRONG_CODES_PER_HOUR: Final = 50
+"""Wrong ``/link`` codes one tenant takes in an hour from all its accounts together (new accounts cost nothing on an
+open bot, so a cap per account alone would not stop guessing)."""
 LOG_CAP: Final = 10_000
 """Approximate length of a tenant's link/unlink log."""
 _PERSON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
@@ -140,14 +150,33 @@ class People:
         await self.redis.set(_KEYS.link_code(tenant, _code_hash(code)), record, ex=ttl_s)
         return code
 
-    async def redeem(self, tenant: str, principal: str, code: str, *, per_hour: int) -> PersonLinked | LinkRefused:
-        """Link ``principal`` with the account that asked for ``code`` (used once; wrong codes count as tries)."""
+    async def redeem(
+        self,
+        tenant: str,
+        principal: str,
+        code: str,
+        *,
+        per_hour: int,
+        tenant_per_hour: int = TENANT_WRONG_CODES_PER_HOUR,
+    ) -> PersonLinked | LinkRefused:
+        """Link ``principal`` with the account that asked for ``code`` (used once; wrong codes count as tries).
+
+        Wrong codes count per account and for the whole tenant: past ``tenant_per_hour`` of them, no code is taken
+        from any account of the tenant for the rest of that hour (an operator can still link).
+        """
         check_principal(principal)
         if not await self._spend_try(tenant, principal, per_hour):
             return LinkRefused("Too many link attempts from this account; try again in an hour.")
+        wrong_key = _KEYS.link_wrong(tenant)
+        if int(await self.redis.get(wrong_key) or 0) >= tenant_per_hour:
+            return LinkRefused("Too many wrong link codes were sent here lately; try again in an hour.")
         digits = "".join(c for c in code if c.isdigit())
         raw = await self.redis.getdel(_KEYS.link_code(tenant, _code_hash(digits))) if digits else None
         if raw is None:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.incr(wrong_key)
+                pipe.expire(wrong_key, 3600, nx=True)
+                await pipe.execute()
             return LinkRefused("That code is wrong or has expired. Send /link on your other account for a new one.")
         first = str(json.loads(raw)["principal"])
         if first == principal:

@@ -221,7 +221,7 @@ class FileConfig(BaseModel):
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;
     ``switchboard.core.approvals.policy``)."""
-    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    prices: dict[str, dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]]] = Field(default_factory=dict)
     """Credits per 1,000 tokens by model: ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``; a speech
     model's per 1,000 characters spoken: ``{"openai:gpt-4o-mini-tts": {"characters": 15}}``."""
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from switchboard.core.providers.oggopus import opus_duration
@@ -28,6 +29,18 @@ MAX_SPEECH_CHARS = 4096
 MAX_SPEECH_BYTES = 4 * 2**20
 """The most audio one reply may be (a few minutes of speech at OpenAI's Opus bitrate); more is refused."""
 _NO_KEY = "unused"
+
+
+async def _read_capped(chunks: AsyncIterator[bytes]) -> bytes:
+    """The body read as it arrives, refused as soon as it passes :data:`MAX_SPEECH_BYTES` (never buffered whole)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_SPEECH_BYTES:
+            raise SpeechError(f"the speech provider answered more than {MAX_SPEECH_BYTES} bytes (the limit)")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 class OpenAISpeech:
@@ -68,10 +81,10 @@ class OpenAISpeech:
         sdk = self._sdk
         try:
             async with asyncio.timeout(self.timeout_s):  # the SDK's timeout is per read: this bounds the whole request
-                response = await self._client.audio.speech.create(
+                async with self._client.audio.speech.with_streaming_response.create(
                     model=self.model, voice=self.voice, input=text[:MAX_SPEECH_CHARS], response_format="opus"
-                )
-                data = response.content
+                ) as response:
+                    data = await _read_capped(response.iter_bytes())
         except TimeoutError:
             raise SpeechError("the speech provider did not answer in time") from None
         except (sdk.AuthenticationError, sdk.PermissionDeniedError):
@@ -82,8 +95,6 @@ class OpenAISpeech:
             raise SpeechError("the speech provider did not answer in time") from None
         except (sdk.APIConnectionError, self._transport_error):
             raise SpeechError("the speech provider could not be reached") from None
-        if len(data) > MAX_SPEECH_BYTES:
-            raise SpeechError(f"the speech provider answered {len(data)} bytes (limit {MAX_SPEECH_BYTES})")
         opus_duration(data)  # refuses anything that is not OGG/Opus
         return data
 

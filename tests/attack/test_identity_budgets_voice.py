@@ -1,0 +1,90 @@
+"""Attacks on linking accounts (``/link`` codes), budget and price configuration, and the speech provider's answer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from pydantic import ValidationError
+
+from switchboard.core.budgets import BudgetRule
+from switchboard.core.events import PersonLinked
+from switchboard.core.providers.speech import MAX_SPEECH_BYTES, OpenAISpeech
+from switchboard.errors import SpeechError
+from switchboard.queue.people import TENANT_WRONG_CODES_PER_HOUR, LinkRefused, People
+from switchboard.settings import FileConfig
+
+TENANT = "default"
+
+
+async def test_cycling_accounts_cannot_keep_guessing_link_codes(async_redis: aioredis.Redis) -> None:
+    """On an open bot anyone can make new accounts: wrong codes are capped per tenant too, not just per account."""
+    people = People(async_redis)
+    code = await people.issue_code(TENANT, "telegram:1", ttl_s=600, per_hour=5)
+    assert code is not None
+    wrong = f"{(int(code) + 1) % 10**8:08d}"
+    for attempt in range(TENANT_WRONG_CODES_PER_HOUR):
+        refused = await people.redeem(TENANT, f"web:attacker{attempt // 5}", wrong, per_hour=5)
+        assert isinstance(refused, LinkRefused)
+    lucky = await people.redeem(TENANT, "web:attacker-fresh", code, per_hour=5)  # a fresh account guessing right
+    assert isinstance(lucky, LinkRefused) and "try again" in lucky.reason
+    assert await people.everyone(TENANT) == {}
+    other = await people.redeem("other", "web:someone", "12345678", per_hour=5)  # another tenant is not locked
+    assert isinstance(other, LinkRefused) and "wrong" in other.reason
+
+
+async def test_a_right_code_links_below_the_tenant_cap(async_redis: aioredis.Redis) -> None:
+    people = People(async_redis)
+    code = await people.issue_code(TENANT, "telegram:1", ttl_s=600, per_hour=5)
+    assert code is not None
+    for attempt in range(TENANT_WRONG_CODES_PER_HOUR - 1):
+        await people.redeem(TENANT, f"web:typo{attempt}", "00000000" if code != "00000000" else "1", per_hour=5)
+    linked = await people.redeem(TENANT, "slack:U1", code, per_hour=5)
+    assert isinstance(linked, PersonLinked)
+
+
+@pytest.mark.parametrize("price", [math.nan, math.inf, -1.0])
+def test_a_price_that_is_not_a_finite_non_negative_number_is_a_config_error(price: float) -> None:
+    with pytest.raises(ValidationError, match="prices"):
+        FileConfig.model_validate({"prices": {"openai:gpt-4.1-mini": {"input": price, "output": 1.0}}})
+
+
+@pytest.mark.parametrize("credits", [math.inf, "inf", "nan", -5, 0])
+def test_a_budget_of_infinite_or_no_credits_is_a_config_error(credits: object) -> None:
+    with pytest.raises(ValidationError, match="credits"):
+        BudgetRule.model_validate({"scope": "tenant", "credits": credits})
+
+
+async def test_a_huge_speech_answer_is_not_read_into_memory() -> None:
+    """A provider streaming far more than a voice note is cut off near the cap, not buffered whole."""
+    sent = 0
+    total = 64 * 2**20
+
+    async def speech(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        response = web.StreamResponse(headers={"content-type": "audio/ogg"})
+        await response.prepare(request)
+        chunk = b"O" * 2**16
+        try:
+            while sent < total:
+                await response.write(chunk)
+                sent += len(chunk)
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/audio/speech", speech)
+    server = TestServer(app)
+    await server.start_server()
+    client = OpenAISpeech(model="tts-1", voice="alloy", api_key="sk-x", base_url=str(server.make_url("/v1")))
+    try:
+        with pytest.raises(SpeechError, match="limit"):
+            await client.speak("hello")
+    finally:
+        await client.aclose()
+        await server.close()
+    assert sent < MAX_SPEECH_BYTES + 16 * 2**20
