@@ -90,16 +90,23 @@ class Budgets:
         """Whether any rule counts per user (then the sender's person is looked up)."""
 
     def counters(self, tenant: str, agent: str, user: str, principal: str) -> tuple[Counter, ...]:
-        """The counters a run of ``agent`` for ``user`` (person id or principal) spends against, now."""
+        """The counters a run of ``agent`` for ``user`` (person id or principal) spends against, now.
+
+        Rules that name the same counter (``{scope: user}`` and ``{scope: user, user: telegram:42}`` for that user)
+        give one: the most specific rule (most of ``tenant``, ``agent``, ``user`` named; on a tie the first listed),
+        so a rule naming one user or agent replaces the general one for it and no run is charged twice.
+        """
         now = self.clock()
-        out = []
+        chosen: dict[str, tuple[int, Counter]] = {}
         for rule in self.rules:
             if rule.applies(tenant, agent, user, principal):
                 subject = rule.subject(tenant, agent, user)
                 period = period_of(rule.period, rule.timezone, now)
                 key = _KEYS.budget(tenant, subject.scope, f"{rule.period}:{subject.name}", period.stamp)
-                out.append(Counter(subject, period, key))
-        return tuple(out)
+                named = sum(value is not None for value in (rule.tenant, rule.agent, rule.user))
+                if key not in chosen or named > chosen[key][0]:
+                    chosen[key] = (named, Counter(subject, period, key))
+        return tuple(counter for _named, counter in chosen.values())
 
     async def spent(self, counters: Sequence[Counter]) -> list[float]:
         """What each counter spent this period (one script call)."""

@@ -14,6 +14,7 @@ from switchboard.core.budgets import BudgetRule
 from switchboard.core.events import PersonLinked
 from switchboard.core.providers.speech import MAX_SPEECH_BYTES, OpenAISpeech
 from switchboard.errors import SpeechError
+from switchboard.queue.budgets import Budgets
 from switchboard.queue.people import TENANT_WRONG_CODES_PER_HOUR, LinkRefused, People
 from switchboard.settings import FileConfig
 
@@ -88,3 +89,22 @@ async def test_a_huge_speech_answer_is_not_read_into_memory() -> None:
         await client.aclose()
         await server.close()
     assert sent < MAX_SPEECH_BYTES + 16 * 2**20
+
+
+async def test_a_rule_naming_one_user_gives_that_user_more_and_counts_once(async_redis: aioredis.Redis) -> None:
+    """The documented "one user gets more": the general user rule and the one naming a user name the same counter."""
+    rules = [
+        BudgetRule(scope="user", credits=300),
+        BudgetRule(scope="user", user="telegram:42", credits=5000),
+        BudgetRule(scope="agent", credits=100_000),
+        BudgetRule(scope="agent", agent="demo", credits=50_000),
+    ]
+    budgets = Budgets(async_redis, rules)
+    counters = budgets.counters(TENANT, "demo", "telegram:42", "telegram:42")
+    assert len({c.key for c in counters}) == len(counters)  # no counter is charged twice by one run
+    assert sorted(c.subject.rule.credits for c in counters) == [5000, 50_000]
+    await budgets.charge(counters, 1000)
+    admission = await budgets.admit(TENANT, "demo", "telegram:42", "telegram:42")
+    assert admission.refused is None and admission.credits_left == pytest.approx(4000)
+    others = await budgets.admit(TENANT, "demo", "telegram:7", "telegram:7")  # everyone else keeps the general rule
+    assert others.refused is None and others.credits_left == pytest.approx(300)
