@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -12,6 +13,8 @@ from pydantic import ValidationError
 
 from switchboard.core.budgets import BudgetRule
 from switchboard.core.events import PersonLinked
+from switchboard.core.providers import oggopus
+from switchboard.core.providers.oggopus import opus_duration, silent_opus
 from switchboard.core.providers.speech import MAX_SPEECH_BYTES, OpenAISpeech
 from switchboard.errors import SpeechError
 from switchboard.queue.budgets import Budgets
@@ -108,3 +111,27 @@ async def test_a_rule_naming_one_user_gives_that_user_more_and_counts_once(async
     assert admission.refused is None and admission.credits_left == pytest.approx(4000)
     others = await budgets.admit(TENANT, "demo", "telegram:7", "telegram:7")  # everyone else keeps the general rule
     assert others.refused is None and others.credits_left == pytest.approx(300)
+
+
+def test_checking_the_largest_voice_note_does_not_stall_the_worker() -> None:
+    """Every page's checksum is checked on the worker's event loop: a reply at the size cap must take milliseconds."""
+    audio = silent_opus(18_000)  # five hours of silence, just under the cap
+    assert len(audio) <= MAX_SPEECH_BYTES
+    started = time.perf_counter()
+    assert opus_duration(audio) == pytest.approx(18_000, abs=0.02)
+    assert time.perf_counter() - started < 0.25  # a byte-by-byte checksum in Python takes about a second here
+    corrupted = bytearray(audio)
+    corrupted[len(audio) // 2] ^= 0x01
+    with pytest.raises(SpeechError, match="intact"):
+        opus_duration(bytes(corrupted))
+
+
+@pytest.mark.parametrize("data", [b"", b"OggS", b"123456789", bytes(range(256)) * 3])
+def test_the_page_checksum_is_oggs_crc(data: bytes) -> None:
+    """RFC 3533's CRC, bit by bit: polynomial 0x04C11DB7, not reflected, initial value 0, no final XOR."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
+    assert oggopus._crc(data) == crc

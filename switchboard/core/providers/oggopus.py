@@ -6,6 +6,7 @@ A voice reply is checked to be OGG/Opus and measured before any channel sends it
 
 from __future__ import annotations
 
+import binascii
 import struct
 
 from switchboard.errors import SpeechError
@@ -21,24 +22,17 @@ _SILENT_FRAME = b"\xf8\xff\xfe"
 """One 20 ms CELT fullband mono frame that decodes to silence."""
 
 
-def _crc_table() -> list[int]:
-    table = []
-    for n in range(256):
-        crc = n << 24
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x04C11DB7) if crc & 0x80000000 else crc << 1
-        table.append(crc & 0xFFFFFFFF)
-    return table
-
-
-_CRC = _crc_table()
+_BIT_REVERSED = bytes(int(f"{n:08b}"[::-1], 2) for n in range(256))
 
 
 def _crc(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC[(crc >> 24) ^ byte]
-    return crc
+    """OGG's page checksum (CRC-32, polynomial 0x04C11DB7, not reflected, no initial value or final XOR).
+
+    Computed in C: it is the bit reversal of zlib's reflected CRC-32 (without its initial value and final XOR) over
+    the bit-reversed bytes, so checking a few megabytes of pages takes milliseconds on the event loop.
+    """
+    reflected = binascii.crc32(data.translate(_BIT_REVERSED), 0xFFFFFFFF) ^ 0xFFFFFFFF
+    return int(f"{reflected:032b}"[::-1], 2)
 
 
 def _page(packets: list[bytes], *, granule: int, serial: int, sequence: int, flags: int) -> bytes:
