@@ -145,10 +145,11 @@ class People:
         check_principal(principal)
         if not await self._spend_try(tenant, principal, per_hour):
             return None
-        code = f"{secrets.randbelow(10**LINK_CODE_DIGITS):0{LINK_CODE_DIGITS}d}"
         record = json.dumps({"principal": principal})
-        await self.redis.set(_KEYS.link_code(tenant, _code_hash(code)), record, ex=ttl_s)
-        return code
+        while True:  # a code equal to a live one must not replace it: its sender would be linked instead
+            code = f"{secrets.randbelow(10**LINK_CODE_DIGITS):0{LINK_CODE_DIGITS}d}"
+            if await self.redis.set(_KEYS.link_code(tenant, _code_hash(code)), record, ex=ttl_s, nx=True):
+                return code
 
     async def redeem(
         self,

@@ -17,6 +17,7 @@ from switchboard.core.providers import oggopus
 from switchboard.core.providers.oggopus import opus_duration, silent_opus
 from switchboard.core.providers.speech import MAX_SPEECH_BYTES, OpenAISpeech
 from switchboard.errors import SpeechError
+from switchboard.queue import people as people_module
 from switchboard.queue.budgets import Budgets
 from switchboard.queue.people import TENANT_WRONG_CODES_PER_HOUR, LinkRefused, People
 from switchboard.settings import FileConfig
@@ -135,3 +136,17 @@ def test_the_page_checksum_is_oggs_crc(data: bytes) -> None:
         for _ in range(8):
             crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
     assert oggopus._crc(data) == crc
+
+
+async def test_a_new_code_never_takes_over_a_live_one(
+    async_redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Codes are random: one drawn equal to a live code must not replace it (its sender would be linked instead)."""
+    draws = iter([12_345_678, 12_345_678, 87_654_321])
+    monkeypatch.setattr(people_module.secrets, "randbelow", lambda _n: next(draws))
+    people = People(async_redis)
+    victim = await people.issue_code(TENANT, "telegram:1", ttl_s=600, per_hour=5)
+    attacker = await people.issue_code(TENANT, "web:attacker", ttl_s=600, per_hour=5)
+    assert victim == "12345678" and attacker == "87654321"
+    linked = await people.redeem(TENANT, "slack:U1", victim, per_hour=5)
+    assert isinstance(linked, PersonLinked) and set(linked.principals) == {"telegram:1", "slack:U1"}
