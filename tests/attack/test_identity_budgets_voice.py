@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 
 from switchboard.core.budgets import BudgetRule
-from switchboard.core.events import PersonLinked
+from switchboard.core.events import PersonLinked, PersonUnlinked
 from switchboard.core.providers import oggopus
 from switchboard.core.providers.oggopus import opus_duration, silent_opus
 from switchboard.core.providers.speech import MAX_SPEECH_BYTES, OpenAISpeech
@@ -150,3 +150,15 @@ async def test_a_new_code_never_takes_over_a_live_one(
     assert victim == "12345678" and attacker == "87654321"
     linked = await people.redeem(TENANT, "slack:U1", victim, per_hour=5)
     assert isinstance(linked, PersonLinked) and set(linked.principals) == {"telegram:1", "slack:U1"}
+
+
+async def test_the_unlink_fact_names_the_principal_as_written(async_redis: aioredis.Redis) -> None:
+    """The log's unlink fact is filled in by a script: a principal holding its placeholder must not be rewritten."""
+    people = People(async_redis)
+    linked = await people.link(TENANT, ["web:__PERSON__", "telegram:1"], "alice", by="cli")
+    assert isinstance(linked, PersonLinked)
+    gone = await people.unlink(TENANT, "web:__PERSON__", by="cli")
+    assert gone is not None and gone.person == "alice" and gone.principal == "web:__PERSON__"
+    [logged, _linked] = await people.log(TENANT)
+    assert isinstance(logged, PersonUnlinked)
+    assert (logged.principal, logged.person) == ("web:__PERSON__", "alice")
