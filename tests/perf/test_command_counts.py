@@ -914,8 +914,15 @@ def one_at_a_time(gw: Gateway, into: dict[str, Counter[str]], scenario: str, cha
 
 
 def group_chatter(gw: Gateway, into: dict[str, Counter[str]], scenario: str, chat_id: int) -> None:
-    """Group messages that do not address the bot: one uncounted, then :data:`MESSAGES` (none starts a run)."""
+    """Group messages that do not address the bot: one uncounted, then :data:`MESSAGES` (none starts a run).
+
+    A private message is answered first, uncounted: the worker's start-up commands (the reaper's lock, the stop
+    listener's ``SUBSCRIBE``) are then behind it, as the other scenarios' first answered message puts them.
+    """
     update = abs(chat_id) * 100
+    gw.telegram(abs(chat_id) + 10_000, 5_000_000 + abs(chat_id), "hello there")  # a chat and update of its own
+    gw.wait_idle()
+    assert gw.replies() >= 1, f"{scenario}: the warm-up message was not answered"
     gw.telegram(chat_id, update, "just chatting", chat_type="supergroup")
     gw.wait_idle()
     with gw.counting(into, scenario, MESSAGES):
