@@ -520,7 +520,10 @@ class _Turn:
                 continue
             outcome = running[call.id].result()
             content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
-            if outcome.approval is not None:  # this read ran not: a person decides; its siblings did run
+            if outcome.approval is not None and self.approvals.waiting:  # one question per turn, as when sequential
+                self._tool_message(call, refusal(call.name, "not run: waiting for approval", error_class="waiting"))
+                continue
+            if outcome.approval is not None:  # this read did not run: a person decides (its siblings did run)
                 content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
             if not ok:
                 self.failures[action_sha256(call.name, call.arguments)] += 1
