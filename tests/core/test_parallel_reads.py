@@ -200,3 +200,46 @@ async def test_the_trace_shows_the_tool_spans_overlapping(tmp_path: Path, spans:
     calls = [s for s in spans.get_finished_spans() if s.name == "tool.call"]
     assert len(calls) == 3
     assert max(s.start_time or 0 for s in calls) < min(s.end_time or 0 for s in calls)
+
+
+# ---------------------------------------------------------------- CodeAct: parallel()
+
+
+async def run_program(tmp_path: Path, tools: list[Tool], code: str, **limits: Any) -> tuple[dict[str, Any], MemorySink]:
+    model = ReplayModel([calls_step(("run_program", {"code": code})), answer_step("done", step=2)])
+    sink = MemorySink()
+    await runtime(tmp_path, model=model, registry=registry_with(*tools)).run_turn(
+        request("go", agent_=agent(tools=[t.name for t in tools], codeact=True, **limits)), sink, MemoryStore()
+    )
+    results = tool_messages(model)
+    body: dict[str, Any] = (
+        json.loads(results[0].content) if results else {"log": model.requests[1].messages[-1].content}
+    )
+    return body, sink
+
+
+async def test_a_program_runs_reads_at_the_same_time_with_parallel(tmp_path: Path) -> None:
+    line = Timeline()
+    slow = line.tool("slow", {0: 0.3, 1: 0.2, 2: 0.1}, fails=1)
+    code = "found = parallel([['slow', {'n': 0}], ['slow', {'n': 1}], ['slow', {'n': 2}]])\nfound"
+    body, sink = await run_program(tmp_path, [slow], code)
+    assert len(line.runs) == 3 and overlapping(line.runs)
+    first, failed, last = body["value"]  # in the order asked; a failure in its place, the others unaffected
+    assert first == {"tool": "slow", "n": 0} and last == {"tool": "slow", "n": 2}
+    assert "upstream said no" in failed["error"] and failed["error_class"]
+    assert [t.tool for t in sink.of("tool_called")].count("slow") == 3
+
+
+async def test_parallel_in_a_program_refuses_writes(tmp_path: Path) -> None:
+    line = Timeline()
+    tools = [line.tool("look", 0.01), line.tool("save", 0.01, write=True)]
+    body, _ = await run_program(tmp_path, tools, "parallel([['look', {'n': 0}], ['save', {'n': 1}]])")
+    assert line.runs == [] and "save" in body["error"] and "reads only" in body["error"]
+
+
+async def test_parallel_in_a_program_checks_the_budget_before_starting(tmp_path: Path) -> None:
+    line = Timeline()
+    code = "parallel([['slow', {'n': 0}], ['slow', {'n': 1}], ['slow', {'n': 2}]])"
+    body, _ = await run_program(tmp_path, [line.tool("slow", 0.01)], code, max_tool_calls=2)
+    assert line.runs == []  # the three would pass the budget (the program itself is one call): none started
+    assert "the tool-call budget of this turn ran out" in body["log"]  # the budget ran out: the work log says so

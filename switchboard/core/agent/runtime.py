@@ -304,7 +304,7 @@ class _Turn:
     async def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
         if self.agent.codeact:
-            specs.append(run_program_spec(self.tools))
+            specs.append(run_program_spec(self.tools, parallel=self.rt.parallel_reads > 1))
         show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
         reads_files = self.ctx.workspace is not None and any(t.name == "sql" for t in self.tools)
         build = functools.partial(
@@ -584,6 +584,7 @@ class _Turn:
             call_tool=self.call_tool,
             event=self._event,
             message_id=self.message_id,
+            parallel_reads=self.rt.parallel_reads,
         )
         return await self.approvals.program_step(call.id, step)
 
