@@ -31,6 +31,7 @@ from bench import (
     footprint,
     ingest,
     ingest_cost,
+    parallel_reads,
     runtime,
     sandbox,
     sidebyside,
@@ -48,6 +49,7 @@ def _sync(run: Callable[[list[str]], Coroutine[Any, Any, list[Row]]]) -> Callabl
 RUNNERS: dict[str, Callable[[list[str]], list[Row]]] = {
     "footprint": footprint.run,
     "runtime": _sync(runtime.run),
+    "parallel_reads": _sync(parallel_reads.run),
     "ingest": _sync(ingest.run),
     "ingest_cost": ingest_cost.run,
     "slack_ingest": _sync(slack_ingest.run),

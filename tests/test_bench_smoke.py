@@ -102,6 +102,11 @@ def test_runtime_bench_runs() -> None:
     assert "runtime overhead per step" in out and "Monty program runs" in out
 
 
+def test_parallel_reads_bench_runs() -> None:
+    out = run_bench("bench.parallel_reads")
+    assert "| sequential (`SWITCHBOARD_TOOLS__PARALLEL_READS=1`) |" in out and "| parallel (default bound 4) |" in out
+
+
 def test_footprint_bench_runs() -> None:
     out = run_bench("bench.footprint")
     assert "`switchboard run` in a fresh data dir" in out and "switchboard web (/healthz 200)" in out

@@ -83,6 +83,7 @@ def build_runtime(
         default_model=settings.default_model,
         gateway=gateway,
         attachments=attachments,
+        parallel_reads=settings.tools.parallel_reads,
         snapshot_key=snapshot_key(
             settings.approval_key.get_secret_value() if settings.approval_key else None, settings.data_path
         ),

@@ -59,6 +59,7 @@ __all__ = [
     "QueueSettings",
     "SandboxSettings",
     "Settings",
+    "ToolSettings",
     "TranscriptionSettings",
     "WorkspaceS3Settings",
     "WorkspaceSettings",
@@ -133,6 +134,16 @@ class HttpSettings(BaseModel):
     """An idle keep-alive connection is closed after this."""
     max_connections: int = Field(10_000, ge=1)
     """Open connections; past it the oldest idle one is closed (or, with none idle, the new one)."""
+
+
+class ToolSettings(BaseModel):
+    """``SWITCHBOARD_TOOLS__*``: how the agent runtime runs the tool calls of one model step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parallel_reads: int = Field(4, ge=1, le=64)
+    """Read-only calls of one step that run at the same time (a write between them waits for them and runs
+    alone); 1 runs every call one after another."""
 
 
 class DocumentSettings(BaseModel):
@@ -365,6 +376,7 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     offline: OfflineSettings = Field(default_factory=OfflineSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)

@@ -145,11 +145,14 @@ class Budget:
         """Tool calls the turn may still make."""
         return max(0, self.max_tool_calls - self.tool_calls)
 
-    def can_afford_tool(self, cost: int) -> bool:
-        """Whether one more call of a tool with this cost fits the call and credit budgets."""
-        if self.tool_calls_left <= 0:
+    def can_afford_tool(self, cost: int, *, pending_calls: int = 0, pending_credits: int = 0) -> bool:
+        """Whether one more call of a tool with this cost fits the call and credit budgets.
+
+        ``pending_calls`` and ``pending_credits``: what calls admitted alongside it (a batch of reads) will charge.
+        """
+        if self.tool_calls_left - pending_calls <= 0:
             return False
-        return self.max_credits is None or self.credits + cost <= self.max_credits + 1e-9
+        return self.max_credits is None or self.credits + pending_credits + cost <= self.max_credits + 1e-9
 
     def step_worst_case(self, spec: str, input_tokens: int, max_output_tokens: int) -> float:
         """Credits one model step can cost at most: its estimated input (with a margin) and every output token."""

@@ -148,12 +148,20 @@ def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence
     return estimate_tokens(system) + sum(_message_tokens(m) for m in messages) + spec_chars // 4
 
 
-def run_program_spec(tools: Sequence[Tool]) -> ToolSpec:
-    """The ``run_program`` tool a CodeAct agent answers with, listing the functions a program may call."""
+def run_program_spec(tools: Sequence[Tool], *, parallel: bool = False) -> ToolSpec:
+    """The ``run_program`` tool a CodeAct agent answers with, listing the functions a program may call.
+
+    ``parallel``: the program may also call ``parallel()`` to run read calls at the same time.
+    """
     lines = []
     for tool in tools:
         params = ", ".join(f"{name}=..." for name in tool.input.model_fields)
         lines.append(f"{tool.name}({params}): {tool.description}")
+    if parallel and any(t.side_effect == "read" for t in tools) and all(t.name != "parallel" for t in tools):
+        lines.append(
+            'parallel([["tool", {arguments}], ...]): run read-only calls at the same time; their results in the '
+            'order given (a failed one: {"error": ..., "error_class": ...} in its place)'
+        )
     description = (
         "Run a short Python program (a safe subset: no imports, no files, no network). Call your tools as "
         "functions with keyword arguments; `print` what you want to see; the last expression is the result. "

@@ -108,6 +108,7 @@ class Runtime:
         model_attempts: int = 4,
         model_backoff_s: float = 0.5,
         repeat_limit: int = 2,
+        parallel_reads: int = 4,
         attachments: AttachmentSupport | None = None,
         snapshot_key: bytes | None = None,
     ) -> None:
@@ -124,6 +125,7 @@ class Runtime:
             model_attempts: Tries per model step on retryable provider errors.
             model_backoff_s: Base of the exponential back-off between those tries (full jitter).
             repeat_limit: Failures of the same call (tool + normalised arguments) before it is refused.
+            parallel_reads: Read-only calls of one model step run at the same time (1: one after another).
             attachments: Fetching (over the worker's channels), caps and transcription of the files users send.
             snapshot_key: Signs CodeAct programs paused for an approval (``core.suspend.snapshot_key``); every worker
                 that may resume them needs the same key (default: a key of this process only).
@@ -137,6 +139,7 @@ class Runtime:
         self.history_limit = history_limit
         self.retry = StepRetry(attempts=max(1, model_attempts), backoff_s=model_backoff_s)
         self.repeat_limit = max(1, repeat_limit)
+        self.parallel_reads = max(1, parallel_reads)
         self.attachments = attachments or AttachmentSupport()
         self.snapshot_key = snapshot_key or secrets.token_bytes(32)
 
@@ -301,7 +304,7 @@ class _Turn:
     async def _open(self, history_cap: int | None = None) -> None:
         specs = self.rt.registry.specs(self.tools)
         if self.agent.codeact:
-            specs.append(run_program_spec(self.tools))
+            specs.append(run_program_spec(self.tools, parallel=self.rt.parallel_reads > 1))
         show_slots = any(t.name in _SLOT_TOOL_NAMES for t in self.tools)
         reads_files = self.ctx.workspace is not None and any(t.name == "sql" for t in self.tools)
         build = functools.partial(
@@ -393,57 +396,139 @@ class _Turn:
     # ---------------------------------------------------------------- tools
 
     async def _run_calls(self, calls: list[ToolCall]) -> BudgetName | None:
+        """Run one step's calls: consecutive reads together (bounded), anything else alone; results in order asked.
+
+        A write, a program, an unknown tool or a repeat of a call already in the batch is a barrier: the reads before
+        it finish first. Budgets and the repeat guard are checked for a whole batch before it starts.
+        """
         stop: BudgetName | None = None
+        batch: list[ToolCall] = []
         for call in calls:
-            if self.approvals.waiting:
+            if batch and not self._joins(batch, call):
+                stop = await self._run_batch(batch, stop)
+                batch = []
+            if self.rt.parallel_reads > 1 and self._joins(batch, call):
+                batch.append(call)
+            else:
+                stop = await self._run_one(call, stop)
+        if batch:
+            stop = await self._run_batch(batch, stop)
+        return stop
+
+    def _joins(self, batch: list[ToolCall], call: ToolCall) -> bool:
+        """Whether ``call`` may run alongside ``batch``: a plain read, not the same action as one already in it."""
+        if call.name == RUN_PROGRAM:
+            return False
+        tool = self.rt.registry.get(call.name, agent=self.agent.name)
+        if tool is None or tool.side_effect != "read":
+            return False
+        fingerprint = action_sha256(call.name, call.arguments)
+        return all(action_sha256(other.name, other.arguments) != fingerprint for other in batch)
+
+    def _admit(
+        self, call: ToolCall, stop: BudgetName | None, pending_calls: int = 0, pending_credits: int = 0
+    ) -> tuple[str | None, BudgetName | None]:
+        """The refusal the model reads instead of running ``call`` (``None``: run it), and the turn's stop after it.
+
+        ``pending_calls``/``pending_credits``: what the calls admitted before it in the same batch will charge.
+        """
+        if self.approvals.waiting:
+            return refusal(call.name, "not run: waiting for approval", error_class="waiting"), stop
+        if stop is not None:
+            return refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"), stop
+        tool = self.rt.registry.get(call.name, agent=self.agent.name)
+        cost = tool.cost if tool is not None else 0
+        if not self.budget.can_afford_tool(cost, pending_calls=pending_calls, pending_credits=pending_credits):
+            stop = "tool_calls" if self.budget.tool_calls_left - pending_calls <= 0 else "credits"
+            return refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"), stop
+        fingerprint = action_sha256(call.name, call.arguments)
+        if self.failures[fingerprint] >= self.rt.repeat_limit:
+            self.refused += 1
+            message = (
+                f"this exact call failed {self.failures[fingerprint]} times and was not run again: "
+                "change the arguments, try another way, or answer with what you have"
+            )
+            self.budget.charge_tool(0)
+            if self.refused >= self.rt.repeat_limit:
+                stop = "repeat_guard"
+            return refusal(call.name, message, error_class="repeated"), stop
+        return None, stop
+
+    async def _run_one(self, call: ToolCall, stop: BudgetName | None) -> BudgetName | None:
+        refused, stop = self._admit(call, stop)
+        if refused is not None:
+            self._tool_message(call, refused)
+            return stop
+        fingerprint = action_sha256(call.name, call.arguments)
+        reads = self.untrusted_reads
+        card = started(call, self.message_id)
+        await self._show(card)
+        try:
+            if call.name == RUN_PROGRAM and self.agent.codeact:
+                waiting = len(self.approvals.waiting)
+                content, ok = await self._program(call)
+                paused = len(self.approvals.waiting) > waiting
+                state: ToolState = "waiting_approval" if paused else "ok" if ok else "failed"
+                card = ended(card, state, program_output(content))
+            else:
+                outcome = await self.call_tool(call.name, call.arguments, call.id)
+                content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+                tool = self.rt.registry.get(call.name, agent=self.agent.name)
+                card = outcome_card(card, outcome, writes=tool is not None and tool.side_effect == "write")
+                if outcome.approval is not None:  # nothing ran: a person decides
+                    content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
+        except BudgetExceededError as err:
+            stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
+            content, ok = refusal(call.name, str(err)), False
+            card = ended(card, "refused", str(err))
+        await self._show(card)
+        if not ok:
+            self.failures[fingerprint] += 1
+        self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
+        return stop
+
+    async def _run_batch(self, batch: list[ToolCall], stop: BudgetName | None) -> BudgetName | None:
+        """Run a batch of reads at most ``parallel_reads`` at a time; append their results in the order asked."""
+        if len(batch) == 1:
+            return await self._run_one(batch[0], stop)
+        refusals: dict[str, str] = {}
+        admitted: list[ToolCall] = []
+        reserved = 0
+        for call in batch:  # in order, before anything runs: the same calls are admitted on every run
+            refused, stop = self._admit(call, stop, len(admitted), reserved)
+            if refused is not None:
+                refusals[call.id] = refused
+                continue
+            admitted.append(call)
+            tool = self.rt.registry.get(call.name, agent=self.agent.name)
+            reserved += tool.cost if tool is not None else 0
+        bound = asyncio.Semaphore(self.rt.parallel_reads)
+
+        async def read(call: ToolCall) -> ToolOutcome:
+            async with bound:
+                card = started(call, self.message_id)
+                await self._show(card)
+                outcome = await self.call_tool(call.name, call.arguments, call.id)
+                await self._show(outcome_card(card, outcome, writes=False))
+                return outcome
+
+        async with asyncio.TaskGroup() as group:
+            running = {call.id: group.create_task(read(call)) for call in admitted}
+        for call in batch:
+            if call.id in refusals:
+                self._tool_message(call, refusals[call.id])
+                continue
+            outcome = running[call.id].result()
+            content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
+            if outcome.approval is not None and self.approvals.waiting:  # one question per turn, as when sequential
                 self._tool_message(call, refusal(call.name, "not run: waiting for approval", error_class="waiting"))
                 continue
-            if stop is not None:
-                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
-                continue
-            tool = self.rt.registry.get(call.name, agent=self.agent.name)
-            cost = tool.cost if tool is not None else 0
-            if not self.budget.can_afford_tool(cost):
-                stop = "tool_calls" if self.budget.tool_calls_left <= 0 else "credits"
-                self._tool_message(call, refusal(call.name, f"not run: the {BUDGET_WORDS[stop]} budget ran out"))
-                continue
-            fingerprint = action_sha256(call.name, call.arguments)
-            if self.failures[fingerprint] >= self.rt.repeat_limit:
-                self.refused += 1
-                message = (
-                    f"this exact call failed {self.failures[fingerprint]} times and was not run again: "
-                    "change the arguments, try another way, or answer with what you have"
-                )
-                self.budget.charge_tool(0)
-                self._tool_message(call, refusal(call.name, message, error_class="repeated"))
-                if self.refused >= self.rt.repeat_limit:
-                    stop = "repeat_guard"
-                continue
-            reads = self.untrusted_reads
-            card = started(call, self.message_id)
-            await self._show(card)
-            try:
-                if call.name == RUN_PROGRAM and self.agent.codeact:
-                    waiting = len(self.approvals.waiting)
-                    content, ok = await self._program(call)
-                    paused = len(self.approvals.waiting) > waiting
-                    state: ToolState = "waiting_approval" if paused else "ok" if ok else "failed"
-                    card = ended(card, state, program_output(content))
-                else:
-                    outcome = await self.call_tool(call.name, call.arguments, call.id)
-                    content, ok = outcome.for_model(codeact=self.agent.codeact), outcome.ok
-                    tool = self.rt.registry.get(call.name, agent=self.agent.name)
-                    card = outcome_card(card, outcome, writes=tool is not None and tool.side_effect == "write")
-                    if outcome.approval is not None:  # nothing ran: a person decides
-                        content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
-            except BudgetExceededError as err:
-                stop = err.budget if err.budget in BUDGET_WORDS else "tool_calls"  # type: ignore[assignment]
-                content, ok = refusal(call.name, str(err)), False
-                card = ended(card, "refused", str(err))
-            await self._show(card)
+            if outcome.approval is not None:  # this read did not run: a person decides (its siblings did run)
+                content, ok = await self.approvals.suspend(call.id, outcome.approval, None), True
             if not ok:
-                self.failures[fingerprint] += 1
-            self.messages.append(tool_message(call, content, untrusted=self.untrusted_reads > reads))
+                self.failures[action_sha256(call.name, call.arguments)] += 1
+            tool = self.rt.registry.get(call.name, agent=self.agent.name)
+            self.messages.append(tool_message(call, content, untrusted=outcome.ok and untrusted_output(tool)))
         return stop
 
     async def _show(self, card: ShowToolCall) -> None:
@@ -499,6 +584,7 @@ class _Turn:
             call_tool=self.call_tool,
             event=self._event,
             message_id=self.message_id,
+            parallel_reads=self.rt.parallel_reads,
         )
         return await self.approvals.program_step(call.id, step)
 
