@@ -6,6 +6,7 @@ test CA that egress is told to trust; only the test resolver knows ``api.shop.te
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -201,9 +202,9 @@ def shop_settings(tmp_path: Path, port: int, ca: DeploymentCA | None = None, yam
     return load_settings(env)
 
 
-@pytest.fixture
-async def shop_api(tmp_path: Path) -> AsyncIterator[tuple[ShopApi, int, DeploymentCA]]:
-    """The fake shop API over HTTPS on 127.0.0.2, with the CA that signed its certificate."""
+@contextlib.asynccontextmanager
+async def serve_shop(tmp_path: Path) -> AsyncIterator[tuple[ShopApi, int, DeploymentCA]]:
+    """The fake shop API over HTTPS on 127.0.0.2, its port, and the CA that signed its certificate."""
     ca = DeploymentCA.load_or_create(tmp_path / "upstream-ca")
     cert, key = ca.issue("api.shop.test")
     (tmp_path / "shop.pem").write_bytes(cert + key)
@@ -211,8 +212,16 @@ async def shop_api(tmp_path: Path) -> AsyncIterator[tuple[ShopApi, int, Deployme
     tls.load_cert_chain(tmp_path / "shop.pem")
     api = ShopApi()
     runner, port = await _serve(api.app(), PUBLIC, 0, tls)
-    yield api, port, ca
-    await runner.cleanup()
+    try:
+        yield api, port, ca
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def shop_api(tmp_path: Path) -> AsyncIterator[tuple[ShopApi, int, DeploymentCA]]:
+    async with serve_shop(tmp_path) as served:
+        yield served
 
 
 @pytest.fixture
