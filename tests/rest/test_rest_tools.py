@@ -97,6 +97,9 @@ async def test_a_write_needs_approval_by_default_then_goes_out_with_its_idempote
     asked = await world.gateway.call("draft_refund", args, world.ctx())
     assert (asked.ok, asked.error_class, asked.policy) == (False, "needs_approval", "approve:default:risky_write")
     assert asked.approval is not None and world.api.hits == []
+    assert asked.approval.resources == (
+        f"POST {world.settings.file.agents['shop'].rest_tools[0].url.split('{')[0]}O1/refunds",
+    )
     done = await world.gateway.call("draft_refund", args, world.ctx(), approved=asked.approval)
     assert done.ok, done.error
     assert done.value == {"id": "R1", "order": "O1", "amount": 12.5, "state": "draft"}

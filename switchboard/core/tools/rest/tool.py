@@ -255,7 +255,7 @@ def build_rest_tool(spec: RestToolSpec, transport: RestTransport | None) -> Tool
         output_trust="data",
         reversible=spec.reversible if spec.reversible is not None else not write,
         idempotent=spec.idempotent,
-        resources=lambda _args: (f"{spec.method} {spec.url}",),
+        resources=lambda args: (f"{spec.method} {build_request(spec, args.model_dump(mode='json'))[0]}",),
     )
 
 
