@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from switchboard.core.agent.config import Agent
 from switchboard.settings import Settings
 
@@ -11,9 +13,15 @@ __all__ = ["agent_problems", "agents_command"]
 def agent_problems(settings: Settings, agent: Agent) -> list[str]:
     """Everything that keeps an agent from working as configured, in words an operator can act on."""
     from switchboard.core.tools.builtin import default_registry
+    from switchboard.egress.transport import register_rest_tools, rest_problems
 
     problems = agent.problems()
     registry = default_registry()
+    try:
+        register_rest_tools(registry, settings, None)
+    except ValueError as err:
+        problems.append(str(err))
+    problems += rest_problems(settings, agent.name)
     for tool in agent.tools:
         if registry.get(tool) is None:
             problems.append(
@@ -47,8 +55,11 @@ def agent_problems(settings: Settings, agent: Agent) -> list[str]:
 
 def _show(settings: Settings, agent: Agent) -> None:
     from switchboard.core.tools.builtin import default_registry
+    from switchboard.egress.transport import register_rest_tools
 
     registry = default_registry()
+    with contextlib.suppress(ValueError):  # agent_problems below says which name is taken
+        register_rest_tools(registry, settings, None)
     print(f"agent:        {agent.name} ({agent.status})")
     if agent.profile:
         print(f"profile:      {agent.profile.name} — {agent.profile.description}")
@@ -67,7 +78,7 @@ def _show(settings: Settings, agent: Agent) -> None:
         print(f"  secret {name} (${binding.env}) → {', '.join(binding.domains)}")
     print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
     print("tools:")
-    for name in agent.tools:
+    for name in [*agent.tools, *(spec.name for spec in agent.rest_tools if spec.name not in agent.tools)]:
         tool = registry.get(name, agent=agent.name)
         if tool is None:
             print(f"  {name:<18} UNKNOWN")

@@ -58,7 +58,8 @@ def config_problems(settings: Settings) -> list[str]:
     from switchboard.core.approvals.grants import policy_problems
     from switchboard.core.tools.builtin import default_registry
 
-    problems.extend(policy_problems(settings.file, default_registry().names()))
+    rest = [spec.name for spec in settings.file.rest_tools]
+    problems.extend(policy_problems(settings.file, [*default_registry().names(), *rest]))
     from switchboard.queue.access import access_problems
 
     problems.extend(access_problems(settings.file))

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
@@ -340,6 +341,22 @@ def _parser() -> argparse.ArgumentParser:
     skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
     skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
     skills.add_argument("--template", help="install the shipped template NAME (add)")
+    tools = _command(
+        sub,
+        "tools",
+        "draft REST tool declarations from an OpenAPI 3 document",
+        "import openapi FILE --agent NAME --only ID,...: draft one REST tool declaration per chosen operationId of "
+        "the OpenAPI 3 document FILE (YAML or JSON), for agent NAME, and print them (or write them to --out) as "
+        "YAML to review and put under agents.NAME.rest_tools. Nothing is loaded or changed until you do "
+        "(docs/rest-tools.md).",
+    )
+    tools.add_argument("action", choices=["import"], help="what to do")
+    tools.add_argument("format", choices=["openapi"], help="the document's format")
+    tools.add_argument("file", type=Path, help="the OpenAPI 3 document (YAML or JSON)")
+    tools.add_argument("--agent", required=True, help="the agent the tools are drafted for")
+    tools.add_argument("--only", required=True, help="comma-separated operationIds to draft")
+    tools.add_argument("--server", help="the API's base URL, when the document's servers entry is not absolute")
+    tools.add_argument("--out", type=Path, help="write the drafts to this new file instead of printing them")
     discord = _command(
         sub,
         "discord",
@@ -542,6 +559,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":
             return cmd_skills(settings, args.action, args.target, args.template)
+        if args.command == "tools":
+            from switchboard.cli.tools import import_openapi
+
+            return import_openapi(settings, args.file, args.agent, args.only, server=args.server, out=args.out)
         if args.command == "webhooks":
             return cmd_webhooks(settings, args.tenant, args.limit)
         if args.command == "telegram":

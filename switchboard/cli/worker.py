@@ -19,6 +19,7 @@ from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.tools.threads import ThreadShare
 from switchboard.core.workspaces.disk import Quotas, Workspaces
 from switchboard.core.workspaces.s3 import build_workspace_store
+from switchboard.errors import ConfigError
 from switchboard.outbound.webstream import WebStreamPublisher
 from switchboard.queue.connection import async_client
 from switchboard.queue.uploads import UploadStore
@@ -28,7 +29,12 @@ from switchboard.worker.files import attachment_support
 from switchboard.worker.worker import run_worker as run_session_worker
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from switchboard.core.tools.builtin.shell import EgressGate
+    from switchboard.egress.forward import Forwarder
+    from switchboard.egress.gate import SandboxEgress
+    from switchboard.egress.transport import EgressTransport
 
 __all__ = ["build_runtime", "provider_config", "run_worker"]
 
@@ -52,11 +58,15 @@ def build_runtime(
     models: ModelFactory,
     attachments: AttachmentSupport | None = None,
     egress: EgressGate | None = None,
+    rest: EgressTransport | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
-    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands.
+    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
+    way out of declared REST tools (``None``: their calls fail, saying the process has no egress).
     """
+    from switchboard.egress.transport import register_rest_tools
+
     docs, spaces = settings.documents, settings.workspaces
     tools = default_registry(
         documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars),
@@ -65,6 +75,10 @@ def build_runtime(
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
     )
+    try:
+        register_rest_tools(tools, settings, rest)
+    except ValueError as err:
+        raise ConfigError(str(err), field="rest_tools") from None
     root = settings.workspace_path
     quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
     workspaces = Workspaces(root, quotas)
@@ -90,6 +104,20 @@ def build_runtime(
     )
 
 
+def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
+    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own."""
+    if not settings.file.rest_tools and not any(agent.rest_tools for agent in settings.file.agents.values()):
+        return None
+    if egress is not None and egress.proxy is not None:
+        return egress.proxy.forwarder
+    from switchboard.egress import forward
+    from switchboard.egress.events import RedisEgressSink
+    from switchboard.egress.policy import EgressPolicy
+
+    sink = RedisEgressSink(redis, maxlen=settings.queue.events_maxlen)
+    return forward.Forwarder(EgressPolicy.from_settings(settings), settings.egress, sink)
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     """Run one worker process until ``stop`` is set.
 
@@ -97,6 +125,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
     from switchboard.egress.gate import start_sandbox_egress
+    from switchboard.egress.transport import EgressTransport
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -108,7 +137,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     models = ModelFactory(provider_config(settings))
     attachments = attachment_support(settings, channels)
     egress = await start_sandbox_egress(settings, redis, startup_choice(settings).sandbox)
-    runtime = build_runtime(settings, models, attachments, egress)
+    forwarder = _rest_forwarder(settings, redis, egress)
+    runtime = build_runtime(settings, models, attachments, egress, EgressTransport(forwarder) if forwarder else None)
     await channels.start()
     try:
         await run_session_worker(
@@ -117,6 +147,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     finally:
         if egress is not None:
             await egress.close()
+        if forwarder is not None and (egress is None or egress.proxy is None):
+            await forwarder.close()
         await runtime.gateway.store.aclose()
         await channels.aclose()
         await models.aclose()

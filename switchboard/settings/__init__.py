@@ -33,6 +33,7 @@ from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
+from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.api import ApiConfig, WebhookSettings
@@ -243,6 +244,26 @@ class FileConfig(BaseModel):
     """Credits per tenant, agent or user per day or month (``docs/budgets.md``); none: nothing is counted."""
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     """Linking one person's accounts across channels (``docs/identity.md``)."""
+    rest_tools: list[RestToolSpec] = Field(default_factory=list)
+    """REST operations any agent may list in its ``tools`` (``docs/rest-tools.md``); an agent's own go under
+    ``agents.<name>.rest_tools``."""
+
+    @model_validator(mode="after")
+    def _rest_names(self) -> FileConfig:
+        owners: dict[str, str] = {}
+        declared = [("rest_tools", spec.name) for spec in self.rest_tools] + [
+            (f"agents.{name}.rest_tools", spec.name) for name, agent in self.agents.items() for spec in agent.rest_tools
+        ]
+        for where, tool in declared:
+            if tool in owners:
+                raise ValueError(f"{where}: the REST tool {tool!r} is also declared in {owners[tool]}; rename one")
+            owners[tool] = where
+        for name, agent in self.agents.items():
+            for tool in agent.tools:
+                owner = owners.get(tool, "rest_tools")
+                if owner != "rest_tools" and owner != f"agents.{name}.rest_tools":
+                    raise ValueError(f"agents.{name}.tools lists {tool!r}, a REST tool of another agent ({owner})")
+        return self
 
     @model_validator(mode="after")
     def _one_budget_per_counter(self) -> FileConfig:

@@ -10,6 +10,7 @@ from switchboard.core.approvals.policy import PolicyConfig
 from switchboard.core.routing import HandoffConfig
 from switchboard.core.sql.databases import AgentDatabases
 from switchboard.core.tools.egress import AgentEgress
+from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
@@ -129,6 +130,9 @@ class Agent(BaseModel):
     """What the agent may do on its own, outside what the model decides: rules, mode, approvals, grants."""
     egress: AgentEgress = Field(default_factory=AgentEgress)
     """Hosts the agent's sandboxes and tools may reach, and the secrets injected for them."""
+    rest_tools: list[RestToolSpec] = Field(default_factory=list)
+    """REST operations declared for this agent alone (``docs/rest-tools.md``), offered to it without listing them in
+    ``tools``; each host must be in its egress allowlist."""
     databases: AgentDatabases = Field(default_factory=dict)
     """Shared read-only SQLite databases its ``sql`` tool reads, by name (see :mod:`switchboard.core.sql.databases`)."""
     skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)

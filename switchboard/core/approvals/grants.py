@@ -145,7 +145,9 @@ def policy_problems(config: PolicySources, tool_names: Iterable[str]) -> list[st
     known = sorted(tool_names)
     problems: list[str] = []
     for name, agent in config.agents.items():
-        problems.extend(_unmatched(f"agents.{name}.policy", agent.policy, agent.tools))
+        problems.extend(
+            _unmatched(f"agents.{name}.policy", agent.policy, [*agent.tools, *(s.name for s in agent.rest_tools)])
+        )
     for name, channel in config.channels.items():
         where = f"channels.{name}"
         problems.extend(_unmatched(f"{where}.policy", channel.policy, known))

@@ -105,12 +105,13 @@ class ToolRegistry:
     def for_agent(self, agent: Agent) -> list[Tool]:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
 
-        An agent with ``skills`` also gets ``use_skill``, which loads them; one with ``shell: hosted`` does not get the
-        local ``shell`` (its provider runs the commands).
+        An agent gets its own ``rest_tools``; one with ``skills`` also gets ``use_skill``, which loads them; one with
+        ``shell: hosted`` does not get the local ``shell`` (its provider runs the commands).
         """
         seen: set[str] = set()
         found: list[Tool] = []
-        for name in [*agent.tools, *(["use_skill"] if agent.skills else [])]:
+        own = [spec.name for spec in agent.rest_tools]  # its declared REST operations need no listing
+        for name in [*agent.tools, *own, *(["use_skill"] if agent.skills else [])]:
             tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
                 continue

@@ -1,0 +1,1 @@
+"""Custom REST tools: narrow operations declared in the YAML file, run through the tool gateway and egress."""

@@ -1,0 +1,70 @@
+"""Declared REST tools' way out: each call gets its own grant for the calling agent, revoked when it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from switchboard.core.tools.rest.tool import declared_tools
+from switchboard.egress.client import EgressClient, EgressResponse
+from switchboard.egress.forward import Forwarder
+from switchboard.egress.policy import EgressPolicy
+
+if TYPE_CHECKING:
+    from switchboard.core.tools.builtin import ToolRegistry
+    from switchboard.settings import Settings
+
+__all__ = ["EgressTransport", "register_rest_tools", "rest_problems"]
+
+
+def register_rest_tools(registry: ToolRegistry, settings: Settings, transport: EgressTransport | None) -> None:
+    """Add the declared REST tools of the YAML file (shared and each agent's own) to ``registry``.
+
+    Raises:
+        ValueError: a declared name is already a tool's (a native tool keeps its name).
+    """
+    file = settings.file
+    own = {name: agent.rest_tools for name, agent in file.agents.items() if agent.rest_tools}
+    for tool in declared_tools(file.rest_tools, own, transport):
+        if tool.name in registry:
+            raise ValueError(f"the REST tool {tool.name!r} has the name of a native tool: rename it")
+        registry.register(tool)
+
+
+def rest_problems(settings: Settings, only: str | None = None) -> list[str]:
+    """Declared REST tools whose host an agent that has them (``only``: that agent) may not reach."""
+    policy = EgressPolicy.from_settings(settings)
+    shared = {spec.name: spec for spec in settings.file.rest_tools}
+    found: list[str] = []
+    for name, agent in settings.file.agents.items():
+        if only is not None and name != only:
+            continue
+        specs = [*agent.rest_tools, *(shared[tool] for tool in agent.tools if tool in shared)]
+        for spec in specs:
+            if not policy.rules(name).allows(spec.host):
+                found.append(
+                    f"agent {name!r}: REST tool {spec.name} calls {spec.host}, which is not in its egress allowlist: "
+                    f"add it to agents.{name}.egress.allow"
+                )
+    return found
+
+
+class EgressTransport:
+    """Sends a tool call's request through the egress policy of the agent the call serves (no redirects followed)."""
+
+    def __init__(self, forwarder: Forwarder) -> None:
+        """Send through ``forwarder`` (the worker's, shared with its sandboxes' proxy when there is one)."""
+        self.forwarder = forwarder
+
+    async def request(
+        self, *, agent: str, session: str, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> EgressResponse:
+        """Send one request for ``agent`` in ``session``; a refusal comes back as a response with ``refused`` set."""
+        policy = self.forwarder.policy
+        grant = policy.grant(agent, session)
+        try:
+            return await EgressClient(self.forwarder, grant, max_redirects=0).request(
+                method, url, headers=headers, body=body
+            )
+        finally:
+            policy.revoke(grant)
