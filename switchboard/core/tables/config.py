@@ -1,0 +1,121 @@
+"""A connected table as written in the YAML file (:class:`ConnectedTable`), and the cost model of the table tools.
+
+The table tools are generic and shared by every connected table (the model names the table by reference), so an
+agent's tool cost is the union of the operations its tables enable, never a sum per table: ``read`` costs 1
+(``table_query``), ``write`` 5 (plus ``table_insert`` and ``table_update``), ``full`` 6 (plus ``table_delete``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from switchboard.core.sql.databases import is_identifier
+
+__all__ = [
+    "OPERATION_COST",
+    "PERMISSION_OPERATIONS",
+    "ConnectedTable",
+    "Operation",
+    "Permission",
+    "TableCost",
+    "table_cost",
+]
+
+Permission = Literal["read", "write", "full"]
+Operation = Literal["table_query", "table_insert", "table_update", "table_delete"]
+
+OPERATION_COST: dict[Operation, int] = {"table_query": 1, "table_insert": 2, "table_update": 2, "table_delete": 1}
+"""What each table tool adds to the agent's tool cost (read 1, write 5, full 6)."""
+PERMISSION_OPERATIONS: dict[Permission, tuple[Operation, ...]] = {
+    "read": ("table_query",),
+    "write": ("table_query", "table_insert", "table_update"),
+    "full": ("table_query", "table_insert", "table_update", "table_delete"),
+}
+"""The table tools each permission enables."""
+
+
+class ConnectedTable(BaseModel):
+    """One table of a database an agent may use through the table tools, within its permission.
+
+    ```yaml
+    agents:
+      shop:
+        tables:
+          orders:                      # the reference the model names
+            database: shop             # a name under the agent's databases (SQLite) or table_databases
+            table: orders
+            permission: read           # read | write | full
+            columns: [id, status, total]
+            tenant_column: tenant_id   # the gateway adds tenant_id = <the turn's tenant> to every statement
+    ```
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    database: str
+    """The database holding it, by name."""
+    table: str
+    permission: Permission = "read"
+    columns: tuple[str, ...] = ()
+    """The columns the model may read and write; empty: every column of the table."""
+    tenant_column: str | None = None
+    """The column holding the tenant: every statement is limited to the turn's tenant's rows, and new rows get it."""
+    description: str = ""
+    """What one row is, shown to the model."""
+    max_rows: int = Field(200, ge=1, le=10_000)
+    """Most rows one query returns (the rest are counted)."""
+    timeout_s: float = Field(5.0, gt=0, le=120)
+    """Longest a statement may run before it is stopped."""
+
+    @field_validator("database", "table", "tenant_column")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is not None and not is_identifier(value):
+            raise ValueError(f"{value!r} is not a plain identifier (letters, digits, _)")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [c for c in value if not is_identifier(c)]
+        if bad:
+            raise ValueError(f"column names are plain identifiers (not {', '.join(map(repr, bad))})")
+        return value
+
+    @model_validator(mode="after")
+    def _tenant_not_listed(self) -> ConnectedTable:
+        if self.tenant_column is not None and self.tenant_column in self.columns:
+            raise ValueError(f"the tenant column {self.tenant_column!r} is set by the gateway: do not list it")
+        return self
+
+    @property
+    def operations(self) -> tuple[Operation, ...]:
+        """The table tools this table's permission enables."""
+        return PERMISSION_OPERATIONS[self.permission]
+
+
+class TableCost(BaseModel):
+    """An agent's table tool cost: the union of the operations its tables enable, with its parts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int
+    parts: dict[str, int]
+    """Each enabled table tool and what it counts."""
+
+    def describe(self) -> str:
+        """``6 (table_query 1 + table_insert 2 + ...)``, or ``0`` without tables."""
+        if not self.parts:
+            return "0"
+        return f"{self.total} (" + " + ".join(f"{name} {cost}" for name, cost in self.parts.items()) + ")"
+
+
+def table_cost(tables: Mapping[str, ConnectedTable] | Iterable[ConnectedTable]) -> TableCost:
+    """The tool cost of connecting ``tables``: each enabled operation counted once, whatever the number of tables."""
+    listed = tables.values() if isinstance(tables, Mapping) else tables
+    enabled = {op for table in listed for op in table.operations}
+    parts = {op: cost for op, cost in OPERATION_COST.items() if op in enabled}
+    return TableCost(total=sum(parts.values()), parts=parts)
