@@ -13,6 +13,7 @@ from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
+from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.documents import DocumentLimits
 from switchboard.core.tools.gateway import ToolGateway
@@ -64,6 +65,7 @@ def build_runtime(
         shell=shell_options(settings.sandbox),
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
+        tables=TableConnections(settings.file.agents),
     )
     root = settings.workspace_path
     quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)

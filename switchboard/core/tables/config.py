@@ -20,7 +20,9 @@ __all__ = [
     "ConnectedTable",
     "Operation",
     "Permission",
+    "PostgresDatabase",
     "TableCost",
+    "check_table_databases",
     "table_cost",
 ]
 
@@ -45,7 +47,7 @@ class ConnectedTable(BaseModel):
       shop:
         tables:
           orders:                      # the reference the model names
-            database: shop             # a name under the agent's databases (SQLite) or table_databases
+            database: shop             # a name under the agent's databases (SQLite) or postgres
             table: orders
             permission: read           # read | write | full
             columns: [id, status, total]
@@ -95,6 +97,38 @@ class ConnectedTable(BaseModel):
     def operations(self) -> tuple[Operation, ...]:
         """The table tools this table's permission enables."""
         return PERMISSION_OPERATIONS[self.permission]
+
+
+class PostgresDatabase(BaseModel):
+    """A PostgreSQL database an agent's tables live in; its connection string is read from the environment.
+
+    ```yaml
+    agents:
+      shop:
+        postgres:
+          crm: {dsn_env: CRM_DATABASE_URL}   # postgresql://user:password@host:5432/crm, never in the YAML file
+    ```
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dsn_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]*$")
+    """The environment variable holding ``postgresql://…`` (with its password: the model never sees it)."""
+    max_connections: int = Field(5, ge=1, le=100)
+
+
+def check_table_databases(
+    tables: Mapping[str, ConnectedTable], sqlite: Iterable[str], postgres: Iterable[str]
+) -> list[str]:
+    """Tables whose ``database`` names neither a SQLite database nor a PostgreSQL one, and names used by both."""
+    sqlite, postgres = set(sqlite), set(postgres)
+    found = [f"database name {name!r} is both a SQLite and a PostgreSQL database" for name in sorted(sqlite & postgres)]
+    for ref, table in tables.items():
+        if table.database not in sqlite | postgres:
+            found.append(f"table {ref!r}: no database {table.database!r} under databases or postgres")
+    bad = [ref for ref in tables if not is_identifier(ref)]
+    found.extend(f"table reference {ref!r} is not a plain identifier" for ref in bad)
+    return found
 
 
 class TableCost(BaseModel):
