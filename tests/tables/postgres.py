@@ -31,8 +31,8 @@ def _bin(name: str) -> str | None:
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """A fresh PostgreSQL cluster for the session; its DSN (Unix socket, trust auth, database ``postgres``)."""
-    initdb, postgres = _bin("initdb"), _bin("postgres")
-    if initdb is None or postgres is None:
+    initdb, postgres, ready = _bin("initdb"), _bin("postgres"), _bin("pg_isready")
+    if initdb is None or postgres is None or ready is None:
         pytest.skip("no PostgreSQL server installed (Debian: apt-get install postgresql)")
     root = Path(tempfile.mkdtemp(prefix="sb-pg-"))
     data, sock = root / "data", root / "sock"
@@ -51,12 +51,14 @@ def postgres_dsn() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
+        dsn = f"postgresql://{user}@/postgres?host={sock}"
         deadline = time.monotonic() + 30
-        while not any(sock.glob(".s.PGSQL.*")):
+        # The socket appears before the server has finished starting up: wait until it accepts connections.
+        while subprocess.run([ready, "-q", "-h", str(sock), "-U", user, "-d", "postgres"], check=False).returncode:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("PostgreSQL did not start")
             time.sleep(0.05)
-        yield f"postgresql://{user}@/postgres?host={sock}"
+        yield dsn
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -13,6 +13,8 @@ import yaml
 from pydantic import ValidationError
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.agent.prompt import build_prompt
+from switchboard.core.agent.slots import Slots
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.definition import ToolContext
@@ -128,3 +130,13 @@ def test_agents_show_prints_the_table_cost(base_env: dict[str, str], tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "table cost:   6 (table_query 1 + table_insert 2 + table_update 2 + table_delete 1)" in result.stdout
     assert "table archive: shop.orders read" in result.stdout
+
+
+def test_the_model_is_told_its_tables_as_data(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    prompt = build_prompt(agent, Slots(), [], [], [], [], show_slots=False, text="my orders?")
+    data = [m.content for m in prompt.messages if m.trust is not None]
+    card = "\n".join(str(c) for c in data)
+    assert "- orders (full: table_query, table_insert, table_update, table_delete; columns: id, status)" in card
+    assert "- archive (read: table_query; columns: every column)" in card
+    assert "table_query" not in str(prompt.system)

@@ -24,6 +24,7 @@ __all__ = [
     "TableCost",
     "check_table_databases",
     "table_cost",
+    "tables_card",
 ]
 
 Permission = Literal["read", "write", "full"]
@@ -153,3 +154,15 @@ def table_cost(tables: Mapping[str, ConnectedTable] | Iterable[ConnectedTable]) 
     enabled = {op for table in listed for op in table.operations}
     parts = {op: cost for op, cost in OPERATION_COST.items() if op in enabled}
     return TableCost(total=sum(parts.values()), parts=parts)
+
+
+def tables_card(tables: Mapping[str, ConnectedTable]) -> str:
+    """What the model is told of its connected tables: reference, permission, columns and description."""
+    if not tables:
+        return ""
+    lines = ["Connected tables (name one as `table` in table_query, table_insert, table_update, table_delete):"]
+    for ref, table in tables.items():
+        columns = ", ".join(table.columns) if table.columns else "every column"
+        about = f": {table.description}" if table.description else ""
+        lines.append(f"- {ref} ({table.permission}: {', '.join(table.operations)}; columns: {columns}){about}")
+    return "\n".join(lines)
