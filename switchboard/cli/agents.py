@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.tables.config import table_cost
 from switchboard.settings import Settings
 
 __all__ = ["agent_problems", "agents_command"]
@@ -77,6 +78,11 @@ def _show(settings: Settings, agent: Agent) -> None:
     for name, binding in agent.egress.secrets.items():
         print(f"  secret {name} (${binding.env}) → {', '.join(binding.domains)}")
     print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
+    print(f"table cost:   {table_cost(agent.tables).describe()}")
+    for ref, table in agent.tables.items():
+        columns = ", ".join(table.columns) if table.columns else "all"
+        tenant = f", rows of the tenant in {table.tenant_column}" if table.tenant_column else ""
+        print(f"  table {ref}: {table.database}.{table.table} {table.permission} (columns: {columns}{tenant})")
     print("tools:")
     for name in [*agent.tools, *(spec.name for spec in agent.rest_tools if spec.name not in agent.tools)]:
         tool = registry.get(name, agent=agent.name)

@@ -13,6 +13,7 @@ from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
+from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.documents import DocumentLimits
 from switchboard.core.tools.gateway import ToolGateway
@@ -74,6 +75,7 @@ def build_runtime(
         shell=shell_options(settings.sandbox),
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
+        tables=TableConnections(settings.file.agents),
     )
     try:
         register_rest_tools(tools, settings, rest)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from switchboard.core.approvals.policy import PolicyConfig
 from switchboard.core.routing import HandoffConfig
 from switchboard.core.sql.databases import AgentDatabases
+from switchboard.core.tables.config import ConnectedTable, PostgresDatabase, check_table_databases
 from switchboard.core.tools.egress import AgentEgress
 from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.skills.package import check_pins
@@ -135,6 +136,11 @@ class Agent(BaseModel):
     ``tools``; each host must be in its egress allowlist."""
     databases: AgentDatabases = Field(default_factory=dict)
     """Shared read-only SQLite databases its ``sql`` tool reads, by name (see :mod:`switchboard.core.sql.databases`)."""
+    postgres: dict[str, PostgresDatabase] = Field(default_factory=dict)
+    """PostgreSQL databases its connected tables may live in, by name."""
+    tables: dict[str, ConnectedTable] = Field(default_factory=dict)
+    """Connected tables by the reference the model names, each with its permission (see
+    :mod:`switchboard.core.tables.config`); the table tools they enable are added to its tools."""
     skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
     """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
     compaction: Literal["deterministic", "native"] = "deterministic"
@@ -145,6 +151,13 @@ class Agent(BaseModel):
     shell: Literal["local", "hosted"] = "local"
     """Where shell commands run: ``local`` (the ``shell`` tool in the session's sandbox) or ``hosted`` (OpenAI's
     hosted container through the Responses API; the local ``shell`` tool is then not offered)."""
+
+    @model_validator(mode="after")
+    def _tables_have_databases(self) -> Agent:
+        problems = check_table_databases(self.tables, self.databases, self.postgres)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def status(self) -> AgentStatus:

@@ -22,6 +22,7 @@ from switchboard.core.inbound import event_text
 from switchboard.core.messages import InboundMessage
 from switchboard.core.model import ChatMessage, ModelRequest, ToolCall, ToolSpec, data_block
 from switchboard.core.sql.card import database_card
+from switchboard.core.tables.config import tables_card
 from switchboard.core.tools.builtin.skills import skills_section
 from switchboard.core.tools.definition import Tool
 from switchboard.core.turn import HistoryEntry
@@ -370,7 +371,7 @@ def build_prompt(
     system = _system(agent, codeact=agent.codeact, skills=skills)
     has_sql = any(t.name == "sql" for t in tools)
     card = database_card(workspace, agent.databases) if workspace is not None and has_sql else None
-    tables = card.text if card is not None else ""
+    tables = "\n\n".join(part for part in (card.text if card is not None else "", tables_card(agent.tables)) if part)
     bare_data = session_data(slots, show_slots=show_slots, compacted="", databases=tables)
     opening = [bare_data] if bare_data is not None else []
     if attached is not None:

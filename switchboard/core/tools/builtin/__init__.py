@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.slots import SLOT_TOOLS
 from switchboard.core.model import ToolSpec
+from switchboard.core.tables.config import table_cost
 from switchboard.core.tools.builtin.clock import TOOLS as CLOCK_TOOLS
 from switchboard.core.tools.builtin.skills import agent_skills, skill_tools
 from switchboard.core.tools.definition import Tool
 
 if TYPE_CHECKING:
+    from switchboard.core.tables.tools import ConnectedTables
     from switchboard.core.tools.builtin.documents import DocumentLimits
     from switchboard.core.tools.builtin.shell import EgressGate, SandboxSource, ShellOptions
     from switchboard.sandbox.runner import Sandbox
@@ -106,12 +108,14 @@ class ToolRegistry:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
 
         An agent gets its own ``rest_tools``; one with ``skills`` also gets ``use_skill``, which loads them; one with
+        ``tables`` the table tools their permissions enable (once, whatever the number of tables); one with
         ``shell: hosted`` does not get the local ``shell`` (its provider runs the commands).
         """
         seen: set[str] = set()
         found: list[Tool] = []
         own = [spec.name for spec in agent.rest_tools]  # its declared REST operations need no listing
-        for name in [*agent.tools, *own, *(["use_skill"] if agent.skills else [])]:
+        extra = [*own, *(["use_skill"] if agent.skills else []), *table_cost(agent.tables).parts]
+        for name in [*agent.tools, *extra]:
             tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
                 continue
@@ -141,6 +145,7 @@ def default_registry(
     shell: ShellOptions | None = None,
     skills: SkillLibrary | None = None,
     egress: EgressGate | None = None,
+    tables: ConnectedTables | None = None,
 ) -> ToolRegistry:
     """The native tools: clock, slots, and files, documents, channel actions and history when present.
 
@@ -153,6 +158,7 @@ def default_registry(
         :class:`~switchboard.core.tools.builtin.shell.ShellOptions`).
         skills: Where ``use_skill`` finds packages (default: the built-in skills only).
         egress: The worker's egress proxy for ``shell`` commands (``None``: they have no network).
+        tables: Each agent's connected tables; ``None``: the table tools are not offered.
     """
     registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
     for module_name in OPTIONAL_TOOL_MODULES:
@@ -172,6 +178,11 @@ def default_registry(
             registry.register(tool)
     for tool in skill_tools(skills):
         registry.register(tool)
+    if tables is not None:
+        from switchboard.core.tables.tools import table_tools
+
+        for tool in table_tools(tables):
+            registry.register(tool)
     if documents is not None and "read_document" in registry:
         from switchboard.core.tools.builtin.documents import document_tools
 

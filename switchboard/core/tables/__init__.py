@@ -1,0 +1,1 @@
+"""Connected database tables: generic, permissioned table tools over SQLite and PostgreSQL."""
