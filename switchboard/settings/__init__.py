@@ -33,6 +33,7 @@ from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
+from switchboard.core.tools.mcp.config import SERVER_NAME_PATTERN, McpServer
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
 from switchboard.settings.api import ApiConfig, WebhookSettings
@@ -217,6 +218,11 @@ class FileConfig(BaseModel):
     tenant: str = "default"
     default_agent: str = "assistant"
     agents: dict[str, Agent] = Field(default_factory=dict)
+    mcp_servers: dict[Annotated[str, StringConstraints(pattern=SERVER_NAME_PATTERN)], McpServer] = Field(
+        default_factory=dict
+    )
+    """MCP servers agents may connect (``docs/mcp.md``): ``{name: {transport: stdio, command: [...]}}`` or
+    ``{name: {transport: http, url: ...}}``."""
     channels: dict[str, ChannelOptions] = Field(default_factory=dict)
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;

@@ -1,0 +1,190 @@
+"""MCP client: real SDK servers over stdio and streamable HTTP, pinned tools, calls through the gateway in a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.mcp.client import McpClients
+from switchboard.core.tools.mcp.config import HttpServer, StdioServer, identity
+from switchboard.core.tools.mcp.pins import PinStore, tool_status
+from switchboard.core.tools.mcp.tools import mcp_tools
+from switchboard.egress.addresses import AddressGuard
+from tests.core.turns import MemorySink, MemoryStore, request, runtime
+
+SERVER = Path(__file__).resolve().parent / "server.py"
+
+
+def stdio(state: Path) -> StdioServer:
+    return StdioServer(
+        transport="stdio", command=[sys.executable, str(SERVER), "stdio", "0", str(state)], reads=["add", "lookup"]
+    )
+
+
+def mcp_agent(entry: Any) -> Agent:
+    return Agent(
+        name="a",
+        profile=AgentProfile(name="a"),
+        instructions="Be brief.",
+        tools=[],
+        mcp=[entry],
+        limits=AgentLimits(max_steps=3),
+    )
+
+
+@pytest.fixture
+async def clients(tmp_path: Path) -> AsyncIterator[McpClients]:
+    made = McpClients({"calc": stdio(tmp_path / "state")})
+    yield made
+    await made.aclose()
+
+
+async def accepted_runtime(tmp_path: Path, clients: McpClients) -> Any:
+    pins = PinStore(tmp_path / "pins.json")
+    connection = clients.get("calc")
+    pins.accept("calc", connection.identity or identity(clients.servers["calc"]), await connection.tools())
+    registry = default_registry()
+    for tool in mcp_tools(clients.servers, pins, clients):
+        registry.register(tool)
+    return runtime(tmp_path, registry=registry)
+
+
+async def test_a_stdio_server_lists_its_tools_and_one_is_called_through_a_turn(
+    tmp_path: Path, clients: McpClients
+) -> None:
+    announced = await clients.get("calc").tools()
+    assert {t.name for t in announced} == {"add", "lookup"}
+    assert {tool_status(None, t) for t in announced} == {"new"}
+    rt = await accepted_runtime(tmp_path, clients)
+    sink = MemorySink()
+    turn = request('/tool calc__add {"a": 2, "b": 40}', agent_=mcp_agent({"server": "calc", "tools": ["add"]}))
+    result = await rt.run_turn(turn, sink, MemoryStore())
+    called = sink.of("tool_called")
+    assert [(e.tool, e.ok) for e in called] == [("calc__add", True)]
+    assert "42" in str(result.history)
+
+
+async def test_arguments_are_validated_against_the_announced_schema(tmp_path: Path, clients: McpClients) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    sink = MemorySink()
+    turn = request('/tool calc__add {"a": "two", "b": 40}', agent_=mcp_agent("calc"))
+    result = await rt.run_turn(turn, sink, MemoryStore())
+    (called,) = sink.of("tool_called")
+    assert not called.ok and called.error_class == "validation" and "a: 'two' is not of type 'integer'" in result.text
+
+
+async def test_a_tool_outside_the_allowlist_is_not_offered(tmp_path: Path, clients: McpClients) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    sink = MemorySink()
+    turn = request('/tool calc__lookup {"word": "x"}', agent_=mcp_agent({"server": "calc", "tools": ["add"]}))
+    result = await rt.run_turn(turn, sink, MemoryStore())
+    (called,) = sink.of("tool_called")
+    assert not called.ok and "unknown tool 'calc__lookup'; available: calc__add" in result.text
+
+
+async def test_an_injected_description_is_shown_as_data_and_runs_nothing(tmp_path: Path, clients: McpClients) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    lookup = rt.registry.get("calc__lookup")
+    assert lookup is not None and lookup.output_trust == "data"
+    assert '<data source="mcp:calc/lookup description" trust="untrusted">' in lookup.description
+    sink = MemorySink()
+    turn = request('/tool calc__lookup {"word": "x"}', agent_=mcp_agent("calc"))
+    await rt.run_turn(turn, sink, MemoryStore())
+    assert [e.tool for e in sink.of("tool_called")] == ["calc__lookup"]  # the offline model obeys nothing it read
+
+
+async def test_a_schema_changed_after_acceptance_disables_the_tool_until_accepted_again(
+    tmp_path: Path, clients: McpClients
+) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    (tmp_path / "state").write_text("changed")
+    await clients.get("calc").aclose()  # the next session meets the changed server
+    sink = MemorySink()
+    turn = request('/tool calc__add {"a": 1, "b": 2}', agent_=mcp_agent("calc"))
+    result = await rt.run_turn(turn, sink, MemoryStore())
+    (called,) = sink.of("tool_called")
+    assert (
+        not called.ok and called.error_class == "auth" and "changed since the operator accepted" in str(result.history)
+    )
+
+    pins = PinStore(tmp_path / "pins.json")
+    announced = await clients.get("calc").tools()
+    assert {t.name: tool_status(pins.server("calc"), t) for t in announced} == {"add": "changed", "lookup": "accepted"}
+    rt = await accepted_runtime(tmp_path, clients)  # the operator accepts again
+    sink = MemorySink()
+    await rt.run_turn(request('/tool calc__add {"a": 1, "b": 2}', agent_=mcp_agent("calc")), sink, MemoryStore())
+    assert [e.ok for e in sink.of("tool_called")] == [True]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port), str(tmp_path / "state")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def guard_check(guard: AddressGuard) -> Any:
+    async def check(url: str) -> None:
+        from urllib.parse import urlsplit
+
+        host = urlsplit(url).hostname or ""
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+        guard.check(host, [str(info[4][0]) for info in infos])
+
+    return check
+
+
+async def test_a_streamable_http_server_is_called_through_a_turn(tmp_path: Path, http_server: str) -> None:
+    clients = McpClients(
+        {"calc": HttpServer(transport="http", url=http_server, reads=["add"])},
+        check_url=guard_check(AddressGuard(["127.0.0.0/8"])),
+    )
+    try:
+        rt = await accepted_runtime(tmp_path, clients)
+        sink = MemorySink()
+        turn = request('/tool calc__add {"a": 5, "b": 6}', agent_=mcp_agent("calc"))
+        result = await rt.run_turn(turn, sink, MemoryStore())
+        (called,) = sink.of("tool_called")
+        assert called.ok and "11" in str(result.history)
+    finally:
+        await clients.aclose()
+
+
+async def test_an_http_server_on_a_refused_address_is_never_reached(tmp_path: Path, http_server: str) -> None:
+    clients = McpClients({"calc": HttpServer(transport="http", url=http_server)}, check_url=guard_check(AddressGuard()))
+    try:
+        with pytest.raises(Exception, match="address is refused"):
+            await clients.get("calc").tools()
+    finally:
+        await clients.aclose()
