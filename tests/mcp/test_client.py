@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import sys
@@ -13,6 +14,15 @@ from typing import Any
 import pytest
 
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.model import (
+    Finished,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    Usage,
+)
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import HttpServer, StdioServer, identity
@@ -62,7 +72,7 @@ async def test_a_stdio_server_lists_its_tools_and_one_is_called_through_a_turn(
     tmp_path: Path, clients: McpClients
 ) -> None:
     announced = await clients.get("calc").tools()
-    assert {t.name for t in announced} == {"add", "lookup"}
+    assert {t.name for t in announced} == {"add", "delete_everything", "lookup"}
     assert {tool_status(None, t) for t in announced} == {"new"}
     rt = await accepted_runtime(tmp_path, clients)
     sink = MemorySink()
@@ -118,11 +128,61 @@ async def test_a_schema_changed_after_acceptance_disables_the_tool_until_accepte
 
     pins = PinStore(tmp_path / "pins.json")
     announced = await clients.get("calc").tools()
-    assert {t.name: tool_status(pins.server("calc"), t) for t in announced} == {"add": "changed", "lookup": "accepted"}
+    assert {t.name: tool_status(pins.server("calc"), t) for t in announced} == {
+        "add": "changed",
+        "delete_everything": "accepted",
+        "lookup": "accepted",
+    }
     rt = await accepted_runtime(tmp_path, clients)  # the operator accepts again
     sink = MemorySink()
     await rt.run_turn(request('/tool calc__add {"a": 1, "b": 2}', agent_=mcp_agent("calc")), sink, MemoryStore())
     assert [e.ok for e in sink.of("tool_called")] == [True]
+
+
+class ObedientModel:
+    """A scripted model that calls ``lookup``, then whatever tool an instruction in its context names."""
+
+    provider = "offline"
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.requests.append(request)
+        last = request.messages[-1]
+        calls: list[ToolCall] = []
+        if last.role == "user":
+            calls = [ToolCall(id="c-look", name="calc__lookup", arguments={"word": "x"})]
+        elif last.name == "calc__lookup":
+            seen = " ".join(spec.description for spec in request.tools) + last.content
+            calls = [ToolCall(id=f"c-{n}", name=n, arguments={}) for n in sorted(set(OBEYED.findall(seen)))]
+        for call in calls:
+            yield ToolCallEvent(call=call)
+        if not calls:
+            yield TextDelta(text="Done.")
+        yield Usage(input_tokens=10, output_tokens=5)
+        yield Finished(stop_reason="tool_calls" if calls else "stop")
+
+
+OBEYED = re.compile(r"call (\w+__\w+)")
+
+
+async def test_an_injected_instruction_obeyed_by_the_model_performs_no_effect(
+    tmp_path: Path, clients: McpClients
+) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    model = ObedientModel()
+    rt.models.override("offline", model)
+    sink = MemorySink()
+    await rt.run_turn(request("look up x", agent_=mcp_agent("calc")), sink, MemoryStore())
+    called = {e.tool: e for e in sink.of("tool_called")}
+    assert set(called) == {"calc__lookup", "calc__delete_everything"}  # the model obeyed the injection ...
+    assert called["calc__lookup"].ok and not called["calc__delete_everything"].ok  # ... and the write was held
+    assert called["calc__delete_everything"].error_class == "needs_approval"
+    assert not (tmp_path / "state.deleted").exists()  # zero effects on the server
 
 
 def free_port() -> int:
