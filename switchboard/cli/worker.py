@@ -29,6 +29,7 @@ from switchboard.worker.worker import run_worker as run_session_worker
 
 if TYPE_CHECKING:
     from switchboard.core.tools.builtin.shell import EgressGate
+    from switchboard.core.tools.mcp.client import McpClients
 
 __all__ = ["build_runtime", "provider_config", "run_worker"]
 
@@ -52,10 +53,12 @@ def build_runtime(
     models: ModelFactory,
     attachments: AttachmentSupport | None = None,
     egress: EgressGate | None = None,
+    mcp: McpClients | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
-    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands.
+    ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``mcp``: the
+    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``.
     """
     docs, spaces = settings.documents, settings.workspaces
     tools = default_registry(
@@ -65,6 +68,12 @@ def build_runtime(
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
     )
+    if mcp is not None:  # the SDK (and its HTTP stack) loads only when some server is configured
+        from switchboard.cli.mcp import pin_store
+        from switchboard.core.tools.mcp.tools import mcp_tools
+
+        for tool in mcp_tools(mcp.servers, pin_store(settings), mcp):
+            tools.register(tool)
     root = settings.workspace_path
     quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
     workspaces = Workspaces(root, quotas)
@@ -95,6 +104,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
+    from switchboard.egress.addresses import AddressGuard, url_check
     from switchboard.egress.gate import start_sandbox_egress
 
     assert settings.redis_url is not None
@@ -107,13 +117,21 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     models = ModelFactory(provider_config(settings))
     attachments = attachment_support(settings, channels)
     egress = await start_sandbox_egress(settings, redis, startup_choice(settings).sandbox)
-    runtime = build_runtime(settings, models, attachments, egress)
+    mcp: McpClients | None = None
+    if settings.file.mcp_servers:
+        from switchboard.core.tools.mcp.client import McpClients
+
+        guard = AddressGuard(settings.egress.internal_networks)
+        mcp = McpClients(settings.file.mcp_servers, check_url=url_check(guard))
+    runtime = build_runtime(settings, models, attachments, egress, mcp)
     await channels.start()
     try:
         await run_session_worker(
             settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
         )
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         if egress is not None:
             await egress.close()
         await runtime.gateway.store.aclose()

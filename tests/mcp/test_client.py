@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import socket
 import subprocess
@@ -28,7 +27,7 @@ from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import HttpServer, StdioServer, identity
 from switchboard.core.tools.mcp.pins import PinStore, tool_status
 from switchboard.core.tools.mcp.tools import mcp_tools
-from switchboard.egress.addresses import AddressGuard
+from switchboard.egress.addresses import AddressGuard, url_check
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 
 SERVER = Path(__file__).resolve().parent / "server.py"
@@ -214,21 +213,10 @@ def http_server(tmp_path: Path) -> Iterator[str]:
         process.wait(10)
 
 
-def guard_check(guard: AddressGuard) -> Any:
-    async def check(url: str) -> None:
-        from urllib.parse import urlsplit
-
-        host = urlsplit(url).hostname or ""
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None)
-        guard.check(host, [str(info[4][0]) for info in infos])
-
-    return check
-
-
 async def test_a_streamable_http_server_is_called_through_a_turn(tmp_path: Path, http_server: str) -> None:
     clients = McpClients(
         {"calc": HttpServer(transport="http", url=http_server, reads=["add"])},
-        check_url=guard_check(AddressGuard(["127.0.0.0/8"])),
+        check_url=url_check(AddressGuard(["127.0.0.0/8"])),
     )
     try:
         rt = await accepted_runtime(tmp_path, clients)
@@ -242,7 +230,7 @@ async def test_a_streamable_http_server_is_called_through_a_turn(tmp_path: Path,
 
 
 async def test_an_http_server_on_a_refused_address_is_never_reached(tmp_path: Path, http_server: str) -> None:
-    clients = McpClients({"calc": HttpServer(transport="http", url=http_server)}, check_url=guard_check(AddressGuard()))
+    clients = McpClients({"calc": HttpServer(transport="http", url=http_server)}, check_url=url_check(AddressGuard()))
     try:
         with pytest.raises(Exception, match="address is refused"):
             await clients.get("calc").tools()
