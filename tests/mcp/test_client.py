@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -24,10 +26,11 @@ from switchboard.core.model import (
 )
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.mcp.client import McpClients
-from switchboard.core.tools.mcp.config import HttpServer, StdioServer, identity
+from switchboard.core.tools.mcp.config import HttpServer, StdioServer, file_sha256, identity
 from switchboard.core.tools.mcp.pins import PinStore, tool_status
 from switchboard.core.tools.mcp.tools import mcp_tools
 from switchboard.egress.addresses import AddressGuard, url_check
+from switchboard.errors import ToolError
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 
 SERVER = Path(__file__).resolve().parent / "server.py"
@@ -35,7 +38,9 @@ SERVER = Path(__file__).resolve().parent / "server.py"
 
 def stdio(state: Path) -> StdioServer:
     return StdioServer(
-        transport="stdio", command=[sys.executable, str(SERVER), "stdio", "0", str(state)], reads=["add", "lookup"]
+        transport="stdio",
+        command=[sys.executable, str(SERVER), "stdio", "0", str(state)],
+        reads=["add", "lookup", "pid", "slow"],
     )
 
 
@@ -71,7 +76,7 @@ async def test_a_stdio_server_lists_its_tools_and_one_is_called_through_a_turn(
     tmp_path: Path, clients: McpClients
 ) -> None:
     announced = await clients.get("calc").tools()
-    assert {t.name for t in announced} == {"add", "delete_everything", "lookup"}
+    assert {t.name for t in announced} == {"add", "delete_everything", "lookup", "mutate", "pid", "slow"}
     assert {tool_status(None, t) for t in announced} == {"new"}
     rt = await accepted_runtime(tmp_path, clients)
     sink = MemorySink()
@@ -127,15 +132,67 @@ async def test_a_schema_changed_after_acceptance_disables_the_tool_until_accepte
 
     pins = PinStore(tmp_path / "pins.json")
     announced = await clients.get("calc").tools()
-    assert {t.name: tool_status(pins.server("calc"), t) for t in announced} == {
+    assert {t.name: tool_status(pins.server("calc"), t) for t in announced if t.name in {"add", "lookup"}} == {
         "add": "changed",
-        "delete_everything": "accepted",
         "lookup": "accepted",
     }
     rt = await accepted_runtime(tmp_path, clients)  # the operator accepts again
     sink = MemorySink()
     await rt.run_turn(request('/tool calc__add {"a": 1, "b": 2}', agent_=mcp_agent("calc")), sink, MemoryStore())
     assert [e.ok for e in sink.of("tool_called")] == [True]
+
+
+async def turn_calls(rt: Any, text: str, entry: Any = "calc") -> tuple[list[Any], str]:
+    sink = MemorySink()
+    result = await rt.run_turn(request(text, agent_=mcp_agent(entry)), sink, MemoryStore())
+    return sink.of("tool_called"), str(result.history) + result.text
+
+
+async def test_a_tool_changed_in_the_middle_of_a_session_is_disabled(tmp_path: Path, clients: McpClients) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    called, _ = await turn_calls(rt, '/tool calc__add {"a": 1, "b": 2}')
+    assert [c.ok for c in called] == [True]
+    await clients.get("calc").call("mutate", {})  # the server swaps add's description, same session
+    called, said = await turn_calls(rt, '/tool calc__add {"a": 1, "b": 2}')
+    assert [(c.ok, c.error_class) for c in called] == [(False, "auth")]
+    assert "changed since the operator accepted it" in said
+
+
+async def test_a_server_that_died_is_started_again_on_the_next_call(tmp_path: Path, clients: McpClients) -> None:
+    rt = await accepted_runtime(tmp_path, clients)
+    first = int(str((await clients.get("calc").call("pid", {})).structured_content["result"]))
+    os.kill(first, signal.SIGKILL)
+    called, said = await turn_calls(rt, '/tool calc__add {"a": 20, "b": 3}')
+    assert [c.ok for c in called] == [True] and "23" in said
+    second = int(str((await clients.get("calc").call("pid", {})).structured_content["result"]))
+    assert second != first
+
+
+async def test_a_call_past_its_timeout_fails_and_the_next_call_is_served(tmp_path: Path) -> None:
+    server = stdio(tmp_path / "state").model_copy(update={"timeout_s": 0.5})
+    clients = McpClients({"calc": server})
+    try:
+        rt = await accepted_runtime(tmp_path, clients)
+        rt.gateway.max_attempts = 1
+        called, _ = await turn_calls(rt, '/tool calc__slow {"seconds": 5}')
+        assert [(c.ok, c.error_class) for c in called] == [(False, "transient")]
+        called, said = await turn_calls(rt, '/tool calc__add {"a": 1, "b": 1}')
+        assert [c.ok for c in called] == [True] and "2" in said
+    finally:
+        await clients.aclose()
+
+
+async def test_a_stdio_server_whose_program_differs_from_its_digest_is_not_started(tmp_path: Path) -> None:
+    base = stdio(tmp_path / "state")
+    good = base.model_copy(update={"digest": file_sha256(SERVER), "digest_file": str(SERVER)})
+    bad = base.model_copy(update={"digest": "0" * 64, "digest_file": str(SERVER)})
+    clients = McpClients({"good": good, "bad": bad})
+    try:
+        assert len(await clients.get("good").tools()) == 6
+        with pytest.raises(ToolError, match="does not match its configured digest"):
+            await clients.get("bad").tools()
+    finally:
+        await clients.aclose()
 
 
 class ObedientModel:

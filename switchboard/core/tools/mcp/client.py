@@ -50,9 +50,23 @@ class McpConnection:
         self.identity = ""
         """The identity of the server as last connected (see :func:`.config.identity`)."""
 
-    async def tools(self) -> list[types.Tool]:
-        """The tools the server announced when the session was opened."""
-        await self._open()
+    async def tools(self, *, refresh: bool = False) -> list[types.Tool]:
+        """The tools the server announces: as listed when the session was opened, or listed again (``refresh``).
+
+        A call lists them again first, so that a tool changed in the middle of a session is caught before it runs.
+
+        Raises:
+            ToolError: the session failed (``transient``).
+        """
+        session = await self._open()
+        if refresh:
+            try:
+                self._tools = await _list_tools(session)
+            except Exception as exc:
+                await self.aclose()
+                raise ToolError(
+                    f"the MCP server {self.name} failed: {type(exc).__name__}", error_class="transient"
+                ) from exc
         return list(self._tools)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -79,7 +93,7 @@ class McpConnection:
             ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
             self._task = asyncio.create_task(self._serve(ready, self._stop), name=f"mcp:{self.name}")
             try:
-                async with asyncio.timeout(self.server.timeout_s):
+                async with asyncio.timeout(self.server.connect_timeout_s):
                     self._session = await asyncio.shield(ready)
             except TimeoutError:
                 await self._close_locked()

@@ -50,7 +50,9 @@ class StdioServer(BaseModel):
     """Variables set for the process besides a minimal default environment (never the worker's own)."""
     cwd: str | None = None
     timeout_s: float = Field(30.0, gt=0, le=600)
-    """Per call, and for connecting."""
+    """Per call."""
+    connect_timeout_s: float = Field(30.0, gt=0, le=600)
+    """Starting the process and the protocol's handshake."""
     reads: list[str] = Field(default_factory=list)
     """Tools the operator declares reads; every other tool is an irreversible write that policy gates."""
 
@@ -63,6 +65,9 @@ class HttpServer(BaseModel):
     transport: Literal["http"]
     url: str = Field(pattern=r"^https?://[^/\s]+(/\S*)?$")
     timeout_s: float = Field(30.0, gt=0, le=600)
+    """Per call."""
+    connect_timeout_s: float = Field(30.0, gt=0, le=600)
+    """Connecting and the protocol's handshake."""
     reads: list[str] = Field(default_factory=list)
 
 

@@ -101,7 +101,7 @@ def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool
 
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
         connection = clients.get(server_name)
-        announced = {t.name: t for t in await connection.tools()}
+        announced = {t.name: t for t in await connection.tools(refresh=True)}
         if connection.identity != accepted:
             raise ToolError(
                 f"{name} is disabled: the MCP server {server_name} is not the one the operator accepted "
