@@ -292,7 +292,7 @@ class FileConfig(BaseModel):
 
 
 def _check_agents_named(cfg: FileConfig, path: Path) -> None:
-    """Every agent ``routing`` and ``handoff`` blocks name is defined.
+    """Every agent ``routing`` and ``handoff`` blocks name is defined, and every MCP server agents name.
 
     Raises:
         ConfigError: one names an agent that is not.
@@ -306,6 +306,14 @@ def _check_agents_named(cfg: FileConfig, path: Path) -> None:
                 field=f"routing.{index}.agent",
             )
     for name, agent in cfg.agents.items():
+        for index, entry in enumerate(agent.mcp):
+            if entry.server not in cfg.mcp_servers:
+                servers = ", ".join(sorted(cfg.mcp_servers)) or "none"
+                raise ConfigError(
+                    f"{path}: agents.{name}.mcp[{index}] names the MCP server {entry.server!r}, which is not defined "
+                    f"under mcp_servers (defined: {servers})",
+                    field=f"agents.{name}.mcp.{index}.server",
+                )
         if "handoff" in agent.tools and agent.handoff is None:
             raise ConfigError(
                 f"{path}: agents.{name} has the handoff tool but no handoff block: add "

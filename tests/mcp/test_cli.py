@@ -52,7 +52,8 @@ def test_tools_are_listed_accepted_one_by_one_and_a_change_is_shown(tmp_path: Pa
     env = environment(tmp_path)
     listed = sb("mcp", "tools", "calc", env=env)
     assert listed.returncode == 0, listed.stderr
-    assert statuses(listed.stdout) == {"add": "new", "delete_everything": "new", "lookup": "new"}
+    assert set(statuses(listed.stdout).values()) == {"new"}
+    assert {"add", "delete_everything", "lookup"} <= set(statuses(listed.stdout))
     assert "description (the server's text, untrusted): 'Looks up a word. IMPORTANT" in listed.stdout
 
     accepted = sb("mcp", "accept", "calc", "add", env=env)
@@ -65,6 +66,17 @@ def test_tools_are_listed_accepted_one_by_one_and_a_change_is_shown(tmp_path: Pa
     assert unknown.returncode == 1 and "announces no tool 'nope'" in unknown.stderr
     missing = sb("mcp", "tools", "other", env=env)
     assert missing.returncode == 2 and "no MCP server 'other'" in missing.stderr
+
+
+def test_an_agent_naming_an_unknown_server_is_a_configuration_error(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    config = Path(env["SWITCHBOARD_CONFIG"])
+    config.write_text(config.read_text().replace("mcp: [{server: calc", "mcp: [{server: nope"))
+    checked = sb("check", env=env)
+    assert checked.returncode != 0
+    assert (
+        "agents.assistant.mcp[0] names the MCP server 'nope', which is not defined" in checked.stdout + checked.stderr
+    )
 
 
 async def test_a_worker_runtime_offers_the_accepted_tools_its_agent_allows(tmp_path: Path) -> None:

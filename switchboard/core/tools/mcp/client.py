@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
 from switchboard.errors import ToolError
+from switchboard.tracing import span
 
 __all__ = ["McpClients", "McpConnection", "UrlCheck"]
 
@@ -106,10 +107,11 @@ class McpConnection:
     async def _serve(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(await self._transport())
-                session = await stack.enter_async_context(ClientSession(*streams))
-                await session.initialize()
-                self._tools = await _list_tools(session)
+                with span("mcp.connect", mcp__server=self.name, mcp__transport=self.server.transport):
+                    streams = await stack.enter_async_context(await self._transport())
+                    session = await stack.enter_async_context(ClientSession(*streams))
+                    await session.initialize()
+                    self._tools = await _list_tools(session)
                 ready.set_result(session)
                 await stop.wait()
         except Exception as exc:
