@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
 from switchboard.core.model import (
@@ -28,7 +29,7 @@ from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import HttpServer, StdioServer, file_sha256, identity
 from switchboard.core.tools.mcp.pins import PinStore, tool_status
-from switchboard.core.tools.mcp.tools import mcp_tools
+from switchboard.core.tools.mcp.tools import mcp_tools, schema_input
 from switchboard.egress.addresses import AddressGuard, url_check
 from switchboard.errors import ToolError
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
@@ -293,3 +294,15 @@ async def test_an_http_server_on_a_refused_address_is_never_reached(tmp_path: Pa
             await clients.get("calc").tools()
     finally:
         await clients.aclose()
+
+
+def test_a_schema_that_refers_to_another_document_is_not_offered() -> None:
+    remote = {"type": "object", "properties": {"a": {"$ref": "http://169.254.169.254/latest"}}}
+    with pytest.raises(ValueError, match="refers to another document"):
+        schema_input("calc__x", remote)
+    local = schema_input(
+        "calc__y", {"type": "object", "$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}}
+    )
+    assert local.model_validate({"a": 1}).model_dump() == {"a": 1}
+    with pytest.raises(ValidationError, match="'x' is not of type 'integer'"):
+        local.model_validate({"a": "x"})

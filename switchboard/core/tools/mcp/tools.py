@@ -45,6 +45,8 @@ def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
         raise ValueError(f"{name}: invalid input schema: {err.message}") from None
     if schema.get("type", "object") != "object":
         raise ValueError(f"{name}: the input schema is not an object")
+    if any(not ref.startswith("#") for ref in _refs(schema)):
+        raise ValueError(f"{name}: the input schema refers to another document (only local $ref is followed)")
     checker = Draft202012Validator(schema)
     announced = copy.deepcopy(dict(schema))
 
@@ -55,7 +57,10 @@ def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
         @model_validator(mode="before")
         @classmethod
         def _conforms(cls, data: Any) -> Any:
-            errors = sorted(checker.iter_errors(data), key=lambda e: list(e.absolute_path))
+            try:
+                errors = sorted(checker.iter_errors(data), key=lambda e: list(e.absolute_path))
+            except Exception as exc:  # an unresolvable reference or a pattern the engine refuses: never a crash
+                raise ValueError(f"the arguments cannot be checked against the schema ({type(exc).__name__})") from None
             if errors:
                 raise ValueError(
                     "; ".join(
@@ -71,6 +76,16 @@ def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 
     SchemaInput.__name__ = SchemaInput.__qualname__ = re.sub(r"\W", "_", name) + "_input"
     return SchemaInput
+
+
+def _refs(node: Any) -> list[str]:
+    """Every ``$ref`` value in a schema."""
+    if isinstance(node, dict):
+        found = [str(node["$ref"])] if "$ref" in node else []
+        return found + [ref for value in node.values() for ref in _refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in _refs(value)]
+    return []
 
 
 def result_value(result: types.CallToolResult) -> dict[str, Any]:
