@@ -8,13 +8,15 @@ server's identity and its tools (or one tool); workers offer what was accepted f
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import sys
 
 from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import TOOL_NAME_PATTERN
 from switchboard.core.tools.mcp.pins import PinStore, tool_sha256, tool_status
-from switchboard.egress.addresses import AddressGuard, url_check
+from switchboard.egress.addresses import AddressGuard
+from switchboard.egress.sockets import guarded_http_client
 from switchboard.settings import Settings
 
 __all__ = ["mcp_command", "pin_store"]
@@ -27,7 +29,11 @@ def pin_store(settings: Settings) -> PinStore:
 
 def _clients(settings: Settings, server: str) -> McpClients:
     guard = AddressGuard(settings.egress.internal_networks)
-    return McpClients({server: settings.file.mcp_servers[server]}, check_url=url_check(guard), errlog=sys.stderr)
+    return McpClients(
+        {server: settings.file.mcp_servers[server]},
+        http_client=functools.partial(guarded_http_client, guard),
+        errlog=sys.stderr,
+    )
 
 
 async def _tools(settings: Settings, server: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -104,8 +105,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
-    from switchboard.egress.addresses import AddressGuard, url_check
+    from switchboard.egress.addresses import AddressGuard
     from switchboard.egress.gate import start_sandbox_egress
+    from switchboard.egress.sockets import guarded_http_client
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -122,7 +124,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         from switchboard.core.tools.mcp.client import McpClients
 
         guard = AddressGuard(settings.egress.internal_networks)
-        mcp = McpClients(settings.file.mcp_servers, check_url=url_check(guard))
+        mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
     runtime = build_runtime(settings, models, attachments, egress, mcp)
     await channels.start()
     try:

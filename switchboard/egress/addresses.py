@@ -7,17 +7,15 @@ differently, and a redirect is a new request that is checked again.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
-from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
-__all__ = ["METADATA_ADDRESSES", "AddressGuard", "AddressRefusedError", "GuardedResolver", "url_check"]
+__all__ = ["METADATA_ADDRESSES", "AddressGuard", "AddressRefusedError", "GuardedResolver"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -115,24 +113,6 @@ class AddressGuard:
             reason = self.refusal(address)
             if reason is not None:
                 raise AddressRefusedError(host, reason)
-
-
-def url_check(guard: AddressGuard) -> Callable[[str], Awaitable[None]]:
-    """A check of a URL's host against ``guard``: every address it resolves to must be allowed.
-
-    Raises (from the check):
-        AddressRefusedError: the host resolves to a refused address, or to none.
-    """
-
-    async def check(url: str) -> None:
-        host = urlsplit(url).hostname or ""
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except OSError:
-            infos = []
-        guard.check(host, [str(info[4][0]) for info in infos])
-
-    return check
 
 
 class GuardedResolver(AbstractResolver):

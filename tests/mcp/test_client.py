@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -30,7 +31,8 @@ from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import HttpServer, StdioServer, file_sha256, identity
 from switchboard.core.tools.mcp.pins import PinStore, tool_status
 from switchboard.core.tools.mcp.tools import mcp_tools, schema_input
-from switchboard.egress.addresses import AddressGuard, url_check
+from switchboard.egress.addresses import AddressGuard
+from switchboard.egress.sockets import guarded_http_client
 from switchboard.errors import ToolError
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 
@@ -274,7 +276,7 @@ def http_server(tmp_path: Path) -> Iterator[str]:
 async def test_a_streamable_http_server_is_called_through_a_turn(tmp_path: Path, http_server: str) -> None:
     clients = McpClients(
         {"calc": HttpServer(transport="http", url=http_server, reads=["add"])},
-        check_url=url_check(AddressGuard(["127.0.0.0/8"])),
+        http_client=functools.partial(guarded_http_client, AddressGuard(["127.0.0.0/8"])),
     )
     try:
         rt = await accepted_runtime(tmp_path, clients)
@@ -288,9 +290,13 @@ async def test_a_streamable_http_server_is_called_through_a_turn(tmp_path: Path,
 
 
 async def test_an_http_server_on_a_refused_address_is_never_reached(tmp_path: Path, http_server: str) -> None:
-    clients = McpClients({"calc": HttpServer(transport="http", url=http_server)}, check_url=url_check(AddressGuard()))
+    named = http_server.replace("127.0.0.1", "localhost")  # checked when the socket opens, whatever the name
+    guarded = functools.partial(guarded_http_client, AddressGuard())
+    clients = McpClients({"calc": HttpServer(transport="http", url=named)}, http_client=guarded)
     try:
-        with pytest.raises(Exception, match="address is refused"):
+        with pytest.raises(
+            ToolError, match=r"could not be reached: localhost: destination address refused \(loopback\)"
+        ):
             await clients.get("calc").tools()
     finally:
         await clients.aclose()

@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mcp import types
 from mcp.client.session import ClientSession
@@ -22,12 +22,15 @@ from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer
 from switchboard.errors import ToolError
 from switchboard.tracing import span
 
-__all__ = ["McpClients", "McpConnection", "UrlCheck"]
+if TYPE_CHECKING:
+    import httpx2
+
+__all__ = ["HttpClients", "McpClients", "McpConnection"]
 
 logger = logging.getLogger(__name__)
 
-UrlCheck = Callable[[str], Awaitable[None]]
-"""Refuses a server URL the egress address checks refuse (raises ``OSError``)."""
+HttpClients = Callable[[], "httpx2.AsyncClient"]
+"""Makes the HTTP client of one session (the egress layer's, whose connections pass its address checks)."""
 
 _LISTED_PAGES = 20
 """Most pages of ``tools/list`` read (a server that pages forever is cut off)."""
@@ -37,11 +40,16 @@ class McpConnection:
     """The worker's session with one server."""
 
     def __init__(
-        self, name: str, server: StdioServer | HttpServer, *, check_url: UrlCheck | None = None, errlog: TextIO | None
+        self,
+        name: str,
+        server: StdioServer | HttpServer,
+        *,
+        http_client: HttpClients | None = None,
+        errlog: TextIO | None = None,
     ) -> None:
         self.name = name
         self.server = server
-        self._check_url = check_url
+        self._http_client = http_client
         self._errlog = errlog
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -108,7 +116,7 @@ class McpConnection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 with span("mcp.connect", mcp__server=self.name, mcp__transport=self.server.transport):
-                    streams = await stack.enter_async_context(await self._transport())
+                    streams = await stack.enter_async_context(await self._transport(stack))
                     session = await stack.enter_async_context(ClientSession(*streams))
                     await session.initialize()
                     self._tools = await _list_tools(session)
@@ -117,13 +125,19 @@ class McpConnection:
         except Exception as exc:
             logger.warning("MCP server %s: session ended: %s", self.name, type(exc).__name__)
             if not ready.done():
+                refused = _refusal(exc)
                 ready.set_exception(
-                    exc if isinstance(exc, ToolError) else ToolError(f"the MCP server {self.name} could not be reached")
+                    exc
+                    if isinstance(exc, ToolError)
+                    else ToolError(
+                        f"the MCP server {self.name} could not be reached" + (f": {refused}" if refused else ""),
+                        error_class="transient",
+                    )
                 )
         finally:
             self._session = None
 
-    async def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> contextlib.AbstractAsyncContextManager[Any]:
         server = self.server
         self.identity = identity(server)
         if isinstance(server, StdioServer):
@@ -138,12 +152,10 @@ class McpConnection:
                 cwd=server.cwd,
             )
             return stdio_client(params, errlog=self._errlog or sys.stderr)
-        if self._check_url is not None:
-            try:
-                await self._check_url(server.url)
-            except OSError as exc:
-                raise ToolError(f"the MCP server {self.name}'s address is refused: {exc}", error_class="auth") from exc
-        return streamable_http_client(server.url)
+        if self._http_client is None:
+            return streamable_http_client(server.url)
+        client = await stack.enter_async_context(self._http_client())
+        return streamable_http_client(server.url, http_client=client)
 
     async def _close_locked(self) -> None:
         task, self._task = self._task, None
@@ -157,6 +169,15 @@ class McpConnection:
         """End the session (and a stdio server's process)."""
         async with self._lock:
             await self._close_locked()
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The first network error in ``exc`` (an exception group's leaves included), as said to the operator."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for inner in exc.exceptions if (found := _refusal(inner))), None)
+    if isinstance(exc, OSError) and str(exc):
+        return str(exc)
+    return _refusal(exc.__cause__) if exc.__cause__ is not None else None
 
 
 async def _list_tools(session: ClientSession) -> list[types.Tool]:
@@ -179,12 +200,13 @@ class McpClients:
         self,
         servers: Mapping[str, McpServer],
         *,
-        check_url: UrlCheck | None = None,
+        http_client: HttpClients | None = None,
         errlog: TextIO | None = None,
     ) -> None:
         self.servers = dict(servers)
         self._connections = {
-            name: McpConnection(name, server, check_url=check_url, errlog=errlog) for name, server in servers.items()
+            name: McpConnection(name, server, http_client=http_client, errlog=errlog)
+            for name, server in servers.items()
         }
 
     def get(self, name: str) -> McpConnection:
