@@ -139,12 +139,10 @@ class McpConnection:
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> contextlib.AbstractAsyncContextManager[Any]:
         server = self.server
-        self.identity = identity(server)
+        self.identity = await asyncio.to_thread(identity, server)  # hashes the program file: off the event loop
         if isinstance(server, StdioServer):
-            if server.digest is not None:
-                found = program_file(server)
-                if found is None or file_sha256(found) != server.digest:
-                    raise ToolError(f"the MCP server {self.name}'s program does not match its configured digest")
+            if server.digest is not None and not await asyncio.to_thread(_digest_matches, server, server.digest):
+                raise ToolError(f"the MCP server {self.name}'s program does not match its configured digest")
             params = StdioServerParameters(
                 command=server.command[0],
                 args=server.command[1:],
@@ -169,6 +167,11 @@ class McpConnection:
         """End the session (and a stdio server's process)."""
         async with self._lock:
             await self._close_locked()
+
+
+def _digest_matches(server: StdioServer, digest: str) -> bool:
+    found = program_file(server)
+    return found is not None and file_sha256(found) == digest
 
 
 def _refusal(exc: BaseException) -> str | None:
