@@ -338,6 +338,18 @@ def _parser() -> argparse.ArgumentParser:
         "built-in and template skills. show NAME[@VERSION]: one package's version, hash and files. remove "
         "NAME[@VERSION]: uninstall one version, or every version. Agents name skills in their YAML `skills:` list.",
     )
+    mcp = _command(
+        sub,
+        "mcp",
+        "review and accept an MCP server's tools (tools SERVER, accept SERVER [TOOL])",
+        "tools SERVER: connect to a server of the YAML's mcp_servers and list the tools it announces, each with "
+        "the hash of its description and schema and whether it is new, accepted or changed since accepted. "
+        "accept SERVER [TOOL]: pin the server's identity and its tools (or one tool); a tool whose description or "
+        "schema changes after that is disabled until accepted again. See docs/mcp.md.",
+    )
+    mcp.add_argument("action", choices=["tools", "accept"], help="what to do")
+    mcp.add_argument("server", help="the server's name in mcp_servers")
+    mcp.add_argument("tool", nargs="?", help="accept: only this tool (default: every announced tool)")
     skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
     skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
     skills.add_argument("--template", help="install the shipped template NAME (add)")
@@ -563,6 +575,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from switchboard.cli.tools import import_openapi
 
             return import_openapi(settings, args.file, args.agent, args.only, server=args.server, out=args.out)
+        if args.command == "mcp":
+            from switchboard.cli.mcp import mcp_command
+
+            return mcp_command(settings, args.action, args.server, args.tool)
         if args.command == "webhooks":
             return cmd_webhooks(settings, args.tenant, args.limit)
         if args.command == "telegram":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from switchboard.core.tools.builtin.shell import EgressGate
+    from switchboard.core.tools.mcp.client import McpClients
     from switchboard.egress.forward import Forwarder
     from switchboard.egress.gate import SandboxEgress
     from switchboard.egress.transport import EgressTransport
@@ -60,11 +62,13 @@ def build_runtime(
     attachments: AttachmentSupport | None = None,
     egress: EgressGate | None = None,
     rest: EgressTransport | None = None,
+    mcp: McpClients | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
     ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
-    way out of declared REST tools (``None``: their calls fail, saying the process has no egress).
+    way out of declared REST tools (``None``: their calls fail, saying the process has no egress); ``mcp``: the
+    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``.
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -81,6 +85,12 @@ def build_runtime(
         register_rest_tools(tools, settings, rest)
     except ValueError as err:
         raise ConfigError(str(err), field="rest_tools") from None
+    if mcp is not None:  # the SDK (and its HTTP stack) loads only when some server is configured
+        from switchboard.cli.mcp import pin_store
+        from switchboard.core.tools.mcp.tools import mcp_tools
+
+        for tool in mcp_tools(mcp.servers, pin_store(settings), mcp):
+            tools.register(tool)
     root = settings.workspace_path
     quotas = Quotas(spaces.session_quota_mb * 2**20, spaces.tenant_quota_mb * 2**20, spaces.total_quota_mb * 2**20)
     workspaces = Workspaces(root, quotas)
@@ -126,7 +136,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
+    from switchboard.egress.addresses import AddressGuard
     from switchboard.egress.gate import start_sandbox_egress
+    from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
 
     assert settings.redis_url is not None
@@ -140,13 +152,22 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     attachments = attachment_support(settings, channels)
     egress = await start_sandbox_egress(settings, redis, startup_choice(settings).sandbox)
     forwarder = _rest_forwarder(settings, redis, egress)
-    runtime = build_runtime(settings, models, attachments, egress, EgressTransport(forwarder) if forwarder else None)
+    mcp: McpClients | None = None
+    if settings.file.mcp_servers:
+        from switchboard.core.tools.mcp.client import McpClients
+
+        guard = AddressGuard(settings.egress.internal_networks)
+        mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
+    rest = EgressTransport(forwarder) if forwarder else None
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
     await channels.start()
     try:
         await run_session_worker(
             settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
         )
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         if egress is not None:
             await egress.close()
         if forwarder is not None and (egress is None or egress.proxy is None):

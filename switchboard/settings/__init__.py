@@ -33,6 +33,7 @@ from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
+from switchboard.core.tools.mcp.config import SERVER_NAME_PATTERN, McpServer
 from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSettings
 from switchboard.errors import ConfigError
@@ -229,6 +230,11 @@ class FileConfig(BaseModel):
     tenant: str = "default"
     default_agent: str = "assistant"
     agents: dict[str, Agent] = Field(default_factory=dict)
+    mcp_servers: dict[Annotated[str, StringConstraints(pattern=SERVER_NAME_PATTERN)], McpServer] = Field(
+        default_factory=dict
+    )
+    """MCP servers agents may connect (``docs/mcp.md``): ``{name: {transport: stdio, command: [...]}}`` or
+    ``{name: {transport: http, url: ...}}``."""
     channels: dict[str, ChannelOptions] = Field(default_factory=dict)
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     """Per-tenant blocks: ``tenants.<name>.policy`` (rules, mode, approvals, grants;
@@ -318,7 +324,7 @@ class FileConfig(BaseModel):
 
 
 def _check_agents_named(cfg: FileConfig, path: Path) -> None:
-    """Every agent ``routing`` and ``handoff`` blocks name is defined.
+    """Every agent ``routing`` and ``handoff`` blocks name is defined, and every MCP server agents name.
 
     Raises:
         ConfigError: one names an agent that is not.
@@ -332,6 +338,14 @@ def _check_agents_named(cfg: FileConfig, path: Path) -> None:
                 field=f"routing.{index}.agent",
             )
     for name, agent in cfg.agents.items():
+        for index, entry in enumerate(agent.mcp):
+            if entry.server not in cfg.mcp_servers:
+                servers = ", ".join(sorted(cfg.mcp_servers)) or "none"
+                raise ConfigError(
+                    f"{path}: agents.{name}.mcp[{index}] names the MCP server {entry.server!r}, which is not defined "
+                    f"under mcp_servers (defined: {servers})",
+                    field=f"agents.{name}.mcp.{index}.server",
+                )
         if "handoff" in agent.tools and agent.handoff is None:
             raise ConfigError(
                 f"{path}: agents.{name} has the handoff tool but no handoff block: add "

@@ -11,6 +11,7 @@ from switchboard.core.routing import HandoffConfig
 from switchboard.core.sql.databases import AgentDatabases
 from switchboard.core.tables.config import ConnectedTable, PostgresDatabase, check_table_databases
 from switchboard.core.tools.egress import AgentEgress
+from switchboard.core.tools.mcp.config import AgentMcp
 from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
@@ -121,6 +122,9 @@ class Agent(BaseModel):
     """To which agents it may hand a conversation with the ``handoff`` tool, and what they see of it (``None``: it
     may not hand over)."""
     tools: list[str] = Field(default_factory=lambda: ["current_time"])
+    mcp: list[AgentMcp] = Field(default_factory=list)
+    """MCP servers (of the file's ``mcp_servers``) whose accepted tools the agent may call, each with an optional
+    allowlist: ``[docs, {server: tickets, tools: [search]}]``; the tools are named ``<server>__<tool>``."""
     limits: AgentLimits = Field(default_factory=AgentLimits)
     busy_policy: BusyPolicy = "sequential"
     codeact: bool = False

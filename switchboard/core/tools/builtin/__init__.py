@@ -114,7 +114,8 @@ class ToolRegistry:
         seen: set[str] = set()
         found: list[Tool] = []
         own = [spec.name for spec in agent.rest_tools]  # its declared REST operations need no listing
-        extra = [*own, *(["use_skill"] if agent.skills else []), *table_cost(agent.tables).parts]
+        skills = ["use_skill"] if agent.skills else []
+        extra = [*own, *skills, *table_cost(agent.tables).parts, *self._mcp_names(agent)]
         for name in [*agent.tools, *extra]:
             tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
@@ -123,6 +124,17 @@ class ToolRegistry:
                 seen.add(name)
                 found.append(tool)
         return found
+
+    def _mcp_names(self, agent: Agent) -> list[str]:
+        """The registered MCP tools of ``agent``'s servers that its allowlists let through."""
+        names: list[str] = []
+        for entry in agent.mcp:
+            prefix = f"{entry.server}__"
+            if entry.tools is None:
+                names.extend(name for name in self._tools if name.startswith(prefix))
+            else:
+                names.extend(prefix + tool for tool in entry.tools)
+        return names
 
     def skills(self, agent: Agent) -> tuple[SkillRef, ...]:
         """The packages of ``agent``'s ``skills`` list, resolved for one turn (none without ``use_skill``)."""

@@ -1,0 +1,1 @@
+"""MCP servers as tool sources: configuration, pinned identities and tool hashes, client sessions, gateway tools."""

@@ -1,0 +1,226 @@
+"""Client sessions to MCP servers: one per worker per server, opened on first use, reopened after a failure.
+
+The SDK's transports are task-scoped (anyio task groups), so each session lives in a task of its own that opens it,
+serves calls from any task until it is closed, and then closes it in the task that opened it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
+from switchboard.errors import ToolError
+from switchboard.tracing import span
+
+if TYPE_CHECKING:
+    import httpx2
+
+__all__ = ["HttpClients", "McpClients", "McpConnection"]
+
+logger = logging.getLogger(__name__)
+
+HttpClients = Callable[[], "httpx2.AsyncClient"]
+"""Makes the HTTP client of one session (the egress layer's, whose connections pass its address checks)."""
+
+_LISTED_PAGES = 20
+"""Most pages of ``tools/list`` read (a server that pages forever is cut off)."""
+
+
+class McpConnection:
+    """The worker's session with one server."""
+
+    def __init__(
+        self,
+        name: str,
+        server: StdioServer | HttpServer,
+        *,
+        http_client: HttpClients | None = None,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.name = name
+        self.server = server
+        self._http_client = http_client
+        self._errlog = errlog
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._session: ClientSession | None = None
+        self._tools: list[types.Tool] = []
+        self.identity = ""
+        """The identity of the server as last connected (see :func:`.config.identity`)."""
+
+    async def tools(self, *, refresh: bool = False) -> list[types.Tool]:
+        """The tools the server announces: as listed when the session was opened, or listed again (``refresh``).
+
+        A call lists them again first, so that a tool changed in the middle of a session is caught before it runs.
+
+        Raises:
+            ToolError: the session failed (``transient``).
+        """
+        session = await self._open()
+        if refresh:
+            try:
+                self._tools = await _list_tools(session)
+            except Exception as exc:
+                await self.aclose()
+                raise ToolError(
+                    f"the MCP server {self.name} failed: {type(exc).__name__}", error_class="transient"
+                ) from exc
+        return list(self._tools)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call one tool; a failed session is dropped so that the next call opens a new one.
+
+        Raises:
+            ToolError: the session failed (``transient``: the call may be made again on a new session).
+        """
+        session = await self._open()
+        try:
+            return await session.call_tool(tool, arguments, read_timeout_seconds=self.server.timeout_s)
+        except Exception as exc:
+            await self.aclose()
+            raise ToolError(
+                f"the MCP server {self.name} failed: {type(exc).__name__}", error_class="transient"
+            ) from exc
+
+    async def _open(self) -> ClientSession:
+        async with self._lock:
+            if self._task is not None and not self._task.done() and self._session is not None:
+                return self._session
+            await self._close_locked()
+            self._stop = asyncio.Event()
+            ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+            self._task = asyncio.create_task(self._serve(ready, self._stop), name=f"mcp:{self.name}")
+            try:
+                async with asyncio.timeout(self.server.connect_timeout_s):
+                    self._session = await asyncio.shield(ready)
+            except TimeoutError:
+                await self._close_locked()
+                raise ToolError(f"the MCP server {self.name} did not answer in time", error_class="transient") from None
+            except ToolError:
+                await self._close_locked()
+                raise
+            return self._session
+
+    async def _serve(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                with span("mcp.connect", mcp__server=self.name, mcp__transport=self.server.transport):
+                    streams = await stack.enter_async_context(await self._transport(stack))
+                    session = await stack.enter_async_context(ClientSession(*streams))
+                    await session.initialize()
+                    self._tools = await _list_tools(session)
+                ready.set_result(session)
+                await stop.wait()
+        except Exception as exc:
+            logger.warning("MCP server %s: session ended: %s", self.name, type(exc).__name__)
+            if not ready.done():
+                refused = _refusal(exc)
+                ready.set_exception(
+                    exc
+                    if isinstance(exc, ToolError)
+                    else ToolError(
+                        f"the MCP server {self.name} could not be reached" + (f": {refused}" if refused else ""),
+                        error_class="transient",
+                    )
+                )
+        finally:
+            self._session = None
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> contextlib.AbstractAsyncContextManager[Any]:
+        server = self.server
+        self.identity = await asyncio.to_thread(identity, server)  # hashes the program file: off the event loop
+        if isinstance(server, StdioServer):
+            if server.digest is not None and not await asyncio.to_thread(_digest_matches, server, server.digest):
+                raise ToolError(f"the MCP server {self.name}'s program does not match its configured digest")
+            params = StdioServerParameters(
+                command=server.command[0],
+                args=server.command[1:],
+                env={**get_default_environment(), **server.env},
+                cwd=server.cwd,
+            )
+            return stdio_client(params, errlog=self._errlog or sys.stderr)
+        if self._http_client is None:
+            return streamable_http_client(server.url)
+        client = await stack.enter_async_context(self._http_client())
+        return streamable_http_client(server.url, http_client=client)
+
+    async def _close_locked(self) -> None:
+        task, self._task = self._task, None
+        self._session = None
+        if task is not None:
+            self._stop.set()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(task, 10.0)
+
+    async def aclose(self) -> None:
+        """End the session (and a stdio server's process)."""
+        async with self._lock:
+            await self._close_locked()
+
+
+def _digest_matches(server: StdioServer, digest: str) -> bool:
+    found = program_file(server)
+    return found is not None and file_sha256(found) == digest
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The first network error in ``exc`` (an exception group's leaves included), as said to the operator."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for inner in exc.exceptions if (found := _refusal(inner))), None)
+    if isinstance(exc, OSError) and str(exc):
+        return str(exc)
+    return _refusal(exc.__cause__) if exc.__cause__ is not None else None
+
+
+async def _list_tools(session: ClientSession) -> list[types.Tool]:
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_LISTED_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return listed
+
+
+class McpClients:
+    """The worker's connections to every configured server, by name."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServer],
+        *,
+        http_client: HttpClients | None = None,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.servers = dict(servers)
+        self._connections = {
+            name: McpConnection(name, server, http_client=http_client, errlog=errlog)
+            for name, server in servers.items()
+        }
+
+    def get(self, name: str) -> McpConnection:
+        """The connection to server ``name``.
+
+        Raises:
+            KeyError: no such server is configured.
+        """
+        return self._connections[name]
+
+    async def aclose(self) -> None:
+        """Close every session."""
+        for connection in self._connections.values():
+            await connection.aclose()
