@@ -130,12 +130,21 @@ async def test_no_call_naming_a_host_process_changes_it(
 
 
 def _ipc_ids() -> set[tuple[str, str]]:
-    """Every System V IPC object of the host (shared memory, message queues, semaphores), by kind and id."""
+    """The host's System V IPC objects (shared memory, message queues, semaphores) that the probe's could be.
+
+    Only those made with the probe's mode (``666``, and 32 MiB for shared memory): other processes on the host (a
+    PostgreSQL the suite started, with mode ``600``) create and remove their own while the probe runs.
+    """
     found = set()
     for kind in ("shm", "msg", "sem"):
         for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
-            found.add((kind, line.split()[1]))
+            _key, ident, perms, *rest = line.split()
+            if perms == "666" and (kind != "shm" or int(rest[0]) == _PROBE_SHM_BYTES):
+                found.add((kind, ident))
     return found
+
+
+_PROBE_SHM_BYTES = 32 << 20
 
 
 _IPC_PROBE = r"""

@@ -1051,6 +1051,7 @@ def fake_speech() -> Iterator[str]:
         loop.close()
 
 
+@pytest.mark.timeout(600)  # fourteen scenarios, each starting a web and a worker process: minutes on a busy host
 def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> None:
     counts: dict[str, Counter[str]] = {}
     with gateway(tmp_path) as gw:
