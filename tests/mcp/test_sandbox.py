@@ -201,9 +201,11 @@ async def test_the_egress_grant_of_a_sandboxed_server_never_reaches_the_model(
         rt = runtime(tmp_path, registry=registry)
         agent = mcp_agent("calc").model_copy(update={"name": "assistant"})
         sink = MemorySink()
-        result = await rt.run_turn(request("/tool calc__environment {}", agent_=agent), sink, MemoryStore())
+        turn = request("/tool calc__environment {}", agent_=agent)
+        result = await rt.run_turn(turn, sink, MemoryStore())
         assert [e.ok for e in sink.of("tool_called")] == [True], result.text
-        (connection,) = [c for c in clients._sessions.values() if c.grant]
+        connection = clients.connection("calc", Scope("assistant", turn.session_key, tmp_path / "unused"))
+        assert connection.grant  # the session's own process, holding its grant
         seen = str(result.history)
         assert "<egress-grant>" in seen and connection.grant not in seen
     finally:
