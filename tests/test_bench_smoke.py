@@ -107,6 +107,11 @@ def test_parallel_reads_bench_runs() -> None:
     assert "| sequential (`SWITCHBOARD_TOOLS__PARALLEL_READS=1`) |" in out and "| parallel (default bound 4) |" in out
 
 
+def test_mcp_overhead_bench_runs() -> None:
+    out = run_bench("bench.mcp_overhead")
+    assert "| stdio |" in out and "| streamable HTTP |" in out and "MCP call, stdio: Switchboard ÷ SDK" in out
+
+
 def test_footprint_bench_runs() -> None:
     out = run_bench("bench.footprint")
     assert "`switchboard run` in a fresh data dir" in out and "switchboard web (/healthz 200)" in out

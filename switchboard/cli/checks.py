@@ -229,6 +229,16 @@ def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
     print(f"egress:      {first}")
     for line in rest:
         print(f"             {line}")
+    if choice.sandbox is None or choice.sandbox.kind != "bwrap":
+        from switchboard.core.tools.mcp.config import StdioServer
+
+        why = "no sandbox" if choice.sandbox is None else f"a {choice.sandbox.label} sandbox, not bubblewrap"
+        warnings += [
+            f"MCP server {name} has sandbox: true but this host has {why}: its tools are refused (never run "
+            "unsandboxed)"
+            for name, server in settings.file.mcp_servers.items()
+            if isinstance(server, StdioServer) and server.sandbox
+        ]
     return warnings, problems
 
 

@@ -9,22 +9,49 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import re
 import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from switchboard.core.tools.mcp.client import McpClients
+from mcp import types
+
+from switchboard.cli.sandbox import startup_choice
+from switchboard.core.tools.mcp.client import McpClients, McpConnection, SandboxHost, Scope, sandboxed
 from switchboard.core.tools.mcp.config import TOOL_NAME_PATTERN
 from switchboard.core.tools.mcp.pins import PinStore, tool_sha256, tool_status
 from switchboard.egress.addresses import AddressGuard
 from switchboard.egress.sockets import guarded_http_client
+from switchboard.errors import ToolError
 from switchboard.settings import Settings
 
-__all__ = ["mcp_command", "pin_store"]
+if TYPE_CHECKING:
+    from switchboard.core.tools.builtin.shell import EgressGate
+
+__all__ = ["mcp_command", "pin_store", "sandbox_host"]
+
+logger = logging.getLogger(__name__)
 
 
 def pin_store(settings: Settings) -> PinStore:
     """The operator's pins: ``<data dir>/mcp/pins.json``."""
     return PinStore(settings.data_path / "mcp" / "pins.json")
+
+
+def sandbox_host(settings: Settings, egress: EgressGate | None = None) -> SandboxHost:
+    """The sandbox servers with ``sandbox: true`` run in (the ``shell`` tool's), or why there is none.
+
+    Logs a warning when some server asks for a sandbox this host cannot give (its calls are refused).
+    """
+    choice = startup_choice(settings)
+    why = choice.reasons[0] if choice.reasons else "no sandbox works on this host"
+    host = SandboxHost(choice.sandbox, why, egress)
+    for name, server in settings.file.mcp_servers.items():
+        if sandboxed(server) and (refused := host.refusal(name)) is not None:
+            logger.warning("%s", refused)
+    return host
 
 
 def _clients(settings: Settings, server: str) -> McpClients:
@@ -33,16 +60,23 @@ def _clients(settings: Settings, server: str) -> McpClients:
         {server: settings.file.mcp_servers[server]},
         http_client=functools.partial(guarded_http_client, guard),
         errlog=sys.stderr,
+        host=sandbox_host(settings),
     )
 
 
-async def _tools(settings: Settings, server: str) -> int:
+async def _announced(settings: Settings, server: str) -> tuple[McpConnection, list[types.Tool]]:
+    """The server's tools as it announces them; a sandboxed one is started over a scratch workspace, no network."""
     clients = _clients(settings, server)
-    try:
-        connection = clients.get(server)
-        announced = await connection.tools()
-    finally:
-        await clients.aclose()
+    with tempfile.TemporaryDirectory(prefix="sb-mcp-") as scratch:
+        connection = clients.connection(server, Scope("", "mcp-cli", Path(scratch) / "workspace"))
+        try:
+            return connection, await connection.tools()
+        finally:
+            await clients.aclose()
+
+
+async def _tools(settings: Settings, server: str) -> int:
+    connection, announced = await _announced(settings, server)
     pins = pin_store(settings).server(server)
     if pins is not None and pins.identity != connection.identity:
         print(f"the server is not the one accepted before (was {pins.identity}); every tool needs accepting again")
@@ -61,12 +95,7 @@ async def _tools(settings: Settings, server: str) -> int:
 
 
 async def _accept(settings: Settings, server: str, tool: str | None) -> int:
-    clients = _clients(settings, server)
-    try:
-        connection = clients.get(server)
-        announced = await connection.tools()
-    finally:
-        await clients.aclose()
+    connection, announced = await _announced(settings, server)
     try:
         accepted = pin_store(settings).accept(server, connection.identity, announced, only=tool)
     except KeyError:
@@ -85,6 +114,10 @@ def mcp_command(settings: Settings, action: str, server: str, tool: str | None) 
         known = ", ".join(sorted(settings.file.mcp_servers)) or "none"
         print(f"switchboard: no MCP server {server!r} in mcp_servers (configured: {known})", file=sys.stderr)
         return 2
-    if action == "tools":
-        return asyncio.run(_tools(settings, server))
-    return asyncio.run(_accept(settings, server, tool))
+    try:
+        if action == "tools":
+            return asyncio.run(_tools(settings, server))
+        return asyncio.run(_accept(settings, server, tool))
+    except ToolError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 1

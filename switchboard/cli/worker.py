@@ -154,10 +154,15 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     forwarder = _rest_forwarder(settings, redis, egress)
     mcp: McpClients | None = None
     if settings.file.mcp_servers:
+        from switchboard.cli.mcp import sandbox_host
         from switchboard.core.tools.mcp.client import McpClients
 
         guard = AddressGuard(settings.egress.internal_networks)
-        mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
+        mcp = McpClients(
+            settings.file.mcp_servers,
+            http_client=functools.partial(guarded_http_client, guard),
+            host=sandbox_host(settings, egress),
+        )
     rest = EgressTransport(forwarder) if forwarder else None
     runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
     await channels.start()

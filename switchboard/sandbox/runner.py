@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, assert_never
@@ -47,6 +47,8 @@ _SWEEP_S = 5.0
 """How long a Landlock/weak launcher may take to kill its command's processes after SIGTERM."""
 _WATCH_S = 0.1
 """How often the memory watchdog sums the resident memory of a command's processes (no memory cgroup)."""
+_PROGRAM_LINE = 16 * 2**20
+"""Longest line a long-lived program may write on its stdout (one JSON-RPC message of an MCP server)."""
 GRANT_SHOWN_AS = "<egress-grant>"
 """What a command's output shows in place of its egress grant's token (``echo $HTTP_PROXY``)."""
 
@@ -306,6 +308,85 @@ class Sandbox:
                 cgroup.remove()
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    @contextlib.asynccontextmanager
+    async def program(
+        self,
+        command: Sequence[str],
+        workspace: Path,
+        *,
+        egress: EgressAccess | None = None,
+        env: Mapping[str, str] | None = None,
+        binds: Sequence[str] = (),
+    ) -> AsyncIterator[asyncio.subprocess.Process]:
+        """Start a long-lived program (a stdio MCP server) in a fresh bubblewrap sandbox over ``workspace``.
+
+        The sandbox is a command's (same namespaces, mounts, seccomp filter and limits, bar the wall-clock deadline and
+        the concurrency slots), its stdin, stdout and stderr are pipes, and it is killed whole when the block ends.
+        ``env``: variables besides the sandbox's own (the proxy's come last); ``binds``: more bubblewrap options (a
+        read-only program file). Where no memory cgroup can be made, each process is bound by ``RLIMIT_AS`` alone.
+
+        Raises:
+            ValueError: this sandbox is not bubblewrap (Landlock and the weak floor share the host's file system).
+            OSError: the sandbox could not be started.
+        """
+        if self.kind != "bwrap":
+            raise ValueError(f"a {self.label} sandbox cannot hold a long-lived program (bubblewrap only)")
+        read_fd, write_fd = os.pipe()
+        options_fd = -1
+        cgroup = None
+        proc: asyncio.subprocess.Process | None = None
+        if self.pids_root is not None or self.memory_root is not None:
+            cgroup = CommandCgroup(self.limits, pids_root=self.pids_root, memory_root=self.memory_root)
+        try:
+            os.write(write_fd, self._filter(egress))
+            os.close(write_fd)
+            write_fd = -1
+            inside = {**(env or {}), **self._env("/tmp", WORKSPACE)}  # noqa: S108 - the sandbox's private tmpfs
+            if egress is not None:
+                extra, bridge = proxy_binds(
+                    egress.socket, inside, ca_cert=egress.ca_cert, environment=egress.environment
+                )
+            else:
+                extra, bridge = proxy_binds(self.proxy_socket, inside)
+            head = bwrap_argv(
+                self.bwrap,
+                workspace,
+                seccomp_fd=read_fd,
+                tmp_bytes=self.limits.tmp_mb * 2**20,
+                env=inside,
+                extra=[*extra, *binds],
+            )
+            limit = self.limits.prlimit_argv(self.prlimit, nproc=self.pids_root is None)
+            argv, options_fd = options_through_fd([*head, *bridge, *limit, *command], read_fd)
+            if cgroup is not None:
+                argv = [*_JOIN, *cgroup.procs, "--", *argv]
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(read_fd, options_fd),
+                env={},
+                cwd="/",
+                limit=_PROGRAM_LINE,
+            )
+            for fd in (read_fd, options_fd):
+                os.close(fd)
+            read_fd = options_fd = -1
+            yield proc
+        finally:
+            for fd in (read_fd, write_fd, options_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if proc is not None:
+                _kill(proc, cgroup)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), _SWEEP_S)
+            if cgroup is not None:
+                await _emptied(cgroup)
+                cgroup.remove()
 
     async def _collect(
         self,

@@ -2,15 +2,20 @@
 
 ``add`` adds two integers; ``lookup`` has a description and a result that carry an injected instruction to call
 ``delete_everything``, a write that leaves a ``.deleted`` file beside the state file. ``pid``, ``slow`` and ``mutate``
-(which changes ``add`` in the middle of the session) serve the lifecycle tests. With a state file
+(which changes ``add`` in the middle of the session) serve the lifecycle tests; ``environment``, ``read_text``,
+``write_text``, ``connect`` and ``fetch`` show what the process can see and reach (the sandbox tests). With a state file
 holding ``changed``, ``add``'s schema gains an argument (a tool changed after the operator accepted it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -58,6 +63,45 @@ def pid() -> int:
 async def slow(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "late"
+
+
+@server.tool(description="The process's environment variables, as a JSON object.")
+def environment() -> str:
+    return json.dumps(dict(os.environ))
+
+
+@server.tool(description="Reads a text file; the error's name when it cannot.")
+def read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        return f"error: {type(err).__name__}"
+
+
+@server.tool(description="Writes a text file; the absolute path written.")
+def write_text(path: str, text: str) -> str:
+    Path(path).write_text(text)
+    return str(Path(path).resolve())
+
+
+@server.tool(description="Opens a TCP connection to host:port.")
+def connect(host: str, port: int) -> str:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as err:
+        return f"error: {type(err).__name__}"
+    return "connected"
+
+
+@server.tool(description="GETs a URL (through HTTP_PROXY when set): the status code, or the error's name.")
+def fetch(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.status)
+    except urllib.error.HTTPError as err:
+        return str(err.code)
+    except OSError as err:
+        return f"error: {type(err).__name__}"
 
 
 def subtract(a: int, b: int) -> int:

@@ -37,6 +37,8 @@ from switchboard.errors import ToolError
 from tests.core.turns import MemorySink, MemoryStore, request, runtime
 
 SERVER = Path(__file__).resolve().parent / "server.py"
+PROBES = {"environment", "read_text", "write_text", "connect", "fetch"}
+"""The server's tools that show what its process sees and reaches."""
 
 
 def stdio(state: Path) -> StdioServer:
@@ -79,7 +81,7 @@ async def test_a_stdio_server_lists_its_tools_and_one_is_called_through_a_turn(
     tmp_path: Path, clients: McpClients
 ) -> None:
     announced = await clients.get("calc").tools()
-    assert {t.name for t in announced} == {"add", "delete_everything", "lookup", "mutate", "pid", "slow"}
+    assert {t.name for t in announced} == {"add", "delete_everything", "lookup", "mutate", "pid", "slow"} | PROBES
     assert {tool_status(None, t) for t in announced} == {"new"}
     rt = await accepted_runtime(tmp_path, clients)
     sink = MemorySink()
@@ -191,7 +193,7 @@ async def test_a_stdio_server_whose_program_differs_from_its_digest_is_not_start
     bad = base.model_copy(update={"digest": "0" * 64, "digest_file": str(SERVER)})
     clients = McpClients({"good": good, "bad": bad})
     try:
-        assert len(await clients.get("good").tools()) == 6
+        assert len(await clients.get("good").tools()) == 6 + len(PROBES)
         with pytest.raises(ToolError, match="does not match its configured digest"):
             await clients.get("bad").tools()
     finally:

@@ -1,5 +1,7 @@
 """Client sessions to MCP servers: one per worker per server, opened on first use, reopened after a failure.
 
+A server in the session's sandbox has one session (and process) per agent and session instead.
+
 The SDK's transports are task-scoped (anyio task groups), so each session lives in a task of its own that opens it,
 serves calls from any task until it is closed, and then closes it in the task that opened it.
 """
@@ -10,7 +12,10 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from mcp import types
@@ -19,13 +24,18 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.client.streamable_http import streamable_http_client
 
 from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
+from switchboard.core.tools.mcp.sandbox import Scope, sandboxed_stdio
+from switchboard.core.workspaces.disk import make_private_dir
 from switchboard.errors import ToolError
+from switchboard.sandbox.runner import EgressAccess, Sandbox
 from switchboard.tracing import span
 
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["HttpClients", "McpClients", "McpConnection"]
+    from switchboard.core.tools.builtin.shell import EgressGate
+
+__all__ = ["HttpClients", "McpClients", "McpConnection", "SandboxHost", "Scope", "sandboxed"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +44,32 @@ HttpClients = Callable[[], "httpx2.AsyncClient"]
 
 _LISTED_PAGES = 20
 """Most pages of ``tools/list`` read (a server that pages forever is cut off)."""
+
+
+def sandboxed(server: McpServer) -> bool:
+    """Whether ``server`` runs in the session's sandbox (one process per agent and session)."""
+    return isinstance(server, StdioServer) and server.sandbox
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxHost:
+    """What a server in the session's sandbox needs of the worker: its sandbox (or why it has none), its egress."""
+
+    sandbox: Sandbox | None = None
+    no_sandbox: str = "no sandbox works on this host"
+    """Why :attr:`sandbox` is ``None`` (``switchboard check`` says more)."""
+    egress: EgressGate | None = None
+    """The worker's egress proxy (``None``: sandboxed servers have no network)."""
+
+    def refusal(self, name: str) -> str | None:
+        """Why server ``name`` cannot run in a sandbox here, or ``None`` when it can."""
+        if self.sandbox is not None and self.sandbox.kind == "bwrap":
+            return None
+        why = self.no_sandbox if self.sandbox is None else f"its sandbox is {self.sandbox.label}, not bubblewrap"
+        return (
+            f"the MCP server {name} runs only in a sandbox (sandbox: true) and this host cannot run it: {why} "
+            "(see `switchboard check`); it is never started unsandboxed"
+        )
 
 
 class McpConnection:
@@ -46,11 +82,20 @@ class McpConnection:
         *,
         http_client: HttpClients | None = None,
         errlog: TextIO | None = None,
+        host: SandboxHost | None = None,
+        scope: Scope | None = None,
     ) -> None:
         self.name = name
         self.server = server
         self._http_client = http_client
         self._errlog = errlog
+        self._host = host or SandboxHost()
+        self._scope = scope
+        """The session a sandboxed server serves."""
+        self.used = time.monotonic()
+        """When the connection was last handed out (idle sandboxed sessions are closed)."""
+        self.grant = ""
+        """The token of a sandboxed server's egress grant (empty: none): hidden in what the server returns."""
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -143,6 +188,8 @@ class McpConnection:
         if isinstance(server, StdioServer):
             if server.digest is not None and not await asyncio.to_thread(_digest_matches, server, server.digest):
                 raise ToolError(f"the MCP server {self.name}'s program does not match its configured digest")
+            if server.sandbox:
+                return await self._sandboxed(server, stack)
             params = StdioServerParameters(
                 command=server.command[0],
                 args=server.command[1:],
@@ -154,6 +201,24 @@ class McpConnection:
             return streamable_http_client(server.url)
         client = await stack.enter_async_context(self._http_client())
         return streamable_http_client(server.url, http_client=client)
+
+    async def _sandboxed(
+        self, server: StdioServer, stack: contextlib.AsyncExitStack
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        refused = self._host.refusal(self.name)
+        if refused is not None:
+            raise ToolError(refused, error_class="permanent")
+        assert self._host.sandbox is not None
+        scope = self._scope
+        if scope is None:
+            raise ToolError(f"the MCP server {self.name} runs in a session's sandbox: it serves sessions only")
+        access: EgressAccess | None = None
+        if self._host.egress is not None and scope.agent:  # the grant lives as long as the process
+            granted = await stack.enter_async_context(self._host.egress.access(scope.agent, scope.session))
+            access = granted if isinstance(granted, EgressAccess) else None
+        self.grant = access.token if access is not None else ""
+        workspace = await asyncio.to_thread(make_private_dir, scope.workspace)
+        return sandboxed_stdio(self._host.sandbox, server, workspace, egress=access, errlog=self._errlog or sys.stderr)
 
     async def _close_locked(self) -> None:
         task, self._task = self._task, None
@@ -197,7 +262,11 @@ async def _list_tools(session: ClientSession) -> list[types.Tool]:
 
 
 class McpClients:
-    """The worker's connections to every configured server, by name."""
+    """The worker's connections to every configured server, by name (and by agent and session when sandboxed).
+
+    Sandboxed sessions idle past ``idle_s``, and the least recently used beyond ``max_sandboxed``, are closed
+    (their processes end; the next call starts a new one).
+    """
 
     def __init__(
         self,
@@ -205,22 +274,63 @@ class McpClients:
         *,
         http_client: HttpClients | None = None,
         errlog: TextIO | None = None,
+        host: SandboxHost | None = None,
+        max_sandboxed: int = 16,
+        idle_s: float = 600.0,
     ) -> None:
         self.servers = dict(servers)
+        self.host = host or SandboxHost()
+        self._http_client = http_client
+        self._errlog = errlog
         self._connections = {
             name: McpConnection(name, server, http_client=http_client, errlog=errlog)
             for name, server in servers.items()
+            if not sandboxed(server)
         }
+        self._sessions: OrderedDict[tuple[str, str, str], McpConnection] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+        self.max_sandboxed = max_sandboxed
+        self.idle_s = idle_s
 
     def get(self, name: str) -> McpConnection:
-        """The connection to server ``name``.
+        """The connection to server ``name`` (a host process or an HTTP server).
+
+        Raises:
+            KeyError: no such server is configured, or it runs in a session's sandbox (see :meth:`connection`).
+        """
+        return self._connections[name]
+
+    def connection(self, name: str, scope: Scope) -> McpConnection:
+        """The connection serving ``scope`` with server ``name``: the worker's, or the session's own when sandboxed.
 
         Raises:
             KeyError: no such server is configured.
         """
-        return self._connections[name]
+        server = self.servers[name]
+        if not sandboxed(server):
+            return self._connections[name]
+        now = time.monotonic()
+        key = (name, scope.agent, scope.session)
+        found = self._sessions.pop(key, None)
+        for stale in [k for k, c in self._sessions.items() if now - c.used > self.idle_s]:
+            self._close_later(self._sessions.pop(stale))
+        while len(self._sessions) >= self.max_sandboxed:
+            self._close_later(self._sessions.popitem(last=False)[1])
+        if found is None:
+            found = McpConnection(name, server, errlog=self._errlog, host=self.host, scope=scope)
+        found.used = now
+        self._sessions[key] = found
+        return found
+
+    def _close_later(self, connection: McpConnection) -> None:
+        task = asyncio.get_running_loop().create_task(connection.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
         """Close every session."""
-        for connection in self._connections.values():
+        for connection in [*self._connections.values(), *self._sessions.values()]:
             await connection.aclose()
+        self._sessions.clear()
+        if self._closing:
+            await asyncio.wait(list(self._closing))

@@ -1,6 +1,7 @@
 """The ``mcp_servers`` block of the YAML file and an agent's ``mcp`` list.
 
-A server is reached over stdio (a host process the worker starts) or streamable HTTP. Its identity (the command and
+A server is reached over stdio (a host process the worker starts, or a process in the session's sandbox) or
+streamable HTTP. Its identity (the command and
 the digest of its program, or its URL) is pinned when the operator accepts its tools; see :mod:`.pins`.
 """
 
@@ -12,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "SERVER_NAME_PATTERN",
@@ -49,12 +50,22 @@ class StdioServer(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set for the process besides a minimal default environment (never the worker's own)."""
     cwd: str | None = None
+    sandbox: bool = False
+    """Run one process per agent and session in the session's sandbox (the ``shell`` tool's, bubblewrap only), over
+    its workspace, with the agent's egress allowlist as its only network; refused where the host has no such
+    sandbox. ``False``: one host process per worker."""
     timeout_s: float = Field(30.0, gt=0, le=600)
     """Per call."""
     connect_timeout_s: float = Field(30.0, gt=0, le=600)
     """Starting the process and the protocol's handshake."""
     reads: list[str] = Field(default_factory=list)
     """Tools the operator declares reads; every other tool is an irreversible write that policy gates."""
+
+    @model_validator(mode="after")
+    def _sandbox_has_no_cwd(self) -> StdioServer:
+        if self.sandbox and self.cwd is not None:
+            raise ValueError("cwd: a sandboxed server runs in the session's workspace; leave cwd out")
+        return self
 
 
 class HttpServer(BaseModel):
@@ -111,9 +122,11 @@ def program_file(server: StdioServer) -> str | None:
 
 
 def identity(server: StdioServer | HttpServer) -> str:
-    """What the operator's acceptance pins about the server itself: command and digest, or URL."""
+    """What the operator's acceptance pins about the server itself: command, digest and sandbox, or URL."""
     if isinstance(server, StdioServer):
         found = program_file(server)
-        digest = file_sha256(found) if found else None
-        return "stdio:" + json.dumps({"command": server.command, "sha256": digest}, sort_keys=True)
+        pinned: dict[str, Any] = {"command": server.command, "sha256": file_sha256(found) if found else None}
+        if server.sandbox:  # taking a server out of its sandbox needs accepting it again
+            pinned["sandbox"] = True
+        return "stdio:" + json.dumps(pinned, sort_keys=True)
     return f"http:{server.url}"

@@ -9,6 +9,7 @@ against the accepted JSON Schema by the gateway; results are untrusted data.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -21,10 +22,11 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from switchboard.core.model import data_block
 from switchboard.core.tools.definition import Tool, ToolContext
-from switchboard.core.tools.mcp.client import McpClients
+from switchboard.core.tools.mcp.client import McpClients, Scope
 from switchboard.core.tools.mcp.config import TOOL_NAME_PATTERN, McpServer, identity, tool_name
 from switchboard.core.tools.mcp.pins import PinnedTool, PinStore, tool_sha256
 from switchboard.errors import ToolError
+from switchboard.sandbox.runner import GRANT_SHOWN_AS
 
 __all__ = ["mcp_tools", "result_value", "schema_input"]
 
@@ -115,7 +117,7 @@ def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool
     name = tool_name(server_name, pinned.name)
 
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
-        connection = clients.get(server_name)
+        connection = clients.connection(server_name, Scope(ctx.agent, ctx.session_key, ctx.workspace))
         announced = {t.name: t for t in await connection.tools(refresh=True)}
         if connection.identity != accepted:
             raise ToolError(
@@ -132,8 +134,10 @@ def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool
                 f"(`switchboard mcp accept {server_name} {pinned.name}`)",
                 error_class="auth",
             )
-        result = await connection.call(pinned.name, args.model_dump(mode="json"))
-        return result_value(result)
+        value = result_value(await connection.call(pinned.name, args.model_dump(mode="json")))
+        if connection.grant:  # a sandboxed server's egress grant is not the model's to see
+            value = json.loads(json.dumps(value).replace(connection.grant, GRANT_SHOWN_AS))
+        return value
 
     write = pinned.name not in server.reads
     return Tool(
