@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -25,17 +26,19 @@ from aiohttp import web
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.egress.ca import DeploymentCA
 from switchboard.egress.client import EgressClient
 from switchboard.egress.events import RedisEgressSink
 from switchboard.egress.forward import Forwarder
 from switchboard.egress.policy import EgressPolicy
+from switchboard.egress.proxy import build_proxy
 from switchboard.egress.transport import EgressTransport, register_rest_tools
 from switchboard.errors import ConfigError
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
 from switchboard.types import SessionKey
-from tests.egress.conftest import PUBLIC, MapResolver, _serve
+from tests.egress.conftest import PUBLIC, ListSink, MapResolver, _serve
 
 CLIENT_SECRET = "client-REAL-secret-7c6b5a4d3e"
 ACME_SECRET = "acme-REAL-secret-1a2b3c4d5e"
@@ -423,3 +426,43 @@ def test_settings_say_what_to_fix(tmp_path: Path) -> None:
             del env["SWITCHBOARD_EGRESS__CREDENTIALS__EXCHANGED__SUBJECT_TOKEN_SECRET"]
         with pytest.raises(ConfigError, match=expected):
             load_settings(env)
+
+
+async def test_a_sandbox_request_through_the_proxy_gets_the_token_and_never_sees_it(
+    world: Callable[..., World], tmp_path: Path
+) -> None:
+    w = world()
+    sink = ListSink()
+    resolver = MapResolver({"api.shop.test": [[PUBLIC]], "auth.shop.test": [[PUBLIC]]})
+    proxy = build_proxy(w.settings, sink, resolver=resolver, socket_path=tmp_path / "p.sock")
+    await proxy.start()
+    try:
+        grant = proxy.forwarder.policy.grant("shop", "acme/shop/web/main/conv-2")
+        via = f"http://{grant.token}:@{proxy.host}:{proxy.port}"
+        trust = ssl.create_default_context(cafile=str(proxy.ca.cert_path))  # what a sandbox trusts
+        async with aiohttp.ClientSession() as http:
+            for path in ("/v1/orders", "/v1/echo"):
+                async with http.get(
+                    w.api_url + path, proxy=via, ssl=trust, headers={"Authorization": "Bearer {{credential:SHOP}}"}
+                ) as resp:
+                    assert resp.status == 200
+                    body = await resp.json()
+                    if path == "/v1/orders":
+                        assert body["client"] == "acme-client"
+                    else:
+                        assert body == {"seen": "Bearer {{credential:SHOP}}"}
+    finally:
+        await proxy.close()
+    (token,) = w.auth.issued
+    assert w.api.seen == [token, token]
+    assert [e.secrets for e in sink.events] == [("ACME_CLIENT",), ("credential:SHOP",), ("credential:SHOP",)]
+    assert token not in repr(sink.events)
+
+
+def test_a_declaration_takes_credential_placeholders_and_nothing_else() -> None:
+    base = {"name": "t", "description": "d", "method": "GET", "url": "https://api.shop.test/v1"}
+    ok = RestToolSpec.model_validate({**base, "headers": {"Authorization": "Bearer {{credential:SHOP:a.read b}}"}})
+    assert ok.headers["Authorization"].endswith("{{credential:SHOP:a.read b}}")
+    for bad in ("{{credential:}}", "{{credential:SHOP:{x}}}", "{{credential:SHOP}"):
+        with pytest.raises(ValueError, match="placeholders only"):
+            RestToolSpec.model_validate({**base, "headers": {"Authorization": bad}})
