@@ -33,7 +33,7 @@ from switchboard.egress.events import RedisEgressSink
 from switchboard.egress.forward import Forwarder
 from switchboard.egress.policy import EgressPolicy
 from switchboard.egress.proxy import build_proxy
-from switchboard.egress.transport import EgressTransport, register_rest_tools
+from switchboard.egress.transport import EgressTransport, register_rest_tools, rest_problems
 from switchboard.errors import ConfigError
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
@@ -197,10 +197,10 @@ def _tls(ca: DeploymentCA, host: str, where: Path) -> ssl.SSLContext:
     return tls
 
 
-def _env(tmp_path: Path, ports: tuple[int, int], ca: DeploymentCA, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, ports: tuple[int, int], ca: DeploymentCA, *, yaml: str = YAML, **extra: str) -> dict[str, str]:
     api, auth = ports
     config = tmp_path / "switchboard.yaml"
-    config.write_text(YAML.format(api=api))
+    config.write_text(yaml.format(api=api))
     token_url = f"https://auth.shop.test:{auth}/oauth/token"
     env = {
         "SWITCHBOARD_CONFIG": str(config),
@@ -466,3 +466,23 @@ def test_a_declaration_takes_credential_placeholders_and_nothing_else() -> None:
     for bad in ("{{credential:}}", "{{credential:SHOP:{x}}}", "{{credential:SHOP}"):
         with pytest.raises(ValueError, match="placeholders only"):
             RestToolSpec.model_validate({**base, "headers": {"Authorization": bad}})
+
+
+def test_agents_validate_names_what_egress_would_refuse(tmp_path: Path) -> None:
+    ca = DeploymentCA.load_or_create(tmp_path / "ca")
+    assert rest_problems(load_settings(_env(tmp_path, (1, 2), ca))) == [
+        "agent 'shop': REST tool list_orders_wide uses the credential SHOP with scope admin, more than its "
+        "'orders.read orders.write'",
+    ]
+    elsewhere = load_settings(_env(tmp_path, (1, 2), ca, SWITCHBOARD_EGRESS__CREDENTIALS__SHOP__HOSTS="x.shop.test"))
+    problems = rest_problems(elsewhere)
+    assert len(problems) == 4
+    assert problems[0] == (
+        "agent 'shop': REST tool list_orders uses the credential SHOP on api.shop.test, which is not among its "
+        "hosts: add it to SWITCHBOARD_EGRESS__CREDENTIALS__SHOP__HOSTS"
+    )
+    gone = load_settings(_env(tmp_path, (1, 2), ca, yaml=YAML.replace("credential:EXCHANGED", "credential:GONE")))
+    assert rest_problems(gone)[-1] == (
+        "agent 'shop': REST tool exchanged_orders uses the credential GONE, which is not configured: set "
+        "SWITCHBOARD_EGRESS__CREDENTIALS__GONE__*"
+    )
