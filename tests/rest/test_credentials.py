@@ -363,6 +363,9 @@ async def test_a_bad_client_secret_is_a_clear_tool_error(
     assert out.error is not None
     assert "answered HTTP 401 invalid_client: Client authentication failed" in out.error
     assert "check client_id and the client secret" in out.error
+    assert out.error.startswith(
+        "list_orders failed: could not authenticate to api.shop.test: credential SHOP: the token endpoint https://"
+    )
     assert "Traceback" not in out.error and "wrong-secret-value" not in out.error + caplog.text
     assert w.api.seen == []
 

@@ -194,9 +194,9 @@ def _failure(spec: RestToolSpec, reply: RestReply) -> ToolError:
                 error_class="ambiguous_timeout" if write else "transient",
             )
         if reply.refused in ("credential_rejected", "credential_unavailable"):  # egress's own token request failed
-            said = reply.body[:1000].decode("utf-8", "replace").strip().removeprefix("egress refused: ")
+            said = reply.body[:1000].decode("utf-8", "replace").strip()
             return ToolError(
-                f"{spec.name} could not authenticate to {spec.host}: {said}",
+                f"could not authenticate to {spec.host}: {said.removeprefix(f'egress refused: {reply.refused}: ')}",
                 error_class="transient" if reply.refused == "credential_unavailable" else "auth",
             )
         return ToolError(f"refused by the egress policy ({reply.refused}); do not repeat this call")
