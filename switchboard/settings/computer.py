@@ -166,6 +166,12 @@ class EgressCredential(BaseModel):
         """The token endpoint's host (lower-case)."""
         return (urlsplit(self.token_url).hostname or "").lower()
 
+    def secret_names(self) -> tuple[str, ...]:
+        """Every egress secret this credential's token requests use (client secrets, subject token)."""
+        names = [self.client_secret_secret, self.subject_token_secret]
+        names += [client.client_secret_secret for client in self.tenants.values()]
+        return tuple(name for name in names if name)
+
     def client(self, tenant: str) -> CredentialClient | None:
         """The client ``tenant``'s tokens are obtained as (its own, else the default; ``None``: no client auth)."""
         own = self.tenants.get(tenant)

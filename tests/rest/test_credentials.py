@@ -489,3 +489,19 @@ def test_agents_validate_names_what_egress_would_refuse(tmp_path: Path) -> None:
         "agent 'shop': REST tool exchanged_orders uses the credential GONE, which is not configured: set "
         "SWITCHBOARD_EGRESS__CREDENTIALS__GONE__*"
     )
+
+
+async def test_a_client_secret_is_egress_own_and_no_request_may_carry_it(world: Callable[..., World]) -> None:
+    w = world(SWITCHBOARD_EGRESS__ALLOW="auth.shop.test")  # even with the token endpoint allowlisted
+    token_url = w.settings.egress.credentials["shop"].token_url
+    client = EgressClient(w.forwarder, w.forwarder.policy.grant("shop", "default/shop/web/main/conv-1"))
+    for secret in ("SHOP_CLIENT", "SUBJECT"):
+        reply = await client.request(
+            "POST",
+            token_url,
+            headers={"Authorization": f"Basic {{{{secret:{secret}}}}}"},
+            body=b"grant_type=client_credentials",
+        )
+        assert reply.refused == "unknown_secret"
+    assert w.auth.requests == []
+    assert (await w.gateway.call("list_orders", {}, w.ctx())).ok  # while egress itself still uses it
