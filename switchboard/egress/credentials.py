@@ -14,6 +14,7 @@ import asyncio
 import base64
 import functools
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -34,6 +35,8 @@ __all__ = [
     "credential_placeholder",
     "refuse_elsewhere",
 ]
+
+logger = logging.getLogger(__name__)
 
 CREDENTIAL: Final = re.compile(r"\{\{\s*credential:([A-Za-z0-9_]{1,64})(?::([A-Za-z0-9_.:/ -]{1,512}?))?\s*\}\}")
 """``{{credential:NAME}}`` or ``{{credential:NAME:scope1 scope2}}``."""
@@ -256,9 +259,22 @@ class CredentialBroker:
         credential = self.credentials[name]
         headers, body = self._form(name, credential, tenant, scope)
         started = self.clock()
-        status, data = await fetch(name, credential.token_url, headers, body, self._used_secrets(credential, tenant))
-        token = self._parse(name, credential, tenant, status, data, started)
+        try:
+            status, data = await fetch(
+                name, credential.token_url, headers, body, self._used_secrets(credential, tenant)
+            )
+            token = self._parse(name, credential, tenant, status, data, started)
+        except CredentialError as err:
+            logger.warning("egress: no token for tenant %s: %s", tenant, err.detail)
+            raise
         self._cache[key] = token
+        logger.info(
+            "egress: credential %s: a new token for tenant %s, scope %r, used for %.0f s",
+            name,
+            tenant,
+            scope,
+            token.good_until - started,
+        )
         return token
 
     def _parse(

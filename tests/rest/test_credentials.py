@@ -367,6 +367,7 @@ async def test_a_bad_client_secret_is_a_clear_tool_error(
         "list_orders failed: could not authenticate to api.shop.test: credential SHOP: the token endpoint https://"
     )
     assert "Traceback" not in out.error and "wrong-secret-value" not in out.error + caplog.text
+    assert "egress: no token for tenant default: credential SHOP: the token endpoint" in caplog.text
     assert w.api.seen == []
 
 
