@@ -309,7 +309,11 @@ class CredentialBroker:
         if kind != "bearer":
             raise CredentialError("credential_rejected", f"{where} issued a {kind or 'typeless'} token, not a Bearer")
         lifetime = answer.get("expires_in")
-        seconds = float(lifetime) if isinstance(lifetime, int | float) and lifetime > 0 else _UNSTATED_LIFETIME_S
+        if isinstance(lifetime, str) and lifetime.isdigit():  # some servers send it as a string
+            lifetime = int(lifetime)
+        seconds = _UNSTATED_LIFETIME_S
+        if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
+            seconds = float(lifetime)
         margin = min(credential.refresh_margin_s, seconds / 2)
         return _Token(value=value, good_until=started + seconds - margin)
 

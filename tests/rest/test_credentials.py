@@ -87,7 +87,7 @@ class AuthServer:
 
     clients: dict[str, str] = field(default_factory=lambda: {"shop-client": CLIENT_SECRET, "acme-client": ACME_SECRET})
     granted: str = "orders.read orders.write"
-    expires_in: int = 3600
+    expires_in: int | str = 3600
     delay_s: float = 0.0
     requests: list[dict[str, str]] = field(default_factory=list)
     issued: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -253,9 +253,9 @@ async def world(tmp_path: Path, async_redis: aioredis.Redis) -> AsyncIterator[Ca
     forwarders: list[Forwarder] = []
     async with _servers(tmp_path) as (auth, api, ports, ca):
 
-        def build(**extra: str) -> World:
+        def build(auth_address: str = PUBLIC, **extra: str) -> World:
             settings = load_settings(_env(tmp_path, ports, ca, **extra))
-            resolver = MapResolver({"api.shop.test": [[PUBLIC]], "auth.shop.test": [[PUBLIC]]})
+            resolver = MapResolver({"api.shop.test": [[PUBLIC]], "auth.shop.test": [[auth_address]]})
             sink = RedisEgressSink(async_redis)
             forwarder = Forwarder(EgressPolicy.from_settings(settings), settings.egress, sink, resolver=resolver)
             now = [1000.0]
@@ -297,9 +297,12 @@ async def test_one_token_serves_concurrent_calls_and_never_shows(
         assert CLIENT_SECRET not in str(where)
 
 
-async def test_a_token_is_replaced_shortly_before_it_expires(world: Callable[..., World]) -> None:
+@pytest.mark.parametrize("expires_in", [100, "100"])  # some servers send a string
+async def test_a_token_is_replaced_shortly_before_it_expires(
+    world: Callable[..., World], expires_in: int | str
+) -> None:
     w = world()
-    w.auth.expires_in = 100  # refresh margin 30 s: used for 70 s
+    w.auth.expires_in = expires_in  # refresh margin 30 s: used for 70 s
     assert (await w.gateway.call("list_orders", {}, w.ctx())).ok
     w.now[0] += 69
     assert (await w.gateway.call("list_orders", {}, w.ctx())).ok
@@ -506,3 +509,15 @@ async def test_a_client_secret_is_egress_own_and_no_request_may_carry_it(world: 
         assert reply.refused == "unknown_secret"
     assert w.auth.requests == []
     assert (await w.gateway.call("list_orders", {}, w.ctx())).ok  # while egress itself still uses it
+
+
+@pytest.mark.parametrize(("address", "reason"), [("127.0.0.1", "loopback"), ("169.254.169.254", "metadata")])
+async def test_the_token_endpoint_is_reached_only_through_the_address_checks(
+    world: Callable[..., World], async_redis: aioredis.Redis, address: str, reason: str
+) -> None:
+    w = world(auth_address=address)  # a token_url whose name resolves somewhere egress never goes
+    out = await w.gateway.call("list_orders", {}, w.ctx())
+    assert (out.ok, out.error_class) == (False, "transient")
+    assert f"could not be reached ({reason})" in (out.error or "")
+    assert w.auth.requests == [] and w.api.seen == []
+    assert f'"reason":"{reason}"' in await _event_log(async_redis)
