@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from switchboard.core.tools.rest.declaration import RestToolSpec
     from switchboard.settings import Settings
 
-__all__ = ["EgressTransport", "register_rest_tools", "rest_problems"]
+__all__ = ["EgressTransport", "credentials_used", "register_rest_tools", "rest_problems"]
 
 
 def register_rest_tools(registry: ToolRegistry, settings: Settings, transport: EgressTransport | None) -> None:
@@ -53,6 +53,22 @@ def rest_problems(settings: Settings, only: str | None = None) -> list[str]:
                 )
             found += _credential_problems(settings, name, spec)
     return found
+
+
+def credentials_used(settings: Settings, agent: str) -> list[str]:
+    """The configured credentials the agent's REST tools use, one line each (for ``agents show``)."""
+    shared = {spec.name: spec for spec in settings.file.rest_tools}
+    own = settings.file.agents[agent]
+    specs = [*own.rest_tools, *(shared[tool] for tool in own.tools if tool in shared)]
+    names = sorted(
+        {m.group(1).upper() for spec in specs for v in spec.headers.values() for m in CREDENTIAL.finditer(v)}
+    )
+    credentials = {name.upper(): c for name, c in settings.egress.credentials.items()}
+    return [
+        f"credential {name} ({c.type}, tokens from {c.token_host}, scope {c.scope!r}) → {', '.join(c.hosts)}"
+        for name in names
+        if (c := credentials.get(name)) is not None
+    ]
 
 
 def _credential_problems(settings: Settings, agent: str, spec: RestToolSpec) -> list[str]:

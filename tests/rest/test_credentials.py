@@ -23,6 +23,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from switchboard.cli.agents import agents_command
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.gateway import ToolGateway
@@ -521,3 +522,15 @@ async def test_the_token_endpoint_is_reached_only_through_the_address_checks(
     assert f"could not be reached ({reason})" in (out.error or "")
     assert w.auth.requests == [] and w.api.seen == []
     assert f'"reason":"{reason}"' in await _event_log(async_redis)
+
+
+def test_agents_show_lists_the_credentials_an_agent_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = load_settings(_env(tmp_path, (1, 2), DeploymentCA.load_or_create(tmp_path / "ca")))
+    assert agents_command(settings, "show", "shop") == 0
+    shown = capsys.readouterr().out
+    assert (
+        "  credential EXCHANGED (oauth2_token_exchange, tokens from auth.shop.test, scope '') → api.shop.test\n"
+        "  credential SHOP (oauth2_client_credentials, tokens from auth.shop.test, scope 'orders.read orders.write') "
+        "→ api.shop.test\n"
+    ) in shown
+    assert CLIENT_SECRET not in shown and SUBJECT_TOKEN not in shown
