@@ -77,6 +77,10 @@ def _show(settings: Settings, agent: Agent) -> None:
     print(f"egress:       {', '.join(allow) if allow else 'none (default deny)'}")
     for name, binding in agent.egress.secrets.items():
         print(f"  secret {name} (${binding.env}) → {', '.join(binding.domains)}")
+    from switchboard.egress.transport import credentials_used
+
+    for line in credentials_used(settings, agent.name):
+        print(f"  {line}")
     print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
     print(f"table cost:   {table_cost(agent.tables).describe()}")
     for ref, table in agent.tables.items():

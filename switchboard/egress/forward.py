@@ -4,7 +4,8 @@ The proxy and :class:`~switchboard.egress.client.EgressClient` both call :meth:`
 of the host passes the same checks (grant, method, host, port, address, size, placeholders); redirects go back to the
 client and are checked from the start. Responses from a host a secret is bound to are redacted (reason, header
 values, body; a header named after a secret is dropped), decoded first; an encoding the proxy cannot decode is
-refused.
+refused. A ``{{credential:NAME}}`` placeholder gets a short-lived token egress obtains itself
+(:mod:`switchboard.egress.credentials`); on a 401 the token is replaced once and the request sent again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote_to_bytes
@@ -24,10 +25,13 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from switchboard.egress.addresses import AddressGuard, AddressRefusedError, GuardedResolver
+from switchboard.egress.credentials import CredentialBroker, CredentialError, Filled, TokenReply, refuse_elsewhere
 from switchboard.egress.events import EgressRequested, EgressSink
 from switchboard.egress.placeholders import PlaceholderRefusedError, Secret, Substitution, redact, substitute
 from switchboard.egress.policy import EgressPolicy, Grant, host_matches, is_ip_literal
+from switchboard.queue.keys import tenant_of
 from switchboard.settings import EgressSettings
+from switchboard.types import SessionKey
 
 __all__ = ["REFUSAL_STATUS", "Forwarder", "Outcome"]
 
@@ -43,6 +47,8 @@ REFUSAL_STATUS: Final = {
     "upstream_error": 502,
     "upstream_tls": 502,
     "upstream_timeout": 504,
+    "credential_rejected": 502,
+    "credential_unavailable": 502,
 }
 """The status a refusal is answered with; every reason not listed here is 403."""
 
@@ -64,6 +70,8 @@ _HOP: Final = frozenset(
 _SKIP_AUTO: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 _NO_BODY: Final = frozenset({204, 304})
 _GZIP, _ZLIB = 16 + zlib.MAX_WBITS, zlib.MAX_WBITS
+_TOKEN_REPLY_BYTES: Final = 65536
+"""Largest token endpoint answer read."""
 
 
 def _inflate(data: bytes, coding: str, limit: int) -> bytes | str:
@@ -119,8 +127,8 @@ class Outcome:
     refused: str | None = None
 
     @classmethod
-    def refusal(cls, reason: str) -> Outcome:
-        """A plain-text refusal naming its reason code."""
+    def refusal(cls, reason: str, detail: str = "") -> Outcome:
+        """A plain-text refusal naming its reason code (and ``detail``: what to fix, never a secret)."""
         headers = [("content-type", "text/plain; charset=utf-8")]
         if reason == "no_grant":
             headers.append(("proxy-authenticate", 'Basic realm="switchboard-egress"'))
@@ -128,7 +136,7 @@ class Outcome:
             status=REFUSAL_STATUS.get(reason, 403),
             reason="Refused",
             headers=headers,
-            body=f"egress refused: {reason}\n".encode(),
+            body=f"egress refused: {reason}{': ' + detail if detail else ''}\n".encode(),
             refused=reason,
         )
 
@@ -162,6 +170,10 @@ class Forwarder:
         if settings.upstream_ca_file is not None:
             self._tls.load_verify_locations(cafile=str(settings.upstream_ca_file))
         self._timeout = aiohttp.ClientTimeout(total=settings.timeout_s, sock_connect=settings.connect_timeout_s)
+        secrets = {
+            name.upper(): Secret(name.upper(), s.value, tuple(s.domains)) for name, s in settings.secrets.items()
+        }
+        self.credentials = CredentialBroker(settings.credentials, secrets)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -204,6 +216,8 @@ class Forwarder:
         host = (url.host or "").lower().rstrip(".")
         port = url.port or (443 if url.scheme == "https" else 80)
         substitution: Substitution | None = None
+        filled: Filled | None = None
+        detail = ""
         refused = self.precheck(grant, method, host, port)
         if refused is None and url.scheme not in ("http", "https"):
             refused = "bad_request"
@@ -216,6 +230,7 @@ class Forwarder:
                 # them clearly rather than send them on as text (``%7B%7Bsecret:`` is how clients encode them)
                 raw = url.raw_path_qs.encode()
                 elsewhere = [raw, unquote_to_bytes(raw), body, unquote_to_bytes(body.replace(b"+", b" "))]
+                refuse_elsewhere(headers, elsewhere)
                 substitution = substitute(
                     headers,
                     elsewhere,
@@ -223,27 +238,95 @@ class Forwarder:
                     lambda s: host_matches(host, s.domains),
                     secure=url.scheme == "https",  # the proxy's own leg to the destination is TLS
                 )
+                filled = await self._fill(grant, host, url, substitution)
             except PlaceholderRefusedError as err:
                 refused = err.reason
-        if refused is None and substitution is not None:
-            outcome = await self._send(method, url, substitution, body, self.policy.bound_to(host))
+            except CredentialError as err:
+                refused, detail = err.reason, err.detail
+        if refused is None and substitution is not None and filled is not None and grant is not None:
+            outcome = await self._send(method, url, substitution, filled, body, host)
+            if outcome.status == 401 and filled.used:  # the token may have been revoked early: replace it once
+                self.credentials.invalidate(filled.used)
+                try:
+                    filled = await self._fill(grant, host, url, substitution)
+                    outcome = await self._send(method, url, substitution, filled, body, host)
+                except CredentialError as err:
+                    outcome = Outcome.refusal(err.reason, err.detail)
         else:
-            outcome = Outcome.refusal(refused or "bad_request")
-        await self._record(grant, method, url, host, port, outcome, substitution, len(body), started)
+            outcome = Outcome.refusal(refused or "bad_request", detail)
+        names = (*(s.name for s in substitution.used), *filled.names) if substitution and filled else ()
+        await self._record(grant, method, url, host, port, outcome, names, len(body), started)
         return outcome
+
+    async def _fill(self, grant: Grant, host: str, url: URL, sub: Substitution) -> Filled:
+        """``sub``'s headers with tokens in place of credential placeholders, for the grant's tenant."""
+
+        async def fetch(
+            name: str, token_url: str, headers: Mapping[str, str], form: bytes, secrets: tuple[str, ...]
+        ) -> TokenReply:
+            return await self._fetch_token(grant, name, URL(token_url), headers, form, secrets)
+
+        tenant = tenant_of(SessionKey(grant.session))
+        return await self.credentials.fill(sub.headers, host, tenant, secure=url.scheme == "https", fetch=fetch)
+
+    async def _fetch_token(
+        self, grant: Grant, name: str, url: URL, headers: Mapping[str, str], form: bytes, secrets: tuple[str, ...]
+    ) -> TokenReply:
+        """POST a token request through the guarded client (address checks, upstream CA) and record it.
+
+        Raises:
+            CredentialError: ``credential_unavailable``, naming why the endpoint was not reached.
+        """
+        started = time.perf_counter()
+        host = (url.host or "").lower().rstrip(".")
+        port = url.port or 443
+        refused: str | None = None
+        if port not in self.policy.ports:
+            refused = "port_not_allowed"
+        elif is_ip_literal(host):
+            refused = self.guard.refusal(host.strip("[]"))
+        reply: TokenReply | None = None
+        if refused is None:
+            sent = {**headers, "Accept-Encoding": "identity"}
+            try:
+                async with self._client().post(url, headers=sent, data=form, allow_redirects=False) as resp:
+                    data = await resp.content.read(_TOKEN_REPLY_BYTES + 1)
+                    reply = (resp.status, data) if len(data) <= _TOKEN_REPLY_BYTES else None
+                    refused = "response_too_large" if reply is None else None
+            except aiohttp.ClientConnectorCertificateError:
+                refused = "upstream_tls"
+            except aiohttp.ClientConnectorError as err:
+                refused = err.os_error.reason if isinstance(err.os_error, AddressRefusedError) else "upstream_error"
+            except TimeoutError:
+                refused = "upstream_timeout"
+            except (aiohttp.ClientError, ValueError):
+                refused = "upstream_error"
+        if reply is None:
+            outcome = Outcome.refusal(refused or "upstream_error")
+        else:
+            outcome = Outcome(status=reply[0], reason="", headers=[], body=reply[1])
+        await self._record(grant, "POST", url, host, port, outcome, secrets, len(form), started)
+        if reply is None:
+            raise CredentialError(
+                "credential_unavailable",
+                f"credential {name}: the token endpoint {url.with_query(None)} could not be reached ({refused})",
+            )
+        return reply
 
     async def refuse(self, grant: Grant | None, method: str, url: URL, reason: str) -> Outcome:
         """Record and return a refusal decided outside the policy (a malformed or oversized request)."""
         outcome = Outcome.refusal(reason)
         host = (url.host or "").lower().rstrip(".")
         port = url.port or (443 if url.scheme == "https" else 80)
-        await self._record(grant, method, url, host, port, outcome, None, 0, time.perf_counter())
+        await self._record(grant, method, url, host, port, outcome, (), 0, time.perf_counter())
         return outcome
 
-    async def _send(self, method: str, url: URL, sub: Substitution, body: bytes, hidden: tuple[Secret, ...]) -> Outcome:
-        """Send the request on; the response comes back redacted of ``hidden`` (the secrets bound to its host)."""
-        hidden = (*hidden, *(s for s in sub.used if s not in hidden))
-        headers: CIMultiDict[str] = CIMultiDict((n, v) for n, v in sub.headers if n.lower() not in _HOP)
+    async def _send(self, method: str, url: URL, sub: Substitution, filled: Filled, body: bytes, host: str) -> Outcome:
+        """Send the request on; the response comes back redacted of every secret and token bound to ``host``."""
+        hidden = self.policy.bound_to(host)
+        extra = (*sub.used, *filled.hidden(self.credentials.credentials), *self.credentials.live(host))
+        hidden = (*hidden, *(s for s in extra if s not in hidden))
+        headers: CIMultiDict[str] = CIMultiDict((n, v) for n, v in filled.headers if n.lower() not in _HOP)
         if hidden:  # a secret can only be taken back out of a response the proxy can read
             headers["Accept-Encoding"] = "identity"
         try:
@@ -307,7 +390,7 @@ class Forwarder:
         host: str,
         port: int,
         outcome: Outcome,
-        sub: Substitution | None,
+        names: Sequence[str],
         bytes_out: int,
         started: float,
     ) -> None:
@@ -324,7 +407,7 @@ class Forwarder:
             reason=outcome.refused,
             bytes_out=bytes_out if outcome.refused is None else 0,
             bytes_in=len(outcome.body) if outcome.refused is None else 0,
-            secrets=tuple(s.name for s in sub.used) if sub and outcome.refused is None else (),
+            secrets=tuple(names) if outcome.refused is None else (),
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
         try:

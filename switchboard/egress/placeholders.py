@@ -86,7 +86,7 @@ def redact(data: bytes, secrets: Sequence[Secret]) -> bytes:
     Best effort (a response that echoes one): see the module's note for what is found and what is not.
     """
     for secret in secrets:
-        shown = placeholder(secret.name).encode()
+        shown = (secret.shown or placeholder(secret.name)).encode()
         data = _echo(secret.value.get_secret_value().encode()).sub(functools.partial(_hide, shown), data)
     return data
 
@@ -103,6 +103,8 @@ class Secret:
     name: str
     value: SecretStr
     domains: tuple[str, ...]
+    shown: str = ""
+    """What a response that echoes the value shows instead (default: ``{{secret:NAME}}``)."""
 
 
 class PlaceholderRefusedError(Exception):

@@ -76,9 +76,12 @@ class EgressPolicy:
         """Combine ``SWITCHBOARD_EGRESS__*`` with each agent's ``egress`` block of the YAML file."""
         egress = settings.egress
         shared_allow = tuple(normalize_pattern(p) for p in egress.allow)
+        # a client secret or subject token is egress's own, sent only by its token requests: no request may carry it
+        reserved = {name.upper() for credential in egress.credentials.values() for name in credential.secret_names()}
         shared = {
             name.upper(): Secret(name.upper(), s.value, tuple(normalize_pattern(d) for d in s.domains))
             for name, s in egress.secrets.items()
+            if name.upper() not in reserved
         }
         problems: list[str] = []
         agents: dict[str, AgentRules] = {}

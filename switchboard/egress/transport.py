@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING
 
 from switchboard.core.tools.rest.tool import declared_tools
 from switchboard.egress.client import EgressClient, EgressResponse
+from switchboard.egress.credentials import CREDENTIAL
 from switchboard.egress.forward import Forwarder
-from switchboard.egress.policy import EgressPolicy
+from switchboard.egress.policy import EgressPolicy, host_matches
 
 if TYPE_CHECKING:
     from switchboard.core.tools.builtin import ToolRegistry
+    from switchboard.core.tools.rest.declaration import RestToolSpec
     from switchboard.settings import Settings
 
-__all__ = ["EgressTransport", "register_rest_tools", "rest_problems"]
+__all__ = ["EgressTransport", "credentials_used", "register_rest_tools", "rest_problems"]
 
 
 def register_rest_tools(registry: ToolRegistry, settings: Settings, transport: EgressTransport | None) -> None:
@@ -32,7 +34,10 @@ def register_rest_tools(registry: ToolRegistry, settings: Settings, transport: E
 
 
 def rest_problems(settings: Settings, only: str | None = None) -> list[str]:
-    """Declared REST tools whose host an agent that has them (``only``: that agent) may not reach."""
+    """Problems of the declared REST tools an agent has (``only``: that agent), in words an operator can act on.
+
+    A host the agent may not reach; a ``{{credential:NAME}}`` egress would refuse (unknown, other hosts, wider scope).
+    """
     policy = EgressPolicy.from_settings(settings)
     shared = {spec.name: spec for spec in settings.file.rest_tools}
     found: list[str] = []
@@ -46,6 +51,44 @@ def rest_problems(settings: Settings, only: str | None = None) -> list[str]:
                     f"agent {name!r}: REST tool {spec.name} calls {spec.host}, which is not in its egress allowlist: "
                     f"add it to agents.{name}.egress.allow"
                 )
+            found += _credential_problems(settings, name, spec)
+    return found
+
+
+def credentials_used(settings: Settings, agent: str) -> list[str]:
+    """The configured credentials the agent's REST tools use, one line each (for ``agents show``)."""
+    shared = {spec.name: spec for spec in settings.file.rest_tools}
+    own = settings.file.agents[agent]
+    specs = [*own.rest_tools, *(shared[tool] for tool in own.tools if tool in shared)]
+    names = sorted(
+        {m.group(1).upper() for spec in specs for v in spec.headers.values() for m in CREDENTIAL.finditer(v)}
+    )
+    credentials = {name.upper(): c for name, c in settings.egress.credentials.items()}
+    return [
+        f"credential {name} ({c.type}, tokens from {c.token_host}, scope {c.scope!r}) → {', '.join(c.hosts)}"
+        for name in names
+        if (c := credentials.get(name)) is not None
+    ]
+
+
+def _credential_problems(settings: Settings, agent: str, spec: RestToolSpec) -> list[str]:
+    """What egress would refuse about the credential placeholders of one declaration's headers."""
+    credentials = {name.upper(): c for name, c in settings.egress.credentials.items()}
+    found: list[str] = []
+    for value in spec.headers.values():
+        for match in CREDENTIAL.finditer(value):
+            name, scope = match.group(1).upper(), set((match.group(2) or "").split())
+            where = f"agent {agent!r}: REST tool {spec.name} uses the credential {name}"
+            credential = credentials.get(name)
+            if credential is None:
+                found.append(f"{where}, which is not configured: set SWITCHBOARD_EGRESS__CREDENTIALS__{name}__*")
+            elif not host_matches(spec.host, credential.hosts):
+                found.append(
+                    f"{where} on {spec.host}, which is not among its hosts: add it to "
+                    f"SWITCHBOARD_EGRESS__CREDENTIALS__{name}__HOSTS"
+                )
+            elif scope and credential.scope and not scope <= set(credential.scope.split()):
+                found.append(f"{where} with scope {' '.join(sorted(scope))}, more than its {credential.scope!r}")
     return found
 
 

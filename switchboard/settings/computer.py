@@ -9,13 +9,14 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from switchboard.core.tools.egress import normalize_pattern
 
-__all__ = ["EgressSecret", "EgressSettings", "SandboxSettings"]
+__all__ = ["CredentialClient", "EgressCredential", "EgressSecret", "EgressSettings", "SandboxSettings"]
 
 
 class SandboxSettings(BaseModel):
@@ -88,6 +89,101 @@ class EgressSecret(BaseModel):
         return tuple(normalize_pattern(p) for p in v)
 
 
+class CredentialClient(BaseModel):
+    """``…__CREDENTIALS__<NAME>__TENANTS__<TENANT>__*``: the OAuth2 client one tenant's tokens are obtained as."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_id: str = Field(min_length=1)
+    client_secret_secret: str | None = None
+    """Name of the egress secret (``SWITCHBOARD_EGRESS__SECRETS__<NAME>``) holding this client's secret."""
+
+
+class EgressCredential(BaseModel):
+    """``SWITCHBOARD_EGRESS__CREDENTIALS__<NAME>__*``: a short-lived token the egress proxy obtains and injects.
+
+    Requests carry ``{{credential:<NAME>}}`` (or ``{{credential:<NAME>:<scope>}}`` for a narrower scope) in a header;
+    egress puts a bearer token it obtained from ``token_url`` in its place, on requests to ``hosts`` only. The token
+    is cached per tenant and scope until shortly before it expires; the model and the sandbox never see it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["oauth2_client_credentials", "oauth2_token_exchange"] = "oauth2_client_credentials"
+    """RFC 6749 §4.4 client credentials, or RFC 8693 token exchange of a static subject token."""
+    token_url: str = Field(min_length=1)
+    """The authorization server's token endpoint (``https`` only), reached through the same address checks."""
+    client_id: str = ""
+    client_secret_secret: str | None = None
+    """Name of the egress secret holding the client secret; it must be bound to the token endpoint's host."""
+    client_auth: Literal["basic", "body"] = "basic"
+    """How the client authenticates: HTTP Basic (RFC 6749 §2.3.1) or ``client_id``/``client_secret`` in the form."""
+    scope: str = ""
+    """Space-separated scopes asked for; a request may ask for a subset of them, never more."""
+    audience: str | None = None
+    """Sent as ``audience`` (token exchange, and servers that take it for client credentials)."""
+    hosts: Annotated[tuple[str, ...], NoDecode] = Field(min_length=1)
+    """Comma-separated hosts the token may be sent to (``api.example.com``, ``*.example.com``)."""
+    subject_token_secret: str | None = None
+    """Token exchange: name of the egress secret holding the subject token."""
+    subject_token_type: str = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a type URI)
+    """Token exchange: the subject token's type URI."""
+    refresh_margin_s: float = Field(30.0, ge=0)
+    """A token is used until this long before it expires (at most half its lifetime), then a new one is obtained."""
+    tenants: dict[str, CredentialClient] = Field(default_factory=dict)
+    """A tenant's own client (``client_id``, ``client_secret_secret``) in place of the default one."""
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        return _comma_list(v)
+
+    @field_validator("hosts")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(normalize_pattern(p) for p in v)
+
+    @field_validator("token_url")
+    @classmethod
+    def _https(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme != "https" or not parts.hostname or parts.username or parts.password or parts.fragment:
+            raise ValueError(f"token_url {v!r} must be an https URL with a host (no credentials, no fragment)")
+        return v
+
+    @model_validator(mode="after")
+    def _complete(self) -> EgressCredential:
+        if self.type == "oauth2_client_credentials" and not (self.client_id and self.client_secret_secret):
+            raise ValueError("oauth2_client_credentials needs client_id and client_secret_secret")
+        if self.type == "oauth2_token_exchange" and not self.subject_token_secret:
+            raise ValueError("oauth2_token_exchange needs subject_token_secret (the egress secret to exchange)")
+        if self.client_secret_secret and not self.client_id:
+            raise ValueError("client_secret_secret needs client_id")
+        return self
+
+    @property
+    def token_host(self) -> str:
+        """The token endpoint's host (lower-case)."""
+        return (urlsplit(self.token_url).hostname or "").lower()
+
+    def secret_names(self) -> tuple[str, ...]:
+        """Every egress secret this credential's token requests use (client secrets, subject token)."""
+        names = [self.client_secret_secret, self.subject_token_secret]
+        names += [client.client_secret_secret for client in self.tenants.values()]
+        return tuple(name for name in names if name)
+
+    def client(self, tenant: str) -> CredentialClient | None:
+        """The client ``tenant``'s tokens are obtained as (its own, else the default; ``None``: no client auth)."""
+        own = self.tenants.get(tenant)
+        if own is not None:
+            return own
+        return (
+            CredentialClient(client_id=self.client_id, client_secret_secret=self.client_secret_secret)
+            if (self.client_id)
+            else None
+        )
+
+
 class EgressSettings(BaseModel):
     """``SWITCHBOARD_EGRESS__*``: the host-side proxy every outbound request of a sandbox or tool goes through."""
 
@@ -120,6 +216,8 @@ class EgressSettings(BaseModel):
     """Its port (``0``: any free port, handed to each sandbox)."""
     secrets: dict[str, EgressSecret] = Field(default_factory=dict)
     """Secrets by name, bound to the domains they may be sent to."""
+    credentials: dict[str, EgressCredential] = Field(default_factory=dict)
+    """Short-lived tokens by name (``{{credential:NAME}}``), obtained by egress itself (``docs/credentials.md``)."""
 
     @field_validator("allow", "methods", "ports", "internal_networks", mode="before")
     @classmethod
@@ -142,3 +240,35 @@ class EgressSettings(BaseModel):
         for net in v:
             ipaddress.ip_network(net, strict=False)  # ValueError names the bad entry
         return v
+
+    @model_validator(mode="after")
+    def _credential_secrets(self) -> EgressSettings:
+        secrets = {name.upper(): secret for name, secret in self.secrets.items()}
+        for name, credential in self.credentials.items():
+            where = f"egress.credentials.{name}"
+            named = [("client_secret_secret", credential.client_secret_secret, credential.token_host)]
+            named += [
+                (f"tenants.{tenant}.client_secret_secret", client.client_secret_secret, credential.token_host)
+                for tenant, client in credential.tenants.items()
+            ]
+            named.append(("subject_token_secret", credential.subject_token_secret, credential.token_host))
+            for field, secret_name, host in named:
+                if secret_name is None:
+                    continue
+                secret = secrets.get(secret_name.upper())
+                if secret is None:
+                    raise ValueError(
+                        f"{where}.{field} names the egress secret {secret_name!r}, which is not set: set "
+                        f"SWITCHBOARD_EGRESS__SECRETS__{secret_name.upper()}__VALUE and __DOMAINS={host}"
+                    )
+                if not _host_in(host, secret.domains):
+                    raise ValueError(
+                        f"{where}.{field}: the egress secret {secret_name.upper()} is not bound to the token "
+                        f"endpoint's host {host}: add it to SWITCHBOARD_EGRESS__SECRETS__{secret_name.upper()}__DOMAINS"
+                    )
+        return self
+
+
+def _host_in(host: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``host`` is one of ``patterns`` (exact, or under a ``*.`` pattern)."""
+    return any(host == p or (p.startswith("*.") and host.endswith(p[1:])) for p in patterns)

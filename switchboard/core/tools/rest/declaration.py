@@ -22,7 +22,9 @@ __all__ = ["HttpMethod", "RestResult", "RestToolSpec", "path_names"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 _PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]{0,63})\}")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
-_SECRET_ONLY = re.compile(r"\{\{\s*secret:[A-Za-z0-9_]{1,64}\s*\}\}")
+_SECRET_ONLY = re.compile(
+    r"\{\{\s*secret:[A-Za-z0-9_]{1,64}\s*\}\}|\{\{\s*credential:[A-Za-z0-9_]{1,64}(:[A-Za-z0-9_.:/ -]{1,512}?)?\s*\}\}"
+)
 _POINTER = re.compile(r"^(/([^~/]|~[01])*)*$")
 
 
@@ -95,7 +97,8 @@ class RestToolSpec(BaseModel):
     """Arguments sent in the query string even for a method with a body."""
     headers: dict[str, str] = Field(default_factory=dict, max_length=32)
     """Fixed request headers; a value may hold ``{{secret:NAME}}`` placeholders, which egress fills in for hosts the
-    secret is bound to. Arguments never reach a header."""
+    secret is bound to, and ``{{credential:NAME}}`` (or ``{{credential:NAME:scope}}``, a narrower scope): a
+    short-lived token egress obtains itself. Arguments never reach a header."""
     side_effect: Literal["read", "write"] | None = None
     """``None``: ``read`` for ``GET``, ``write`` otherwise."""
     risk: Literal["low", "medium", "high"] | None = None
@@ -140,7 +143,10 @@ class RestToolSpec(BaseModel):
             if not _HEADER_NAME.match(name) or name.lower() in ("host", "content-length", "idempotency-key"):
                 raise ValueError(f"{name!r} may not be a declared header")
             if "{" in _SECRET_ONLY.sub("", value) or "\n" in value or "\r" in value:
-                raise ValueError(f"header {name}: a value is text and {{{{secret:NAME}}}} placeholders only")
+                raise ValueError(
+                    f"header {name}: a value is text and placeholders only "
+                    "({{secret:NAME}}, {{credential:NAME}})"
+                )
         return v
 
     @model_validator(mode="after")

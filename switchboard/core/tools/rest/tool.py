@@ -193,6 +193,12 @@ def _failure(spec: RestToolSpec, reply: RestReply) -> ToolError:
                 f"{spec.host} did not answer ({reply.refused})",
                 error_class="ambiguous_timeout" if write else "transient",
             )
+        if reply.refused in ("credential_rejected", "credential_unavailable"):  # egress's own token request failed
+            said = reply.body[:1000].decode("utf-8", "replace").strip()
+            return ToolError(
+                f"could not authenticate to {spec.host}: {said.removeprefix(f'egress refused: {reply.refused}: ')}",
+                error_class="transient" if reply.refused == "credential_unavailable" else "auth",
+            )
         return ToolError(f"refused by the egress policy ({reply.refused}); do not repeat this call")
     excerpt = reply.body[:_SHOWN_ERROR].decode("utf-8", "replace")
     message = f"{spec.host} answered HTTP {reply.status}: {excerpt}"
