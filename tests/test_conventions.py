@@ -23,6 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("settings",),
     ("channels",),
+    ("connectors",),
+    ("fakes",),
     ("queue",),
     ("egress",),
     ("outbound",),
