@@ -9,9 +9,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from switchboard.fakes import localhost_tls
 
 __all__ = ["CalendarApi"]
 
@@ -163,3 +166,31 @@ class CalendarApi:
         app.router.add_delete("/calendar/v3/calendars/{cal}/events/{eid}", delete_event)
         app.router.add_post("/calendar/v3/freeBusy", free_busy)
         return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m switchboard.fakes.calendar_api [--port 8765] [--token dev-token]``: serve with two sample events."""
+    import argparse
+    from datetime import UTC, timedelta
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--token", default="dev-token")
+    parser.add_argument("--tls-dir", type=Path, help="serve HTTPS for localhost under a CA kept in this folder")
+    args = parser.parse_args(argv)
+    api = CalendarApi(token=args.token)
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+
+    def at(hour: int, minute: int = 0) -> str:
+        return (day + timedelta(hours=hour, minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    api.add_event("primary", "Standup", at(9), at(9, 15))
+    api.add_event("primary", "Dentist", at(14), at(15), location="Main St 4")
+    tls = localhost_tls(args.tls_dir) if args.tls_dir else None
+    scheme = "https://localhost" if tls else "http://127.0.0.1"
+    print(f"fake Google Calendar API on {scheme}:{args.port}/calendar/v3 (token {args.token!r})")
+    web.run_app(api.app(), host="127.0.0.1", port=args.port, ssl_context=tls, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,9 +9,12 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from switchboard.fakes import localhost_tls
 
 __all__ = ["IssuesApi"]
 
@@ -153,3 +156,26 @@ class IssuesApi:
         app.router.add_post("/repos/{owner}/{name}/issues/{number}/comments", comment)
         app.router.add_post("/repos/{owner}/{name}/issues", open_issue)
         return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m switchboard.fakes.issues_api [--port 8766] [--token dev-token]``: serve ``acme/shop``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--token", default="dev-token")
+    parser.add_argument("--tls-dir", type=Path, help="serve HTTPS for localhost under a CA kept in this folder")
+    args = parser.parse_args(argv)
+    api = IssuesApi(token=args.token)
+    api.add_issue("acme/shop", "Refund button does nothing", "Clicking refund shows a spinner forever.")
+    api.add_issue("acme/shop", "Dark mode", "Please add it.", labels=("idea",))
+    api.add_comment("acme/shop", 1, "Seen on Safari too.", by="alice")
+    tls = localhost_tls(args.tls_dir) if args.tls_dir else None
+    scheme = "https://localhost" if tls else "http://127.0.0.1"
+    print(f"fake GitHub Issues API on {scheme}:{args.port} (token {args.token!r}, repository acme/shop)")
+    web.run_app(api.app(), host="127.0.0.1", port=args.port, ssl_context=tls, print=None)
+
+
+if __name__ == "__main__":
+    main()
