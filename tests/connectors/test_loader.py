@@ -251,3 +251,8 @@ def test_an_mcp_pack_may_not_take_a_server_name_of_yours() -> None:
     with pytest.raises(ConfigError) as caught:
         expand_connectors(raw, packs={"notes": MCP_PACK})
     assert caught.value.field == "mcp_servers.notes"
+
+
+def test_a_file_without_connectors_is_left_as_it_was() -> None:
+    raw = {"agents": {"a": {"name": "a", "instructions": "x"}, "b": {"name": "b", "connectors": []}}}
+    assert expand_connectors(raw) == raw
