@@ -117,8 +117,12 @@ def build_runtime(
 
 
 def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own."""
-    if not settings.file.rest_tools and not any(agent.rest_tools for agent in settings.file.agents.values()):
+    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own.
+
+    None without declarations and without a YAML file to add them to (declarations are reloaded while it runs).
+    """
+    declared = settings.file.rest_tools or any(agent.rest_tools for agent in settings.file.agents.values())
+    if not declared and not settings.config.is_file():
         return None
     if egress is not None and egress.proxy is not None:
         return egress.proxy.forwarder
@@ -140,6 +144,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     from switchboard.egress.gate import start_sandbox_egress
     from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
+    from switchboard.worker.declarations import RestDeclarations
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -160,10 +165,11 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
     rest = EgressTransport(forwarder) if forwarder else None
     runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
+    declarations = RestDeclarations(runtime.registry, settings, rest)
     await channels.start()
     try:
         await run_session_worker(
-            settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
+            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
         )
     finally:
         if mcp is not None:
