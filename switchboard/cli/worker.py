@@ -63,12 +63,14 @@ def build_runtime(
     egress: EgressGate | None = None,
     rest: EgressTransport | None = None,
     mcp: McpClients | None = None,
+    tables: TableConnections | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
     ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
     way out of declared REST tools (``None``: their calls fail, saying the process has no egress); ``mcp``: the
-    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``.
+    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``; ``tables``: the
+    agents' connected tables (default: bound here; the caller that passes them closes their pools).
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -79,7 +81,7 @@ def build_runtime(
         shell=shell_options(settings.sandbox),
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
-        tables=TableConnections(settings.file.agents),
+        tables=tables if tables is not None else TableConnections(settings.file.agents),
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -164,7 +166,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         guard = AddressGuard(settings.egress.internal_networks)
         mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
     rest = EgressTransport(forwarder) if forwarder else None
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
+    tables = TableConnections(settings.file.agents)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables)
     declarations = RestDeclarations(runtime.registry, settings, rest)
     await channels.start()
     try:
@@ -172,6 +175,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
         )
     finally:
+        await tables.close()  # the PostgreSQL pools
         if mcp is not None:
             await mcp.aclose()
         if egress is not None:
