@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,10 +148,11 @@ async def test_an_edited_declaration_is_used_at_the_next_turn_and_a_broken_edit_
     _edit(config, broken)
     calls = await _turn(async_redis, 3)
     assert calls[-1]["ok"] is True and hits[-1] == "/v2/stock/bolts", "the last good declaration stayed"
-    deadline = time.monotonic() + 10
-    while "agents.assistant.rest_tools.0.method" not in worker.read_text():
-        assert time.monotonic() < deadline, worker.read_text()[-2000:]
-        time.sleep(0.05)
+    await wait_until(
+        lambda: "agents.assistant.rest_tools.0.method" in worker.read_text(),
+        lambda: worker.read_text()[-2000:],
+        timeout=10,
+    )
     assert "keep their last good declarations" in worker.read_text()
 
 
