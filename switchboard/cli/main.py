@@ -368,17 +368,19 @@ def _parser() -> argparse.ArgumentParser:
     tools = _command(
         sub,
         "tools",
-        "draft REST tool declarations from an OpenAPI 3 document",
+        "draft REST tool declarations from an OpenAPI 3 document, or check a YAML file's declarations",
         "import openapi FILE --agent NAME --only ID,...: draft one REST tool declaration per chosen operationId of "
         "the OpenAPI 3 document FILE (YAML or JSON), for agent NAME, and print them (or write them to --out) as "
         "YAML to review and put under agents.NAME.rest_tools. Nothing is loaded or changed until you do "
-        "(docs/rest-tools.md).",
+        "(docs/rest-tools.md). check FILE: validate FILE as the YAML file (its REST tool declarations, with the "
+        "hosts each agent may not reach) before saving it over the running one, which workers reload at their next "
+        "turn.",
     )
-    tools.add_argument("action", choices=["import"], help="what to do")
-    tools.add_argument("format", choices=["openapi"], help="the document's format")
-    tools.add_argument("file", type=Path, help="the OpenAPI 3 document (YAML or JSON)")
-    tools.add_argument("--agent", required=True, help="the agent the tools are drafted for")
-    tools.add_argument("--only", required=True, help="comma-separated operationIds to draft")
+    tools.add_argument("action", choices=["import", "check"], help="what to do")
+    tools.add_argument("format", help="import: the document's format (openapi); check: the YAML file")
+    tools.add_argument("file", type=Path, nargs="?", help="import: the OpenAPI 3 document (YAML or JSON)")
+    tools.add_argument("--agent", help="import: the agent the tools are drafted for")
+    tools.add_argument("--only", help="import: comma-separated operationIds to draft")
     tools.add_argument("--server", help="the API's base URL, when the document's servers entry is not absolute")
     tools.add_argument("--out", type=Path, help="write the drafts to this new file instead of printing them")
     discord = _command(
@@ -584,8 +586,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "skills":
             return cmd_skills(settings, args.action, args.target, args.template)
         if args.command == "tools":
-            from switchboard.cli.tools import import_openapi
+            from switchboard.cli.tools import check_declarations, import_openapi
 
+            if args.action == "check":
+                return check_declarations(settings, Path(args.format))
+            if args.format != "openapi" or args.file is None or not args.agent or not args.only:
+                raise ConfigError("usage: switchboard tools import openapi FILE --agent NAME --only ID,...")
             return import_openapi(settings, args.file, args.agent, args.only, server=args.server, out=args.out)
         if args.command == "connectors":
             from switchboard.cli.connectors import connectors_command

@@ -1,4 +1,7 @@
-"""``switchboard tools import openapi FILE --agent NAME --only ID,...``: REST tool declarations drafted for review."""
+"""``switchboard tools import openapi FILE --agent NAME --only ID,...``: REST tool declarations drafted for review.
+
+``switchboard tools check FILE``: a YAML file's declarations checked before it is saved over the running one.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ from typing import Any
 import yaml
 
 from switchboard.errors import ConfigError
-from switchboard.settings import Settings
+from switchboard.settings import Settings, load_file
 
-__all__ = ["import_openapi"]
+__all__ = ["check_declarations", "import_openapi"]
 
 MAX_DOCUMENT_BYTES = 16 * 2**20
 """Largest OpenAPI document read."""
@@ -71,3 +74,33 @@ def import_openapi(
         raise ConfigError(f"{out} exists: choose another --out (it is never overwritten)") from None
     print(f"wrote {len(drafts)} declaration(s) for agent {agent} to {out}: review them, then add them to the YAML")
     return 0
+
+
+def check_declarations(settings: Settings, file: Path) -> int:
+    """Validate ``file`` as the YAML file and print the REST tools each agent would get; 1 when one cannot work.
+
+    Workers reload the declarations of the running file at their next turn and keep the last good ones when it does
+    not load: checking a copy first avoids saving a file that would be refused.
+
+    Raises:
+        ConfigError: the file does not load (the message names the field).
+    """
+    from switchboard.core.tools.builtin import default_registry
+    from switchboard.egress.transport import register_rest_tools, rest_problems
+
+    checked = settings.model_copy()
+    checked.file = load_file(file, required=True)
+    try:
+        register_rest_tools(default_registry(), checked, None)
+    except ValueError as err:
+        raise ConfigError(f"{file}: {err}", field="rest_tools") from None
+    shared = {spec.name for spec in checked.file.rest_tools}
+    for name, agent in sorted(checked.file.agents.items()):
+        listed = [tool for tool in agent.tools if tool in shared] + [spec.name for spec in agent.rest_tools]
+        print(f"{name}: {', '.join(listed) or 'no REST tools'}")
+    problems = rest_problems(checked)
+    for problem in problems:
+        print(f"switchboard: {file}: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"{file}: {len(shared)} shared REST tool(s); the file is valid")
+    return 1 if problems else 0

@@ -63,12 +63,14 @@ def build_runtime(
     egress: EgressGate | None = None,
     rest: EgressTransport | None = None,
     mcp: McpClients | None = None,
+    tables: TableConnections | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
     ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
     way out of declared REST tools (``None``: their calls fail, saying the process has no egress); ``mcp``: the
-    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``.
+    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``; ``tables``: the
+    agents' connected tables (default: bound here; the caller that passes them closes their pools).
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -79,7 +81,7 @@ def build_runtime(
         shell=shell_options(settings.sandbox),
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
-        tables=TableConnections(settings.file.agents),
+        tables=tables if tables is not None else TableConnections(settings.file.agents),
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -117,8 +119,12 @@ def build_runtime(
 
 
 def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own."""
-    if not settings.file.rest_tools and not any(agent.rest_tools for agent in settings.file.agents.values()):
+    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own.
+
+    None without declarations and without a YAML file to add them to (declarations are reloaded while it runs).
+    """
+    declared = settings.file.rest_tools or any(agent.rest_tools for agent in settings.file.agents.values())
+    if not declared and not settings.config.is_file():
         return None
     if egress is not None and egress.proxy is not None:
         return egress.proxy.forwarder
@@ -140,6 +146,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     from switchboard.egress.gate import start_sandbox_egress
     from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
+    from switchboard.worker.declarations import RestDeclarations
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -164,13 +171,16 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             host=sandbox_host(settings, egress),
         )
     rest = EgressTransport(forwarder) if forwarder else None
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
+    tables = TableConnections(settings.file.agents)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables)
+    declarations = RestDeclarations(runtime.registry, settings, rest)
     await channels.start()
     try:
         await run_session_worker(
-            settings, runtime.run_turn, channels, None, stop, workspace_store=runtime.gateway.store
+            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
         )
     finally:
+        await tables.close()  # the PostgreSQL pools
         if mcp is not None:
             await mcp.aclose()
         if egress is not None:

@@ -253,6 +253,23 @@ async def test_a_claim_found_started_by_a_dead_worker_goes_to_reconciliation(tmp
     assert effects.doubts[key][0].started_at == 1.0
 
 
+async def test_a_claim_found_started_runs_again_under_its_key_when_the_downstream_honours_it(tmp_path: Path) -> None:
+    runs: list[dict[str, Any]] = []
+    effects = TurnEffects()
+    normalised = {"amount": 5.0, "to": "acme"}
+    key = effect_key("run-1", "pay", normalised)
+    effects.records[key] = EffectRecord(action_sha256("pay", normalised), tool="pay", run_id="run-1", started_at=1.0)
+    gw = gateway(tmp_path, payer(runs, idempotent=True))
+    outcome = await gw.call(
+        "pay",
+        {"amount": 5},
+        ctx(tmp_path, effects, policy=policy(untrusted_effects="allow", rules=[{"tool": "pay", "decide": "allow"}])),
+    )
+    assert (outcome.ok, outcome.idempotency_key) == (True, key)
+    assert runs == [{"amount": 5.0, "key": key}]  # the same key: the downstream answers it if it saw it
+    assert effects.records[key].status == "done" and key not in effects.doubts
+
+
 def test_effect_records_keep_tool_run_and_start_and_read_old_records() -> None:
     record = EffectRecord("h", "started", None, tool="pay", run_id="run-1", started_at=12.5)
     assert EffectRecord.from_json(record.to_json()) == record

@@ -1,6 +1,7 @@
 """A real PostgreSQL server for the tests: ``initdb`` + ``postgres`` from the Debian package, on a Unix socket.
 
 Run as the ``postgres`` user when the suite runs as root (the server refuses root). Skips when no server is installed.
+:func:`running_postgres` is the same server for anything else that needs one (``bench/tables.py``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-__all__ = ["postgres_dsn"]
+__all__ = ["NoPostgresError", "postgres_dsn", "running_postgres"]
+
+
+class NoPostgresError(RuntimeError):
+    """No PostgreSQL server is installed on this host."""
 
 
 def _bin(name: str) -> str | None:
@@ -31,9 +37,23 @@ def _bin(name: str) -> str | None:
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """A fresh PostgreSQL cluster for the session; its DSN (Unix socket, trust auth, database ``postgres``)."""
+    try:
+        with running_postgres() as dsn:
+            yield dsn
+    except NoPostgresError as err:
+        pytest.skip(str(err))
+
+
+@contextmanager
+def running_postgres() -> Iterator[str]:
+    """A fresh PostgreSQL cluster while the block runs; its DSN (Unix socket, trust auth, database ``postgres``).
+
+    Raises:
+        NoPostgresError: no server is installed.
+    """
     initdb, postgres, ready = _bin("initdb"), _bin("postgres"), _bin("pg_isready")
     if initdb is None or postgres is None or ready is None:
-        pytest.skip("no PostgreSQL server installed (Debian: apt-get install postgresql)")
+        raise NoPostgresError("no PostgreSQL server installed (Debian: apt-get install postgresql)")
     root = Path(tempfile.mkdtemp(prefix="sb-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()

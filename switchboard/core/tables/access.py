@@ -8,6 +8,7 @@ from typing import Any
 from switchboard.core.tables.backends import TableBackend
 from switchboard.core.tables.config import ConnectedTable, Operation
 from switchboard.core.tables.statements import (
+    Built,
     TableDeleteInput,
     TableInsertInput,
     TableQueryInput,
@@ -66,20 +67,23 @@ class TableAccess:
             found["more"] = f"more rows than the {cap} shown: narrow the where conditions"
         return found
 
-    async def insert(self, args: TableInsertInput, tenant: str) -> dict[str, Any]:
-        """Insert one row for the tenant."""
+    async def insert(self, args: TableInsertInput, tenant: str, key: str = "") -> dict[str, Any]:
+        """Insert one row for the tenant (once per idempotency ``key``)."""
         self._permit("table_insert")
         built = build_insert(self.config, await self.allowed(), args, tenant, self.backend.dialect)
-        return {"table": self.ref, "inserted": await self.backend.execute(built, timeout_s=self.config.timeout_s)}
+        return {"table": self.ref, "inserted": await self._write(built, key)}
 
-    async def update(self, args: TableUpdateInput, tenant: str) -> dict[str, Any]:
-        """Update the tenant's matching rows."""
+    async def update(self, args: TableUpdateInput, tenant: str, key: str = "") -> dict[str, Any]:
+        """Update the tenant's matching rows (once per idempotency ``key``)."""
         self._permit("table_update")
         built = build_update(self.config, await self.allowed(), args, tenant, self.backend.dialect)
-        return {"table": self.ref, "updated": await self.backend.execute(built, timeout_s=self.config.timeout_s)}
+        return {"table": self.ref, "updated": await self._write(built, key)}
 
-    async def delete(self, args: TableDeleteInput, tenant: str) -> dict[str, Any]:
-        """Delete the tenant's matching rows."""
+    async def delete(self, args: TableDeleteInput, tenant: str, key: str = "") -> dict[str, Any]:
+        """Delete the tenant's matching rows (once per idempotency ``key``)."""
         self._permit("table_delete")
         built = build_delete(self.config, await self.allowed(), args, tenant, self.backend.dialect)
-        return {"table": self.ref, "deleted": await self.backend.execute(built, timeout_s=self.config.timeout_s)}
+        return {"table": self.ref, "deleted": await self._write(built, key)}
+
+    async def _write(self, built: Built, key: str) -> int:
+        return await self.backend.execute(built, timeout_s=self.config.timeout_s, key=key)

@@ -1,7 +1,9 @@
 """The four generic table tools, shared by every connected table of an agent (the model names the table).
 
 Each goes through the tool gateway like any tool: ``table_query`` is a read; the others are writes, so they carry
-the call's idempotency key, are gated by policy and recorded by the gateway's effect store.
+the call's idempotency key, are gated by policy and recorded by the gateway's effect store. The database keeps the
+key with the write in one transaction (:data:`~switchboard.core.tables.backends.LEDGER_TABLE`), so the writes are
+``idempotent``: a re-run under the same key is answered from the database, never written twice.
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ def table_tools(connected: ConnectedTables) -> list[Tool]:
         return await pick(ctx, args.table).query(args, ctx.tenant)
 
     async def table_insert(args: TableInsertInput, ctx: ToolContext) -> dict[str, Any]:
-        return await pick(ctx, args.table).insert(args, ctx.tenant)
+        return await pick(ctx, args.table).insert(args, ctx.tenant, ctx.idempotency_key)
 
     async def table_update(args: TableUpdateInput, ctx: ToolContext) -> dict[str, Any]:
-        return await pick(ctx, args.table).update(args, ctx.tenant)
+        return await pick(ctx, args.table).update(args, ctx.tenant, ctx.idempotency_key)
 
     async def table_delete(args: TableDeleteInput, ctx: ToolContext) -> dict[str, Any]:
-        return await pick(ctx, args.table).delete(args, ctx.tenant)
+        return await pick(ctx, args.table).delete(args, ctx.tenant, ctx.idempotency_key)
 
     return [
         Tool(
@@ -60,6 +62,7 @@ def table_tools(connected: ConnectedTables) -> list[Tool]:
             input=TableInsertInput,
             fn=table_insert,
             side_effect="write",
+            idempotent=True,
             risk="medium",
             connector="tables",
             cost=OPERATION_COST["table_insert"],
@@ -71,6 +74,7 @@ def table_tools(connected: ConnectedTables) -> list[Tool]:
             input=TableUpdateInput,
             fn=table_update,
             side_effect="write",
+            idempotent=True,
             risk="medium",
             connector="tables",
             cost=OPERATION_COST["table_update"],
@@ -82,6 +86,7 @@ def table_tools(connected: ConnectedTables) -> list[Tool]:
             input=TableDeleteInput,
             fn=table_delete,
             side_effect="write",
+            idempotent=True,
             risk="high",
             reversible=False,
             connector="tables",

@@ -103,6 +103,10 @@ class EffectTool(Protocol):
     def timeout_s(self) -> float:
         """How long a sibling's claim of the same action is awaited."""
 
+    @property
+    def idempotent(self) -> bool:
+        """The downstream honours the key: a claim left ``started`` may be run again under it."""
+
 
 @runtime_checkable
 class EffectStore(Protocol):
@@ -191,7 +195,9 @@ async def claim_effect(
 ) -> dict[str, Any] | Refused | None:
     """Claim a write's key before it runs.
 
-    Returns ``None`` (run it), the recorded outcome (JSON) to return instead of running, or :class:`Refused`.
+    Returns ``None`` (run it), the recorded outcome (JSON) to return instead of running, or :class:`Refused`. A
+    claim found ``started`` (an attempt that died without a result) is run again only for a tool whose downstream
+    honours the key (``idempotent``); for any other it is in doubt and goes to reconciliation.
     """
     if tool.side_effect != "write" or effects is None:
         return None
@@ -212,6 +218,8 @@ async def claim_effect(
         if claimed:
             return None
         found = again or found
+    if found.status != "done" and tool.idempotent:  # the downstream answers a key it has seen: run it again
+        return None
     if found.status != "done" or found.outcome is None:
         return Refused(
             "ambiguous",

@@ -72,6 +72,11 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._specs.pop(tool.name, None)
 
+    def remove(self, name: str) -> None:
+        """Take a tool out (nothing when none has that name): a reloaded declaration that is gone."""
+        self._tools.pop(name, None)
+        self._specs.pop(name, None)
+
     def get(self, name: str, *, agent: str = "") -> Tool | None:
         """The tool called ``name``, if registered, as ``agent`` has it (see :attr:`Tool.per_agent`)."""
         tool = self._tools.get(name)
