@@ -33,6 +33,7 @@ from switchboard.worker.worker import run_worker as run_session_worker
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
     from switchboard.egress.forward import Forwarder
@@ -80,6 +81,9 @@ def build_runtime(
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
         tables=TableConnections(settings.file.agents),
+        agents=settings.file.agents,
+        search=rest,
+        images=_image_provider(settings),
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -116,9 +120,21 @@ def build_runtime(
     )
 
 
+def _image_provider(settings: Settings) -> ImageProvider | None:
+    """OpenAI's Images API when some agent lists ``generate_image`` (the SDK loads only then)."""
+    if not any("generate_image" in agent.tools for agent in settings.file.agents.values()):
+        return None
+    from switchboard.core.providers.images import OpenAIImages
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIImages(api_key=key, base_url=settings.openai_base_url)
+
+
 def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own."""
-    if not settings.file.rest_tools and not any(agent.rest_tools for agent in settings.file.agents.values()):
+    """The egress forwarder declared REST tools and search APIs send through: the sandbox proxy's, else its own."""
+    agents = settings.file.agents.values()
+    searches = any("web_search" in agent.tools and agent.search.provider != "hosted" for agent in agents)
+    if not settings.file.rest_tools and not any(agent.rest_tools for agent in agents) and not searches:
         return None
     if egress is not None and egress.proxy is not None:
         return egress.proxy.forwarder
