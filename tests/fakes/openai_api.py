@@ -37,10 +37,14 @@ from aiohttp import web
 from switchboard.core.providers.oggopus import silent_opus
 from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, ShellRun, split
 
-__all__ = ["CONTAINER_ID", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
+__all__ = ["CONTAINER_ID", "IMAGES", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
 
-IMAGE = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
-"""The picture the fake draws by default (a PNG signature and some bytes)."""
+IMAGES = {
+    "png": b"\x89PNG\r\n\x1a\n" + bytes(range(200)),
+    "jpeg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(200)),
+    "webp": b"RIFF\x00\x10\x00\x00WEBPVP8 " + bytes(range(200)),
+}
+"""What the fake draws in each ``output_format`` (the format's signature and some bytes)."""
 CONTAINER_ID = "cntr_fake"
 """The hosted container the fake's shell calls run in."""
 
@@ -371,8 +375,8 @@ class FakeOpenAI(Script):
         """Answer every ``/v1/responses/compact`` with this error while set."""
         self.issued: set[str] = set()
         """``encrypted_content`` of every compaction item this fake answered (others are refused)."""
-        self.image = IMAGE
-        """What ``POST /v1/images/generations`` draws (its bytes, sent as ``b64_json``)."""
+        self.image: bytes | None = None
+        """What ``POST /v1/images/generations`` draws instead of :data:`IMAGES` (its bytes, sent as ``b64_json``)."""
         self.image_status = 200
         """Answer image requests with this status instead (errors in OpenAI's shape)."""
         self.container: list[dict[str, Any]] = []
@@ -409,13 +413,15 @@ class FakeOpenAI(Script):
         if not isinstance(prompt, str) or not prompt or body.get("n", 1) != 1:
             failure = Failure(400, "invalid_request_error", "fake: a prompt and n=1 are required")
             return web.json_response(error_body(failure), status=400)
-        if model.startswith("gpt-image") and "response_format" in body:
-            failure = Failure(400, "invalid_request_error", "Unknown parameter: 'response_format'.")
+        refused = ("response_format",) if model.startswith("gpt-image") else ("output_format", "output_compression")
+        if unknown := [name for name in refused if name in body]:
+            failure = Failure(400, "invalid_request_error", f"Unknown parameter: '{unknown[0]}'.")
             return web.json_response(error_body(failure), status=400)
         if self.image_status != 200:
             failure = Failure(self.image_status, "server_error", "fake: image generation failed")
             return web.json_response(error_body(failure), status=self.image_status)
-        picture = {"b64_json": base64.b64encode(self.image).decode("ascii")}
+        drawn = self.image if self.image is not None else IMAGES[str(body.get("output_format") or "png")]
+        picture = {"b64_json": base64.b64encode(drawn).decode("ascii")}
         if model == "dall-e-3":
             picture["revised_prompt"] = f"{prompt}, in detail"
         usage = {"input_tokens": 10, "output_tokens": 100, "total_tokens": 110}

@@ -44,8 +44,10 @@ class GeneratedImage:
 class ImageProvider(Protocol):
     """Draws a picture from a prompt."""
 
-    async def generate(self, prompt: str, *, model: str, size: str, quality: str, timeout_s: float) -> GeneratedImage:
-        """One picture for ``prompt``.
+    async def generate(
+        self, prompt: str, *, model: str, size: str, quality: str, timeout_s: float, format: str, compression: int
+    ) -> GeneratedImage:
+        """One picture for ``prompt`` (``format``: ``jpeg``, ``png`` or ``webp``, where the model can choose).
 
         Raises:
             ToolError: refused, failed, unreachable, timed out, or not a picture.
@@ -82,7 +84,9 @@ class OpenAIImages:
             api_key=api_key or _NO_KEY, base_url=base_url or OPENAI_BASE_URL, max_retries=0
         )
 
-    async def generate(self, prompt: str, *, model: str, size: str, quality: str, timeout_s: float) -> GeneratedImage:
+    async def generate(
+        self, prompt: str, *, model: str, size: str, quality: str, timeout_s: float, format: str, compression: int
+    ) -> GeneratedImage:
         """One picture for ``prompt``, asked for as ``b64_json``.
 
         Raises:
@@ -91,7 +95,9 @@ class OpenAIImages:
         """
         sdk = self._sdk
         # the DALL·E models answer a URL unless told; the GPT image models always answer base64 and refuse the field
-        response_format: Literal["b64_json"] | Omit = "b64_json" if model.startswith("dall-e") else sdk.omit
+        dall_e = model.startswith("dall-e")
+        response_format: Literal["b64_json"] | Omit = "b64_json" if dall_e else sdk.omit
+        lossy = format in ("jpeg", "webp") and not dall_e
         try:
             async with asyncio.timeout(timeout_s):
                 answer = await self._client.images.generate(
@@ -101,6 +107,8 @@ class OpenAIImages:
                     size=size,
                     quality=cast(Any, quality),
                     response_format=response_format,
+                    output_format=sdk.omit if dall_e else cast(Any, format),
+                    output_compression=compression if lossy else sdk.omit,
                     timeout=timeout_s,
                 )
         except TimeoutError:

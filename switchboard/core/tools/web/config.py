@@ -70,4 +70,9 @@ class ImageGeneration(BaseModel):
     model: str = "gpt-image-1"
     size: Literal["auto", "1024x1024", "1024x1536", "1536x1024"] = "1024x1024"
     quality: Literal["auto", "low", "medium", "high"] = "auto"
+    format: Literal["jpeg", "png", "webp"] = "jpeg"
+    """The file type asked of the GPT image models (DALL·E always answers PNG). JPEG is the one every channel shows
+    as a photo, and small enough for the web chat's inline files."""
+    compression: int = Field(80, ge=0, le=100)
+    """JPEG or WebP quality, 0-100 (GPT image models)."""
     timeout_s: float = Field(120.0, gt=0, le=600)

@@ -66,7 +66,13 @@ def image_tool(agents: Callable[[], Mapping[str, Agent]], provider: ImageProvide
         agent = agents().get(ctx.agent)
         config = agent.images if agent is not None else ImageGeneration()
         image = await provider.generate(
-            args.prompt, model=config.model, size=config.size, quality=config.quality, timeout_s=config.timeout_s
+            args.prompt,
+            model=config.model,
+            size=config.size,
+            quality=config.quality,
+            timeout_s=config.timeout_s,
+            format=config.format,
+            compression=config.compression,
         )
         relative = _name(args.prompt, ctx.idempotency_key or ctx.run_id, image.mime_type)
         size = await run_blocking(ctx, _save, ctx, relative, image.data)
