@@ -5,16 +5,29 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.agent.runtime import Runtime
 from switchboard.core.agent.worklog import tool_message, untrusted_output
 from switchboard.core.model import ToolCall
+from switchboard.core.providers import ModelFactory, ProviderConfig
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.tools.web.config import WebSearch
 from switchboard.core.tools.web.search import MAX_SNIPPET_CHARS
-from tests.fakes.search_api import BRAVE_KEY, TAVILY_KEY, Page
+from switchboard.egress.forward import Forwarder
+from switchboard.egress.policy import EgressPolicy
+from switchboard.egress.transport import EgressTransport
+from switchboard.settings import load_settings
+from switchboard.types import SessionKey
+from tests.core.turns import MemorySink, MemoryStore, request
+from tests.egress.conftest import PUBLIC, ListSink, _serve
+from tests.fakes.search_api import BRAVE_KEY, TAVILY_KEY, FakeSearch, Page
 from tests.webtools.conftest import SearchWorld
 
 EXPECTED = [
@@ -142,3 +155,56 @@ def test_the_api_key_secret_must_be_one_of_the_agents_egress_secrets() -> None:
     secrets = {"BRAVE_KEY": {"env": "E", "domains": ["api.search.brave.com"]}}
     agent = Agent.model_validate({"name": "a", "search": search, "egress": {"allow": [], "secrets": secrets}})
     assert agent.search.endpoint == "https://api.search.brave.com/res/v1/web/search"
+
+
+async def test_the_offline_model_searches_with_the_tool_command_as_the_docs_show(
+    search_world: Callable[..., SearchWorld],
+) -> None:
+    world = search_world()
+    rt = Runtime(
+        models=ModelFactory(ProviderConfig()),
+        tools=world.registry,
+        workspace_root=world.gateway.workspace_root,
+        gateway=world.gateway,
+        model_backoff_s=0.0,
+    )
+    agent = world.settings.file.agents["searxng"]
+    sink = MemorySink()
+    result = await rt.run_turn(request('/tool web_search {"query": "switchboard"}', agent_=agent), sink, MemoryStore())
+    assert [(e.tool, e.ok) for e in sink.of("tool_called")] == [("web_search", True)]
+    assert "https://docs.example.org/switchboard" in result.text
+
+
+async def test_a_searxng_instance_on_a_local_address_over_plain_http_as_the_docs_configure_it(
+    tmp_path: Path,
+) -> None:
+    api = FakeSearch()
+    runner, port = await _serve(api.app(), PUBLIC, 0)
+    config = tmp_path / "switchboard.yaml"
+    config.write_text(
+        "agents:\n  researcher:\n    profile: {name: R, description: test}\n    instructions: test\n"
+        f"    tools: [web_search]\n    search: {{provider: searxng, url: 'http://{PUBLIC}:{port}/search'}}\n"
+        f"    egress: {{allow: ['{PUBLIC}']}}\ndefault_agent: researcher\n"
+    )
+    settings = load_settings(
+        {
+            "SWITCHBOARD_CONFIG": str(config),
+            "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+            "SWITCHBOARD_EGRESS__PORTS": f"80,443,{port}",
+            "SWITCHBOARD_EGRESS__INTERNAL_NETWORKS": f"{PUBLIC}/32",
+        }
+    )
+    forwarder = Forwarder(EgressPolicy.from_settings(settings), settings.egress, ListSink())
+    registry = default_registry(sandbox=None, agents=settings.file.agents, search=EgressTransport(forwarder))
+    gateway = ToolGateway(registry, workspace_root=tmp_path / "ws")
+    ctx = ToolContext(
+        session_key=SessionKey("default/researcher/web/main/c1"), tenant="default", run_id="r", actor="web:u",
+        workspace=tmp_path / "ws" / "w", idempotency_key="", agent="researcher",
+    )  # fmt: skip
+    try:
+        out = await gateway.call("web_search", {"query": "switchboard gateway"}, ctx)
+    finally:
+        await forwarder.close()
+        await runner.cleanup()
+    assert out.ok, out.error
+    assert [row["url"] for row in out.value["results"]] == [page.url for page in api.pages]
