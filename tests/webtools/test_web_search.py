@@ -17,12 +17,13 @@ from switchboard.core.model import ToolCall
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.egress import SecretBinding
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.tools.web.config import WebSearch
 from switchboard.core.tools.web.search import MAX_SNIPPET_CHARS
 from switchboard.egress.forward import Forwarder
 from switchboard.egress.policy import EgressPolicy
-from switchboard.egress.transport import EgressTransport
+from switchboard.egress.transport import EgressTransport, search_problems
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from tests.core.turns import MemorySink, MemoryStore, request
@@ -208,3 +209,26 @@ async def test_a_searxng_instance_on_a_local_address_over_plain_http_as_the_docs
         await runner.cleanup()
     assert out.ok, out.error
     assert [row["url"] for row in out.value["results"]] == [page.url for page in api.pages]
+
+
+async def test_check_reports_a_search_that_cannot_work_as_configured(search_world: Callable[..., SearchWorld]) -> None:
+    world = search_world()
+    problems = search_problems(world.settings)
+    assert problems == [
+        "agent 'closed': web_search calls searx.test (searxng), which is not in its egress allowlist: add it to "
+        "agents.closed.egress.allow",
+        "agent 'hosted': web_search has no hosted search on its model (only OpenAI's Responses API has one): set "
+        "agents.hosted.search.provider to brave, tavily or searxng",
+    ]
+    assert search_problems(world.settings, "brave") == []
+    unbound = world.settings.file.agents["brave"].egress.model_copy(
+        update={"secrets": {"BRAVE_KEY": SecretBinding(env="E", domains=("elsewhere.example",))}}
+    )
+    world.settings.file.agents["brave"] = world.settings.file.agents["brave"].model_copy(update={"egress": unbound})
+    assert search_problems(world.settings, "brave") == [
+        "agent 'brave': the search key secret BRAVE_KEY is not bound to api.search.brave.com: add it to "
+        "agents.brave.egress.secrets.BRAVE_KEY.domains"
+    ]
+    hosted = world.settings.file.agents["hosted"].model_copy(update={"model": "openai:gpt-4.1-mini"})
+    world.settings.file.agents["hosted"] = hosted
+    assert search_problems(world.settings, "hosted") == []
