@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from switchboard.egress.gate import SandboxEgress
     from switchboard.egress.transport import EgressTransport
 
-__all__ = ["build_runtime", "provider_config", "run_worker"]
+__all__ = ["build_runtime", "image_provider", "provider_config", "run_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +64,14 @@ def build_runtime(
     egress: EgressGate | None = None,
     rest: EgressTransport | None = None,
     mcp: McpClients | None = None,
+    images: ImageProvider | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
     ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
-    way out of declared REST tools (``None``: their calls fail, saying the process has no egress); ``mcp``: the
-    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``.
+    way out of declared REST tools and search APIs (``None``: their calls fail, saying the process has no egress);
+    ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
+    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so).
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -83,7 +85,7 @@ def build_runtime(
         tables=TableConnections(settings.file.agents),
         agents=settings.file.agents,
         search=rest,
-        images=_image_provider(settings),
+        images=images,
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -120,7 +122,7 @@ def build_runtime(
     )
 
 
-def _image_provider(settings: Settings) -> ImageProvider | None:
+def image_provider(settings: Settings) -> ImageProvider | None:
     """OpenAI's Images API when some agent lists ``generate_image`` (the SDK loads only then)."""
     if not any("generate_image" in agent.tools for agent in settings.file.agents.values()):
         return None
@@ -175,7 +177,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         guard = AddressGuard(settings.egress.internal_networks)
         mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
     rest = EgressTransport(forwarder) if forwarder else None
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
+    images = image_provider(settings)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, images)
     await channels.start()
     try:
         await run_session_worker(
@@ -184,6 +187,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     finally:
         if mcp is not None:
             await mcp.aclose()
+        if images is not None:
+            await images.aclose()
         if egress is not None:
             await egress.close()
         if forwarder is not None and (egress is None or egress.proxy is None):

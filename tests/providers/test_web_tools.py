@@ -13,6 +13,7 @@ import pytest
 from switchboard.channels.base import FileData
 from switchboard.channels.telegram.adapter import TelegramChannel
 from switchboard.channels.web.adapter import WebChannel
+from switchboard.cli.worker import image_provider
 from switchboard.core.actions import Action
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.config import Agent, AgentProfile
@@ -23,6 +24,7 @@ from switchboard.core.providers.images import OpenAIImages
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.gateway import workspace_for
 from switchboard.core.turn import TurnRequest
+from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from tests.channels.test_telegram import BOT, TOKEN, settings
 from tests.channels.test_telegram_sending import conversation
@@ -276,3 +278,15 @@ async def test_a_model_without_vision_gets_a_note_instead_of_an_image_part(
     assert fake.images() == []
     sent = str(fake.received[0].body)
     assert "you cannot see images" in sent and "inbox/m1-0-cat.png" in sent
+
+
+async def test_the_worker_makes_an_image_provider_only_when_an_agent_draws(tmp_path: Path) -> None:
+    config = tmp_path / "switchboard.yaml"
+    body = "agents:\n  a:\n    profile: {{name: A}}\n    instructions: test\n    tools: [{tools}]\ndefault_agent: a\n"
+    env = {"SWITCHBOARD_CONFIG": str(config), "SWITCHBOARD_DATA_DIR": str(tmp_path / "data")}
+    config.write_text(body.format(tools="current_time"))
+    assert image_provider(load_settings(env)) is None
+    config.write_text(body.format(tools="generate_image"))
+    images = image_provider(load_settings({**env, "OPENAI_API_KEY": "sk-test"}))
+    assert isinstance(images, OpenAIImages)
+    await images.aclose()

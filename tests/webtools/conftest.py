@@ -6,6 +6,7 @@ its real host name from a test CA that egress is told to trust; only the test re
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -112,9 +113,9 @@ def search_settings(tmp_path: Path, ports: dict[str, int], ca: DeploymentCA) -> 
     return load_settings(env)
 
 
-@pytest.fixture
-async def search_apis(tmp_path: Path) -> AsyncIterator[tuple[FakeSearch, dict[str, int], DeploymentCA]]:
-    """The fake search APIs, one HTTPS server per host name, sharing their state."""
+@contextlib.asynccontextmanager
+async def serve_search(tmp_path: Path) -> AsyncIterator[tuple[FakeSearch, dict[str, int], DeploymentCA]]:
+    """The fake search APIs, one HTTPS server per host name sharing their state; their ports; the CA that signed."""
     ca = DeploymentCA.load_or_create(tmp_path / "upstream-ca")
     api = FakeSearch()
     runners: list[web.AppRunner] = []
@@ -131,6 +132,12 @@ async def search_apis(tmp_path: Path) -> AsyncIterator[tuple[FakeSearch, dict[st
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+@pytest.fixture
+async def search_apis(tmp_path: Path) -> AsyncIterator[tuple[FakeSearch, dict[str, int], DeploymentCA]]:
+    async with serve_search(tmp_path) as served:
+        yield served
 
 
 @pytest.fixture
