@@ -67,10 +67,10 @@ def search_problems(settings: Settings, only: str | None = None) -> list[str]:
         search = agent.search
         if search.provider == "hosted":
             provider = parse_model_spec(agent.model or settings.default_model)[0]
-            if provider != "openai" or settings.openai_wire_api != "responses":
+            if provider == "offline" or (provider == "openai" and settings.openai_wire_api != "responses"):
                 found.append(
-                    f"agent {name!r}: web_search has no hosted search on its model (only OpenAI's Responses API has "
-                    f"one): set agents.{name}.search.provider to brave, tavily or searxng"
+                    f"agent {name!r}: web_search has no hosted search on its model (OpenAI's Responses API and "
+                    f"Anthropic have one): set agents.{name}.search.provider to brave, tavily or searxng"
                 )
             continue
         host = (URL(search.endpoint).host or "").lower()

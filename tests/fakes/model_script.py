@@ -88,7 +88,8 @@ class Reply:
     shell: list[ShellRun] = field(default_factory=list)
     """OpenAI Responses only: hosted shell calls run in OpenAI's container, streamed before the text."""
     searches: list[str] = field(default_factory=list)
-    """OpenAI Responses only: hosted web searches (their queries), streamed as ``web_search_call`` items first."""
+    """Hosted web searches (their queries), streamed first: OpenAI ``web_search_call`` items (Responses only),
+    Anthropic ``server_tool_use`` and ``web_search_tool_result`` blocks."""
 
 
 @dataclass

@@ -78,6 +78,22 @@ async def test_the_hosted_search_replaces_the_function_tool_and_taints_the_turn(
     assert (called.tool, called.ok, called.policy) == ("send_file", False, "approve:default:untrusted")
 
 
+async def test_anthropics_server_side_search_replaces_the_function_tool_and_taints_the_turn(
+    fake_anthropic: FakeAnthropic, anthropic_url: str, tmp_path: Path
+) -> None:
+    config = ProviderConfig(anthropic_api_key="sk-ant-test", anthropic_base_url=anthropic_url)
+    agent = make_agent(["web_search", "send_file"], model="anthropic:claude-sonnet-4-5")
+    fake_anthropic.reply("Found it.", searches=["switchboard gateway"], calls=[Call("send_file", {"path": "a.txt"})])
+    fake_anthropic.reply("It needs your approval.")
+    sink = MemorySink()
+    await build(config, tmp_path, agent).run_turn(turn("search the web", agent), sink, MemoryStore())
+    tools = fake_anthropic.received[0].body["tools"]
+    assert {"type": "web_search_20250305", "name": "web_search", "max_uses": 5} in tools
+    assert [tool["name"] for tool in tools if "input_schema" in tool] == ["send_file"]
+    (called,) = sink.of("tool_called")
+    assert (called.tool, called.ok, called.policy) == ("send_file", False, "approve:default:untrusted")
+
+
 async def test_without_a_hosted_search_the_send_is_not_held(
     fake_openai: FakeOpenAI, openai_url: str, tmp_path: Path
 ) -> None:

@@ -217,8 +217,8 @@ async def test_check_reports_a_search_that_cannot_work_as_configured(search_worl
     assert problems == [
         "agent 'closed': web_search calls searx.test (searxng), which is not in its egress allowlist: add it to "
         "agents.closed.egress.allow",
-        "agent 'hosted': web_search has no hosted search on its model (only OpenAI's Responses API has one): set "
-        "agents.hosted.search.provider to brave, tavily or searxng",
+        "agent 'hosted': web_search has no hosted search on its model (OpenAI's Responses API and Anthropic have "
+        "one): set agents.hosted.search.provider to brave, tavily or searxng",
     ]
     assert search_problems(world.settings, "brave") == []
     unbound = world.settings.file.agents["brave"].egress.model_copy(
@@ -229,6 +229,7 @@ async def test_check_reports_a_search_that_cannot_work_as_configured(search_worl
         "agent 'brave': the search key secret BRAVE_KEY is not bound to api.search.brave.com: add it to "
         "agents.brave.egress.secrets.BRAVE_KEY.domains"
     ]
-    hosted = world.settings.file.agents["hosted"].model_copy(update={"model": "openai:gpt-4.1-mini"})
-    world.settings.file.agents["hosted"] = hosted
-    assert search_problems(world.settings, "hosted") == []
+    for model in ("openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5"):
+        hosted = world.settings.file.agents["hosted"].model_copy(update={"model": model})
+        world.settings.file.agents["hosted"] = hosted
+        assert search_problems(world.settings, "hosted") == []

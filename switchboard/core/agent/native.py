@@ -123,6 +123,16 @@ class NativeCompactor(Protocol):
 
 
 @runtime_checkable
+class HostedSearcher(Protocol):
+    """An adapter whose provider can search the web within a step (``ModelRequest.hosted_search``)."""
+
+    @property
+    def hosted_search(self) -> bool:
+        """This adapter's provider and wire format offer a hosted web search."""
+        ...
+
+
+@runtime_checkable
 class HostedFileSource(Protocol):
     """An adapter that can fetch the files a hosted container holds."""
 
@@ -235,7 +245,8 @@ class NativeAdapter:
         self.native = agent.compaction == "native" and responses
         if agent.shell == "hosted" and not responses:
             logger.warning("agent %r has `shell: hosted` but its model has no hosted shell", agent.name)
-        self.hosted_search = responses and "web_search" in agent.tools and agent.search.provider == "hosted"
+        searches = conforms(inner, HostedSearcher) and bool(inner.hosted_search)
+        self.hosted_search = searches and "web_search" in agent.tools and agent.search.provider == "hosted"
         """The provider searches (``web_search`` is its hosted tool, not the gateway's)."""
         self.searched = searched
         self.failed = False

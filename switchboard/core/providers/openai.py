@@ -174,6 +174,11 @@ class OpenAIModel:
         """Native compaction is there: on the Responses API (OpenAI's own, or a server speaking it)."""
         return self.wire_api == "responses"
 
+    @property
+    def hosted_search(self) -> bool:
+        """The hosted web search is there: on the Responses API (OpenAI's ``web_search`` tool)."""
+        return self.wire_api == "responses"
+
     async def compact(self, request: ModelRequest) -> NativeWindow:
         """The request's conversation compacted by ``POST /v1/responses/compact``, as items to send in its place.
 
