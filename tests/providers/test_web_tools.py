@@ -306,3 +306,56 @@ async def test_the_worker_makes_an_image_provider_only_when_an_agent_draws(tmp_p
     images = image_provider(load_settings({**env, "OPENAI_API_KEY": "sk-test"}))
     assert isinstance(images, OpenAIImages)
     await images.aclose()
+
+
+@pytest.mark.parametrize("wire", ["responses", "chat", "anthropic"])
+async def test_an_image_reaches_a_vision_model_in_the_providers_own_wire_format(
+    fake_openai: FakeOpenAI,
+    openai_url: str,
+    fake_anthropic: FakeAnthropic,
+    anthropic_url: str,
+    tmp_path: Path,
+    wire: str,
+) -> None:
+    fake: FakeOpenAI | FakeAnthropic = fake_anthropic if wire == "anthropic" else fake_openai
+    fake.reply("A cat.")
+    config = ProviderConfig(
+        openai_api_key="sk-test",
+        openai_base_url=openai_url,
+        openai_wire_api="chat" if wire == "chat" else "responses",
+        anthropic_api_key="k",
+        anthropic_base_url=anthropic_url,
+    )
+    agent = make_agent([], model="anthropic:claude-sonnet-4-5" if wire == "anthropic" else "openai:gpt-4.1-mini")
+    support = AttachmentSupport(source=Platform({"p": FileData("cat.png", PNG, "image/png")}))
+    rt = Runtime(
+        models=ModelFactory(config),
+        tools=default_registry(sandbox=None),
+        workspace_root=tmp_path / "ws",
+        model_backoff_s=0.0,
+        attachments=support,
+    )
+    result = await rt.run_turn(turn("what is this?", agent, attachments=(PHOTO,)), MemorySink(), MemoryStore())
+    assert result.text == "A cat."
+    body = fake.received[0].body
+    encoded = base64.b64encode(PNG).decode()
+    messages = body["messages"] if wire != "responses" else body["input"]
+    kinds = ("input_image", "image_url", "image")
+    (parts,) = [
+        m["content"]
+        for m in messages
+        if isinstance(m.get("content"), list) and any(p.get("type") in kinds for p in m["content"])
+    ]
+    if wire == "responses":
+        assert parts[0]["type"] == "input_text" and 'trust="untrusted"' in parts[0]["text"]
+        assert parts[1] == {"type": "input_image", "image_url": f"data:image/png;base64,{encoded}", "detail": "auto"}
+    elif wire == "chat":
+        assert parts[0]["type"] == "text"
+        assert parts[1] == {
+            "type": "image_url",
+            "image_url": {"url": f"data:image/png;base64,{encoded}", "detail": "auto"},
+        }
+    else:  # the image first, then the text about it (and the user's own text, in the same user turn)
+        assert parts[0] == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}}
+        assert parts[1]["type"] == "text" and "inbox/m1-0-cat.png" in parts[1]["text"]
+        assert [p["type"] for p in parts[2:]] == ["text"] and "what is this?" in parts[2]["text"]
