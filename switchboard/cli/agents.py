@@ -14,7 +14,7 @@ __all__ = ["agent_problems", "agents_command"]
 def agent_problems(settings: Settings, agent: Agent) -> list[str]:
     """Everything that keeps an agent from working as configured, in words an operator can act on."""
     from switchboard.core.tools.builtin import default_registry
-    from switchboard.egress.transport import register_rest_tools, rest_problems
+    from switchboard.egress.transport import register_rest_tools, rest_problems, search_problems
 
     problems = agent.problems()
     registry = default_registry()
@@ -23,6 +23,7 @@ def agent_problems(settings: Settings, agent: Agent) -> list[str]:
     except ValueError as err:
         problems.append(str(err))
     problems += rest_problems(settings, agent.name)
+    problems += search_problems(settings, agent.name)
     for tool in agent.tools:
         if registry.get(tool) is None:
             problems.append(

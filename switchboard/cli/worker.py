@@ -33,13 +33,14 @@ from switchboard.worker.worker import run_worker as run_session_worker
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
     from switchboard.egress.forward import Forwarder
     from switchboard.egress.gate import SandboxEgress
     from switchboard.egress.transport import EgressTransport
 
-__all__ = ["build_runtime", "provider_config", "run_worker"]
+__all__ = ["build_runtime", "image_provider", "provider_config", "run_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +65,15 @@ def build_runtime(
     rest: EgressTransport | None = None,
     mcp: McpClients | None = None,
     tables: TableConnections | None = None,
+    images: ImageProvider | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
     ``attachments``: how users' files arrive; ``egress``: the worker's egress proxy for shell commands; ``rest``: the
-    way out of declared REST tools (``None``: their calls fail, saying the process has no egress); ``mcp``: the
-    worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``; ``tables``: the
-    agents' connected tables (default: bound here; the caller that passes them closes their pools).
+    way out of declared REST tools and search APIs (``None``: their calls fail, saying the process has no egress);
+    ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
+    ``tables``: the agents' connected tables (default: bound here; the caller that passes them closes their pools);
+    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so).
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -82,6 +85,9 @@ def build_runtime(
         skills=SkillLibrary(SkillStore(settings.data_path / "skills")),
         egress=egress,
         tables=tables if tables is not None else TableConnections(settings.file.agents),
+        agents=settings.file.agents,
+        search=rest,
+        images=images,
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -118,12 +124,24 @@ def build_runtime(
     )
 
 
-def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools send through: the sandbox proxy's when it runs, else its own.
+def image_provider(settings: Settings) -> ImageProvider | None:
+    """OpenAI's Images API when some agent lists ``generate_image`` (the SDK loads only then)."""
+    if not any("generate_image" in agent.tools for agent in settings.file.agents.values()):
+        return None
+    from switchboard.core.providers.images import OpenAIImages
 
-    None without declarations and without a YAML file to add them to (declarations are reloaded while it runs).
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIImages(api_key=key, base_url=settings.openai_base_url)
+
+
+def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
+    """The egress forwarder declared REST tools and search APIs send through: the sandbox proxy's, else its own.
+
+    None without declarations, searches and a YAML file to add them to (declarations are reloaded while it runs).
     """
-    declared = settings.file.rest_tools or any(agent.rest_tools for agent in settings.file.agents.values())
+    agents = settings.file.agents.values()
+    searches = any("web_search" in agent.tools and agent.search.provider != "hosted" for agent in agents)
+    declared = settings.file.rest_tools or any(agent.rest_tools for agent in agents) or searches
     if not declared and not settings.config.is_file():
         return None
     if egress is not None and egress.proxy is not None:
@@ -172,7 +190,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         )
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables)
+    images = image_provider(settings)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images)
     declarations = RestDeclarations(runtime.registry, settings, rest)
     await channels.start()
     try:
@@ -183,6 +202,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         await tables.close()  # the PostgreSQL pools
         if mcp is not None:
             await mcp.aclose()
+        if images is not None:
+            await images.aclose()
         if egress is not None:
             await egress.close()
         if forwarder is not None and (egress is None or egress.proxy is None):

@@ -20,6 +20,7 @@ __all__ = [
     "FinalAnswer",
     "Finished",
     "HostedContainer",
+    "HostedSearch",
     "ImagePart",
     "ModelAdapter",
     "ModelEvent",
@@ -134,6 +135,8 @@ class ModelRequest(BaseModel):
     conversation before ``messages``; only the adapter that made them reads them."""
     hosted_shell: bool = False
     """Offer the provider's hosted shell (OpenAI Responses: the ``shell`` tool in a hosted container)."""
+    hosted_search: bool = False
+    """Offer the provider's hosted web search (OpenAI Responses: the ``web_search`` tool)."""
 
 
 class TextDelta(BaseModel):
@@ -173,7 +176,17 @@ class HostedContainer(BaseModel):
     """Empty when the provider did not name the container."""
 
 
-ModelEvent = Annotated[TextDelta | ToolCallEvent | Usage | Finished | HostedContainer, Field(discriminator="kind")]
+class HostedSearch(BaseModel):
+    """The provider searched the web within the step: what it read is outside text, now in the model's context."""
+
+    kind: Literal["hosted_search"] = "hosted_search"
+    queries: list[str] = Field(default_factory=list)
+    """What it searched for, as the provider reported it."""
+
+
+ModelEvent = Annotated[
+    TextDelta | ToolCallEvent | Usage | Finished | HostedContainer | HostedSearch, Field(discriminator="kind")
+]
 
 
 class FinalAnswer(BaseModel):

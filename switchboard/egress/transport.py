@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from yarl import URL
+
 from switchboard.core.tools.rest.tool import declared_tools
 from switchboard.egress.client import EgressClient, EgressResponse
 from switchboard.egress.credentials import CREDENTIAL
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from switchboard.core.tools.rest.declaration import RestToolSpec
     from switchboard.settings import Settings
 
-__all__ = ["EgressTransport", "credentials_used", "register_rest_tools", "rest_problems"]
+__all__ = ["EgressTransport", "credentials_used", "register_rest_tools", "rest_problems", "search_problems"]
 
 
 def register_rest_tools(registry: ToolRegistry, settings: Settings, transport: EgressTransport | None) -> None:
@@ -89,6 +91,44 @@ def _credential_problems(settings: Settings, agent: str, spec: RestToolSpec) -> 
                 )
             elif scope and credential.scope and not scope <= set(credential.scope.split()):
                 found.append(f"{where} with scope {' '.join(sorted(scope))}, more than its {credential.scope!r}")
+    return found
+
+
+def search_problems(settings: Settings, only: str | None = None) -> list[str]:
+    """Agents (``only``: that one) whose ``web_search`` cannot work as configured, in words an operator can act on.
+
+    A search API whose host the agent may not reach, an API key secret not bound to that host, or a hosted search
+    on a model that has none.
+    """
+    from switchboard.core.providers import parse_model_spec
+
+    policy = EgressPolicy.from_settings(settings)
+    found: list[str] = []
+    for name, agent in settings.file.agents.items():
+        if (only is not None and name != only) or "web_search" not in agent.tools:
+            continue
+        search = agent.search
+        if search.provider == "hosted":
+            provider = parse_model_spec(agent.model or settings.default_model)[0]
+            if provider == "offline" or (provider == "openai" and settings.openai_wire_api != "responses"):
+                found.append(
+                    f"agent {name!r}: web_search has no hosted search on its model (OpenAI's Responses API and "
+                    f"Anthropic have one): set agents.{name}.search.provider to brave, tavily or searxng"
+                )
+            continue
+        host = (URL(search.endpoint).host or "").lower()
+        if not policy.rules(name).allows(host):
+            found.append(
+                f"agent {name!r}: web_search calls {host} ({search.provider}), which is not in its egress allowlist: "
+                f"add it to agents.{name}.egress.allow"
+            )
+        key = (search.api_key_secret or "").upper()
+        secret = agent.egress.secrets.get(key)
+        if secret is not None and not host_matches(host, secret.domains):
+            found.append(
+                f"agent {name!r}: the search key secret {key} is not bound to {host}: add it to "
+                f"agents.{name}.egress.secrets.{key}.domains"
+            )
     return found
 
 

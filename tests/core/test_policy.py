@@ -76,7 +76,7 @@ def test_a_clean_turns_normal_use_of_the_built_in_tools_is_not_gated() -> None:
     gated = sorted(name for name, found in after_document.items() if found.decision != "allow")
     # what reaches the user (now, or later as a scheduled job), or hands them to another agent, waits for approval
     # after untrusted content
-    assert gated == ["handoff", "offer_choice", "schedule_message", "schedule_turn", "send_file"]
+    assert gated == ["generate_image", "handoff", "offer_choice", "schedule_message", "schedule_turn", "send_file"]
 
 
 def test_untrusted_effects_allow_keeps_allowing_and_refuse_refuses() -> None:

@@ -3,7 +3,8 @@
 Speaks the wire format the official ``anthropic`` SDK parses (checked against its types in
 ``tests/providers/test_fake_wire.py``): ``message_start``, ``content_block_start`` (text / tool_use),
 ``content_block_delta`` (``text_delta``, ``input_json_delta``), ``content_block_stop``,
-``message_delta`` (usage, stop_reason), ``message_stop``, plus ``ping`` and in-stream ``error`` events.
+``message_delta`` (usage, stop_reason), ``message_stop``, plus ``ping`` and in-stream ``error`` events; server-side
+web searches (:attr:`Reply.searches`) as ``server_tool_use`` and ``web_search_tool_result`` blocks.
 Every event carries its ``event:`` line, which the SDK needs. Errors use Anthropic's body shape
 ``{"type": "error", "error": {"type", "message"}}``; its 401 deliberately echoes the presented key, so
 tests prove the adapter never repeats upstream text for auth failures.
@@ -49,6 +50,9 @@ def message_events(reply: Reply, model: str) -> list[Event]:
     }
     events: list[Event] = [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
     index = 0
+    for query in reply.searches:
+        events += _search_events(query, index)
+        index += 2
     if reply.text:
         block: dict[str, Any] = {"type": "text", "text": ""}
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": block}))
@@ -80,6 +84,30 @@ def message_events(reply: Reply, model: str) -> list[Event]:
     events.append(("message_delta", final))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+def _search_events(query: str, index: int) -> list[Event]:
+    """A server-side web search as Anthropic streams it: a ``server_tool_use`` block, then its result block."""
+    use_id = f"srvtoolu_{index:04d}"
+    use = {"type": "server_tool_use", "id": use_id, "name": "web_search", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": json.dumps({"query": query})}
+    found = [
+        {
+            "type": "web_search_result",
+            "title": "Found",
+            "url": "https://example.org/found",
+            "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5LTQ1NGUtODgxNC1kNjNjNTk1ZWI3Y2IS",
+            "page_age": "April 30, 2026",
+        }
+    ]
+    result = {"type": "web_search_tool_result", "tool_use_id": use_id, "content": found}
+    return [
+        ("content_block_start", {"type": "content_block_start", "index": index, "content_block": use}),
+        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ("content_block_start", {"type": "content_block_start", "index": index + 1, "content_block": result}),
+        ("content_block_stop", {"type": "content_block_stop", "index": index + 1}),
+    ]
 
 
 class FakeAnthropic(Script):

@@ -87,6 +87,9 @@ class Reply:
     """Send this many events, then one whose ``data:`` line is not valid JSON, and end the stream."""
     shell: list[ShellRun] = field(default_factory=list)
     """OpenAI Responses only: hosted shell calls run in OpenAI's container, streamed before the text."""
+    searches: list[str] = field(default_factory=list)
+    """Hosted web searches (their queries), streamed first: OpenAI ``web_search_call`` items (Responses only),
+    Anthropic ``server_tool_use`` and ``web_search_tool_result`` blocks."""
 
 
 @dataclass

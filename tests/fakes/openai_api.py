@@ -1,7 +1,9 @@
 """A fake OpenAI API: ``POST /v1/responses`` and ``POST /v1/chat/completions``, streaming over SSE,
 ``POST /v1/responses/compact`` (native compaction), ``POST /v1/audio/transcriptions`` (multipart, answering
-``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`) and ``POST /v1/audio/speech`` (JSON in, audio bytes out: a
-real OGG/Opus stream as long as the text would take to say, for ``response_format: opus``).
+``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`), ``POST /v1/audio/speech`` (JSON in, audio bytes out: a
+real OGG/Opus stream as long as the text would take to say, for ``response_format: opus``) and
+``POST /v1/images/generations`` (JSON in, ``{"data": [{"b64_json": ...}]}`` out). Hosted web searches
+(:attr:`Reply.searches`) stream as ``web_search_call`` items.
 
 Speaks the wire format the official ``openai`` SDK parses (checked against its types in
 ``tests/providers/test_fake_wire.py``): Responses events (``response.created`` ...
@@ -22,6 +24,7 @@ and read by ``GET /v1/containers/{id}/files/{file_id}/content``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -34,8 +37,14 @@ from aiohttp import web
 from switchboard.core.providers.oggopus import silent_opus
 from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, ShellRun, split
 
-__all__ = ["CONTAINER_ID", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
+__all__ = ["CONTAINER_ID", "IMAGES", "FakeOpenAI", "chat_chunks", "compacted_body", "error_body", "responses_events"]
 
+IMAGES = {
+    "png": b"\x89PNG\r\n\x1a\n" + bytes(range(200)),
+    "jpeg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(200)),
+    "webp": b"RIFF\x00\x10\x00\x00WEBPVP8 " + bytes(range(200)),
+}
+"""What the fake draws in each ``output_format`` (the format's signature and some bytes)."""
 CONTAINER_ID = "cntr_fake"
 """The hosted container the fake's shell calls run in."""
 
@@ -77,6 +86,8 @@ def responses_events(reply: Reply, model: str) -> list[Event]:
         {"type": "response.in_progress", "response": _response(model, status="in_progress", output=[])},
     ]
     output: list[dict[str, Any]] = []
+    for query in reply.searches:
+        events += _search_events(query, len(output), output)
     for run in reply.shell:
         events += _shell_events(run, len(output), output)
     if reply.text:
@@ -182,6 +193,24 @@ def responses_events(reply: Reply, model: str) -> list[Event]:
             {"type": "response.completed", "response": _response(model, status="completed", output=output, usage=usage)}
         )
     return _numbered(events)
+
+
+def _search_events(query: str, index: int, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A hosted web search as OpenAI streams it: a ``web_search_call`` item, its progress events, then done."""
+    item_id = f"ws_{index:04d}"
+    item: dict[str, Any] = {"type": "web_search_call", "id": item_id, "status": "in_progress"}
+    item["action"] = {"type": "search", "query": query}
+    sources = [{"type": "url", "url": "https://example.org/found"}]
+    done = {**item, "status": "completed", "action": {"type": "search", "query": query, "sources": sources}}
+    where = {"output_index": index, "item_id": item_id}
+    output.append(done)
+    return [
+        {"type": "response.output_item.added", "output_index": index, "item": item},
+        {"type": "response.web_search_call.in_progress", **where},
+        {"type": "response.web_search_call.searching", **where},
+        {"type": "response.web_search_call.completed", **where},
+        {"type": "response.output_item.done", "output_index": index, "item": done},
+    ]
 
 
 def _shell_events(run: ShellRun, index: int, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -346,6 +375,10 @@ class FakeOpenAI(Script):
         """Answer every ``/v1/responses/compact`` with this error while set."""
         self.issued: set[str] = set()
         """``encrypted_content`` of every compaction item this fake answered (others are refused)."""
+        self.image: bytes | None = None
+        """What ``POST /v1/images/generations`` draws instead of :data:`IMAGES` (its bytes, sent as ``b64_json``)."""
+        self.image_status = 200
+        """Answer image requests with this status instead (errors in OpenAI's shape)."""
         self.container: list[dict[str, Any]] = []
         """The files of the hosted container :data:`CONTAINER_ID`, oldest first (``content`` is not listed)."""
 
@@ -358,7 +391,46 @@ class FakeOpenAI(Script):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         app.router.add_post("/v1/audio/speech", self._speech)
+        app.router.add_post("/v1/images/generations", self._images)
         return app
+
+    async def _images(self, request: web.Request) -> web.Response:
+        """OpenAI's image generation route: ``{"model", "prompt", "n", "size", ...}`` in, ``b64_json`` pictures out.
+
+        Checks the key like the model routes; a missing prompt, ``n`` other than 1 or ``response_format`` sent for
+        a GPT image model (which always answers base64 and refuses the field) is refused as OpenAI refuses it.
+        """
+        body = await request.json()
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.api_key is not None and presented != self.api_key:
+            message = f"Incorrect API key provided: {presented}."
+            return web.json_response(error_body(Failure(401, "invalid_api_key", message)), status=401)
+        model = str(body.get("model") or "dall-e-2")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt or body.get("n", 1) != 1:
+            failure = Failure(400, "invalid_request_error", "fake: a prompt and n=1 are required")
+            return web.json_response(error_body(failure), status=400)
+        refused = ("response_format",) if model.startswith("gpt-image") else ("output_format", "output_compression")
+        if unknown := [name for name in refused if name in body]:
+            failure = Failure(400, "invalid_request_error", f"Unknown parameter: '{unknown[0]}'.")
+            return web.json_response(error_body(failure), status=400)
+        if self.image_status != 200:
+            failure = Failure(self.image_status, "server_error", "fake: image generation failed")
+            return web.json_response(error_body(failure), status=self.image_status)
+        drawn = self.image if self.image is not None else IMAGES[str(body.get("output_format") or "png")]
+        picture = {"b64_json": base64.b64encode(drawn).decode("ascii")}
+        if model == "dall-e-3":
+            picture["revised_prompt"] = f"{prompt}, in detail"
+        usage = {"input_tokens": 10, "output_tokens": 100, "total_tokens": 110}
+        usage["input_tokens_details"] = {"text_tokens": 10, "image_tokens": 0}
+        return web.json_response({"created": int(time.time()), "data": [picture], "usage": usage})
+
+    def image_requests(self) -> list[Received]:
+        """The image generation requests received, in order."""
+        return [r for r in self.received if r.path == "/v1/images/generations"]
 
     def images(self) -> list[str]:
         """Every image URL the model requests carried (``input_image`` and ``image_url`` parts), in order."""

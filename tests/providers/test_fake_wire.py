@@ -24,6 +24,7 @@ REPLIES = {
     "only_calls": Reply(calls=[Call("f", {"a": [1, 2]}, fragments=4)]),
     "cut_short": Reply(text=["par"], stop="max_output_tokens"),
     "failed": Reply(text=["par"], fail_after_text=Failure(500, "server_error", "boom")),
+    "searched": Reply(text=["Found."], calls=[Call("f", {"a": 1})], searches=["switchboard", "gateway"]),
 }
 
 

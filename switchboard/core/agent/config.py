@@ -13,6 +13,7 @@ from switchboard.core.tables.config import ConnectedTable, PostgresDatabase, che
 from switchboard.core.tools.egress import AgentEgress
 from switchboard.core.tools.mcp.config import AgentMcp
 from switchboard.core.tools.rest.declaration import RestToolSpec
+from switchboard.core.tools.web.config import ImageGeneration, WebSearch
 from switchboard.skills.package import check_pins
 from switchboard.types import BusyPolicy
 
@@ -158,6 +159,20 @@ class Agent(BaseModel):
     shell: Literal["local", "hosted"] = "local"
     """Where shell commands run: ``local`` (the ``shell`` tool in the session's sandbox) or ``hosted`` (OpenAI's
     hosted container through the Responses API; the local ``shell`` tool is then not offered)."""
+    search: WebSearch = Field(default_factory=WebSearch)
+    """Who answers its ``web_search``: the model provider's hosted search, or a search API through egress."""
+    images: ImageGeneration = Field(default_factory=ImageGeneration)
+    """How its ``generate_image`` draws (the image model, size and quality)."""
+
+    @model_validator(mode="after")
+    def _search_key_is_a_secret(self) -> Agent:
+        name = self.search.api_key_secret
+        if name is not None and name.upper() not in self.egress.secrets:
+            raise ValueError(
+                f"search.api_key_secret {name!r} is not one of its egress secrets: add egress.secrets.{name.upper()} "
+                "(the environment variable holding the key, and the search API's host in its domains)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tables_have_databases(self) -> Agent:

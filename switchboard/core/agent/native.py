@@ -1,4 +1,4 @@
-"""What the provider does natively for an agent: compaction (``compaction: native``) and the hosted shell.
+"""What the provider does natively for an agent: compaction, the hosted shell and the hosted web search.
 
 :class:`NativeAdapter` wraps a turn's model adapter and keeps the :class:`~switchboard.core.model.ModelAdapter`
 interface, so the runtime's loop is unchanged. Files the hosted shell wrote are copied into the workspace within
@@ -25,6 +25,7 @@ from switchboard.core.agent.prompt import request_tokens
 from switchboard.core.model import (
     ChatMessage,
     HostedContainer,
+    HostedSearch,
     ModelAdapter,
     ModelEvent,
     ModelRequest,
@@ -122,6 +123,16 @@ class NativeCompactor(Protocol):
 
 
 @runtime_checkable
+class HostedSearcher(Protocol):
+    """An adapter whose provider can search the web within a step (``ModelRequest.hosted_search``)."""
+
+    @property
+    def hosted_search(self) -> bool:
+        """This adapter's provider and wire format offer a hosted web search."""
+        ...
+
+
+@runtime_checkable
 class HostedFileSource(Protocol):
     """An adapter that can fetch the files a hosted container holds."""
 
@@ -211,12 +222,18 @@ class NativeAdapter:
     """A turn's model adapter with the agent's native features (see the module docstring)."""
 
     def __init__(
-        self, inner: ModelAdapter, agent: Agent, store: SessionStore, files: HostedFiles | None = None
+        self,
+        inner: ModelAdapter,
+        agent: Agent,
+        store: SessionStore,
+        files: HostedFiles | None = None,
+        searched: Callable[[], None] | None = None,
     ) -> None:
         """Wrap ``inner`` for one turn of ``agent``.
 
         ``store`` persists the compacted window; ``files`` receives what hosted commands wrote (``None``: it stays in
-        the container).
+        the container); ``searched`` is called when the provider's hosted web search ran (its results, outside text,
+        reached the model).
         """
         self.inner = inner
         self.files = files
@@ -228,6 +245,10 @@ class NativeAdapter:
         self.native = agent.compaction == "native" and responses
         if agent.shell == "hosted" and not responses:
             logger.warning("agent %r has `shell: hosted` but its model has no hosted shell", agent.name)
+        searches = conforms(inner, HostedSearcher) and bool(inner.hosted_search)
+        self.hosted_search = searches and "web_search" in agent.tools and agent.search.provider == "hosted"
+        """The provider searches (``web_search`` is its hosted tool, not the gateway's)."""
+        self.searched = searched
         self.failed = False
         """Native compaction failed this turn: the rest of the turn is deterministic."""
         self.hosted_ran = False
@@ -292,6 +313,9 @@ class NativeAdapter:
         """Run one step through the wrapped adapter, with the agent's native features applied."""
         if self.agent.shell == "hosted":
             request = request.model_copy(update={"hosted_shell": True})
+        if self.hosted_search:  # the provider's own tool takes the name's place
+            tools = [spec for spec in request.tools if spec.name != "web_search"]
+            request = request.model_copy(update={"hosted_search": True, "tools": tools})
         self._model = request.model
         await self._load()
         sent = await self._compacted(request)
@@ -311,6 +335,8 @@ class NativeAdapter:
         """One step's events, with what hosted commands wrote copied once their container is named."""
         async for event in self._valid.stream(request):
             yield event
+            if isinstance(event, HostedSearch) and self.searched is not None:
+                self.searched()
             if isinstance(event, HostedContainer):
                 self.hosted_ran = True
                 if self.files is not None and self.files.tainted is not None:

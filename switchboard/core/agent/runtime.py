@@ -176,7 +176,8 @@ class _Turn:
         hosted = HostedFiles(  # what an OpenAI-hosted shell did
             runtime.gateway, request.session_key, functools.partial(self._untrusted, "the output of the hosted shell")
         )
-        self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted)  # valid text, native
+        searched = functools.partial(self._untrusted, "the results of the hosted web search")
+        self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted, searched)  # native
         self.budget = Budget.for_turn(request, runtime.prices)
         policy = request.policy or agent_policy(self.agent)
         actor = request.actor or (principal_of(request.messages[-1]) if request.messages else "")

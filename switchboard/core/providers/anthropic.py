@@ -2,7 +2,8 @@
 
 The neutral conversation becomes alternating ``user``/``assistant`` turns (tool results in the next user turn,
 consecutive same-role entries merged), and the raw event stream folds into the neutral events of
-:mod:`switchboard.core.model`. Input tokens count cache reads and writes too, as all of them fill the context.
+:mod:`switchboard.core.model`; Anthropic's server-side web search is offered when the request asks for the hosted
+search. Input tokens count cache reads and writes too, as all of them fill the context.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from anthropic.types import (
     RawMessageDeltaEvent,
     RawMessageStartEvent,
     RawMessageStopEvent,
-    ToolParam,
+    ServerToolUseBlock,
+    ToolUnionParam,
     ToolUseBlock,
 )
 from anthropic.types import TextDelta as WireTextDelta
@@ -35,6 +37,7 @@ from anthropic.types import TextDelta as WireTextDelta
 from switchboard.core.model import (
     ChatMessage,
     Finished,
+    HostedSearch,
     ImagePart,
     ModelEvent,
     ModelRequest,
@@ -61,6 +64,9 @@ logger = logging.getLogger(__name__)
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 _NO_KEY = "unused"
 """Sent when no key is configured, so the SDK never goes looking for credentials on its own."""
+
+HOSTED_SEARCHES = 5
+"""Most server-side web searches Anthropic may run in one step (``max_uses``)."""
 
 _STOP_REASONS = {
     "end_turn": "stop",
@@ -125,6 +131,11 @@ class AnthropicModel:
         """Release the HTTP connection pool."""
         await self._client.close()
 
+    @property
+    def hosted_search(self) -> bool:
+        """Anthropic's server-side ``web_search`` tool is there."""
+        return True
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Run one step, yielding events as Anthropic produces them.
 
@@ -166,10 +177,12 @@ class AnthropicModel:
             await events.aclose()
 
     async def _messages(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        tools: list[ToolParam] = [
+        tools: list[ToolUnionParam] = [
             {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
             for spec in request.tools
         ]
+        if request.hosted_search:
+            tools.append({"type": "web_search_20250305", "name": "web_search", "max_uses": HOSTED_SEARCHES})
         stream = await self._client.messages.create(
             model=request.model,
             system=request.system or omit,
@@ -179,6 +192,7 @@ class AnthropicModel:
             stream=True,
         )
         pending: dict[int, _PendingCall] = {}
+        searching: dict[int, list[str]] = {}  # server-side web searches: their input's fragments
         input_tokens = output_tokens = 0
         stop_reason: str | None = None
         stopped = False
@@ -190,14 +204,22 @@ class AnthropicModel:
                             yield TextDelta(text=event.delta.text)
                     elif isinstance(event.delta, InputJSONDelta) and event.index in pending:
                         pending[event.index].parts.append(event.delta.partial_json)
+                    elif isinstance(event.delta, InputJSONDelta) and event.index in searching:
+                        searching[event.index].append(event.delta.partial_json)
                 elif isinstance(event, RawContentBlockStartEvent):
                     block = event.content_block
                     if isinstance(block, ToolUseBlock):
                         pending[event.index] = _PendingCall(call_id=block.id, name=block.name)
+                    elif isinstance(block, ServerToolUseBlock) and block.name == "web_search":
+                        searching[event.index] = []  # run by Anthropic: not a call for the gateway
                 elif isinstance(event, RawContentBlockStopEvent):
                     call = pending.pop(event.index, None)
                     if call is not None:
                         yield call.event()
+                    search = searching.pop(event.index, None)
+                    if search is not None:  # Anthropic searched: what it read is outside text
+                        query = parse_arguments("".join(search)).get("query")
+                        yield HostedSearch(queries=[query[:400]] if isinstance(query, str) and query else [])
                 elif isinstance(event, RawMessageStartEvent):
                     usage = event.message.usage
                     input_tokens = (

@@ -4,7 +4,7 @@ Two wire formats (``SWITCHBOARD_OPENAI_API``): ``responses`` for OpenAI itself (
 conversation) and ``chat`` for every Chat Completions server (Ollama, vLLM, llama.cpp, Azure). Both streams fold into
 the neutral events of :mod:`switchboard.core.model`; the SDK's own retries are off, the runtime retries on the
 classified :class:`~switchboard.errors.ModelError`. On the Responses API it also compacts natively and offers the
-hosted shell.
+hosted shell and the hosted web search.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from openai.types.responses import (
     ResponseFunctionShellToolCall,
     ResponseFunctionShellToolCallOutput,
     ResponseFunctionToolCall,
+    ResponseFunctionWebSearch,
     ResponseIncompleteEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
@@ -48,6 +49,7 @@ from switchboard.core.agent.native import ContainerFile, NativeWindow
 from switchboard.core.model import (
     Finished,
     HostedContainer,
+    HostedSearch,
     ModelEvent,
     ModelRequest,
     TextDelta,
@@ -68,6 +70,7 @@ from switchboard.core.providers.openai_native import (
     HostedShellReport,
     compacted_items,
     container_files,
+    hosted_search_tool,
     hosted_shell_tool,
     input_items,
     window_tokens,
@@ -171,6 +174,11 @@ class OpenAIModel:
         """Native compaction is there: on the Responses API (OpenAI's own, or a server speaking it)."""
         return self.wire_api == "responses"
 
+    @property
+    def hosted_search(self) -> bool:
+        """The hosted web search is there: on the Responses API (OpenAI's ``web_search`` tool)."""
+        return self.wire_api == "responses"
+
     async def compact(self, request: ModelRequest) -> NativeWindow:
         """The request's conversation compacted by ``POST /v1/responses/compact``, as items to send in its place.
 
@@ -264,6 +272,8 @@ class OpenAIModel:
         tools: list[ToolParam] = [function_tool(spec.name, spec.description, spec.parameters) for spec in request.tools]
         if request.hosted_shell:
             tools.append(hosted_shell_tool())
+        if request.hosted_search:
+            tools.append(hosted_search_tool())
         stream = await self._client.responses.create(
             model=request.model,
             instructions=request.system or omit,
@@ -302,6 +312,8 @@ class OpenAIModel:
                         shell.call(event.item)  # run by OpenAI in its container: not a call for the gateway
                         if isinstance(event.item.environment, ResponseContainerReference):
                             containers[event.item.environment.container_id] = None
+                    elif isinstance(event.item, ResponseFunctionWebSearch):
+                        yield HostedSearch(queries=_search_queries(event.item))  # OpenAI searched: outside text
                     elif isinstance(event.item, ResponseFunctionShellToolCallOutput):
                         if not containers:  # it ran in a container no call named
                             containers[""] = None
@@ -398,6 +410,15 @@ class OpenAIModel:
         if usage is not None:
             yield Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
         yield Finished(stop_reason=_CHAT_STOP_REASONS.get(finish, "refusal" if finish == "content_filter" else finish))
+
+
+def _search_queries(item: ResponseFunctionWebSearch) -> list[str]:
+    """What a hosted ``web_search_call`` searched for (the SDK does not validate what the server streamed)."""
+    action = getattr(item, "action", None)
+    if getattr(action, "type", None) != "search":
+        return []
+    queries = getattr(action, "queries", None) or [getattr(action, "query", None)]
+    return [str(query)[:400] for query in queries if isinstance(query, str) and query][:10]
 
 
 def _body_message(body: object, fallback: str) -> str:

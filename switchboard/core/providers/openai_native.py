@@ -1,4 +1,4 @@
-"""What OpenAI's Responses API does natively for an agent: compaction and the hosted shell.
+"""What OpenAI's Responses API does natively for an agent: compaction, the hosted shell and the hosted web search.
 
 Native compaction answers a window of input items with a shorter one (the user's messages and one encrypted
 ``compaction`` item), kept and sent back as input (:func:`compacted_items`, :func:`input_items`). The hosted shell
@@ -22,6 +22,7 @@ from openai.types.responses import (
     ResponseFunctionShellToolCall,
     ResponseFunctionShellToolCallOutput,
     ResponseInputItemParam,
+    WebSearchToolParam,
 )
 
 from switchboard.core.agent.native import ContainerFile
@@ -34,6 +35,7 @@ __all__ = [
     "HostedShellReport",
     "compacted_items",
     "container_files",
+    "hosted_search_tool",
     "hosted_shell_tool",
     "input_items",
     "window_tokens",
@@ -52,6 +54,11 @@ _MESSAGE_ROLES = ("user", "assistant")
 def hosted_shell_tool() -> FunctionShellToolParam:
     """The hosted shell tool: commands run in a container OpenAI creates for the request."""
     return {"type": "shell", "environment": {"type": "container_auto"}}
+
+
+def hosted_search_tool() -> WebSearchToolParam:
+    """The hosted web search tool: OpenAI searches within the response and cites its sources in the answer."""
+    return {"type": "web_search"}
 
 
 def compacted_items(output: object) -> list[dict[str, Any]]:

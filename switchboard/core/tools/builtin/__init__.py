@@ -1,15 +1,15 @@
 """The tool registry: every tool an agent may name in its ``tools`` list, by name.
 
-:func:`default_registry` holds the native tools — the clock, the session-state slots, and (when their
-modules are present) files in the session workspace, document reading, channel actions and
-``search_history``. Custom integrations register more with :meth:`ToolRegistry.register`.
+:func:`default_registry` holds the native tools — the clock, the session-state slots, web search and image
+generation, and (when their modules are present) files in the session workspace, document reading, channel actions
+and ``search_history``. Custom integrations register more with :meth:`ToolRegistry.register`.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.agent.config import Agent
@@ -21,9 +21,11 @@ from switchboard.core.tools.builtin.skills import agent_skills, skill_tools
 from switchboard.core.tools.definition import Tool
 
 if TYPE_CHECKING:
+    from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tables.tools import ConnectedTables
     from switchboard.core.tools.builtin.documents import DocumentLimits
     from switchboard.core.tools.builtin.shell import EgressGate, SandboxSource, ShellOptions
+    from switchboard.core.tools.rest.tool import RestTransport
     from switchboard.sandbox.runner import Sandbox
     from switchboard.skills.package import SkillRef
     from switchboard.skills.store import SkillLibrary
@@ -163,6 +165,9 @@ def default_registry(
     skills: SkillLibrary | None = None,
     egress: EgressGate | None = None,
     tables: ConnectedTables | None = None,
+    agents: Mapping[str, Agent] | None = None,
+    search: RestTransport | None = None,
+    images: ImageProvider | None = None,
 ) -> ToolRegistry:
     """The native tools: clock, slots, and files, documents, channel actions and history when present.
 
@@ -176,6 +181,9 @@ def default_registry(
         skills: Where ``use_skill`` finds packages (default: the built-in skills only).
         egress: The worker's egress proxy for ``shell`` commands (``None``: they have no network).
         tables: Each agent's connected tables; ``None``: the table tools are not offered.
+        agents: The agents whose ``search:`` and ``images:`` blocks ``web_search`` and ``generate_image`` follow.
+        search: The way out of ``web_search``'s API calls (the worker's egress; ``None``: they fail, saying so).
+        images: Who draws for ``generate_image`` (``None``: it fails, saying so).
     """
     registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
     for module_name in OPTIONAL_TOOL_MODULES:
@@ -200,6 +208,12 @@ def default_registry(
 
         for tool in table_tools(tables):
             registry.register(tool)
+    from switchboard.core.tools.web.images import image_tool
+    from switchboard.core.tools.web.search import search_tool
+
+    known = dict(agents or {})
+    registry.register(search_tool(lambda: known, search))
+    registry.register(image_tool(lambda: known, images))
     if documents is not None and "read_document" in registry:
         from switchboard.core.tools.builtin.documents import document_tools
 
