@@ -32,7 +32,8 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue"):
+    noisy_loggers = ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue")
+    for noisy in (*noisy_loggers, "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -128,8 +128,8 @@ def clients_command(settings: Settings, action: str, name: str | None, tenant: s
             return 2
         print(token)
         print(
-            f"\nThe token above is shown only now (Redis keeps its SHA-256). Client {name!r} reaches tenant "
-            f"{tenant!r}'s agents: over HTTP at /mcp with 'Authorization: Bearer <token>', or over stdio with "
+            f"\nThe token above is shown only now (Redis keeps its SHA-256). Client {name!r} reaches the agents of "
+            f"tenant {tenant!r}: over HTTP at /mcp with 'Authorization: Bearer <token>', or over stdio with "
             f"`switchboard mcp serve --client {name}` and SWITCHBOARD_MCP_SERVE__TOKEN.",
             file=sys.stderr,
         )
