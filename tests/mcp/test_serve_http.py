@@ -13,7 +13,7 @@ from mcp.types import CallToolResult
 from switchboard.core.messages import session_key
 from switchboard.queue.drafts import DraftStore
 from switchboard.queue.eventlog import decode_entries
-from switchboard.queue.keys import SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import load_settings
 from tests.chaos.harness import Gateway, WorkerPool
 from tests.mcp.serving import (
@@ -70,6 +70,10 @@ async def test_another_tenants_client_never_sees_or_reaches_these_agents(
         refused = await session.call_tool("ask_helper", {"message": "hello"})
         assert isinstance(refused, CallToolResult) and refused.is_error
         assert "ask_helper" in text_of(refused)
+        proposed = await session.call_tool("propose_agent", {"name": "rival_two", "instructions": "Be brief."})
+        assert isinstance(proposed, CallToolResult) and not proposed.is_error
+    async with http_session(url, DESK) as session:  # this tenant's client never sees the other tenant's draft
+        assert "ask_rival" not in {tool.name for tool in (await session.list_tools()).tools}
 
 
 @pytest.mark.parametrize(
@@ -146,3 +150,35 @@ async def test_a_proposed_agent_is_a_draft_nobody_reaches_until_its_owner_accept
     chat = url.removesuffix("/mcp") + "/api/chat/sessions"
     async with aiohttp.ClientSession() as http, http.post(chat, json={"agent": "scout"}) as resp:
         assert resp.status == 403  # the web chat may not start it either
+
+
+async def test_text_that_is_not_unicode_is_400_and_queues_nothing(
+    serve_env: dict[str, str], clients: None, gateways: Callable[[dict[str, str]], Gateway], async_redis: aioredis.Redis
+) -> None:
+    url = await served(gateways, serve_env)
+    call = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask_helper", "arguments": '
+    body = call + b'{"message": "bad \\ud800 text"}}}'
+    sent = {
+        "Authorization": f"Bearer {DESK}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=sent) as resp:
+        answer: Any = await resp.json()
+    assert resp.status == 400, answer  # a lone surrogate never reaches the agent
+    assert answer["error"]["code"] == -32700, answer
+    assert await async_redis.zcard(GlobalKeys().sessions) == 0
+
+
+async def test_other_methods_than_post_are_405_and_need_a_token_first(
+    serve_env: dict[str, str], clients: None, gateways: Callable[[dict[str, str]], Gateway]
+) -> None:
+    url = await served(gateways, serve_env)
+    headers = {"Authorization": f"Bearer {DESK}", "Accept": "application/json, text/event-stream"}
+    async with aiohttp.ClientSession() as http:
+        for method in ("GET", "DELETE"):
+            async with http.request(method, url, headers=headers) as resp:
+                assert resp.status == 405 and resp.headers["Allow"] == "POST", (method, resp.status)
+        async with http.get(url) as resp:
+            assert resp.status == 401

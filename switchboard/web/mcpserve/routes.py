@@ -89,10 +89,14 @@ def _scope(request: web.Request) -> dict[str, Any]:
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
-    """``POST|GET|DELETE /mcp``: one MCP request of an authenticated client, through the SDK's transport."""
+    """``POST /mcp``: one MCP request of an authenticated client, through the SDK's transport (others: ``405``)."""
     client = await _client(request)
     if isinstance(client, web.Response):
         return client
+    if request.method != "POST":  # stateless and JSON only: no event stream to open (GET), no session to end (DELETE)
+        refused = _error(405, "method_not_allowed", "this MCP server answers POST only (stateless, JSON responses)")
+        refused.headers["Allow"] = "POST"
+        return refused
     limit = request.app[SETTINGS].mcp_serve.max_body_bytes
     body = await _body(request, limit)
     if body is None:

@@ -128,6 +128,8 @@ class McpService:
             raise McpRefusedError(f"no ready agent {agent!r} here")
         if not message.strip() or len(message) > MAX_MESSAGE_CHARS:
             raise McpRefusedError(f"message must be 1-{MAX_MESSAGE_CHARS} characters, not blank")
+        if not _encodable(message):
+            raise McpRefusedError("message must be valid Unicode text (no lone surrogates)")
         if conversation is not None and not re.match(CONVERSATION_PATTERN, conversation):
             raise McpRefusedError("conversation must be 1-64 of A-Z a-z 0-9 _ -, as an earlier answer gave it")
         conversation = conversation or uuid.uuid4().hex
@@ -206,6 +208,8 @@ class McpService:
         """
         if not re.match(AGENT_NAME_PATTERN, name):
             raise McpRefusedError("name must be 1-40 of a-z 0-9 _, starting with a letter")
+        if not _encodable(instructions, display_name or "", description, *tools):
+            raise McpRefusedError("every field must be valid Unicode text (no lone surrogates)")
         if not instructions.strip() or len(instructions) > MAX_INSTRUCTIONS_CHARS:
             raise McpRefusedError(f"instructions must be 1-{MAX_INSTRUCTIONS_CHARS} characters, not blank")
         unknown = sorted(set(tools) - self.tool_names)
@@ -232,3 +236,12 @@ class McpService:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _encodable(*values: str) -> bool:
+    try:
+        for value in values:
+            value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
