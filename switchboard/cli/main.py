@@ -32,7 +32,8 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue"):
+    noisy_loggers = ("aiohttp.access", "httpx", "telegram", "slack_sdk", "discord", "rq.worker", "rq.queue")
+    for noisy in (*noisy_loggers, "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -325,10 +326,13 @@ def _parser() -> argparse.ArgumentParser:
         "agents",
         "list agents, show one, or validate them all",
         "list: every agent with its status and model. show NAME: one agent's profile, model, limits and tools. "
-        "validate: every agent's problems (exit status 1 when there is one). Reads the YAML file only.",
+        "validate: every agent's problems (exit status 1 when there is one). Reads the YAML file only. drafts: the "
+        "agents MCP clients proposed (never served); accept NAME writes one to agents.d/<tenant>/NAME.yaml beside "
+        "the YAML file (served from each process's next start); reject NAME drops it.",
     )
-    agents.add_argument("action", choices=["list", "show", "validate"], help="what to do")
-    agents.add_argument("name", nargs="?", help="agent name (show)")
+    agents.add_argument("action", choices=["list", "show", "validate", "drafts", "accept", "reject"], help="what to do")
+    agents.add_argument("name", nargs="?", help="agent name (show, accept, reject)")
+    agents.add_argument("--tenant", default="default", help="drafts, accept, reject: whose draft agents")
     skills = _command(
         sub,
         "skills",
@@ -341,15 +345,23 @@ def _parser() -> argparse.ArgumentParser:
     mcp = _command(
         sub,
         "mcp",
-        "review and accept an MCP server's tools (tools SERVER, accept SERVER [TOOL])",
+        "MCP servers' tools (tools, accept); Switchboard as an MCP server (serve, clients)",
         "tools SERVER: connect to a server of the YAML's mcp_servers and list the tools it announces, each with "
         "the hash of its description and schema and whether it is new, accepted or changed since accepted. "
         "accept SERVER [TOOL]: pin the server's identity and its tools (or one tool); a tool whose description or "
-        "schema changes after that is disabled until accepted again. See docs/mcp.md.",
+        "schema changes after that is disabled until accepted again. serve --client NAME: be an MCP server over "
+        "stdio for one client (its token in SWITCHBOARD_MCP_SERVE__TOKEN): a tool ask_<agent> per ready agent of "
+        "its tenant, and propose_agent. clients add NAME | list | remove NAME: the clients of serve and of the web "
+        "tier's /mcp (add prints the token once). See docs/mcp.md.",
     )
-    mcp.add_argument("action", choices=["tools", "accept"], help="what to do")
-    mcp.add_argument("server", help="the server's name in mcp_servers")
-    mcp.add_argument("tool", nargs="?", help="accept: only this tool (default: every announced tool)")
+    mcp.add_argument("action", choices=["tools", "accept", "serve", "clients"], help="what to do")
+    mcp.add_argument(
+        "server", nargs="?", help="tools, accept: the server's name in mcp_servers; clients: add|list|remove"
+    )
+    mcp.add_argument("tool", nargs="?", help="accept: only this tool (default: every one); clients: the client's NAME")
+    mcp.add_argument("--client", help="serve: the client's name (as `mcp clients add` made it)")
+    mcp.add_argument("--token", help="serve: the client's token (default: SWITCHBOARD_MCP_SERVE__TOKEN)")
+    mcp.add_argument("--tenant", default="default", help="clients: the tenant whose clients")
     skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
     skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
     skills.add_argument("--template", help="install the shipped template NAME (add)")
@@ -520,6 +532,15 @@ def _control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         command.add_argument("--operator", help="your operator name (signed as console:NAME; default: login name)")
 
 
+def _check_mcp_args(args: argparse.Namespace) -> None:
+    if args.action in {"tools", "accept"} and not args.server:
+        args.command_parser.error(f"`mcp {args.action}` needs a SERVER (a name in mcp_servers)")
+    if args.action == "serve" and not args.client:
+        args.command_parser.error("`mcp serve` needs --client NAME (see `switchboard mcp clients list`)")
+    if args.action == "clients" and args.server not in {"add", "list", "remove"}:
+        args.command_parser.error("`mcp clients` needs add NAME, list or remove NAME")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``switchboard`` console script."""
     parser = _parser()
@@ -531,8 +552,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.error(f"`sessions {args.action}` needs a session KEY (see `switchboard sessions list`)")
     if args.command == "telegram" and args.action == "set-webhook" and not args.url:
         args.command_parser.error("`telegram set-webhook` needs the URL Telegram should post to")
+    if args.command == "agents" and args.action in {"accept", "reject"} and not args.name:
+        args.command_parser.error(f"`agents {args.action}` needs the draft's NAME (see `switchboard agents drafts`)")
     if args.command == "agents" and args.action == "show" and not args.name:
         args.command_parser.error("`agents show` needs an agent NAME (see `switchboard agents list`)")
+    if args.command == "mcp":
+        _check_mcp_args(args)
     if args.command == "console":  # needs no settings: works before the YAML file is valid
         return cmd_console(args.action)
     if args.command == "api-tokens":  # needs no settings either
@@ -581,6 +606,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from switchboard.cli.schedules import schedules_command
 
             return schedules_command(settings, args)
+        if args.command == "agents" and args.action in {"drafts", "accept", "reject"}:
+            from switchboard.cli.drafts import drafts_command
+
+            return drafts_command(settings, args.action, args.name, args.tenant)
         if args.command == "agents":
             return cmd_agents(settings, args.action, args.name)
         if args.command == "skills":
@@ -600,6 +629,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mcp":
             from switchboard.cli.mcp import mcp_command
 
+            if args.action == "serve":
+                from switchboard.cli.mcp import serve_command
+
+                return serve_command(settings, args.client, args.token)
+            if args.action == "clients":
+                from switchboard.cli.mcp import clients_command
+
+                return clients_command(settings, args.server, args.tool, args.tenant)
             return mcp_command(settings, args.action, args.server, args.tool)
         if args.command == "webhooks":
             return cmd_webhooks(settings, args.tenant, args.limit)

@@ -14,7 +14,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mcp import types
 
@@ -30,7 +30,7 @@ from switchboard.settings import Settings
 if TYPE_CHECKING:
     from switchboard.core.tools.builtin.shell import EgressGate
 
-__all__ = ["mcp_command", "pin_store", "sandbox_host"]
+__all__ = ["clients_command", "mcp_command", "pin_store", "sandbox_host", "serve_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,3 +121,88 @@ def mcp_command(settings: Settings, action: str, server: str, tool: str | None) 
     except ToolError as err:
         print(f"switchboard: {err}", file=sys.stderr)
         return 1
+
+
+# ---------------------------------------------------------------- Switchboard as an MCP server
+
+
+def clients_command(settings: Settings, action: str, name: str | None, tenant: str) -> int:
+    """``mcp clients add NAME|list|remove NAME``: the clients of ``mcp serve``; ``add`` prints the token once."""
+    from switchboard.cli.sessions import redis_url_for, with_redis
+    from switchboard.queue.mcpclients import McpClientStore
+    from switchboard.web.api.tokens import new_token, token_hash
+
+    if action in {"add", "remove"} and not name:
+        print(f"switchboard: `mcp clients {action}` needs the client's NAME", file=sys.stderr)
+        return 2
+
+    async def body(redis: Any) -> int:
+        store = McpClientStore(redis)
+        if action == "list":
+            clients = await store.of_tenant(tenant)
+            for client in clients:
+                print(f"{client.name:<24} tenant={client.tenant}  sha256={client.sha256[:12]}…")
+            if not clients:
+                print(f"no MCP clients for tenant {tenant!r} (add one: switchboard mcp clients add NAME)")
+            return 0
+        assert name is not None
+        if action == "remove":
+            if not await store.remove(tenant, name):
+                print(f"switchboard: tenant {tenant!r} has no MCP client {name!r}", file=sys.stderr)
+                return 1
+            print(f"removed MCP client {name!r} of tenant {tenant!r}: its token is refused from now on")
+            return 0
+        token = new_token()
+        try:
+            await store.add(tenant, name, token_hash(token))
+        except ValueError as err:
+            print(f"switchboard: {err}", file=sys.stderr)
+            return 2
+        print(token)
+        print(
+            f"\nThe token above is shown only now (Redis keeps its SHA-256). Client {name!r} reaches the agents of "
+            f"tenant {tenant!r}: over HTTP at /mcp with 'Authorization: Bearer <token>', or over stdio with "
+            f"`switchboard mcp serve --client {name}` and SWITCHBOARD_MCP_SERVE__TOKEN.",
+            file=sys.stderr,
+        )
+        return 0
+
+    return with_redis(redis_url_for(settings), body)
+
+
+def serve_command(settings: Settings, client_name: str, token: str | None) -> int:
+    """``mcp serve --client NAME``: serve the client's tenant's agents over stdio until the client hangs up."""
+    presented = token or (settings.mcp_serve.token.get_secret_value() if settings.mcp_serve.token else "")
+    if not presented:
+        print("switchboard: give the client's token in SWITCHBOARD_MCP_SERVE__TOKEN (or --token)", file=sys.stderr)
+        return 2
+    from switchboard.cli.sessions import redis_url_for, with_redis
+
+    return with_redis(redis_url_for(settings), functools.partial(_serve_stdio, settings, client_name, presented))
+
+
+async def _serve_stdio(settings: Settings, client_name: str, token: str, redis: Any) -> int:
+    from switchboard.channels.registry import account_configs, configured_factories
+    from switchboard.core.tools.builtin import default_registry
+    from switchboard.queue.ingest import Ingestor
+    from switchboard.queue.mcpclients import McpClientStore
+    from switchboard.queue.router import IngestRouter
+    from switchboard.web.api.tokens import MAX_TOKEN_CHARS, token_hash
+    from switchboard.web.mcpserve.server import build_server
+    from switchboard.web.mcpserve.service import McpService
+
+    client = None
+    if len(token) <= MAX_TOKEN_CHARS and token.isascii():
+        client = await McpClientStore(redis).find(token_hash(token))
+    if client is None or client.name != client_name:
+        print(f"switchboard: the token is not MCP client {client_name!r}'s (see `mcp clients list`)", file=sys.stderr)
+        return 2
+    accounts = [
+        (found.name, config.account)
+        for found in configured_factories(settings)
+        for config in account_configs(settings, found, settings.environ or None)
+    ]
+    router = IngestRouter(Ingestor(redis, settings.queue, settings.limits), settings.file, accounts)
+    service = McpService(redis, router, wait_s=settings.mcp_serve.wait_s, tool_names=default_registry().names())
+    await build_server(service, client).run_stdio_async()
+    return 0

@@ -431,6 +431,18 @@ class GlobalKeys:
         """STRING counter, EX one hour: ``/link`` codes asked for and wrong codes tried by one principal."""
         return f"{self.prefix}:{{people:{tenant}}}:tries:{principal}"
 
+    def mcp_client(self, token_hash: str) -> str:
+        """STRING JSON ``{"name", "tenant", "sha256", "created_at"}``: an MCP client of ``mcp serve``, by token hash."""
+        return f"{self.prefix}:mcp:client:{token_hash}"
+
+    def mcp_clients(self, tenant: str) -> str:
+        """HASH client name → its token's SHA-256: one tenant's MCP clients, for listing and removal."""
+        return f"{self.prefix}:mcp:{tenant}:clients"
+
+    def agent_drafts(self, tenant: str) -> str:
+        """HASH agent name → JSON draft (the proposed agent, who proposed it, when): never served until accepted."""
+        return f"{self.prefix}:drafts:{tenant}:agents"
+
 
 @dataclass(frozen=True, slots=True)
 class RQKeys:

@@ -46,6 +46,7 @@ from switchboard.settings.computer import (
     SandboxSettings,
 )
 from switchboard.settings.console import ConsoleConfig, ConsoleSettings
+from switchboard.settings.mcpserve import McpServeSettings
 from switchboard.settings.proxies import TrustedProxies, parse_trusted_proxies
 
 __all__ = [
@@ -317,6 +318,12 @@ class FileConfig(BaseModel):
             hidden.add("voice")
         return frozenset(hidden)
 
+    _agent_tenants: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def agent_tenant(self, name: str) -> str | None:
+        """The tenant an accepted agent (``agents.d/<tenant>/``) belongs to; ``None`` for the YAML file's agents."""
+        return self._agent_tenants.get(name)
+
     def agent(self, name: str | None) -> Agent:
         """The named agent, or the default one."""
         key = name or self.default_agent
@@ -425,6 +432,7 @@ class Settings(BaseSettings):
     egress: EgressSettings = Field(default_factory=EgressSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    mcp_serve: McpServeSettings = Field(default_factory=McpServeSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()
     """Comma-separated addresses/CIDRs whose ``X-Forwarded-For`` is believed for the client address."""
 
@@ -536,6 +544,24 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
     return settings
 
 
+def _add_accepted(cfg: FileConfig, path: Path) -> None:
+    """Add the accepted agents beside the YAML file (``agents.d/<tenant>/<name>.yaml``) to ``cfg``.
+
+    Raises:
+        ConfigError: one is invalid, or has the name of an agent of the file.
+    """
+    from switchboard.settings.accepted import read_accepted
+
+    for name, (tenant, agent) in read_accepted(path).items():
+        if name in cfg.agents:
+            raise ConfigError(
+                f"{path.parent}/agents.d/{tenant}/{name}.yaml: agent {name!r} is also defined in {path}; remove one",
+                field=f"agents.{name}",
+            )
+        cfg.agents[name] = agent
+        cfg._agent_tenants[name] = tenant
+
+
 def load_file(path: Path, *, required: bool = False, secrets: Collection[str] | None = None) -> FileConfig:
     """Parse and validate the YAML file; a missing optional file gives the built-in defaults.
 
@@ -546,7 +572,9 @@ def load_file(path: Path, *, required: bool = False, secrets: Collection[str] | 
     if not path.exists():
         if required:
             raise ConfigError(f"config file {path} does not exist: create it or fix SWITCHBOARD_CONFIG", field="config")
-        return FileConfig(agents=_default_agents())
+        defaults = FileConfig(agents=_default_agents())
+        _add_accepted(defaults, path)
+        return defaults
     if not path.is_file():
         raise ConfigError(f"config file {path} is not a file: fix SWITCHBOARD_CONFIG", field="config")
     try:
@@ -572,6 +600,7 @@ def load_file(path: Path, *, required: bool = False, secrets: Collection[str] | 
         raise ConfigError(_format_validation(err, str(path))) from None
     if not cfg.agents:
         cfg.agents = _default_agents()
+    _add_accepted(cfg, path)
     if cfg.default_agent not in cfg.agents:
         raise ConfigError(
             f"{path}: default_agent {cfg.default_agent!r} is not defined under agents "

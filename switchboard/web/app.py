@@ -28,6 +28,8 @@ from switchboard.web.console import routes as console_routes
 from switchboard.web.console import schedules as console_schedules
 from switchboard.web.console import stream as console_stream
 from switchboard.web.console.budgets import add_budget_routes
+from switchboard.web.console.drafts import add_draft_routes
+from switchboard.web.mcpserve import routes as mcp_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
 from switchboard.web.webchat import routes as webchat
 
@@ -143,4 +145,7 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     add_budget_routes(app)
     api_routes.add_routes(app)
     console_schedules.add_schedule_routes(app)
+    add_draft_routes(app)
+    if settings.mcp_serve.http:
+        mcp_routes.add_routes(app)
     return app

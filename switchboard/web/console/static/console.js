@@ -435,6 +435,25 @@
     );
   }
 
+  async function loadDrafts() {
+    const data = await call("GET", "drafts");
+    $("drafts-body").replaceChildren(
+      ...data.drafts.map((d) => {
+        const target = { tenant: d.tenant, name: d.name };
+        const actions = el("span");
+        if (canAct)
+          actions.append(
+            button("Accept", "draft-accept", () => write("drafts/accept", target, `Accepted ${d.name}: served from each process's next start.`)),
+            " ",
+            button("Reject", "draft-reject", () => write("drafts/reject", target, `Rejected ${d.name}.`)),
+          );
+        return row([d.tenant, `${d.name} (${d.display_name})`, d.proposed_by, d.instructions, (d.tools || []).join(", ") || "none", actions], {
+          "data-testid": "draft-row",
+        });
+      }),
+    );
+  }
+
   async function loadUsage() {
     const data = await call("GET", "usage");
     $("usage-body").replaceChildren(
@@ -607,7 +626,7 @@
     }
   });
 
-  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: loadAgents, usage: loadUsage, access: loadAccess,
+  const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: async () => { await loadAgents(); await loadDrafts(); }, usage: loadUsage, access: loadAccess,
     budgets: loadBudgets, people: loadPeople, schedules: loadSchedules };
 
   async function refresh() {

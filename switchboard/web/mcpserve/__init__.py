@@ -1,0 +1,1 @@
+"""``switchboard mcp serve``: Switchboard as an MCP server (stdio, and streamable HTTP at ``/mcp``)."""
