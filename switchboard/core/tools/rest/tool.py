@@ -36,6 +36,7 @@ __all__ = [
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _SHOWN_ERROR = 300
 """Characters of an error response shown to the model."""
+_DOT_SEGMENTS = frozenset({"", ".", ".."})
 
 
 class RestReply(Protocol):
@@ -79,6 +80,7 @@ class DeclaredArguments(BaseModel):
 
     declared_schema: ClassVar[dict[str, Any]] = {}
     checker: ClassVar[Draft202012Validator | None] = None
+    path_arguments: ClassVar[tuple[str, ...]] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +91,9 @@ class DeclaredArguments(BaseModel):
             errors = sorted(cls.checker.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
             if errors:
                 raise ValueError("; ".join(_describe(e) for e in errors[:5]))
+        for name in cls.path_arguments:  # a dot segment would move the call to another path of the host
+            if name in data and _text(data[name]) in _DOT_SEGMENTS:
+                raise ValueError(f"{name}: {_text(data[name])!r} is not a path segment")
         return data
 
     @classmethod
@@ -105,7 +110,12 @@ def _describe(error: SchemaViolation) -> str:
 def _arguments_model(spec: RestToolSpec) -> type[DeclaredArguments]:
     title = "".join(part.capitalize() for part in spec.name.split("_")) + "Arguments"
     checker = Draft202012Validator(spec.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    namespace = {"__module__": __name__, "declared_schema": spec.parameters, "checker": checker}
+    namespace = {
+        "__module__": __name__,
+        "declared_schema": spec.parameters,
+        "checker": checker,
+        "path_arguments": tuple(path_names(spec.url)),
+    }
     return type(title, (DeclaredArguments,), namespace)
 
 
