@@ -52,3 +52,23 @@ async def test_a_path_argument_with_dots_inside_stays_one_segment(rest_world: Ca
     (event,) = world.sink.events
     assert event.path == "/v1/customers/a..b/orders"
     assert out.error_class != "validation"
+
+
+async def test_an_argument_the_schema_does_not_declare_is_refused_and_never_sent(
+    rest_world: Callable[..., RestWorld],
+) -> None:
+    world = rest_world()
+    out = await loose_tool(world).call("customer_orders", {"cid": "C1", "all_tenants": "true"}, world.ctx())
+    assert (out.ok, out.error_class) == (False, "validation"), out
+    assert "all_tenants" in (out.error or "")
+    assert world.sink.events == []
+
+
+async def test_a_schema_that_opts_in_to_more_arguments_passes_them_on(rest_world: Callable[..., RestWorld]) -> None:
+    world = rest_world()
+    opened = {"type": "object", "required": ["cid"], "properties": {"cid": {"type": "string"}}}
+    gateway = loose_tool(world, parameters={**opened, "additionalProperties": {"type": "string"}})
+    await gateway.call("customer_orders", {"cid": "C1", "page": "2"}, world.ctx())
+    (event,) = world.sink.events
+    assert event.path == "/v1/customers/C1/orders"
+    assert event.decision == "allowed"

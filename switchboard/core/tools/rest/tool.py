@@ -37,6 +37,7 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _SHOWN_ERROR = 300
 """Characters of an error response shown to the model."""
 _DOT_SEGMENTS = frozenset({"", ".", ".."})
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
 
 class RestReply(Protocol):
@@ -109,7 +110,10 @@ def _describe(error: SchemaViolation) -> str:
 
 def _arguments_model(spec: RestToolSpec) -> type[DeclaredArguments]:
     title = "".join(part.capitalize() for part in spec.name.split("_")) + "Arguments"
-    checker = Draft202012Validator(spec.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    checked = spec.parameters
+    if not any(keyword in checked for keyword in _OPEN_KEYWORDS):  # only declared arguments reach the API
+        checked = {**checked, "additionalProperties": False}
+    checker = Draft202012Validator(checked, format_checker=Draft202012Validator.FORMAT_CHECKER)
     namespace = {
         "__module__": __name__,
         "declared_schema": spec.parameters,
