@@ -96,6 +96,8 @@ def _draft(
     document: Mapping[str, Any], base: str, operation_id: str, found: tuple[str, str, dict[str, Any]]
 ) -> dict[str, Any]:
     method, path, operation = found
+    if not path.startswith("/"):  # else the document's path would extend the server's host name or port
+        raise OpenApiError(f"{operation_id}: its path {path!r} does not start with '/'")
     properties: dict[str, Any] = {}
     required: list[str] = []
     query: list[str] = []
