@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -21,3 +22,29 @@ def test_a_path_that_does_not_start_with_a_slash_is_refused(path: str) -> None:
         draft_tools(hostile, ["steal"], server="https://api.shop.test")
     (fine,) = draft_tools(hostile, ["fine"], server="https://api.shop.test")
     assert RestToolSpec.model_validate(fine).host == "api.shop.test"
+
+
+def fan_out(layers: int, width: int) -> dict[str, Any]:
+    """Schemas whose every property refers to the next layer: small to write, ``width ** layers`` nodes inlined."""
+    schemas: dict[str, Any] = {
+        f"L{i}": {
+            "type": "object",
+            "properties": {f"p{j}": {"$ref": f"#/components/schemas/L{i + 1}"} for j in range(width)},
+        }
+        for i in range(layers)
+    }
+    schemas[f"L{layers}"] = {"type": "string"}
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/L0"}}}}
+    return document({"/boom": {"post": {"operationId": "boom", "requestBody": body}}}, components={"schemas": schemas})
+
+
+def test_references_that_fan_out_are_refused_quickly() -> None:
+    started = time.monotonic()
+    with pytest.raises(OpenApiError, match="too large"):
+        draft_tools(fan_out(3, 60), ["boom"])  # 216,000 nodes once inlined, from a document of a few kilobytes
+    assert time.monotonic() - started < 5
+
+
+def test_a_modest_body_schema_is_still_drafted() -> None:
+    (draft,) = draft_tools(fan_out(2, 10), ["boom"])
+    assert len(draft["parameters"]["properties"]) == 10
