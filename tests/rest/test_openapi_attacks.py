@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from switchboard.core.tools.rest.declaration import RestToolSpec
 from switchboard.core.tools.rest.openapi import OpenApiError, draft_tools
+from tests.rest.test_openapi_import import sb
 
 
 def document(paths: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -48,3 +50,11 @@ def test_references_that_fan_out_are_refused_quickly() -> None:
 def test_a_modest_body_schema_is_still_drafted() -> None:
     (draft,) = draft_tools(fan_out(2, 10), ["boom"])
     assert len(draft["parameters"]["properties"]) == 10
+
+
+def test_a_document_nested_past_the_parsers_depth_is_a_clear_error(base_env: dict[str, str], tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 20_000)
+    done = sb("tools", "import", "openapi", str(deep), "--agent", "assistant", "--only", "x", env=base_env)
+    assert done.returncode == 2, done.stderr
+    assert "is not a readable OpenAPI document" in done.stderr and "Traceback" not in done.stderr
