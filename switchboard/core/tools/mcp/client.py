@@ -78,17 +78,24 @@ class McpConnection:
                 ) from exc
         return list(self._tools)
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], *, write: bool = False) -> types.CallToolResult:
         """Call one tool; a failed session is dropped so that the next call opens a new one.
 
         Raises:
-            ToolError: the session failed (``transient``: the call may be made again on a new session).
+            ToolError: the session failed: ``transient`` (the call may be made again on a new session), or for a
+                ``write`` that was sent, ``ambiguous_timeout`` (the server may have done it before it failed).
         """
         session = await self._open()
         try:
             return await session.call_tool(tool, arguments, read_timeout_seconds=self.server.timeout_s)
         except Exception as exc:
             await self.aclose()
+            if write:
+                raise ToolError(
+                    f"the MCP server {self.name} failed during the call ({type(exc).__name__}): "
+                    "it may have happened; do not repeat it, tell the user",
+                    error_class="ambiguous_timeout",
+                ) from exc
             raise ToolError(
                 f"the MCP server {self.name} failed: {type(exc).__name__}", error_class="transient"
             ) from exc

@@ -113,6 +113,7 @@ def _description(server: str, pinned: PinnedTool) -> str:
 
 def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool, clients: McpClients) -> Tool:
     name = tool_name(server_name, pinned.name)
+    write = pinned.name not in server.reads
 
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
         connection = clients.get(server_name)
@@ -132,10 +133,9 @@ def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool
                 f"(`switchboard mcp accept {server_name} {pinned.name}`)",
                 error_class="auth",
             )
-        result = await connection.call(pinned.name, args.model_dump(mode="json"))
+        result = await connection.call(pinned.name, args.model_dump(mode="json"), write=write)
         return result_value(result)
 
-    write = pinned.name not in server.reads
     return Tool(
         name=name,
         description=_description(server_name, pinned),

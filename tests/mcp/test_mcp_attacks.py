@@ -1,0 +1,91 @@
+"""MCP client under attack: a server that dies or stalls in the middle of a write, a huge result."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.definition import ToolContext
+from switchboard.core.tools.effects import TurnEffects
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.core.tools.mcp.client import McpClients
+from switchboard.core.tools.mcp.config import identity
+from switchboard.core.tools.mcp.pins import PinStore
+from switchboard.core.tools.mcp.tools import mcp_tools
+from switchboard.types import SessionKey
+from tests.mcp.test_client import stdio
+
+
+@pytest.fixture
+async def writes(tmp_path: Path) -> AsyncIterator[McpClients]:
+    """The test server with ``slow`` an (irreversible) write: only ``pid`` is declared a read."""
+    made = McpClients({"calc": stdio(tmp_path / "state").model_copy(update={"reads": ["pid"], "timeout_s": 1.0})})
+    yield made
+    await made.aclose()
+
+
+async def gateway_of(tmp_path: Path, clients: McpClients) -> ToolGateway:
+    pins = PinStore(tmp_path / "pins.json")
+    connection = clients.get("calc")
+    pins.accept("calc", connection.identity or identity(clients.servers["calc"]), await connection.tools())
+    registry = ToolRegistry()
+    for tool in mcp_tools(clients.servers, pins, clients):
+        registry.register(tool)
+    return ToolGateway(registry, workspace_root=tmp_path / "ws-root", backoff_base_s=0.0)
+
+
+def context(tmp_path: Path, effects: TurnEffects) -> ToolContext:
+    return ToolContext(
+        session_key=SessionKey("default/a/web/main/conv-1"),
+        tenant="default",
+        run_id="run-1",
+        actor="web:u1",
+        workspace=tmp_path / "ws-root" / "ws",
+        idempotency_key="",
+        agent="a",
+        effects=effects,
+    )
+
+
+async def test_a_server_that_dies_during_a_write_leaves_it_in_doubt_and_it_is_not_run_again(
+    tmp_path: Path, writes: McpClients
+) -> None:
+    gateway = await gateway_of(tmp_path, writes)
+    effects = TurnEffects()
+    ctx = context(tmp_path, effects)
+    asked = await gateway.call("calc__slow", {"seconds": 0.5}, ctx)
+    assert asked.error_class == "needs_approval" and asked.approval is not None
+    pid = int(str((await writes.get("calc").call("pid", {})).structured_content["result"]))
+    running = asyncio.create_task(gateway.call("calc__slow", {"seconds": 0.5}, ctx, approved=asked.approval))
+    await asyncio.sleep(0.2)  # the request is on its way (or being served): the write may happen
+    os.kill(pid, signal.SIGKILL)
+    died = await running
+    assert (died.ok, died.error_class) == (False, "ambiguous_timeout"), died
+    assert list(effects.doubts) == [asked.approval.idempotency_key]
+    again = await gateway.call("calc__slow", {"seconds": 0.5}, ctx, approved=asked.approval)
+    assert (again.ok, again.error_class) == (False, "ambiguous"), again
+
+
+async def test_a_write_past_its_read_timeout_is_in_doubt(tmp_path: Path, writes: McpClients) -> None:
+    gateway = await gateway_of(tmp_path, writes)
+    ctx = context(tmp_path, TurnEffects())
+    asked = await gateway.call("calc__slow", {"seconds": 3}, ctx)
+    assert asked.approval is not None
+    late = await gateway.call("calc__slow", {"seconds": 3}, ctx, approved=asked.approval)
+    assert (late.ok, late.error_class, late.attempts) == (False, "ambiguous_timeout", 1), late
+
+
+async def test_a_read_that_fails_mid_call_is_still_transient_and_retried(tmp_path: Path, writes: McpClients) -> None:
+    gateway = await gateway_of(tmp_path, writes)
+    first = int(str((await writes.get("calc").call("pid", {})).structured_content["result"]))
+    os.kill(first, signal.SIGKILL)
+    await asyncio.sleep(0.2)
+    out = await gateway.call("calc__pid", {}, context(tmp_path, TurnEffects()))
+    assert out.ok, out
+    assert out.value["structured"]["result"] != first
