@@ -1,4 +1,4 @@
-"""MCP client under attack: a server that dies or stalls in the middle of a write, a huge result."""
+"""MCP client under attack: a server that dies or stalls in the middle of a write."""
 
 from __future__ import annotations
 
@@ -79,13 +79,3 @@ async def test_a_write_past_its_read_timeout_is_in_doubt(tmp_path: Path, writes:
     assert asked.approval is not None
     late = await gateway.call("calc__slow", {"seconds": 3}, ctx, approved=asked.approval)
     assert (late.ok, late.error_class, late.attempts) == (False, "ambiguous_timeout", 1), late
-
-
-async def test_a_read_that_fails_mid_call_is_still_transient_and_retried(tmp_path: Path, writes: McpClients) -> None:
-    gateway = await gateway_of(tmp_path, writes)
-    first = int(str((await writes.get("calc").call("pid", {})).structured_content["result"]))
-    os.kill(first, signal.SIGKILL)
-    await asyncio.sleep(0.2)
-    out = await gateway.call("calc__pid", {}, context(tmp_path, TurnEffects()))
-    assert out.ok, out
-    assert out.value["structured"]["result"] != first
