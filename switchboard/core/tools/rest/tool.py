@@ -36,6 +36,9 @@ __all__ = [
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _SHOWN_ERROR = 300
 """Characters of an error response shown to the model."""
+_MAX_ANSWER_BYTES = 8 * 2**20
+"""Largest answer a declared tool parses: one narrow operation's result, far below what egress lets through (a small
+JSON text of empty objects parses into about 25 times its size in memory)."""
 _DOT_SEGMENTS = frozenset({"", ".", ".."})
 _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
@@ -252,6 +255,12 @@ def build_rest_tool(spec: RestToolSpec, transport: RestTransport | None) -> Tool
         )
         if reply.refused is not None or not 200 <= reply.status < 300:
             raise _failure(spec, reply)
+        if len(reply.body) > _MAX_ANSWER_BYTES:
+            raise ToolError(
+                f"{spec.host} answered {len(reply.body) // 2**20} MiB: too large for a tool result "
+                f"(at most {_MAX_ANSWER_BYTES // 2**20} MiB); narrow the call",
+                error_class="permanent",
+            )
         return project(_decoded(reply), spec.result)
 
     return Tool(
