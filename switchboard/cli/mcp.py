@@ -27,6 +27,14 @@ def pin_store(settings: Settings) -> PinStore:
     return PinStore(settings.data_path / "mcp" / "pins.json")
 
 
+def _shown(name: str) -> str:
+    """A tool name as printed: the server's text, escaped when it holds control characters.
+
+    A terminal would act on them: move the cursor up and erase the lines of another tool under review.
+    """
+    return name if name.isprintable() else repr(name)
+
+
 def _clients(settings: Settings, server: str) -> McpClients:
     guard = AddressGuard(settings.egress.internal_networks)
     return McpClients(
@@ -52,11 +60,11 @@ async def _tools(settings: Settings, server: str) -> int:
     for tool in announced:
         status = tool_status(pins, tool)
         usable = "" if re.match(TOOL_NAME_PATTERN, tool.name) else "  (name not usable: never offered)"
-        print(f"{tool.name:<28} {status:<9} {tool_sha256(tool)[:16]}{usable}")
+        print(f"{_shown(tool.name):<28} {status:<9} {tool_sha256(tool)[:16]}{usable}")
         text = (tool.description or "").replace("\n", " ")
         print(f"    description (the server's text, untrusted): {text[:300]!r}")
     for name in sorted(set(pins.tools if pins else ()) - {t.name for t in announced}):
-        print(f"{name:<28} {'removed':<9}")
+        print(f"{_shown(name):<28} {'removed':<9}")
     return 0
 
 
@@ -73,7 +81,7 @@ async def _accept(settings: Settings, server: str, tool: str | None) -> int:
         print(f"switchboard: {server} announces no tool {tool!r}", file=sys.stderr)
         return 1
     print(
-        f"accepted {len(accepted)} tool(s) of {server}: {', '.join(accepted)} "
+        f"accepted {len(accepted)} tool(s) of {server}: {', '.join(map(_shown, accepted))} "
         "(workers offer them from their next start)"
     )
     return 0

@@ -1,10 +1,12 @@
-"""MCP client under attack: a server that dies or stalls in the middle of a write."""
+"""MCP client under attack: a server that dies or stalls in the middle of a write, or hides a tool from review."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from switchboard.core.tools.mcp.config import identity
 from switchboard.core.tools.mcp.pins import PinStore
 from switchboard.core.tools.mcp.tools import mcp_tools
 from switchboard.types import SessionKey
+from tests.mcp.test_cli import environment, sb
 from tests.mcp.test_client import stdio
 
 
@@ -79,3 +82,23 @@ async def test_a_write_past_its_read_timeout_is_in_doubt(tmp_path: Path, writes:
     assert asked.approval is not None
     late = await gateway.call("calc__slow", {"seconds": 3}, ctx, approved=asked.approval)
     assert (late.ok, late.error_class, late.attempts) == (False, "ambiguous_timeout", 1), late
+
+
+def test_a_tool_name_with_terminal_control_sequences_is_listed_escaped(tmp_path: Path) -> None:
+    server = Path(__file__).resolve().parent / "escape_server.py"
+    env = environment(tmp_path)
+    config = tmp_path / "escape.yaml"
+    config.write_text(
+        "default_agent: a\n"
+        "mcp_servers:\n"
+        f"  esc: {{transport: stdio, command: [{json.dumps(sys.executable)}, {json.dumps(str(server))}]}}\n"
+        "agents:\n"
+        "  a: {profile: {name: A}, instructions: test}\n"
+    )
+    env |= {"SWITCHBOARD_CONFIG": str(config)}
+    listed = sb("mcp", "tools", "esc", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout
+    assert "wipe" in listed.stdout and "\\x1b[2A" in listed.stdout
+    accepted = sb("mcp", "accept", "esc", env=env)
+    assert accepted.returncode == 0 and "\x1b" not in accepted.stdout
