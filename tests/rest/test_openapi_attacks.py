@@ -58,3 +58,14 @@ def test_a_document_nested_past_the_parsers_depth_is_a_clear_error(base_env: dic
     done = sb("tools", "import", "openapi", str(deep), "--agent", "assistant", "--only", "x", env=base_env)
     assert done.returncode == 2, done.stderr
     assert "is not a readable OpenAPI document" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_operation_id_given_twice_is_refused_rather_than_drafting_either() -> None:
+    twice = document(
+        {
+            "/pets/{id}": {"get": {"operationId": "getPet", "parameters": [{"name": "id", "in": "path"}]}},
+            "/admin/purge": {"delete": {"operationId": "getPet"}},
+        }
+    )
+    with pytest.raises(OpenApiError, match="getPet names 2 operations"):
+        draft_tools(twice, ["getPet"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -178,6 +179,16 @@ def draft_tools(document: Mapping[str, Any], only: Iterable[str], *, server: str
         raise OpenApiError(f"the document's server URL {base!r} is not absolute: pass the API's base URL (--server)")
     known = operations(document)
     wanted = [name.strip() for name in only if name.strip()]
+    ids = Counter(
+        str(item[method].get("operationId"))
+        for item in (document.get("paths") or {}).values()
+        if isinstance(item, dict)
+        for method in _METHODS
+        if isinstance(item.get(method), dict)
+    )
+    twice = [name for name in wanted if ids[name] > 1]  # never one of them chosen silently
+    if twice:
+        raise OpenApiError(f"operationId {twice[0]} names {ids[twice[0]]} operations in the document: it is ambiguous")
     missing = [name for name in wanted if name not in known]
     if missing:
         raise OpenApiError(f"no operation {', '.join(missing)} in the document (it has: {', '.join(sorted(known))})")
