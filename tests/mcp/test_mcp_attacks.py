@@ -17,7 +17,7 @@ from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.effects import TurnEffects
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.tools.mcp.client import McpClients
-from switchboard.core.tools.mcp.config import identity
+from switchboard.core.tools.mcp.config import StdioServer, identity
 from switchboard.core.tools.mcp.pins import PinStore
 from switchboard.core.tools.mcp.tools import mcp_tools
 from switchboard.types import SessionKey
@@ -102,3 +102,29 @@ def test_a_tool_name_with_terminal_control_sequences_is_listed_escaped(tmp_path:
     assert "wipe" in listed.stdout and "\\x1b[2A" in listed.stdout
     accepted = sb("mcp", "accept", "esc", env=env)
     assert accepted.returncode == 0 and "\x1b" not in accepted.stdout
+
+
+RAW = Path(__file__).resolve().parent / "raw_server.py"
+
+
+@pytest.mark.parametrize("tool", ["stall", "endless"])
+async def test_a_server_stuck_in_a_call_is_replaced_after_the_timeout(tmp_path: Path, tool: str) -> None:
+    server = StdioServer(
+        transport="stdio", command=[sys.executable, str(RAW)], reads=["pid", tool], timeout_s=2.0, connect_timeout_s=20
+    )
+    clients = McpClients({"raw": server}, errlog=open(os.devnull, "w"))  # noqa: SIM115 (closed with the process)
+    try:
+        pins = PinStore(tmp_path / "pins.json")
+        pins.accept("raw", identity(server), await clients.get("raw").tools())
+        gateway = ToolGateway(
+            ToolRegistry(mcp_tools(clients.servers, pins, clients)), workspace_root=tmp_path / "ws-root", max_attempts=1
+        )
+        ctx = context(tmp_path, TurnEffects())
+        first = await gateway.call("raw__pid", {}, ctx)
+        stuck = await gateway.call(f"raw__{tool}", {}, ctx)
+        assert (stuck.ok, stuck.error_class) == (False, "transient"), stuck
+        second = await gateway.call("raw__pid", {}, ctx)
+        assert second.ok, second
+        assert second.value != first.value  # a new process: the stuck one is gone
+    finally:
+        await clients.aclose()
