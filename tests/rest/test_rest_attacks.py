@@ -21,7 +21,7 @@ from switchboard.egress.policy import EgressPolicy
 from switchboard.egress.transport import EgressTransport, register_rest_tools
 from switchboard.types import SessionKey
 from tests.egress.conftest import PUBLIC, ListSink, MapResolver, _serve
-from tests.rest.conftest import RestWorld, shop_settings
+from tests.rest.conftest import SHOP_TOKEN, RestWorld, shop_settings
 
 
 def loose_tool(world: RestWorld, **change: Any) -> ToolGateway:
@@ -153,3 +153,18 @@ async def test_an_answer_too_large_for_a_tool_result_is_refused_before_it_is_par
         "allowed",
         "allowed",
     ]  # egress let it through: its cap is 50 MiB
+
+
+@pytest.mark.parametrize(
+    "placeholder", ["{{secret:SHOP_TOKEN}}", "{{ SECRET:shop_token }}", "%7B%7Bsecret:SHOP_TOKEN%7D%7D"]
+)
+async def test_a_placeholder_in_a_path_or_body_argument_is_never_filled_in(
+    rest_world: Callable[..., RestWorld], placeholder: str
+) -> None:
+    world = rest_world()
+    in_path = await loose_tool(world).call("customer_orders", {"cid": placeholder}, world.ctx())
+    in_body = await world.gateway.call("flaky_note", {"text": placeholder}, world.ctx())
+    for out in (in_path, in_body):
+        assert SHOP_TOKEN not in out.model_dump_json()
+    assert all(SHOP_TOKEN.encode() not in hit["body"] and SHOP_TOKEN not in hit["path"] for hit in world.api.hits)
+    assert all(event.secrets == () for event in world.sink.events)
