@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import re
 import sys
+from pathlib import Path
 
 from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import TOOL_NAME_PATTERN
@@ -25,6 +27,11 @@ __all__ = ["mcp_command", "pin_store"]
 def pin_store(settings: Settings) -> PinStore:
     """The operator's pins: ``<data dir>/mcp/pins.json``."""
     return PinStore(settings.data_path / "mcp" / "pins.json")
+
+
+def _reviewed(settings: Settings, server: str) -> Path:
+    """Where ``mcp tools`` records what it listed (identity, each tool's hash), for ``mcp accept`` to hold to."""
+    return settings.data_path / "mcp" / "reviewed" / f"{server}.json"
 
 
 def _shown(name: str) -> str:
@@ -65,6 +72,10 @@ async def _tools(settings: Settings, server: str) -> int:
         print(f"    description (the server's text, untrusted): {text[:300]!r}")
     for name in sorted(set(pins.tools if pins else ()) - {t.name for t in announced}):
         print(f"{_shown(name):<28} {'removed':<9}")
+    record = _reviewed(settings, server)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    listed = {"identity": connection.identity, "tools": {t.name: tool_sha256(t) for t in announced}}
+    record.write_text(json.dumps(listed, sort_keys=True))
     return 0
 
 
@@ -75,6 +86,25 @@ async def _accept(settings: Settings, server: str, tool: str | None) -> int:
         announced = await connection.tools()
     finally:
         await clients.aclose()
+    try:
+        listed = json.loads(_reviewed(settings, server).read_text())
+    except (OSError, ValueError):
+        listed = None  # never listed here: nothing to hold the server to
+    if isinstance(listed, dict):  # accept what the operator was shown, not what the server announces a moment later
+        seen = listed.get("tools") if listed.get("identity") == connection.identity else {}
+        changed = [
+            t.name
+            for t in announced
+            if (tool is None or t.name == tool) and (not isinstance(seen, dict) or seen.get(t.name) != tool_sha256(t))
+        ]
+        if changed:
+            names = ", ".join(map(_shown, changed))
+            print(
+                f"switchboard: {names} changed since `switchboard mcp tools {server}` listed it: nothing accepted; "
+                "list the tools again and review them",
+                file=sys.stderr,
+            )
+            return 1
     try:
         accepted = pin_store(settings).accept(server, connection.identity, announced, only=tool)
     except KeyError:

@@ -128,3 +128,17 @@ async def test_a_server_stuck_in_a_call_is_replaced_after_the_timeout(tmp_path: 
         assert second.value != first.value  # a new process: the stuck one is gone
     finally:
         await clients.aclose()
+
+
+def test_a_tool_changed_between_review_and_accept_is_not_pinned(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    reviewed = sb("mcp", "tools", "calc", env=env)
+    assert reviewed.returncode == 0, reviewed.stderr
+    (tmp_path / "state").write_text("changed")  # the server now announces another `add` than the one reviewed
+    accepted = sb("mcp", "accept", "calc", "add", env=env)
+    assert accepted.returncode == 1, accepted.stdout
+    assert "add changed since `switchboard mcp tools calc` listed it" in accepted.stderr
+    assert not (tmp_path / "data" / "mcp" / "pins.json").exists()
+    again = sb("mcp", "tools", "calc", env=env)
+    assert again.returncode == 0
+    assert sb("mcp", "accept", "calc", "add", env=env).returncode == 0  # what is accepted is what was listed last
