@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -11,15 +12,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from switchboard.core.tools.builtin import ToolRegistry
 from switchboard.core.tools.definition import ToolContext
 from switchboard.core.tools.effects import TurnEffects
 from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.tools.mcp.client import McpClients
-from switchboard.core.tools.mcp.config import StdioServer, identity
+from switchboard.core.tools.mcp.config import HttpServer, StdioServer, identity
 from switchboard.core.tools.mcp.pins import PinStore
 from switchboard.core.tools.mcp.tools import mcp_tools
+from switchboard.egress.addresses import AddressGuard
+from switchboard.egress.sockets import guarded_http_client
+from switchboard.errors import ToolError
 from switchboard.types import SessionKey
 from tests.mcp.test_cli import environment, sb
 from tests.mcp.test_client import stdio
@@ -142,3 +147,51 @@ def test_a_tool_changed_between_review_and_accept_is_not_pinned(tmp_path: Path) 
     again = sb("mcp", "tools", "calc", env=env)
     assert again.returncode == 0
     assert sb("mcp", "accept", "calc", "add", env=env).returncode == 0  # what is accepted is what was listed last
+
+
+@pytest.fixture
+async def flooding_http_server() -> AsyncIterator[str]:
+    """A streamable HTTP MCP server (JSON responses) whose ``flood`` answers a 64 MiB result in one response."""
+
+    async def mcp(request: web.Request) -> web.Response:
+        message = await request.json()
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            return web.Response(status=202)
+        if method == "initialize":
+            info = {"name": "flood", "version": "1"}
+            version = message["params"]["protocolVersion"]
+            result: dict[str, object] = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info}
+        elif method == "tools/list":
+            schema = {"type": "object", "properties": {}}
+            result = {"tools": [{"name": "flood", "description": "Floods.", "inputSchema": schema}]}
+        else:
+            result = {"content": [{"type": "text", "text": "x" * (64 * 2**20)}]}
+        return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    app = web.Application(client_max_size=2**20)
+    app.router.add_post("/mcp", mcp)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_http_server_answering_more_than_the_response_cap_fails_the_call(
+    tmp_path: Path, flooding_http_server: str
+) -> None:
+    clients = McpClients(
+        {"flood": HttpServer(transport="http", url=flooding_http_server, reads=["flood"])},
+        http_client=functools.partial(guarded_http_client, AddressGuard(["127.0.0.0/8"])),
+    )
+    try:
+        assert [t.name for t in await clients.get("flood").tools()] == ["flood"]
+        with pytest.raises(ToolError, match="failed"):
+            await clients.get("flood").call("flood", {})
+    finally:
+        await clients.aclose()
