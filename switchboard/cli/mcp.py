@@ -70,6 +70,9 @@ async def _tools(settings: Settings, server: str) -> int:
         print(f"{_shown(tool.name):<28} {status:<9} {tool_sha256(tool)[:16]}{usable}")
         text = (tool.description or "").replace("\n", " ")
         print(f"    description (the server's text, untrusted): {text[:300]!r}")
+        print(
+            f"    arguments (the server's schema, untrusted): {json.dumps(tool.input_schema, sort_keys=True)[:500]!r}"
+        )
     for name in sorted(set(pins.tools if pins else ()) - {t.name for t in announced}):
         print(f"{_shown(name):<28} {'removed':<9}")
     record = _reviewed(settings, server)
