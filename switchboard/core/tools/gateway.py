@@ -70,8 +70,8 @@ logger = logging.getLogger(__name__)
 _UNHEALTHY = frozenset({"rate_limit", "transient", "ambiguous_timeout"})
 """Failures that say something about the connector's health (and so count towards its breaker)."""
 _MAX_RESULT_DEPTH = 100
-"""Deepest nesting of a result passed on; the outcome and its effect record are serialised a few levels deeper, and
-pydantic refuses past about 250 (a hostile API's few hundred bytes of ``[[[[…]]]]`` would otherwise crash the call)."""
+"""Deepest nesting of a result passed on: the outcome and its effect record are serialised a few levels deeper, and
+pydantic refuses to serialise a value nested much deeper (a hostile API's ``[[[[…]]]]`` would crash the call)."""
 
 
 def _nesting(value: Any, limit: int) -> bool:

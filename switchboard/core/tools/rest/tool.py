@@ -37,8 +37,8 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _SHOWN_ERROR = 300
 """Characters of an error response shown to the model."""
 _MAX_ANSWER_BYTES = 8 * 2**20
-"""Largest answer a declared tool parses: one narrow operation's result, far below what egress lets through (a small
-JSON text of empty objects parses into about 25 times its size in memory)."""
+"""Largest answer a declared tool parses: one narrow operation's result, far below what egress lets through (JSON of
+small objects takes many times its size in memory once parsed)."""
 _DOT_SEGMENTS = frozenset({"", ".", ".."})
 _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
