@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import sys
@@ -54,6 +55,19 @@ def sandbox_host(settings: Settings, egress: EgressGate | None = None) -> Sandbo
     return host
 
 
+def _reviewed(settings: Settings, server: str) -> Path:
+    """Where ``mcp tools`` records what it listed (identity, each tool's hash), for ``mcp accept`` to hold to."""
+    return settings.data_path / "mcp" / "reviewed" / f"{server}.json"
+
+
+def _shown(name: str) -> str:
+    """A tool name as printed: the server's text, escaped when it holds control characters.
+
+    A terminal would act on them: move the cursor up and erase the lines of another tool under review.
+    """
+    return name if name.isprintable() else repr(name)
+
+
 def _clients(settings: Settings, server: str) -> McpClients:
     guard = AddressGuard(settings.egress.internal_networks)
     return McpClients(
@@ -86,23 +100,49 @@ async def _tools(settings: Settings, server: str) -> int:
     for tool in announced:
         status = tool_status(pins, tool)
         usable = "" if re.match(TOOL_NAME_PATTERN, tool.name) else "  (name not usable: never offered)"
-        print(f"{tool.name:<28} {status:<9} {tool_sha256(tool)[:16]}{usable}")
+        print(f"{_shown(tool.name):<28} {status:<9} {tool_sha256(tool)[:16]}{usable}")
         text = (tool.description or "").replace("\n", " ")
         print(f"    description (the server's text, untrusted): {text[:300]!r}")
+        print(
+            f"    arguments (the server's schema, untrusted): {json.dumps(tool.input_schema, sort_keys=True)[:500]!r}"
+        )
     for name in sorted(set(pins.tools if pins else ()) - {t.name for t in announced}):
-        print(f"{name:<28} {'removed':<9}")
+        print(f"{_shown(name):<28} {'removed':<9}")
+    record = _reviewed(settings, server)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    listed = {"identity": connection.identity, "tools": {t.name: tool_sha256(t) for t in announced}}
+    record.write_text(json.dumps(listed, sort_keys=True))
     return 0
 
 
 async def _accept(settings: Settings, server: str, tool: str | None) -> int:
     connection, announced = await _announced(settings, server)
     try:
+        listed = json.loads(_reviewed(settings, server).read_text())
+    except (OSError, ValueError):
+        listed = None  # never listed here: nothing to hold the server to
+    if isinstance(listed, dict):  # accept what the operator was shown, not what the server announces a moment later
+        seen = listed.get("tools") if listed.get("identity") == connection.identity else {}
+        changed = [
+            t.name
+            for t in announced
+            if (tool is None or t.name == tool) and (not isinstance(seen, dict) or seen.get(t.name) != tool_sha256(t))
+        ]
+        if changed:
+            names = ", ".join(map(_shown, changed))
+            print(
+                f"switchboard: {names} changed since `switchboard mcp tools {server}` listed it: nothing accepted; "
+                "list the tools again and review them",
+                file=sys.stderr,
+            )
+            return 1
+    try:
         accepted = pin_store(settings).accept(server, connection.identity, announced, only=tool)
     except KeyError:
         print(f"switchboard: {server} announces no tool {tool!r}", file=sys.stderr)
         return 1
     print(
-        f"accepted {len(accepted)} tool(s) of {server}: {', '.join(accepted)} "
+        f"accepted {len(accepted)} tool(s) of {server}: {', '.join(map(_shown, accepted))} "
         "(workers offer them from their next start)"
     )
     return 0

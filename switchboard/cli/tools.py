@@ -25,7 +25,7 @@ def _load(path: Path) -> Any:
         if path.stat().st_size > MAX_DOCUMENT_BYTES:
             raise ConfigError(f"{path} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")
         return yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:  # nesting past the parser's depth
         raise ConfigError(f"{path} is not a readable OpenAPI document ({type(err).__name__})") from None
 
 

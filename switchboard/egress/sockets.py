@@ -8,17 +8,48 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 import httpcore2
 import httpx2
 
 from switchboard.egress.addresses import AddressGuard, AddressRefusedError
 
-__all__ = ["GuardedBackend", "guarded_http_client"]
+__all__ = ["MAX_RESPONSE_BYTES", "GuardedBackend", "guarded_http_client"]
 
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 """The MCP SDK's own defaults: a response stream may stay open a long time."""
+MAX_RESPONSE_BYTES = 32 * 2**20
+"""Most bytes one response may carry: the SDK reads a JSON answer whole into memory, whatever its size."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that fails once it passes ``limit`` bytes (the connection is dropped with it)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        total = 0
+        async for chunk in self.inner:
+            total += len(chunk)
+            if total > self.limit:
+                raise httpx2.ReadError(f"the response is larger than {self.limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncHTTPTransport):
+    """The transport whose every response body is capped at :data:`MAX_RESPONSE_BYTES`."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _CappedStream(response.stream, MAX_RESPONSE_BYTES)
+        return response
 
 
 class GuardedBackend(httpcore2.AsyncNetworkBackend):
@@ -66,7 +97,7 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
 
 def guarded_http_client(guard: AddressGuard) -> httpx2.AsyncClient:
     """An httpx2 client whose every connection passes ``guard``; no proxy or settings from the environment."""
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport = _CappedTransport(trust_env=False)
     # httpx2 takes no network backend: its pool is replaced by one that has ours (same TLS settings, no proxy)
     transport._pool = httpcore2.AsyncConnectionPool(
         ssl_context=httpx2.create_ssl_context(trust_env=False), network_backend=GuardedBackend(guard)

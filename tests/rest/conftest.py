@@ -73,10 +73,12 @@ agents:
         description: Stock level (a flaky endpoint).
         method: GET
         url: https://api.shop.test:{port}/v1/flaky
+        parameters: {{type: object, properties: {{q: {{type: string}}}}}}
       - name: flaky_note
         description: Leave a note (a flaky endpoint).
         method: POST
         url: https://api.shop.test:{port}/v1/flaky
+        parameters: {{type: object, properties: {{text: {{type: string}}}}}}
         risk: low
         reversible: true
       - name: echo_auth

@@ -87,6 +87,14 @@ _SLOT_TOOL_NAMES = frozenset(t.name for t in SLOT_TOOLS)
 _SLOT_OF_TOOL = {"update_plan": "plan", "update_context": "context", "update_state": "state"}
 
 
+def _carries_outside_text(tool: Tool | None, outcome: ToolOutcome) -> bool:
+    """Whether the model reads outside text in ``outcome``: a data tool's result, or its failure once it ran.
+
+    An API's error page is the API's text as much as its answer is (a REST tool quotes it in the error).
+    """
+    return untrusted_output(tool) and (outcome.ok or outcome.attempts > 0)
+
+
 def input_tokens(request: ModelRequest) -> int:
     """The tokens of a request's input (system, messages, tool specs), as the budget counts them."""
     return request_tokens(request.system, request.messages, request.tools)
@@ -529,7 +537,7 @@ class _Turn:
             if not ok:
                 self.failures[action_sha256(call.name, call.arguments)] += 1
             tool = self.rt.registry.get(call.name, agent=self.agent.name)
-            self.messages.append(tool_message(call, content, untrusted=outcome.ok and untrusted_output(tool)))
+            self.messages.append(tool_message(call, content, untrusted=_carries_outside_text(tool, outcome)))
         return stop
 
     async def _show(self, card: ShowToolCall) -> None:
@@ -546,7 +554,7 @@ class _Turn:
         tool = self.rt.registry.get(name, agent=self.agent.name)
         outcome = await self.rt.gateway.call(name, args, self.ctx, scope=self.scope, approved=approved)
         self.budget.charge_tool(tool.cost if tool is not None and outcome.attempts > 0 else 0)
-        if outcome.ok and untrusted_output(tool):
+        if _carries_outside_text(tool, outcome):
             self.untrusted_reads += 1
             self._untrusted(f"the output of {name}")
         if call_id is not None:

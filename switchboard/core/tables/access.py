@@ -46,13 +46,21 @@ class TableAccess:
             found = await self.backend.columns(self.config.table)
             if not found:
                 raise ToolError(f"the table {self.ref!r} is not in its database", error_class="permanent")
+            # SQLite (and an unquoted PostgreSQL name) matches identifiers whatever their case: ``TenantId`` in the
+            # database is the tenant column ``tenantid`` of the YAML file, and must never be the model's to use
+            tenant = (self.config.tenant_column or "").lower()
             if self.config.columns:
                 missing = [c for c in self.config.columns if c not in found]
                 if missing:
                     raise ToolError(f"the table {self.ref!r} has no column {missing[0]!r}", error_class="permanent")
+                if any(c.lower() == tenant for c in self.config.columns):
+                    raise ToolError(
+                        f"the table {self.ref!r} lists its tenant column (in another case) among its columns",
+                        error_class="permanent",
+                    )
                 self._allowed = self.config.columns
             else:
-                self._allowed = tuple(c for c in found if c != self.config.tenant_column)
+                self._allowed = tuple(c for c in found if c.lower() != tenant)
         return self._allowed
 
     async def query(self, args: TableQueryInput, tenant: str) -> dict[str, Any]:

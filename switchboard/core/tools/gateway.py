@@ -69,6 +69,21 @@ logger = logging.getLogger(__name__)
 
 _UNHEALTHY = frozenset({"rate_limit", "transient", "ambiguous_timeout"})
 """Failures that say something about the connector's health (and so count towards its breaker)."""
+_MAX_RESULT_DEPTH = 100
+"""Deepest nesting of a result passed on: the outcome and its effect record are serialised a few levels deeper, and
+pydantic refuses to serialise a value nested much deeper (a hostile API's ``[[[[…]]]]`` would crash the call)."""
+
+
+def _nesting(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (iterative: no recursion limit)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 @dataclass
@@ -324,6 +339,8 @@ class ToolGateway:
                 message = scrub_paths(failure_message(name, exc, tool), call_ctx.workspace, self.workspace_root)
             else:
                 breaker.record_success()
+                if _nesting(value, _MAX_RESULT_DEPTH):  # it ran: only its result cannot be passed on
+                    value = {"omitted": f"the result nests more than {_MAX_RESULT_DEPTH} levels deep"}
                 outcome = await self._succeeded(tool, value, call_ctx, scope, started, attempt, key, fingerprint)
                 if (tool.side_effect == "write" or outcome.file) and (refused := await self._persist(ctx)):
                     await settle_effect(ctx.effects, tool, key, fingerprint, None)  # nothing of it was kept

@@ -99,6 +99,8 @@ class McpConnection:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._abandoned: set[asyncio.Task[None]] = set()
+        """Sessions given up after a cancelled call, still closing (their process is stopped) in the background."""
         self._session: ClientSession | None = None
         self._tools: list[types.Tool] = []
         self.identity = ""
@@ -116,6 +118,9 @@ class McpConnection:
         if refresh:
             try:
                 self._tools = await _list_tools(session)
+            except asyncio.CancelledError:  # the gateway's timeout: the server may never answer this session again
+                self._abandon(session)
+                raise
             except Exception as exc:
                 await self.aclose()
                 raise ToolError(
@@ -123,17 +128,27 @@ class McpConnection:
                 ) from exc
         return list(self._tools)
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], *, write: bool = False) -> types.CallToolResult:
         """Call one tool; a failed session is dropped so that the next call opens a new one.
 
         Raises:
-            ToolError: the session failed (``transient``: the call may be made again on a new session).
+            ToolError: the session failed: ``transient`` (the call may be made again on a new session), or for a
+                ``write`` that was sent, ``ambiguous_timeout`` (the server may have done it before it failed).
         """
         session = await self._open()
         try:
             return await session.call_tool(tool, arguments, read_timeout_seconds=self.server.timeout_s)
+        except asyncio.CancelledError:  # the gateway's timeout (or the turn's end): the server may be stuck in it
+            self._abandon(session)
+            raise
         except Exception as exc:
             await self.aclose()
+            if write:
+                raise ToolError(
+                    f"the MCP server {self.name} failed during the call ({type(exc).__name__}): "
+                    "it may have happened; do not repeat it, tell the user",
+                    error_class="ambiguous_timeout",
+                ) from exc
             raise ToolError(
                 f"the MCP server {self.name} failed: {type(exc).__name__}", error_class="transient"
             ) from exc
@@ -180,7 +195,8 @@ class McpConnection:
                     )
                 )
         finally:
-            self._session = None
+            if self._task is asyncio.current_task():  # not a session given up since, whose successor may be open
+                self._session = None
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> contextlib.AbstractAsyncContextManager[Any]:
         server = self.server
@@ -228,10 +244,29 @@ class McpConnection:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(task, 10.0)
 
+    def _abandon(self, session: ClientSession) -> None:
+        """Give ``session`` up without waiting (a call on it was cancelled): the next call opens a new one.
+
+        A server stuck in a call, or writing an answer without end, would otherwise hold the session for good: every
+        later call would wait behind it, and its reader would keep the worker busy. The old session closes (its
+        process stopped) in the background.
+        """
+        if self._session is not session:  # given up or replaced already
+            return
+        task, self._task = self._task, None
+        self._session = None
+        self._stop.set()
+        if task is not None and not task.done():
+            self._abandoned.add(task)
+            task.add_done_callback(self._abandoned.discard)
+
     async def aclose(self) -> None:
-        """End the session (and a stdio server's process)."""
+        """End the session (and a stdio server's process), and wait for the sessions given up to close."""
         async with self._lock:
             await self._close_locked()
+        for task in list(self._abandoned):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(task, 10.0)
 
 
 def _digest_matches(server: StdioServer, digest: str) -> bool:

@@ -35,8 +35,11 @@ logger = logging.getLogger(__name__)
 _MAX_ERRORS = 3
 
 
-def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
+def schema_input(name: str, schema: Mapping[str, Any], *, source: str | None = None) -> type[BaseModel]:
     """An input model that validates arguments against ``schema`` (JSON Schema 2020-12) and reports it as its own.
+
+    ``source``: whose text the schema is: then every ``description`` in the schema the model is shown is a data block
+    of that source (a server may hide an instruction in an argument's description as well as in the tool's).
 
     Raises:
         ValueError: ``schema`` is not a valid JSON Schema of an object.
@@ -51,6 +54,8 @@ def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
         raise ValueError(f"{name}: the input schema refers to another document (only local $ref is followed)")
     checker = Draft202012Validator(schema)
     announced = copy.deepcopy(dict(schema))
+    if source is not None:
+        announced = _wrapped(announced, source)
 
     class SchemaInput(BaseModel):
         model_config = ConfigDict(extra="allow")
@@ -78,6 +83,21 @@ def schema_input(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 
     SchemaInput.__name__ = SchemaInput.__qualname__ = re.sub(r"\W", "_", name) + "_input"
     return SchemaInput
+
+
+def _wrapped(node: Any, source: str) -> Any:
+    """``node`` with every ``description`` text in it wrapped as a data block of ``source``."""
+    if isinstance(node, list):
+        return [_wrapped(item, source) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            out[key] = data_block(value, source=source)
+        else:  # a property named ``description`` holds a schema (a mapping): walked like any other
+            out[key] = _wrapped(value, source)
+    return out
 
 
 def _refs(node: Any) -> list[str]:
@@ -115,6 +135,7 @@ def _description(server: str, pinned: PinnedTool) -> str:
 
 def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool, clients: McpClients) -> Tool:
     name = tool_name(server_name, pinned.name)
+    write = pinned.name not in server.reads
 
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
         connection = clients.connection(server_name, Scope(ctx.agent, ctx.session_key, ctx.workspace))
@@ -134,16 +155,15 @@ def _tool(server_name: str, server: McpServer, accepted: str, pinned: PinnedTool
                 f"(`switchboard mcp accept {server_name} {pinned.name}`)",
                 error_class="auth",
             )
-        value = result_value(await connection.call(pinned.name, args.model_dump(mode="json")))
+        value = result_value(await connection.call(pinned.name, args.model_dump(mode="json"), write=write))
         if connection.grant:  # a sandboxed server's egress grant is not the model's to see
             value = json.loads(json.dumps(value).replace(connection.grant, GRANT_SHOWN_AS))
         return value
 
-    write = pinned.name not in server.reads
     return Tool(
         name=name,
         description=_description(server_name, pinned),
-        input=schema_input(name, pinned.input_schema),
+        input=schema_input(name, pinned.input_schema, source=f"mcp:{server_name}/{pinned.name} schema"),
         fn=call,
         side_effect="write" if write else "read",
         risk="medium" if write else "low",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,6 +22,8 @@ _METHODS = ("get", "post", "put", "patch", "delete")
 _ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _DROP = frozenset({"xml", "example", "examples", "externalDocs", "discriminator", "deprecated"})
 _MAX_DEPTH = 16
+_MAX_NODES = 5000
+"""Most schema nodes one operation inlines (references that fan out grow exponentially, a document does not)."""
 
 
 class OpenApiError(ValueError):
@@ -45,12 +48,19 @@ def operations(document: Mapping[str, Any]) -> dict[str, tuple[str, str, dict[st
     return found
 
 
-def _resolve(document: Mapping[str, Any], value: Any, depth: int = 0) -> Any:
-    """``value`` with every local ``$ref`` inlined and OpenAPI-only keywords turned into JSON Schema."""
+def _resolve(document: Mapping[str, Any], value: Any, depth: int = 0, nodes: list[int] | None = None) -> Any:
+    """``value`` with every local ``$ref`` inlined and OpenAPI-only keywords turned into JSON Schema.
+
+    ``nodes``: the count of nodes inlined so far for one operation (shared by its calls), capped at ``_MAX_NODES``.
+    """
+    nodes = nodes if nodes is not None else [0]
+    nodes[0] += 1
+    if nodes[0] > _MAX_NODES:
+        raise OpenApiError(f"a schema is too large to inline (over {_MAX_NODES} nodes): not a narrow operation")
     if depth > _MAX_DEPTH:
         raise OpenApiError("a schema nests (or refers to itself) too deeply to inline")
     if isinstance(value, list):
-        return [_resolve(document, item, depth + 1) for item in value]
+        return [_resolve(document, item, depth + 1, nodes) for item in value]
     if not isinstance(value, dict):
         return value
     if "$ref" in value:
@@ -63,8 +73,8 @@ def _resolve(document: Mapping[str, Any], value: Any, depth: int = 0) -> Any:
             if not isinstance(target, dict) or part not in target:
                 raise OpenApiError(f"{ref!r} points at nothing in the document")
             target = target[part]
-        return _resolve(document, target, depth + 1)
-    out = {k: _resolve(document, v, depth + 1) for k, v in value.items() if k not in _DROP}
+        return _resolve(document, target, depth + 1, nodes)
+    out = {k: _resolve(document, v, depth + 1, nodes) for k, v in value.items() if k not in _DROP}
     if out.pop("nullable", False) and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
     return out
@@ -96,11 +106,14 @@ def _draft(
     document: Mapping[str, Any], base: str, operation_id: str, found: tuple[str, str, dict[str, Any]]
 ) -> dict[str, Any]:
     method, path, operation = found
+    if not path.startswith("/"):  # else the document's path would extend the server's host name or port
+        raise OpenApiError(f"{operation_id}: its path {path!r} does not start with '/'")
+    nodes = [0]
     properties: dict[str, Any] = {}
     required: list[str] = []
     query: list[str] = []
     for raw in operation["parameters"]:
-        parameter = _resolve(document, raw)
+        parameter = _resolve(document, raw, nodes=nodes)
         name, where = str(parameter.get("name", "")), parameter.get("in")
         if where in ("header", "cookie"):
             if parameter.get("required"):
@@ -116,7 +129,7 @@ def _draft(
             required.append(name)
         if where == "query":
             query.append(name)
-    body = (operation.get("requestBody") and _resolve(document, operation["requestBody"])) or {}
+    body = (operation.get("requestBody") and _resolve(document, operation["requestBody"], nodes=nodes)) or {}
     if body:
         media = (body.get("content") or {}).get("application/json")
         if media is None:
@@ -166,6 +179,16 @@ def draft_tools(document: Mapping[str, Any], only: Iterable[str], *, server: str
         raise OpenApiError(f"the document's server URL {base!r} is not absolute: pass the API's base URL (--server)")
     known = operations(document)
     wanted = [name.strip() for name in only if name.strip()]
+    ids = Counter(
+        str(item[method].get("operationId"))
+        for item in (document.get("paths") or {}).values()
+        if isinstance(item, dict)
+        for method in _METHODS
+        if isinstance(item.get(method), dict)
+    )
+    twice = [name for name in wanted if ids[name] > 1]  # never one of them chosen silently
+    if twice:
+        raise OpenApiError(f"operationId {twice[0]} names {ids[twice[0]]} operations in the document: it is ambiguous")
     missing = [name for name in wanted if name not in known]
     if missing:
         raise OpenApiError(f"no operation {', '.join(missing)} in the document (it has: {', '.join(sorted(known))})")

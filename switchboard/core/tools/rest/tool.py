@@ -36,6 +36,11 @@ __all__ = [
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _SHOWN_ERROR = 300
 """Characters of an error response shown to the model."""
+_MAX_ANSWER_BYTES = 8 * 2**20
+"""Largest answer a declared tool parses: one narrow operation's result, far below what egress lets through (JSON of
+small objects takes many times its size in memory once parsed)."""
+_DOT_SEGMENTS = frozenset({"", ".", ".."})
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
 
 class RestReply(Protocol):
@@ -79,6 +84,7 @@ class DeclaredArguments(BaseModel):
 
     declared_schema: ClassVar[dict[str, Any]] = {}
     checker: ClassVar[Draft202012Validator | None] = None
+    path_arguments: ClassVar[tuple[str, ...]] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +95,9 @@ class DeclaredArguments(BaseModel):
             errors = sorted(cls.checker.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
             if errors:
                 raise ValueError("; ".join(_describe(e) for e in errors[:5]))
+        for name in cls.path_arguments:  # a dot segment would move the call to another path of the host
+            if name in data and _text(data[name]) in _DOT_SEGMENTS:
+                raise ValueError(f"{name}: {_text(data[name])!r} is not a path segment")
         return data
 
     @classmethod
@@ -104,8 +113,16 @@ def _describe(error: SchemaViolation) -> str:
 
 def _arguments_model(spec: RestToolSpec) -> type[DeclaredArguments]:
     title = "".join(part.capitalize() for part in spec.name.split("_")) + "Arguments"
-    checker = Draft202012Validator(spec.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    namespace = {"__module__": __name__, "declared_schema": spec.parameters, "checker": checker}
+    checked = spec.parameters
+    if not any(keyword in checked for keyword in _OPEN_KEYWORDS):  # only declared arguments reach the API
+        checked = {**checked, "additionalProperties": False}
+    checker = Draft202012Validator(checked, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    namespace = {
+        "__module__": __name__,
+        "declared_schema": spec.parameters,
+        "checker": checker,
+        "path_arguments": tuple(path_names(spec.url)),
+    }
     return type(title, (DeclaredArguments,), namespace)
 
 
@@ -244,6 +261,12 @@ def build_rest_tool(spec: RestToolSpec, transport: RestTransport | None) -> Tool
         )
         if reply.refused is not None or not 200 <= reply.status < 300:
             raise _failure(spec, reply)
+        if len(reply.body) > _MAX_ANSWER_BYTES:
+            raise ToolError(
+                f"{spec.host} answered {len(reply.body) // 2**20} MiB: too large for a tool result "
+                f"(at most {_MAX_ANSWER_BYTES // 2**20} MiB); narrow the call",
+                error_class="permanent",
+            )
         return project(_decoded(reply), spec.result)
 
     return Tool(
