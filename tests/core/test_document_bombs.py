@@ -151,7 +151,6 @@ async def read(workspace: Path, path: str, limits: DocumentLimits | None = None,
     outcome = await gateway.call("read_document", {"path": path, **args}, context(workspace), scope=scope)
     grown = me.memory_info().rss - rss_before
     assert grown < 64 * MiB, f"the worker grew by {grown // MiB} MiB reading {path}"
-    assert me.memory_info().rss < 512 * MiB
     assert outcome.attempts == 1, "a document that hit a limit must not be parsed again"
     assert gateway.breaker("documents").failures == 0
     return outcome, scope.variables[outcome.variable] if outcome.variable else outcome.value
