@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("channels",),
     ("queue",),
     ("egress",),
+    ("connectors",),
     ("outbound",),
     ("worker",),
     ("control",),

@@ -33,6 +33,7 @@ def _clients(settings: Settings, server: str) -> McpClients:
         {server: settings.file.mcp_servers[server]},
         http_client=functools.partial(guarded_http_client, guard),
         errlog=sys.stderr,
+        secrets={name.upper(): secret.value for name, secret in settings.egress.secrets.items()},
     )
 
 

@@ -157,7 +157,11 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         from switchboard.core.tools.mcp.client import McpClients
 
         guard = AddressGuard(settings.egress.internal_networks)
-        mcp = McpClients(settings.file.mcp_servers, http_client=functools.partial(guarded_http_client, guard))
+        mcp = McpClients(
+            settings.file.mcp_servers,
+            http_client=functools.partial(guarded_http_client, guard),
+            secrets={name.upper(): secret.value for name, secret in settings.egress.secrets.items()},
+        )
     rest = EgressTransport(forwarder) if forwarder else None
     runtime = build_runtime(settings, models, attachments, egress, rest, mcp)
     await channels.start()

@@ -17,6 +17,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import SecretStr
 
 from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
 from switchboard.errors import ToolError
@@ -46,10 +47,12 @@ class McpConnection:
         *,
         http_client: HttpClients | None = None,
         errlog: TextIO | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> None:
         self.name = name
         self.server = server
         self._http_client = http_client
+        self._secrets = dict(secrets or {})
         self._errlog = errlog
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -146,7 +149,7 @@ class McpConnection:
             params = StdioServerParameters(
                 command=server.command[0],
                 args=server.command[1:],
-                env={**get_default_environment(), **server.env},
+                env={**get_default_environment(), **server.env, **self._secret_env(server)},
                 cwd=server.cwd,
             )
             return stdio_client(params, errlog=self._errlog or sys.stderr)
@@ -154,6 +157,19 @@ class McpConnection:
             return streamable_http_client(server.url)
         client = await stack.enter_async_context(self._http_client())
         return streamable_http_client(server.url, http_client=client)
+
+    def _secret_env(self, server: StdioServer) -> dict[str, str]:
+        """The variables ``server.secrets`` names, filled with the egress secrets' values."""
+        filled: dict[str, str] = {}
+        for variable, secret in server.secrets.items():
+            value = self._secrets.get(secret.upper())
+            if value is None:
+                raise ToolError(
+                    f"the MCP server {self.name} needs the egress secret {secret.upper()} for ${variable}, which is "
+                    f"not set (SWITCHBOARD_EGRESS__SECRETS__{secret.upper()}__VALUE)"
+                )
+            filled[variable] = value.get_secret_value()
+        return filled
 
     async def _close_locked(self) -> None:
         task, self._task = self._task, None
@@ -205,10 +221,12 @@ class McpClients:
         *,
         http_client: HttpClients | None = None,
         errlog: TextIO | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> None:
+        """Connect nothing yet; ``secrets``: the egress secrets by upper-case name, for stdio servers' ``secrets``."""
         self.servers = dict(servers)
         self._connections = {
-            name: McpConnection(name, server, http_client=http_client, errlog=errlog)
+            name: McpConnection(name, server, http_client=http_client, errlog=errlog, secrets=secrets)
             for name, server in servers.items()
         }
 
