@@ -48,12 +48,12 @@ def email_server(dovecot: Dovecot, smtp: SmtpServer | None, account: MailAccount
         "EMAIL_CA_FILE": str(dovecot.ca_file),
         "EMAIL_INTERNAL_NETWORKS": "127.0.0.0/8",
         "PYTHONPATH": str(ROOT),
+        "EMAIL_PASSWORD": "{{secret:" + SECRET + "}}",
     }
     return StdioServer(
         transport="stdio",
         command=[sys.executable, "-m", "switchboard.connectors.email"],
         env={**settings, **env},
-        secrets={"EMAIL_PASSWORD": SECRET},
         reads=["search_mail", "read_mail"],
     )
 

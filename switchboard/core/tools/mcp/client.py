@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
@@ -19,7 +21,15 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import SecretStr
 
-from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
+from switchboard.core.tools.mcp.config import (
+    SECRET_PLACEHOLDER,
+    HttpServer,
+    McpServer,
+    StdioServer,
+    file_sha256,
+    identity,
+    program_file,
+)
 from switchboard.errors import ToolError
 from switchboard.tracing import span
 
@@ -149,7 +159,7 @@ class McpConnection:
             params = StdioServerParameters(
                 command=server.command[0],
                 args=server.command[1:],
-                env={**get_default_environment(), **server.env, **self._secret_env(server)},
+                env={**get_default_environment(), **self._env(server)},
                 cwd=server.cwd,
             )
             return stdio_client(params, errlog=self._errlog or sys.stderr)
@@ -158,18 +168,26 @@ class McpConnection:
         client = await stack.enter_async_context(self._http_client())
         return streamable_http_client(server.url, http_client=client)
 
-    def _secret_env(self, server: StdioServer) -> dict[str, str]:
-        """The variables ``server.secrets`` names, filled with the egress secrets' values."""
-        filled: dict[str, str] = {}
-        for variable, secret in server.secrets.items():
-            value = self._secrets.get(secret.upper())
-            if value is None:
+    def _env(self, server: StdioServer) -> dict[str, str]:
+        """``server.env`` with each ``{{secret:NAME}}`` replaced by the egress secret's value.
+
+        Raises:
+            ToolError: a secret it names is not configured.
+        """
+
+        def value(variable: str, match: re.Match[str]) -> str:
+            secret = self._secrets.get(match.group(1).upper())
+            if secret is None:
                 raise ToolError(
-                    f"the MCP server {self.name} needs the egress secret {secret.upper()} for ${variable}, which is "
-                    f"not set (SWITCHBOARD_EGRESS__SECRETS__{secret.upper()}__VALUE)"
+                    f"the MCP server {self.name} needs the egress secret {match.group(1).upper()} for ${variable}, "
+                    f"which is not set (SWITCHBOARD_EGRESS__SECRETS__{match.group(1).upper()}__VALUE)"
                 )
-            filled[variable] = value.get_secret_value()
-        return filled
+            return secret.get_secret_value()
+
+        return {
+            variable: SECRET_PLACEHOLDER.sub(functools.partial(value, variable), text)
+            for variable, text in server.env.items()
+        }
 
     async def _close_locked(self) -> None:
         task, self._task = self._task, None
@@ -223,7 +241,7 @@ class McpClients:
         errlog: TextIO | None = None,
         secrets: Mapping[str, SecretStr] | None = None,
     ) -> None:
-        """Connect nothing yet; ``secrets``: the egress secrets by upper-case name, for stdio servers' ``secrets``."""
+        """Connect nothing yet; ``secrets``: the egress secrets by upper-case name (for ``{{secret:NAME}}`` in env)."""
         self.servers = dict(servers)
         self._connections = {
             name: McpConnection(name, server, http_client=http_client, errlog=errlog, secrets=secrets)

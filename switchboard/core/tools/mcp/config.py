@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
+    "SECRET_PLACEHOLDER",
     "SERVER_NAME_PATTERN",
     "TOOL_NAME_PATTERN",
     "AgentMcp",
     "HttpServer",
     "McpServer",
-    "SecretName",
     "StdioServer",
     "file_sha256",
     "identity",
@@ -34,8 +35,8 @@ SERVER_NAME_PATTERN = r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9]+(_[A-Za-z0-9]+)*$"
 """Announced tool names the gateway takes (others are listed but never offered)."""
 
-SecretName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{1,64}$")]
-"""The name of an egress secret (``SWITCHBOARD_EGRESS__SECRETS__<NAME>__*``)."""
+SECRET_PLACEHOLDER = re.compile(r"\{\{\s*secret:([A-Za-z0-9_]{1,64})\s*\}\}")
+"""``{{secret:NAME}}`` in a stdio server's ``env``: the egress secret ``NAME``'s value, filled in at start."""
 
 
 class StdioServer(BaseModel):
@@ -51,12 +52,9 @@ class StdioServer(BaseModel):
     digest_file: str | None = None
     """The file the digest covers (a script); default: the program, ``command[0]`` as found on ``PATH``."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Variables set for the process besides a minimal default environment (never the worker's own)."""
-    secrets: dict[Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")], SecretName] = Field(
-        default_factory=dict
-    )
-    """Variables filled from egress secrets when the process starts (``{EMAIL_PASSWORD: MAIL_PASSWORD}``: the value
-    of ``SWITCHBOARD_EGRESS__SECRETS__MAIL_PASSWORD__VALUE``); the value is in no file, command line or log."""
+    """Variables set for the process besides a minimal default environment (never the worker's own). A
+    ``{{secret:NAME}}`` placeholder in a value is replaced by the egress secret ``NAME`` when the process starts
+    (``SWITCHBOARD_EGRESS__SECRETS__<NAME>__VALUE``): the value is in no file, command line or log."""
     cwd: str | None = None
     timeout_s: float = Field(30.0, gt=0, le=600)
     """Per call."""
