@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("worker",),
     ("control",),
     ("web",),
+    ("fakes",),
     ("cli",),
     ("__main__",),
 )

@@ -353,6 +353,18 @@ def _parser() -> argparse.ArgumentParser:
     skills.add_argument("action", choices=["add", "list", "show", "remove"], help="what to do")
     skills.add_argument("target", nargs="?", help="a folder or .zip (add); NAME or NAME@VERSION (show, remove)")
     skills.add_argument("--template", help="install the shipped template NAME (add)")
+    connectors = _command(
+        sub,
+        "connectors",
+        "list the connector packs, or show one and what an agent gets from it",
+        "list: every shipped pack, its reads and writes, and the agents that switch it on. show PACK [--agent NAME]: "
+        "the pack's settings (as configured under connectors.PACK), its operations with their side effect, risk, "
+        "timeout and whether writes wait for approval, and the hosts it calls; with --agent, the tools, egress hosts "
+        "and policy rules that agent gets. Reads the YAML file only (docs/connectors.md).",
+    )
+    connectors.add_argument("action", choices=["list", "show"], help="what to do")
+    connectors.add_argument("pack", nargs="?", help="the pack (show)")
+    connectors.add_argument("--agent", help="show: what this agent gets from the pack")
     tools = _command(
         sub,
         "tools",
@@ -575,6 +587,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from switchboard.cli.tools import import_openapi
 
             return import_openapi(settings, args.file, args.agent, args.only, server=args.server, out=args.out)
+        if args.command == "connectors":
+            from switchboard.cli.connectors import connectors_command
+
+            return connectors_command(settings, args.action, args.pack, args.agent)
         if args.command == "mcp":
             from switchboard.cli.mcp import mcp_command
 

@@ -1,1 +1,6 @@
-"""Connector packs: prebuilt integrations an operator switches on per agent (the packs' data and their servers)."""
+"""Connector packs shipped with Switchboard: their files (``packs/<pack>.yaml``) and the servers some of them run.
+
+The loader is :mod:`switchboard.core.connectors`; ``docs/connectors.md`` describes each pack.
+"""
+
+__all__: list[str] = []

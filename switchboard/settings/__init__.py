@@ -8,7 +8,7 @@ Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter `
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +31,7 @@ from switchboard.core.agent.config import Agent
 from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
+from switchboard.core.connectors import expand_connectors
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.tools.mcp.config import SERVER_NAME_PATTERN, McpServer
@@ -253,6 +254,9 @@ class FileConfig(BaseModel):
     rest_tools: list[RestToolSpec] = Field(default_factory=list)
     """REST operations any agent may list in its ``tools`` (``docs/rest-tools.md``); an agent's own go under
     ``agents.<name>.rest_tools``."""
+    connectors: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    """Connector packs' settings by pack (``docs/connectors.md``): ``{tracker: {repo: acme/shop, token:
+    TRACKER_TOKEN}}``; agents switch packs on with ``agents.<name>.connectors``."""
 
     @model_validator(mode="after")
     def _rest_names(self) -> FileConfig:
@@ -526,12 +530,19 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
             os.environ.clear()
             os.environ.update(saved)
     settings._environ = env_map  # channels read their blocks from it (registry.env_block)
-    settings.file = load_file(settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map)
+    settings.file = load_file(
+        settings.config, required=require_file or "SWITCHBOARD_CONFIG" in env_map, secrets=settings.egress.secrets
+    )
     return settings
 
 
-def load_file(path: Path, *, required: bool = False) -> FileConfig:
-    """Parse and validate the YAML file; a missing optional file gives the built-in defaults."""
+def load_file(path: Path, *, required: bool = False, secrets: Collection[str] | None = None) -> FileConfig:
+    """Parse and validate the YAML file; a missing optional file gives the built-in defaults.
+
+    Connector packs switched on are expanded first (:func:`~switchboard.core.connectors.expand_connectors`);
+    ``secrets`` are the egress secrets the environment declares, which a pack's secret setting may name (``None``:
+    the environment is not known, so that is not checked).
+    """
     if not path.exists():
         if required:
             raise ConfigError(f"config file {path} does not exist: create it or fix SWITCHBOARD_CONFIG", field="config")
@@ -549,6 +560,12 @@ def load_file(path: Path, *, required: bool = False) -> FileConfig:
     for name, body in (raw.get("agents") or {}).items():
         if isinstance(body, dict):
             body.setdefault("name", name)
+    raw = expand_connectors(
+        raw,
+        source=str(path),
+        secrets=secrets,
+        default_tools=Agent.model_fields["tools"].get_default(call_default_factory=True),
+    )
     try:
         cfg = FileConfig.model_validate(raw, context={"config_dir": path.parent})  # relative paths in it
     except ValidationError as err:

@@ -122,6 +122,9 @@ class Agent(BaseModel):
     """To which agents it may hand a conversation with the ``handoff`` tool, and what they see of it (``None``: it
     may not hand over)."""
     tools: list[str] = Field(default_factory=lambda: ["current_time"])
+    connectors: list[str] = Field(default_factory=list)
+    """Connector packs switched on (``docs/connectors.md``): their operations are added to ``tools`` (or ``mcp``),
+    their hosts to ``egress.allow`` and their write rules to ``policy`` when the file loads."""
     mcp: list[AgentMcp] = Field(default_factory=list)
     """MCP servers (of the file's ``mcp_servers``) whose accepted tools the agent may call, each with an optional
     allowlist: ``[docs, {server: tickets, tools: [search]}]``; the tools are named ``<server>__<tool>``."""
