@@ -12,6 +12,8 @@ import functools
 import re
 import sys
 
+from pydantic import SecretStr
+
 from switchboard.core.tools.mcp.client import McpClients
 from switchboard.core.tools.mcp.config import TOOL_NAME_PATTERN
 from switchboard.core.tools.mcp.pins import PinStore, tool_sha256, tool_status
@@ -19,12 +21,31 @@ from switchboard.egress.addresses import AddressGuard
 from switchboard.egress.sockets import guarded_http_client
 from switchboard.settings import Settings
 
-__all__ = ["mcp_command", "pin_store"]
+__all__ = ["mcp_command", "mcp_secrets", "pin_store"]
 
 
 def pin_store(settings: Settings) -> PinStore:
     """The operator's pins: ``<data dir>/mcp/pins.json``."""
     return PinStore(settings.data_path / "mcp" / "pins.json")
+
+
+def mcp_secrets(settings: Settings) -> dict[str, SecretStr]:
+    """The egress secrets a stdio server's ``{{secret:NAME}}`` may name: the deployment's, and the agents' own.
+
+    Servers are shared by the worker's agents, so an agent's secret is offered only when no other agent binds the
+    same name to another value (an ambiguous name is left out, and a server that needs it fails to start, saying so).
+    """
+    found = {name.upper(): secret.value for name, secret in settings.egress.secrets.items()}
+    seen: dict[str, set[str]] = {}
+    for agent in settings.file.agents.values():
+        for name, binding in agent.egress.secrets.items():
+            value = settings.environ.get(binding.env)
+            if value:
+                seen.setdefault(name.upper(), set()).add(value)
+    for name, values in seen.items():
+        if name not in found and len(values) == 1:
+            found[name] = SecretStr(values.pop())
+    return found
 
 
 def _clients(settings: Settings, server: str) -> McpClients:
@@ -33,7 +54,7 @@ def _clients(settings: Settings, server: str) -> McpClients:
         {server: settings.file.mcp_servers[server]},
         http_client=functools.partial(guarded_http_client, guard),
         errlog=sys.stderr,
-        secrets={name.upper(): secret.value for name, secret in settings.egress.secrets.items()},
+        secrets=mcp_secrets(settings),
     )
 
 

@@ -154,13 +154,14 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     forwarder = _rest_forwarder(settings, redis, egress)
     mcp: McpClients | None = None
     if settings.file.mcp_servers:
+        from switchboard.cli.mcp import mcp_secrets
         from switchboard.core.tools.mcp.client import McpClients
 
         guard = AddressGuard(settings.egress.internal_networks)
         mcp = McpClients(
             settings.file.mcp_servers,
             http_client=functools.partial(guarded_http_client, guard),
-            secrets={name.upper(): secret.value for name, secret in settings.egress.secrets.items()},
+            secrets=mcp_secrets(settings),
         )
     rest = EgressTransport(forwarder) if forwarder else None
     runtime = build_runtime(settings, models, attachments, egress, rest, mcp)

@@ -51,4 +51,4 @@ def test_show_says_when_writes_are_relaxed_and_an_agent_lacks_the_pack(capsys: p
 @pytest.mark.usefixtures("configured")
 def test_show_of_an_unknown_pack_names_the_packs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["connectors", "show", "crm"]) == 2
-    assert "no connector pack 'crm' (packs: calendar, tracker" in capsys.readouterr().err
+    assert "no connector pack 'crm' (packs: calendar, email, tracker)" in capsys.readouterr().err

@@ -46,6 +46,11 @@ class MailSettings(BaseSettings):
     max_fetch_bytes: int = Field(256 * 1024, gt=0)
     """Most bytes of a message's text part fetched from the server (attachments are never fetched)."""
 
+    @field_validator("from_address", "ca_file", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        return None if value == "" else value
+
     @field_validator("internal_networks", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
