@@ -124,8 +124,8 @@ class Dovecot:
     accounts: dict[str, MailAccount] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, root: Path, ca: DeploymentCA) -> Dovecot:
-        """Configure and start Dovecot in ``root`` (a new folder), its certificate signed by ``ca``.
+    def start(cls, root: Path, ca: DeploymentCA, *, imaps_port: int = 0) -> Dovecot:
+        """Configure and start Dovecot in ``root`` (a new folder), its certificate signed by ``ca``; port 0: a free one.
 
         Raises:
             FileNotFoundError: Dovecot is not installed.
@@ -143,7 +143,7 @@ class Dovecot:
         (root / "key.pem").write_bytes(key)
         (root / "key.pem").chmod(0o600)
         shutil.copy(ca.cert_path, root / "ca.pem")
-        imap_port, imaps_port = free_port(), free_port()
+        imap_port, imaps_port = free_port(), imaps_port or free_port()
         (root / "dovecot.conf").write_text(_dovecot_conf(root, imap_port, imaps_port))
         config = str(root / "dovecot.conf")
         process = subprocess.Popen([DOVECOT, "-F", "-c", config], stdout=subprocess.DEVNULL)  # noqa: S603 - our own config
@@ -225,6 +225,8 @@ class SmtpServer:
     logins: list[tuple[str, str]] = field(default_factory=list)
     """Every login tried: (username, password) as the server saw them."""
     controller: Controller | None = None
+    echo: bool = False
+    """Print a line for each message taken (the demo)."""
 
     @classmethod
     def start(cls, account: MailAccount, dovecot: Dovecot, ca: DeploymentCA, port: int = 0) -> SmtpServer:
@@ -271,6 +273,12 @@ class _Recorder:
         self.server.received.append(
             Received(str(envelope.mail_from), list(envelope.rcpt_tos), content, login, session.ssl is not None)
         )
+        if self.server.echo:
+            subject = next((line for line in content.splitlines() if line.lower().startswith(b"subject:")), b"")
+            print(
+                f"SMTP took a message from {envelope.mail_from} to {', '.join(envelope.rcpt_tos)}: {subject.decode()}",
+                flush=True,
+            )
         for rcpt in envelope.rcpt_tos:  # the local delivery an MTA would make
             known = self.server.dovecot.accounts.get(rcpt)
             if known is not None:
@@ -288,25 +296,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, required=True, help="a folder for the servers' files (created)")
     parser.add_argument("--user", default="support@example.test")
     parser.add_argument("--password", default="dev-password")
-    parser.add_argument("--smtp-port", type=int, default=8025)
+    parser.add_argument("--imap-port", type=int, default=8993, help="IMAP over TLS")
+    parser.add_argument("--smtp-port", type=int, default=8025, help="SMTP with STARTTLS")
     args = parser.parse_args(argv)
     root = args.dir.resolve()
     ca = DeploymentCA.load_or_create(root / "ca")
-    dovecot = Dovecot.start(root / "dovecot", ca)
+    dovecot = Dovecot.start(root / "dovecot", ca, imaps_port=args.imap_port)
     account = dovecot.account(args.user, args.password)
     smtp = SmtpServer.start(account, dovecot, ca, args.smtp_port)
+    smtp.echo = True
     dovecot.append(
         account,
         b"From: Ann <ann@example.test>\r\nTo: " + account.username.encode() + b"\r\nSubject: Where is my parcel?\r\n"
         b"Message-ID: <parcel-1@example.test>\r\n\r\nHello, order 77 has not arrived yet. Ann\r\n",
     )
-    print(f"IMAP (TLS) on 127.0.0.1:{dovecot.imaps_port}, SMTP (STARTTLS) on 127.0.0.1:{smtp.port}")
+    print(f"IMAP (TLS) on 127.0.0.1:{dovecot.imaps_port}, SMTP (STARTTLS) on 127.0.0.1:{smtp.port}", flush=True)
     print(f"mailbox {account.username}, password {account.password!r}, one message in INBOX")
     print(
         "email pack settings: "
         f"{{imap_host: 127.0.0.1, imap_port: {dovecot.imaps_port}, smtp_host: 127.0.0.1, smtp_port: {smtp.port}, "
         f"username: {account.username}, password: MAIL_PASSWORD, internal_networks: 127.0.0.0/8, "
-        f"ca_file: {dovecot.ca_file}}}"
+        f"ca_file: {dovecot.ca_file}}}",
+        flush=True,
     )
     try:
         while True:

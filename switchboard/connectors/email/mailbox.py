@@ -350,9 +350,10 @@ class Mailbox:
                 cap = self.settings.max_fetch_bytes
                 status, data = imap.uid("FETCH", str(uid), f"(BODY.PEEK[{body_part.section}]<0.{cap}>)")
                 raw = next((bytes(p[1]) for p in data if isinstance(p, tuple)), b"") if status == "OK" else b""
-                text = _decode(raw, body_part)
+                text = _decode(raw, body_part).replace("\r\n", "\n")
                 if body_part.mime_type == "text/html":
                     text = _html_text(text)
+                text = text.strip()
                 truncated = body_part.size > cap
             limit = self.settings.max_body_chars
             truncated = truncated or len(text) > limit
