@@ -139,3 +139,32 @@ async def test_the_email_pack_switched_on_for_an_agent_reads_and_sends_after_app
         assert b"It left today." in received.content
     finally:
         await clients.aclose()
+
+
+def test_a_stdio_servers_secrets_are_the_deployments_and_the_agents_own_unless_ambiguous(tmp_path: Path) -> None:
+    config = tmp_path / "switchboard.yaml"
+    config.write_text(
+        """
+default_agent: a
+agents:
+  a:
+    profile: {name: A}
+    egress: {secrets: {MAIL: {env: A_MAIL, domains: [mail.example.com]}, SHARED: {env: A_SHARED, domains: [x.test]}}}
+  b:
+    profile: {name: B}
+    egress: {secrets: {SHARED: {env: B_SHARED, domains: [x.test]}}}
+"""
+    )
+    settings = load_settings(
+        {
+            "SWITCHBOARD_CONFIG": str(config),
+            "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+            "SWITCHBOARD_EGRESS__SECRETS__DEPLOYED__VALUE": "d-value",
+            "SWITCHBOARD_EGRESS__SECRETS__DEPLOYED__DOMAINS": "mail.example.com",
+            "A_MAIL": "a-value",
+            "A_SHARED": "one",
+            "B_SHARED": "two",
+        }
+    )
+    found = {name: value.get_secret_value() for name, value in mcp_secrets(settings).items()}
+    assert found == {"DEPLOYED": "d-value", "MAIL": "a-value"}  # SHARED is bound to two values: left out
