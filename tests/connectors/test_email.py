@@ -381,3 +381,32 @@ async def test_the_connector_refuses_to_start_without_its_settings(
             await clients.get("email").tools()
     finally:
         await clients.aclose()
+
+
+@pytest.mark.parametrize("mode", ["starttls", "none"])
+async def test_imap_over_starttls_or_plain_text_on_loopback_and_a_search_in_utf8(
+    mode: str, dovecot: Dovecot, mail_account: MailAccount, errlog: Any
+) -> None:
+    server = email_server(dovecot, None, mail_account, EMAIL_IMAP_TLS=mode, EMAIL_IMAP_PORT=str(dovecot.imap_port))
+    clients = await connect(server, mail_account, errlog)
+    try:
+        dovecot.append(mail_account, plain("Grüße aus Köln", "Schöne Grüße, bis bald."))
+        dovecot.append(mail_account, plain("Other", "Nothing here."))
+        found = await call(clients, "search_mail", {"query": "Grüße"})
+        assert [m["subject"] for m in found["messages"]] == ["Grüße aus Köln"]
+    finally:
+        await clients.aclose()
+
+
+async def test_a_server_whose_certificate_is_not_trusted_is_refused(
+    dovecot: Dovecot, mail_account: MailAccount, errlog: Any
+) -> None:
+    server = email_server(dovecot, None, mail_account, EMAIL_CA_FILE="")  # the system's CAs only
+    clients = await connect(server, mail_account, errlog)
+    try:
+        refused = await clients.get("email").call("search_mail", {})
+        assert refused.is_error and "could not be reached" in str(refused.content)
+        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.content)
+    finally:
+        await clients.aclose()
+    assert dovecot.sessions(mail_account) == []  # never logged in
