@@ -375,20 +375,6 @@ class Mailbox:
         finally:
             _close(imap)
 
-    def append(self, folder: str, message: bytes) -> None:
-        """Store ``message`` in ``folder`` (how a test delivers mail; no operation of the agent's).
-
-        Raises:
-            MailError: the server refused it.
-        """
-        imap = self._connect()
-        try:
-            status, _ = imap.append(imap_quote(folder), None, None, message)
-            if status != "OK":
-                raise MailError(f"the IMAP server refused to store the message in {folder!r}")
-        finally:
-            _close(imap)
-
 
 def _responses(data: list[Any]) -> list[list[Any]]:
     """The attribute list of each ``* n FETCH (...)`` response."""

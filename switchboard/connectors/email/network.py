@@ -38,8 +38,8 @@ def open_socket(host: str, port: int, guard: AddressGuard, tls: TlsMode, timeout
     """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        infos = []
+    except socket.gaierror:
+        raise OSError(f"{host}: the name does not resolve") from None
     addresses = [str(info[4][0]) for info in infos]
     guard.check(host, addresses)
     if tls == "none" and not all(ipaddress.ip_address(a.split("%", 1)[0]).is_loopback for a in addresses):
