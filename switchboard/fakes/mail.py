@@ -289,9 +289,11 @@ class _Recorder:
 def main(argv: list[str] | None = None) -> None:
     """Run Dovecot and aiosmtpd for one mailbox until interrupted, and print the email pack's settings."""
     import argparse
+    import logging
     import signal
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: the servers stop too
+    logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's own notices
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, required=True, help="a folder for the servers' files (created)")
     parser.add_argument("--user", default="support@example.test")
