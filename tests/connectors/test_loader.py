@@ -199,3 +199,60 @@ def test_a_broken_pack_file_is_refused(change: dict[str, Any], says: str) -> Non
     with pytest.raises(ValueError) as caught:
         ConnectorPack.model_validate(pack | change)
     assert says in str(caught.value)
+
+
+def test_each_operation_is_owned_by_its_pack(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, BASE, secrets=[])
+    tools = [build_rest_tool(spec, None) for spec in cfg.rest_tools]
+    assert {(tool.owner, tool.cost) for tool in tools} == {("connector:tracker", 1)}
+
+
+MCP_PACK = ConnectorPack.model_validate(
+    {
+        "name": "notes",
+        "description": "A notes server over MCP.",
+        "settings": {
+            "folder": {"description": "where notes live", "default": "/srv/notes"},
+            "key": {"description": "an egress secret", "secret": True},
+        },
+        "mcp_server": {
+            "transport": "stdio",
+            "command": ["python", "-m", "notes_server", "{{setting:folder}}"],
+            "env": {"NOTES_KEY": "{{secret:key}}"},
+        },
+        "mcp_reads": ["search"],
+    }
+)
+
+
+def test_an_mcp_pack_becomes_a_server_the_agent_connects_with_its_writes_gated() -> None:
+    raw = {
+        "connectors": {"notes": {"key": "NOTES_KEY"}},
+        "agents": {"a": {"name": "a", "connectors": ["notes"], "mcp": [{"server": "notes", "tools": ["search"]}]}},
+    }
+    cfg = FileConfig.model_validate(expand_connectors(raw, packs={"notes": MCP_PACK}, secrets=["NOTES_KEY"]))
+    server = cfg.mcp_servers["notes"]
+    assert server.transport == "stdio"
+    assert server.command == ["python", "-m", "notes_server", "/srv/notes"]
+    assert server.env == {"NOTES_KEY": "{{secret:NOTES_KEY}}"}  # a placeholder, never a value
+    assert server.reads == ["search"]
+    agent = cfg.agents["a"]
+    assert [(entry.server, entry.tools) for entry in agent.mcp] == [("notes", ["search"])]  # the operator's allowlist
+    [rule] = agent.policy.rules
+    assert (rule.tool, rule.side_effect, rule.decide) == ("notes__*", "write", "approve")
+
+
+def test_an_mcp_pack_may_not_take_a_server_name_of_yours() -> None:
+    raw = {
+        "mcp_servers": {"notes": {"transport": "http", "url": "https://notes.example/mcp"}},
+        "agents": {"a": {"name": "a", "connectors": ["notes"]}},
+        "connectors": {"notes": {"key": "NOTES_KEY"}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        expand_connectors(raw, packs={"notes": MCP_PACK})
+    assert caught.value.field == "mcp_servers.notes"
+
+
+def test_a_file_without_connectors_is_left_as_it_was() -> None:
+    raw = {"agents": {"a": {"name": "a", "instructions": "x"}, "b": {"name": "b", "connectors": []}}}
+    assert expand_connectors(raw) == raw

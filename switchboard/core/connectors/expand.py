@@ -213,6 +213,8 @@ def expand_connectors(
                 raise _fail(source, f"mcp_servers.{name}", f"is the {name} connector's server: rename yours")
             servers[name] = expansion.server
     for agent_name, names in enabled.items():
+        if not names:
+            continue
         body = agents[agent_name]
         declared = {str(n).upper() for n in (_section(_section(body, "egress"), "secrets"))}
         for name in names:

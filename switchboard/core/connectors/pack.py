@@ -149,7 +149,8 @@ class ConnectorPack(BaseModel):
         specs: list[RestToolSpec] = []
         for raw in filled:
             try:
-                specs.append(RestToolSpec.model_validate({**raw, "name": f"{self.name}_{raw['name']}"}))
+                named = {**raw, "name": f"{self.name}_{raw['name']}", "owner": f"connector:{self.name}"}
+                specs.append(RestToolSpec.model_validate(named))
             except ValidationError as err:
                 raise ValueError(f"rest_tools {raw['name']}: {_first(err)}") from None
         return specs

@@ -106,6 +106,8 @@ class RestToolSpec(BaseModel):
     """The API honours the ``Idempotency-Key`` header sent with every write: then a failed write may be retried."""
     permission: str | None = None
     """Permission the principal needs (``None``: anyone who may talk to the agent)."""
+    owner: str | None = Field(None, pattern=r"^[a-z][a-z0-9_:-]{0,63}$")
+    """Who provides the operation (``None``: ``rest``; a connector pack's are ``connector:<pack>``)."""
     timeout_s: float = Field(15.0, gt=0, le=120)
     result: RestResult = Field(default_factory=RestResult)
 

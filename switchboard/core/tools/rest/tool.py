@@ -249,7 +249,7 @@ def build_rest_tool(spec: RestToolSpec, transport: RestTransport | None) -> Tool
         risk=spec.risk or ("medium" if write else "low"),
         permission=spec.permission,
         timeout_s=spec.timeout_s,
-        owner="rest",
+        owner=spec.owner or "rest",
         cost=1,
         connector=f"rest:{spec.host}",
         output_trust="data",
