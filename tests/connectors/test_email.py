@@ -410,3 +410,24 @@ async def test_a_server_whose_certificate_is_not_trusted_is_refused(
     finally:
         await clients.aclose()
     assert dovecot.sessions(mail_account) == []  # never logged in
+
+
+async def test_attachments_with_international_names_and_a_forwarded_mail_are_listed(
+    dovecot: Dovecot, mail_account: MailAccount, clients: McpClients
+) -> None:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "x@example.test", "ops@example.test", "Papers"
+    message.set_content("See the papers.")
+    message.add_attachment(b"cv", maintype="application", subtype="pdf", filename="Résumé.pdf")
+    forwarded = EmailMessage()
+    forwarded["Subject"] = "Original"
+    forwarded.set_content("The original text, never returned.")
+    message.add_attachment(forwarded)
+    uid = dovecot.append(mail_account, message.as_bytes())
+    read = await call(clients, "read_mail", {"uid": uid})
+    assert read["body"] == "See the papers."
+    assert [(a["filename"], a["content_type"]) for a in read["attachments"]] == [
+        ("Résumé.pdf", "application/pdf"),
+        ("", "message/rfc822"),
+    ]
+    assert "original text" not in json.dumps(read)

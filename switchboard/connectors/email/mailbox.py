@@ -12,11 +12,11 @@ import binascii
 import contextlib
 import datetime as dt
 import email.header
-import email.utils
 import imaplib
 import itertools
 import quopri
 import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
@@ -136,8 +136,12 @@ def _decoded_name(params: dict[str, str]) -> str | None:
     for key in ("filename", "name"):
         if key in params:
             raw = params[key]
-        elif f"{key}*" in params:
-            raw = str(email.utils.collapse_rfc2231_value(email.utils.decode_rfc2231(params[f"{key}*"])))
+        elif f"{key}*" in params:  # RFC 2231: charset'language'percent-encoded
+            charset, _, rest = params[f"{key}*"].partition("'")
+            try:
+                return urllib.parse.unquote(rest.partition("'")[2], encoding=charset or "utf-8", errors="replace")
+            except LookupError:
+                return urllib.parse.unquote(rest.partition("'")[2], errors="replace")
         else:
             continue
         try:
@@ -342,7 +346,10 @@ class Mailbox:
             items = responses[0]
             header = _after(items, "BODY[HEADER]")
             structure = _after(items, "BODYSTRUCTURE")
-            leaves = list(_leaves(structure)) if isinstance(structure, list) else []
+            try:
+                leaves = list(_leaves(structure)) if isinstance(structure, list) else []
+            except (TypeError, ValueError, IndexError):
+                raise MailError(f"the structure of message {uid} could not be read") from None
             texts = [p for p in leaves if not _is_attachment(p)]
             body_part = next((p for p in texts if p.mime_type == "text/plain"), texts[0] if texts else None)
             text, truncated = "", False
