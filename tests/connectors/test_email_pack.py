@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from switchboard.cli.checks import config_problems
 from switchboard.cli.mcp import mcp_command, mcp_secrets
 from switchboard.cli.worker import build_runtime
 from switchboard.core.messages import ConversationRef, InboundMessage, OperatorActed, Sender
@@ -87,6 +88,7 @@ async def test_the_email_pack_switched_on_for_an_agent_reads_and_sends_after_app
     agent = settings.file.agents["support"]
     assert [m.server for m in agent.mcp] == ["email"]
     assert [(r.tool, r.decide) for r in agent.policy.rules if r.name == "connector:email"] == [("email__*", "approve")]
+    assert not [p for p in config_problems(settings) if "connector:email" in p]  # `switchboard run` starts
 
     accepted = await asyncio.to_thread(mcp_command, settings, "accept", "email", None)  # as the operator runs it
     assert accepted == 0
