@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp import types
+from pydantic import SecretStr
 
 from switchboard.cli.sandbox import startup_choice
 from switchboard.core.tools.mcp.client import McpClients, McpConnection, SandboxHost, Scope, sandboxed
@@ -31,7 +32,7 @@ from switchboard.settings import Settings
 if TYPE_CHECKING:
     from switchboard.core.tools.builtin.shell import EgressGate
 
-__all__ = ["clients_command", "mcp_command", "pin_store", "sandbox_host", "serve_command"]
+__all__ = ["clients_command", "mcp_command", "mcp_secrets", "pin_store", "sandbox_host", "serve_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,25 @@ def _shown(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
+def mcp_secrets(settings: Settings) -> dict[str, SecretStr]:
+    """The egress secrets a stdio server's ``{{secret:NAME}}`` may name: the deployment's, and the agents' own.
+
+    Servers are shared by the worker's agents, so an agent's secret is offered only when no other agent binds the
+    same name to another value (an ambiguous name is left out, and a server that needs it fails to start, saying so).
+    """
+    found = {name.upper(): secret.value for name, secret in settings.egress.secrets.items()}
+    seen: dict[str, set[str]] = {}
+    for agent in settings.file.agents.values():
+        for name, binding in agent.egress.secrets.items():
+            value = settings.environ.get(binding.env)
+            if value:
+                seen.setdefault(name.upper(), set()).add(value)
+    for name, values in seen.items():
+        if name not in found and len(values) == 1:
+            found[name] = SecretStr(values.pop())
+    return found
+
+
 def _clients(settings: Settings, server: str) -> McpClients:
     guard = AddressGuard(settings.egress.internal_networks)
     return McpClients(
@@ -75,6 +95,7 @@ def _clients(settings: Settings, server: str) -> McpClients:
         http_client=functools.partial(guarded_http_client, guard),
         errlog=sys.stderr,
         host=sandbox_host(settings),
+        secrets=mcp_secrets(settings),
     )
 
 

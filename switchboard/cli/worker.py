@@ -179,7 +179,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     forwarder = _rest_forwarder(settings, redis, egress)
     mcp: McpClients | None = None
     if settings.file.mcp_servers:
-        from switchboard.cli.mcp import sandbox_host
+        from switchboard.cli.mcp import mcp_secrets, sandbox_host
         from switchboard.core.tools.mcp.client import McpClients
 
         guard = AddressGuard(settings.egress.internal_networks)
@@ -187,6 +187,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             settings.file.mcp_servers,
             http_client=functools.partial(guarded_http_client, guard),
             host=sandbox_host(settings, egress),
+            secrets=mcp_secrets(settings),
         )
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)

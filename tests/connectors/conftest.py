@@ -1,5 +1,7 @@
 """A connector pack in whole turns: its fake API over real HTTPS, the worker's runtime, the drain, real Redis.
 
+The email pack's tests use real mail servers instead (Dovecot and aiosmtpd, :mod:`tests.connectors.mail`).
+
 The fake listens on 127.0.0.2 under a certificate of a test CA egress trusts; only the test resolver knows its host
 name. The offline model calls a tool for ``/tool NAME {json}``; approvals are decided as an operator would.
 """
@@ -28,10 +30,11 @@ from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings, Settings, load_settings
 from switchboard.worker.drain import Drainer
+from tests.connectors.mail import dovecot, mail_account, mail_ca, smtp_server
 from tests.egress.conftest import PUBLIC, ListSink, MapResolver, _serve
 from tests.queue.conftest import RecordingDeliverer, client, ingestor, queue_settings
 
-__all__ = ["client", "ingestor", "queue_settings"]
+__all__ = ["client", "dovecot", "ingestor", "mail_account", "mail_ca", "queue_settings", "smtp_server"]
 
 
 @contextlib.asynccontextmanager

@@ -163,7 +163,7 @@ def test_expansion_leaves_the_parsed_file_unchanged() -> None:
 
 def test_every_shipped_pack_loads_and_each_operation_states_its_classes() -> None:
     packs = load_packs()
-    assert {"calendar", "tracker"} <= set(packs)
+    assert {"calendar", "email", "tracker"} <= set(packs)
     for pack in packs.values():
         for raw in pack.rest_tools:
             assert {"side_effect", "risk", "timeout_s"} <= set(raw), (pack.name, raw["name"])

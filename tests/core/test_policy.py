@@ -326,3 +326,32 @@ tenants:
     assert permissions_for(loaded, "default", "assistant", "telegram:42") == {"payments.*"}
     with pytest.raises(ValidationError):
         PolicyConfig.model_validate({"rules": [{"decide": "allow", "when": [{"field": "a", "between": [1, 2]}]}]})
+
+
+def test_rules_on_an_agents_mcp_tools_match_them() -> None:
+    config = FileConfig.model_validate(
+        {
+            "mcp_servers": {
+                "email": {"transport": "stdio", "command": ["python"]},
+                "calc": {"transport": "stdio", "command": ["python"]},
+            },
+            "agents": {
+                "a": {
+                    "name": "a",
+                    "tools": [],
+                    "mcp": ["email", {"server": "calc", "tools": ["add"]}],
+                    "policy": {
+                        "rules": [
+                            {"tool": "email__*", "decide": "approve"},  # every tool of a server offered whole
+                            {"tool": "email__send_mail", "decide": "approve"},
+                            {"tool": "calc__add", "decide": "allow"},
+                            {"tool": "calc__delete", "decide": "allow"},  # not in the agent's allowlist
+                            {"tool": "other__x", "decide": "allow"},
+                        ]
+                    },
+                }
+            },
+        }
+    )
+    problems = policy_problems(config, default_registry().names())
+    assert [p.split(" ", 1)[0] for p in problems] == ["agents.a.policy.rules[3]", "agents.a.policy.rules[4]"]

@@ -145,8 +145,10 @@ def policy_problems(config: PolicySources, tool_names: Iterable[str]) -> list[st
     known = sorted(tool_names)
     problems: list[str] = []
     for name, agent in config.agents.items():
+        # an MCP server's tools are known only once it is connected: any rule within a server the agent uses counts
+        mcp = [f"{m.server}__{tool}" for m in agent.mcp for tool in (m.tools if m.tools is not None else ["*"])]
         problems.extend(
-            _unmatched(f"agents.{name}.policy", agent.policy, [*agent.tools, *(s.name for s in agent.rest_tools)])
+            _unmatched(f"agents.{name}.policy", agent.policy, [*agent.tools, *(s.name for s in agent.rest_tools), *mcp])
         )
     for name, channel in config.channels.items():
         where = f"channels.{name}"
@@ -172,5 +174,10 @@ def _unmatched(where: str, block: PolicyConfig | None, tools: Iterable[str]) -> 
         f"{where}.rules[{index}] ({rule.name or 'unnamed'}): tool {rule.tool!r} matches none of "
         f"{', '.join(names) or 'no tools'}; fix the name or remove the rule"
         for index, rule in enumerate(block.rules)
-        if not any(fnmatch.fnmatchcase(tool, rule.tool) for tool in names)
+        if not any(fnmatch.fnmatchcase(tool, rule.tool) or _within(rule.tool, tool) for tool in names)
     ]
+
+
+def _within(pattern: str, tools: str) -> bool:
+    """Whether a rule's tool pattern names tools of an MCP server whose tools are all offered (``server__*``)."""
+    return tools.endswith("__*") and pattern.startswith(tools[:-1])

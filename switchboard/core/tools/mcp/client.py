@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import re
 import sys
 import time
 from collections import OrderedDict
@@ -22,8 +24,17 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import SecretStr
 
-from switchboard.core.tools.mcp.config import HttpServer, McpServer, StdioServer, file_sha256, identity, program_file
+from switchboard.core.tools.mcp.config import (
+    SECRET_PLACEHOLDER,
+    HttpServer,
+    McpServer,
+    StdioServer,
+    file_sha256,
+    identity,
+    program_file,
+)
 from switchboard.core.tools.mcp.sandbox import Scope, sandboxed_stdio
 from switchboard.core.workspaces.disk import make_private_dir
 from switchboard.errors import ToolError
@@ -84,10 +95,12 @@ class McpConnection:
         errlog: TextIO | None = None,
         host: SandboxHost | None = None,
         scope: Scope | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> None:
         self.name = name
         self.server = server
         self._http_client = http_client
+        self._secrets = dict(secrets or {})
         self._errlog = errlog
         self._host = host or SandboxHost()
         self._scope = scope
@@ -209,7 +222,7 @@ class McpConnection:
             params = StdioServerParameters(
                 command=server.command[0],
                 args=server.command[1:],
-                env={**get_default_environment(), **server.env},
+                env={**get_default_environment(), **self._env(server)},
                 cwd=server.cwd,
             )
             return stdio_client(params, errlog=self._errlog or sys.stderr)
@@ -234,7 +247,34 @@ class McpConnection:
             access = granted if isinstance(granted, EgressAccess) else None
         self.grant = access.token if access is not None else ""
         workspace = await asyncio.to_thread(make_private_dir, scope.workspace)
-        return sandboxed_stdio(self._host.sandbox, server, workspace, egress=access, errlog=self._errlog or sys.stderr)
+        return sandboxed_stdio(
+            self._host.sandbox,
+            server.model_copy(update={"env": self._env(server)}),
+            workspace,
+            egress=access,
+            errlog=self._errlog or sys.stderr,
+        )
+
+    def _env(self, server: StdioServer) -> dict[str, str]:
+        """``server.env`` with each ``{{secret:NAME}}`` replaced by the egress secret's value.
+
+        Raises:
+            ToolError: a secret it names is not configured.
+        """
+
+        def value(variable: str, match: re.Match[str]) -> str:
+            secret = self._secrets.get(match.group(1).upper())
+            if secret is None:
+                raise ToolError(
+                    f"the MCP server {self.name} needs the egress secret {match.group(1).upper()} for ${variable}, "
+                    f"which is not set (SWITCHBOARD_EGRESS__SECRETS__{match.group(1).upper()}__VALUE)"
+                )
+            return secret.get_secret_value()
+
+        return {
+            variable: SECRET_PLACEHOLDER.sub(functools.partial(value, variable), text)
+            for variable, text in server.env.items()
+        }
 
     async def _close_locked(self) -> None:
         task, self._task = self._task, None
@@ -312,13 +352,16 @@ class McpClients:
         host: SandboxHost | None = None,
         max_sandboxed: int = 16,
         idle_s: float = 600.0,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> None:
+        """Connect nothing yet; ``secrets``: the egress secrets by upper-case name (for ``{{secret:NAME}}`` in env)."""
         self.servers = dict(servers)
         self.host = host or SandboxHost()
         self._http_client = http_client
         self._errlog = errlog
+        self._secrets = dict(secrets or {})
         self._connections = {
-            name: McpConnection(name, server, http_client=http_client, errlog=errlog)
+            name: McpConnection(name, server, http_client=http_client, errlog=errlog, secrets=secrets)
             for name, server in servers.items()
             if not sandboxed(server)
         }
@@ -352,7 +395,7 @@ class McpClients:
         while len(self._sessions) >= self.max_sandboxed:
             self._close_later(self._sessions.popitem(last=False)[1])
         if found is None:
-            found = McpConnection(name, server, errlog=self._errlog, host=self.host, scope=scope)
+            found = McpConnection(name, server, errlog=self._errlog, host=self.host, scope=scope, secrets=self._secrets)
         found.used = now
         self._sessions[key] = found
         return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
+    "SECRET_PLACEHOLDER",
     "SERVER_NAME_PATTERN",
     "TOOL_NAME_PATTERN",
     "AgentMcp",
@@ -34,6 +36,9 @@ SERVER_NAME_PATTERN = r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$"
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9]+(_[A-Za-z0-9]+)*$"
 """Announced tool names the gateway takes (others are listed but never offered)."""
 
+SECRET_PLACEHOLDER = re.compile(r"\{\{\s*secret:([A-Za-z0-9_]{1,64})\s*\}\}")
+"""``{{secret:NAME}}`` in a stdio server's ``env``: the egress secret ``NAME``'s value, filled in at start."""
+
 
 class StdioServer(BaseModel):
     """A server the worker starts as a host process and speaks to over its stdin and stdout."""
@@ -48,7 +53,9 @@ class StdioServer(BaseModel):
     digest_file: str | None = None
     """The file the digest covers (a script); default: the program, ``command[0]`` as found on ``PATH``."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Variables set for the process besides a minimal default environment (never the worker's own)."""
+    """Variables set for the process besides a minimal default environment (never the worker's own). A
+    ``{{secret:NAME}}`` placeholder in a value is replaced by the egress secret ``NAME`` when the process starts
+    (``SWITCHBOARD_EGRESS__SECRETS__<NAME>__VALUE``): the value is in no file, command line or log."""
     cwd: str | None = None
     sandbox: bool = False
     """Run one process per agent and session in the session's sandbox (the ``shell`` tool's, bubblewrap only), over
