@@ -98,7 +98,10 @@ async def test_a_lone_surrogate_in_tool_arguments_is_told_to_the_model_once(
     assert "run_failed" not in kinds and kinds[-1] == "run_completed"
     assert model.calls == 2  # the call, then the answer: never a re-run of the whole turn
     [result] = [m for m in model.seen[1].messages if m.role == "tool"]
-    assert json.loads(result.content)["error_class"] == "validation"  # no such file: the model can correct it
+    # read_file ran and failed: its failure is shown as data, like its result (the file name is the session's text)
+    assert result.content.startswith('<data source="read_file:') and 'trust="untrusted"' in result.content
+    body = result.content.split("\n", 1)[1].rsplit("\n</data>", 1)[0]
+    assert json.loads(body)["error_class"] == "validation"  # no such file: the model can correct it
     assert "\ufffd" in result.content  # the name as the gateway saw it: encodable
     assert deliverer.texts() == ["fine"]
 
