@@ -83,7 +83,11 @@ def _show(settings: Settings, agent: Agent) -> None:
     for line in credentials_used(settings, agent.name):
         print(f"  {line}")
     print(f"skills:       {', '.join(agent.skills) if agent.skills else 'none'}")
-    print(f"table cost:   {table_cost(agent.tables).describe()}")
+    tables = table_cost(agent.tables)
+    others = [tool for tool in registry.for_agent(agent) if tool.name not in tables.parts]
+    own = sum(tool.cost for tool in others)
+    print(f"tool cost:    {own + tables.total} (tools {own} + tables {tables.total})")
+    print(f"table cost:   {tables.describe()}")
     for ref, table in agent.tables.items():
         columns = ", ".join(table.columns) if table.columns else "all"
         tenant = f", rows of the tenant in {table.tenant_column}" if table.tenant_column else ""

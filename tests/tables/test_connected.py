@@ -129,6 +129,7 @@ def test_agents_show_prints_the_table_cost(base_env: dict[str, str], tmp_path: P
     )
     assert result.returncode == 0, result.stderr
     assert "table cost:   6 (table_query 1 + table_insert 2 + table_update 2 + table_delete 1)" in result.stdout
+    assert "tool cost:    7 (tools 1 + tables 6)" in result.stdout  # current_time, and two tables counted once
     assert "table archive: shop.orders read" in result.stdout
 
 
