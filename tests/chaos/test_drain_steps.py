@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 import redis.asyncio as aioredis
@@ -201,10 +201,12 @@ async def _nothing_left_behind(redis: aioredis.Redis, env: dict[str, str], sessi
         }
 
     clean = {"drain flags": 0, "leases": 0, "runnable": 0, "queued": 0, "started": [], "job hashes": []}
-    await wait_until(lambda: _equal(bookkeeping(), clean), timeout=10, what="nothing left behind")
+    seen: dict[str, object] = {}
+
+    async def cleaned() -> bool:
+        seen.update(await bookkeeping())
+        return seen == clean
+
+    await wait_until(cleaned, timeout=30, what=lambda: f"nothing left behind; left: {seen}")
     await asyncio.sleep(1.5)  # a reaper pass or two later: still nothing (nothing it would repair)
     assert await bookkeeping() == clean
-
-
-async def _equal(found: Awaitable[dict[str, object]], expected: dict[str, object]) -> bool:
-    return await found == expected
