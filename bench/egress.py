@@ -78,7 +78,7 @@ async def _upstream(root: Path) -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
         ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-    (root / "upstream.json").write_text(json.dumps(ports))
+    _publish(root / "upstream.json", ports)
     await asyncio.Event().wait()
 
 
@@ -109,9 +109,7 @@ async def _proxy(root: Path, redis_url: str) -> None:
     ca = DeploymentCA.load_or_create(settings.data_path / "egress" / "ca")
     async with EgressProxy(forwarder, ca) as proxy:
         grant = policy.grant("bench", "default/bench/web/main/bench")
-        (root / "proxy.json").write_text(
-            json.dumps({"port": proxy.port, "token": grant.token, "ca": str(ca.cert_path)})
-        )
+        _publish(root / "proxy.json", {"port": proxy.port, "token": grant.token, "ca": str(ca.cert_path)})
         await asyncio.Event().wait()
 
 
@@ -128,6 +126,13 @@ async def _batch(http: aiohttp.ClientSession, url: str, n: int, **kw: object) ->
         if resp.status != 200 or body != BODY:
             raise RuntimeError(f"{url}: {resp.status} {body[:200]!r}")
     return out
+
+
+def _publish(path: Path, data: object) -> None:
+    """Write ``data`` as JSON for the other process, whole or not at all (it polls for the file to appear)."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
 
 
 def _wait_file(path: Path, proc: Proc) -> dict[str, object] | list[int]:
