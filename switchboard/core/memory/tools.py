@@ -28,6 +28,8 @@ from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
 
 __all__ = [
+    "MAX_LINKS_SHOWN",
+    "MAX_RECALLED",
     "MAX_SNIPPET_CHARS",
     "MEMORY_TOOLS",
     "ConnectedProjects",
@@ -42,6 +44,15 @@ __all__ = [
 
 MAX_SNIPPET_CHARS = 400
 """Longest text of one recalled fact shown to the model."""
+
+MAX_RECALLED = 10
+"""Most facts one ``recall`` returns."""
+
+MAX_LINKS_SHOWN = 10
+"""Most links of one recalled fact shown."""
+
+_MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
+"""A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
 
 MEMORY_TOOLS = ("remember", "recall", "link", "correct", "forget")
 
@@ -77,7 +88,7 @@ class RecallInput(BaseModel):
 
     query: str = Field(min_length=1, max_length=200, description="Words to look for in remembered facts.")
     project: str = _PROJECT
-    limit: int = Field(5, ge=1, le=20, description="Most facts returned.")
+    limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
 
 
 class LinkInput(BaseModel):
@@ -168,7 +179,7 @@ def _shown(fact: Fact) -> dict[str, Any]:
         "corrected_at": _date(fact.updated_at),
         "confidence": fact.confidence,
         "expires_at": _date(fact.expires_at),
-        "links": list(fact.links),
+        "links": list(fact.links[:MAX_LINKS_SHOWN]),
     }
 
 
@@ -306,6 +317,7 @@ def memory_tools(
             input=RecallInput,
             fn=recall,
             output_trust="data",
+            max_inline_bytes=_MAX_RECALL_BYTES,
             connector="memory",
         ),
         Tool(
