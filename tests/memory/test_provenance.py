@@ -14,6 +14,8 @@ from tests.memory.conftest import Memory, Turn, inbound
 def _turn() -> Turn:
     turn = Turn(inbound=[inbound("My order 1234 ships to 5 Rue Lepic, Paris", "m1")])
     turn.history.append(HistoryEntry(role="user", text="I prefer email over phone calls", message_id="m0"))
+    document = "Attached contract: the customer owes 5000 EUR"  # outside text in a user entry
+    turn.history.append(HistoryEntry(role="user", text=document, message_id="m-1", meta={"trust": "data"}))
     turn.saw("call_a", "read_file", {"path": "notes.txt"}, "Warehouse closes at 18:00 on Fridays")
     turn.saw("call_b", "web_fetch", {"url": "https://example.com/ship"}, "Parcels to France take 2 days")
     turn.saw("call_r", "recall", {"query": "vip"}, '{"facts": [{"text": "Ann is a VIP customer"}]}')
@@ -33,6 +35,7 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("a message not in the conversation", {"kind": "message", "ref": "m9", "quote": "ships to"}, "not in this conv"),
     ("words the message does not hold", {"kind": "message", "ref": "m1", "quote": "ships to London"}, "quote is not"),
     ("a made-up quote, any message", {"kind": "message", "quote": "Ann is a VIP"}, "quote is not"),
+    ("a document in the history", {"kind": "message", "ref": "m-1", "quote": "owes 5000"}, "not in this conv"),
     ("a call of no run", {"kind": "tool_result", "ref": "call_zz", "quote": "closes at"}, "no result in this run"),
     ("words the result does not hold", {"kind": "tool_result", "ref": "call_a", "quote": "opens at 9"}, "quote is not"),
     (

@@ -28,7 +28,8 @@ class ContextEvidence:
     def messages(self) -> list[SeenMessage]:
         """The turn's messages and the user messages of the loaded history."""
         seen = [SeenMessage(message.id, message.text) for message in self._inbound()]
-        seen += [SeenMessage(entry.message_id or "", entry.text) for entry in self._history() if entry.role == "user"]
+        history = self._history()  # outside text folded into a user entry is no word of the user
+        seen += [SeenMessage(e.message_id or "", e.text) for e in history if e.role == "user" and not e.untrusted]
         return seen
 
     def tool_results(self) -> list[SeenToolResult]:
