@@ -195,3 +195,23 @@ def test_agents_connect_projects_of_the_file(tmp_path: Path) -> None:
     names = [tool.name for tool in registry.for_agent(agent)]
     assert names == ["current_time", "remember", "recall", "link", "correct", "forget"]
     assert [tool.name for tool in registry.for_agent(agent.model_copy(update={"projects": []}))] == ["current_time"]
+
+
+async def test_a_rerun_of_the_same_call_stores_the_fact_once(memory: Memory) -> None:
+    turn = _said("Ann prefers delivery on Friday mornings")
+    first = await _remember(memory, turn, FACTS[0], project="shop")
+    again = await _remember(memory, turn, FACTS[0], project="shop")  # the same run, call and arguments
+    other = await _remember(memory, turn, FACTS[0], project="shop", run_id="run-2")
+    assert first == again != other
+    assert len(await memory.store.facts("acme", ["shop"])) == 2
+    assert [c.op for c in await memory.store.changes("acme")] == ["remembered", "remembered"]
+
+
+async def test_an_expiry_without_a_time_zone_is_refused(memory: Memory) -> None:
+    turn = _said("The sale ends at midnight")
+    source = {"kind": "message", "quote": "sale ends"}
+    outcome = await memory.call(
+        "remember", {"text": "Sale ends", "source": source, "expires_at": "2030-01-01T00:00:00"}, turn
+    )
+    assert not outcome.ok and "time zone" in str(outcome.error)
+    assert await memory.store.facts("acme", ["shop"]) == []
