@@ -12,6 +12,7 @@ from switchboard.cli.sandbox import shell_options, startup_choice
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
+from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
 from switchboard.core.tables.connections import TableConnections
@@ -88,6 +89,7 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
+        memory=(SQLiteMemoryStore(settings.data_path / "memory"), settings.file.connected_projects),
     )
     try:
         register_rest_tools(tools, settings, rest)

@@ -33,6 +33,7 @@ __all__ = [
     "EgressRequested",
     "Event",
     "EventAdapter",
+    "MemoryChanged",
     "MessageDropped",
     "MessageReceived",
     "PairingCodeIssued",
@@ -204,6 +205,21 @@ class SkillUsed(_Event):
     sha256: str
     """Content hash of the package (the same files always give the same hash)."""
     source: Literal["builtin", "template", "local"]
+
+
+class MemoryChanged(_Event):
+    """A fact of a project was remembered, linked, corrected or forgotten: who and why, never its text."""
+
+    kind: Literal["memory_changed"] = "memory_changed"
+    op: Literal["remembered", "linked", "corrected", "forgotten"]
+    fact_id: str
+    project: str
+    actor: str
+    agent: str
+    run_id: str
+    reason: str = ""
+    source_kind: str = ""
+    """The kind of source the fact cites (``message``, ``file``, ``tool_result``, ``url``), for writes with one."""
 
 
 class UsageMetered(_Event):
@@ -502,6 +518,7 @@ Event = Annotated[
     | SandboxUsed
     | EgressRequested
     | SkillUsed
+    | MemoryChanged
     | UsageMetered
     | ReplySent
     | VoiceReplied

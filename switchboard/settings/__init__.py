@@ -32,6 +32,7 @@ from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.connectors import expand_connectors
+from switchboard.core.memory.facts import ProjectConfig, check_name
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.tools.mcp.config import SERVER_NAME_PATTERN, McpServer
@@ -255,6 +256,9 @@ class FileConfig(BaseModel):
     rest_tools: list[RestToolSpec] = Field(default_factory=list)
     """REST operations any agent may list in its ``tools`` (``docs/rest-tools.md``); an agent's own go under
     ``agents.<name>.rest_tools``."""
+    projects: dict[str, ProjectConfig] = Field(default_factory=dict)
+    """Memory projects by name, each of one tenant (``docs/memory.md``); agents connect with
+    ``agents.<name>.projects``."""
     connectors: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     """Connector packs' settings by pack (``docs/connectors.md``): ``{tracker: {repo: acme/shop, token:
     TRACKER_TOKEN}}``; agents switch packs on with ``agents.<name>.connectors``."""
@@ -275,6 +279,27 @@ class FileConfig(BaseModel):
                 if owner != "rest_tools" and owner != f"agents.{name}.rest_tools":
                     raise ValueError(f"agents.{name}.tools lists {tool!r}, a REST tool of another agent ({owner})")
         return self
+
+    @model_validator(mode="after")
+    def _projects_defined(self) -> FileConfig:
+        for name in self.projects:
+            check_name(name, "project")
+        defined = ", ".join(sorted(self.projects)) or "none"
+        for name, agent in self.agents.items():
+            for project in agent.projects:
+                if project not in self.projects:
+                    raise ValueError(
+                        f"agents.{name}.projects names {project!r}, which is not defined under projects "
+                        f"(defined: {defined})"
+                    )
+        return self
+
+    def connected_projects(self, agent: str, tenant: str) -> list[str]:
+        """The projects ``agent`` is connected to that belong to ``tenant`` (none for an unknown agent)."""
+        found = self.agents.get(agent)
+        if found is None:
+            return []
+        return [name for name in found.projects if name in self.projects and self.projects[name].tenant == tenant]
 
     @model_validator(mode="after")
     def _one_budget_per_counter(self) -> FileConfig:

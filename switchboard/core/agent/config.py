@@ -149,6 +149,9 @@ class Agent(BaseModel):
     tables: dict[str, ConnectedTable] = Field(default_factory=dict)
     """Connected tables by the reference the model names, each with its permission (see
     :mod:`switchboard.core.tables.config`); the table tools they enable are added to its tools."""
+    projects: list[str] = Field(default_factory=list)
+    """Memory projects (of the file's ``projects:``) it is connected to: it gets ``remember``, ``recall``, ``link``,
+    ``correct`` and ``forget`` over their facts (``docs/memory.md``)."""
     skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
     """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
     compaction: Literal["deterministic", "native"] = "deterministic"

@@ -24,6 +24,7 @@ from switchboard.core.actions import ShowToolCall, ToolState
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
 from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
 from switchboard.core.agent.decider import Reply, StepRetry, decide
+from switchboard.core.agent.evidence import ContextEvidence
 from switchboard.core.agent.native import HostedFiles, NativeAdapter
 from switchboard.core.agent.programstep import refusal, run_program_call
 from switchboard.core.agent.prompt import (
@@ -234,6 +235,8 @@ class _Turn:
         self.shrunk = False
         self.inbound = request.messages  # what the model reads (plan_turn)
         self.input = TurnInput(text=None, attached=None, record=[])  # the user's message with the files they sent
+        seen = ContextEvidence(lambda: self.inbound, lambda: self.history, lambda: self.messages[self.opening :])
+        self.ctx = dataclasses.replace(self.ctx, evidence=seen)  # what a memory write may cite
 
     # ---------------------------------------------------------------- the loop
 

@@ -13,6 +13,7 @@ from switchboard.core.access import Role
 from switchboard.core.actions import Action
 from switchboard.core.approvals.policy import Policy
 from switchboard.core.events import Event
+from switchboard.core.memory.evidence import TurnEvidence
 from switchboard.core.sql.databases import SharedDatabase
 from switchboard.core.tools.effects import EffectStore
 from switchboard.core.tools.status import StatusMessages
@@ -73,6 +74,8 @@ class ToolContext:
     """The agent the call serves (whose egress allowlist a sandboxed command gets); empty: no agent, no egress."""
     role: Role = "user"
     """The turn's role (``switchboard.core.access``), which the policy's ``role`` rules match."""
+    evidence: TurnEvidence | None = None
+    """The messages and tool results the turn has in view, which a memory write must cite (``None``: none)."""
 
 
 @dataclass(frozen=True, slots=True)

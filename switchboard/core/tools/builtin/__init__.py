@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.slots import SLOT_TOOLS
+from switchboard.core.memory.tools import MEMORY_TOOLS
 from switchboard.core.model import ToolSpec
 from switchboard.core.tables.config import table_cost
 from switchboard.core.tools.builtin.clock import TOOLS as CLOCK_TOOLS
@@ -21,6 +22,8 @@ from switchboard.core.tools.builtin.skills import agent_skills, skill_tools
 from switchboard.core.tools.definition import Tool
 
 if TYPE_CHECKING:
+    from switchboard.core.memory.store import MemoryStore
+    from switchboard.core.memory.tools import ConnectedProjects
     from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tables.tools import ConnectedTables
     from switchboard.core.tools.builtin.documents import DocumentLimits
@@ -115,14 +118,16 @@ class ToolRegistry:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).
 
         An agent gets its own ``rest_tools``; one with ``skills`` also gets ``use_skill``, which loads them; one with
-        ``tables`` the table tools their permissions enable (once, whatever the number of tables); one with
+        ``tables`` the table tools their permissions enable (once, whatever the number of tables); one with ``projects``
+        the memory tools; one with
         ``shell: hosted`` does not get the local ``shell`` (its provider runs the commands).
         """
         seen: set[str] = set()
         found: list[Tool] = []
         own = [spec.name for spec in agent.rest_tools]  # its declared REST operations need no listing
         skills = ["use_skill"] if agent.skills else []
-        extra = [*own, *skills, *table_cost(agent.tables).parts, *self._mcp_names(agent)]
+        memory = list(MEMORY_TOOLS) if agent.projects else []
+        extra = [*own, *skills, *table_cost(agent.tables).parts, *memory, *self._mcp_names(agent)]
         for name in [*agent.tools, *extra]:
             tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands
@@ -168,6 +173,7 @@ def default_registry(
     agents: Mapping[str, Agent] | None = None,
     search: RestTransport | None = None,
     images: ImageProvider | None = None,
+    memory: tuple[MemoryStore, ConnectedProjects] | None = None,
 ) -> ToolRegistry:
     """The native tools: clock, slots, and files, documents, channel actions and history when present.
 
@@ -184,6 +190,7 @@ def default_registry(
         agents: The agents whose ``search:`` and ``images:`` blocks ``web_search`` and ``generate_image`` follow.
         search: The way out of ``web_search``'s API calls (the worker's egress; ``None``: they fail, saying so).
         images: Who draws for ``generate_image`` (``None``: it fails, saying so).
+        memory: Where facts live and each agent's connected projects; ``None``: the memory tools are not offered.
     """
     registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
     for module_name in OPTIONAL_TOOL_MODULES:
@@ -207,6 +214,11 @@ def default_registry(
         from switchboard.core.tables.tools import table_tools
 
         for tool in table_tools(tables):
+            registry.register(tool)
+    if memory is not None:
+        from switchboard.core.memory.tools import memory_tools
+
+        for tool in memory_tools(*memory):
             registry.register(tool)
     from switchboard.core.tools.web.images import image_tool
     from switchboard.core.tools.web.search import search_tool

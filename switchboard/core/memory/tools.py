@@ -1,0 +1,354 @@
+"""The memory tools: ``remember``, ``recall``, ``link``, ``correct`` and ``forget`` over an agent's connected projects.
+
+They go through the tool gateway like any tool. Every call sees only the facts of the turn's tenant in the projects
+its agent is connected to; a fact outside them is answered as unknown, never as forbidden, so ids reveal nothing.
+``remember`` and ``correct`` refuse a source the turn has not seen: the cited message must be in the conversation,
+the cited tool result (or the call that read the file or URL) must be a result of this run, and the quoted words must
+be in it (:func:`check_source`). Results of ``recall`` are outside text (``output_trust="data"``), with ids, dates and
+sources, snippets capped at :data:`MAX_SNIPPET_CHARS`. Each change is stored with who and why and appended to the
+session's event log as :class:`~switchboard.core.events.MemoryChanged` (ids only, never the fact's text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from switchboard.core.events import MemoryChanged
+from switchboard.core.memory.evidence import TurnEvidence
+from switchboard.core.memory.facts import MAX_FACT_CHARS, ChangeOp, Fact, FactChange, Source
+from switchboard.core.memory.store import MemoryStore
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.errors import ToolError
+
+__all__ = [
+    "MAX_LINKS_SHOWN",
+    "MAX_RECALLED",
+    "MAX_SNIPPET_CHARS",
+    "MEMORY_TOOLS",
+    "ConnectedProjects",
+    "CorrectInput",
+    "ForgetInput",
+    "LinkInput",
+    "RecallInput",
+    "RememberInput",
+    "check_source",
+    "memory_tools",
+]
+
+MAX_SNIPPET_CHARS = 400
+"""Longest text of one recalled fact shown to the model."""
+
+MAX_RECALLED = 10
+"""Most facts one ``recall`` returns."""
+
+MAX_LINKS_SHOWN = 10
+"""Most links of one recalled fact shown."""
+
+_MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
+"""A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
+
+MEMORY_TOOLS = ("remember", "recall", "link", "correct", "forget")
+
+ConnectedProjects = Callable[[str, str], Sequence[str]]
+"""The projects an agent (by name) is connected to within a tenant: ``connected(agent, tenant)``."""
+
+_MEMORY_SOURCES = frozenset(MEMORY_TOOLS)
+"""Results of the memory tools themselves are no source: a recalled fact re-remembered would launder it."""
+
+_FACT_ID = Field(min_length=3, max_length=64, pattern=r"^f_[0-9a-f]+$", description="A fact id, as recall gives it.")
+_REASON = Field(min_length=3, max_length=500, description="Why, in a sentence (kept with the change).")
+_PROJECT = Field(
+    "", max_length=64, description="A connected project; empty: the agent's only one (or every one, for recall)."
+)
+
+
+class RememberInput(BaseModel):
+    """Arguments of ``remember``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, description="The fact, in one or two sentences.")
+    source: Source = Field(description="Where it came from in this conversation; the quote must be in it, verbatim.")
+    project: str = _PROJECT
+    confidence: float = Field(1.0, ge=0.0, le=1.0, description="How sure the source makes it (0 to 1).")
+    expires_at: datetime | None = Field(None, description="When it stops being true (ISO 8601 with a time zone).")
+
+
+class RecallInput(BaseModel):
+    """Arguments of ``recall``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=200, description="Words to look for in remembered facts.")
+    project: str = _PROJECT
+    limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
+
+
+class LinkInput(BaseModel):
+    """Arguments of ``link``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fact_id: str = _FACT_ID
+    to: str = _FACT_ID
+    reason: str = _REASON
+
+
+class CorrectInput(BaseModel):
+    """Arguments of ``correct``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fact_id: str = _FACT_ID
+    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, description="The corrected fact.")
+    source: Source = Field(description="Where the correction came from in this conversation.")
+    confidence: float = Field(1.0, ge=0.0, le=1.0)
+    reason: str = _REASON
+
+
+class ForgetInput(BaseModel):
+    """Arguments of ``forget``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fact_id: str = _FACT_ID
+    reason: str = _REASON
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _refuse(message: str) -> ToolError:
+    return ToolError(f"not remembered: {message}", error_class="validation")
+
+
+def check_source(source: Source, evidence: TurnEvidence | None) -> None:
+    """Refuse (:class:`ToolError`) a source this turn has not seen, or a quote that is not in it."""
+    if evidence is None:
+        raise _refuse("this call has no conversation to cite (memory writes need one)")
+    quote = _normal(source.quote)
+    if source.kind == "message":
+        messages = [m for m in evidence.messages() if not source.ref or m.message_id == source.ref]
+        if not messages:
+            raise _refuse(f"message {source.ref!r} is not in this conversation")
+        if not any(quote in _normal(m.text) for m in messages):
+            raise _refuse("the quote is not in the cited message (quote its words verbatim)")
+        return
+    if source.kind == "tool_result":
+        call_id = source.ref or source.call_id
+    elif source.kind == "file" or source.kind == "url":
+        call_id = source.call_id
+        if not source.ref or not call_id:
+            raise _refuse(f"a {source.kind} source needs its ref and the call_id of the tool call that read it")
+    else:
+        assert_never(source.kind)
+    results = [r for r in evidence.tool_results() if r.call_id == call_id]
+    if not results:
+        raise _refuse(f"tool call {call_id!r} has no result in this run")
+    result = results[0]
+    if result.tool in _MEMORY_SOURCES:
+        raise _refuse(f"a result of {result.tool!r} is memory itself, not a source")
+    if source.kind in ("file", "url") and source.ref.strip() not in {
+        str(value).strip() for value in result.arguments.values() if isinstance(value, str)
+    }:
+        raise _refuse(f"tool call {call_id!r} did not read {source.ref!r}")
+    if quote not in _normal(result.text):
+        raise _refuse("the quote is not in the cited tool result (quote its words verbatim)")
+
+
+def _date(at: float | None) -> str | None:
+    return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+def _shown(fact: Fact) -> dict[str, Any]:
+    text = fact.text if len(fact.text) <= MAX_SNIPPET_CHARS else fact.text[: MAX_SNIPPET_CHARS - 1] + "…"
+    return {
+        "id": fact.id,
+        "project": fact.project,
+        "text": text,
+        "source": {"kind": fact.source.kind, "ref": fact.source.ref},
+        "created_at": _date(fact.created_at),
+        "corrected_at": _date(fact.updated_at),
+        "confidence": fact.confidence,
+        "expires_at": _date(fact.expires_at),
+        "links": list(fact.links[:MAX_LINKS_SHOWN]),
+    }
+
+
+def memory_tools(
+    store: MemoryStore, connected: ConnectedProjects, clock: Callable[[], float] = time.time
+) -> list[Tool]:
+    """The five memory tools over ``store``, each call limited to the projects ``connected`` gives its agent."""
+
+    def visible(ctx: ToolContext) -> list[str]:
+        return list(connected(ctx.agent, ctx.tenant))
+
+    def one_project(ctx: ToolContext, name: str) -> str:
+        projects = visible(ctx)
+        if name:
+            if name not in projects:
+                raise ToolError(
+                    f"no connected project {name!r} (connected: {', '.join(projects) or 'none'})",
+                    error_class="validation",
+                )
+            return name
+        if len(projects) != 1:
+            raise ToolError(f"name the project (connected: {', '.join(projects) or 'none'})", error_class="validation")
+        return projects[0]
+
+    async def find(ctx: ToolContext, fact_id: str) -> Fact:
+        fact = await store.get(ctx.tenant, fact_id, visible(ctx))
+        if fact is None:
+            raise ToolError(f"no fact {fact_id!r} in the connected projects", error_class="validation")
+        return fact
+
+    async def changed(ctx: ToolContext, op: ChangeOp, fact: Fact, reason: str) -> FactChange:
+        change = FactChange(
+            fact_id=fact.id,
+            project=fact.project,
+            op=op,
+            actor=ctx.actor,
+            agent=ctx.agent,
+            run_id=ctx.run_id,
+            reason=reason,
+            at=clock(),
+        )
+        return change
+
+    async def recorded(ctx: ToolContext, change: FactChange, source_kind: str = "") -> None:
+        if ctx.record is not None:
+            await ctx.record(
+                MemoryChanged(
+                    op=change.op,
+                    fact_id=change.fact_id,
+                    project=change.project,
+                    actor=change.actor,
+                    agent=change.agent,
+                    run_id=change.run_id,
+                    reason=change.reason,
+                    source_kind=source_kind,
+                )
+            )
+
+    async def remember(args: RememberInput, ctx: ToolContext) -> dict[str, Any]:
+        project = one_project(ctx, args.project)
+        check_source(args.source, ctx.evidence)
+        now = clock()
+        expires = None if args.expires_at is None else args.expires_at.timestamp()
+        if args.expires_at is not None and args.expires_at.tzinfo is None:
+            raise ToolError("expires_at needs a time zone (e.g. 2027-01-31T00:00:00Z)", error_class="validation")
+        if expires is not None and expires <= now:
+            raise ToolError("expires_at is in the past: nothing to remember", error_class="validation")
+        key = ctx.idempotency_key  # a re-run of the same call names the same fact, so it is stored once
+        fact_id = "f_" + (
+            hashlib.sha256(f"{ctx.tenant}\n{key}".encode()).hexdigest()[:16] if key else secrets.token_hex(8)
+        )
+        fact = Fact(
+            id=fact_id,
+            project=project,
+            tenant=ctx.tenant,
+            text=args.text.strip() or args.text,
+            source=args.source,
+            run_id=ctx.run_id,
+            created_at=now,
+            confidence=args.confidence,
+            expires_at=expires,
+        )
+        change = await changed(ctx, "remembered", fact, f"from {args.source.kind} {args.source.ref}".strip())
+        await store.add(fact, change)
+        await recorded(ctx, change, args.source.kind)
+        return {"remembered": fact.id, "project": project}
+
+    async def recall(args: RecallInput, ctx: ToolContext) -> dict[str, Any]:
+        projects = [one_project(ctx, args.project)] if args.project else visible(ctx)
+        hits = await store.search(ctx.tenant, projects, args.query, args.limit, clock())
+        return {"query": args.query, "count": len(hits), "facts": [_shown(hit.fact) for hit in hits]}
+
+    async def link(args: LinkInput, ctx: ToolContext) -> dict[str, Any]:
+        if args.fact_id == args.to:
+            raise ToolError("a fact cannot be linked to itself", error_class="validation")
+        fact = await find(ctx, args.fact_id)
+        await find(ctx, args.to)
+        change = await changed(ctx, "linked", fact, f"to {args.to}: {args.reason}")
+        await store.link(ctx.tenant, args.fact_id, args.to, change)
+        await recorded(ctx, change)
+        return {"linked": [args.fact_id, args.to]}
+
+    async def correct(args: CorrectInput, ctx: ToolContext) -> dict[str, Any]:
+        fact = await find(ctx, args.fact_id)
+        check_source(args.source, ctx.evidence)
+        change = await changed(ctx, "corrected", fact, args.reason)
+        await store.correct(ctx.tenant, fact.id, args.text, args.source, args.confidence, change)
+        await recorded(ctx, change, args.source.kind)
+        return {"corrected": fact.id}
+
+    async def forget(args: ForgetInput, ctx: ToolContext) -> dict[str, Any]:
+        fact = await find(ctx, args.fact_id)
+        change = await changed(ctx, "forgotten", fact, args.reason)
+        await store.forget(ctx.tenant, fact.id, change)
+        await recorded(ctx, change)
+        return {"forgotten": fact.id}
+
+    return [
+        Tool(
+            name="remember",
+            description="Remember a fact in a connected project, citing its source in this conversation: a user "
+            "message, or a tool result of this run (with a verbatim quote). Never remember what you only assume.",
+            input=RememberInput,
+            fn=remember,
+            side_effect="write",
+            idempotent=True,
+            connector="memory",
+            cost=5,
+            resources=lambda a: (f"project {a.project or '(connected)'}",),
+        ),
+        Tool(
+            name="recall",
+            description="Search remembered facts of your connected projects by words; gives each fact's id, date, "
+            "source and confidence.",
+            input=RecallInput,
+            fn=recall,
+            output_trust="data",
+            max_inline_bytes=_MAX_RECALL_BYTES,
+            connector="memory",
+        ),
+        Tool(
+            name="link",
+            description="Relate two remembered facts (by id), saying why.",
+            input=LinkInput,
+            fn=link,
+            side_effect="write",
+            connector="memory",
+            cost=5,
+            resources=lambda a: (f"fact {a.fact_id}", f"fact {a.to}"),
+        ),
+        Tool(
+            name="correct",
+            description="Correct a remembered fact (by id) from a source in this conversation, saying why.",
+            input=CorrectInput,
+            fn=correct,
+            side_effect="write",
+            connector="memory",
+            cost=5,
+            resources=lambda a: (f"fact {a.fact_id}",),
+        ),
+        Tool(
+            name="forget",
+            description="Delete a remembered fact (by id) for good, saying why.",
+            input=ForgetInput,
+            fn=forget,
+            side_effect="write",
+            reversible=False,  # low risk: forgetting is what a person asks for, and loses nothing but the fact
+            connector="memory",
+            cost=5,
+            resources=lambda a: (f"fact {a.fact_id}",),
+        ),
+    ]
