@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.workspaces.disk import tenant_dir
+from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, literal, session_in, tenant_of
 from switchboard.queue.schedules import get_job, remove_job
 from switchboard.types import SessionKey
@@ -180,10 +181,7 @@ class Eraser:
                 for job_id in jobs:
                     await remove_job(self.redis, job_id)
                 await self.redis.delete(_KEYS.schedules_of_session(session))
-            if self.workspaces is not None and self.workspaces.path(session).exists():
-                report.counts["workspaces"] += 1
-                if not self.dry_run:
-                    await self.workspaces.delete(session)
+            await self._erase_workspace(session, report)
         if sessions:
             for family in (_KEYS.web_token("*"), _KEYS.web_stream_ticket("*")):
                 tokens = [k for k in await self._scan(family) if _text(await self.redis.get(k) or b"") in sessions]
@@ -197,6 +195,22 @@ class Eraser:
 
             await self._xdel_where("dead letters", _KEYS.dead_letters, keep, report)
             await self._erase_drain_jobs(sessions, report)
+
+    async def _erase_workspace(self, session: SessionKey, report: ErasureReport) -> None:
+        """The session's workspace: a local one is counted if it exists; a remote store is always asked to delete.
+
+        A remote store (S3) holds it whether or not this host has a working copy, so its deletion never depends on one.
+        """
+        if self.workspaces is None:
+            return
+        if isinstance(self.workspaces, LocalWorkspaces):
+            if not self.workspaces.path(session).exists():
+                return
+            report.counts["workspaces"] += 1
+        else:
+            report.counts["workspaces (remote store, asked)"] += 1
+        if not self.dry_run:
+            await self.workspaces.delete(session)
 
     async def _erase_drain_jobs(self, sessions: set[SessionKey], report: ErasureReport) -> None:
         """RQ's drain jobs of ``sessions`` (their hashes name the session), and their ids in RQ's lists."""
