@@ -4,6 +4,7 @@ and another person's and another tenant's canaries are untouched; ``--dry-run`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import redis.asyncio as aioredis
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, new_approval_id
+from switchboard.core.budgets import BudgetRule
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.offline import OfflineModel
@@ -22,6 +24,8 @@ from switchboard.core.schedules import JobTarget, ScheduleSpec
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.queue.approvals import RedisApprovals
+from switchboard.queue.budgets import Budgets
+from switchboard.queue.effects import doubt_field
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import Lease
@@ -33,6 +37,13 @@ from switchboard.worker.drain import Drainer
 from tests.queue.conftest import RecordingDeliverer, echo_runner
 
 AGENT = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.")
+
+
+def budgets(client: aioredis.Redis) -> Budgets:
+    """A per-user daily budget of 10 credits: a charge of 9 makes a counter and an alert per person."""
+    return Budgets(client, [BudgetRule(scope="user", credits=10)])
+
+
 G = GlobalKeys()
 
 # (tenant, channel, sender id, canary): U has two linked identities; V is another user of the tenant; W is the
@@ -189,6 +200,15 @@ async def seed(
         home.mkdir(parents=True, exist_ok=True)
         (home / "notes.txt").write_text(f"notes {who[3]}")
         await client.hset(SessionKeys(session).web_upload("up1"), mapping={"name": "a.txt", "data": who[3]})
+        # the shapes the web chat, pairing and effect reconciliation write (their flows are tested where they live)
+        await client.set(G.web_token(f"{n:064x}"), session)
+        await client.set(G.web_stream_ticket(f"{n + 10:064x}"), session)
+        paired = {"role": "user", "at": time.time(), "by": "op", "session": session}
+        await client.hset(G.access_paired(who[0]), f"{who[1]}:{who[2]}", json.dumps(paired))
+        await client.hset(G.effects_in_doubt(who[0]), doubt_field(session, "k1"), json.dumps({"memo": who[3]}))
+        person = await people.person_of(who[0], f"{who[1]}:{who[2]}")
+        assert person is not None
+        await budgets(client).charge(budgets(client).counters(who[0], "assistant", person, f"{who[1]}:{who[2]}"), 9.0)
     for n, who in enumerate((U_TG, V)):  # a group both U and V write in: shared, so a person's erasure keeps it
         group = message(who, f"in the group: {GROUP}", 200 + n, conversation="-100group")
         await ingestor.ingest(group)
@@ -238,8 +258,13 @@ async def test_erasing_a_person_leaves_none_of_their_canaries_and_touches_no_one
     # the tenant's people links and their log held U's and V's links: V's must remain (checked below)
     # RQ's queue list (job ids): the ids left are exactly those whose job hashes remain
     queue = RQKeys(queue_settings.name).queue
-    links = {G.people("acme"), G.people_log("acme")}
-    untouched({k: v for k, v in before.items() if k not in links}, after, (*U_CANARIES, *u_sessions))
+    u_budgets = tuple(c.key for c in budgets(client).counters("acme", "assistant", "alice", "telegram:4242"))
+    links = {G.people("acme"), G.people_log("acme"), G.budget_alerts("acme")}
+    untouched({k: v for k, v in before.items() if k not in links}, after, (*U_CANARIES, *u_sessions, *u_budgets))
+    assert u_budgets and not any(k in after for k in u_budgets)
+    alerts = [f[b"subject"] for _, f in await client.xrange(G.budget_alerts("acme"))]
+    assert alerts == [b"victor"]
+    assert await client.hkeys(G.access_paired("acme")) == [b"telegram:7777"]  # type: ignore[misc]
     left = [i.decode() for i in await client.lrange(queue, 0, -1)]  # type: ignore[misc]
     assert left == [i for i in queued if RQKeys(queue_settings.name).job(i) in after] and len(left) < len(queued)
     assert await People(client).person_of("acme", "telegram:7777") == "victor"
