@@ -46,7 +46,7 @@ def erase_command(
             eraser = Eraser(redis, store, dry_run=dry_run)
             try:
                 report = await eraser.erase(tenant, user=user, session=SessionKey(session) if session else None, by=who)
-            except ValueError as err:
+            except (ValueError, ConfigError) as err:
                 print(f"switchboard: {err}; nothing erased", file=sys.stderr)
                 return 2
             print("\n".join(report.lines()))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, literal, session_in, tenant_of
+from switchboard.queue.people import check_person, check_principal
 from switchboard.queue.schedules import get_job, remove_job
 from switchboard.types import SessionKey
 
@@ -301,6 +302,7 @@ class Eraser:
 
         Raises:
             ValueError: the session is not the tenant's, or the user is neither a principal nor a linked person.
+            ConfigError: the user is not spelled as a principal (``channel:id``) or a person id.
         """
         subject: str
         scope: ScopeKind = "session" if session else "user" if user else "tenant"
@@ -311,6 +313,10 @@ class Eraser:
             await self._erase_sessions(tenant, {session}, report)
             subject = session
         elif user is not None:
+            if ":" in user:
+                check_principal(user)
+            else:
+                check_person(user)
             principals, person = await self.principals_of(tenant, user)
             if not principals:
                 raise ValueError(f"{user!r} is not a principal (channel:id) nor a linked person of tenant {tenant!r}")

@@ -331,6 +331,8 @@ async def test_bad_input_is_a_clear_error_and_changes_nothing(
     other_tenants = message(W, "x", 0).session_key
     for args in (
         ("--tenant", "acme", "--user", "nobody"),
+        ("--tenant", "acme", "--user", "Not A Person"),
+        ("--tenant", "acme", "--user", "telegram:"),
         ("--tenant", "acme", "--session", other_tenants),
         ("--tenant", "acme", "--user", "alice", "--session", other_tenants),
         ("--tenant", "a/b"),
