@@ -9,6 +9,7 @@ shown; one audit fact records who erased what scope, with the subject only as a 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -293,7 +294,7 @@ class Eraser:
             if home.exists():
                 report.counts["workspaces"] += 1
                 if not self.dry_run:
-                    shutil.rmtree(home, ignore_errors=True)
+                    await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
 
     async def erase(
         self, tenant: str, *, user: str | None = None, session: SessionKey | None = None, by: str
