@@ -304,6 +304,20 @@ def _parser() -> argparse.ArgumentParser:
     people.add_argument("principals", nargs="*", help="principals, e.g. telegram:42 slack:U123")
     people.add_argument("--as", dest="person", help="the person id (link)")
     people.add_argument("--tenant", help="tenant (default: the YAML file's tenant)")
+    erase = _command(
+        sub,
+        "erase",
+        "remove a person's, a session's or a whole tenant's data from every store",
+        "--tenant T alone: everything of the tenant. --user U (a principal such as telegram:42, or a linked person "
+        "id): the sessions only they wrote to, their links, access and budgets. --session S: one session. Prints "
+        "counts per store, never content, and records one audit fact. --dry-run: count, change nothing.",
+    )
+    erase.add_argument("--tenant", required=True, help="the tenant")
+    scope = erase.add_mutually_exclusive_group()
+    scope.add_argument("--user", help="a principal (<channel>:<sender id>) or a linked person id")
+    scope.add_argument("--session", help="a session key, as `sessions list` prints it")
+    erase.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    erase.add_argument("--by", help="who runs it, for the audit fact (default: cli:<login name>)")
     budgets = _command(
         sub,
         "budgets",
@@ -602,6 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sessions(settings, args)
         if args.command in {"people", "budgets"}:
             return cmd_people(settings, args)
+        if args.command == "erase":
+            from switchboard.cli.erase import erase_command
+
+            return erase_command(
+                settings, args.tenant, user=args.user, session=args.session, dry_run=args.dry_run, by=args.by
+            )
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 

@@ -8,11 +8,12 @@ one Lua script may touch them all. Session keys are percent-escaped (see
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from switchboard.types import SessionKey
 
-__all__ = ["PREFIX", "RQ_KEY_PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "tenant_of"]
+__all__ = ["PREFIX", "RQ_KEY_PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "literal", "session_in", "tenant_of"]
 
 PREFIX = "sb"
 
@@ -25,6 +26,23 @@ def tenant_of(session: SessionKey) -> str:
     return session.split("/", 1)[0]
 
 
+_GLOB = re.compile(r"([*?\[\]\\])")
+
+
+def literal(text: str) -> str:
+    """``text`` as a literal inside a ``SCAN``/``ZSCAN``/``HSCAN`` ``MATCH`` pattern (its glob characters escaped)."""
+    return _GLOB.sub(r"\\\1", text)
+
+
+def session_in(key: str) -> str | None:
+    """The session whose hash tag ``key`` carries (``sb:{<session>}:...``), or ``None`` for a key of no session."""
+    head = f"{PREFIX}:{{"
+    if not key.startswith(head) or "}:" not in key:
+        return None
+    session = key[len(head) : key.index("}:")]
+    return session if "/" in session else None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionKeys:
     """The keys of one session."""
@@ -33,6 +51,11 @@ class SessionKeys:
 
     def _k(self, name: str) -> str:
         return f"{PREFIX}:{{{self.session}}}:{name}"
+
+    @property
+    def every(self) -> str:
+        """``MATCH`` pattern of every key of the session (for erasure)."""
+        return literal(self._k("")) + "*"
 
     @property
     def inbox(self) -> str:
@@ -248,6 +271,38 @@ class GlobalKeys:
     def effects_in_doubt(self, tenant: str) -> str:
         """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
         return f"{self.prefix}:effects:doubt:{tenant}"
+
+    def tenant_sessions(self, tenant: str) -> str:
+        """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<tenant>/...}:...``)."""
+        return literal(f"{self.prefix}:{{{tenant}/") + "*"
+
+    def tenant_families(self, tenant: str) -> tuple[str, ...]:
+        """``MATCH`` patterns of the tenant's own keys that belong to no one session (for erasing a tenant)."""
+        return tuple(
+            literal(head) + "*"
+            for head in (
+                f"{self.prefix}:{{budget:{tenant}}}:",
+                f"{self.prefix}:{{people:{tenant}}}:",
+                f"{self.prefix}:access:{tenant}:",
+                f"{self.prefix}:webhooks:{tenant}:",
+                self.sender_rate(f"{tenant}/"),
+                self.handoff(f"{tenant}/"),
+                self.web_streams_by_session(f"{tenant}/"),
+            )
+        )
+
+    def user_budgets(self, tenant: str, subject: str) -> str:
+        """``MATCH`` pattern of one user's (a principal's or a person's) budget counters, every period."""
+        return f"{literal(f'{self.prefix}:{{budget:{tenant}}}:user:')}*:{literal(subject)}:*"
+
+    def sender_rates(self, tenant: str, channel: str, sender: str) -> str:
+        """``MATCH`` pattern of one sender's message-rate meters, on every account of ``channel``."""
+        return f"{literal(self.sender_rate(f'{tenant}/{channel}/'))}*{literal(f'/{sender}')}"
+
+    @property
+    def erasures(self) -> str:
+        """STREAM (capped) of erasure facts: who erased which scope, the subject's SHA-256 and counts, never content."""
+        return f"{self.prefix}:audit:erasures"
 
     @property
     def fenced_rejections(self) -> str:
@@ -491,3 +546,8 @@ class RQKeys:
     def job(self, job_id: str) -> str:
         """HASH: one job."""
         return f"{self.prefix}:job:{job_id}"
+
+    @property
+    def every_job(self) -> str:
+        """``MATCH`` pattern of every job hash (of every queue)."""
+        return literal(self.job("")) + "*"

@@ -1,0 +1,350 @@
+"""Erasure: remove a person's, a session's or a whole tenant's data from every store that holds it today.
+
+The stores are the Redis keys of :mod:`switchboard.queue.keys` (each session's own keys, and the global and per-tenant
+indexes that hold session keys or principals as members) and the workspace store. A person is every principal linked
+to them (:mod:`switchboard.queue.people`); their sessions are those whose every sender is one of those principals (a
+group session shared with someone else is kept, and counted as such). What was removed is counted per store, never
+shown; one audit fact records who erased what scope, with the subject only as a digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from switchboard.core.workspaces.disk import tenant_dir
+from switchboard.core.workspaces.store import LocalWorkspaces
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, literal, session_in, tenant_of
+from switchboard.queue.people import check_person, check_principal
+from switchboard.queue.schedules import get_job, remove_job
+from switchboard.types import SessionKey
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from switchboard.core.workspaces.store import WorkspaceStore
+
+__all__ = ["AUDIT_CAP", "Eraser", "ErasureReport", "ScopeKind"]
+
+logger = logging.getLogger(__name__)
+
+_KEYS = GlobalKeys()
+
+AUDIT_CAP = 10_000
+"""Erasure facts kept in the audit stream."""
+
+ScopeKind = Literal["tenant", "user", "session"]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass
+class ErasureReport:
+    """What an erasure removed (or, dry, would remove): counts per store, never content."""
+
+    tenant: str
+    scope: ScopeKind
+    dry_run: bool
+    sessions: int = 0
+    """Sessions erased whole."""
+    shared_kept: int = 0
+    """Sessions the person shares with other senders (groups): kept (see ``docs/operations/retention.md``)."""
+    counts: Counter[str] = field(default_factory=Counter)
+    """Store → entries removed (keys, members, fields, stream entries, workspaces)."""
+
+    def lines(self) -> list[str]:
+        """The report as the CLI prints it."""
+        verb = "would remove" if self.dry_run else "removed"
+        out = [f"{verb} ({self.scope} of tenant {self.tenant}): {self.sessions} session(s)"]
+        out += [f"  {store}: {count}" for store, count in sorted(self.counts.items()) if count]
+        if self.shared_kept:
+            out.append(f"  kept: {self.shared_kept} session(s) shared with other senders")
+        return out
+
+
+class Eraser:
+    """Finds and removes one scope's data; with ``dry_run`` it only counts."""
+
+    def __init__(self, redis: aioredis.Redis, workspaces: WorkspaceStore | None = None, *, dry_run: bool = False):
+        self.redis = redis
+        self.workspaces = workspaces
+        self.dry_run = dry_run
+
+    # -- what to erase -----------------------------------------------------------------------------------------
+
+    async def _entries(self, stream: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        entries: Any = await self.redis.xrange(stream)
+        return list(entries or [])
+
+    async def _scan(self, pattern: str) -> list[str]:
+        return sorted({_text(k) async for k in self.redis.scan_iter(match=pattern, count=1000)})
+
+    async def tenant_sessions(self, tenant: str) -> set[SessionKey]:
+        """Every session of ``tenant`` any store knows of: its own keys, the global indexes, its schedules."""
+        found: set[str] = set()
+        for key in await self._scan(_KEYS.tenant_sessions(tenant)):
+            session = session_in(key)
+            if session is not None:
+                found.add(session)
+        for index in (_KEYS.sessions, _KEYS.runnable, _KEYS.deferred):
+            async for member, _ in self.redis.zscan_iter(index, match=f"{literal(tenant)}/*"):
+                found.add(_text(member))
+        for job_id in await self.redis.smembers(_KEYS.schedules_of_tenant(tenant)):
+            view = await get_job(self.redis, _text(job_id))
+            if view is not None:
+                found.add(view.session)
+        return {SessionKey(s) for s in found if tenant_of(SessionKey(s)) == tenant}
+
+    async def principals_of(self, tenant: str, user: str) -> tuple[set[str], str | None]:
+        """The principals of ``user`` (a principal or a person id) and their person, if linked."""
+        linked: dict[Any, Any] = await self.redis.hgetall(_KEYS.people(tenant))
+        people = {_text(k): _text(v) for k, v in linked.items()}
+        person = people.get(user) if ":" in user else user
+        principals = {p for p, who in people.items() if person is not None and who == person}
+        if ":" in user:
+            principals.add(user)
+        return principals, person if person is not None and principals else None
+
+    async def senders(self, session: SessionKey) -> set[str]:
+        """The principals (``channel:sender``) that wrote to ``session``, from its event log."""
+        out: set[str] = set()
+        for _, entry in await self._entries(SessionKeys(session).events):
+            if _text(entry.get(b"kind", b"")) == "message_received":
+                data = json.loads(entry[b"data"])
+                out.add(f"{data['channel']}:{data['sender']}")
+        return out
+
+    # -- removal primitives (counting; acting only when not dry) ---------------------------------------------
+
+    async def _delete(self, store: str, keys: Iterable[str], report: ErasureReport) -> None:
+        present = [k for k in keys if await self.redis.exists(k)]
+        report.counts[store] += len(present)
+        if present and not self.dry_run:
+            await self.redis.delete(*present)
+
+    async def _zrem(self, store: str, key: str, members: Iterable[str], report: ErasureReport) -> None:
+        present = [m for m in members if await self.redis.zscore(key, m) is not None]
+        report.counts[store] += len(present)
+        if present and not self.dry_run:
+            await self.redis.zrem(key, *present)
+
+    async def _zrem_matching(self, store: str, key: str, pattern: str, report: ErasureReport) -> None:
+        members = [_text(m) async for m, _ in self.redis.zscan_iter(key, match=pattern)]
+        await self._zrem(store, key, members, report)
+
+    async def _hdel(self, store: str, key: str, fields: Iterable[str], report: ErasureReport) -> None:
+        present = [f for f in fields if await self.redis.hexists(key, f)]
+        report.counts[store] += len(present)
+        if present and not self.dry_run:
+            await self.redis.hdel(key, *present)
+
+    async def _hdel_matching(self, store: str, key: str, pattern: str, report: ErasureReport) -> None:
+        fields = [_text(f) async for f, _ in self.redis.hscan_iter(key, match=pattern)]
+        await self._hdel(store, key, fields, report)
+
+    async def _xdel_where(self, store: str, key: str, keep: Any, report: ErasureReport) -> None:
+        """Delete the entries of stream ``key`` for which ``keep(fields)`` is false."""
+        doomed = [eid for eid, entry in await self._entries(key) if not keep(entry)]
+        report.counts[store] += len(doomed)
+        if doomed and not self.dry_run:
+            await self.redis.xdel(key, *doomed)
+
+    # -- scopes ----------------------------------------------------------------------------------------------
+
+    async def _erase_sessions(self, tenant: str, sessions: set[SessionKey], report: ErasureReport) -> None:
+        report.sessions += len(sessions)
+        for session in sorted(sessions):
+            await self._delete("session keys", await self._scan(SessionKeys(session).every), report)
+            for index in (_KEYS.sessions, _KEYS.runnable, _KEYS.deferred):
+                await self._zrem("session indexes", index, [session], report)
+            for index in (_KEYS.approvals_due, _KEYS.approvals_pending(tenant)):
+                await self._zrem_matching("approval indexes", index, f"{literal(session)}|*", report)
+            await self._hdel_matching(
+                "effects in doubt", _KEYS.effects_in_doubt(tenant), f"{literal(session)}|*", report
+            )
+            await self._hdel("webhook cursors", _KEYS.webhook_cursors(tenant), [session], report)
+            await self._delete("web chat streams", [_KEYS.web_streams_by_session(session)], report)
+            agent_less = session.split("/", 2)
+            if len(agent_less) == 3:
+                await self._delete("handoffs", [_KEYS.handoff(f"{agent_less[0]}/-/{agent_less[2]}")], report)
+            jobs = [_text(j) for j in await self.redis.smembers(_KEYS.schedules_of_session(session))]
+            report.counts["schedules"] += len(jobs)
+            if not self.dry_run:
+                for job_id in jobs:
+                    await remove_job(self.redis, job_id)
+                await self.redis.delete(_KEYS.schedules_of_session(session))
+            await self._erase_workspace(session, report)
+        if sessions:
+            for family in (_KEYS.web_token("*"), _KEYS.web_stream_ticket("*")):
+                tokens = [k for k in await self._scan(family) if _text(await self.redis.get(k) or b"") in sessions]
+                await self._delete("web chat tokens", tokens, report)
+
+            def keep(entry: dict[bytes, bytes]) -> bool:
+                try:
+                    return json.loads(entry.get(b"record", b"{}")).get("session") not in sessions
+                except ValueError:
+                    return True
+
+            await self._xdel_where("dead letters", _KEYS.dead_letters, keep, report)
+            await self._erase_drain_jobs(sessions, report)
+
+    async def _erase_workspace(self, session: SessionKey, report: ErasureReport) -> None:
+        """The session's workspace: a local one is counted if it exists; a remote store is always asked to delete.
+
+        A remote store (S3) holds it whether or not this host has a working copy, so its deletion never depends on one.
+        """
+        if self.workspaces is None:
+            return
+        if isinstance(self.workspaces, LocalWorkspaces):
+            if not self.workspaces.path(session).exists():
+                return
+            report.counts["workspaces"] += 1
+        else:
+            report.counts["workspaces (remote store, asked)"] += 1
+        if not self.dry_run:
+            await self.workspaces.delete(session)
+
+    async def _erase_drain_jobs(self, sessions: set[SessionKey], report: ErasureReport) -> None:
+        """RQ's drain jobs of ``sessions`` (their hashes name the session), and their ids in RQ's lists."""
+        wanted = {f"drain {s}" for s in sessions}
+        for key in await self._scan(RQKeys("").every_job):
+            if await self.redis.type(key) not in (b"hash", "hash"):
+                continue
+            description, origin = await self.redis.hmget(key, ["description", "origin"])
+            if description is None or _text(description) not in wanted:
+                continue
+            report.counts["drain jobs"] += 1
+            if self.dry_run:
+                continue
+            job_id = key[len(RQKeys("").job("")) :]
+            await self.redis.delete(key)
+            if origin is not None:
+                rq = RQKeys(_text(origin))
+                await self.redis.lrem(rq.queue, 0, job_id)
+                await self.redis.lrem(rq.intermediate, 0, job_id)
+                await self.redis.zrem(rq.failed, job_id)
+                await self.redis.delete(rq.first_seen(job_id), rq.unleased_since(job_id))
+                started = [_text(m) async for m, _ in self.redis.zscan_iter(rq.started, match=f"{literal(job_id)}:*")]
+                if started:
+                    await self.redis.zrem(rq.started, *started)
+
+    async def _erase_person(self, tenant: str, principals: set[str], person: str | None, report: ErasureReport) -> None:
+        await self._hdel("people links", _KEYS.people(tenant), principals, report)
+        names = principals | ({person} if person else set())
+
+        def keep_link(entry: dict[bytes, bytes]) -> bool:
+            data = json.loads(entry.get(b"data", b"{}"))
+            mentioned = {data.get("person"), data.get("principal"), *data.get("principals", ())}
+            return not (mentioned & names)
+
+        await self._xdel_where("people log", _KEYS.people_log(tenant), keep_link, report)
+        await self._hdel("access", _KEYS.access_paired(tenant), principals, report)
+        await self._zrem("access", _KEYS.access_requests(tenant), principals, report)
+        per_principal: list[str] = []
+        for principal in principals:
+            per_principal += [
+                _KEYS.link_tries(tenant, principal),
+                _KEYS.access_pending(tenant, principal),
+                _KEYS.access_notice(tenant, principal),
+            ]
+            channel, _, sender = principal.partition(":")
+            per_principal += await self._scan(_KEYS.sender_rates(tenant, channel, sender))
+        await self._delete("access", per_principal, report)
+        budget_keys = [key for name in names for key in await self._scan(_KEYS.user_budgets(tenant, name))]
+        await self._delete("budgets", budget_keys, report)
+        await self._zrem("budgets", _KEYS.budget_counters(tenant), budget_keys, report)
+        await self._xdel_where(
+            "budgets", _KEYS.budget_alerts(tenant), lambda e: _text(e.get(b"subject", b"")) not in names, report
+        )
+
+    async def _erase_tenant(self, tenant: str, report: ErasureReport) -> None:
+        for pattern in _KEYS.tenant_families(tenant):
+            await self._delete("tenant keys", await self._scan(pattern), report)
+        singles = [
+            _KEYS.effects_in_doubt(tenant),
+            _KEYS.approvals_pending(tenant),
+            _KEYS.mcp_clients(tenant),
+            _KEYS.agent_drafts(tenant),
+        ]
+        await self._delete("tenant keys", singles, report)
+        mcp = []
+        for key in await self._scan(_KEYS.mcp_client("*")):
+            raw = await self.redis.get(key)
+            if raw is not None and json.loads(raw).get("tenant") == tenant:
+                mcp.append(key)
+        await self._delete("tenant keys", mcp, report)
+        jobs = [_text(j) for j in await self.redis.smembers(_KEYS.schedules_of_tenant(tenant))]
+        report.counts["schedules"] += len(jobs)
+        if not self.dry_run:
+            for job_id in jobs:
+                await remove_job(self.redis, job_id)
+            await self.redis.delete(_KEYS.schedules_of_tenant(tenant))
+        if self.workspaces is not None:
+            home = tenant_dir(self.workspaces.root, f"{tenant}/-")
+            if home.exists():
+                report.counts["workspaces"] += 1
+                if not self.dry_run:
+                    await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
+
+    async def erase(
+        self, tenant: str, *, user: str | None = None, session: SessionKey | None = None, by: str
+    ) -> ErasureReport:
+        """Erase ``session``, or ``user``'s sessions and identity, or (neither given) the whole ``tenant``.
+
+        Raises:
+            ValueError: the session is not the tenant's, or the user is neither a principal nor a linked person.
+            ConfigError: the user is not spelled as a principal (``channel:id``) or a person id.
+        """
+        subject: str
+        scope: ScopeKind = "session" if session else "user" if user else "tenant"
+        report = ErasureReport(tenant=tenant, scope=scope, dry_run=self.dry_run)
+        if session is not None:
+            if tenant_of(session) != tenant:
+                raise ValueError(f"session {session!r} is not of tenant {tenant!r}")
+            await self._erase_sessions(tenant, {session}, report)
+            subject = session
+        elif user is not None:
+            if ":" in user:
+                check_principal(user)
+            else:
+                check_person(user)
+            principals, person = await self.principals_of(tenant, user)
+            if not principals:
+                raise ValueError(f"{user!r} is not a principal (channel:id) nor a linked person of tenant {tenant!r}")
+            owned: set[SessionKey] = set()
+            for candidate in await self.tenant_sessions(tenant):
+                wrote = await self.senders(candidate)
+                if wrote and wrote <= principals:
+                    owned.add(candidate)
+                elif wrote & principals:
+                    report.shared_kept += 1
+            await self._erase_sessions(tenant, owned, report)
+            await self._erase_person(tenant, principals, person, report)
+            subject = user
+        else:
+            await self._erase_sessions(tenant, await self.tenant_sessions(tenant), report)
+            await self._erase_tenant(tenant, report)
+            subject = tenant
+        if not self.dry_run:
+            fact = {
+                "at": repr(time.time()),
+                "by": by,
+                "tenant": tenant,
+                "scope": scope,
+                "subject_sha256": hashlib.sha256(subject.encode()).hexdigest(),
+                "counts": json.dumps(dict(report.counts), sort_keys=True),
+                "sessions": str(report.sessions),
+            }
+            await self.redis.xadd(_KEYS.erasures, fact, maxlen=AUDIT_CAP, approximate=True)  # type: ignore[arg-type]
+        logger.info("erasure of a %s of tenant %s: %s", scope, tenant, dict(report.counts))
+        return report
