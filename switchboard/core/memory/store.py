@@ -15,11 +15,11 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from switchboard.core.memory.facts import Fact, FactChange, Hit, Source, check_name
+from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
 
 __all__ = ["MemoryStore", "SQLiteMemoryStore", "terms"]
 
@@ -72,10 +72,18 @@ def terms(text: str) -> list[str]:
 
 
 class MemoryStore(Protocol):
-    """Facts of every tenant; every method names the tenant, and reads name the projects the caller may see."""
+    """Facts and documents of every tenant.
 
-    async def add(self, fact: Fact, change: FactChange) -> None:
-        """Store a new fact and record its change; an id already stored is left as it is (a re-run)."""
+    Every method names the tenant, and reads name the projects the caller may see; every read filters by tenant,
+    project and expiry **before** it ranks.
+    """
+
+    async def add(self, fact: Fact, change: FactChange, embeddings: Sequence[Sequence[float]] | None = None) -> None:
+        """Store a new fact and record its change; an id already stored is left as it is (a re-run).
+
+        ``embeddings``: one vector per passage of the fact's text (:func:`~switchboard.core.memory.chunks.passages`),
+        in order; ``None`` leaves it out of vector search.
+        """
         ...
 
     async def get(self, tenant: str, fact_id: str, projects: Sequence[str]) -> Fact | None:
@@ -83,7 +91,22 @@ class MemoryStore(Protocol):
         ...
 
     async def search(self, tenant: str, projects: Sequence[str], query: str, limit: int, now: float) -> list[Hit]:
-        """Live facts of ``projects`` matching any word of ``query``, best first, ranked among those alone."""
+        """Live facts of ``projects`` matching any word of ``query``, best first, BM25 among those alone."""
+        ...
+
+    async def nearest(
+        self, tenant: str, projects: Sequence[str], embedding: Sequence[float], limit: int, now: float
+    ) -> list[Hit]:
+        """Live facts of ``projects`` whose passage is nearest ``embedding`` (exact cosine), best first.
+
+        ``Hit.score`` is the cosine similarity of the fact's best passage.
+        """
+        ...
+
+    async def neighbours(
+        self, tenant: str, projects: Sequence[str], fact_ids: Sequence[str], now: float
+    ) -> dict[str, list[str]]:
+        """For each of ``fact_ids``: the ids it is linked to that are live and in ``projects`` (sorted)."""
         ...
 
     async def facts(self, tenant: str, projects: Sequence[str]) -> list[Fact]:
@@ -91,9 +114,16 @@ class MemoryStore(Protocol):
         ...
 
     async def correct(
-        self, tenant: str, fact_id: str, text: str, source: Source, confidence: float, change: FactChange
+        self,
+        tenant: str,
+        fact_id: str,
+        text: str,
+        source: Source,
+        confidence: float,
+        change: FactChange,
+        embeddings: Sequence[Sequence[float]] | None = None,
     ) -> None:
-        """Replace a fact's text, source and confidence, and record the change."""
+        """Replace a fact's text, source and confidence (and its passages' vectors), and record the change."""
         ...
 
     async def link(self, tenant: str, src: str, dst: str, change: FactChange) -> None:
@@ -101,11 +131,34 @@ class MemoryStore(Protocol):
         ...
 
     async def forget(self, tenant: str, fact_id: str, change: FactChange) -> None:
-        """Delete a fact, its text and its links, and record the change."""
+        """Delete a fact, its text, passages and links, and record the change."""
         ...
 
     async def changes(self, tenant: str, fact_id: str | None = None) -> list[FactChange]:
         """The recorded changes, oldest first (of one fact when ``fact_id`` is given)."""
+        ...
+
+    async def cached_embeddings(self, tenant: str, model: str, digests: Sequence[str]) -> dict[str, list[float]]:
+        """The cached vectors of ``model`` among ``digests`` (content hashes), by digest."""
+        ...
+
+    async def cache_embeddings(self, tenant: str, model: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Keep ``vectors`` of ``model`` by digest."""
+        ...
+
+    async def erase(self, tenant: str, *, actor: str | None = None) -> int:
+        """Remove all of ``tenant``'s memory (``actor`` ``None``), or the facts remembered for ``actor``.
+
+        With them go their passages, links, changes and cached embeddings; the number of facts removed.
+        """
+        ...
+
+    async def purge(self, tenant: str, before: float, *, kind: FactKind | None = None) -> int:
+        """Remove ``tenant``'s facts (of ``kind``, or both kinds) created before ``before``; the number removed."""
+        ...
+
+    async def rotate(self, tenant: str) -> int:
+        """Re-seal with the current key (and re-index) every row of ``tenant`` sealed otherwise; the facts changed."""
         ...
 
 
