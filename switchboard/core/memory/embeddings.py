@@ -13,7 +13,6 @@ import hashlib
 import logging
 import math
 import re
-import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -148,8 +147,8 @@ class LocalEmbedder:
         return _normalised(vector)
 
     def _add(self, vector: list[float], feature: str, weight: float) -> None:
-        hashed = zlib.crc32(feature.encode())
-        vector[hashed % self.dims] += -weight if hashed & 0x80000000 else weight
+        hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+        vector[hashed % self.dims] += -weight if hashed >> 63 else weight
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""
