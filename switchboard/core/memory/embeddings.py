@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -145,20 +146,25 @@ class LocalEmbedder:
         self.dims = dims
 
     def vector(self, text: str) -> list[float]:
-        """The embedding of one text (the zero vector for a text without words)."""
-        vector = [0.0] * self.dims
+        """The embedding of one text (the zero vector for a text without words).
+
+        A feature seen ``n`` times weighs ``1 + ln n`` times its base weight, so words a passage repeats do not
+        drown the rest.
+        """
+        counts: Counter[str] = Counter()
         for word in _WORD.findall(text.lower()):
             if word in _STOP:
                 continue
-            self._add(vector, "w:" + word, _WORD_WEIGHT)
+            counts["w:" + word] += 1
             padded = f"<{word}>"
             for at in range(len(padded) - 2):
-                self._add(vector, "g:" + padded[at : at + 3], _GRAM_WEIGHT)
+                counts["g:" + padded[at : at + 3]] += 1
+        vector = [0.0] * self.dims
+        for feature, count in counts.items():
+            weight = (_WORD_WEIGHT if feature[0] == "w" else _GRAM_WEIGHT) * (1.0 + math.log(count))
+            hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+            vector[hashed % self.dims] += -weight if hashed >> 63 else weight
         return _normalised(vector)
-
-    def _add(self, vector: list[float], feature: str, weight: float) -> None:
-        hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
-        vector[hashed % self.dims] += -weight if hashed >> 63 else weight
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""
