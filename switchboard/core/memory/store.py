@@ -216,6 +216,12 @@ class SQLiteMemoryStore:
         """The tenant's database file."""
         return self.root / f"{check_name(tenant, 'tenant')}.sqlite"
 
+    def tenants(self) -> list[str]:
+        """The tenants that have a database file, sorted (what a rotation or a retention sweep goes through)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(path.stem for path in self.root.glob("*.sqlite") if path.is_file())
+
     def close(self) -> None:
         """Close every open database."""
         with self._lock:
