@@ -395,7 +395,6 @@ class SQLiteMemoryStore:
             self._record(db, tenant, change)
 
         await self._run(tenant, work)
-        await self._checkpoint(tenant)
 
     async def link(self, tenant: str, src: str, dst: str, change: FactChange) -> None:
         """Relate two facts (both ways) and record the change."""

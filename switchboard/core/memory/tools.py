@@ -116,7 +116,9 @@ class RecallInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=200, description="Words to look for in remembered facts.")
+    query: str = Field(
+        min_length=1, max_length=200, description="What to look for in remembered facts: words, or a question."
+    )
     project: str = _PROJECT
     limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
     mode: SearchMode | None = Field(
