@@ -13,7 +13,10 @@ from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.memory.facts import MAX_FACT_CHARS, Fact, FactChange, Hit, Source
 from switchboard.core.memory.retrieval import GRAPH_DECAY, RRF_K, SEARCH_MODES, SearchMode, fuse, retrieve
 from switchboard.core.memory.store import SQLiteMemoryStore
-from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS
+from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS, memory_tools
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.settings import FileConfig
 from tests.memory.conftest import Memory, Turn, inbound
 
 NOW = 1_800_000_000.0
@@ -316,4 +319,42 @@ async def test_a_database_of_the_first_layout_is_brought_up_to_date(tmp_path: Pa
     await _add(store, _fact("f_03", "A new fact about invoices"))
     assert len(await store.search("acme", ["shop"], "invoices", 5, NOW)) == 3
     assert await store.nearest("acme", ["shop"], EMBEDDER.vector("invoices"), 5, NOW)  # the new fact has a vector
+    store.close()
+
+
+async def test_knowledge_projects_are_read_and_never_written_by_the_memory_tools(tmp_path: Path) -> None:
+    config = FileConfig.model_validate(
+        {
+            "projects": {"shop": {"tenant": "acme"}, "knowledge.support": {"tenant": "acme"}},
+            "agents": {"support": {"name": "support", "projects": ["shop", "knowledge.support"]}},
+        }
+    )
+    store = SQLiteMemoryStore(tmp_path / "memory")
+    registry = ToolRegistry(memory_tools(store, config.connected_projects, lambda: NOW, EMBEDDER))
+    memory = Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, [NOW])
+    handbook = _fact("f_0ab", "The returns handbook: parcels go back within 30 days.", project="knowledge.support")
+    await _add(store, handbook.model_copy(update={"kind": "document"}))
+    found = await memory.call("recall", {"query": "returns handbook"}, None)
+    assert found.ok and [fact["id"] for fact in found.value["facts"]] == ["f_0ab"]
+    assert (await memory.call("read_memory", {"id": "f_0ab"}, None)).ok
+
+    turn = Turn(inbound=[inbound("Returns take 60 days now", "m1")])
+    source = {"kind": "message", "quote": "Returns take 60 days"}
+    refused = [
+        await memory.call(
+            "remember", {"text": "Returns take 60 days", "source": source, "project": "knowledge.support"}, turn
+        ),
+        await memory.call(
+            "correct",
+            {"fact_id": "f_0ab", "text": "Returns take 60 days", "source": source, "reason": "new policy"},
+            turn,
+        ),
+        await memory.call("forget", {"fact_id": "f_0ab", "reason": "outdated now"}, turn),
+    ]
+    assert all(not outcome.ok and "knowledge" in str(outcome.error) for outcome in refused), refused
+    (kept,) = await store.facts("acme", ["knowledge.support"])
+    assert kept.text == handbook.text and [c.op for c in await store.changes("acme", "f_0ab")] == ["remembered"]
+    # a write without a project goes to the only project the agent may write to
+    written = await memory.call("remember", {"text": "Returns take 60 days", "source": source}, turn)
+    assert written.ok and written.value["project"] == "shop"
     store.close()
