@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from switchboard.core.agent.config import Agent
 from switchboard.core.knowledge.extraction import Fetched, UrlFetcher
 from switchboard.core.knowledge.index import IndexReport, KnowledgeIndexer, Models
+from switchboard.core.memory.config import build_embedder
 from switchboard.core.memory.embeddings import Embedder
 from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.model import ModelAdapter
@@ -118,7 +119,7 @@ async def keep_knowledge_indexed(
     agents = knowledge_agents(settings)
     if not agents:
         return
-    indexer = knowledge_indexer(settings, store, models, forwarder)
+    indexer = knowledge_indexer(settings, store, models, forwarder, build_embedder(settings.file.memory.embeddings))
     while not stop.is_set():
         try:
             for report in await index_all(settings, indexer, agents):
@@ -143,10 +144,13 @@ def report_lines(report: IndexReport) -> list[str]:
     return lines
 
 
-def knowledge_command(settings: Settings, action: str, agent: str | None, providers: ProviderConfig) -> int:
+def knowledge_command(
+    settings: Settings, action: str, agent: str | None, providers: ProviderConfig, store: MemoryStore
+) -> int:
     """``switchboard knowledge index|list [--agent A]``; returns the exit code (1: some source failed).
 
-    ``providers``: the model providers' credentials, for the summaries of new or changed sources.
+    ``providers``: the model providers' credentials, for the summaries of new or changed sources; ``store``: the
+    memory store (``memory.store``), closed here when it is the embedded one.
     """
     try:
         agents = knowledge_agents(settings, agent)
@@ -156,7 +160,6 @@ def knowledge_command(settings: Settings, action: str, agent: str | None, provid
     if not agents:
         print("no agent has knowledge: add `knowledge:` to an agent in the YAML file")
         return 0
-    store = SQLiteMemoryStore(settings.data_path / "memory")
     try:
         if action == "list":
             return asyncio.run(_list(settings, store, agents))
@@ -172,7 +175,8 @@ def knowledge_command(settings: Settings, action: str, agent: str | None, provid
             return 2
         return with_redis(url, lambda redis: _index(settings, providers, store, agents, redis))
     finally:
-        store.close()
+        if isinstance(store, SQLiteMemoryStore):
+            store.close()
 
 
 async def _index(
@@ -197,7 +201,8 @@ async def _index(
         )
     models = ModelFactory(providers)
     try:
-        reports = await index_all(settings, knowledge_indexer(settings, store, models, forwarder), agents)
+        embedder = build_embedder(settings.file.memory.embeddings)
+        reports = await index_all(settings, knowledge_indexer(settings, store, models, forwarder, embedder), agents)
     finally:
         await models.aclose()
         if forwarder is not None:

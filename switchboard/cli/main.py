@@ -634,9 +634,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "knowledge":
             from switchboard.cli.knowledge import knowledge_command
-            from switchboard.cli.worker import provider_config
+            from switchboard.cli.worker import memory_store, provider_config
 
-            return knowledge_command(settings, args.action, args.agent, provider_config(settings))
+            return knowledge_command(
+                settings, args.action, args.agent, provider_config(settings), memory_store(settings)
+            )
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 

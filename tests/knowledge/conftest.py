@@ -18,6 +18,7 @@ from switchboard.cli.knowledge import knowledge_agents, knowledge_indexer
 from switchboard.cli.worker import provider_config
 from switchboard.core.knowledge.index import IndexReport, KnowledgeIndexer
 from switchboard.core.knowledge.tools import knowledge_tools
+from switchboard.core.memory.embeddings import Embedder
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.model import ModelAdapter
 from switchboard.core.providers import ModelFactory
@@ -92,16 +93,17 @@ class World:
     port: int
     pages: dict[str, tuple[str, bytes]] = field(default_factory=dict)
     gateway: ToolGateway | None = None
+    embedder: Embedder | None = None
 
     def indexer(self) -> KnowledgeIndexer:
-        return knowledge_indexer(self.settings, self.store, self.models, self.forwarder)
+        return knowledge_indexer(self.settings, self.store, self.models, self.forwarder, self.embedder)
 
     def reload(self, yaml: str) -> None:
         """A changed YAML file, as a worker reads it at start."""
         (self.root / "switchboard.yaml").write_text(yaml.replace("{port}", str(self.port)))
         self.settings = load_settings(_env(self.root, self.port))
         self.forwarder.policy = EgressPolicy.from_settings(self.settings)  # egress follows the file, as on a restart
-        registry = ToolRegistry(knowledge_tools(self.store, lambda: self.settings.file.agents))
+        registry = ToolRegistry(knowledge_tools(self.store, lambda: self.settings.file.agents, self.embedder))
         self.gateway = ToolGateway(registry, workspace_root=self.root)
 
     async def index(self, agent: str) -> IndexReport:

@@ -4,8 +4,11 @@ for deep agents."""
 
 from __future__ import annotations
 
+import pytest
+
 from switchboard.core.agent.config import Agent
 from switchboard.core.knowledge.tools import MAX_PASSAGE_CHARS, knowledge_tools
+from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.tools.builtin import ToolRegistry
 from tests.knowledge.conftest import World
 
@@ -100,17 +103,24 @@ async def test_each_agent_sees_only_its_own_knowledge_and_only_in_its_tenant(wor
     assert registry.for_agent(Agent(name="plain", tools=[])) == []
 
 
-async def test_a_deep_agent_reaches_a_source_linked_by_a_shared_keyword(world: World) -> None:
+@pytest.mark.parametrize("vectors", [False, True], ids=["words", "embeddings"])
+async def test_a_deep_agent_reaches_a_source_linked_by_a_shared_keyword(world: World, vectors: bool) -> None:
+    world.embedder = LocalEmbedder() if vectors else None
     _sources(world)
     world.reload(YAML)
     await world.index("helper")
     await world.index("deep")
-    flat = (await world.call("search_knowledge", {"query": "zircon"}, agent="helper")).value
+    flat = (await world.call("search_knowledge", {"query": "zircon", "limit": 1}, agent="helper")).value
     assert [s["title"] for s in flat["sources"]] == ["docs/manual.md"]
-    deep = (await world.call("search_knowledge", {"query": "zircon"}, agent="deep")).value
+    assert flat["mode"] == ("hybrid" if vectors else "lexical")
+    assert all(
+        "linked_from" not in s
+        for s in (await world.call("search_knowledge", {"query": "zircon"}, agent="helper")).value["sources"]
+    )
+    deep = (await world.call("search_knowledge", {"query": "zircon", "limit": 2}, agent="deep")).value
     titles = [s["title"] for s in deep["sources"]]
     assert deep["mode"] == "graph" and titles[0] == "docs/manual.md" and "docs/recall.md" in titles
-    assert "docs/menu.md" not in titles  # shares no keyword with the manual
+    assert titles == ["docs/manual.md", "docs/recall.md"]  # the menu shares no keyword with the manual
     [linked] = [s for s in deep["sources"] if s["title"] == "docs/recall.md"]
     assert linked["linked_from"] == deep["sources"][0]["id"]
     docs = {doc.ref: doc for doc in await world.indexer().documents("default", "deep")}

@@ -196,7 +196,7 @@ def test_agents_connect_projects_of_the_file(tmp_path: Path) -> None:
     registry = default_registry(sandbox=None, memory=(store, config.connected_projects))
     agent = Agent.model_validate(CONFIG["agents"]["support"])
     names = [tool.name for tool in registry.for_agent(agent)]
-    assert names == ["current_time", "remember", "recall", "link", "correct", "forget"]
+    assert names == ["current_time", "remember", "recall", "read_memory", "link", "correct", "forget"]
     assert [tool.name for tool in registry.for_agent(agent.model_copy(update={"projects": []}))] == ["current_time"]
 
 

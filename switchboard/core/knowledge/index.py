@@ -27,7 +27,7 @@ from switchboard.core.knowledge.extraction import Located, UrlFetcher, extract, 
 from switchboard.core.knowledge.keywords import keywords
 from switchboard.core.knowledge.summaries import summarise
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.embeddings import Embedder
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, LocalEmbedder
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import MemoryStore
 from switchboard.core.model import ModelAdapter
@@ -267,7 +267,7 @@ class KnowledgeIndexer:
             return SourceReport(ref=ref, state="unchanged", id=fact_id)
         text = _render(ref, entry.summary, words, entry.digest, entry.body)
         source = Source(kind=entry.located.kind, ref=ref[:2000], quote=_quote(entry.body))
-        vectors = await self._embeddings(text)
+        vectors = await self._embeddings(tenant, text)
         if old is not None and old.digest == entry.digest:  # only the keywords moved: same document, new header
             change = self._change(fact_id, project, "corrected", agent, f"keywords of {ref} recomputed")
             if vectors is None:
@@ -297,10 +297,13 @@ class KnowledgeIndexer:
             await self.store.add(fact, change, embeddings=vectors)
         return SourceReport(ref=ref, state="added" if old is None else "changed", id=fact_id)
 
-    async def _embeddings(self, text: str) -> list[list[float]] | None:
+    async def _embeddings(self, tenant: str, text: str) -> list[list[float]] | None:
         if self.embedder is None:
             return None
-        return await self.embedder.embed([p.text for p in passages(text)])
+        embedder = self.embedder
+        if not isinstance(embedder, LocalEmbedder):  # a provider's vectors are cached by content hash
+            embedder = CachedEmbedder(embedder, self.store, tenant)
+        return await embedder.embed([p.text for p in passages(text)])
 
     async def _link(self, tenant: str, agent: str) -> None:
         """Link every two sources that share a keyword (links already there are kept)."""

@@ -22,8 +22,9 @@ from switchboard.core.agent.config import Agent
 from switchboard.core.knowledge.config import KNOWLEDGE_TOOLS, knowledge_project
 from switchboard.core.knowledge.index import KnowledgeDocument, parse_document
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.embeddings import Embedder
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, LocalEmbedder
 from switchboard.core.memory.facts import Hit
+from switchboard.core.memory.retrieval import SearchMode, retrieve
 from switchboard.core.memory.store import MemoryStore, terms
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
@@ -126,9 +127,18 @@ def knowledge_tools(
 
     async def search(args: SearchKnowledgeInput, ctx: ToolContext) -> dict[str, Any]:
         project, deep = scope(ctx)
-        hits = await store.search(ctx.tenant, [project], args.query, args.limit, clock())
-        if deep:
-            hits = await graph(ctx, project, hits, args.limit)
+        mode: SearchMode
+        if embedder is None:  # words only: a deep agent's graph grows from the lexical seeds
+            mode = "graph" if deep else "lexical"
+            hits = await store.search(ctx.tenant, [project], args.query, args.limit, clock())
+            if deep:
+                hits = await graph(ctx, project, hits, args.limit)
+        else:
+            mode = "graph" if deep else "hybrid"
+            vectors = embedder if isinstance(embedder, LocalEmbedder) else CachedEmbedder(embedder, store, ctx.tenant)
+            hits = await retrieve(
+                store, vectors, ctx.tenant, [project], args.query, mode=mode, limit=args.limit, now=clock()
+            )
         results: list[dict[str, Any]] = []
         for hit in hits:
             doc = parse_document(hit.fact)
@@ -148,7 +158,6 @@ def knowledge_tools(
                 shown["linked_from"] = hit.via
             results.append(shown)
         logger.info("search_knowledge by agent %s: %s", ctx.agent, [r["id"] for r in results])
-        mode = "graph" if deep else "lexical"
         return {"query": args.query, "mode": mode, "count": len(results), "sources": results}
 
     async def read(args: ReadSourceInput, ctx: ToolContext) -> dict[str, Any]:

@@ -13,17 +13,16 @@ import hashlib
 import logging
 import math
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from switchboard.core.memory.store import MemoryStore
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 __all__ = [
     "LOCAL_DIMS",
     "LOCAL_MODEL",
     "CachedEmbedder",
     "Embedder",
+    "EmbeddingCache",
     "EmbeddingError",
     "LocalEmbedder",
     "OpenAIEmbedder",
@@ -115,6 +114,18 @@ class Embedder(Protocol):
         ...
 
 
+class EmbeddingCache(Protocol):
+    """Where vectors are kept by content hash: the embedding cache methods of a memory store."""
+
+    async def cached_embeddings(self, tenant: str, model: str, digests: Sequence[str]) -> dict[str, list[float]]:
+        """The cached vectors of ``model`` among ``digests``, by digest."""
+        ...
+
+    async def cache_embeddings(self, tenant: str, model: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Keep ``vectors`` of ``model`` by digest."""
+        ...
+
+
 def digest(model: str, text: str) -> str:
     """The cache key of ``text`` embedded by ``model``."""
     return hashlib.sha256(f"{model}\n{text}".encode()).hexdigest()
@@ -135,20 +146,25 @@ class LocalEmbedder:
         self.dims = dims
 
     def vector(self, text: str) -> list[float]:
-        """The embedding of one text (the zero vector for a text without words)."""
-        vector = [0.0] * self.dims
+        """The embedding of one text (the zero vector for a text without words).
+
+        A feature seen ``n`` times weighs ``1 + ln n`` times its base weight, so words a passage repeats do not
+        drown the rest.
+        """
+        counts: Counter[str] = Counter()
         for word in _WORD.findall(text.lower()):
             if word in _STOP:
                 continue
-            self._add(vector, "w:" + word, _WORD_WEIGHT)
+            counts["w:" + word] += 1
             padded = f"<{word}>"
             for at in range(len(padded) - 2):
-                self._add(vector, "g:" + padded[at : at + 3], _GRAM_WEIGHT)
+                counts["g:" + padded[at : at + 3]] += 1
+        vector = [0.0] * self.dims
+        for feature, count in counts.items():
+            weight = (_WORD_WEIGHT if feature[0] == "w" else _GRAM_WEIGHT) * (1.0 + math.log(count))
+            hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+            vector[hashed % self.dims] += -weight if hashed >> 63 else weight
         return _normalised(vector)
-
-    def _add(self, vector: list[float], feature: str, weight: float) -> None:
-        hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
-        vector[hashed % self.dims] += -weight if hashed >> 63 else weight
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""
@@ -208,7 +224,7 @@ class OpenAIEmbedder:
 class CachedEmbedder:
     """An :class:`Embedder` whose vectors are kept in ``tenant``'s memory store by content hash."""
 
-    def __init__(self, inner: Embedder, store: MemoryStore, tenant: str) -> None:
+    def __init__(self, inner: Embedder, store: EmbeddingCache, tenant: str) -> None:
         self.inner = inner
         self.store = store
         self.tenant = tenant
