@@ -116,13 +116,10 @@ async def keep_knowledge_indexed(
     every_s: float = RECHECK_S,
 ) -> None:
     """Index every agent's knowledge when the worker starts, then re-check it every ``every_s`` until ``stop``."""
-    agents = knowledge_agents(settings)
-    if not agents:
-        return
     indexer = knowledge_indexer(settings, store, models, forwarder, build_embedder(settings.file.memory.embeddings))
     while not stop.is_set():
-        try:
-            for report in await index_all(settings, indexer, agents):
+        try:  # the agents as the file says now: one added or changed while the worker runs is indexed too
+            for report in await index_all(settings, indexer, knowledge_agents(settings)):
                 for failed in report.failed():
                     logger.warning("knowledge of agent %s: %s", report.agent, failed.error)
         except Exception:  # an indexing bug must not take the worker down; the next round tries again

@@ -14,6 +14,7 @@ share a keyword are linked, so the graph search expands from one to the other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -27,7 +28,7 @@ from switchboard.core.knowledge.extraction import Located, UrlFetcher, extract, 
 from switchboard.core.knowledge.keywords import keywords
 from switchboard.core.knowledge.summaries import summarise
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, LocalEmbedder
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, EmbeddingError, LocalEmbedder
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import MemoryStore
 from switchboard.core.model import ModelAdapter
@@ -214,14 +215,19 @@ class KnowledgeIndexer:
             {e.located.ref: e.body for e in entries} | {f.ref: old[f.ref].body for f in failures if f.ref in old}
         )
         for entry in entries:
-            report.sources.append(await self._write(tenant, agent, entry, tuple(words[entry.located.ref])))
+            try:
+                written = await self._write(tenant, agent, entry, tuple(words[entry.located.ref]))
+            except EmbeddingError as err:  # the embeddings provider failed: this source waits for the next run
+                written = SourceReport(
+                    ref=entry.located.ref,
+                    state="failed",
+                    id=document_id(tenant, agent, entry.located.ref),
+                    error=f"{entry.located.ref}: its embeddings could not be computed ({err})",
+                )
+            report.sources.append(written)
         for ref, doc in old.items():
             if ref not in kept:
-                await self.store.forget(
-                    tenant,
-                    doc.fact.id,
-                    self._change(doc.fact.id, project, "forgotten", agent, f"source removed: {ref}"),
-                )
+                await self._forget(tenant, agent, doc.fact.id, f"source removed: {ref}")
                 report.sources.append(SourceReport(ref=ref, state="removed", id=doc.fact.id))
         if config.deep:
             await self._link(tenant, agent)
@@ -270,15 +276,16 @@ class KnowledgeIndexer:
         vectors = await self._embeddings(tenant, text)
         if old is not None and old.digest == entry.digest:  # only the keywords moved: same document, new header
             change = self._change(fact_id, project, "corrected", agent, f"keywords of {ref} recomputed")
-            if vectors is None:
-                await self.store.correct(tenant, fact_id, text, source, 1.0, change)
-            else:
-                await self.store.correct(tenant, fact_id, text, source, 1.0, change, embeddings=vectors)
-            return SourceReport(ref=ref, state="unchanged", id=fact_id)
+            try:
+                if vectors is None:
+                    await self.store.correct(tenant, fact_id, text, source, 1.0, change)
+                else:
+                    await self.store.correct(tenant, fact_id, text, source, 1.0, change, embeddings=vectors)
+                return SourceReport(ref=ref, state="unchanged", id=fact_id)
+            except KeyError:  # another worker replaced or dropped it meanwhile: store it afresh below
+                pass
         if old is not None:  # new content: a new document under the same id (its old links go with the old one)
-            await self.store.forget(
-                tenant, fact_id, self._change(fact_id, project, "forgotten", agent, f"{ref} changed")
-            )
+            await self._forget(tenant, agent, fact_id, f"{ref} changed")
         fact = Fact(
             id=fact_id,
             project=project,
@@ -296,6 +303,12 @@ class KnowledgeIndexer:
         else:
             await self.store.add(fact, change, embeddings=vectors)
         return SourceReport(ref=ref, state="added" if old is None else "changed", id=fact_id)
+
+    async def _forget(self, tenant: str, agent: str, fact_id: str, reason: str) -> None:
+        """Drop a document; one already gone (another worker's run got there first) is no error."""
+        change = self._change(fact_id, knowledge_project(agent), "forgotten", agent, reason)
+        with contextlib.suppress(KeyError):
+            await self.store.forget(tenant, fact_id, change)
 
     async def _embeddings(self, tenant: str, text: str) -> list[list[float]] | None:
         if self.embedder is None:

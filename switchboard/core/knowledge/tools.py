@@ -22,7 +22,7 @@ from switchboard.core.agent.config import Agent
 from switchboard.core.knowledge.config import KNOWLEDGE_TOOLS, knowledge_project
 from switchboard.core.knowledge.index import KnowledgeDocument, parse_document
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, LocalEmbedder
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, EmbeddingError, LocalEmbedder
 from switchboard.core.memory.facts import Hit
 from switchboard.core.memory.retrieval import SearchMode, retrieve
 from switchboard.core.memory.store import MemoryStore, terms
@@ -136,9 +136,12 @@ def knowledge_tools(
         else:
             mode = "graph" if deep else "hybrid"
             vectors = embedder if isinstance(embedder, LocalEmbedder) else CachedEmbedder(embedder, store, ctx.tenant)
-            hits = await retrieve(
-                store, vectors, ctx.tenant, [project], args.query, mode=mode, limit=args.limit, now=clock()
-            )
+            try:
+                hits = await retrieve(
+                    store, vectors, ctx.tenant, [project], args.query, mode=mode, limit=args.limit, now=clock()
+                )
+            except EmbeddingError as error:
+                raise ToolError(f"{error}; try again later", error_class="transient") from None
         results: list[dict[str, Any]] = []
         for hit in hits:
             doc = parse_document(hit.fact)
