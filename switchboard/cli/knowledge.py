@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -32,11 +32,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RECHECK_S",
+    "WithRedis",
     "index_all",
     "keep_knowledge_indexed",
     "knowledge_agents",
     "knowledge_command",
     "knowledge_indexer",
+    "knowledge_problems",
     "report_lines",
     "url_fetcher",
 ]
@@ -44,6 +46,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _REDIRECTS = 5
+
+WithRedis = Callable[[Callable[["aioredis.Redis"], Awaitable[int]]], int]
+"""Runs an async body with a Redis client and returns its exit code (``switchboard.cli.sessions.with_redis``)."""
 RECHECK_S = 300.0
 """How often a worker re-reads the sources to find changed ones (a changed hash is re-indexed)."""
 
@@ -77,6 +82,28 @@ def knowledge_agents(settings: Settings, only: str | None = None) -> dict[str, A
             raise ConfigError(f"agent {only!r} has no knowledge: add `knowledge:` to it in the YAML file", field=only)
         return {only: agent}
     return {name: agent for name, agent in agents.items() if agent.knowledge is not None}
+
+
+def knowledge_problems(settings: Settings, agent: Agent) -> list[str]:
+    """What keeps an agent's knowledge sources from being indexed, for ``agents validate``: paths and URL hosts."""
+    from yarl import URL
+
+    from switchboard.core.knowledge.extraction import locate
+    from switchboard.egress.policy import EgressPolicy
+
+    if agent.knowledge is None:
+        return []
+    _, unreadable = locate(agent.knowledge, settings.config.resolve().parent)
+    found = [f"agent {agent.name!r}: knowledge source {err}" for err in unreadable]
+    rules = EgressPolicy.from_settings(settings).rules(agent.name)
+    for source in agent.knowledge.sources:
+        host = (URL(source.url).host or "").lower() if source.url is not None else ""
+        if host and not rules.allows(host):
+            found.append(
+                f"agent {agent.name!r}: knowledge source {source.url} is on {host}, which is not in its egress "
+                f"allowlist: add it to agents.{agent.name}.egress.allow"
+            )
+    return found
 
 
 def knowledge_indexer(
@@ -142,12 +169,18 @@ def report_lines(report: IndexReport) -> list[str]:
 
 
 def knowledge_command(
-    settings: Settings, action: str, agent: str | None, providers: ProviderConfig, store: MemoryStore
+    settings: Settings,
+    action: str,
+    agent: str | None,
+    providers: ProviderConfig,
+    store: MemoryStore,
+    with_redis: WithRedis,
 ) -> int:
     """``switchboard knowledge index|list [--agent A]``; returns the exit code (1: some source failed).
 
     ``providers``: the model providers' credentials, for the summaries of new or changed sources; ``store``: the
-    memory store (``memory.store``), closed here when it is the embedded one.
+    memory store (``memory.store``), closed here when it is the embedded one; ``with_redis``: runs a body with a
+    Redis client (egress records each URL fetch there), only when some source is a URL.
     """
     try:
         agents = knowledge_agents(settings, agent)
@@ -163,14 +196,7 @@ def knowledge_command(
         needs_egress = any(s.url is not None for a in agents.values() if a.knowledge for s in a.knowledge.sources)
         if not needs_egress:
             return asyncio.run(_index(settings, providers, store, agents, None))
-        from switchboard.cli.sessions import redis_url_for, with_redis
-
-        try:
-            url = redis_url_for(settings)  # egress records each request in the event stream
-        except ConfigError as err:
-            print(f"switchboard: {err}", file=sys.stderr)
-            return 2
-        return with_redis(url, lambda redis: _index(settings, providers, store, agents, redis))
+        return with_redis(lambda redis: _index(settings, providers, store, agents, redis))
     finally:
         if isinstance(store, SQLiteMemoryStore):
             store.close()

@@ -634,10 +634,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "knowledge":
             from switchboard.cli.knowledge import knowledge_command
+            from switchboard.cli.sessions import redis_url_for, with_redis
             from switchboard.cli.worker import memory_store, provider_config
 
             return knowledge_command(
-                settings, args.action, args.agent, provider_config(settings), memory_store(settings)
+                settings,
+                args.action,
+                args.agent,
+                provider_config(settings),
+                memory_store(settings),
+                lambda body: with_redis(redis_url_for(settings), body),
             )
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command

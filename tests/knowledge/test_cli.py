@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
+import threading
 from pathlib import Path
 
 import pytest
+import redis
 
 from switchboard.cli import main as cli
 from switchboard.cli.knowledge import keep_knowledge_indexed
 from switchboard.cli.worker import build_runtime, memory_store, provider_config
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
+from switchboard.types import SessionKey
+from tests.egress.conftest import PUBLIC
 from tests.knowledge.conftest import write_pdf
 
 YAML = """
@@ -111,3 +117,59 @@ async def test_the_worker_indexes_at_start_re_checks_and_its_agents_get_the_tool
     await models.aclose()
     assert isinstance(store, SQLiteMemoryStore)
     store.close()
+
+
+def test_agents_validate_names_missing_paths_and_hosts_outside_the_allowlist(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (config / "switchboard.yaml").write_text(
+        YAML.replace("{path: faq.md}", "{path: gone.md}, {url: https://wiki.example.com/faq}")
+    )
+    assert cli.main(["agents", "validate"]) != 0
+    captured = capsys.readouterr()
+    said = captured.out + captured.err
+    assert "knowledge source gone.md: no such file or folder" in said
+    assert "wiki.example.com, which is not in its egress allowlist: add it to agents.helper.egress.allow" in said
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html><body><p>Returns are accepted for thirty days.</p></body></html>"
+        self.send_response(200 if self.path == "/returns" else 404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_index_fetches_urls_through_egress_and_records_them_in_redis(
+    config: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = http.server.ThreadingHTTPServer((PUBLIC, 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        (config / "switchboard.yaml").write_text(
+            "default_agent: helper\nagents:\n  helper:\n    name: helper\n"
+            f"    knowledge: [{{path: docs}}, {{url: 'http://{PUBLIC}:{port}/returns'}}]\n"
+            f"    egress: {{allow: ['{PUBLIC}']}}\n"
+        )
+        monkeypatch.setenv("SWITCHBOARD_REDIS_URL", redis_url)
+        monkeypatch.setenv("SWITCHBOARD_EGRESS__PORTS", f"80,443,{port}")
+        monkeypatch.setenv("SWITCHBOARD_EGRESS__INTERNAL_NETWORKS", f"{PUBLIC}/32")
+        assert cli.main(["knowledge", "index", "--agent", "helper"]) == 0, capsys.readouterr()
+        out = capsys.readouterr().out
+        client = redis.Redis.from_url(redis_url)
+        try:  # the fetch is an egress fact of the indexing session, like any tool's request
+            entries = client.xrange(SessionKeys(SessionKey("default/knowledge/helper")).events)
+        finally:
+            client.close()
+        [entry] = [fields for _, fields in entries if fields[b"kind"] == b"egress_request"]
+        assert b"/returns" in entry[b"data"] and b'"agent":"helper"' in entry[b"data"]
+        assert "added" in out and f"http://{PUBLIC}:{port}/returns" in out and "2 added" in out
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -202,6 +202,7 @@ async def test_a_source_that_fails_later_keeps_its_last_index(world: World) -> N
         ([{"url": "https://user:pw@example.com/a"}], "carries credentials"),
         ([{"path": "a.md", "url": "https://example.com"}], "exactly one of them"),
         ([{"path": "a.md"}, {"path": "a.md"}], "listed twice"),
+        ([{"url": "https://example.com/" + "a" * 1000}], "longer than 1000 characters"),
         ([], "at least 1 item"),
         ({"sources": [{"path": "a.md"}], "deep": True, "tenant": "no/slash"}, "not a valid name"),
         ({"sources": [{"path": "a.md"}], "depth": 2}, "Extra inputs are not permitted"),

@@ -10,7 +10,10 @@ from yarl import URL
 
 from switchboard.core.memory.facts import check_name
 
-__all__ = ["KNOWLEDGE_TOOLS", "MAX_SOURCES", "KnowledgeConfig", "KnowledgeSource", "knowledge_project"]
+__all__ = ["KNOWLEDGE_TOOLS", "MAX_REF_CHARS", "MAX_SOURCES", "KnowledgeConfig", "KnowledgeSource", "knowledge_project"]
+
+MAX_REF_CHARS = 1000
+"""Longest path or URL of a source (it heads its document, which has a length cap)."""
 
 KNOWLEDGE_TOOLS = ("search_knowledge", "read_source")
 """The run-time tools every agent with ``knowledge:`` gets."""
@@ -40,6 +43,8 @@ class KnowledgeSource(BaseModel):
         if value is None:
             return None
         text = value.strip()
+        if len(text) > MAX_REF_CHARS:
+            raise ValueError(f"path {text[:40]!r}… is longer than {MAX_REF_CHARS} characters")
         parts = PurePosixPath(text.replace("\\", "/")).parts
         if not text or text.startswith(("/", "~")) or (len(text) > 1 and text[1] == ":"):
             raise ValueError(f"path {value!r} must be relative to the configuration file's folder (e.g. docs/faq.md)")
@@ -58,6 +63,8 @@ class KnowledgeSource(BaseModel):
             url = URL()
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"url {value!r} is not an http(s) URL with a host (e.g. https://example.com/faq)")
+        if len(str(url)) > MAX_REF_CHARS:
+            raise ValueError(f"url {value[:40]!r}… is longer than {MAX_REF_CHARS} characters")
         if url.user or url.password:
             raise ValueError(f"url {value!r} carries credentials: use egress secrets instead")
         return str(url)

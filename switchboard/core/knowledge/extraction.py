@@ -139,7 +139,7 @@ def locate(config: KnowledgeConfig, root: Path) -> tuple[list[Located], list[Sou
 def _indexable(path: Path, base: Path) -> bool:
     relative = path.relative_to(base).parts
     return (
-        not any(part.startswith(".") for part in relative)
+        not any(part.startswith(".") or not part.isprintable() for part in relative)
         and not path.is_symlink()
         and path.is_file()
         and path.suffix.lower() in TEXT_SUFFIXES | PARSED_SUFFIXES
