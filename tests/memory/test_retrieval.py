@@ -6,13 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlean
 
 from switchboard.core.memory.chunks import passages, passages_for
 from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.memory.facts import MAX_FACT_CHARS, Fact, FactChange, Hit, Source
 from switchboard.core.memory.retrieval import GRAPH_DECAY, RRF_K, SEARCH_MODES, SearchMode, fuse, retrieve
 from switchboard.core.memory.store import SQLiteMemoryStore
-from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS
+from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS, memory_tools
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.settings import FileConfig
 from tests.memory.conftest import Memory, Turn, inbound
 
 NOW = 1_800_000_000.0
@@ -278,3 +282,79 @@ def test_local_embeddings_are_deterministic_unit_vectors_near_for_shared_word_pa
         return sum(x * y for x, y in zip(EMBEDDER.vector(a), EMBEDDER.vector(b), strict=True))
 
     assert cosine("invoice paid late", "invoices paying lateness") > cosine("invoice paid late", "the cat sat on a mat")
+
+
+_FIRST_LAYOUT = """
+CREATE TABLE facts (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, project TEXT NOT NULL, text TEXT NOT NULL,
+    source TEXT NOT NULL, run_id TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL, confidence REAL NOT NULL,
+    expires_at REAL, length INTEGER NOT NULL);
+CREATE INDEX facts_scope ON facts (tenant, project);
+CREATE VIRTUAL TABLE facts_fts USING fts5(text, content='facts', content_rowid='rowid',
+    tokenize='unicode61 remove_diacritics 0');
+CREATE TABLE links (tenant TEXT NOT NULL, src TEXT NOT NULL, dst TEXT NOT NULL, PRIMARY KEY (tenant, src, dst));
+CREATE TABLE changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, fact_id TEXT NOT NULL,
+    project TEXT NOT NULL, op TEXT NOT NULL, actor TEXT NOT NULL, agent TEXT NOT NULL, run_id TEXT NOT NULL,
+    reason TEXT NOT NULL, at REAL NOT NULL);
+"""
+
+
+async def test_a_database_of_the_first_layout_is_brought_up_to_date(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    root.mkdir()
+    db = sqlean.connect(str(root / "acme.sqlite"))
+    db.executescript(_FIRST_LAYOUT)
+    for rowid, (fact_id, text) in enumerate(list(SHOP.items())[:2], start=1):
+        db.execute(
+            "INSERT INTO facts (rowid, id, tenant, project, text, source, run_id, created_at, confidence, length)"
+            " VALUES (?, ?, 'acme', 'shop', ?, ?, 'r', ?, 1.0, ?)",
+            (rowid, fact_id, text, SOURCE.model_dump_json(), NOW, len(text.split())),
+        )
+        db.execute("INSERT INTO facts_fts (rowid, text) VALUES (?, ?)", (rowid, text))
+    db.commit()
+    db.close()
+    store = SQLiteMemoryStore(root)
+    hits = await store.search("acme", ["shop"], "invoices", 5, NOW)
+    assert {hit.fact.id for hit in hits} == {"f_01", "f_02"}
+    assert {(hit.fact.kind, hit.fact.actor) for hit in hits} == {("fact", "")}
+    await _add(store, _fact("f_03", "A new fact about invoices"))
+    assert len(await store.search("acme", ["shop"], "invoices", 5, NOW)) == 3
+    assert await store.nearest("acme", ["shop"], EMBEDDER.vector("invoices"), 5, NOW)  # the new fact has a vector
+    store.close()
+
+
+async def test_knowledge_projects_are_read_and_never_written_by_the_memory_tools(tmp_path: Path) -> None:
+    config = FileConfig.model_validate(
+        {
+            "projects": {"shop": {"tenant": "acme"}, "knowledge.support": {"tenant": "acme"}},
+            "agents": {"support": {"name": "support", "projects": ["shop", "knowledge.support"]}},
+        }
+    )
+    store = SQLiteMemoryStore(tmp_path / "memory")
+    registry = ToolRegistry(memory_tools(store, config.connected_projects, lambda: NOW, EMBEDDER))
+    memory = Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, [NOW])
+    handbook = _fact("f_0ab", "The returns handbook: parcels go back within 30 days.", project="knowledge.support")
+    await _add(store, handbook.model_copy(update={"kind": "document"}))
+    found = await memory.call("recall", {"query": "returns handbook"}, None)
+    assert found.ok and [fact["id"] for fact in found.value["facts"]] == ["f_0ab"]
+    assert (await memory.call("read_memory", {"id": "f_0ab"}, None)).ok
+
+    turn = Turn(inbound=[inbound("Returns take 60 days now", "m1")])
+    source = {"kind": "message", "quote": "Returns take 60 days"}
+    refused = [
+        await memory.call(
+            "remember", {"text": "Returns take 60 days", "source": source, "project": "knowledge.support"}, turn
+        ),
+        await memory.call(
+            "correct",
+            {"fact_id": "f_0ab", "text": "Returns take 60 days", "source": source, "reason": "new policy"},
+            turn,
+        ),
+        await memory.call("forget", {"fact_id": "f_0ab", "reason": "outdated now"}, turn),
+    ]
+    assert all(not outcome.ok and "knowledge" in str(outcome.error) for outcome in refused), refused
+    (kept,) = await store.facts("acme", ["knowledge.support"])
+    assert kept.text == handbook.text and [c.op for c in await store.changes("acme", "f_0ab")] == ["remembered"]
+    # a write without a project goes to the only project the agent may write to
+    written = await memory.call("remember", {"text": "Returns take 60 days", "source": source}, turn)
+    assert written.ok and written.value["project"] == "shop"
+    store.close()

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import re
+from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -182,13 +183,14 @@ class OpenAIEmbedder:
         api_key: str | None = None,
         base_url: str | None = None,
         timeout_s: float = 30.0,
+        max_retries: int = 2,
     ) -> None:
         from openai import AsyncOpenAI  # the SDK only when this embedder is configured
 
         self.model = model
         self.dims = dims
         self._client = AsyncOpenAI(
-            api_key=api_key or "unset", base_url=base_url or None, timeout=timeout_s, max_retries=2
+            api_key=api_key or "unset", base_url=base_url or None, timeout=timeout_s, max_retries=max_retries
         )
 
     async def aclose(self) -> None:
@@ -241,7 +243,7 @@ class CachedEmbedder:
         if missing:
             first = {key: text for key, text in zip(keys, texts, strict=True)}
             vectors = await self.inner.embed([first[key] for key in missing])
-            fresh = dict(zip(missing, vectors, strict=True))
-            await self.store.cache_embeddings(self.tenant, self.model, fresh)
+            fresh = {key: array("f", vector).tolist() for key, vector in zip(missing, vectors, strict=True)}
+            await self.store.cache_embeddings(self.tenant, self.model, fresh)  # kept as float32, so given as such
             found = {**found, **fresh}
         return [list(found[key]) for key in keys]
