@@ -288,8 +288,6 @@ class FileConfig(BaseModel):
     def _projects_defined(self) -> FileConfig:
         for name in self.projects:
             check_name(name, "project")
-            if name.startswith("knowledge."):
-                raise ValueError(f"projects.{name}: names starting with 'knowledge.' hold agents' knowledge; rename it")
         defined = ", ".join(sorted(self.projects)) or "none"
         for name, agent in self.agents.items():
             for project in agent.projects:

@@ -11,7 +11,6 @@ from switchboard.core.knowledge.config import knowledge_project
 from switchboard.core.knowledge.index import INDEXER, document_id
 from switchboard.core.knowledge.keywords import keywords
 from switchboard.core.knowledge.summaries import extractive_summary
-from switchboard.settings import FileConfig
 from tests.knowledge.conftest import PAGE, PAGE_HOST, World, write_docx, write_pdf
 
 YAML = """
@@ -212,9 +211,3 @@ def test_bad_knowledge_blocks_say_what_to_fix(knowledge: object, message: str) -
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Agent(name="helper", knowledge=knowledge)
     assert Agent(name="helper", knowledge=[{"path": "a.md"}]).knowledge is not None
-
-
-def test_a_project_may_not_take_a_knowledge_name() -> None:
-    with pytest.raises(ValidationError, match=r"'knowledge\.' hold agents' knowledge; rename it"):
-        FileConfig.model_validate({"projects": {"knowledge.helper": {}}, "agents": {"helper": {"name": "helper"}}})
-    assert FileConfig.model_validate({"projects": {"knowledge-base": {}}}).projects
