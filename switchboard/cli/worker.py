@@ -34,6 +34,7 @@ from switchboard.worker.worker import run_worker as run_session_worker
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from switchboard.core.memory.tools import ConnectedProjects
     from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
@@ -67,6 +68,7 @@ def build_runtime(
     mcp: McpClients | None = None,
     tables: TableConnections | None = None,
     images: ImageProvider | None = None,
+    connected: ConnectedProjects | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
@@ -74,7 +76,8 @@ def build_runtime(
     way out of declared REST tools and search APIs (``None``: their calls fail, saying the process has no egress);
     ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
     ``tables``: the agents' connected tables (default: bound here; the caller that passes them closes their pools);
-    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so).
+    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so); ``connected``: the agents'
+    projects (default: the YAML file's alone; the worker adds the operators' connections).
     """
     from switchboard.egress.transport import register_rest_tools
 
@@ -89,7 +92,7 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(SQLiteMemoryStore(settings.data_path / "memory"), settings.file.connected_projects),
+        memory=(SQLiteMemoryStore(settings.data_path / "memory"), connected or settings.file.connected_projects),
     )
     try:
         register_rest_tools(tools, settings, rest)
@@ -167,6 +170,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
     from switchboard.worker.declarations import RestDeclarations
+    from switchboard.worker.projects import LiveConnections
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -194,12 +198,18 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)
     images = image_provider(settings)
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images)
+    connected = LiveConnections(settings.file, redis)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, connected)
     declarations = RestDeclarations(runtime.registry, settings, rest)
     await channels.start()
     try:
         await run_session_worker(
-            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
+            settings,
+            connected.wrap(declarations.wrap(runtime.run_turn)),
+            channels,
+            None,
+            stop,
+            workspace_store=runtime.gateway.store,
         )
     finally:
         await tables.close()  # the PostgreSQL pools
