@@ -15,6 +15,7 @@ from pathlib import Path
 
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
+from switchboard.cli.memory import add_memory_parser, memory_command
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.cli.schedules import add_schedule_parser
 from switchboard.errors import ConfigError, SwitchboardError
@@ -318,6 +319,16 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument("--session", help="a session key, as `sessions list` prints it")
     erase.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
     erase.add_argument("--by", help="who runs it, for the audit fact (default: cli:<login name>)")
+    memory = _command(
+        sub,
+        "memory",
+        "list projects and facts, show a fact's history, correct or delete a fact, connect agents to projects",
+        "projects: each project with its agents and fact count. facts: a tenant's facts (--project P). show ID: a "
+        "fact with its source and change history. correct ID --text T --reason R, forget ID --reason R: recorded "
+        "with who (--by) and why. connect|disconnect AGENT PROJECT: beside the YAML file's agents.<name>.projects. "
+        "audit: operators' changes. See docs/memory.md.",
+    )
+    add_memory_parser(memory)
     budgets = _command(
         sub,
         "budgets",
@@ -622,6 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return erase_command(
                 settings, args.tenant, user=args.user, session=args.session, dry_run=args.dry_run, by=args.by
             )
+        if args.command == "memory":
+            return memory_command(settings, args)
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 
