@@ -2,7 +2,8 @@
 
 The memory tools ask a plain function for an agent's projects (the core layer reads no Redis); the worker brings
 the operators' connections of the turn's tenant up to date before each turn (:meth:`LiveConnections.wrap`), so a
-connection made or removed in the console applies from the agent's next turn on.
+connection made or removed in the console applies from the agent's next turn on. A turn's agent keeps the projects
+the file gives it (other tenants' included: the tools filter by tenant) and gains the operators'.
 """
 
 from __future__ import annotations
@@ -51,10 +52,17 @@ class LiveConnections:
             logger.warning("project connections of a tenant not refreshed (%s)", type(err).__name__)
 
     def wrap(self, runner: TurnRunner) -> TurnRunner:
-        """``runner`` that first reads the turn's tenant's connections, so the turn sees them as operators left them."""
+        """``runner`` that first reads the turn's tenant's connections, so the turn sees them as operators left them.
+
+        The turn's agent carries its merged projects, so an agent connected only by an operator is offered the memory
+        tools too.
+        """
 
         async def run(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
             await self.refresh(request.tenant)
+            merged = list(dict.fromkeys([*request.agent.projects, *self(request.agent.name, request.tenant)]))
+            if merged != request.agent.projects:
+                request = request.model_copy(update={"agent": request.agent.model_copy(update={"projects": merged})})
             return await runner(request, sink, store)
 
         return run

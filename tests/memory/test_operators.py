@@ -206,17 +206,18 @@ async def test_a_bad_deletion_deletes_nothing(
     assert await async_redis.xlen(GlobalKeys().memory_audit) == 0
 
 
-async def _connected_in_a_turn(live: LiveConnections, tenant: str) -> list[str]:
-    """What the memory tools of a turn of ``support`` in ``tenant`` see, through the worker's wrapped runner."""
+async def _connected_in_a_turn(live: LiveConnections, tenant: str, name: str = "support") -> list[str]:
+    """What the memory tools of a turn of agent ``name`` in ``tenant`` see, through the worker's wrapped runner."""
     seen: list[str] = []
 
     async def runner(request: TurnRequest, sink: Any, store: Any) -> TurnResult:
         seen.extend(live(request.agent.name, request.tenant))
+        assert set(seen) <= set(request.agent.projects)  # the agent is offered the memory tools for them
         return TurnResult(text="", steps=0)
 
     msg = message("hi")
     msg = msg.model_copy(update={"conversation": msg.conversation.model_copy(update={"tenant": tenant})})
-    support = agent().model_copy(update={"name": "support"})
+    support = agent().model_copy(update={"name": name, "projects": live.file.agents[name].projects})
     turn = TurnRequest(
         session_key=msg.session_key, agent=support, messages=[msg], run_id="r", deadline=0, tenant=tenant
     )
@@ -247,6 +248,11 @@ async def test_an_operators_connection_reaches_the_agents_next_turn(
     with pytest.raises(NotFoundError):
         await control.connect(ACME, "support", 7)
 
+    assert await _connected_in_a_turn(live, "acme", "people") == []
+    await control.connect(ACME, "people", "hr")  # an agent the file connects to no project
+    assert await _connected_in_a_turn(live, "acme", "people") == ["hr"]
+    await control.disconnect(ACME, "people", "hr")
+
     await control.disconnect(ACME, "support", "hr")
     assert await _connected_in_a_turn(live, "acme") == ["shop"]
     with pytest.raises(NotFoundError):
@@ -254,6 +260,8 @@ async def test_an_operators_connection_reaches_the_agents_next_turn(
     audit = [(e.op, e.actor, e.agent, e.project) for e in await control.audit(ACME, "acme")]
     assert audit == [
         ("disconnected", "console:alice", "support", "hr"),
+        ("disconnected", "console:alice", "people", "hr"),
+        ("connected", "console:alice", "people", "hr"),
         ("connected", "console:alice", "support", "hr"),
     ]
 
