@@ -66,7 +66,9 @@ def memory_command(settings: Settings, args: argparse.Namespace) -> int:
     """Run one ``memory`` action; returns the exit code (2: bad input, nothing changed; 1: not found)."""
     from switchboard.cli.sessions import redis_url_for, with_redis
     from switchboard.control import InvalidRequestError, NotFoundError, OperatorScope
-    from switchboard.control.memory import MemoryControl, memory_store
+    from switchboard.control.memory import MemoryControl, close_store, memory_store
+    from switchboard.core.memory.config import build_embedder
+    from switchboard.core.memory.embeddings import OpenAIEmbedder
 
     needed = _NAMES_NEEDED.get(args.action, 0)
     if len(args.names) != needed:
@@ -81,9 +83,10 @@ def memory_command(settings: Settings, args: argparse.Namespace) -> int:
     tenant = args.tenant or settings.file.tenant
     scope = OperatorScope.everything(args.by or f"cli:{getpass.getuser()}")
     store = memory_store(settings)
+    embedder = build_embedder(settings.file.memory.embeddings)
 
     async def go(redis: aioredis.Redis) -> int:
-        control = MemoryControl(settings, store, redis)
+        control = MemoryControl(settings, store, redis, embedder)
         try:
             for line in await _run(control, scope, tenant, args):
                 print(line)
@@ -93,12 +96,15 @@ def memory_command(settings: Settings, args: argparse.Namespace) -> int:
         except NotFoundError as err:
             print(f"switchboard: {err}", file=sys.stderr)
             return 1
+        finally:
+            if isinstance(embedder, OpenAIEmbedder):
+                await embedder.aclose()
         return 0
 
     try:
         return with_redis(url, go)
     finally:
-        store.close()
+        close_store(store)
 
 
 async def _run(control: MemoryControl, scope: OperatorScope, tenant: str, args: argparse.Namespace) -> list[str]:

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.cli.sandbox import shell_options, startup_choice
+from switchboard.control.memory import memory_store
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
-from switchboard.core.memory.store import SQLiteMemoryStore
+from switchboard.core.memory.config import build_embedder
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
 from switchboard.core.tables.connections import TableConnections
@@ -92,7 +93,8 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(SQLiteMemoryStore(settings.data_path / "memory"), connected or settings.file.connected_projects),
+        memory=(memory_store(settings), connected or settings.file.connected_projects),
+        embedder=build_embedder(settings.file.memory.embeddings),
     )
     try:
         register_rest_tools(tools, settings, rest)

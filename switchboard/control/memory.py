@@ -9,13 +9,19 @@ connection made or removed, is also an entry of the memory audit stream (:mod:`s
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, OutOfScopeError, is_text
-from switchboard.core.memory.facts import MAX_FACT_CHARS, NAME_PATTERN, Fact, FactChange
+from switchboard.core.memory.chunks import passages_for
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, EmbeddingError
+from switchboard.core.memory.facts import MAX_DOCUMENT_CHARS, MAX_FACT_CHARS, NAME_PATTERN, Fact, FactChange
 from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
+from switchboard.core.sealing import Keyring
+from switchboard.errors import ConfigError
 from switchboard.queue.projects import AuditEntry, ProjectConnections
 from switchboard.settings import Settings
 
@@ -29,6 +35,7 @@ __all__ = [
     "FactView",
     "MemoryControl",
     "ProjectView",
+    "close_store",
     "memory_store",
 ]
 
@@ -38,9 +45,30 @@ _MIN_REASON_CHARS: Final = 3
 _FACT_ID: Final = re.compile(r"^f_[0-9a-f]{1,62}$")
 
 
-def memory_store(settings: Settings) -> SQLiteMemoryStore:
-    """The memory store the worker uses, for operators' reads and changes (the embedded one under the data dir)."""
-    return SQLiteMemoryStore(settings.data_path / "memory")
+def memory_store(settings: Settings) -> MemoryStore:
+    """The store ``memory.store`` names: SQLite files under the data directory, or PostgreSQL at ``memory.dsn_env``.
+
+    The worker's, and the one operators read and change. With ``SWITCHBOARD_DATA_KEYS`` set, memory content is
+    sealed at rest.
+    """
+    config = settings.file.memory
+    keyring = Keyring.from_env()
+    if config.store == "sqlite":
+        return SQLiteMemoryStore(settings.data_path / "memory", keyring)
+    if config.store == "postgres":
+        dsn = os.environ.get(config.dsn_env, "").strip()
+        if not dsn:
+            raise ConfigError(f"memory.dsn_env: {config.dsn_env} is unset or empty", field="memory.dsn_env")
+        postgres = importlib.import_module("switchboard.core.memory.postgres")
+        store: MemoryStore = postgres.PostgresMemoryStore(dsn, keyring=keyring)
+        return store
+    assert_never(config.store)
+
+
+def close_store(store: MemoryStore) -> None:
+    """Close what ``store`` holds open (the SQLite files)."""
+    if isinstance(store, SQLiteMemoryStore):
+        store.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +92,8 @@ class FactView:
     id: str
     project: str
     tenant: str
+    kind: str
+    """``fact`` or ``document``."""
     text: str
     source: dict[str, str]
     run_id: str
@@ -72,6 +102,8 @@ class FactView:
     updated_at: float | None
     expires_at: float | None
     links: list[str]
+    actor: str = ""
+    """Who the run that remembered it acted for."""
     redacted: bool = False
     """The operator's scope does not read messages: text and quote withheld."""
 
@@ -103,6 +135,7 @@ def _view(fact: Fact, scope: OperatorScope) -> FactView:
         id=fact.id,
         project=fact.project,
         tenant=fact.tenant,
+        kind=fact.kind,
         text=fact.text if scope.reads_messages else "",
         source=source,
         run_id=fact.run_id,
@@ -111,6 +144,7 @@ def _view(fact: Fact, scope: OperatorScope) -> FactView:
         updated_at=fact.updated_at,
         expires_at=fact.expires_at,
         links=list(fact.links),
+        actor=fact.actor,
         redacted=not scope.reads_messages,
     )
 
@@ -131,9 +165,13 @@ def _reason(reason: Any) -> str:
 class MemoryControl:
     """Operators' reads and changes of memory, scoped per call."""
 
-    def __init__(self, settings: Settings, store: MemoryStore, redis: aioredis.Redis) -> None:
+    def __init__(
+        self, settings: Settings, store: MemoryStore, redis: aioredis.Redis, embedder: Embedder | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.embedder = embedder
+        """How a corrected text is embedded again (the worker's; ``None``: words only)."""
         self.connections = ProjectConnections(redis)
 
     # -- scope -----------------------------------------------------------------------------------------------------
@@ -224,18 +262,27 @@ class MemoryControl:
         if not isinstance(text, str) or not is_text(text) or not text.strip():
             raise InvalidRequestError("the corrected text must be non-empty text")
         text = text.strip()
-        if len(text) > MAX_FACT_CHARS:
-            raise InvalidRequestError(f"a fact has at most {MAX_FACT_CHARS} characters (this one {len(text)})")
+        if len(text) > MAX_DOCUMENT_CHARS:
+            raise InvalidRequestError(f"a document has at most {MAX_DOCUMENT_CHARS} characters (this one {len(text)})")
         why = _reason(reason)
         if confidence is not None and (
             isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0
         ):
             raise InvalidRequestError("confidence must be a number from 0 to 1")
         fact = await self._fact(scope, tenant, fact_id)
+        if fact.kind == "fact" and len(text) > MAX_FACT_CHARS:
+            raise InvalidRequestError(f"a fact has at most {MAX_FACT_CHARS} characters (this one {len(text)})")
         change = FactChange(fact_id=fact.id, project=fact.project, op="corrected", actor=scope.operator, reason=why)
         kept = fact.confidence if confidence is None else float(confidence)
+        vectors = None
+        if self.embedder is not None:
+            embedder = CachedEmbedder(self.embedder, self.store, fact.tenant)
+            try:
+                vectors = await embedder.embed([piece.text for piece in passages_for(fact.kind, text)])
+            except EmbeddingError as err:
+                raise InvalidRequestError(f"the corrected text could not be embedded ({err}); try again") from None
         try:
-            await self.store.correct(fact.tenant, fact.id, text, fact.source, kept, change)
+            await self.store.correct(fact.tenant, fact.id, text, fact.source, kept, change, vectors)
         except KeyError:
             raise NotFoundError(f"no fact {fact.id} in tenant {fact.tenant}") from None
         await self.connections.audit(

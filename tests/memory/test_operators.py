@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from switchboard.control import InvalidRequestError, NotFoundError, OperatorScope, OutOfScopeError
 from switchboard.control.memory import MemoryControl, memory_store
+from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.turn import TurnRequest, TurnResult
@@ -277,3 +278,13 @@ async def test_erasing_a_tenant_removes_its_connections(control: MemoryControl, 
 def test_the_operators_store_is_the_workers(settings: Settings) -> None:
     store = memory_store(settings)
     assert isinstance(store, SQLiteMemoryStore) and store.root == settings.data_path / "memory"
+
+
+async def test_a_correction_is_embedded_again_for_vector_search(control: MemoryControl) -> None:
+    embedder = LocalEmbedder()
+    embedded = MemoryControl(control.settings, control.store, control.connections.redis, embedder)
+    await embedded.correct(ACME, "acme", "f_a1", "Ann's parcel leaves the warehouse on Monday", "the shop moved it")
+    (query,) = await embedder.embed(["parcel leaves the warehouse"])
+    hits = await control.store.nearest("acme", ["shop", "hr"], query, 5, 2000.0)
+    assert [hit.fact.id for hit in hits] == ["f_a1"] and hits[0].fact.text.endswith("on Monday")
+    assert hits[0].score > 0.5

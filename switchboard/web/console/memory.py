@@ -27,19 +27,23 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from switchboard.control import ControlError, InvalidRequestError, OperatorScope
-from switchboard.control.memory import MemoryControl, memory_store
+from switchboard.control.memory import MemoryControl, close_store, memory_store
+from switchboard.core.memory.config import build_embedder
+from switchboard.core.memory.embeddings import Embedder, OpenAIEmbedder
 from switchboard.core.memory.store import MemoryStore
 from switchboard.errors import QueueUnavailableError
 from switchboard.web.appkeys import REDIS, SETTINGS
 from switchboard.web.console.api import failure, plain
 from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, Handler, acting_only, error, operator_only
 
-__all__ = ["MEMORY", "add_memory_routes"]
+__all__ = ["EMBEDDER", "MEMORY", "add_memory_routes"]
 
 logger = logging.getLogger(__name__)
 
 MEMORY: Final = web.AppKey("memory_store", MemoryStore)
 """The memory store the console reads and changes (the worker's)."""
+EMBEDDER: Final = web.AppKey("memory_embedder", Embedder)
+"""How a corrected text is embedded again (the worker's ``memory.embeddings``)."""
 
 _BODY_LIMIT: Final = 16 * 1024
 _REFUSED: Final = (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError)
@@ -55,7 +59,7 @@ def _control(request: web.Request) -> tuple[MemoryControl, OperatorScope]:
         reads_messages=signin.operator.reads_messages,
     )
     app = request.app
-    return MemoryControl(app[SETTINGS], app[MEMORY], app[REDIS]), scope
+    return MemoryControl(app[SETTINGS], app[MEMORY], app[REDIS], app.get(EMBEDDER)), scope
 
 
 def _tenant(scope: OperatorScope, given: Any) -> str:
@@ -155,9 +159,14 @@ def add_memory_routes(app: web.Application) -> None:
 
     async def store(app: web.Application) -> AsyncIterator[None]:
         opened = memory_store(app[SETTINGS])
+        embedder = build_embedder(app[SETTINGS].file.memory.embeddings)
         app[MEMORY] = opened
+        if embedder is not None:
+            app[EMBEDDER] = embedder
         yield
-        opened.close()
+        close_store(opened)
+        if isinstance(embedder, OpenAIEmbedder):
+            await embedder.aclose()
 
     app.cleanup_ctx.append(store)
     app.router.add_get("/console/api/memory/projects", _reader(_projects))
