@@ -15,6 +15,7 @@ from pathlib import Path
 
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
+from switchboard.cli.memory import add_memory_parser, memory_command
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.cli.schedules import add_schedule_parser
 from switchboard.errors import ConfigError, SwitchboardError
@@ -328,6 +329,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     knowledge.add_argument("action", choices=["index", "list"], help="what to do")
     knowledge.add_argument("--agent", help="only this agent (default: every agent with knowledge)")
+    memory = _command(
+        sub,
+        "memory",
+        "list projects and facts, show a fact's history, correct or delete a fact, connect agents to projects",
+        "projects: each project with its agents and fact count. facts: a tenant's facts (--project P). show ID: a "
+        "fact with its source and change history. correct ID --text T --reason R, forget ID --reason R: recorded "
+        "with who (--by) and why. connect|disconnect AGENT PROJECT: beside the YAML file's agents.<name>.projects. "
+        "audit: operators' changes. See docs/memory.md.",
+    )
+    add_memory_parser(memory)
     budgets = _command(
         sub,
         "budgets",
@@ -635,7 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "knowledge":
             from switchboard.cli.knowledge import knowledge_command
             from switchboard.cli.sessions import redis_url_for, with_redis
-            from switchboard.cli.worker import memory_store, provider_config
+            from switchboard.cli.worker import provider_config
+            from switchboard.control.memory import memory_store
 
             return knowledge_command(
                 settings,
@@ -645,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 memory_store(settings),
                 lambda body: with_redis(redis_url_for(settings), body),
             )
+        if args.command == "memory":
+            return memory_command(settings, args)
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 

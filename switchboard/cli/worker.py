@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import logging
-import os
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.cli.sandbox import shell_options, startup_choice
+from switchboard.control.memory import memory_store
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
 from switchboard.core.memory.config import build_embedder
-from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
-from switchboard.core.sealing import Keyring
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.documents import DocumentLimits
@@ -38,6 +35,8 @@ from switchboard.worker.worker import run_worker as run_session_worker
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from switchboard.core.memory.store import MemoryStore
+    from switchboard.core.memory.tools import ConnectedProjects
     from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
@@ -62,25 +61,6 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
-def memory_store(settings: Settings) -> MemoryStore:
-    """The store ``memory.store`` names: SQLite files under the data directory, or PostgreSQL at ``memory.dsn_env``.
-
-    With ``SWITCHBOARD_DATA_KEYS`` set, memory content is sealed at rest.
-    """
-    config = settings.file.memory
-    keyring = Keyring.from_env()
-    if config.store == "sqlite":
-        return SQLiteMemoryStore(settings.data_path / "memory", keyring)
-    if config.store == "postgres":
-        dsn = os.environ.get(config.dsn_env, "").strip()
-        if not dsn:
-            raise ConfigError(f"memory.dsn_env: {config.dsn_env} is unset or empty", field="memory.dsn_env")
-        postgres = importlib.import_module("switchboard.core.memory.postgres")
-        store: MemoryStore = postgres.PostgresMemoryStore(dsn, keyring=keyring)
-        return store
-    assert_never(config.store)
-
-
 def build_runtime(
     settings: Settings,
     models: ModelFactory,
@@ -91,6 +71,7 @@ def build_runtime(
     tables: TableConnections | None = None,
     images: ImageProvider | None = None,
     memory: MemoryStore | None = None,
+    connected: ConnectedProjects | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
@@ -99,7 +80,8 @@ def build_runtime(
     ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
     ``tables``: the agents' connected tables (default: bound here; the caller that passes them closes their pools);
     ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so); ``memory``: where facts and
-    knowledge live (default: the embedded store under the data directory).
+    knowledge live (default: the store the ``memory:`` block configures); ``connected``: the agents' projects
+    (default: the YAML file's alone; the worker adds the operators' connections).
     """
     from switchboard.core.knowledge.tools import knowledge_tools
     from switchboard.egress.transport import register_rest_tools
@@ -117,7 +99,7 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(store, settings.file.connected_projects),
+        memory=(store, connected or settings.file.connected_projects),
         embedder=embedder,
     )
     for tool in knowledge_tools(store, lambda: settings.file.agents, embedder):
@@ -201,6 +183,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
     from switchboard.worker.declarations import RestDeclarations
+    from switchboard.worker.projects import LiveConnections
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -229,13 +212,19 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     tables = TableConnections(settings.file.agents)
     images = image_provider(settings)
     store = memory_store(settings)
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, store)
+    connected = LiveConnections(settings.file, redis)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, store, connected)
     declarations = RestDeclarations(runtime.registry, settings, rest)
     indexing = asyncio.create_task(keep_knowledge_indexed(settings, store, models, forwarder, stop))
     await channels.start()
     try:
         await run_session_worker(
-            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
+            settings,
+            connected.wrap(declarations.wrap(runtime.run_turn)),
+            channels,
+            None,
+            stop,
+            workspace_store=runtime.gateway.store,
         )
     finally:
         indexing.cancel()

@@ -285,6 +285,7 @@ class GlobalKeys:
                 f"{self.prefix}:{{people:{tenant}}}:",
                 f"{self.prefix}:access:{tenant}:",
                 f"{self.prefix}:webhooks:{tenant}:",
+                f"{self.prefix}:memory:{tenant}:",
                 self.sender_rate(f"{tenant}/"),
                 self.handoff(f"{tenant}/"),
                 self.web_streams_by_session(f"{tenant}/"),
@@ -303,6 +304,15 @@ class GlobalKeys:
     def erasures(self) -> str:
         """STREAM (capped) of erasure facts: who erased which scope, the subject's SHA-256 and counts, never content."""
         return f"{self.prefix}:audit:erasures"
+
+    @property
+    def memory_audit(self) -> str:
+        """STREAM (capped) of operators' memory changes: who changed which fact or connection; never a fact's text."""
+        return f"{self.prefix}:audit:memory"
+
+    def project_connections(self, tenant: str) -> str:
+        """SET of JSON ``[agent, project]``: the tenant's agent–project connections made in the console or the CLI."""
+        return f"{self.prefix}:memory:{tenant}:connections"
 
     @property
     def fenced_rejections(self) -> str:

@@ -13,7 +13,8 @@ import redis
 
 from switchboard.cli import main as cli
 from switchboard.cli.knowledge import keep_knowledge_indexed
-from switchboard.cli.worker import build_runtime, memory_store, provider_config
+from switchboard.cli.worker import build_runtime, provider_config
+from switchboard.control.memory import memory_store
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory
 from switchboard.queue.keys import SessionKeys
