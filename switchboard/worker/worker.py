@@ -364,7 +364,7 @@ class SessionWorker:
             except Exception:
                 logger.exception("retention sweep crashed; retrying next interval")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=min(plan.config.every, 60.0))
+                await asyncio.wait_for(stop.wait(), timeout=plan.config.every)
 
     async def _reaper_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
         while not stop.is_set():
