@@ -32,6 +32,7 @@ from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.connectors import expand_connectors
+from switchboard.core.memory.config import MemoryConfig
 from switchboard.core.memory.facts import ProjectConfig, check_name
 from switchboard.core.retention import RetentionConfig
 from switchboard.core.routing import RoutingRule
@@ -263,6 +264,9 @@ class FileConfig(BaseModel):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     """How long each kind of data is kept, by default and per tenant (``docs/operations/retention.md``); no rule:
     kept as it is."""
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    """Where projects' facts are stored and how they are embedded (``docs/memory.md``); default: SQLite files and
+    the local embedder."""
     connectors: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     """Connector packs' settings by pack (``docs/connectors.md``): ``{tracker: {repo: acme/shop, token:
     TRACKER_TOKEN}}``; agents switch packs on with ``agents.<name>.connectors``."""

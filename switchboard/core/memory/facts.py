@@ -6,15 +6,18 @@ import re
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "MAX_DOCUMENT_CHARS",
     "MAX_FACT_CHARS",
     "NAME_PATTERN",
     "ChangeOp",
     "Fact",
     "FactChange",
+    "FactKind",
     "Hit",
+    "Passage",
     "ProjectConfig",
     "Source",
     "SourceKind",
@@ -24,11 +27,15 @@ __all__ = [
 MAX_FACT_CHARS = 2000
 """Longest fact text; a longer text is a document, not a fact."""
 
+MAX_DOCUMENT_CHARS = 100_000
+"""Longest document text; a document is split into passages, each indexed on its own."""
+
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """Tenant and project names: safe as one path component (no separators, no leading dot)."""
 
 SourceKind = Literal["message", "file", "tool_result", "url"]
 ChangeOp = Literal["remembered", "linked", "corrected", "forgotten"]
+FactKind = Literal["fact", "document"]
 
 
 def check_name(value: str, what: str) -> str:
@@ -76,7 +83,9 @@ class Fact(BaseModel):
     id: str
     project: str
     tenant: str
-    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
+    """At most :data:`MAX_FACT_CHARS` for a fact, :data:`MAX_DOCUMENT_CHARS` for a document."""
+    kind: FactKind = "fact"
     source: Source
     run_id: str
     created_at: float = Field(default_factory=time.time)
@@ -87,6 +96,14 @@ class Fact(BaseModel):
     """Unix time after which it is no longer recalled (``None``: kept until forgotten)."""
     links: tuple[str, ...] = ()
     """Ids of related facts."""
+    actor: str = ""
+    """The principal the run that remembered it acted for (so erasing a person finds their facts)."""
+
+    @model_validator(mode="after")
+    def _fact_is_short(self) -> Fact:
+        if self.kind == "fact" and len(self.text) > MAX_FACT_CHARS:
+            raise ValueError(f"a fact is at most {MAX_FACT_CHARS} characters; a longer text is a document")
+        return self
 
     def live(self, now: float) -> bool:
         """Not expired at ``now``."""
@@ -109,6 +126,18 @@ class FactChange(BaseModel):
     at: float = Field(default_factory=time.time)
 
 
+class Passage(BaseModel):
+    """One indexed piece of a fact's text: the whole of a fact, a chunk of a document."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    """Its place among the fact's passages, from 0."""
+    start: int
+    """Offset of its first character in the fact's text."""
+    text: str
+
+
 class Hit(BaseModel):
     """One fact a search found, with its score among the facts the caller may see."""
 
@@ -116,3 +145,7 @@ class Hit(BaseModel):
 
     fact: Fact
     score: float
+    passage: str = ""
+    """For a document: its passage that matched best (empty for a fact)."""
+    via: str = ""
+    """For a graph search: the id of the fact it was reached from (empty for a seed)."""
