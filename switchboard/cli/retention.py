@@ -19,13 +19,39 @@ from switchboard.settings import Settings
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-__all__ = ["keys_new_command", "keys_rotate_command", "retention_run_command"]
+    from switchboard.core.workspaces.store import WorkspaceStore
+    from switchboard.queue.retention import RetentionPlan
+
+__all__ = ["keys_new_command", "keys_rotate_command", "retention_plan", "retention_run_command"]
+
+
+def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
+    """The YAML file's retention rules over this deployment's stores.
+
+    The memory store is opened only for a memory or knowledge rule; the tenants of the projects are looked at even
+    when Redis holds nothing of them.
+    """
+    from switchboard.cli.worker import memory_store
+    from switchboard.core.workspaces.store import LocalWorkspaces
+    from switchboard.queue.retention import RetentionPlan
+
+    config = settings.file.retention
+    kinds = {
+        kind
+        for rules in (config.defaults, *config.tenants.values())
+        for kind in ("memory", "knowledge")
+        if getattr(rules, kind) is not None
+    }
+    return RetentionPlan(
+        config,
+        workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
+        memory=memory_store(settings) if kinds else None,
+        tenants=tuple(sorted({project.tenant for project in settings.file.projects.values()})),
+    )
 
 
 def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     """One retention sweep now; returns the exit code."""
-    from switchboard.worker.worker import retention_plan
-
     try:
         url = redis_url_for(settings)
     except ConfigError as err:
@@ -34,7 +60,11 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     if not settings.file.retention.active:
         print("no retention rule is set (retention: in the YAML file): nothing to remove")
         return 0
-    plan = retention_plan(settings)
+    try:
+        plan = retention_plan(settings)
+    except ConfigError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 2
 
     async def go(redis: aioredis.Redis) -> int:
         try:

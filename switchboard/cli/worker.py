@@ -186,6 +186,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
+    from switchboard.cli.retention import retention_plan
     from switchboard.egress.addresses import AddressGuard
     from switchboard.egress.gate import start_sandbox_egress
     from switchboard.egress.sockets import guarded_http_client
@@ -223,7 +224,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     await channels.start()
     try:
         await run_session_worker(
-            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
+            settings,
+            declarations.wrap(runtime.run_turn),
+            channels,
+            None,
+            stop,
+            workspace_store=runtime.gateway.store,
+            retention=retention_plan(settings, runtime.gateway.store) if settings.file.retention.active else None,
         )
     finally:
         await tables.close()  # the PostgreSQL pools

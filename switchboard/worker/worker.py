@@ -438,11 +438,13 @@ async def run_worker(
     *,
     worker_id: str | None = None,
     workspace_store: WorkspaceStore | None = None,
+    retention: RetentionPlan | None = None,
 ) -> None:
     """Run one session worker until ``stop`` is set (what ``switchboard worker`` and ``run`` call).
 
     ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent);
-    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory).
+    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory);
+    ``retention``: the retention sweep this worker takes its turn at (``None``: no rule, no loop).
 
     Raises:
         ConfigError: no ``SWITCHBOARD_REDIS_URL``, or the self-check failed.
@@ -477,7 +479,7 @@ async def run_worker(
         worker_id=identity,
         schedules=settings.file.schedules,
         default_agent=settings.file.default_agent,
-        retention=retention_plan(settings, workspace_store) if settings.file.retention.active else None,
+        retention=retention,
     )
     try:
         if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command
@@ -487,19 +489,6 @@ async def run_worker(
     finally:
         if voice is not None:
             await voice.aclose()
-
-
-def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
-    """The retention rules of the YAML file over this deployment's workspace and memory stores."""
-    from switchboard.core.workspaces.store import LocalWorkspaces
-
-    projects = settings.file.projects
-    return RetentionPlan(
-        settings.file.retention,
-        workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
-        memory=None,
-        tenants=tuple(sorted({project.tenant for project in projects.values()})),
-    )
 
 
 async def _with_webhooks(
