@@ -46,7 +46,7 @@ def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = 
         config,
         workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
         memory=memory_store(settings) if kinds else None,
-        tenants=tuple(sorted({project.tenant for project in settings.file.projects.values()})),
+        tenants=tuple(memory_tenants(settings)),
     )
 
 
@@ -88,8 +88,17 @@ def keys_new_command(key_id: str | None) -> int:
     return 0
 
 
+def memory_tenants(settings: Settings) -> list[str]:
+    """The tenants whose memory a command walks: those of the projects, of the agents (knowledge) and of the rules."""
+    found = {project.tenant for project in settings.file.projects.values()}
+    found |= {settings.file.agent_tenant(name) or "default" for name in settings.file.agents}
+    return sorted(found | set(settings.file.retention.tenants))
+
+
 def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
     """Re-seal what Redis holds under older keys with the current one; prints counts per store."""
+    from switchboard.cli.worker import memory_store
+    from switchboard.core.memory.store import SQLiteMemoryStore
     from switchboard.queue.rotation import rotate_redis
     from switchboard.queue.sealed import data_keyring
 
@@ -103,16 +112,29 @@ def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
         print(f"switchboard: {DATA_KEYS_ENV} is not set: there is no key to rotate to", file=sys.stderr)
         return 2
 
+    try:
+        memory = memory_store(settings)
+    except ConfigError as err:
+        print(f"switchboard: {err}", file=sys.stderr)
+        return 2
+
     async def go(redis: aioredis.Redis) -> int:
         try:
             counts = await rotate_redis(redis, keyring, dry_run=dry_run)
+            if not dry_run:
+                for tenant in memory_tenants(settings):
+                    counts["memory"] += await memory.rotate(tenant)
         except SealError as err:
             print(f"switchboard: {err}", file=sys.stderr)
             return 2
+        finally:
+            if isinstance(memory, SQLiteMemoryStore):
+                memory.close()
         verb = "would re-seal" if dry_run else "re-sealed"
         print(f"{verb} under key {keyring.current}:")
         for store in ("history", "approvals"):
             print(f"  {store}: {counts[store]}")
+        print("  memory: not counted in a dry run" if dry_run else f"  memory: {counts['memory']}")
         return 0
 
     return with_redis(url, go)

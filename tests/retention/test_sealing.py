@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +16,10 @@ from switchboard.control.reading import pending_approvals
 from switchboard.control.scope import OperatorScope
 from switchboard.control.transcript import transcript_of
 from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, new_approval_id
+from switchboard.core.memory.facts import Fact, FactChange, Source
+from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
-from switchboard.core.sealing import DATA_KEYS_ENV, SealError, new_key
+from switchboard.core.sealing import DATA_KEYS_ENV, Keyring, SealError, new_key
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.approvals import RedisApprovals
 from switchboard.queue.ingest import Ingestor
@@ -85,6 +88,23 @@ async def seed(
     return m.session_key, record.id
 
 
+async def remember(store: SQLiteMemoryStore) -> None:
+    """One fact naming the canary in the default tenant's memory, sealed with the store's keys."""
+    try:
+        fact = Fact(
+            id="f1",
+            project="notes",
+            tenant="default",
+            text=f"the code is {CANARY}",
+            source=Source(kind="message", quote=f"my code is {CANARY}"),
+            run_id="run-1",
+            actor="telegram:u1",
+        )
+        await store.add(fact, FactChange(fact_id="f1", project="notes", op="remembered", actor="telegram:u1"))
+    finally:
+        store.close()
+
+
 async def raw_bytes(client: aioredis.Redis) -> bytes:
     """Every key's content as read (strings, hashes, lists, streams...) and as ``DUMP`` serialises it."""
     found = b"\n".join((await everything(client)).values())
@@ -140,16 +160,28 @@ async def test_rotation_reseals_so_the_old_key_can_be_dropped(
     await client.delete(SessionKeys(plain[0]).approvals)
     session, approval_id = await seed(client, ingestor, queue_settings, deliverer, n=1)
     assert CANARY.encode() in await raw_bytes(client)  # the entries written in the clear
+    memory = Path(base_env["SWITCHBOARD_DATA_DIR"]) / "memory"
+    await remember(SQLiteMemoryStore(memory, Keyring.parse(OLD)))
 
     env = {**base_env, DATA_KEYS_ENV: f"{NEW},{OLD}"}
     dry = await asyncio.to_thread(sb, "keys", "rotate", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.splitlines() == ["would re-seal under key new:", "  history: 4", "  approvals: 1"]
+    assert dry.stdout.splitlines() == [
+        "would re-seal under key new:",
+        "  history: 4",
+        "  approvals: 1",
+        "  memory: not counted in a dry run",
+    ]
     done = await asyncio.to_thread(sb, "keys", "rotate", env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["re-sealed under key new:", "  history: 4", "  approvals: 1"]
+    assert done.stdout.splitlines() == ["re-sealed under key new:", "  history: 4", "  approvals: 1", "  memory: 1"]
     again = await asyncio.to_thread(sb, "keys", "rotate", env=env)
-    assert again.stdout.splitlines()[1:] == ["  history: 0", "  approvals: 0"]
+    assert again.stdout.splitlines()[1:] == ["  history: 0", "  approvals: 0", "  memory: 0"]
+    store = SQLiteMemoryStore(memory, Keyring.parse(NEW))  # the old key dropped
+    try:
+        assert [f.text for f in await store.facts("default", ["notes"])] == [f"the code is {CANARY}"]
+    finally:
+        store.close()
 
     stored = await raw_bytes(client)
     assert CANARY.encode() not in stored and b"sb1:old:" not in stored and b"sb1:new:" in stored

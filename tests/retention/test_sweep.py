@@ -15,6 +15,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from switchboard.core.approvals.records import ApprovalRecord, new_approval_id
+from switchboard.core.memory.facts import Fact, FactChange, Source
+from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.retention import RetentionConfig
 from switchboard.core.workspaces.store import LocalWorkspaces
@@ -203,3 +205,42 @@ async def test_the_command_prints_counts_per_tenant_and_kind(
     assert done.returncode == 0, done.stderr
     assert "tenant acme: removed" in done.stdout and "  history: 2" in done.stdout
     assert await client.llen(SessionKeys(message("acme", "x").session_key).history) == 0
+
+
+async def test_memory_and_knowledge_lose_what_was_created_before_their_rules(
+    client: aioredis.Redis, tmp_path: Path
+) -> None:
+    store = SQLiteMemoryStore(tmp_path / "memory")
+    now = time.time()
+    rows = [  # (tenant, id, kind, age in days)
+        ("acme", "old-fact", "fact", 40),
+        ("acme", "new-fact", "fact", 1),
+        ("acme", "old-doc", "document", 400),
+        ("acme", "new-doc", "document", 40),
+        ("globex", "their-fact", "fact", 40),
+    ]
+    try:
+        for tenant, fact_id, kind, age in rows:
+            fact = Fact(
+                id=fact_id,
+                project="knowledge.assistant" if kind == "document" else "notes",
+                tenant=tenant,
+                kind=kind,  # type: ignore[arg-type]
+                text=f"text of {fact_id}",
+                source=Source(kind="url", ref="https://example.com/a", quote="text of"),
+                run_id="run-1",
+                created_at=now - age * DAY,
+            )
+            await store.add(fact, FactChange(fact_id=fact_id, project=fact.project, op="remembered", actor="t"))
+        config = RetentionConfig.model_validate({"tenants": {"acme": {"memory": "30d", "knowledge": "1w"}}})
+        plan = RetentionPlan(config, memory=store, tenants=("acme", "globex"))
+        dry = await plan.sweep(client, dry_run=True).run(now=now)
+        assert dry.not_counted == {("acme", "memory"), ("acme", "knowledge")}
+        assert "  memory: not counted in a dry run" in dry.lines()
+        done = await plan.sweep(client).run(now=now)
+        assert dict(done.counts) == {("acme", "memory"): 1, ("acme", "knowledge"): 2}
+        left = await store.facts("acme", ["notes", "knowledge.assistant"])
+        assert [f.id for f in left] == ["new-fact"]
+        assert [f.id for f in await store.facts("globex", ["notes"])] == ["their-fact"]
+    finally:
+        store.close()
