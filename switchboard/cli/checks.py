@@ -64,6 +64,10 @@ def config_problems(settings: Settings) -> list[str]:
     from switchboard.queue.access import access_problems
 
     problems.extend(access_problems(settings.file))
+    try:
+        Keyring.from_env()
+    except ConfigError as err:
+        problems.append(str(err))
     return problems
 
 
@@ -194,7 +198,7 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         if operators
         else "console:     no operator; add one under console.operators (`switchboard console hash-password`)"
     )
-    problems.extend(_print_data(settings, environ))
+    _print_data(settings, environ)
     egress_warnings, egress_problems = _print_sandbox(settings)
     problems.extend(config_problems(settings))
     problems.extend(egress_problems)
@@ -212,13 +216,13 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def _print_data(settings: Settings, environ: Mapping[str, str]) -> list[str]:
-    """Print whether sealing at rest is on and the retention rules; the problems found (a malformed key list)."""
+def _print_data(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Print whether sealing at rest is on, and the retention rules."""
     try:
         keyring = Keyring.from_env(environ)
-    except ConfigError as err:
+    except ConfigError:  # reported with the problems (config_problems)
         print("sealing:     misconfigured (see problems)")
-        return [str(err)]
+        return
     if keyring is None:
         print(f"sealing:     off (set {DATA_KEYS_ENV} to seal history, approvals and memory at rest)")
     else:
@@ -231,7 +235,6 @@ def _print_data(settings: Settings, environ: Mapping[str, str]) -> list[str]:
         print(f"retention:   {rules[0]}")
         for line in rules[1:]:
             print(f"             {line}")
-    return []
 
 
 def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:
