@@ -19,39 +19,13 @@ from switchboard.settings import Settings
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from switchboard.core.workspaces.store import WorkspaceStore
-    from switchboard.queue.retention import RetentionPlan
-
-__all__ = ["keys_new_command", "keys_rotate_command", "retention_plan", "retention_run_command"]
-
-
-def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
-    """The YAML file's retention rules over this deployment's stores.
-
-    The memory store is opened only for a memory or knowledge rule; the tenants of the projects are looked at even
-    when Redis holds nothing of them.
-    """
-    from switchboard.cli.worker import memory_store
-    from switchboard.core.workspaces.store import LocalWorkspaces
-    from switchboard.queue.retention import RetentionPlan
-
-    config = settings.file.retention
-    kinds = {
-        kind
-        for rules in (config.defaults, *config.tenants.values())
-        for kind in ("memory", "knowledge")
-        if getattr(rules, kind) is not None
-    }
-    return RetentionPlan(
-        config,
-        workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
-        memory=memory_store(settings) if kinds else None,
-        tenants=tuple(memory_tenants(settings)),
-    )
+__all__ = ["keys_new_command", "keys_rotate_command", "retention_run_command"]
 
 
 def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     """One retention sweep now; returns the exit code."""
+    from switchboard.cli.worker import retention_plan
+
     try:
         url = redis_url_for(settings)
     except ConfigError as err:
@@ -88,16 +62,9 @@ def keys_new_command(key_id: str | None) -> int:
     return 0
 
 
-def memory_tenants(settings: Settings) -> list[str]:
-    """The tenants whose memory a command walks: those of the projects, of the agents (knowledge) and of the rules."""
-    found = {project.tenant for project in settings.file.projects.values()}
-    found |= {settings.file.agent_tenant(name) or "default" for name in settings.file.agents}
-    return sorted(found | set(settings.file.retention.tenants))
-
-
 def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
     """Re-seal what Redis holds under older keys with the current one; prints counts per store."""
-    from switchboard.cli.worker import memory_store
+    from switchboard.cli.worker import memory_store, memory_tenants
     from switchboard.core.memory.store import SQLiteMemoryStore
     from switchboard.queue.rotation import rotate_redis
     from switchboard.queue.sealed import data_keyring
