@@ -40,6 +40,7 @@ from switchboard.queue.eventlog import encode_event
 from switchboard.queue.jobs import DrainJobs, StartedJob, new_job_id, rq_time
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
+from switchboard.queue.sealed import seal_dead_messages
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
 from switchboard.queue.store import RedisSessionStore, parse_history, stored_history
 from switchboard.settings import QueueSettings
@@ -307,7 +308,7 @@ class Ledger:
             "attempts": attempts,
             "reason": reason,
             "at": now,
-            "messages": [json.loads(body) for body in attempt.bodies if body],
+            "messages": seal_dead_messages([json.loads(body) for body in attempt.bodies if body], self.lease.session),
         }
         event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
         remaining = await self._run(

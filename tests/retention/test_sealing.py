@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from switchboard.control.operations import dead_letter_messages, list_dead_letters
 from switchboard.control.reading import pending_approvals
 from switchboard.control.scope import OperatorScope
 from switchboard.control.transcript import transcript_of
@@ -74,12 +75,22 @@ def approval(session: SessionKey) -> ApprovalRecord:
 
 
 async def seed(
-    client: aioredis.Redis, ingestor: Ingestor, settings: QueueSettings, deliverer: RecordingDeliverer, n: int = 0
+    client: aioredis.Redis,
+    ingestor: Ingestor,
+    settings: QueueSettings,
+    deliverer: RecordingDeliverer,
+    n: int = 0,
+    *,
+    dead: bool = False,
 ) -> tuple[SessionKey, str]:
     """A turn through the real pipeline (the echo runner repeats the words) and a pending approval naming the canary."""
     m = message(f"my code is {CANARY}", n=n)
     await ingestor.ingest(m)
     await make_drainer(client, settings, deliverer).drain(m.session_key)
+    if dead:  # the echo runner fails on "poison": retried, then dead-lettered with the message
+        await ingestor.ingest(message(f"poison {CANARY}", n=100 + n))
+        for _ in range(settings.max_attempts + 1):
+            await make_drainer(client, settings, deliverer).drain(m.session_key)
     lease = await Lease(client, worker_id="w9", lease_ms=60_000).acquire(m.session_key)
     assert lease is not None
     record = approval(m.session_key)
@@ -134,16 +145,22 @@ async def test_nothing_readable_is_stored_and_every_reader_still_shows_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(DATA_KEYS_ENV, OLD)
-    session, approval_id = await seed(client, ingestor, queue_settings, deliverer)
+    session, approval_id = await seed(client, ingestor, queue_settings, deliverer, dead=True)
     stored = await raw_bytes(client)
     assert CANARY.encode() not in stored
     assert b"sb1:old:" in stored
     await readers_show(client, session, approval_id, queue_settings)
+    scope = OperatorScope.everything("test")
+    [dead] = await list_dead_letters(client, scope, 10)
+    assert dead.preview == f"poison {CANARY}"
+    assert [m.text for m in await dead_letter_messages(client, session, dead.id)] == [f"poison {CANARY}"]
 
     monkeypatch.delenv(DATA_KEYS_ENV)  # the same data without sealing: it is there in the clear (the test can fail)
     await client.flushdb()
-    await seed(client, ingestor, queue_settings, deliverer, n=1)
+    await seed(client, ingestor, queue_settings, deliverer, n=1, dead=True)
     assert CANARY.encode() in await raw_bytes(client)
+    [dead] = await list_dead_letters(client, scope, 10)
+    assert dead.preview == f"poison {CANARY}"
 
 
 async def test_rotation_reseals_so_the_old_key_can_be_dropped(
@@ -223,6 +240,9 @@ async def test_a_missing_or_wrong_key_is_a_clear_error_never_a_500(
         await drain.drain(session)
     dead: Any = await client.lrange(SessionKeys(session).dead, 0, -1)
     assert len(dead) == 1 and b"SealError" in dead[0], dead
+    monkeypatch.setenv(DATA_KEYS_ENV, OLD)  # that dead letter was sealed under NEW: listed, not shown
+    [listed] = await list_dead_letters(client, OperatorScope.everything("test"), 10)
+    assert listed.preview == f"(sealed with a key {DATA_KEYS_ENV} does not list)"
 
 
 def test_a_malformed_key_stops_the_command_saying_what_to_fix(base_env: dict[str, str]) -> None:
