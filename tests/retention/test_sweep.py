@@ -28,8 +28,10 @@ from switchboard.queue.retention import RetentionPlan, RetentionSweep, sweep_if_
 from switchboard.queue.store import load_history
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
+from switchboard.worker.worker import SessionWorker
 from tests.erase.test_canary import everything, sb
 from tests.queue.conftest import RecordingDeliverer, make_drainer
+from tests.waiting import wait_until
 
 G = GlobalKeys()
 DAY = 86400.0
@@ -244,3 +246,56 @@ async def test_memory_and_knowledge_lose_what_was_created_before_their_rules(
         assert [f.id for f in await store.facts("globex", ["notes"])] == ["their-fact"]
     finally:
         store.close()
+
+
+async def test_a_running_worker_sweeps_on_its_own_and_stops_cleanly(
+    redis_url: str,
+    client: aioredis.Redis,
+    ingestor: Ingestor,
+    queue_settings: QueueSettings,
+    deliverer: RecordingDeliverer,
+) -> None:
+    m = message("acme", "words")
+    await talk(client, ingestor, queue_settings, deliverer, m)
+    assert await client.xlen(SessionKeys(m.session_key).events) > 0
+    await asyncio.sleep(1.1)
+    plan = RetentionPlan(RetentionConfig.model_validate({"every": "1h", "defaults": {"events": "1s"}}))
+    stop = asyncio.Event()
+    worker = SessionWorker(
+        redis_url,
+        queue_settings,
+        drainer_factory=lambda redis, wid: make_drainer(redis, queue_settings, deliverer, worker_id=wid),
+        worker_id="w-retention",
+        retention=plan,
+    )
+    task = asyncio.create_task(worker.run(stop))
+
+    async def swept() -> bool:
+        return await client.xlen(SessionKeys(m.session_key).events) == 0
+
+    await wait_until(swept, "the worker's sweep trimmed the event log", timeout=20)
+    assert await client.get(G.retention_lock) == b"w-retention"
+    stop.set()
+    await asyncio.wait_for(task, timeout=20)
+
+
+async def test_a_worker_without_rules_runs_no_sweep(
+    redis_url: str, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    stop = asyncio.Event()
+    worker = SessionWorker(
+        redis_url,
+        queue_settings,
+        drainer_factory=lambda redis, wid: make_drainer(redis, queue_settings, deliverer, worker_id=wid),
+        retention=RetentionPlan(RetentionConfig()),
+    )
+    task = asyncio.create_task(worker.run(stop))
+
+    async def beating() -> bool:
+        return await client.zcard(G.workers) == 1
+
+    await wait_until(beating, "the worker started", timeout=20)
+    await asyncio.sleep(0.3)
+    assert not await client.exists(G.retention_lock)
+    stop.set()
+    await asyncio.wait_for(task, timeout=20)
