@@ -26,6 +26,7 @@ from redis.exceptions import WatchError
 from switchboard.core.retention import RetentionConfig, RetentionKind
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
+from switchboard.queue.approvals import record_from_fields
 from switchboard.queue.keys import GlobalKeys, SessionKeys, session_in, tenant_of
 from switchboard.queue.store import parse_history
 from switchboard.types import SessionKey
@@ -109,12 +110,17 @@ class RetentionSweep:
         """Tenants to look at beyond those with keys in Redis (projects' tenants, whose memory may outlive them)."""
         self.dry_run = dry_run
 
-    async def _sessions(self) -> dict[str, set[SessionKey]]:
-        found: dict[str, set[SessionKey]] = defaultdict(set)
+    async def _sessions(self) -> dict[str, dict[SessionKey, list[str]]]:
+        """Tenant → its sessions → their approval keys, from one pass over the keyspace."""
+        found: dict[str, dict[SessionKey, list[str]]] = defaultdict(dict)
         async for raw in self.redis.scan_iter(match=_KEYS.every_session, count=1000):
-            session = session_in(_text(raw))
-            if session is not None:
-                found[tenant_of(SessionKey(session))].add(SessionKey(session))
+            key = _text(raw)
+            session = session_in(key)
+            if session is None:
+                continue
+            approvals = found[tenant_of(SessionKey(session))].setdefault(SessionKey(session), [])
+            if key.startswith(SessionKeys(SessionKey(session)).approval("")):
+                approvals.append(key)
         return found
 
     async def run(self, now: float | None = None) -> RetentionReport:
@@ -128,8 +134,8 @@ class RetentionSweep:
             rules = self.config.rules(tenant)
             if not rules:
                 continue
-            for session in sorted(sessions.get(tenant, ())):
-                await self._session(tenant, session, rules, now, report)
+            for session, approvals in sorted(sessions.get(tenant, {}).items()):
+                await self._session(tenant, session, approvals, rules, now, report)
             if (limit := rules.get("dead_letters")) is not None:
                 await self._dead_stream(tenant, now - limit, report)
             if (limit := rules.get("workspaces")) is not None:
@@ -147,7 +153,13 @@ class RetentionSweep:
         return report
 
     async def _session(
-        self, tenant: str, session: SessionKey, rules: dict[RetentionKind, float], now: float, report: RetentionReport
+        self,
+        tenant: str,
+        session: SessionKey,
+        approvals: list[str],
+        rules: dict[RetentionKind, float],
+        now: float,
+        report: RetentionReport,
     ) -> None:
         keys = SessionKeys(session)
         if (limit := rules.get("events")) is not None:
@@ -157,7 +169,7 @@ class RetentionSweep:
         if (limit := rules.get("dead_letters")) is not None:
             report.counts[tenant, "dead_letters"] += await self._drop_listed(keys.dead, now - limit)
         if (limit := rules.get("approvals")) is not None:
-            report.counts[tenant, "approvals"] += await self._approvals(session, now - limit)
+            report.counts[tenant, "approvals"] += await self._approvals(approvals, now - limit)
 
     async def _trim_stream(self, key: str, before: float) -> int:
         """Entries of stream ``key`` older than ``before`` (by id time), removed with ``XTRIM MINID``."""
@@ -220,22 +232,15 @@ class RetentionSweep:
         if doomed and not self.dry_run:
             await self.redis.xdel(_KEYS.dead_letters, *doomed)
 
-    async def _approvals(self, session: SessionKey, before: float) -> int:
+    async def _approvals(self, keys: list[str], before: float) -> int:
         """Decided approval records (with the paused program they hold) decided before ``before``; pending kept."""
-        keys = SessionKeys(session)
-        head = keys.approval("")
         doomed: list[str] = []
-        async for raw in self.redis.scan_iter(match=keys.every, count=1000):
-            key = _text(raw)
-            if not key.startswith(head):
+        for key in keys:
+            record = record_from_fields(await self.redis.hgetall(key))
+            if record is None or record.status == "pending":
                 continue
-            status, decided_at = await self.redis.hmget(key, ["status", "decided_at"])
-            if status is None or _text(status) == "pending":
-                continue
-            when = float(_text(decided_at)) if decided_at else None
-            if when is None:  # superseded or expired without a decision time: the key's own last write
-                idle = await self.redis.object("idletime", key)
-                when = time.time() - float(idle or 0)
+            # superseded without a decision: from when it was asked
+            when = record.decided_at if record.decided_at is not None else record.requested_at
             if when < before:
                 doomed.append(key)
         if doomed and not self.dry_run:
