@@ -25,6 +25,7 @@ __all__ = ["keys_new_command", "keys_rotate_command", "retention_run_command"]
 def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     """One retention sweep now; returns the exit code."""
     from switchboard.cli.worker import retention_plan
+    from switchboard.core.memory.store import SQLiteMemoryStore
 
     try:
         url = redis_url_for(settings)
@@ -46,6 +47,9 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
         except SealError as err:
             print(f"switchboard: {err}; nothing more removed", file=sys.stderr)
             return 2
+        finally:
+            if isinstance(plan.memory, SQLiteMemoryStore):
+                plan.memory.close()
         print("\n".join(report.lines()))
         return 0
 
@@ -63,7 +67,7 @@ def keys_new_command(key_id: str | None) -> int:
 
 
 def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
-    """Re-seal what Redis holds under older keys with the current one; prints counts per store."""
+    """Re-seal what is stored under older keys (Redis, memory) with the current one; prints counts per store."""
     from switchboard.cli.worker import memory_store, memory_tenants
     from switchboard.core.memory.store import SQLiteMemoryStore
     from switchboard.queue.rotation import rotate_redis
