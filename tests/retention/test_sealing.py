@@ -21,13 +21,14 @@ from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.sealing import DATA_KEYS_ENV, Keyring, SealError, new_key
-from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
+from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.approvals import RedisApprovals
+from switchboard.queue.handoffs import Handoffs
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
-from switchboard.queue.store import RedisSessionStore, load_history
-from switchboard.settings import QueueSettings
+from switchboard.queue.store import RedisSessionStore, load_history, stored_history
+from switchboard.settings import QueueSettings, load_file
 from switchboard.types import SessionKey
 from tests.api.conftest import HISTORIAN, Api
 from tests.erase.test_canary import everything, sb
@@ -250,3 +251,42 @@ def test_a_malformed_key_stops_the_command_saying_what_to_fix(base_env: dict[str
     assert bad.returncode == 2 and DATA_KEYS_ENV in bad.stderr and "Traceback" not in bad.stderr
     fresh = sb("keys", "new", "--id", "k2", env=base_env)
     assert fresh.returncode == 0 and fresh.stdout.startswith("k2:") and len(fresh.stdout.strip()) == 3 + 44
+
+
+HANDOFF_CONFIG = """
+default_agent: sales
+agents:
+  sales:
+    profile: {name: Sales}
+    instructions: You sell.
+    tools: [handoff]
+    handoff: {to: [billing], history: full}
+  billing:
+    profile: {name: Billing}
+    instructions: You answer billing questions.
+"""
+
+
+async def test_a_handoff_carries_sealed_history_sealed_again_for_the_receiving_session(
+    client: aioredis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_KEYS_ENV, OLD)
+    path = tmp_path / "switchboard.yaml"
+    path.write_text(HANDOFF_CONFIG)
+    handoffs = Handoffs.build(client, load_file(path))
+    assert handoffs is not None
+    said = InboundMessage(
+        dedup_key="h1",
+        conversation=ConversationRef(agent="sales", channel="telegram", conversation="9"),  # type: ignore[arg-type]
+        sender=Sender(id="u1"),
+        text=f"refund {CANARY} please",
+    )
+    origin = said.session_key
+    earlier = [HistoryEntry(role="user", text=f"my code is {CANARY}", at=1.0)]
+    await client.rpush(SessionKeys(origin).history, *stored_history(earlier, origin))
+    done = await handoffs.hand_off(said.conversation, [said], "sales", "billing", "billing", "a refund")
+    assert done.carried == 3
+    receiving = SessionKey(origin.replace("/sales/", "/billing/"))
+    assert CANARY.encode() not in b"".join(await client.lrange(SessionKeys(receiving).history, 0, -1))
+    texts = [entry.text for entry in await load_history(client, receiving, 10)]
+    assert texts[:2] == [f"my code is {CANARY}", f"refund {CANARY} please"] and "a refund" in texts[2]
