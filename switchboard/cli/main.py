@@ -338,6 +338,16 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("action", choices=["new", "rotate"], help="what to do")
     keys.add_argument("--id", dest="key_id", help="new: the key's id (default: k<YYYYMMDD>)")
     keys.add_argument("--dry-run", action="store_true", help="rotate: count what would be re-sealed; change nothing")
+    knowledge = _command(
+        sub,
+        "knowledge",
+        "index agents' knowledge sources, or list what is indexed",
+        "index: read each agent's knowledge sources (files next to the YAML file, URLs through egress), re-index the "
+        "ones whose content changed, drop the ones no longer listed; prints each source's state (exit 1 when one "
+        "failed). list: each indexed source with its id, size, summary and keywords.",
+    )
+    knowledge.add_argument("action", choices=["index", "list"], help="what to do")
+    knowledge.add_argument("--agent", help="only this agent (default: every agent with knowledge)")
     budgets = _command(
         sub,
         "budgets",
@@ -654,6 +664,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from switchboard.cli.retention import keys_rotate_command
 
             return keys_rotate_command(settings, dry_run=args.dry_run)
+        if args.command == "knowledge":
+            from switchboard.cli.knowledge import knowledge_command
+            from switchboard.cli.sessions import redis_url_for, with_redis
+            from switchboard.cli.worker import memory_store, provider_config
+
+            return knowledge_command(
+                settings,
+                args.action,
+                args.agent,
+                provider_config(settings),
+                memory_store(settings),
+                lambda body: with_redis(redis_url_for(settings), body),
+            )
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 

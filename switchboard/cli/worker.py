@@ -99,6 +99,7 @@ def build_runtime(
     mcp: McpClients | None = None,
     tables: TableConnections | None = None,
     images: ImageProvider | None = None,
+    memory: MemoryStore | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
@@ -106,11 +107,15 @@ def build_runtime(
     way out of declared REST tools and search APIs (``None``: their calls fail, saying the process has no egress);
     ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
     ``tables``: the agents' connected tables (default: bound here; the caller that passes them closes their pools);
-    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so).
+    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so); ``memory``: where facts and
+    knowledge live (default: the embedded store under the data directory).
     """
+    from switchboard.core.knowledge.tools import knowledge_tools
     from switchboard.egress.transport import register_rest_tools
 
     docs, spaces = settings.documents, settings.workspaces
+    store = memory if memory is not None else memory_store(settings)
+    embedder = build_embedder(settings.file.memory.embeddings)
     tools = default_registry(
         documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars),
         sandbox=startup_choice(settings).sandbox,
@@ -121,9 +126,11 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(memory_store(settings), settings.file.connected_projects),
-        embedder=build_embedder(settings.file.memory.embeddings),
+        memory=(store, settings.file.connected_projects),
+        embedder=embedder,
     )
+    for tool in knowledge_tools(store, lambda: settings.file.agents, embedder):
+        tools.register(tool)
     try:
         register_rest_tools(tools, settings, rest)
     except ValueError as err:
@@ -201,13 +208,15 @@ def image_provider(settings: Settings) -> ImageProvider | None:
 
 
 def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools and search APIs send through: the sandbox proxy's, else its own.
+    """The egress forwarder REST tools, search APIs and knowledge URLs go through: the sandbox proxy's, else its own.
 
-    None without declarations, searches and a YAML file to add them to (declarations are reloaded while it runs).
+    None without declarations, searches, knowledge URLs and a YAML file to add them to (declarations are reloaded
+    while it runs).
     """
     agents = settings.file.agents.values()
     searches = any("web_search" in agent.tools and agent.search.provider != "hosted" for agent in agents)
-    declared = settings.file.rest_tools or any(agent.rest_tools for agent in agents) or searches
+    pages = any(s.url is not None for agent in agents if agent.knowledge for s in agent.knowledge.sources)
+    declared = settings.file.rest_tools or any(agent.rest_tools for agent in agents) or searches or pages
     if not declared and not settings.config.is_file():
         return None
     if egress is not None and egress.proxy is not None:
@@ -226,6 +235,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
+    from switchboard.cli.knowledge import keep_knowledge_indexed
     from switchboard.egress.addresses import AddressGuard
     from switchboard.egress.gate import start_sandbox_egress
     from switchboard.egress.sockets import guarded_http_client
@@ -258,8 +268,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)
     images = image_provider(settings)
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images)
+    store = memory_store(settings)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, store)
     declarations = RestDeclarations(runtime.registry, settings, rest)
+    indexing = asyncio.create_task(keep_knowledge_indexed(settings, store, models, forwarder, stop))
     await channels.start()
     try:
         await run_session_worker(
@@ -272,6 +284,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             retention=retention_plan(settings, runtime.gateway.store) if settings.file.retention.active else None,
         )
     finally:
+        indexing.cancel()
+        await asyncio.gather(indexing, return_exceptions=True)
         await tables.close()  # the PostgreSQL pools
         if mcp is not None:
             await mcp.aclose()

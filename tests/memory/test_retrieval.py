@@ -6,13 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlean
 
 from switchboard.core.memory.chunks import passages, passages_for
 from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.memory.facts import MAX_FACT_CHARS, Fact, FactChange, Hit, Source
-from switchboard.core.memory.retrieval import GRAPH_DECAY, RRF_K, SEARCH_MODES, SearchMode, fuse, retrieve
+from switchboard.core.memory.retrieval import GRAPH_DECAY, SEARCH_MODES, VECTOR_WEIGHT, SearchMode, fuse, retrieve
 from switchboard.core.memory.store import SQLiteMemoryStore
-from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS
+from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS, memory_tools
+from switchboard.core.tools.builtin import ToolRegistry
+from switchboard.core.tools.gateway import ToolGateway
+from switchboard.settings import FileConfig
 from tests.memory.conftest import Memory, Turn, inbound
 
 NOW = 1_800_000_000.0
@@ -73,27 +77,36 @@ async def test_vector_search_finds_other_forms_of_a_word_that_lexical_search_mis
     assert vector[0].score == pytest.approx(sum(a * b for a, b in zip(wanted, best, strict=True)), abs=1e-5)
 
 
-async def test_hybrid_search_fuses_both_lists_by_rank(store: SQLiteMemoryStore) -> None:
+def _share(hits: list[Hit], fact_id: str) -> float:
+    scores = [hit.score for hit in hits]
+    found = [hit.score for hit in hits if hit.fact.id == fact_id]
+    if not found:
+        return 0.0
+    return 1.0 if max(scores) == min(scores) else (found[0] - min(scores)) / (max(scores) - min(scores))
+
+
+async def test_hybrid_search_fuses_both_lists_by_their_scaled_scores(store: SQLiteMemoryStore) -> None:
     query = "invoices by email"
     lexical = await store.search("acme", ["shop"], query, 20, NOW)
     vector = await store.nearest("acme", ["shop"], EMBEDDER.vector(query), 20, NOW)
     hybrid = await retrieve(store, EMBEDDER, "acme", ["shop"], query, mode="hybrid", limit=5, now=NOW)
     assert hybrid[0].fact.id == "f_01"  # first in both lists
-    assert hybrid[0].score == pytest.approx(
-        1 / (RRF_K + 1 + [h.fact.id for h in lexical].index("f_01"))
-        + 1 / (RRF_K + 1 + [h.fact.id for h in vector].index("f_01")),
-        abs=1e-6,
-    )
-    # a fact found by one list only ranks below one found by both at the same ranks
+    for hit in hybrid:
+        expected = (1 - VECTOR_WEIGHT) * _share(lexical, hit.fact.id) + VECTOR_WEIGHT * _share(vector, hit.fact.id)
+        assert hit.score == pytest.approx(expected, abs=1e-6)
     assert {hit.fact.id for hit in hybrid} <= {hit.fact.id for hit in lexical} | {hit.fact.id for hit in vector}
     assert [hit.score for hit in hybrid] == sorted((hit.score for hit in hybrid), reverse=True)
 
 
-def test_fusion_prefers_what_both_lists_found() -> None:
-    a, b, c = (Hit(fact=_fact(f"f_0{n}", f"text {n}"), score=1.0) for n in (1, 2, 3))
-    fused = fuse([[a, b], [c, b]], limit=3)
-    assert [hit.fact.id for hit in fused] == ["f_02", "f_01", "f_03"]
-    assert fused[0].score == round(1 / (RRF_K + 2) * 2, 6)
+def test_fusion_prefers_what_both_lists_found_and_a_weak_word_match_adds_little() -> None:
+    a, b, c, d = (_fact(f"f_0{n}", f"text {n}") for n in (1, 2, 3, 4))
+    lexical = [Hit(fact=a, score=9.0), Hit(fact=b, score=5.0), Hit(fact=d, score=0.5)]
+    vector = [Hit(fact=c, score=0.9), Hit(fact=b, score=0.8), Hit(fact=d, score=0.1)]
+    fused = fuse(lexical, vector, limit=4)
+    assert [hit.fact.id for hit in fused] == ["f_02", "f_01", "f_03", "f_04"]
+    assert fused[0].score == pytest.approx(0.5 * (4.5 / 8.5) + 0.5 * (0.7 / 0.8), abs=1e-6)
+    assert fused[-1].score == 0.0  # last in both lists: nothing to lift it
+    assert fuse([], [], limit=3) == []
 
 
 async def test_graph_search_follows_links_two_deep_with_decayed_scores(tmp_path: Path) -> None:
@@ -278,3 +291,79 @@ def test_local_embeddings_are_deterministic_unit_vectors_near_for_shared_word_pa
         return sum(x * y for x, y in zip(EMBEDDER.vector(a), EMBEDDER.vector(b), strict=True))
 
     assert cosine("invoice paid late", "invoices paying lateness") > cosine("invoice paid late", "the cat sat on a mat")
+
+
+_FIRST_LAYOUT = """
+CREATE TABLE facts (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, project TEXT NOT NULL, text TEXT NOT NULL,
+    source TEXT NOT NULL, run_id TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL, confidence REAL NOT NULL,
+    expires_at REAL, length INTEGER NOT NULL);
+CREATE INDEX facts_scope ON facts (tenant, project);
+CREATE VIRTUAL TABLE facts_fts USING fts5(text, content='facts', content_rowid='rowid',
+    tokenize='unicode61 remove_diacritics 0');
+CREATE TABLE links (tenant TEXT NOT NULL, src TEXT NOT NULL, dst TEXT NOT NULL, PRIMARY KEY (tenant, src, dst));
+CREATE TABLE changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, fact_id TEXT NOT NULL,
+    project TEXT NOT NULL, op TEXT NOT NULL, actor TEXT NOT NULL, agent TEXT NOT NULL, run_id TEXT NOT NULL,
+    reason TEXT NOT NULL, at REAL NOT NULL);
+"""
+
+
+async def test_a_database_of_the_first_layout_is_brought_up_to_date(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    root.mkdir()
+    db = sqlean.connect(str(root / "acme.sqlite"))
+    db.executescript(_FIRST_LAYOUT)
+    for rowid, (fact_id, text) in enumerate(list(SHOP.items())[:2], start=1):
+        db.execute(
+            "INSERT INTO facts (rowid, id, tenant, project, text, source, run_id, created_at, confidence, length)"
+            " VALUES (?, ?, 'acme', 'shop', ?, ?, 'r', ?, 1.0, ?)",
+            (rowid, fact_id, text, SOURCE.model_dump_json(), NOW, len(text.split())),
+        )
+        db.execute("INSERT INTO facts_fts (rowid, text) VALUES (?, ?)", (rowid, text))
+    db.commit()
+    db.close()
+    store = SQLiteMemoryStore(root)
+    hits = await store.search("acme", ["shop"], "invoices", 5, NOW)
+    assert {hit.fact.id for hit in hits} == {"f_01", "f_02"}
+    assert {(hit.fact.kind, hit.fact.actor) for hit in hits} == {("fact", "")}
+    await _add(store, _fact("f_03", "A new fact about invoices"))
+    assert len(await store.search("acme", ["shop"], "invoices", 5, NOW)) == 3
+    assert await store.nearest("acme", ["shop"], EMBEDDER.vector("invoices"), 5, NOW)  # the new fact has a vector
+    store.close()
+
+
+async def test_knowledge_projects_are_read_and_never_written_by_the_memory_tools(tmp_path: Path) -> None:
+    config = FileConfig.model_validate(
+        {
+            "projects": {"shop": {"tenant": "acme"}, "knowledge.support": {"tenant": "acme"}},
+            "agents": {"support": {"name": "support", "projects": ["shop", "knowledge.support"]}},
+        }
+    )
+    store = SQLiteMemoryStore(tmp_path / "memory")
+    registry = ToolRegistry(memory_tools(store, config.connected_projects, lambda: NOW, EMBEDDER))
+    memory = Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, [NOW])
+    handbook = _fact("f_0ab", "The returns handbook: parcels go back within 30 days.", project="knowledge.support")
+    await _add(store, handbook.model_copy(update={"kind": "document"}))
+    found = await memory.call("recall", {"query": "returns handbook"}, None)
+    assert found.ok and [fact["id"] for fact in found.value["facts"]] == ["f_0ab"]
+    assert (await memory.call("read_memory", {"id": "f_0ab"}, None)).ok
+
+    turn = Turn(inbound=[inbound("Returns take 60 days now", "m1")])
+    source = {"kind": "message", "quote": "Returns take 60 days"}
+    refused = [
+        await memory.call(
+            "remember", {"text": "Returns take 60 days", "source": source, "project": "knowledge.support"}, turn
+        ),
+        await memory.call(
+            "correct",
+            {"fact_id": "f_0ab", "text": "Returns take 60 days", "source": source, "reason": "new policy"},
+            turn,
+        ),
+        await memory.call("forget", {"fact_id": "f_0ab", "reason": "outdated now"}, turn),
+    ]
+    assert all(not outcome.ok and "knowledge" in str(outcome.error) for outcome in refused), refused
+    (kept,) = await store.facts("acme", ["knowledge.support"])
+    assert kept.text == handbook.text and [c.op for c in await store.changes("acme", "f_0ab")] == ["remembered"]
+    # a write without a project goes to the only project the agent may write to
+    written = await memory.call("remember", {"text": "Returns take 60 days", "source": source}, turn)
+    assert written.ok and written.value["project"] == "shop"
+    store.close()

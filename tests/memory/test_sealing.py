@@ -133,7 +133,9 @@ async def test_erasing_a_person_removes_their_facts_traces_and_cached_vectors(tm
     assert CANARIES[1].encode() not in _bytes(tmp_path / "memory")
 
     store = SQLiteMemoryStore(tmp_path / "memory")
+    assert store.tenants() == ["acme"]
     assert await store.erase("acme") == 2
+    assert store.tenants() == []
     assert not list((tmp_path / "memory").iterdir())
     assert await store.facts("acme", ["shop"]) == []
     store.close()
