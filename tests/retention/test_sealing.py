@@ -213,6 +213,7 @@ async def test_a_missing_or_wrong_key_is_a_clear_error_never_a_500(
     queue_settings: QueueSettings,
     deliverer: RecordingDeliverer,
     api: Api,
+    api_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(DATA_KEYS_ENV, OLD)
@@ -228,6 +229,9 @@ async def test_a_missing_or_wrong_key_is_a_clear_error_never_a_500(
         status, answer = await api.call("GET", "/conversations/telegram/default/777", HISTORIAN)
         assert status == 503, answer
         assert answer["error"]["code"] == "sealed" and DATA_KEYS_ENV in answer["error"]["message"]
+        env = {**api_env, DATA_KEYS_ENV: keys} if keys else {**api_env}
+        shown = await asyncio.to_thread(sb, "sessions", "show", session, env=env)
+        assert shown.returncode == 2 and DATA_KEYS_ENV in shown.stderr and "Traceback" not in shown.stderr
 
     # the worker: a turn that reads the history fails (retried, then dead-lettered); the drain itself never raises
     async def reading_runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
