@@ -40,11 +40,20 @@ if TYPE_CHECKING:
     from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
+    from switchboard.core.workspaces.store import WorkspaceStore
     from switchboard.egress.forward import Forwarder
     from switchboard.egress.gate import SandboxEgress
     from switchboard.egress.transport import EgressTransport
+    from switchboard.queue.retention import RetentionPlan
 
-__all__ = ["build_runtime", "image_provider", "provider_config", "run_worker"]
+__all__ = [
+    "build_runtime",
+    "image_provider",
+    "memory_tenants",
+    "provider_config",
+    "retention_plan",
+    "run_worker",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +148,37 @@ def build_runtime(
     )
 
 
+def memory_tenants(settings: Settings) -> list[str]:
+    """The tenants whose memory a command walks: those of the projects, of the agents (knowledge) and of the rules."""
+    found = {project.tenant for project in settings.file.projects.values()}
+    found |= {settings.file.agent_tenant(name) or "default" for name in settings.file.agents}
+    return sorted(found | set(settings.file.retention.tenants))
+
+
+def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
+    """The YAML file's retention rules over this deployment's stores.
+
+    The memory store is opened only for a memory or knowledge rule; the tenants of the projects are looked at even
+    when Redis holds nothing of them.
+    """
+    from switchboard.core.workspaces.store import LocalWorkspaces
+    from switchboard.queue.retention import RetentionPlan
+
+    config = settings.file.retention
+    kinds = {
+        kind
+        for rules in (config.defaults, *config.tenants.values())
+        for kind in ("memory", "knowledge")
+        if getattr(rules, kind) is not None
+    }
+    return RetentionPlan(
+        config,
+        workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
+        memory=memory_store(settings) if kinds else None,
+        tenants=tuple(memory_tenants(settings)),
+    )
+
+
 def image_provider(settings: Settings) -> ImageProvider | None:
     """OpenAI's Images API when some agent lists ``generate_image`` (the SDK loads only then)."""
     if not any("generate_image" in agent.tools for agent in settings.file.agents.values()):
@@ -225,6 +265,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             None,
             stop,
             workspace_store=runtime.gateway.store,
+            retention=retention_plan(settings, runtime.gateway.store) if settings.file.retention.active else None,
         )
     finally:
         indexing.cancel()

@@ -272,6 +272,11 @@ class GlobalKeys:
         """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
         return f"{self.prefix}:effects:doubt:{tenant}"
 
+    @property
+    def every_session(self) -> str:
+        """``MATCH`` pattern of the keys of every session of every tenant (``sb:{<tenant>/...}:...``)."""
+        return literal(f"{self.prefix}:{{") + "*"
+
     def tenant_sessions(self, tenant: str) -> str:
         """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<tenant>/...}:...``)."""
         return literal(f"{self.prefix}:{{{tenant}/") + "*"
@@ -366,6 +371,11 @@ class GlobalKeys:
         ``conversation`` is ``tenant/-/channel/account/conversation[/thread]`` (a session key without its agent).
         """
         return f"{self.prefix}:handoff:{conversation}"
+
+    @property
+    def retention_lock(self) -> str:
+        """STRING worker id with a PX TTL of one retention interval: the worker that ran (or runs) this sweep."""
+        return f"{self.prefix}:retention:lock"
 
     @property
     def reaper_lock(self) -> str:
