@@ -2,7 +2,8 @@
 
 The memory tools ask a plain function for an agent's projects (the core layer reads no Redis); the worker brings
 the operators' connections of the turn's tenant up to date before each turn (:meth:`LiveConnections.wrap`), so a
-connection made or removed in the console applies from the agent's next turn on. A turn's agent keeps the projects
+connection made or removed in the console applies from the agent's next turn on. A tenant the file defines no project
+for has nothing to connect, and its turns read nothing. A turn's agent keeps the projects
 the file gives it (other tenants' included: the tools filter by tenant) and gains the operators'.
 """
 
@@ -44,6 +45,10 @@ class LiveConnections:
                 found.append(project)
         return found
 
+    def projects_of(self, tenant: str) -> list[str]:
+        """The projects the file defines for ``tenant``: the only ones an operator's connection can name."""
+        return [name for name, project in self.file.projects.items() if project.tenant == tenant]
+
     async def refresh(self, tenant: str) -> None:
         """Read the operators' connections of ``tenant`` again (a Redis that does not answer keeps the last read)."""
         try:
@@ -59,6 +64,8 @@ class LiveConnections:
         """
 
         async def run(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+            if not self.projects_of(request.tenant):  # nothing an operator could connect: no Redis read
+                return await runner(request, sink, store)
             await self.refresh(request.tenant)
             merged = list(dict.fromkeys([*request.agent.projects, *self(request.agent.name, request.tenant)]))
             if merged != request.agent.projects:

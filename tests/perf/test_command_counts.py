@@ -597,7 +597,7 @@ RETENTION = """\
 retention:
   defaults: {history: 30d, events: 30d, dead_letters: 30d, approvals: 30d, workspaces: 30d}
 """
-"""Retention rules for every kind (their sweep runs at the worker's start, before any message is counted)."""
+"""Retention rules for every kind (their sweep runs at the worker's start; the test waits for it to end)."""
 BUDGETS = """\
 prices:
   offline: {input: 1.0, output: 1.0}
@@ -842,6 +842,14 @@ class Gateway:
         now_s, now_us = self.control.time()
         tat_ms = int(now_s) * 1000 + int(now_us) // 1000 + int(seconds * 1000)
         self.control.set(self.edit_budget(chat_id), tat_ms, px=int(seconds * 1000))
+
+    def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
+        """Wait until the worker's log holds ``text``."""
+        assert self.worker is not None
+        deadline = time.monotonic() + timeout
+        while text not in self.worker.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"the worker never logged {text!r}:\n{self.worker.tail()}"
+            time.sleep(0.05)
 
     def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait until no session is runnable and no drain job is queued or running (the worker has nothing left)."""
@@ -1138,7 +1146,9 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
             gw.stop()
         retention = tmp_path / "retention.yaml"
         retention.write_text(MINIMAL_CONFIG + RETENTION)
-        gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(retention), "SWITCHBOARD_DATA_KEYS": new_key("k1")})
+        sealed = {"SWITCHBOARD_CONFIG": str(retention), "SWITCHBOARD_DATA_KEYS": new_key("k1")}
+        gw.start({**LIMITS_OFF, **sealed, "SWITCHBOARD_LOG_LEVEL": "INFO"})
+        gw.wait_for_log("retention sweep removed")  # the start-up sweep (over every session so far) is not counted
         one_at_a_time(gw, counts, "retention_sealed", 1101, "hello there")
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
