@@ -113,3 +113,6 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
     registry = ToolRegistry(memory_tools(store, config.connected_projects, clock))
     yield Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, now)
     store.close()
+
+
+from tests.memory.stores import memory_store, pgvector_dsn, postgres_store, postgres_stores  # noqa: E402, F401
