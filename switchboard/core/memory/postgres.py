@@ -164,10 +164,11 @@ LIMIT $7
 
 _NEAREST = """
 WITH distances AS (
-    SELECT p.fact_id, p.idx, p.embedding <=> $4::text::vector AS distance
+    SELECT p.fact_id, p.idx,
+        CASE WHEN vector_dims(p.embedding) = $5 THEN p.embedding <=> $4::text::vector END AS distance
     FROM {s}.passages p
     WHERE {visible} AND p.embedding IS NOT NULL AND vector_dims(p.embedding) = $5
-), best AS (
+), best AS (  -- the CASE: the planner may compute the distance before it checks the length
     SELECT fact_id, min(ARRAY[distance, idx]) AS top FROM distances WHERE distance < 'NaN'::float8 GROUP BY fact_id
 )
 SELECT 1 - b.top[1] AS score, b.top[2]::int AS idx, {columns}
