@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import logging
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, assert_never
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.cli.sandbox import shell_options, startup_choice
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
-from switchboard.core.memory.store import SQLiteMemoryStore
+from switchboard.core.memory.config import build_embedder
+from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
+from switchboard.core.sealing import Keyring
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.documents import DocumentLimits
@@ -58,6 +62,25 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
+def memory_store(settings: Settings) -> MemoryStore:
+    """The store ``memory.store`` names: SQLite files under the data directory, or PostgreSQL at ``memory.dsn_env``.
+
+    With ``SWITCHBOARD_DATA_KEYS`` set, memory content is sealed at rest.
+    """
+    config = settings.file.memory
+    keyring = Keyring.from_env()
+    if config.store == "sqlite":
+        return SQLiteMemoryStore(settings.data_path / "memory", keyring)
+    if config.store == "postgres":
+        dsn = os.environ.get(config.dsn_env, "").strip()
+        if not dsn:
+            raise ConfigError(f"memory.dsn_env: {config.dsn_env} is unset or empty", field="memory.dsn_env")
+        postgres = importlib.import_module("switchboard.core.memory.postgres")
+        store: MemoryStore = postgres.PostgresMemoryStore(dsn, keyring=keyring)
+        return store
+    assert_never(config.store)
+
+
 def build_runtime(
     settings: Settings,
     models: ModelFactory,
@@ -89,7 +112,8 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(SQLiteMemoryStore(settings.data_path / "memory"), settings.file.connected_projects),
+        memory=(memory_store(settings), settings.file.connected_projects),
+        embedder=build_embedder(settings.file.memory.embeddings),
     )
     try:
         register_rest_tools(tools, settings, rest)

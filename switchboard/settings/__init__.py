@@ -32,6 +32,7 @@ from switchboard.core.approvals.policy import TenantConfig
 from switchboard.core.budgets import BudgetRule, IdentityConfig
 from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.connectors import expand_connectors
+from switchboard.core.memory.config import MemoryConfig
 from switchboard.core.memory.facts import ProjectConfig, check_name
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
@@ -259,6 +260,9 @@ class FileConfig(BaseModel):
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)
     """Memory projects by name, each of one tenant (``docs/memory.md``); agents connect with
     ``agents.<name>.projects``."""
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    """Where projects' facts are stored and how they are embedded (``docs/memory.md``); default: SQLite files and
+    the local embedder."""
     connectors: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     """Connector packs' settings by pack (``docs/connectors.md``): ``{tracker: {repo: acme/shop, token:
     TRACKER_TOKEN}}``; agents switch packs on with ``agents.<name>.connectors``."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlean
 from pydantic import ValidationError
 
 from switchboard.core.agent.config import Agent
@@ -100,13 +100,16 @@ async def test_forget_deletes_the_fact_its_words_and_its_links(memory: Memory, t
     (change,) = [c for c in await memory.store.changes("acme", phone) if c.op == "forgotten"]
     assert change.reason == "Ann asked us to" and change.actor == "web:ann"
     memory.store.close()
-    db = sqlite3.connect(memory.store.path("acme"))
+    db = sqlean.connect(str(memory.store.path("acme")))
     try:  # the number is gone from the rows and the index, not only hidden
         assert db.execute("SELECT count(*) FROM facts WHERE text LIKE '%0612345678%'").fetchone() == (0,)
-        assert db.execute("SELECT count(*) FROM facts_fts WHERE facts_fts MATCH '0612345678'").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM passages WHERE text LIKE '%0612345678%'").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM passages_fts WHERE passages_fts MATCH '0612345678'").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM changes WHERE reason LIKE '%0612345678%'").fetchone() == (0,)
     finally:
         db.close()
+    left = b"".join(path.read_bytes() for path in memory.store.root.iterdir())
+    assert b"0612345678" not in left
 
 
 async def test_expired_facts_are_not_recalled(memory: Memory) -> None:
@@ -193,7 +196,7 @@ def test_agents_connect_projects_of_the_file(tmp_path: Path) -> None:
     registry = default_registry(sandbox=None, memory=(store, config.connected_projects))
     agent = Agent.model_validate(CONFIG["agents"]["support"])
     names = [tool.name for tool in registry.for_agent(agent)]
-    assert names == ["current_time", "remember", "recall", "link", "correct", "forget"]
+    assert names == ["current_time", "remember", "recall", "read_memory", "link", "correct", "forget"]
     assert [tool.name for tool in registry.for_agent(agent.model_copy(update={"projects": []}))] == ["current_time"]
 
 

@@ -8,10 +8,11 @@ ranged read can continue from it.
 from __future__ import annotations
 
 import re
+from typing import assert_never
 
-from switchboard.core.memory.facts import Passage
+from switchboard.core.memory.facts import FactKind, Passage
 
-__all__ = ["PASSAGE_CHARS", "passages"]
+__all__ = ["PASSAGE_CHARS", "passages", "passages_for"]
 
 PASSAGE_CHARS = 800
 """Target length of one passage; a passage is at most this long unless one word is longer."""
@@ -57,3 +58,12 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[Passage]:
     if not out:
         out.append(Passage(index=0, start=0, text=text))
     return out
+
+
+def passages_for(kind: FactKind, text: str) -> list[Passage]:
+    """The passages a store indexes for a fact of ``kind``: a fact is one passage, a document is split."""
+    if kind == "fact":
+        return [Passage(index=0, start=0, text=text)]
+    if kind == "document":
+        return passages(text)
+    assert_never(kind)

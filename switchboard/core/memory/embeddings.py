@@ -13,18 +13,15 @@ import hashlib
 import logging
 import math
 import re
-import zlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from switchboard.core.memory.store import MemoryStore
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 __all__ = [
     "LOCAL_DIMS",
     "LOCAL_MODEL",
     "CachedEmbedder",
     "Embedder",
+    "EmbeddingCache",
     "EmbeddingError",
     "LocalEmbedder",
     "OpenAIEmbedder",
@@ -116,6 +113,18 @@ class Embedder(Protocol):
         ...
 
 
+class EmbeddingCache(Protocol):
+    """Where vectors are kept by content hash: the embedding cache methods of a memory store."""
+
+    async def cached_embeddings(self, tenant: str, model: str, digests: Sequence[str]) -> dict[str, list[float]]:
+        """The cached vectors of ``model`` among ``digests``, by digest."""
+        ...
+
+    async def cache_embeddings(self, tenant: str, model: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Keep ``vectors`` of ``model`` by digest."""
+        ...
+
+
 def digest(model: str, text: str) -> str:
     """The cache key of ``text`` embedded by ``model``."""
     return hashlib.sha256(f"{model}\n{text}".encode()).hexdigest()
@@ -148,8 +157,8 @@ class LocalEmbedder:
         return _normalised(vector)
 
     def _add(self, vector: list[float], feature: str, weight: float) -> None:
-        hashed = zlib.crc32(feature.encode())
-        vector[hashed % self.dims] += -weight if hashed & 0x80000000 else weight
+        hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+        vector[hashed % self.dims] += -weight if hashed >> 63 else weight
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""
@@ -209,7 +218,7 @@ class OpenAIEmbedder:
 class CachedEmbedder:
     """An :class:`Embedder` whose vectors are kept in ``tenant``'s memory store by content hash."""
 
-    def __init__(self, inner: Embedder, store: MemoryStore, tenant: str) -> None:
+    def __init__(self, inner: Embedder, store: EmbeddingCache, tenant: str) -> None:
         self.inner = inner
         self.store = store
         self.tenant = tenant

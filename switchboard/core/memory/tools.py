@@ -1,17 +1,22 @@
-"""The memory tools: ``remember``, ``recall``, ``link``, ``correct`` and ``forget`` over an agent's connected projects.
+"""The memory tools over an agent's connected projects: ``remember``, ``recall``, ``read_memory`` and the rest.
 
-They go through the tool gateway like any tool. Every call sees only the facts of the turn's tenant in the projects
-its agent is connected to; a fact outside them is answered as unknown, never as forbidden, so ids reveal nothing.
-``remember`` and ``correct`` refuse a source the turn has not seen: the cited message must be in the conversation,
-the cited tool result (or the call that read the file or URL) must be a result of this run, and the quoted words must
-be in it (:func:`check_source`). Results of ``recall`` are outside text (``output_trust="data"``), with ids, dates and
-sources, snippets capped at :data:`MAX_SNIPPET_CHARS`. Each change is stored with who and why and appended to the
-session's event log as :class:`~switchboard.core.events.MemoryChanged` (ids only, never the fact's text).
+``link``, ``correct`` and ``forget`` change facts by id. They go through the tool gateway like any tool. Every call sees
+only the facts of the turn's tenant in the projects its agent is connected to; a fact outside them is answered as
+unknown, never as forbidden, so ids reveal nothing. ``remember`` and ``correct`` refuse a source the turn has not
+seen: the cited message must be in the conversation, the cited tool result (or the call that read the file or URL)
+must be a result of this run, and the quoted words must be in it (:func:`check_source`). ``recall`` searches by
+words, by meaning (embeddings), both fused, or both then over links (:mod:`~switchboard.core.memory.retrieval`).
+Results of ``recall`` and ``read_memory`` are outside text (``output_trust="data"``), with ids, dates and sources,
+snippets capped at :data:`MAX_SNIPPET_CHARS` (for a document, its passage that matched best); ``read_memory`` reads a
+document by ranges of at most :data:`MAX_READ_CHARS`. Each change is stored with who and why and appended to the
+session's event log as :class:`~switchboard.core.events.MemoryChanged` (ids only, never the fact's text); logs
+record ids only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -21,14 +26,27 @@ from typing import Any, assert_never
 from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.core.events import MemoryChanged
+from switchboard.core.memory.chunks import passages_for
+from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, EmbeddingError, LocalEmbedder
 from switchboard.core.memory.evidence import TurnEvidence
-from switchboard.core.memory.facts import MAX_FACT_CHARS, ChangeOp, Fact, FactChange, Source
+from switchboard.core.memory.facts import (
+    MAX_DOCUMENT_CHARS,
+    MAX_FACT_CHARS,
+    ChangeOp,
+    Fact,
+    FactChange,
+    FactKind,
+    Hit,
+    Source,
+)
+from switchboard.core.memory.retrieval import SearchMode, retrieve
 from switchboard.core.memory.store import MemoryStore
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
 
 __all__ = [
     "MAX_LINKS_SHOWN",
+    "MAX_READ_CHARS",
     "MAX_RECALLED",
     "MAX_SNIPPET_CHARS",
     "MEMORY_TOOLS",
@@ -36,11 +54,14 @@ __all__ = [
     "CorrectInput",
     "ForgetInput",
     "LinkInput",
+    "ReadMemoryInput",
     "RecallInput",
     "RememberInput",
     "check_source",
     "memory_tools",
 ]
+
+logger = logging.getLogger(__name__)
 
 MAX_SNIPPET_CHARS = 400
 """Longest text of one recalled fact shown to the model."""
@@ -51,10 +72,13 @@ MAX_RECALLED = 10
 MAX_LINKS_SHOWN = 10
 """Most links of one recalled fact shown."""
 
+MAX_READ_CHARS = 4000
+"""Most characters of a document one ``read_memory`` returns."""
+
 _MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
 """A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
 
-MEMORY_TOOLS = ("remember", "recall", "link", "correct", "forget")
+MEMORY_TOOLS = ("remember", "recall", "read_memory", "link", "correct", "forget")
 
 ConnectedProjects = Callable[[str, str], Sequence[str]]
 """The projects an agent (by name) is connected to within a tenant: ``connected(agent, tenant)``."""
@@ -74,7 +98,13 @@ class RememberInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, description="The fact, in one or two sentences.")
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_DOCUMENT_CHARS,
+        description=f"The fact, in one or two sentences (at most {MAX_FACT_CHARS} characters); or, with kind "
+        "document, the document's text.",
+    )
+    kind: FactKind = Field("fact", description="fact, or document for a longer text (searched by its passages).")
     source: Source = Field(description="Where it came from in this conversation; the quote must be in it, verbatim.")
     project: str = _PROJECT
     confidence: float = Field(1.0, ge=0.0, le=1.0, description="How sure the source makes it (0 to 1).")
@@ -89,6 +119,21 @@ class RecallInput(BaseModel):
     query: str = Field(min_length=1, max_length=200, description="Words to look for in remembered facts.")
     project: str = _PROJECT
     limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
+    mode: SearchMode | None = Field(
+        None,
+        description="lexical (words), vector (meaning), hybrid (both) or graph (both, then linked facts); "
+        "default: hybrid when embeddings are configured, else lexical.",
+    )
+
+
+class ReadMemoryInput(BaseModel):
+    """Arguments of ``read_memory``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = _FACT_ID
+    offset: int = Field(0, ge=0, le=MAX_DOCUMENT_CHARS, description="First character to read.")
+    length: int = Field(MAX_READ_CHARS, ge=1, le=MAX_READ_CHARS, description="Most characters to read.")
 
 
 class LinkInput(BaseModel):
@@ -107,7 +152,7 @@ class CorrectInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     fact_id: str = _FACT_ID
-    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, description="The corrected fact.")
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, description="The corrected fact (or document) text.")
     source: Source = Field(description="Where the correction came from in this conversation.")
     confidence: float = Field(1.0, ge=0.0, le=1.0)
     reason: str = _REASON
@@ -168,12 +213,21 @@ def _date(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
-def _shown(fact: Fact) -> dict[str, Any]:
-    text = fact.text if len(fact.text) <= MAX_SNIPPET_CHARS else fact.text[: MAX_SNIPPET_CHARS - 1] + "…"
-    return {
-        "id": fact.id,
-        "project": fact.project,
-        "text": text,
+def _capped(text: str) -> str:
+    return text if len(text) <= MAX_SNIPPET_CHARS else text[: MAX_SNIPPET_CHARS - 1] + "…"
+
+
+def _shown(hit: Hit) -> dict[str, Any]:
+    fact = hit.fact
+    shown: dict[str, Any] = {"id": fact.id, "project": fact.project, "kind": fact.kind}
+    if fact.kind == "document":  # its best passage, and its length for read_memory
+        shown["text"] = _capped(hit.passage or fact.text)
+        shown["chars"] = len(fact.text)
+    else:
+        shown["text"] = _capped(fact.text)
+    if hit.via:
+        shown["via"] = hit.via
+    return shown | {
         "source": {"kind": fact.source.kind, "ref": fact.source.ref},
         "created_at": _date(fact.created_at),
         "corrected_at": _date(fact.updated_at),
@@ -184,9 +238,30 @@ def _shown(fact: Fact) -> dict[str, Any]:
 
 
 def memory_tools(
-    store: MemoryStore, connected: ConnectedProjects, clock: Callable[[], float] = time.time
+    store: MemoryStore,
+    connected: ConnectedProjects,
+    clock: Callable[[], float] = time.time,
+    embedder: Embedder | None = None,
 ) -> list[Tool]:
-    """The five memory tools over ``store``, each call limited to the projects ``connected`` gives its agent."""
+    """The memory tools over ``store``, each call limited to the projects ``connected`` gives its agent.
+
+    ``embedder``: how texts become vectors (remembered texts are embedded, recall defaults to hybrid search);
+    ``None``: words only.
+    """
+
+    def embedder_for(ctx: ToolContext) -> Embedder | None:
+        if embedder is None or isinstance(embedder, LocalEmbedder):  # local vectors cost less than a cache lookup
+            return embedder
+        return CachedEmbedder(embedder, store, ctx.tenant)
+
+    async def embedded(ctx: ToolContext, kind: FactKind, text: str) -> list[list[float]] | None:
+        found = embedder_for(ctx)
+        if found is None:
+            return None
+        try:
+            return await found.embed([piece.text for piece in passages_for(kind, text)])
+        except EmbeddingError as error:
+            raise ToolError(f"not remembered: {error}; try again later", error_class="transient") from None
 
     def visible(ctx: ToolContext) -> list[str]:
         return list(connected(ctx.agent, ctx.tenant))
@@ -247,6 +322,11 @@ def memory_tools(
             raise ToolError("expires_at needs a time zone (e.g. 2027-01-31T00:00:00Z)", error_class="validation")
         if expires is not None and expires <= now:
             raise ToolError("expires_at is in the past: nothing to remember", error_class="validation")
+        if args.kind == "fact" and len(args.text) > MAX_FACT_CHARS:
+            raise ToolError(
+                f"a fact is at most {MAX_FACT_CHARS} characters: remember a longer text with kind document",
+                error_class="validation",
+            )
         key = ctx.idempotency_key  # a re-run of the same call names the same fact, so it is stored once
         fact_id = "f_" + (
             hashlib.sha256(f"{ctx.tenant}\n{key}".encode()).hexdigest()[:16] if key else secrets.token_hex(8)
@@ -256,21 +336,50 @@ def memory_tools(
             project=project,
             tenant=ctx.tenant,
             text=args.text.strip() or args.text,
+            kind=args.kind,
+            actor=ctx.actor,
             source=args.source,
             run_id=ctx.run_id,
             created_at=now,
             confidence=args.confidence,
             expires_at=expires,
         )
+        vectors = await embedded(ctx, fact.kind, fact.text)
         change = await changed(ctx, "remembered", fact, f"from {args.source.kind} {args.source.ref}".strip())
-        await store.add(fact, change)
+        await store.add(fact, change, vectors)
         await recorded(ctx, change, args.source.kind)
-        return {"remembered": fact.id, "project": project}
+        return {"remembered": fact.id, "project": project, "kind": fact.kind}
 
     async def recall(args: RecallInput, ctx: ToolContext) -> dict[str, Any]:
         projects = [one_project(ctx, args.project)] if args.project else visible(ctx)
-        hits = await store.search(ctx.tenant, projects, args.query, args.limit, clock())
-        return {"query": args.query, "count": len(hits), "facts": [_shown(hit.fact) for hit in hits]}
+        mode: SearchMode = args.mode or ("lexical" if embedder is None else "hybrid")
+        try:
+            hits = await retrieve(
+                store, embedder_for(ctx), ctx.tenant, projects, args.query, mode=mode, limit=args.limit, now=clock()
+            )
+        except ValueError as error:
+            raise ToolError(f"{error}; use mode lexical", error_class="validation") from None
+        except EmbeddingError as error:
+            raise ToolError(f"{error}; use mode lexical, or try again later", error_class="transient") from None
+        logger.info("recall mode=%s found=%s", mode, ",".join(hit.fact.id for hit in hits))
+        return {"query": args.query, "mode": mode, "count": len(hits), "facts": [_shown(hit) for hit in hits]}
+
+    async def read_memory(args: ReadMemoryInput, ctx: ToolContext) -> dict[str, Any]:
+        fact = await find(ctx, args.id)
+        if not fact.live(clock()):
+            raise ToolError(f"no fact {args.id!r} in the connected projects", error_class="validation")
+        total = len(fact.text)
+        if args.offset > total:
+            raise ToolError(f"offset {args.offset} is past the end ({total} characters)", error_class="validation")
+        end = min(total, args.offset + args.length)
+        return {
+            "id": fact.id,
+            "kind": fact.kind,
+            "offset": args.offset,
+            "text": fact.text[args.offset : end],
+            "total_chars": total,
+            "next_offset": end if end < total else None,
+        }
 
     async def link(args: LinkInput, ctx: ToolContext) -> dict[str, Any]:
         if args.fact_id == args.to:
@@ -285,8 +394,11 @@ def memory_tools(
     async def correct(args: CorrectInput, ctx: ToolContext) -> dict[str, Any]:
         fact = await find(ctx, args.fact_id)
         check_source(args.source, ctx.evidence)
+        if fact.kind == "fact" and len(args.text) > MAX_FACT_CHARS:
+            raise ToolError(f"a fact is at most {MAX_FACT_CHARS} characters", error_class="validation")
+        vectors = await embedded(ctx, fact.kind, args.text)
         change = await changed(ctx, "corrected", fact, args.reason)
-        await store.correct(ctx.tenant, fact.id, args.text, args.source, args.confidence, change)
+        await store.correct(ctx.tenant, fact.id, args.text, args.source, args.confidence, change, vectors)
         await recorded(ctx, change, args.source.kind)
         return {"corrected": fact.id}
 
@@ -300,8 +412,9 @@ def memory_tools(
     return [
         Tool(
             name="remember",
-            description="Remember a fact in a connected project, citing its source in this conversation: a user "
-            "message, or a tool result of this run (with a verbatim quote). Never remember what you only assume.",
+            description="Remember a fact (or, with kind document, a longer text) in a connected project, citing its "
+            "source in this conversation: a user message, or a tool result of this run (with a verbatim quote). "
+            "Never remember what you only assume.",
             input=RememberInput,
             fn=remember,
             side_effect="write",
@@ -312,12 +425,23 @@ def memory_tools(
         ),
         Tool(
             name="recall",
-            description="Search remembered facts of your connected projects by words; gives each fact's id, date, "
-            "source and confidence.",
+            description="Search remembered facts and documents of your connected projects by words or meaning; "
+            "gives each one's id, date, source and confidence (for a document, its best passage: read more with "
+            "read_memory).",
             input=RecallInput,
             fn=recall,
             output_trust="data",
             max_inline_bytes=_MAX_RECALL_BYTES,
+            connector="memory",
+        ),
+        Tool(
+            name="read_memory",
+            description="Read a remembered document (by id) from a character offset, at most "
+            f"{MAX_READ_CHARS} characters at a time.",
+            input=ReadMemoryInput,
+            fn=read_memory,
+            output_trust="data",
+            max_inline_bytes=4 * MAX_READ_CHARS + 400,
             connector="memory",
         ),
         Tool(

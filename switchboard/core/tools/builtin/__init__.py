@@ -22,6 +22,7 @@ from switchboard.core.tools.builtin.skills import agent_skills, skill_tools
 from switchboard.core.tools.definition import Tool
 
 if TYPE_CHECKING:
+    from switchboard.core.memory.embeddings import Embedder
     from switchboard.core.memory.store import MemoryStore
     from switchboard.core.memory.tools import ConnectedProjects
     from switchboard.core.providers.images import ImageProvider
@@ -174,6 +175,7 @@ def default_registry(
     search: RestTransport | None = None,
     images: ImageProvider | None = None,
     memory: tuple[MemoryStore, ConnectedProjects] | None = None,
+    embedder: Embedder | None = None,
 ) -> ToolRegistry:
     """The native tools: clock, slots, and files, documents, channel actions and history when present.
 
@@ -191,6 +193,7 @@ def default_registry(
         search: The way out of ``web_search``'s API calls (the worker's egress; ``None``: they fail, saying so).
         images: Who draws for ``generate_image`` (``None``: it fails, saying so).
         memory: Where facts live and each agent's connected projects; ``None``: the memory tools are not offered.
+        embedder: How the memory tools embed texts (``None``: they search by words only).
     """
     registry = ToolRegistry([*CLOCK_TOOLS, *SLOT_TOOLS])
     for module_name in OPTIONAL_TOOL_MODULES:
@@ -218,7 +221,7 @@ def default_registry(
     if memory is not None:
         from switchboard.core.memory.tools import memory_tools
 
-        for tool in memory_tools(*memory):
+        for tool in memory_tools(*memory, embedder=embedder):
             registry.register(tool)
     from switchboard.core.tools.web.images import image_tool
     from switchboard.core.tools.web.search import search_tool
