@@ -22,7 +22,7 @@ from tests.memory.pgvector import pgvector_dsn
 
 __all__ = ["STORES", "change", "fact", "memory_store", "pgvector_dsn", "postgres_store", "postgres_stores"]
 
-STORES = ("postgres",)
+STORES = ("sqlite", "postgres")
 NOW = 1_800_000_000.0
 _n = itertools.count(1)
 
