@@ -138,7 +138,7 @@ WITH stats AS (
     SELECT count(*)::float8 AS n, coalesce(avg(p.length), 0)::float8 AS average
     FROM {s}.passages p WHERE {visible}
 ), matched AS (
-    SELECT p.fact_id, p.idx, p.length, q.word, sum(array_length(u.positions, 1))::float8 AS tf
+    SELECT p.fact_id, p.idx, p.length, q.word, sum(cardinality(u.positions))::float8 AS tf
     FROM {s}.passages p
     CROSS JOIN LATERAL unnest(p.terms) AS u
     JOIN unnest($5::text[], $6::int[]) AS q (lexeme, word) ON q.lexeme = u.lexeme
@@ -153,8 +153,9 @@ WITH stats AS (
     ) AS score
     FROM matched m JOIN frequency d USING (word) CROSS JOIN stats s
     GROUP BY m.fact_id, m.idx
-), best AS (
+), best AS (  -- the ties at the limit too: the final order breaks them by the fact's age
     SELECT fact_id, max(ARRAY[score, -idx]) AS top FROM scored GROUP BY fact_id
+    ORDER BY (max(ARRAY[score, -idx]))[1] DESC FETCH FIRST ($7) ROWS WITH TIES
 )
 SELECT b.top[1] AS score, (-b.top[2])::int AS idx, {columns}
 FROM best b JOIN {s}.facts f ON f.tenant = $1 AND f.id = b.fact_id
@@ -163,18 +164,20 @@ LIMIT $7
 """
 
 _NEAREST = """
-WITH distances AS (
+WITH query AS MATERIALIZED (
+    SELECT $4::text::vector AS embedding
+), distances AS MATERIALIZED (  -- each distance computed once, in the scan; only small rows go on
     SELECT p.fact_id, p.idx,
-        CASE WHEN vector_dims(p.embedding) = $5 THEN p.embedding <=> $4::text::vector END AS distance
-    FROM {s}.passages p
+        CASE WHEN vector_dims(p.embedding) = $5 THEN p.embedding <=> q.embedding END AS distance
+    FROM {s}.passages p CROSS JOIN query q
     WHERE {visible} AND p.embedding IS NOT NULL AND vector_dims(p.embedding) = $5
 ), best AS (  -- the CASE: the planner may compute the distance before it checks the length
-    SELECT fact_id, min(ARRAY[distance, idx]) AS top FROM distances WHERE distance < 'NaN'::float8 GROUP BY fact_id
+    SELECT fact_id, min(ARRAY[distance, idx]) AS top FROM distances WHERE distance < 'NaN'::float8
+    GROUP BY fact_id ORDER BY (min(ARRAY[distance, idx]))[1], fact_id LIMIT $6
 )
 SELECT 1 - b.top[1] AS score, b.top[2]::int AS idx, {columns}
 FROM best b JOIN {s}.facts f ON f.tenant = $1 AND f.id = b.fact_id
-ORDER BY b.top[1], f.created_at DESC, f.id
-LIMIT $6
+ORDER BY b.top[1], f.id
 """
 
 
