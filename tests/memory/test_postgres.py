@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.facts import Source
+from switchboard.core.memory.facts import Fact, Source
 from switchboard.core.memory.postgres import PostgresMemoryStore
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.sealing import Keyring
@@ -171,3 +171,20 @@ async def test_rotation_reseals_and_reindexes_under_the_current_key(
     assert await new.get("acme", "o1", ["shop"]) == sealed
     assert (await _raw(new, "SELECT text FROM {s}.facts WHERE tenant = 'globex'"))[0]["text"].startswith("sb1:k1:")
     assert await postgres_stores().rotate("acme") == 0
+
+
+def test_one_store_serves_one_event_loop_after_another(pgvector_dsn: str) -> None:
+    store = PostgresMemoryStore(pgvector_dsn, schema="loops")
+    item = fact("kept across loops", fact_id="l1")
+
+    async def first() -> None:
+        await store.add(item, change(item))
+
+    async def second() -> Fact | None:
+        try:
+            return await store.get("acme", "l1", ["shop"])
+        finally:
+            await store.close()
+
+    asyncio.run(first())
+    assert asyncio.run(second()) == item

@@ -31,6 +31,7 @@ its words under every listed key (and the words themselves, for rows indexed bef
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -203,6 +204,7 @@ class PostgresMemoryStore:
         self.keyring = keyring
         self.max_connections = max_connections
         self._pool: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
 
     # --------------------------------------------------------------- lifecycle
@@ -218,6 +220,12 @@ class PostgresMemoryStore:
             self._pool = None
 
     async def _connections(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a pool serves the loop that opened it (a CLI may run one loop per command)
+            if self._pool is not None:
+                with contextlib.suppress(RuntimeError):  # its loop is closed: so are its connections' transports
+                    self._pool.terminate()
+            self._pool, self._loop, self._lock = None, loop, asyncio.Lock()
         async with self._lock:
             if self._pool is None:
                 import asyncpg
