@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS {s}.passages (
     PRIMARY KEY (tenant, fact_id, idx),
     FOREIGN KEY (tenant, fact_id) REFERENCES {s}.facts (tenant, id) ON DELETE CASCADE
 );
+ALTER TABLE {s}.passages ALTER COLUMN embedding SET STORAGE PLAIN;
 CREATE INDEX IF NOT EXISTS passages_terms ON {s}.passages USING gin (terms);
 CREATE INDEX IF NOT EXISTS passages_scope ON {s}.passages (tenant, project) INCLUDE (expires_at, length);
 CREATE TABLE IF NOT EXISTS {s}.links (
