@@ -32,6 +32,7 @@ from bench import (
     ingest,
     ingest_cost,
     mcp_overhead,
+    memory_quality,
     parallel_reads,
     recall,
     rest_overhead,
@@ -70,6 +71,7 @@ RUNNERS: dict[str, Callable[[list[str]], list[Row]]] = {
     "documents": _sync(documents.run),
     "sandbox": _sync(sandbox.run),
     "egress": _sync(egress.run),
+    "memory_quality": _sync(memory_quality.run),
 }
 """Every benchmark in the order ``python -m bench`` runs them (each takes ``--quick`` / ``--rounds``)."""
 ORDER = tuple(RUNNERS)

@@ -113,6 +113,21 @@ def test_mcp_overhead_bench_runs() -> None:
     assert "| stdio |" in out and "| streamable HTTP |" in out and "MCP call, stdio: Switchboard ÷ SDK" in out
 
 
+def test_memory_quality_bench_measures_recall_of_each_mode() -> None:
+    out = run_bench("bench.memory_quality")
+    assert "| queries | lexical recall@5 | vector recall@5 | hybrid recall@5 |" in out
+    assert "| memory_quality | recall@5, hybrid (labelled set) |" in out
+
+
+def test_recall_at_k_and_reciprocal_rank() -> None:
+    from bench.memory_quality import load, recall_at, reciprocal_rank
+
+    assert recall_at(["a", "b", "c", "d", "e", "f"], ["b", "f"]) == 0.5
+    assert reciprocal_rank(["a", "b", "c"], ["c", "b"]) == 0.5 and reciprocal_rank(["a"], ["z"]) == 0.0
+    facts, queries = load()
+    assert len(facts) >= 60 and len(queries) >= 30 and {q["kind"] for q in queries} == {"words", "forms", "paraphrase"}
+
+
 def test_footprint_bench_runs() -> None:
     out = run_bench("bench.footprint")
     assert "`switchboard run` in a fresh data dir" in out and "switchboard web (/healthz 200)" in out

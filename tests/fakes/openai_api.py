@@ -2,7 +2,8 @@
 ``POST /v1/responses/compact`` (native compaction), ``POST /v1/audio/transcriptions`` (multipart, answering
 ``{"text": ...}`` from :attr:`FakeOpenAI.transcripts`), ``POST /v1/audio/speech`` (JSON in, audio bytes out: a
 real OGG/Opus stream as long as the text would take to say, for ``response_format: opus``) and
-``POST /v1/images/generations`` (JSON in, ``{"data": [{"b64_json": ...}]}`` out). Hosted web searches
+``POST /v1/images/generations`` (JSON in, ``{"data": [{"b64_json": ...}]}`` out) and ``POST /v1/embeddings``
+(deterministic vectors, as floats or base64). Hosted web searches
 (:attr:`Reply.searches`) stream as ``web_search_call`` items.
 
 Speaks the wire format the official ``openai`` SDK parses (checked against its types in
@@ -28,12 +29,14 @@ import base64
 import contextlib
 import hashlib
 import json
+import struct
 import time
 from collections import deque
 from typing import Any
 
 from aiohttp import web
 
+from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.providers.oggopus import silent_opus
 from tests.fakes.model_script import GARBLED, Failure, Received, Reply, Script, ShellRun, split
 
@@ -379,6 +382,8 @@ class FakeOpenAI(Script):
         """What ``POST /v1/images/generations`` draws instead of :data:`IMAGES` (its bytes, sent as ``b64_json``)."""
         self.image_status = 200
         """Answer image requests with this status instead (errors in OpenAI's shape)."""
+        self.embeddings_status = 200
+        """Answer embeddings requests with this status instead (errors in OpenAI's shape)."""
         self.container: list[dict[str, Any]] = []
         """The files of the hosted container :data:`CONTAINER_ID`, oldest first (``content`` is not listed)."""
 
@@ -392,7 +397,60 @@ class FakeOpenAI(Script):
         app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         app.router.add_post("/v1/audio/speech", self._speech)
         app.router.add_post("/v1/images/generations", self._images)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         return app
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """OpenAI's embeddings route: ``{"model", "input", "dimensions"?, "encoding_format"?}`` in, vectors out.
+
+        Each vector is the deterministic local embedding of its text at the model's length (``dimensions`` when
+        given: text-embedding-3 models only, as OpenAI refuses it for others), as floats or, with
+        ``encoding_format: base64``, as little-endian float32 bytes in base64. An empty input, an empty string or
+        more than 2,048 inputs are refused as OpenAI refuses them; the key is checked like the model routes.
+        """
+        body = await request.json()
+        self.received.append(
+            Received(path=request.path, headers={k.lower(): v for k, v in request.headers.items()}, body=body)
+        )
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.api_key is not None and presented != self.api_key:
+            message = f"Incorrect API key provided: {presented}."
+            return web.json_response(error_body(Failure(401, "invalid_api_key", message)), status=401)
+        if self.embeddings_status != 200:
+            failure = Failure(self.embeddings_status, "server_error", "fake: embeddings failed")
+            return web.json_response(error_body(failure), status=self.embeddings_status)
+        model = str(body.get("model") or "")
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else raw
+        if (
+            not isinstance(texts, list)
+            or not texts
+            or len(texts) > 2048
+            or not all(isinstance(text, str) and text for text in texts)
+        ):
+            failure = Failure(400, "invalid_request_error", "'$.input' is invalid. Please check the API reference.")
+            return web.json_response(error_body(failure), status=400)
+        native = {"text-embedding-3-large": 3072}.get(model, 1536)
+        dims = body.get("dimensions")
+        if dims is not None and not model.startswith("text-embedding-3"):
+            failure = Failure(400, "invalid_request_error", "This model does not support specifying dimensions.")
+            return web.json_response(error_body(failure), status=400)
+        size = int(dims) if dims is not None else native
+        embedder = LocalEmbedder(size)
+        data: list[dict[str, Any]] = []
+        for index, text in enumerate(texts):
+            vector = embedder.vector(text)
+            encoded: Any = vector
+            if body.get("encoding_format") == "base64":
+                encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        tokens = sum(len(text.split()) for text in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return web.json_response({"object": "list", "data": data, "model": model, "usage": usage})
+
+    def embedding_requests(self) -> list[Received]:
+        """The embeddings requests received, in order."""
+        return [r for r in self.received if r.path == "/v1/embeddings"]
 
     async def _images(self, request: web.Request) -> web.Response:
         """OpenAI's image generation route: ``{"model", "prompt", "n", "size", ...}`` in, ``b64_json`` pictures out.

@@ -12,6 +12,7 @@ import pytest
 
 from switchboard.core.agent.evidence import ContextEvidence
 from switchboard.core.events import Event
+from switchboard.core.memory.embeddings import Embedder, LocalEmbedder
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.memory.tools import memory_tools
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
@@ -24,6 +25,7 @@ from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import HistoryEntry
 from switchboard.settings import FileConfig
 from switchboard.types import SessionKey
+from tests.memory.stores import memory_store, pgvector_dsn, postgres_store, postgres_stores  # noqa: F401
 
 CONFIG: dict[str, Any] = {
     "projects": {"shop": {"tenant": "acme"}, "hr": {"tenant": "acme"}, "rival": {"tenant": "globex"}},
@@ -104,15 +106,26 @@ class Memory:
         return await self.gateway.call(name, args, ctx)
 
 
-@pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def build_memory(tmp_path: Path, embedder: Embedder | None = None) -> Memory:
+    """The memory tools over a SQLite store under ``tmp_path``, embedding with ``embedder`` (``None``: words only)."""
     config = FileConfig.model_validate(CONFIG)
     store = SQLiteMemoryStore(tmp_path / "memory")
     now = [1_800_000_000.0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
-    registry = ToolRegistry(memory_tools(store, config.connected_projects, clock))
-    yield Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, now)
-    store.close()
+    registry = ToolRegistry(memory_tools(store, config.connected_projects, clock, embedder))
+    return Memory(store, ToolGateway(registry, workspace_root=tmp_path), tmp_path, now)
 
 
-from tests.memory.stores import memory_store, pgvector_dsn, postgres_store, postgres_stores  # noqa: E402, F401
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    built = build_memory(tmp_path)
+    yield built
+    built.store.close()
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[Memory]:
+    """Memory whose tools embed with the local embedder (recall defaults to hybrid search)."""
+    built = build_memory(tmp_path, LocalEmbedder())
+    yield built
+    built.store.close()

@@ -13,6 +13,8 @@ import hashlib
 import logging
 import math
 import re
+from array import array
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -145,20 +147,25 @@ class LocalEmbedder:
         self.dims = dims
 
     def vector(self, text: str) -> list[float]:
-        """The embedding of one text (the zero vector for a text without words)."""
-        vector = [0.0] * self.dims
+        """The embedding of one text (the zero vector for a text without words).
+
+        A feature seen ``n`` times weighs ``1 + ln n`` times its base weight, so words a passage repeats do not
+        drown the rest.
+        """
+        counts: Counter[str] = Counter()
         for word in _WORD.findall(text.lower()):
             if word in _STOP:
                 continue
-            self._add(vector, "w:" + word, _WORD_WEIGHT)
+            counts["w:" + word] += 1
             padded = f"<{word}>"
             for at in range(len(padded) - 2):
-                self._add(vector, "g:" + padded[at : at + 3], _GRAM_WEIGHT)
+                counts["g:" + padded[at : at + 3]] += 1
+        vector = [0.0] * self.dims
+        for feature, count in counts.items():
+            weight = (_WORD_WEIGHT if feature[0] == "w" else _GRAM_WEIGHT) * (1.0 + math.log(count))
+            hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+            vector[hashed % self.dims] += -weight if hashed >> 63 else weight
         return _normalised(vector)
-
-    def _add(self, vector: list[float], feature: str, weight: float) -> None:
-        hashed = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
-        vector[hashed % self.dims] += -weight if hashed >> 63 else weight
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""
@@ -176,13 +183,14 @@ class OpenAIEmbedder:
         api_key: str | None = None,
         base_url: str | None = None,
         timeout_s: float = 30.0,
+        max_retries: int = 2,
     ) -> None:
         from openai import AsyncOpenAI  # the SDK only when this embedder is configured
 
         self.model = model
         self.dims = dims
         self._client = AsyncOpenAI(
-            api_key=api_key or "unset", base_url=base_url or None, timeout=timeout_s, max_retries=2
+            api_key=api_key or "unset", base_url=base_url or None, timeout=timeout_s, max_retries=max_retries
         )
 
     async def aclose(self) -> None:
@@ -235,7 +243,7 @@ class CachedEmbedder:
         if missing:
             first = {key: text for key, text in zip(keys, texts, strict=True)}
             vectors = await self.inner.embed([first[key] for key in missing])
-            fresh = dict(zip(missing, vectors, strict=True))
-            await self.store.cache_embeddings(self.tenant, self.model, fresh)
+            fresh = {key: array("f", vector).tolist() for key, vector in zip(missing, vectors, strict=True)}
+            await self.store.cache_embeddings(self.tenant, self.model, fresh)  # kept as float32, so given as such
             found = {**found, **fresh}
         return [list(found[key]) for key in keys]

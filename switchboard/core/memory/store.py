@@ -216,6 +216,12 @@ class SQLiteMemoryStore:
         """The tenant's database file."""
         return self.root / f"{check_name(tenant, 'tenant')}.sqlite"
 
+    def tenants(self) -> list[str]:
+        """The tenants that have a database file, sorted (what a rotation or a retention sweep goes through)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(path.stem for path in self.root.glob("*.sqlite") if path.is_file())
+
     def close(self) -> None:
         """Close every open database."""
         with self._lock:
@@ -389,7 +395,6 @@ class SQLiteMemoryStore:
             self._record(db, tenant, change)
 
         await self._run(tenant, work)
-        await self._checkpoint(tenant)
 
     async def link(self, tenant: str, src: str, dst: str, change: FactChange) -> None:
         """Relate two facts (both ways) and record the change."""

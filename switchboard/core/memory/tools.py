@@ -50,6 +50,7 @@ __all__ = [
     "MAX_RECALLED",
     "MAX_SNIPPET_CHARS",
     "MEMORY_TOOLS",
+    "READ_ONLY_PREFIX",
     "ConnectedProjects",
     "CorrectInput",
     "ForgetInput",
@@ -59,6 +60,7 @@ __all__ = [
     "RememberInput",
     "check_source",
     "memory_tools",
+    "read_only",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +79,15 @@ MAX_READ_CHARS = 4000
 
 _MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
 """A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
+
+READ_ONLY_PREFIX = "knowledge."
+"""Projects named so hold an agent's knowledge: the memory tools read them and never write to them."""
+
+
+def read_only(project: str) -> bool:
+    """Whether the memory tools may only read ``project`` (an agent's knowledge)."""
+    return project.startswith(READ_ONLY_PREFIX)
+
 
 MEMORY_TOOLS = ("remember", "recall", "read_memory", "link", "correct", "forget")
 
@@ -116,7 +127,9 @@ class RecallInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=200, description="Words to look for in remembered facts.")
+    query: str = Field(
+        min_length=1, max_length=200, description="What to look for in remembered facts: words, or a question."
+    )
     project: str = _PROJECT
     limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
     mode: SearchMode | None = Field(
@@ -266,8 +279,12 @@ def memory_tools(
     def visible(ctx: ToolContext) -> list[str]:
         return list(connected(ctx.agent, ctx.tenant))
 
-    def one_project(ctx: ToolContext, name: str) -> str:
+    def one_project(ctx: ToolContext, name: str, *, write: bool = False) -> str:
         projects = visible(ctx)
+        if name and write and read_only(name) and name in projects:
+            raise ToolError(f"project {name!r} is knowledge, which agents only read", error_class="validation")
+        if write:
+            projects = [project for project in projects if not read_only(project)]
         if name:
             if name not in projects:
                 raise ToolError(
@@ -279,10 +296,12 @@ def memory_tools(
             raise ToolError(f"name the project (connected: {', '.join(projects) or 'none'})", error_class="validation")
         return projects[0]
 
-    async def find(ctx: ToolContext, fact_id: str) -> Fact:
+    async def find(ctx: ToolContext, fact_id: str, *, write: bool = False) -> Fact:
         fact = await store.get(ctx.tenant, fact_id, visible(ctx))
         if fact is None:
             raise ToolError(f"no fact {fact_id!r} in the connected projects", error_class="validation")
+        if write and read_only(fact.project):
+            raise ToolError(f"{fact_id!r} is knowledge, which agents only read", error_class="validation")
         return fact
 
     async def changed(ctx: ToolContext, op: ChangeOp, fact: Fact, reason: str) -> FactChange:
@@ -314,7 +333,7 @@ def memory_tools(
             )
 
     async def remember(args: RememberInput, ctx: ToolContext) -> dict[str, Any]:
-        project = one_project(ctx, args.project)
+        project = one_project(ctx, args.project, write=True)
         check_source(args.source, ctx.evidence)
         now = clock()
         expires = None if args.expires_at is None else args.expires_at.timestamp()
@@ -384,15 +403,15 @@ def memory_tools(
     async def link(args: LinkInput, ctx: ToolContext) -> dict[str, Any]:
         if args.fact_id == args.to:
             raise ToolError("a fact cannot be linked to itself", error_class="validation")
-        fact = await find(ctx, args.fact_id)
-        await find(ctx, args.to)
+        fact = await find(ctx, args.fact_id, write=True)
+        await find(ctx, args.to, write=True)
         change = await changed(ctx, "linked", fact, f"to {args.to}: {args.reason}")
         await store.link(ctx.tenant, args.fact_id, args.to, change)
         await recorded(ctx, change)
         return {"linked": [args.fact_id, args.to]}
 
     async def correct(args: CorrectInput, ctx: ToolContext) -> dict[str, Any]:
-        fact = await find(ctx, args.fact_id)
+        fact = await find(ctx, args.fact_id, write=True)
         check_source(args.source, ctx.evidence)
         if fact.kind == "fact" and len(args.text) > MAX_FACT_CHARS:
             raise ToolError(f"a fact is at most {MAX_FACT_CHARS} characters", error_class="validation")
@@ -403,7 +422,7 @@ def memory_tools(
         return {"corrected": fact.id}
 
     async def forget(args: ForgetInput, ctx: ToolContext) -> dict[str, Any]:
-        fact = await find(ctx, args.fact_id)
+        fact = await find(ctx, args.fact_id, write=True)
         change = await changed(ctx, "forgotten", fact, args.reason)
         await store.forget(ctx.tenant, fact.id, change)
         await recorded(ctx, change)
