@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from switchboard.core.memory.chunks import passages
-from switchboard.core.memory.facts import Fact, Source
+from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.postgres import PostgresMemoryStore
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.sealing import Keyring
@@ -135,11 +135,18 @@ async def test_sealed_rows_hold_no_word_and_still_answer(postgres_stores: Callab
     store = postgres_stores(OLD)
     item = fact(f"the {CANARY} lives in Lisbon", fact_id="s1")
     await store.add(item, change(item), [[0.0, 1.0]])
+    forgotten = fact("gone soon", fact_id="s2")
+    await store.add(forgotten, change(forgotten))
+    reason = FactChange(fact_id="s2", project="shop", op="forgotten", actor="op", reason=f"{CANARY} asked us to")
+    await store.forget("acme", "s2", reason)
 
     for row in await _raw(store, "SELECT text, source FROM {s}.facts"):
         assert row["text"].startswith("sb1:k1:") and row["source"].startswith("sb1:k1:")
     dump = " ".join(str(tuple(row)) for row in await _raw(store, "SELECT * FROM {s}.facts NATURAL JOIN {s}.passages"))
     assert CANARY not in dump and "Lisbon" not in dump and "the user said so" not in dump
+    assert CANARY not in str([tuple(row) for row in await _raw(store, "SELECT * FROM {s}.changes")])
+    assert (await store.changes("acme", "s2"))[-1] == reason
+    assert await store.tenants() == ["acme"]
     assert await store.get("acme", "s1", ["shop"]) == item
     assert [h.fact.id for h in await store.search("acme", ["shop"], f"{CANARY} Paris", 5, NOW)] == ["s1"]
     assert [h.fact.id for h in await store.nearest("acme", ["shop"], [0.0, 1.0], 5, NOW)] == ["s1"]
@@ -155,6 +162,7 @@ async def test_rotation_reseals_and_reindexes_under_the_current_key(
     old = postgres_stores(OLD)
     sealed = fact(f"sealed with the old key, {CANARY} two", fact_id="o1")
     await old.add(sealed, change(sealed))
+    await old.link("acme", "o1", "o1", FactChange(fact_id="o1", project="shop", op="linked", actor="op", reason="why"))
     other = fact(f"another tenant's {CANARY}", tenant="globex", fact_id="g1")
     await old.add(other, change(other))
 
@@ -164,11 +172,14 @@ async def test_rotation_reseals_and_reindexes_under_the_current_key(
     assert await both.rotate("acme") == 0
     keys = {row["text"].split(":")[1] for row in await _raw(both, "SELECT text FROM {s}.facts WHERE tenant = 'acme'")}
     assert keys == {"k2"}
+    reasons = await _raw(both, "SELECT reason FROM {s}.changes WHERE tenant = 'acme' AND reason <> ''")
+    assert [row["reason"].split(":")[1] for row in reasons] == ["k2"]
 
     new = postgres_stores(NEW)
     assert [h.fact.id for h in await new.search("acme", ["shop"], f"{CANARY} two", 5, NOW)] == ["o1", "p1"]
     assert await new.get("acme", "p1", ["shop"]) == before
-    assert await new.get("acme", "o1", ["shop"]) == sealed
+    assert (await new.get("acme", "o1", ["shop"])) == sealed.model_copy(update={"links": ("o1",)})
+    assert [c.reason for c in await new.changes("acme", "o1")] == ["", "why"]
     assert (await _raw(new, "SELECT text FROM {s}.facts WHERE tenant = 'globex'"))[0]["text"].startswith("sb1:k1:")
     assert await postgres_stores().rotate("acme") == 0
 

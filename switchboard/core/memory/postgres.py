@@ -22,7 +22,7 @@ The ``vector`` column has no fixed dimension, so changing the embedding model ne
 fact must have vectors of one length, and :meth:`~PostgresMemoryStore.nearest` compares only rows whose
 ``vector_dims`` equal the query's (vectors of another model are skipped, never an error mid-query).
 
-With a :class:`~switchboard.core.sealing.Keyring`, fact text and sources are stored sealed (context
+With a :class:`~switchboard.core.sealing.Keyring`, fact text, sources and change reasons are stored sealed (context
 ``memory:<tenant>``) and the ``tsvector`` holds blind terms instead of words; a query looks for the blind terms of
 its words under every listed key (and the words themselves, for rows indexed before sealing was switched on), and
 :meth:`~PostgresMemoryStore.rotate` re-seals and re-indexes a tenant's rows under the current key.
@@ -41,7 +41,7 @@ from typing import Any
 from switchboard.core.memory.chunks import passages
 from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
-from switchboard.core.memory.store import terms
+from switchboard.core.memory.store import memory_context, terms
 from switchboard.core.sealing import SEALED_PREFIX, Keyring
 from switchboard.errors import ConfigError
 
@@ -430,7 +430,7 @@ class PostgresMemoryStore:
             return await self._delete(con, tenant, ids) if ids else 0
 
     async def rotate(self, tenant: str) -> int:
-        """Re-seal with the current key (and re-index) every fact of ``tenant`` sealed otherwise; the facts changed.
+        """Re-seal with the current key (and re-index) every row of ``tenant`` sealed otherwise; the facts changed.
 
         Without a keyring there is nothing to seal with: 0.
         """
@@ -475,9 +475,33 @@ class PostgresMemoryStore:
                         self._tsvector(tenant, text[piece["start"] : piece["stop"]]),
                     )
                 changed += 1
+            for row in await con.fetch(
+                self._sql(
+                    "SELECT seq, reason FROM {s}.changes WHERE tenant = $1 AND reason <> '' AND left(reason, $3) <> $2"
+                ),
+                tenant,
+                prefix,
+                len(prefix),
+            ):
+                await con.execute(
+                    self._sql("UPDATE {s}.changes SET reason = $2 WHERE seq = $1"),
+                    row["seq"],
+                    keyring.reseal(row["reason"], memory_context(tenant)),
+                )
         return changed
 
     # ------------------------------------------------------------------- reads
+
+    async def tenants(self) -> list[str]:
+        """The tenants that have memory (facts, changes or cached vectors), sorted: what a sweep goes through."""
+        pool = await self._connections()
+        rows = await pool.fetch(
+            self._sql(
+                "SELECT tenant FROM {s}.facts UNION SELECT tenant FROM {s}.changes"
+                " UNION SELECT tenant FROM {s}.embedding_cache ORDER BY 1"
+            )
+        )
+        return [row["tenant"] for row in rows]
 
     async def get(self, tenant: str, fact_id: str, projects: Sequence[str]) -> Fact | None:
         """The fact ``fact_id`` when it is in one of ``projects`` of ``tenant`` (expired or not), else ``None``."""
@@ -526,7 +550,7 @@ class PostgresMemoryStore:
         for number, word in enumerate(words):
             looked_for = [word]
             if self.keyring is not None:
-                looked_for = [*self.keyring.blind_all(word, _context(tenant)), word]
+                looked_for = [*self.keyring.blind_all(word, memory_context(tenant)), word]
             for lexeme in dict.fromkeys(looked_for):
                 lexemes.append(lexeme)
                 numbers.append(number)
@@ -587,7 +611,7 @@ class PostgresMemoryStore:
             tenant,
             fact_id,
         )
-        return [FactChange.model_validate(dict(row)) for row in rows]
+        return [FactChange.model_validate({**row, "reason": self._open(tenant, row["reason"])}) for row in rows]
 
     async def cached_embeddings(self, tenant: str, model: str, digests: Sequence[str]) -> dict[str, list[float]]:
         """The cached vectors of ``model`` among ``digests`` (content hashes), by digest."""
@@ -608,10 +632,10 @@ class PostgresMemoryStore:
     # ----------------------------------------------------------------- helpers
 
     def _seal(self, tenant: str, value: str) -> str:
-        return value if self.keyring is None else self.keyring.seal(value, _context(tenant))
+        return value if self.keyring is None else self.keyring.seal(value, memory_context(tenant))
 
     def _open(self, tenant: str, value: str) -> str:
-        return value if self.keyring is None else self.keyring.open(value, _context(tenant))
+        return value if self.keyring is None else self.keyring.open(value, memory_context(tenant))
 
     def _tsvector(self, tenant: str, text: str) -> str:
         """The ``tsvector`` literal of ``text``: each word (or its blind term) once, one position per occurrence."""
@@ -619,7 +643,7 @@ class PostgresMemoryStore:
         for word in terms(text):
             lexeme = word[:_MAX_WORD]
             if self.keyring is not None:
-                lexeme = self.keyring.blind(lexeme, _context(tenant))
+                lexeme = self.keyring.blind(lexeme, memory_context(tenant))
             counts[lexeme] = counts.get(lexeme, 0) + 1
         return " ".join(
             f"{_quoted(lexeme)}:{','.join(str(n) for n in range(1, min(count, _MAX_POSITIONS) + 1))}"
@@ -695,7 +719,7 @@ class PostgresMemoryStore:
             change.actor,
             change.agent,
             change.run_id,
-            change.reason,
+            self._seal(tenant, change.reason) if change.reason else "",
             change.at,
         )
 
@@ -768,10 +792,6 @@ async def _create_extension(con: Any) -> None:
             " (Debian: apt-get install postgresql-<version>-pgvector)",
             field="memory.dsn_env",
         ) from None
-
-
-def _context(tenant: str) -> str:
-    return f"memory:{tenant}"
 
 
 def _spans(kind: FactKind, text: str) -> list[tuple[int, int]]:
