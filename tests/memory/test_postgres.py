@@ -199,3 +199,16 @@ def test_one_store_serves_one_event_loop_after_another(pgvector_dsn: str) -> Non
 
     asyncio.run(first())
     assert asyncio.run(second()) == item
+
+
+async def test_a_nul_character_is_a_clear_error_and_nothing_is_written(postgres_store: PostgresMemoryStore) -> None:
+    item = fact("before\x00after", fact_id="n1")
+    with pytest.raises(ValueError, match="NUL"):
+        await postgres_store.add(item, change(item))
+    assert await postgres_store.facts("acme", ["shop"]) == []
+    kept = fact("clean", fact_id="n2")
+    await postgres_store.add(kept, change(kept))
+    source = Source(kind="message", ref="m3", quote="a quote")
+    with pytest.raises(ValueError, match="NUL"):
+        await postgres_store.correct("acme", "n2", "dirty\x00", source, 0.5, change(kept, "corrected"))
+    assert await postgres_store.get("acme", "n2", ["shop"]) == kept

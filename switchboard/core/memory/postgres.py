@@ -255,7 +255,8 @@ class PostgresMemoryStore:
         """Store a new fact and record its change; an id already stored is left as it is (a re-run).
 
         Raises:
-            ValueError: ``embeddings`` is not one vector per passage, or its vectors differ in length.
+            ValueError: ``embeddings`` is not one vector per passage, its vectors differ in length, or the text holds
+                a NUL character.
         """
         check_name(fact.tenant, "tenant")
         rows = self._passage_rows(fact.tenant, fact.kind, fact.text, embeddings)
@@ -654,6 +655,7 @@ class PostgresMemoryStore:
         self, tenant: str, kind: FactKind, text: str, embeddings: Sequence[Sequence[float]] | None
     ) -> list[tuple[int, int, int, int, str, str | None]]:
         """``(idx, start, stop, length, tsvector, vector)`` of each passage of ``text``, before anything is written."""
+        _check_text(text)
         pieces = _spans(kind, text)
         if embeddings is not None:
             if len(embeddings) != len(pieces):
@@ -707,6 +709,7 @@ class PostgresMemoryStore:
         return int(count)
 
     async def _record(self, con: Any, tenant: str, change: FactChange) -> None:
+        _check_text(change.reason)  # in the caller's transaction: an error undoes the whole change
         await con.execute(
             self._sql(
                 "INSERT INTO {s}.changes (tenant, fact_id, project, op, actor, agent, run_id, reason, at)"
@@ -792,6 +795,12 @@ async def _create_extension(con: Any) -> None:
             " (Debian: apt-get install postgresql-<version>-pgvector)",
             field="memory.dsn_env",
         ) from None
+
+
+def _check_text(text: str) -> None:
+    """PostgreSQL text cannot hold NUL: :class:`ValueError` before anything is written."""
+    if "\x00" in text:
+        raise ValueError("memory text cannot hold NUL characters")
 
 
 def _spans(kind: FactKind, text: str) -> list[tuple[int, int]]:
