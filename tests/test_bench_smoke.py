@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -184,3 +185,12 @@ def test_schedules_bench_runs_and_every_occurrence_is_accepted() -> None:
     out = run_bench("bench.schedules")
     assert "Scheduling precision" in out and "baseline: sleep loop" in out
     assert "| switchboard (2 schedulers, poll 1 s) | 300/300 |" in out and "| 300/300 |" in out.split("sleep loop")[1]
+
+
+def test_recall_bench_runs_both_stores_side_by_side() -> None:
+    out = run_bench("bench.recall")
+    assert "| SQLite |" in out and "facts/s" in out
+    if importlib.util.find_spec("pgserver") is not None:
+        assert "| PostgreSQL |" in out and "PostgreSQL / SQLite p50" in out
+    for mode in ("lexical", "vector", "hybrid"):
+        assert f"| {mode} |" in out
