@@ -55,6 +55,7 @@ def test_rotation_opens_old_values_and_reseals_with_the_new_key() -> None:
         (f"{new_key('k1')},{new_key('k1')}", "twice"),
         (" , ", "lists no key"),
     ],
+    ids=["no-colon", "not-base64", "short", "twice", "empty"],  # fixed ids: xdist workers must collect the same
 )
 def test_a_bad_key_list_is_a_configuration_error_that_says_what_to_fix(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
