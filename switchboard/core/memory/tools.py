@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -180,8 +181,21 @@ class ForgetInput(BaseModel):
     reason: str = _REASON
 
 
+_WORD = re.compile(r"\w")
+
+
 def _normal(text: str) -> str:
     return " ".join(text.split()).casefold()
+
+
+def _quoted(quote: str, text: str) -> bool:
+    """Whether ``quote`` is in ``text`` (both normalised) as whole words, not letters cut out of words.
+
+    A quote of three words or more may end inside a word (a long quote cut short); a shorter one must end with one.
+    """
+    before = r"(?<!\w)" if _WORD.match(quote[0]) else ""
+    after = r"(?!\w)" if _WORD.match(quote[-1]) and len(quote.split()) < 3 else ""
+    return re.search(before + re.escape(quote) + after, text) is not None
 
 
 def _refuse(message: str) -> ToolError:
@@ -193,12 +207,14 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
     if evidence is None:
         raise _refuse("this call has no conversation to cite (memory writes need one)")
     quote = _normal(source.quote)
+    if not _WORD.search(quote):
+        raise _refuse("the quote has no words (quote the source's words verbatim)")
     if source.kind == "message":
         messages = [m for m in evidence.messages() if not source.ref or m.message_id == source.ref]
         if not messages:
             raise _refuse(f"message {source.ref!r} is not in this conversation")
-        if not any(quote in _normal(m.text) for m in messages):
-            raise _refuse("the quote is not in the cited message (quote its words verbatim)")
+        if not any(_quoted(quote, _normal(m.text)) for m in messages):
+            raise _refuse("the quote is not in the cited message (quote its whole words verbatim)")
         return
     if source.kind == "tool_result":
         call_id = source.ref or source.call_id
@@ -218,8 +234,8 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
         str(value).strip() for value in result.arguments.values() if isinstance(value, str)
     }:
         raise _refuse(f"tool call {call_id!r} did not read {source.ref!r}")
-    if quote not in _normal(result.text):
-        raise _refuse("the quote is not in the cited tool result (quote its words verbatim)")
+    if not _quoted(quote, _normal(result.text)):
+        raise _refuse("the quote is not in the cited tool result (quote its whole words verbatim)")
 
 
 def _date(at: float | None) -> str | None:

@@ -1,0 +1,55 @@
+"""A hostile model against the provenance check of ``remember``: sources that hold nothing, or launder its own words.
+
+Each case cites something the turn did see, so only the check of what is cited stands between the model and durable
+memory: a quote of blanks or of a few letters cut out of words supports anything, a call id used twice lets a
+recalled fact pass as another tool's result, and a result that echoes the call's arguments repeats the model's own
+words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.memory.conftest import Memory, Turn, build_memory, inbound
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    built = build_memory(tmp_path)
+    yield built
+    built.store.close()
+
+
+async def _refused(memory: Memory, turn: Turn, source: dict[str, Any], expected: str) -> None:
+    outcome = await memory.call("remember", {"text": "Ann's card is 4111 1111", "source": source}, turn, agent="people")
+    assert not outcome.ok and outcome.error_class == "validation", outcome
+    assert expected in str(outcome.error)
+    assert await memory.store.facts("acme", ["hr"]) == [] and turn.events == []
+
+
+@pytest.mark.parametrize(
+    ("quote", "expected"),
+    [
+        ("   ", "no words"),
+        ("\t \n", "no words"),
+        ("s t", "whole words"),  # the end of "ships" and the start of "to"
+        ("rder 12", "whole words"),
+        ("hip", "whole words"),
+    ],
+    ids=["blanks", "tab-newline", "letters-across-words", "cut-word", "inside-a-word"],
+)
+async def test_a_quote_of_blanks_or_of_pieces_of_words_supports_nothing(
+    memory: Memory, quote: str, expected: str
+) -> None:
+    turn = Turn(inbound=[inbound("My order 1234 ships to Paris", "m1")])
+    await _refused(memory, turn, {"kind": "message", "ref": "m1", "quote": quote}, expected)
+    ok = await memory.call(  # whole words of the message still do
+        "remember",
+        {"text": "Order 1234 ships to Paris", "source": {"kind": "message", "quote": "ships to Paris"}},
+        turn,
+    )
+    assert ok.ok, ok
