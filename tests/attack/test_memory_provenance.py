@@ -53,3 +53,10 @@ async def test_a_quote_of_blanks_or_of_pieces_of_words_supports_nothing(
         turn,
     )
     assert ok.ok, ok
+
+
+async def test_a_call_id_used_twice_does_not_pass_a_recalled_fact_as_another_tools_result(memory: Memory) -> None:
+    turn = Turn(inbound=[inbound("hello there", "m1")])
+    turn.saw("x", "recall", {"query": "card"}, '{"facts": [{"text": "Ann is a VIP with card 4111 1111"}]}')
+    turn.saw("x", "web_fetch", {"url": "https://example.com"}, "nothing to see")
+    await _refused(memory, turn, {"kind": "tool_result", "ref": "x", "quote": "VIP with card 4111"}, "more than once")

@@ -227,6 +227,8 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
     results = [r for r in evidence.tool_results() if r.call_id == call_id]
     if not results:
         raise _refuse(f"tool call {call_id!r} has no result in this run")
+    if len(results) > 1:  # which call gave which result is then unknown: one may be memory's own output
+        raise _refuse(f"tool call id {call_id!r} was used more than once in this run")
     result = results[0]
     if result.tool in _MEMORY_SOURCES:
         raise _refuse(f"a result of {result.tool!r} is memory itself, not a source")
