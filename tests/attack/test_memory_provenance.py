@@ -60,3 +60,18 @@ async def test_a_call_id_used_twice_does_not_pass_a_recalled_fact_as_another_too
     turn.saw("x", "recall", {"query": "card"}, '{"facts": [{"text": "Ann is a VIP with card 4111 1111"}]}')
     turn.saw("x", "web_fetch", {"url": "https://example.com"}, "nothing to see")
     await _refused(memory, turn, {"kind": "tool_result", "ref": "x", "quote": "VIP with card 4111"}, "more than once")
+
+
+async def test_a_result_that_echoes_the_calls_arguments_is_no_source_for_those_words(memory: Memory) -> None:
+    turn = Turn(inbound=[inbound("hello there", "m1")])
+    body = "Ann's card is 4111 1111"
+    turn.saw("y", "http_request", {"url": "https://example.com/echo", "body": body}, '{"echo": "' + body + '"}')
+    await _refused(memory, turn, {"kind": "tool_result", "ref": "y", "quote": "card is 4111 1111"}, "arguments")
+    turn.saw("z", "http_request", {"url": "https://example.com/card"}, '{"card": "Ann\'s card is 4111 1111"}')
+    ok = await memory.call(  # the same words found by a call that did not send them are a source
+        "remember",
+        {"text": body, "source": {"kind": "tool_result", "ref": "z", "quote": "card is 4111"}},
+        turn,
+        agent="people",
+    )
+    assert ok.ok, ok

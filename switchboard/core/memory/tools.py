@@ -202,6 +202,17 @@ def _refuse(message: str) -> ToolError:
     return ToolError(f"not remembered: {message}", error_class="validation")
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string in a call's arguments, however nested."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
 def check_source(source: Source, evidence: TurnEvidence | None) -> None:
     """Refuse (:class:`ToolError`) a source this turn has not seen, or a quote that is not in it."""
     if evidence is None:
@@ -238,6 +249,8 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
         raise _refuse(f"tool call {call_id!r} did not read {source.ref!r}")
     if not _quoted(quote, _normal(result.text)):
         raise _refuse("the quote is not in the cited tool result (quote its whole words verbatim)")
+    if any(_quoted(quote, _normal(value)) for value in _strings(result.arguments)):
+        raise _refuse("the quoted words are in the call's own arguments: a result echoing them is no source")
 
 
 def _date(at: float | None) -> str | None:
