@@ -32,7 +32,7 @@ import sqlite_vec
 from switchboard.core.memory.chunks import passages_for
 from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
-from switchboard.core.sealing import Keyring, SealError, is_sealed
+from switchboard.core.sealing import DATA_KEYS_ENV, SEALED_PREFIX, Keyring, SealError, is_sealed
 
 __all__ = ["MemoryStore", "SQLiteMemoryStore", "memory_context", "terms"]
 
@@ -211,6 +211,8 @@ class SQLiteMemoryStore:
         self.keyring = keyring
         self._lock = threading.Lock()
         self._connections: dict[str, sqlean.Connection] = {}
+        self._keys_checked: set[str] = set()
+        """Tenants whose sealed passages the keyring was seen to open."""
 
     def path(self, tenant: str) -> Path:
         """The tenant's database file."""
@@ -267,9 +269,31 @@ class SQLiteMemoryStore:
     def _open(self, tenant: str, value: str) -> str:
         if self.keyring is None:
             if is_sealed(value):
-                raise SealError("memory is sealed at rest: set SWITCHBOARD_DATA_KEYS to read it")
+                raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to read it")
             return value
         return self.keyring.open(value, memory_context(tenant))
+
+    def _check_keys(self, db: sqlean.Connection, tenant: str, scope: str, bound: tuple[Any, ...]) -> None:
+        """Raise :class:`SealError` when the keyring cannot open the sealed passages in ``scope``.
+
+        A word search looks for blind terms, so without the right key it would silently find only plain rows.
+        """
+        if tenant in self._keys_checked:
+            return
+        row = db.execute(
+            "SELECT p.text FROM passages p JOIN facts f ON f.rowid = p.fact"  # noqa: S608
+            f" WHERE {scope} AND p.text >= ? AND p.text < ? LIMIT 1",
+            (*bound, SEALED_PREFIX, SEALED_PREFIX[:-1] + chr(ord(SEALED_PREFIX[-1]) + 1)),
+        ).fetchone()
+        if row is None:
+            return
+        if self.keyring is None:
+            raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to search it")
+        try:
+            self.keyring.open(row[0], memory_context(tenant))
+        except SealError as error:
+            raise SealError(f"the keys of {DATA_KEYS_ENV} do not open this memory: {error}") from None
+        self._keys_checked.add(tenant)
 
     def _index_terms(self, tenant: str, text: str) -> str:
         words = terms(text)
@@ -507,6 +531,7 @@ class SQLiteMemoryStore:
 
         def work(db: sqlean.Connection) -> list[Hit]:
             scope, bound = _scope(tenant, projects, now)
+            self._check_keys(db, tenant, scope, bound)
             total, average = db.execute(
                 f"SELECT count(*), coalesce(avg(p.length), 0) FROM passages p JOIN facts f ON f.rowid = p.fact"  # noqa: S608
                 f" WHERE {scope}",

@@ -1,0 +1,46 @@
+"""Sealed memory opened without its keys, or with the wrong ones: a clear error naming the variable, never a silent
+partial answer; and erasing a person still works when the keys are gone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from switchboard.core.memory.embeddings import digest
+from switchboard.core.memory.store import SQLiteMemoryStore
+from switchboard.core.sealing import DATA_KEYS_ENV, Keyring, SealError, new_key
+from tests.memory.test_sealing import NOW, _add, _fact
+
+KEY = new_key("k1")
+
+
+async def _mixed(root: Path) -> None:
+    """A plain fact written before sealing was switched on, then a sealed one."""
+    plain = SQLiteMemoryStore(root)
+    await _add(plain, _fact("f_01", "Ann keeps quokkas at home"))
+    plain.close()
+    sealed = SQLiteMemoryStore(root, Keyring.parse(KEY))
+    await _add(sealed, _fact("f_02", "Bob keeps quokkas too", actor="web:bob"))
+    await sealed.cache_embeddings("acme", "m", {digest("m", "Bob keeps quokkas too"): [1.0, 0.0]})
+    assert {hit.fact.id for hit in await sealed.search("acme", ["shop"], "quokkas", 5, NOW)} == {"f_01", "f_02"}
+    sealed.close()
+
+
+@pytest.mark.parametrize("keys", [None, new_key("k1"), new_key("k9")], ids=["no-keys", "same-id-other-key", "other-id"])
+async def test_a_search_of_sealed_memory_without_its_key_says_so(tmp_path: Path, keys: str | None) -> None:
+    await _mixed(tmp_path)
+    store = SQLiteMemoryStore(tmp_path, None if keys is None else Keyring.parse(keys))
+    try:
+        with pytest.raises(SealError, match=DATA_KEYS_ENV):
+            await store.search("acme", ["shop"], "quokkas", 5, NOW)
+    finally:
+        store.close()
+
+
+async def test_a_search_of_plain_memory_needs_no_key(tmp_path: Path) -> None:
+    plain = SQLiteMemoryStore(tmp_path)
+    await _add(plain, _fact("f_01", "Ann keeps quokkas at home"))
+    assert [hit.fact.id for hit in await plain.search("acme", ["shop"], "quokkas", 5, NOW)] == ["f_01"]
+    plain.close()
