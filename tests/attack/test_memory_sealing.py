@@ -44,3 +44,15 @@ async def test_a_search_of_plain_memory_needs_no_key(tmp_path: Path) -> None:
     await _add(plain, _fact("f_01", "Ann keeps quokkas at home"))
     assert [hit.fact.id for hit in await plain.search("acme", ["shop"], "quokkas", 5, NOW)] == ["f_01"]
     plain.close()
+
+
+async def test_erasing_a_person_works_when_the_keys_are_gone(tmp_path: Path) -> None:
+    await _mixed(tmp_path)
+    store = SQLiteMemoryStore(tmp_path)
+    try:
+        assert await store.erase("acme", actor="web:bob") == 1
+        db = store._db("acme")
+        assert db.execute("SELECT id FROM facts").fetchall() == [("f_01",)]
+        assert db.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 0
+    finally:
+        store.close()

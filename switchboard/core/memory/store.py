@@ -731,7 +731,11 @@ class SQLiteMemoryStore:
             ]
             for rowid, _ in rows:
                 for (text,) in db.execute("SELECT text FROM passages WHERE fact = ?", (rowid,)).fetchall():
-                    plain = self._open(tenant, text)
+                    try:
+                        plain = self._open(tenant, text)
+                    except SealError:  # keys gone: which vectors are theirs is unknown, so the whole cache goes
+                        db.execute("DELETE FROM embedding_cache WHERE tenant = ?", (tenant,))
+                        continue
                     db.executemany(
                         "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
                         [(tenant, model, digest(model, plain)) for model in models],
