@@ -210,7 +210,10 @@ class SQLiteMemoryStore:
         self.root = root
         self.keyring = keyring
         self._lock = threading.Lock()
+        """Guards the two maps below only; a tenant's database is used under its own lock, so one tenant's long
+        search never holds up another's calls."""
         self._connections: dict[str, sqlean.Connection] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._keys_checked: set[str] = set()
         """Tenants whose sealed passages the keyring was seen to open."""
 
@@ -227,13 +230,28 @@ class SQLiteMemoryStore:
     def close(self) -> None:
         """Close every open database."""
         with self._lock:
-            for connection in self._connections.values():
-                connection.close()
-            self._connections.clear()
+            tenants = list(self._connections)
+        for tenant in tenants:
+            with self._held(tenant):
+                self._close(tenant)
+
+    def _held(self, tenant: str) -> threading.Lock:
+        """The lock of ``tenant``'s database (its connection is used by one thread at a time)."""
+        with self._lock:
+            return self._locks.setdefault(tenant, threading.Lock())
+
+    def _close(self, tenant: str) -> None:
+        """Close ``tenant``'s connection; the caller holds the tenant's lock."""
+        with self._lock:
+            connection = self._connections.pop(tenant, None)
+        if connection is not None:
+            connection.close()
 
     def _db(self, tenant: str) -> sqlean.Connection:
+        """``tenant``'s connection, opened (and migrated) on first use; the caller holds the tenant's lock."""
         path = self.path(tenant)
-        found = self._connections.get(tenant)
+        with self._lock:
+            found = self._connections.get(tenant)
         if found is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             found = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -243,12 +261,13 @@ class SQLiteMemoryStore:
             found.execute("PRAGMA journal_mode=WAL")
             found.execute("PRAGMA secure_delete=ON")  # a deleted or erased text is overwritten, not left in free pages
             _migrate(found)
-            self._connections[tenant] = found
+            with self._lock:
+                self._connections[tenant] = found
         return found
 
     async def _run(self, tenant: str, work: Any, *args: Any) -> Any:
         def call() -> Any:
-            with self._lock:
+            with self._held(tenant):
                 db = self._db(tenant)
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -713,10 +732,8 @@ class SQLiteMemoryStore:
             removed: int = await self._run(tenant, count)
 
             def drop() -> None:
-                with self._lock:
-                    connection = self._connections.pop(tenant, None)
-                    if connection is not None:
-                        connection.close()
+                with self._held(tenant):
+                    self._close(tenant)
                     for suffix in ("", "-wal", "-shm", "-journal"):
                         path.with_name(path.name + suffix).unlink(missing_ok=True)
 
@@ -780,7 +797,7 @@ class SQLiteMemoryStore:
         """
 
         def call() -> None:
-            with self._lock:
+            with self._held(tenant):
                 db = self._db(tenant)
                 db.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
