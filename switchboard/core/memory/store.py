@@ -265,11 +265,16 @@ class SQLiteMemoryStore:
                 self._connections[tenant] = found
         return found
 
-    async def _run(self, tenant: str, work: Any, *args: Any) -> Any:
+    async def _run(self, tenant: str, work: Any, *args: Any, write: bool = True) -> Any:
+        """``work(db, *args)`` in one transaction of ``tenant``'s database, in a thread.
+
+        A read (``write`` false) takes no write lock, so a long search never locks out another worker's writes.
+        """
+
         def call() -> Any:
             with self._held(tenant):
                 db = self._db(tenant)
-                db.execute("BEGIN IMMEDIATE")
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     result = work(db, *args)
                 except BaseException:
@@ -519,7 +524,7 @@ class SQLiteMemoryStore:
             ).fetchone()
             return None if row is None else self._fact(db, tenant, row, projects)
 
-        found: Fact | None = await self._run(tenant, work)
+        found: Fact | None = await self._run(tenant, work, write=False)
         return found
 
     async def facts(self, tenant: str, projects: Sequence[str]) -> list[Fact]:
@@ -536,7 +541,7 @@ class SQLiteMemoryStore:
             ).fetchall()
             return [self._fact(db, tenant, row, projects) for row in rows]
 
-        found: list[Fact] = await self._run(tenant, work)
+        found: list[Fact] = await self._run(tenant, work, write=False)
         return found
 
     async def search(self, tenant: str, projects: Sequence[str], query: str, limit: int, now: float) -> list[Hit]:
@@ -587,7 +592,7 @@ class SQLiteMemoryStore:
                 for score, text, row in ranked
             ]
 
-        found: list[Hit] = await self._run(tenant, work)
+        found: list[Hit] = await self._run(tenant, work, write=False)
         return found
 
     def _fact_by_rowid(self, db: sqlean.Connection, tenant: str, rowid: int, projects: Sequence[str]) -> Fact:
@@ -623,7 +628,7 @@ class SQLiteMemoryStore:
                 for row in rows
             ]
 
-        found: list[Hit] = await self._run(tenant, work)
+        found: list[Hit] = await self._run(tenant, work, write=False)
         return found
 
     async def neighbours(
@@ -651,7 +656,7 @@ class SQLiteMemoryStore:
                     out[src].append(dst)
             return out
 
-        found: dict[str, list[str]] = await self._run(tenant, work)
+        found: dict[str, list[str]] = await self._run(tenant, work, write=False)
         return found
 
     async def changes(self, tenant: str, fact_id: str | None = None) -> list[FactChange]:
@@ -672,7 +677,7 @@ class SQLiteMemoryStore:
                 for row in rows
             ]
 
-        found: list[FactChange] = await self._run(tenant, work)
+        found: list[FactChange] = await self._run(tenant, work, write=False)
         return found
 
     # ------------------------------------------------------------------- cache
@@ -696,7 +701,7 @@ class SQLiteMemoryStore:
                     out[key] = _floats(blob)
             return out
 
-        found: dict[str, list[float]] = await self._run(tenant, work)
+        found: dict[str, list[float]] = await self._run(tenant, work, write=False)
         return found
 
     async def cache_embeddings(self, tenant: str, model: str, vectors: Mapping[str, Sequence[float]]) -> None:
@@ -729,7 +734,7 @@ class SQLiteMemoryStore:
 
             if not path.exists():
                 return 0
-            removed: int = await self._run(tenant, count)
+            removed: int = await self._run(tenant, count, write=False)
 
             def drop() -> None:
                 with self._held(tenant):
