@@ -172,7 +172,7 @@ class MemoryStore(Protocol):
         ...
 
     async def forget(self, tenant: str, fact_id: str, change: FactChange) -> None:
-        """Delete a fact, its text, passages and links, and record the change."""
+        """Delete a fact, its text, passages, links and cached vectors, and record the change."""
         ...
 
     async def changes(self, tenant: str, fact_id: str | None = None) -> list[FactChange]:
@@ -195,7 +195,7 @@ class MemoryStore(Protocol):
         ...
 
     async def purge(self, tenant: str, before: float, *, kind: FactKind | None = None) -> int:
-        """Remove ``tenant``'s facts (of ``kind``, or both kinds) created before ``before``; the number removed."""
+        """Remove the facts (of ``kind``, or both) created before ``before``, with their cached vectors; how many."""
         ...
 
     async def rotate(self, tenant: str) -> int:
@@ -457,17 +457,40 @@ class SQLiteMemoryStore:
         await self._run(tenant, work)
 
     async def forget(self, tenant: str, fact_id: str, change: FactChange) -> None:
-        """Delete a fact, its text, passages and links, and record the change."""
+        """Delete a fact, its text, passages, links and cached vectors, and record the change."""
 
         def work(db: sqlean.Connection) -> None:
             row = db.execute("SELECT rowid FROM facts WHERE tenant = ? AND id = ?", (tenant, fact_id)).fetchone()
             if row is None:
                 raise KeyError(fact_id)
+            self._uncache(db, tenant, [row[0]])
             _delete_facts(db, tenant, [(row[0], fact_id)])
             self._record(db, tenant, change)
 
         await self._run(tenant, work)
         await self._checkpoint(tenant)
+
+    def _uncache(self, db: sqlean.Connection, tenant: str, rowids: Sequence[int]) -> None:
+        """Drop the cached vectors of the passages of facts ``rowids`` (about to be deleted).
+
+        A cache row is keyed by the hash of its text: left behind, it would confirm a guess of a removed text.
+        """
+        models = [
+            model for (model,) in db.execute("SELECT DISTINCT model FROM embedding_cache WHERE tenant = ?", (tenant,))
+        ]
+        if not models:
+            return
+        for rowid in rowids:
+            for (text,) in db.execute("SELECT text FROM passages WHERE fact = ?", (rowid,)).fetchall():
+                try:
+                    plain = self._open(tenant, text)
+                except SealError:  # keys gone: which vectors are its own is unknown, so the whole cache goes
+                    db.execute("DELETE FROM embedding_cache WHERE tenant = ?", (tenant,))
+                    return
+                db.executemany(
+                    "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
+                    [(tenant, model, digest(model, plain)) for model in models],
+                )
 
     def _record(self, db: sqlean.Connection, tenant: str, change: FactChange) -> None:
         db.execute(
@@ -747,21 +770,7 @@ class SQLiteMemoryStore:
 
         def work(db: sqlean.Connection) -> int:
             rows = db.execute("SELECT rowid, id FROM facts WHERE tenant = ? AND actor = ?", (tenant, actor)).fetchall()
-            models = [
-                model
-                for (model,) in db.execute("SELECT DISTINCT model FROM embedding_cache WHERE tenant = ?", (tenant,))
-            ]
-            for rowid, _ in rows:
-                for (text,) in db.execute("SELECT text FROM passages WHERE fact = ?", (rowid,)).fetchall():
-                    try:
-                        plain = self._open(tenant, text)
-                    except SealError:  # keys gone: which vectors are theirs is unknown, so the whole cache goes
-                        db.execute("DELETE FROM embedding_cache WHERE tenant = ?", (tenant,))
-                        continue
-                    db.executemany(
-                        "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
-                        [(tenant, model, digest(model, plain)) for model in models],
-                    )
+            self._uncache(db, tenant, [rowid for rowid, _ in rows])
             _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
             for at in range(0, len(rows), _BATCH):
                 batch = [fact_id for _, fact_id in rows[at : at + _BATCH]]
@@ -780,7 +789,7 @@ class SQLiteMemoryStore:
         return erased
 
     async def purge(self, tenant: str, before: float, *, kind: FactKind | None = None) -> int:
-        """Remove ``tenant``'s facts (of ``kind``, or both kinds) created before ``before``; the number removed."""
+        """Remove the facts (of ``kind``, or both) created before ``before``, with their cached vectors; how many."""
         if not self.path(tenant).exists():
             return 0
 
@@ -788,6 +797,7 @@ class SQLiteMemoryStore:
             where = "tenant = ? AND created_at < ?" + ("" if kind is None else " AND kind = ?")
             args = (tenant, before) if kind is None else (tenant, before, kind)
             rows = db.execute(f"SELECT rowid, id FROM facts WHERE {where}", args).fetchall()  # noqa: S608
+            self._uncache(db, tenant, [rowid for rowid, _ in rows])
             _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
             return len(rows)
 

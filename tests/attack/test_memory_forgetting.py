@@ -1,0 +1,51 @@
+"""What ``forget`` and a retention purge leave behind: the cached vector of a removed text stayed, keyed by the
+sha256 of the text, so anyone with the file could confirm a guess ("was 'Ann is pregnant' ever remembered?") and
+approximate the words from the vector, long after the fact was forgotten or its retention ran out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from switchboard.core.memory.embeddings import digest
+from switchboard.core.memory.facts import FactChange
+from switchboard.core.memory.store import SQLiteMemoryStore
+from tests.memory.test_sealing import NOW, _add, _fact
+
+SECRET = "Ann is pregnant with twins"
+DOCUMENT = "Clinic letter.\n\n" + "Nothing of note here. " * 60 + "\n\nAnn expects twins in May."
+KEEP = "Bob likes trains"
+
+
+async def _cached(store: SQLiteMemoryStore, *texts: str) -> set[str]:
+    found = await store.cached_embeddings("acme", "m", [digest("m", text) for text in texts])
+    return {text for text in texts if digest("m", text) in found}
+
+
+async def _fill(store: SQLiteMemoryStore) -> list[str]:
+    await _add(store, _fact("f_01", SECRET, created=NOW - 100))
+    await _add(store, _fact("f_02", DOCUMENT, kind="document", created=NOW - 100))
+    await _add(store, _fact("f_03", KEEP, created=NOW))
+    pieces = [row[0] for row in store._db("acme").execute("SELECT text FROM passages WHERE fact = 2 ORDER BY idx")]
+    texts = [SECRET, *pieces, KEEP]
+    await store.cache_embeddings("acme", "m", {digest("m", text): [1.0, 0.0] for text in texts})
+    assert await _cached(store, *texts) == set(texts)
+    return texts
+
+
+async def test_forget_removes_the_cached_vectors_of_the_forgotten_text(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path)
+    texts = await _fill(store)
+    for fact_id in ("f_01", "f_02"):
+        change = FactChange(fact_id=fact_id, project="shop", op="forgotten", actor="web:ann", reason="asked to")
+        await store.forget("acme", fact_id, change)
+    assert await _cached(store, *texts) == {KEEP}
+    store.close()
+
+
+async def test_a_retention_purge_removes_the_cached_vectors_of_what_it_purges(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path)
+    texts = await _fill(store)
+    assert await store.purge("acme", NOW - 50) == 2
+    assert await _cached(store, *texts) == {KEEP}
+    store.close()
