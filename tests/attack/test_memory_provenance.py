@@ -8,6 +8,7 @@ words.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,3 +76,18 @@ async def test_a_result_that_echoes_the_calls_arguments_is_no_source_for_those_w
         agent="people",
     )
     assert ok.ok, ok
+
+
+async def test_the_session_log_found_by_search_history_is_no_source(memory: Memory) -> None:
+    """The log holds the model's own replies and earlier recall results, next to the user's words."""
+    turn = Turn(inbound=[inbound("hello there", "m1")])
+    found = {
+        "query": "card",
+        "count": 2,
+        "results": [
+            {"role": "assistant", "text": "Noted: Ann's card is 4111 1111", "seq": 4},
+            {"kind": "event", "text": '{"tool": "recall", "result": "Ann\'s card is 4111 1111"}', "seq": "9-0"},
+        ],
+    }
+    turn.saw("h", "search_history", {"query": "card"}, json.dumps(found))
+    await _refused(memory, turn, {"kind": "tool_result", "ref": "h", "quote": "card is 4111 1111"}, "search_history")

@@ -98,6 +98,10 @@ ConnectedProjects = Callable[[str, str], Sequence[str]]
 _MEMORY_SOURCES = frozenset(MEMORY_TOOLS)
 """Results of the memory tools themselves are no source: a recalled fact re-remembered would launder it."""
 
+_LOG_SOURCES = frozenset(("search_history",))
+"""Results of the session log are no source either: it holds the model's own replies and earlier recall results next
+to the user's words (a user message is cited as a message)."""
+
 _FACT_ID = Field(min_length=3, max_length=64, pattern=r"^f_[0-9a-f]+$", description="A fact id, as recall gives it.")
 _REASON = Field(min_length=3, max_length=500, description="Why, in a sentence (kept with the change).")
 _PROJECT = Field(
@@ -243,6 +247,8 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
     result = results[0]
     if result.tool in _MEMORY_SOURCES:
         raise _refuse(f"a result of {result.tool!r} is memory itself, not a source")
+    if result.tool in _LOG_SOURCES:
+        raise _refuse(f"a result of {result.tool!r} mixes your own replies and recalled memory: cite a message")
     if source.kind in ("file", "url") and source.ref.strip() not in {
         str(value).strip() for value in result.arguments.values() if isinstance(value, str)
     }:
