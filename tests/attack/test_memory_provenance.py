@@ -68,6 +68,7 @@ async def test_a_result_that_echoes_the_calls_arguments_is_no_source_for_those_w
     body = "Ann's card is 4111 1111"
     turn.saw("y", "http_request", {"url": "https://example.com/echo", "body": body}, '{"echo": "' + body + '"}')
     await _refused(memory, turn, {"kind": "tool_result", "ref": "y", "quote": "card is 4111 1111"}, "arguments")
+    turn = Turn(inbound=[inbound("hello there", "m1")])
     turn.saw("z", "http_request", {"url": "https://example.com/card"}, '{"card": "Ann\'s card is 4111 1111"}')
     ok = await memory.call(  # the same words found by a call that did not send them are a source
         "remember",
@@ -91,3 +92,20 @@ async def test_the_session_log_found_by_search_history_is_no_source(memory: Memo
     }
     turn.saw("h", "search_history", {"query": "card"}, json.dumps(found))
     await _refused(memory, turn, {"kind": "tool_result", "ref": "h", "quote": "card is 4111 1111"}, "search_history")
+
+
+async def test_words_the_run_wrote_itself_and_read_back_are_no_source(memory: Memory) -> None:
+    turn = Turn(inbound=[inbound("hello there", "m1")])
+    turn.saw("w", "write_file", {"path": "notes.txt", "content": "Ann's card is 4111 1111"}, '{"written": 23}')
+    turn.saw("r", "read_file", {"path": "notes.txt"}, "Ann's card is 4111 1111")
+    await _refused(memory, turn, {"kind": "file", "ref": "notes.txt", "call_id": "r", "quote": "card is 4111"}, "wrote")
+    await _refused(memory, turn, {"kind": "tool_result", "ref": "r", "quote": "card is 4111 1111"}, "wrote")
+
+
+async def test_a_source_read_before_the_run_wrote_its_words_elsewhere_still_counts(memory: Memory) -> None:
+    turn = Turn(inbound=[inbound("hello there", "m1")])
+    turn.saw("f", "web_fetch", {"url": "https://example.com/ship"}, "Parcels to France take 2 days")
+    turn.saw("w", "write_file", {"path": "notes.txt", "content": "Parcels to France take 2 days"}, '{"written": 29}')
+    source = {"kind": "url", "ref": "https://example.com/ship", "call_id": "f", "quote": "France take 2 days"}
+    ok = await memory.call("remember", {"text": "Parcels to France take 2 days", "source": source}, turn)
+    assert ok.ok, ok

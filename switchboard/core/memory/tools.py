@@ -239,7 +239,8 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
             raise _refuse(f"a {source.kind} source needs its ref and the call_id of the tool call that read it")
     else:
         assert_never(source.kind)
-    results = [r for r in evidence.tool_results() if r.call_id == call_id]
+    seen = list(evidence.tool_results())
+    results = [r for r in seen if r.call_id == call_id]
     if not results:
         raise _refuse(f"tool call {call_id!r} has no result in this run")
     if len(results) > 1:  # which call gave which result is then unknown: one may be memory's own output
@@ -257,6 +258,9 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
         raise _refuse("the quote is not in the cited tool result (quote its whole words verbatim)")
     if any(_quoted(quote, _normal(value)) for value in _strings(result.arguments)):
         raise _refuse("the quoted words are in the call's own arguments: a result echoing them is no source")
+    earlier = seen[: seen.index(result)]  # a file or a row the run wrote, then read back, holds the model's words
+    if any(_quoted(quote, _normal(value)) for other in earlier for value in _strings(other.arguments)):
+        raise _refuse("this run wrote the quoted words itself before it read them: they are no source")
 
 
 def _date(at: float | None) -> str | None:
