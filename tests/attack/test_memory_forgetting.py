@@ -1,6 +1,9 @@
-"""What ``forget`` and a retention purge leave behind: the cached vector of a removed text stayed, keyed by the
-sha256 of the text, so anyone with the file could confirm a guess ("was 'Ann is pregnant' ever remembered?") and
-approximate the words from the vector, long after the fact was forgotten or its retention ran out.
+"""What ``forget``, a retention purge and erasure leave behind in the tenant's files.
+
+The cached vector of a removed text stayed, keyed by the sha256 of the text, so anyone with the file could confirm a
+guess ("was 'Ann is pregnant' ever remembered?") and approximate the words from the vector, long after the fact was
+forgotten or its retention ran out. Erasing a person leaves none of their words in the database, its write-ahead log
+or its shared memory file.
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from switchboard.core.memory.embeddings import digest
-from switchboard.core.memory.facts import FactChange
+from switchboard.core.memory.facts import FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from tests.memory.test_sealing import NOW, _add, _fact
 
@@ -48,4 +51,26 @@ async def test_a_retention_purge_removes_the_cached_vectors_of_what_it_purges(tm
     texts = await _fill(store)
     assert await store.purge("acme", NOW - 50) == 2
     assert await _cached(store, *texts) == {KEEP}
+    store.close()
+
+
+async def test_erasing_a_person_leaves_no_canary_in_the_database_files(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path)
+    for number in range(40):
+        await _add(store, _fact(f"f_b{number:02d}", f"Bob's filler fact {number} about trains", actor="web:bob"))
+    await _add(store, _fact("f_a1", "Ann's zebracanary lives at 5 Rue Lepic"), reason="said zebracanary")
+    await _add(store, _fact("f_a2", DOCUMENT + " The okapicanary is hers.", kind="document"))
+    source = Source(kind="message", quote="moved to Rue Cler")
+    change = FactChange(fact_id="f_a1", project="shop", op="corrected", actor="web:ann", reason="said lemurcanary")
+    await store.correct("acme", "f_a1", "Ann's gnucanary moved to Rue Cler", source, 1.0, change)
+    for number in range(40, 60):
+        await _add(store, _fact(f"f_b{number:02d}", f"Bob's filler fact {number} about trains", actor="web:bob"))
+    raw = b"".join(path.read_bytes() for path in tmp_path.iterdir() if path.is_file())
+    canaries = [b"zebracanary", b"okapicanary", b"lemurcanary", b"gnucanary", b"Lepic"]
+    assert all(canary in raw for canary in canaries)  # the check can fail
+    assert await store.erase("acme", actor="web:ann") == 2
+    assert {path.name for path in tmp_path.iterdir()} <= {"acme.sqlite", "acme.sqlite-wal", "acme.sqlite-shm"}
+    raw = b"".join(path.read_bytes() for path in tmp_path.iterdir() if path.is_file())
+    assert [canary for canary in canaries if canary in raw] == []
+    assert len(await store.facts("acme", ["shop"])) == 60
     store.close()

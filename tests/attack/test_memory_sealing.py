@@ -56,3 +56,47 @@ async def test_erasing_a_person_works_when_the_keys_are_gone(tmp_path: Path) -> 
         assert db.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 0
     finally:
         store.close()
+
+
+async def test_a_tampered_sealed_row_is_a_clear_error_not_garbage(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path, Keyring.parse(KEY))
+    await _add(store, _fact("f_01", "Ann keeps quokkas at home"))
+    await _add(store, _fact("f_02", "Bob keeps quokkas too"))
+    db = store._db("acme")
+    sealed = db.execute("SELECT text FROM facts WHERE id = 'f_01'").fetchone()[0]
+    flipped = sealed[:-3] + ("A" if sealed[-3] != "A" else "B") + sealed[-2:]
+    db.execute("UPDATE facts SET text = ? WHERE id = 'f_01'", (flipped,))
+    other = db.execute("SELECT text FROM facts WHERE id = 'f_02'").fetchone()[0]
+    try:
+        with pytest.raises(SealError, match="does not open"):
+            await store.get("acme", "f_01", ["shop"])
+        with pytest.raises(SealError, match="does not open"):
+            await store.search("acme", ["shop"], "quokkas", 5, NOW)
+    finally:
+        store.close()
+    other_tenant = SQLiteMemoryStore(tmp_path, Keyring.parse(KEY))
+    try:
+        db = other_tenant._db("globex")  # a value copied into another tenant's file does not open there
+        await _add(other_tenant, _fact("f_09", "Globex fact").model_copy(update={"tenant": "globex"}))
+        db.execute("UPDATE facts SET text = ? WHERE id = 'f_09'", (other,))
+        with pytest.raises(SealError, match="does not open"):
+            await other_tenant.get("globex", "f_09", ["shop"])
+    finally:
+        other_tenant.close()
+
+
+async def test_rotation_of_a_store_with_plain_and_sealed_rows_seals_them_all(tmp_path: Path) -> None:
+    await _mixed(tmp_path)
+    newer = new_key("k2")
+    store = SQLiteMemoryStore(tmp_path, Keyring.parse(f"{newer},{KEY}"))
+    assert await store.rotate("acme") == 2
+    assert await store.rotate("acme") == 0
+    store.close()
+    store = SQLiteMemoryStore(tmp_path, Keyring.parse(newer))  # the old key can go
+    try:
+        assert {hit.fact.id for hit in await store.search("acme", ["shop"], "quokkas", 5, NOW)} == {"f_01", "f_02"}
+        db = store._db("acme")
+        texts = [row[0] for row in db.execute("SELECT text FROM facts UNION ALL SELECT text FROM passages")]
+        assert texts and all(text.startswith("sb1:k2:") for text in texts)
+    finally:
+        store.close()
