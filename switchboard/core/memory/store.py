@@ -213,6 +213,8 @@ class SQLiteMemoryStore:
         """Guards the two maps below only; a tenant's database is used under its own lock, so one tenant's long
         search never holds up another's calls."""
         self._connections: dict[str, sqlean.Connection] = {}
+        self._files: dict[str, int | None] = {}
+        """The inode each open connection's file had: another process erasing the tenant unlinks it."""
         self._locks: dict[str, threading.Lock] = {}
         self._keys_checked: set[str] = set()
         """Tenants whose sealed passages the keyring was seen to open."""
@@ -244,14 +246,23 @@ class SQLiteMemoryStore:
         """Close ``tenant``'s connection; the caller holds the tenant's lock."""
         with self._lock:
             connection = self._connections.pop(tenant, None)
+            self._files.pop(tenant, None)
         if connection is not None:
             connection.close()
 
     def _db(self, tenant: str) -> sqlean.Connection:
-        """``tenant``'s connection, opened (and migrated) on first use; the caller holds the tenant's lock."""
+        """``tenant``'s connection, opened (and migrated) on first use; the caller holds the tenant's lock.
+
+        A connection whose file was removed or replaced since it was opened (the tenant was erased by another
+        process) is reopened, so it neither reads the erased file nor writes where no one else looks.
+        """
         path = self.path(tenant)
         with self._lock:
             found = self._connections.get(tenant)
+            inode = self._files.get(tenant)
+        if found is not None and _inode(path) != inode:
+            self._close(tenant)
+            found = None
         if found is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             found = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -263,6 +274,7 @@ class SQLiteMemoryStore:
             _migrate(found)
             with self._lock:
                 self._connections[tenant] = found
+                self._files[tenant] = _inode(path)
         return found
 
     async def _run(self, tenant: str, work: Any, *args: Any, write: bool = True) -> Any:
@@ -751,13 +763,18 @@ class SQLiteMemoryStore:
         path = self.path(tenant)
         if actor is None:
 
-            def count(db: sqlean.Connection) -> int:
+            def wipe(db: sqlean.Connection) -> int:
+                """Empty the database first: a worker with it open then reads nothing, even before it reopens."""
                 found: int = db.execute("SELECT count(*) FROM facts WHERE tenant = ?", (tenant,)).fetchone()[0]
+                for table in ("links", "changes", "embedding_cache", "passages", "facts"):
+                    db.execute(f"DELETE FROM {table}")  # noqa: S608 - a fixed name
+                db.execute("INSERT INTO passages_fts (passages_fts) VALUES ('delete-all')")
                 return found
 
             if not path.exists():
                 return 0
-            removed: int = await self._run(tenant, count, write=False)
+            removed: int = await self._run(tenant, wipe)
+            await self._checkpoint(tenant)
 
             def drop() -> None:
                 with self._held(tenant):
@@ -864,6 +881,14 @@ class SQLiteMemoryStore:
 _COLUMNS = (
     "id, tenant, project, text, source, run_id, created_at, updated_at, confidence, expires_at, length, kind, actor"
 )
+
+
+def _inode(path: Path) -> int | None:
+    """The inode of ``path`` (``None``: no such file)."""
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _scope(tenant: str, projects: Sequence[str], now: float, alias: str = "f") -> tuple[str, tuple[Any, ...]]:
