@@ -20,6 +20,7 @@ import logging
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, assert_never
@@ -263,6 +264,40 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
         raise _refuse("this run wrote the quoted words itself before it read them: they are no source")
 
 
+_RECENT_QUERIES = 512
+"""Query vectors kept in the worker's memory, most recently used first out last."""
+
+
+class _QueryEmbedder:
+    """Embeds recall queries, keeping the recent ones in this process only.
+
+    A query is no memory: written to the tenant's cache it would stay on disk (the hash of its text and a vector) with
+    no owner or date, so neither erasing a person nor a retention rule could find it.
+    """
+
+    def __init__(self, inner: Embedder, tenant: str, recent: OrderedDict[tuple[str, str, str], list[float]]) -> None:
+        self.inner = inner
+        self.tenant = tenant
+        self.recent = recent
+        self.model = inner.model
+        self.dims = inner.dims
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order: from the recent ones, else from the inner embedder."""
+        keys = [(self.tenant, self.model, text) for text in texts]
+        found = {key: self.recent[key] for key in keys if key in self.recent}
+        missing = [key for key in dict.fromkeys(keys) if key not in found]
+        if missing:
+            vectors = await self.inner.embed([text for _, _, text in missing])
+            found.update(zip(missing, vectors, strict=True))
+        for key, vector in found.items():
+            self.recent[key] = vector
+            self.recent.move_to_end(key)
+        while len(self.recent) > _RECENT_QUERIES:
+            self.recent.popitem(last=False)
+        return [list(found[key]) for key in keys]
+
+
 def _date(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
@@ -302,11 +337,17 @@ def memory_tools(
     ``embedder``: how texts become vectors (remembered texts are embedded, recall defaults to hybrid search);
     ``None``: words only.
     """
+    recent: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
 
     def embedder_for(ctx: ToolContext) -> Embedder | None:
         if embedder is None or isinstance(embedder, LocalEmbedder):  # local vectors cost less than a cache lookup
             return embedder
         return CachedEmbedder(embedder, store, ctx.tenant)
+
+    def query_embedder(ctx: ToolContext) -> Embedder | None:
+        if embedder is None or isinstance(embedder, LocalEmbedder):
+            return embedder
+        return _QueryEmbedder(embedder, ctx.tenant, recent)
 
     async def embedded(ctx: ToolContext, kind: FactKind, text: str) -> list[list[float]] | None:
         found = embedder_for(ctx)
@@ -415,7 +456,7 @@ def memory_tools(
         mode: SearchMode = args.mode or ("lexical" if embedder is None else "hybrid")
         try:
             hits = await retrieve(
-                store, embedder_for(ctx), ctx.tenant, projects, args.query, mode=mode, limit=args.limit, now=clock()
+                store, query_embedder(ctx), ctx.tenant, projects, args.query, mode=mode, limit=args.limit, now=clock()
             )
         except ValueError as error:
             raise ToolError(f"{error}; use mode lexical", error_class="validation") from None
