@@ -300,14 +300,15 @@ class SQLiteMemoryStore:
     # ----------------------------------------------------------------- sealing
 
     def _seal(self, tenant: str, text: str) -> str:
+        text = _escaped(text)
         return text if self.keyring is None else self.keyring.seal(text, memory_context(tenant))
 
     def _open(self, tenant: str, value: str) -> str:
         if self.keyring is None:
             if is_sealed(value):
                 raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to read it")
-            return value
-        return self.keyring.open(value, memory_context(tenant))
+            return _unescaped(value)
+        return _unescaped(self.keyring.open(value, memory_context(tenant)))
 
     def _check_keys(self, db: sqlean.Connection, tenant: str, scope: str, bound: tuple[Any, ...]) -> None:
         """Raise :class:`SealError` when the keyring cannot open the sealed passages in ``scope``.
@@ -864,7 +865,7 @@ class SQLiteMemoryStore:
                     db.execute("DELETE FROM passages_fts WHERE rowid = ?", (passage_id,))
                     db.execute(
                         "INSERT INTO passages_fts (rowid, terms) VALUES (?, ?)",
-                        (passage_id, self._index_terms(tenant, plain)),
+                        (passage_id, self._index_terms(tenant, _unescaped(plain))),
                     )
             for seq, reason in db.execute(
                 "SELECT seq, reason FROM changes WHERE tenant = ? AND reason != ''", (tenant,)
@@ -881,6 +882,18 @@ class SQLiteMemoryStore:
 _COLUMNS = (
     "id, tenant, project, text, source, run_id, created_at, updated_at, confidence, expires_at, length, kind, actor"
 )
+
+
+_ESCAPE = "sbp:"
+"""Put before a stored plain text that starts like a sealed value (or like this), so it is never taken for one."""
+
+
+def _escaped(text: str) -> str:
+    return _ESCAPE + text if text.startswith((SEALED_PREFIX, _ESCAPE)) else text
+
+
+def _unescaped(text: str) -> str:
+    return text[len(_ESCAPE) :] if text.startswith(_ESCAPE) else text
 
 
 def _inode(path: Path) -> int | None:
