@@ -103,8 +103,11 @@ _LOG_SOURCES = frozenset(("search_history",))
 """Results of the session log are no source either: it holds the model's own replies and earlier recall results next
 to the user's words (a user message is cited as a message)."""
 
+_MAX_REASON = 500
+"""Longest reason kept with a change."""
+
 _FACT_ID = Field(min_length=3, max_length=64, pattern=r"^f_[0-9a-f]+$", description="A fact id, as recall gives it.")
-_REASON = Field(min_length=3, max_length=500, description="Why, in a sentence (kept with the change).")
+_REASON = Field(min_length=3, max_length=_MAX_REASON, description="Why, in a sentence (kept with the change).")
 _PROJECT = Field(
     "", max_length=64, description="A connected project; empty: the agent's only one (or every one, for recall)."
 )
@@ -298,6 +301,11 @@ class _QueryEmbedder:
         return [list(found[key]) for key in keys]
 
 
+def _fitted(reason: str) -> str:
+    """``reason`` cut to what a change keeps (it may embed a long source reference, or a fact id and the model's)."""
+    return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
+
+
 def _date(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
@@ -446,7 +454,7 @@ def memory_tools(
             expires_at=expires,
         )
         vectors = await embedded(ctx, fact.kind, fact.text)
-        change = await changed(ctx, "remembered", fact, f"from {args.source.kind} {args.source.ref}".strip())
+        change = await changed(ctx, "remembered", fact, _fitted(f"from {args.source.kind} {args.source.ref}".strip()))
         await store.add(fact, change, vectors)
         await recorded(ctx, change, args.source.kind)
         return {"remembered": fact.id, "project": project, "kind": fact.kind}
@@ -487,7 +495,7 @@ def memory_tools(
             raise ToolError("a fact cannot be linked to itself", error_class="validation")
         fact = await find(ctx, args.fact_id, write=True)
         await find(ctx, args.to, write=True)
-        change = await changed(ctx, "linked", fact, f"to {args.to}: {args.reason}")
+        change = await changed(ctx, "linked", fact, _fitted(f"to {args.to}: {args.reason}"))
         await store.link(ctx.tenant, args.fact_id, args.to, change)
         await recorded(ctx, change)
         return {"linked": [args.fact_id, args.to]}
