@@ -55,3 +55,13 @@ async def test_a_link_with_the_longest_reason_is_made(memory: Memory) -> None:
     assert outcome.ok, outcome
     fact = await memory.store.get("acme", first, ["shop"])
     assert fact is not None and fact.links == (second,)
+
+
+async def test_recall_of_facts_with_long_references_stays_inline(memory: Memory) -> None:
+    turn = Turn(inbound=[inbound("hello", "m1")])
+    for number in range(10):
+        await _remember_from_url(memory, turn, number)
+    found = await memory.call("recall", {"query": "parcel paris", "limit": 10}, turn)
+    assert found.ok and found.tier == "inline", found
+    assert len(found.value["facts"]) == 10
+    assert all(fact["source"]["ref"].startswith("https://example.com/") for fact in found.value["facts"])

@@ -50,6 +50,7 @@ __all__ = [
     "MAX_LINKS_SHOWN",
     "MAX_READ_CHARS",
     "MAX_RECALLED",
+    "MAX_REF_SHOWN",
     "MAX_SNIPPET_CHARS",
     "MEMORY_TOOLS",
     "READ_ONLY_PREFIX",
@@ -79,7 +80,14 @@ MAX_LINKS_SHOWN = 10
 MAX_READ_CHARS = 4000
 """Most characters of a document one ``read_memory`` returns."""
 
-_MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
+MAX_REF_SHOWN = 200
+"""Longest source reference of one recalled fact shown (a URL may be 2,000 characters)."""
+
+_MAX_QUERY_CHARS = 200
+
+_MAX_RECALL_BYTES = (
+    MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 4 * MAX_REF_SHOWN + 600 + 40 * MAX_LINKS_SHOWN) + 4 * _MAX_QUERY_CHARS + 200
+)
 """A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
 
 READ_ONLY_PREFIX = "knowledge."
@@ -137,7 +145,9 @@ class RecallInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(
-        min_length=1, max_length=200, description="What to look for in remembered facts: words, or a question."
+        min_length=1,
+        max_length=_MAX_QUERY_CHARS,
+        description="What to look for in remembered facts: words, or a question.",
     )
     project: str = _PROJECT
     limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
@@ -310,8 +320,8 @@ def _date(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
-def _capped(text: str) -> str:
-    return text if len(text) <= MAX_SNIPPET_CHARS else text[: MAX_SNIPPET_CHARS - 1] + "…"
+def _capped(text: str, most: int = MAX_SNIPPET_CHARS) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _shown(hit: Hit) -> dict[str, Any]:
@@ -325,7 +335,7 @@ def _shown(hit: Hit) -> dict[str, Any]:
     if hit.via:
         shown["via"] = hit.via
     return shown | {
-        "source": {"kind": fact.source.kind, "ref": fact.source.ref},
+        "source": {"kind": fact.source.kind, "ref": _capped(fact.source.ref, MAX_REF_SHOWN)},
         "created_at": _date(fact.created_at),
         "corrected_at": _date(fact.updated_at),
         "confidence": fact.confidence,
