@@ -311,6 +311,11 @@ class _QueryEmbedder:
         return [list(found[key]) for key in keys]
 
 
+def _not_blank(text: str) -> None:
+    if not text.strip():
+        raise ToolError("the text is blank: nothing to remember", error_class="validation")
+
+
 def _fitted(reason: str) -> str:
     """``reason`` cut to what a change keeps (it may embed a long source reference, or a fact id and the model's)."""
     return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
@@ -434,6 +439,7 @@ def memory_tools(
 
     async def remember(args: RememberInput, ctx: ToolContext) -> dict[str, Any]:
         project = one_project(ctx, args.project, write=True)
+        _not_blank(args.text)
         check_source(args.source, ctx.evidence)
         now = clock()
         expires = None if args.expires_at is None else args.expires_at.timestamp()
@@ -512,6 +518,7 @@ def memory_tools(
 
     async def correct(args: CorrectInput, ctx: ToolContext) -> dict[str, Any]:
         fact = await find(ctx, args.fact_id, write=True)
+        _not_blank(args.text)
         check_source(args.source, ctx.evidence)
         if fact.kind == "fact" and len(args.text) > MAX_FACT_CHARS:
             raise ToolError(f"a fact is at most {MAX_FACT_CHARS} characters", error_class="validation")
