@@ -15,6 +15,7 @@ record ids only.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -47,6 +48,7 @@ from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
 
 __all__ = [
+    "EMBED_TIMEOUT_S",
     "MAX_LINKS_SHOWN",
     "MAX_READ_CHARS",
     "MAX_RECALLED",
@@ -79,6 +81,9 @@ MAX_LINKS_SHOWN = 10
 
 MAX_READ_CHARS = 4000
 """Most characters of a document one ``read_memory`` returns."""
+
+EMBED_TIMEOUT_S = 20.0
+"""Longest wait for the embeddings of a ``remember`` or ``correct`` (the gateway times a tool out at 30 s)."""
 
 MAX_REF_SHOWN = 200
 """Longest source reference of one recalled fact shown (a URL may be 2,000 characters)."""
@@ -354,11 +359,12 @@ def memory_tools(
     connected: ConnectedProjects,
     clock: Callable[[], float] = time.time,
     embedder: Embedder | None = None,
+    embed_timeout_s: float = EMBED_TIMEOUT_S,
 ) -> list[Tool]:
     """The memory tools over ``store``, each call limited to the projects ``connected`` gives its agent.
 
     ``embedder``: how texts become vectors (remembered texts are embedded, recall defaults to hybrid search);
-    ``None``: words only.
+    ``None``: words only. ``embed_timeout_s``: longest wait for a write's embeddings, below the tool's own timeout.
     """
     recent: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
 
@@ -377,9 +383,13 @@ def memory_tools(
         if found is None:
             return None
         try:
-            return await found.embed([piece.text for piece in passages_for(kind, text)])
+            async with asyncio.timeout(embed_timeout_s):  # before the gateway's, which would make the write doubtful
+                return await found.embed([piece.text for piece in passages_for(kind, text)])
         except EmbeddingError as error:
             raise ToolError(f"not remembered: {error}; try again later", error_class="transient") from None
+        except TimeoutError:
+            message = f"not remembered: the embeddings took over {embed_timeout_s:g} s; try again later"
+            raise ToolError(message, error_class="transient") from None
 
     def visible(ctx: ToolContext) -> list[str]:
         return list(connected(ctx.agent, ctx.tenant))
