@@ -14,6 +14,7 @@
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
     ├── AttachmentError             a file the user sent could not be fetched (too large, gone, refused)
     ├── SpeechError                 text-to-speech failed; the reply goes out as text alone
+    ├── SourceUnreadableError       a knowledge source could not be read (missing, too large, refused, unparsable)
     └── AgentError                  the agent run failed
         ├── RunCancelledError       the user (``/stop``) or an operator stopped the run
         ├── BudgetExceededError     a step, deadline, token or output budget ran out
@@ -41,6 +42,7 @@ __all__ = [
     "RequestError",
     "RunCancelledError",
     "SignatureError",
+    "SourceUnreadableError",
     "SpeechError",
     "SwitchboardError",
     "ToolError",
@@ -155,6 +157,14 @@ class AttachmentError(SwitchboardError):
 
 class SpeechError(SwitchboardError):
     """Text-to-speech failed (refused, unreachable, timed out, or not audio); the message says why, for operators."""
+
+
+class SourceUnreadableError(SwitchboardError):
+    """A knowledge source could not be read; the message says why and what to fix, for operators."""
+
+    def __init__(self, message: str, *, ref: str) -> None:
+        super().__init__(message)
+        self.ref = ref
 
 
 class AgentError(SwitchboardError):

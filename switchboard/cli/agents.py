@@ -24,6 +24,9 @@ def agent_problems(settings: Settings, agent: Agent) -> list[str]:
         problems.append(str(err))
     problems += rest_problems(settings, agent.name)
     problems += search_problems(settings, agent.name)
+    from switchboard.cli.knowledge import knowledge_problems
+
+    problems += knowledge_problems(settings, agent)
     for tool in agent.tools:
         if registry.get(tool) is None:
             problems.append(

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from switchboard.core.sealing import DATA_KEYS_ENV, Keyring
 from switchboard.errors import ConfigError
 from switchboard.settings import Settings
 
@@ -63,6 +64,10 @@ def config_problems(settings: Settings) -> list[str]:
     from switchboard.queue.access import access_problems
 
     problems.extend(access_problems(settings.file))
+    try:
+        Keyring.from_env()
+    except ConfigError as err:
+        problems.append(str(err))
     return problems
 
 
@@ -120,7 +125,7 @@ def known_variables(settings: Settings | None = None) -> tuple[frozenset[str], t
     """
     from switchboard.channels import registry
 
-    exact: set[str] = set()
+    exact: set[str] = {DATA_KEYS_ENV}  # read by the stores that seal, not by Settings (a secret kept out of it)
     open_prefixes: list[str] = []
     found = registry.factories() if settings is None else registry.configured_factories(settings)
     tabled = {factory.name: factory for factory in found}
@@ -193,6 +198,7 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         if operators
         else "console:     no operator; add one under console.operators (`switchboard console hash-password`)"
     )
+    _print_data(settings, environ)
     egress_warnings, egress_problems = _print_sandbox(settings)
     problems.extend(config_problems(settings))
     problems.extend(egress_problems)
@@ -208,6 +214,27 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         return 1
     print("ok: no problems found")
     return 0
+
+
+def _print_data(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Print whether sealing at rest is on, and the retention rules."""
+    try:
+        keyring = Keyring.from_env(environ)
+    except ConfigError:  # reported with the problems (config_problems)
+        print("sealing:     misconfigured (see problems)")
+        return
+    if keyring is None:
+        print(f"sealing:     off (set {DATA_KEYS_ENV} to seal history, approvals and memory at rest)")
+    else:
+        listed = len(keyring.key_ids)
+        print(f"sealing:     on, current key {keyring.current} ({listed} key{'s' if listed > 1 else ''} listed)")
+    rules = settings.file.retention.describe()
+    if not rules:
+        print("retention:   no rule (every kind kept as it is)")
+    else:
+        print(f"retention:   {rules[0]}")
+        for line in rules[1:]:
+            print(f"             {line}")
 
 
 def _print_sandbox(settings: Settings) -> tuple[list[str], list[str]]:

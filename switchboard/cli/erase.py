@@ -1,6 +1,7 @@
 """``switchboard erase``: remove a person's, a session's or a whole tenant's data from every store.
 
-Prints what it removed per store (counts, never content) and records one audit fact (``docs/operations/retention.md``).
+Prints what it removed per store (counts, never content), the memory store included, and records one audit fact
+(``docs/operations/retention.md``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def erase_command(
     settings: Settings, tenant: str, *, user: str | None, session: str | None, dry_run: bool, by: str | None
 ) -> int:
     """Erase one scope of ``tenant``; returns the exit code (2: bad input, nothing changed)."""
+    from switchboard.control.memory import memory_store
+    from switchboard.core.memory.store import SQLiteMemoryStore
     from switchboard.core.workspaces.s3 import build_workspace_store
     from switchboard.queue.erasure import Eraser
 
@@ -36,6 +39,7 @@ def erase_command(
     try:
         url = redis_url_for(settings)
         store = build_workspace_store(settings.workspace_path, settings.workspaces)
+        memory = memory_store(settings)
     except ConfigError as err:
         print(f"switchboard: {err}", file=sys.stderr)
         return 2
@@ -43,7 +47,7 @@ def erase_command(
 
     async def go(redis: aioredis.Redis) -> int:
         try:
-            eraser = Eraser(redis, store, dry_run=dry_run)
+            eraser = Eraser(redis, store, memory=memory, dry_run=dry_run)
             try:
                 report = await eraser.erase(tenant, user=user, session=SessionKey(session) if session else None, by=who)
             except (ValueError, ConfigError) as err:
@@ -53,5 +57,7 @@ def erase_command(
             return 0
         finally:
             await store.aclose()
+            if isinstance(memory, SQLiteMemoryStore):
+                memory.close()
 
     return with_redis(url, go)

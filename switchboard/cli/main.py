@@ -15,6 +15,7 @@ from pathlib import Path
 
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
+from switchboard.cli.memory import add_memory_parser, memory_command
 from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
 from switchboard.cli.schedules import add_schedule_parser
 from switchboard.errors import ConfigError, SwitchboardError
@@ -318,6 +319,46 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument("--session", help="a session key, as `sessions list` prints it")
     erase.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
     erase.add_argument("--by", help="who runs it, for the audit fact (default: cli:<login name>)")
+    retention = _command(
+        sub,
+        "retention",
+        "apply the retention rules now (retention: in the YAML file)",
+        "run: remove what is older than its tenant's rule, per kind (history, events, workspaces, memory, knowledge, "
+        "approvals, dead_letters), and print counts per tenant and kind. --dry-run: count, change nothing.",
+    )
+    retention.add_argument("action", choices=["run"], help="what to do")
+    retention.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    keys = _command(
+        sub,
+        "keys",
+        "data keys for encryption at rest (SWITCHBOARD_DATA_KEYS)",
+        "new [--id ID]: print a fresh key entry (put it first in SWITCHBOARD_DATA_KEYS to make it current). rotate: "
+        "re-seal what is stored under older keys with the current one, then the old keys can be dropped. "
+        "--dry-run: count, change nothing.",
+    )
+    keys.add_argument("action", choices=["new", "rotate"], help="what to do")
+    keys.add_argument("--id", dest="key_id", help="new: the key's id (default: k<YYYYMMDD>)")
+    keys.add_argument("--dry-run", action="store_true", help="rotate: count what would be re-sealed; change nothing")
+    knowledge = _command(
+        sub,
+        "knowledge",
+        "index agents' knowledge sources, or list what is indexed",
+        "index: read each agent's knowledge sources (files next to the YAML file, URLs through egress), re-index the "
+        "ones whose content changed, drop the ones no longer listed; prints each source's state (exit 1 when one "
+        "failed). list: each indexed source with its id, size, summary and keywords.",
+    )
+    knowledge.add_argument("action", choices=["index", "list"], help="what to do")
+    knowledge.add_argument("--agent", help="only this agent (default: every agent with knowledge)")
+    memory = _command(
+        sub,
+        "memory",
+        "list projects and facts, show a fact's history, correct or delete a fact, connect agents to projects",
+        "projects: each project with its agents and fact count. facts: a tenant's facts (--project P). show ID: a "
+        "fact with its source and change history. correct ID --text T --reason R, forget ID --reason R: recorded "
+        "with who (--by) and why. connect|disconnect AGENT PROJECT: beside the YAML file's agents.<name>.projects. "
+        "audit: operators' changes. See docs/memory.md.",
+    )
+    add_memory_parser(memory)
     budgets = _command(
         sub,
         "budgets",
@@ -574,6 +615,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_mcp_args(args)
     if args.command == "console":  # needs no settings: works before the YAML file is valid
         return cmd_console(args.action)
+    if args.command == "keys" and args.action == "new":  # needs no settings either
+        from switchboard.cli.retention import keys_new_command
+
+        return keys_new_command(args.key_id)
     if args.command == "api-tokens":  # needs no settings either
         return cmd_api_tokens(args.name, args.tenant, args.scopes)
     for name in _CONTROL_NEEDS.get((args.command, getattr(args, "action", "")), ()):
@@ -622,6 +667,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             return erase_command(
                 settings, args.tenant, user=args.user, session=args.session, dry_run=args.dry_run, by=args.by
             )
+        if args.command == "retention":
+            from switchboard.cli.retention import retention_run_command
+
+            return retention_run_command(settings, dry_run=args.dry_run)
+        if args.command == "keys":
+            from switchboard.cli.retention import keys_rotate_command
+
+            return keys_rotate_command(settings, dry_run=args.dry_run)
+        if args.command == "knowledge":
+            from switchboard.cli.knowledge import knowledge_command
+            from switchboard.cli.sessions import redis_url_for, with_redis
+            from switchboard.cli.worker import provider_config
+            from switchboard.control.memory import memory_store
+
+            return knowledge_command(
+                settings,
+                args.action,
+                args.agent,
+                provider_config(settings),
+                memory_store(settings),
+                lambda body: with_redis(redis_url_for(settings), body),
+            )
+        if args.command == "memory":
+            return memory_command(settings, args)
         if args.command == "schedules":
             from switchboard.cli.schedules import schedules_command
 

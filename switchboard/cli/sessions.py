@@ -84,6 +84,7 @@ def sessions_command(settings: Settings, action: str, key: str | None, query: Se
     same transcript.
     """
     from switchboard.control import ControlError, ControlService, OperatorScope
+    from switchboard.core.sealing import SealError
     from switchboard.queue.cancellation import request_stop
     from switchboard.queue.ingest import Ingestor
     from switchboard.queue.keys import GlobalKeys
@@ -134,6 +135,9 @@ def sessions_command(settings: Settings, action: str, key: str | None, query: Se
         except ControlError:
             print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
             return 1
+        except SealError as err:
+            print(f"switchboard: {err}", file=sys.stderr)
+            return 2
         controlled = f" by {view.controlled_by}" if view.controlled_by else ""
         print(f"{view.key}  channel={view.channel}  state={view.state}{controlled}")
         for line in lines:

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import logging
-import os
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.cli.sandbox import shell_options, startup_choice
+from switchboard.control.memory import memory_store
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
 from switchboard.core.memory.config import build_embedder
-from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.transcription import OpenAITranscriber
-from switchboard.core.sealing import Keyring
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.builtin.documents import DocumentLimits
@@ -38,14 +35,25 @@ from switchboard.worker.worker import run_worker as run_session_worker
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from switchboard.core.memory.store import MemoryStore
+    from switchboard.core.memory.tools import ConnectedProjects
     from switchboard.core.providers.images import ImageProvider
     from switchboard.core.tools.builtin.shell import EgressGate
     from switchboard.core.tools.mcp.client import McpClients
+    from switchboard.core.workspaces.store import WorkspaceStore
     from switchboard.egress.forward import Forwarder
     from switchboard.egress.gate import SandboxEgress
     from switchboard.egress.transport import EgressTransport
+    from switchboard.queue.retention import RetentionPlan
 
-__all__ = ["build_runtime", "image_provider", "provider_config", "run_worker"]
+__all__ = [
+    "build_runtime",
+    "image_provider",
+    "memory_tenants",
+    "provider_config",
+    "retention_plan",
+    "run_worker",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,25 +70,6 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
-def memory_store(settings: Settings) -> MemoryStore:
-    """The store ``memory.store`` names: SQLite files under the data directory, or PostgreSQL at ``memory.dsn_env``.
-
-    With ``SWITCHBOARD_DATA_KEYS`` set, memory content is sealed at rest.
-    """
-    config = settings.file.memory
-    keyring = Keyring.from_env()
-    if config.store == "sqlite":
-        return SQLiteMemoryStore(settings.data_path / "memory", keyring)
-    if config.store == "postgres":
-        dsn = os.environ.get(config.dsn_env, "").strip()
-        if not dsn:
-            raise ConfigError(f"memory.dsn_env: {config.dsn_env} is unset or empty", field="memory.dsn_env")
-        postgres = importlib.import_module("switchboard.core.memory.postgres")
-        store: MemoryStore = postgres.PostgresMemoryStore(dsn, keyring=keyring)
-        return store
-    assert_never(config.store)
-
-
 def build_runtime(
     settings: Settings,
     models: ModelFactory,
@@ -90,6 +79,8 @@ def build_runtime(
     mcp: McpClients | None = None,
     tables: TableConnections | None = None,
     images: ImageProvider | None = None,
+    memory: MemoryStore | None = None,
+    connected: ConnectedProjects | None = None,
 ) -> Runtime:
     """The shared agent runtime over the configured models and tools.
 
@@ -97,11 +88,16 @@ def build_runtime(
     way out of declared REST tools and search APIs (``None``: their calls fail, saying the process has no egress);
     ``mcp``: the worker's MCP sessions, whose servers' accepted tools are registered as ``<server>__<tool>``;
     ``tables``: the agents' connected tables (default: bound here; the caller that passes them closes their pools);
-    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so).
+    ``images``: who draws for ``generate_image`` (``None``: its calls fail, saying so); ``memory``: where facts and
+    knowledge live (default: the store the ``memory:`` block configures); ``connected``: the agents' projects
+    (default: the YAML file's alone; the worker adds the operators' connections).
     """
+    from switchboard.core.knowledge.tools import knowledge_tools
     from switchboard.egress.transport import register_rest_tools
 
     docs, spaces = settings.documents, settings.workspaces
+    store = memory if memory is not None else memory_store(settings)
+    embedder = build_embedder(settings.file.memory.embeddings)
     tools = default_registry(
         documents=DocumentLimits(docs.max_bytes, docs.memory_mb, docs.timeout_s, docs.max_output_chars),
         sandbox=startup_choice(settings).sandbox,
@@ -112,9 +108,11 @@ def build_runtime(
         agents=settings.file.agents,
         search=rest,
         images=images,
-        memory=(memory_store(settings), settings.file.connected_projects),
-        embedder=build_embedder(settings.file.memory.embeddings),
+        memory=(store, connected or settings.file.connected_projects),
+        embedder=embedder,
     )
+    for tool in knowledge_tools(store, lambda: settings.file.agents, embedder):
+        tools.register(tool)
     try:
         register_rest_tools(tools, settings, rest)
     except ValueError as err:
@@ -150,6 +148,37 @@ def build_runtime(
     )
 
 
+def memory_tenants(settings: Settings) -> list[str]:
+    """The tenants whose memory a command walks: those of the projects, of the agents (knowledge) and of the rules."""
+    found = {project.tenant for project in settings.file.projects.values()}
+    found |= {settings.file.agent_tenant(name) or "default" for name in settings.file.agents}
+    return sorted(found | set(settings.file.retention.tenants))
+
+
+def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
+    """The YAML file's retention rules over this deployment's stores.
+
+    The memory store is opened only for a memory or knowledge rule; the tenants of the projects are looked at even
+    when Redis holds nothing of them.
+    """
+    from switchboard.core.workspaces.store import LocalWorkspaces
+    from switchboard.queue.retention import RetentionPlan
+
+    config = settings.file.retention
+    kinds = {
+        kind
+        for rules in (config.defaults, *config.tenants.values())
+        for kind in ("memory", "knowledge")
+        if getattr(rules, kind) is not None
+    }
+    return RetentionPlan(
+        config,
+        workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
+        memory=memory_store(settings) if kinds else None,
+        tenants=tuple(memory_tenants(settings)),
+    )
+
+
 def image_provider(settings: Settings) -> ImageProvider | None:
     """OpenAI's Images API when some agent lists ``generate_image`` (the SDK loads only then)."""
     if not any("generate_image" in agent.tools for agent in settings.file.agents.values()):
@@ -161,13 +190,15 @@ def image_provider(settings: Settings) -> ImageProvider | None:
 
 
 def _rest_forwarder(settings: Settings, redis: aioredis.Redis, egress: SandboxEgress | None) -> Forwarder | None:
-    """The egress forwarder declared REST tools and search APIs send through: the sandbox proxy's, else its own.
+    """The egress forwarder REST tools, search APIs and knowledge URLs go through: the sandbox proxy's, else its own.
 
-    None without declarations, searches and a YAML file to add them to (declarations are reloaded while it runs).
+    None without declarations, searches, knowledge URLs and a YAML file to add them to (declarations are reloaded
+    while it runs).
     """
     agents = settings.file.agents.values()
     searches = any("web_search" in agent.tools and agent.search.provider != "hosted" for agent in agents)
-    declared = settings.file.rest_tools or any(agent.rest_tools for agent in agents) or searches
+    pages = any(s.url is not None for agent in agents if agent.knowledge for s in agent.knowledge.sources)
+    declared = settings.file.rest_tools or any(agent.rest_tools for agent in agents) or searches or pages
     if not declared and not settings.config.is_file():
         return None
     if egress is not None and egress.proxy is not None:
@@ -186,11 +217,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     When some agent has an egress allowlist and commands run under bubblewrap, the worker runs its own egress
     proxy (:mod:`switchboard.egress.gate`), closed when the worker stops.
     """
+    from switchboard.cli.knowledge import keep_knowledge_indexed
     from switchboard.egress.addresses import AddressGuard
     from switchboard.egress.gate import start_sandbox_egress
     from switchboard.egress.sockets import guarded_http_client
     from switchboard.egress.transport import EgressTransport
     from switchboard.worker.declarations import RestDeclarations
+    from switchboard.worker.projects import LiveConnections
 
     assert settings.redis_url is not None
     redis = async_client(settings.redis_url)
@@ -218,14 +251,25 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)
     images = image_provider(settings)
-    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images)
+    store = memory_store(settings)
+    connected = LiveConnections(settings.file, redis)
+    runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, store, connected)
     declarations = RestDeclarations(runtime.registry, settings, rest)
+    indexing = asyncio.create_task(keep_knowledge_indexed(settings, store, models, forwarder, stop))
     await channels.start()
     try:
         await run_session_worker(
-            settings, declarations.wrap(runtime.run_turn), channels, None, stop, workspace_store=runtime.gateway.store
+            settings,
+            connected.wrap(declarations.wrap(runtime.run_turn)),
+            channels,
+            None,
+            stop,
+            workspace_store=runtime.gateway.store,
+            retention=retention_plan(settings, runtime.gateway.store) if settings.file.retention.active else None,
         )
     finally:
+        indexing.cancel()
+        await asyncio.gather(indexing, return_exceptions=True)
         await tables.close()  # the PostgreSQL pools
         if mcp is not None:
             await mcp.aclose()

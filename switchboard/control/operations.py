@@ -12,10 +12,12 @@ from switchboard.control.reading import escaped_tenant
 from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, session_parts
 from switchboard.control.views import DeadLetterView, DoubtView
 from switchboard.core.messages import InboundMessage
+from switchboard.core.sealing import DATA_KEYS_ENV, SealError
 from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
 from switchboard.queue.effects import doubt_field
 from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.sealed import dead_messages
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -54,7 +56,10 @@ def _record(fields: Any) -> dict[str, Any] | None:
 
 
 def _preview(record: dict[str, Any]) -> str:
-    messages = record.get("messages") or []
+    try:
+        messages = dead_messages(record)
+    except SealError:  # a list of dead letters still shows; requeueing that one says why it cannot
+        return f"(sealed with a key {DATA_KEYS_ENV} does not list)"
     first = messages[0] if messages and isinstance(messages[0], dict) else {}
     return str(first.get("text", ""))[:PREVIEW_CHARS]
 
@@ -110,7 +115,7 @@ async def dead_letter_messages(redis: aioredis.Redis, session: SessionKey, dead_
     if record is None or record["session"] != session:
         raise NotFoundError(f"no dead letter {dead_letter_id} in {session}")
     drafts = []
-    for index, body in enumerate(record.get("messages") or []):
+    for index, body in enumerate(dead_messages(record)):
         message = InboundMessage.model_validate(body)
         drafts.append(message.model_copy(update={"id": "", "dedup_key": requeue_key(dead_letter_id, index)}))
     if not drafts:

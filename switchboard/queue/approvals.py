@@ -25,6 +25,7 @@ from switchboard.core.approvals.records import (
 )
 from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.sealed import APPROVAL_CONTEXT, open_stored, seal_stored
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -75,14 +76,18 @@ def _text(value: Any) -> str:
 
 
 def record_from_fields(fields: dict[Any, Any] | list[Any]) -> ApprovalRecord | None:
-    """The record an approval HASH holds now (``HGETALL`` as a dict, or a script's flat list); ``None`` when empty."""
+    """The record an approval HASH holds now (``HGETALL`` as a dict, or a script's flat list); ``None`` when empty.
+
+    Raises:
+        SealError: the record is sealed and no key of ``SWITCHBOARD_DATA_KEYS`` opens it.
+    """
     if isinstance(fields, list):
         fields = {fields[i]: fields[i + 1] for i in range(0, len(fields) - 1, 2)}
     found = {_text(k): _text(v) for k, v in fields.items()}
     raw = found.get("record")
     if not raw:
         return None
-    body = json.loads(raw)
+    body = json.loads(open_stored(raw, APPROVAL_CONTEXT))
     body["status"] = found.get("status", body.get("status", "pending"))
     if found.get("decided_by"):
         body["decided_by"] = found["decided_by"]
@@ -148,7 +153,7 @@ class RedisApprovals:
             [
                 self.token,
                 record.id,
-                record.model_dump_json(),
+                seal_stored(record.model_dump_json(), APPROVAL_CONTEXT),
                 record.action_sha256,
                 repr(record.requested_at),
                 repr(record.expires_at),

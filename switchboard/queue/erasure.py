@@ -9,16 +9,14 @@ shown; one audit fact records who erased what scope, with the subject only as a 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
@@ -32,7 +30,7 @@ if TYPE_CHECKING:
 
     from switchboard.core.workspaces.store import WorkspaceStore
 
-__all__ = ["AUDIT_CAP", "Eraser", "ErasureReport", "ScopeKind"]
+__all__ = ["AUDIT_CAP", "ErasableMemory", "Eraser", "ErasureReport", "ScopeKind"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,24 +58,44 @@ class ErasureReport:
     shared_kept: int = 0
     """Sessions the person shares with other senders (groups): kept (see ``docs/operations/retention.md``)."""
     counts: Counter[str] = field(default_factory=Counter)
-    """Store → entries removed (keys, members, fields, stream entries, workspaces)."""
+    """Store → entries removed (keys, members, fields, stream entries, workspaces, memory facts)."""
+    not_counted: set[str] = field(default_factory=set)
+    """Stores a dry run cannot count (the memory store removes without listing first)."""
 
     def lines(self) -> list[str]:
         """The report as the CLI prints it."""
         verb = "would remove" if self.dry_run else "removed"
         out = [f"{verb} ({self.scope} of tenant {self.tenant}): {self.sessions} session(s)"]
         out += [f"  {store}: {count}" for store, count in sorted(self.counts.items()) if count]
+        out += [f"  {store}: not counted in a dry run" for store in sorted(self.not_counted)]
         if self.shared_kept:
             out.append(f"  kept: {self.shared_kept} session(s) shared with other senders")
         return out
 
 
+class ErasableMemory(Protocol):
+    """What erasure needs of a memory store (part of :class:`~switchboard.core.memory.store.MemoryStore`)."""
+
+    async def erase(self, tenant: str, *, actor: str | None = None) -> int:
+        """All of ``tenant``'s memory (``actor`` ``None``), or the facts remembered for ``actor``; facts removed."""
+        ...
+
+
 class Eraser:
     """Finds and removes one scope's data; with ``dry_run`` it only counts."""
 
-    def __init__(self, redis: aioredis.Redis, workspaces: WorkspaceStore | None = None, *, dry_run: bool = False):
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        workspaces: WorkspaceStore | None = None,
+        *,
+        memory: ErasableMemory | None = None,
+        dry_run: bool = False,
+    ):
         self.redis = redis
         self.workspaces = workspaces
+        self.memory = memory
+        """The memory store (facts, documents, knowledge, their indexes and cached embeddings), if one is configured."""
         self.dry_run = dry_run
 
     # -- what to erase -----------------------------------------------------------------------------------------
@@ -197,6 +215,42 @@ class Eraser:
 
             await self._xdel_where("dead letters", _KEYS.dead_letters, keep, report)
             await self._erase_drain_jobs(sessions, report)
+            await self._erase_webhook_deliveries(tenant, sessions, report)
+
+    async def _erase_webhook_deliveries(self, tenant: str, sessions: set[SessionKey], report: ErasureReport) -> None:
+        """Outbound webhook deliveries of ``sessions``: waiting (with their due entries) and given up."""
+        waiting: list[str] = []
+        async for delivery_id, raw in self.redis.hscan_iter(_KEYS.webhook_deliveries(tenant)):
+            try:
+                session = json.loads(raw).get("body", {}).get("session")
+            except (ValueError, AttributeError):
+                continue
+            if session in sessions:
+                waiting.append(_text(delivery_id))
+        await self._hdel("webhook deliveries", _KEYS.webhook_deliveries(tenant), waiting, report)
+        if waiting and not self.dry_run:
+            await self.redis.zrem(_KEYS.webhook_due(tenant), *waiting)
+
+        def keep(entry: dict[bytes, bytes]) -> bool:
+            try:
+                return json.loads(entry.get(b"body", b"{}")).get("session") not in sessions
+            except (ValueError, AttributeError):
+                return True
+
+        await self._xdel_where("webhook deliveries", _KEYS.webhook_dead(tenant), keep, report)
+
+    async def _erase_memory(self, tenant: str, actors: set[str] | None, report: ErasureReport) -> None:
+        """The memory store's facts of ``actors`` (every principal of the person), or (``None``) the tenant's all."""
+        if self.memory is None:
+            return
+        if self.dry_run:
+            report.not_counted.add("memory")
+            return
+        if actors is None:
+            report.counts["memory facts"] += await self.memory.erase(tenant)
+            return
+        for actor in sorted(actors):
+            report.counts["memory facts"] += await self.memory.erase(tenant, actor=actor)
 
     async def _erase_workspace(self, session: SessionKey, report: ErasureReport) -> None:
         """The session's workspace: a local one is counted if it exists; a remote store is always asked to delete.
@@ -289,12 +343,17 @@ class Eraser:
             for job_id in jobs:
                 await remove_job(self.redis, job_id)
             await self.redis.delete(_KEYS.schedules_of_tenant(tenant))
-        if self.workspaces is not None:
-            home = tenant_dir(self.workspaces.root, f"{tenant}/-")
-            if home.exists():
+        if self.workspaces is None:
+            return
+        if isinstance(self.workspaces, LocalWorkspaces):
+            if tenant_dir(self.workspaces.root, f"{tenant}/-").exists():
                 report.counts["workspaces"] += 1
                 if not self.dry_run:
-                    await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
+                    await self.workspaces.delete_tenant(tenant)
+        elif self.dry_run:
+            report.not_counted.add("workspace objects (remote store)")
+        else:  # the whole prefix: objects of sessions Redis no longer names go too
+            report.counts["workspace objects (remote store)"] += await self.workspaces.delete_tenant(tenant)
 
     async def erase(
         self, tenant: str, *, user: str | None = None, session: SessionKey | None = None, by: str
@@ -330,10 +389,12 @@ class Eraser:
                     report.shared_kept += 1
             await self._erase_sessions(tenant, owned, report)
             await self._erase_person(tenant, principals, person, report)
+            await self._erase_memory(tenant, principals, report)
             subject = user
         else:
             await self._erase_sessions(tenant, await self.tenant_sessions(tenant), report)
             await self._erase_tenant(tenant, report)
+            await self._erase_memory(tenant, None, report)
             subject = tenant
         if not self.dry_run:
             fact = {

@@ -25,7 +25,7 @@ from switchboard.core.messages import ConversationRef, InboundMessage, session_k
 from switchboard.core.tools.builtin.handoff import HandoffDone
 from switchboard.core.turn import HistoryEntry
 from switchboard.queue.keys import GlobalKeys, SessionKeys
-from switchboard.queue.store import load_history
+from switchboard.queue.store import load_history, parse_history, stored_history
 from switchboard.settings import FileConfig
 from switchboard.types import SessionKey
 
@@ -106,12 +106,13 @@ class Handoffs:
         match rules.history:
             case "full":
                 found: list[bytes | str] = await self.redis.lrange(SessionKeys(origin).history, 0, -1)
-                entries = [raw.decode() if isinstance(raw, bytes) else raw for raw in found]
-                entries += [
-                    HistoryEntry(role="user", text=text, message_id=m.id).model_dump_json()
+                carried = parse_history(found, origin)  # opened here, sealed again for the receiving session
+                carried += [
+                    HistoryEntry(role="user", text=text, message_id=m.id)
                     for m, text in zip(turn, said, strict=True)
                     if text
                 ]
+                entries = stored_history(carried, receiving)
                 text = f"{header}. Their note: {note or '(none)'})"
             case "summary":
                 earlier = await load_history(self.redis, origin, self.history_maxlen)
@@ -119,7 +120,7 @@ class Handoffs:
                 text = f"{header}. Their note: {note or '(none)'})\nThe conversation so far:\n{transcript}"
             case "none":
                 text = f"{header}. Their note: {note or '(none)'})"
-        entries.append(HistoryEntry(role="user", text=text, meta={"handoff": from_agent}).model_dump_json())
+        entries += stored_history([HistoryEntry(role="user", text=text, meta={"handoff": from_agent})], receiving)
         record = json.dumps({"agent": to, "from": from_agent, "reason": reason, "at": time.time()})
         history = SessionKeys(receiving).history
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -272,6 +272,11 @@ class GlobalKeys:
         """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
         return f"{self.prefix}:effects:doubt:{tenant}"
 
+    @property
+    def every_session(self) -> str:
+        """``MATCH`` pattern of the keys of every session of every tenant (``sb:{<tenant>/...}:...``)."""
+        return literal(f"{self.prefix}:{{") + "*"
+
     def tenant_sessions(self, tenant: str) -> str:
         """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<tenant>/...}:...``)."""
         return literal(f"{self.prefix}:{{{tenant}/") + "*"
@@ -285,6 +290,7 @@ class GlobalKeys:
                 f"{self.prefix}:{{people:{tenant}}}:",
                 f"{self.prefix}:access:{tenant}:",
                 f"{self.prefix}:webhooks:{tenant}:",
+                f"{self.prefix}:memory:{tenant}:",
                 self.sender_rate(f"{tenant}/"),
                 self.handoff(f"{tenant}/"),
                 self.web_streams_by_session(f"{tenant}/"),
@@ -303,6 +309,15 @@ class GlobalKeys:
     def erasures(self) -> str:
         """STREAM (capped) of erasure facts: who erased which scope, the subject's SHA-256 and counts, never content."""
         return f"{self.prefix}:audit:erasures"
+
+    @property
+    def memory_audit(self) -> str:
+        """STREAM (capped) of operators' memory changes: who changed which fact or connection; never a fact's text."""
+        return f"{self.prefix}:audit:memory"
+
+    def project_connections(self, tenant: str) -> str:
+        """SET of JSON ``[agent, project]``: the tenant's agent–project connections made in the console or the CLI."""
+        return f"{self.prefix}:memory:{tenant}:connections"
 
     @property
     def fenced_rejections(self) -> str:
@@ -356,6 +371,11 @@ class GlobalKeys:
         ``conversation`` is ``tenant/-/channel/account/conversation[/thread]`` (a session key without its agent).
         """
         return f"{self.prefix}:handoff:{conversation}"
+
+    @property
+    def retention_lock(self) -> str:
+        """STRING worker id with a PX TTL of one retention interval: the worker that ran (or runs) this sweep."""
+        return f"{self.prefix}:retention:lock"
 
     @property
     def reaper_lock(self) -> str:

@@ -40,8 +40,9 @@ from switchboard.queue.eventlog import encode_event
 from switchboard.queue.jobs import DrainJobs, StartedJob, new_job_id, rq_time
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
+from switchboard.queue.sealed import seal_dead_messages
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
-from switchboard.queue.store import RedisSessionStore, parse_history
+from switchboard.queue.store import RedisSessionStore, parse_history, stored_history
 from switchboard.settings import QueueSettings
 from switchboard.types import BusyPolicy, SessionKey
 
@@ -307,7 +308,7 @@ class Ledger:
             "attempts": attempts,
             "reason": reason,
             "at": now,
-            "messages": [json.loads(body) for body in attempt.bodies if body],
+            "messages": seal_dead_messages([json.loads(body) for body in attempt.bodies if body], self.lease.session),
         }
         event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
         remaining = await self._run(
@@ -360,15 +361,16 @@ class Ledger:
         now = time.time()
         resets = [i for i, m in enumerate(messages) if is_reset(m)]  # /reset: what came before it is forgotten
         kept = messages[resets[-1] + 1 :] if resets else messages
-        history = [  # an operator's action is no user's words: what it said to the user is the answer below
-            HistoryEntry(role="user", text=history_text(m), message_id=m.id, at=m.received_at).model_dump_json()
+        entries = [  # an operator's action is no user's words: what it said to the user is the answer below
+            HistoryEntry(role="user", text=history_text(m), message_id=m.id, at=m.received_at)
             for m in kept
             if not isinstance(m.event, OperatorActed)
         ]
-        history += [entry.model_dump_json() for entry in work]
+        entries += work
         answer = reply_text if cancelled is None else f"(stopped before answering: {cancelled})"
         if kept and answer.strip():  # a deletion gets no answer; a bare /reset leaves the history empty
-            history.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now).model_dump_json())
+            entries.append(HistoryEntry(role="assistant", text=answer, message_id=reply_to, at=now))
+        history = stored_history(entries, self.lease.session)
         events: list[str] = []
         if undelivered is not None:
             events.append(encode_event(undelivered))
@@ -556,7 +558,7 @@ class AttemptStore(ApprovalsDelegate, RedisSessionStore):
         raw, self._history = self._history, None
         if raw is None or (limit > self._read and len(raw) >= self._read):
             return await super().load_history(limit)
-        return parse_history(raw[-limit:]) if limit > 0 else []
+        return parse_history(raw[-limit:], self.session) if limit > 0 else []
 
     async def load_slots(self) -> dict[str, Any]:
         """The session-state slots (``plan``, ``context``, ``state``)."""

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from pydantic import Json, TypeAdapter, ValidationError
 
 from switchboard.core.schedules import ScheduleSpec
+from switchboard.core.sealing import SEALED_PREFIX
 from switchboard.core.tools.builtin.handoff import ConversationHandoff, HandoffDone
 from switchboard.core.tools.effects import EffectRecord
 from switchboard.core.turn import HistoryEntry
@@ -21,31 +22,38 @@ from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.operators import session_conversation
 from switchboard.queue.schedules import JobExistsError, create_job, get_job, list_jobs, remove_job
+from switchboard.queue.sealed import history_context, open_stored, seal_stored
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
-__all__ = ["RedisSessionStore", "load_history", "parse_history"]
+__all__ = ["RedisSessionStore", "load_history", "parse_history", "stored_history"]
 
 _GLOBAL = GlobalKeys()
 _HISTORY: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[Json[HistoryEntry]])
 
 
+SEALED = SEALED_PREFIX.encode()
 _PARSED: dict[bytes, HistoryEntry] = {}
 """Stored entry → the entry it parsed to: a session's history is read again every turn, mostly unchanged."""
 _PARSED_MAX = 4096
 
 
-def parse_history(raw: Sequence[bytes | str]) -> list[HistoryEntry]:
-    """Stored history entries (one JSON document each); those not parsed before, in one call.
+def parse_history(raw: Sequence[bytes | str], session: str) -> list[HistoryEntry]:
+    """Stored history entries of ``session`` (one JSON document each, or sealed); those not parsed before, in one call.
 
     Each entry is parsed on its own (not joined into one array), so a corrupt one that holds several values is
     refused rather than read as several entries. Entries are immutable and their stored form names the message they
     hold, so one parsed before is that same entry.
+
+    Raises:
+        SealError: an entry is sealed and no key of ``SWITCHBOARD_DATA_KEYS`` opens it.
     """
     stored = [r if isinstance(r, bytes) else r.encode() for r in raw]
     missing = [r for r in stored if r not in _PARSED]
     if missing:
-        parsed = _HISTORY.validate_python(missing)
+        context = history_context(session)
+        opened = [open_stored(r, context).encode() if r.startswith(SEALED) else r for r in missing]
+        parsed = _HISTORY.validate_python(opened)
         if len(_PARSED) + len(missing) > _PARSED_MAX:
             _PARSED.clear()
         _PARSED.update(zip(missing, parsed, strict=True))
@@ -58,7 +66,13 @@ async def load_history(redis: aioredis.Redis, session: SessionKey, limit: int) -
     """The most recent ``limit`` history entries of a session, oldest first (no lease needed to read)."""
     if limit <= 0:
         return []
-    return parse_history(await redis.lrange(SessionKeys(session).history, -limit, -1))
+    return parse_history(await redis.lrange(SessionKeys(session).history, -limit, -1), session)
+
+
+def stored_history(entries: Sequence[HistoryEntry], session: str) -> list[str]:
+    """How ``entries`` are stored in ``session``'s history: their JSON, sealed when sealing is on."""
+    context = history_context(session)
+    return [seal_stored(entry.model_dump_json(), context) for entry in entries]
 
 
 class RedisSessionStore:
@@ -97,7 +111,7 @@ class RedisSessionStore:
         if not entries:
             return
         args: list[str | int] = [self.token, self.settings.history_maxlen]
-        args += [entry.model_dump_json() for entry in entries]
+        args += stored_history(entries, self.session)
         await scripts.HISTORY_APPEND(
             self.redis,
             [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history],
@@ -225,9 +239,9 @@ class RedisSessionStore:
         """
         words = [w for w in query.lower().split() if w]
         found: list[dict[str, Any]] = []
-        history = await self.redis.lrange(self._keys.history, 0, -1)
+        history = parse_history(await self.redis.lrange(self._keys.history, 0, -1), self.session)
         for seq in range(len(history) - 1, -1, -1):
-            entry = HistoryEntry.model_validate_json(history[seq])
+            entry = history[seq]
             if all(w in entry.text.lower() for w in words):
                 found.append({"role": entry.role, "text": entry.text, "seq": seq, "at": entry.at})
                 if len(found) >= limit:

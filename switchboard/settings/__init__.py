@@ -34,6 +34,7 @@ from switchboard.core.commands import COMMAND_NAME_PATTERN, CommandRule
 from switchboard.core.connectors import expand_connectors
 from switchboard.core.memory.config import MemoryConfig
 from switchboard.core.memory.facts import ProjectConfig, check_name
+from switchboard.core.retention import RetentionConfig
 from switchboard.core.routing import RoutingRule
 from switchboard.core.schedules import ScheduleSpec
 from switchboard.core.tools.mcp.config import SERVER_NAME_PATTERN, McpServer
@@ -260,6 +261,9 @@ class FileConfig(BaseModel):
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)
     """Memory projects by name, each of one tenant (``docs/memory.md``); agents connect with
     ``agents.<name>.projects``."""
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    """How long each kind of data is kept, by default and per tenant (``docs/operations/retention.md``); no rule:
+    kept as it is."""
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     """Where projects' facts are stored and how they are embedded (``docs/memory.md``); default: SQLite files and
     the local embedder."""

@@ -38,7 +38,9 @@ from switchboard.queue.connection import async_client, sync_client
 from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
+from switchboard.queue.retention import RetentionPlan, sweep_if_due
 from switchboard.queue.schedules import Scheduler, sync_config_jobs
+from switchboard.queue.sealed import data_keyring
 from switchboard.settings import QueueSettings, Settings
 from switchboard.worker.drain import Drainer, TurnRunner
 from switchboard.worker.drainturn import DrainOutcome
@@ -123,6 +125,7 @@ class SessionWorker:
         shutdown_grace_s: float | None = None,
         schedules: Sequence[ScheduleSpec] = (),
         default_agent: str = "",
+        retention: RetentionPlan | None = None,
     ) -> None:
         if (drainer is None) == (drainer_factory is None):
             raise ValueError("give exactly one of drainer or drainer_factory")
@@ -140,6 +143,7 @@ class SessionWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._liveness: _Liveness | None = None
         self._schedules = list(schedules)
+        self._retention = retention
         """The YAML file's jobs, stored at start (:func:`~switchboard.queue.schedules.sync_config_jobs`)."""
         self._default_agent = default_agent
 
@@ -216,6 +220,8 @@ class SessionWorker:
                 asyncio.create_task(self._reaper_loop(reaper, stop)),
                 asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
             ]
+            if self._retention is not None and self._retention.config.active:  # no rule: no loop, no command
+                background.append(asyncio.create_task(self._retention_loop(redis, self._retention, stop)))
             logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
             await self._dequeue_loop(redis, blocking, drainer, stop)
             await self._shutdown(drainer)
@@ -348,6 +354,18 @@ class SessionWorker:
             except Exception:
                 logger.exception("takeover check crashed; retrying")
 
+    async def _retention_loop(self, redis: aioredis.Redis, plan: RetentionPlan, stop: asyncio.Event) -> None:
+        """Every ``retention.every``, the retention sweep, run by one worker of all (see ``retention.md``)."""
+        while not stop.is_set():
+            try:
+                await sweep_if_due(redis, plan, self.worker_id)
+            except (RedisError, OSError) as err:
+                logger.warning("retention sweep failed: %s", err)
+            except Exception:
+                logger.exception("retention sweep crashed; retrying next interval")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=plan.config.every)
+
     async def _reaper_loop(self, reaper: Reaper, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
@@ -420,11 +438,13 @@ async def run_worker(
     *,
     worker_id: str | None = None,
     workspace_store: WorkspaceStore | None = None,
+    retention: RetentionPlan | None = None,
 ) -> None:
     """Run one session worker until ``stop`` is set (what ``switchboard worker`` and ``run`` call).
 
     ``agent_for`` defaults to the YAML file's agent named by the conversation (or the default agent);
-    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory).
+    ``workspace_store`` is where the files channels send are read from (default: the local workspace directory);
+    ``retention``: the retention sweep this worker takes its turn at (``None``: no rule, no loop).
 
     Raises:
         ConfigError: no ``SWITCHBOARD_REDIS_URL``, or the self-check failed.
@@ -433,6 +453,7 @@ async def run_worker(
         raise ConfigError(
             "the worker needs SWITCHBOARD_REDIS_URL (only `switchboard run` embeds a server)", field="redis_url"
         )
+    data_keyring()  # a malformed SWITCHBOARD_DATA_KEYS stops the start with what to fix, not the first turn
     pick = agent_for or (lambda message: settings.file.agent(message.conversation.agent))
     identity = worker_id or _new_worker_id()
     voice = VoiceReplies.build(settings)
@@ -458,6 +479,7 @@ async def run_worker(
         worker_id=identity,
         schedules=settings.file.schedules,
         default_agent=settings.file.default_agent,
+        retention=retention,
     )
     try:
         if not settings.file.api.webhooks:  # nothing to deliver: no loop, no Redis command

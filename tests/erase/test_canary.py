@@ -17,6 +17,8 @@ from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, new_approval_id
 from switchboard.core.budgets import BudgetRule
+from switchboard.core.memory.facts import Fact, FactChange, Source
+from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.providers.offline import OfflineModel
@@ -213,6 +215,48 @@ async def seed(
         group = message(who, f"in the group: {GROUP}", 200 + n, conversation="-100group")
         await ingestor.ingest(group)
         await drain.drain(group.session_key)
+    await remember(root.parent / "memory")
+    for who in (U_TG, V):  # an outbound webhook delivery waiting, and one given up, per session
+        session = message(who, "x", 0).session_key
+        body = json.dumps({"session": session, "data": {"memo": who[3]}})
+        await client.hset(
+            G.webhook_deliveries(who[0]), f"0:{who[3]}", json.dumps({"endpoint": 0, "body": json.loads(body)})
+        )
+        await client.zadd(G.webhook_due(who[0]), {f"0:{who[3]}": time.time()})
+        await client.xadd(G.webhook_dead(who[0]), {"delivery": f"1:{who[3]}", "body": body})
+
+
+KNOWLEDGE = "CANARY-K-acme-3b9d"
+
+
+async def remember(memory_root: Path) -> None:
+    """Each person's canary in the memory store as a fact remembered for them, and a knowledge document in acme."""
+    store = SQLiteMemoryStore(memory_root)
+    try:
+        for n, who in enumerate((U_TG, U_SLACK, V, W)):
+            actor = f"{who[1]}:{who[2]}"
+            fact = Fact(
+                id=f"f{n}",
+                project="notes",
+                tenant=who[0],
+                text=f"the code of this customer is {who[3]}",
+                source=Source(kind="message", quote=f"my code is {who[3]}"),
+                run_id="run-1",
+                actor=actor,
+            )
+            await store.add(fact, FactChange(fact_id=fact.id, project="notes", op="remembered", actor=actor))
+        document = Fact(
+            id="k1",
+            project="knowledge.assistant",
+            tenant="acme",
+            kind="document",
+            text=f"The return policy. Reference {KNOWLEDGE}.",
+            source=Source(kind="url", ref="https://example.com/returns", quote="The return policy"),
+            run_id="index",
+        )
+        await store.add(document, FactChange(fact_id="k1", project=document.project, op="remembered", actor="indexer"))
+    finally:
+        store.close()
 
 
 async def test_erasing_a_person_leaves_none_of_their_canaries_and_touches_no_one_else(
@@ -233,12 +277,15 @@ async def test_erasing_a_person_leaves_none_of_their_canaries_and_touches_no_one
         assert {"list", "hash", "stream"} <= kinds, (canary, kinds)
         assert len(found) >= 5, (canary, found)
     assert files_holding(root, "CANARY-U-")
+    assert len(files_holding(root.parent / "memory", "CANARY-U-")) == 1  # in acme's file, in the clear
 
     dry = await asyncio.to_thread(sb, "erase", "--tenant", "acme", "--user", "alice", "--dry-run", env=base_env)
     assert dry.returncode == 0, dry.stderr
     assert "would remove" in dry.stdout and "2 session(s)" in dry.stdout
     assert await everything(client) == before, "--dry-run changed something"
     assert files_holding(root, "CANARY-U-")
+    assert "memory: not counted in a dry run" in dry.stdout
+    assert files_holding(root.parent / "memory", "CANARY-U-")
 
     done = await asyncio.to_thread(sb, "erase", "--tenant", "acme", "--user", "telegram:4242", env=base_env)
     assert done.returncode == 0, done.stderr
@@ -251,6 +298,11 @@ async def test_erasing_a_person_leaves_none_of_their_canaries_and_touches_no_one
     for canary in U_CANARIES:
         assert holding(after, canary) == set(), canary
     assert files_holding(root, "CANARY-U-") == set()
+    memory = root.parent / "memory"  # the memory store's files: bytes of the database, its journal and WAL
+    assert files_holding(memory, "CANARY-U-") == set()
+    assert len(files_holding(memory, "CANARY-V-")) == 1 and len(files_holding(memory, "CANARY-W-")) == 1
+    assert files_holding(memory, KNOWLEDGE)
+    assert "memory facts: 2" in done.stdout and "webhook deliveries: 2" in done.stdout
     assert await People(client).person_of("acme", "slack:U4242") is None
     u_sessions = tuple(message(who, "x", 0).session_key for who in (U_TG, U_SLACK))
     for session in u_sessions:  # nor a reference to their sessions (indexes, registries, tokens)
@@ -298,6 +350,12 @@ async def test_erasing_a_tenant_leaves_none_of_it_and_touches_no_other_tenant(
     assert files_holding(root, "CANARY-U-") == set() and files_holding(root, "CANARY-V-") == set()
     untouched(before, after, (*U_CANARIES, "CANARY-V-91c2", GROUP, "acme"))
     assert len(files_holding(root, "CANARY-W-")) == 1
+    memory = root.parent / "memory"
+    for canary in (*U_CANARIES, "CANARY-V-91c2", KNOWLEDGE):
+        assert files_holding(memory, canary) == set(), canary
+    assert not any("acme" in p.name for p in memory.iterdir())
+    assert len(files_holding(memory, "CANARY-W-")) == 1
+    assert "memory facts: 4" in done.stdout
 
 
 async def test_erasing_one_session_leaves_the_persons_other_sessions(

@@ -48,3 +48,23 @@ async def test_a_session_erased_from_another_host_leaves_no_object_of_it_in_the_
     assert await keys(s3, bucket) == [k for k in before if k not in mine]
     assert not await client.exists(SessionKeys(U).meta)
     assert await client.exists(SessionKeys(V).meta) and await client.exists(SessionKeys(W).meta)
+
+
+async def test_erasing_a_tenant_empties_its_whole_prefix_even_of_sessions_redis_forgot(
+    client: aioredis.Redis, make_store: StoreFactory, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    worker = make_store(tmp_path / "worker")
+    for session in (U, V, W):
+        put(worker, session, "notes.txt", f"notes of {session}".encode())
+        await worker.persist(session)
+    await client.hset(SessionKeys(U).meta, "channel", "telegram")  # V's keys expired: only the bucket has it
+    before = await keys(s3, bucket)
+    assert len(before) == 3
+
+    elsewhere = make_store(tmp_path / "operator")
+    dry = await Eraser(client, elsewhere, dry_run=True).erase("acme", by="test")
+    assert "workspace objects (remote store)" in dry.not_counted and await keys(s3, bucket) == before
+    done = await Eraser(client, elsewhere).erase("acme", by="test")
+    assert done.counts["workspaces (remote store, asked)"] == 1  # U's, by its session
+    assert done.counts["workspace objects (remote store)"] == 1  # V's, by the tenant's prefix
+    assert await keys(s3, bucket) == [k for k in before if k.startswith(worker._tenant_prefix(W))]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from switchboard.core.agent.evidence import ContextEvidence
+from switchboard.core.approvals.policy import Policy, PolicyConfig
 from switchboard.core.events import Event
 from switchboard.core.memory.embeddings import Embedder, LocalEmbedder
 from switchboard.core.memory.store import SQLiteMemoryStore
@@ -35,6 +36,15 @@ CONFIG: dict[str, Any] = {
 }
 
 _n = itertools.count(1)
+
+CLEAN_FORGET = Policy.of(
+    (
+        "agent:support",
+        PolicyConfig.model_validate({"rules": [{"tool": "forget", "decide": "allow", "untrusted": False}]}),
+    )
+)
+"""The policy docs/memory.md shows: ``forget`` (irreversible, so approved by a person by default) allowed in a turn
+no untrusted text has entered."""
 
 
 def inbound(text: str, message_id: str, tenant: str = "acme") -> InboundMessage:
@@ -101,6 +111,7 @@ class Memory:
             agent=agent,
             record=None if turn is None else turn.record,
             evidence=None if turn is None else turn.evidence(),
+            policy=CLEAN_FORGET,
         )
         return await self.gateway.call(name, args, ctx)
 

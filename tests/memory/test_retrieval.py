@@ -11,7 +11,7 @@ import sqlean
 from switchboard.core.memory.chunks import passages, passages_for
 from switchboard.core.memory.embeddings import LocalEmbedder
 from switchboard.core.memory.facts import MAX_FACT_CHARS, Fact, FactChange, Hit, Source
-from switchboard.core.memory.retrieval import GRAPH_DECAY, RRF_K, SEARCH_MODES, SearchMode, fuse, retrieve
+from switchboard.core.memory.retrieval import GRAPH_DECAY, SEARCH_MODES, VECTOR_WEIGHT, SearchMode, fuse, retrieve
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.memory.tools import MAX_READ_CHARS, MAX_SNIPPET_CHARS, memory_tools
 from switchboard.core.tools.builtin import ToolRegistry
@@ -77,27 +77,36 @@ async def test_vector_search_finds_other_forms_of_a_word_that_lexical_search_mis
     assert vector[0].score == pytest.approx(sum(a * b for a, b in zip(wanted, best, strict=True)), abs=1e-5)
 
 
-async def test_hybrid_search_fuses_both_lists_by_rank(store: SQLiteMemoryStore) -> None:
+def _share(hits: list[Hit], fact_id: str) -> float:
+    scores = [hit.score for hit in hits]
+    found = [hit.score for hit in hits if hit.fact.id == fact_id]
+    if not found:
+        return 0.0
+    return 1.0 if max(scores) == min(scores) else (found[0] - min(scores)) / (max(scores) - min(scores))
+
+
+async def test_hybrid_search_fuses_both_lists_by_their_scaled_scores(store: SQLiteMemoryStore) -> None:
     query = "invoices by email"
     lexical = await store.search("acme", ["shop"], query, 20, NOW)
     vector = await store.nearest("acme", ["shop"], EMBEDDER.vector(query), 20, NOW)
     hybrid = await retrieve(store, EMBEDDER, "acme", ["shop"], query, mode="hybrid", limit=5, now=NOW)
     assert hybrid[0].fact.id == "f_01"  # first in both lists
-    assert hybrid[0].score == pytest.approx(
-        1 / (RRF_K + 1 + [h.fact.id for h in lexical].index("f_01"))
-        + 1 / (RRF_K + 1 + [h.fact.id for h in vector].index("f_01")),
-        abs=1e-6,
-    )
-    # a fact found by one list only ranks below one found by both at the same ranks
+    for hit in hybrid:
+        expected = (1 - VECTOR_WEIGHT) * _share(lexical, hit.fact.id) + VECTOR_WEIGHT * _share(vector, hit.fact.id)
+        assert hit.score == pytest.approx(expected, abs=1e-6)
     assert {hit.fact.id for hit in hybrid} <= {hit.fact.id for hit in lexical} | {hit.fact.id for hit in vector}
     assert [hit.score for hit in hybrid] == sorted((hit.score for hit in hybrid), reverse=True)
 
 
-def test_fusion_prefers_what_both_lists_found() -> None:
-    a, b, c = (Hit(fact=_fact(f"f_0{n}", f"text {n}"), score=1.0) for n in (1, 2, 3))
-    fused = fuse([[a, b], [c, b]], limit=3)
-    assert [hit.fact.id for hit in fused] == ["f_02", "f_01", "f_03"]
-    assert fused[0].score == round(1 / (RRF_K + 2) * 2, 6)
+def test_fusion_prefers_what_both_lists_found_and_a_weak_word_match_adds_little() -> None:
+    a, b, c, d = (_fact(f"f_0{n}", f"text {n}") for n in (1, 2, 3, 4))
+    lexical = [Hit(fact=a, score=9.0), Hit(fact=b, score=5.0), Hit(fact=d, score=0.5)]
+    vector = [Hit(fact=c, score=0.9), Hit(fact=b, score=0.8), Hit(fact=d, score=0.1)]
+    fused = fuse(lexical, vector, limit=4)
+    assert [hit.fact.id for hit in fused] == ["f_02", "f_01", "f_03", "f_04"]
+    assert fused[0].score == pytest.approx(0.5 * (4.5 / 8.5) + 0.5 * (0.7 / 0.8), abs=1e-6)
+    assert fused[-1].score == 0.0  # last in both lists: nothing to lift it
+    assert fuse([], [], limit=3) == []
 
 
 async def test_graph_search_follows_links_two_deep_with_decayed_scores(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ import yaml
 
 from bench._harness import MINIMAL_CONFIG, PYTHON, SECRET_TOKEN, Proc, bench_env, free_port, start_redis
 from switchboard.channels.telegram.fake.platform import make_update
+from switchboard.core.sealing import new_key
 from switchboard.queue import scripts
 from switchboard.queue.embedded import EmbeddedRedis
 from switchboard.queue.keys import GlobalKeys, RQKeys
@@ -66,8 +67,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # written); "group_context_kept" the same with ``group_replies.keep_context`` on (kept as context, no run); "routing"
 # the plain message with a ``routing`` binding it does not match and an agent that may hand over (the conversation's
 # handoff binding read); "voice" the plain message with the agent's ``voice: {mode: always}`` (the reply spoken by a
-# fake OpenAI speech route and sent after the text: the voice send's outbox claim and record, and its facts). Minus
-# "plain": what the feature costs.
+# fake OpenAI speech route and sent after the text: the voice send's outbox claim and record, and its facts);
+# "retention_sealed" the plain message with retention rules for every kind and SWITCHBOARD_DATA_KEYS set (history
+# sealed): the same commands as "plain". Minus "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -369,6 +371,45 @@ PINNED: dict[str, dict[str, Any]] = {
         "worker": 52,
         "worker_client": 5,
     },
+    "retention_sealed": {
+        "client": 6,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 67,
+        "web": 15,
+        "web_client": 1,
+        "worker": 52,
+        "worker_client": 5,
+    },
     "routing": {
         "client": 7,
         "commands": {
@@ -552,6 +593,11 @@ LIMITS_OFF = {
     "SWITCHBOARD_LIMITS__INBOX_DEPTH": "0",
     "SWITCHBOARD_LIMITS__SESSIONS_PER_ADDRESS_PER_HOUR": "0",
 }
+RETENTION = """\
+retention:
+  defaults: {history: 30d, events: 30d, dead_letters: 30d, approvals: 30d, workspaces: 30d}
+"""
+"""Retention rules for every kind (their sweep runs at the worker's start, before any message is counted)."""
 BUDGETS = """\
 prices:
   offline: {input: 1.0, output: 1.0}
@@ -1090,6 +1136,10 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
             gw.start({**LIMITS_OFF, **extra, "SWITCHBOARD_MODEL": "offline"})
             one_at_a_time(gw, counts, "voice", 1010, "hello there")
             gw.stop()
+        retention = tmp_path / "retention.yaml"
+        retention.write_text(MINIMAL_CONFIG + RETENTION)
+        gw.start({**LIMITS_OFF, "SWITCHBOARD_CONFIG": str(retention), "SWITCHBOARD_DATA_KEYS": new_key("k1")})
+        one_at_a_time(gw, counts, "retention_sealed", 1101, "hello there")
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

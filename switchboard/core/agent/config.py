@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.knowledge.config import KnowledgeConfig, knowledge_project
+from switchboard.core.memory.facts import check_name
 from switchboard.core.routing import HandoffConfig
 from switchboard.core.sql.databases import AgentDatabases
 from switchboard.core.tables.config import ConnectedTable, PostgresDatabase, check_table_databases
@@ -152,6 +154,9 @@ class Agent(BaseModel):
     projects: list[str] = Field(default_factory=list)
     """Memory projects (of the file's ``projects:``) it is connected to: it gets ``remember``, ``recall``, ``link``,
     ``correct`` and ``forget`` over their facts (``docs/memory.md``)."""
+    knowledge: KnowledgeConfig | None = None
+    """Files and URLs indexed for it (read-only): it gets ``search_knowledge`` and ``read_source`` over them
+    (``docs/memory.md``, Knowledge)."""
     skills: Annotated[list[str], AfterValidator(check_pins)] = Field(default_factory=list)
     """Skills the agent may load, ``name`` or ``name@version``; their names and descriptions are in its context."""
     compaction: Literal["deterministic", "native"] = "deterministic"
@@ -182,6 +187,18 @@ class Agent(BaseModel):
         problems = check_table_databases(self.tables, self.databases, self.postgres)
         if problems:
             raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _knowledge_project_named(self) -> Agent:
+        if self.knowledge is not None:
+            try:
+                check_name(knowledge_project(self.name), "knowledge project")
+            except ValueError:
+                raise ValueError(
+                    f"agent {self.name!r} has knowledge, which lives in the project {knowledge_project(self.name)!r}: "
+                    "rename the agent to letters, digits, '_', '.' and '-' (at most 54)"
+                ) from None
         return self
 
     @property

@@ -1,4 +1,4 @@
-"""Retrieval over a tenant's projects: lexical, vector, hybrid (reciprocal-rank fusion) and graph search.
+"""Retrieval over a tenant's projects: lexical, vector, hybrid (relative-score fusion) and graph search.
 
 Every mode asks the store only for rows the caller may see (the store filters by tenant, project and expiry before it
 ranks), so fusion and graph expansion work on authorised candidates alone: rows of other tenants or unconnected
@@ -16,15 +16,15 @@ from switchboard.core.memory.embeddings import Embedder
 from switchboard.core.memory.facts import Hit
 from switchboard.core.memory.store import MemoryStore
 
-__all__ = ["GRAPH_DECAY", "GRAPH_DEPTH", "RRF_K", "SEARCH_MODES", "SearchMode", "fuse", "retrieve"]
+__all__ = ["GRAPH_DECAY", "GRAPH_DEPTH", "SEARCH_MODES", "VECTOR_WEIGHT", "SearchMode", "fuse", "retrieve"]
 
 logger = logging.getLogger(__name__)
 
 SearchMode = Literal["lexical", "vector", "hybrid", "graph"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("lexical", "vector", "hybrid", "graph")
 
-RRF_K = 60
-"""The rank constant of reciprocal-rank fusion: a hit at rank ``r`` of one list adds ``1 / (RRF_K + r)``."""
+VECTOR_WEIGHT = 0.5
+"""The share of the vector list in a hybrid score (the lexical list has the rest): equal weights, not tuned."""
 
 GRAPH_DEPTH = 2
 """Links followed from a seed in a graph search."""
@@ -36,16 +36,29 @@ _CANDIDATES = 4
 """Each list of a hybrid search brings this many times the asked number of candidates (at least 20)."""
 
 
-def fuse(lists: Sequence[Sequence[Hit]], limit: int, k: int = RRF_K) -> list[Hit]:
-    """Reciprocal-rank fusion of ranked lists: best first, ties by id; a hit keeps the first passage it was given."""
-    scores: dict[str, float] = {}
+def _scaled(hits: Sequence[Hit]) -> dict[str, float]:
+    """Each hit's score scaled to 0..1 within its list (min-max; all equal: 1)."""
+    if not hits:
+        return {}
+    high, low = max(hit.score for hit in hits), min(hit.score for hit in hits)
+    return {hit.fact.id: 1.0 if high == low else (hit.score - low) / (high - low) for hit in hits}
+
+
+def fuse(lexical: Sequence[Hit], nearest: Sequence[Hit], limit: int, weight: float = VECTOR_WEIGHT) -> list[Hit]:
+    """Relative-score fusion of a lexical and a vector list, best first, ties by id.
+
+    Each list's scores are scaled to 0..1 (min-max within the list), and a hit scores ``(1 - weight)`` times its
+    lexical and ``weight`` times its vector share (0 from a list that did not find it). Unlike rank fusion, a weak
+    lexical match (one common word) adds little, so it does not lift a fact over a close vector match. A hit keeps
+    the first passage it was given.
+    """
+    words, meaning = _scaled(lexical), _scaled(nearest)
     first: dict[str, Hit] = {}
-    for hits in lists:
-        for rank, hit in enumerate(hits, start=1):
-            key = hit.fact.id
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
-            if key not in first or (not first[key].passage and hit.passage):
-                first[key] = hit
+    for hit in (*lexical, *nearest):
+        key = hit.fact.id
+        if key not in first or (not first[key].passage and hit.passage):
+            first[key] = hit
+    scores = {key: (1 - weight) * words.get(key, 0.0) + weight * meaning.get(key, 0.0) for key in first}
     ranked = sorted(scores, key=lambda key: (-scores[key], key))[:limit]
     return [first[key].model_copy(update={"score": round(scores[key], 6)}) for key in ranked]
 
@@ -63,7 +76,7 @@ async def _hybrid(
     (vector,) = await embedder.embed([query])
     lexical = await store.search(tenant, projects, query, wanted, now)
     nearest = await store.nearest(tenant, projects, vector, wanted, now)
-    return fuse([lexical, nearest], limit)
+    return fuse(lexical, nearest, limit)
 
 
 async def _graph(
@@ -119,7 +132,7 @@ async def retrieve(
 ) -> list[Hit]:
     """The live facts of ``projects`` best matching ``query`` by ``mode``, best first.
 
-    ``lexical``: BM25 over words; ``vector``: cosine similarity of embeddings; ``hybrid``: both lists fused by rank;
+    ``lexical``: BM25 over words; ``vector``: cosine similarity of embeddings; ``hybrid``: both lists fused by score;
     ``graph``: hybrid seeds, then facts linked to them (up to :data:`GRAPH_DEPTH` links away, ``Hit.via`` naming the
     fact each was reached from). Every mode but ``lexical`` needs ``embedder`` (:class:`ValueError` without one).
     """

@@ -606,7 +606,8 @@ def memory_tools(
             input=ForgetInput,
             fn=forget,
             side_effect="write",
-            reversible=False,  # low risk: forgetting is what a person asks for, and loses nothing but the fact
+            risk="medium",  # irreversible: a person approves, so an instruction hidden in recalled text deletes nothing
+            reversible=False,
             connector="memory",
             cost=5,
             resources=lambda a: (f"fact {a.fact_id}",),

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from switchboard.core.agent.prompt import FINAL_NOTE_HEADING, RUN_PROGRAM, WORK_LOG_MARKER
+from switchboard.core.knowledge.summaries import SUMMARY_INSTRUCTIONS, extractive_summary
 from switchboard.core.model import (
     ChatMessage,
     Finished,
@@ -55,6 +56,7 @@ class OfflineModel:
       a ``current_time`` call (``in Area/City`` picks the zone), then on the next step an answer with the time;
     - ``/run <code>`` with ``run_program`` among the tools → a CodeAct program (the rest of the text);
     - ``/tool <name> <json>`` → that tool call (handy for demos of slots and files);
+    - a knowledge summary request (:mod:`switchboard.core.knowledge.summaries`) → the document's first sentences;
     - a request without tools at a budget → says which budget ran out, what was done and what was not;
     - after any other tool result → reports it readably: each shell command with its exit status and output (head
       and tail when long), SQL rows as a table, a short summary of other tools' results.
@@ -130,6 +132,8 @@ class OfflineModel:
 
     def _answer(self, request: ModelRequest) -> str:
         last = request.messages[-1] if request.messages else ChatMessage(role="user")
+        if request.system == SUMMARY_INSTRUCTIONS and not request.tools:
+            return extractive_summary(_unwrapped(last.content))
         if last.role == "tool":
             return self._after_tool(request, last)
         text = self._last_user(request)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -329,6 +330,25 @@ class S3Workspaces:
         await asyncio.to_thread(self.workspaces.remove, self.path(session_key))
         with contextlib.suppress(OSError):
             manifest_path(self.root, session_key).unlink()
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Delete every object under the tenant's prefix (sessions Redis no longer knows of too) and its working copies.
+
+        Returns the objects deleted.
+        """
+        client = await self._client()
+        prefix = self._tenant_prefix(f"{tenant}/-")
+        deleted = 0
+        async with _store_errors("a deletion"):
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+            async for page in pages:
+                keys = [{"Key": item["Key"]} for item in page.get("Contents", ())]
+                if keys:
+                    await client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
+                    deleted += len(keys)
+        home = tenant_dir(self.root, f"{tenant}/-")
+        await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
+        return deleted
 
     async def aclose(self) -> None:
         """Close the S3 client (if one was opened)."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from switchboard.core.tools.builtin.files import resolve_in_workspace
-from switchboard.core.workspaces.disk import Workspaces, workspace_for
+from switchboard.core.workspaces.disk import Workspaces, tenant_dir, workspace_for
 from switchboard.core.workspaces.safepaths import UnsafePathError, read_inside
 from switchboard.errors import ToolError
 
@@ -67,6 +68,9 @@ class WorkspaceStore(Protocol):
     async def delete(self, session_key: str) -> None:
         """Remove the session's files from the store and from this worker's disk."""
 
+    async def delete_tenant(self, tenant: str) -> int:
+        """Remove every workspace of ``tenant`` from the store and this worker's disk; objects (or directories) gone."""
+
     async def aclose(self) -> None:
         """Release connections (the store is not used afterwards)."""
 
@@ -111,6 +115,14 @@ class LocalWorkspaces:
     async def delete(self, session_key: str) -> None:
         """Remove the session's directory; the usage ledger is rebuilt by the next write."""
         await asyncio.to_thread(self.workspaces.remove, self.path(session_key))
+
+    async def delete_tenant(self, tenant: str) -> int:
+        """Remove the tenant's directory (every workspace of it, and its usage ledger); 1 if there was one."""
+        home = tenant_dir(self.root, f"{tenant}/-")
+        if not home.exists():
+            return 0
+        await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
+        return 1
 
     async def aclose(self) -> None:
         """Nothing to release."""

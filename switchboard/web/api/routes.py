@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from switchboard.control import ControlService, NotFoundError, OperatorScope
 from switchboard.control.service import MAX_SAY_CHARS
 from switchboard.core.messages import ConversationRef, ExternalEvent, InboundMessage, OperatorActed, Sender
+from switchboard.core.sealing import DATA_KEYS_ENV, SealError
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.ingest import IngestResult
 from switchboard.queue.keys import GlobalKeys
@@ -122,6 +123,9 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(err.status, err.code, str(err), headers)
     except QueueUnavailableError:
         return _error(503, "unavailable", "the queue did not answer in time; try again")
+    except SealError as err:  # the server's data keys do not open what is stored: an operator's fix, not a crash
+        logger.error("%s %s: %s", request.method, request.path, err)
+        return _error(503, "sealed", f"stored data does not open with this server's keys; check {DATA_KEYS_ENV}")
     except (TimeoutError, RedisError, OSError) as err:
         logger.warning("%s %s: Redis failed: %s", request.method, request.path, type(err).__name__)
         return _error(503, "unavailable", "the queue did not answer in time; try again")

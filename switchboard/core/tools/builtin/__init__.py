@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from switchboard.core.agent.config import Agent
 from switchboard.core.agent.slots import SLOT_TOOLS
+from switchboard.core.knowledge.config import KNOWLEDGE_TOOLS
 from switchboard.core.memory.tools import MEMORY_TOOLS
 from switchboard.core.model import ToolSpec
 from switchboard.core.tables.config import table_cost
@@ -120,7 +121,7 @@ class ToolRegistry:
 
         An agent gets its own ``rest_tools``; one with ``skills`` also gets ``use_skill``, which loads them; one with
         ``tables`` the table tools their permissions enable (once, whatever the number of tables); one with ``projects``
-        the memory tools; one with
+        the memory tools; one with ``knowledge`` ``search_knowledge`` and ``read_source``; one with
         ``shell: hosted`` does not get the local ``shell`` (its provider runs the commands).
         """
         seen: set[str] = set()
@@ -128,7 +129,8 @@ class ToolRegistry:
         own = [spec.name for spec in agent.rest_tools]  # its declared REST operations need no listing
         skills = ["use_skill"] if agent.skills else []
         memory = list(MEMORY_TOOLS) if agent.projects else []
-        extra = [*own, *skills, *table_cost(agent.tables).parts, *memory, *self._mcp_names(agent)]
+        knowledge = list(KNOWLEDGE_TOOLS) if agent.knowledge is not None else []
+        extra = [*own, *skills, *table_cost(agent.tables).parts, *memory, *knowledge, *self._mcp_names(agent)]
         for name in [*agent.tools, *extra]:
             tool = self.get(name, agent=agent.name)
             if name == "shell" and agent.shell == "hosted":  # the provider's container runs its commands

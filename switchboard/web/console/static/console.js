@@ -25,6 +25,7 @@
   let live = false;
   let filters = {};
   let rawShown = false;
+  let memory = null; // the project whose facts are shown: {tenant, name}
   let canAct = false; // a viewer watches: no write control is shown (the server refuses their writes anyway)
 
   const $ = (id) => document.getElementById(id);
@@ -626,8 +627,109 @@
     }
   });
 
+  /* ---------- memory ---------- */
+
+  function memoryQuery(params) {
+    return `?${new URLSearchParams(params).toString()}`;
+  }
+
+  async function loadMemory() {
+    const data = await call("GET", "memory/projects");
+    $("memory-projects-empty").hidden = data.projects.length > 0;
+    $("memory-projects-body").replaceChildren(
+      ...data.projects.map((p) => {
+        const here = el("ul", null, "principals");
+        for (const agent of p.connected) {
+          const item = el("li");
+          const off = () => write("memory/disconnect", { agent, project: p.name }, `Disconnected ${agent} from ${p.name}.`);
+          item.append(el("code", agent), " ", act("Disconnect", "memory-disconnect", off));
+          here.appendChild(item);
+        }
+        const open = button("Facts", "memory-open", async () => {
+          memory = { tenant: p.tenant, name: p.name };
+          $("memory-history").hidden = true;
+          await refresh();
+        });
+        return row([el("code", p.name), p.tenant, p.facts, p.agents.join(", "), here, open], {
+          "data-testid": "memory-project-row",
+          "data-project": p.name,
+        });
+      }),
+    );
+    const shown = memory !== null && data.projects.some((p) => p.name === memory.name && p.tenant === memory.tenant);
+    $("memory-facts-title").hidden = !shown;
+    $("memory-facts").hidden = !shown;
+    if (!shown) {
+      $("memory-facts-empty").hidden = true;
+      return;
+    }
+    $("memory-facts-title").textContent = `Facts of ${memory.name} (tenant ${memory.tenant})`;
+    const facts = (await call("GET", `memory/facts${memoryQuery({ tenant: memory.tenant, project: memory.name })}`)).facts;
+    $("memory-facts-empty").hidden = facts.length > 0;
+    $("memory-facts-body").replaceChildren(...facts.map(factRow));
+  }
+
+  function factRow(f) {
+    const tenant = f.tenant;
+    const source = el("span", `${f.source.kind} ${f.source.ref || ""}`.trim());
+    if (f.source.quote) source.title = `“${f.source.quote}”`;
+    const actions = el("span", null, "actions");
+    actions.append(button("History", "memory-history-button", () => showHistory(tenant, f.id)));
+    if (canAct) {
+      actions.append(
+        " ",
+        button("Correct", "memory-correct", async () => {
+          const text = window.prompt(`Corrected text of ${f.id}`, f.text);
+          if (text === null) return;
+          const reason = window.prompt("Why? (kept with the change)");
+          if (reason === null) return;
+          await write("memory/correct", { tenant, id: f.id, text, reason }, `Corrected ${f.id}.`);
+        }),
+        " ",
+        button("Delete", "memory-forget", async () => {
+          const reason = window.prompt(`Why delete ${f.id}? (kept with the change)`);
+          if (reason === null) return;
+          await write("memory/forget", { tenant, id: f.id, reason }, `Deleted ${f.id}.`);
+        }),
+      );
+    }
+    const text = f.redacted ? el("em", "withheld", "state") : el("span", f.text, "fact-text");
+    return row(
+      [el("code", f.id), text, source, f.confidence, when(f.created_at), when(f.updated_at), f.links.join(", "), actions],
+      { "data-testid": "memory-fact-row", "data-id": f.id },
+    );
+  }
+
+  async function showHistory(tenant, id) {
+    try {
+      const data = await call("GET", `memory/fact${memoryQuery({ tenant, id })}`);
+      $("memory-history-title").textContent = `History of ${id}`;
+      $("memory-history-list").replaceChildren(
+        ...data.changes.map((c) => {
+          const by = c.agent ? `${c.actor} (agent ${c.agent}, run ${c.run_id})` : c.actor;
+          const item = el("li", `${when(c.at)} · ${c.op} by ${by}${c.reason ? `: ${c.reason}` : ""}`);
+          item.dataset.testid = "memory-change";
+          return item;
+        }),
+      );
+      $("memory-history").hidden = false;
+    } catch (err) {
+      say(err.message, true);
+    }
+  }
+
+  $("memory-connect").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("memory-connect").elements;
+    const body = { agent: form.namedItem("agent").value.trim(), project: form.namedItem("project").value.trim() };
+    if (await write("memory/connect", body, `Connected ${body.agent} to ${body.project}.`)) {
+      form.namedItem("agent").value = "";
+      form.namedItem("project").value = "";
+    }
+  });
+
   const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: async () => { await loadAgents(); await loadDrafts(); }, usage: loadUsage, access: loadAccess,
-    budgets: loadBudgets, people: loadPeople, schedules: loadSchedules };
+    budgets: loadBudgets, people: loadPeople, schedules: loadSchedules, memory: loadMemory };
 
   async function refresh() {
     if (busy) {
