@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from switchboard.core.memory.store import SQLiteMemoryStore
 from tests.memory.test_sealing import NOW, _add, _fact
 
@@ -29,3 +31,28 @@ async def test_a_tenant_erased_by_another_process_is_gone_for_a_worker_with_it_o
     finally:
         worker.close()
         cli.close()
+
+
+async def test_erasing_a_tenant_spares_another_whose_name_differs_only_in_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a case-insensitive file system (macOS, Windows) tenants ``Acme`` and ``acme`` share ``acme.sqlite``.
+
+    Reads stay apart (every query names the tenant), but erasing one removed the file and with it the other's memory.
+    The file system is stood for by a store whose file name folds case, as such a file system does.
+    """
+    folded = SQLiteMemoryStore.path
+    monkeypatch.setattr(SQLiteMemoryStore, "path", lambda self, tenant: folded(self, tenant.lower()))
+    store = SQLiteMemoryStore(tmp_path)
+    try:
+        await _add(store, _fact("f_01", "Ann keeps quokkas at home"))
+        upper = _fact("f_02", "Acme Corp keeps quokkas too").model_copy(update={"tenant": "Acme"})
+        await _add(store, upper)
+        assert [path.name for path in tmp_path.iterdir() if path.suffix == ".sqlite"] == ["acme.sqlite"]
+        assert await store.erase("Acme") == 1
+        assert [fact.id for fact in await store.facts("acme", ["shop"])] == ["f_01"]
+        assert await store.facts("Acme", ["shop"]) == []
+        assert await store.erase("acme") == 1
+        assert list(tmp_path.iterdir()) == []  # the last tenant of the file takes it with it
+    finally:
+        store.close()

@@ -764,18 +764,29 @@ class SQLiteMemoryStore:
         path = self.path(tenant)
         if actor is None:
 
-            def wipe(db: sqlean.Connection) -> int:
-                """Empty the database first: a worker with it open then reads nothing, even before it reopens."""
-                found: int = db.execute("SELECT count(*) FROM facts WHERE tenant = ?", (tenant,)).fetchone()[0]
-                for table in ("links", "changes", "embedding_cache", "passages", "facts"):
-                    db.execute(f"DELETE FROM {table}")  # noqa: S608 - a fixed name
-                db.execute("INSERT INTO passages_fts (passages_fts) VALUES ('delete-all')")
-                return found
+            def wipe(db: sqlean.Connection) -> tuple[int, bool]:
+                """Delete the tenant's rows (a worker with the file open then reads none, even before it reopens).
+
+                Returns how many facts went, and whether rows of another tenant remain: names differing only in case
+                share a file on a case-insensitive file system, which then keeps it.
+                """
+                rows = db.execute("SELECT rowid, id FROM facts WHERE tenant = ?", (tenant,)).fetchall()
+                _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
+                for table in ("links", "changes", "embedding_cache"):
+                    db.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))  # noqa: S608 - a fixed name
+                others = any(
+                    db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone()  # noqa: S608 - a fixed name
+                    for table in ("facts", "links", "changes", "embedding_cache")
+                )
+                return len(rows), others
 
             if not path.exists():
                 return 0
-            removed: int = await self._run(tenant, wipe)
+            wiped: tuple[int, bool] = await self._run(tenant, wipe)
+            removed, shared = wiped
             await self._checkpoint(tenant)
+            if shared:
+                return removed
 
             def drop() -> None:
                 with self._held(tenant):
