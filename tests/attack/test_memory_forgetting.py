@@ -74,3 +74,28 @@ async def test_erasing_a_person_leaves_no_canary_in_the_database_files(tmp_path:
     assert [canary for canary in canaries if canary in raw] == []
     assert len(await store.facts("acme", ["shop"])) == 60
     store.close()
+
+
+async def test_a_correction_removes_the_cached_vector_of_the_wrong_text(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path)
+    await _add(store, _fact("f_01", SECRET))
+    corrected = "Bob is expecting twins, not Ann"
+    await store.cache_embeddings("acme", "m", {digest("m", SECRET): [1.0, 0.0], digest("m", corrected): [0.0, 1.0]})
+    change = FactChange(fact_id="f_01", project="shop", op="corrected", actor="web:ann", reason="wrong person")
+    await store.correct("acme", "f_01", corrected, Source(kind="message", quote="not Ann"), 1.0, change)
+    assert await _cached(store, SECRET, corrected) == {corrected}
+    store.close()
+
+
+async def test_a_corrected_document_keeps_the_cached_vectors_of_its_unchanged_passages(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path)
+    await _add(store, _fact("f_02", DOCUMENT, kind="document"))
+    old = [row[0] for row in store._db("acme").execute("SELECT text FROM passages ORDER BY idx")]
+    await store.cache_embeddings("acme", "m", {digest("m", text): [1.0, 0.0] for text in old})
+    fixed = DOCUMENT.replace("Ann expects twins in May.", "Bob expects twins in May.")
+    change = FactChange(fact_id="f_02", project="shop", op="corrected", actor="web:ann", reason="wrong person")
+    await store.correct("acme", "f_02", fixed, Source(kind="message", quote="Bob expects"), 1.0, change)
+    new = [row[0] for row in store._db("acme").execute("SELECT text FROM passages ORDER BY idx")]
+    assert len(set(old) & set(new)) >= 1 and set(old) - set(new)  # some passages stay, one changed
+    assert await _cached(store, *old) == set(old) & set(new)
+    store.close()

@@ -438,6 +438,7 @@ class SQLiteMemoryStore:
                     "run_id": "",
                 }
             )
+            self._uncache(db, tenant, [row[0]], frozenset(piece.text for piece in passages_for(row[1], text)))
             _drop_passages(db, [row[0]])
             db.execute(
                 "UPDATE facts SET text = ?, source = ?, confidence = ?, updated_at = ?, length = ?"
@@ -483,10 +484,13 @@ class SQLiteMemoryStore:
         await self._run(tenant, work)
         await self._checkpoint(tenant)
 
-    def _uncache(self, db: sqlean.Connection, tenant: str, rowids: Sequence[int]) -> None:
-        """Drop the cached vectors of the passages of facts ``rowids`` (about to be deleted).
+    def _uncache(
+        self, db: sqlean.Connection, tenant: str, rowids: Sequence[int], keep: frozenset[str] = frozenset()
+    ) -> None:
+        """Drop the cached vectors of the passages of facts ``rowids`` (about to be deleted or replaced).
 
         A cache row is keyed by the hash of its text: left behind, it would confirm a guess of a removed text.
+        ``keep``: passage texts that stay (a corrected document's unchanged passages).
         """
         models = [
             model for (model,) in db.execute("SELECT DISTINCT model FROM embedding_cache WHERE tenant = ?", (tenant,))
@@ -500,6 +504,8 @@ class SQLiteMemoryStore:
                 except SealError:  # keys gone: which vectors are its own is unknown, so the whole cache goes
                     db.execute("DELETE FROM embedding_cache WHERE tenant = ?", (tenant,))
                     return
+                if plain in keep:
+                    continue
                 db.executemany(
                     "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
                     [(tenant, model, digest(model, plain)) for model in models],
