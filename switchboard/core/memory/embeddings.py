@@ -213,14 +213,33 @@ class OpenAIEmbedder:
                     response = await self._client.embeddings.create(
                         model=self.model, input=batch, encoding_format="float"
                     )
-            except openai.OpenAIError as error:
+            except (openai.OpenAIError, ValueError) as error:  # ValueError: an answer that is not JSON
                 logger.warning("embeddings request failed: %s", type(error).__name__)
                 raise EmbeddingError(f"the embeddings API failed ({type(error).__name__})") from error
-            rows = sorted(response.data, key=lambda row: row.index)
-            if len(rows) != len(batch) or any(len(row.embedding) != self.dims for row in rows):
-                raise EmbeddingError(f"the embeddings API answered other than {len(batch)} vectors of {self.dims}")
-            out.extend(list(map(float, row.embedding)) for row in rows)
+            out.extend(_vectors(getattr(response, "data", None), len(batch), self.dims))
         return out
+
+
+def _vectors(rows: object, count: int, dims: int) -> list[list[float]]:
+    """The ``count`` vectors of an embeddings answer in input order; :class:`EmbeddingError` for anything else.
+
+    The SDK does not check the answer's shape, so a server can send anything: each row must have its own index and
+    ``dims`` finite numbers (a NaN or an infinity would be stored and cached, and poison every search).
+    """
+    wrong = EmbeddingError(f"the embeddings API answered other than {count} vectors of {dims} finite numbers")
+    if not isinstance(rows, list) or len(rows) != count:
+        raise wrong
+    found: dict[int, list[float]] = {}
+    for row in rows:
+        index, vector = getattr(row, "index", None), getattr(row, "embedding", None)
+        if type(index) is not int or not 0 <= index < count or index in found:
+            raise wrong
+        if not isinstance(vector, list) or len(vector) != dims:
+            raise wrong
+        if not all(type(value) in (int, float) and math.isfinite(value) for value in vector):
+            raise wrong
+        found[index] = [float(value) for value in vector]
+    return [found[index] for index in range(count)]
 
 
 class CachedEmbedder:

@@ -32,7 +32,7 @@ import sqlite_vec
 from switchboard.core.memory.chunks import passages_for
 from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
-from switchboard.core.sealing import Keyring, SealError, is_sealed
+from switchboard.core.sealing import DATA_KEYS_ENV, SEALED_PREFIX, Keyring, SealError, is_sealed
 
 __all__ = ["MemoryStore", "SQLiteMemoryStore", "memory_context", "terms"]
 
@@ -172,7 +172,7 @@ class MemoryStore(Protocol):
         ...
 
     async def forget(self, tenant: str, fact_id: str, change: FactChange) -> None:
-        """Delete a fact, its text, passages and links, and record the change."""
+        """Delete a fact, its text, passages, links and cached vectors, and record the change."""
         ...
 
     async def changes(self, tenant: str, fact_id: str | None = None) -> list[FactChange]:
@@ -195,7 +195,7 @@ class MemoryStore(Protocol):
         ...
 
     async def purge(self, tenant: str, before: float, *, kind: FactKind | None = None) -> int:
-        """Remove ``tenant``'s facts (of ``kind``, or both kinds) created before ``before``; the number removed."""
+        """Remove the facts (of ``kind``, or both) created before ``before``, with their cached vectors; how many."""
         ...
 
     async def rotate(self, tenant: str) -> int:
@@ -210,7 +210,14 @@ class SQLiteMemoryStore:
         self.root = root
         self.keyring = keyring
         self._lock = threading.Lock()
+        """Guards the two maps below only; a tenant's database is used under its own lock, so one tenant's long
+        search never holds up another's calls."""
         self._connections: dict[str, sqlean.Connection] = {}
+        self._files: dict[str, int | None] = {}
+        """The inode each open connection's file had: another process erasing the tenant unlinks it."""
+        self._locks: dict[str, threading.Lock] = {}
+        self._keys_checked: set[str] = set()
+        """Tenants whose sealed passages the keyring was seen to open."""
 
     def path(self, tenant: str) -> Path:
         """The tenant's database file."""
@@ -225,13 +232,37 @@ class SQLiteMemoryStore:
     def close(self) -> None:
         """Close every open database."""
         with self._lock:
-            for connection in self._connections.values():
-                connection.close()
-            self._connections.clear()
+            tenants = list(self._connections)
+        for tenant in tenants:
+            with self._held(tenant):
+                self._close(tenant)
+
+    def _held(self, tenant: str) -> threading.Lock:
+        """The lock of ``tenant``'s database (its connection is used by one thread at a time)."""
+        with self._lock:
+            return self._locks.setdefault(tenant, threading.Lock())
+
+    def _close(self, tenant: str) -> None:
+        """Close ``tenant``'s connection; the caller holds the tenant's lock."""
+        with self._lock:
+            connection = self._connections.pop(tenant, None)
+            self._files.pop(tenant, None)
+        if connection is not None:
+            connection.close()
 
     def _db(self, tenant: str) -> sqlean.Connection:
+        """``tenant``'s connection, opened (and migrated) on first use; the caller holds the tenant's lock.
+
+        A connection whose file was removed or replaced since it was opened (the tenant was erased by another
+        process) is reopened, so it neither reads the erased file nor writes where no one else looks.
+        """
         path = self.path(tenant)
-        found = self._connections.get(tenant)
+        with self._lock:
+            found = self._connections.get(tenant)
+            inode = self._files.get(tenant)
+        if found is not None and _inode(path) != inode:
+            self._close(tenant)
+            found = None
         if found is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             found = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -241,14 +272,21 @@ class SQLiteMemoryStore:
             found.execute("PRAGMA journal_mode=WAL")
             found.execute("PRAGMA secure_delete=ON")  # a deleted or erased text is overwritten, not left in free pages
             _migrate(found)
-            self._connections[tenant] = found
+            with self._lock:
+                self._connections[tenant] = found
+                self._files[tenant] = _inode(path)
         return found
 
-    async def _run(self, tenant: str, work: Any, *args: Any) -> Any:
+    async def _run(self, tenant: str, work: Any, *args: Any, write: bool = True) -> Any:
+        """``work(db, *args)`` in one transaction of ``tenant``'s database, in a thread.
+
+        A read (``write`` false) takes no write lock, so a long search never locks out another worker's writes.
+        """
+
         def call() -> Any:
-            with self._lock:
+            with self._held(tenant):
                 db = self._db(tenant)
-                db.execute("BEGIN IMMEDIATE")
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     result = work(db, *args)
                 except BaseException:
@@ -262,14 +300,37 @@ class SQLiteMemoryStore:
     # ----------------------------------------------------------------- sealing
 
     def _seal(self, tenant: str, text: str) -> str:
+        text = _escaped(text)
         return text if self.keyring is None else self.keyring.seal(text, memory_context(tenant))
 
     def _open(self, tenant: str, value: str) -> str:
         if self.keyring is None:
             if is_sealed(value):
-                raise SealError("memory is sealed at rest: set SWITCHBOARD_DATA_KEYS to read it")
-            return value
-        return self.keyring.open(value, memory_context(tenant))
+                raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to read it")
+            return _unescaped(value)
+        return _unescaped(self.keyring.open(value, memory_context(tenant)))
+
+    def _check_keys(self, db: sqlean.Connection, tenant: str, scope: str, bound: tuple[Any, ...]) -> None:
+        """Raise :class:`SealError` when the keyring cannot open the sealed passages in ``scope``.
+
+        A word search looks for blind terms, so without the right key it would silently find only plain rows.
+        """
+        if tenant in self._keys_checked:
+            return
+        row = db.execute(
+            "SELECT p.text FROM passages p JOIN facts f ON f.rowid = p.fact"  # noqa: S608
+            f" WHERE {scope} AND p.text >= ? AND p.text < ? LIMIT 1",
+            (*bound, SEALED_PREFIX, SEALED_PREFIX[:-1] + chr(ord(SEALED_PREFIX[-1]) + 1)),
+        ).fetchone()
+        if row is None:
+            return
+        if self.keyring is None:
+            raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to search it")
+        try:
+            self.keyring.open(row[0], memory_context(tenant))
+        except SealError as error:
+            raise SealError(f"the keys of {DATA_KEYS_ENV} do not open this memory: {error}") from None
+        self._keys_checked.add(tenant)
 
     def _index_terms(self, tenant: str, text: str) -> str:
         words = terms(text)
@@ -377,6 +438,7 @@ class SQLiteMemoryStore:
                     "run_id": "",
                 }
             )
+            self._uncache(db, tenant, [row[0]], frozenset(piece.text for piece in passages_for(row[1], text)))
             _drop_passages(db, [row[0]])
             db.execute(
                 "UPDATE facts SET text = ?, source = ?, confidence = ?, updated_at = ?, length = ?"
@@ -409,17 +471,45 @@ class SQLiteMemoryStore:
         await self._run(tenant, work)
 
     async def forget(self, tenant: str, fact_id: str, change: FactChange) -> None:
-        """Delete a fact, its text, passages and links, and record the change."""
+        """Delete a fact, its text, passages, links and cached vectors, and record the change."""
 
         def work(db: sqlean.Connection) -> None:
             row = db.execute("SELECT rowid FROM facts WHERE tenant = ? AND id = ?", (tenant, fact_id)).fetchone()
             if row is None:
                 raise KeyError(fact_id)
+            self._uncache(db, tenant, [row[0]])
             _delete_facts(db, tenant, [(row[0], fact_id)])
             self._record(db, tenant, change)
 
         await self._run(tenant, work)
         await self._checkpoint(tenant)
+
+    def _uncache(
+        self, db: sqlean.Connection, tenant: str, rowids: Sequence[int], keep: frozenset[str] = frozenset()
+    ) -> None:
+        """Drop the cached vectors of the passages of facts ``rowids`` (about to be deleted or replaced).
+
+        A cache row is keyed by the hash of its text: left behind, it would confirm a guess of a removed text.
+        ``keep``: passage texts that stay (a corrected document's unchanged passages).
+        """
+        models = [
+            model for (model,) in db.execute("SELECT DISTINCT model FROM embedding_cache WHERE tenant = ?", (tenant,))
+        ]
+        if not models:
+            return
+        for rowid in rowids:
+            for (text,) in db.execute("SELECT text FROM passages WHERE fact = ?", (rowid,)).fetchall():
+                try:
+                    plain = self._open(tenant, text)
+                except SealError:  # keys gone: which vectors are its own is unknown, so the whole cache goes
+                    db.execute("DELETE FROM embedding_cache WHERE tenant = ?", (tenant,))
+                    return
+                if plain in keep:
+                    continue
+                db.executemany(
+                    "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
+                    [(tenant, model, digest(model, plain)) for model in models],
+                )
 
     def _record(self, db: sqlean.Connection, tenant: str, change: FactChange) -> None:
         db.execute(
@@ -476,7 +566,7 @@ class SQLiteMemoryStore:
             ).fetchone()
             return None if row is None else self._fact(db, tenant, row, projects)
 
-        found: Fact | None = await self._run(tenant, work)
+        found: Fact | None = await self._run(tenant, work, write=False)
         return found
 
     async def facts(self, tenant: str, projects: Sequence[str]) -> list[Fact]:
@@ -493,7 +583,7 @@ class SQLiteMemoryStore:
             ).fetchall()
             return [self._fact(db, tenant, row, projects) for row in rows]
 
-        found: list[Fact] = await self._run(tenant, work)
+        found: list[Fact] = await self._run(tenant, work, write=False)
         return found
 
     async def search(self, tenant: str, projects: Sequence[str], query: str, limit: int, now: float) -> list[Hit]:
@@ -507,6 +597,7 @@ class SQLiteMemoryStore:
 
         def work(db: sqlean.Connection) -> list[Hit]:
             scope, bound = _scope(tenant, projects, now)
+            self._check_keys(db, tenant, scope, bound)
             total, average = db.execute(
                 f"SELECT count(*), coalesce(avg(p.length), 0) FROM passages p JOIN facts f ON f.rowid = p.fact"  # noqa: S608
                 f" WHERE {scope}",
@@ -543,7 +634,7 @@ class SQLiteMemoryStore:
                 for score, text, row in ranked
             ]
 
-        found: list[Hit] = await self._run(tenant, work)
+        found: list[Hit] = await self._run(tenant, work, write=False)
         return found
 
     def _fact_by_rowid(self, db: sqlean.Connection, tenant: str, rowid: int, projects: Sequence[str]) -> Fact:
@@ -579,7 +670,7 @@ class SQLiteMemoryStore:
                 for row in rows
             ]
 
-        found: list[Hit] = await self._run(tenant, work)
+        found: list[Hit] = await self._run(tenant, work, write=False)
         return found
 
     async def neighbours(
@@ -607,7 +698,7 @@ class SQLiteMemoryStore:
                     out[src].append(dst)
             return out
 
-        found: dict[str, list[str]] = await self._run(tenant, work)
+        found: dict[str, list[str]] = await self._run(tenant, work, write=False)
         return found
 
     async def changes(self, tenant: str, fact_id: str | None = None) -> list[FactChange]:
@@ -628,7 +719,7 @@ class SQLiteMemoryStore:
                 for row in rows
             ]
 
-        found: list[FactChange] = await self._run(tenant, work)
+        found: list[FactChange] = await self._run(tenant, work, write=False)
         return found
 
     # ------------------------------------------------------------------- cache
@@ -652,7 +743,7 @@ class SQLiteMemoryStore:
                     out[key] = _floats(blob)
             return out
 
-        found: dict[str, list[float]] = await self._run(tenant, work)
+        found: dict[str, list[float]] = await self._run(tenant, work, write=False)
         return found
 
     async def cache_embeddings(self, tenant: str, model: str, vectors: Mapping[str, Sequence[float]]) -> None:
@@ -679,19 +770,33 @@ class SQLiteMemoryStore:
         path = self.path(tenant)
         if actor is None:
 
-            def count(db: sqlean.Connection) -> int:
-                found: int = db.execute("SELECT count(*) FROM facts WHERE tenant = ?", (tenant,)).fetchone()[0]
-                return found
+            def wipe(db: sqlean.Connection) -> tuple[int, bool]:
+                """Delete the tenant's rows (a worker with the file open then reads none, even before it reopens).
+
+                Returns how many facts went, and whether rows of another tenant remain: names differing only in case
+                share a file on a case-insensitive file system, which then keeps it.
+                """
+                rows = db.execute("SELECT rowid, id FROM facts WHERE tenant = ?", (tenant,)).fetchall()
+                _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
+                for table in ("links", "changes", "embedding_cache"):
+                    db.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))  # noqa: S608 - a fixed name
+                others = any(
+                    db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone()  # noqa: S608 - a fixed name
+                    for table in ("facts", "links", "changes", "embedding_cache")
+                )
+                return len(rows), others
 
             if not path.exists():
                 return 0
-            removed: int = await self._run(tenant, count)
+            wiped: tuple[int, bool] = await self._run(tenant, wipe)
+            removed, shared = wiped
+            await self._checkpoint(tenant)
+            if shared:
+                return removed
 
             def drop() -> None:
-                with self._lock:
-                    connection = self._connections.pop(tenant, None)
-                    if connection is not None:
-                        connection.close()
+                with self._held(tenant):
+                    self._close(tenant)
                     for suffix in ("", "-wal", "-shm", "-journal"):
                         path.with_name(path.name + suffix).unlink(missing_ok=True)
 
@@ -700,17 +805,7 @@ class SQLiteMemoryStore:
 
         def work(db: sqlean.Connection) -> int:
             rows = db.execute("SELECT rowid, id FROM facts WHERE tenant = ? AND actor = ?", (tenant, actor)).fetchall()
-            models = [
-                model
-                for (model,) in db.execute("SELECT DISTINCT model FROM embedding_cache WHERE tenant = ?", (tenant,))
-            ]
-            for rowid, _ in rows:
-                for (text,) in db.execute("SELECT text FROM passages WHERE fact = ?", (rowid,)).fetchall():
-                    plain = self._open(tenant, text)
-                    db.executemany(
-                        "DELETE FROM embedding_cache WHERE tenant = ? AND model = ? AND digest = ?",
-                        [(tenant, model, digest(model, plain)) for model in models],
-                    )
+            self._uncache(db, tenant, [rowid for rowid, _ in rows])
             _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
             for at in range(0, len(rows), _BATCH):
                 batch = [fact_id for _, fact_id in rows[at : at + _BATCH]]
@@ -729,7 +824,7 @@ class SQLiteMemoryStore:
         return erased
 
     async def purge(self, tenant: str, before: float, *, kind: FactKind | None = None) -> int:
-        """Remove ``tenant``'s facts (of ``kind``, or both kinds) created before ``before``; the number removed."""
+        """Remove the facts (of ``kind``, or both) created before ``before``, with their cached vectors; how many."""
         if not self.path(tenant).exists():
             return 0
 
@@ -737,6 +832,7 @@ class SQLiteMemoryStore:
             where = "tenant = ? AND created_at < ?" + ("" if kind is None else " AND kind = ?")
             args = (tenant, before) if kind is None else (tenant, before, kind)
             rows = db.execute(f"SELECT rowid, id FROM facts WHERE {where}", args).fetchall()  # noqa: S608
+            self._uncache(db, tenant, [rowid for rowid, _ in rows])
             _delete_facts(db, tenant, [(rowid, fact_id) for rowid, fact_id in rows])
             return len(rows)
 
@@ -751,7 +847,7 @@ class SQLiteMemoryStore:
         """
 
         def call() -> None:
-            with self._lock:
+            with self._held(tenant):
                 db = self._db(tenant)
                 db.execute("INSERT INTO passages_fts (passages_fts) VALUES ('optimize')")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -786,7 +882,7 @@ class SQLiteMemoryStore:
                     db.execute("DELETE FROM passages_fts WHERE rowid = ?", (passage_id,))
                     db.execute(
                         "INSERT INTO passages_fts (rowid, terms) VALUES (?, ?)",
-                        (passage_id, self._index_terms(tenant, plain)),
+                        (passage_id, self._index_terms(tenant, _unescaped(plain))),
                     )
             for seq, reason in db.execute(
                 "SELECT seq, reason FROM changes WHERE tenant = ? AND reason != ''", (tenant,)
@@ -803,6 +899,26 @@ class SQLiteMemoryStore:
 _COLUMNS = (
     "id, tenant, project, text, source, run_id, created_at, updated_at, confidence, expires_at, length, kind, actor"
 )
+
+
+_ESCAPE = "sbp:"
+"""Put before a stored plain text that starts like a sealed value (or like this), so it is never taken for one."""
+
+
+def _escaped(text: str) -> str:
+    return _ESCAPE + text if text.startswith((SEALED_PREFIX, _ESCAPE)) else text
+
+
+def _unescaped(text: str) -> str:
+    return text[len(_ESCAPE) :] if text.startswith(_ESCAPE) else text
+
+
+def _inode(path: Path) -> int | None:
+    """The inode of ``path`` (``None``: no such file)."""
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _scope(tenant: str, projects: Sequence[str], now: float, alias: str = "f") -> tuple[str, tuple[Any, ...]]:

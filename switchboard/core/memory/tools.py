@@ -15,10 +15,13 @@ record ids only.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, assert_never
@@ -45,9 +48,11 @@ from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.errors import ToolError
 
 __all__ = [
+    "EMBED_TIMEOUT_S",
     "MAX_LINKS_SHOWN",
     "MAX_READ_CHARS",
     "MAX_RECALLED",
+    "MAX_REF_SHOWN",
     "MAX_SNIPPET_CHARS",
     "MEMORY_TOOLS",
     "READ_ONLY_PREFIX",
@@ -77,7 +82,17 @@ MAX_LINKS_SHOWN = 10
 MAX_READ_CHARS = 4000
 """Most characters of a document one ``read_memory`` returns."""
 
-_MAX_RECALL_BYTES = MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 600 + 40 * MAX_LINKS_SHOWN) + 200
+EMBED_TIMEOUT_S = 20.0
+"""Longest wait for the embeddings of a ``remember`` or ``correct`` (the gateway times a tool out at 30 s)."""
+
+MAX_REF_SHOWN = 200
+"""Longest source reference of one recalled fact shown (a URL may be 2,000 characters)."""
+
+_MAX_QUERY_CHARS = 200
+
+_MAX_RECALL_BYTES = (
+    MAX_RECALLED * (4 * MAX_SNIPPET_CHARS + 4 * MAX_REF_SHOWN + 600 + 40 * MAX_LINKS_SHOWN) + 4 * _MAX_QUERY_CHARS + 200
+)
 """A bound on one ``recall`` result (capped snippets, bounded metadata), so it is always shown inline."""
 
 READ_ONLY_PREFIX = "knowledge."
@@ -97,8 +112,15 @@ ConnectedProjects = Callable[[str, str], Sequence[str]]
 _MEMORY_SOURCES = frozenset(MEMORY_TOOLS)
 """Results of the memory tools themselves are no source: a recalled fact re-remembered would launder it."""
 
+_LOG_SOURCES = frozenset(("search_history",))
+"""Results of the session log are no source either: it holds the model's own replies and earlier recall results next
+to the user's words (a user message is cited as a message)."""
+
+_MAX_REASON = 500
+"""Longest reason kept with a change."""
+
 _FACT_ID = Field(min_length=3, max_length=64, pattern=r"^f_[0-9a-f]+$", description="A fact id, as recall gives it.")
-_REASON = Field(min_length=3, max_length=500, description="Why, in a sentence (kept with the change).")
+_REASON = Field(min_length=3, max_length=_MAX_REASON, description="Why, in a sentence (kept with the change).")
 _PROJECT = Field(
     "", max_length=64, description="A connected project; empty: the agent's only one (or every one, for recall)."
 )
@@ -128,7 +150,9 @@ class RecallInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(
-        min_length=1, max_length=200, description="What to look for in remembered facts: words, or a question."
+        min_length=1,
+        max_length=_MAX_QUERY_CHARS,
+        description="What to look for in remembered facts: words, or a question.",
     )
     project: str = _PROJECT
     limit: int = Field(5, ge=1, le=MAX_RECALLED, description="Most facts returned.")
@@ -180,12 +204,36 @@ class ForgetInput(BaseModel):
     reason: str = _REASON
 
 
+_WORD = re.compile(r"\w")
+
+
 def _normal(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def _quoted(quote: str, text: str) -> bool:
+    """Whether ``quote`` is in ``text`` (both normalised) as whole words, not letters cut out of words.
+
+    A quote of three words or more may end inside a word (a long quote cut short); a shorter one must end with one.
+    """
+    before = r"(?<!\w)" if _WORD.match(quote[0]) else ""
+    after = r"(?!\w)" if _WORD.match(quote[-1]) and len(quote.split()) < 3 else ""
+    return re.search(before + re.escape(quote) + after, text) is not None
+
+
 def _refuse(message: str) -> ToolError:
     return ToolError(f"not remembered: {message}", error_class="validation")
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a call's arguments, however nested."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in _strings(item)]
+    return []
 
 
 def check_source(source: Source, evidence: TurnEvidence | None) -> None:
@@ -193,12 +241,14 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
     if evidence is None:
         raise _refuse("this call has no conversation to cite (memory writes need one)")
     quote = _normal(source.quote)
+    if not _WORD.search(quote):
+        raise _refuse("the quote has no words (quote the source's words verbatim)")
     if source.kind == "message":
         messages = [m for m in evidence.messages() if not source.ref or m.message_id == source.ref]
         if not messages:
             raise _refuse(f"message {source.ref!r} is not in this conversation")
-        if not any(quote in _normal(m.text) for m in messages):
-            raise _refuse("the quote is not in the cited message (quote its words verbatim)")
+        if not any(_quoted(quote, _normal(m.text)) for m in messages):
+            raise _refuse("the quote is not in the cited message (quote its whole words verbatim)")
         return
     if source.kind == "tool_result":
         call_id = source.ref or source.call_id
@@ -208,26 +258,80 @@ def check_source(source: Source, evidence: TurnEvidence | None) -> None:
             raise _refuse(f"a {source.kind} source needs its ref and the call_id of the tool call that read it")
     else:
         assert_never(source.kind)
-    results = [r for r in evidence.tool_results() if r.call_id == call_id]
+    seen = list(evidence.tool_results())
+    results = [r for r in seen if r.call_id == call_id]
     if not results:
         raise _refuse(f"tool call {call_id!r} has no result in this run")
+    if len(results) > 1:  # which call gave which result is then unknown: one may be memory's own output
+        raise _refuse(f"tool call id {call_id!r} was used more than once in this run")
     result = results[0]
     if result.tool in _MEMORY_SOURCES:
         raise _refuse(f"a result of {result.tool!r} is memory itself, not a source")
+    if result.tool in _LOG_SOURCES:
+        raise _refuse(f"a result of {result.tool!r} mixes your own replies and recalled memory: cite a message")
     if source.kind in ("file", "url") and source.ref.strip() not in {
         str(value).strip() for value in result.arguments.values() if isinstance(value, str)
     }:
         raise _refuse(f"tool call {call_id!r} did not read {source.ref!r}")
-    if quote not in _normal(result.text):
-        raise _refuse("the quote is not in the cited tool result (quote its words verbatim)")
+    if not _quoted(quote, _normal(result.text)):
+        raise _refuse("the quote is not in the cited tool result (quote its whole words verbatim)")
+    if any(_quoted(quote, _normal(value)) for value in _strings(result.arguments)):
+        raise _refuse("the quoted words are in the call's own arguments: a result echoing them is no source")
+    earlier = seen[: seen.index(result)]  # a file or a row the run wrote, then read back, holds the model's words
+    if any(_quoted(quote, _normal(value)) for other in earlier for value in _strings(other.arguments)):
+        raise _refuse("this run wrote the quoted words itself before it read them: they are no source")
+
+
+_RECENT_QUERIES = 512
+"""Query vectors kept in the worker's memory, most recently used first out last."""
+
+
+class _QueryEmbedder:
+    """Embeds recall queries, keeping the recent ones in this process only.
+
+    A query is no memory: written to the tenant's cache it would stay on disk (the hash of its text and a vector) with
+    no owner or date, so neither erasing a person nor a retention rule could find it.
+    """
+
+    def __init__(self, inner: Embedder, tenant: str, recent: OrderedDict[tuple[str, str, str], list[float]]) -> None:
+        self.inner = inner
+        self.tenant = tenant
+        self.recent = recent
+        self.model = inner.model
+        self.dims = inner.dims
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order: from the recent ones, else from the inner embedder."""
+        keys = [(self.tenant, self.model, text) for text in texts]
+        found = {key: self.recent[key] for key in keys if key in self.recent}
+        missing = [key for key in dict.fromkeys(keys) if key not in found]
+        if missing:
+            vectors = await self.inner.embed([text for _, _, text in missing])
+            found.update(zip(missing, vectors, strict=True))
+        for key, vector in found.items():
+            self.recent[key] = vector
+            self.recent.move_to_end(key)
+        while len(self.recent) > _RECENT_QUERIES:
+            self.recent.popitem(last=False)
+        return [list(found[key]) for key in keys]
+
+
+def _not_blank(text: str) -> None:
+    if not text.strip():
+        raise ToolError("the text is blank: nothing to remember", error_class="validation")
+
+
+def _fitted(reason: str) -> str:
+    """``reason`` cut to what a change keeps (it may embed a long source reference, or a fact id and the model's)."""
+    return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
 
 
 def _date(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
-def _capped(text: str) -> str:
-    return text if len(text) <= MAX_SNIPPET_CHARS else text[: MAX_SNIPPET_CHARS - 1] + "…"
+def _capped(text: str, most: int = MAX_SNIPPET_CHARS) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _shown(hit: Hit) -> dict[str, Any]:
@@ -241,7 +345,7 @@ def _shown(hit: Hit) -> dict[str, Any]:
     if hit.via:
         shown["via"] = hit.via
     return shown | {
-        "source": {"kind": fact.source.kind, "ref": fact.source.ref},
+        "source": {"kind": fact.source.kind, "ref": _capped(fact.source.ref, MAX_REF_SHOWN)},
         "created_at": _date(fact.created_at),
         "corrected_at": _date(fact.updated_at),
         "confidence": fact.confidence,
@@ -255,26 +359,37 @@ def memory_tools(
     connected: ConnectedProjects,
     clock: Callable[[], float] = time.time,
     embedder: Embedder | None = None,
+    embed_timeout_s: float = EMBED_TIMEOUT_S,
 ) -> list[Tool]:
     """The memory tools over ``store``, each call limited to the projects ``connected`` gives its agent.
 
     ``embedder``: how texts become vectors (remembered texts are embedded, recall defaults to hybrid search);
-    ``None``: words only.
+    ``None``: words only. ``embed_timeout_s``: longest wait for a write's embeddings, below the tool's own timeout.
     """
+    recent: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
 
     def embedder_for(ctx: ToolContext) -> Embedder | None:
         if embedder is None or isinstance(embedder, LocalEmbedder):  # local vectors cost less than a cache lookup
             return embedder
         return CachedEmbedder(embedder, store, ctx.tenant)
 
+    def query_embedder(ctx: ToolContext) -> Embedder | None:
+        if embedder is None or isinstance(embedder, LocalEmbedder):
+            return embedder
+        return _QueryEmbedder(embedder, ctx.tenant, recent)
+
     async def embedded(ctx: ToolContext, kind: FactKind, text: str) -> list[list[float]] | None:
         found = embedder_for(ctx)
         if found is None:
             return None
         try:
-            return await found.embed([piece.text for piece in passages_for(kind, text)])
+            async with asyncio.timeout(embed_timeout_s):  # before the gateway's, which would make the write doubtful
+                return await found.embed([piece.text for piece in passages_for(kind, text)])
         except EmbeddingError as error:
             raise ToolError(f"not remembered: {error}; try again later", error_class="transient") from None
+        except TimeoutError:
+            message = f"not remembered: the embeddings took over {embed_timeout_s:g} s; try again later"
+            raise ToolError(message, error_class="transient") from None
 
     def visible(ctx: ToolContext) -> list[str]:
         return list(connected(ctx.agent, ctx.tenant))
@@ -334,6 +449,7 @@ def memory_tools(
 
     async def remember(args: RememberInput, ctx: ToolContext) -> dict[str, Any]:
         project = one_project(ctx, args.project, write=True)
+        _not_blank(args.text)
         check_source(args.source, ctx.evidence)
         now = clock()
         expires = None if args.expires_at is None else args.expires_at.timestamp()
@@ -364,7 +480,7 @@ def memory_tools(
             expires_at=expires,
         )
         vectors = await embedded(ctx, fact.kind, fact.text)
-        change = await changed(ctx, "remembered", fact, f"from {args.source.kind} {args.source.ref}".strip())
+        change = await changed(ctx, "remembered", fact, _fitted(f"from {args.source.kind} {args.source.ref}".strip()))
         await store.add(fact, change, vectors)
         await recorded(ctx, change, args.source.kind)
         return {"remembered": fact.id, "project": project, "kind": fact.kind}
@@ -374,7 +490,7 @@ def memory_tools(
         mode: SearchMode = args.mode or ("lexical" if embedder is None else "hybrid")
         try:
             hits = await retrieve(
-                store, embedder_for(ctx), ctx.tenant, projects, args.query, mode=mode, limit=args.limit, now=clock()
+                store, query_embedder(ctx), ctx.tenant, projects, args.query, mode=mode, limit=args.limit, now=clock()
             )
         except ValueError as error:
             raise ToolError(f"{error}; use mode lexical", error_class="validation") from None
@@ -405,13 +521,14 @@ def memory_tools(
             raise ToolError("a fact cannot be linked to itself", error_class="validation")
         fact = await find(ctx, args.fact_id, write=True)
         await find(ctx, args.to, write=True)
-        change = await changed(ctx, "linked", fact, f"to {args.to}: {args.reason}")
+        change = await changed(ctx, "linked", fact, _fitted(f"to {args.to}: {args.reason}"))
         await store.link(ctx.tenant, args.fact_id, args.to, change)
         await recorded(ctx, change)
         return {"linked": [args.fact_id, args.to]}
 
     async def correct(args: CorrectInput, ctx: ToolContext) -> dict[str, Any]:
         fact = await find(ctx, args.fact_id, write=True)
+        _not_blank(args.text)
         check_source(args.source, ctx.evidence)
         if fact.kind == "fact" and len(args.text) > MAX_FACT_CHARS:
             raise ToolError(f"a fact is at most {MAX_FACT_CHARS} characters", error_class="validation")
