@@ -24,7 +24,7 @@ __all__ = ["keys_new_command", "keys_rotate_command", "retention_run_command"]
 
 def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     """One retention sweep now; returns the exit code."""
-    from switchboard.cli.worker import retention_plan
+    from switchboard.cli.worker import retention_plan, retention_reaches_memory
     from switchboard.control.memory import close_store, memory_store
 
     try:
@@ -36,7 +36,7 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
         print("no retention rule is set (retention: in the YAML file): nothing to remove")
         return 0
     try:
-        memory = memory_store(settings)
+        memory = memory_store(settings) if retention_reaches_memory(settings) else None
         plan = retention_plan(settings, memory=memory)
     except ConfigError as err:
         print(f"switchboard: {err}", file=sys.stderr)
@@ -49,7 +49,8 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
             print(f"switchboard: {err}; nothing more removed", file=sys.stderr)
             return 2
         finally:
-            await close_store(memory)
+            if memory is not None:
+                await close_store(memory)
         print("\n".join(report.lines()))
         return 0
 

@@ -52,6 +52,7 @@ __all__ = [
     "memory_tenants",
     "provider_config",
     "retention_plan",
+    "retention_reaches_memory",
     "run_worker",
 ]
 
@@ -155,6 +156,16 @@ def memory_tenants(settings: Settings) -> list[str]:
     return sorted(found | set(settings.file.retention.tenants))
 
 
+def retention_reaches_memory(settings: Settings) -> bool:
+    """Whether some retention rule bounds memory or knowledge (only then is the memory store needed)."""
+    config = settings.file.retention
+    return any(
+        getattr(rules, kind) is not None
+        for rules in (config.defaults, *config.tenants.values())
+        for kind in ("memory", "knowledge")
+    )
+
+
 def retention_plan(
     settings: Settings, workspace_store: WorkspaceStore | None = None, memory: ConfiguredStore | None = None
 ) -> RetentionPlan:
@@ -166,17 +177,10 @@ def retention_plan(
     from switchboard.core.workspaces.store import LocalWorkspaces
     from switchboard.queue.retention import RetentionPlan
 
-    config = settings.file.retention
-    kinds = {
-        kind
-        for rules in (config.defaults, *config.tenants.values())
-        for kind in ("memory", "knowledge")
-        if getattr(rules, kind) is not None
-    }
     return RetentionPlan(
-        config,
+        settings.file.retention,
         workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
-        memory=(memory or memory_store(settings)) if kinds else None,
+        memory=(memory or memory_store(settings)) if retention_reaches_memory(settings) else None,
         tenants=tuple(memory_tenants(settings)),
     )
 
