@@ -9,6 +9,7 @@ closest known name.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import typing
 from collections.abc import Iterable, Mapping, Set
@@ -198,6 +199,7 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         if operators
         else "console:     no operator; add one under console.operators (`switchboard console hash-password`)"
     )
+    problems.extend(_print_memory(settings, environ))
     _print_data(settings, environ)
     egress_warnings, egress_problems = _print_sandbox(settings)
     problems.extend(config_problems(settings))
@@ -214,6 +216,36 @@ def check_command(settings: Settings, environ: Mapping[str, str]) -> int:
         return 1
     print("ok: no problems found")
     return 0
+
+
+def _print_memory(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """Print the memory store and its embeddings (never the DSN: it may hold a password); returns what is missing."""
+    from switchboard.core.memory.config import build_embedder
+    from switchboard.core.memory.embeddings import OpenAIEmbedder
+
+    config = settings.file.memory
+    problems: list[str] = []
+    if config.store == "sqlite":
+        where = f"sqlite in {settings.data_path / 'memory'}"
+    elif config.store == "postgres":
+        where = f"postgres at ${config.dsn_env}"
+        if not environ.get(config.dsn_env, "").strip():
+            problems.append(f"memory.dsn_env: {config.dsn_env} is unset or empty")
+    else:
+        typing.assert_never(config.store)
+    try:
+        embedder = build_embedder(config.embeddings, environ)
+    except ConfigError as err:
+        problems.append(str(err))
+        embedder = None
+    if embedder is None:
+        embeddings = "none (words only)" if config.embeddings.provider == "none" else "misconfigured (see problems)"
+    else:
+        embeddings = f"{config.embeddings.provider} ({embedder.model}, {embedder.dims} dims)"
+        if isinstance(embedder, OpenAIEmbedder):
+            asyncio.run(embedder.aclose())
+    print(f"memory:      {where}, embeddings {embeddings}")
+    return problems
 
 
 def _print_data(settings: Settings, environ: Mapping[str, str]) -> None:

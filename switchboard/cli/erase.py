@@ -25,8 +25,7 @@ def erase_command(
     settings: Settings, tenant: str, *, user: str | None, session: str | None, dry_run: bool, by: str | None
 ) -> int:
     """Erase one scope of ``tenant``; returns the exit code (2: bad input, nothing changed)."""
-    from switchboard.control.memory import memory_store
-    from switchboard.core.memory.store import SQLiteMemoryStore
+    from switchboard.control.memory import close_store, memory_store
     from switchboard.core.workspaces.s3 import build_workspace_store
     from switchboard.queue.erasure import Eraser
 
@@ -57,7 +56,6 @@ def erase_command(
             return 0
         finally:
             await store.aclose()
-            if isinstance(memory, SQLiteMemoryStore):
-                memory.close()
+            await close_store(memory)
 
     return with_redis(url, go)

@@ -13,12 +13,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from switchboard.control.memory import ConfiguredStore, close_store
 from switchboard.core.agent.config import Agent
 from switchboard.core.knowledge.extraction import Fetched, UrlFetcher
 from switchboard.core.knowledge.index import IndexReport, KnowledgeIndexer, Models
 from switchboard.core.memory.config import build_embedder
 from switchboard.core.memory.embeddings import Embedder
-from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
+from switchboard.core.memory.store import MemoryStore
 from switchboard.core.model import ModelAdapter
 from switchboard.core.tools.builtin.documents import DocumentLimits
 from switchboard.errors import ConfigError
@@ -173,13 +174,13 @@ def knowledge_command(
     action: str,
     agent: str | None,
     providers: ProviderConfig,
-    store: MemoryStore,
+    store: ConfiguredStore,
     with_redis: WithRedis,
 ) -> int:
     """``switchboard knowledge index|list [--agent A]``; returns the exit code (1: some source failed).
 
     ``providers``: the model providers' credentials, for the summaries of new or changed sources; ``store``: the
-    memory store (``memory.store``), closed here when it is the embedded one; ``with_redis``: runs a body with a
+    memory store (``memory.store``), closed here (on the loop that used it); ``with_redis``: runs a body with a
     Redis client (egress records each URL fetch there), only when some source is a URL.
     """
     try:
@@ -190,16 +191,19 @@ def knowledge_command(
     if not agents:
         print("no agent has knowledge: add `knowledge:` to an agent in the YAML file")
         return 0
-    try:
-        if action == "list":
-            return asyncio.run(_list(settings, store, agents))
-        needs_egress = any(s.url is not None for a in agents.values() if a.knowledge for s in a.knowledge.sources)
-        if not needs_egress:
-            return asyncio.run(_index(settings, providers, store, agents, None))
-        return with_redis(lambda redis: _index(settings, providers, store, agents, redis))
-    finally:
-        if isinstance(store, SQLiteMemoryStore):
-            store.close()
+
+    async def closing(body: Awaitable[int]) -> int:
+        try:
+            return await body
+        finally:
+            await close_store(store)
+
+    if action == "list":
+        return asyncio.run(closing(_list(settings, store, agents)))
+    needs_egress = any(s.url is not None for a in agents.values() if a.knowledge for s in a.knowledge.sources)
+    if not needs_egress:
+        return asyncio.run(closing(_index(settings, providers, store, agents, None)))
+    return with_redis(lambda redis: closing(_index(settings, providers, store, agents, redis)))
 
 
 async def _index(

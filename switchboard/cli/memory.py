@@ -99,12 +99,10 @@ def memory_command(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             if isinstance(embedder, OpenAIEmbedder):
                 await embedder.aclose()
+            await close_store(store)
         return 0
 
-    try:
-        return with_redis(url, go)
-    finally:
-        close_store(store)
+    return with_redis(url, go)
 
 
 async def _run(control: MemoryControl, scope: OperatorScope, tenant: str, args: argparse.Namespace) -> list[str]:

@@ -24,8 +24,8 @@ __all__ = ["keys_new_command", "keys_rotate_command", "retention_run_command"]
 
 def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
     """One retention sweep now; returns the exit code."""
-    from switchboard.cli.worker import retention_plan
-    from switchboard.core.memory.store import SQLiteMemoryStore
+    from switchboard.cli.worker import retention_plan, retention_reaches_memory
+    from switchboard.control.memory import close_store, memory_store
 
     try:
         url = redis_url_for(settings)
@@ -36,7 +36,8 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
         print("no retention rule is set (retention: in the YAML file): nothing to remove")
         return 0
     try:
-        plan = retention_plan(settings)
+        memory = memory_store(settings) if retention_reaches_memory(settings) else None
+        plan = retention_plan(settings, memory=memory)
     except ConfigError as err:
         print(f"switchboard: {err}", file=sys.stderr)
         return 2
@@ -48,8 +49,8 @@ def retention_run_command(settings: Settings, *, dry_run: bool) -> int:
             print(f"switchboard: {err}; nothing more removed", file=sys.stderr)
             return 2
         finally:
-            if isinstance(plan.memory, SQLiteMemoryStore):
-                plan.memory.close()
+            if memory is not None:
+                await close_store(memory)
         print("\n".join(report.lines()))
         return 0
 
@@ -69,8 +70,7 @@ def keys_new_command(key_id: str | None) -> int:
 def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
     """Re-seal what is stored under older keys (Redis, memory) with the current one; prints counts per store."""
     from switchboard.cli.worker import memory_tenants
-    from switchboard.control.memory import memory_store
-    from switchboard.core.memory.store import SQLiteMemoryStore
+    from switchboard.control.memory import close_store, memory_store
     from switchboard.queue.rotation import rotate_redis
     from switchboard.queue.sealed import data_keyring
 
@@ -100,8 +100,7 @@ def keys_rotate_command(settings: Settings, *, dry_run: bool) -> int:
             print(f"switchboard: {err}", file=sys.stderr)
             return 2
         finally:
-            if isinstance(memory, SQLiteMemoryStore):
-                memory.close()
+            await close_store(memory)
         verb = "would re-seal" if dry_run else "re-sealed"
         print(f"{verb} under key {keyring.current}:")
         for store in ("history", "approvals"):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.cli.sandbox import shell_options, startup_choice
-from switchboard.control.memory import memory_store
+from switchboard.control.memory import ConfiguredStore, close_store, memory_store, open_store
 from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.approvals.suspend import snapshot_key
@@ -52,6 +52,7 @@ __all__ = [
     "memory_tenants",
     "provider_config",
     "retention_plan",
+    "retention_reaches_memory",
     "run_worker",
 ]
 
@@ -155,26 +156,31 @@ def memory_tenants(settings: Settings) -> list[str]:
     return sorted(found | set(settings.file.retention.tenants))
 
 
-def retention_plan(settings: Settings, workspace_store: WorkspaceStore | None = None) -> RetentionPlan:
+def retention_reaches_memory(settings: Settings) -> bool:
+    """Whether some retention rule bounds memory or knowledge (only then is the memory store needed)."""
+    config = settings.file.retention
+    return any(
+        getattr(rules, kind) is not None
+        for rules in (config.defaults, *config.tenants.values())
+        for kind in ("memory", "knowledge")
+    )
+
+
+def retention_plan(
+    settings: Settings, workspace_store: WorkspaceStore | None = None, memory: ConfiguredStore | None = None
+) -> RetentionPlan:
     """The YAML file's retention rules over this deployment's stores.
 
-    The memory store is opened only for a memory or knowledge rule; the tenants of the projects are looked at even
-    when Redis holds nothing of them.
+    The memory store (``memory``, else the configured one) is used only for a memory or knowledge rule; the tenants of
+    the projects are looked at even when Redis holds nothing of them.
     """
     from switchboard.core.workspaces.store import LocalWorkspaces
     from switchboard.queue.retention import RetentionPlan
 
-    config = settings.file.retention
-    kinds = {
-        kind
-        for rules in (config.defaults, *config.tenants.values())
-        for kind in ("memory", "knowledge")
-        if getattr(rules, kind) is not None
-    }
     return RetentionPlan(
-        config,
+        settings.file.retention,
         workspaces=workspace_store or LocalWorkspaces(settings.workspace_path),
-        memory=memory_store(settings) if kinds else None,
+        memory=(memory or memory_store(settings)) if retention_reaches_memory(settings) else None,
         tenants=tuple(memory_tenants(settings)),
     )
 
@@ -226,6 +232,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     from switchboard.worker.projects import LiveConnections
 
     assert settings.redis_url is not None
+    store = memory_store(settings)
+    await open_store(store)  # first, holding nothing yet: a PostgreSQL server without pgvector stops the worker here
     redis = async_client(settings.redis_url)
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
     uploads = UploadStore(redis, timeout_s=30.0)  # the web chat's files (up to the attachment cap each)
@@ -251,7 +259,6 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     rest = EgressTransport(forwarder) if forwarder else None
     tables = TableConnections(settings.file.agents)
     images = image_provider(settings)
-    store = memory_store(settings)
     connected = LiveConnections(settings.file, redis)
     runtime = build_runtime(settings, models, attachments, egress, rest, mcp, tables, images, store, connected)
     declarations = RestDeclarations(runtime.registry, settings, rest)
@@ -265,7 +272,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             None,
             stop,
             workspace_store=runtime.gateway.store,
-            retention=retention_plan(settings, runtime.gateway.store) if settings.file.retention.active else None,
+            retention=(
+                retention_plan(settings, runtime.gateway.store, store) if settings.file.retention.active else None
+            ),
         )
     finally:
         indexing.cancel()
@@ -280,6 +289,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         if forwarder is not None and (egress is None or egress.proxy is None):
             await forwarder.close()
         await runtime.gateway.store.aclose()
+        await close_store(store)
         await channels.aclose()
         await models.aclose()
         if isinstance(attachments.transcriber, OpenAITranscriber):

@@ -9,16 +9,16 @@ connection made or removed, is also an entry of the memory audit stream (:mod:`s
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 
 from switchboard.control.scope import InvalidRequestError, NotFoundError, OperatorScope, OutOfScopeError, is_text
 from switchboard.core.memory.chunks import passages_for
 from switchboard.core.memory.embeddings import CachedEmbedder, Embedder, EmbeddingError
 from switchboard.core.memory.facts import MAX_DOCUMENT_CHARS, MAX_FACT_CHARS, NAME_PATTERN, Fact, FactChange
+from switchboard.core.memory.postgres import PostgresMemoryStore
 from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.sealing import Keyring
 from switchboard.errors import ConfigError
@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_REASON_CHARS",
     "ChangeView",
+    "ConfiguredStore",
     "FactDetail",
     "FactView",
     "MemoryControl",
     "ProjectView",
     "close_store",
     "memory_store",
+    "open_store",
 ]
 
 MAX_REASON_CHARS: Final = 500
@@ -45,11 +47,15 @@ _MIN_REASON_CHARS: Final = 3
 _FACT_ID: Final = re.compile(r"^f_[0-9a-f]{1,62}$")
 
 
-def memory_store(settings: Settings) -> MemoryStore:
+ConfiguredStore: TypeAlias = SQLiteMemoryStore | PostgresMemoryStore
+"""The stores ``memory.store`` can name."""
+
+
+def memory_store(settings: Settings) -> ConfiguredStore:
     """The store ``memory.store`` names: SQLite files under the data directory, or PostgreSQL at ``memory.dsn_env``.
 
     The worker's, and the one operators read and change. With ``SWITCHBOARD_DATA_KEYS`` set, memory content is
-    sealed at rest.
+    sealed at rest. Nothing is opened yet: :func:`open_store` checks the server, :func:`close_store` releases it.
     """
     config = settings.file.memory
     keyring = Keyring.from_env()
@@ -59,16 +65,32 @@ def memory_store(settings: Settings) -> MemoryStore:
         dsn = os.environ.get(config.dsn_env, "").strip()
         if not dsn:
             raise ConfigError(f"memory.dsn_env: {config.dsn_env} is unset or empty", field="memory.dsn_env")
-        postgres = importlib.import_module("switchboard.core.memory.postgres")
-        store: MemoryStore = postgres.PostgresMemoryStore(dsn, keyring=keyring)
-        return store
+        return PostgresMemoryStore(dsn, keyring=keyring)
     assert_never(config.store)
 
 
-def close_store(store: MemoryStore) -> None:
-    """Close what ``store`` holds open (the SQLite files)."""
+async def open_store(store: ConfiguredStore) -> None:
+    """Connect and create the schema now, so a server without pgvector stops a worker at start-up.
+
+    Raises:
+        ConfigError: PostgreSQL lacks pgvector, or this role may not enable it.
+    """
+    if isinstance(store, SQLiteMemoryStore):
+        return  # each tenant's file opens on first use
+    elif isinstance(store, PostgresMemoryStore):
+        await store.create()
+    else:
+        assert_never(store)
+
+
+async def close_store(store: ConfiguredStore) -> None:
+    """Close what ``store`` holds open: the SQLite files, or the PostgreSQL pool (on the loop that opened it)."""
     if isinstance(store, SQLiteMemoryStore):
         store.close()
+    elif isinstance(store, PostgresMemoryStore):
+        await store.close()
+    else:
+        assert_never(store)
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,7 +164,7 @@ def add_memory_routes(app: web.Application) -> None:
         if embedder is not None:
             app[EMBEDDER] = embedder
         yield
-        close_store(opened)
+        await close_store(opened)
         if isinstance(embedder, OpenAIEmbedder):
             await embedder.aclose()
 
