@@ -30,7 +30,17 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from switchboard.errors import ConfigError
 
-__all__ = ["DATA_KEYS_ENV", "SEALED_PREFIX", "Keyring", "SealError", "is_sealed", "new_key"]
+__all__ = [
+    "DATA_KEYS_ENV",
+    "PLAIN_ESCAPE",
+    "SEALED_PREFIX",
+    "Keyring",
+    "SealError",
+    "escape_plain",
+    "is_sealed",
+    "new_key",
+    "unescape_plain",
+]
 
 DATA_KEYS_ENV = "SWITCHBOARD_DATA_KEYS"
 """The environment variable holding the data keys."""
@@ -44,6 +54,20 @@ _NONCE = 12
 
 class SealError(ValueError):
     """A sealed value that does not open: unknown key id, altered, or sealed for another context."""
+
+
+PLAIN_ESCAPE = "sbp:"
+"""Put before a stored plain text that starts like a sealed value (or like this), so it is never taken for one."""
+
+
+def escape_plain(text: str) -> str:
+    """``text`` as a store keeps it in plain: escaped when it starts like a sealed value (a user may write ``sb1:``)."""
+    return PLAIN_ESCAPE + text if text.startswith((SEALED_PREFIX, PLAIN_ESCAPE)) else text
+
+
+def unescape_plain(text: str) -> str:
+    """The text :func:`escape_plain` was given."""
+    return text[len(PLAIN_ESCAPE) :] if text.startswith(PLAIN_ESCAPE) else text
 
 
 def is_sealed(value: str) -> bool:

@@ -26,7 +26,13 @@ from switchboard.core.tools.gateway import ToolGateway
 from switchboard.core.turn import HistoryEntry
 from switchboard.settings import FileConfig
 from switchboard.types import SessionKey
-from tests.memory.stores import memory_store, pgvector_dsn, postgres_store, postgres_stores  # noqa: F401
+from tests.memory.stores import (  # noqa: F401
+    memory_store,
+    pgvector_dsn,
+    postgres_store,
+    postgres_stores,
+    store_maker,
+)
 
 CONFIG: dict[str, Any] = {
     "projects": {"shop": {"tenant": "acme"}, "hr": {"tenant": "acme"}, "rival": {"tenant": "globex"}},

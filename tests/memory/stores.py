@@ -20,7 +20,16 @@ from switchboard.core.memory.store import MemoryStore, SQLiteMemoryStore
 from switchboard.core.sealing import Keyring
 from tests.memory.pgvector import pgvector_dsn
 
-__all__ = ["STORES", "change", "fact", "memory_store", "pgvector_dsn", "postgres_store", "postgres_stores"]
+__all__ = [
+    "STORES",
+    "change",
+    "fact",
+    "memory_store",
+    "pgvector_dsn",
+    "postgres_store",
+    "postgres_stores",
+    "store_maker",
+]
 
 STORES = ("sqlite", "postgres")
 NOW = 1_800_000_000.0
@@ -108,4 +117,35 @@ async def memory_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     store = PostgresMemoryStore(dsn, schema=schema)
     yield store
     await store.close()
+    await _drop(dsn, schema)
+
+
+@pytest.fixture(params=STORES)
+async def store_maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[..., MemoryStore]]:
+    """Make stores of one kind over the same storage, each with the keyring given (``None``: sealing off)."""
+    made: list[MemoryStore] = []
+    if request.param == "sqlite":
+
+        def embedded(keyring: Keyring | None = None) -> MemoryStore:
+            store = SQLiteMemoryStore(tmp_path / "memory", keyring)
+            made.append(store)
+            return store
+
+        yield embedded
+        for store in made:
+            assert isinstance(store, SQLiteMemoryStore)
+            store.close()
+        return
+    dsn: str = request.getfixturevalue("pgvector_dsn")
+    schema = f"t{uuid.uuid4().hex[:12]}"
+
+    def postgres(keyring: Keyring | None = None) -> MemoryStore:
+        store = PostgresMemoryStore(dsn, schema=schema, keyring=keyring)
+        made.append(store)
+        return store
+
+    yield postgres
+    for store in made:
+        assert isinstance(store, PostgresMemoryStore)
+        await store.close()
     await _drop(dsn, schema)

@@ -7,12 +7,15 @@ neither which facts it gets nor their scores.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
 from switchboard.core.memory.chunks import passages
+from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, Source
 from switchboard.core.memory.store import MemoryStore
+from switchboard.core.sealing import Keyring, SealError, new_key
 from tests.memory.stores import NOW, change, fact
 
 DOCUMENT = "\n\n".join(
@@ -267,3 +270,47 @@ async def test_purge_removes_what_was_created_before_by_kind(memory_store: Memor
     assert [f.id for f in await memory_store.facts("acme", ["shop"])] == ["nf"]
     assert await memory_store.search("acme", ["shop"], "old", 5, NOW) == []
     assert [f.id for f in await memory_store.facts("globex", ["shop"])] == ["og"]
+
+
+# ---------------------------------------------------------------- sealing and what deleted text leaves behind
+
+
+async def test_plain_text_that_looks_sealed_reads_back_as_written(store_maker: Callable[..., MemoryStore]) -> None:
+    keyring = Keyring.parse(new_key("k1"))
+    typed = "sb1:k1:AAAA is what the user typed"
+    item = await _add(store_maker(None), fact(typed, fact_id="x1"))  # kept in plain, before sealing was on
+    await _add(store_maker(keyring), fact(typed, fact_id="x2"))
+    for reader in (store_maker(None), store_maker(keyring)):
+        got = await reader.get("acme", item.id, ["shop"])
+        assert got is not None and got.text == typed  # never taken for a sealed value
+    hits = await store_maker(keyring).search("acme", ["shop"], "typed", 5, NOW)
+    assert sorted(h.fact.id for h in hits) == ["x1", "x2"]
+    assert [h.fact.text for h in hits] == [typed, typed]
+
+
+async def test_sealed_memory_without_its_keys_is_a_clear_error(store_maker: Callable[..., MemoryStore]) -> None:
+    sealed = store_maker(Keyring.parse(new_key("k1")))
+    item = await _add(sealed, fact("Ann's card ends in 4242", fact_id="s1"))
+    for other in (store_maker(None), store_maker(Keyring.parse(new_key("k2")))):
+        with pytest.raises(SealError, match="SWITCHBOARD_DATA_KEYS"):
+            await other.search("acme", ["shop"], "card", 5, NOW)  # never a silent "nothing found"
+        with pytest.raises(SealError):
+            await other.get("acme", item.id, ["shop"])
+
+
+@pytest.mark.parametrize("how", ["forget", "purge", "correct"])
+async def test_deleted_text_leaves_no_cached_vector_behind(memory_store: MemoryStore, how: str) -> None:
+    text = "Ann's door code is 4711"
+    item = await _add(memory_store, fact(text, fact_id="d1", created_at=NOW - 10_000), [[1.0, 0.0, 0.0]])
+    kept = await _add(memory_store, fact("the shop opens at nine", fact_id="d2"), [[0.0, 1.0, 0.0]])
+    keys = {digest("m", text): [1.0, 0.0, 0.0], digest("m", kept.text): [0.0, 1.0, 0.0]}
+    await memory_store.cache_embeddings("acme", "m", keys)
+    if how == "forget":
+        await memory_store.forget("acme", item.id, change(item, "forgotten"))
+    elif how == "purge":
+        assert await memory_store.purge("acme", NOW - 5_000) == 1
+    else:
+        source = Source(kind="message", ref="m2", quote="the code changed")
+        await memory_store.correct("acme", item.id, "Ann's door code changed", source, 1.0, change(item, "corrected"))
+    # a cached vector keyed by the text's hash would confirm a guess of the deleted text
+    assert set(await memory_store.cached_embeddings("acme", "m", list(keys))) == {digest("m", kept.text)}

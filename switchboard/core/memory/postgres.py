@@ -42,7 +42,15 @@ from switchboard.core.memory.chunks import passages
 from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
 from switchboard.core.memory.store import memory_context, terms
-from switchboard.core.sealing import SEALED_PREFIX, Keyring
+from switchboard.core.sealing import (
+    DATA_KEYS_ENV,
+    SEALED_PREFIX,
+    Keyring,
+    SealError,
+    escape_plain,
+    is_sealed,
+    unescape_plain,
+)
 from switchboard.errors import ConfigError
 
 __all__ = ["PostgresMemoryStore"]
@@ -203,6 +211,7 @@ class PostgresMemoryStore:
         """``postgresql://user@host:port/db`` (its password from the environment, never in the file)."""
         self.schema = schema
         self.keyring = keyring
+        self._keys_checked: set[str] = set()
         self.max_connections = max_connections
         self._pool: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -316,6 +325,8 @@ class PostgresMemoryStore:
                 {**current.model_dump(), "text": text, "source": source, "confidence": confidence}
             )
             rows = self._passage_rows(tenant, current.kind, text, embeddings)
+            if current.text != text:
+                await self._drop_cached(con, tenant, [(current.kind, current.text)])
             await con.execute(
                 self._sql(
                     "UPDATE {s}.facts SET text = $3, source = $4, confidence = $5, updated_at = $6"
@@ -392,20 +403,6 @@ class PostgresMemoryStore:
             )
             if not rows:
                 return 0
-            texts = [piece for row in rows for piece in _pieces(row["kind"], self._open(tenant, row["text"]))]
-            models = [
-                m
-                for (m,) in await con.fetch(
-                    self._sql("SELECT DISTINCT model FROM {s}.embedding_cache WHERE tenant = $1"), tenant
-                )
-            ]
-            digests = [digest(model, text) for model in models for text in texts]
-            if digests:
-                await con.execute(
-                    self._sql("DELETE FROM {s}.embedding_cache WHERE tenant = $1 AND digest = ANY($2::text[])"),
-                    tenant,
-                    digests,
-                )
             ids = [row["id"] for row in rows]
             await con.execute(
                 self._sql("DELETE FROM {s}.changes WHERE tenant = $1 AND fact_id = ANY($2::text[])"), tenant, ids
@@ -558,6 +555,7 @@ class PostgresMemoryStore:
         tsquery = " | ".join(_quoted(lexeme) for lexeme in lexemes)
         pool = await self._connections()
         async with pool.acquire() as con:
+            await self._check_keys(con, tenant)
             rows = await con.fetch(self._sql(_SEARCH), tenant, list(projects), now, tsquery, lexemes, numbers, limit)
             return await self._hits(con, tenant, projects, rows)
 
@@ -632,11 +630,37 @@ class PostgresMemoryStore:
 
     # ----------------------------------------------------------------- helpers
 
+    async def _check_keys(self, con: Any, tenant: str) -> None:
+        """Raise :class:`SealError` when the keyring cannot open ``tenant``'s sealed memory.
+
+        A word search looks for blind terms, so without the right key it would silently find only plain rows.
+        """
+        if tenant in self._keys_checked:
+            return
+        sealed = await con.fetchval(
+            self._sql("SELECT text FROM {s}.facts WHERE tenant = $1 AND starts_with(text, $2) LIMIT 1"),
+            tenant,
+            SEALED_PREFIX,
+        )
+        if sealed is not None:
+            if self.keyring is None:
+                raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to search it")
+            try:
+                self.keyring.open(sealed, memory_context(tenant))
+            except SealError as error:
+                raise SealError(f"the keys of {DATA_KEYS_ENV} do not open this memory: {error}") from None
+        self._keys_checked.add(tenant)
+
     def _seal(self, tenant: str, value: str) -> str:
+        value = escape_plain(value)  # plain text a user wrote as "sb1:…" is never taken for a sealed value
         return value if self.keyring is None else self.keyring.seal(value, memory_context(tenant))
 
     def _open(self, tenant: str, value: str) -> str:
-        return value if self.keyring is None else self.keyring.open(value, memory_context(tenant))
+        if self.keyring is None:
+            if is_sealed(value):
+                raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to read it")
+            return unescape_plain(value)
+        return unescape_plain(self.keyring.open(value, memory_context(tenant)))
 
     def _tsvector(self, tenant: str, text: str) -> str:
         """The ``tsvector`` literal of ``text``: each word (or its blind term) once, one position per occurrence."""
@@ -691,8 +715,33 @@ class PostgresMemoryStore:
             [(tenant, fact_id, index, project, expires_at, *rest) for index, *rest in rows],
         )
 
+    async def _drop_cached(self, con: Any, tenant: str, texts: Sequence[tuple[FactKind, str]]) -> None:
+        """Delete the cached embeddings of the passages of ``texts`` (kind, plain text), under every model.
+
+        A cache row is keyed by a hash of a passage's text: kept after its fact went, it would confirm a guess of it.
+        """
+        if not texts:
+            return
+        models = [
+            model
+            for (model,) in await con.fetch(
+                self._sql("SELECT DISTINCT model FROM {s}.embedding_cache WHERE tenant = $1"), tenant
+            )
+        ]
+        digests = [digest(model, piece) for model in models for kind, text in texts for piece in _pieces(kind, text)]
+        if digests:
+            await con.execute(
+                self._sql("DELETE FROM {s}.embedding_cache WHERE tenant = $1 AND digest = ANY($2::text[])"),
+                tenant,
+                digests,
+            )
+
     async def _delete(self, con: Any, tenant: str, ids: Sequence[str]) -> int:
-        """Delete facts (their passages go with them) and every link to or from them; how many facts were deleted."""
+        """Delete facts, their passages, links and cached embeddings; how many facts were deleted."""
+        rows = await con.fetch(
+            self._sql("SELECT kind, text FROM {s}.facts WHERE tenant = $1 AND id = ANY($2::text[])"), tenant, list(ids)
+        )
+        await self._drop_cached(con, tenant, [(row["kind"], self._open(tenant, row["text"])) for row in rows])
         count = await con.fetchval(
             self._sql(
                 "WITH gone AS (DELETE FROM {s}.facts WHERE tenant = $1 AND id = ANY($2::text[]) RETURNING 1)"

@@ -32,7 +32,15 @@ import sqlite_vec
 from switchboard.core.memory.chunks import passages_for
 from switchboard.core.memory.embeddings import digest
 from switchboard.core.memory.facts import Fact, FactChange, FactKind, Hit, Source, check_name
-from switchboard.core.sealing import DATA_KEYS_ENV, SEALED_PREFIX, Keyring, SealError, is_sealed
+from switchboard.core.sealing import (
+    DATA_KEYS_ENV,
+    SEALED_PREFIX,
+    Keyring,
+    SealError,
+    escape_plain,
+    is_sealed,
+    unescape_plain,
+)
 
 __all__ = ["MemoryStore", "SQLiteMemoryStore", "memory_context", "terms"]
 
@@ -300,15 +308,15 @@ class SQLiteMemoryStore:
     # ----------------------------------------------------------------- sealing
 
     def _seal(self, tenant: str, text: str) -> str:
-        text = _escaped(text)
+        text = escape_plain(text)
         return text if self.keyring is None else self.keyring.seal(text, memory_context(tenant))
 
     def _open(self, tenant: str, value: str) -> str:
         if self.keyring is None:
             if is_sealed(value):
                 raise SealError(f"memory is sealed at rest: set {DATA_KEYS_ENV} to read it")
-            return _unescaped(value)
-        return _unescaped(self.keyring.open(value, memory_context(tenant)))
+            return unescape_plain(value)
+        return unescape_plain(self.keyring.open(value, memory_context(tenant)))
 
     def _check_keys(self, db: sqlean.Connection, tenant: str, scope: str, bound: tuple[Any, ...]) -> None:
         """Raise :class:`SealError` when the keyring cannot open the sealed passages in ``scope``.
@@ -882,7 +890,7 @@ class SQLiteMemoryStore:
                     db.execute("DELETE FROM passages_fts WHERE rowid = ?", (passage_id,))
                     db.execute(
                         "INSERT INTO passages_fts (rowid, terms) VALUES (?, ?)",
-                        (passage_id, self._index_terms(tenant, _unescaped(plain))),
+                        (passage_id, self._index_terms(tenant, unescape_plain(plain))),
                     )
             for seq, reason in db.execute(
                 "SELECT seq, reason FROM changes WHERE tenant = ? AND reason != ''", (tenant,)
@@ -899,18 +907,6 @@ class SQLiteMemoryStore:
 _COLUMNS = (
     "id, tenant, project, text, source, run_id, created_at, updated_at, confidence, expires_at, length, kind, actor"
 )
-
-
-_ESCAPE = "sbp:"
-"""Put before a stored plain text that starts like a sealed value (or like this), so it is never taken for one."""
-
-
-def _escaped(text: str) -> str:
-    return _ESCAPE + text if text.startswith((SEALED_PREFIX, _ESCAPE)) else text
-
-
-def _unescaped(text: str) -> str:
-    return text[len(_ESCAPE) :] if text.startswith(_ESCAPE) else text
 
 
 def _inode(path: Path) -> int | None:
