@@ -18,7 +18,7 @@ import math
 import re
 from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 __all__ = ["KINDS", "Duration", "RetentionConfig", "RetentionKind", "RetentionRules", "parse_duration"]
 
@@ -49,8 +49,17 @@ def parse_duration(value: Any) -> float:
     return float(int(found.group(1)) * _UNITS[found.group(2)])
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-"""A duration in seconds, written ``30d``; ``inf`` is ``keep``."""
+def _show(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "keep"
+    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(_show)]
+"""A duration in seconds, written ``30d``; ``inf`` is ``keep``; dumped as written, so a dumped config loads again."""
 
 
 class RetentionRules(BaseModel):
@@ -137,12 +146,3 @@ class RetentionConfig(BaseModel):
             if set_:
                 out.append(f"{label}: " + ", ".join(f"{k} {_show(v)}" for k, v in set_.items()))
         return out
-
-
-def _show(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "keep"
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"

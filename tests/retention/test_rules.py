@@ -65,3 +65,19 @@ def test_the_yaml_block_loads(tmp_path: Path) -> None:
     assert config.every == 600
     assert config.rule("acme", "workspaces") == 7 * 86400
     assert config.rule("acme", "dead_letters") == 14 * 86400
+
+
+def test_a_validated_config_dumps_and_loads_again() -> None:
+    # Settings(file=...) and the console's config views re-validate a dumped file: durations must survive that
+    from switchboard.settings import FileConfig, Settings
+
+    block = {"every": "90m", "defaults": {"events": "30d", "history": "keep"}, "tenants": {"acme": {"memory": "2w"}}}
+    config = RetentionConfig.model_validate(block)
+    assert config.model_dump(exclude_none=True, exclude_defaults=False)["defaults"] == {
+        "events": "30d",
+        "history": "keep",
+    }
+    assert RetentionConfig.model_validate(config.model_dump()) == config
+    assert RetentionConfig.model_validate_json(config.model_dump_json()) == config
+    settings = Settings(file=FileConfig.model_validate({"retention": block}))
+    assert settings.file.retention == config
