@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["NoPostgresError", "postgres_dsn", "running_postgres"]
+__all__ = ["NoPostgresError", "postgres_dsn", "running_cluster", "running_postgres"]
 
 
 class NoPostgresError(RuntimeError):
@@ -54,19 +54,35 @@ def running_postgres() -> Iterator[str]:
     initdb, postgres, ready = _bin("initdb"), _bin("postgres"), _bin("pg_isready")
     if initdb is None or postgres is None or ready is None:
         raise NoPostgresError("no PostgreSQL server installed (Debian: apt-get install postgresql)")
+    with running_cluster(initdb, postgres, ready) as dsn:
+        yield dsn
+
+
+@contextmanager
+def running_cluster(initdb: str, postgres: str, ready: str, *settings: str) -> Iterator[str]:
+    """A fresh cluster of these binaries while the block runs; its DSN (Unix socket, trust auth, ``postgres``).
+
+    Run as the ``postgres`` user when the suite runs as root (the server refuses root). ``settings``: extra server
+    settings, ``name=value``.
+    """
     root = Path(tempfile.mkdtemp(prefix="sb-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()
     as_user: list[str] = []
-    user = os.environ.get("USER", "")
+    user = os.environ.get("USER", "") or "postgres"
     if os.geteuid() == 0:
         as_user = ["runuser", "-u", "postgres", "--"]
         user = "postgres"
         shutil.chown(root, "postgres")
         shutil.chown(sock, "postgres")
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", user], check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-A", "trust", "-U", user, "-E", "UTF8"], check=True, capture_output=True
+    )
+    options = ["-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=50"]
+    for setting in settings:
+        options += ["-c", setting]
     proc = subprocess.Popen(
-        [*as_user, postgres, "-D", str(data), "-k", str(sock), "-c", "listen_addresses=", "-c", "fsync=off"],
+        [*as_user, postgres, "-D", str(data), "-k", str(sock), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -76,7 +92,7 @@ def running_postgres() -> Iterator[str]:
         # The socket appears before the server has finished starting up: wait until it accepts connections.
         while subprocess.run([ready, "-q", "-h", str(sock), "-U", user, "-d", "postgres"], check=False).returncode:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("PostgreSQL did not start")
+                raise RuntimeError(f"PostgreSQL ({postgres}) did not start")
             time.sleep(0.05)
         yield dsn
     finally:
