@@ -45,6 +45,11 @@ from switchboard.core.sealing import (
 __all__ = ["MemoryStore", "SQLiteMemoryStore", "memory_context", "terms"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_BUSY_TIMEOUT_S = 60.0
+"""How long a statement waits for another process's lock on the tenant's file (a write, a checkpoint after a
+forget, a migration at open) before "database is locked": workers sharing a tenant wait their turn, even on a
+loaded machine, rather than fail the tool call."""
+
 _K1 = 1.2
 _B = 0.75
 _MAX_TERMS = 16
@@ -273,7 +278,7 @@ class SQLiteMemoryStore:
             found = None
         if found is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            found = sqlean.connect(str(path), check_same_thread=False, isolation_level=None)
+            found = sqlean.connect(str(path), check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
             found.enable_load_extension(True)
             sqlite_vec.load(found)
             found.enable_load_extension(False)
