@@ -11,8 +11,6 @@ from typing import Any
 import docx
 import pytest
 from aiohttp import web
-from pypdf import PdfWriter
-from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
 from switchboard.cli.knowledge import knowledge_agents, knowledge_indexer
 from switchboard.cli.worker import provider_config
@@ -37,26 +35,6 @@ PAGE_HOST = "docs.example.test"
 PAGE = """<html><head><title>ignored</title><script>var x = "hidden script";</script></head>
 <body><h1>Shipping policy</h1><p>Parcels leave the warehouse within two days.</p>
 <p>International shipping takes ten days to arrive.</p></body></html>"""
-
-
-def write_pdf(path: Path, pages: list[str]) -> None:
-    """A real PDF, one text line per page."""
-    writer = PdfWriter()
-    for text in pages:
-        page = writer.add_blank_page(612, 792)
-        font = DictionaryObject(
-            {
-                NameObject("/Type"): NameObject("/Font"),
-                NameObject("/Subtype"): NameObject("/Type1"),
-                NameObject("/BaseFont"): NameObject("/Helvetica"),
-            }
-        )
-        fonts = DictionaryObject({NameObject("/F1"): writer._add_object(font)})
-        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
-        content = DecodedStreamObject()
-        content.set_data(f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode())
-        page[NameObject("/Contents")] = writer._add_object(content)
-    writer.write(path)
 
 
 def write_docx(path: Path, heading: str, paragraphs: list[str]) -> None:

@@ -20,8 +20,8 @@ from switchboard.core.providers import ModelFactory
 from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from tests.core.test_documents import write_pdf
 from tests.egress.conftest import PUBLIC
-from tests.knowledge.conftest import write_pdf
 
 YAML = """
 default_agent: helper

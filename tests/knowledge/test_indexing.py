@@ -11,7 +11,8 @@ from switchboard.core.knowledge.config import knowledge_project
 from switchboard.core.knowledge.index import INDEXER, document_id
 from switchboard.core.knowledge.keywords import keywords
 from switchboard.core.knowledge.summaries import extractive_summary
-from tests.knowledge.conftest import PAGE, PAGE_HOST, World, write_docx, write_pdf
+from tests.core.test_documents import write_pdf
+from tests.knowledge.conftest import PAGE, PAGE_HOST, World, write_docx
 
 YAML = """
 default_agent: helper
