@@ -30,7 +30,8 @@ TOOL_OUTPUT: Final = '<img src=x onerror="alert(1)"> 12:00 in Paris'
 """Untrusted tool output with markup: shown as data, never as HTML."""
 ARGUMENTS: Final = {"city": "Paris"}
 QUESTION: Final = "/tool lookup " + json.dumps(ARGUMENTS)
-QUEUE: Final = QueueSettings(name="sbtest", lease_ms=2000, max_attempts=1, retry_backoff_s=0.0)
+QUEUE: Final = QueueSettings(name="sbtest", lease_ms=30_000, max_attempts=1, retry_backoff_s=0.0)
+"""A lease long enough that a loaded CI machine never takes a turn over mid-test: no test here is about leases."""
 
 
 class LookupInput(BaseModel):
