@@ -54,6 +54,7 @@ __all__ = [
     "SkillUsed",
     "StepRecorded",
     "ToolCalled",
+    "TurnClassified",
     "UsageMetered",
     "VoiceReplied",
 ]
@@ -238,6 +239,22 @@ class UsageMetered(_Event):
     """The version of the policy the run's tool calls were checked against."""
     characters: int = 0
     """Characters spoken: set on the metering of a voice reply's speech request (not a run of its own)."""
+    task_class: str = ""
+    """The agent's task class the turn ran under (``docs/budgets.md``); empty: none declared or matched."""
+
+
+class TurnClassified(_Event):
+    """A turn was put in one of its agent's task classes, and runs under that class's budgets."""
+
+    kind: Literal["turn_classified"] = "turn_classified"
+    task_class: str
+    rule: str
+    """The condition that matched (``keyword:price``, ``command:research``, ``channel:slack``, ``default``)."""
+    max_steps: int
+    max_tokens: int | None = None
+    max_credits: float | None = None
+    deadline_s: float
+    """Seconds the turn may run, from its start."""
 
 
 class BudgetAlerted(_Event):
@@ -520,6 +537,7 @@ Event = Annotated[
     | SkillUsed
     | MemoryChanged
     | UsageMetered
+    | TurnClassified
     | ReplySent
     | VoiceReplied
     | RunCompleted

@@ -77,6 +77,10 @@ class TurnRequest(BaseModel):
     """Input plus output tokens this turn may use (narrows ``agent.limits.max_turn_tokens``)."""
     credit_budget: float | None = None
     """Credits this turn may spend (narrows ``agent.limits.max_credits``)."""
+    task_class: str = ""
+    """The agent's task class the turn was classified into (its budgets set the three above); empty: none."""
+    task_rule: str = ""
+    """The condition that picked :attr:`task_class` (``keyword:price``, ``command:research``, ``default``)."""
     permissions: frozenset[str] = frozenset()
     """Permissions of the principal, checked by the tool gateway outside the model."""
     permissions_of: Callable[[str], frozenset[str]] | None = None

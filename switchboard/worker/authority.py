@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from switchboard.core.access import least_role, stamped_role
 from switchboard.core.agent.config import Agent
+from switchboard.core.agent.taskclass import classify
 from switchboard.core.approvals.grants import permissions_for, resolve_policy
 from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.messages import InboundMessage, OperatorActed, Scheduled
@@ -38,6 +39,8 @@ def turn_request(
     Its role is the least trusted of the roles ingest stamped on the people's messages (``ROLE_META``; ``user``
     where access control stamped none), for the same reason.
 
+    The agent's task class (``task_classes``) of the batch sets the step, token, credit and time budgets.
+
     Without ``config`` (a drain built without the YAML file: tests, embedded uses) the principal holds no
     permissions and the runtime applies the agent's own policy block.
     """
@@ -52,12 +55,23 @@ def turn_request(
         permissions_of = functools.partial(permissions_for, config, conversation.tenant, agent.name)
         policy = resolve_policy(config, tenant=conversation.tenant, agent=agent.name, channel=conversation.channel)
         permissions = frozenset.intersection(*(permissions_of(principal) for principal in principals))
+    deadline_s, budgets = agent.limits.deadline_s, {}
+    if (picked := classify(agent.task_classes, messages)) is not None:  # the class's budgets narrow the agent's
+        task = agent.task_classes[picked.name]
+        deadline_s = min(deadline_s, task.deadline_s or deadline_s)
+        budgets = {
+            "step_budget": task.max_steps,
+            "token_budget": task.max_tokens,
+            "credit_budget": task.max_credits,
+            "task_class": picked.name,
+            "task_rule": picked.rule,
+        }
     return TurnRequest(
         session_key=session,
         agent=agent,
         messages=list(messages),
         run_id=run_id,
-        deadline=time.time() + agent.limits.deadline_s,
+        deadline=time.time() + deadline_s,
         tenant=conversation.tenant,
         actor=actor,
         role=role,
@@ -67,4 +81,5 @@ def turn_request(
         policy_version=policy.version if policy is not None else "",
         permissions=permissions,
         permissions_of=permissions_of,
+        **budgets,
     )

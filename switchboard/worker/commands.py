@@ -53,7 +53,7 @@ async def model_override(redis: aioredis.Redis, session: SessionKey, agent: Agen
     raw = await redis.get(SessionKeys(session).model)
     chosen = raw.decode() if isinstance(raw, bytes) else raw
     if chosen and chosen in agent.models_allowed and chosen != agent.model:
-        return agent.model_copy(update={"model": chosen})
+        return agent.model_copy(update={"model": chosen, "models": None})  # the chosen model runs every step
     return agent
 
 

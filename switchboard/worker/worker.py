@@ -416,6 +416,7 @@ def traced_runner(runner: TurnRunner) -> TurnRunner:
                 switchboard__messages=len(request.messages),
                 gen_ai__agent__name=request.agent.name,
                 gen_ai__conversation__id=conversation,
+                switchboard__task_class=request.task_class or None,
             ) as opened,
         ):
             result = await runner(request, sink, store)

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from switchboard.core.agent.taskclass import ModelRouting, TaskClass
 from switchboard.core.approvals.policy import PolicyConfig
 from switchboard.core.knowledge.config import KnowledgeConfig, knowledge_project
 from switchboard.core.memory.facts import check_name
@@ -118,6 +119,10 @@ class Agent(BaseModel):
     instructions: str = ""
     model: str | None = None
     """``provider:name`` (``offline``, ``openai:gpt-4.1-mini``, ``anthropic:...``); ``None`` uses the default."""
+    models: ModelRouting | None = None
+    """A small and a strong model, routed per step (``docs/routing.md``); ``None``: ``model`` runs every step."""
+    task_classes: dict[str, TaskClass] = Field(default_factory=dict)
+    """Kinds of work by name, each with its budgets and matching rule, tried in order (``docs/budgets.md``)."""
     models_allowed: list[str] = Field(default_factory=list)
     """Models ``/model <name>`` may switch one conversation to (``provider:name``); empty: ``/model`` only shows the
     model."""

@@ -38,6 +38,7 @@ from switchboard.core.agent.prompt import (
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
 from switchboard.core.agent.steering import steered_first, steered_in
+from switchboard.core.agent.taskclass import step_model
 from switchboard.core.agent.toolcards import ended, outcome_card, program_output, started
 from switchboard.core.agent.worklog import (
     call_facts,
@@ -52,7 +53,7 @@ from switchboard.core.approvals.grants import agent_policy
 from switchboard.core.approvals.records import ApprovalRequest
 from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.approvals.turn import TurnApprovals, reply_sink
-from switchboard.core.events import Event, StepRecorded, ToolCalled, UsageMetered
+from switchboard.core.events import Event, StepRecorded, ToolCalled, TurnClassified, UsageMetered
 from switchboard.core.inbound import plan_turn, settle_without_model
 from switchboard.core.model import (
     ChatMessage,
@@ -180,13 +181,24 @@ class _Turn:
         self.store = store
         self.shows: ActivitySink | None = sink if conforms(sink, ActivitySink) else None
         """Where the user sees each tool call as it starts and ends (``None``: nowhere)."""
+        self.routing = self.agent.models
+        task = self.agent.task_classes.get(request.task_class)
+        self.pinned = task.model if task is not None else None
+        """The model size the turn's task class runs every step on (``None``: routed per step)."""
         self.spec = self.agent.model or runtime.default_model
+        if self.routing is not None:
+            self.spec = step_model(self.routing, after_tool_result=False, final=False, pinned=self.pinned)
         self.model = model_name(self.spec)
         hosted = HostedFiles(  # what an OpenAI-hosted shell did
             runtime.gateway, request.session_key, functools.partial(self._untrusted, "the output of the hosted shell")
         )
         searched = functools.partial(self._untrusted, "the results of the hosted web search")
         self.adapter = NativeAdapter(runtime.models.get(self.spec), self.agent, store, hosted, searched)  # native
+        self.adapters = {self.spec: self.adapter}
+        """One adapter per model spec the turn ran (routing switches between two)."""
+        self._new_adapter = functools.partial(
+            NativeAdapter, agent=self.agent, store=store, files=hosted, searched=searched
+        )
         self.budget = Budget.for_turn(request, runtime.prices)
         policy = request.policy or agent_policy(self.agent)
         actor = request.actor or (principal_of(request.messages[-1]) if request.messages else "")
@@ -241,6 +253,18 @@ class _Turn:
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> TurnResult:
+        if self.request.task_class:
+            await self._event(
+                TurnClassified(
+                    message_id=self.message_id,
+                    task_class=self.request.task_class,
+                    rule=self.request.task_rule,
+                    max_steps=self.budget.max_steps,
+                    max_tokens=self.budget.max_tokens,
+                    max_credits=self.budget.max_credits,
+                    deadline_s=round(self.budget.deadline - self.budget.started, 3),
+                )
+            )
         early = await self.approvals.before_model(plan := plan_turn(self.request.messages))
         await self.approvals.ack_taps()  # every press is answered before the model is asked
         if early is not None:
@@ -291,6 +315,7 @@ class _Turn:
                 credits=round(self.budget.credits, 6),
                 stopped_by=self.stopped_by,
                 policy_version=self.ctx.policy.version,
+                task_class=self.request.task_class,
             )
         )
         return TurnResult(
@@ -349,6 +374,7 @@ class _Turn:
             if reason is not None:
                 self.stopped_by = reason
                 return False
+            self._route(final=False)
             request = self._fitted_request()
             if request is None:
                 self.stopped_by = "context"
@@ -381,6 +407,20 @@ class _Turn:
             if stop is not None:
                 self.stopped_by = stop
                 return False
+
+    def _route(self, *, final: bool) -> None:
+        """Pick the model of the next step under the agent's routing (small first, strong after a tool result)."""
+        if self.routing is None:
+            return
+        after = bool(self.messages) and self.messages[-1].role == "tool"
+        spec = step_model(self.routing, after_tool_result=after, final=final, pinned=self.pinned)
+        if spec == self.spec:
+            return
+        self.spec, self.model = spec, model_name(spec)
+        adapter = self.adapters.get(spec)
+        if adapter is None:
+            adapter = self.adapters[spec] = self._new_adapter(self.rt.models.get(spec))
+        self.adapter = adapter
 
     def _fitted_request(self) -> ModelRequest | None:
         """The next request, with the oldest history dropped if it no longer fits the context budget."""
@@ -620,6 +660,7 @@ class _Turn:
         """One last call without tools, so the user always gets an answer; a fixed text if even that fails."""
         assert self.prompt is not None
         reason = self.stopped_by or "steps"
+        self._route(final=True)
         request = final_request(
             self.prompt,
             self.model,
