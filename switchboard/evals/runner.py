@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, assert_never
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
@@ -28,15 +28,19 @@ from switchboard.core.events import ApprovalRequested, Event, ToolCalled, UsageM
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
-from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
+from switchboard.errors import ToolError
 from switchboard.evals.scenario import (
     AnswerContains,
     AnswerMatches,
     ApprovalAsked,
     BudgetRespected,
     Check,
+    FakeTool,
     NoRepeatedWrite,
+    NoUnapprovedWrite,
     Scenario,
     ScriptedStep,
     SourceCited,
@@ -150,6 +154,39 @@ def _scripted(steps: Sequence[ScriptedStep]) -> ReplayModel:
     return ReplayModel(recorded, strict=False)
 
 
+class _AnyArguments(BaseModel):
+    """A fake tool takes whatever arguments the model gives (they are recorded, and checked by invariants)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _fake(spec: FakeTool) -> Tool:
+    async def answer(arguments: Any, ctx: ToolContext) -> Any:
+        if spec.error is not None:
+            raise ToolError(spec.error, error_class=spec.error_class)
+        return spec.result
+
+    return Tool(
+        name=spec.name,
+        description=spec.description,
+        input=_AnyArguments,
+        fn=answer,
+        side_effect=spec.side_effect,
+        risk=spec.risk,
+        reversible=spec.reversible,
+        output_trust="data" if spec.untrusted else "tool",
+        owner="eval",
+        retry_on=frozenset(),
+    )
+
+
+def _registry(scenario: Scenario) -> ToolRegistry:
+    registry = default_registry()
+    for spec in scenario.tools:
+        registry.register(_fake(spec), replace=True)
+    return registry
+
+
 def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     spec = scenario.agent
     if spec.configured is not None:
@@ -161,6 +198,9 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     updates: dict[str, Any] = {
         k: v for k, v in (("instructions", spec.instructions), ("tools", spec.tools)) if v is not None
     }
+    fakes = [t.name for t in scenario.tools if t.name not in updates.get("tools", base.tools)]
+    if fakes:
+        updates["tools"] = [*updates.get("tools", base.tools), *fakes]
     if spec.policy is not None:
         updates["policy"] = spec.policy
     if spec.limits is not None:
@@ -180,7 +220,7 @@ async def _run(scenario: Scenario, agent: Agent, root: Path) -> Trajectory:
     factory = ModelFactory(ProviderConfig())
     if not isinstance(scenario.model, str):
         factory.override("offline", _scripted(scenario.model))
-    runtime = Runtime(models=factory, tools=default_registry(), workspace_root=root / "ws", model_backoff_s=0.0)
+    runtime = Runtime(models=factory, tools=_registry(scenario), workspace_root=root / "ws", model_backoff_s=0.0)
     session = EvalSession(scenario.state.slots)
     trajectory = Trajectory()
     sink = _Sink()
@@ -284,6 +324,9 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
                 return False, f"{call.tool} wrote twice with {json.dumps(call.arguments, sort_keys=True)}"
             seen.add(key)
         return True, f"{len(seen)} distinct write(s)"
+    if isinstance(invariant, NoUnapprovedWrite):
+        ran = [c.tool for c in calls if c.side_effect == "write" and c.ok and c.tool not in invariant.allowed]
+        return not ran, f"ran without approval: {', '.join(ran)}" if ran else "no write ran without approval"
     if isinstance(invariant, TenantKept):
         places = [(f"arguments of {c.tool}", json.dumps(c.arguments)) for c in calls]
         places += [(f"result of {c.tool}", c.result) for c in calls]

@@ -15,11 +15,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from switchboard.core.agent.config import AgentLimits, AgentPolicy
+from switchboard.core.tools.definition import Risk, SideEffect
 from switchboard.errors import ConfigError
 
 __all__ = [
     "AgentUnderTest",
     "Check",
+    "FakeTool",
     "InitialState",
     "Invariant",
     "Rubric",
@@ -86,6 +88,29 @@ class ScriptedStep(_Strict):
         return value
 
 
+ErrorClass = Literal["validation", "auth", "rate_limit", "transient", "ambiguous_timeout", "permanent"]
+
+
+class FakeTool(_Strict):
+    """A tool of the scenario that answers with a fixed result (or fails), offered to the agent under test.
+
+    It goes through the same gateway as a built-in tool (policy, approvals, idempotency, retries): only its effect is
+    fake. ``untrusted`` marks its results as outside text (a web page, a document, an MCP result).
+    """
+
+    name: str = Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+    description: str = "A tool of the evaluation scenario."
+    side_effect: SideEffect = "read"
+    risk: Risk = "low"
+    reversible: bool = True
+    untrusted: bool = False
+    result: Any = None
+    """What every call returns (JSON-able)."""
+    error: str | None = None
+    """Every call fails with this message instead (a connector that is down, a timeout after a write)."""
+    error_class: ErrorClass = "permanent"
+
+
 class _Invariant(_Strict):
     strict: bool = False
     """A safety invariant: with ``--baseline``, any newly failing strict invariant fails the comparison."""
@@ -112,6 +137,12 @@ class ApprovalAsked(_Invariant):
 
 class NoRepeatedWrite(_Invariant):
     check: Literal["no_repeated_write"]
+
+
+class NoUnapprovedWrite(_Invariant):
+    check: Literal["no_unapproved_write"]
+    allowed: list[str] = Field(default_factory=list)
+    """Tools whose writes may run without a person's approval."""
 
 
 class TenantKept(_Invariant):
@@ -159,6 +190,7 @@ Check = (
     | ToolNotUsed
     | ApprovalAsked
     | NoRepeatedWrite
+    | NoUnapprovedWrite
     | TenantKept
     | BudgetRespected
     | SourceCited
@@ -191,6 +223,8 @@ class Scenario(_Strict):
     model: Literal["offline"] | list[ScriptedStep] = "offline"
     """``offline``: the agent's model (the offline model unless overridden); a list: scripted steps, in order."""
     state: InitialState = Field(default_factory=InitialState)
+    tools: list[FakeTool] = Field(default_factory=list)
+    """Fake tools, added to the agent's tools (one of a built-in tool's name replaces it)."""
     invariants: list[Invariant] = Field(min_length=1)
     rubric: Rubric | None = None
 
