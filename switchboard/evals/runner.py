@@ -25,6 +25,9 @@ from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.agent.runtime import Runtime
 from switchboard.core.events import ApprovalRequested, Event, ToolCalled, UsageMetered
+from switchboard.core.memory.facts import Fact, FactChange, Source
+from switchboard.core.memory.store import SQLiteMemoryStore
+from switchboard.core.memory.tools import ConnectedProjects
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
@@ -180,8 +183,26 @@ def _fake(spec: FakeTool) -> Tool:
     )
 
 
-def _registry(scenario: Scenario) -> ToolRegistry:
-    registry = default_registry()
+async def _memory(scenario: Scenario, root: Path) -> SQLiteMemoryStore:
+    """A memory store holding the scenario's facts (one SQLite file per tenant under ``root``)."""
+    store = SQLiteMemoryStore(root)
+    for index, seed in enumerate(scenario.state.facts, start=1):
+        fact = Fact(
+            id=seed.id or f"fact{index}",
+            project=seed.project,
+            tenant=seed.tenant or scenario.tenant,
+            text=seed.text,
+            source=Source(kind="message", quote=seed.text[:200]),
+            run_id="eval-seed",
+            actor="eval",
+        )
+        change = FactChange(fact_id=fact.id, project=fact.project, op="remembered", actor="eval", run_id="eval-seed")
+        await store.add(fact, change)
+    return store
+
+
+def _registry(scenario: Scenario, memory: SQLiteMemoryStore, connected: ConnectedProjects) -> ToolRegistry:
+    registry = default_registry(memory=(memory, connected))
     for spec in scenario.tools:
         registry.register(_fake(spec), replace=True)
     return registry
@@ -201,6 +222,8 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     fakes = [t.name for t in scenario.tools if t.name not in updates.get("tools", base.tools)]
     if fakes:
         updates["tools"] = [*updates.get("tools", base.tools), *fakes]
+    if spec.projects is not None:
+        updates["projects"] = spec.projects
     if spec.policy is not None:
         updates["policy"] = spec.policy
     if spec.limits is not None:
@@ -220,7 +243,19 @@ async def _run(scenario: Scenario, agent: Agent, root: Path) -> Trajectory:
     factory = ModelFactory(ProviderConfig())
     if not isinstance(scenario.model, str):
         factory.override("offline", _scripted(scenario.model))
-    runtime = Runtime(models=factory, tools=_registry(scenario), workspace_root=root / "ws", model_backoff_s=0.0)
+    memory = await _memory(scenario, root / "memory")
+    try:
+        return await _turns(scenario, agent, root, factory, memory)
+    finally:
+        memory.close()
+
+
+async def _turns(
+    scenario: Scenario, agent: Agent, root: Path, factory: ModelFactory, memory: SQLiteMemoryStore
+) -> Trajectory:
+    connected = tuple(agent.projects)
+    tools = _registry(scenario, memory, lambda name, tenant: connected if name == agent.name else ())
+    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0)
     session = EvalSession(scenario.state.slots)
     trajectory = Trajectory()
     sink = _Sink()

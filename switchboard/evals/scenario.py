@@ -24,6 +24,7 @@ __all__ = [
     "FakeTool",
     "InitialState",
     "Invariant",
+    "MemoryFact",
     "Rubric",
     "Scenario",
     "ScriptedCall",
@@ -36,6 +37,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class MemoryFact(_Strict):
+    """A fact in memory before the first message (``tenant``: the scenario's unless given, to seed another's)."""
+
+    project: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    tenant: str | None = None
+
+
 class InitialState(_Strict):
     """What the session holds before the first message."""
 
@@ -43,6 +53,8 @@ class InitialState(_Strict):
     """Session-state slots (``plan``, ``context``, ``state``), as the session store keeps them."""
     files: dict[str, str] = Field(default_factory=dict)
     """Workspace files: relative path → text."""
+    facts: list[MemoryFact] = Field(default_factory=list)
+    """Memory facts (the agent sees those of its ``projects`` in its own tenant)."""
 
     @field_validator("files")
     @classmethod
@@ -61,6 +73,8 @@ class AgentUnderTest(_Strict):
     model: str | None = None
     instructions: str | None = None
     tools: list[str] | None = None
+    projects: list[str] | None = None
+    """Memory projects the agent is connected to (gives it the memory tools)."""
     policy: AgentPolicy | None = None
     limits: AgentLimits | None = None
 

@@ -242,3 +242,23 @@ async def test_a_fake_tool_that_is_down_fails_its_calls() -> None:
     call = result.trajectory.calls[0]
     assert call.ok is False and "connection refused" in call.result
     assert result.score == 1.0
+
+
+async def test_memory_facts_seed_the_agents_projects_of_its_own_tenant_only() -> None:
+    facts = [
+        {"project": "kb", "text": "The standard plan costs EUR 40 per month."},
+        {"project": "kb", "text": "Globex pays EUR 55 per month for the standard plan.", "tenant": "globex"},
+    ]
+    result = await run_scenario(
+        scenario(
+            tenant="acme",
+            state={"facts": facts},
+            agent={"tools": [], "projects": ["kb"]},
+            model=[{"calls": [{"tool": "recall", "arguments": {"query": "standard plan"}}]}, {"answer": "EUR 40"}],
+            invariants=[{"check": "tenant_kept", "others": ["Globex", "EUR 55"], "strict": True}],
+        )
+    )
+    assert result.trajectory is not None and result.error is None
+    recalled = result.trajectory.calls[0]
+    assert recalled.ok is True and "EUR 40 per month" in recalled.result
+    assert verdicts(result)["tenant_kept"] == (True, "no other tenant's marker seen")
