@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from switchboard.errors import ConfigError
 from switchboard.evals.runner import ScenarioResult, regressions, run_scenarios
 from switchboard.evals.scenario import Scenario, load_scenarios
 
-__all__ = ["eval_command", "scenario_files"]
+__all__ = ["eval_command", "scenario_files", "summary"]
 
 _RESULTS: TypeAdapter[list[ScenarioResult]] = TypeAdapter(list[ScenarioResult])
 
@@ -56,8 +57,28 @@ def _table(results: Sequence[ScenarioResult], out: TextIO) -> None:
         failed = ", ".join(f"{c.name}{' (strict)' if c.strict else ''}" for c in r.checks if not c.passed)
         tokens = r.input_tokens + r.output_tokens
         out.write(f"{r.id:<{width}}  {r.version:<6} {r.score:>5.2f}  {tokens:>6}  {r.latency_ms:>7.0f}  {failed}\n")
-    mean = sum(r.score for r in results) / len(results) if results else 0.0
-    out.write(f"{len(results)} scenario(s), mean score {mean:.2f}\n")
+    totals = summary(results)
+    out.write(
+        f"{len(results)} scenario(s), mean score {totals['mean_score']:.2f}, "
+        f"latency p50 {totals['latency_p50_ms']:.0f} ms p95 {totals['latency_p95_ms']:.0f} ms, "
+        f"{totals['tokens']:.0f} tokens\n"
+    )
+
+
+def summary(results: Sequence[ScenarioResult]) -> dict[str, float]:
+    """Mean score, latency p50/p95 (nearest rank) and total tokens and credits of a run."""
+    latencies = sorted(r.latency_ms for r in results)
+
+    def rank(q: float) -> float:
+        return latencies[min(len(latencies) - 1, math.ceil(q * len(latencies)) - 1)] if latencies else 0.0
+
+    return {
+        "mean_score": sum(r.score for r in results) / len(results) if results else 0.0,
+        "latency_p50_ms": rank(0.5),
+        "latency_p95_ms": rank(0.95),
+        "tokens": sum(r.input_tokens + r.output_tokens for r in results),
+        "credits": sum(r.credits for r in results),
+    }
 
 
 def eval_command(
@@ -87,7 +108,10 @@ def eval_command(
     _table(results, out)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"results": _RESULTS.dump_python(results, mode="json")}, indent=1) + "\n")
+        json_out.write_text(
+            json.dumps({"summary": summary(results), "results": _RESULTS.dump_python(results, mode="json")}, indent=1)
+            + "\n"
+        )
     if before is not None:
         regressed = regressions(results, before)
         mean_before = sum(r.score for r in before) / len(before) if before else 0.0

@@ -204,7 +204,10 @@ def test_switchboard_eval_run_on_a_configured_agent(base_env: dict[str, str], tm
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "mean score 1.00" in done.stdout
-    results = {r["id"]: r for r in json.loads(out.read_text())["results"]}
+    written = json.loads(out.read_text())
+    assert written["summary"]["mean_score"] == 1.0 and written["summary"]["tokens"] > 0
+    assert 0 < written["summary"]["latency_p50_ms"] <= written["summary"]["latency_p95_ms"]
+    results = {r["id"]: r for r in written["results"]}
     assert results["configured"]["agent"] == "assistant" and results["configured"]["version"] == "2"
     assert set(results) >= {p.stem for p in EVALS.glob("*.yaml")}
 
