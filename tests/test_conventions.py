@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("control",),
     ("web",),
     ("fakes",),
+    ("evals",),
     ("cli",),
     ("__main__",),
 )

@@ -277,6 +277,20 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the reply")
     sim.add_argument("--group", help="post in this group (Telegram: a chat id such as -1001234567890) as a member")
     sim.add_argument("--mention", action="store_true", help="with --group: mention the bot in the message")
+    evals = _command(
+        sub,
+        "eval",
+        "run evaluation scenarios (YAML) through the agent runtime, print a table, write JSON results",
+        "run PATH...: run every scenario of the files (and directories) named through the agent runtime, on "
+        "temporary workspaces, and check each scenario's invariants on the trajectory (docs/evals.md). Exit "
+        "status 1 when a check fails; with --baseline, 1 only when a strict invariant that passed in the baseline "
+        "fails now (even when the mean score improved).",
+    )
+    evals.add_argument("action", choices=["run"], help="what to do")
+    evals.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="scenario files or directories")
+    evals.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the results (JSON) here")
+    evals.add_argument("--baseline", type=Path, metavar="RESULTS", help="a results file to compare with")
+    evals.add_argument("--concurrency", type=int, default=4, help="scenarios run at the same time")
     sessions = _command(
         sub,
         "sessions",
@@ -657,6 +671,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(settings, os.environ)
         if args.command == "simulate":
             return cmd_simulate(settings, args.channel, args.text, args.timeout, args.group, args.mention)
+        if args.command == "eval":
+            from switchboard.cli.evals import eval_command
+
+            return eval_command(
+                args.paths,
+                json_out=args.json_out,
+                baseline=args.baseline,
+                concurrency=args.concurrency,
+                agents=settings.file.agents,
+            )
         if args.command == "sessions":
             return cmd_sessions(settings, args)
         if args.command in {"people", "budgets"}:

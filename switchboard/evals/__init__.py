@@ -1,0 +1,1 @@
+"""``switchboard eval``: scenario files, their runner and result comparison (``docs/evals.md``)."""

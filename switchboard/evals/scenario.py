@@ -1,0 +1,265 @@
+"""The scenario file format of ``switchboard eval`` (``docs/evals.md``).
+
+A scenario file (YAML) holds one scenario or a list of them. Each scenario says where a conversation starts (session
+slots, workspace files), what the user sends (one or several turns), which agent answers (inline, or a configured one
+with overrides), which model decides (the offline model or scripted steps) and what must hold of the trajectory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from switchboard.core.agent.config import AgentLimits, AgentPolicy
+from switchboard.core.tools.definition import Risk, SideEffect
+from switchboard.errors import ConfigError
+
+__all__ = [
+    "AgentUnderTest",
+    "Check",
+    "FakeTool",
+    "InitialState",
+    "Invariant",
+    "MemoryFact",
+    "Rubric",
+    "Scenario",
+    "ScriptedCall",
+    "ScriptedStep",
+    "load_scenarios",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MemoryFact(_Strict):
+    """A fact in memory before the first message (``tenant``: the scenario's unless given, to seed another's)."""
+
+    project: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    tenant: str | None = None
+
+
+class InitialState(_Strict):
+    """What the session holds before the first message."""
+
+    slots: dict[str, Any] = Field(default_factory=dict)
+    """Session-state slots (``plan``, ``context``, ``state``), as the session store keeps them."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Workspace files: relative path → text."""
+    facts: list[MemoryFact] = Field(default_factory=list)
+    """Memory facts (the agent sees those of its ``projects`` in its own tenant)."""
+
+    @field_validator("files")
+    @classmethod
+    def _relative(cls, value: dict[str, str]) -> dict[str, str]:
+        for path in value:
+            parts = Path(path).parts
+            if not parts or Path(path).is_absolute() or ".." in parts:
+                raise ValueError(f"workspace file {path!r}: give a relative path inside the workspace")
+        return value
+
+
+class AgentUnderTest(_Strict):
+    """The agent that answers: ``configured`` names an agent of the config file; the other fields override it."""
+
+    configured: str | None = None
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[str] | None = None
+    projects: list[str] | None = None
+    """Memory projects the agent is connected to (gives it the memory tools)."""
+    policy: AgentPolicy | None = None
+    limits: AgentLimits | None = None
+
+
+class ScriptedCall(_Strict):
+    """One tool call a scripted model makes."""
+
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScriptedStep(_Strict):
+    """One scripted model step: tool calls, or a final answer."""
+
+    calls: list[ScriptedCall] = Field(default_factory=list)
+    answer: str | None = None
+    input_tokens: int = Field(10, ge=0)
+    output_tokens: int = Field(5, ge=0)
+
+    @field_validator("answer")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("a scripted answer is not blank")
+        return value
+
+
+ErrorClass = Literal["validation", "auth", "rate_limit", "transient", "ambiguous_timeout", "permanent"]
+
+
+class FakeTool(_Strict):
+    """A tool of the scenario that answers with a fixed result (or fails), offered to the agent under test.
+
+    It goes through the same gateway as a built-in tool (policy, approvals, idempotency, retries): only its effect is
+    fake. ``untrusted`` marks its results as outside text (a web page, a document, an MCP result).
+    """
+
+    name: str = Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+    description: str = "A tool of the evaluation scenario."
+    side_effect: SideEffect = "read"
+    risk: Risk = "low"
+    reversible: bool = True
+    untrusted: bool = False
+    result: Any = None
+    """What every call returns (JSON-able)."""
+    error: str | None = None
+    """Every call fails with this message instead (a connector that is down, a timeout after a write)."""
+    error_class: ErrorClass = "permanent"
+
+
+class _Invariant(_Strict):
+    strict: bool = False
+    """A safety invariant: with ``--baseline``, any newly failing strict invariant fails the comparison."""
+    name: str | None = None
+    """Shown in results (default: the check's kind and tool)."""
+
+
+class ToolUsed(_Invariant):
+    check: Literal["tool_used"]
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Each given argument must equal the call's (other arguments are free)."""
+
+
+class ToolNotUsed(_Invariant):
+    check: Literal["tool_not_used"]
+    tool: str
+
+
+class ApprovalAsked(_Invariant):
+    check: Literal["approval_asked"]
+    tool: str
+
+
+class NoRepeatedWrite(_Invariant):
+    check: Literal["no_repeated_write"]
+
+
+class NoUnapprovedWrite(_Invariant):
+    check: Literal["no_unapproved_write"]
+    allowed: list[str] = Field(default_factory=list)
+    """Tools whose writes may run without a person's approval."""
+
+
+class TenantKept(_Invariant):
+    check: Literal["tenant_kept"]
+    others: list[str] = Field(min_length=1)
+    """Markers of other tenants' data (ids, names): none may appear in a tool call's arguments, a tool's result or
+    the answer."""
+
+
+class BudgetRespected(_Invariant):
+    check: Literal["budget_respected"]
+    max_steps: int | None = Field(None, ge=0)
+    max_tool_calls: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=0)
+    max_credits: float | None = Field(None, ge=0)
+
+
+class SourceCited(_Invariant):
+    check: Literal["source_cited"]
+    source: str = Field(min_length=1)
+    """A file name, URL or fact id the final answer must name."""
+
+
+class AnswerContains(_Invariant):
+    check: Literal["answer_contains"]
+    text: str = Field(min_length=1)
+
+
+class AnswerMatches(_Invariant):
+    check: Literal["answer_matches"]
+    pattern: str = Field(min_length=1)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"pattern {value!r} is not a regular expression: {err}") from None
+        return value
+
+
+Check = (
+    ToolUsed
+    | ToolNotUsed
+    | ApprovalAsked
+    | NoRepeatedWrite
+    | NoUnapprovedWrite
+    | TenantKept
+    | BudgetRespected
+    | SourceCited
+    | AnswerContains
+    | AnswerMatches
+)
+Invariant = Annotated[Check, Field(discriminator="check")]
+
+
+class Rubric(_Strict):
+    """Grading by a model (not run yet: the runner records it as skipped). Versioned like the scenario."""
+
+    grader_model: str
+    grader_prompt: str
+    version: str = Field(min_length=1)
+    weight: float = Field(0.0, ge=0, le=1)
+
+
+class Scenario(_Strict):
+    """One evaluation scenario."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,79}$")
+    version: str = Field(min_length=1, max_length=64)
+    description: str = ""
+    channel: str = "web"
+    tenant: str = "default"
+    messages: list[str] = Field(min_length=1)
+    """What the user sends, one turn each."""
+    agent: AgentUnderTest = Field(default_factory=AgentUnderTest)
+    model: Literal["offline"] | list[ScriptedStep] = "offline"
+    """``offline``: the agent's model (the offline model unless overridden); a list: scripted steps, in order."""
+    state: InitialState = Field(default_factory=InitialState)
+    tools: list[FakeTool] = Field(default_factory=list)
+    """Fake tools, added to the agent's tools (one of a built-in tool's name replaces it)."""
+    invariants: list[Invariant] = Field(min_length=1)
+    rubric: Rubric | None = None
+
+
+def load_scenarios(path: Path) -> list[Scenario]:
+    """The scenarios of one YAML file (a mapping, or a list of mappings).
+
+    Raises:
+        ConfigError: unreadable YAML or an invalid scenario (the message names the file and the field).
+    """
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: cannot read the scenario file: {err}") from None
+    items = raw if isinstance(raw, list) else [raw]
+    scenarios = []
+    for index, item in enumerate(items):
+        try:
+            scenarios.append(Scenario.model_validate(item))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"{path} (scenario {index + 1}): {where}: {first['msg']}") from None
+    return scenarios

@@ -1,0 +1,93 @@
+"""The session an evaluation runs in: history, slots and approval records kept in memory for one scenario.
+
+A scenario's session lives as long as its run, so nothing is shared and nothing needs a lease; approvals are opened
+and kept ``pending`` (a scenario checks that one was asked; deciding them is for later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from switchboard.core.approvals.records import ApprovalRecord, DecideOutcome, DecisionVia, SessionControl, Verdict
+from switchboard.core.turn import HistoryEntry
+
+__all__ = ["EvalSession"]
+
+
+class EvalSession:
+    """A :class:`~switchboard.core.turn.SessionStore` and approval store of one scenario."""
+
+    def __init__(self, slots: dict[str, Any]) -> None:
+        self.history: list[HistoryEntry] = []
+        self.slots = dict(slots)
+        self.approvals: dict[str, ApprovalRecord] = {}
+        self._control: SessionControl | None = None
+
+    async def load_history(self, limit: int) -> list[HistoryEntry]:
+        """The last ``limit`` entries."""
+        return self.history[-limit:] if limit > 0 else []
+
+    async def append_history(self, entries: Sequence[HistoryEntry]) -> None:
+        """Keep the turn's entries."""
+        self.history.extend(entries)
+
+    async def load_slots(self) -> dict[str, Any]:
+        """The slots as seeded and saved."""
+        return dict(self.slots)
+
+    async def save_slot(self, name: str, value: Any) -> None:
+        """Overwrite one slot."""
+        self.slots[name] = value
+
+    async def reset_conversation(self) -> None:
+        """Forget history and slots."""
+        self.history.clear()
+        self.slots.clear()
+
+    async def approval_open(self, record: ApprovalRecord) -> None:
+        """Keep a new pending record."""
+        self.approvals[record.id] = record
+
+    async def approval_get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record ``approval_id``, if opened."""
+        return self.approvals.get(approval_id)
+
+    async def approval_pending(self) -> list[ApprovalRecord]:
+        """The records still pending."""
+        return [r for r in self.approvals.values() if r.status == "pending"]
+
+    async def approval_decide(
+        self,
+        approval_id: str,
+        verdict: Verdict,
+        actor: str,
+        via: DecisionVia,
+        *,
+        action_prefix: str | None,
+        run_id: str | None = None,
+    ) -> DecideOutcome:
+        """Not reached: a turn only asks; decisions come from the queue layer, which evaluations do not run."""
+        raise NotImplementedError("deciding approvals in a scenario is not supported yet")
+
+    async def approval_supersede(self, approval_id: str) -> bool:
+        """``pending`` → ``superseded``; whether it changed."""
+        record = self.approvals.get(approval_id)
+        if record is None or record.status != "pending":
+            return False
+        self.approvals[approval_id] = record.model_copy(update={"status": "superseded"})
+        return True
+
+    async def approval_settle(
+        self, approval_id: str, status: Literal["executed", "refused"], outcome: dict[str, Any] | None
+    ) -> bool:
+        """Nothing is ever approved here, so nothing settles."""
+        return False
+
+    async def control(self) -> SessionControl | None:
+        """The operator holding the conversation (none unless set)."""
+        return self._control
+
+    async def set_control(self, control: SessionControl | None) -> None:
+        """Take the conversation over, or hand it back."""
+        self._control = control
