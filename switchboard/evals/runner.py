@@ -164,10 +164,13 @@ class _AnyArguments(BaseModel):
 
 
 def _fake(spec: FakeTool) -> Tool:
+    queued = list(spec.responses)
+
     async def answer(arguments: Any, ctx: ToolContext) -> Any:
-        if spec.error is not None:
-            raise ToolError(spec.error, error_class=spec.error_class)
-        return spec.result
+        now = queued.pop(0) if queued else spec
+        if now.error is not None:
+            raise ToolError(now.error, error_class=now.error_class)
+        return now.result
 
     return Tool(
         name=spec.name,
@@ -327,8 +330,21 @@ def _add_calls(trajectory: Trajectory, entries: Sequence[HistoryEntry]) -> None:
 def _label(invariant: Check) -> str:
     if invariant.name:
         return invariant.name
-    tool = getattr(invariant, "tool", None)
-    return f"{invariant.check}:{tool}" if isinstance(tool, str) else invariant.check
+    match invariant:
+        case ToolUsed() | ToolNotUsed() | ApprovalAsked():
+            return f"{invariant.check}:{invariant.tool}"
+        case (
+            NoRepeatedWrite()
+            | NoUnapprovedWrite()
+            | TenantKept()
+            | BudgetRespected()
+            | SourceCited()
+            | AnswerContains()
+            | AnswerMatches()
+        ):
+            return invariant.check
+        case _:
+            assert_never(invariant)
 
 
 def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:

@@ -29,6 +29,7 @@ __all__ = [
     "Scenario",
     "ScriptedCall",
     "ScriptedStep",
+    "ToolResponse",
     "load_scenarios",
 ]
 
@@ -105,6 +106,14 @@ class ScriptedStep(_Strict):
 ErrorClass = Literal["validation", "auth", "rate_limit", "transient", "ambiguous_timeout", "permanent"]
 
 
+class ToolResponse(_Strict):
+    """One answer of a fake tool: a result, or a failure (recorded from a real run, or written by hand)."""
+
+    result: Any = None
+    error: str | None = None
+    error_class: ErrorClass = "permanent"
+
+
 class FakeTool(_Strict):
     """A tool of the scenario that answers with a fixed result (or fails), offered to the agent under test.
 
@@ -123,6 +132,8 @@ class FakeTool(_Strict):
     error: str | None = None
     """Every call fails with this message instead (a connector that is down, a timeout after a write)."""
     error_class: ErrorClass = "permanent"
+    responses: list[ToolResponse] = Field(default_factory=list)
+    """Answers in call order (a recorded run's tool responses); once they run out, ``result``/``error`` answer."""
 
 
 class _Invariant(_Strict):

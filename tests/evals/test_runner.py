@@ -265,3 +265,23 @@ async def test_memory_facts_seed_the_agents_projects_of_its_own_tenant_only() ->
     recalled = result.trajectory.calls[0]
     assert recalled.ok is True and "EUR 40 per month" in recalled.result
     assert verdicts(result)["tenant_kept"] == (True, "no other tenant's marker seen")
+
+
+async def test_recorded_responses_answer_in_call_order_then_the_fixed_result() -> None:
+    recorded = {
+        "name": "crm_lookup",
+        "responses": [{"result": {"name": "Ada"}}, {"error": "timed out", "error_class": "ambiguous_timeout"}],
+        "result": {"name": "fallback"},
+    }
+    calls = [{"tool": "crm_lookup", "arguments": {"id": n}} for n in (1, 2, 3)]
+    result = await run_scenario(
+        scenario(
+            tools=[recorded],
+            model=[{"calls": calls[:1]}, {"calls": calls[1:2]}, {"calls": calls[2:]}, {"answer": "Ada."}],
+            invariants=[{"check": "tool_used", "tool": "crm_lookup"}],
+        )
+    )
+    assert result.trajectory is not None
+    got = [(c.ok, c.result) for c in result.trajectory.calls]
+    assert [ok for ok, _ in got] == [True, False, True]
+    assert "Ada" in got[0][1] and "timed out" in got[1][1] and "fallback" in got[2][1]
