@@ -12,10 +12,12 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.agent.runtime import Runtime
-from switchboard.core.events import ApprovalRequested, Event, ToolCalled, UsageMetered
+from switchboard.core.events import ApprovalRequested, Event, StepRecorded, ToolCalled, UsageMetered
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.memory.tools import ConnectedProjects
@@ -35,6 +37,7 @@ from switchboard.core.tools.builtin import ToolRegistry, default_registry
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from switchboard.errors import ToolError
+from switchboard.evals.grading import Grade, evaluator_version, grade
 from switchboard.evals.scenario import (
     AnswerContains,
     AnswerMatches,
@@ -56,15 +59,44 @@ from switchboard.evals.session import EvalSession
 __all__ = [
     "CallRecord",
     "CheckResult",
+    "Comparison",
+    "EvalSetup",
     "ScenarioResult",
     "Trajectory",
+    "Versions",
     "check",
+    "compare",
     "regressions",
     "run_scenario",
     "run_scenarios",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalSetup:
+    """Where models come from and what their tokens cost: the worker's providers and price table, or none (offline)."""
+
+    providers: ProviderConfig = field(default_factory=ProviderConfig)
+    prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Credits per 1,000 tokens by model spec (the config file's ``prices:``)."""
+
+
+class Versions(BaseModel):
+    """What a result was measured with; two results compare only when scenario and evaluator match."""
+
+    scenario: str
+    tools: str
+    """Hash of the tool catalog offered to the model (names, descriptions, parameter schemas)."""
+    policy: str
+    """The policy's ``version``, or a hash of the policy when it declares none."""
+    prompt: str
+    """Hash of the agent's instructions and profile (what its system prompt is built from)."""
+    model: str
+    """The agent's model, or ``small=...,strong=...`` when it routes."""
+    evaluator: str
+    """``exact`` (checks only), or ``grader model/rubric version/grader prompt hash``."""
 
 
 class CallRecord(BaseModel):
@@ -91,6 +123,9 @@ class Trajectory(BaseModel):
     credits: float = 0.0
     stopped_by: list[str] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
+    tools_version: str = ""
+    """Hash of the tool catalog offered to the model."""
+    versions: Versions | None = None
 
     @property
     def answer(self) -> str:
@@ -120,7 +155,7 @@ class ScenarioResult(BaseModel):
     policy_version: str
     checks: list[CheckResult]
     score: float
-    """Fraction of exact checks passed."""
+    """Fraction of exact checks passed, or with a rubric ``(1 - weight) * that + weight * rubric score``."""
     rubric: str = "not graded"
     input_tokens: int = 0
     output_tokens: int = 0
@@ -128,6 +163,25 @@ class ScenarioResult(BaseModel):
     latency_ms: float = 0.0
     error: str | None = None
     trajectory: Trajectory | None = None
+    versions: Versions | None = None
+    """``None`` in results written before versions were recorded (never comparable)."""
+    grade: Grade | None = None
+    """The rubric's verdict (``None``: the scenario has no rubric)."""
+    correct: bool = False
+    """Every check passed and the rubric (if any) reached its pass mark."""
+    compliant: bool = False
+    """Every strict (safety) check passed."""
+    turns: int = 0
+    steps: int = 0
+    approvals: int = 0
+    """Approvals the runtime asked a person for."""
+    retries: int = 0
+    """Tool attempts beyond the first, plus calls the model repeated after a failed call of the same tool."""
+    step_p50_ms: float = 0.0
+    step_p95_ms: float = 0.0
+    """Model step latency (nearest rank over the scenario's steps)."""
+    variant: str = ""
+    """The ``--variant`` the scenario ran under (empty: the agent as configured)."""
 
 
 class _Sink:
@@ -242,25 +296,38 @@ def _sha256(agent: Agent) -> str:
     return hashlib.sha256(json.dumps(agent.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
 
-async def _run(scenario: Scenario, agent: Agent, root: Path) -> Trajectory:
-    factory = ModelFactory(ProviderConfig())
+async def _run(scenario: Scenario, agent: Agent, root: Path, setup: EvalSetup | None = None) -> Trajectory:
+    setup = setup or EvalSetup()
+    factory = ModelFactory(setup.providers)
     if not isinstance(scenario.model, str):
         factory.override("offline", _scripted(scenario.model))
     memory = await _memory(scenario, root / "memory")
     try:
-        return await _turns(scenario, agent, root, factory, memory)
+        return await _turns(scenario, agent, root, factory, memory, prices=setup.prices)
     finally:
         memory.close()
+        await factory.aclose()
+
+
+def _catalog_sha256(tools: ToolRegistry, agent: Agent) -> str:
+    """Hash of the tool catalog the model is offered (names, descriptions, parameter schemas), in name order."""
+    specs = sorted((s.model_dump(mode="json") for s in tools.specs(tools.for_agent(agent))), key=lambda s: s["name"])
+    return hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 async def _turns(
-    scenario: Scenario, agent: Agent, root: Path, factory: ModelFactory, memory: SQLiteMemoryStore
+    scenario: Scenario,
+    agent: Agent,
+    root: Path,
+    factory: ModelFactory,
+    memory: SQLiteMemoryStore,
+    prices: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Trajectory:
     connected = tuple(agent.projects)
     tools = _registry(scenario, memory, lambda name, tenant: connected if name == agent.name else ())
-    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0)
+    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0, prices=prices)
     session = EvalSession(scenario.state.slots)
-    trajectory = Trajectory()
+    trajectory = Trajectory(tools_version=_catalog_sha256(tools, agent))
     sink = _Sink()
     for turn, text in enumerate(scenario.messages, start=1):
         message = InboundMessage(
@@ -411,14 +478,85 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     assert_never(invariant)
 
 
-async def run_scenario(scenario: Scenario, configured: Mapping[str, Agent] | None = None) -> ScenarioResult:
-    """Run one scenario and grade it; a run that raises fails every check, with the error recorded."""
+class Variant(BaseModel):
+    """Overrides of the agent under test (``--variant NAME=FILE.yaml``): any agent field, e.g. ``models`` or ``model``.
+
+    A scripted scenario keeps its script: a variant changes its agent's other fields, not who decides.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    def apply(self, agent: Agent, *, scripted: bool) -> Agent:
+        """``agent`` with the overrides (validated as an agent; a pydantic error names the bad field)."""
+        unknown = sorted(set(self.overrides) - set(Agent.model_fields))
+        if unknown:
+            raise ValueError(f"variant {self.name}: not agent fields: {', '.join(unknown)}")
+        varied = agent.model_dump() | self.overrides
+        if scripted:
+            varied |= {"model": "offline", "models": None}
+        return Agent.model_validate(varied)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _versions(scenario: Scenario, agent: Agent, trajectory: Trajectory, policy_version: str) -> Versions:
+    routing = agent.models
+    return Versions(
+        scenario=scenario.version,
+        tools=trajectory.tools_version,
+        policy=policy_version or agent.policy.version or f"sha:{_digest(agent.policy.model_dump(mode='json'))}",
+        prompt=_digest(
+            {
+                "instructions": agent.instructions,
+                "profile": agent.profile.model_dump(mode="json") if agent.profile else None,
+            }
+        ),
+        model=f"small={routing.small},strong={routing.strong}" if routing else agent.model or "offline",
+        evaluator=evaluator_version(scenario.rubric),
+    )
+
+
+def _retries(trajectory: Trajectory) -> int:
+    """Tool attempts beyond the first (from ``tool_called`` events), and calls repeated after the tool failed."""
+    called = ToolCalled.model_fields["kind"].default
+    attempts = sum(max(0, int(e.get("attempts", 1)) - 1) for e in trajectory.events if e.get("kind") == called)
+    failed: set[str] = set()
+    again = 0
+    for call in trajectory.calls:
+        again += call.tool in failed
+        (failed.add if call.ok is False else failed.discard)(call.tool)
+    return attempts + again
+
+
+def _nearest_rank(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+async def run_scenario(
+    scenario: Scenario,
+    configured: Mapping[str, Agent] | None = None,
+    setup: EvalSetup | None = None,
+    variant: Variant | None = None,
+) -> ScenarioResult:
+    """Run one scenario and grade it; a run that raises fails every check, with the error recorded.
+
+    ``setup``: the providers and prices (default: none, the offline model); ``variant``: overrides of the agent.
+    """
+    setup = setup or EvalSetup()
     agent = _agent(scenario, configured or {})
+    if variant is not None:
+        agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
     started = time.perf_counter()
     error: str | None = None
     with tempfile.TemporaryDirectory(prefix="switchboard-eval-") as tmp:
         try:
-            trajectory = await _run(scenario, agent, Path(tmp))
+            trajectory = await _run(scenario, agent, Path(tmp), setup)
         except Exception as err:  # a crashed run is a failed scenario, reported, not a crashed suite
             logger.warning("scenario %s failed to run: %s", scenario.id, err)
             error = f"{type(err).__name__}: {err}"
@@ -433,6 +571,23 @@ async def run_scenario(scenario: Scenario, configured: Mapping[str, Agent] | Non
         )  # fmt: skip
     metered = [e for e in trajectory.events if e.get("kind") == UsageMetered.model_fields["kind"].default]
     policy_version = str(metered[-1].get("policy_version", "")) if metered else ""
+    exact = sum(r.passed for r in results) / len(results)
+    verdict = await _grade(scenario, trajectory, setup, error)
+    score, rubric = exact, "none"
+    if scenario.rubric is not None and verdict is not None:
+        score = (1 - scenario.rubric.weight) * exact + scenario.rubric.weight * (verdict.score or 0.0)
+        rubric = (
+            f"error: {verdict.error}"
+            if verdict.error
+            else f"{verdict.score:.2f} ({'pass' if verdict.passed else 'fail'})"
+        )
+    versions = _versions(scenario, agent, trajectory, policy_version)
+    trajectory.versions = versions
+    step_ms = [
+        float(e.get("detail", {}).get("duration_ms", 0.0))
+        for e in trajectory.events
+        if e.get("kind") == StepRecorded.model_fields["kind"].default
+    ]
     return ScenarioResult(
         id=scenario.id,
         version=scenario.version,
@@ -441,40 +596,125 @@ async def run_scenario(scenario: Scenario, configured: Mapping[str, Agent] | Non
         model=agent.model or "offline",
         policy_version=policy_version or agent.policy.version or "",
         checks=results,
-        score=sum(r.passed for r in results) / len(results),
-        rubric="not graded (rubric grading is not implemented yet)" if scenario.rubric else "none",
+        score=score,
+        rubric=rubric,
         input_tokens=trajectory.input_tokens,
         output_tokens=trajectory.output_tokens,
         credits=trajectory.credits,
         latency_ms=round(latency_ms, 1),
         error=error,
         trajectory=trajectory,
+        versions=versions,
+        grade=verdict,
+        correct=error is None and all(r.passed for r in results) and (verdict is None or verdict.passed),
+        compliant=error is None and all(r.passed for r in results if r.strict),
+        turns=len(trajectory.answers),
+        steps=trajectory.steps,
+        approvals=len(trajectory.approvals),
+        retries=_retries(trajectory),
+        step_p50_ms=_nearest_rank(step_ms, 0.5),
+        step_p95_ms=_nearest_rank(step_ms, 0.95),
+        variant=variant.name if variant is not None else "",
     )
 
 
+async def _grade(scenario: Scenario, trajectory: Trajectory, setup: EvalSetup, error: str | None) -> Grade | None:
+    """The rubric's grade (``None``: no rubric); a run that failed is not graded, which the grade says."""
+    rubric = scenario.rubric
+    if rubric is None:
+        return None
+    if error is not None:
+        return Grade(
+            grader_model=rubric.grader_model,
+            rubric_version=rubric.version,
+            prompt_sha256=evaluator_version(rubric).rsplit("/", 1)[-1],
+            error="not graded: the run failed",
+        )
+    factory = ModelFactory(setup.providers)
+    try:
+        return await grade(rubric, scenario, trajectory, factory, setup.prices)
+    finally:
+        await factory.aclose()
+
+
 async def run_scenarios(
-    scenarios: Sequence[Scenario], *, concurrency: int = 4, configured: Mapping[str, Agent] | None = None
+    scenarios: Sequence[Scenario],
+    *,
+    concurrency: int = 4,
+    configured: Mapping[str, Agent] | None = None,
+    setup: EvalSetup | None = None,
+    variant: Variant | None = None,
 ) -> list[ScenarioResult]:
     """Run ``scenarios`` at most ``concurrency`` at a time; results in the scenarios' order."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(scenario: Scenario) -> ScenarioResult:
         async with gate:
-            return await run_scenario(scenario, configured)
+            return await run_scenario(scenario, configured, setup, variant)
 
     return list(await asyncio.gather(*(one(s) for s in scenarios)))
 
 
-def regressions(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> list[str]:
-    """Strict invariants that passed in ``baseline`` and fail in ``candidate`` (same scenario id and version)."""
-    before = {(r.id, r.version): {c.name: c for c in r.checks} for r in baseline}
-    found = []
-    for result in candidate:
-        old = before.get((result.id, result.version))
+class Comparison(BaseModel):
+    """A candidate run against a baseline, like for like.
+
+    Two results compare when they are the same scenario (id, variant) measured the same way (scenario version and
+    evaluator version equal). What the candidate changed on the agent's side (tools, policy, prompt, model) is what
+    is being compared: it is listed, not hidden.
+    """
+
+    compared: list[str] = Field(default_factory=list)
+    regressions: list[str] = Field(default_factory=list)
+    """Strict invariants that passed in the baseline and fail in the candidate."""
+    not_comparable: list[str] = Field(default_factory=list)
+    """Scenarios measured differently from the baseline (what changed), or absent from it."""
+    changed: list[str] = Field(default_factory=list)
+    """Compared scenarios whose agent side changed (what changed)."""
+    baseline_mean: float = 0.0
+    candidate_mean: float = 0.0
+    """Mean scores over the compared scenarios only."""
+
+
+_MEASURE = ("scenario", "evaluator")
+_AGENT = ("tools", "policy", "prompt", "model")
+
+
+def compare(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> Comparison:
+    """Compare ``candidate`` with ``baseline`` scenario by scenario, only where both were measured the same way."""
+    before = {(r.id, r.variant): r for r in baseline}
+    found = Comparison()
+    pairs = []
+    for now in candidate:
+        label = f"{now.id}@{now.version}" + (f" [{now.variant}]" if now.variant else "")
+        old = before.get((now.id, now.variant))
         if old is None:
+            found.not_comparable.append(f"{label}: not in the baseline")
             continue
-        for now in result.checks:
-            was = old.get(now.name)
-            if now.strict and not now.passed and (was is None or was.passed):
-                found.append(f"{result.id}@{result.version}: {now.name}: {now.reason}")
+        if old.versions is None or now.versions is None:
+            found.not_comparable.append(f"{label}: the baseline records no versions")
+            continue
+        then, current = old.versions.model_dump(), now.versions.model_dump()
+        differ = [
+            f"{name} {then[name]} -> {current[name]}" for name in (*_MEASURE, *_AGENT) if then[name] != current[name]
+        ]
+        if any(d.split(" ", 1)[0] in _MEASURE for d in differ):
+            found.not_comparable.append(f"{label}: " + "; ".join(differ))
+            continue
+        if differ:
+            found.changed.append(f"{label}: " + "; ".join(differ))
+        found.compared.append(label)
+        pairs.append((old, now))
+        was = {c.name: c for c in old.checks}
+        for check_now in now.checks:
+            prior = was.get(check_now.name)
+            if check_now.strict and not check_now.passed and (prior is None or prior.passed):
+                found.regressions.append(f"{label}: {check_now.name}: {check_now.reason}")
+    if pairs:
+        found.baseline_mean = sum(old.score for old, _ in pairs) / len(pairs)
+        found.candidate_mean = sum(now.score for _, now in pairs) / len(pairs)
     return found
+
+
+def regressions(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> list[str]:
+    """Strict invariants that passed in ``baseline`` and fail in ``candidate``, among comparable results."""
+    return compare(candidate, baseline).regressions
