@@ -291,6 +291,20 @@ def _parser() -> argparse.ArgumentParser:
     evals.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the results (JSON) here")
     evals.add_argument("--baseline", type=Path, metavar="RESULTS", help="a results file to compare with")
     evals.add_argument("--concurrency", type=int, default=4, help="scenarios run at the same time")
+    evals.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=OVERRIDES.yaml",
+        help="run every scenario with these overrides of the agent (repeatable; printed side by side)",
+    )
+    evals.add_argument(
+        "--small-threshold",
+        type=float,
+        default=0.9,
+        metavar="RATE",
+        help="share of correct results a routing variant's small model must reach to be enough (default 0.9)",
+    )
     sessions = _command(
         sub,
         "sessions",
@@ -672,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return cmd_simulate(settings, args.channel, args.text, args.timeout, args.group, args.mention)
         if args.command == "eval":
-            from switchboard.cli.evals import eval_command
+            from switchboard.cli.evals import eval_command, eval_setup, parse_variant
 
             return eval_command(
                 args.paths,
@@ -680,6 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 baseline=args.baseline,
                 concurrency=args.concurrency,
                 agents=settings.file.agents,
+                setup=eval_setup(settings),
+                variants=[parse_variant(v) for v in args.variant],
+                small_threshold=args.small_threshold,
             )
         if args.command == "sessions":
             return cmd_sessions(settings, args)

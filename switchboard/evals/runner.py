@@ -182,6 +182,10 @@ class ScenarioResult(BaseModel):
     """Model step latency (nearest rank over the scenario's steps)."""
     variant: str = ""
     """The ``--variant`` the scenario ran under (empty: the agent as configured)."""
+    model_credits: float = 0.0
+    """The part of ``credits`` the model steps cost (the rest is tools' own costs)."""
+    small_steps: int = 0
+    """Model steps run on the agent's small model (``models.small``; 0 without routing)."""
 
 
 class _Sink:
@@ -583,11 +587,11 @@ async def run_scenario(
         )
     versions = _versions(scenario, agent, trajectory, policy_version)
     trajectory.versions = versions
-    step_ms = [
-        float(e.get("detail", {}).get("duration_ms", 0.0))
-        for e in trajectory.events
-        if e.get("kind") == StepRecorded.model_fields["kind"].default
+    steps = [
+        e.get("detail", {}) for e in trajectory.events if e.get("kind") == StepRecorded.model_fields["kind"].default
     ]
+    step_ms = [float(d.get("duration_ms", 0.0)) for d in steps]
+    small = agent.models.small if agent.models is not None else None
     return ScenarioResult(
         id=scenario.id,
         version=scenario.version,
@@ -615,6 +619,8 @@ async def run_scenario(
         step_p50_ms=_nearest_rank(step_ms, 0.5),
         step_p95_ms=_nearest_rank(step_ms, 0.95),
         variant=variant.name if variant is not None else "",
+        model_credits=sum(float(d.get("credits", 0.0)) for d in steps),
+        small_steps=sum(d.get("model") == small for d in steps) if small else 0,
     )
 
 
