@@ -13,8 +13,8 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -24,7 +24,16 @@ from switchboard.core.providers import ModelFactory, model_name
 from switchboard.errors import SwitchboardError
 from switchboard.evals.scenario import Rubric, Scenario
 
-__all__ = ["GRADING_INSTRUCTIONS", "Grade", "evaluator_version", "grade", "parse_grade", "prompt_sha256", "transcript"]
+__all__ = [
+    "GRADING_INSTRUCTIONS",
+    "Conversation",
+    "Grade",
+    "evaluator_version",
+    "grade",
+    "parse_grade",
+    "prompt_sha256",
+    "transcript",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +52,36 @@ _CRITERIA = {
 }
 _RESULT_CHARS = 2000
 """A tool result longer than this reaches the grader cut (the grader judges behaviour, not bulk data)."""
+
+
+class _Call(Protocol):
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def ok(self) -> bool | None: ...
+    @property
+    def result(self) -> str: ...
+
+
+class Conversation(Protocol):
+    """What the grader reads of a run (the runner's ``Trajectory``)."""
+
+    @property
+    def calls(self) -> Sequence[_Call]:
+        """The tool calls, in order."""
+        ...
+
+    @property
+    def approvals(self) -> Sequence[str]:
+        """Tools an approval was asked for."""
+        ...
+
+    @property
+    def answers(self) -> Sequence[str]:
+        """The agent's answer of each turn."""
+        ...
 
 
 class Grade(BaseModel):
@@ -84,7 +123,7 @@ def evaluator_version(rubric: Rubric | None) -> str:
     return f"{rubric.grader_model}/{rubric.version}/{prompt_sha256(rubric)}"
 
 
-def transcript(scenario: Scenario, trajectory: Any) -> str:
+def transcript(scenario: Scenario, trajectory: Conversation) -> str:
     """The conversation as the grader reads it: messages, tool calls (arguments, outcome, result) and answers."""
     lines = [f"Channel: {scenario.channel}"]
     lines += [f"User (turn {n}): {text}" for n, text in enumerate(scenario.messages, start=1)]
@@ -129,7 +168,7 @@ def parse_grade(text: str, rubric: Rubric) -> tuple[dict[str, float], str]:
 async def grade(
     rubric: Rubric,
     scenario: Scenario,
-    trajectory: Any,
+    trajectory: Conversation,
     models: ModelFactory,
     prices: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Grade:

@@ -37,7 +37,7 @@ from switchboard.core.tools.builtin import ToolRegistry, default_registry
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from switchboard.errors import ToolError
-from switchboard.evals.grading import Grade, evaluator_version, grade
+from switchboard.evals.grading import Grade, evaluator_version, grade, prompt_sha256
 from switchboard.evals.scenario import (
     AnswerContains,
     AnswerMatches,
@@ -529,11 +529,15 @@ def _retries(trajectory: Trajectory) -> int:
     """Tool attempts beyond the first (from ``tool_called`` events), and calls repeated after the tool failed."""
     called = ToolCalled.model_fields["kind"].default
     attempts = sum(max(0, int(e.get("attempts", 1)) - 1) for e in trajectory.events if e.get("kind") == called)
-    failed: set[str] = set()
+    last_failed: set[str] = set()  # tools whose latest call failed
     again = 0
     for call in trajectory.calls:
-        again += call.tool in failed
-        (failed.add if call.ok is False else failed.discard)(call.tool)
+        if call.tool in last_failed:
+            again += 1
+        if call.ok is False:
+            last_failed.add(call.tool)
+        else:
+            last_failed.discard(call.tool)
     return attempts + again
 
 
@@ -633,7 +637,7 @@ async def _grade(scenario: Scenario, trajectory: Trajectory, setup: EvalSetup, e
         return Grade(
             grader_model=rubric.grader_model,
             rubric_version=rubric.version,
-            prompt_sha256=evaluator_version(rubric).rsplit("/", 1)[-1],
+            prompt_sha256=prompt_sha256(rubric),
             error="not graded: the run failed",
         )
     factory = ModelFactory(setup.providers)
@@ -700,14 +704,13 @@ def compare(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResu
             found.not_comparable.append(f"{label}: the baseline records no versions")
             continue
         then, current = old.versions.model_dump(), now.versions.model_dump()
-        differ = [
-            f"{name} {then[name]} -> {current[name]}" for name in (*_MEASURE, *_AGENT) if then[name] != current[name]
-        ]
-        if any(d.split(" ", 1)[0] in _MEASURE for d in differ):
-            found.not_comparable.append(f"{label}: " + "; ".join(differ))
+        differ = [name for name in (*_MEASURE, *_AGENT) if then[name] != current[name]]
+        what = "; ".join(f"{name} {then[name]} -> {current[name]}" for name in differ)
+        if set(differ) & set(_MEASURE):
+            found.not_comparable.append(f"{label}: {what}")
             continue
         if differ:
-            found.changed.append(f"{label}: " + "; ".join(differ))
+            found.changed.append(f"{label}: {what}")
         found.compared.append(label)
         pairs.append((old, now))
         was = {c.name: c for c in old.checks}
