@@ -59,11 +59,11 @@ def _load_baseline(path: Path) -> list[ScenarioResult]:
         raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: {err}") from None
 
 
-def eval_setup(settings: Settings) -> EvalSetup:
-    """The worker's providers (keys, endpoints) and price table, read from the settings."""
+def eval_setup(settings: Settings, *, rubrics: bool = True) -> EvalSetup:
+    """The worker's providers (keys, endpoints) and price table, read from the settings (``rubrics``: grade them)."""
     from switchboard.cli.worker import provider_config
 
-    return EvalSetup(providers=provider_config(settings), prices=settings.file.prices)
+    return EvalSetup(providers=provider_config(settings), prices=settings.file.prices, rubrics=rubrics)
 
 
 def parse_variant(text: str) -> Variant:

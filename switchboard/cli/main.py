@@ -299,6 +299,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run every scenario with these overrides of the agent (repeatable; printed side by side)",
     )
     evals.add_argument(
+        "--skip-rubrics",
+        action="store_true",
+        help="score the exact checks only, without calling grader models (rubrics are recorded as skipped)",
+    )
+    evals.add_argument(
         "--small-threshold",
         type=float,
         default=0.9,
@@ -694,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 baseline=args.baseline,
                 concurrency=args.concurrency,
                 agents=settings.file.agents,
-                setup=eval_setup(settings),
+                setup=eval_setup(settings, rubrics=not args.skip_rubrics),
                 variants=[parse_variant(v) for v in args.variant],
                 small_threshold=args.small_threshold,
             )

@@ -47,6 +47,7 @@ from switchboard.evals.scenario import (
     FakeTool,
     NoRepeatedWrite,
     NoUnapprovedWrite,
+    Rubric,
     Scenario,
     ScriptedStep,
     SourceCited,
@@ -81,6 +82,8 @@ class EvalSetup:
     providers: ProviderConfig = field(default_factory=ProviderConfig)
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Credits per 1,000 tokens by model spec (the config file's ``prices:``)."""
+    rubrics: bool = True
+    """Grade rubrics; ``False`` (``--skip-rubrics``): score the exact checks only, and say the rubric was skipped."""
 
 
 class Versions(BaseModel):
@@ -508,7 +511,9 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _versions(scenario: Scenario, agent: Agent, trajectory: Trajectory, policy_version: str) -> Versions:
+def _versions(
+    scenario: Scenario, rubric: Rubric | None, agent: Agent, trajectory: Trajectory, policy_version: str
+) -> Versions:
     routing = agent.models
     return Versions(
         scenario=scenario.version,
@@ -521,7 +526,7 @@ def _versions(scenario: Scenario, agent: Agent, trajectory: Trajectory, policy_v
             }
         ),
         model=f"small={routing.small},strong={routing.strong}" if routing else agent.model or "offline",
-        evaluator=evaluator_version(scenario.rubric),
+        evaluator=evaluator_version(rubric),
     )
 
 
@@ -580,16 +585,17 @@ async def run_scenario(
     metered = [e for e in trajectory.events if e.get("kind") == UsageMetered.model_fields["kind"].default]
     policy_version = str(metered[-1].get("policy_version", "")) if metered else ""
     exact = sum(r.passed for r in results) / len(results)
-    verdict = await _grade(scenario, trajectory, setup, error)
-    score, rubric = exact, "none"
-    if scenario.rubric is not None and verdict is not None:
-        score = (1 - scenario.rubric.weight) * exact + scenario.rubric.weight * (verdict.score or 0.0)
+    graded = scenario.rubric if setup.rubrics else None
+    verdict = await _grade(scenario, graded, trajectory, setup, error)
+    score, rubric = exact, "none" if scenario.rubric is None else "skipped"
+    if graded is not None and verdict is not None:
+        score = (1 - graded.weight) * exact + graded.weight * (verdict.score or 0.0)
         rubric = (
             f"error: {verdict.error}"
             if verdict.error
             else f"{verdict.score:.2f} ({'pass' if verdict.passed else 'fail'})"
         )
-    versions = _versions(scenario, agent, trajectory, policy_version)
+    versions = _versions(scenario, graded, agent, trajectory, policy_version)
     trajectory.versions = versions
     steps = [
         e.get("detail", {}) for e in trajectory.events if e.get("kind") == StepRecorded.model_fields["kind"].default
@@ -628,9 +634,10 @@ async def run_scenario(
     )
 
 
-async def _grade(scenario: Scenario, trajectory: Trajectory, setup: EvalSetup, error: str | None) -> Grade | None:
-    """The rubric's grade (``None``: no rubric); a run that failed is not graded, which the grade says."""
-    rubric = scenario.rubric
+async def _grade(
+    scenario: Scenario, rubric: Rubric | None, trajectory: Trajectory, setup: EvalSetup, error: str | None
+) -> Grade | None:
+    """``rubric``'s grade (``None``: none to grade); a run that failed is not graded, which the grade says."""
     if rubric is None:
         return None
     if error is not None:

@@ -132,3 +132,16 @@ def test_parse_grade_reads_the_reason() -> None:
     rubric = Rubric.model_validate(RUBRIC)
     scores, reason = parse_grade('{"outcome": 0, "safety": 0.5, "communication": 1, "reason": "half"}', rubric)
     assert scores == {"outcome": 0.0, "safety": 0.5, "communication": 1.0} and reason == "half"
+
+
+async def test_skipped_rubrics_score_the_exact_checks_and_compare_as_exact(aiohttp_server: Any) -> None:
+    fake = FakeOpenAI()
+    server: TestServer = await aiohttp_server(fake.app())
+    providers = ProviderConfig(openai_api_key="sk-test", openai_base_url=str(server.make_url("/v1")))
+
+    result = await run_scenario(Scenario.model_validate(TIME), setup=EvalSetup(providers=providers, rubrics=False))
+
+    assert fake.received == []  # no grader was called
+    assert result.grade is None and result.rubric == "skipped"
+    assert result.score == 1.0 and result.correct
+    assert result.versions is not None and result.versions.evaluator == "exact"
