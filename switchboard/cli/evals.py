@@ -100,12 +100,14 @@ def eval_command(
     setup: EvalSetup | None = None,
     variants: Sequence[Variant] = (),
     small_threshold: float = 0.9,
+    repeat: int = 1,
 ) -> int:
     """Run the scenarios of ``paths``; exit status 1 when a check fails, or a strict one regressed from ``baseline``.
 
     ``setup``: providers and prices (default: none, the offline model); ``variants``: run every scenario once per
     variant and print them side by side, with whether each routing variant's small model is accurate enough
-    (``small_threshold``: the share of correct results it must reach).
+    (``small_threshold``: the share of correct results it must reach); ``repeat``: run each scenario that many times
+    (measures are over all runs: a model that is right only sometimes costs more per correct result).
 
     Raises:
         ConfigError: a bad scenario file or baseline, or two variants of one name (nothing runs).
@@ -119,10 +121,12 @@ def eval_command(
         if (scenario.id, scenario.version) in seen:
             raise ConfigError(f"scenario {scenario.id} version {scenario.version} is defined twice")
         seen.add((scenario.id, scenario.version))
+    if repeat < 1:
+        raise ConfigError(f"--repeat {repeat}: run each scenario at least once")
     if len({v.name for v in variants}) != len(variants):
         raise ConfigError("--variant: two variants have the same name")
     before = _load_baseline(baseline) if baseline is not None else None
-    by_variant = asyncio.run(_run_variants(scenarios, variants, concurrency, agents, setup))
+    by_variant = asyncio.run(_run_variants(list(scenarios) * repeat, variants, concurrency, agents, setup))
     results = [r for group in by_variant.values() for r in group]
     for name, group in by_variant.items():
         if variants:

@@ -299,6 +299,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run every scenario with these overrides of the agent (repeatable; printed side by side)",
     )
     evals.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="run each scenario N times (measures over all runs)"
+    )
+    evals.add_argument(
         "--skip-rubrics",
         action="store_true",
         help="score the exact checks only, without calling grader models (rubrics are recorded as skipped)",
@@ -702,6 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setup=eval_setup(settings, rubrics=not args.skip_rubrics),
                 variants=[parse_variant(v) for v in args.variant],
                 small_threshold=args.small_threshold,
+                repeat=args.repeat,
             )
         if args.command == "sessions":
             return cmd_sessions(settings, args)

@@ -697,20 +697,27 @@ _AGENT = ("tools", "policy", "prompt", "model")
 
 
 def compare(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> Comparison:
-    """Compare ``candidate`` with ``baseline`` scenario by scenario, only where both were measured the same way."""
-    before = {(r.id, r.variant): r for r in baseline}
+    """Compare ``candidate`` with ``baseline`` scenario by scenario, only where both were measured the same way.
+
+    With repeated runs (``--repeat``), a strict check regressed when it passed in every baseline run of the scenario
+    and fails in any candidate run; the means are over all runs of the compared scenarios.
+    """
+    before = _grouped(baseline)
     found = Comparison()
-    pairs = []
-    for now in candidate:
+    then_scores: list[float] = []
+    now_scores: list[float] = []
+    for key, runs in _grouped(candidate).items():
+        now = runs[0]
         label = f"{now.id}@{now.version}" + (f" [{now.variant}]" if now.variant else "")
-        old = before.get((now.id, now.variant))
-        if old is None:
+        olds = before.get(key)
+        if not olds:
             found.not_comparable.append(f"{label}: not in the baseline")
             continue
-        if old.versions is None or now.versions is None:
+        old = olds[0]
+        if any(r.versions is None for r in olds) or any(r.versions is None for r in runs):
             found.not_comparable.append(f"{label}: the baseline records no versions")
             continue
-        then, current = old.versions.model_dump(), now.versions.model_dump()
+        then, current = _dump(old.versions), _dump(now.versions)
         differ = [name for name in (*_MEASURE, *_AGENT) if then[name] != current[name]]
         what = "; ".join(f"{name} {then[name]} -> {current[name]}" for name in differ)
         if set(differ) & set(_MEASURE):
@@ -719,16 +726,33 @@ def compare(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResu
         if differ:
             found.changed.append(f"{label}: {what}")
         found.compared.append(label)
-        pairs.append((old, now))
-        was = {c.name: c for c in old.checks}
-        for check_now in now.checks:
-            prior = was.get(check_now.name)
-            if check_now.strict and not check_now.passed and (prior is None or prior.passed):
-                found.regressions.append(f"{label}: {check_now.name}: {check_now.reason}")
-    if pairs:
-        found.baseline_mean = sum(old.score for old, _ in pairs) / len(pairs)
-        found.candidate_mean = sum(now.score for _, now in pairs) / len(pairs)
+        then_scores += [r.score for r in olds]
+        now_scores += [r.score for r in runs]
+        held = {c.name for c in old.checks if all(_passed(r, c.name) for r in olds)}
+        failing = {c.name: c for r in runs for c in r.checks if c.strict and not c.passed}
+        known = {c.name for c in old.checks}
+        for name, failed in failing.items():
+            if name in held or name not in known:
+                found.regressions.append(f"{label}: {name}: {failed.reason}")
+    if now_scores:
+        found.baseline_mean = sum(then_scores) / len(then_scores)
+        found.candidate_mean = sum(now_scores) / len(now_scores)
     return found
+
+
+def _grouped(results: Sequence[ScenarioResult]) -> dict[tuple[str, str], list[ScenarioResult]]:
+    groups: dict[tuple[str, str], list[ScenarioResult]] = {}
+    for r in results:
+        groups.setdefault((r.id, r.variant), []).append(r)
+    return groups
+
+
+def _dump(versions: Versions | None) -> dict[str, str]:
+    return versions.model_dump() if versions is not None else {}
+
+
+def _passed(result: ScenarioResult, name: str) -> bool:
+    return any(c.name == name and c.passed for c in result.checks)
 
 
 def regressions(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> list[str]:

@@ -224,3 +224,29 @@ async def test_eval_run_prices_configured_providers_and_prints_variants_side_by_
     assert "routing-buenos-aires  FAIL    ok" in printed
     assert "small model of routed: ran 5 of 10 steps; correct and compliant on 80% of the 5 scenario(s)" in printed
     assert "(threshold 75%): enough; same scenarios: strong 100%" in printed
+
+
+def test_repeated_runs_are_measured_together(tmp_path: Path) -> None:
+    file = tmp_path / "two.yaml"
+    file.write_text(yaml.safe_dump([answering("noon", id="a").model_dump(mode="json", exclude_none=True),
+                                    answering("late", id="b").model_dump(mode="json", exclude_none=True)]))  # fmt: skip
+    written = tmp_path / "out.json"
+    assert eval_command([file], json_out=written, out=StringIO(), setup=PRICED, repeat=3) == 1
+    data = json.loads(written.read_text())
+    assert data["summary"]["runs"] == 6 and data["summary"]["correct_and_compliant"] == 3
+    assert data["summary"]["cost_per_correct"] == pytest.approx(6 * 0.02 / 3)
+    assert data["scenarios"]["a"]["runs"] == 3 and data["scenarios"]["a"]["cost_per_correct"] == pytest.approx(0.02)
+    with pytest.raises(ConfigError, match="at least once"):
+        eval_command([file], out=StringIO(), repeat=0)
+
+
+async def test_with_repeats_a_strict_check_regresses_when_it_held_in_every_baseline_run() -> None:
+    strict = [{"check": "tool_not_used", "tool": "write_file", "strict": True}]
+    clean = scenario(model=[{"answer": "done"}], invariants=strict, agent={"tools": ["write_file"]})
+    dirty = scenario(model=[{"calls": [WRITE]}, {"answer": "done"}], invariants=strict, agent={"tools": ["write_file"]})
+    ok, bad = await run_scenario(clean), await run_scenario(dirty)
+
+    found = compare([ok, bad, ok], [ok, ok])
+    assert found.regressions == ["s@1: tool_not_used:write_file: write_file called 1 time(s)"]
+    assert found.compared == ["s@1"] and found.candidate_mean == pytest.approx(2 / 3) and found.baseline_mean == 1.0
+    assert compare([ok, bad], [ok, bad]).regressions == []  # it failed in a baseline run too: not a regression
