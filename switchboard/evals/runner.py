@@ -607,7 +607,7 @@ async def run_scenario(
         version=scenario.version,
         agent=agent.name,
         agent_sha256=_sha256(agent),
-        model=agent.model or "offline",
+        model=versions.model,
         policy_version=policy_version or agent.policy.version or "",
         checks=results,
         score=score,

@@ -18,7 +18,7 @@ from switchboard.cli.evals import eval_command, parse_variant
 from switchboard.cli.main import main
 from switchboard.errors import ConfigError
 from switchboard.evals.report import summary
-from switchboard.evals.runner import EvalSetup, ScenarioResult, compare, run_scenario
+from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenario
 from switchboard.evals.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -250,3 +250,14 @@ async def test_with_repeats_a_strict_check_regresses_when_it_held_in_every_basel
     assert found.regressions == ["s@1: tool_not_used:write_file: write_file called 1 time(s)"]
     assert found.compared == ["s@1"] and found.candidate_mean == pytest.approx(2 / 3) and found.baseline_mean == 1.0
     assert compare([ok, bad], [ok, bad]).regressions == []  # it failed in a baseline run too: not a regression
+
+
+async def test_a_variant_routes_an_unscripted_scenario_and_leaves_a_scripted_one_alone() -> None:
+    routed = Variant(name="routed", overrides={"models": {"small": "openai:gpt-4o-mini", "strong": "openai:gpt-4o"}})
+    scripted = await run_scenario(answering("noon", agent={"tools": []}), variant=routed)
+    assert scripted.model == "offline" and scripted.correct and scripted.variant == "routed"
+    offline = scenario(messages=["hello"], agent={"tools": []}, invariants=[{"check": "no_repeated_write"}])
+    assert (await run_scenario(offline)).error is None
+    failed = await run_scenario(offline, variant=routed)  # no provider key here: the run fails, and says so
+    assert failed.model == "small=openai:gpt-4o-mini,strong=openai:gpt-4o"
+    assert failed.error is not None and not failed.correct
