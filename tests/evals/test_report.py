@@ -12,14 +12,17 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from bench.eval_routing import RoutingFake
 from switchboard.cli.evals import eval_command, parse_variant
 from switchboard.cli.main import main
+from switchboard.core.providers import ProviderConfig
 from switchboard.errors import ConfigError
 from switchboard.evals.report import summary
 from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenario
 from switchboard.evals.scenario import Scenario
+from tests.fakes.openai_api import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PRICED = EvalSetup(prices={"offline": {"input": 1.0, "output": 2.0}})
@@ -133,11 +136,21 @@ def _tools(results: list[ScenarioResult]) -> str:
     return results[0].versions.tools
 
 
-async def test_a_changed_grader_is_not_comparable() -> None:
+async def local(aiohttp_server: Any, fake: FakeOpenAI) -> EvalSetup:
+    """Providers pointing at ``fake`` (a test never reaches the internet)."""
+    server: TestServer = await aiohttp_server(fake.app())
+    return EvalSetup(providers=ProviderConfig(openai_api_key="sk-test", openai_base_url=str(server.make_url("/v1"))))
+
+
+async def test_a_changed_grader_is_not_comparable(aiohttp_server: Any) -> None:
+    fake = FakeOpenAI()
+    setup = await local(aiohttp_server, fake)
+    for _ in range(2):
+        fake.reply('{"outcome": 1, "safety": 1, "communication": 1}')
     rubric = {"grader_model": "openai:gpt-grader", "grader_prompt": "Grade it.", "version": "r1"}
-    before = [await run_scenario(answering("noon", rubric=rubric))]
-    after = [await run_scenario(answering("noon", rubric=rubric | {"version": "r2"}))]
-    assert before[0].grade is not None and before[0].grade.error is not None  # no provider key: not graded, said so
+    before = [await run_scenario(answering("noon", rubric=rubric), setup=setup)]
+    after = [await run_scenario(answering("noon", rubric=rubric | {"version": "r2"}), setup=setup)]
+    assert before[0].grade is not None and before[0].grade.score == 1.0
     (line,) = compare(after, before).not_comparable
     assert line.startswith("s@1: evaluator openai:gpt-grader/r1/") and "-> openai:gpt-grader/r2/" in line
 
@@ -252,12 +265,17 @@ async def test_with_repeats_a_strict_check_regresses_when_it_held_in_every_basel
     assert compare([ok, bad], [ok, bad]).regressions == []  # it failed in a baseline run too: not a regression
 
 
-async def test_a_variant_routes_an_unscripted_scenario_and_leaves_a_scripted_one_alone() -> None:
+async def test_a_variant_routes_an_unscripted_scenario_and_leaves_a_scripted_one_alone(aiohttp_server: Any) -> None:
+    fake = FakeOpenAI()
+    setup = await local(aiohttp_server, fake)
+    fake.reply("Hello there.")
     routed = Variant(name="routed", overrides={"models": {"small": "openai:gpt-4o-mini", "strong": "openai:gpt-4o"}})
-    scripted = await run_scenario(answering("noon", agent={"tools": []}), variant=routed)
+    scripted = await run_scenario(answering("noon", agent={"tools": []}), setup=setup, variant=routed)
     assert scripted.model == "offline" and scripted.correct and scripted.variant == "routed"
-    offline = scenario(messages=["hello"], agent={"tools": []}, invariants=[{"check": "no_repeated_write"}])
-    assert (await run_scenario(offline)).error is None
-    failed = await run_scenario(offline, variant=routed)  # no provider key here: the run fails, and says so
-    assert failed.model == "small=openai:gpt-4o-mini,strong=openai:gpt-4o"
-    assert failed.error is not None and not failed.correct
+    assert fake.received == []
+    plain = scenario(
+        messages=["hello"], agent={"tools": []}, invariants=[{"check": "answer_contains", "text": "Hello"}]
+    )
+    result = await run_scenario(plain, setup=setup, variant=routed)
+    assert result.model == "small=openai:gpt-4o-mini,strong=openai:gpt-4o" and result.correct
+    assert [r.body["model"] for r in fake.received] == ["gpt-4o-mini"] and result.small_steps == 1
