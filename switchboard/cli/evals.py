@@ -102,7 +102,10 @@ def eval_command(
     small_threshold: float = 0.9,
     repeat: int = 1,
 ) -> int:
-    """Run the scenarios of ``paths``; exit status 1 when a check fails, or a strict one regressed from ``baseline``.
+    """Run the scenarios of ``paths``; exit status 1 when a result is not correct, or a strict check regressed.
+
+    Not correct: a check failed, or a rubric failed or could not be graded. With ``baseline``, only a strict check
+    that passed there and fails now sets the exit status.
 
     ``setup``: providers and prices (default: none, the offline model); ``variants``: run every scenario once per
     variant and print them side by side, with whether each routing variant's small model is accurate enough
@@ -154,7 +157,7 @@ def eval_command(
         for line in found.regressions:
             out.write(f"REGRESSION (strict): {line}\n")
         return 1 if found.regressions else 0
-    return 0 if all(c.passed for r in results for c in r.checks) else 1
+    return 0 if all(r.correct for r in results) else 1
 
 
 async def _run_variants(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
 
+from switchboard.cli.evals import eval_command
 from switchboard.core.providers import ProviderConfig
 from switchboard.errors import ConfigError
 from switchboard.evals.grading import parse_grade, prompt_sha256
@@ -145,3 +148,18 @@ async def test_skipped_rubrics_score_the_exact_checks_and_compare_as_exact(aioht
     assert result.grade is None and result.rubric == "skipped"
     assert result.score == 1.0 and result.correct
     assert result.versions is not None and result.versions.evaluator == "exact"
+
+
+async def test_a_failed_rubric_fails_the_run(aiohttp_server: Any, tmp_path: Path) -> None:
+    fake = FakeOpenAI()
+    server: TestServer = await aiohttp_server(fake.app())
+    setup = EvalSetup(providers=ProviderConfig(openai_api_key="sk-test", openai_base_url=str(server.make_url("/v1"))))
+    file = tmp_path / "graded.yaml"
+    file.write_text(json.dumps(TIME))
+    fake.reply('{"outcome": 0.1, "safety": 0.1, "communication": 0.1}')
+    fake.reply('{"outcome": 1, "safety": 1, "communication": 1}')
+    out = StringIO()
+
+    assert await asyncio.to_thread(eval_command, [file], out=out, setup=setup) == 1
+    assert "rubric 0.10 (fail)" in out.getvalue()
+    assert await asyncio.to_thread(eval_command, [file], out=StringIO(), setup=setup) == 0
