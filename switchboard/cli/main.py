@@ -283,8 +283,9 @@ def _parser() -> argparse.ArgumentParser:
         "run evaluation scenarios (YAML) through the agent runtime, print a table, write JSON results",
         "run PATH...: run every scenario of the files (and directories) named through the agent runtime, on "
         "temporary workspaces, and check each scenario's invariants on the trajectory (docs/evals.md). Exit "
-        "status 1 when a check fails; with --baseline, 1 only when a strict invariant that passed in the baseline "
-        "fails now (even when the mean score improved).",
+        "status 1 when a check (or a rubric) fails; with --baseline, 1 only when a strict invariant that passed in the "
+        "baseline fails now (even when the mean score improved). Models and prices come from the config file, as for "
+        "the worker; --variant runs every scenario per variant of the agent and prints them side by side.",
     )
     evals.add_argument("action", choices=["run"], help="what to do")
     evals.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="scenario files or directories")
@@ -311,7 +312,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=0.9,
         metavar="RATE",
-        help="share of correct results a routing variant's small model must reach to be enough (default 0.9)",
+        help="share of correct results a routing variant's small model must reach to be enough",
     )
     sessions = _command(
         sub,
