@@ -103,6 +103,8 @@ class CallRecord(BaseModel):
     side_effect: str | None = None
     approved: bool = False
     """It ran because a person approved it (a decision in the scenario)."""
+    error_class: str | None = None
+    """Why it failed (``ambiguous_timeout``: a write whose outcome is unknown, which may have happened)."""
 
 
 class Trajectory(BaseModel):
@@ -445,16 +447,16 @@ _ACKED_TAPS = frozenset({"telegram"})
 
 
 def _decided(spec: Message, session: EvalSession) -> ApprovalRecord:
-    """The approval a decision answers: the one named, else the newest pending."""
+    """The approval a decision answers: the one named, else the newest pending, else the newest asked."""
     if spec.approval is not None:
         record = session.approvals.get(spec.approval)
         if record is None:
             raise ValueError(f"no approval {spec.approval!r} to decide")
         return record
-    pending = sorted((r for r in session.approvals.values() if r.status == "pending"), key=lambda r: r.requested_at)
-    if not pending:
-        raise ValueError("a message decides an approval, but none is pending")
-    return pending[-1]
+    asked = sorted(session.approvals.values(), key=lambda r: (r.status == "pending", r.requested_at))
+    if not asked:
+        raise ValueError("a message decides an approval, but none was asked")
+    return asked[-1]  # the newest pending; else the newest decided (its buttons are still on the screen)
 
 
 async def _turns(
@@ -515,11 +517,14 @@ async def _turns(
         if isinstance(event, ToolCalled) and event.call_id in by_id:
             by_id[event.call_id].ok = event.ok
             by_id[event.call_id].side_effect = event.side_effect
+            by_id[event.call_id].error_class = event.error_class
         elif isinstance(event, ApprovalRequested) and event.tool is not None:
             trajectory.approvals.append(event.tool)
     for record in session.approvals.values():  # a call a person approved ran as ``approval_<id>``
         if record.status == "executed" and f"approval_{record.id}" in by_id:
             by_id[f"approval_{record.id}"].approved = True
+    notices = {f"approval_{r}" for r in session.approvals}  # what became of an approval, told to the model as a call
+    trajectory.calls = [c for c in trajectory.calls if not (c.id in notices and c.ok is None)]  # ... never run
     trajectory.actions = [a.model_dump(mode="json") for a in sink.actions]
     return trajectory
 
@@ -581,8 +586,8 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     if isinstance(invariant, NoRepeatedWrite):
         seen: set[str] = set()
         for call in calls:
-            if call.side_effect != "write" or call.ok is False:
-                continue
+            if call.side_effect != "write" or (call.ok is False and call.error_class != "ambiguous_timeout"):
+                continue  # a write that timed out may have happened: repeating it is a repeated write
             key = call.tool + json.dumps(call.arguments, sort_keys=True)
             if key in seen:
                 return False, f"{call.tool} wrote twice with {json.dumps(call.arguments, sort_keys=True)}"
