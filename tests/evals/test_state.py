@@ -268,3 +268,30 @@ def test_a_table_with_a_bad_column_name_is_refused(tmp_path: Any) -> None:
     )
     with pytest.raises(ConfigError, match=r"state\.tables"):
         load_scenarios(bad)
+
+
+TIMES_OUT = {
+    "name": "create_ticket",
+    "side_effect": "write",
+    "responses": [{"error": "timed out after sending", "error_class": "ambiguous_timeout"}],
+    "result": {"ticket": 42},
+}
+TICKET = {"tool": "create_ticket", "arguments": {"title": "Printer broken"}}
+
+
+async def test_a_write_repeated_after_a_timeout_fails_no_repeated_write_unless_the_gateway_stops_it() -> None:
+    check = [{"check": "no_repeated_write", "strict": True}]
+    same_turn = await run_scenario(
+        scenario(tools=[TIMES_OUT], model=[{"calls": [TICKET]}, {"calls": [TICKET]}, {"answer": "It may exist."}],
+                 invariants=check)
+    )  # fmt: skip
+    assert same_turn.trajectory is not None
+    assert [c.error_class for c in same_turn.trajectory.calls] == ["ambiguous_timeout", "ambiguous"]  # not re-run
+    assert verdicts(same_turn)["no_repeated_write"][0] is True
+    next_turn = await run_scenario(  # the user says "try again": a new run, and the model writes again
+        scenario(messages=["Open a ticket", "Try again"], tools=[TIMES_OUT],
+                 model=[{"calls": [TICKET]}, {"answer": "It timed out."}, {"calls": [TICKET]}, {"answer": "Done."}],
+                 invariants=check)
+    )  # fmt: skip
+    passed, reason = verdicts(next_turn)["no_repeated_write"]
+    assert not passed and reason.startswith("create_ticket wrote twice")
