@@ -115,7 +115,10 @@ async def test_the_counters_see_an_effect_and_a_leak_the_gateway_lets_through() 
     assert leaks(scenario, result.trajectory) == ["globex-secret-9"]
 
 
-@pytest.mark.parametrize(("channel", "acks"), [("telegram", 1), ("slack", 0), ("discord", 0), ("teams", 0), ("web", 0)])
+@pytest.mark.parametrize(
+    ("channel", "acks"),
+    [("telegram", 1), ("slack", 0), ("discord", 0), ("teams", 0), ("web", 0), ("whatsapp", 0), ("messenger", 0)],
+)
 async def test_each_channels_button_scenario_decides_through_its_press(channel: str, acks: int) -> None:
     (scenario,) = load_scenarios(EVALS / "channels" / f"{channel}-button-approve.yaml")
     result = await run_scenario(scenario)
