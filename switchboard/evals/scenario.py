@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from switchboard.core.agent.config import AgentLimits, AgentPolicy
+from switchboard.core.sql.databases import is_identifier
 from switchboard.core.tools.definition import Risk, SideEffect
 from switchboard.errors import ConfigError
 
@@ -86,10 +87,19 @@ class SeedTable(_Strict):
     @field_validator("columns")
     @classmethod
     def _identifiers(cls, value: list[str]) -> list[str]:
-        bad = [c for c in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", c)]
+        bad = [c for c in value if not is_identifier(c)]
         if bad:
             raise ValueError(f"column names are plain identifiers (not {', '.join(map(repr, bad))})")
+        if len({c.lower() for c in value}) != len(value):
+            raise ValueError("a column is named twice")
         return value
+
+    @model_validator(mode="after")
+    def _tenant_column(self) -> SeedTable:
+        column = self.tenant_column
+        if column is not None and (not is_identifier(column) or column.lower() in {c.lower() for c in self.columns}):
+            raise ValueError(f"tenant_column {column!r}: a plain identifier, not one of the columns (it is added)")
+        return self
 
 
 class InitialState(_Strict):
@@ -110,7 +120,7 @@ class InitialState(_Strict):
     @classmethod
     def _table_names(cls, value: dict[str, SeedTable]) -> dict[str, SeedTable]:
         for name in value:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
+            if not is_identifier(name):
                 raise ValueError(f"table {name!r}: a table's name is a plain identifier")
         return value
 

@@ -258,13 +258,21 @@ def test_a_message_that_cannot_happen_is_a_clear_error(messages: list[Any], erro
         scenario(messages=messages, invariants=[{"check": "no_repeated_write"}])
 
 
-def test_a_table_with_a_bad_column_name_is_refused(tmp_path: Any) -> None:
+@pytest.mark.parametrize(
+    "table",
+    [
+        "{t: {columns: ['a; drop']}}",
+        "{t: {columns: [a, A]}}",
+        "{t: {columns: [a, tenant_id]}}",
+        "{sqlite_master: {columns: [a]}}",
+    ],
+)
+def test_a_table_that_cannot_be_made_is_refused_when_loaded(tmp_path: Any, table: str) -> None:
     from switchboard.evals.scenario import load_scenarios
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "id: x\nversion: '1'\nmessages: [hi]\nstate: {tables: {t: {columns: ['a; drop']}}}\n"
-        "invariants: [{check: no_repeated_write}]\n"
+        f"id: x\nversion: '1'\nmessages: [hi]\nstate: {{tables: {table}}}\ninvariants: [{{check: no_repeated_write}}]\n"
     )
     with pytest.raises(ConfigError, match=r"state\.tables"):
         load_scenarios(bad)
