@@ -14,30 +14,52 @@ import json
 import logging
 import math
 import re
+import sqlite3
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, NamedTuple, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from switchboard.core.actions import Action, OfferChoice
+from switchboard.core.agent.attachments import AttachmentSupport
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.agent.runtime import Runtime
+from switchboard.core.approvals.grants import agent_policy
+from switchboard.core.approvals.records import ApprovalRecord, ApprovalRequest, sign_record
+from switchboard.core.approvals.suspend import approval_options, approval_record, principal_of, session_state_sha256
 from switchboard.core.events import ApprovalRequested, Event, StepRecorded, ToolCalled, UsageMetered
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.memory.tools import ConnectedProjects
-from switchboard.core.messages import ConversationRef, InboundMessage, Sender
-from switchboard.core.model import Finished, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
+from switchboard.core.messages import (
+    Attachment,
+    ChoiceSelected,
+    ConversationRef,
+    InboundMessage,
+    MessageEdited,
+    Posted,
+    Sender,
+)
+from switchboard.core.model import Finished, ModelAdapter, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
+from switchboard.core.sql.databases import SharedDatabase
+from switchboard.core.tables.config import ConnectedTable
+from switchboard.core.tables.connections import TableConnections
+from switchboard.core.tables.tools import table_tools
 from switchboard.core.tools.builtin import ToolRegistry, default_registry
+from switchboard.core.tools.calls import idempotency_key
 from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.tools.effects import logical_action
+from switchboard.core.tools.gateway import action_sha256
 from switchboard.core.turn import HistoryEntry, TurnRequest
-from switchboard.errors import ToolError
+from switchboard.errors import AttachmentError, ToolError
 from switchboard.evals.grading import Grade, evaluator_version, grade, prompt_sha256
+from switchboard.evals.obedient import ObedientModel
 from switchboard.evals.scenario import (
     AnswerContains,
     AnswerMatches,
@@ -45,8 +67,11 @@ from switchboard.evals.scenario import (
     BudgetRespected,
     Check,
     FakeTool,
+    FileSent,
+    Message,
     NoRepeatedWrite,
     NoUnapprovedWrite,
+    Obedient,
     Rubric,
     Scenario,
     ScriptedStep,
@@ -111,6 +136,10 @@ class CallRecord(BaseModel):
     result: str = ""
     ok: bool | None = None
     side_effect: str | None = None
+    approved: bool = False
+    """It ran because a person approved it (a decision in the scenario)."""
+    error_class: str | None = None
+    """Why it failed (``ambiguous_timeout``: a write whose outcome is unknown, which may have happened)."""
 
 
 class Trajectory(BaseModel):
@@ -129,6 +158,8 @@ class Trajectory(BaseModel):
     tools_version: str = ""
     """Hash of the tool catalog offered to the model."""
     versions: Versions | None = None
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    """What the turns did on the channel (questions with buttons, files sent, acknowledgements)."""
 
     @property
     def answer(self) -> str:
@@ -194,12 +225,21 @@ class ScenarioResult(BaseModel):
 class _Sink:
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.actions: list[Action] = []
+        self.offered: set[str] = set()
+        """Option ids offered to the user (a click on one reads as offered, as the drain's check finds it)."""
 
     async def delta(self, text: str) -> None:
         return None
 
     async def event(self, event: Event) -> None:
         self.events.append(event)
+
+    async def act(self, action: Action) -> None:
+        """What the turn did on the channel (a question with buttons, a file sent): recorded, never sent."""
+        self.actions.append(action)
+        if isinstance(action, OfferChoice):
+            self.offered.update(option.id for option in action.options)
 
 
 def _scripted(steps: Sequence[ScriptedStep]) -> ReplayModel:
@@ -292,8 +332,8 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
         updates["policy"] = spec.policy
     if spec.limits is not None:
         updates["limits"] = spec.limits
-    if not isinstance(scenario.model, str):
-        updates["model"] = "offline"  # the scripted steps stand in for whatever the agent names
+    if scenario.model != "offline":
+        updates["model"] = "offline"  # the scripted or obedient model stands in for whatever the agent names
     elif spec.model is not None:
         updates["model"] = spec.model
     return Agent.model_validate(base.model_dump() | updates)
@@ -303,14 +343,28 @@ def _sha256(agent: Agent) -> str:
     return hashlib.sha256(json.dumps(agent.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _model(scenario: Scenario) -> ModelAdapter | None:
+    """The model that stands in for the agent's: scripted steps, the obedient model, or ``None`` (the agent's own)."""
+    model = scenario.model
+    if isinstance(model, list):
+        return _scripted(model)
+    if model == "offline":
+        return None
+    spec = model if isinstance(model, Obedient) else Obedient()
+    first = [ToolCall(id=f"first_{n}", name=c.tool, arguments=c.arguments) for n, c in enumerate(spec.obedient)]
+    return ObedientModel(first, descriptions=spec.descriptions, user=spec.user)
+
+
 async def _run(scenario: Scenario, agent: Agent, root: Path, setup: EvalSetup | None = None) -> Trajectory:
     setup = setup or EvalSetup()
     factory = ModelFactory(setup.providers)
-    if not isinstance(scenario.model, str):
-        factory.override("offline", _scripted(scenario.model))
+    model = _model(scenario)
+    if model is not None:
+        factory.override("offline", model)
     memory = await _memory(scenario, root / "memory")
+    tables = _tables(scenario, agent, root / "tables.sqlite")
     try:
-        return await _turns(scenario, agent, root, factory, memory, prices=setup.prices)
+        return await _turns(scenario, tables, root, factory, memory, prices=setup.prices)
     finally:
         memory.close()
         await factory.aclose()
@@ -320,6 +374,158 @@ def _catalog_sha256(tools: ToolRegistry, agent: Agent) -> str:
     """Hash of the tool catalog the model is offered (names, descriptions, parameter schemas), in name order."""
     specs = sorted((s.model_dump(mode="json") for s in tools.specs(tools.for_agent(agent))), key=lambda s: s["name"])
     return hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tables(scenario: Scenario, agent: Agent, path: Path) -> Agent:
+    """``agent`` connected to the scenario's seeded tables (one SQLite file), or ``agent`` when it seeds none."""
+    seeded = scenario.state.tables
+    if not seeded:
+        return agent
+    con = sqlite3.connect(path)
+    try:
+        for name, table in seeded.items():
+            columns = [*table.columns, *([table.tenant_column] if table.tenant_column else [])]
+            con.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
+            for row in table.rows:
+                unknown = set(row) - set(columns)
+                if unknown:
+                    raise ValueError(f"table {name}: a seeded row has unknown columns {sorted(unknown)}")
+                values = row | ({table.tenant_column: row.get(table.tenant_column, scenario.tenant)}
+                                if table.tenant_column else {})  # fmt: skip
+                names = list(values)
+                con.execute(
+                    f"INSERT INTO {name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",  # noqa: S608
+                    [v if isinstance(v, str | int | float) or v is None else json.dumps(v) for v in values.values()],
+                )
+        con.commit()
+    finally:
+        con.close()
+    tables = {
+        name: ConnectedTable(database="eval", table=name, permission=t.permission, tenant_column=t.tenant_column,
+                             description=t.description)
+        for name, t in seeded.items()
+    }  # fmt: skip
+    databases = {**agent.databases, "eval": SharedDatabase(path=path)}
+    return Agent.model_validate(agent.model_dump() | {"tables": tables, "databases": databases})
+
+
+class _Fetched(NamedTuple):
+    name: str
+    data: bytes
+    mime_type: str | None
+
+
+class _Files:
+    """The files users send in a scenario, fetched by reference as a channel's attachments are."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, FileSent] = {}
+
+    def attach(self, turn: int, files: Sequence[FileSent]) -> tuple[Attachment, ...]:
+        found = []
+        for number, sent in enumerate(files):
+            ref = f"eval-file-{turn}-{number}"
+            self.sent[ref] = sent
+            size = sent.size if sent.size is not None else len(sent.content.encode())
+            found.append(Attachment(kind=sent.kind, ref=ref, name=sent.name, mime_type=sent.mime_type, size=size))
+        return tuple(found)
+
+    async def fetch(self, attachment: Attachment, conversation: ConversationRef, limit: int) -> _Fetched:
+        sent = self.sent.get(attachment.ref)
+        if sent is None:
+            raise AttachmentError("the file is gone", channel=conversation.channel)
+        data = sent.content.encode()
+        if len(data) > limit:
+            raise AttachmentError("too large", channel=conversation.channel, too_large=True)
+        return _Fetched(sent.name, data, sent.mime_type)
+
+
+async def _seed_approvals(
+    scenario: Scenario, agent: Agent, runtime: Runtime, session: EvalSession, first: InboundMessage
+) -> None:
+    """Open the scenario's pending approvals as the runtime opens one: signed, hashed, for the scenario's user."""
+    policy = agent_policy(agent)
+    now = time.time()
+    for seed in scenario.state.approvals:
+        tool = runtime.registry.get(seed.tool, agent=agent.name)
+        if tool is None:
+            raise ValueError(f"pending approval {seed.id}: no tool {seed.tool!r}")
+        normalised = tool.input.model_validate(seed.arguments).model_dump(mode="json", by_alias=True)
+        run_id = f"{scenario.id}-earlier"
+        request = ApprovalRequest(
+            tool=seed.tool,
+            arguments=normalised,
+            action_sha256=action_sha256(seed.tool, normalised),
+            idempotency_key=idempotency_key(run_id, seed.tool, logical_action(tool, normalised)),
+            resources=(),
+            reason=seed.reason,
+            rule="eval:seeded",
+            policy_version=policy.version,
+            risk=tool.risk,
+            reversible=tool.reversible,
+        )
+        asked = TurnRequest(
+            session_key=first.session_key, agent=agent, messages=[first], run_id=run_id, deadline=now + 120.0,
+            tenant=scenario.tenant,
+        )  # fmt: skip
+        slots = seed.asked_slots if seed.asked_slots is not None else scenario.state.slots
+        record = approval_record(
+            asked, request, policy, approval_id=seed.id, state=session_state_sha256(slots),
+            call_id=f"earlier_{seed.id}", requested_by=principal_of(first), now=now - seed.asked_s_ago,
+        )  # fmt: skip
+        record = record.model_copy(update={"expires_at": now + seed.expires_in_s})
+        await session.approval_open(sign_record(record, runtime.snapshot_key))
+
+
+def _inbound(
+    scenario: Scenario, turn: int, said: str | Message, agent: Agent, files: _Files, sink: _Sink, session: EvalSession
+) -> InboundMessage:
+    """The inbound message of one turn, as the channel's adapter (and the drain, for a click) would hand it on."""
+    spec = said if isinstance(said, Message) else Message(text=said)
+    channel = spec.channel or scenario.channel
+    fields: dict[str, Any] = {
+        "id": f"m{turn}",
+        "dedup_key": f"{scenario.id}-{turn}",
+        "conversation": ConversationRef(tenant=scenario.tenant, agent=agent.name, channel=channel, conversation="eval"),
+        "sender": Sender(id="eval-user", name="Eval"),
+        "text": spec.text,
+        "platform_message_id": f"p{turn}",
+    }
+    if spec.decide is not None:
+        record = _decided(spec, session)
+        if spec.via == "command":
+            fields["text"] = f"/{spec.decide} {record.id}"
+        else:
+            approve, deny = (o.id for o in approval_options(record))
+            chosen = approve if spec.decide == "approve" else deny
+            fields["text"] = "Approve" if spec.decide == "approve" else "Deny"
+            fields["event"] = ChoiceSelected(
+                option_id=chosen,
+                ack_ref=f"tap{turn}" if channel in _ACKED_TAPS else None,
+                offered=chosen in sink.offered,  # what the drain's check of the session's recent offers finds
+            )
+    elif spec.edits is not None:
+        fields["event"] = MessageEdited(original_id=f"p{spec.edits}")
+    elif spec.files:
+        fields["event"] = Posted(attachments=files.attach(turn, spec.files))
+    return InboundMessage.model_validate(fields)
+
+
+_ACKED_TAPS = frozenset({"telegram"})
+"""Channels whose button presses are each answered (``ChoiceSelected.ack_ref``); the others acknowledge in HTTP."""
+
+
+def _decided(spec: Message, session: EvalSession) -> ApprovalRecord:
+    """The approval a decision answers: the one named, else the newest pending, else the newest asked."""
+    if spec.approval is not None:
+        record = session.approvals.get(spec.approval)
+        if record is None:
+            raise ValueError(f"no approval {spec.approval!r} to decide")
+        return record
+    asked = sorted(session.approvals.values(), key=lambda r: (r.status == "pending", r.requested_at))
+    if not asked:
+        raise ValueError("a message decides an approval, but none was asked")
+    return asked[-1]  # the newest pending; else the newest decided (its buttons are still on the screen)
 
 
 async def _turns(
@@ -332,23 +538,29 @@ async def _turns(
 ) -> Trajectory:
     connected = tuple(agent.projects)
     tools = _registry(scenario, memory, lambda name, tenant: connected if name == agent.name else ())
-    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0, prices=prices)
+    if agent.tables:
+        for tool in table_tools(TableConnections({agent.name: agent})):
+            tools.register(tool, replace=True)
+    files = _Files()
+    runtime = Runtime(
+        models=factory,
+        tools=tools,
+        workspace_root=root / "ws",
+        model_backoff_s=0.0,
+        attachments=AttachmentSupport(source=files),
+        prices=prices,
+    )
     session = EvalSession(scenario.state.slots)
     trajectory = Trajectory(tools_version=_catalog_sha256(tools, agent))
     sink = _Sink()
-    for turn, text in enumerate(scenario.messages, start=1):
-        message = InboundMessage(
-            id=f"m{turn}",
-            dedup_key=f"{scenario.id}-{turn}",
-            conversation=ConversationRef(agent=agent.name, channel=scenario.channel, conversation="eval"),
-            sender=Sender(id="eval-user", name="Eval"),
-            text=text,
-        )
-        if turn == 1:
-            workspace = runtime.gateway.store.path(message.session_key)
-            for name, content in scenario.state.files.items():
-                (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-                (workspace / name).write_text(content, encoding="utf-8")
+    earlier = _inbound(scenario, 0, "(an earlier message)", agent, files, sink, session)
+    workspace = runtime.gateway.store.path(earlier.session_key)
+    for name, content in scenario.state.files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(content, encoding="utf-8")
+    await _seed_approvals(scenario, agent, runtime, session, earlier)
+    for turn, said in enumerate(scenario.messages, start=1):
+        message = _inbound(scenario, turn, said, agent, files, sink, session)
         request = TurnRequest(
             session_key=message.session_key,
             agent=agent,
@@ -356,12 +568,12 @@ async def _turns(
             run_id=f"{scenario.id}-run{turn}",
             deadline=time.time() + 120.0,
             tenant=scenario.tenant,
-            actor=f"{scenario.channel}:eval-user",
+            actor=principal_of(message),
         )
         result = await runtime.run_turn(request, sink, session)
         await session.append_history(
             [
-                HistoryEntry(role="user", text=text, message_id=message.id),
+                HistoryEntry(role="user", text=message.text, message_id=message.id),
                 *result.history,
                 HistoryEntry(role="assistant", text=result.text, message_id=message.id),
             ]
@@ -380,8 +592,15 @@ async def _turns(
         if isinstance(event, ToolCalled) and event.call_id in by_id:
             by_id[event.call_id].ok = event.ok
             by_id[event.call_id].side_effect = event.side_effect
+            by_id[event.call_id].error_class = event.error_class
         elif isinstance(event, ApprovalRequested) and event.tool is not None:
             trajectory.approvals.append(event.tool)
+    for record in session.approvals.values():  # a call a person approved ran as ``approval_<id>``
+        if record.status == "executed" and f"approval_{record.id}" in by_id:
+            by_id[f"approval_{record.id}"].approved = True
+    notices = {f"approval_{r}" for r in session.approvals}  # what became of an approval, told to the model as a call
+    trajectory.calls = [c for c in trajectory.calls if not (c.id in notices and c.ok is None)]  # ... never run
+    trajectory.actions = [a.model_dump(mode="json") for a in sink.actions]
     return trajectory
 
 
@@ -442,15 +661,19 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     if isinstance(invariant, NoRepeatedWrite):
         seen: set[str] = set()
         for call in calls:
-            if call.side_effect != "write" or call.ok is False:
-                continue
+            if call.side_effect != "write" or (call.ok is False and call.error_class != "ambiguous_timeout"):
+                continue  # a write that timed out may have happened: repeating it is a repeated write
             key = call.tool + json.dumps(call.arguments, sort_keys=True)
             if key in seen:
                 return False, f"{call.tool} wrote twice with {json.dumps(call.arguments, sort_keys=True)}"
             seen.add(key)
         return True, f"{len(seen)} distinct write(s)"
     if isinstance(invariant, NoUnapprovedWrite):
-        ran = [c.tool for c in calls if c.side_effect == "write" and c.ok and c.tool not in invariant.allowed]
+        ran = [
+            c.tool
+            for c in calls
+            if c.side_effect == "write" and c.ok and not c.approved and c.tool not in invariant.allowed
+        ]
         return not ran, f"ran without approval: {', '.join(ran)}" if ran else "no write ran without approval"
     if isinstance(invariant, TenantKept):
         places = [(f"arguments of {c.tool}", json.dumps(c.arguments)) for c in calls]

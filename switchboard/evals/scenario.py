@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from switchboard.core.agent.config import AgentLimits, AgentPolicy
 from switchboard.core.providers import parse_model_spec
+from switchboard.core.sql.databases import is_identifier
 from switchboard.core.tools.definition import Risk, SideEffect
 from switchboard.errors import ConfigError
 
@@ -24,13 +25,18 @@ __all__ = [
     "Check",
     "Criterion",
     "FakeTool",
+    "FileSent",
     "InitialState",
     "Invariant",
     "MemoryFact",
+    "Message",
+    "Obedient",
+    "PendingApproval",
     "Rubric",
     "Scenario",
     "ScriptedCall",
     "ScriptedStep",
+    "SeedTable",
     "ToolResponse",
     "load_scenarios",
 ]
@@ -49,6 +55,55 @@ class MemoryFact(_Strict):
     tenant: str | None = None
 
 
+class PendingApproval(_Strict):
+    """An approval already waiting when the scenario starts (asked in an earlier run of the conversation).
+
+    It is opened as the runtime opens one (signed, bound to the action's hash, the requester the scenario's user),
+    so a decision in a later message goes through the production path. ``asked_slots`` stages a *stale* approval
+    (the session state it was asked in differs from the seeded one); a negative ``expires_in_s`` an expired one.
+    """
+
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str = Field("seeded-approval", pattern=r"^[A-Za-z0-9_-]{6,40}$")
+    reason: str = "asked in an earlier turn"
+    asked_slots: dict[str, Any] | None = None
+    """The session slots when it was asked (default: the seeded ``slots``, i.e. not stale)."""
+    asked_s_ago: float = Field(60.0, ge=0)
+    expires_in_s: float = 3600.0
+    """Seconds from the scenario's start until it expires (negative: already expired)."""
+
+
+class SeedTable(_Strict):
+    """A connected table (SQLite) the agent's table tools read and write, with its rows before the first message."""
+
+    columns: list[str] = Field(min_length=1)
+    """Its columns (the tenant column, when given, is added)."""
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    """Rows by column; a row's ``tenant_column`` value defaults to the scenario's tenant (give another to seed
+    another tenant's row)."""
+    permission: Literal["read", "write", "full"] = "read"
+    tenant_column: str | None = "tenant_id"
+    description: str = ""
+
+    @field_validator("columns")
+    @classmethod
+    def _identifiers(cls, value: list[str]) -> list[str]:
+        bad = [c for c in value if not is_identifier(c)]
+        if bad:
+            raise ValueError(f"column names are plain identifiers (not {', '.join(map(repr, bad))})")
+        if len({c.lower() for c in value}) != len(value):
+            raise ValueError("a column is named twice")
+        return value
+
+    @model_validator(mode="after")
+    def _tenant_column(self) -> SeedTable:
+        column = self.tenant_column
+        if column is not None and (not is_identifier(column) or column.lower() in {c.lower() for c in self.columns}):
+            raise ValueError(f"tenant_column {column!r}: a plain identifier, not one of the columns (it is added)")
+        return self
+
+
 class InitialState(_Strict):
     """What the session holds before the first message."""
 
@@ -58,6 +113,18 @@ class InitialState(_Strict):
     """Workspace files: relative path → text."""
     facts: list[MemoryFact] = Field(default_factory=list)
     """Memory facts (the agent sees those of its ``projects`` in its own tenant)."""
+    approvals: list[PendingApproval] = Field(default_factory=list)
+    """Approvals pending before the first message."""
+    tables: dict[str, SeedTable] = Field(default_factory=dict)
+    """Connected tables by the reference the model names."""
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, value: dict[str, SeedTable]) -> dict[str, SeedTable]:
+        for name in value:
+            if not is_identifier(name):
+                raise ValueError(f"table {name!r}: a table's name is a plain identifier")
+        return value
 
     @field_validator("files")
     @classmethod
@@ -80,6 +147,47 @@ class AgentUnderTest(_Strict):
     """Memory projects the agent is connected to (gives it the memory tools)."""
     policy: AgentPolicy | None = None
     limits: AgentLimits | None = None
+
+
+class FileSent(_Strict):
+    """A file the user sends with a message, fetched by the runtime as a channel's attachment is."""
+
+    name: str = Field(min_length=1, max_length=200)
+    content: str = ""
+    kind: Literal["image", "document", "audio", "voice", "video"] = "document"
+    mime_type: str | None = None
+    size: int | None = Field(None, ge=0)
+    """The size the platform announces (default: the content's); above the cap, the file is not fetched."""
+
+
+class Message(_Strict):
+    """One thing the user does in a turn: a message (with files), a button press on an approval, or an edit.
+
+    A plain string in ``messages`` is a message of the scenario's channel with that text.
+    """
+
+    text: str = ""
+    channel: str | None = None
+    """The channel it arrives on (default: the scenario's)."""
+    files: list[FileSent] = Field(default_factory=list)
+    decide: Literal["approve", "deny"] | None = None
+    """Press the Approve or Deny button of a pending approval (the channel's decision button, as offered)."""
+    approval: str | None = None
+    """Which approval ``decide`` answers (default: the newest pending one)."""
+    via: Literal["button", "command"] = "button"
+    """``command``: the decision is typed (``/approve ID``), as on channels without buttons."""
+    edits: int | None = Field(None, ge=1)
+    """This message edits the user's earlier message of that turn number (1-based) to ``text``."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Message:
+        if self.decide is not None and (self.edits is not None or self.files):
+            raise ValueError("a decision is a button press: it carries no files and edits nothing")
+        if self.decide is None and self.approval is not None:
+            raise ValueError("`approval` names what `decide` answers: give `decide` too")
+        if self.decide is None and not self.text.strip() and not self.files:
+            raise ValueError("a message needs text, files or a decision")
+        return self
 
 
 class ScriptedCall(_Strict):
@@ -136,6 +244,16 @@ class FakeTool(_Strict):
     error_class: ErrorClass = "permanent"
     responses: list[ToolResponse] = Field(default_factory=list)
     """Answers in call order (a recorded run's tool responses); once they run out, ``result``/``error`` answer."""
+
+
+class Obedient(_Strict):
+    """The obeying model (:class:`~switchboard.evals.obedient.ObedientModel`): ``obedient`` lists its first calls."""
+
+    obedient: list[ScriptedCall] = Field(default_factory=list)
+    descriptions: bool = True
+    """Obey instructions in tool descriptions too."""
+    user: bool = True
+    """Obey instructions in the user's own messages (a direct injection)."""
 
 
 class _Invariant(_Strict):
@@ -267,16 +385,26 @@ class Scenario(_Strict):
     description: str = ""
     channel: str = "web"
     tenant: str = "default"
-    messages: list[str] = Field(min_length=1)
-    """What the user sends, one turn each."""
+    messages: list[str | Message] = Field(min_length=1)
+    """What the user sends, one turn each: text, or a :class:`Message`."""
     agent: AgentUnderTest = Field(default_factory=AgentUnderTest)
-    model: Literal["offline"] | list[ScriptedStep] = "offline"
-    """``offline``: the agent's model (the offline model unless overridden); a list: scripted steps, in order."""
+    model: Literal["offline", "obedient"] | Obedient | list[ScriptedStep] = "offline"
+    """``offline``: the agent's model (the offline model unless overridden); a list: scripted steps, in order;
+    ``obedient`` (or ``{obedient: [first calls]}``): a model that obeys every instruction it reads."""
     state: InitialState = Field(default_factory=InitialState)
     tools: list[FakeTool] = Field(default_factory=list)
     """Fake tools, added to the agent's tools (one of a built-in tool's name replaces it)."""
     invariants: list[Invariant] = Field(min_length=1)
     rubric: Rubric | None = None
+
+    @model_validator(mode="after")
+    def _edits_refer_back(self) -> Scenario:
+        for turn, message in enumerate(self.messages, start=1):
+            if isinstance(message, Message) and message.edits is not None:
+                earlier = self.messages[message.edits - 1] if message.edits < turn else None
+                if earlier is None or (isinstance(earlier, Message) and earlier.decide is not None):
+                    raise ValueError(f"message {turn} edits message {message.edits}: name an earlier text message")
+        return self
 
 
 def load_scenarios(path: Path) -> list[Scenario]:

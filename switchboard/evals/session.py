@@ -1,15 +1,25 @@
 """The session an evaluation runs in: history, slots and approval records kept in memory for one scenario.
 
-A scenario's session lives as long as its run, so nothing is shared and nothing needs a lease; approvals are opened
-and kept ``pending`` (a scenario checks that one was asked; deciding them is for later).
+A scenario's session lives as long as its run, so nothing is shared and nothing needs a lease. Approvals follow the
+production store's rules (``switchboard.queue.approvals``): one decision changes a ``pending`` record, bound to the
+action's hash, on or after its expiry it is ``expired``, and an approved record is consumed once.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from switchboard.core.approvals.records import ApprovalRecord, DecideOutcome, DecisionVia, SessionControl, Verdict
+from switchboard.core.approvals.grants import GATEWAY_PRINCIPAL
+from switchboard.core.approvals.records import (
+    ApprovalRecord,
+    DecideOutcome,
+    DecideResult,
+    DecisionVia,
+    SessionControl,
+    Verdict,
+)
 from switchboard.core.turn import HistoryEntry
 
 __all__ = ["EvalSession"]
@@ -46,7 +56,9 @@ class EvalSession:
         self.slots.clear()
 
     async def approval_open(self, record: ApprovalRecord) -> None:
-        """Keep a new pending record."""
+        """Keep a new pending record (an id is never reused)."""
+        if record.id in self.approvals:
+            raise ValueError(f"approval id {record.id} is already taken")
         self.approvals[record.id] = record
 
     async def approval_get(self, approval_id: str) -> ApprovalRecord | None:
@@ -67,8 +79,27 @@ class EvalSession:
         action_prefix: str | None,
         run_id: str | None = None,
     ) -> DecideOutcome:
-        """Not reached: a turn only asks; decisions come from the queue layer, which evaluations do not run."""
-        raise NotImplementedError("deciding approvals in a scenario is not supported yet")
+        """Apply one decision: only a ``pending`` record changes, once (the rules of the Redis store's script)."""
+        record = self.approvals.get(approval_id)
+        if record is None:
+            return DecideOutcome(result="not_found")
+        if record.status != "pending":
+            return DecideOutcome(result="already_decided", record=record)
+        now = time.time()
+        decided: dict[str, Any] = {"decided_at": now, "decided_in": run_id or record.decided_in}
+        if now >= record.expires_at:
+            decided |= {"status": "expired", "decided_by": GATEWAY_PRINCIPAL, "decision_via": "expiry"}
+            result: DecideResult = "applied" if verdict == "expire" else "expired"
+        elif verdict == "expire":
+            return DecideOutcome(result="not_due", record=record)
+        elif action_prefix and not record.action_sha256.startswith(action_prefix.lower()):
+            return DecideOutcome(result="mismatch", record=record)
+        else:
+            status = "approved" if verdict == "approve" else "denied"
+            decided |= {"status": status, "decided_by": actor, "decision_via": via}
+            result = "applied"
+        self.approvals[approval_id] = changed = record.model_copy(update=decided)
+        return DecideOutcome(result=result, record=changed)
 
     async def approval_supersede(self, approval_id: str) -> bool:
         """``pending`` → ``superseded``; whether it changed."""
@@ -81,8 +112,12 @@ class EvalSession:
     async def approval_settle(
         self, approval_id: str, status: Literal["executed", "refused"], outcome: dict[str, Any] | None
     ) -> bool:
-        """Nothing is ever approved here, so nothing settles."""
-        return False
+        """Consume an ``approved`` record once: → ``executed`` or ``refused``; whether this call consumed it."""
+        record = self.approvals.get(approval_id)
+        if record is None or record.status != "approved":
+            return False
+        self.approvals[approval_id] = record.model_copy(update={"status": status, "outcome": outcome})
+        return True
 
     async def control(self) -> SessionControl | None:
         """The operator holding the conversation (none unless set)."""
