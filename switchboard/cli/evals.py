@@ -1,4 +1,7 @@
-"""``switchboard eval run``: run scenario files, print a table, write JSON results, compare with a baseline."""
+"""``switchboard eval run``: run scenario files, print a table, write JSON results, compare with a baseline.
+
+``switchboard eval record SESSION``: write a real session as a replay scenario (:mod:`switchboard.evals.record`).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+import redis.asyncio as aioredis
 from pydantic import TypeAdapter, ValidationError
 
+from switchboard.cli.control import operator_principal
+from switchboard.cli.sessions import redis_url_for, with_redis
+from switchboard.control import ControlError, ControlService
 from switchboard.core.agent.config import Agent
 from switchboard.errors import ConfigError
+from switchboard.evals.record import record_case, scope_for, write_case
 from switchboard.evals.runner import ScenarioResult, regressions, run_scenarios
 from switchboard.evals.scenario import Scenario, load_scenarios
+from switchboard.queue.ingest import Ingestor
+from switchboard.settings import Settings
 
-__all__ = ["eval_command", "scenario_files", "summary"]
+__all__ = ["eval_command", "record_command", "scenario_files", "summary"]
 
 _RESULTS: TypeAdapter[list[ScenarioResult]] = TypeAdapter(list[ScenarioResult])
 
@@ -121,3 +131,41 @@ def eval_command(
             out.write(f"REGRESSION (strict): {line}\n")
         return 1 if regressed else 0
     return 0 if all(c.passed for r in results for c in r.checks) else 1
+
+
+def record_command(
+    settings: Settings,
+    session: str,
+    *,
+    out: Path | None = None,
+    run_id: str | None = None,
+    operator: str | None = None,
+    stdout: TextIO = sys.stdout,
+) -> int:
+    """Record ``session`` into ``out`` (or print it); exit status 1, said on stderr, with nothing written on refusal."""
+    scope = scope_for(settings, operator_principal(operator), operator)
+
+    async def go(redis: aioredis.Redis) -> int:
+        service = ControlService(redis, settings, Ingestor(redis, settings.queue))
+        try:
+            scenario, text = await record_case(service, scope, session, run_id=run_id)
+        except (ControlError, ConfigError) as err:
+            print(f"switchboard: {err}", file=sys.stderr)
+            return 1
+        if out is None:
+            stdout.write(text)
+            return 0
+        try:
+            write_case(text, out)
+        except OSError as err:
+            print(f"switchboard: cannot write {out}: {err.strerror}", file=sys.stderr)
+            return 1
+        calls = sum(len(step.calls) for step in scenario.model if not isinstance(step, str))
+        print(
+            f"wrote {out}: scenario {scenario.id}, {len(scenario.messages)} turn(s), {calls} tool call(s), "
+            f"{len(scenario.invariants)} invariant(s); run it with `switchboard eval run {out}`",
+            file=stdout,
+        )
+        return 0
+
+    return with_redis(redis_url_for(settings), go)

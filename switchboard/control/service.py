@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import redis.asyncio as aioredis
 
@@ -26,7 +26,9 @@ from switchboard.control.reading import (
     timeline_of,
     usage_rows,
 )
+from switchboard.control.replay import build_case
 from switchboard.control.scope import (
+    ALL_TENANTS,
     InvalidRequestError,
     NotFoundError,
     OperatorScope,
@@ -54,6 +56,7 @@ from switchboard.queue.approvals import parse_approval_member, record_from_field
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.operators import operator_message, session_conversation
+from switchboard.queue.store import load_history
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
@@ -135,6 +138,25 @@ class ControlService:
         limit = max(1, min(limit, 2000))
         items = await transcript_of(self.redis, key, history_limit=limit, events_limit=limit * 5)
         return items if scope.reads_messages else [redacted(item) for item in items]
+
+    async def replay_case(
+        self, scope: OperatorScope, session: str, *, run_id: str | None = None, limit: int = 2000
+    ) -> dict[str, Any]:
+        """The session's turns (up to run ``run_id``) as an evaluation scenario, plain data (:mod:`.replay`).
+
+        Raises:
+            NotFoundError: no such session, or no answered turn (of ``run_id``) in its history.
+            OutOfScopeError: another tenant's session, or an operator who may not read messages (the case holds
+                the words).
+        """
+        key = await self._existing(scope, session)
+        if not scope.reads_messages:
+            raise OutOfScopeError(f"{scope.operator} may not read messages, which a replay case holds")
+        history = await load_history(self.redis, key, max(1, min(limit, 10_000)))
+        events = await timeline_of(self.redis, key, max(1, min(limit * 5, 50_000)))
+        config = self.settings.file
+        known = {config.tenant, *config.tenants, *(t for o in config.console.operators for t in o.tenants)}
+        return build_case(key, history, events, run_id=run_id, others=sorted(known - {ALL_TENANTS}))
 
     async def approvals(self, scope: OperatorScope, *, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of the scope's tenants, oldest first."""
