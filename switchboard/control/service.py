@@ -54,8 +54,9 @@ from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
+from switchboard.queue.review import MAX_NOTE_CHARS, ReviewQueue, ReviewSample, ReviewVerdict
 from switchboard.queue.store import load_history
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
@@ -157,6 +158,45 @@ class ControlService:
         config = self.settings.file
         known = {config.tenant, *config.tenants, *(t for o in config.console.operators for t in o.tenants)}
         return build_case(key, history, events, run_id=run_id, others=sorted(known - {ALL_TENANTS}))
+
+    async def review_samples(
+        self, scope: OperatorScope, *, limit: int = 100
+    ) -> list[tuple[ReviewSample, ReviewVerdict | None]]:
+        """The scope's sampled runs awaiting or given a verdict, newest first (``SWITCHBOARD_EVALS__*``)."""
+        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant)
+        if scope.unrestricted:
+            head, tail = _GLOBAL.review_runs("\0").split("\0")
+            tenants = set()
+            async for key in self.redis.scan_iter(match=literal(head) + "*" + literal(tail), count=500):
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                tenants.add(name[len(head) : -len(tail)])
+        else:
+            tenants = set(scope.tenants)
+        found = [pair for tenant in sorted(tenants) for pair in await queue.samples(tenant, limit=limit)]
+        return sorted(found, key=lambda pair: pair[0].at, reverse=True)[: max(1, limit)]
+
+    async def judge_run(
+        self, scope: OperatorScope, session: str, run_id: str, verdict: str, note: str = ""
+    ) -> ReviewVerdict:
+        """Give a sampled run of ``session`` a verdict (``pass`` or ``fail``) and a note.
+
+        Raises:
+            InvalidRequestError: a verdict other than those, or a note too long.
+            NotFoundError: no such run among the tenant's samples.
+            OutOfScopeError: another tenant's session.
+        """
+        key = scope.check(session)
+        if verdict not in ("pass", "fail"):
+            raise InvalidRequestError("verdict must be 'pass' or 'fail'")
+        if len(note) > MAX_NOTE_CHARS or not is_text(note):
+            raise InvalidRequestError(f"the note must be text of at most {MAX_NOTE_CHARS} characters")
+        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant)
+        sample = await queue.find(session_parts(key)[0], key, run_id)
+        if sample is None:
+            raise NotFoundError(f"no sampled run {run_id[:80]!r} of {session[:200]} awaits review")
+        judged = ReviewVerdict(verdict="pass" if verdict == "pass" else "fail", note=note, by=scope.operator)
+        await queue.judge(sample, judged)
+        return judged
 
     async def approvals(self, scope: OperatorScope, *, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of the scope's tenants, oldest first."""
