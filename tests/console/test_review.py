@@ -12,8 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.cli.evals import eval_command
+from switchboard.control import ControlService, OperatorScope
 from switchboard.errors import ConfigError
 from switchboard.evals.scenario import load_scenarios
+from switchboard.queue.erasure import Eraser
+from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.review import ReviewQueue, ReviewSample, ReviewVerdict
 from switchboard.settings import load_settings
@@ -127,6 +130,43 @@ def test_the_sampling_settings_come_from_the_environment(base_env: dict[str, str
     assert evals.redact and evals.max_per_tenant == 50 and evals.rate("acme", "support") == 0.0
     with pytest.raises(ConfigError, match="SWITCHBOARD_EVALS__SAMPLE_RATE"):
         load_settings({**base_env, "SWITCHBOARD_EVALS__SAMPLE_RATE": "1.5"})
+
+
+async def test_erasing_a_tenant_erases_its_samples(async_redis: aioredis.Redis, tmp_path: Path) -> None:
+    await _sampled(async_redis, tmp_path / "a")
+    await _sampled(async_redis, tmp_path / "b", tenant="other")
+    queue = ReviewQueue(async_redis)
+    [(sample, _)] = await queue.samples("default")
+    await queue.judge(sample, ReviewVerdict(verdict="pass", by="console:alice"))
+    await Eraser(async_redis).erase("default", by="test")
+    assert await async_redis.exists(KEYS.review_runs("default"), KEYS.review_verdicts("default")) == 0
+    assert len(await queue.samples("other")) == 1  # another tenant's stay
+
+
+async def test_erasing_a_session_erases_its_samples_and_verdicts(async_redis: aioredis.Redis, tmp_path: Path) -> None:
+    gone = await _sampled(async_redis, tmp_path / "a")
+    kept = await user_says(async_redis, conversation_ref(conversation="c2"), QUESTION, "evt-c2")
+    await drain(async_redis, kept, tmp_path / "b", Sampler(async_redis, EvalSettings(sample_rate=1.0)))
+    queue = ReviewQueue(async_redis)
+    for sample, _ in await queue.samples("default"):
+        await queue.judge(sample, ReviewVerdict(verdict="fail", by="console:alice"))
+    report = await Eraser(async_redis).erase("default", session=gone, by="test")
+    assert report.counts["review"] == 2  # the sample and its verdict
+    left = await queue.samples("default")
+    assert [s.session for s, _ in left] == [kept] and left[0][1] is not None
+
+
+async def test_an_operator_of_every_tenant_sees_every_tenants_samples(
+    async_redis: aioredis.Redis, review_env: dict[str, str], tmp_path: Path
+) -> None:
+    await _sampled(async_redis, tmp_path / "a")
+    await _sampled(async_redis, tmp_path / "b", tenant="other")
+    settings = load_settings(review_env)
+    service = ControlService(async_redis, settings, Ingestor(async_redis, settings.queue))
+    found = await service.review_samples(OperatorScope.everything("console:root"))
+    assert sorted(s.tenant for s, _ in found) == ["default", "other"]
+    scoped = await service.review_samples(OperatorScope(operator="console:bob", tenants=frozenset({"other"})))
+    assert [s.tenant for s, _ in scoped] == ["other"]
 
 
 # -- the console -----------------------------------------------------------------------------------------------------
