@@ -46,7 +46,12 @@ console:
     - name: bob
       password_hash: "{HASH}"
       tenants: [other]
+    - name: carol
+      password_hash: "{HASH}"
+      tenants: [default]
+      role: viewer
 """
+OTHERS_WORDS = "the other tenant's code is 8842"
 
 
 @pytest.fixture
@@ -81,10 +86,13 @@ async def test_a_recorded_session_loads_and_passes_eval_run(
     async_redis: aioredis.Redis, env: dict[str, str], tmp_path: Path
 ) -> None:
     session = await _session(async_redis, tmp_path / "ws")
+    elsewhere = await user_says(async_redis, conversation_ref(tenant="other"), OTHERS_WORDS, "evt-other")
+    await drain(async_redis, elsewhere, tmp_path / "ws")
     out = tmp_path / "cases" / "incident.yaml"
     recorded = await asyncio.to_thread(_cli, env, "record", session, "-o", str(out))
     assert recorded.returncode == 0, recorded.stderr
     assert f"wrote {out}" in recorded.stdout
+    assert "8842" not in out.read_text()  # nothing of another session, or tenant
     [case] = load_scenarios(out)
     assert case.messages == [QUESTION, "and tomorrow?"]
     assert case.tenant == "default" and case.channel == "telegram" and case.agent.configured == "assistant"
@@ -144,8 +152,9 @@ async def test_record_up_to_one_run(async_redis: aioredis.Redis, settings: Setti
         ("default/assistant/telegram/default/nobody", None, "no such session"),
         ("not-a-session", None, "not a session key"),
         (None, "bob", "may not act on tenant 'default'"),
+        (None, "carol", "may not read messages"),
     ],
-    ids=["missing", "malformed", "other-tenant"],
+    ids=["missing", "malformed", "other-tenant", "viewer"],
 )
 async def test_record_refuses_and_writes_nothing(
     async_redis: aioredis.Redis,
