@@ -90,6 +90,9 @@ async def test_an_operator_reviews_a_sampled_run_and_downloads_its_replay_case(
     transcript = page.get_by_test_id("review-transcript")
     await expect(transcript).to_contain_text(HOSTILE, timeout=GUARD_MS)  # as text, never as markup
     assert await page.locator("main img, main b").count() == 0
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    widths = await page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1] == 1280, f"the review tab is {widths[0]} px wide"
 
     await page.get_by_test_id("review-verdict").select_option("fail")
     await page.get_by_test_id("review-note").fill("should have asked which day")

@@ -754,7 +754,7 @@
       ...data.samples.map((s) => {
         const verdict = s.verdict ? `${s.verdict.verdict}${s.verdict.note ? `: ${s.verdict.note}` : ""}` : "to review";
         const open = button("Open", "review-open", () => showRun(s, data.redacted).catch((err) => say(err.message, true)));
-        return row([s.run_id, s.session, s.agent, s.channel, when(s.at), s.steps, s.tools.join(", "), verdict, open],
+        return row([el("code", s.run_id), el("code", s.session), s.agent, s.channel, when(s.at), s.steps, s.tools.join(", "), verdict, open],
           { "data-testid": "review-row" });
       }),
     );
