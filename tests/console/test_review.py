@@ -264,3 +264,32 @@ async def test_redacted_reviews_show_no_words_to_anyone(
     run = body["samples"][0]["run_id"]
     refused = await console.client.get("/console/api/review/case", params={"session": session, "run": run})
     assert refused.status == 403 and (await refused.json())["error"]["code"] == "redacted"
+
+
+async def test_an_operators_words_are_not_replayed_as_the_models(
+    console: Console, async_redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """A take-over, an operator's answer and a hand-back between two turns: the case holds the user's words, and
+    what they said while the operator held the conversation goes with their next turn (the operator's is no step)."""
+    session = await user_says(async_redis, conversation_ref(), QUESTION, "evt-1")
+    await drain(async_redis, session, tmp_path)
+    assert (await console.login("alice")).status == 200
+    for path, extra in (("take-over", {}), ("say", {"text": "Alice here, one moment."}), ("hand-back", {})):
+        if path == "say":  # the user speaks while the operator holds the conversation; the operator answers
+            await user_says(async_redis, conversation_ref(), "are you there?", "evt-held")
+            await drain(async_redis, session, tmp_path)
+        resp = await console.write(f"sessions/{path}", {"session": session, **extra})
+        assert resp.status == 202, await resp.text()
+        await drain(async_redis, session, tmp_path)
+    await user_says(async_redis, conversation_ref(), "thanks, and now?", "evt-2")
+    await drain(async_redis, session, tmp_path)
+    resp = await console.client.get("/console/api/review/case", params={"session": session})
+    assert resp.status == 200, await resp.text()
+    text = await resp.text()
+    assert "Alice here" not in text
+    case = tmp_path / "case.yaml"
+    case.write_text(text)
+    [scenario] = load_scenarios(case)
+    assert scenario.messages == [QUESTION, "are you there?\nthanks, and now?"]
+    agents = {"assistant": console.settings.file.agents["assistant"]}
+    assert await asyncio.to_thread(eval_command, [case], agents=agents, out=StringIO()) == 0
