@@ -1,5 +1,9 @@
 """``switchboard eval run``: run scenario files, print a table, write JSON results, compare with a baseline.
 
+Models come from the configured providers and are priced with the configured price table, as in the worker; the
+offline model stays the default. ``--variant NAME=FILE.yaml`` runs every scenario once per variant of the agent and
+prints them side by side.
+
 ``switchboard eval record SESSION``: write a real session as a replay scenario (:mod:`switchboard.evals.record`).
 """
 
@@ -7,27 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import redis.asyncio as aioredis
+import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from switchboard.cli.control import operator_principal
 from switchboard.cli.sessions import redis_url_for, with_redis
 from switchboard.control import ControlError, ControlService
-from switchboard.core.agent.config import Agent
+from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.errors import ConfigError
 from switchboard.evals.record import record_case, scope_for, write_case
-from switchboard.evals.runner import ScenarioResult, regressions, run_scenarios
+from switchboard.evals.report import by_scenario, side_by_side, summary, table
+from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenarios
 from switchboard.evals.scenario import Scenario, load_scenarios
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import Settings
 
-__all__ = ["eval_command", "record_command", "scenario_files", "summary"]
+__all__ = ["eval_command", "eval_setup", "parse_variant", "record_command", "scenario_files", "summary"]
 
 _RESULTS: TypeAdapter[list[ScenarioResult]] = TypeAdapter(list[ScenarioResult])
 
@@ -60,35 +65,34 @@ def _load_baseline(path: Path) -> list[ScenarioResult]:
         raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: {err}") from None
 
 
-def _table(results: Sequence[ScenarioResult], out: TextIO) -> None:
-    width = max([len(r.id) for r in results] + [8])
-    out.write(f"{'scenario':<{width}}  {'ver':<6} {'score':>5}  {'tokens':>6}  {'ms':>7}  failed\n")
-    for r in results:
-        failed = ", ".join(f"{c.name}{' (strict)' if c.strict else ''}" for c in r.checks if not c.passed)
-        tokens = r.input_tokens + r.output_tokens
-        out.write(f"{r.id:<{width}}  {r.version:<6} {r.score:>5.2f}  {tokens:>6}  {r.latency_ms:>7.0f}  {failed}\n")
-    totals = summary(results)
-    out.write(
-        f"{len(results)} scenario(s), mean score {totals['mean_score']:.2f}, "
-        f"latency p50 {totals['latency_p50_ms']:.0f} ms p95 {totals['latency_p95_ms']:.0f} ms, "
-        f"{totals['tokens']:.0f} tokens\n"
-    )
+def eval_setup(settings: Settings, *, rubrics: bool = True) -> EvalSetup:
+    """The worker's providers (keys, endpoints) and price table, read from the settings (``rubrics``: grade them)."""
+    from switchboard.cli.worker import provider_config
+
+    return EvalSetup(providers=provider_config(settings), prices=settings.file.prices, rubrics=rubrics)
 
 
-def summary(results: Sequence[ScenarioResult]) -> dict[str, float]:
-    """Mean score, latency p50/p95 (nearest rank) and total tokens and credits of a run."""
-    latencies = sorted(r.latency_ms for r in results)
+def parse_variant(text: str) -> Variant:
+    """``NAME=FILE.yaml``: a variant of the agent under test, its overrides read from the file.
 
-    def rank(q: float) -> float:
-        return latencies[min(len(latencies) - 1, math.ceil(q * len(latencies)) - 1)] if latencies else 0.0
-
-    return {
-        "mean_score": sum(r.score for r in results) / len(results) if results else 0.0,
-        "latency_p50_ms": rank(0.5),
-        "latency_p95_ms": rank(0.95),
-        "tokens": sum(r.input_tokens + r.output_tokens for r in results),
-        "credits": sum(r.credits for r in results),
-    }
+    Raises:
+        ConfigError: not ``NAME=FILE``, an unreadable file, or overrides that are not a valid agent's fields.
+    """
+    name, sep, file = text.partition("=")
+    if not sep or not name or not file:
+        raise ConfigError(f"--variant {text!r}: write NAME=OVERRIDES.yaml")
+    try:
+        raw: Any = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"--variant {name}: cannot read {file}: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--variant {name}: {file} must hold a mapping of agent fields (model, models, ...)")
+    try:
+        variant = Variant(name=name, overrides=raw)
+        variant.apply(Agent(name="eval", profile=AgentProfile(name="eval")), scripted=False)
+    except (ValueError, ValidationError) as err:
+        raise ConfigError(f"--variant {name}: {file}: {err}") from None
+    return variant
 
 
 def eval_command(
@@ -98,13 +102,26 @@ def eval_command(
     baseline: Path | None = None,
     concurrency: int = 4,
     agents: Mapping[str, Agent] | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
+    setup: EvalSetup | None = None,
+    variants: Sequence[Variant] = (),
+    small_threshold: float = 0.9,
+    repeat: int = 1,
 ) -> int:
-    """Run the scenarios of ``paths``; exit status 1 when a check fails, or a strict one regressed from ``baseline``.
+    """Run the scenarios of ``paths``; exit status 1 when a result is not correct, or a strict check regressed.
+
+    Not correct: a check failed, or a rubric failed or could not be graded. With ``baseline``, only a strict check
+    that passed there and fails now sets the exit status.
+
+    ``setup``: providers and prices (default: none, the offline model); ``variants``: run every scenario once per
+    variant and print them side by side, with whether each routing variant's small model is accurate enough
+    (``small_threshold``: the share of correct results it must reach); ``repeat``: run each scenario that many times
+    (measures are over all runs: a model that is right only sometimes costs more per correct result).
 
     Raises:
-        ConfigError: a bad scenario file or baseline (nothing runs).
+        ConfigError: a bad scenario file or baseline, or two variants of one name (nothing runs).
     """
+    out = out if out is not None else sys.stdout  # looked up now: a caller may have redirected it
     scenarios: list[Scenario] = []
     for file in scenario_files(paths):
         scenarios += load_scenarios(file)
@@ -113,24 +130,56 @@ def eval_command(
         if (scenario.id, scenario.version) in seen:
             raise ConfigError(f"scenario {scenario.id} version {scenario.version} is defined twice")
         seen.add((scenario.id, scenario.version))
+    if repeat < 1:
+        raise ConfigError(f"--repeat {repeat}: run each scenario at least once")
+    if len({v.name for v in variants}) != len(variants):
+        raise ConfigError("--variant: two variants have the same name")
     before = _load_baseline(baseline) if baseline is not None else None
-    results = asyncio.run(run_scenarios(scenarios, concurrency=concurrency, configured=agents))
-    _table(results, out)
+    by_variant = asyncio.run(_run_variants(list(scenarios) * repeat, variants, concurrency, agents, setup))
+    results = [r for group in by_variant.values() for r in group]
+    for name, group in by_variant.items():
+        if variants:
+            out.write(f"== variant {name}\n")
+        table(group, out)
+    if variants:
+        side_by_side(by_variant, out, small_threshold)
     if json_out is not None:
+        written: dict[str, Any] = {"summary": summary(results), "scenarios": by_scenario(results)}
+        if variants:
+            written["variants"] = {name: summary(group) for name, group in by_variant.items()}
+        written["results"] = _RESULTS.dump_python(results, mode="json")
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(
-            json.dumps({"summary": summary(results), "results": _RESULTS.dump_python(results, mode="json")}, indent=1)
-            + "\n"
-        )
+        json_out.write_text(json.dumps(written, indent=1) + "\n")
     if before is not None:
-        regressed = regressions(results, before)
-        mean_before = sum(r.score for r in before) / len(before) if before else 0.0
-        mean_now = sum(r.score for r in results) / len(results) if results else 0.0
-        out.write(f"baseline mean score {mean_before:.2f}, candidate {mean_now:.2f}\n")
-        for line in regressed:
+        found = compare(results, before)
+        out.write(
+            f"baseline mean score {found.baseline_mean:.2f}, candidate {found.candidate_mean:.2f} "
+            f"({len(found.compared)} scenario(s) compared)\n"
+        )
+        for line in found.changed:
+            out.write(f"changed (compared): {line}\n")
+        for line in found.not_comparable:
+            out.write(f"not comparable: {line}\n")
+        for line in found.regressions:
             out.write(f"REGRESSION (strict): {line}\n")
-        return 1 if regressed else 0
-    return 0 if all(c.passed for r in results for c in r.checks) else 1
+        return 1 if found.regressions else 0
+    return 0 if all(r.correct for r in results) else 1
+
+
+async def _run_variants(
+    scenarios: Sequence[Scenario],
+    variants: Sequence[Variant],
+    concurrency: int,
+    agents: Mapping[str, Agent] | None,
+    setup: EvalSetup | None,
+) -> dict[str, list[ScenarioResult]]:
+    """Every scenario per variant (one after the other, so variants do not slow each other down)."""
+    if not variants:
+        return {"": await run_scenarios(scenarios, concurrency=concurrency, configured=agents, setup=setup)}
+    return {
+        v.name: await run_scenarios(scenarios, concurrency=concurrency, configured=agents, setup=setup, variant=v)
+        for v in variants
+    }
 
 
 def record_command(

@@ -283,10 +283,11 @@ def _parser() -> argparse.ArgumentParser:
         "run evaluation scenarios (YAML) through the agent runtime, print a table, write JSON results",
         "run PATH...: run every scenario of the files (and directories) named through the agent runtime, on "
         "temporary workspaces, and check each scenario's invariants on the trajectory (docs/evals.md). Exit "
-        "status 1 when a check fails; with --baseline, 1 only when a strict invariant that passed in the baseline "
-        "fails now (even when the mean score improved). record SESSION: write the session kept in Redis as a replay "
-        "scenario (its messages, the model's decisions, the tools' results, invariants pinning what happened) to "
-        "-o FILE, or print it.",
+        "status 1 when a check (or a rubric) fails; with --baseline, 1 only when a strict invariant that passed in the "
+        "baseline fails now (even when the mean score improved). Models and prices come from the config file, as for "
+        "the worker; --variant runs every scenario per variant of the agent and prints them side by side. "
+        "record SESSION: write the session kept in Redis as a replay scenario (its messages, the model's decisions, "
+        "the tools' results, invariants pinning what happened) to -o FILE, or print it.",
     )
     evals.add_argument("action", choices=["run", "record"], help="what to do")
     evals.add_argument(
@@ -298,6 +299,28 @@ def _parser() -> argparse.ArgumentParser:
     evals.add_argument("-o", "--out", type=Path, metavar="FILE", help="record: write the scenario here")
     evals.add_argument("--run", dest="run_id", metavar="RUN", help="record: the turns up to this run only")
     evals.add_argument("--operator", help="record: as this console operator, within their tenants")
+    evals.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=OVERRIDES.yaml",
+        help="run every scenario with these overrides of the agent (repeatable; printed side by side)",
+    )
+    evals.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="run each scenario N times (measures over all runs)"
+    )
+    evals.add_argument(
+        "--skip-rubrics",
+        action="store_true",
+        help="score the exact checks only, without calling grader models (rubrics are recorded as skipped)",
+    )
+    evals.add_argument(
+        "--small-threshold",
+        type=float,
+        default=0.9,
+        metavar="RATE",
+        help="share of correct results a routing variant's small model must reach to be enough",
+    )
     sessions = _command(
         sub,
         "sessions",
@@ -688,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings, args.paths[0].as_posix(), out=args.out, run_id=args.run_id, operator=args.operator
             )
         if args.command == "eval":
-            from switchboard.cli.evals import eval_command
+            from switchboard.cli.evals import eval_command, eval_setup, parse_variant
 
             return eval_command(
                 args.paths,
@@ -696,6 +719,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 baseline=args.baseline,
                 concurrency=args.concurrency,
                 agents=settings.file.agents,
+                setup=eval_setup(settings, rubrics=not args.skip_rubrics),
+                variants=[parse_variant(v) for v in args.variant],
+                small_threshold=args.small_threshold,
+                repeat=args.repeat,
             )
         if args.command == "sessions":
             return cmd_sessions(settings, args)

@@ -151,6 +151,8 @@ class ToolCalled(_Event):
     """Workspace path a very large result was written to."""
     policy: str | None = None
     """What the policy decided (``allow:<rule>``, ``approve:<rule>``, ``observe:<rule>``, ``refuse:<rule>``)."""
+    attempts: int = 1
+    """Times the gateway ran the tool (retries of a transient failure add to it; 0: a recorded outcome reused)."""
 
 
 class SandboxUsed(_Event):

@@ -12,10 +12,12 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.core.agent.replay import RecordedStep, ReplayModel
 from switchboard.core.agent.runtime import Runtime
-from switchboard.core.events import ApprovalRequested, Event, ToolCalled, UsageMetered
+from switchboard.core.events import ApprovalRequested, Event, StepRecorded, ToolCalled, UsageMetered
 from switchboard.core.memory.facts import Fact, FactChange, Source
 from switchboard.core.memory.store import SQLiteMemoryStore
 from switchboard.core.memory.tools import ConnectedProjects
@@ -35,6 +37,7 @@ from switchboard.core.tools.builtin import ToolRegistry, default_registry
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnRequest
 from switchboard.errors import ToolError
+from switchboard.evals.grading import Grade, evaluator_version, grade, prompt_sha256
 from switchboard.evals.scenario import (
     AnswerContains,
     AnswerMatches,
@@ -44,6 +47,7 @@ from switchboard.evals.scenario import (
     FakeTool,
     NoRepeatedWrite,
     NoUnapprovedWrite,
+    Rubric,
     Scenario,
     ScriptedStep,
     SourceCited,
@@ -56,15 +60,46 @@ from switchboard.evals.session import EvalSession
 __all__ = [
     "CallRecord",
     "CheckResult",
+    "Comparison",
+    "EvalSetup",
     "ScenarioResult",
     "Trajectory",
+    "Versions",
     "check",
+    "compare",
     "regressions",
     "run_scenario",
     "run_scenarios",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalSetup:
+    """Where models come from and what their tokens cost: the worker's providers and price table, or none (offline)."""
+
+    providers: ProviderConfig = field(default_factory=ProviderConfig)
+    prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Credits per 1,000 tokens by model spec (the config file's ``prices:``)."""
+    rubrics: bool = True
+    """Grade rubrics; ``False`` (``--skip-rubrics``): score the exact checks only, and say the rubric was skipped."""
+
+
+class Versions(BaseModel):
+    """What a result was measured with; two results compare only when scenario and evaluator match."""
+
+    scenario: str
+    tools: str
+    """Hash of the tool catalog offered to the model (names, descriptions, parameter schemas)."""
+    policy: str
+    """The policy's ``version``, or a hash of the policy when it declares none."""
+    prompt: str
+    """Hash of the agent's instructions and profile (what its system prompt is built from)."""
+    model: str
+    """The agent's model, or ``small=...,strong=...`` when it routes."""
+    evaluator: str
+    """``exact`` (checks only), or ``grader model/rubric version/grader prompt hash``."""
 
 
 class CallRecord(BaseModel):
@@ -91,6 +126,9 @@ class Trajectory(BaseModel):
     credits: float = 0.0
     stopped_by: list[str] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
+    tools_version: str = ""
+    """Hash of the tool catalog offered to the model."""
+    versions: Versions | None = None
 
     @property
     def answer(self) -> str:
@@ -120,7 +158,7 @@ class ScenarioResult(BaseModel):
     policy_version: str
     checks: list[CheckResult]
     score: float
-    """Fraction of exact checks passed."""
+    """Fraction of exact checks passed, or with a rubric ``(1 - weight) * that + weight * rubric score``."""
     rubric: str = "not graded"
     input_tokens: int = 0
     output_tokens: int = 0
@@ -128,6 +166,29 @@ class ScenarioResult(BaseModel):
     latency_ms: float = 0.0
     error: str | None = None
     trajectory: Trajectory | None = None
+    versions: Versions | None = None
+    """``None`` in results written before versions were recorded (never comparable)."""
+    grade: Grade | None = None
+    """The rubric's verdict (``None``: the scenario has no rubric)."""
+    correct: bool = False
+    """Every check passed and the rubric (if any) reached its pass mark."""
+    compliant: bool = False
+    """Every strict (safety) check passed."""
+    turns: int = 0
+    steps: int = 0
+    approvals: int = 0
+    """Approvals the runtime asked a person for."""
+    retries: int = 0
+    """Tool attempts beyond the first, plus calls the model repeated after a failed call of the same tool."""
+    step_p50_ms: float = 0.0
+    step_p95_ms: float = 0.0
+    """Model step latency (nearest rank over the scenario's steps)."""
+    variant: str = ""
+    """The ``--variant`` the scenario ran under (empty: the agent as configured)."""
+    model_credits: float = 0.0
+    """The part of ``credits`` the model steps cost (the rest is tools' own costs)."""
+    small_steps: int = 0
+    """Model steps run on the agent's small model (``models.small``; 0 without routing)."""
 
 
 class _Sink:
@@ -242,25 +303,38 @@ def _sha256(agent: Agent) -> str:
     return hashlib.sha256(json.dumps(agent.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
 
-async def _run(scenario: Scenario, agent: Agent, root: Path) -> Trajectory:
-    factory = ModelFactory(ProviderConfig())
+async def _run(scenario: Scenario, agent: Agent, root: Path, setup: EvalSetup | None = None) -> Trajectory:
+    setup = setup or EvalSetup()
+    factory = ModelFactory(setup.providers)
     if not isinstance(scenario.model, str):
         factory.override("offline", _scripted(scenario.model))
     memory = await _memory(scenario, root / "memory")
     try:
-        return await _turns(scenario, agent, root, factory, memory)
+        return await _turns(scenario, agent, root, factory, memory, prices=setup.prices)
     finally:
         memory.close()
+        await factory.aclose()
+
+
+def _catalog_sha256(tools: ToolRegistry, agent: Agent) -> str:
+    """Hash of the tool catalog the model is offered (names, descriptions, parameter schemas), in name order."""
+    specs = sorted((s.model_dump(mode="json") for s in tools.specs(tools.for_agent(agent))), key=lambda s: s["name"])
+    return hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 async def _turns(
-    scenario: Scenario, agent: Agent, root: Path, factory: ModelFactory, memory: SQLiteMemoryStore
+    scenario: Scenario,
+    agent: Agent,
+    root: Path,
+    factory: ModelFactory,
+    memory: SQLiteMemoryStore,
+    prices: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Trajectory:
     connected = tuple(agent.projects)
     tools = _registry(scenario, memory, lambda name, tenant: connected if name == agent.name else ())
-    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0)
+    runtime = Runtime(models=factory, tools=tools, workspace_root=root / "ws", model_backoff_s=0.0, prices=prices)
     session = EvalSession(scenario.state.slots)
-    trajectory = Trajectory()
+    trajectory = Trajectory(tools_version=_catalog_sha256(tools, agent))
     sink = _Sink()
     for turn, text in enumerate(scenario.messages, start=1):
         message = InboundMessage(
@@ -411,14 +485,91 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     assert_never(invariant)
 
 
-async def run_scenario(scenario: Scenario, configured: Mapping[str, Agent] | None = None) -> ScenarioResult:
-    """Run one scenario and grade it; a run that raises fails every check, with the error recorded."""
+class Variant(BaseModel):
+    """Overrides of the agent under test (``--variant NAME=FILE.yaml``): any agent field, e.g. ``models`` or ``model``.
+
+    A scripted scenario keeps its script: a variant changes its agent's other fields, not who decides.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    def apply(self, agent: Agent, *, scripted: bool) -> Agent:
+        """``agent`` with the overrides (validated as an agent; a pydantic error names the bad field)."""
+        unknown = sorted(set(self.overrides) - set(Agent.model_fields))
+        if unknown:
+            raise ValueError(f"variant {self.name}: not agent fields: {', '.join(unknown)}")
+        varied = agent.model_dump() | self.overrides
+        if scripted:
+            varied |= {"model": "offline", "models": None}
+        return Agent.model_validate(varied)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _versions(
+    scenario: Scenario, rubric: Rubric | None, agent: Agent, trajectory: Trajectory, policy_version: str
+) -> Versions:
+    routing = agent.models
+    return Versions(
+        scenario=scenario.version,
+        tools=trajectory.tools_version,
+        policy=policy_version or agent.policy.version or f"sha:{_digest(agent.policy.model_dump(mode='json'))}",
+        prompt=_digest(
+            {
+                "instructions": agent.instructions,
+                "profile": agent.profile.model_dump(mode="json") if agent.profile else None,
+            }
+        ),
+        model=f"small={routing.small},strong={routing.strong}" if routing else agent.model or "offline",
+        evaluator=evaluator_version(rubric),
+    )
+
+
+def _retries(trajectory: Trajectory) -> int:
+    """Tool attempts beyond the first (from ``tool_called`` events), and calls repeated after the tool failed."""
+    called = ToolCalled.model_fields["kind"].default
+    attempts = sum(max(0, int(e.get("attempts", 1)) - 1) for e in trajectory.events if e.get("kind") == called)
+    last_failed: set[str] = set()  # tools whose latest call failed
+    again = 0
+    for call in trajectory.calls:
+        if call.tool in last_failed:
+            again += 1
+        if call.ok is False:
+            last_failed.add(call.tool)
+        else:
+            last_failed.discard(call.tool)
+    return attempts + again
+
+
+def _nearest_rank(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+async def run_scenario(
+    scenario: Scenario,
+    configured: Mapping[str, Agent] | None = None,
+    setup: EvalSetup | None = None,
+    variant: Variant | None = None,
+) -> ScenarioResult:
+    """Run one scenario and grade it; a run that raises fails every check, with the error recorded.
+
+    ``setup``: the providers and prices (default: none, the offline model); ``variant``: overrides of the agent.
+    """
+    setup = setup or EvalSetup()
     agent = _agent(scenario, configured or {})
+    if variant is not None:
+        agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
     started = time.perf_counter()
     error: str | None = None
     with tempfile.TemporaryDirectory(prefix="switchboard-eval-") as tmp:
         try:
-            trajectory = await _run(scenario, agent, Path(tmp))
+            trajectory = await _run(scenario, agent, Path(tmp), setup)
         except Exception as err:  # a crashed run is a failed scenario, reported, not a crashed suite
             logger.warning("scenario %s failed to run: %s", scenario.id, err)
             error = f"{type(err).__name__}: {err}"
@@ -433,48 +584,177 @@ async def run_scenario(scenario: Scenario, configured: Mapping[str, Agent] | Non
         )  # fmt: skip
     metered = [e for e in trajectory.events if e.get("kind") == UsageMetered.model_fields["kind"].default]
     policy_version = str(metered[-1].get("policy_version", "")) if metered else ""
+    exact = sum(r.passed for r in results) / len(results)
+    graded = scenario.rubric if setup.rubrics else None
+    verdict = await _grade(scenario, graded, trajectory, setup, error)
+    score, rubric = exact, "none" if scenario.rubric is None else "skipped"
+    if graded is not None and verdict is not None:
+        score = (1 - graded.weight) * exact + graded.weight * (verdict.score or 0.0)
+        rubric = (
+            f"error: {verdict.error}"
+            if verdict.error
+            else f"{verdict.score:.2f} ({'pass' if verdict.passed else 'fail'})"
+        )
+    versions = _versions(scenario, graded, agent, trajectory, policy_version)
+    trajectory.versions = versions
+    steps = [
+        e.get("detail", {}) for e in trajectory.events if e.get("kind") == StepRecorded.model_fields["kind"].default
+    ]
+    step_ms = [float(d.get("duration_ms", 0.0)) for d in steps]
+    small = agent.models.small if agent.models is not None else None
     return ScenarioResult(
         id=scenario.id,
         version=scenario.version,
         agent=agent.name,
         agent_sha256=_sha256(agent),
-        model=agent.model or "offline",
+        model=versions.model,
         policy_version=policy_version or agent.policy.version or "",
         checks=results,
-        score=sum(r.passed for r in results) / len(results),
-        rubric="not graded (rubric grading is not implemented yet)" if scenario.rubric else "none",
+        score=score,
+        rubric=rubric,
         input_tokens=trajectory.input_tokens,
         output_tokens=trajectory.output_tokens,
         credits=trajectory.credits,
         latency_ms=round(latency_ms, 1),
         error=error,
         trajectory=trajectory,
+        versions=versions,
+        grade=verdict,
+        correct=error is None and all(r.passed for r in results) and (verdict is None or verdict.passed),
+        compliant=error is None and all(r.passed for r in results if r.strict),
+        turns=len(trajectory.answers),
+        steps=trajectory.steps,
+        approvals=len(trajectory.approvals),
+        retries=_retries(trajectory),
+        step_p50_ms=_nearest_rank(step_ms, 0.5),
+        step_p95_ms=_nearest_rank(step_ms, 0.95),
+        variant=variant.name if variant is not None else "",
+        model_credits=sum(float(d.get("credits", 0.0)) for d in steps),
+        small_steps=sum(d.get("model") == small for d in steps) if small else 0,
     )
 
 
+async def _grade(
+    scenario: Scenario, rubric: Rubric | None, trajectory: Trajectory, setup: EvalSetup, error: str | None
+) -> Grade | None:
+    """``rubric``'s grade (``None``: none to grade); a run that failed is not graded, which the grade says."""
+    if rubric is None:
+        return None
+    if error is not None:
+        return Grade(
+            grader_model=rubric.grader_model,
+            rubric_version=rubric.version,
+            prompt_sha256=prompt_sha256(rubric),
+            error="not graded: the run failed",
+        )
+    factory = ModelFactory(setup.providers)
+    try:
+        return await grade(rubric, scenario, trajectory, factory, setup.prices)
+    finally:
+        await factory.aclose()
+
+
 async def run_scenarios(
-    scenarios: Sequence[Scenario], *, concurrency: int = 4, configured: Mapping[str, Agent] | None = None
+    scenarios: Sequence[Scenario],
+    *,
+    concurrency: int = 4,
+    configured: Mapping[str, Agent] | None = None,
+    setup: EvalSetup | None = None,
+    variant: Variant | None = None,
 ) -> list[ScenarioResult]:
     """Run ``scenarios`` at most ``concurrency`` at a time; results in the scenarios' order."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(scenario: Scenario) -> ScenarioResult:
         async with gate:
-            return await run_scenario(scenario, configured)
+            return await run_scenario(scenario, configured, setup, variant)
 
     return list(await asyncio.gather(*(one(s) for s in scenarios)))
 
 
-def regressions(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> list[str]:
-    """Strict invariants that passed in ``baseline`` and fail in ``candidate`` (same scenario id and version)."""
-    before = {(r.id, r.version): {c.name: c for c in r.checks} for r in baseline}
-    found = []
-    for result in candidate:
-        old = before.get((result.id, result.version))
-        if old is None:
+class Comparison(BaseModel):
+    """A candidate run against a baseline, like for like.
+
+    Two results compare when they are the same scenario (id, variant) measured the same way (scenario version and
+    evaluator version equal). What the candidate changed on the agent's side (tools, policy, prompt, model) is what
+    is being compared: it is listed, not hidden.
+    """
+
+    compared: list[str] = Field(default_factory=list)
+    regressions: list[str] = Field(default_factory=list)
+    """Strict invariants that passed in the baseline and fail in the candidate."""
+    not_comparable: list[str] = Field(default_factory=list)
+    """Scenarios measured differently from the baseline (what changed), or absent from it."""
+    changed: list[str] = Field(default_factory=list)
+    """Compared scenarios whose agent side changed (what changed)."""
+    baseline_mean: float = 0.0
+    candidate_mean: float = 0.0
+    """Mean scores over the compared scenarios only."""
+
+
+_MEASURE = ("scenario", "evaluator")
+_AGENT = ("tools", "policy", "prompt", "model")
+
+
+def compare(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> Comparison:
+    """Compare ``candidate`` with ``baseline`` scenario by scenario, only where both were measured the same way.
+
+    With repeated runs (``--repeat``), a strict check regressed when it passed in every baseline run of the scenario
+    and fails in any candidate run; the means are over all runs of the compared scenarios.
+    """
+    before = _grouped(baseline)
+    found = Comparison()
+    then_scores: list[float] = []
+    now_scores: list[float] = []
+    for key, runs in _grouped(candidate).items():
+        now = runs[0]
+        label = f"{now.id}@{now.version}" + (f" [{now.variant}]" if now.variant else "")
+        olds = before.get(key)
+        if not olds:
+            found.not_comparable.append(f"{label}: not in the baseline")
             continue
-        for now in result.checks:
-            was = old.get(now.name)
-            if now.strict and not now.passed and (was is None or was.passed):
-                found.append(f"{result.id}@{result.version}: {now.name}: {now.reason}")
+        old = olds[0]
+        if any(r.versions is None for r in olds) or any(r.versions is None for r in runs):
+            found.not_comparable.append(f"{label}: the baseline records no versions")
+            continue
+        then, current = _dump(old.versions), _dump(now.versions)
+        differ = [name for name in (*_MEASURE, *_AGENT) if then[name] != current[name]]
+        what = "; ".join(f"{name} {then[name]} -> {current[name]}" for name in differ)
+        if set(differ) & set(_MEASURE):
+            found.not_comparable.append(f"{label}: {what}")
+            continue
+        if differ:
+            found.changed.append(f"{label}: {what}")
+        found.compared.append(label)
+        then_scores += [r.score for r in olds]
+        now_scores += [r.score for r in runs]
+        held = {c.name for c in old.checks if all(_passed(r, c.name) for r in olds)}
+        failing = {c.name: c for r in runs for c in r.checks if c.strict and not c.passed}
+        known = {c.name for c in old.checks}
+        for name, failed in failing.items():
+            if name in held or name not in known:
+                found.regressions.append(f"{label}: {name}: {failed.reason}")
+    if now_scores:
+        found.baseline_mean = sum(then_scores) / len(then_scores)
+        found.candidate_mean = sum(now_scores) / len(now_scores)
     return found
+
+
+def _grouped(results: Sequence[ScenarioResult]) -> dict[tuple[str, str], list[ScenarioResult]]:
+    groups: dict[tuple[str, str], list[ScenarioResult]] = {}
+    for r in results:
+        groups.setdefault((r.id, r.variant), []).append(r)
+    return groups
+
+
+def _dump(versions: Versions | None) -> dict[str, str]:
+    return versions.model_dump() if versions is not None else {}
+
+
+def _passed(result: ScenarioResult, name: str) -> bool:
+    return any(c.name == name and c.passed for c in result.checks)
+
+
+def regressions(candidate: Sequence[ScenarioResult], baseline: Sequence[ScenarioResult]) -> list[str]:
+    """Strict invariants that passed in ``baseline`` and fail in ``candidate``, among comparable results."""
+    return compare(candidate, baseline).regressions

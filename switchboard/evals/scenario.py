@@ -15,12 +15,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from switchboard.core.agent.config import AgentLimits, AgentPolicy
+from switchboard.core.providers import parse_model_spec
 from switchboard.core.tools.definition import Risk, SideEffect
 from switchboard.errors import ConfigError
 
 __all__ = [
     "AgentUnderTest",
     "Check",
+    "Criterion",
     "FakeTool",
     "InitialState",
     "Invariant",
@@ -225,13 +227,36 @@ Check = (
 Invariant = Annotated[Check, Field(discriminator="check")]
 
 
+Criterion = Literal["outcome", "safety", "communication"]
+_CRITERIA: tuple[Criterion, ...] = ("outcome", "safety", "communication")
+
+
 class Rubric(_Strict):
-    """Grading by a model (not run yet: the runner records it as skipped). Versioned like the scenario."""
+    """Grading by a model (``switchboard.evals.grading``); versioned like the scenario.
+
+    The offline model cannot grade: ``grader_model: offline`` is refused when the file loads.
+    """
 
     grader_model: str
-    grader_prompt: str
+    """``provider:name`` of a configured provider (``openai:gpt-4.1``, ``anthropic:claude-sonnet-4-5``)."""
+    grader_prompt: str = Field(min_length=1)
     version: str = Field(min_length=1)
-    weight: float = Field(0.0, ge=0, le=1)
+    weight: float = Field(0.5, ge=0, le=1)
+    """Share of the scenario's score the rubric holds (the exact checks hold the rest)."""
+    criteria: list[Criterion] = Field(default_factory=lambda: list(_CRITERIA), min_length=1)
+    pass_mark: float = Field(0.7, ge=0, le=1)
+    """The rubric passes when the mean of its criteria's scores reaches this."""
+
+    @field_validator("grader_model")
+    @classmethod
+    def _provider_model(cls, value: str) -> str:
+        try:
+            provider, _ = parse_model_spec(value)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        if provider == "offline":
+            raise ValueError("the offline model cannot grade: name a provider's model (openai:..., anthropic:...)")
+        return value
 
 
 class Scenario(_Strict):

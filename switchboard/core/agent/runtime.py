@@ -619,6 +619,7 @@ class _Turn:
                 variable=outcome.variable,
                 file=outcome.file,
                 policy=outcome.policy,
+                attempts=outcome.attempts,
             )
         )
         return outcome
