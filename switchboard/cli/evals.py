@@ -209,7 +209,8 @@ def record_command(
         except OSError as err:
             print(f"switchboard: cannot write {out}: {err.strerror}", file=sys.stderr)
             return 1
-        calls = sum(len(step.calls) for step in scenario.model if not isinstance(step, str))
+        steps = scenario.model if isinstance(scenario.model, list) else []
+        calls = sum(len(step.calls) for step in steps)
         print(
             f"wrote {out}: scenario {scenario.id}, {len(scenario.messages)} turn(s), {calls} tool call(s), "
             f"{len(scenario.invariants)} invariant(s); run it with `switchboard eval run {out}`",
