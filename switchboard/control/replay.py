@@ -168,7 +168,7 @@ def build_case(
     )
     turns = _turns(history, operators)
     if run_id is not None:
-        index = next((i for i, t in enumerate(turns) if f"run-{t.message_ids[0]}" == run_id), None)
+        index = next((i for i, t in enumerate(turns) if run_id in {f"run-{m}" for m in t.message_ids}), None)
         if index is None:
             raise NotFoundError(f"session {session[:200]} has no answered run {run_id[:80]!r} in its history")
         turns = turns[: index + 1]

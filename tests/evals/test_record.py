@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from switchboard.cli.evals import eval_command, record_command
+from switchboard.control import NotFoundError
 from switchboard.control.reading import timeline_of
 from switchboard.control.replay import build_case
 from switchboard.control.views import TimelineEntry
@@ -208,3 +209,18 @@ def test_a_failed_call_and_a_write_are_recorded_as_they_ran() -> None:
     assert checks["no_unapproved_write"]["allowed"] == ["send_invoice"]
     assert checks["tenant_kept"]["others"] == ["globex"]
     assert checks["budget_respected"] == {"check": "budget_respected", "max_steps": 3, "max_tool_calls": 2}
+
+
+def test_a_run_is_found_by_any_of_its_messages() -> None:
+    """A message the agent never answered (held by an operator) goes with the next turn, whose run it does not name."""
+    history = [
+        HistoryEntry(role="user", text="hello?", message_id="m1"),
+        HistoryEntry(role="user", text="anyone?", message_id="m2"),
+        HistoryEntry(role="assistant", text="Here.", message_id="m2"),
+        HistoryEntry(role="user", text="thanks", message_id="m3"),
+        HistoryEntry(role="assistant", text="You are welcome.", message_id="m3"),
+    ]
+    case = build_case("acme/desk/web/default/c1", history, [], run_id="run-m2")
+    assert case["messages"] == ["hello?\nanyone?"] and case["model"] == [{"answer": "Here."}]
+    with pytest.raises(NotFoundError, match="no answered run 'run-m9'"):
+        build_case("acme/desk/web/default/c1", history, [], run_id="run-m9")
