@@ -437,7 +437,7 @@ class Drainer(TurnEndings):
         await self._finish(
             turn, attempt, messages, outbox, text=result.text, sent=sent, started=started, work=result.history
         )
-        if self.sampler is not None:
+        if self.sampler is not None and result.steps:  # a model run (a command answered here asks no model)
             await self.sampler.finished(
                 lease.session, turn.run_id, steps=result.steps, work=result.history, answered=bool(result.text.strip())
             )

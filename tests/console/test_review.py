@@ -92,6 +92,13 @@ async def test_a_run_not_drawn_leaves_nothing(
     assert await async_redis.exists(KEYS.review_runs("default")) == 0
 
 
+async def test_a_command_answered_without_the_model_is_not_sampled(async_redis: aioredis.Redis, tmp_path: Path) -> None:
+    session = await user_says(async_redis, conversation_ref(), "/usage", "evt-usage")
+    deliverer = await drain(async_redis, session, tmp_path, Sampler(async_redis, EvalSettings(sample_rate=1.0)))
+    assert deliverer.sent
+    assert await async_redis.exists(KEYS.review_runs("default")) == 0
+
+
 def test_the_rates_decide_the_draw() -> None:
     drawn = 0.5
     settings = EvalSettings(sample_rate=0.4, agent_rates={"support": 0.6}, exclude_tenants=("acme",))
