@@ -3,6 +3,8 @@
 Models come from the configured providers and are priced with the configured price table, as in the worker; the
 offline model stays the default. ``--variant NAME=FILE.yaml`` runs every scenario once per variant of the agent and
 prints them side by side.
+
+``switchboard eval record SESSION``: write a real session as a replay scenario (:mod:`switchboard.evals.record`).
 """
 
 from __future__ import annotations
@@ -12,21 +14,25 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+import redis.asyncio as aioredis
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from switchboard.cli.control import operator_principal
+from switchboard.cli.sessions import redis_url_for, with_redis
+from switchboard.control import ControlError, ControlService
 from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.errors import ConfigError
+from switchboard.evals.record import record_case, scope_for, write_case
 from switchboard.evals.report import by_scenario, side_by_side, summary, table
 from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenarios
 from switchboard.evals.scenario import Scenario, load_scenarios
+from switchboard.queue.ingest import Ingestor
+from switchboard.settings import Settings
 
-if TYPE_CHECKING:
-    from switchboard.settings import Settings
-
-__all__ = ["eval_command", "eval_setup", "parse_variant", "scenario_files", "summary"]
+__all__ = ["eval_command", "eval_setup", "parse_variant", "record_command", "scenario_files", "summary"]
 
 _RESULTS: TypeAdapter[list[ScenarioResult]] = TypeAdapter(list[ScenarioResult])
 
@@ -174,3 +180,42 @@ async def _run_variants(
         v.name: await run_scenarios(scenarios, concurrency=concurrency, configured=agents, setup=setup, variant=v)
         for v in variants
     }
+
+
+def record_command(
+    settings: Settings,
+    session: str,
+    *,
+    out: Path | None = None,
+    run_id: str | None = None,
+    operator: str | None = None,
+    stdout: TextIO = sys.stdout,
+) -> int:
+    """Record ``session`` into ``out`` (or print it); exit status 1, said on stderr, with nothing written on refusal."""
+    scope = scope_for(settings, operator_principal(operator), operator)
+
+    async def go(redis: aioredis.Redis) -> int:
+        service = ControlService(redis, settings, Ingestor(redis, settings.queue))
+        try:
+            scenario, text = await record_case(service, scope, session, run_id=run_id)
+        except (ControlError, ConfigError) as err:
+            print(f"switchboard: {err}", file=sys.stderr)
+            return 1
+        if out is None:
+            stdout.write(text)
+            return 0
+        try:
+            write_case(text, out)
+        except OSError as err:
+            print(f"switchboard: cannot write {out}: {err.strerror}", file=sys.stderr)
+            return 1
+        steps = scenario.model if isinstance(scenario.model, list) else []
+        calls = sum(len(step.calls) for step in steps)
+        print(
+            f"wrote {out}: scenario {scenario.id}, {len(scenario.messages)} turn(s), {calls} tool call(s), "
+            f"{len(scenario.invariants)} invariant(s); run it with `switchboard eval run {out}`",
+            file=stdout,
+        )
+        return 0
+
+    return with_redis(redis_url_for(settings), go)

@@ -285,13 +285,20 @@ def _parser() -> argparse.ArgumentParser:
         "temporary workspaces, and check each scenario's invariants on the trajectory (docs/evals.md). Exit "
         "status 1 when a check (or a rubric) fails; with --baseline, 1 only when a strict invariant that passed in the "
         "baseline fails now (even when the mean score improved). Models and prices come from the config file, as for "
-        "the worker; --variant runs every scenario per variant of the agent and prints them side by side.",
+        "the worker; --variant runs every scenario per variant of the agent and prints them side by side. "
+        "record SESSION: write the session kept in Redis as a replay scenario (its messages, the model's decisions, "
+        "the tools' results, invariants pinning what happened) to -o FILE, or print it.",
     )
-    evals.add_argument("action", choices=["run"], help="what to do")
-    evals.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="scenario files or directories")
+    evals.add_argument("action", choices=["run", "record"], help="what to do")
+    evals.add_argument(
+        "paths", type=Path, nargs="+", metavar="PATH", help="scenario files or directories (record: one SESSION key)"
+    )
     evals.add_argument("--json", type=Path, dest="json_out", metavar="OUT", help="write the results (JSON) here")
     evals.add_argument("--baseline", type=Path, metavar="RESULTS", help="a results file to compare with")
     evals.add_argument("--concurrency", type=int, default=4, help="scenarios run at the same time")
+    evals.add_argument("-o", "--out", type=Path, metavar="FILE", help="record: write the scenario here")
+    evals.add_argument("--run", dest="run_id", metavar="RUN", help="record: the turns up to this run only")
+    evals.add_argument("--operator", help="record: as this console operator, within their tenants")
     evals.add_argument(
         "--variant",
         action="append",
@@ -694,6 +701,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(settings, os.environ)
         if args.command == "simulate":
             return cmd_simulate(settings, args.channel, args.text, args.timeout, args.group, args.mention)
+        if args.command == "eval" and args.action == "record":
+            from switchboard.cli.evals import record_command
+
+            if len(args.paths) != 1:
+                print("switchboard: eval record takes one SESSION key", file=sys.stderr)
+                return 2
+            return record_command(
+                settings, args.paths[0].as_posix(), out=args.out, run_id=args.run_id, operator=args.operator
+            )
         if args.command == "eval":
             from switchboard.cli.evals import eval_command, eval_setup, parse_variant
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import redis.asyncio as aioredis
 
@@ -26,7 +26,9 @@ from switchboard.control.reading import (
     timeline_of,
     usage_rows,
 )
+from switchboard.control.replay import build_case
 from switchboard.control.scope import (
+    ALL_TENANTS,
     InvalidRequestError,
     NotFoundError,
     OperatorScope,
@@ -52,8 +54,10 @@ from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
+from switchboard.queue.review import MAX_NOTE_CHARS, ReviewQueue, ReviewSample, ReviewVerdict
+from switchboard.queue.store import load_history
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
 
@@ -135,6 +139,64 @@ class ControlService:
         limit = max(1, min(limit, 2000))
         items = await transcript_of(self.redis, key, history_limit=limit, events_limit=limit * 5)
         return items if scope.reads_messages else [redacted(item) for item in items]
+
+    async def replay_case(
+        self, scope: OperatorScope, session: str, *, run_id: str | None = None, limit: int = 2000
+    ) -> dict[str, Any]:
+        """The session's turns (up to run ``run_id``) as an evaluation scenario, plain data (:mod:`.replay`).
+
+        Raises:
+            NotFoundError: no such session, or no answered turn (of ``run_id``) in its history.
+            OutOfScopeError: another tenant's session, or an operator who may not read messages (the case holds
+                the words).
+        """
+        key = await self._existing(scope, session)
+        if not scope.reads_messages:
+            raise OutOfScopeError(f"{scope.operator} may not read messages, which a replay case holds")
+        history = await load_history(self.redis, key, max(1, min(limit, 10_000)))
+        events = await timeline_of(self.redis, key, max(1, min(limit * 5, 50_000)))
+        config = self.settings.file
+        known = {config.tenant, *config.tenants, *(t for o in config.console.operators for t in o.tenants)}
+        return build_case(key, history, events, run_id=run_id, others=sorted(known - {ALL_TENANTS}))
+
+    async def review_samples(
+        self, scope: OperatorScope, *, limit: int = 100
+    ) -> list[tuple[ReviewSample, ReviewVerdict | None]]:
+        """The scope's sampled runs awaiting or given a verdict, newest first (``SWITCHBOARD_EVALS__*``)."""
+        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant)
+        if scope.unrestricted:
+            head, tail = _GLOBAL.review_runs("\0").split("\0")
+            tenants = set()
+            async for key in self.redis.scan_iter(match=literal(head) + "*" + literal(tail), count=500):
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                tenants.add(name[len(head) : -len(tail)])
+        else:
+            tenants = set(scope.tenants)
+        found = [pair for tenant in sorted(tenants) for pair in await queue.samples(tenant, limit=limit)]
+        return sorted(found, key=lambda pair: pair[0].at, reverse=True)[: max(1, limit)]
+
+    async def judge_run(
+        self, scope: OperatorScope, session: str, run_id: str, verdict: str, note: str = ""
+    ) -> ReviewVerdict:
+        """Give a sampled run of ``session`` a verdict (``pass`` or ``fail``) and a note.
+
+        Raises:
+            InvalidRequestError: a verdict other than those, or a note too long.
+            NotFoundError: no such run among the tenant's samples.
+            OutOfScopeError: another tenant's session.
+        """
+        key = scope.check(session)
+        if verdict not in ("pass", "fail"):
+            raise InvalidRequestError("verdict must be 'pass' or 'fail'")
+        if len(note) > MAX_NOTE_CHARS or not is_text(note):
+            raise InvalidRequestError(f"the note must be text of at most {MAX_NOTE_CHARS} characters")
+        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant)
+        sample = await queue.find(session_parts(key)[0], key, run_id)
+        if sample is None:
+            raise NotFoundError(f"no sampled run {run_id[:80]!r} of {session[:200]} awaits review")
+        judged = ReviewVerdict(verdict="pass" if verdict == "pass" else "fail", note=note, by=scope.operator)
+        await queue.judge(sample, judged)
+        return judged
 
     async def approvals(self, scope: OperatorScope, *, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of the scope's tenants, oldest first."""

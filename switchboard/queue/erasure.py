@@ -191,6 +191,7 @@ class Eraser:
                 "effects in doubt", _KEYS.effects_in_doubt(tenant), f"{literal(session)}|*", report
             )
             await self._hdel("webhook cursors", _KEYS.webhook_cursors(tenant), [session], report)
+            await self._hdel_matching("review", _KEYS.review_verdicts(tenant), f"{literal(session)}|*", report)
             await self._delete("web chat streams", [_KEYS.web_streams_by_session(session)], report)
             agent_less = session.split("/", 2)
             if len(agent_less) == 3:
@@ -214,8 +215,25 @@ class Eraser:
                     return True
 
             await self._xdel_where("dead letters", _KEYS.dead_letters, keep, report)
+            await self._erase_samples(tenant, sessions, report)
             await self._erase_drain_jobs(sessions, report)
             await self._erase_webhook_deliveries(tenant, sessions, report)
+
+    async def _erase_samples(self, tenant: str, sessions: set[SessionKey], report: ErasureReport) -> None:
+        """The sessions' runs sampled for review (their verdicts go with each session)."""
+        key = _KEYS.review_runs(tenant)
+        doomed: list[str] = []
+        for raw in await self.redis.lrange(key, 0, -1):
+            try:
+                sampled = json.loads(raw).get("session")
+            except (ValueError, AttributeError):
+                continue
+            if sampled in sessions:
+                doomed.append(_text(raw))
+        report.counts["review"] += len(doomed)
+        if not self.dry_run:
+            for raw in doomed:
+                await self.redis.lrem(key, 0, raw)
 
     async def _erase_webhook_deliveries(self, tenant: str, sessions: set[SessionKey], report: ErasureReport) -> None:
         """Outbound webhook deliveries of ``sessions``: waiting (with their due entries) and given up."""

@@ -288,6 +288,7 @@ class GlobalKeys:
             for head in (
                 f"{self.prefix}:{{budget:{tenant}}}:",
                 f"{self.prefix}:{{people:{tenant}}}:",
+                f"{self.prefix}:{{review:{tenant}}}:",
                 f"{self.prefix}:access:{tenant}:",
                 f"{self.prefix}:webhooks:{tenant}:",
                 f"{self.prefix}:memory:{tenant}:",
@@ -513,6 +514,14 @@ class GlobalKeys:
     def mcp_clients(self, tenant: str) -> str:
         """HASH client name → its token's SHA-256: one tenant's MCP clients, for listing and removal."""
         return f"{self.prefix}:mcp:{tenant}:clients"
+
+    def review_runs(self, tenant: str) -> str:
+        """LIST of JSON samples, newest first, capped: a tenant's finished runs sampled for review (no words)."""
+        return f"{self.prefix}:{{review:{tenant}}}:runs"
+
+    def review_verdicts(self, tenant: str) -> str:
+        """HASH ``<session>|<run id>`` → JSON verdict (pass/fail, note, reviewer, when) of a tenant's sampled runs."""
+        return f"{self.prefix}:{{review:{tenant}}}:verdicts"
 
     def agent_drafts(self, tenant: str) -> str:
         """HASH agent name → JSON draft (the proposed agent, who proposed it, when): never served until accepted."""

@@ -49,6 +49,7 @@ from switchboard.settings.computer import (
     SandboxSettings,
 )
 from switchboard.settings.console import ConsoleConfig, ConsoleSettings
+from switchboard.settings.evals import EvalSettings
 from switchboard.settings.mcpserve import McpServeSettings
 from switchboard.settings.proxies import TrustedProxies, parse_trusted_proxies
 
@@ -464,6 +465,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     egress: EgressSettings = Field(default_factory=EgressSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    evals: EvalSettings = Field(default_factory=EvalSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     mcp_serve: McpServeSettings = Field(default_factory=McpServeSettings)
     trusted_proxies: Annotated[TrustedProxies, NoDecode] = ()

@@ -30,6 +30,7 @@ from switchboard.web.console import stream as console_stream
 from switchboard.web.console.budgets import add_budget_routes
 from switchboard.web.console.drafts import add_draft_routes
 from switchboard.web.console.memory import add_memory_routes
+from switchboard.web.console.review import add_review_routes
 from switchboard.web.mcpserve import routes as mcp_routes
 from switchboard.web.metrics import CONTENT_TYPE, Metrics
 from switchboard.web.webchat import routes as webchat
@@ -148,6 +149,7 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     console_schedules.add_schedule_routes(app)
     add_draft_routes(app)
     add_memory_routes(app)
+    add_review_routes(app)
     if settings.mcp_serve.http:
         mcp_routes.add_routes(app)
     return app

@@ -61,6 +61,7 @@ from switchboard.worker.busy import answered_part
 from switchboard.worker.commands import CommandDesk, model_override
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 from switchboard.worker.endings import TurnEndings, end_interrupted
+from switchboard.worker.sampling import Sampler
 from switchboard.worker.voice import (
     VOICE_COMMAND,
     VOICE_SLOT,
@@ -213,8 +214,11 @@ class Drainer(TurnEndings):
         workspace_store: WorkspaceStore | None = None,
         config: FileConfig | None = None,
         voice: VoiceReplies | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.redis = redis
+        self.sampler = sampler
+        """Production sampling for review (``None`` when no rate is set: a finished run then does nothing more)."""
         self.config = config
         """The YAML file: each turn's principal gets its permissions and policy from it (``queue/authority.py``)."""
         self.voice = voice
@@ -433,6 +437,10 @@ class Drainer(TurnEndings):
         await self._finish(
             turn, attempt, messages, outbox, text=result.text, sent=sent, started=started, work=result.history
         )
+        if self.sampler is not None and result.steps:  # a model run (a command answered here asks no model)
+            await self.sampler.finished(
+                lease.session, turn.run_id, steps=result.steps, work=result.history, answered=bool(result.text.strip())
+            )
         return None
 
     async def _play(

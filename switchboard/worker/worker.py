@@ -44,6 +44,7 @@ from switchboard.queue.sealed import data_keyring
 from switchboard.settings import QueueSettings, Settings
 from switchboard.worker.drain import Drainer, TurnRunner
 from switchboard.worker.drainturn import DrainOutcome
+from switchboard.worker.sampling import Sampler
 from switchboard.worker.voice import VoiceReplies
 
 __all__ = ["ALIVE_BEATS", "DrainerFactory", "SessionWorker", "run_worker", "traced_runner"]
@@ -471,6 +472,7 @@ async def run_worker(
             workspace_store=workspace_store,
             config=settings.file,
             voice=voice,
+            sampler=Sampler.build(redis, settings.evals),
         )
 
     worker = SessionWorker(

@@ -24,6 +24,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 from switchboard.worker.drain import Drainer
+from switchboard.worker.sampling import Sampler
 from tests.queue.conftest import RecordingDeliverer
 
 TOOL_OUTPUT: Final = '<img src=x onerror="alert(1)"> 12:00 in Paris'
@@ -58,8 +59,10 @@ async def user_says(redis: aioredis.Redis, ref: ConversationRef, text: str, dedu
     return SessionKey(ref.session_key)
 
 
-async def drain(redis: aioredis.Redis, session: SessionKey, workspace: Path) -> RecordingDeliverer:
-    """Run the session's waiting turns as a worker does: the real drain, runtime and offline model."""
+async def drain(
+    redis: aioredis.Redis, session: SessionKey, workspace: Path, sampler: Sampler | None = None
+) -> RecordingDeliverer:
+    """Run the session's waiting turns as a worker does: the real drain, runtime and offline model (and sampling)."""
     registry = default_registry()
     registry.register(
         Tool(name="lookup", description="Look a city up.", input=LookupInput, fn=_lookup, output_trust="data"),
@@ -69,7 +72,13 @@ async def drain(redis: aioredis.Redis, session: SessionKey, workspace: Path) -> 
     agent = Agent(name="assistant", profile=AgentProfile(name="A"), instructions="Answer.", tools=["lookup"])
     deliverer = RecordingDeliverer()
     drainer = Drainer(
-        redis, QUEUE, runner=runtime.run_turn, deliverer=deliverer, agent_for=lambda m: agent, worker_id="w1"
+        redis,
+        QUEUE,
+        runner=runtime.run_turn,
+        deliverer=deliverer,
+        agent_for=lambda m: agent,
+        worker_id="w1",
+        sampler=sampler,
     )
     await drainer.drain(session)
     return deliverer

@@ -69,7 +69,9 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # handoff binding read); "voice" the plain message with the agent's ``voice: {mode: always}`` (the reply spoken by a
 # fake OpenAI speech route and sent after the text: the voice send's outbox claim and record, and its facts);
 # "retention_sealed" the plain message with retention rules for every kind and SWITCHBOARD_DATA_KEYS set (history
-# sealed): the same commands as "plain". Minus "plain": what the feature costs.
+# sealed): the same commands as "plain"; "sampled" the plain message with ``SWITCHBOARD_EVALS__SAMPLE_RATE=1`` (every
+# finished run queued for review: one pipelined push and trim; at rate 0, the default every other scenario runs with,
+# nothing). Minus "plain": what the feature costs.
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
@@ -448,6 +450,47 @@ PINNED: dict[str, dict[str, Any]] = {
         "web_client": 2,
         "worker": 52,
         "worker_client": 5,
+    },
+    "sampled": {
+        "client": 8,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 8,
+            "HINCRBYFLOAT": 2,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LPUSH": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "LTRIM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 69,
+        "web": 15,
+        "web_client": 1,
+        "worker": 54,
+        "worker_client": 7,
     },
     "tool_call": {
         "client": 8,
@@ -1105,7 +1148,7 @@ def fake_speech() -> Iterator[str]:
         loop.close()
 
 
-@pytest.mark.timeout(600)  # fourteen scenarios, each starting a web and a worker process: minutes on a busy host
+@pytest.mark.timeout(600)  # fifteen scenarios, each starting a web and a worker process: minutes on a busy host
 def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> None:
     counts: dict[str, Counter[str]] = {}
     with gateway(tmp_path) as gw:
@@ -1150,6 +1193,8 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         gw.start({**LIMITS_OFF, **sealed, "SWITCHBOARD_LOG_LEVEL": "INFO"})
         gw.wait_for_log("retention sweep removed")  # the start-up sweep (over every session so far) is not counted
         one_at_a_time(gw, counts, "retention_sealed", 1101, "hello there")
+        gw.start({**LIMITS_OFF, "SWITCHBOARD_EVALS__SAMPLE_RATE": "1"})
+        one_at_a_time(gw, counts, "sampled", 1201, "hello there")
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

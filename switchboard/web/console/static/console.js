@@ -728,8 +728,49 @@
     }
   });
 
+  /* ---------- review ---------- */
+
+  let reviewed = null; // the sampled run shown: {session, run_id}
+
+  async function showRun(sample, redacted) {
+    reviewed = { session: sample.session, run_id: sample.run_id };
+    $("review-detail").hidden = false;
+    $("review-run").textContent = sample.run_id;
+    const form = $("review-form").elements;
+    form.namedItem("verdict").value = sample.verdict ? sample.verdict.verdict : "pass";
+    form.namedItem("note").value = sample.verdict ? sample.verdict.note : "";
+    const link = $("review-case");
+    link.hidden = redacted || !canAct;
+    link.href = `${API}review/case?session=${encodeURIComponent(sample.session)}&run=${encodeURIComponent(sample.run_id)}`;
+    const data = await call("GET", `review/transcript?session=${encodeURIComponent(sample.session)}`);
+    $("review-transcript").replaceChildren(...data.transcript.map(transcriptLine));
+  }
+
+  async function loadReview() {
+    const data = await call("GET", "review");
+    $("review-empty").hidden = data.samples.length > 0;
+    $("review-redacted").hidden = !data.redacted;
+    $("review-body").replaceChildren(
+      ...data.samples.map((s) => {
+        const verdict = s.verdict ? `${s.verdict.verdict}${s.verdict.note ? `: ${s.verdict.note}` : ""}` : "to review";
+        const open = button("Open", "review-open", () => showRun(s, data.redacted).catch((err) => say(err.message, true)));
+        return row([el("code", s.run_id), el("code", s.session), s.agent, s.channel, when(s.at), s.steps, s.tools.join(", "), verdict, open],
+          { "data-testid": "review-row" });
+      }),
+    );
+  }
+
+  $("review-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!reviewed) return;
+    const form = $("review-form").elements;
+    const body = { session: reviewed.session, run: reviewed.run_id, verdict: form.namedItem("verdict").value,
+      note: form.namedItem("note").value.trim() };
+    await write("review/verdict", body, `Verdict saved: ${body.verdict}.`);
+  });
+
   const loaders = { sessions: loadSessions, approvals: async () => {}, dead: loadDead, effects: loadEffects, agents: async () => { await loadAgents(); await loadDrafts(); }, usage: loadUsage, access: loadAccess,
-    budgets: loadBudgets, people: loadPeople, schedules: loadSchedules, memory: loadMemory };
+    budgets: loadBudgets, people: loadPeople, schedules: loadSchedules, memory: loadMemory, review: loadReview };
 
   async function refresh() {
     if (busy) {
