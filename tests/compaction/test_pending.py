@@ -1,0 +1,186 @@
+"""Compaction and pending actions: an approval waiting, a write in doubt, a call without its result.
+
+The histories are made by running real turns (a gated write asks for approval; a write times out ambiguously), then
+padded with chat until the context budget forces the older turns out: the pending action must reach the model word
+for word (call id, approval id, arguments), or the turn must stop for review without asking the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
+from switchboard.core.agent.pending import lost_actions, pending_actions
+from switchboard.core.agent.prompt import build_prompt
+from switchboard.core.agent.replay import ReplayModel
+from switchboard.core.agent.slots import Slots
+from switchboard.core.approvals.policy import PolicyConfig
+from switchboard.core.model import ChatMessage, ModelRequest
+from switchboard.core.tools.builtin import default_registry
+from switchboard.core.tools.definition import Tool, ToolContext
+from switchboard.core.turn import HistoryEntry, TurnResult
+from switchboard.errors import ToolError
+from switchboard.evals.session import EvalSession
+from tests.core.turns import MemorySink, answer_step, calls_step, message, request, runtime
+
+CONTRACT = {"path": "contract.md", "content": "Summary: 12 months, EUR 400/month, notice 90 days."}
+
+
+class _Order(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+def _ambiguous_tool() -> Tool:
+    async def place(args: _Order, ctx: ToolContext) -> Any:
+        raise ToolError("the supplier did not answer in time", error_class="ambiguous_timeout")
+
+    return Tool(name="place_order", description="Order stock.", input=_Order, fn=place, side_effect="write",
+                retry_on=frozenset())  # fmt: skip
+
+
+def _agent(max_input_tokens: int = 32_000, tools: tuple[str, ...] = ("write_file",)) -> Agent:
+    return Agent(
+        name="a",
+        profile=AgentProfile(name="a"),
+        instructions="Be brief.",
+        tools=list(tools),
+        policy=PolicyConfig.model_validate({"version": "t1", "rules": [{"tool": "write_file", "decide": "approve"}]}),
+        limits=AgentLimits(max_input_tokens=max_input_tokens),
+    )
+
+
+async def _record(session: EvalSession, text: str, result: TurnResult, n: int) -> None:
+    """What the queue layer appends after a turn: the user's message, the turn's calls and results, the answer."""
+    await session.append_history(
+        [
+            HistoryEntry(role="user", text=text, message_id=f"m{n}"),
+            *result.history,
+            HistoryEntry(role="assistant", text=result.text, message_id=f"m{n}"),
+        ]
+    )
+
+
+async def _chat(session: EvalSession, turns: int) -> None:
+    for i in range(turns):
+        await session.append_history(
+            [
+                HistoryEntry(role="user", text=f"question {i}: " + "tell me more about the weather " * 12),
+                HistoryEntry(role="assistant", text=f"answer {i}: " + "it is mild and dry today " * 14),
+            ]
+        )
+
+
+async def _waiting_approval(tmp_path: Path, content: str = CONTRACT["content"]) -> tuple[EvalSession, str]:
+    """A session whose first turn asked a person to approve a write (the run waits), then 30 turns of chat."""
+    session = EvalSession({})
+    model = ReplayModel([calls_step(("write_file", {**CONTRACT, "content": content}))], strict=False)
+    text = "Save the contract summary"
+    result = await runtime(tmp_path, model=model).run_turn(request(text, agent_=_agent()), MemorySink(), session)
+    assert len(result.waiting_for) == 1
+    await _record(session, text, result, 0)
+    await _chat(session, 30)
+    return session, result.waiting_for[0]
+
+
+async def _write_in_doubt(tmp_path: Path, note: str = "") -> EvalSession:
+    """A session whose first turn's write timed out after it was sent (it may have happened), then 30 turns of chat."""
+    session = EvalSession({})
+    registry = default_registry()
+    registry.register(_ambiguous_tool())
+    model = ReplayModel(
+        [
+            calls_step(("place_order", {"sku": "A-77", "qty": 40, **({"note": note} if note else {})})),
+            answer_step("I could not confirm it.", step=2),
+        ],
+        strict=False,
+    )
+    text = "Order 40 of A-77"
+    ag = _agent(tools=("place_order",))
+    result = await runtime(tmp_path, model=model, registry=registry).run_turn(request(text, agent_=ag), MemorySink(),
+                                                                            session)  # fmt: skip
+    await _record(session, text, result, 0)
+    await _chat(session, 30)
+    return session
+
+
+def _sent(requests: list[ModelRequest]) -> str:
+    return "\n".join(m.content for m in requests[0].messages)
+
+
+async def test_an_approval_waiting_reaches_the_model_word_for_word_after_compaction(tmp_path: Path) -> None:
+    session, approval_id = await _waiting_approval(tmp_path)
+    (found,) = pending_actions(session.history)
+    assert (found.kind, found.approval_id, found.arguments) == ("approval_waiting", approval_id, CONTRACT)
+    ag = _agent(max_input_tokens=1500)
+    prompt = build_prompt(ag, Slots(), session.history, [message("and tomorrow?")], [], [], show_slots=False)
+    sent = "\n".join(m.content for m in prompt.messages)
+    assert prompt.compacted and "question 0:" not in sent  # the first turns were folded ...
+    assert approval_id in sent and found.line in sent  # ... but the approval is there word for word
+    assert lost_actions([found], prompt.messages) == []
+
+
+async def test_a_new_message_settles_the_approval_and_nothing_is_held(tmp_path: Path) -> None:
+    session, approval_id = await _waiting_approval(tmp_path)
+    model = ReplayModel([answer_step("noted")], strict=False)
+    sink = MemorySink()
+    result = await runtime(tmp_path, model=model).run_turn(
+        request("and what about tomorrow?", agent_=_agent(max_input_tokens=1500), run_id="run-2"), sink, session
+    )
+    assert result.stopped_by is None and result.text == "noted" and sink.of("compaction_held") == []
+    sent = _sent(model.requests)
+    assert "approval_superseded" in sent and approval_id in sent  # the model learns it did not happen
+
+
+async def test_a_write_in_doubt_reaches_the_model_word_for_word_after_compaction(tmp_path: Path) -> None:
+    session = await _write_in_doubt(tmp_path)
+    (found,) = pending_actions(session.history)
+    assert (found.kind, found.tool, found.arguments) == ("write_in_doubt", "place_order", {"sku": "A-77", "qty": 40})
+    assert found.error_class == "ambiguous_timeout"
+    model = ReplayModel([answer_step("noted")], strict=False)
+    await runtime(tmp_path, model=model).run_turn(
+        request("anything else?", agent_=_agent(max_input_tokens=1500), run_id="run-2"), MemorySink(), session
+    )
+    sent = _sent(model.requests)
+    assert "question 0:" not in sent and found.line in sent and "ambiguous_timeout" in sent
+
+
+async def test_a_pending_action_too_large_to_keep_stops_the_turn_for_review(tmp_path: Path) -> None:
+    session = await _write_in_doubt(tmp_path, note="deliver to the loading dock " * 400)
+    (found,) = pending_actions(session.history)
+    model = ReplayModel([answer_step("I would have continued on a summary")], strict=False)
+    sink = MemorySink()
+    result = await runtime(tmp_path, model=model).run_turn(
+        request("go on", agent_=_agent(max_input_tokens=1500), run_id="run-2"), sink, session
+    )
+    assert model.requests == []  # the model never saw a summary standing in for the order
+    assert result.stopped_by == "compaction" and result.steps == 0
+    (held,) = sink.of("compaction_held")
+    assert held.actions == [found.fact()] and held.actions[0]["tool"] == "place_order"
+    assert "place_order" in result.text and "review" in result.text
+    assert sink.of("usage_metered")[0].stopped_by == "compaction"
+
+
+async def test_a_decided_approval_is_no_longer_pending(tmp_path: Path) -> None:
+    session, approval_id = await _waiting_approval(tmp_path)
+    call = {"id": f"approval_{approval_id}", "name": "write_file", "arguments": CONTRACT}
+    await session.append_history(
+        [
+            HistoryEntry(role="assistant", text="", meta={"tool_calls": [call]}),
+            HistoryEntry(role="tool", text='{"ok":true}', meta={"call_id": call["id"], "tool": "write_file"}),
+        ]
+    )
+    assert pending_actions(session.history) == []
+
+
+def test_a_call_without_its_result_is_pending() -> None:
+    messages = [
+        ChatMessage(role="user", content="send it"),
+        ChatMessage(
+            role="assistant", content="", tool_calls=[{"id": "c9", "name": "send_mail", "arguments": {"to": "x"}}]
+        ),
+    ]
+    (found,) = pending_actions(messages)
+    assert (found.kind, found.call_id, found.tool) == ("unanswered_call", "c9", "send_mail")
