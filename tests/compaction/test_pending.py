@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from switchboard.core.agent.compaction import compact
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
 from switchboard.core.agent.pending import lost_actions, pending_actions
 from switchboard.core.agent.prompt import build_prompt
@@ -184,3 +185,12 @@ def test_a_call_without_its_result_is_pending() -> None:
     ]
     (found,) = pending_actions(messages)
     assert (found.kind, found.call_id, found.tool) == ("unanswered_call", "c9", "send_mail")
+
+
+async def test_the_compacted_record_says_a_write_is_in_doubt_and_an_approval_waits(tmp_path: Path) -> None:
+    doubt = await _write_in_doubt(tmp_path / "doubt")
+    waiting, _ = await _waiting_approval(tmp_path / "waiting")
+    for session, status in ((doubt, "in_doubt_ambiguous_timeout"), (waiting, "waiting_for_approval")):
+        record = compact(session.history, budget_chars=6000).record
+        assert record is not None
+        assert [effect["status"] for effect in record["tool_effects"]] == [status]  # never a plain "error"
