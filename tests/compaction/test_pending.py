@@ -194,3 +194,26 @@ async def test_the_compacted_record_says_a_write_is_in_doubt_and_an_approval_wai
         record = compact(session.history, budget_chars=6000).record
         assert record is not None
         assert [effect["status"] for effect in record["tool_effects"]] == [status]  # never a plain "error"
+
+
+async def test_an_approval_the_store_closed_is_not_held(tmp_path: Path) -> None:
+    session, approval_id = await _waiting_approval(tmp_path, content="clause " * 1500)
+    record = session.approvals[approval_id]
+    session.approvals[approval_id] = record.model_copy(update={"status": "expired"})  # closed without news
+    model = ReplayModel([answer_step("fine")], strict=False)
+    sink = MemorySink()
+    result = await runtime(tmp_path, model=model).run_turn(
+        request("go on", agent_=_agent(max_input_tokens=1500), run_id="run-2"), sink, session
+    )
+    assert result.stopped_by is None and result.text == "fine" and sink.of("compaction_held") == []
+
+
+async def test_an_approval_still_waiting_too_large_to_keep_is_held(tmp_path: Path) -> None:
+    session, approval_id = await _waiting_approval(tmp_path, content="clause " * 1500)
+    model = ReplayModel([answer_step("fine")], strict=False)
+    sink = MemorySink()
+    result = await runtime(tmp_path, model=model).run_turn(  # the asking run again: its own approval stands
+        request("Save the contract summary", agent_=_agent(max_input_tokens=1500), run_id="run-1"), sink, session
+    )
+    assert model.requests == [] and result.stopped_by == "compaction"
+    assert [a["approval_id"] for a in sink.of("compaction_held")[0].actions] == [approval_id]

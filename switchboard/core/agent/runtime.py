@@ -280,7 +280,7 @@ class _Turn:
         self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
         self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
         await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
-        self.pending = pending_actions([*self.history, *self.approvals.news])  # news settles what it decided
+        self.pending = await self._open_actions()
         await self._open()
         self.messages += self.approvals.news  # what became of the actions it asked people about
         assert self.prompt is not None
@@ -370,6 +370,21 @@ class _Turn:
         self.prompt = prompt
         self.messages = [*prompt.messages, *turn_messages]
         self.opening = len(prompt.messages)
+
+    async def _open_actions(self) -> list[PendingAction]:
+        """The conversation's open actions: this turn's news settles what it decided, the store what it closed."""
+        found = pending_actions([*self.history, *self.approvals.news])
+        store = self.approvals.store
+        if store is None:
+            return found
+        still: list[PendingAction] = []
+        for action in found:
+            if action.kind == "approval_waiting" and action.approval_id:
+                record = await store.approval_get(action.approval_id)
+                if record is not None and record.status != "pending":
+                    continue  # decided, expired or superseded: no longer waiting (unknown to the store: kept)
+            still.append(action)
+        return still
 
     def _pending_in_history(self) -> list[PendingAction]:
         """The open actions the history holds (those of this turn's news follow the opening verbatim)."""
