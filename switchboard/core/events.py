@@ -255,6 +255,8 @@ class CompactionHeld(_Event):
     actions: list[dict[str, Any]]
     """Each open action: ``kind``, ``tool``, ``call_id``, ``approval_id`` (never its arguments)."""
     max_input_tokens: int
+    reason: str = ""
+    """What the operator reads: which actions wait for a review."""
 
 
 class TurnClassified(_Event):

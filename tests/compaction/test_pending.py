@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from switchboard.control.transcript import build_transcript
+from switchboard.control.views import TimelineEntry
 from switchboard.core.agent.compaction import compact
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
 from switchboard.core.agent.pending import lost_actions, pending_actions
@@ -217,3 +219,16 @@ async def test_an_approval_still_waiting_too_large_to_keep_is_held(tmp_path: Pat
     )
     assert model.requests == [] and result.stopped_by == "compaction"
     assert [a["approval_id"] for a in sink.of("compaction_held")[0].actions] == [approval_id]
+
+
+async def test_the_console_transcript_shows_the_hold_as_a_notice(tmp_path: Path) -> None:
+    session = await _write_in_doubt(tmp_path, note="deliver to the loading dock " * 400)
+    sink = MemorySink()
+    await runtime(tmp_path).run_turn(request("go on", agent_=_agent(max_input_tokens=1500), run_id="run-2"), sink,
+                                     session)  # fmt: skip
+    (held,) = sink.of("compaction_held")
+    data = held.model_dump(mode="json")
+    entry = TimelineEntry(id="1-0", at=data.pop("at"), kind=data.pop("kind"), trace_id=None, data=data)
+    (item,) = build_transcript([], [entry])
+    assert (item.kind, item.action) == ("notice", "compaction_held")
+    assert "place_order (write_in_doubt)" in item.text and "review" in item.text

@@ -399,6 +399,8 @@ class _Turn:
                 message_id=self.message_id,
                 actions=[action.fact() for action in lost],
                 max_input_tokens=self.agent.limits.max_input_tokens,
+                reason="not kept word for word, review before the agent goes on: "
+                + ", ".join(f"{a.tool} ({a.kind})" for a in lost),
             )
         )
         self.stopped_by = "compaction"
