@@ -66,6 +66,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_IN_DOUBT = frozenset({"ambiguous_timeout", "ambiguous"})
+"""Failures of a write after it was sent: it may have happened, so doing it again repeats it."""
+
 
 class CallRecord(BaseModel):
     """One tool call of the trajectory: what the model asked and what the runtime did with it."""
@@ -76,6 +79,7 @@ class CallRecord(BaseModel):
     result: str = ""
     ok: bool | None = None
     side_effect: str | None = None
+    error_class: str | None = None
 
 
 class Trajectory(BaseModel):
@@ -306,6 +310,7 @@ async def _turns(
         if isinstance(event, ToolCalled) and event.call_id in by_id:
             by_id[event.call_id].ok = event.ok
             by_id[event.call_id].side_effect = event.side_effect
+            by_id[event.call_id].error_class = event.error_class
         elif isinstance(event, ApprovalRequested) and event.tool is not None:
             trajectory.approvals.append(event.tool)
     return trajectory
@@ -368,8 +373,8 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     if isinstance(invariant, NoRepeatedWrite):
         seen: set[str] = set()
         for call in calls:
-            if call.side_effect != "write" or call.ok is False:
-                continue
+            if call.side_effect != "write" or (call.ok is False and call.error_class not in _IN_DOUBT):
+                continue  # a write that failed did not happen, unless it failed in doubt (it may have)
             key = call.tool + json.dumps(call.arguments, sort_keys=True)
             if key in seen:
                 return False, f"{call.tool} wrote twice with {json.dumps(call.arguments, sort_keys=True)}"
