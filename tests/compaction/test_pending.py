@@ -232,3 +232,21 @@ async def test_the_console_transcript_shows_the_hold_as_a_notice(tmp_path: Path)
     (item,) = build_transcript([], [entry])
     assert (item.kind, item.action) == ("notice", "compaction_held")
     assert "place_order (write_in_doubt)" in item.text and "review" in item.text
+
+
+def test_a_call_id_used_again_later_does_not_hide_a_write_in_doubt() -> None:
+    def turn(name: str, args: dict[str, Any], result: str, **meta: Any) -> list[HistoryEntry]:
+        call = {"id": "c1_0", "name": name, "arguments": args}  # servers may number every turn's calls from 0
+        return [
+            HistoryEntry(role="user", text="next"),
+            HistoryEntry(role="assistant", text="", meta={"tool_calls": [call]}),
+            HistoryEntry(role="tool", text=result, meta={"call_id": "c1_0", "tool": name, **meta}),
+        ]
+
+    history = [
+        *turn("place_order", {"sku": "A-77"}, '{"error":"late","error_class":"ambiguous_timeout"}', ok=False,
+              error_class="ambiguous_timeout", side_effect="write"),
+        *turn("current_time", {}, '{"time":"12:00"}', ok=True, error_class=None, side_effect="read"),
+    ]  # fmt: skip
+    (found,) = pending_actions(history)
+    assert (found.kind, found.tool, found.arguments) == ("write_in_doubt", "place_order", {"sku": "A-77"})

@@ -106,31 +106,32 @@ def pending_actions(conversation: Sequence[HistoryEntry | ChatMessage]) -> list[
     An approval counts as decided once its outcome came back (a call ``approval_<id>``); a write in doubt once the
     same call (tool and arguments) later succeeded.
     """
-    items = [_item(found) for found in conversation]
-    calls: dict[str, tuple[str, dict[str, Any]]] = {}
-    results: dict[str, _Item] = {}
-    settled_ok: set[str] = set()
-    for item in items:
+    calls: list[tuple[str, str, dict[str, Any], _Item | None]] = []
+    waiting: dict[str, int] = {}  # call id → its call's index, until answered (ids may repeat in later turns)
+    for item in (_item(found) for found in conversation):
         for call_id, name, arguments in item.calls:
-            calls.setdefault(call_id, (name, arguments))
-        if item.role == "tool" and item.call_id is not None:
-            results[item.call_id] = item
-            if item.call_id in calls and _error_class(item) is None and item.meta.get("ok") is not False:
-                settled_ok.add(_canonical(list(calls[item.call_id])))
+            waiting[call_id] = len(calls)
+            calls.append((call_id, name, arguments, None))
+        if item.role == "tool" and item.call_id in waiting:
+            index = waiting.pop(item.call_id)
+            call_id, name, arguments, _ = calls[index]
+            calls[index] = (call_id, name, arguments, item)
+    decided = {call_id for call_id, *_ in calls if call_id.startswith(_APPROVAL_CALL)}
+    done = {_canonical([name, arguments]) for _, name, arguments, result in calls
+            if result is not None and result.meta.get("ok") is not False and _error_class(result) is None}  # fmt: skip
     found: list[PendingAction] = []
-    for call_id, (name, arguments) in calls.items():
-        result = results.get(call_id)
+    for call_id, name, arguments, result in calls:
         if result is None:
             found.append(PendingAction("unanswered_call", call_id, name, arguments))
             continue
         if result.trusted and _WAITING.search(result.text):
             approval = _APPROVAL_ID.search(result.text)
             approval_id = approval.group(1) if approval else None
-            if approval_id is None or f"{_APPROVAL_CALL}{approval_id}" not in calls:
+            if approval_id is None or f"{_APPROVAL_CALL}{approval_id}" not in decided:
                 found.append(PendingAction("approval_waiting", call_id, name, arguments, approval_id=approval_id))
             continue
         error_class = _error_class(result)
-        if error_class in _DOUBT_CLASSES and _canonical([name, arguments]) not in settled_ok:
+        if error_class in _DOUBT_CLASSES and _canonical([name, arguments]) not in done:
             found.append(PendingAction("write_in_doubt", call_id, name, arguments, error_class=error_class))
     return found
 
