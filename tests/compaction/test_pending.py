@@ -1,8 +1,9 @@
 """Compaction and pending actions: an approval waiting, a write in doubt, a call without its result.
 
-The histories are made by running real turns (a gated write asks for approval; a write times out ambiguously), then
-padded with chat until the context budget forces the older turns out: the pending action must reach the model word
-for word (call id, approval id, arguments), or the turn must stop for review without asking the model.
+The histories are made by running real turns (a gated write asks for approval; a write times out ambiguously) on the
+session store the worker uses (Redis, under a lease), then padded with chat until the context budget forces the older
+turns out: the pending action must reach the model word for word (call id, approval id, arguments), or the turn must
+stop for review without asking the model.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
 from switchboard.control.transcript import build_transcript
@@ -26,10 +29,26 @@ from switchboard.core.tools.builtin import default_registry
 from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.turn import HistoryEntry, TurnResult
 from switchboard.errors import ToolError
-from switchboard.evals.session import EvalSession
+from switchboard.queue.lease import Lease
+from switchboard.queue.ledger import Attempt, AttemptStore
+from switchboard.queue.store import RedisSessionStore
+from switchboard.settings import QueueSettings
 from tests.core.turns import MemorySink, answer_step, calls_step, message, request, runtime
 
 CONTRACT = {"path": "contract.md", "content": "Summary: 12 months, EUR 400/month, notice 90 days."}
+
+
+@pytest.fixture
+async def session(async_redis: aioredis.Redis) -> RedisSessionStore:
+    """The session's store as a worker's drain gives it to a turn: bound to the lease it holds, keeping approvals."""
+    lease = await Lease(async_redis, worker_id="w1", lease_ms=60_000).acquire(message("x").session_key)
+    assert lease is not None
+    attempt = Attempt(attempt=1, dead=False, last_error="", ids=[], bodies=[])  # nothing read ahead: Redis answers
+    return AttemptStore(async_redis, lease, QueueSettings(name="sbtest"), attempt)
+
+
+async def _history(session: RedisSessionStore) -> list[HistoryEntry]:
+    return await session.load_history(1000)
 
 
 class _Order(BaseModel):
@@ -55,7 +74,7 @@ def _agent(max_input_tokens: int = 32_000, tools: tuple[str, ...] = ("write_file
     )
 
 
-async def _record(session: EvalSession, text: str, result: TurnResult, n: int) -> None:
+async def _record(session: RedisSessionStore, text: str, result: TurnResult, n: int) -> None:
     """What the queue layer appends after a turn: the user's message, the turn's calls and results, the answer."""
     await session.append_history(
         [
@@ -66,7 +85,7 @@ async def _record(session: EvalSession, text: str, result: TurnResult, n: int) -
     )
 
 
-async def _chat(session: EvalSession, turns: int) -> None:
+async def _chat(session: RedisSessionStore, turns: int) -> None:
     for i in range(turns):
         await session.append_history(
             [
@@ -76,21 +95,19 @@ async def _chat(session: EvalSession, turns: int) -> None:
         )
 
 
-async def _waiting_approval(tmp_path: Path, content: str = CONTRACT["content"]) -> tuple[EvalSession, str]:
+async def _waiting_approval(tmp_path: Path, session: RedisSessionStore, content: str = CONTRACT["content"]) -> str:
     """A session whose first turn asked a person to approve a write (the run waits), then 30 turns of chat."""
-    session = EvalSession({})
     model = ReplayModel([calls_step(("write_file", {**CONTRACT, "content": content}))], strict=False)
     text = "Save the contract summary"
     result = await runtime(tmp_path, model=model).run_turn(request(text, agent_=_agent()), MemorySink(), session)
     assert len(result.waiting_for) == 1
     await _record(session, text, result, 0)
     await _chat(session, 30)
-    return session, result.waiting_for[0]
+    return result.waiting_for[0]
 
 
-async def _write_in_doubt(tmp_path: Path, note: str = "") -> EvalSession:
+async def _write_in_doubt(tmp_path: Path, session: RedisSessionStore, note: str = "") -> None:
     """A session whose first turn's write timed out after it was sent (it may have happened), then 30 turns of chat."""
-    session = EvalSession({})
     registry = default_registry()
     registry.register(_ambiguous_tool())
     model = ReplayModel(
@@ -106,27 +123,30 @@ async def _write_in_doubt(tmp_path: Path, note: str = "") -> EvalSession:
                                                                             session)  # fmt: skip
     await _record(session, text, result, 0)
     await _chat(session, 30)
-    return session
 
 
 def _sent(requests: list[ModelRequest]) -> str:
     return "\n".join(m.content for m in requests[0].messages)
 
 
-async def test_an_approval_waiting_reaches_the_model_word_for_word_after_compaction(tmp_path: Path) -> None:
-    session, approval_id = await _waiting_approval(tmp_path)
-    (found,) = pending_actions(session.history)
+async def test_an_approval_waiting_reaches_the_model_word_for_word_after_compaction(
+    tmp_path: Path, session: RedisSessionStore
+) -> None:
+    approval_id = await _waiting_approval(tmp_path, session)
+    (found,) = pending_actions(await _history(session))
     assert (found.kind, found.approval_id, found.arguments) == ("approval_waiting", approval_id, CONTRACT)
     ag = _agent(max_input_tokens=1500)
-    prompt = build_prompt(ag, Slots(), session.history, [message("and tomorrow?")], [], [], show_slots=False)
+    prompt = build_prompt(ag, Slots(), await _history(session), [message("and tomorrow?")], [], [], show_slots=False)
     sent = "\n".join(m.content for m in prompt.messages)
     assert prompt.compacted and "question 0:" not in sent  # the first turns were folded ...
     assert approval_id in sent and found.line in sent  # ... but the approval is there word for word
     assert lost_actions([found], prompt.messages) == []
 
 
-async def test_a_new_message_settles_the_approval_and_nothing_is_held(tmp_path: Path) -> None:
-    session, approval_id = await _waiting_approval(tmp_path)
+async def test_a_new_message_settles_the_approval_and_nothing_is_held(
+    tmp_path: Path, session: RedisSessionStore
+) -> None:
+    approval_id = await _waiting_approval(tmp_path, session)
     model = ReplayModel([answer_step("noted")], strict=False)
     sink = MemorySink()
     result = await runtime(tmp_path, model=model).run_turn(
@@ -137,9 +157,11 @@ async def test_a_new_message_settles_the_approval_and_nothing_is_held(tmp_path: 
     assert "approval_superseded" in sent and approval_id in sent  # the model learns it did not happen
 
 
-async def test_a_write_in_doubt_reaches_the_model_word_for_word_after_compaction(tmp_path: Path) -> None:
-    session = await _write_in_doubt(tmp_path)
-    (found,) = pending_actions(session.history)
+async def test_a_write_in_doubt_reaches_the_model_word_for_word_after_compaction(
+    tmp_path: Path, session: RedisSessionStore
+) -> None:
+    await _write_in_doubt(tmp_path, session)
+    (found,) = pending_actions(await _history(session))
     assert (found.kind, found.tool, found.arguments) == ("write_in_doubt", "place_order", {"sku": "A-77", "qty": 40})
     assert found.error_class == "ambiguous_timeout"
     model = ReplayModel([answer_step("noted")], strict=False)
@@ -150,9 +172,11 @@ async def test_a_write_in_doubt_reaches_the_model_word_for_word_after_compaction
     assert "question 0:" not in sent and found.line in sent and "ambiguous_timeout" in sent
 
 
-async def test_a_pending_action_too_large_to_keep_stops_the_turn_for_review(tmp_path: Path) -> None:
-    session = await _write_in_doubt(tmp_path, note="deliver to the loading dock " * 400)
-    (found,) = pending_actions(session.history)
+async def test_a_pending_action_too_large_to_keep_stops_the_turn_for_review(
+    tmp_path: Path, session: RedisSessionStore
+) -> None:
+    await _write_in_doubt(tmp_path, session, note="deliver to the loading dock " * 400)
+    (found,) = pending_actions(await _history(session))
     model = ReplayModel([answer_step("I would have continued on a summary")], strict=False)
     sink = MemorySink()
     result = await runtime(tmp_path, model=model).run_turn(
@@ -166,8 +190,8 @@ async def test_a_pending_action_too_large_to_keep_stops_the_turn_for_review(tmp_
     assert sink.of("usage_metered")[0].stopped_by == "compaction"
 
 
-async def test_a_decided_approval_is_no_longer_pending(tmp_path: Path) -> None:
-    session, approval_id = await _waiting_approval(tmp_path)
+async def test_a_decided_approval_is_no_longer_pending(tmp_path: Path, session: RedisSessionStore) -> None:
+    approval_id = await _waiting_approval(tmp_path, session)
     call = {"id": f"approval_{approval_id}", "name": "write_file", "arguments": CONTRACT}
     await session.append_history(
         [
@@ -175,7 +199,7 @@ async def test_a_decided_approval_is_no_longer_pending(tmp_path: Path) -> None:
             HistoryEntry(role="tool", text='{"ok":true}', meta={"call_id": call["id"], "tool": "write_file"}),
         ]
     )
-    assert pending_actions(session.history) == []
+    assert pending_actions(await _history(session)) == []
 
 
 def test_a_call_without_its_result_is_pending() -> None:
@@ -189,19 +213,24 @@ def test_a_call_without_its_result_is_pending() -> None:
     assert (found.kind, found.call_id, found.tool) == ("unanswered_call", "c9", "send_mail")
 
 
-async def test_the_compacted_record_says_a_write_is_in_doubt_and_an_approval_waits(tmp_path: Path) -> None:
-    doubt = await _write_in_doubt(tmp_path / "doubt")
-    waiting, _ = await _waiting_approval(tmp_path / "waiting")
-    for session, status in ((doubt, "in_doubt_ambiguous_timeout"), (waiting, "waiting_for_approval")):
-        record = compact(session.history, budget_chars=6000).record
-        assert record is not None
-        assert [effect["status"] for effect in record["tool_effects"]] == [status]  # never a plain "error"
+@pytest.mark.parametrize("kind", ["write_in_doubt", "approval_waiting"])
+async def test_the_compacted_record_says_a_write_is_in_doubt_and_an_approval_waits(
+    tmp_path: Path, session: RedisSessionStore, kind: str
+) -> None:
+    if kind == "write_in_doubt":
+        await _write_in_doubt(tmp_path, session)
+    else:
+        await _waiting_approval(tmp_path, session)
+    record = compact(await _history(session), budget_chars=6000).record
+    assert record is not None
+    status = {"write_in_doubt": "in_doubt_ambiguous_timeout", "approval_waiting": "waiting_for_approval"}[kind]
+    assert [effect["status"] for effect in record["tool_effects"]] == [status]  # never a plain "error"
 
 
-async def test_an_approval_the_store_closed_is_not_held(tmp_path: Path) -> None:
-    session, approval_id = await _waiting_approval(tmp_path, content="clause " * 1500)
-    record = session.approvals[approval_id]
-    session.approvals[approval_id] = record.model_copy(update={"status": "expired"})  # closed without news
+async def test_an_approval_the_store_closed_is_not_held(tmp_path: Path, session: RedisSessionStore) -> None:
+    approval_id = await _waiting_approval(tmp_path, session, content="clause " * 1500)
+    decided = await session.approval_decide(approval_id, "deny", "console:ops", "console", action_prefix=None)
+    assert decided.result == "applied"  # closed in the store, no outcome in the history yet
     model = ReplayModel([answer_step("fine")], strict=False)
     sink = MemorySink()
     result = await runtime(tmp_path, model=model).run_turn(
@@ -210,8 +239,8 @@ async def test_an_approval_the_store_closed_is_not_held(tmp_path: Path) -> None:
     assert result.stopped_by is None and result.text == "fine" and sink.of("compaction_held") == []
 
 
-async def test_an_approval_still_waiting_too_large_to_keep_is_held(tmp_path: Path) -> None:
-    session, approval_id = await _waiting_approval(tmp_path, content="clause " * 1500)
+async def test_an_approval_still_waiting_too_large_to_keep_is_held(tmp_path: Path, session: RedisSessionStore) -> None:
+    approval_id = await _waiting_approval(tmp_path, session, content="clause " * 1500)
     model = ReplayModel([answer_step("fine")], strict=False)
     sink = MemorySink()
     result = await runtime(tmp_path, model=model).run_turn(  # the asking run again: its own approval stands
@@ -221,8 +250,8 @@ async def test_an_approval_still_waiting_too_large_to_keep_is_held(tmp_path: Pat
     assert [a["approval_id"] for a in sink.of("compaction_held")[0].actions] == [approval_id]
 
 
-async def test_the_console_transcript_shows_the_hold_as_a_notice(tmp_path: Path) -> None:
-    session = await _write_in_doubt(tmp_path, note="deliver to the loading dock " * 400)
+async def test_the_console_transcript_shows_the_hold_as_a_notice(tmp_path: Path, session: RedisSessionStore) -> None:
+    await _write_in_doubt(tmp_path, session, note="deliver to the loading dock " * 400)
     sink = MemorySink()
     await runtime(tmp_path).run_turn(request("go on", agent_=_agent(max_input_tokens=1500), run_id="run-2"), sink,
                                      session)  # fmt: skip
