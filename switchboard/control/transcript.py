@@ -34,7 +34,15 @@ _USER_KINDS: Final = frozenset({"message_received", "run_queued", "message_dropp
 _ANSWER_KINDS: Final = frozenset({"reply_sent", "send_dead_lettered", "run_completed", "run_cancelled"})
 _APPROVAL_KINDS: Final = frozenset({"approval_requested", "approval_decided", "approval_settled"})
 _NOTICE_KINDS: Final = frozenset(
-    {"run_failed", "run_dead_lettered", "run_deferred", "run_cancelled", "send_dead_lettered", "message_dropped"}
+    {
+        "run_failed",
+        "run_dead_lettered",
+        "run_deferred",
+        "run_cancelled",
+        "send_dead_lettered",
+        "message_dropped",
+        "compaction_held",
+    }
 )
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "BudgetAlerted",
     "BudgetExhausted",
     "CommandAnswered",
+    "CompactionHeld",
     "ContextKept",
     "ControlChanged",
     "ConversationHandedOff",
@@ -243,6 +244,21 @@ class UsageMetered(_Event):
     """Characters spoken: set on the metering of a voice reply's speech request (not a run of its own)."""
     task_class: str = ""
     """The agent's task class the turn ran under (``docs/budgets.md``); empty: none declared or matched."""
+
+
+class CompactionHeld(_Event):
+    """A turn stopped for review before its model step: fitting the context would have summarised away open actions.
+
+    An approval waiting, a write in doubt or a call without its result could no longer be kept word for word; the
+    model was not asked, the user was told a person reviews first (``stopped_by="compaction"``).
+    """
+
+    kind: Literal["compaction_held"] = "compaction_held"
+    actions: list[dict[str, Any]]
+    """Each open action: ``kind``, ``tool``, ``call_id``, ``approval_id`` (never its arguments)."""
+    max_input_tokens: int
+    reason: str = ""
+    """What the operator reads: which actions wait for a review."""
 
 
 class TurnClassified(_Event):
@@ -540,6 +556,7 @@ Event = Annotated[
     | MemoryChanged
     | UsageMetered
     | TurnClassified
+    | CompactionHeld
     | ReplySent
     | VoiceReplied
     | RunCompleted

@@ -99,6 +99,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_IN_DOUBT = frozenset({"ambiguous_timeout", "ambiguous"})
+"""Failures of a write after it was sent: it may have happened, so doing it again repeats it."""
+
 
 @dataclass(frozen=True)
 class EvalSetup:
@@ -661,8 +664,8 @@ def check(invariant: Check, trajectory: Trajectory) -> tuple[bool, str]:
     if isinstance(invariant, NoRepeatedWrite):
         seen: set[str] = set()
         for call in calls:
-            if call.side_effect != "write" or (call.ok is False and call.error_class != "ambiguous_timeout"):
-                continue  # a write that timed out may have happened: repeating it is a repeated write
+            if call.side_effect != "write" or (call.ok is False and call.error_class not in _IN_DOUBT):
+                continue  # a write that failed did not happen, unless it failed in doubt (it may have)
             key = call.tool + json.dumps(call.arguments, sort_keys=True)
             if key in seen:
                 return False, f"{call.tool} wrote twice with {json.dumps(call.arguments, sort_keys=True)}"

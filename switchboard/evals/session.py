@@ -42,6 +42,18 @@ class EvalSession:
         """Keep the turn's entries."""
         self.history.extend(entries)
 
+    async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
+        """The ``search_history`` backend: entries holding every word of ``query`` (any case), most recent first."""
+        words = query.lower().split()
+        found: list[dict[str, Any]] = []
+        for seq in range(len(self.history) - 1, -1, -1):
+            entry = self.history[seq]
+            if words and all(word in entry.text.lower() for word in words):
+                found.append({"role": entry.role, "text": entry.text, "seq": seq, "at": entry.at})
+                if len(found) >= limit:
+                    break
+        return found
+
     async def load_slots(self) -> dict[str, Any]:
         """The slots as seeded and saved."""
         return dict(self.slots)

@@ -24,8 +24,11 @@ INPUT_ESTIMATE_MARGIN = 1.25
 """Input tokens are estimated before a step (four ASCII characters a token); providers count their own way and
 add framing, so the credit check before a step assumes a quarter more."""
 
-BudgetName = Literal["steps", "tool_calls", "tokens", "credits", "deadline", "context", "repeat_guard", "output"]
-"""Which budget (or guard) ended a turn early; reported as ``TurnResult.stopped_by``."""
+BudgetName = Literal[
+    "steps", "tool_calls", "tokens", "credits", "deadline", "context", "repeat_guard", "output", "compaction"
+]
+"""Which budget (or guard) ended a turn early; reported as ``TurnResult.stopped_by``. ``compaction``: the context
+could not keep an open action word for word, and the turn stopped for review (``compaction_held``)."""
 
 
 class PriceTable:

@@ -38,6 +38,8 @@ USER_TEXT_CHARS = 400
 MIN_BUDGET_CHARS = 600
 KNOWN_WRITES = frozenset({"write_file", "send_file", "offer_choice"})
 SLOT_TOOLS = frozenset({"update_plan", "update_context", "update_state"})
+_IN_DOUBT = frozenset({"ambiguous_timeout", "ambiguous"})
+"""Failures of a write after it was sent: the record says it may have happened, never plain ``error``."""
 # per rendering level: (items, chars) for user messages and for every other section; level 3 shows counts only
 _LEVELS = ((12, 400, 10, 200), (6, 200, 5, 120), (2, 100, 2, 80))
 _CHOSEN = re.compile(r"chose option (\S+)(?: \((.*)\))?", re.DOTALL)
@@ -154,11 +156,16 @@ def _collect_calls(turns: list[list[HistoryEntry]], seq_of: Callable[[HistoryEnt
 
 
 def _status(call: _Call) -> str:
+    """``ok``, ``error``, or what keeps the effect open: in doubt (it may have happened) or waiting for a person."""
     if not call.has_result:
         return "unknown_after_crash"
     status = call.meta.get("status")
     if isinstance(status, str):
         return status
+    if call.meta.get("error_class") in _IN_DOUBT:
+        return f"in_doubt_{call.meta['error_class']}"
+    if call.meta.get("error_class") == "needs_approval":
+        return "waiting_for_approval"
     return "error" if call.meta.get("ok") is False else "ok"
 
 

@@ -21,7 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.core.agent.config import Agent
-from switchboard.core.agent.prompt import request_tokens
+from switchboard.core.agent.pending import PendingAction, pending_actions, render_pending
+from switchboard.core.agent.prompt import estimate_tokens, request_tokens
 from switchboard.core.model import (
     ChatMessage,
     HostedContainer,
@@ -31,6 +32,7 @@ from switchboard.core.model import (
     ModelRequest,
     TextDelta,
     ToolSpec,
+    data_block,
 )
 from switchboard.core.protocols import conforms
 from switchboard.core.providers.validtext import ValidTextAdapter
@@ -45,6 +47,7 @@ __all__ = [
     "HOSTED_DIR",
     "MAX_HOSTED_BYTES",
     "MAX_HOSTED_FILES",
+    "PENDING_SOURCE",
     "STATE_SLOT",
     "ContainerFile",
     "HostedFileSource",
@@ -68,6 +71,8 @@ MAX_HOSTED_BYTES = 64 * 2**20
 """Most bytes fetched from a hosted container after one step (held in memory until written; the session quota
 lowers it). A file past what is left is not copied."""
 _CONTAINER_HOME = "/mnt/data/"
+PENDING_SOURCE = "pending-actions"
+"""Label of the data message that keeps a compacted window's open actions word for word."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,18 @@ def _shown(path: str) -> str:
     """
     bad = next((i for i, char in enumerate(path) if unicodedata.category(char) in ("Cc", "Cf")), None)
     return posixpath.basename(path) if bad is None else posixpath.basename(path[:bad]) + "…"
+
+
+def _keep_pending(window: NativeWindow, pending: Sequence[PendingAction]) -> NativeWindow:
+    """``window`` with the open actions it covers kept word for word, as a ``data`` message after its items.
+
+    The provider's summary is opaque: an approval waiting or a write in doubt it covers could come back as anything.
+    """
+    if not pending:
+        return window
+    text = data_block(render_pending(pending), source=PENDING_SOURCE)
+    item = {"type": "message", "role": "user", "content": text}
+    return NativeWindow([*window.items, item], window.tokens + estimate_tokens(text) + 4)
 
 
 def _last_result(messages: Sequence[ChatMessage]) -> int | None:
@@ -411,6 +428,7 @@ class NativeAdapter:
             self.failed = True
             logger.warning("native compaction failed (%s); using deterministic compaction", err.code or "error")
             return request
+        window = _keep_pending(window, pending_actions(covered))
         replaced = before + request_tokens("", covered, [])
         if window.tokens >= replaced:  # it would grow every later request instead of shrinking it
             self.failed = True

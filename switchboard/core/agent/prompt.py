@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from switchboard.core.agent.config import Agent
+from switchboard.core.agent.pending import PendingAction, lost_actions, pending_actions, render_pending
 from switchboard.core.agent.slots import Slots
 from switchboard.core.inbound import event_text
 from switchboard.core.messages import InboundMessage
@@ -228,11 +229,19 @@ def _system(agent: Agent, *, codeact: bool, skills: Sequence[SkillRef] = ()) -> 
     return "\n\n".join(parts)
 
 
-def session_data(slots: Slots, *, show_slots: bool, compacted: str, databases: str = "") -> ChatMessage | None:
-    """The slots, the compaction record and the databases' card as one ``data`` message (``None`` when empty)."""
+def session_data(
+    slots: Slots, *, show_slots: bool, compacted: str, databases: str = "", pending: str = ""
+) -> ChatMessage | None:
+    """The slots, the compaction record, the pending block and the databases' card as one ``data`` message.
+
+    ``None`` when all are empty. ``pending`` (:func:`~switchboard.core.agent.pending.render_pending`) holds the open
+    actions the history window no longer shows, word for word, outside the record.
+    """
     parts = []
     if compacted:
         parts.append("## Earlier in this conversation (compacted record)\n" + compacted)
+    if pending:
+        parts.append(pending)
     if show_slots or not slots.empty:
         parts.append(slots.render())
     if databases:  # table and column names may come from documents: data, never system text
@@ -356,6 +365,7 @@ def build_prompt(
     attached: ChatMessage | None = None,
     skills: Sequence[SkillRef] = (),
     workspace: Path | None = None,
+    pending: Sequence[PendingAction] | None = None,
 ) -> Prompt:
     """The opening request of a turn, within ``agent.limits.max_input_tokens``.
 
@@ -365,6 +375,8 @@ def build_prompt(
     goes just before it and stays with it when older history is dropped. ``skills``: the agent's skills, whose
     names and descriptions the system prompt lists. ``workspace``: the session's; when the agent has the ``sql``
     tool, the card of its databases (:func:`~switchboard.core.sql.card.database_card`) goes in the session data.
+    ``pending``: the conversation's open actions (default: those of ``history``); one the window drops is kept word
+    for word in the session data, outside the compacted record, unless it alone is larger than the history's room.
     """
     budget = agent.limits.max_input_tokens
     user = ChatMessage(role="user", content=_user_text(messages) if text is None else text)
@@ -398,16 +410,24 @@ def build_prompt(
         if estimate_tokens(compacted_text) > history_budget // 2:  # the record never crowds out recent turns
             compacted_text = _cap_tokens(compacted_text, history_budget // 2) if history_budget > 200 else ""
         tokens = [_message_tokens(m) for m in window]
-    total = sum(tokens) + estimate_tokens(compacted_text) + (16 if compacted_text else 0)
-    start = 0
-    while start < len(window) and (total > history_budget or window[start].role != "user"):
-        total -= tokens[start]
-        start += 1
+    start, kept = 0, ""
+    open_actions = pending_actions(history) if pending is None else list(pending)
+    while True:  # drop the oldest messages; what that takes of a pending action goes in the pending block, verbatim
+        total = sum(tokens[start:]) + estimate_tokens(compacted_text + kept) + (16 if compacted_text or kept else 0)
+        while start < len(window) and (total > history_budget or window[start].role != "user"):
+            total -= tokens[start]
+            start += 1
+        block = render_pending(lost_actions(open_actions, window[start:]))
+        if estimate_tokens(block) > max(0, history_budget):  # it cannot be kept: the runtime stops for review
+            block = ""
+        if block == kept:
+            break
+        kept = block
     window, flags = window[start:], flags[start:]
     if window and window[-1].role == "user" and window[-1].trust is None:
         user = ChatMessage(role="user", content=window[-1].content + "\n\n" + user.content)
         window = window[:-1]
-    data = session_data(slots, show_slots=show_slots, compacted=compacted_text, databases=tables)
+    data = session_data(slots, show_slots=show_slots, compacted=compacted_text, databases=tables, pending=kept)
     pinned = [m for m in (data, attached) if m is not None] + [user]
     return Prompt(
         system=system,

@@ -26,6 +26,7 @@ from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName,
 from switchboard.core.agent.decider import Reply, StepRetry, decide
 from switchboard.core.agent.evidence import ContextEvidence
 from switchboard.core.agent.native import HostedFiles, NativeAdapter
+from switchboard.core.agent.pending import PendingAction, held_reply, lost_actions, pending_actions
 from switchboard.core.agent.programstep import refusal, run_program_call
 from switchboard.core.agent.prompt import (
     BUDGET_WORDS,
@@ -53,7 +54,7 @@ from switchboard.core.approvals.grants import agent_policy
 from switchboard.core.approvals.records import ApprovalRequest
 from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.approvals.turn import TurnApprovals, reply_sink
-from switchboard.core.events import Event, StepRecorded, ToolCalled, TurnClassified, UsageMetered
+from switchboard.core.events import CompactionHeld, Event, StepRecorded, ToolCalled, TurnClassified, UsageMetered
 from switchboard.core.inbound import plan_turn, settle_without_model
 from switchboard.core.model import (
     ChatMessage,
@@ -241,6 +242,8 @@ class _Turn:
         """Turn messages from this index on were produced with untrusted content in the context."""
         self.slots = Slots()
         self.history: list[HistoryEntry] = []
+        self.pending: list[PendingAction] = []
+        """Open actions of the conversation (approvals waiting, writes in doubt): the model sees each word for word."""
         self.prompt: Prompt | None = None
         self.messages: list[ChatMessage] = []
         self.opening = 0
@@ -277,6 +280,7 @@ class _Turn:
         self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
         self.input = await turn_input(self.inbound, self.rt.attachments, spaces.workspaces, self.ctx.workspace, vision)
         await persist_quietly(spaces.store, self.request.session_key)  # the user's files: any worker sends them
+        self.pending = await self._open_actions()
         await self._open()
         self.messages += self.approvals.news  # what became of the actions it asked people about
         assert self.prompt is not None
@@ -358,6 +362,7 @@ class _Turn:
             attached=self.input.attached,
             skills=self.ctx.skills,
             workspace=self.ctx.workspace,  # the databases' card, when the agent has sql
+            pending=self._pending_in_history(),
         )
         # off the loop only when the databases' card reads and counts a workspace file (a thread costs more)
         prompt = await asyncio.to_thread(build) if reads_files else build()
@@ -365,6 +370,42 @@ class _Turn:
         self.prompt = prompt
         self.messages = [*prompt.messages, *turn_messages]
         self.opening = len(prompt.messages)
+
+    async def _open_actions(self) -> list[PendingAction]:
+        """The conversation's open actions: this turn's news settles what it decided, the store what it closed."""
+        found = pending_actions([*self.history, *self.approvals.news])
+        store = self.approvals.store
+        if store is None:
+            return found
+        still: list[PendingAction] = []
+        for action in found:
+            if action.kind == "approval_waiting" and action.approval_id:
+                record = await store.approval_get(action.approval_id)
+                if record is not None and record.status != "pending":
+                    continue  # decided, expired or superseded: no longer waiting (unknown to the store: kept)
+            still.append(action)
+        return still
+
+    def _pending_in_history(self) -> list[PendingAction]:
+        """The open actions the history holds (those of this turn's news follow the opening verbatim)."""
+        ids = {str(c.get("id")) for e in self.history for c in e.meta.get("tool_calls") or [] if isinstance(c, dict)}
+        return [action for action in self.pending if action.call_id in ids]
+
+    async def _hold(self, lost: list[PendingAction]) -> bool:
+        """Stop before the model acts on a context that lost ``lost``: a fact for the operator, a reply for the user."""
+        logger.warning("turn stopped for review: %d pending action(s) would be compacted away", len(lost))
+        await self._event(
+            CompactionHeld(
+                message_id=self.message_id,
+                actions=[action.fact() for action in lost],
+                max_input_tokens=self.agent.limits.max_input_tokens,
+                reason="not kept word for word, review before the agent goes on: "
+                + ", ".join(f"{a.tool} ({a.kind})" for a in lost),
+            )
+        )
+        self.stopped_by = "compaction"
+        await self.output.write(held_reply(lost), self.budget.steps)
+        return True
 
     async def _loop(self) -> bool:
         """Step until an answer (``True``) or a budget (``False``, with ``stopped_by`` set)."""
@@ -379,6 +420,8 @@ class _Turn:
             if request is None:
                 self.stopped_by = "context"
                 return False
+            if lost := lost_actions(self.pending, request.messages):
+                return await self._hold(lost)  # never a model step over a summary of an open action
             if not self.budget.can_afford_step(self.spec, input_tokens(request), request.max_output_tokens):
                 self.stopped_by = "credits"  # its worst case would pass the cap: a cap is a cap
                 return False

@@ -60,6 +60,7 @@ def call_facts(tool: Tool | None, outcome: ToolOutcome) -> dict[str, Any]:
         "idempotency_key": outcome.idempotency_key,
         "action_sha256": outcome.action_sha256,
         "file": outcome.file,
+        "error_class": outcome.error_class,
     }
 
 
