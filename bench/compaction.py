@@ -31,17 +31,14 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from aiohttp import web
 
 from switchboard.core.agent.config import Agent, AgentLimits, AgentProfile
 from switchboard.core.providers import ProviderConfig
-from switchboard.evals import runner
-from switchboard.evals.runner import ScenarioResult, run_scenarios
+from switchboard.evals.runner import EvalSetup, ScenarioResult, run_scenarios
 from switchboard.evals.scenario import AgentUnderTest, Scenario, load_scenarios
 from tests.fakes.model_script import Call
 from tests.fakes.openai_api import FakeOpenAI
@@ -263,10 +260,11 @@ async def measure(scenarios: list[Scenario], modes: list[str]) -> list[Figures]:
         for scenario in scenarios:
             api = ReaderAPI()
             app_runner, url = await _serve(api)
-            config = partial(ProviderConfig, openai_api_key="sk-bench", openai_base_url=url)
-            try:  # the runner builds its models from a default ProviderConfig: point it at the fake
-                with mock.patch.object(runner, "ProviderConfig", config):
-                    (result,) = await run_scenarios([_as_reader(scenario)], concurrency=1, configured=_agents(mode))
+            setup = EvalSetup(providers=ProviderConfig(openai_api_key="sk-bench", openai_base_url=url))
+            try:
+                (result,) = await run_scenarios(
+                    [_as_reader(scenario)], concurrency=1, configured=_agents(mode), setup=setup
+                )
             finally:
                 api.release()
                 await app_runner.cleanup()

@@ -99,8 +99,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_IN_DOUBT = frozenset({"ambiguous_timeout", "ambiguous"})
-"""Failures of a write after it was sent: it may have happened, so doing it again repeats it."""
+_IN_DOUBT = frozenset({"ambiguous_timeout"})
+"""Failures of a write after it was sent: it may have happened, so doing it again repeats it. (``ambiguous`` is the
+gateway refusing to run a call again whose first attempt is in doubt: that refusal wrote nothing.)"""
 
 
 @dataclass(frozen=True)
