@@ -301,8 +301,16 @@ def test_the_worker_has_the_time_to_drain_and_hand_its_sessions_back(tmp_path: P
         f"terminationGracePeriodSeconds {grace} < the drain window {session_worker.shutdown_grace_s:g} s "
         f"(SWITCHBOARD_QUEUE__LEASE_MS) + {AFTER_DRAIN_S} s: running turns would be killed instead of handed back"
     )
-    strategy = objects("Deployment")["switchboard-worker"]["spec"]["strategy"]
-    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_rollouts_keep_every_role_serving() -> None:
+    """A new pod must be up before an old one goes; without a readiness probe, up for a while."""
+    for name, deployment in objects("Deployment").items():
+        spec = deployment["spec"]
+        assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0, name
+        (container,) = spec["template"]["spec"]["containers"]
+        if "readinessProbe" not in container:
+            assert spec.get("minReadySeconds", 0) >= 10, f"{name}: a pod that exits at start would count as ready"
 
 
 def test_the_web_tier_leaves_the_service_before_it_stops() -> None:
