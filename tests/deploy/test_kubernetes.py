@@ -340,18 +340,13 @@ def test_selectors_ports_and_budgets_agree() -> None:
         port_names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in port_names, f"{name}: targetPort {port['targetPort']} is no container port"
-    budgets = objects("PodDisruptionBudget")
+    budgets = [b["spec"]["selector"]["matchLabels"] for b in objects("PodDisruptionBudget").values()]
     for name, deployment in objects("Deployment").items():
-        covering = [
-            b
-            for b in budgets.values()
-            if matching(b["spec"]["selector"]["matchLabels"])
-            and (
-                b["spec"]["selector"]["matchLabels"].items()
-                <= deployment["spec"]["template"]["metadata"]["labels"].items()
-            )
-        ]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        covering = [selector for selector in budgets if selector.items() <= labels.items()]
         assert len(covering) == 1, f"{name} needs exactly one PodDisruptionBudget"
+    for selector in budgets:
+        assert matching(selector), f"the budget for {selector} covers no pod"
     (hpa,) = objects("HorizontalPodAutoscaler").values()
     assert hpa["spec"]["scaleTargetRef"]["name"] in objects("Deployment")
 
