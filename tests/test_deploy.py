@@ -8,7 +8,9 @@ problem in that environment.
 
 from __future__ import annotations
 
+import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,10 @@ import pytest
 import yaml
 
 from switchboard.cli.checks import config_problems, known_variables, unknown_variables
+from switchboard.cli.main import _parser
 from switchboard.settings import Settings, load_settings
+from switchboard.web.app import create_app
+from switchboard.worker.worker import SessionWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "config" / "compose.yaml"
@@ -203,3 +208,66 @@ def test_the_image_fits_the_compose_file(compose: dict[str, Any]) -> None:
             for target in volume_targets(service):
                 # a new named volume takes its owner from the image's directory: the non-root user must own it
                 assert target in prepared, f"{name} mounts {target}, which the image does not create for {user[-1]}"
+
+
+LONG_LIVED_ROLES = {"web", "worker", "discord"}
+AFTER_DRAIN_S = 10
+"""What a worker's stop takes after its drain window: cancelled drains queued again, its liveness thread joined
+(at most 5 s), connections closed."""
+
+
+def switchboard_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in compose["services"].items() if command(s)[:1] == ["switchboard"]}
+
+
+def test_every_command_is_a_long_lived_role_the_cli_and_the_image_run(compose: dict[str, Any]) -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    (cmd,) = re.findall(r"^CMD (\[.*\])$", text, re.M)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "switchboard" in scripts and re.search(r"^RUN pip install .* \.$", text, re.M), "the image installs it"
+    commands = {"Dockerfile CMD": json.loads(cmd)} | {n: command(s) for n, s in switchboard_services(compose).items()}
+    assert {c[1] for c in commands.values()} >= LONG_LIVED_ROLES
+    for name, args in commands.items():
+        parsed = _parser().parse_args(args[1:])  # exits (SystemExit) on a command the CLI does not know
+        assert parsed.command in LONG_LIVED_ROLES, f"{name}: `{' '.join(args)}` is not a long-lived role"
+
+
+def test_only_the_web_tier_keeps_the_images_healthcheck(compose: dict[str, Any]) -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    (probe,) = re.findall(r"/healthz", text)
+    app = create_app(Settings(redis_url="redis://localhost:6379/0"), listeners=False)
+    routed = {resource.canonical for resource in app.router.resources()}
+    assert probe in routed, "the image's HEALTHCHECK asks a path the web app does not route"
+    for name, service in switchboard_services(compose).items():
+        disabled = (service.get("healthcheck") or {}).get("disable") is True
+        assert disabled == (command(service)[1] != "web"), f"{name}: only `web` serves /healthz"
+
+
+def test_scaled_services_can_be_scaled(compose: dict[str, Any]) -> None:
+    """``--scale`` refuses a fixed container name, and replicas cannot share a published host port."""
+    for name, service in switchboard_services(compose).items():
+        assert "container_name" not in service, f"{name}: a fixed container_name makes `--scale` fail"
+        assert not service.get("ports"), f"{name}: replicas cannot share a published port"
+
+
+def test_the_worker_stops_within_its_grace_period(compose: dict[str, Any], tmp_path: Path) -> None:
+    for name, service in role_services(compose, "worker").items():
+        env = {k: v for k, v in environment(service).items() if k != "SWITCHBOARD_APPROVAL_KEY"}
+        settings = load_settings(env | {"SWITCHBOARD_DATA_DIR": str(tmp_path)})
+        assert settings.redis_url is not None
+        worker = SessionWorker(settings.redis_url, settings.queue, drainer_factory=lambda *_: None)  # type: ignore[arg-type,return-value]
+        grace = re.fullmatch(r"(\d+)s", str(service["stop_grace_period"]))
+        assert grace, f"{name}: stop_grace_period in seconds (the default, 10 s, is under the drain window)"
+        assert int(grace[1]) >= worker.shutdown_grace_s + AFTER_DRAIN_S, f"{name}: turns killed, not handed back"
+
+
+def test_the_optional_listener_role_is_opt_in(compose: dict[str, Any]) -> None:
+    """``switchboard discord`` exits without a Discord bot: it starts only with ``--profile discord``."""
+    exact, open_prefixes = known_variables()
+    (listener,) = role_services(compose, "discord").values()
+    assert listener["profiles"] == ["discord"]
+    for variable in environment(listener):
+        assert variable in exact or variable.startswith(open_prefixes), f"{variable} is no setting"
+    for role in SWITCHBOARD_ROLES:
+        for service in role_services(compose, role).values():
+            assert not service.get("profiles"), "web and workers start without a profile"
