@@ -11,7 +11,7 @@ leave the session's slot, so the sharded key layout flips each one to a pass (an
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -22,6 +22,7 @@ from switchboard.queue import scripts
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.limits import _STREAM_TICKET
 from switchboard.queue.streamslots import _ACQUIRE, _REFRESH
+from tests.cluster.servers import LocalCluster
 
 SESSION = session_key("acme", "assistant", "telegram", "bot1", "chat-4242")
 TENANT = "acme"
@@ -258,17 +259,21 @@ def _case(name: str) -> object:
     return name
 
 
+@pytest.fixture(scope="module")
+def cluster_client(redis_cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
+    """One cluster client for the module (the scripts below write nothing)."""
+    rc = redis.RedisCluster.from_url(redis_cluster.url)
+    yield rc
+    rc.close()
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("name", [_case(n) for n in sorted(CALLS)])
-def test_script_keys_share_one_slot(name: str, cluster_url: str) -> None:
+def test_script_keys_share_one_slot(name: str, cluster_client: redis.RedisCluster) -> None:
     """Every key in one slot, so the script runs on the cluster (the call goes through the cluster client)."""
     keys = CALLS[name][1]
     assert not off_slot(keys), f"{name} touches {len(slots_of(keys))} slots; off its first key's: {off_slot(keys)}"
-    rc = redis.RedisCluster.from_url(cluster_url)
-    try:
-        assert rc.eval("return #KEYS", len(keys), *keys) == len(keys)
-    finally:
-        rc.close()
+    assert cluster_client.eval("return #KEYS", len(keys), *keys) == len(keys)
 
 
 def test_cross_slot_reasons_name_only_rows() -> None:
