@@ -285,7 +285,7 @@ def table(describe: Callable[[str], str] = lambda name: CALLS[name][0]) -> str:
     lines = ["| script | keys | slots | off the first key's slot | call site |", "|---|---|---|---|---|"]
     for name in sorted(CALLS):
         keys = CALLS[name][1]
-        off = ", ".join(f"`{k}`" for k in dict.fromkeys(off_slot(keys))) or "—"
+        off = ", ".join(f"`{k}`" for k in dict.fromkeys(off_slot(keys))).replace("|", "\\|") or "—"
         lines.append(f"| `{name}` | {len(keys)} | {len(slots_of(keys))} | {off} | {describe(name)} |")
     return "\n".join(lines)
 
