@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench import (
+    capacity,
     concurrency,
     documents,
     e2e,
@@ -61,6 +62,7 @@ RUNNERS: dict[str, Callable[[list[str]], list[Row]]] = {
     "recall": _sync(recall.run),
     "ingest": _sync(ingest.run),
     "ingest_cost": ingest_cost.run,
+    "capacity": capacity.run,
     "slack_ingest": _sync(slack_ingest.run),
     "sidebyside": sidebyside.run,
     "whatsapp_ingest": _sync(whatsapp_ingest.run),

@@ -139,6 +139,20 @@ def test_ingest_bench_runs() -> None:
     assert "switchboard web: Telegram webhook" in out and "python-telegram-bot run_webhook" in out
 
 
+def test_capacity_bench_counts_the_pinned_commands_per_message() -> None:
+    from tests.perf.test_command_counts import PINNED
+
+    out = run_bench("bench.capacity")
+    row = next(
+        line for line in out.splitlines() if line.startswith("| capacity | commands per message (one at a time)")
+    )
+    measured = float(row.split("|")[3].replace(",", ""))
+    # the same Telegram path as the pinned "plain" scenario, counted from INFO commandstats instead of MONITOR
+    assert abs(measured - PINNED["plain"]["total"]) < 1.5, row
+    assert "| one at a time |" in out and "| burst over 50 chats |" in out
+    assert "commands per server CPU-second" in out
+
+
 def test_ingest_cost_bench_counts_commands_and_bytes() -> None:
     out = run_bench("bench.ingest_cost")
     assert "| ingest_cost | Redis commands per message, web chat, limits on |" in out
