@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from switchboard.core.access import least_role, stamped_role
 from switchboard.core.agent.config import Agent
-from switchboard.core.agent.taskclass import classify
+from switchboard.core.agent.taskclass import class_budgets, classify
 from switchboard.core.approvals.grants import permissions_for, resolve_policy
 from switchboard.core.approvals.suspend import principal_of
 from switchboard.core.messages import InboundMessage, OperatorActed, Scheduled
@@ -59,13 +59,7 @@ def turn_request(
     if (picked := classify(agent.task_classes, messages)) is not None:  # the class's budgets narrow the agent's
         task = agent.task_classes[picked.name]
         deadline_s = min(deadline_s, task.deadline_s or deadline_s)
-        budgets = {
-            "step_budget": task.max_steps,
-            "token_budget": task.max_tokens,
-            "credit_budget": task.max_credits,
-            "task_class": picked.name,
-            "task_rule": picked.rule,
-        }
+        budgets = class_budgets(task, picked)
     return TurnRequest(
         session_key=session,
         agent=agent,

@@ -122,9 +122,9 @@ class Budget:
 
     # ---------------------------------------------------------------- charging
 
-    def charge_model(self, spec: str, input_tokens: int, output_tokens: int) -> float:
-        """Count one model step; returns the credits it cost."""
-        self.steps += 1
+    def charge_model(self, spec: str, input_tokens: int, output_tokens: int, *, step: bool = True) -> float:
+        """Count one model step (``step=False``: a call outside the loop, e.g. classifying); returns its credits."""
+        self.steps += step
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
         cost = self.prices.model_credits(spec, input_tokens, output_tokens)

@@ -123,6 +123,9 @@ class Agent(BaseModel):
     """A small and a strong model, routed per step (``docs/routing.md``); ``None``: ``model`` runs every step."""
     task_classes: dict[str, TaskClass] = Field(default_factory=dict)
     """Kinds of work by name, each with its budgets and matching rule, tried in order (``docs/budgets.md``)."""
+    task_classifier: Literal["rules", "model"] = "rules"
+    """``model``: a turn no rule matches is classified by the small model (or the agent's own) from the classes'
+    descriptions; ``rules``: by the rules alone."""
     models_allowed: list[str] = Field(default_factory=list)
     """Models ``/model <name>`` may switch one conversation to (``provider:name``); empty: ``/model`` only shows the
     model."""
@@ -184,6 +187,14 @@ class Agent(BaseModel):
             raise ValueError(
                 f"search.api_key_secret {name!r} is not one of its egress secrets: add egress.secrets.{name.upper()} "
                 "(the environment variable holding the key, and the search API's host in its domains)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _classifier_has_classes(self) -> Agent:
+        if self.task_classifier == "model" and not self.task_classes:
+            raise ValueError(
+                "task_classifier: model needs task_classes to choose from (declare them, with a description)"
             )
         return self
 

@@ -39,7 +39,7 @@ from switchboard.core.agent.prompt import (
 )
 from switchboard.core.agent.slots import SLOT_TOOLS, Slots
 from switchboard.core.agent.steering import steered_first, steered_in
-from switchboard.core.agent.taskclass import step_model
+from switchboard.core.agent.taskclass import ModelClassifier, class_budgets, step_model
 from switchboard.core.agent.toolcards import ended, outcome_card, program_output, started
 from switchboard.core.agent.worklog import (
     call_facts,
@@ -256,18 +256,9 @@ class _Turn:
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> TurnResult:
-        if self.request.task_class:
-            await self._event(
-                TurnClassified(
-                    message_id=self.message_id,
-                    task_class=self.request.task_class,
-                    rule=self.request.task_rule,
-                    max_steps=self.budget.max_steps,
-                    max_tokens=self.budget.max_tokens,
-                    max_credits=self.budget.max_credits,
-                    deadline_s=round(self.budget.deadline - self.budget.started, 3),
-                )
-            )
+        by_model = self.agent.task_classifier == "model" and self.request.task_rule in {"", "default"}
+        if not by_model:
+            await self._classified()
         early = await self.approvals.before_model(plan := plan_turn(self.request.messages))
         await self.approvals.ack_taps()  # every press is answered before the model is asked
         if early is not None:
@@ -275,6 +266,9 @@ class _Turn:
         settled = await settle_without_model(plan, self.agent, self.store)
         if settled is not None:  # /reset, /start, /help, deletions: no model call
             return settled
+        if by_model:  # only a turn the model will answer pays for classifying it
+            await self._classify_by_model()
+            await self._classified()
         self.slots = Slots.from_store(await self.store.load_slots())
         self.history = list(await self.store.load_history(self.rt.history_limit))
         self.inbound, vision, spaces = plan.messages, vision_capable(self.spec, self.agent.vision), self.rt.gateway
@@ -332,6 +326,41 @@ class _Turn:
             history=[*self.input.record, *work_entries(self.messages[self.opening :], self.facts, self.tainted_at)],
             waiting_for=self.approvals.waiting,
         )
+
+    async def _classified(self) -> None:
+        """Record the turn's class and the budgets it got (``turn_classified``), when it has one."""
+        if self.request.task_class:
+            await self._event(
+                TurnClassified(
+                    message_id=self.message_id,
+                    task_class=self.request.task_class,
+                    rule=self.request.task_rule,
+                    max_steps=self.budget.max_steps,
+                    max_tokens=self.budget.max_tokens,
+                    max_credits=self.budget.max_credits,
+                    deadline_s=round(self.budget.deadline - self.budget.started, 3),
+                )
+            )
+
+    async def _classify_by_model(self) -> None:
+        """Put a turn no rule matched in a class by asking the small model (its cost is the turn's)."""
+        spec = self.routing.small if self.routing is not None else self.spec
+        classifier = ModelClassifier(self.rt.models.get(spec), model_name(spec))
+        try:
+            picked = await classifier.classify(self.agent.task_classes, self.inbound)
+        except ModelError as err:  # the rules' outcome stands: the turn still runs
+            logger.warning("classifying the turn with %s failed (%s): it runs under the rules' class", spec, err)
+            return
+        if picked is None:
+            return
+        task = self.agent.task_classes[picked.name]
+        deadline = self.request.deadline
+        if task.deadline_s is not None:
+            deadline = min(deadline, self.budget.started + task.deadline_s)
+        self.request = self.request.model_copy(update={**class_budgets(task, picked), "deadline": deadline})
+        self.budget = Budget.for_turn(self.request, self.rt.prices, now=self.budget.started)
+        self.budget.charge_model(spec, picked.input_tokens, picked.output_tokens, step=False)
+        self.pinned = task.model
 
     def _untrusted(self, source: str) -> None:
         """Untrusted content entered the context (``source`` says how): risky writes now meet the policy gate."""
