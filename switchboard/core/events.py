@@ -151,6 +151,8 @@ class ToolCalled(_Event):
     """Workspace path a very large result was written to."""
     policy: str | None = None
     """What the policy decided (``allow:<rule>``, ``approve:<rule>``, ``observe:<rule>``, ``refuse:<rule>``)."""
+    attempts: int = 1
+    """Times the gateway ran it (more than one: it was retried)."""
 
 
 class SandboxUsed(_Event):
@@ -249,6 +251,8 @@ class UsageMetered(_Event):
     """The agent that ran the turn (empty on a voice reply's metering)."""
     prompt_version: str = ""
     """The digest of the agent's system prompt and tool catalog the turn ran with (its prompt version)."""
+    duration_ms: float = 0.0
+    """How long the turn ran, from its start to this metering."""
 
 
 class TurnClassified(_Event):

@@ -75,13 +75,16 @@ _GLOBAL = GlobalKeys()
 """Not in :data:`scripts.ALL` (loaded on its first ``NOSCRIPT``)."""
 
 
-def encode_facts(events: Sequence[Event]) -> str:
+def encode_facts(events: Sequence[Event], segments: Sequence[tuple[str, str, bool]] = ()) -> str:
     """Held events as ``facts.lua`` and ``outbox_claim.lua`` read them.
 
     Each event becomes ``[kind, data]``; the ``usage_metered`` ones are also summed as ``usage`` (added to
-    the deployment-wide totals).
+    the deployment-wide totals). ``segments`` are increments of the segmented metrics
+    (:meth:`~switchboard.queue.segments.TurnTally.increments`), written in the same step.
     """
     facts: dict[str, Any] = {"events": [[event.kind, encode_event(event)] for event in events]}
+    if segments:
+        facts["segments"] = [[name, amount, 1 if is_float else 0] for name, amount, is_float in segments]
     metered = [event for event in events if isinstance(event, UsageMetered)]
     if metered:
         facts["usage"] = [
@@ -291,12 +294,14 @@ class Ledger:
         )
         return int(n)
 
-    async def facts(self, events: Sequence[Event]) -> None:
-        """Write held events (a ``usage_metered`` one also adds to the deployment-wide totals), in one step."""
+    async def facts(self, events: Sequence[Event], segments: Sequence[tuple[str, str, bool]] = ()) -> None:
+        """Write held events and the turn's segmented metrics in one step.
+
+        A ``usage_metered`` event also adds to the deployment-wide totals.
+        """
         if events:
-            await self._run(
-                scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, encode_facts(events)]
-            )
+            facts = encode_facts(events, segments)
+            await self._run(scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, facts])
 
     async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:
         """Set the attempt's messages aside with ``reason`` and ack them; returns the inbox length left."""

@@ -322,6 +322,7 @@ class _Turn:
                 cache_write_tokens=self.budget.cache_write_tokens,
                 agent=self.agent.name,
                 prompt_version=self.prompt.version if self.prompt is not None else "",
+                duration_ms=round((time.time() - self.budget.started) * 1000, 3),
             )
         )
         return TurnResult(
@@ -628,6 +629,7 @@ class _Turn:
                 variable=outcome.variable,
                 file=outcome.file,
                 policy=outcome.policy,
+                attempts=max(1, outcome.attempts),
             )
         )
         return outcome
