@@ -262,13 +262,16 @@ class Ledger:
         )
         return int(n)
 
-    async def fail(self, attempt: Attempt, error: str) -> None:
-        """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing)."""
+    async def fail(self, attempt: Attempt, error: str, *, segment: str = "") -> None:
+        """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing).
+
+        ``segment``: the stats field counting the agent's failed runs (:func:`~switchboard.queue.segments.run_field`).
+        """
         event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=error)
         await self._run(
             scripts.FAIL,
             [self.keys.attempts, self.keys.events, _GLOBAL.stats],
-            [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen],
+            [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen, segment],
         )
 
     async def defer(self, attempt: Attempt, *, until: float, reason: str, max_deferrals: int) -> int:
@@ -348,6 +351,7 @@ class Ledger:
         release: bool = False,
         yield_slot: bool = False,
         next_history: int = 0,
+        segment: str = "",
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
@@ -356,6 +360,8 @@ class Ledger:
 
         With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``. With
         ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
+        ``segment``: with ``cancelled``, the stats field counting the agent's cancelled runs
+        (:func:`~switchboard.queue.segments.run_field`).
         With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`); with
         ``yield_slot``, one that is not gives the slot up when other drain jobs wait (:attr:`yielded`, see
         :meth:`DrainJobs.yield_slot`). With ``next_history``, an inbox that is not left empty (and no yield) gets its
@@ -447,6 +453,7 @@ class Ledger:
                 self.lease.epoch,
                 self.worker_id,
                 f"{now:.3f}",
+                segment if cancelled is not None else "",
             ],
         )
         left, ended = int(reply[0]), int(reply[1])

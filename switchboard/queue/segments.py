@@ -8,7 +8,8 @@ the deployment-wide stats hash (:attr:`GlobalKeys.stats`), no round trip of thei
   task) and the budget that stopped it early (``deadline`` is a timeout);
 - per agent, tool and tenant: each call's outcome (``ok``, ``approval``: held for a person, ``validation``,
   ``timeout``, ``refused`` by the policy, ``error``) and its retries;
-- per agent and tenant: approvals asked (of a tool call, or of a held reply).
+- per agent and tenant: approvals asked (of a tool call, or of a held reply), and runs that failed or were cancelled
+  (:func:`run_field`, written by the ``fail`` and ``complete`` scripts).
 
 Label values come only from configuration and code, never from a request or a model: a tenant, agent or tool that
 the configuration does not name (a tool name a model made up, a tenant no binding declares) is counted as
@@ -50,6 +51,7 @@ __all__ = [
     "parse_segments",
     "quantile",
     "read_segments",
+    "run_field",
 ]
 
 OTHER: Final = "other"
@@ -65,7 +67,7 @@ FIELD_PREFIX: Final = "seg:"
 TOOL_OUTCOMES: Final = ("ok", "approval", "validation", "timeout", "refused", "error")
 """The ``outcome`` label of a tool call."""
 
-Metric = Literal["turn", "turn_sum", "credits", "stop", "tool", "retries", "approvals"]
+Metric = Literal["turn", "turn_sum", "credits", "stop", "tool", "retries", "approvals", "run"]
 _GLOBAL = GlobalKeys()
 _BUILTIN_TOOLS: Final = frozenset(
     {RUN_PROGRAM, USE_SKILL, *MEMORY_TOOLS, *KNOWLEDGE_TOOLS, *(tool.name for tool in SLOT_TOOLS)}
@@ -139,6 +141,11 @@ def _outcome(event: ToolCalled) -> str:
 
 def _field(metric: Metric, *labels: str) -> str:
     return FIELD_PREFIX + json.dumps([metric, *labels], separators=(",", ":"))
+
+
+def run_field(labels: SegmentLabels, agent: str, tenant: str, outcome: Literal["failed", "cancelled"]) -> str:
+    """The stats-hash field counting runs of ``agent`` in ``tenant`` that ended with ``outcome``."""
+    return _field("run", labels.agent(agent), labels.tenant(tenant), outcome)
 
 
 def _bucket(seconds: float) -> str:
@@ -221,6 +228,8 @@ class Segments:
     """By ``(agent, tool, tenant)``."""
     approvals: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """By ``(agent, tenant, kind)``."""
+    runs: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Attempts that failed and runs cancelled, by ``(agent, tenant, outcome)``."""
 
 
 def _number(raw: bytes | str) -> float:
@@ -259,6 +268,7 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
     tools: Counter[tuple[str, str, str, str]] = Counter()
     retries: Counter[tuple[str, str, str]] = Counter()
     approvals: Counter[tuple[str, str, str]] = Counter()
+    runs: Counter[tuple[str, str, str]] = Counter()
     for parts, value in fields:
         match parts:
             case ["turn", agent, ver, tenant, bound]:
@@ -277,6 +287,8 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
                 retries[(agent, tool, tenant)] += int(value)
             case ["approvals", agent, tenant, kind]:
                 approvals[(agent, tenant, kind)] += int(value)
+            case ["run", agent, tenant, outcome]:
+                runs[(agent, tenant, outcome)] += int(value)
             case _:
                 continue
     turns = {key: (_cumulative(counts), sums.get(key, 0.0)) for key, counts in buckets.items()}
@@ -287,6 +299,7 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
         tools=dict(tools),
         retries=dict(retries),
         approvals=dict(approvals),
+        runs=dict(runs),
     )
 
 

@@ -140,6 +140,14 @@ def _segments(seg: Segments) -> Iterable[Metric]:
     for labels, count in sorted(seg.approvals.items()):
         approvals.add_metric(list(labels), count)
     yield approvals
+    runs = CounterMetricFamily(
+        "switchboard_agent_runs_ended",
+        "Attempts that failed (retried or dead-lettered) and runs cancelled, by agent and tenant",
+        labels=["agent", "tenant", "outcome"],
+    )
+    for labels, count in sorted(seg.runs.items()):
+        runs.add_metric(list(labels), count)
+    yield runs
 
 
 class _WorkspaceCollector(Collector):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from switchboard.core.events import ToolCalled, UsageMetered
 from switchboard.core.messages import InboundMessage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.tools.builtin import default_registry
+from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.segments import (
@@ -98,7 +100,7 @@ async def test_a_real_turn_is_counted_by_agent_version_tool_and_tenant(
 
     drainer = Drainer(
         client,
-        queue_settings,
+        queue_settings.model_copy(update={"lease_ms": 30_000}),  # a real turn on a busy machine: no lease lost
         runner=runtime.run_turn,
         deliverer=deliverer,
         agent_for=agent_for,
@@ -138,8 +140,6 @@ async def test_a_real_turn_is_counted_by_agent_version_tool_and_tenant(
 async def test_retries_timeouts_and_latency_are_kept_per_segment(
     ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
 ) -> None:
-    from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
-
     async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
         mid = request.messages[0].id
         await sink.event(ToolCalled(message_id=mid, tool="current_time", ok=False, duration_ms=1, attempts=3))
@@ -215,3 +215,41 @@ def test_only_the_most_used_versions_of_an_agent_keep_their_label() -> None:
     assert OTHER in versions and len(versions) == VERSIONS_SHOWN + 1
     assert "v0" not in versions and f"v{VERSIONS_SHOWN + 1}" in versions
     assert seg.turns[("a", OTHER, "t")][0][-1][1] == 1 + 2  # the two least used, summed
+
+
+async def test_failed_and_cancelled_runs_are_counted_by_agent_and_tenant(
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, deliverer: RecordingDeliverer
+) -> None:
+    started = asyncio.Event()
+
+    async def runner(request: TurnRequest, sink: TurnSink, store: SessionStore) -> TurnResult:
+        if request.messages[-1].text == "poison":
+            raise RuntimeError("broken")
+        started.set()
+        await asyncio.sleep(60)
+        return TurnResult(text="never", steps=1)
+
+    def agent_for(message: InboundMessage) -> Agent:
+        return CONFIG.agents["assistant"]
+
+    drainer = Drainer(
+        client, queue_settings, runner=runner, deliverer=deliverer, agent_for=agent_for, worker_id="w1", config=CONFIG
+    )
+    session = make_message("x").session_key
+    await ingestor.ingest(make_message("poison"))
+    await drainer.drain(session)
+    await ingestor.ingest(make_message("slow"))
+    drain = asyncio.create_task(drainer.drain(session))
+    await asyncio.wait_for(started.wait(), 10)
+    assert drainer.cancel(session, "stop")
+    await asyncio.wait_for(drain, 10)
+
+    stats = await read_stats(client)
+    assert stats.segments.runs == {
+        ("assistant", "acme", "failed"): queue_settings.max_attempts,
+        ("assistant", "acme", "cancelled"): 1,
+    }
+    assert stats.runs_failed == queue_settings.max_attempts
+    exported = samples(Metrics().render(stats, None).decode())
+    cancelled = ("agent", "assistant"), ("outcome", "cancelled"), ("tenant", "acme")
+    assert exported[("switchboard_agent_runs_ended_total", cancelled)] == 1
