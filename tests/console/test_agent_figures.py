@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from switchboard.core.events import ToolCalled, UsageMetered
 from switchboard.queue.keys import GlobalKeys
-from switchboard.queue.segments import SegmentLabels, TurnTally
+from switchboard.queue.segments import SegmentLabels, TurnTally, run_field
 from tests.console.conftest import OPERATORS_CONFIG, Console
 
 
@@ -54,6 +54,13 @@ async def test_an_operator_sees_turns_latency_cost_and_tool_outcomes_of_their_te
     for seconds, ok in ((0.3, True), (0.4, True), (4.0, False)):
         await record_turn(async_redis, labels, "default", seconds, ok)
     await record_turn(async_redis, labels, "other", 1.0, True)
+    for tenant, outcome in (
+        ("default", "failed"),
+        ("default", "failed"),
+        ("default", "cancelled"),
+        ("other", "failed"),
+    ):
+        await async_redis.hincrby(GlobalKeys().stats, run_field(labels, "assistant", tenant, outcome), 1)
 
     assert (await console.login("alice")).status == 200
     body = await (await console.client.get("/console/api/budgets")).json()
@@ -71,8 +78,9 @@ async def test_an_operator_sees_turns_latency_cost_and_tool_outcomes_of_their_te
             "retries": 0,
         }
     ]
+    assert body["runs"] == [{"agent": "assistant", "tenant": "default", "failed": 2, "cancelled": 1}]
     assert (await console.login("bob")).status == 200
     other = await (await console.client.get("/console/api/budgets")).json()
     # bob's tenant is named like the overflow label ("other", several tenants summed): an operator scoped to tenants
     # never sees that row, nor alice's
-    assert other["agents"] == [] and other["tools"] == []
+    assert other["agents"] == other["tools"] == other["runs"] == []

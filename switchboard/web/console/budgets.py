@@ -2,7 +2,8 @@
 
 ========================================= ====================================================================
 ``GET /console/api/budgets``               ``{"budgets": [BudgetView…], "alerts": [BudgetAlertView…],
-                                           "agents": [AgentFigures…], "tools": [ToolFigures…]}``
+                                           "agents": [AgentFigures…], "tools": [ToolFigures…],
+                                           "runs": [RunFigures…]}``
 ``GET /console/api/people``                ``{"people": [PersonView…]}``
 ``POST /console/api/people/link``          ``{"tenant", "principals": [...], "person"}`` → 200 ``person_linked``
 ``POST /console/api/people/unlink``        ``{"tenant", "principal"}`` → 200 ``person_unlinked``
@@ -85,7 +86,17 @@ class ToolFigures:
     retries: int
 
 
-def figures(seg: Segments, scope: OperatorScope) -> tuple[list[AgentFigures], list[ToolFigures]]:
+@dataclasses.dataclass(frozen=True)
+class RunFigures:
+    """One agent's runs in one tenant that did not complete: attempts that failed, runs cancelled on request."""
+
+    agent: str
+    tenant: str
+    failed: int
+    cancelled: int
+
+
+def figures(seg: Segments, scope: OperatorScope) -> tuple[list[AgentFigures], list[ToolFigures], list[RunFigures]]:
     """The segmented figures of the operator's tenants (``other`` sums several tenants: only for one who sees all)."""
 
     def shown(tenant: str) -> bool:
@@ -119,15 +130,25 @@ def figures(seg: Segments, scope: OperatorScope) -> tuple[list[AgentFigures], li
         ToolFigures(agent=a, tool=t, tenant=n, outcomes=found, retries=seg.retries.get((a, t, n), 0))
         for (a, t, n), found in sorted(outcomes.items())
     ]
-    return agents, tools
+    ended = sorted({(agent, tenant) for agent, tenant, _ in seg.runs if shown(tenant)})
+    runs = [
+        RunFigures(
+            agent=agent,
+            tenant=tenant,
+            failed=seg.runs.get((agent, tenant, "failed"), 0),
+            cancelled=seg.runs.get((agent, tenant, "cancelled"), 0),
+        )
+        for agent, tenant in ended
+    ]
+    return agents, tools, runs
 
 
 async def budgets(request: web.Request) -> web.StreamResponse:
-    """``GET /console/api/budgets``: period spend and alerts, and the figures by agent version and tool."""
+    """``GET /console/api/budgets``: period spend and alerts, and the figures by agent version, tool and run outcome."""
     scope = _scope(request)
     try:
         rows, alerts = await budget_views(request.app[REDIS], request.app[SETTINGS].file, scope)
-        agents, tools = figures(await read_segments(request.app[REDIS]), scope)
+        agents, tools, runs = figures(await read_segments(request.app[REDIS]), scope)
     except (ControlError, RedisError, OSError, TimeoutError) as err:
         return _refused(err)
     return _json(
@@ -136,6 +157,7 @@ async def budgets(request: web.Request) -> web.StreamResponse:
             "alerts": [dataclasses.asdict(a) for a in alerts],
             "agents": [dataclasses.asdict(a) for a in agents],
             "tools": [dataclasses.asdict(t) for t in tools],
+            "runs": [dataclasses.asdict(r) for r in runs],
         }
     )
 

@@ -562,6 +562,12 @@
         }),
       ),
     );
+    $("run-figures-empty").hidden = data.runs.length > 0;
+    $("run-figures-body").replaceChildren(
+      ...data.runs.map((r) =>
+        row([r.agent, r.tenant, String(r.failed), String(r.cancelled)], { "data-testid": "run-figures-row" }),
+      ),
+    );
   }
 
   async function loadPeople() {
