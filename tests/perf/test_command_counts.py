@@ -74,7 +74,7 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # (outbox_claim or facts), so they add no round trip: a metered turn adds one HINCRBY (its duration's bucket, by agent,
 # version and tenant: the turn count and p50/p95) and one HINCRBYFLOAT (the duration's sum); a priced turn (tool credits
 # included) one HINCRBYFLOAT more (its cost); each tool outcome, retried tool, approval asked or budget stop one HINCRBY
-# more, only when the turn had one.
+# more, only when the turn had one; a failed or cancelled run one HINCRBY inside the fail/complete script (none here).
 # UPDATE: run `pytest tests/perf/test_command_counts.py` and paste the table from its failure message over this one.
 PINNED: dict[str, dict[str, Any]] = {
     "access_allowlist": {
