@@ -247,8 +247,10 @@ class AnthropicModel:
                     delta_usage = event.usage
                     output_tokens = delta_usage.output_tokens  # cumulative
                     if delta_usage.input_tokens is not None:
-                        cache_write = delta_usage.cache_creation_input_tokens or 0
-                        cache_read = delta_usage.cache_read_input_tokens or 0
+                        if delta_usage.cache_creation_input_tokens is not None:  # else as message_start said
+                            cache_write = delta_usage.cache_creation_input_tokens
+                        if delta_usage.cache_read_input_tokens is not None:
+                            cache_read = delta_usage.cache_read_input_tokens
                         input_tokens = delta_usage.input_tokens + cache_write + cache_read
                 elif isinstance(event, RawMessageStopEvent):
                     stopped = True
