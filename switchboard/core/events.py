@@ -244,6 +244,16 @@ class UsageMetered(_Event):
     """Characters spoken: set on the metering of a voice reply's speech request (not a run of its own)."""
     task_class: str = ""
     """The agent's task class the turn ran under (``docs/budgets.md``); empty: none declared or matched."""
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the provider's prompt cache (``docs/caching.md``)."""
+    cache_write_tokens: int = 0
+    """Of ``input_tokens``, those written to the provider's prompt cache."""
+    agent: str = ""
+    """The agent that ran the turn (empty on a voice reply's metering)."""
+    prompt_version: str = ""
+    """The digest of the agent's system prompt and tool catalog the turn ran with (its prompt version)."""
+    duration_ms: float = 0.0
+    """How long the turn ran, from its start to this metering."""
 
 
 class CompactionHeld(_Event):

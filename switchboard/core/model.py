@@ -137,6 +137,10 @@ class ModelRequest(BaseModel):
     """Offer the provider's hosted shell (OpenAI Responses: the ``shell`` tool in a hosted container)."""
     hosted_search: bool = False
     """Offer the provider's hosted web search (OpenAI Responses: the ``web_search`` tool)."""
+    cache_key: str | None = None
+    """Ask the provider to cache the request's stable prefix (system prompt, then tools): Anthropic gets
+    ``cache_control`` breakpoints, OpenAI this value as ``prompt_cache_key`` (a digest naming the tenant, the agent
+    and its prompt version; never a secret). ``None``: no caching asked (the agent's ``prompt_cache: false``)."""
 
 
 class TextDelta(BaseModel):
@@ -158,7 +162,12 @@ class Usage(BaseModel):
 
     kind: Literal["usage"] = "usage"
     input_tokens: int = 0
+    """Every input token, those read from or written to the provider's prompt cache included."""
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the provider's prompt cache (billed at its cached-input price)."""
+    cache_write_tokens: int = 0
+    """Of ``input_tokens``, those written to the provider's prompt cache (Anthropic bills them at a write price)."""
 
 
 class Finished(BaseModel):

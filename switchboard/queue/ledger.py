@@ -75,13 +75,16 @@ _GLOBAL = GlobalKeys()
 """Not in :data:`scripts.ALL` (loaded on its first ``NOSCRIPT``)."""
 
 
-def encode_facts(events: Sequence[Event]) -> str:
+def encode_facts(events: Sequence[Event], segments: Sequence[tuple[str, str, bool]] = ()) -> str:
     """Held events as ``facts.lua`` and ``outbox_claim.lua`` read them.
 
     Each event becomes ``[kind, data]``; the ``usage_metered`` ones are also summed as ``usage`` (added to
-    the deployment-wide totals).
+    the deployment-wide totals). ``segments`` are increments of the segmented metrics
+    (:meth:`~switchboard.queue.segments.TurnTally.increments`), written in the same step.
     """
     facts: dict[str, Any] = {"events": [[event.kind, encode_event(event)] for event in events]}
+    if segments:
+        facts["segments"] = [[name, amount, 1 if is_float else 0] for name, amount, is_float in segments]
     metered = [event for event in events if isinstance(event, UsageMetered)]
     if metered:
         facts["usage"] = [
@@ -259,13 +262,16 @@ class Ledger:
         )
         return int(n)
 
-    async def fail(self, attempt: Attempt, error: str) -> None:
-        """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing)."""
+    async def fail(self, attempt: Attempt, error: str, *, segment: str = "") -> None:
+        """Log ``run_failed`` and remember the error (the dead letter's reason if it keeps failing).
+
+        ``segment``: the stats field counting the agent's failed runs (:func:`~switchboard.queue.segments.run_field`).
+        """
         event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=error)
         await self._run(
             scripts.FAIL,
             [self.keys.attempts, self.keys.events, _GLOBAL.stats],
-            [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen],
+            [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen, segment],
         )
 
     async def defer(self, attempt: Attempt, *, until: float, reason: str, max_deferrals: int) -> int:
@@ -291,12 +297,14 @@ class Ledger:
         )
         return int(n)
 
-    async def facts(self, events: Sequence[Event]) -> None:
-        """Write held events (a ``usage_metered`` one also adds to the deployment-wide totals), in one step."""
+    async def facts(self, events: Sequence[Event], segments: Sequence[tuple[str, str, bool]] = ()) -> None:
+        """Write held events and the turn's segmented metrics in one step.
+
+        A ``usage_metered`` event also adds to the deployment-wide totals.
+        """
         if events:
-            await self._run(
-                scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, encode_facts(events)]
-            )
+            facts = encode_facts(events, segments)
+            await self._run(scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, facts])
 
     async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:
         """Set the attempt's messages aside with ``reason`` and ack them; returns the inbox length left."""
@@ -343,6 +351,7 @@ class Ledger:
         release: bool = False,
         yield_slot: bool = False,
         next_history: int = 0,
+        segment: str = "",
     ) -> int:
         """Ack the handled messages, append history and facts, record latencies; returns the inbox length left.
 
@@ -351,6 +360,8 @@ class Ledger:
 
         With ``cancelled`` (the reason a stop was asked) the turn is recorded as ``run_cancelled``. With
         ``undelivered`` the reply was written but its send was dead-lettered: that fact replaces ``reply_sent``.
+        ``segment``: with ``cancelled``, the stats field counting the agent's cancelled runs
+        (:func:`~switchboard.queue.segments.run_field`).
         With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`); with
         ``yield_slot``, one that is not gives the slot up when other drain jobs wait (:attr:`yielded`, see
         :meth:`DrainJobs.yield_slot`). With ``next_history``, an inbox that is not left empty (and no yield) gets its
@@ -442,6 +453,7 @@ class Ledger:
                 self.lease.epoch,
                 self.worker_id,
                 f"{now:.3f}",
+                segment if cancelled is not None else "",
             ],
         )
         left, ended = int(reply[0]), int(reply[1])

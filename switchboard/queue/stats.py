@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import redis.asyncio as aioredis
 
 from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.segments import Segments, parse_segments
 
 __all__ = [
     "QUEUE_WAIT_BUCKETS",
@@ -95,6 +96,8 @@ class Stats:
     output_tokens: int = 0
     egress_allowed: int = 0
     egress_refused: int = 0
+    segments: Segments = field(default_factory=Segments)
+    """The figures by agent, version, tool and tenant (:mod:`switchboard.queue.segments`)."""
 
 
 def _int(value: bytes | str | None) -> int:
@@ -115,13 +118,14 @@ def _histogram(raw: dict[bytes, bytes], bounds: Sequence[float]) -> Histogram:
 async def read_stats(redis: aioredis.Redis) -> Stats:
     """Read every counter and histogram in one round trip."""
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(_GLOBAL.stats, list(_COUNTERS))
-        pipe.hmget(_GLOBAL.stats, list(_USAGE))
+        pipe.hgetall(_GLOBAL.stats)  # the counters, and the segmented figures (bounded by their label caps)
         pipe.get(_GLOBAL.fenced_rejections)
         pipe.zcard(_GLOBAL.runnable)
         pipe.hgetall(_GLOBAL.histogram("queue_wait"))
         pipe.hgetall(_GLOBAL.histogram("run"))
-        counters, usage, fenced, runnable, wait, run = await pipe.execute()
+        totals, fenced, runnable, wait, run = await pipe.execute()
+    counters = [totals.get(name.encode()) for name in _COUNTERS]
+    usage = [totals.get(name.encode()) for name in _USAGE]
     values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))
     return Stats(
         **values,
@@ -132,6 +136,7 @@ async def read_stats(redis: aioredis.Redis) -> Stats:
         credits=float(usage[0] or 0),
         input_tokens=_int(usage[1]),
         output_tokens=_int(usage[2]),
+        segments=parse_segments(totals),
     )
 
 

@@ -5,7 +5,8 @@ so any web process shows the whole deployment's numbers.
 
 Label values come only from this code, never from a request: a ``channel`` label is one of the channel names
 the process was told about (:meth:`Metrics.allow_channels`) or ``unknown``, so nothing an outsider sends (say,
-``POST /webhooks/<random name>``) can create a series.
+``POST /webhooks/<random name>``) can create a series. The ``agent``, ``version``, ``tool`` and ``tenant`` labels of the
+segmented figures are bounded the same way, by the workers that write them (:mod:`switchboard.queue.segments`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from switchboard.core.workspaces.disk import read_total_bytes
+from switchboard.queue.segments import Segments
 from switchboard.queue.stats import Stats
 
 __all__ = ["CONTENT_TYPE", "UNKNOWN_CHANNEL", "Metrics"]
@@ -83,6 +85,69 @@ class _QueueCollector(Collector):
                 buckets=[("+Inf" if math.isinf(le) else f"{le:g}", float(count)) for le, count in hist.buckets],
                 sum_value=hist.sum,
             )
+        yield from _segments(s.segments)
+
+
+def _segments(seg: Segments) -> Iterable[Metric]:
+    """The figures by agent, version, tool and tenant."""
+    turns = HistogramMetricFamily(
+        "switchboard_agent_turn_seconds",
+        "Turns that ran their model, by how long they took (count: turns completed)",
+        labels=["agent", "version", "tenant"],
+    )
+    for (agent, version, tenant), (buckets, total) in sorted(seg.turns.items()):
+        turns.add_metric(
+            [agent, version, tenant],
+            [("+Inf" if math.isinf(le) else f"{le:g}", float(count)) for le, count in buckets],
+            sum_value=total,
+        )
+    yield turns
+    credits = CounterMetricFamily(
+        "switchboard_agent_credits",
+        "Credits the turns cost (cost per task: over the turn count)",
+        labels=["agent", "version", "tenant"],
+    )
+    for labels, value in sorted(seg.credits.items()):
+        credits.add_metric(list(labels), value)
+    yield credits
+    stops = CounterMetricFamily(
+        "switchboard_agent_stops",
+        "Turns a budget ended early, by budget (deadline: a timeout)",
+        labels=["agent", "version", "tenant", "reason"],
+    )
+    for labels4, count in sorted(seg.stops.items()):
+        stops.add_metric(list(labels4), count)
+    yield stops
+    tools = CounterMetricFamily(
+        "switchboard_tool_calls", "Tool calls by outcome", labels=["agent", "tool", "tenant", "outcome"]
+    )
+    for labels4, count in sorted(seg.tools.items()):
+        tools.add_metric(list(labels4), count)
+    yield tools
+    retries = CounterMetricFamily(
+        "switchboard_tool_retries",
+        "Tool runs repeated by the gateway after a retryable failure",
+        labels=["agent", "tool", "tenant"],
+    )
+    for labels, count in sorted(seg.retries.items()):
+        retries.add_metric(list(labels), count)
+    yield retries
+    approvals = CounterMetricFamily(
+        "switchboard_approvals_requested",
+        "Approvals asked of a person (a tool call, or a held reply)",
+        labels=["agent", "tenant", "kind"],
+    )
+    for labels, count in sorted(seg.approvals.items()):
+        approvals.add_metric(list(labels), count)
+    yield approvals
+    runs = CounterMetricFamily(
+        "switchboard_agent_runs_ended",
+        "Attempts that failed (retried or dead-lettered) and runs cancelled, by agent and tenant",
+        labels=["agent", "tenant", "outcome"],
+    )
+    for labels, count in sorted(seg.runs.items()):
+        runs.add_metric(list(labels), count)
+    yield runs
 
 
 class _WorkspaceCollector(Collector):

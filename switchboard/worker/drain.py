@@ -53,6 +53,7 @@ from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore, Ledger, Start, Taken, encode_facts
 from switchboard.queue.offers import check_choices, record_offer
+from switchboard.queue.segments import SegmentLabels, TurnTally
 from switchboard.settings import FileConfig, QueueSettings
 from switchboard.types import SessionKey
 from switchboard.worker.authority import turn_request
@@ -103,6 +104,8 @@ class _Sink:
         self.held: list[Event] = []
         self.charge: Callable[[UsageMetered], Awaitable[list[Event]]] | None = None
         """Charges the turn's metered credits to its period budgets (set when budgets apply to the turn)."""
+        self.tally = TurnTally(tenant="")
+        """The turn's segmented metrics (:mod:`switchboard.queue.segments`), written with its closing facts."""
         stream = turn.stream
         self.status: StatusBoard | None = None
         # A channel that shows tool calls as live cards (the web chat) has its progress indicator there: no notices.
@@ -114,10 +117,14 @@ class _Sink:
         held, self.held = self.held, []
         return held
 
+    def facts(self) -> str:
+        """The held events and the turn's segmented metrics, encoded to ride on the reply's claim."""
+        return encode_facts(self.take(), self.tally.increments(self._drainer.labels))
+
     async def flush(self) -> None:
-        """Write the held events now (one fenced step)."""
+        """Write the held events now (one fenced step), with the turn's segmented metrics once it was metered."""
         if self.held:
-            await self._turn.ledger.facts(self.take())
+            await self._turn.ledger.facts(self.take(), self.tally.increments(self._drainer.labels))
 
     async def delta(self, text: str) -> None:
         turn = self._turn
@@ -175,6 +182,7 @@ class _Sink:
     async def event(self, event: Event) -> None:
         if self._turn.lost.is_set():
             raise _lost(self._turn.lease)
+        self.tally.see(event)
         if isinstance(event, UsageMetered) or (isinstance(event, StepRecorded) and event.decision == "answer"):
             self.held.append(event)  # the turn is about to end: written with the reply's claim
             if isinstance(event, UsageMetered) and self.charge is not None:
@@ -249,6 +257,8 @@ class Drainer(TurnEndings):
         """Conversations handed between agents (``None`` when no agent may hand over)."""
         self.desk = CommandDesk(redis, config, self.handoffs)
         """Answers ``/status``, ``/model``, ``/whoami``, ``/help`` and refuses commands a role may not use."""
+        self.labels = SegmentLabels.of(config)
+        """The label values the segmented metrics may use (names from the configuration and code, capped)."""
 
     def cancel(self, session: SessionKey, reason: str) -> bool:
         """Stop the turn running for ``session`` in this worker, if any (the model request and tools with it)."""
@@ -459,6 +469,7 @@ class Drainer(TurnEndings):
         if self.handoffs is not None:
             store.handoff = TurnHandoff(self.handoffs, conversation, messages)
         sink = _Sink(self, turn, events)
+        sink.tally.tenant = request.tenant
         notice = False
         if all(is_stop(m) for m in messages):
             # a /stop that reached its turn: say whether it stopped something, without asking the model, once (a
@@ -487,7 +498,7 @@ class Drainer(TurnEndings):
                 reply = SendText(text=result.text, reply_to=turn.reply_to, notice=notice)
             else:
                 reply = stream.reply(result.text)
-            facts = encode_facts(sink.take()) if sink.held else ""
+            facts = sink.facts() if sink.held else ""
             sent = await self._deliver(turn, outbox, reply, conversation, facts=facts)
             if isinstance(sent, Receipt) and not notice and self.voice is not None and agent.voice.mode != "off":
                 await self._speak(turn, attempt, agent, messages, sink, result.text)

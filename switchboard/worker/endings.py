@@ -10,11 +10,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal
 
 import redis.asyncio as aioredis
 
 from switchboard.channels.base import Receipt
 from switchboard.core.actions import Action, SendError, SendText, SetStatus, StreamText
+from switchboard.core.agent.config import Agent
 from switchboard.core.events import SendDeadLettered
 from switchboard.core.messages import ConversationRef, InboundMessage
 from switchboard.core.turn import HistoryEntry
@@ -35,6 +37,7 @@ from switchboard.outbound.streaming import PREVIEW
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Attempt
+from switchboard.queue.segments import SegmentLabels, run_field
 from switchboard.settings import QueueSettings
 from switchboard.worker.busy import INTERRUPTED_CODE, INTERRUPTED_TEXT
 from switchboard.worker.drainturn import DrainOutcome, DrainTurn
@@ -68,6 +71,18 @@ class TurnEndings:
     lease: Lease
     deliverer: Deliverer
     _sleep: Callable[[float], Awaitable[None]]
+    agent_for: Callable[[InboundMessage], Agent]
+    labels: SegmentLabels
+
+    def _run_field(self, messages: Sequence[InboundMessage], outcome: Literal["failed", "cancelled"]) -> str:
+        """The stats field counting this outcome for the turn's agent and tenant (segmented metrics)."""
+        if not messages:
+            return ""
+        try:
+            agent = self.agent_for(messages[0]).name
+        except Exception:  # counting a failure must never hide it: the agent is then counted as "other"
+            agent = ""
+        return run_field(self.labels, agent, messages[0].conversation.tenant, outcome)
 
     async def _notify(self, turn: DrainTurn, action: Action, logical: str) -> None:
         raise NotImplementedError  # the drainer's
@@ -190,6 +205,7 @@ class TurnEndings:
             started=started,
             outbox_keys=outbox.used,
             cancelled=reason,
+            segment=self._run_field(messages, "cancelled"),
         )
         if remaining == 0:
             await self._notify(turn, SetStatus(status="idle", reply_to=turn.reply_to), "status:idle")
@@ -214,13 +230,13 @@ class TurnEndings:
                     f"the model provider asked to wait {wait:.0f} s, longer than SWITCHBOARD_QUEUE__MAX_DEFER_S "
                     f"({self.settings.max_defer_s:.0f} s): {text}"
                 )[:300]
-                await turn.ledger.fail(attempt, reason)
+                await turn.ledger.fail(attempt, reason, segment=self._run_field(messages, "failed"))
                 await self._dead_letter(turn, attempt, messages, outbox, reason, attempt.attempt, kind)
                 return None
             deferred = await self._defer(turn, attempt, wait, text)
             if deferred is not None:
                 return deferred
-        await turn.ledger.fail(attempt, text)
+        await turn.ledger.fail(attempt, text, segment=self._run_field(messages, "failed"))
         if attempt.attempt >= self.settings.max_attempts:
             await self._dead_letter(turn, attempt, messages, outbox, text, attempt.attempt, kind)
             return None

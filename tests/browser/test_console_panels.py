@@ -146,6 +146,12 @@ async def test_the_budgets_tab_shows_the_spend_of_a_real_conversation(
     await expect(alerts).to_have_count(len(data["alerts"]))
     await expect(alerts.first).to_contain_text(user["subject"])
     await expect(alerts.first).to_contain_text("0.1%")
+    [figures] = data["agents"]  # the conversation's turn, by agent version: counted, timed and priced
+    assert (figures["agent"], figures["tenant"], figures["turns"]) == ("assistant", "default", 1)
+    assert figures["cost_per_task"] == pytest.approx(user["spent"]) and figures["p95_s"] > 0
+    agent_row = console.page.get_by_test_id("agent-figures-row")
+    await expect(agent_row).to_have_count(1)
+    await expect(agent_row).to_contain_text(figures["version"])
 
     # another run: the tab reads again while it is shown, without a click
     await chat.type_and_send("and once more")

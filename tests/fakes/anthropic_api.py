@@ -33,10 +33,10 @@ def error_body(failure: Failure) -> dict[str, Any]:
 def message_events(reply: Reply, model: str) -> list[Event]:
     """The Messages event stream for ``reply``."""
     usage = {
-        "input_tokens": reply.input_tokens,
+        "input_tokens": reply.input_tokens - reply.cached_input_tokens - reply.cache_write_tokens,
         "output_tokens": 1,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": reply.cache_write_tokens,
+        "cache_read_input_tokens": reply.cached_input_tokens,
     }
     message: dict[str, Any] = {
         "id": "msg_fake",

@@ -77,6 +77,10 @@ class Reply:
     calls: list[Call] = field(default_factory=list)
     input_tokens: int = 12
     output_tokens: int = 5
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those the provider says it read from its prompt cache."""
+    cache_write_tokens: int = 0
+    """Of ``input_tokens``, those the provider says it wrote to its prompt cache (Anthropic)."""
     stop: str | None = None
     """Override the provider's stop/finish reason (``length``, ``max_tokens`` ...)."""
     fail_after_text: Failure | None = None

@@ -182,7 +182,7 @@ def responses_events(reply: Reply, model: str) -> list[Event]:
         output.append(done_item)
     usage = {
         "input_tokens": reply.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": reply.cached_input_tokens, "cache_write_tokens": 0},
         "output_tokens": reply.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": reply.input_tokens + reply.output_tokens,
@@ -338,6 +338,7 @@ def chat_chunks(reply: Reply, model: str, *, include_usage: bool, whole_calls: b
             "prompt_tokens": reply.input_tokens,
             "completion_tokens": reply.output_tokens,
             "total_tokens": reply.input_tokens + reply.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": reply.cached_input_tokens},
         }
         events.append(
             (

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from switchboard.core.agent.config import AgentLimits
 from switchboard.core.turn import TurnRequest
 
-__all__ = ["INPUT_ESTIMATE_MARGIN", "MIN_ANSWER_TOKENS", "Budget", "BudgetName", "PriceTable"]
+__all__ = ["INPUT_ESTIMATE_MARGIN", "MIN_ANSWER_TOKENS", "Budget", "BudgetName", "PriceTable", "StepTokens"]
 
 MIN_ANSWER_TOKENS = 16
 """A final answer the credits left cannot pay this many tokens for is not asked for (a fixed reply instead)."""
@@ -31,8 +31,23 @@ BudgetName = Literal[
 could not keep an open action word for word, and the turn stopped for review (``compaction_held``)."""
 
 
+class StepTokens(NamedTuple):
+    """The tokens one model step used, as its provider reported them."""
+
+    input: int
+    """Every input token, cache reads and writes included."""
+    output: int
+    cached: int = 0
+    """Of ``input``, read from the provider's prompt cache."""
+    written: int = 0
+    """Of ``input``, written to the provider's prompt cache."""
+
+
 class PriceTable:
     """Credits per 1,000 tokens by model spec, e.g. ``{"openai:gpt-4.1-mini": {"input": 0.4, "output": 1.6}}``.
+
+    ``cached_input`` prices the input tokens read from the provider's prompt cache and ``cache_write`` those written
+    to it (Anthropic bills writes above the input price); either left out costs the ``input`` price.
 
     A speech model's entry has ``characters`` instead: credits per 1,000 characters spoken
     (``{"openai:gpt-4o-mini-tts": {"characters": 15}}``).
@@ -47,6 +62,10 @@ class PriceTable:
         }
         self._characters: dict[str, float] = {
             spec: float(p["characters"]) for spec, p in (prices or {}).items() if "characters" in p
+        }
+        self._cache: dict[str, tuple[float, float]] = {
+            spec: (float(p.get("cached_input", p.get("input", 0.0))), float(p.get("cache_write", p.get("input", 0.0))))
+            for spec, p in (prices or {}).items()
         }
 
     def speech_credits(self, spec: str, characters: int) -> float:
@@ -66,16 +85,36 @@ class PriceTable:
         found = self._prices.get(spec)
         if found is not None:
             return found
+        best = self._entry(spec)
+        return self._prices[best] if best else (0.0, 0.0)
+
+    def cache_rates(self, spec: str) -> tuple[float, float]:
+        """``(cached_input, cache_write)`` credits per 1,000 tokens for a model spec (looked up like :meth:`rates`)."""
+        found = self._cache.get(spec)
+        if found is not None:
+            return found
+        best = self._entry(spec)
+        return self._cache[best] if best else (0.0, 0.0)
+
+    def _entry(self, spec: str) -> str:
+        """The longest configured prefix of ``spec`` (``""``: none)."""
         best = ""
         for key in self._prices:
             if spec.startswith(key) and len(key) > len(best):
                 best = key
-        return self._prices[best] if best else (0.0, 0.0)
+        return best
 
-    def model_credits(self, spec: str, input_tokens: int, output_tokens: int) -> float:
-        """Credits one model step cost."""
+    def model_credits(
+        self, spec: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0, written_tokens: int = 0
+    ) -> float:
+        """Credits one model step cost; ``cached_tokens`` and ``written_tokens`` are part of ``input_tokens``."""
         rate_in, rate_out = self.rates(spec)
-        return (input_tokens * rate_in + output_tokens * rate_out) / 1000.0
+        credits = input_tokens * rate_in + output_tokens * rate_out
+        if cached_tokens or written_tokens:
+            rate_cached, rate_written = self.cache_rates(spec)
+            cached, written = max(0, cached_tokens), max(0, written_tokens)
+            credits += cached * (rate_cached - rate_in) + written * (rate_written - rate_in)
+        return credits / 1000.0
 
 
 @dataclass
@@ -98,6 +137,10 @@ class Budget:
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Of ``input_tokens``, written to the provider's prompt cache."""
     credits: float = 0.0
     started: float = field(default_factory=time.time)
 
@@ -122,12 +165,27 @@ class Budget:
 
     # ---------------------------------------------------------------- charging
 
-    def charge_model(self, spec: str, input_tokens: int, output_tokens: int, *, step: bool = True) -> float:
-        """Count one model step (``step=False``: a call outside the loop, e.g. classifying); returns its credits."""
+    def charge_model(
+        self,
+        spec: str,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+        written_tokens: int = 0,
+        *,
+        step: bool = True,
+    ) -> float:
+        """Count one model step; returns its cost.
+
+        ``cached_tokens`` and ``written_tokens`` are part of its input; ``step=False``: a call outside the loop (e.g.
+        classifying the turn), whose tokens and credits count but which takes no step.
+        """
         self.steps += step
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
-        cost = self.prices.model_credits(spec, input_tokens, output_tokens)
+        self.cached_input_tokens += cached_tokens
+        self.cache_write_tokens += written_tokens
+        cost = self.prices.model_credits(spec, input_tokens, output_tokens, cached_tokens, written_tokens)
         self.credits += cost
         return cost
 

@@ -145,6 +145,9 @@ class Agent(BaseModel):
     """Let the model answer with a program that calls tools as functions."""
     vision: bool | None = None
     """The model takes image input (images the user sends are shown to it); ``None``: known vision models do."""
+    prompt_cache: bool = True
+    """Ask the provider to cache the stable prefix of its requests (``docs/caching.md``); ``false`` for a server that
+    refuses ``prompt_cache_key`` or ``cache_control``."""
     policy: AgentPolicy = Field(default_factory=AgentPolicy)
     """What the agent may do on its own, outside what the model decides: rules, mode, approvals, grants."""
     egress: AgentEgress = Field(default_factory=AgentEgress)

@@ -13,6 +13,7 @@ import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from switchboard.core.agent.budget import StepTokens
 from switchboard.core.agent.prompt import RUN_PROGRAM
 from switchboard.core.model import (
     Decision,
@@ -105,8 +106,8 @@ async def decide(
     *,
     retry: StepRetry,
     remaining_s: Callable[[], float],
-) -> tuple[Decision, tuple[int, int]]:
-    """Run one model step; returns the decision and ``(input_tokens, output_tokens)``.
+) -> tuple[Decision, StepTokens]:
+    """Run one model step; returns the decision and the tokens it used.
 
     Each attempt is a ``model.call`` span with the OpenTelemetry GenAI attributes (operation, provider, model,
     token usage, the conversation's digest); never the prompt or the answer.
@@ -136,6 +137,8 @@ async def decide(
                     raise
                 opened.set_attribute("gen_ai.usage.input_tokens", usage[0])
                 opened.set_attribute("gen_ai.usage.output_tokens", usage[1])
+                if usage.cached:
+                    opened.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached)
                 opened.set_attribute("switchboard.decision", decision.kind)
         except ModelError as err:
             if not err.retryable or progress.received or attempt >= retry.attempts:
@@ -160,11 +163,11 @@ class _Progress:
 
 async def _attempt(
     adapter: ModelAdapter, request: ModelRequest, reply: Reply, step: int, progress: _Progress
-) -> tuple[Decision, tuple[int, int]]:
+) -> tuple[Decision, StepTokens]:
     """One attempt at the step: stream the provider's events (text on to the reply), always closing the stream."""
     texts: list[str] = []
     calls: list[ToolCall] = []
-    tokens_in = tokens_out = 0
+    tokens_in = tokens_out = cached = written = 0
     stream: AsyncIterator[ModelEvent] = adapter.stream(request)
     try:
         async for event in stream:
@@ -176,8 +179,9 @@ async def _attempt(
                 calls.append(event.call)
             elif isinstance(event, Usage):  # some providers report in parts; never double-count
                 tokens_in, tokens_out = max(tokens_in, event.input_tokens), max(tokens_out, event.output_tokens)
+                cached, written = max(cached, event.cached_input_tokens), max(written, event.cache_write_tokens)
     finally:
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
-    return fold("".join(texts), calls), (tokens_in, tokens_out)
+    return fold("".join(texts), calls), StepTokens(tokens_in, tokens_out, cached, written)

@@ -4,10 +4,15 @@ The request never exceeds the agent's context budget: older turns are folded by 
 dropped. The system prompt holds only configured instructions and fixed gateway text; slots and the compaction
 record, written from model output and old messages, reach the model as a labelled ``data`` block, never as system
 text. At a budget, :func:`final_request` drops the tools and sends the turn's work as a ``data`` work log.
+
+Every request opens with the same prefix for an agent: the system prompt (configuration and fixed text only, nothing
+that changes per turn such as a time or the slots) and the tool catalog in the agent's order, so providers can cache
+it (:func:`cache_key`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
@@ -39,8 +44,10 @@ __all__ = [
     "WORK_LOG_MARKER",
     "Prompt",
     "build_prompt",
+    "cache_key",
     "estimate_tokens",
     "final_request",
+    "prompt_version",
     "request_tokens",
     "run_program_spec",
     "session_data",
@@ -113,6 +120,7 @@ _MEMO_MAX = 8192
 """Objects a memo remembers (past it, the memo starts over)."""
 _TOKENS: dict[int, tuple[object, int]] = {}
 _PLAIN: dict[int, tuple[object, ChatMessage]] = {}
+_JSON: dict[int, tuple[object, str]] = {}
 
 _V = TypeVar("_V")
 
@@ -150,11 +158,27 @@ def request_tokens(system: str, messages: Sequence[ChatMessage], tools: Sequence
     return estimate_tokens(system) + sum(_message_tokens(m) for m in messages) + spec_chars // 4
 
 
+_PROGRAM_SPECS: dict[tuple[int | bool, ...], tuple[tuple[Tool, ...], ToolSpec]] = {}
+
+
 def run_program_spec(tools: Sequence[Tool], *, parallel: bool = False) -> ToolSpec:
     """The ``run_program`` tool a CodeAct agent answers with, listing the functions a program may call.
 
-    ``parallel``: the program may also call ``parallel()`` to run read calls at the same time.
+    ``parallel``: the program may also call ``parallel()`` to run read calls at the same time. Made once per
+    catalog (the same tool objects), so the cached prefix stays the same object and the same bytes every turn.
     """
+    key = (*(id(t) for t in tools), parallel)
+    hit = _PROGRAM_SPECS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], tools, strict=True)):
+        return hit[1]
+    spec = _program_spec(tools, parallel=parallel)
+    if len(_PROGRAM_SPECS) >= _MEMO_MAX:
+        _PROGRAM_SPECS.clear()
+    _PROGRAM_SPECS[key] = (tuple(tools), spec)
+    return spec
+
+
+def _program_spec(tools: Sequence[Tool], *, parallel: bool) -> ToolSpec:
     lines = []
     for tool in tools:
         params = ", ".join(f"{name}=..." for name in tool.input.model_fields)
@@ -181,6 +205,27 @@ def run_program_spec(tools: Sequence[Tool], *, parallel: bool = False) -> ToolSp
     )
 
 
+def prompt_version(system: str, tools: Sequence[ToolSpec]) -> str:
+    """A short digest of the stable prefix (the system prompt and the tool catalog): it changes when either does."""
+    digest = hashlib.sha256(system.encode())
+    for tool in tools:
+        digest.update(b"\0" + _spec_json(tool).encode())
+    return digest.hexdigest()[:12]
+
+
+def cache_key(tenant: str, agent: str, version: str) -> str:
+    """The provider's prompt-cache key of an agent's prefix: a digest of tenant, agent and prompt version.
+
+    Requests sharing it share a cache (OpenAI routes them together); another tenant never shares one. Names and a
+    digest only: never a secret.
+    """
+    return "sb-" + hashlib.sha256(f"{tenant}\0{agent}\0{version}".encode()).hexdigest()[:32]
+
+
+def _spec_json(tool: ToolSpec) -> str:
+    return _remembered(_JSON, tool, lambda: json.dumps(tool.parameters, sort_keys=True) + tool.name + tool.description)
+
+
 @dataclass(frozen=True)
 class Prompt:
     """The start of a turn: system prompt, history window and the new user message."""
@@ -198,6 +243,10 @@ class Prompt:
     """Trailing opening messages that stay when older history is dropped (the session data and the new message)."""
     untrusted: bool = False
     """The history shown (verbatim or in the compaction record) holds untrusted entries."""
+    cache_key: str | None = None
+    """The provider prompt-cache key of its requests (:func:`cache_key`); ``None``: no caching asked."""
+    version: str = ""
+    """The digest of its system prompt and tool catalog (:func:`prompt_version`)."""
 
     def request(self, model: str, messages: Sequence[ChatMessage], *, max_output_tokens: int) -> ModelRequest:
         """A model request over ``messages`` with this prompt's system and tools."""
@@ -207,6 +256,7 @@ class Prompt:
             messages=list(messages),
             tools=self.tools,
             max_output_tokens=max_output_tokens,
+            cache_key=self.cache_key,
         )
 
 
@@ -508,4 +558,5 @@ def final_request(
         tools=[],
         max_output_tokens=max_output_tokens,
         metadata={"final": reason},
+        cache_key=prompt.cache_key,
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 from switchboard.core.actions import ShowToolCall, ToolState
 from switchboard.core.agent.attachments import AttachmentSupport, TurnInput, turn_input, vision_capable
-from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable
+from switchboard.core.agent.budget import MIN_ANSWER_TOKENS, Budget, BudgetName, PriceTable, StepTokens
 from switchboard.core.agent.decider import Reply, StepRetry, decide
 from switchboard.core.agent.evidence import ContextEvidence
 from switchboard.core.agent.native import HostedFiles, NativeAdapter
@@ -33,7 +33,9 @@ from switchboard.core.agent.prompt import (
     RUN_PROGRAM,
     Prompt,
     build_prompt,
+    cache_key,
     final_request,
+    prompt_version,
     request_tokens,
     run_program_spec,
 )
@@ -314,6 +316,11 @@ class _Turn:
                 stopped_by=self.stopped_by,
                 policy_version=self.ctx.policy.version,
                 task_class=self.request.task_class,
+                cached_input_tokens=self.budget.cached_input_tokens,
+                cache_write_tokens=self.budget.cache_write_tokens,
+                agent=self.agent.name,
+                prompt_version=self.prompt.version if self.prompt is not None else "",
+                duration_ms=round((time.time() - self.budget.started) * 1000, 3),
             )
         )
         return TurnResult(
@@ -395,6 +402,9 @@ class _Turn:
         )
         # off the loop only when the databases' card reads and counts a workspace file (a thread costs more)
         prompt = await asyncio.to_thread(build) if reads_files else build()
+        version = prompt_version(prompt.system, prompt.tools)
+        key = cache_key(self.request.tenant, self.agent.name, version) if self.agent.prompt_cache else None
+        prompt = dataclasses.replace(prompt, version=version, cache_key=key)
         turn_messages = self.messages[self.opening :]
         self.prompt = prompt
         self.messages = [*prompt.messages, *turn_messages]
@@ -509,7 +519,7 @@ class _Turn:
                 self.opening -= 1
         return self.prompt.request(self.model, self.messages, max_output_tokens=self.agent.limits.max_output_tokens)
 
-    async def _step(self, request: ModelRequest, step: int) -> tuple[Decision, tuple[int, int]]:
+    async def _step(self, request: ModelRequest, step: int) -> tuple[Decision, StepTokens]:
         return await decide(
             self.adapter, request, self.output, step, retry=self.rt.retry, remaining_s=self.budget.remaining_s
         )
@@ -716,7 +726,7 @@ class _Turn:
     # ---------------------------------------------------------------- the end
 
     async def _step_event(
-        self, decision: Decision, usage: tuple[int, int], cost: float, started: float, final: str | None = None
+        self, decision: Decision, usage: StepTokens, cost: float, started: float, final: str | None = None
     ) -> None:
         trace_id = self.request.trace_id if self.budget.steps == 1 else None
         detail = step_detail(self.spec, decision, usage, cost, time.perf_counter() - started, final, trace_id)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from switchboard.core.agent.budget import StepTokens
 from switchboard.core.agent.programs import cap_output
 from switchboard.core.model import ChatMessage, Decision, ToolCall, ToolCalls, data_block
 from switchboard.core.tools.definition import Tool
@@ -115,7 +116,7 @@ def stopped_reply(budget: str, messages: Sequence[ChatMessage], tool_calls: int)
 def step_detail(
     spec: str,
     decision: Decision,
-    usage: tuple[int, int],
+    usage: StepTokens,
     cost: float,
     duration_s: float,
     final: str | None,
@@ -129,6 +130,9 @@ def step_detail(
         "credits": round(cost, 6),
         "duration_ms": round(duration_s * 1000, 3),
     }
+    if usage.cached or usage.written:
+        detail["cached_input_tokens"] = usage.cached
+        detail["cache_write_tokens"] = usage.written
     if isinstance(decision, ToolCalls):
         detail["calls"] = [c.name for c in decision.calls]
     if final is not None:

@@ -3,7 +3,13 @@
 The neutral conversation becomes alternating ``user``/``assistant`` turns (tool results in the next user turn,
 consecutive same-role entries merged), and the raw event stream folds into the neutral events of
 :mod:`switchboard.core.model`; Anthropic's server-side web search is offered when the request asks for the hosted
-search. Input tokens count cache reads and writes too, as all of them fill the context.
+search. Input tokens count cache reads and writes too, as all of them fill the context; the reads and writes are
+also reported apart, as they are priced apart.
+
+Prompt caching (when the request has a ``cache_key``): three ``cache_control`` breakpoints, on the last function
+tool, on the system prompt and on the last block of the conversation. Anthropic's prefix order is tools, system,
+messages, so the first two cache the agent's stable prefix across turns and the third lets the next step of the same
+turn read the whole conversation so far from the cache.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import anthropic
 import httpx2
@@ -29,6 +35,7 @@ from anthropic.types import (
     RawMessageStartEvent,
     RawMessageStopEvent,
     ServerToolUseBlock,
+    TextBlockParam,
     ToolUnionParam,
     ToolUseBlock,
 )
@@ -177,23 +184,32 @@ class AnthropicModel:
             await events.aclose()
 
     async def _messages(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        cached = request.cache_key is not None
         tools: list[ToolUnionParam] = [
             {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
             for spec in request.tools
         ]
+        if cached and tools:  # the agent's own catalog; the system prompt's breakpoint covers a hosted tool after it
+            tools[-1] = cast(ToolUnionParam, {**tools[-1], "cache_control": {"type": "ephemeral"}})
         if request.hosted_search:
             tools.append({"type": "web_search_20250305", "name": "web_search", "max_uses": HOSTED_SEARCHES})
+        system: str | list[TextBlockParam] = request.system
+        if cached and request.system:  # a breakpoint needs the block form
+            system = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]
+        messages = _messages(request.messages)
+        if cached:
+            _mark_last_block(messages)
         stream = await self._client.messages.create(
             model=request.model,
-            system=request.system or omit,
-            messages=_messages(request.messages),
+            system=system or omit,
+            messages=messages,
             tools=tools or omit,
             max_tokens=request.max_output_tokens,
             stream=True,
         )
         pending: dict[int, _PendingCall] = {}
         searching: dict[int, list[str]] = {}  # server-side web searches: their input's fragments
-        input_tokens = output_tokens = 0
+        input_tokens = output_tokens = cache_read = cache_write = 0
         stop_reason: str | None = None
         stopped = False
         async with stream:
@@ -222,22 +238,20 @@ class AnthropicModel:
                         yield HostedSearch(queries=[query[:400]] if isinstance(query, str) and query else [])
                 elif isinstance(event, RawMessageStartEvent):
                     usage = event.message.usage
-                    input_tokens = (
-                        usage.input_tokens
-                        + (usage.cache_creation_input_tokens or 0)
-                        + (usage.cache_read_input_tokens or 0)
-                    )
+                    cache_write = usage.cache_creation_input_tokens or 0
+                    cache_read = usage.cache_read_input_tokens or 0
+                    input_tokens = usage.input_tokens + cache_write + cache_read
                     output_tokens = usage.output_tokens
                 elif isinstance(event, RawMessageDeltaEvent):
                     stop_reason = event.delta.stop_reason or stop_reason
                     delta_usage = event.usage
                     output_tokens = delta_usage.output_tokens  # cumulative
                     if delta_usage.input_tokens is not None:
-                        input_tokens = (
-                            delta_usage.input_tokens
-                            + (delta_usage.cache_creation_input_tokens or 0)
-                            + (delta_usage.cache_read_input_tokens or 0)
-                        )
+                        if delta_usage.cache_creation_input_tokens is not None:  # else as message_start said
+                            cache_write = delta_usage.cache_creation_input_tokens
+                        if delta_usage.cache_read_input_tokens is not None:
+                            cache_read = delta_usage.cache_read_input_tokens
+                        input_tokens = delta_usage.input_tokens + cache_write + cache_read
                 elif isinstance(event, RawMessageStopEvent):
                     stopped = True
         if not stopped:
@@ -246,8 +260,24 @@ class AnthropicModel:
             )
         for index in sorted(pending):
             yield pending[index].event()
-        yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        yield Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_input_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
         yield Finished(stop_reason=_STOP_REASONS.get(stop_reason or "end_turn", stop_reason or "stop"))
+
+
+def _mark_last_block(messages: list[MessageParam]) -> None:
+    """Put a cache breakpoint on the conversation's last block (its content is always a list of blocks here)."""
+    if not messages:
+        return
+    content = messages[-1]["content"]
+    if isinstance(content, list) and content:
+        last = content[-1]
+        if isinstance(last, dict):
+            content[-1] = cast(ContentBlockParam, {**last, "cache_control": {"type": "ephemeral"}})
 
 
 def _image_block(image: ImagePart) -> ImageBlockParam:

@@ -4,7 +4,9 @@ Two wire formats (``SWITCHBOARD_OPENAI_API``): ``responses`` for OpenAI itself (
 conversation) and ``chat`` for every Chat Completions server (Ollama, vLLM, llama.cpp, Azure). Both streams fold into
 the neutral events of :mod:`switchboard.core.model`; the SDK's own retries are off, the runtime retries on the
 classified :class:`~switchboard.errors.ModelError`. On the Responses API it also compacts natively and offers the
-hosted shell and the hosted web search.
+hosted shell and the hosted web search. A request's ``cache_key`` goes out as ``prompt_cache_key`` on both wire formats
+(OpenAI routes requests sharing it to the same prompt cache); the cached input tokens it reports come back in the
+:class:`~switchboard.core.model.Usage`.
 """
 
 from __future__ import annotations
@@ -281,6 +283,7 @@ class OpenAIModel:
             tools=tools or omit,
             max_output_tokens=request.max_output_tokens,
             metadata=metadata if metadata is not None else omit,
+            prompt_cache_key=request.cache_key if request.cache_key is not None else omit,
             store=False,
             stream=True,
         )
@@ -340,7 +343,13 @@ class OpenAIModel:
         for container_id in containers:
             yield HostedContainer(container_id=container_id)
         if final.usage is not None:
-            yield Usage(input_tokens=final.usage.input_tokens, output_tokens=final.usage.output_tokens)
+            details = getattr(final.usage, "input_tokens_details", None)  # the SDK does not validate the stream
+            cached = getattr(details, "cached_tokens", None)
+            yield Usage(
+                input_tokens=final.usage.input_tokens,
+                output_tokens=final.usage.output_tokens,
+                cached_input_tokens=cached if isinstance(cached, int) else 0,
+            )
         if final.status == "incomplete":
             reason = final.incomplete_details.reason if final.incomplete_details else None
             yield Finished(stop_reason=_INCOMPLETE_REASONS.get(reason or "", reason or "incomplete"))
@@ -364,6 +373,7 @@ class OpenAIModel:
             # OpenAI's newer models only take ``max_completion_tokens``; compatible servers know ``max_tokens``.
             max_completion_tokens=request.max_output_tokens if self._official else omit,
             max_tokens=omit if self._official else request.max_output_tokens,
+            prompt_cache_key=request.cache_key if request.cache_key is not None else omit,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -408,7 +418,13 @@ class OpenAIModel:
                 self._facts, kind=None, message="the stream ended without a finish reason", model=request.model
             )
         if usage is not None:
-            yield Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+            details = getattr(usage, "prompt_tokens_details", None)  # compatible servers often leave it out
+            cached = getattr(details, "cached_tokens", None)
+            yield Usage(
+                input_tokens=usage.prompt_tokens,
+                output_tokens=usage.completion_tokens,
+                cached_input_tokens=cached if isinstance(cached, int) else 0,
+            )
         yield Finished(stop_reason=_CHAT_STOP_REASONS.get(finish, "refusal" if finish == "content_filter" else finish))
 
 

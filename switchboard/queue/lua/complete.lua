@@ -39,6 +39,7 @@ else
   redis.call('HSET', KEYS[9], 'last_at', ARGV[12], 'status', 'idle')
 end
 redis.call('HINCRBY', KEYS[10], 'runs_completed', 1)
+if ARGV[29] and ARGV[29] ~= '' then redis.call('HINCRBY', KEYS[10], ARGV[29], 1) end  -- a cancelled run (segments.py)
 if ARGV[13] == '1' then redis.call('HINCRBY', KEYS[10], 'send_dead_letters', 1) end
 -- a histogram's count is the sum of its buckets (stats.py): a bucket and the sum per observation
 redis.call('HINCRBY', KEYS[11], ARGV[8], 1)

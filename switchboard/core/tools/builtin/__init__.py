@@ -51,6 +51,10 @@ OPTIONAL_TOOL_MODULES = (
 """Native tool modules registered by :func:`default_registry` when they import (each exports ``TOOLS``)."""
 
 
+_VARIANTS_MAX = 4096
+"""Per-agent tool variants whose specs a registry remembers (past it, it starts over)."""
+
+
 def tool_spec(tool: Tool) -> ToolSpec:
     """The tool as a model sees it: name, description and the JSON Schema of its input."""
     schema: dict[str, Any] = tool.input.model_json_schema()
@@ -65,6 +69,8 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._specs: dict[str, ToolSpec] = {}
+        self._variants: dict[int, tuple[Tool, ToolSpec]] = {}
+        """Specs of the per-agent variants of registered tools (:attr:`Tool.per_agent`), by the variant's identity."""
         for tool in tools:
             self.register(tool)
 
@@ -78,11 +84,13 @@ class ToolRegistry:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
         self._specs.pop(tool.name, None)
+        self._variants.clear()
 
     def remove(self, name: str) -> None:
         """Take a tool out (nothing when none has that name): a reloaded declaration that is gone."""
         self._tools.pop(name, None)
         self._specs.pop(name, None)
+        self._variants.clear()
 
     def get(self, name: str, *, agent: str = "") -> Tool | None:
         """The tool called ``name``, if registered, as ``agent`` has it (see :attr:`Tool.per_agent`)."""
@@ -112,9 +120,23 @@ class ToolRegistry:
         return found
 
     def specs(self, tools: Sequence[Tool] | None = None) -> list[ToolSpec]:
-        """Specs for ``tools`` (default: every registered tool), in order."""
+        """Specs for ``tools`` (default: every registered tool), in order.
+
+        Each is rendered once per tool object (a registered tool, or the per-agent variant one hands out), so every
+        step and turn of an agent sends the same catalog, object for object and byte for byte.
+        """
         listed = tools if tools is not None else list(self._tools.values())
-        return [self.spec(t.name) if self._tools.get(t.name) is t else tool_spec(t) for t in listed]
+        return [self.spec(t.name) if self._tools.get(t.name) is t else self._variant_spec(t) for t in listed]
+
+    def _variant_spec(self, tool: Tool) -> ToolSpec:
+        hit = self._variants.get(id(tool))
+        if hit is not None and hit[0] is tool:
+            return hit[1]
+        spec = tool_spec(tool)
+        if len(self._variants) >= _VARIANTS_MAX:
+            self._variants.clear()
+        self._variants[id(tool)] = (tool, spec)
+        return spec
 
     def for_agent(self, agent: Agent) -> list[Tool]:
         """The tools ``agent`` lists that are registered, in the agent's order (unknown names are skipped).

@@ -535,6 +535,39 @@
         }),
       ),
     );
+    showFigures(data);
+  }
+
+  function seconds(value) {
+    return value === null ? "–" : `${value.toFixed(value < 10 ? 2 : 0)} s`;
+  }
+
+  function showFigures(data) {
+    $("agent-figures-empty").hidden = data.agents.length > 0;
+    $("agent-figures-body").replaceChildren(
+      ...data.agents.map((a) =>
+        row(
+          [a.agent, el("code", a.version), a.tenant, String(a.turns), `${seconds(a.p50_s)} / ${seconds(a.p95_s)}`,
+            a.cost_per_task === null ? "–" : credits(a.cost_per_task), String(a.timeouts), String(a.stops)],
+          { "data-testid": "agent-figures-row" },
+        ),
+      ),
+    );
+    $("tool-figures-empty").hidden = data.tools.length > 0;
+    const outcomes = ["ok", "approval", "validation", "timeout", "refused", "error"];
+    $("tool-figures-body").replaceChildren(
+      ...data.tools.map((t) =>
+        row([t.agent, el("code", t.tool), t.tenant, ...outcomes.map((o) => String(t.outcomes[o] || 0)), String(t.retries)], {
+          "data-testid": "tool-figures-row",
+        }),
+      ),
+    );
+    $("run-figures-empty").hidden = data.runs.length > 0;
+    $("run-figures-body").replaceChildren(
+      ...data.runs.map((r) =>
+        row([r.agent, r.tenant, String(r.failed), String(r.cancelled)], { "data-testid": "run-figures-row" }),
+      ),
+    );
   }
 
   async function loadPeople() {
