@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import redis.asyncio as aioredis
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from switchboard.cli.control import operator_principal
@@ -28,7 +27,7 @@ from switchboard.errors import ConfigError
 from switchboard.evals.record import record_case, scope_for, write_case
 from switchboard.evals.report import by_scenario, side_by_side, summary, table
 from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenarios
-from switchboard.evals.scenario import Scenario, load_scenarios
+from switchboard.evals.scenario import Scenario, load_scenarios, read_yaml
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import Settings
 
@@ -57,10 +56,17 @@ def scenario_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
+_BASELINE_BYTES = 64 * 1024 * 1024
+
+
 def _load_baseline(path: Path) -> list[ScenarioResult]:
     try:
+        if path.stat().st_size > _BASELINE_BYTES:
+            raise ConfigError(f"{path}: too large for a results file (over {_BASELINE_BYTES // (1024 * 1024)} MiB)")
         raw = json.loads(path.read_text(encoding="utf-8"))
         return _RESULTS.validate_python(raw.get("results") if isinstance(raw, dict) else raw)
+    except RecursionError:
+        raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: nested too deeply") from None
     except (OSError, ValueError, ValidationError) as err:
         raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: {err}") from None
 
@@ -82,9 +88,9 @@ def parse_variant(text: str) -> Variant:
     if not sep or not name or not file:
         raise ConfigError(f"--variant {text!r}: write NAME=OVERRIDES.yaml")
     try:
-        raw: Any = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"--variant {name}: cannot read {file}: {err}") from None
+        raw: Any = read_yaml(Path(file))
+    except ConfigError as err:
+        raise ConfigError(f"--variant {name}: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--variant {name}: {file} must hold a mapping of agent fields (model, models, ...)")
     try:
