@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,15 @@ def test_a_huge_baseline_is_refused_unread(tmp_path: Path) -> None:
     baseline.write_text('{"results": [], "pad": "' + "x" * (65 * 1024 * 1024) + '"}')
     with pytest.raises(ConfigError, match=r"base\.json.*too large"):
         eval_command([scenario], baseline=baseline, out=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "path", ["a\x00b.txt", "../up.txt", "/etc/passwd", "a/../../b", ".", "", "x" * 300]
+)
+def test_a_workspace_path_that_cannot_be_a_file_inside_is_refused_when_the_file_loads(
+    tmp_path: Path, path: str
+) -> None:
+    scenario = tmp_path / "files.yaml"
+    scenario.write_text(_GOOD + "state:\n  files:\n    " + json.dumps(path) + ": text\n")
+    with pytest.raises(ConfigError, match=r"files\.yaml.*state\.files"):
+        load_scenarios(scenario)
