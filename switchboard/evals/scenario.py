@@ -135,7 +135,7 @@ class InitialState(_Strict):
             if not parts or Path(path).is_absolute() or ".." in parts:
                 raise ValueError(f"workspace file {path!r}: give a relative path inside the workspace")
             if "\0" in path or any(len(part.encode()) > 255 for part in parts):
-                raise ValueError(f"workspace file {path[:300]!r}: not a file name (a NUL byte, or a part over 255 bytes)")
+                raise ValueError(f"workspace file {path[:300]!r}: a NUL byte, or a part over 255 bytes")
         return value
 
 
