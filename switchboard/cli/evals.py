@@ -26,7 +26,7 @@ from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.errors import ConfigError
 from switchboard.evals.record import record_case, scope_for, write_case
 from switchboard.evals.report import by_scenario, side_by_side, summary, table
-from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenarios
+from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, agent_under_test, compare, run_scenarios
 from switchboard.evals.scenario import Scenario, load_scenarios, read_yaml
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import Settings
@@ -125,7 +125,8 @@ def eval_command(
     (measures are over all runs: a model that is right only sometimes costs more per correct result).
 
     Raises:
-        ConfigError: a bad scenario file or baseline, or two variants of one name (nothing runs).
+        ConfigError: a bad scenario file or baseline, an agent under test that is not valid (no such configured
+            agent, a variant that breaks it), or two variants of one name (nothing runs).
     """
     out = out if out is not None else sys.stdout  # looked up now: a caller may have redirected it
     scenarios: list[Scenario] = []
@@ -140,6 +141,10 @@ def eval_command(
         raise ConfigError(f"--repeat {repeat}: run each scenario at least once")
     if len({v.name for v in variants}) != len(variants):
         raise ConfigError("--variant: two variants have the same name")
+    options: list[Variant | None] = [*variants] or [None]
+    for scenario in scenarios:  # every agent under test is valid before anything runs
+        for variant in options:
+            agent_under_test(scenario, agents or {}, variant)
     before = _load_baseline(baseline) if baseline is not None else None
     by_variant = asyncio.run(_run_variants(list(scenarios) * repeat, variants, concurrency, agents, setup))
     results = [r for group in by_variant.values() for r in group]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.core.actions import Action, OfferChoice
 from switchboard.core.agent.attachments import AttachmentSupport
@@ -57,7 +57,7 @@ from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.tools.effects import logical_action
 from switchboard.core.tools.gateway import action_sha256
 from switchboard.core.turn import HistoryEntry, TurnRequest
-from switchboard.errors import AttachmentError, ToolError
+from switchboard.errors import AttachmentError, ConfigError, ToolError
 from switchboard.evals.grading import Grade, evaluator_version, grade, prompt_sha256
 from switchboard.evals.obedient import ObedientModel
 from switchboard.evals.scenario import (
@@ -90,6 +90,7 @@ __all__ = [
     "ScenarioResult",
     "Trajectory",
     "Versions",
+    "agent_under_test",
     "check",
     "compare",
     "regressions",
@@ -320,7 +321,7 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     spec = scenario.agent
     if spec.configured is not None:
         if spec.configured not in configured:
-            raise ValueError(f"scenario {scenario.id}: no configured agent {spec.configured!r}")
+            raise ValueError(f"no such configured agent (configured: {', '.join(sorted(configured)) or 'none'})")
         base = configured[spec.configured]
     else:
         base = Agent(name="eval", profile=AgentProfile(name="eval"), instructions="Be brief.")
@@ -341,6 +342,27 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     elif spec.model is not None:
         updates["model"] = spec.model
     return Agent.model_validate(base.model_dump() | updates)
+
+
+def agent_under_test(scenario: Scenario, configured: Mapping[str, Agent], variant: Variant | None = None) -> Agent:
+    """The agent that answers ``scenario``: the configured (or inline) one, the scenario's overrides, the variant's.
+
+    Raises:
+        ConfigError: no such configured agent, or overrides that make no valid agent (naming the scenario, the agent
+            and the variant).
+    """
+    try:
+        agent = _agent(scenario, configured)
+        if variant is not None:
+            agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
+    except ValueError as err:  # a pydantic ValidationError too
+        where = f"--variant {variant.name}: " if variant is not None else ""
+        name = scenario.agent.configured or "inline"
+        if isinstance(err, ValidationError):
+            first = err.errors()[0]
+            err = ValueError(".".join(str(p) for p in first["loc"]) + (": " if first["loc"] else "") + first["msg"])
+        raise ConfigError(f"{where}scenario {scenario.id}, agent {name}: {err}") from None
+    return agent
 
 
 def _sha256(agent: Agent) -> str:
@@ -789,9 +811,7 @@ async def run_scenario(
     ``setup``: the providers and prices (default: none, the offline model); ``variant``: overrides of the agent.
     """
     setup = setup or EvalSetup()
-    agent = _agent(scenario, configured or {})
-    if variant is not None:
-        agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
+    agent = agent_under_test(scenario, configured or {}, variant)
     started = time.perf_counter()
     error: str | None = None
     with tempfile.TemporaryDirectory(prefix="switchboard-eval-") as tmp:

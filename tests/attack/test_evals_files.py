@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from switchboard.cli.evals import eval_command, parse_variant
+from switchboard.core.agent.config import Agent
 from switchboard.errors import ConfigError
 from switchboard.evals.scenario import load_scenarios
 
@@ -89,3 +90,24 @@ def test_a_workspace_path_that_cannot_be_a_file_inside_is_refused_when_the_file_
     scenario.write_text(_GOOD + "state:\n  files:\n    " + json.dumps(path) + ": text\n")
     with pytest.raises(ConfigError, match=r"files\.yaml.*state\.files"):
         load_scenarios(scenario)
+
+
+def test_a_variant_that_breaks_a_configured_agent_is_a_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
+    scenario, overrides, out = tmp_path / "s.yaml", tmp_path / "empty-classes.yaml", tmp_path / "out.json"
+    scenario.write_text(_GOOD + "agent: {configured: classy}\n")
+    overrides.write_text("task_classes: {}\n")  # valid for a blank agent, not for one that classifies by model
+    classy = Agent.model_validate(
+        {"name": "classy", "task_classifier": "model", "task_classes": {"default": {"description": "anything"}}}
+    )
+    variant = parse_variant(f"bare={overrides}")
+    with pytest.raises(ConfigError, match=r"--variant bare.*classy.*task_classes"):
+        eval_command([scenario], json_out=out, agents={"classy": classy}, variants=[variant], out=io.StringIO())
+    assert not out.exists()
+
+
+def test_a_scenario_naming_no_configured_agent_is_a_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
+    scenario, out = tmp_path / "s.yaml", tmp_path / "out.json"
+    scenario.write_text(_GOOD + "agent: {configured: nobody}\n")
+    with pytest.raises(ConfigError, match=r"scenario fine.*nobody"):
+        eval_command([scenario], json_out=out, agents={}, out=io.StringIO())
+    assert not out.exists()
