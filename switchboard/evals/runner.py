@@ -48,6 +48,7 @@ from switchboard.core.messages import (
 from switchboard.core.model import Finished, ModelAdapter, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.sql.databases import SharedDatabase
+from switchboard.core.sql.guard import quote_ident
 from switchboard.core.tables.config import ConnectedTable
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tables.tools import table_tools
@@ -411,7 +412,7 @@ def _tables(scenario: Scenario, agent: Agent, path: Path) -> Agent:
     try:
         for name, table in seeded.items():
             columns = [*table.columns, *([table.tenant_column] if table.tenant_column else [])]
-            con.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
+            con.execute(f"CREATE TABLE {quote_ident(name)} ({', '.join(map(quote_ident, columns))})")
             for row in table.rows:
                 unknown = set(row) - set(columns)
                 if unknown:
@@ -420,7 +421,8 @@ def _tables(scenario: Scenario, agent: Agent, path: Path) -> Agent:
                                 if table.tenant_column else {})  # fmt: skip
                 names = list(values)
                 con.execute(
-                    f"INSERT INTO {name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",  # noqa: S608
+                    f"INSERT INTO {quote_ident(name)} ({', '.join(map(quote_ident, names))}) "  # noqa: S608 - quoted
+                    f"VALUES ({', '.join('?' * len(names))})",
                     [v if isinstance(v, str | int | float) or v is None else json.dumps(v) for v in values.values()],
                 )
         con.commit()

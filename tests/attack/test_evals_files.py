@@ -11,7 +11,8 @@ import pytest
 from switchboard.cli.evals import eval_command, parse_variant
 from switchboard.core.agent.config import Agent
 from switchboard.errors import ConfigError
-from switchboard.evals.scenario import load_scenarios
+from switchboard.evals.runner import run_scenario
+from switchboard.evals.scenario import Scenario, load_scenarios
 
 _GOOD = """\
 id: fine
@@ -111,3 +112,24 @@ def test_a_scenario_naming_no_configured_agent_is_a_clear_error_and_nothing_is_w
     with pytest.raises(ConfigError, match=r"scenario fine.*nobody"):
         eval_command([scenario], json_out=out, agents={}, out=io.StringIO())
     assert not out.exists()
+
+
+async def test_seeded_tables_and_columns_named_like_sql_keywords_are_seeded_and_read() -> None:
+    table = {"columns": ["select", "from"], "rows": [{"select": "shipped", "from": "paris"}], "tenant_column": "group"}
+    query = {"tool": "table_query", "arguments": {"table": "order", "columns": ["select", "from"]}}
+    seeded = Scenario.model_validate(
+        {
+            "id": "keywords",
+            "version": "1",
+            "messages": ["where is it?"],
+            "state": {"tables": {"order": table}},
+            "agent": {"tools": []},
+            "model": [{"calls": [query]}, {"answer": "Shipped from Paris."}],
+            "invariants": [{"check": "tool_used", "tool": "table_query"}],
+        }
+    )
+    result = await run_scenario(seeded)
+    assert result.error is None, result.error
+    assert result.trajectory is not None
+    (call,) = result.trajectory.calls
+    assert call.ok is True and "paris" in str(call.result)
