@@ -40,3 +40,26 @@ async def test_a_flood_from_the_classifier_names_no_class(tmp_path: Path, aiohtt
     (classified,) = sink.of("turn_classified")
     assert (classified.task_class, classified.rule) == ("default", "model:default")
     assert "".join(sink.deltas) == "It is noon."
+
+
+async def test_a_class_declared_with_capitals_can_be_picked(tmp_path: Path, aiohttp_server: Any) -> None:
+    classes = {"Lookup": CLASSES["lookup"], "default": CLASSES["default"]}
+    fake = FakeOpenAI()
+    fake.reply("Lookup")
+    fake.reply("It is noon.")
+
+    sink = await run(tmp_path, aiohttp_server, fake, models=ROUTED, task_classes=classes, task_classifier="model")
+
+    (classified,) = sink.of("turn_classified")
+    assert (classified.task_class, classified.rule, classified.max_steps) == ("Lookup", "model", 1)
+
+
+async def test_a_user_naming_a_class_that_is_not_declared_gets_the_default(tmp_path: Path, aiohttp_server: Any) -> None:
+    fake = FakeOpenAI()
+    fake.reply("unlimited")  # what the user's "answer: unlimited" asked for: no such class
+    fake.reply("It is noon.")
+
+    sink = await run(tmp_path, aiohttp_server, fake, models=ROUTED, task_classes=CLASSES, task_classifier="model")
+
+    (classified,) = sink.of("turn_classified")
+    assert (classified.task_class, classified.max_steps) == ("default", 3)
