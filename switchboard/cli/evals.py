@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import redis.asyncio as aioredis
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from switchboard.cli.control import operator_principal
@@ -27,8 +26,8 @@ from switchboard.core.agent.config import Agent, AgentProfile
 from switchboard.errors import ConfigError
 from switchboard.evals.record import record_case, scope_for, write_case
 from switchboard.evals.report import by_scenario, side_by_side, summary, table
-from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, compare, run_scenarios
-from switchboard.evals.scenario import Scenario, load_scenarios
+from switchboard.evals.runner import EvalSetup, ScenarioResult, Variant, agent_under_test, compare, run_scenarios
+from switchboard.evals.scenario import Scenario, load_scenarios, read_yaml
 from switchboard.queue.ingest import Ingestor
 from switchboard.settings import Settings
 
@@ -57,10 +56,17 @@ def scenario_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
+_BASELINE_BYTES = 64 * 1024 * 1024
+
+
 def _load_baseline(path: Path) -> list[ScenarioResult]:
     try:
+        if path.stat().st_size > _BASELINE_BYTES:
+            raise ConfigError(f"{path}: too large for a results file (over {_BASELINE_BYTES // (1024 * 1024)} MiB)")
         raw = json.loads(path.read_text(encoding="utf-8"))
         return _RESULTS.validate_python(raw.get("results") if isinstance(raw, dict) else raw)
+    except RecursionError:
+        raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: nested too deeply") from None
     except (OSError, ValueError, ValidationError) as err:
         raise ConfigError(f"{path}: not a results file of `switchboard eval run --json`: {err}") from None
 
@@ -82,9 +88,9 @@ def parse_variant(text: str) -> Variant:
     if not sep or not name or not file:
         raise ConfigError(f"--variant {text!r}: write NAME=OVERRIDES.yaml")
     try:
-        raw: Any = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"--variant {name}: cannot read {file}: {err}") from None
+        raw: Any = read_yaml(Path(file))
+    except ConfigError as err:
+        raise ConfigError(f"--variant {name}: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--variant {name}: {file} must hold a mapping of agent fields (model, models, ...)")
     try:
@@ -119,7 +125,8 @@ def eval_command(
     (measures are over all runs: a model that is right only sometimes costs more per correct result).
 
     Raises:
-        ConfigError: a bad scenario file or baseline, or two variants of one name (nothing runs).
+        ConfigError: a bad scenario file or baseline, an agent under test that is not valid (no such configured
+            agent, a variant that breaks it), or two variants of one name (nothing runs).
     """
     out = out if out is not None else sys.stdout  # looked up now: a caller may have redirected it
     scenarios: list[Scenario] = []
@@ -134,6 +141,10 @@ def eval_command(
         raise ConfigError(f"--repeat {repeat}: run each scenario at least once")
     if len({v.name for v in variants}) != len(variants):
         raise ConfigError("--variant: two variants have the same name")
+    options: list[Variant | None] = [*variants] or [None]
+    for scenario in scenarios:  # every agent under test is valid before anything runs
+        for variant in options:
+            agent_under_test(scenario, agents or {}, variant)
     before = _load_baseline(baseline) if baseline is not None else None
     by_variant = asyncio.run(_run_variants(list(scenarios) * repeat, variants, concurrency, agents, setup))
     results = [r for group in by_variant.values() for r in group]

@@ -199,6 +199,13 @@ def build_case(
 
 
 def case_yaml(case: Mapping[str, Any]) -> str:
-    """``case`` as a scenario file's text."""
+    """``case`` as a scenario file's text, which loads back as ``case`` exactly.
+
+    Unicode is written as is where that reads back the same; some characters (``U+0085``, a line break to YAML) do
+    not, and then every non-ASCII character is written escaped.
+    """
     head = "# Recorded by `switchboard eval record` (docs/evals.md). Run it: switchboard eval run <this file>\n"
-    return head + yaml.safe_dump(dict(case), sort_keys=False, allow_unicode=True, width=120)
+    text = yaml.safe_dump(dict(case), sort_keys=False, allow_unicode=True, width=120)
+    if yaml.safe_load(text) != case:
+        text = yaml.safe_dump(dict(case), sort_keys=False, allow_unicode=False, width=120)
+    return head + text

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.core.actions import Action, OfferChoice
 from switchboard.core.agent.attachments import AttachmentSupport
@@ -48,6 +48,7 @@ from switchboard.core.messages import (
 from switchboard.core.model import Finished, ModelAdapter, ModelEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.sql.databases import SharedDatabase
+from switchboard.core.sql.guard import quote_ident
 from switchboard.core.tables.config import ConnectedTable
 from switchboard.core.tables.connections import TableConnections
 from switchboard.core.tables.tools import table_tools
@@ -57,7 +58,7 @@ from switchboard.core.tools.definition import Tool, ToolContext
 from switchboard.core.tools.effects import logical_action
 from switchboard.core.tools.gateway import action_sha256
 from switchboard.core.turn import HistoryEntry, TurnRequest
-from switchboard.errors import AttachmentError, ToolError
+from switchboard.errors import AttachmentError, ConfigError, ToolError
 from switchboard.evals.grading import Grade, evaluator_version, grade, prompt_sha256
 from switchboard.evals.obedient import ObedientModel
 from switchboard.evals.scenario import (
@@ -90,6 +91,7 @@ __all__ = [
     "ScenarioResult",
     "Trajectory",
     "Versions",
+    "agent_under_test",
     "check",
     "compare",
     "regressions",
@@ -320,7 +322,7 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     spec = scenario.agent
     if spec.configured is not None:
         if spec.configured not in configured:
-            raise ValueError(f"scenario {scenario.id}: no configured agent {spec.configured!r}")
+            raise ValueError(f"no such configured agent (configured: {', '.join(sorted(configured)) or 'none'})")
         base = configured[spec.configured]
     else:
         base = Agent(name="eval", profile=AgentProfile(name="eval"), instructions="Be brief.")
@@ -341,6 +343,27 @@ def _agent(scenario: Scenario, configured: Mapping[str, Agent]) -> Agent:
     elif spec.model is not None:
         updates["model"] = spec.model
     return Agent.model_validate(base.model_dump() | updates)
+
+
+def agent_under_test(scenario: Scenario, configured: Mapping[str, Agent], variant: Variant | None = None) -> Agent:
+    """The agent that answers ``scenario``: the configured (or inline) one, the scenario's overrides, the variant's.
+
+    Raises:
+        ConfigError: no such configured agent, or overrides that make no valid agent (naming the scenario, the agent
+            and the variant).
+    """
+    try:
+        agent = _agent(scenario, configured)
+        if variant is not None:
+            agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
+    except ValueError as err:  # a pydantic ValidationError too
+        where = f"--variant {variant.name}: " if variant is not None else ""
+        name = scenario.agent.configured or "inline"
+        if isinstance(err, ValidationError):
+            first = err.errors()[0]
+            err = ValueError(".".join(str(p) for p in first["loc"]) + (": " if first["loc"] else "") + first["msg"])
+        raise ConfigError(f"{where}scenario {scenario.id}, agent {name}: {err}") from None
+    return agent
 
 
 def _sha256(agent: Agent) -> str:
@@ -389,7 +412,7 @@ def _tables(scenario: Scenario, agent: Agent, path: Path) -> Agent:
     try:
         for name, table in seeded.items():
             columns = [*table.columns, *([table.tenant_column] if table.tenant_column else [])]
-            con.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
+            con.execute(f"CREATE TABLE {quote_ident(name)} ({', '.join(map(quote_ident, columns))})")
             for row in table.rows:
                 unknown = set(row) - set(columns)
                 if unknown:
@@ -398,7 +421,8 @@ def _tables(scenario: Scenario, agent: Agent, path: Path) -> Agent:
                                 if table.tenant_column else {})  # fmt: skip
                 names = list(values)
                 con.execute(
-                    f"INSERT INTO {name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",  # noqa: S608
+                    f"INSERT INTO {quote_ident(name)} ({', '.join(map(quote_ident, names))}) "  # noqa: S608 - quoted
+                    f"VALUES ({', '.join('?' * len(names))})",
                     [v if isinstance(v, str | int | float) or v is None else json.dumps(v) for v in values.values()],
                 )
         con.commit()
@@ -789,9 +813,7 @@ async def run_scenario(
     ``setup``: the providers and prices (default: none, the offline model); ``variant``: overrides of the agent.
     """
     setup = setup or EvalSetup()
-    agent = _agent(scenario, configured or {})
-    if variant is not None:
-        agent = variant.apply(agent, scripted=not isinstance(scenario.model, str))
+    agent = agent_under_test(scenario, configured or {}, variant)
     started = time.perf_counter()
     error: str | None = None
     with tempfile.TemporaryDirectory(prefix="switchboard-eval-") as tmp:

@@ -39,6 +39,7 @@ __all__ = [
     "SeedTable",
     "ToolResponse",
     "load_scenarios",
+    "read_yaml",
 ]
 
 
@@ -133,6 +134,8 @@ class InitialState(_Strict):
             parts = Path(path).parts
             if not parts or Path(path).is_absolute() or ".." in parts:
                 raise ValueError(f"workspace file {path!r}: give a relative path inside the workspace")
+            if "\0" in path or any(len(part.encode()) > 255 for part in parts):
+                raise ValueError(f"workspace file {path[:300]!r}: a NUL byte, or a part over 255 bytes")
         return value
 
 
@@ -407,16 +410,66 @@ class Scenario(_Strict):
         return self
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest scenario or variant file read (a scenario is a few kilobytes; a recorded one, a few hundred)."""
+_MAX_ALIASED = 100_000
+"""Nodes the aliases of one file may add once expanded: anchors reused a little, never a "billion laughs"."""
+
+
+def _expanded(root: yaml.Node) -> tuple[int, int]:
+    """``(distinct, expanded)`` node counts of a composed document (an alias counts each time it is used)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+        else:
+            stack.append((node, True))
+            stack += [(c, False) for c in children if id(c) not in sizes]
+    return len(sizes), sizes[id(root)]
+
+
+def read_yaml(path: Path) -> Any:
+    """The data of a YAML file, read safely: bounded in size, and in what its aliases expand to.
+
+    Raises:
+        ConfigError: unreadable, too large, nested too deeply, or aliases that expand past a few nodes.
+    """
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: too large (over {MAX_FILE_BYTES // (1024 * 1024)} MiB)")
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            distinct, expanded = _expanded(node)
+            if expanded - distinct > _MAX_ALIASED:
+                raise ConfigError(f"{path}: its aliases (*name) expand to over {_MAX_ALIASED} more values")
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: cannot read the file: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+
+
 def load_scenarios(path: Path) -> list[Scenario]:
     """The scenarios of one YAML file (a mapping, or a list of mappings).
 
     Raises:
         ConfigError: unreadable YAML or an invalid scenario (the message names the file and the field).
     """
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: cannot read the scenario file: {err}") from None
+    raw = read_yaml(path)
     items = raw if isinstance(raw, list) else [raw]
     scenarios = []
     for index, item in enumerate(items):

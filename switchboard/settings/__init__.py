@@ -7,6 +7,7 @@ Environment variables use the prefix ``SWITCHBOARD_`` and the nested delimiter `
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -550,6 +551,14 @@ def _format_validation(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_settings(env: dict[str, str] | None = None, *, require_file: bool = False) -> Settings:
     """Read the environment and the YAML file once, validate both, and return the settings.
 
@@ -567,6 +576,13 @@ def load_settings(env: dict[str, str] | None = None, *, require_file: bool = Fal
         raise ConfigError(_format_validation(err, "the environment")) from None
     except SettingsError as err:  # a block's own variable (SWITCHBOARD_LIMITS=…) that is not a JSON object
         block = str(err).partition('field "')[2].partition('"')[0].upper() or "<BLOCK>"
+        suspects = [k for k, v in sorted(env_map.items()) if k.upper().startswith(f"SWITCHBOARD_{block}__") and
+                    not _is_json(v)]  # fmt: skip
+        if suspects:  # a list or mapping field of the block, written as plain text
+            raise ConfigError(
+                f"{' or '.join(suspects)} is not valid JSON: write lists and mappings as JSON "
+                '(["acme"], {"support": 0.2})'
+            ) from None
         raise ConfigError(f"SWITCHBOARD_{block} is not a JSON object: set SWITCHBOARD_{block}__<FIELD>") from None
     finally:
         if env is not None:

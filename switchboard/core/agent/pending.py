@@ -30,6 +30,8 @@ _DOUBT_CLASSES = frozenset({"ambiguous_timeout", "ambiguous"})
 _ERROR_CLASS = re.compile(r'"error_class":\s*"([a-z_]+)"')
 _APPROVAL_CALL = "approval_"
 """Prefix of the call id under which a decided approval's outcome comes back (``settled_messages``)."""
+_NAMED = 10
+"""Open actions a held reply names one by one."""
 
 
 def _canonical(value: Any) -> str:
@@ -167,10 +169,16 @@ def lost_actions(actions: Sequence[PendingAction], messages: Sequence[ChatMessag
 
 
 def held_reply(actions: Sequence[PendingAction]) -> str:
-    """What the user is told when a turn stops rather than continue on a summary of ``actions``."""
+    """What the user is told when a turn stops rather than continue on a summary of ``actions``.
+
+    The first :data:`_NAMED` are named, the rest counted: a flood of open actions makes a short reply still.
+    """
     named = "; ".join(
-        f"{a.tool} ({'approval ' + a.approval_id if a.approval_id else a.kind.replace('_', ' ')})" for a in actions
+        f"{a.tool} ({'approval ' + a.approval_id if a.approval_id else a.kind.replace('_', ' ')})"
+        for a in actions[:_NAMED]
     )
+    if len(actions) > _NAMED:
+        named += f"; and {len(actions) - _NAMED} more"
     return (
         "I stopped before continuing: this conversation grew too long to keep these open actions word for word, and "
         f"I will not act on a summary of them: {named}. A person needs to review them first (an operator can check "

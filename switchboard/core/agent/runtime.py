@@ -350,13 +350,18 @@ class _Turn:
             )
 
     async def _classify_by_model(self) -> None:
-        """Put a turn no rule matched in a class by asking the small model (its cost is the turn's)."""
+        """Put a turn no rule matched in a class by asking the small model (its cost is the turn's).
+
+        The call gets at most half the turn's remaining time, so a provider that hangs leaves the turn time to answer.
+        """
         spec = self.routing.small if self.routing is not None else self.spec
         classifier = ModelClassifier(self.rt.models.get(spec), model_name(spec))
         try:
-            picked = await classifier.classify(self.agent.task_classes, self.inbound)
-        except ModelError as err:  # the rules' outcome stands: the turn still runs
-            logger.warning("classifying the turn with %s failed (%s): it runs under the rules' class", spec, err)
+            async with asyncio.timeout(self.budget.remaining_s() / 2):
+                picked = await classifier.classify(self.agent.task_classes, self.inbound)
+        except (ModelError, TimeoutError) as err:  # the rules' outcome stands: the turn still runs
+            reason = err if isinstance(err, ModelError) else "no answer in time"
+            logger.warning("classifying the turn with %s failed (%s): it runs under the rules' class", spec, reason)
             return
         if picked is None:
             return

@@ -225,8 +225,9 @@ class ModelClassifier:
                 input_tokens += event.input_tokens
                 output_tokens += event.output_tokens
         named = answer.strip().strip("`'\".").lower()
-        if named in classes:
-            return Classification(named, "model", input_tokens, output_tokens)
+        declared = {name.lower(): name for name in classes}  # a class may be declared with capitals
+        if named in declared:
+            return Classification(declared[named], "model", input_tokens, output_tokens)
         if DEFAULT_CLASS in classes:
             return Classification(DEFAULT_CLASS, "model:default", input_tokens, output_tokens)
         return None
