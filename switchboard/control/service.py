@@ -57,6 +57,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
 from switchboard.queue.review import MAX_NOTE_CHARS, ReviewQueue, ReviewSample, ReviewVerdict
+from switchboard.queue.segments import SegmentLabels
 from switchboard.queue.store import load_history
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
@@ -190,7 +191,8 @@ class ControlService:
             raise InvalidRequestError("verdict must be 'pass' or 'fail'")
         if len(note) > MAX_NOTE_CHARS or not is_text(note):
             raise InvalidRequestError(f"the note must be text of at most {MAX_NOTE_CHARS} characters")
-        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant)
+        labels = SegmentLabels.of(self.settings.file)
+        queue = ReviewQueue(self.redis, max_per_tenant=self.settings.evals.max_per_tenant, labels=labels)
         sample = await queue.find(session_parts(key)[0], key, run_id)
         if sample is None:
             raise NotFoundError(f"no sampled run {run_id[:80]!r} of {session[:200]} awaits review")

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.segments import SegmentLabels, review_field
 
 __all__ = ["MAX_NOTE_CHARS", "ReviewQueue", "ReviewSample", "ReviewVerdict"]
 
@@ -61,9 +62,13 @@ class ReviewVerdict(BaseModel):
 class ReviewQueue:
     """The sampled runs of every tenant, each tenant's list capped at ``max_per_tenant``."""
 
-    def __init__(self, redis: aioredis.Redis, *, max_per_tenant: int = 500) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, *, max_per_tenant: int = 500, labels: SegmentLabels | None = None
+    ) -> None:
         self.redis = redis
         self.max_per_tenant = max_per_tenant
+        self.labels = labels or SegmentLabels.of(None)
+        """Label values of the verdict counters (``/metrics``): the configuration's names, the rest ``other``."""
 
     async def add(self, sample: ReviewSample) -> None:
         """Queue ``sample`` (one round trip: the push and the trim)."""
@@ -91,9 +96,15 @@ class ReviewQueue:
         return None
 
     async def judge(self, sample: ReviewSample, verdict: ReviewVerdict) -> None:
-        """Keep ``verdict`` on ``sample``; verdicts of samples trimmed off the list are dropped with it."""
+        """Keep ``verdict`` on ``sample``; verdicts of samples trimmed off the list are dropped with it.
+
+        A run's first verdict is also counted by agent and tenant (a changed mind replaces the verdict kept, not the
+        count: the counter only grows).
+        """
         key = _KEYS.review_verdicts(sample.tenant)
-        await self.redis.hset(key, sample.member, verdict.model_dump_json())
+        if await self.redis.hset(key, sample.member, verdict.model_dump_json()):
+            counted = review_field(self.labels, sample.agent, sample.tenant, verdict.verdict)
+            await self.redis.hincrby(_KEYS.stats, counted, 1)
         listed = {
             s.member
             for s in (_sample(i) for i in await self.redis.lrange(_KEYS.review_runs(sample.tenant), 0, -1))

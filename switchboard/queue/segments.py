@@ -9,7 +9,9 @@ the deployment-wide stats hash (:attr:`GlobalKeys.stats`), no round trip of thei
 - per agent, tool and tenant: each call's outcome (``ok``, ``approval``: held for a person, ``validation``,
   ``timeout``, ``refused`` by the policy, ``error``) and its retries;
 - per agent and tenant: approvals asked (of a tool call, or of a held reply), and runs that failed or were cancelled
-  (:func:`run_field`, written by the ``fail`` and ``complete`` scripts).
+  (:func:`run_field`, written by the ``fail`` and ``complete`` scripts);
+- per agent and tenant: reviewers' first verdicts on sampled runs, ``pass`` or ``fail`` (:func:`review_field`,
+  written with the verdict): completion as people judge it.
 
 Label values come only from configuration and code, never from a request or a model: a tenant, agent or tool that
 the configuration does not name (a tool name a model made up, a tenant no binding declares) is counted as
@@ -51,6 +53,7 @@ __all__ = [
     "parse_segments",
     "quantile",
     "read_segments",
+    "review_field",
     "run_field",
 ]
 
@@ -67,7 +70,7 @@ FIELD_PREFIX: Final = "seg:"
 TOOL_OUTCOMES: Final = ("ok", "approval", "validation", "timeout", "refused", "error")
 """The ``outcome`` label of a tool call."""
 
-Metric = Literal["turn", "turn_sum", "credits", "stop", "tool", "retries", "approvals", "run"]
+Metric = Literal["turn", "turn_sum", "credits", "stop", "tool", "retries", "approvals", "run", "review"]
 _GLOBAL = GlobalKeys()
 _BUILTIN_TOOLS: Final = frozenset(
     {RUN_PROGRAM, USE_SKILL, *MEMORY_TOOLS, *KNOWLEDGE_TOOLS, *(tool.name for tool in SLOT_TOOLS)}
@@ -146,6 +149,11 @@ def _field(metric: Metric, *labels: str) -> str:
 def run_field(labels: SegmentLabels, agent: str, tenant: str, outcome: Literal["failed", "cancelled"]) -> str:
     """The stats-hash field counting runs of ``agent`` in ``tenant`` that ended with ``outcome``."""
     return _field("run", labels.agent(agent), labels.tenant(tenant), outcome)
+
+
+def review_field(labels: SegmentLabels, agent: str, tenant: str, verdict: Literal["pass", "fail"]) -> str:
+    """The stats-hash field counting sampled runs of ``agent`` in ``tenant`` a reviewer first judged ``verdict``."""
+    return _field("review", labels.agent(agent), labels.tenant(tenant), verdict)
 
 
 def _bucket(seconds: float) -> str:
@@ -230,6 +238,8 @@ class Segments:
     """By ``(agent, tenant, kind)``."""
     runs: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """Attempts that failed and runs cancelled, by ``(agent, tenant, outcome)``."""
+    reviews: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Sampled runs by their first verdict, by ``(agent, tenant, verdict)``."""
 
 
 def _number(raw: bytes | str) -> float:
@@ -269,6 +279,7 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
     retries: Counter[tuple[str, str, str]] = Counter()
     approvals: Counter[tuple[str, str, str]] = Counter()
     runs: Counter[tuple[str, str, str]] = Counter()
+    reviews: Counter[tuple[str, str, str]] = Counter()
     for parts, value in fields:
         match parts:
             case ["turn", agent, ver, tenant, bound]:
@@ -289,6 +300,8 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
                 approvals[(agent, tenant, kind)] += int(value)
             case ["run", agent, tenant, outcome]:
                 runs[(agent, tenant, outcome)] += int(value)
+            case ["review", agent, tenant, verdict]:
+                reviews[(agent, tenant, verdict)] += int(value)
             case _:
                 continue
     turns = {key: (_cumulative(counts), sums.get(key, 0.0)) for key, counts in buckets.items()}
@@ -300,6 +313,7 @@ def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
         retries=dict(retries),
         approvals=dict(approvals),
         runs=dict(runs),
+        reviews=dict(reviews),
     )
 
 

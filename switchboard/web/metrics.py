@@ -148,6 +148,14 @@ def _segments(seg: Segments) -> Iterable[Metric]:
     for labels, count in sorted(seg.runs.items()):
         runs.add_metric(list(labels), count)
     yield runs
+    reviews = CounterMetricFamily(
+        "switchboard_review_verdicts",
+        "Sampled runs by a reviewer's first verdict (completion as people judge it)",
+        labels=["agent", "tenant", "verdict"],
+    )
+    for labels, count in sorted(seg.reviews.items()):
+        reviews.add_metric(list(labels), count)
+    yield reviews
 
 
 class _WorkspaceCollector(Collector):

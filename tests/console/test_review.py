@@ -300,3 +300,19 @@ async def test_an_operators_words_are_not_replayed_as_the_models(
     assert scenario.messages == [QUESTION, "are you there?\nthanks, and now?"]
     agents = {"assistant": console.settings.file.agents["assistant"]}
     assert await asyncio.to_thread(eval_command, [case], agents=agents, out=StringIO()) == 0
+
+
+async def test_first_verdicts_are_counted_by_agent_and_tenant_on_metrics(
+    console: Console, async_redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    session = await _sampled(async_redis, tmp_path)
+    assert (await console.login("alice")).status == 200
+    run = (await _samples(console))["samples"][0]["run_id"]
+    verdict = {"session": session, "run": run, "verdict": "fail", "note": "it should have asked first"}
+    assert (await console.write("review/verdict", verdict)).status == 200
+    assert (await console.write("review/verdict", {**verdict, "verdict": "pass"})).status == 200  # a changed mind
+
+    text = await (await console.client.get("/metrics")).text()
+    counted = [line for line in text.splitlines() if line.startswith("switchboard_review_verdicts_total{")]
+    assert counted == ['switchboard_review_verdicts_total{agent="assistant",tenant="default",verdict="fail"} 1.0']
+    assert (await _samples(console))["samples"][0]["verdict"]["verdict"] == "pass"  # the verdict kept is the last
