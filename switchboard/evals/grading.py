@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from switchboard.core.agent.budget import PriceTable
 from switchboard.core.model import ChatMessage, Finished, ModelRequest, TextDelta, Usage, data_block
-from switchboard.core.providers import ModelFactory, model_name
+from switchboard.core.providers import ModelFactory, ProviderConfig, model_name, parse_model_spec
 from switchboard.errors import SwitchboardError
 from switchboard.evals.scenario import Rubric, Scenario
 
@@ -165,6 +165,17 @@ def parse_grade(text: str, rubric: Rubric) -> tuple[dict[str, float], str]:
     return scores, reason
 
 
+def _keyed(provider: str, config: ProviderConfig) -> bool:
+    """Whether ``config`` holds a key for ``provider`` (the offline model needs none, but cannot grade)."""
+    match provider:
+        case "openai":
+            return bool(config.openai_api_key)
+        case "anthropic":
+            return bool(config.anthropic_api_key)
+        case _:
+            return True
+
+
 async def grade(
     rubric: Rubric,
     scenario: Scenario,
@@ -189,6 +200,13 @@ async def grade(
         max_output_tokens=400,
         metadata={"purpose": "eval-grading"},
     )
+    provider, _ = parse_model_spec(rubric.grader_model)
+    if not _keyed(provider, models.config):  # no request at all: say what to set
+        verdict.error = (
+            f"no API key for the grader's provider {provider}: set {provider.upper()}_API_KEY, or run with "
+            "--skip-rubrics to score the exact checks only"
+        )
+        return verdict
     text: list[str] = []
     try:
         async for event in models.get(rubric.grader_model).stream(request):

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestServer
 
 from switchboard.cli.evals import scenario_files
-from switchboard.evals.runner import ScenarioResult, Trajectory, run_scenario, run_scenarios
+from switchboard.core.providers import ProviderConfig
+from switchboard.evals.runner import EvalSetup, ScenarioResult, Trajectory, run_scenario, run_scenarios
 from switchboard.evals.scenario import Scenario, TenantKept, load_scenarios
+from tests.fakes.openai_api import FakeOpenAI
 
 EVALS = Path(__file__).resolve().parent.parent.parent / "evals"
 EFFECT_ACTIONS = frozenset({"file", "voice", "text", "edit"})
@@ -67,8 +70,8 @@ async def test_every_shipped_scenario_passes_and_the_suite_is_large_enough() -> 
     scenarios = load()
     assert len(scenarios) >= 30
     assert len({s.id for s in scenarios}) == len(scenarios), "scenario ids are unique"
-    assert {p.name for p in EVALS.iterdir() if p.is_dir()} >= {"basics", "redteam", "adversarial", "channels"}
-    results = await run_scenarios(scenarios, concurrency=4)
+    assert {p.name for p in EVALS.iterdir() if p.is_dir()} >= {"basics", "redteam", "adversarial", "channels", "graded"}
+    results = await run_scenarios(scenarios, concurrency=4, setup=EvalSetup(rubrics=False))  # graded: below
     assert failures(results) == {}
     assert all(r.version and r.agent_sha256 and r.policy_version for r in results)
 
@@ -127,3 +130,30 @@ async def test_each_channels_button_scenario_decides_through_its_press(channel: 
     assert decided == [("button", "applied")]
     assert sum(a["kind"] == "ack" for a in result.trajectory.actions) == acks
     assert [c.approved for c in result.trajectory.calls if c.ok] == [True]
+
+
+async def test_the_graded_examples_are_graded_by_a_provider_at_its_http_boundary(aiohttp_server: Any) -> None:
+    """Layer 3 in CI: each graded example's rubric goes to a grader model through the real OpenAI adapter."""
+    scenarios = load("graded")
+    assert len(scenarios) >= 3 and all(s.rubric is not None for s in scenarios)
+    fake = FakeOpenAI()
+    for scenario in scenarios:
+        assert scenario.rubric is not None
+        fake.reply(json.dumps({criterion: 0.9 for criterion in scenario.rubric.criteria}))
+    server: TestServer = await aiohttp_server(fake.app())
+    keyed = ProviderConfig(openai_api_key="sk-test", openai_base_url=str(server.make_url("/v1")))
+    results = await run_scenarios(scenarios, concurrency=1, setup=EvalSetup(providers=keyed))
+    assert failures(results) == {}
+    for scenario, result in zip(scenarios, results, strict=True):
+        assert result.grade is not None and result.grade.error is None, result.grade
+        assert result.correct and result.versions is not None
+        assert result.versions.evaluator.startswith(f"{scenario.rubric.grader_model}/1/")  # type: ignore[union-attr]
+    graders = {r.body["model"] for r in fake.received}
+    assert graders == {"gpt-4.1-mini"} and len(fake.received) == len(scenarios)
+
+
+async def test_a_rubric_without_its_providers_key_is_a_clear_error_and_sends_nothing() -> None:
+    (scenario, *_) = load("graded")
+    result = await run_scenario(scenario, setup=EvalSetup(providers=ProviderConfig(openai_base_url="http://0.0.0.0:9")))
+    assert result.grade is not None and not result.correct
+    assert result.grade.error is not None and "set OPENAI_API_KEY, or run with --skip-rubrics" in result.grade.error
