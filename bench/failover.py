@@ -6,11 +6,12 @@ them), reached through a ``redis+sentinel://`` URL.
 1. **Cost**: ``switchboard web`` with ``ACK_REPLICAS=0`` then ``1`` (``ACK_TIMEOUT_MS=500``), in the same rounds,
    each loaded for ``--seconds`` by ``--connections`` clients posting signed Telegram updates (distinct update ids
    over 1,000 chats); throughput and latency p50/p95 of the 2xx answers, medians over rounds.
-2. **Loss window**: the failover test's run (:func:`tests.failover.test_failover.run_failover`: steady signed load,
-   SIGKILL of the primary, promotion, a real worker) ``--runs`` times per case; per case the acknowledged messages
-   never answered (lost) and answered twice (duplicated). Cases: no wait with the replica caught up (a quiet machine),
-   no wait with the replica 0.5 s behind (SIGSTOPped before the kill), and ``ACK_REPLICAS=1`` with it 0.5 s behind;
-   the lagging cases also with 0.3 s turns, so that acknowledged messages are still waiting when the primary dies.
+2. **Loss window**: the failover test's run (:func:`tests.failover.test_failover.run_failover`: steady signed
+   Telegram and web chat load, SIGKILL of the primary, promotion, a real worker) ``--runs`` times per case; per case
+   the acknowledged messages (both kinds) never answered (lost) and answered twice (duplicated). Cases: no wait with
+   the replica caught up (a quiet machine), no wait with the replica 0.5 s behind (SIGSTOPped and its link closed
+   before the kill), and ``ACK_REPLICAS=1`` with it 0.5 s behind; the lagging cases also with 0.3 s turns, so that
+   acknowledged messages are still waiting when the primary dies.
 
     python -m bench.failover                # 3 rounds of 5 s per mode, 3 failover runs per case
     python -m bench.failover --quick        # smoke run
@@ -155,10 +156,15 @@ async def loss(root: Path, runs: int) -> dict[str, list[tuple[int, int, int]]]:
                 for pool in started:
                     await pool.close()
                 await fake.stop()
-            report = outcome.report
-            out[name].append((report.acked, len(report.lost), report.duplicate_replies))
-            print(f"  {name}, run {i + 1}: acked {report.acked}, lost {len(report.lost)}, duplicated "
-                  f"{report.duplicate_replies}, failover {outcome.failover_s:.2f} s", file=sys.stderr)  # fmt: skip
+            report, web = outcome.report, outcome.web
+            dup_web = sum(n - 1 for n in web.duplicates.values())
+            out[name].append(
+                (report.acked + web.acked, len(report.lost) + len(web.lost), report.duplicate_replies + dup_web)
+            )
+            print(f"  {name}, run {i + 1}: Telegram acked {report.acked}, lost {len(report.lost)}, duplicated "
+                  f"{report.duplicate_replies} (send window {report.counters.get('send_window_duplicates', 0)}); "
+                  f"web chat acked {web.acked}, lost {len(web.lost)}, duplicated {dup_web}; "
+                  f"failover {outcome.failover_s:.2f} s", file=sys.stderr)  # fmt: skip
     return out
 
 
