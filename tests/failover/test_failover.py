@@ -79,6 +79,8 @@ class Outcome:
     refused: int
     """Webhook and web chat answers that were not 2xx (each retried)."""
     web: WebOutcome
+    restarts: int
+    """Worker processes that died and were started again (following the failover needs none)."""
 
     @property
     def lost(self) -> list[tuple[int, int]]:
@@ -183,7 +185,7 @@ async def run_failover(
         history = await collect(client, range(SESSIONS), fake, gateway.posted, pool.signals)
         report = check(history)
         web = _web_outcome(web_acked, await _web_replies(client, web_keys))
-        return Outcome(report, list(gateway.posted), promoted_at, failover_s, refused, web)
+        return Outcome(report, list(gateway.posted), promoted_at, failover_s, refused, web, pool.restarts)
     finally:
         await client.aclose()
         if gateway is not None:
@@ -244,6 +246,7 @@ async def test_with_ack_replicas_no_acknowledged_message_is_lost_duplicated_or_r
     # worker's crash in the same window: counted by the queue, and nothing else repeats
     assert report.duplicate_replies <= report.counters["send_window_duplicates"], _summary(outcome)
     web = outcome.web
+    assert outcome.restarts == 0, "the worker died instead of following the Sentinels to the new primary"
     assert web.acked == WEB_SESSIONS * MESSAGES, _summary(outcome)
     assert not web.lost and not web.duplicates and not web.out_of_order, _summary(outcome)
 
