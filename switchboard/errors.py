@@ -25,6 +25,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import ClassVar
+
 __all__ = [
     "MAX_RETRY_AFTER_S",
     "AgentError",
@@ -109,7 +113,10 @@ class BodyTooLargeError(RequestError):
 
 
 class QueueUnavailableError(SwitchboardError):
-    """Redis did not confirm the write in time."""
+    """Redis did not confirm the write in time (or not on as many replicas as ``SWITCHBOARD_QUEUE__ACK_REPLICAS``)."""
+
+    HEADERS: ClassVar[Mapping[str, str]] = MappingProxyType({"Retry-After": "1"})
+    """The 503's headers: a platform retries anyway, a web chat client is told when (a failover takes seconds)."""
 
 
 class FencedWriteError(SwitchboardError):

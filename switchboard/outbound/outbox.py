@@ -51,6 +51,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+HOLD_ROUNDS = 10
+"""With ``ack_replicas``: how many ``ack_timeout_ms`` a send's claim or record waits for the replicas before going
+ahead (a primary dying meanwhile fails the wait, and the send never happens)."""
+
 MAX_RATE_LIMIT_RETRIES = 5
 """Platform 429s honoured per send before the send counts as failed."""
 _GLOBAL = GlobalKeys()
@@ -257,8 +261,15 @@ class Outbox:
         capabilities: Capable | None = None,
         workspace_root: Path | None = None,
         workspace_store: WorkspaceStore | None = None,
+        ack_replicas: int = 0,
+        ack_timeout_ms: int = 0,
     ) -> None:
         self.redis = redis
+        self.ack_replicas = ack_replicas
+        """Replicas a send's claim (before the platform call) and record (after it) wait for
+        (``SWITCHBOARD_QUEUE__ACK_REPLICAS``), so after a failover the promoted replica knows what was sent: up to
+        :data:`HOLD_ROUNDS` times ``ack_timeout_ms``, then the send goes ahead (a worker has nobody to answer 503)."""
+        self.ack_timeout_ms = ack_timeout_ms
         self.workspace_store = workspace_store
         """Where workspaces are kept (``SendContext.read_file`` reads from it when set, else ``workspace_root``)."""
         self.buckets = buckets
@@ -350,13 +361,7 @@ class Outbox:
         if facts:
             keys.append(self._keys.events)
             args += [facts, self.events_maxlen]
-        verdict = await scripts.OUTBOX_CLAIM(
-            self.redis,
-            keys,
-            args,
-            session=self.lease.session,
-            epoch=self.lease.epoch,
-        )
+        verdict = await self._write(scripts.OUTBOX_CLAIM, keys, args)
         self.used.append(key)
         state, ids = _verdict(verdict)
         if state == "sent":
@@ -434,13 +439,28 @@ class Outbox:
 
     async def _record(self, key: str, record: str) -> None:
         """Write the send's outcome (``''`` drops a clean failure's claim; recorded parts are kept either way)."""
-        await scripts.OUTBOX_RECORD(
+        await self._write(scripts.OUTBOX_RECORD, self._fenced_keys(), [self.lease.token, key, record])
+
+    async def _write(self, script: scripts.Script, keys: list[str], args: list[scripts.ScriptArg]) -> Any:
+        """Run a fenced outbox script; with ``ack_replicas``, wait (bounded) for the replicas to have its write."""
+        session, epoch = self.lease.session, self.lease.epoch
+        if not self.ack_replicas:
+            return await script(self.redis, keys, args, session=session, epoch=epoch)
+        reply, acked = await script.replicated(
             self.redis,
-            self._fenced_keys(),
-            [self.lease.token, key, record],
-            session=self.lease.session,
-            epoch=self.lease.epoch,
+            keys,
+            args,
+            replicas=self.ack_replicas,
+            timeout_ms=self.ack_timeout_ms,
+            rounds=HOLD_ROUNDS,
+            session=session,
+            epoch=epoch,
         )
+        if acked < self.ack_replicas:
+            logger.warning(
+                "%s: %d of %d replicas have the send's state; going ahead", script.name, acked, self.ack_replicas
+            )
+        return reply
 
 
 def _verdict(raw: Any) -> tuple[str, list[str]]:

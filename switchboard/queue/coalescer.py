@@ -19,11 +19,15 @@ from switchboard.queue import scripts
 from switchboard.queue.connection import MultiplexedConnection
 from switchboard.queue.scripts import ScriptArg
 
-__all__ = ["Coalescer"]
+__all__ = ["Coalescer", "ReplicasUnconfirmedError"]
 
 logger = logging.getLogger(__name__)
 
 _pack: Callable[[tuple[ScriptArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
+
+
+class ReplicasUnconfirmedError(RedisError):
+    """Fewer replicas than asked for confirmed an ingest batch within the ack timeout (``WAIT``)."""
 
 
 class _Item(NamedTuple):
@@ -42,11 +46,20 @@ class Coalescer:
     gateway at most one loop iteration of latency. The deadline is kept per batch (one timer, not one
     ``asyncio.timeout`` per request): when Redis has not confirmed a batch within ``timeout_s`` its callers get
     :class:`TimeoutError` while the round trip runs on (the scripts may still land: a platform's retry is deduplicated).
+
+    With ``ack_replicas`` each batch is followed, on the same connection, by ``WAIT ack_replicas ack_timeout_ms``
+    (``WAIT`` counts the replicas that have this connection's last write): its callers get their replies only once
+    enough replicas have them, else :class:`ReplicasUnconfirmedError`. One command per batch, none when off.
     """
 
-    def __init__(self, redis: aioredis.Redis, timeout_s: float) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, timeout_s: float, *, ack_replicas: int = 0, ack_timeout_ms: int = 0
+    ) -> None:
         self.redis = redis
-        self.timeout_s = timeout_s
+        self.ack_replicas = ack_replicas
+        self.ack_timeout_ms = ack_timeout_ms
+        self.timeout_s = timeout_s + (ack_timeout_ms / 1000 if ack_replicas else 0.0)
+        self._wait: bytes = _pack(("WAIT", ack_replicas, ack_timeout_ms))
         self._mux = MultiplexedConnection(redis) if MultiplexedConnection.supports(redis) else None
         self._pending: list[_Item] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -81,8 +94,38 @@ class Coalescer:
                 if not future.done():
                     future.set_exception(RedisError(f"could not encode the ingest script call: {err}"))
             return
-        mux.write(commands, futures)
+        if self.ack_replicas:
+            loop = futures[0].get_loop()
+            replies = [loop.create_future() for _ in futures]
+            waited: asyncio.Future[Any] = loop.create_future()
+            mux.write([*commands, self._wait], [*replies, waited])
+            waited.add_done_callback(functools.partial(self._confirmed, futures, replies))
+        else:
+            mux.write(commands, futures)
         futures[-1].add_done_callback(functools.partial(_batch_done, futures, timer))
+
+    def _confirmed(
+        self, futures: list[asyncio.Future[Any]], replies: list[asyncio.Future[Any]], waited: asyncio.Future[Any]
+    ) -> None:
+        """The batch's ``WAIT`` answered: hand each caller its script's reply if enough replicas have it."""
+        error: BaseException | None = None
+        if waited.cancelled():
+            error = RedisError("the replicas' confirmation was cancelled")
+        elif (error := waited.exception()) is None and int(waited.result()) < self.ack_replicas:
+            error = ReplicasUnconfirmedError(
+                f"{waited.result()} of {self.ack_replicas} replicas confirmed within {self.ack_timeout_ms} ms"
+            )
+        for future, reply in zip(futures, replies, strict=True):
+            if future.done():
+                continue
+            if reply.cancelled():
+                future.set_exception(RedisError("the ingest script call was cancelled"))
+            elif (failed := reply.exception()) is not None:
+                future.set_exception(failed)
+            elif error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(reply.result())
 
     async def _send(self, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
         live = [item for item in batch if not item.reply.done()]
@@ -125,13 +168,26 @@ class Coalescer:
 
     async def _round_trip(self, live: list[_Item]) -> None:
         try:
-            if len(live) == 1:
+            if len(live) == 1 and not self.ack_replicas:
                 results: list[Any] = [await scripts.INGEST(self.redis, live[0].keys, live[0].args)]
             else:
                 async with self.redis.pipeline(transaction=False) as pipe:
+                    if self.ack_replicas:  # loaded first: WAIT must follow the writes on the same connection
+                        pipe.script_load(scripts.INGEST.source)
                     for item in live:
                         pipe.evalsha(scripts.INGEST.sha, len(item.keys), *item.keys, *item.args)
+                    if self.ack_replicas:
+                        pipe.execute_command("WAIT", self.ack_replicas, self.ack_timeout_ms)
                     results = await pipe.execute(raise_on_error=False)
+                if self.ack_replicas:
+                    acked = results.pop()
+                    results.pop(0)
+                    if isinstance(acked, Exception):
+                        raise acked
+                    if int(acked) < self.ack_replicas:
+                        raise ReplicasUnconfirmedError(
+                            f"{acked} of {self.ack_replicas} replicas confirmed within {self.ack_timeout_ms} ms"
+                        )
                 for i, result in enumerate(results):
                     if isinstance(result, NoScriptError):  # script cache flushed: load it and run this one alone
                         results[i] = await scripts.INGEST(self.redis, live[i].keys, live[i].args)

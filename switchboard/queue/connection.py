@@ -1,6 +1,9 @@
 """Redis clients for the session queue: hiredis parser, health checks, socket timeouts; ``unix://`` works.
 
-Both clients keep ``decode_responses`` off, as RQ requires for its own reads of the same keys.
+Every client of the package is built here. A ``redis+sentinel://`` URL (:mod:`switchboard.settings.sentinel`) gives
+redis-py's own Sentinel clients: each connection asks the Sentinels for the current primary when it connects, so
+after a failover the next connection goes to the promoted replica. Both clients keep ``decode_responses`` off, as RQ
+requires for its own reads of the same keys.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from typing import Any
 import hiredis
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.sentinel as aiosentinel
+import redis.sentinel
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
+
+from switchboard.settings.sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 
 __all__ = ["DEFAULT_OPTIONS", "MultiplexedConnection", "async_client", "sync_client"]
 
@@ -29,7 +36,9 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 
 def _options(url: str, kw: dict[str, Any]) -> dict[str, Any]:
     options = {**DEFAULT_OPTIONS, **kw}
-    if url.startswith("unix://"):
+    if is_sentinel_url(url):
+        options["socket_keepalive"] = kw.get("socket_keepalive", True)
+    elif url.startswith("unix://"):
         # keepalive options are TCP-only; the unix-socket connection class rejects them
         options.pop("socket_keepalive", None)
         options.pop("socket_keepalive_options", None)
@@ -60,6 +69,31 @@ class _UnixConnection(_HiredisPacking, aioredis.UnixDomainSocketConnection):
     pass
 
 
+class _SentinelConnection(_HiredisPacking, aiosentinel.SentinelManagedConnection):
+    pass
+
+
+_MULTIPLEXABLE = (_TCPConnection, _UnixConnection, _SentinelConnection)
+
+
+def _sentinel_options(parsed: SentinelURL, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data nodes' connection options and the Sentinels' own (short timeouts, their own password)."""
+    node = {**options, "db": parsed.db}
+    if parsed.username is not None:
+        node["username"] = parsed.username
+    if parsed.password is not None:
+        node["password"] = parsed.password
+    if parsed.tls:
+        node["ssl"] = True
+    sentinel = {
+        "socket_timeout": options.get("socket_connect_timeout", 2.0),
+        "socket_connect_timeout": options.get("socket_connect_timeout", 2.0),
+    }
+    if parsed.sentinel_password is not None:
+        sentinel["password"] = parsed.sentinel_password
+    return node, sentinel
+
+
 def async_client(url: str, **kw: Any) -> aioredis.Redis:
     """An asyncio client (connection pool) for ``url``.
 
@@ -76,6 +110,14 @@ def async_client(url: str, **kw: Any) -> aioredis.Redis:
     # a worker running its full concurrency cap of turns (each with a lease heartbeat, typing and sends in flight)
     # needs more. The callers bound their own concurrency, so the pool does not cap it a second time.
     kw.setdefault("max_connections", 2**31 - 1)
+    if is_sentinel_url(url):
+        parsed = parse_sentinel_url(url)
+        node, sentinel = _sentinel_options(parsed, _options(url, kw))
+        manager = aiosentinel.Sentinel(parsed.sentinels, sentinel_kwargs=sentinel, **node)
+        master: aioredis.Redis = manager.master_for(parsed.service)
+        if HIREDIS_AVAILABLE and not parsed.tls:
+            master.connection_pool.connection_class = _SentinelConnection
+        return master
     client = aioredis.Redis.from_url(url, **_options(url, kw))
     pool = client.connection_pool
     if HIREDIS_AVAILABLE and pool.connection_class is aioredis.Connection:
@@ -91,6 +133,12 @@ def sync_client(url: str, **kw: Any) -> redis.Redis:
         from redis._parsers import _HiredisParser
 
         kw["parser_class"] = _HiredisParser
+    if is_sentinel_url(url):
+        parsed = parse_sentinel_url(url)
+        node, sentinel = _sentinel_options(parsed, _options(url, kw))
+        manager = redis.sentinel.Sentinel(parsed.sentinels, sentinel_kwargs=sentinel, **node)
+        primary: redis.Redis = manager.master_for(parsed.service)
+        return primary
     return redis.Redis.from_url(url, **_options(url, kw))
 
 
@@ -117,6 +165,8 @@ class _Replies(asyncio.Protocol):
                 continue
             if isinstance(reply, ResponseError):
                 future.set_exception(NoScriptError(str(reply)) if str(reply).startswith("NOSCRIPT") else reply)
+                if str(reply).startswith("READONLY"):  # the server was demoted (a failover): connect anew
+                    self.transport.close()
             else:
                 future.set_result(reply)
 
@@ -155,7 +205,7 @@ class MultiplexedConnection:
         pool = client.connection_pool
         return (
             HIREDIS_AVAILABLE
-            and pool.connection_class in (_TCPConnection, _UnixConnection)
+            and pool.connection_class in _MULTIPLEXABLE
             and str(pool.connection_kwargs.get("protocol") or 2) == "2"
         )
 

@@ -251,7 +251,12 @@ class Ingestor:
             _GLOBAL.sender_rate(""),
         )
         """The script's keys shared by every session (a job's and a sender's meter's as prefixes), made once."""
-        self._coalescer = Coalescer(redis, settings.ingest_timeout_s)
+        self._coalescer = Coalescer(
+            redis,
+            settings.ingest_timeout_s,
+            ack_replicas=settings.ack_replicas,
+            ack_timeout_ms=settings.ack_timeout_ms,
+        )
         self._config: tuple[ScriptArg, ...] = (
             settings.dedup_ttl_s,
             settings.events_maxlen,
@@ -304,8 +309,7 @@ class Ingestor:
             try:
                 reply = await self._coalescer.submit(keys, args)
             except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run this one alone
-                async with asyncio.timeout(self.settings.ingest_timeout_s):
-                    reply = await scripts.INGEST(self.redis, keys, args)
+                reply = await self._alone(keys, args)
             result = _result(message_id, reply)
             if stop and not (result.duplicate or result.limited or result.reused):  # the turn running now stops
                 await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
@@ -357,8 +361,7 @@ class Ingestor:
                     try:
                         reply = await item.reply
                     except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
-                        async with asyncio.timeout(self.settings.ingest_timeout_s):
-                            reply = await scripts.INGEST(self.redis, call.keys, call.args)
+                        reply = await self._alone(call.keys, call.args)
                     if resent := reply[0] == _AFTER_MISSING:  # the one before it was refused: now it goes alone
                         result = await self.ingest(message, busy_policy=item.policy)  # (which requests its stop)
                     else:
@@ -374,6 +377,17 @@ class Ingestor:
                 item.reply.add_done_callback(lambda f: f.cancelled() or f.exception())
             logger.warning("ingest for %s not confirmed: %s", messages[0][0].conversation.channel, type(err).__name__)
             raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
+
+    async def _alone(self, keys: list[str], args: list[ScriptArg]) -> Any:
+        """Load the ingest script (a server without it: restarted, or a promoted replica) and run one call.
+
+        With ``ack_replicas`` the call goes through the coalescer again, so its ``WAIT`` follows it on its connection.
+        """
+        async with asyncio.timeout(self.settings.ingest_timeout_s):
+            if not self.settings.ack_replicas:
+                return await scripts.INGEST(self.redis, keys, args)
+            await self.redis.script_load(scripts.INGEST.source)
+        return await self._coalescer.submit(keys, args)
 
     def _script_call(
         self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool

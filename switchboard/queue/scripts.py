@@ -135,6 +135,32 @@ class Script:
                 ) from None
             raise
 
+    async def replicated(
+        self,
+        redis: aioredis.Redis,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        replicas: int,
+        timeout_ms: int,
+        rounds: int = 1,
+        session: SessionKey | None = None,
+        epoch: int = 0,
+    ) -> tuple[Any, int]:
+        """Run the script, then ``WAIT replicas timeout_ms`` on the same connection, up to ``rounds`` times.
+
+        Returns the script's reply and how many replicas have its write (``WAIT`` counts those holding this
+        connection's last write, hence one connection for both).
+        """
+        async with redis.client() as conn:
+            reply = await self(conn, keys, args, session=session, epoch=epoch)
+            acked = 0
+            for _ in range(rounds):
+                acked = int(await conn.execute_command("WAIT", replicas, timeout_ms))  # type: ignore[no-untyped-call]
+                if acked >= replicas:
+                    break
+        return reply, acked
+
     async def many(
         self, redis: aioredis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[ScriptArg]]]
     ) -> list[Any]:

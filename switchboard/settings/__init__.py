@@ -53,6 +53,7 @@ from switchboard.settings.console import ConsoleConfig, ConsoleSettings
 from switchboard.settings.evals import EvalSettings
 from switchboard.settings.mcpserve import McpServeSettings
 from switchboard.settings.proxies import TrustedProxies, parse_trusted_proxies
+from switchboard.settings.sentinel import is_sentinel_url, parse_sentinel_url
 
 __all__ = [
     "AttachmentSettings",
@@ -105,6 +106,11 @@ class QueueSettings(BaseModel):
     """How long platform event ids are remembered (≥ 24 h; WhatsApp retries for up to 7 days)."""
     ingest_timeout_s: float = Field(2.0, gt=0)
     """Answer 503 when Redis has not confirmed an ingest within this time."""
+    ack_replicas: int = Field(0, ge=0)
+    """Replicas that must have a message before it is answered 2xx (``WAIT``); fewer within ``ack_timeout_ms`` is
+    answered 503 with ``Retry-After`` (0: answer once the primary has it, one command less per message)."""
+    ack_timeout_ms: int = Field(500, ge=1)
+    """How long ``ack_replicas`` waits for the replicas before answering 503."""
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     """Webhook bodies over this are refused with 413 before any parsing."""
     events_maxlen: int = Field(2_000, ge=100)
@@ -428,6 +434,7 @@ class Settings(BaseSettings):
         env_file=None,
         extra="ignore",
         nested_model_default_partial_update=True,
+        hide_input_in_errors=True,  # a bad value can hold a secret (a password in a URL, a token)
     )
 
     redis_url: str | None = None
@@ -480,8 +487,12 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, v: str | None) -> str | None:
-        if v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
-            raise ValueError("must start with redis://, rediss:// or unix:// (e.g. redis://localhost:6379/0)")
+        if v and is_sentinel_url(v):
+            parse_sentinel_url(v)  # a clear error now rather than at the first connection
+        elif v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
+            raise ValueError(
+                "must start with redis://, rediss://, unix:// or redis+sentinel:// (e.g. redis://localhost:6379/0)"
+            )
         return v
 
     @field_validator("trusted_proxies", mode="before")

@@ -123,7 +123,9 @@ async def serve_webhook(
     try:
         answer = await app[ROUTER].accept(adapter, inbound)
     except QueueUnavailableError:
-        return error_response(503, "queue_unavailable", "the queue did not confirm in time; retry")
+        return error_response(
+            503, "queue_unavailable", "the queue did not confirm in time; retry", dict(QueueUnavailableError.HEADERS)
+        )
     except RequestError as err:  # a message that cannot be stored as text: 400, as a malformed body
         return error_response(err.status, err.code, str(err))
     return _answer(app, request, answer)

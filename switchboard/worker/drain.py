@@ -383,6 +383,8 @@ class Drainer(TurnEndings):
             capabilities=self.deliverer.capabilities,
             workspace_root=self.workspace_root,
             workspace_store=self.workspace_store,
+            ack_replicas=self.settings.ack_replicas,
+            ack_timeout_ms=self.settings.ack_timeout_ms,
         )
         turn.outbox = outbox
         turn.stream = None

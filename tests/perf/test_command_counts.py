@@ -34,6 +34,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections import Counter
@@ -51,8 +52,9 @@ from bench._harness import MINIMAL_CONFIG, PYTHON, SECRET_TOKEN, Proc, bench_env
 from switchboard.channels.telegram.fake.platform import make_update
 from switchboard.core.sealing import new_key
 from switchboard.queue import scripts
-from switchboard.queue.embedded import EmbeddedRedis
+from switchboard.queue.embedded import EmbeddedRedis, find_server_binary
 from switchboard.queue.keys import GlobalKeys, RQKeys
+from tests.failover.servers import Node
 
 # Calls per message, by scenario. "commands": every command (inside scripts too) by name, EVALSHA by script;
 # "total": their sum; "client": the commands clients sent (not those run inside scripts; a pipeline of 3 counts 3);
@@ -71,7 +73,8 @@ from switchboard.queue.keys import GlobalKeys, RQKeys
 # "retention_sealed" the plain message with retention rules for every kind and SWITCHBOARD_DATA_KEYS set (history
 # sealed): the same commands as "plain"; "sampled" the plain message with ``SWITCHBOARD_EVALS__SAMPLE_RATE=1`` (every
 # finished run queued for review: one pipelined push and trim; at rate 0, the default every other scenario runs with,
-# nothing). Minus "plain": what the feature costs.
+# nothing); "ack_replicas" the plain message with ``SWITCHBOARD_QUEUE__ACK_REPLICAS=1`` and a replica attached (a WAIT
+# after the ingest script, and after the send's claim and record in the worker). Minus "plain": what the feature costs.
 # Segmented metrics (switchboard/queue/segments.py) ride inside the script that already writes a turn's closing facts
 # (outbox_claim or facts), so they add no round trip: a metered turn adds one HINCRBY (its duration's bucket, by agent,
 # version and tenant: the turn count and p50/p95) and one HINCRBYFLOAT (the duration's sum); a priced turn (tool credits
@@ -196,6 +199,46 @@ PINNED: dict[str, dict[str, Any]] = {
         "web_client": 2,
         "worker": 54,
         "worker_client": 5,
+    },
+    "ack_replicas": {
+        "client": 9,
+        "commands": {
+            "DEL": 2,
+            "EVALSHA begin": 1,
+            "EVALSHA complete": 1,
+            "EVALSHA ingest": 1,
+            "EVALSHA job_start": 1,
+            "EVALSHA outbox_claim": 1,
+            "EVALSHA outbox_record": 1,
+            "EXISTS": 1,
+            "GET": 4,
+            "HDEL": 3,
+            "HGET": 3,
+            "HGETALL": 1,
+            "HINCRBY": 9,
+            "HINCRBYFLOAT": 3,
+            "HMGET": 3,
+            "HSET": 8,
+            "INCR": 1,
+            "LINDEX": 1,
+            "LLEN": 1,
+            "LPOP": 1,
+            "LRANGE": 1,
+            "LREM": 1,
+            "RPUSH": 3,
+            "SADD": 1,
+            "SET": 3,
+            "WAIT": 3,
+            "XADD": 7,
+            "ZADD": 3,
+            "ZCARD": 1,
+            "ZREM": 2,
+        },
+        "total": 72,
+        "web": 16,
+        "web_client": 2,
+        "worker": 56,
+        "worker_client": 7,
     },
     "backlog": {
         "client": 4.2,
@@ -998,6 +1041,24 @@ def gateway(tmp: Path) -> Iterator[Gateway]:
         server.stop()
 
 
+@contextlib.contextmanager
+def replica_of(server: EmbeddedRedis, root: Path) -> Iterator[Node]:
+    """A replica of ``server`` (the same binary), streaming from it before the block runs."""
+    port = urllib.parse.urlsplit(server.url).port
+    assert port is not None
+    node = Node(free_port(), root)
+    node.start(find_server_binary(), "--replicaof", "127.0.0.1", str(port))
+    try:
+        node.wait_ready()
+        with redis.Redis.from_url(server.url) as primary:
+            deadline = time.monotonic() + 20
+            while primary.execute_command("WAIT", 1, 100) < 1:
+                assert time.monotonic() < deadline, "the replica did not attach"
+        yield node
+    finally:
+        node.stop()
+
+
 # ---------------------------------------------------------------- scenarios
 
 
@@ -1200,6 +1261,12 @@ def test_redis_commands_per_message_match_the_pinned_table(tmp_path: Path) -> No
         one_at_a_time(gw, counts, "retention_sealed", 1101, "hello there")
         gw.start({**LIMITS_OFF, "SWITCHBOARD_EVALS__SAMPLE_RATE": "1"})
         one_at_a_time(gw, counts, "sampled", 1201, "hello there")
+        with replica_of(gw.server, tmp_path / "replica"):
+            gw.start(
+                {**LIMITS_OFF, "SWITCHBOARD_QUEUE__ACK_REPLICAS": "1", "SWITCHBOARD_QUEUE__ACK_TIMEOUT_MS": "2000"}
+            )
+            one_at_a_time(gw, counts, "ack_replicas", 1301, "hello there")
+            gw.stop()
     measured = {scenario: per_message(c) for scenario, c in counts.items()}
     strays = [f"{s}: {r}" for s, row in measured.items() for r in row if r.startswith("other")]
     assert not strays, f"commands from a client that is neither web nor worker: {strays}"

@@ -109,7 +109,9 @@ def unauthorized(message: str) -> web.Response:
 
 def unavailable() -> web.Response:
     """``503``: Redis did not confirm in time."""
-    return error(503, "queue_unavailable", "the queue did not confirm in time; retry")
+    return error(
+        503, "queue_unavailable", "the queue did not confirm in time; retry", dict(QueueUnavailableError.HEADERS)
+    )
 
 
 def too_many(wait_ms: int, message: str) -> web.Response:
