@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,7 +17,8 @@ from pathlib import Path
 
 import redis
 
-from switchboard.queue.embedded import PRIVATE_UMASK, find_server_binary
+from switchboard.queue.embedded import find_server_binary
+from tests.servers import ServerProcess, free_ports
 
 __all__ = ["ClusterNode", "LocalCluster", "free_ports"]
 
@@ -28,22 +27,8 @@ NODE_TIMEOUT_MS = 1000
 """How long a primary may be silent before its replica takes over (short, so a failover test takes seconds)."""
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports free now (held open together while chosen, so none repeats)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @dataclass
-class ClusterNode:
+class ClusterNode(ServerProcess):
     """One server process of the cluster."""
 
     port: int
@@ -54,10 +39,6 @@ class ClusterNode:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def client(self, **kwargs: object) -> redis.Redis:
-        """A plain (non-cluster) client of this one node."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
 
     def start(self, binary: str) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -81,40 +62,7 @@ class ClusterNode:
             "--loglevel", "warning",
             "--logfile", str(self.data_dir / "server.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, umask=PRIVATE_UMASK,
-        )  # fmt: skip
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                log = self.data_dir / "server.log"
-                raise RuntimeError(f"node {self.address} exited: {log.read_text()[-800:] if log.exists() else ''}")
-            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError), self.client() as c:
-                if c.ping():
-                    return
-            time.sleep(0.02)
-        raise TimeoutError(f"node {self.address} did not answer within {timeout} s")
-
-    def kill(self) -> None:
-        """SIGKILL the process (a crash: nothing flushed, no goodbye to the cluster)."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-            self.process = None
-
-    def stop(self, timeout: float = 5.0) -> None:
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        self.spawn(args)
 
 
 @dataclass

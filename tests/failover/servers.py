@@ -3,14 +3,13 @@
 Every process is the ``valkey-server`` that :func:`~switchboard.queue.embedded.find_server_binary` finds (the one the
 embedded default runs): the data nodes with AOF on, the Sentinels with ``--sentinel`` and a config file of their own
 (a Sentinel rewrites it). Short Sentinel timings, so a failover takes a couple of seconds. Tests for issue #26
-(failover without loss of acknowledged messages); process handling as in :mod:`tests.cluster.servers`.
+(failover without loss of acknowledged messages); process handling in :mod:`tests.servers`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import redis
 
-from switchboard.queue.embedded import PRIVATE_UMASK, find_server_binary
-from tests.cluster.servers import free_ports
+from switchboard.queue.embedded import find_server_binary
+from tests.servers import ServerProcess, free_ports
 
 __all__ = ["SERVICE", "Node", "ReplicatedRedis"]
 
@@ -30,7 +29,7 @@ DOWN_AFTER_MS = 1000
 
 
 @dataclass
-class Node:
+class Node(ServerProcess):
     """One server process: a data node or a Sentinel."""
 
     port: int
@@ -38,9 +37,6 @@ class Node:
     sentinel: bool = False
     process: subprocess.Popen[bytes] | None = None
     args: list[str] = field(default_factory=list)
-
-    def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kwargs)  # type: ignore[arg-type]
 
     def start(self, binary: str, *extra: str) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -64,40 +60,7 @@ class Node:
                 "--logfile", log,
                 *extra,
             ]  # fmt: skip
-        self.process = subprocess.Popen(
-            self.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, umask=PRIVATE_UMASK,
-        )  # fmt: skip
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                log = self.data_dir / "server.log"
-                raise RuntimeError(f"{self.port} exited: {log.read_text()[-800:] if log.exists() else ''}")
-            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError), self.client() as c:
-                if c.ping():
-                    return
-            time.sleep(0.02)
-        raise TimeoutError(f"{self.port} did not answer within {timeout} s")
-
-    def kill(self) -> None:
-        """SIGKILL the process (a crash: nothing flushed, no goodbye)."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-            self.process = None
-
-    def stop(self, timeout: float = 5.0) -> None:
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        self.spawn(self.args)
 
 
 @dataclass
