@@ -12,8 +12,9 @@ segmented figures are bounded the same way, by the workers that write them (:mod
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -102,60 +103,28 @@ def _segments(seg: Segments) -> Iterable[Metric]:
             sum_value=total,
         )
     yield turns
-    credits = CounterMetricFamily(
-        "switchboard_agent_credits",
-        "Credits the turns cost (cost per task: over the turn count)",
-        labels=["agent", "version", "tenant"],
-    )
-    for labels, value in sorted(seg.credits.items()):
-        credits.add_metric(list(labels), value)
-    yield credits
-    stops = CounterMetricFamily(
-        "switchboard_agent_stops",
-        "Turns a budget ended early, by budget (deadline: a timeout)",
-        labels=["agent", "version", "tenant", "reason"],
-    )
-    for labels4, count in sorted(seg.stops.items()):
-        stops.add_metric(list(labels4), count)
-    yield stops
-    tools = CounterMetricFamily(
-        "switchboard_tool_calls", "Tool calls by outcome", labels=["agent", "tool", "tenant", "outcome"]
-    )
-    for labels4, count in sorted(seg.tools.items()):
-        tools.add_metric(list(labels4), count)
-    yield tools
-    retries = CounterMetricFamily(
-        "switchboard_tool_retries",
-        "Tool runs repeated by the gateway after a retryable failure",
-        labels=["agent", "tool", "tenant"],
-    )
-    for labels, count in sorted(seg.retries.items()):
-        retries.add_metric(list(labels), count)
-    yield retries
-    approvals = CounterMetricFamily(
-        "switchboard_approvals_requested",
-        "Approvals asked of a person (a tool call, or a held reply)",
-        labels=["agent", "tenant", "kind"],
-    )
-    for labels, count in sorted(seg.approvals.items()):
-        approvals.add_metric(list(labels), count)
-    yield approvals
-    runs = CounterMetricFamily(
-        "switchboard_agent_runs_ended",
-        "Attempts that failed (retried or dead-lettered) and runs cancelled, by agent and tenant",
-        labels=["agent", "tenant", "outcome"],
-    )
-    for labels, count in sorted(seg.runs.items()):
-        runs.add_metric(list(labels), count)
-    yield runs
-    reviews = CounterMetricFamily(
-        "switchboard_review_verdicts",
-        "Sampled runs by a reviewer's first verdict (completion as people judge it)",
-        labels=["agent", "tenant", "verdict"],
-    )
-    for labels, count in sorted(seg.reviews.items()):
-        reviews.add_metric(list(labels), count)
-    yield reviews
+    counters: list[tuple[str, str, list[str], Mapping[Any, float]]] = [
+        ("switchboard_agent_credits", "Credits the turns cost (cost per task: over the turn count)",
+         ["agent", "version", "tenant"], seg.credits),
+        ("switchboard_agent_stops", "Turns a budget ended early, by budget (deadline: a timeout)",
+         ["agent", "version", "tenant", "reason"], seg.stops),
+        ("switchboard_tool_calls", "Tool calls by outcome", ["agent", "tool", "tenant", "outcome"], seg.tools),
+        ("switchboard_tool_retries", "Tool runs repeated by the gateway after a retryable failure",
+         ["agent", "tool", "tenant"], seg.retries),
+        ("switchboard_approvals_requested", "Approvals asked of a person (a tool call, or a held reply)",
+         ["agent", "tenant", "kind"], seg.approvals),
+        ("switchboard_agent_runs_ended",
+         "Attempts that failed (retried or dead-lettered) and runs cancelled, by agent and tenant",
+         ["agent", "tenant", "outcome"], seg.runs),
+        ("switchboard_review_verdicts",
+         "Sampled runs by a reviewer's first verdict (completion as people judge it)",
+         ["agent", "tenant", "verdict"], seg.reviews),
+    ]  # fmt: skip
+    for name, help_text, labels, values in counters:
+        family = CounterMetricFamily(name, help_text, labels=labels)
+        for key, value in sorted(values.items()):
+            family.add_metric(list(key), value)
+        yield family
 
 
 class _WorkspaceCollector(Collector):
