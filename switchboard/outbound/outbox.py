@@ -95,7 +95,7 @@ async def append_once(
         args += [name, value]
     entry = await scripts.OUTBOX_APPEND(
         redis,
-        [keys.lease, _GLOBAL.fenced_rejections, stream_key, keys.outbox, _GLOBAL.stats],
+        [keys.lease, keys.fenced_rejections, stream_key, keys.outbox, _GLOBAL.stats],
         args,
         session=lease.session,
         epoch=lease.epoch,
@@ -292,7 +292,7 @@ class Outbox:
         """Idempotency keys this outbox claimed (dropped from the record when the turn is acked)."""
 
     def _fenced_keys(self) -> list[str]:
-        return [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.outbox]
+        return [self._keys.lease, self._keys.fenced_rejections, self._keys.outbox]
 
     async def send(
         self,

@@ -125,7 +125,7 @@ class RedisApprovals:
     def _index_keys(self, approval_id: str) -> list[str]:
         return [
             self._keys.lease,
-            _GLOBAL.fenced_rejections,
+            self._keys.fenced_rejections,
             self._keys.approval(approval_id),
             self._keys.approvals,
             _GLOBAL.approvals_due,
@@ -247,7 +247,7 @@ class RedisApprovals:
         body = json.dumps(outcome, separators=(",", ":"), ensure_ascii=False, default=str) if outcome else ""
         consumed = await scripts.APPROVAL_SETTLE(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.approval(approval_id)],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.approval(approval_id)],
             [self.token, status, body, self.retention_ms],
             session=self.session,
             epoch=self.epoch,
@@ -263,7 +263,7 @@ class RedisApprovals:
         """Take the conversation over (``control``) or hand it back (``None``), fenced."""
         await scripts.CONTROL_SET(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.control],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.control],
             [self.token, control.model_dump_json() if control is not None else ""],
             session=self.session,
             epoch=self.epoch,

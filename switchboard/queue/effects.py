@@ -46,7 +46,7 @@ class RedisEffects:
         """Claim ``key`` with ``record``; returns the existing record instead when there is one."""
         found = await scripts.EFFECT_BEGIN(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.effect(key)],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.effect(key)],
             [self.token, record.to_json(), self.ttl_ms],
             session=self.session,
             epoch=self.epoch,
@@ -57,7 +57,7 @@ class RedisEffects:
         """Store the finished ``record`` under ``key``, or release the claim (``None``) after a failure."""
         await scripts.EFFECT_FINISH(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.effect(key)],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.effect(key)],
             [self.token, record.to_json() if record is not None else "", self.ttl_ms],
             session=self.session,
             epoch=self.epoch,
@@ -77,7 +77,7 @@ class RedisEffects:
         }
         await scripts.EFFECT_DOUBT(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, _GLOBAL.effects_in_doubt(tenant_of(self.session))],
+            [self._keys.lease, self._keys.fenced_rejections, _GLOBAL.effects_in_doubt(tenant_of(self.session))],
             [self.token, doubt_field(self.session, key), json.dumps(entry, separators=(",", ":"), default=str)],
             session=self.session,
             epoch=self.epoch,

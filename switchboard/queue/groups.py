@@ -16,7 +16,7 @@ from switchboard.core.events import ContextKept
 from switchboard.core.groups import CONTEXT_META, ContextLine, KeepContext, context_place, fit_context
 from switchboard.core.messages import InboundMessage, session_key
 from switchboard.queue.eventlog import encode_event
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.scripts import CONTEXT_KEEP, CONTEXT_TAKE
 from switchboard.types import SessionKey
@@ -79,7 +79,7 @@ async def take(
         own = SessionKeys(lease.session)
         await CONTEXT_TAKE(
             redis,
-            [own.lease, GlobalKeys().fenced_rejections, own.messages],
+            [own.lease, own.fenced_rejections, own.messages],
             [lease.token, message_id, updated.model_dump_json()],
             session=lease.session,
             epoch=lease.epoch,

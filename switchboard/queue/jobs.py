@@ -196,7 +196,7 @@ class DrainJobs:
             redis,
             [
                 keys.lease,
-                _GLOBAL.fenced_rejections,
+                keys.fenced_rejections,
                 keys.inbox,
                 keys.drain,
                 self.keys.job(job_id),

@@ -1,8 +1,10 @@
 """Every Redis key name Switchboard uses, built in one place with one prefix.
 
-Keys of one session share the hash tag ``{<session key>}`` so they stay in one cluster slot and
-one Lua script may touch them all. Session keys are percent-escaped (see
-:func:`switchboard.core.messages.session_key`), so they never contain ``{`` or ``}``.
+Keys of one session carry the hash tag of the session's logical shard (:mod:`switchboard.queue.shards`):
+``sb:{<shard tag>}:<<session key>>:<name>``, so they stay in one cluster slot with the shard's own keys (its
+fenced-write counter) and one Lua script may touch them all. Session keys are percent-escaped (see
+:func:`switchboard.core.messages.session_key`), so they never contain ``{``, ``}``, ``<`` or ``>``; the angle
+brackets end the session unambiguously (a component may hold ``:``).
 """
 
 from __future__ import annotations
@@ -11,9 +13,20 @@ import os
 import re
 from dataclasses import dataclass
 
+from switchboard.queue.shards import SHARDS, TAGS, shard_of
 from switchboard.types import SessionKey
 
-__all__ = ["PREFIX", "RQ_KEY_PREFIX", "GlobalKeys", "RQKeys", "SessionKeys", "literal", "session_in", "tenant_of"]
+__all__ = [
+    "PREFIX",
+    "RQ_KEY_PREFIX",
+    "GlobalKeys",
+    "RQKeys",
+    "SessionKeys",
+    "ShardKeys",
+    "literal",
+    "session_in",
+    "tenant_of",
+]
 
 PREFIX = "sb"
 
@@ -34,13 +47,52 @@ def literal(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
+_TAG_OF = {tag: shard for shard, tag in enumerate(TAGS)}
+
+
 def session_in(key: str) -> str | None:
-    """The session whose hash tag ``key`` carries (``sb:{<session>}:...``), or ``None`` for a key of no session."""
+    """The session ``key`` belongs to (``sb:{<shard tag>}:<<session>>:...``), or ``None`` for a key of no session.
+
+    The session must be in the shard its tag names, so a key of another shape never reads as a session's.
+    """
     head = f"{PREFIX}:{{"
-    if not key.startswith(head) or "}:" not in key:
+    if not key.startswith(head) or "}:<" not in key or ">:" not in key:
         return None
-    session = key[len(head) : key.index("}:")]
-    return session if "/" in session else None
+    tag_end = key.index("}:<")
+    tag = key[len(head) : tag_end]
+    session = key[tag_end + 3 : key.index(">:")]
+    if "/" not in session or _TAG_OF.get(tag) != shard_of(session):
+        return None
+    return session
+
+
+@dataclass(frozen=True, slots=True)
+class ShardKeys:
+    """The keys of one logical shard (all under the shard's hash tag, in the shard's slot)."""
+
+    shard: int
+
+    @property
+    def tag(self) -> str:
+        """The shard's hash tag, without braces."""
+        return TAGS[self.shard]
+
+    @property
+    def fenced_rejections(self) -> str:
+        """STRING counter: the shard's writes refused because their epoch lost the lease (``lua/_fence.lua``).
+
+        One per shard so a fenced script stays in its session's slot; :func:`switchboard.queue.stats.fenced_total`
+        sums them.
+        """
+        return f"{PREFIX}:{{{self.tag}}}:stats:fenced"
+
+    @staticmethod
+    def every() -> tuple[ShardKeys, ...]:
+        """Every shard's keys, shard 0 first."""
+        return _EVERY_SHARD
+
+
+_EVERY_SHARD = tuple(ShardKeys(n) for n in range(SHARDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +102,17 @@ class SessionKeys:
     session: SessionKey
 
     def _k(self, name: str) -> str:
-        return f"{PREFIX}:{{{self.session}}}:{name}"
+        return f"{PREFIX}:{{{TAGS[shard_of(self.session)]}}}:<{self.session}>:{name}"
+
+    @property
+    def shard(self) -> ShardKeys:
+        """The keys of the session's logical shard (same slot as the session's)."""
+        return _EVERY_SHARD[shard_of(self.session)]
+
+    @property
+    def fenced_rejections(self) -> str:
+        """The fenced-write counter of the session's shard: ``KEYS[2]`` of every fenced script."""
+        return self.shard.fenced_rejections
 
     @property
     def every(self) -> str:
@@ -274,12 +336,18 @@ class GlobalKeys:
 
     @property
     def every_session(self) -> str:
-        """``MATCH`` pattern of the keys of every session of every tenant (``sb:{<tenant>/...}:...``)."""
-        return literal(f"{self.prefix}:{{") + "*"
+        """``MATCH`` pattern of the keys of every session of every tenant (``sb:{<shard>}:<<tenant>/...>:...``).
+
+        It also matches a few keys of no session: callers keep only keys :func:`session_in` reads as a session's.
+        """
+        return literal(f"{self.prefix}:{{") + "*" + literal("}:<") + "*"
 
     def tenant_sessions(self, tenant: str) -> str:
-        """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<tenant>/...}:...``)."""
-        return literal(f"{self.prefix}:{{{tenant}/") + "*"
+        """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<shard>}:<<tenant>/...>:...``).
+
+        It also matches a few keys of no session or another tenant's: callers check :func:`session_in`.
+        """
+        return literal(f"{self.prefix}:{{") + "*" + literal(f"}}:<{tenant}/") + "*"
 
     def tenant_families(self, tenant: str) -> tuple[str, ...]:
         """``MATCH`` patterns of the tenant's own keys that belong to no one session (for erasing a tenant)."""
@@ -319,11 +387,6 @@ class GlobalKeys:
     def project_connections(self, tenant: str) -> str:
         """SET of JSON ``[agent, project]``: the tenant's agent–project connections made in the console or the CLI."""
         return f"{self.prefix}:memory:{tenant}:connections"
-
-    @property
-    def fenced_rejections(self) -> str:
-        """STRING counter: writes refused because their epoch lost the lease."""
-        return f"{self.prefix}:stats:fenced"
 
     @property
     def cancel_channel(self) -> str:

@@ -65,7 +65,7 @@ async def fenced_xadd(
         args += [name, value]
     keys = SessionKeys(lease.session)
     entry = await scripts.FENCED_XADD(
-        redis, [keys.lease, _GLOBAL.fenced_rejections, stream_key], args, session=lease.session, epoch=lease.epoch
+        redis, [keys.lease, keys.fenced_rejections, stream_key], args, session=lease.session, epoch=lease.epoch
     )
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 

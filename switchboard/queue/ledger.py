@@ -212,7 +212,7 @@ class Ledger:
     async def _run(self, script: scripts.Script, keys: list[str], args: list[scripts.ScriptArg]) -> Any:
         return await script(
             self.redis,
-            [self.keys.lease, _GLOBAL.fenced_rejections, *keys],
+            [self.keys.lease, self.keys.fenced_rejections, *keys],
             [self.lease.token, *args],
             session=self.lease.session,
             epoch=self.lease.epoch,
@@ -479,7 +479,7 @@ async def _begin(
         redis,
         [
             k.lease,
-            _GLOBAL.fenced_rejections,
+            k.fenced_rejections,
             k.inbox,
             k.messages,
             k.attempts,

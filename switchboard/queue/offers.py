@@ -42,9 +42,10 @@ async def record_offer(redis: aioredis.Redis, lease: LeaseToken, action: Action,
         return
     options = [{"id": option.id, "label": option.label} for option in action.options]
     record = json.dumps({"key": key, "options": options}, separators=(",", ":"), ensure_ascii=False)
+    keys = SessionKeys(lease.session)
     await scripts.OFFER_RECORD(
         redis,
-        [SessionKeys(lease.session).lease, _GLOBAL.fenced_rejections, SessionKeys(lease.session).offers],
+        [keys.lease, keys.fenced_rejections, keys.offers],
         [lease.token, record, OFFERS_KEPT, OFFERS_TTL_S * 1000],
         session=lease.session,
         epoch=lease.epoch,

@@ -1,8 +1,9 @@
 """The session queue's Lua scripts: loaded once from ``lua/``, run by SHA, fenced ones share one prelude.
 
 Every write made for a session while a drain runs goes through a script whose first step compares the
-lease value with the caller's token (``_fence.lua``); a refused write increments
-:attr:`GlobalKeys.fenced_rejections` inside Redis and comes back as :class:`~switchboard.errors.FencedWriteError`.
+lease value with the caller's token (``_fence.lua``); a refused write increments the session's shard's
+:attr:`~switchboard.queue.keys.ShardKeys.fenced_rejections` inside Redis and comes back as
+:class:`~switchboard.errors.FencedWriteError`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Worker-side figures kept in Redis, so the web tier's ``/metrics`` shows every worker's work.
 
-Counters live in one hash (:attr:`GlobalKeys.stats`), fenced-write refusals in their own
-(:attr:`GlobalKeys.fenced_rejections`). Latencies (``queue_wait``, ``run``) are histograms of per-bucket counts plus
+Counters live in one hash (:attr:`GlobalKeys.stats`), fenced-write refusals in one counter per logical shard
+(:attr:`ShardKeys.fenced_rejections`, so a fenced script stays in its session's slot), summed by one ``MGET`` of
+every shard's counter at read time. Latencies (``queue_wait``, ``run``) are histograms of per-bucket counts plus
 ``sum`` and ``count``, incremented inside the drain's completion script.
 """
 
@@ -14,7 +15,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import GlobalKeys, ShardKeys
 from switchboard.queue.segments import Segments, parse_segments
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Histogram",
     "Stats",
     "bucket_field",
+    "fenced_total",
     "read_stats",
     "record_usage",
 ]
@@ -33,6 +35,7 @@ RUN_DURATION_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 """Upper bounds (seconds) of the run-duration histogram; ``+Inf`` is implied."""
 
 _GLOBAL = GlobalKeys()
+_FENCED: Final = tuple(shard.fenced_rejections for shard in ShardKeys.every())
 _COUNTERS: Final = (
     "accepted",
     "deduplicated",
@@ -115,11 +118,20 @@ def _histogram(raw: dict[bytes, bytes], bounds: Sequence[float]) -> Histogram:
     return Histogram(buckets=tuple(buckets), sum=float(fields.get("sum", b"0") or 0), count=running)
 
 
+def _sum(values: Sequence[bytes | str | None]) -> int:
+    return sum(_int(v) for v in values)
+
+
+async def fenced_total(redis: aioredis.Redis) -> int:
+    """Writes refused by fencing so far, over every shard (one ``MGET`` of the shards' counters)."""
+    return _sum(await redis.mget(_FENCED))
+
+
 async def read_stats(redis: aioredis.Redis) -> Stats:
     """Read every counter and histogram in one round trip."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(_GLOBAL.stats)  # the counters, and the segmented figures (bounded by their label caps)
-        pipe.get(_GLOBAL.fenced_rejections)
+        pipe.mget(_FENCED)  # every shard's counter: one command, read only at scrape time
         pipe.zcard(_GLOBAL.runnable)
         pipe.hgetall(_GLOBAL.histogram("queue_wait"))
         pipe.hgetall(_GLOBAL.histogram("run"))
@@ -129,7 +141,7 @@ async def read_stats(redis: aioredis.Redis) -> Stats:
     values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))
     return Stats(
         **values,
-        fenced_rejections=_int(fenced),
+        fenced_rejections=_sum(fenced),
         runnable_sessions=int(runnable),
         queue_wait=_histogram(wait, QUEUE_WAIT_BUCKETS),
         run_duration=_histogram(run, RUN_DURATION_BUCKETS),

@@ -114,7 +114,7 @@ class RedisSessionStore:
         args += stored_history(entries, self.session)
         await scripts.HISTORY_APPEND(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.history],
             args,
             session=self.session,
             epoch=self.epoch,
@@ -129,7 +129,7 @@ class RedisSessionStore:
         """Overwrite one slot (JSON-serialisable value)."""
         await scripts.SLOT_SAVE(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.slots, self._keys.meta],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.slots, self._keys.meta],
             [self.token, name, json.dumps(value, separators=(",", ":"), default=str)],
             session=self.session,
             epoch=self.epoch,
@@ -139,7 +139,7 @@ class RedisSessionStore:
         """Forget the conversation (``/reset``): delete its history, session-state slots and recorded offers, fenced."""
         await scripts.SESSION_RESET(
             self.redis,
-            [self._keys.lease, _GLOBAL.fenced_rejections, self._keys.history, self._keys.slots, self._keys.offers],
+            [self._keys.lease, self._keys.fenced_rejections, self._keys.history, self._keys.slots, self._keys.offers],
             [self.token],
             session=self.session,
             epoch=self.epoch,

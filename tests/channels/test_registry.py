@@ -30,7 +30,9 @@ from switchboard.core.actions import SendText
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import ConfigError
 from switchboard.outbound.outbox import Ephemeral
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import Settings, load_settings
+from switchboard.types import SessionKey
 from switchboard.web.app import create_app
 from switchboard.web.appkeys import CHANNELS
 
@@ -106,10 +108,11 @@ async def test_the_webhook_route_serves_the_new_channel_through_the_router(
         "/webhooks/echo", data=body, headers=sign(body, settings.environ["SWITCHBOARD_ECHO__SECRET"])
     )
     assert accepted.status == 200 and await accepted.read() == ANSWER.body
-    assert sync_redis.llen("sb:{echo-co/helper/echo/default/c1}:inbox") == 1  # routed by the YAML options
+    # routed by the YAML options
+    assert sync_redis.llen(SessionKeys(SessionKey("echo-co/helper/echo/default/c1")).inbox) == 1
     second = await client.post("/webhooks/echo/second", data=body, headers=sign(body, "second-secret"))
     assert second.status == 200
-    assert sync_redis.llen("sb:{echo-co/helper/echo/second/c1}:inbox") == 1
+    assert sync_redis.llen(SessionKeys(SessionKey("echo-co/helper/echo/second/c1")).inbox) == 1
     before = sorted(sync_redis.keys("*"))
     forged = await client.post("/webhooks/echo/second", data=body, headers=sign(body, "wrong"))
     assert forged.status == 401

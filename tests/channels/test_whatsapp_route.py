@@ -143,8 +143,8 @@ async def test_one_url_serves_both_numbers_each_routed_to_its_agent_and_tenant(
     payload["entry"] += sales["entry"]
     assert await post(client, payload) == 200
     assert inbox_sizes(sync_redis) == {
-        f"sb:{{{DEFAULT_SESSION}}}:inbox": 1,
-        "sb:{acme/sales-bot/whatsapp/sales/15550003333}:inbox": 1,
+        SessionKeys(DEFAULT_SESSION).inbox: 1,
+        SessionKeys(SessionKey("acme/sales-bot/whatsapp/sales/15550003333")).inbox: 1,
     }
 
 

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.stats import fenced_total
 from tests.waiting import wait_until
 
 from .checker import check
@@ -37,7 +37,7 @@ STOP_S = 4.0
 
 
 async def _fenced(redis: aioredis.Redis) -> int:
-    return int(await redis.get(GlobalKeys().fenced_rejections) or 0)
+    return await fenced_total(redis)
 
 
 async def _starts(redis: aioredis.Redis, session: int) -> list[dict[str, Any]]:

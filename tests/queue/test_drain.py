@@ -14,7 +14,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken, fenced_xadd
 from switchboard.queue.ledger import Ledger
-from switchboard.queue.stats import read_stats
+from switchboard.queue.stats import fenced_total, read_stats
 from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.worker import drain as drain_module
@@ -158,7 +158,7 @@ async def test_stale_epoch_writes_are_refused_and_counted(
     assert outcome is DrainOutcome.FENCED
     assert deliverer.texts() == []  # the reply's outbox claim was refused before any send
     assert await client.llen(keys.inbox) == 1  # not acked by the zombie
-    assert int(await client.get(GlobalKeys().fenced_rejections)) >= 2
+    assert await fenced_total(client) >= 2
     assert (await client.get(keys.lease)).decode() == stolen[0].token
 
     old = LeaseToken(session=session, epoch=stolen[0].epoch - 1, token=f"{stolen[0].epoch - 1}:w1")

@@ -16,6 +16,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DrainJobs
 from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
 from switchboard.queue.lease import Lease
+from switchboard.queue.stats import fenced_total
 from switchboard.settings import QueueSettings
 from switchboard.worker.drainturn import DrainOutcome
 from switchboard.worker.worker import SessionWorker
@@ -176,7 +177,7 @@ async def test_yield_is_fenced(
     with pytest.raises(FencedWriteError):
         await jobs.yield_slot(client, lease)
     assert await client.get(keys.drain) == flag and await client.llen(jobs.keys.queue) == 2
-    assert await client.get(GlobalKeys().fenced_rejections) == b"1"
+    assert await fenced_total(client) == 1
 
 
 async def test_a_turn_ending_its_share_yields_in_its_own_completion_and_closes_its_job(

@@ -8,10 +8,16 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+import redis.asyncio as aioredis
 from redis.cluster import key_slot
 
 from switchboard.core.messages import session_key
+from switchboard.errors import FencedWriteError
+from switchboard.queue.keys import SessionKeys, ShardKeys, session_in
+from switchboard.queue.lease import LeaseToken, fenced_xadd
 from switchboard.queue.shards import SHARDS, SLOTS_PER_SHARD, TAGS, generate_tags, shard_of, shard_tag
+from switchboard.queue.stats import fenced_total, read_stats
 
 SAMPLE = [session_key("acme", "assistant", "telegram", "bot1", f"chat-{i}") for i in range(200)]
 
@@ -73,3 +79,37 @@ def test_100k_sessions_spread_evenly_over_the_shards() -> None:
     # Binomial(100k, 1/1024): sd ~ 9.9; 1,024 shards stay within about 3.5 sd of the mean.
     assert min(counts) > mean - 40 and max(counts) < mean + 40, (min(counts), max(counts))
     assert statistics.pstdev(counts) < 1.3 * (mean * (1 - 1 / SHARDS)) ** 0.5
+
+
+def test_session_keys_carry_their_shards_tag_and_read_back_as_the_session() -> None:
+    # a component may hold ":" (WhatsApp group ids, Slack thread stamps): the brackets end the session, not a colon
+    session = session_key("acme", "assistant", "slack", "T1", "C1:1700000000.0001", "x:y")
+    keys = SessionKeys(session)
+    for key in (keys.inbox, keys.lease, keys.dedup("a:b>:c"), keys.fenced_rejections):
+        assert key_slot(key.encode()) == SLOTS_PER_SHARD * shard_of(session)
+    assert keys.inbox == f"sb:{{{shard_tag(session)}}}:<{session}>:inbox"
+    assert session_in(keys.dedup("a:b>:c")) == session and session_in(keys.inbox) == session
+    other = (shard_of(session) + 1) % SHARDS
+    assert session_in(keys.inbox.replace(shard_tag(session), TAGS[other], 1)) is None  # a tag not the session's
+    assert session_in(ShardKeys(other).fenced_rejections) is None
+    assert session_in("sb:{rate:telegram/default}:send") is None
+
+
+def test_the_fenced_total_sums_every_shards_counter() -> None:
+    assert len({shard.fenced_rejections for shard in ShardKeys.every()}) == SHARDS
+    assert [key_slot(s.fenced_rejections.encode()) for s in ShardKeys.every()] == [
+        SLOTS_PER_SHARD * n for n in range(SHARDS)
+    ]
+
+
+async def test_fenced_refusals_count_in_their_shard_and_metrics_read_the_sum(async_redis: aioredis.Redis) -> None:
+    sessions = [session_key("acme", "assistant", "telegram", "bot1", f"chat-{i}") for i in range(3)]
+    assert len({shard_of(s) for s in sessions}) == 3
+    for n, session in enumerate(sessions):
+        stale = LeaseToken(session=session, epoch=7, token="7:gone")  # no lease is held: every write is refused
+        for _ in range(n + 1):
+            with pytest.raises(FencedWriteError):
+                await fenced_xadd(async_redis, stale, SessionKeys(session).events, {"type": "x"}, 100)
+    per_shard = [int(await async_redis.get(SessionKeys(s).fenced_rejections) or 0) for s in sessions]
+    assert per_shard == [1, 2, 3]
+    assert await fenced_total(async_redis) == 6 and (await read_stats(async_redis)).fenced_rejections == 6

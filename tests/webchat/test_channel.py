@@ -37,8 +37,9 @@ from switchboard.errors import (
 )
 from switchboard.outbound.outbox import Ephemeral
 from switchboard.outbound.webstream import parse_event_id, replay
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease
+from switchboard.queue.stats import fenced_total
 from switchboard.types import SessionKey
 
 from .conftest import Chat
@@ -323,7 +324,7 @@ async def test_publish_after_the_lease_passed_on_is_refused_and_counted(chat: Ch
     finally:
         CURRENT_LEASE.reset(reset)
     assert await chat.redis.exists(SessionKeys(session).web) == 0
-    assert int(await chat.redis.get(GlobalKeys().fenced_rejections) or 0) == 1
+    assert await fenced_total(chat.redis) == 1
 
 
 async def test_unknown_event_type_is_refused(chat: Chat) -> None:

@@ -1,4 +1,4 @@
--- Shared prelude of every fenced script: KEYS[1] = session lease, KEYS[2] = fenced-rejection counter,
+-- Shared prelude of every fenced script: KEYS[1] = session lease, KEYS[2] = the session's shard's fenced counter,
 -- ARGV[1] = the caller's lease token (``<epoch>:<worker>``, or just ``<epoch>:``). Epochs are unique per session
 -- (INCR), so the epoch alone identifies the lease grant.
 local function fenced()
