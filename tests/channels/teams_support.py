@@ -14,6 +14,7 @@ from switchboard.channels.teams.adapter import TeamsChannel
 from switchboard.channels.teams.fake.platform import FakeTeams
 from switchboard.channels.teams.settings import TeamsSettings
 from switchboard.core.messages import ConversationRef
+from switchboard.queue.keys import session_in
 from switchboard.types import SessionKey
 
 APP_ID = "00000000-1111-4222-8333-444444444444"
@@ -83,5 +84,7 @@ async def post(client: TestClient, fake: FakeTeams, activity: dict[str, Any]) ->
 
 
 def session_of(inbox: str) -> SessionKey:
-    """The session of an inbox key (the hash tag between its braces)."""
-    return SessionKey(inbox[inbox.index("{") + 1 : inbox.rindex("}")])
+    """The session of an inbox key."""
+    session = session_in(inbox)
+    assert session is not None, inbox
+    return SessionKey(session)

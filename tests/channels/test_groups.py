@@ -32,6 +32,7 @@ from switchboard.channels.telegram.fake.platform import FakeTelegram, make_updat
 from switchboard.core.events import EventAdapter
 from switchboard.core.groups import CONTEXT_META, ContextLine
 from switchboard.core.messages import InboundMessage
+from switchboard.queue.keys import session_in
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
 from switchboard.web.appkeys import CHANNELS, ROUTER
@@ -39,6 +40,14 @@ from tests.channels import _discord_fixtures as discord_kit
 from tests.channels import slack_support
 from tests.channels import teams_support as teams_kit
 from tests.conftest import MINIMAL_CONFIG
+
+
+def _session(key: str) -> str:
+    """The session a session key belongs to."""
+    session = session_in(key)
+    assert session is not None, key
+    return session
+
 
 TG_SECRET = "webhook_secret-123"
 TG_BOT = "switchboard_bot"
@@ -79,7 +88,7 @@ class Gateway:
         """(session key, message) of every message in a session queue."""
         found = []
         for key in self.redis.keys("sb:*:messages"):
-            session = unquote(key.decode().split("{", 1)[1].rsplit("}", 1)[0])
+            session = unquote(_session(key.decode()))
             for body in self.redis.hvals(key):
                 found.append((session, InboundMessage.model_validate_json(body)))
         return sorted(found, key=lambda pair: pair[1].received_at)
@@ -87,7 +96,7 @@ class Gateway:
     def kept(self) -> dict[str, list[ContextLine]]:
         """Session key → its kept group context."""
         return {
-            unquote(key.decode().split("{", 1)[1].rsplit("}", 1)[0]): [
+            unquote(_session(key.decode())): [
                 ContextLine.model_validate_json(item) for item in self.redis.lrange(key, 0, -1)
             ]
             for key in self.redis.keys("sb:*:group_context")
@@ -294,9 +303,9 @@ def _group_keys(gw: Any, channel: str) -> set[bytes]:
     found = set()
     for key in gw.redis.keys("*"):
         text = key.decode()
-        if "{" not in text:
+        if session_in(text) is None:
             continue
-        session = unquote(text.split("{", 1)[1].rsplit("}", 1)[0])
+        session = unquote(_session(text))
         if any(part == group or part.startswith(f"{group};") for part in session.split("/")):
             found.add(key)
     return found
