@@ -3,6 +3,7 @@ the stats readers, pipelines over many shards and the Lua script wrappers (issue
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -31,6 +32,7 @@ from switchboard.queue.shards import SHARDS, TAGS
 from switchboard.queue.stats import fenced_total, read_stats
 from switchboard.settings import QueueSettings, Settings
 from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, ClusterURL, parse_cluster_url
+from switchboard.web.webchat.fanout import StreamFanout
 from tests.cluster.servers import LocalCluster
 
 # ---------------------------------------------------------------------------------------------------------- the URL
@@ -281,3 +283,36 @@ async def test_budget_scripts_run_on_the_cluster(cluster_client: aioredis.RedisC
         assert not (await budgets.admit(tenant, "assistant", "u1", "telegram/bot1/1")).refused
     slots = {key_slot(c.key.encode()) for c in counters}
     assert len(slots) == 1
+
+
+# ------------------------------------------------------------------------------------------------ the web streams
+
+
+@pytest.mark.cluster
+async def test_the_web_stream_fanout_reads_sessions_of_every_primary_by_polling(
+    cluster_client: aioredis.RedisCluster,
+) -> None:
+    fanout = StreamFanout(cluster_client)  # the web tier's main client is a cluster client: no blocking reader
+    fanout.start()
+    try:
+        sessions = SESSIONS[:12]
+        assert len({cluster_client.get_node_from_key(SessionKeys(s).web).port for s in sessions}) == 3
+        subs = {s: fanout.subscribe(s, None)[0] for s in sessions}
+        written = {s: (await cluster_client.xadd(SessionKeys(s).web, {"type": "delta", "data": f'{{"n":{i}}}'}))
+                   for i, s in enumerate(sessions)}  # fmt: skip
+        for i, session in enumerate(sessions):
+            async with asyncio.timeout(10):
+                while not (batch := await subs[session].next(10)):
+                    pass
+            [event] = batch
+            assert (event.id, event.data) == (written[session].decode(), {"n": i})
+        late = SESSIONS[20]  # followed after the reader started: found at the next poll
+        sub = fanout.subscribe(late, None)[0]
+        await cluster_client.xadd(SessionKeys(late).web, {"type": "delta", "data": '{"n":99}'})
+        async with asyncio.timeout(10):
+            while not (batch := await sub.next(10)):
+                pass
+        assert [e.data for e in batch] == [{"n": 99}]
+    finally:
+        await fanout.aclose()
+    assert await cluster_client.ping()  # the fan-out closed its own clients only
