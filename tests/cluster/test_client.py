@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -30,8 +32,9 @@ from switchboard.queue.lease import Lease
 from switchboard.queue.muxredis import MultiplexedRedis, multiplexed_like
 from switchboard.queue.shards import SHARDS, TAGS
 from switchboard.queue.stats import fenced_total, read_stats
-from switchboard.settings import QueueSettings, Settings
+from switchboard.settings import QueueSettings, Settings, load_settings
 from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, ClusterURL, parse_cluster_url
+from switchboard.web.app import create_app
 from switchboard.web.webchat.fanout import StreamFanout
 from tests.cluster.servers import LocalCluster
 
@@ -316,3 +319,18 @@ async def test_the_web_stream_fanout_reads_sessions_of_every_primary_by_polling(
     finally:
         await fanout.aclose()
     assert await cluster_client.ping()  # the fan-out closed its own clients only
+
+
+@pytest.mark.cluster
+async def test_the_web_tier_starts_on_a_cluster_and_its_metrics_read_every_primary(
+    cluster_client: aioredis.RedisCluster, cluster_url: str, tmp_path: Path, aiohttp_client: Any
+) -> None:
+    for shard in (0, 511, 1023):
+        await cluster_client.incrby(ShardKeys(shard).fenced_rejections, 2)
+    settings = load_settings({"SWITCHBOARD_REDIS_URL": cluster_url, "SWITCHBOARD_DATA_DIR": str(tmp_path)})
+    client = await aiohttp_client(create_app(settings))
+    health = await client.get("/healthz")
+    assert health.status == 200 and (await health.json())["redis"] is True
+    metrics = await client.get("/metrics")
+    assert metrics.status == 200
+    assert "switchboard_fenced_rejections_total 6.0" in await metrics.text()
