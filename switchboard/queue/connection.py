@@ -122,7 +122,7 @@ def _sentinel_options(parsed: SentinelURL, options: dict[str, Any]) -> tuple[dic
     return node, sentinel
 
 
-_NODE_SCHEMES = ("redis://", "rediss://", "valkey://", "valkeys://")
+_NODE_SCHEMES = ("redis://", "rediss://")  # the ones redis-py connects to (it refuses valkey://)
 _PROBED: dict[str, bool] = {}
 """URL → whether its server is a cluster node, as found by the first probe of this process."""
 
