@@ -166,14 +166,13 @@ def _seeds(url: str) -> ClusterURL:
         nodes=((parts.hostname or "localhost", parts.port or 6379),),
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
-        tls=url.startswith(("rediss://", "valkeys://")),
+        tls=url.startswith("rediss://"),
     )
 
 
 def _cluster_options(seeds: ClusterURL, options: dict[str, Any]) -> dict[str, Any]:
     # redis-py's cluster connections take no parser_class: they use its default, hiredis when installed
     node = {k: v for k, v in options.items() if k != "parser_class"}
-    node["socket_keepalive"] = options.get("socket_keepalive", True)
     if seeds.username is not None:
         node["username"] = seeds.username
     if seeds.password is not None:

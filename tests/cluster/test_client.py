@@ -130,6 +130,7 @@ async def test_the_async_client_of_a_cluster_url_reaches_every_primary(
         assert {n.connection_kwargs["socket_timeout"] for n in nodes} == {connection.DEFAULT_OPTIONS["socket_timeout"]}
         assert {n.connection_kwargs["health_check_interval"] for n in nodes} == {30}
         assert {n.connection_kwargs["decode_responses"] for n in nodes} == {False}
+        assert {n.connection_kwargs["socket_keepalive"] for n in nodes} == {True}
         assert {n.connection_class for n in nodes} == {connection._TCPConnection}
         assert {type(c) for n in client.get_primaries() for c in n._connections} == {connection._TCPConnection}
     finally:
