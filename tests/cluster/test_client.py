@@ -335,3 +335,18 @@ async def test_the_web_tier_starts_on_a_cluster_and_its_metrics_read_every_prima
     metrics = await client.get("/metrics")
     assert metrics.status == 200
     assert "switchboard_fenced_rejections_total 6.0" in await metrics.text()
+
+
+@pytest.mark.cluster
+async def test_the_web_tier_refuses_ack_replicas_on_a_cluster_found_behind_a_plain_url(
+    cluster_url: str, tmp_path: Path, aiohttp_client: Any
+) -> None:
+    settings = load_settings(
+        {
+            "SWITCHBOARD_REDIS_URL": cluster_url,
+            "SWITCHBOARD_DATA_DIR": str(tmp_path),
+            "SWITCHBOARD_QUEUE__ACK_REPLICAS": "1",
+        }
+    )
+    with pytest.raises(ConfigError, match="ACK_REPLICAS is not supported on a Redis Cluster"):
+        await aiohttp_client(create_app(settings))
