@@ -141,11 +141,11 @@ def cmd_api_tokens(name: str, tenant: str, scopes: str) -> int:
 def cmd_webhooks(settings: Settings, tenant: str, limit: int) -> int:
     """``webhooks dead-letters``: the tenant's outbound webhook deliveries that were given up on, newest first."""
     from switchboard.outbound.webhooks import dead_letters
-    from switchboard.queue.connection import sync_client
+    from switchboard.queue.connection import as_sync_redis, sync_client
 
     if not settings.redis_url:
         raise ConfigError("needs SWITCHBOARD_REDIS_URL", field="redis_url")
-    client = sync_client(settings.redis_url)
+    client = as_sync_redis(sync_client(settings.redis_url))
     try:
         rows = dead_letters(client, tenant, limit)
     finally:

@@ -50,10 +50,10 @@ def with_redis(url: str, body: Callable[[aioredis.Redis], Awaitable[int]]) -> in
     """Run ``body`` with a client of ``url``; returns its exit code (1, said on stderr, when Redis is unreachable)."""
     from redis.exceptions import RedisError
 
-    from switchboard.queue.connection import async_client
+    from switchboard.queue.connection import as_redis, async_client
 
     async def go() -> int:
-        redis = async_client(url)
+        redis = as_redis(async_client(url))
         try:
             return await body(redis)
         except (RedisError, OSError) as err:

@@ -25,7 +25,7 @@ from switchboard.core.workspaces.disk import Quotas, Workspaces
 from switchboard.core.workspaces.s3 import build_workspace_store
 from switchboard.errors import ConfigError
 from switchboard.outbound.webstream import WebStreamPublisher
-from switchboard.queue.connection import async_client
+from switchboard.queue.connection import as_redis, async_client
 from switchboard.queue.uploads import UploadStore
 from switchboard.settings import Settings
 from switchboard.skills.store import SkillLibrary, SkillStore
@@ -234,7 +234,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     assert settings.redis_url is not None
     store = memory_store(settings)
     await open_store(store)  # first, holding nothing yet: a PostgreSQL server without pgvector stops the worker here
-    redis = async_client(settings.redis_url)
+    redis = as_redis(async_client(settings.redis_url))
     publisher = WebStreamPublisher(redis, max_bytes=settings.limits.web_history_kib * 1024)
     uploads = UploadStore(redis, timeout_s=30.0)  # the web chat's files (up to the attachment cap each)
     channels = ChannelSet(

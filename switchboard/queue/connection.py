@@ -2,29 +2,57 @@
 
 Every client of the package is built here. A ``redis+sentinel://`` URL (:mod:`switchboard.settings.sentinel`) gives
 redis-py's own Sentinel clients: each connection asks the Sentinels for the current primary when it connects, so
-after a failover the next connection goes to the promoted replica. Both clients keep ``decode_responses`` off, as RQ
-requires for its own reads of the same keys.
+after a failover the next connection goes to the promoted replica. A ``redis+cluster://`` URL
+(:mod:`switchboard.settings.cluster`), or a ``redis://`` URL whose server answers ``cluster_enabled:1`` to the one
+``INFO cluster`` sent when the process first builds a client for it, gives redis-py's own cluster clients
+(:data:`AsyncClient`, :data:`SyncClient`): every command goes to the primary of its key's slot. Both kinds keep
+``decode_responses`` off, as RQ requires for its own reads of the same keys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
-from typing import Any
+from typing import Any, TypeAlias, cast
+from urllib.parse import unquote, urlsplit
 
 import hiredis
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
 import redis.asyncio.sentinel as aiosentinel
+import redis.cluster
 import redis.sentinel
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
 
+from switchboard.errors import ConfigError
+from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, ClusterURL, is_cluster_url, parse_cluster_url
 from switchboard.settings.sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 
-__all__ = ["DEFAULT_OPTIONS", "MultiplexedConnection", "async_client", "sync_client"]
+__all__ = [
+    "DEFAULT_OPTIONS",
+    "AsyncClient",
+    "MultiplexedConnection",
+    "SyncClient",
+    "as_redis",
+    "as_sync_redis",
+    "async_client",
+    "check_acks",
+    "cluster_like",
+    "is_cluster",
+    "is_cluster_node",
+    "sync_client",
+]
+
+AsyncClient: TypeAlias = aioredis.Redis | aioredis.RedisCluster
+"""A client Switchboard talks to: one server (or a Sentinel's primary), or a Redis Cluster through redis-py's own
+cluster client (commands routed by key slot, per-node pools, reads from the primaries)."""
+SyncClient: TypeAlias = redis.Redis | redis.RedisCluster
+"""The synchronous :data:`AsyncClient`."""
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "socket_timeout": 5.0,
@@ -94,8 +122,137 @@ def _sentinel_options(parsed: SentinelURL, options: dict[str, Any]) -> tuple[dic
     return node, sentinel
 
 
-def async_client(url: str, **kw: Any) -> aioredis.Redis:
-    """An asyncio client (connection pool) for ``url``.
+_NODE_SCHEMES = ("redis://", "rediss://")  # the ones redis-py connects to (it refuses valkey://)
+_PROBED: dict[str, bool] = {}
+"""URL → whether its server is a cluster node, as found by the first probe of this process."""
+
+
+def is_cluster_node(url: str, *, connect_timeout_s: float = 2.0) -> bool:
+    """Whether the one server a TCP ``redis://`` URL names is a node of a Redis Cluster.
+
+    Asks it ``INFO cluster`` once per process and URL (never for ``unix://``, the embedded default, nor per message).
+    A server that cannot be reached now counts as a single server, and is asked again next time.
+    """
+    if not url.startswith(_NODE_SCHEMES):
+        return False
+    known = _PROBED.get(url)
+    if known is not None:
+        return known
+    node = urlsplit(url)._replace(path="/0").geturl()  # a cluster node refuses SELECT of any other database
+    try:
+        with redis.Redis.from_url(
+            node, socket_timeout=connect_timeout_s, socket_connect_timeout=connect_timeout_s
+        ) as probe:
+            info = probe.info("cluster")
+    except (redis.RedisError, OSError):
+        return False
+    _PROBED[url] = enabled = str(info.get("cluster_enabled", 0)) == "1"
+    return enabled
+
+
+def _seeds(url: str) -> ClusterURL:
+    """The cluster seed a ``redis+cluster://`` URL names, or the one node a ``redis://`` URL to a cluster names."""
+    if is_cluster_url(url):
+        return parse_cluster_url(url)
+    parts = urlsplit(url)
+    db = (parts.path or "/").strip("/") or "0"
+    if db != "0":
+        raise ConfigError(
+            f"the server at {parts.hostname}:{parts.port or 6379} is a Redis Cluster node, and a cluster has only "
+            f"database 0: drop /{db} from SWITCHBOARD_REDIS_URL",
+            field="redis_url",
+        )
+    return ClusterURL(
+        nodes=((parts.hostname or "localhost", parts.port or 6379),),
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        tls=url.startswith("rediss://"),
+    )
+
+
+def _cluster_options(seeds: ClusterURL, options: dict[str, Any]) -> dict[str, Any]:
+    # redis-py's cluster connections take no parser_class: they use its default, hiredis when installed
+    node = {k: v for k, v in options.items() if k != "parser_class"}
+    if seeds.username is not None:
+        node["username"] = seeds.username
+    if seeds.password is not None:
+        node["password"] = seeds.password
+    if seeds.tls:
+        node["ssl"] = True
+    return node
+
+
+def _async_cluster(url: str, options: dict[str, Any]) -> aioredis.RedisCluster:
+    seeds = _seeds(url)
+    client = aioredis.RedisCluster(
+        startup_nodes=[aiocluster.ClusterNode(host, port) for host, port in seeds.nodes],
+        **_cluster_options(seeds, options),
+    )
+    if HIREDIS_AVAILABLE and not seeds.tls:
+        # nodes found later are built from these options; the seeds were built already
+        client.connection_kwargs["connection_class"] = _TCPConnection
+        for seed in client.startup_nodes:
+            seed.connection_class = _TCPConnection
+    return client
+
+
+_CLUSTER_OPTIONS = frozenset(inspect.signature(aioredis.RedisCluster.__init__).parameters) - {
+    "self",
+    "host",
+    "port",
+    "startup_nodes",
+}
+
+
+def cluster_like(template: aioredis.RedisCluster, **kw: Any) -> aioredis.RedisCluster:
+    """A cluster client of its own to ``template``'s cluster, with its options (``kw`` overrides them)."""
+    kwargs = template.connection_kwargs
+    options = {k: v for k, v in kwargs.items() if k in _CLUSTER_OPTIONS}
+    if kwargs.get("connection_class") is aioredis.SSLConnection:
+        options["ssl"] = True
+    seeds = template.get_nodes() or template.startup_nodes  # the nodes it knows now, else its seeds
+    client = aioredis.RedisCluster(
+        startup_nodes=[aiocluster.ClusterNode(node.host, node.port) for node in seeds], **{**options, **kw}
+    )
+    if kwargs.get("connection_class") is _TCPConnection:
+        client.connection_kwargs["connection_class"] = _TCPConnection
+        for seed in client.startup_nodes:
+            seed.connection_class = _TCPConnection
+    return client
+
+
+def is_cluster(client: AsyncClient | SyncClient) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (redis-py's cluster client)."""
+    return isinstance(client, aioredis.RedisCluster | redis.RedisCluster)
+
+
+def check_acks(client: AsyncClient, ack_replicas: int) -> None:
+    """Refuse ``ack_replicas`` on a cluster at start-up (``WAIT`` is not yet sent to the node that took each write).
+
+    Raises:
+        ConfigError: both are set.
+    """
+    if ack_replicas and is_cluster(client):
+        raise ConfigError(CLUSTER_ACK_REFUSAL, field="queue.ack_replicas")
+
+
+def as_redis(client: AsyncClient) -> aioredis.Redis:
+    """``client`` typed as the single-server client most of the queue's helpers are still annotated with.
+
+    A stop-gap of the Redis Cluster work (issue #26): those annotations move to :data:`AsyncClient` in a sweep of
+    their own, and not every helper works on a cluster yet (``docs/pending/cluster-plan.md`` §7). Until then each
+    entry point passes its client through here, so the sweep finds them all.
+    """
+    return cast(aioredis.Redis, client)
+
+
+def as_sync_redis(client: SyncClient) -> redis.Redis:
+    """The synchronous :func:`as_redis`."""
+    return cast(redis.Redis, client)
+
+
+def async_client(url: str, **kw: Any) -> AsyncClient:
+    """An asyncio client (connection pool) for ``url``: redis-py's cluster client for a Redis Cluster.
 
     The C parser (``hiredis``) is used when installed, which it is as a dependency
     (``redis[hiredis]``): it is most of the client's CPU cost per round trip.
@@ -118,6 +275,8 @@ def async_client(url: str, **kw: Any) -> aioredis.Redis:
         if HIREDIS_AVAILABLE and not parsed.tls:
             master.connection_pool.connection_class = _SentinelConnection
         return master
+    if is_cluster_url(url) or is_cluster_node(url, connect_timeout_s=kw.get("socket_connect_timeout", 2.0)):
+        return _async_cluster(url, _options(url, kw))
     client = aioredis.Redis.from_url(url, **_options(url, kw))
     pool = client.connection_pool
     if HIREDIS_AVAILABLE and pool.connection_class is aioredis.Connection:
@@ -127,8 +286,12 @@ def async_client(url: str, **kw: Any) -> aioredis.Redis:
     return client
 
 
-def sync_client(url: str, **kw: Any) -> redis.Redis:
-    """A synchronous client for ``url`` (RQ's registries and maintenance use it, from a thread)."""
+def sync_client(url: str, **kw: Any) -> SyncClient:
+    """A synchronous client for ``url`` (RQ's registries and maintenance use it, from a thread).
+
+    For a Redis Cluster, redis-py's cluster client (its connections do not run health checks: redis-py drops the
+    option there).
+    """
     if HIREDIS_AVAILABLE and "parser_class" not in kw:
         from redis._parsers import _HiredisParser
 
@@ -139,6 +302,12 @@ def sync_client(url: str, **kw: Any) -> redis.Redis:
         manager = redis.sentinel.Sentinel(parsed.sentinels, sentinel_kwargs=sentinel, **node)
         primary: redis.Redis = manager.master_for(parsed.service)
         return primary
+    if is_cluster_url(url) or is_cluster_node(url, connect_timeout_s=kw.get("socket_connect_timeout", 2.0)):
+        seeds = _seeds(url)
+        return redis.RedisCluster(
+            startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in seeds.nodes],  # type: ignore[no-untyped-call]
+            **_cluster_options(seeds, _options(url, kw)),
+        )
     return redis.Redis.from_url(url, **_options(url, kw))
 
 
@@ -200,8 +369,13 @@ class MultiplexedConnection:
         self._connecting: asyncio.Lock | None = None
 
     @staticmethod
-    def supports(client: aioredis.Redis) -> bool:
-        """Whether ``client``'s connections can be multiplexed (RESP2 over TCP or a unix socket, hiredis present)."""
+    def supports(client: AsyncClient) -> bool:
+        """Whether ``client``'s connections can be multiplexed (RESP2 over TCP or a unix socket, hiredis present).
+
+        Never a cluster's: its commands go to the node of their key's slot, each over its node's pool.
+        """
+        if isinstance(client, aioredis.RedisCluster):
+            return False
         pool = client.connection_pool
         return (
             HIREDIS_AVAILABLE

@@ -3,7 +3,8 @@
 For many short commands from many concurrent callers, such as thousands of web chat streams opening at once:
 redis-py's pool takes a connection per command and wakes every waiter on each release. Here every command is written
 at once and its reply matched in order, through redis-py's usual response callbacks. Not for pipelines or blocking
-commands; without hiredis or under RESP3 commands go through the client's own pool.
+commands; without hiredis or under RESP3 commands go through the client's own pool. On a Redis Cluster,
+:func:`multiplexed_like` gives redis-py's cluster client instead (a pool per node, no multiplexing).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from switchboard.queue.connection import MultiplexedConnection
+from switchboard.queue.connection import AsyncClient, MultiplexedConnection, cluster_like
 
-__all__ = ["COMMAND_TIMEOUT_S", "MultiplexedRedis"]
+__all__ = ["COMMAND_TIMEOUT_S", "MultiplexedRedis", "multiplexed_like"]
 
 COMMAND_TIMEOUT_S: Final = 5.0
 """A command whose reply has not come within this is failed, and its connection replaced."""
@@ -85,3 +86,16 @@ class MultiplexedRedis(aioredis.Redis):
             return response
         value = callback(response, **options)
         return await value if inspect.isawaitable(value) else value
+
+
+def multiplexed_like(template: AsyncClient, *, max_connections: int = 2) -> AsyncClient:
+    """A client of its own to ``template``'s server for many short commands from many callers.
+
+    One multiplexed connection (:class:`MultiplexedRedis`, ``max_connections`` in its pool); on a Redis Cluster,
+    redis-py's cluster client with ``template``'s options: a command to a node takes a connection of that node's
+    pool, so concurrent callers hold as many connections as they have commands in flight per node, and each command
+    goes through redis-py's own per-command path (the CPU the multiplexed connection saves).
+    """
+    if isinstance(template, aioredis.RedisCluster):
+        return cluster_like(template)
+    return MultiplexedRedis.like(template, max_connections=max_connections)

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from switchboard.errors import FencedWriteError
+from switchboard.queue.connection import AsyncClient
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -113,7 +114,7 @@ class Script:
 
     async def __call__(
         self,
-        redis: aioredis.Redis,
+        redis: AsyncClient,
         keys: Sequence[str],
         args: Sequence[ScriptArg],
         *,
@@ -162,9 +163,7 @@ class Script:
                     break
         return reply, acked
 
-    async def many(
-        self, redis: aioredis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[ScriptArg]]]
-    ) -> list[Any]:
+    async def many(self, redis: AsyncClient, calls: Sequence[tuple[Sequence[str], Sequence[ScriptArg]]]) -> list[Any]:
         """Run the script once per ``(keys, args)`` in one pipeline (one round trip); results in order.
 
         For unfenced scripts whose calls are independent (the reaper's repairs). A server that lost its script
@@ -299,8 +298,15 @@ ALL: Final = (
 """Every script, for :func:`load_all`."""
 
 
-async def load_all(redis: aioredis.Redis) -> None:
-    """Load every script into the server's script cache (one pipeline), so the hot path never sees NOSCRIPT."""
+async def load_all(redis: AsyncClient) -> None:
+    """Load every script into the server's script cache (one pipeline), so the hot path never sees NOSCRIPT.
+
+    On a cluster, into every primary's (redis-py sends ``SCRIPT LOAD`` to each, and refuses it in a pipeline).
+    """
+    if isinstance(redis, aioredis.RedisCluster):
+        for script in ALL:  # one at a time: a connection per node, at start-up only
+            await redis.script_load(script.source)
+        return
     async with redis.pipeline(transaction=False) as pipe:
         for script in ALL:
             pipe.script_load(script.source)

@@ -15,6 +15,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
+from switchboard.queue.connection import AsyncClient
 from switchboard.queue.keys import GlobalKeys, ShardKeys
 from switchboard.queue.segments import Segments, parse_segments
 
@@ -122,20 +123,32 @@ def _sum(values: Sequence[bytes | str | None]) -> int:
     return sum(_int(v) for v in values)
 
 
-async def fenced_total(redis: aioredis.Redis) -> int:
-    """Writes refused by fencing so far, over every shard (one ``MGET`` of the shards' counters)."""
+async def fenced_total(redis: AsyncClient) -> int:
+    """Writes refused by fencing so far, over every shard (one ``MGET`` of the shards' counters).
+
+    On a cluster, one ``MGET`` per slot, pipelined per node.
+    """
+    if isinstance(redis, aioredis.RedisCluster):
+        return _sum(await redis.mget_nonatomic(_FENCED))
     return _sum(await redis.mget(_FENCED))
 
 
-async def read_stats(redis: aioredis.Redis) -> Stats:
-    """Read every counter and histogram in one round trip."""
+async def read_stats(redis: AsyncClient) -> Stats:
+    """Read every counter and histogram in one round trip (two on a cluster: the shards' counters apart)."""
+    cluster = redis if isinstance(redis, aioredis.RedisCluster) else None
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(_GLOBAL.stats)  # the counters, and the segmented figures (bounded by their label caps)
-        pipe.mget(_FENCED)  # every shard's counter: one command, read only at scrape time
+        if cluster is None:  # a cluster's MGET stays in one slot: read below, per slot
+            pipe.mget(_FENCED)  # every shard's counter: one command, read only at scrape time
         pipe.zcard(_GLOBAL.runnable)
         pipe.hgetall(_GLOBAL.histogram("queue_wait"))
         pipe.hgetall(_GLOBAL.histogram("run"))
-        totals, fenced, runnable, wait, run = await pipe.execute()
+        replies = await pipe.execute()
+    if cluster is not None:
+        totals, runnable, wait, run = replies
+        fenced = await cluster.mget_nonatomic(_FENCED)
+    else:
+        totals, fenced, runnable, wait, run = replies
     counters = [totals.get(name.encode()) for name in _COUNTERS]
     usage = [totals.get(name.encode()) for name in _USAGE]
     values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))

@@ -44,6 +44,7 @@ from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSet
 from switchboard.errors import ConfigError
 from switchboard.settings.api import ApiConfig, WebhookSettings
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
+from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, is_cluster_url, parse_cluster_url
 from switchboard.settings.computer import (
     EgressSecret,
     EgressSettings,
@@ -489,11 +490,20 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, v: str | None) -> str | None:
         if v and is_sentinel_url(v):
             parse_sentinel_url(v)  # a clear error now rather than at the first connection
+        elif v and is_cluster_url(v):
+            parse_cluster_url(v)
         elif v and not v.startswith(("redis://", "rediss://", "unix://", "valkey://", "valkeys://")):
             raise ValueError(
-                "must start with redis://, rediss://, unix:// or redis+sentinel:// (e.g. redis://localhost:6379/0)"
+                "must start with redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// "
+                "(e.g. redis://localhost:6379/0)"
             )
         return v
+
+    @model_validator(mode="after")
+    def _cluster_acks(self) -> Settings:
+        if self.redis_url and is_cluster_url(self.redis_url) and self.queue.ack_replicas:
+            raise ValueError(CLUSTER_ACK_REFUSAL)
+        return self
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

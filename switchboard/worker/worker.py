@@ -34,7 +34,7 @@ from switchboard.errors import ConfigError
 from switchboard.outbound.deliver import Deliverer
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import listen_for_stops
-from switchboard.queue.connection import async_client, sync_client
+from switchboard.queue.connection import as_redis, as_sync_redis, async_client, check_acks, sync_client
 from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.reaper import Reaper
@@ -199,9 +199,11 @@ class SessionWorker:
         self.check_config()
         # no max_connections: redis-py's asyncio pool raises (rather than waits) when it runs out;
         # the concurrency cap bounds the connections in use anyway
-        redis = async_client(self.redis_url)
-        blocking = async_client(self.redis_url, socket_timeout=None, health_check_interval=0)
-        sync = sync_client(self.redis_url)
+        client = async_client(self.redis_url)
+        check_acks(client, self.settings.ack_replicas)
+        redis = as_redis(client)
+        blocking = as_redis(async_client(self.redis_url, socket_timeout=None, health_check_interval=0))
+        sync = as_sync_redis(sync_client(self.redis_url))
         drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
         reaper = Reaper(redis, self.settings, worker_id=self.worker_id, sync_redis=sync)
         liveness = self._liveness = _Liveness(self.redis_url, self.worker_id, self.heartbeat_s)
@@ -500,7 +502,7 @@ async def _with_webhooks(
     """Run ``work`` beside the outbound webhooks' delivery loop (``api.webhooks``), stopping both together."""
     from switchboard.outbound.webhooks import WebhookDispatcher
 
-    redis = async_client(redis_url)
+    redis = as_redis(async_client(redis_url))
     try:
         dispatcher = WebhookDispatcher(
             redis, settings.file.api.webhooks, settings.webhooks, settings.environ, owner=identity

@@ -4,6 +4,10 @@ A stream never holds a Redis connection of its own: :class:`StreamFanout` keeps 
 subscribed session and one multiplexed connection for the rest, apart from the web tier's main client. A subscriber
 that falls too far behind is closed (its client reconnects with ``Last-Event-ID`` and loses nothing), so a slow reader
 never costs unbounded memory.
+
+On a Redis Cluster one ``XREAD`` names streams of one slot only, so the reader polls instead of blocking: every
+:data:`POLL_S`, one non-blocking ``XREAD`` per slot with a followed session, in one pipeline per node (the streams'
+client is redis-py's cluster client, :func:`~switchboard.queue.muxredis.multiplexed_like`).
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any, Final
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException, RedisError
 
 from switchboard.outbound.webstream import WebEvent, decode_entries, with_message_ids
+from switchboard.queue.connection import AsyncClient, as_redis
 from switchboard.queue.keys import SessionKeys
-from switchboard.queue.muxredis import MultiplexedRedis
+from switchboard.queue.muxredis import multiplexed_like
 from switchboard.types import SessionKey
 
 __all__ = ["POOL_SIZE", "StreamFanout", "Subscription", "SubscriptionClosedError"]
@@ -42,6 +49,8 @@ _COALESCE_PER_KEY_S: Final = 0.00002
 """Each re-issued ``XREAD`` names every followed session: with many, additions wait longer to be batched (20 ms per
 1,000 sessions, so a burst of new streams costs the reader and Redis a bounded number of re-issues)."""
 _COALESCE_MAX_S: Final = 0.1
+POLL_S: Final = 0.05
+"""On a Redis Cluster: how long the reader waits between two polls that found nothing (or until a new session)."""
 _UNBLOCK_TRIES: Final = 50
 
 
@@ -147,7 +156,7 @@ class StreamFanout:
 
     def __init__(
         self,
-        template: aioredis.Redis,
+        template: AsyncClient,
         *,
         pool_size: int = POOL_SIZE,
         block_ms: int = BLOCK_MS,
@@ -161,16 +170,19 @@ class StreamFanout:
         self.block_ms = block_ms
         self.queue_limit = queue_limit
         self.sweep_s = sweep_s
-        pool = template.connection_pool
-        reader_options = {**pool.connection_kwargs, "socket_timeout": block_ms / 1000 + 5.0}
-        self._reader = aioredis.Redis(
-            connection_pool=aioredis.ConnectionPool(
-                connection_class=pool.connection_class, max_connections=1, **reader_options
+        self._reader: aioredis.Redis | None = None
+        """The blocking reader's own connection (none on a cluster: the reader polls through :attr:`redis`)."""
+        if not isinstance(template, aioredis.RedisCluster):
+            pool = template.connection_pool
+            reader_options = {**pool.connection_kwargs, "socket_timeout": block_ms / 1000 + 5.0}
+            self._reader = aioredis.Redis(
+                connection_pool=aioredis.ConnectionPool(
+                    connection_class=pool.connection_class, max_connections=1, **reader_options
+                )
             )
-        )
-        self.redis: aioredis.Redis = MultiplexedRedis.like(template, max_connections=pool_size)
+        self.redis: aioredis.Redis = as_redis(multiplexed_like(template, max_connections=pool_size))
         """The streams' client for replay, tickets and caps: every command pipelined on one connection (a few pooled
-        ones where that is not possible). Never the web tier's main client."""
+        ones where that is not possible; redis-py's cluster client on a cluster). Never the web tier's main client."""
         self._subs: dict[SessionKey, set[Subscription]] = {}
         self._cursors: dict[str, str] = {}
         """Web stream key → the last entry id the reader has taken from it."""
@@ -206,13 +218,15 @@ class StreamFanout:
         self._stopping = True
         self._changed.set()
         # Cancelling a blocked XREAD does not end it (redis-py waits for the reply): closing the socket does.
-        await self._reader.connection_pool.disconnect(inuse_connections=True)
+        if self._reader is not None:
+            await self._reader.connection_pool.disconnect(inuse_connections=True)
         tasks = [*self._tasks, *([self._waker] if self._waker is not None else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
-        await self._reader.aclose()
+        if self._reader is not None:
+            await self._reader.aclose()
         await self.redis.aclose()
 
     def subscribe(
@@ -306,14 +320,18 @@ class StreamFanout:
             self._changed.clear()
             streams = dict(self._cursors)
             try:
-                if self._reader_id is None:
-                    self._reader_id = int(await self._reader.client_id())
-                self._reading = True
-                try:
-                    reply = await self._reader.xread(streams, count=READ_COUNT, block=self.block_ms)  # type: ignore[arg-type]
-                finally:
-                    self._reading = False
-            except (RedisError, OSError, TimeoutError) as exc:
+                if self._reader is None:
+                    read = await self._poll(streams)
+                else:
+                    if self._reader_id is None:
+                        self._reader_id = int(await self._reader.client_id())
+                    self._reading = True
+                    try:
+                        reply = await self._reader.xread(streams, count=READ_COUNT, block=self.block_ms)  # type: ignore[arg-type]
+                    finally:
+                        self._reading = False
+                    read = list(_streams(reply))
+            except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
                 self._reader_id = None
                 if self._stopping:
                     return
@@ -322,8 +340,24 @@ class StreamFanout:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.1
-            for raw_key, entries in _streams(reply):
+            for raw_key, entries in read:
                 await self._dispatch(_text(raw_key), entries)
+
+    async def _poll(self, streams: dict[str, str]) -> list[Any]:
+        """One non-blocking ``XREAD`` per slot (a cluster's); waits up to :data:`POLL_S` when nothing came."""
+        by_slot: dict[int, dict[str, str]] = {}
+        for key, cursor in streams.items():
+            by_slot.setdefault(key_slot(key.encode()), {})[key] = cursor
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for group in by_slot.values():
+                pipe.xread(group, count=READ_COUNT)  # type: ignore[arg-type]
+            replies = await pipe.execute()
+        read = [item for reply in replies for item in _streams(reply)]
+        if not read:
+            with suppress(TimeoutError):
+                async with asyncio.timeout(POLL_S):
+                    await self._changed.wait()
+        return read
 
     async def _dispatch(self, key: str, entries: Any) -> None:
         if isinstance(entries, list) and entries and isinstance(entries[0], list) and len(entries[0]) == 1:
