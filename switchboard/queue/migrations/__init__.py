@@ -37,7 +37,6 @@ __all__ = [
     "Legacy",
     "Step",
     "check_layout",
-    "check_layout_async",
     "find_legacy",
     "live_workers",
     "migrate",
@@ -164,22 +163,6 @@ def check_layout(r: redis.Redis, role: str) -> None:
         if layout == str(LAYOUT):
             return
     raise _refusal(layout, role)
-
-
-async def check_layout_async(url: str, role: str) -> None:
-    """:func:`check_layout` from async code: on a sync client of ``url``, in a thread."""
-    import asyncio
-
-    from switchboard.queue.connection import sync_client
-
-    def check() -> None:
-        client = sync_client(url)
-        try:
-            check_layout(client, role)
-        finally:
-            client.close()
-
-    await asyncio.to_thread(check)
 
 
 def migrate(r: redis.Redis, *, dry_run: bool = False) -> collections.Counter[str]:
