@@ -96,7 +96,7 @@ def _answered(r: redis.Redis, session: str) -> list[str]:
 
 def test_web_worker_and_run_refuse_the_unmigrated_data_and_write_nothing(env: dict[str, str], r: redis.Redis) -> None:
     before = _keys(r)
-    for command in ("worker", "web", "run"):
+    for command in ("worker", "web", "run", "discord"):
         result = sb(command, env=env)
         assert result.returncode == 1, (command, result.stdout, result.stderr)
         assert f"`switchboard {command}` refuses to start" in result.stderr
@@ -192,3 +192,19 @@ def test_migrate_refuses_while_a_worker_is_alive_unless_forced(env: dict[str, st
     forced = sb("migrate", "--force", env=env)
     assert forced.returncode == 0, forced.stderr
     assert read_layout(r) == "2" and _legacy(_keys(r)) == set()
+
+
+def test_migrate_without_a_url_migrates_the_embedded_server_of_the_data_directory(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    data = tmp_path / "rundata"
+    (data / "redis").mkdir(parents=True)
+    shutil.copytree(DATA, data / "redis" / "appendonlydir")
+    env = {k: v for k, v in base_env.items() if k != "SWITCHBOARD_REDIS_URL"} | {"SWITCHBOARD_DATA_DIR": str(data)}
+    done = sb("migrate", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "session keys renamed" in done.stdout
+    with EmbeddedRedis(data / "redis") as server:  # stopped by migrate: this start finds the data as it left it
+        client = redis.Redis.from_url(server.url)
+        assert read_layout(client) == "2" and _legacy(_keys(client)) == set()
+        client.close()
