@@ -25,7 +25,7 @@ from collections.abc import Callable
 import redis
 
 from switchboard.errors import LayoutError
-from switchboard.queue.keys import GlobalKeys, literal
+from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.migrations import sessions
 
 __all__ = [
@@ -84,9 +84,11 @@ def _label(key: bytes | str) -> str | None:
 
 
 def find_legacy(r: redis.Redis) -> str | None:
-    """A layout-1 key in the database, or ``None`` when it holds none (one ``SCAN``, stopping at the first)."""
-    pattern = literal(f"{_GLOBAL.prefix}:") + "*"
-    for key in r.scan_iter(match=pattern, count=_SCAN_COUNT):
+    """A layout-1 key in the database, or ``None`` when it holds none (one ``SCAN``, stopping at the first).
+
+    Every key is looked at, not only ``sb:*`` ones: a step may move keys of another prefix (rq's).
+    """
+    for key in r.scan_iter(count=_SCAN_COUNT):
         if _label(key) is not None:
             return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
     return None
@@ -95,7 +97,7 @@ def find_legacy(r: redis.Redis) -> str | None:
 def survey(r: redis.Redis) -> collections.Counter[str]:
     """How many layout-1 keys each step would move, by label (what ``migrate --dry-run`` prints); reads only."""
     tally: collections.Counter[str] = collections.Counter()
-    for key in r.scan_iter(match=literal(f"{_GLOBAL.prefix}:") + "*", count=_SCAN_COUNT):
+    for key in r.scan_iter(count=_SCAN_COUNT):
         if (label := _label(key)) is not None:
             tally[label] += 1
     return tally
