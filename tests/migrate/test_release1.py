@@ -208,3 +208,39 @@ def test_migrate_without_a_url_migrates_the_embedded_server_of_the_data_director
         client = redis.Redis.from_url(server.url)
         assert read_layout(client) == "2" and _legacy(_keys(client)) == set()
         client.close()
+
+
+def test_a_migrate_process_killed_mid_way_is_resumed_to_the_same_end(env: dict[str, str], r: redis.Redis) -> None:
+    """SIGKILL while the renames run (100,000 more layout-1 keys make it last seconds), then run it again."""
+    with r.pipeline(transaction=False) as pipe:
+        for n in range(10_000):
+            for name in ("inbox", "messages", "events", "history", "meta", "epoch", "slots", "outbox", "drain", "web"):
+                pipe.set(f"sb:{{bulk/assistant/telegram/main/{n}}}:{name}", "x", ex=86_400)
+        pipe.execute()
+    legacy = _legacy(_keys(r))
+    migrating = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 30
+    while read_layout(r) != MIGRATING:
+        assert migrating.poll() is None and time.monotonic() < deadline, "migrate ended or never started"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    migrating.kill()
+    migrating.communicate()
+    left = _legacy(_keys(r))
+    assert read_layout(r) == MIGRATING and 0 < len(left) < len(legacy), "the kill did not land mid-way"
+
+    refused = sb("web", env=env)
+    assert refused.returncode == 1 and "did not finish" in refused.stderr
+
+    resumed = sb("migrate", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    renamed = len([k for k in left if OLD.session_in(k)])
+    assert f"{renamed:>9,}  session keys renamed" in resumed.stdout
+    after = _keys(r)
+    assert read_layout(r) == "2" and _legacy(after) == set()
+    for key in legacy:
+        if found := OLD.session_in(key):
+            assert SessionKeys(found[0]).key(found[1]) in after, key
+    assert int(r.get(ShardKeys(0).fenced_rejections) or 0) > 0
