@@ -10,6 +10,7 @@
     │   └── BodyTooLargeError       413: over the size cap
     ├── QueueUnavailableError       Redis did not confirm in time; answer 503 so the platform retries
     ├── FencedWriteError            a write by a worker whose session lease has passed to another epoch
+    ├── LayoutError                 the data's key layout is not this release's (``switchboard migrate``)
     ├── DeliveryError               a platform send failed
     │   └── RateLimitedError        the platform said 429; carries ``retry_after``
     ├── AttachmentError             a file the user sent could not be fetched (too large, gone, refused)
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigError",
     "DeliveryError",
     "FencedWriteError",
+    "LayoutError",
     "MalformedBodyError",
     "ModelError",
     "QueueUnavailableError",
@@ -126,6 +128,17 @@ class FencedWriteError(SwitchboardError):
         super().__init__(message)
         self.session_key = session_key
         self.epoch = epoch
+
+
+class LayoutError(SwitchboardError):
+    """The data in Redis is in a key layout this release does not read (older, mid-migration, or newer).
+
+    ``layout`` is what ``sb:layout`` holds (``None``: absent, the release before the sharded layout).
+    """
+
+    def __init__(self, message: str, *, layout: str | None) -> None:
+        super().__init__(message)
+        self.layout = layout
 
 
 class DeliveryError(SwitchboardError):

@@ -33,6 +33,13 @@ def test_web_and_worker_refuse_to_start_without_redis_url(base_env: dict[str, st
     assert "SWITCHBOARD_REDIS_URL" in result.stderr and "switchboard run" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["web", "worker"])
+def test_web_and_worker_started_before_their_redis_say_so_in_one_line(base_env: dict[str, str], command: str) -> None:
+    result = sb(command, env=base_env | {"SWITCHBOARD_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_bad_environment_names_the_variable(base_env: dict[str, str]) -> None:
     result = sb("check", env=base_env | {"SWITCHBOARD_QUEUE__LEASE_MS": "soon"})
     assert result.returncode == 2

@@ -13,7 +13,7 @@ import sys
 
 from switchboard.channels.discord.adapter import DiscordChannel
 from switchboard.cli.listeners import build_adapters, run_listeners
-from switchboard.cli.processes import require_redis, serve_forever, stop_event
+from switchboard.cli.processes import require_layout, require_redis, serve_forever, stop_event
 from switchboard.core.commands import may_use, menu
 from switchboard.errors import DeliveryError
 from switchboard.settings import Settings
@@ -63,6 +63,6 @@ def discord_command(settings: Settings, action: str) -> int:
     """Run ``switchboard discord ACTION``; the exit status."""
     if action == "register-commands":
         return asyncio.run(register_commands(settings))
-    require_redis(settings, "discord")
+    require_layout(require_redis(settings, "discord"), "discord")
     serve_forever(_listen(settings), use_uvloop=settings.uvloop)
     return 0

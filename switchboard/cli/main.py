@@ -16,7 +16,14 @@ from pathlib import Path
 from switchboard import __version__
 from switchboard.channels.registry import CHANNEL_MODULES
 from switchboard.cli.memory import add_memory_parser, memory_command
-from switchboard.cli.processes import require_redis, run_all_in_one, serve_forever, web_main, worker_main
+from switchboard.cli.processes import (
+    require_layout,
+    require_redis,
+    run_all_in_one,
+    serve_forever,
+    web_main,
+    worker_main,
+)
 from switchboard.cli.schedules import add_schedule_parser
 from switchboard.errors import ConfigError, SwitchboardError
 from switchboard.settings import Settings, load_settings
@@ -372,6 +379,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     retention.add_argument("action", choices=["run"], help="what to do")
     retention.add_argument("--dry-run", action="store_true", help="count what would be removed; change nothing")
+    migrate = _command(
+        sub,
+        "migrate",
+        "move the data of the release before to the sharded key layout (once, on a stopped deployment)",
+        "Rename every session key to its shard's hash tag and fold the global counters into per-shard ones, then "
+        "stamp the data with layout 2 (sb:layout). Stop every web and worker process first and back up Redis; a "
+        "migration that stops half-way resumes when run again. Without SWITCHBOARD_REDIS_URL it starts the "
+        "embedded server of `switchboard run`'s data directory (SWITCHBOARD_DATA_DIR) for the migration. See "
+        "docs/operations/production.md.",
+    )
+    migrate.add_argument("--dry-run", action="store_true", help="count the keys it would move; change nothing")
+    migrate.add_argument("--force", action="store_true", help="run even though some worker's liveness key is set")
     keys = _command(
         sub,
         "keys",
@@ -690,11 +709,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return run_all_in_one(settings)
         if args.command == "web":
-            require_redis(settings, "web")
+            require_layout(require_redis(settings, "web"), "web")
             serve_forever(web_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "worker":
-            require_redis(settings, "worker")
+            require_layout(require_redis(settings, "worker"), "worker")
             serve_forever(worker_main(settings), use_uvloop=settings.uvloop)
             return 0
         if args.command == "check":
@@ -738,6 +757,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from switchboard.cli.retention import retention_run_command
 
             return retention_run_command(settings, dry_run=args.dry_run)
+        if args.command == "migrate":
+            from switchboard.cli.migrate import migrate_command
+
+            return migrate_command(settings, dry_run=args.dry_run, force=args.force)
         if args.command == "keys":
             from switchboard.cli.retention import keys_rotate_command
 

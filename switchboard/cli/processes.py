@@ -28,6 +28,7 @@ from switchboard.settings import Settings
 __all__ = [
     "DEMO_OFFLINE_DELAY_MS",
     "SIMULATE_FILE",
+    "require_layout",
     "require_redis",
     "run_all_in_one",
     "serve_forever",
@@ -56,6 +57,30 @@ def require_redis(settings: Settings, command: str) -> str:
             field="redis_url",
         )
     return settings.redis_url
+
+
+def require_layout(url: str, role: str) -> None:
+    """Refuse to start on data in a key layout this release does not read; stamp an empty database (at start, once).
+
+    Raises:
+        LayoutError: the data is of the release before (run ``switchboard migrate``), half-migrated, or newer.
+        QueueUnavailableError: Redis cannot be reached.
+    """
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from switchboard.cli.checks import redacted_url
+    from switchboard.queue.connection import sync_client
+    from switchboard.queue.migrations import check_layout
+
+    client = sync_client(url)
+    try:
+        check_layout(client, role)
+    except (RedisConnectionError, OSError) as err:
+        raise QueueUnavailableError(
+            f"cannot reach Redis at {redacted_url(url)}: {err}; start it (or fix SWITCHBOARD_REDIS_URL) and try again"
+        ) from None
+    finally:
+        client.close()
 
 
 def stop_event() -> asyncio.Event:
@@ -338,6 +363,7 @@ def run_all_in_one(settings: Settings) -> int:
         url_file.write_text(settings.redis_url + "\n")
         url_file.chmod(0o600)
     try:
+        require_layout(settings.redis_url, "run")
         serve_forever(_run_main(settings, started, embedded=embedded is not None), use_uvloop=settings.uvloop)
     finally:
         if embedded is not None:

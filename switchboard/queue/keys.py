@@ -20,6 +20,7 @@ __all__ = [
     "PREFIX",
     "RQ_KEY_PREFIX",
     "GlobalKeys",
+    "Layout1Keys",
     "RQKeys",
     "SessionKeys",
     "ShardKeys",
@@ -103,6 +104,10 @@ class SessionKeys:
 
     def _k(self, name: str) -> str:
         return f"{PREFIX}:{{{TAGS[shard_of(self.session)]}}}:<{self.session}>:{name}"
+
+    def key(self, name: str) -> str:
+        """The session's key called ``name`` (what follows the session in it; ``switchboard migrate`` renames by it)."""
+        return self._k(name)
 
     @property
     def shard(self) -> ShardKeys:
@@ -286,6 +291,14 @@ class GlobalKeys:
     def deferred(self) -> str:
         """ZSET session → unix time before which its inbox head must not run (the model provider asked to wait)."""
         return f"{self.prefix}:deferred"
+
+    @property
+    def layout(self) -> str:
+        """STRING: the key layout the data is in (``2``; ``migrating`` during ``switchboard migrate``; absent: 1).
+
+        Web, worker and listener processes read it once at start (:mod:`switchboard.queue.migrations`).
+        """
+        return f"{self.prefix}:layout"
 
     @property
     def workers(self) -> str:
@@ -589,6 +602,41 @@ class GlobalKeys:
     def agent_drafts(self, tenant: str) -> str:
         """HASH agent name → JSON draft (the proposed agent, who proposed it, when): never served until accepted."""
         return f"{self.prefix}:drafts:{tenant}:agents"
+
+
+_COMPONENT = r"[A-Za-z0-9_.:@+=%-]+"  # one percent-escaped session-key component (core.messages.session_key)
+_LAYOUT1_SESSION = re.compile(rf"{PREFIX}:\{{((?:{_COMPONENT}/){{4,5}}{_COMPONENT})\}}:(.+)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout1Keys:
+    """Key names of layout 1 (the release before the sharded layout), read only by ``switchboard migrate``.
+
+    A session's keys were ``sb:{<session>}:<name>``: the session key itself as the hash tag.
+    """
+
+    prefix: str = PREFIX
+
+    @property
+    def every_session(self) -> str:
+        """``MATCH`` pattern of every layout-1 session key (and a few others: check :meth:`session_in`)."""
+        return literal(f"{self.prefix}:{{") + "*/*" + literal("}:") + "*"
+
+    @staticmethod
+    def session_in(key: str) -> tuple[SessionKey, str] | None:
+        """``(session, name)`` of a layout-1 session key, or ``None`` for any other key.
+
+        Exactly the shape the release's ``session_key`` builds: five or six ``/``-separated percent-escaped
+        components in the hash tag. ``sb:{listener:<channel>/<account>}:…``, ``sb:{rate:…}``, ``sb:{budget:…}``
+        and today's ``sb:{<shard tag>}:<<session>>:…`` do not match.
+        """
+        found = _LAYOUT1_SESSION.fullmatch(key)
+        return (SessionKey(found.group(1)), found.group(2)) if found else None
+
+    @property
+    def fenced_rejections(self) -> str:
+        """STRING counter: layout 1's one global count of fenced writes (now one per shard)."""
+        return f"{self.prefix}:stats:fenced"
 
 
 @dataclass(frozen=True, slots=True)
