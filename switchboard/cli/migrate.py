@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 
 from switchboard.errors import ConfigError, LayoutError
-from switchboard.queue.connection import sync_client
+from switchboard.queue.connection import SyncClient, sync_client
 from switchboard.queue.migrations import LAYOUT, UPGRADE_DOCS, live_workers, migrate, read_layout
 from switchboard.settings import Settings
 
@@ -54,6 +54,16 @@ def _run(client: redis.Redis, *, dry_run: bool, force: bool) -> int:
     return 0
 
 
+def _run_on(client: SyncClient, *, dry_run: bool, force: bool) -> int:
+    if isinstance(client, redis.RedisCluster):
+        raise ConfigError(
+            "switchboard migrate runs on the single server the release before wrote its data to, not on a Redis "
+            f"Cluster: migrate there first, then move the data to the cluster; see {UPGRADE_DOCS}",
+            field="redis_url",
+        )
+    return _run(client, dry_run=dry_run, force=force)
+
+
 def migrate_command(settings: Settings, *, dry_run: bool, force: bool) -> int:
     """``switchboard migrate``; the exit status."""
     from switchboard.cli.checks import embedded_url
@@ -62,7 +72,7 @@ def migrate_command(settings: Settings, *, dry_run: bool, force: bool) -> int:
     if url:
         client = sync_client(url)
         try:
-            return _run(client, dry_run=dry_run, force=force)
+            return _run_on(client, dry_run=dry_run, force=force)
         finally:
             client.close()
     data = settings.data_path / "redis"
@@ -81,6 +91,6 @@ def _with_embedded(data: Path, *, dry_run: bool, force: bool) -> int:
     with EmbeddedRedis(data) as server:
         client = sync_client(server.url)
         try:
-            return _run(client, dry_run=dry_run, force=force)
+            return _run_on(client, dry_run=dry_run, force=force)
         finally:
             client.close()

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import redis
 
 from switchboard.errors import LayoutError
+from switchboard.queue.connection import SyncClient
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.migrations import sessions
 
@@ -69,7 +70,7 @@ _GLOBAL = GlobalKeys()
 _SCAN_COUNT = 1000
 
 
-def read_layout(r: redis.Redis) -> str | None:
+def read_layout(r: SyncClient) -> str | None:
     """What ``sb:layout`` holds (``None``: absent)."""
     value = r.get(_GLOBAL.layout)
     return value.decode() if isinstance(value, bytes) else value
@@ -83,7 +84,7 @@ def _label(key: bytes | str) -> str | None:
     return None
 
 
-def find_legacy(r: redis.Redis) -> str | None:
+def find_legacy(r: SyncClient) -> str | None:
     """A layout-1 key in the database, or ``None`` when it holds none (one ``SCAN``, stopping at the first).
 
     Every key is looked at, not only ``sb:*`` ones: a step may move keys of another prefix (rq's).
@@ -142,14 +143,14 @@ def _refusal(layout: str | None, role: str) -> LayoutError:
     )
 
 
-def check_layout(r: redis.Redis, role: str) -> None:
+def check_layout(r: SyncClient, role: str) -> None:
     """Refuse to start on data this release cannot read; stamp an empty database with :data:`LAYOUT`.
 
     One ``GET`` when the data is stamped (every start but the first); the first start on an unstamped database also
     scans it once for layout-1 keys.
 
     Args:
-        r: a client of the deployment's Redis.
+        r: a client of the deployment's Redis (one server or a cluster: its ``SCAN`` visits every primary).
         role: the starting command (``web``, ``worker``…), for the message.
 
     Raises:
