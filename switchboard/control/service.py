@@ -53,8 +53,9 @@ from switchboard.core.approvals.grants import may_decide
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
+from switchboard.queue.fanout import zscan_every
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys, literal
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
 from switchboard.queue.review import MAX_NOTE_CHARS, ReviewQueue, ReviewSample, ReviewVerdict
 from switchboard.queue.segments import SegmentLabels
@@ -69,6 +70,10 @@ MAX_SAY_CHARS: Final = 4000
 _GLOBAL = GlobalKeys()
 
 
+def _due(shard: ShardKeys) -> str:
+    return shard.approvals_due
+
+
 class ControlService:
     """Operators' reads and actions over Redis, scoped per call."""
 
@@ -81,7 +86,7 @@ class ControlService:
 
     async def _existing(self, scope: OperatorScope, session: str) -> SessionKey:
         key = scope.check(session)
-        if await self.redis.zscore(_GLOBAL.sessions, key) is None:
+        if await self.redis.zscore(SessionKeys(key).shard.sessions, key) is None:
             raise NotFoundError(f"no such session: {session[:200]}")
         return key
 
@@ -224,7 +229,7 @@ class ControlService:
         """
         if not valid_approval_id(approval_id):  # also keeps glob characters out of the match below
             raise NotFoundError("no such approval")
-        async for member, _score in self.redis.zscan_iter(_GLOBAL.approvals_due, match=f"*|{approval_id}"):
+        for _shard, member in await zscan_every(self.redis, _due, f"*|{approval_id}"):  # one pipeline of the shards
             session, found = parse_approval_member(member)
             if found == approval_id and scope.allows(session_parts(session)[0]):
                 record = record_from_fields(await self.redis.hgetall(SessionKeys(session).approval(approval_id)))
