@@ -16,7 +16,7 @@ from switchboard.core.sealing import DATA_KEYS_ENV, SealError
 from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
 from switchboard.queue.effects import doubt_field
-from switchboard.queue.fanout import stream_merged
+from switchboard.queue.fanout import Client, stream_merged
 from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, tenant_of
 from switchboard.queue.ledger import SHARD_DEAD_LETTER_CAP
 from switchboard.queue.sealed import dead_messages
@@ -70,7 +70,7 @@ def _preview(record: dict[str, Any]) -> str:
     return str(first.get("text", ""))[:PREVIEW_CHARS]
 
 
-async def list_dead_letters(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[DeadLetterView]:
+async def list_dead_letters(redis: Client, scope: OperatorScope, limit: int) -> list[DeadLetterView]:
     """The scope's most recent dead letters, newest first (every shard's stream, merged; ids are the entries')."""
     found: list[tuple[str, dict[str, Any]]] = []
     examined = 0
