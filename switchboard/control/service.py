@@ -21,6 +21,7 @@ from switchboard.control.operations import dead_letter_messages, list_dead_lette
 from switchboard.control.reading import (
     SCAN_LIMIT,
     pending_approvals,
+    recent_sessions,
     session_views,
     sessions_in_scope,
     timeline_of,
@@ -53,7 +54,7 @@ from switchboard.core.approvals.grants import may_decide
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
-from switchboard.queue.fanout import zscan_every
+from switchboard.queue.fanout import ScoreCursor, zscan_every
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
@@ -106,6 +107,31 @@ class ControlService:
             InvalidRequestError: ``state`` is not one of :data:`~switchboard.control.views.SESSION_STATES`.
             OutOfScopeError: ``tenant`` is not the operator's.
         """
+        found, _next = await self.session_page(
+            scope, limit=limit, channel=channel, agent=agent, tenant=tenant, state=state
+        )
+        return found
+
+    async def session_page(
+        self,
+        scope: OperatorScope,
+        *,
+        limit: int = 50,
+        channel: str | None = None,
+        agent: str | None = None,
+        tenant: str | None = None,
+        state: str | None = None,
+        after: ScoreCursor | None = None,
+    ) -> tuple[list[SessionView], ScoreCursor | None]:
+        """:meth:`sessions` a page at a time: the page past ``after``, and the next page's cursor (``None``: last).
+
+        The sessions come from every shard's index merged by last activity. With ``state`` (a live state, read
+        per session) the newest :data:`SCAN_LIMIT` sessions are one page.
+
+        Raises:
+            InvalidRequestError: ``state`` is not one of :data:`~switchboard.control.views.SESSION_STATES`.
+            OutOfScopeError: ``tenant`` is not the operator's.
+        """
         limit = max(1, min(limit, 1000))
         if state is not None and state not in SESSION_STATES:
             raise InvalidRequestError(f"state must be one of: {', '.join(SESSION_STATES)}")
@@ -118,14 +144,16 @@ class ControlService:
 
         filtered = keep if any(w is not None for w in wanted) else None
         if state is None:
-            return await session_views(self.redis, await sessions_in_scope(self.redis, scope, limit, filtered))
+            page = await recent_sessions(self.redis, scope, limit, filtered, after=after)
+            following = page[-1][1] if len(page) == limit else None
+            return await session_views(self.redis, [session for session, _ in page]), following
         found: list[SessionView] = []  # the state is live: read the candidates' state, a page at a time
         candidates = await sessions_in_scope(self.redis, scope, SCAN_LIMIT, filtered)
         for start in range(0, len(candidates), 200):
             found += [v for v in await session_views(self.redis, candidates[start : start + 200]) if v.state == state]
             if len(found) >= limit:
                 break
-        return found[:limit]
+        return found[:limit], None
 
     async def session(self, scope: OperatorScope, session: str) -> SessionView:
         """One session and its state."""
