@@ -218,7 +218,7 @@ async def stream_merged(
     buffers: list[list[tuple[bytes, dict[bytes, bytes]]]] = [[] for _ in shards]
     heap: list[tuple[tuple[int, int], int]] = []
 
-    def order(entry_id: bytes, shard: int) -> tuple[int, int]:
+    def order(entry_id: bytes) -> tuple[int, int]:
         ms, seq = _entry_order(entry_id)
         return -ms, -seq
 
@@ -227,7 +227,8 @@ async def stream_merged(
         while todo:
             async with redis.pipeline(transaction=False) as pipe:
                 for i in todo:
-                    top = b"(" + last[i] if last[i] is not None else b"+"  # type: ignore[operator]
+                    oldest_read = last[i]
+                    top = b"(" + oldest_read if oldest_read is not None else b"+"
                     pipe.xrevrange(key_of(shards[i]), max=top, min="-", count=batch)
                 replies = await pipe.execute()
             again = []
@@ -239,7 +240,7 @@ async def stream_merged(
                 entries.reverse()
                 buffers[i] = entries
                 if entries:
-                    heapq.heappush(heap, (order(entries[-1][0], i), i))
+                    heapq.heappush(heap, (order(entries[-1][0]), i))
                 elif not done[i]:
                     again.append(i)
             todo = again
@@ -249,6 +250,6 @@ async def stream_merged(
         entry_id, fields = buffers[i].pop()
         yield shards[i], entry_id.decode(), fields
         if buffers[i]:
-            heapq.heappush(heap, (order(buffers[i][-1][0], i), i))
+            heapq.heappush(heap, (order(buffers[i][-1][0]), i))
         elif not done[i]:
             todo = [i]
