@@ -97,12 +97,14 @@ def dropped(redis_url: str) -> int:
     """Messages the gateway dropped at an abuse limit so far (the deployment-wide ``messages_dropped`` counter)."""
     import redis
 
-    from switchboard.queue.keys import GlobalKeys
+    from switchboard.queue.keys import ShardKeys
 
     client = redis.Redis.from_url(redis_url)
     try:
-        value: bytes | None = client.hget(GlobalKeys().stats, "messages_dropped")  # type: ignore[assignment]
-        return int(value or 0)
+        with client.pipeline(transaction=False) as pipe:  # the counter is kept per shard
+            for shard in ShardKeys.every():
+                pipe.hget(shard.stats, "messages_dropped")
+            return sum(int(value or 0) for value in pipe.execute())
     finally:
         client.close()
 

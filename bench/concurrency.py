@@ -44,7 +44,7 @@ from bench._harness import (
 from bench._stack import HIGH_LIMITS, Replies, Stack, dropped, gateway
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.fanout import each_shard
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -67,7 +67,7 @@ async def run_intervals(redis_url: str) -> list[tuple[float, float]]:
     """``(run_started, run_completed)`` times of every completed run, from the sessions' event logs."""
     redis = async_client(redis_url)
     try:
-        members = await redis.zrange(GlobalKeys().sessions, 0, -1)
+        members = [m for ms in await each_shard(redis, lambda pipe, s: pipe.zrange(s.sessions, 0, -1)) for m in ms]
         out = []
         for member in members:
             key = SessionKey(member.decode() if isinstance(member, bytes) else str(member))

@@ -63,7 +63,7 @@ from bench._harness import (
     workdir,
 )
 from bench._load import WRK_INSTALL_HINT, LoadResult, PostLoad, load, telegram_load, webchat_load, wrk_path
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import ShardKeys
 
 TARGET_RATIO = 0.35
 PTB_HINT = (
@@ -122,7 +122,10 @@ def accepted_count(redis_url: str) -> int:
     """Messages the queue has accepted since the last flush (its own counter)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        return int(client.hget(GlobalKeys().stats, "accepted") or 0)
+        with client.pipeline(transaction=False) as pipe:  # the counter is kept per shard
+            for shard in ShardKeys.every():
+                pipe.hget(shard.stats, "accepted")
+            return sum(int(value or 0) for value in pipe.execute())
     finally:
         client.close()
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from switchboard.queue.connection import async_client
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import ShardKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from switchboard.web.app import create_app
@@ -69,7 +69,7 @@ def test_only_allowed_channel_names_become_label_values() -> None:
 
 
 async def test_deferrals_drops_and_send_dead_letters_are_exported(sync_redis: Any, redis_url: str) -> None:
-    sync_redis.hset(GlobalKeys().stats, mapping={"runs_deferred": 3, "messages_dropped": 5, "send_dead_letters": 7})
+    sync_redis.hset(ShardKeys(7).stats, mapping={"runs_deferred": 3, "messages_dropped": 5, "send_dead_letters": 7})
     client = async_client(redis_url)
     try:
         snapshot = await read_stats(client)

@@ -87,7 +87,7 @@ def sessions_command(settings: Settings, action: str, key: str | None, query: Se
     from switchboard.core.sealing import SealError
     from switchboard.queue.cancellation import request_stop
     from switchboard.queue.ingest import Ingestor
-    from switchboard.queue.keys import GlobalKeys
+    from switchboard.queue.keys import SessionKeys
     from switchboard.queue.sessions import timeline
     from switchboard.types import SessionKey
 
@@ -115,7 +115,7 @@ def sessions_command(settings: Settings, action: str, key: str | None, query: Se
             return 0
         assert key is not None
         if action == "stop":
-            if await redis.zscore(GlobalKeys().sessions, key) is None:
+            if await redis.zscore(SessionKeys(SessionKey(key)).shard.sessions, key) is None:
                 print(f"switchboard: no such session: {key} (see `switchboard sessions list`)", file=sys.stderr)
                 return 1
             heard = await request_stop(redis, SessionKey(key), reason="stopped by an operator")

@@ -15,8 +15,11 @@ from switchboard.core.messages import InboundMessage
 from switchboard.core.sealing import DATA_KEYS_ENV, SealError
 from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
+from switchboard.queue.connection import AsyncClient
 from switchboard.queue.effects import doubt_field
-from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.fanout import stream_merged
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, tenant_of
+from switchboard.queue.ledger import SHARD_DEAD_LETTER_CAP
 from switchboard.queue.sealed import dead_messages
 from switchboard.types import SessionKey
 
@@ -31,10 +34,14 @@ __all__ = [
 ]
 
 DEAD_LETTER_SCAN: Final = 2_000
-"""Most recent entries of the operators' dead-letter stream examined per listing."""
+"""Most recent entries of the shards' dead-letter streams (merged newest first) examined per listing."""
 PREVIEW_CHARS: Final = 200
 _GLOBAL = GlobalKeys()
 _ID_CHARS = frozenset("0123456789-")
+
+
+def _dead_letters(shard: ShardKeys) -> str:
+    return shard.dead_letters
 
 
 def _text(value: Any) -> str:
@@ -64,11 +71,14 @@ def _preview(record: dict[str, Any]) -> str:
     return str(first.get("text", ""))[:PREVIEW_CHARS]
 
 
-async def list_dead_letters(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[DeadLetterView]:
-    """The scope's most recent dead letters, newest first."""
-    entries: Any = await redis.xrevrange(_GLOBAL.dead_letters, count=DEAD_LETTER_SCAN)
+async def list_dead_letters(redis: AsyncClient, scope: OperatorScope, limit: int) -> list[DeadLetterView]:
+    """The scope's most recent dead letters, newest first (every shard's stream, merged; ids are the entries')."""
     found: list[tuple[str, dict[str, Any]]] = []
-    for raw_id, fields in entries or []:
+    examined = 0
+    async for _shard, raw_id, fields in stream_merged(redis, _dead_letters, batch=min(limit, SHARD_DEAD_LETTER_CAP)):
+        examined += 1
+        if examined > DEAD_LETTER_SCAN:
+            break
         record = _record(fields)
         if record is None:
             continue
@@ -110,7 +120,7 @@ async def dead_letter_messages(redis: aioredis.Redis, session: SessionKey, dead_
     """
     if not dead_letter_id or not set(dead_letter_id) <= _ID_CHARS or len(dead_letter_id) > 40:
         raise NotFoundError(f"no dead letter {dead_letter_id[:40]!r}")
-    entries: Any = await redis.xrange(_GLOBAL.dead_letters, dead_letter_id, dead_letter_id)
+    entries: Any = await redis.xrange(SessionKeys(session).shard.dead_letters, dead_letter_id, dead_letter_id)
     record = _record(entries[0][1]) if entries else None
     if record is None or record["session"] != session:
         raise NotFoundError(f"no dead letter {dead_letter_id} in {session}")
@@ -143,19 +153,30 @@ def _doubt_view(entry: dict[str, Any]) -> DoubtView:
     )
 
 
-async def _tenants(redis: aioredis.Redis, scope: OperatorScope) -> list[str]:
-    """The (escaped) tenants whose reconciliation index to read."""
+async def _doubt_indexes(redis: aioredis.Redis, scope: OperatorScope) -> list[str]:
+    """The per-shard reconciliation indexes to read: the scope's tenants' in every shard, or every one there is."""
     if not scope.unrestricted:
-        return [escaped_tenant(t) for t in sorted(scope.tenants)]
-    prefix = _GLOBAL.effects_in_doubt("")
-    return sorted({_text(k)[len(prefix) :] async for k in redis.scan_iter(match=f"{prefix}*", count=500)})
+        tenants = [escaped_tenant(t) for t in sorted(scope.tenants)]
+        return [shard.effects_in_doubt(t) for t in tenants for shard in ShardKeys.every()]
+    heads = {shard.effects_in_doubt("") for shard in ShardKeys.every()}
+    found = {_text(k) async for k in redis.scan_iter(match=_GLOBAL.every_shard("effects:doubt:*"), count=1000)}
+    # a match is an index only when what precedes the tenant is one shard's prefix
+    return sorted(k for k in found if k[: k.find("}:effects:doubt:") + len("}:effects:doubt:")] in heads)
 
 
 async def list_doubts(redis: aioredis.Redis, scope: OperatorScope, *, include_resolved: bool) -> list[DoubtView]:
-    """The scope's effects awaiting reconciliation (and resolved ones, with ``include_resolved``), oldest first."""
+    """The scope's effects awaiting reconciliation (and resolved ones, with ``include_resolved``), oldest first.
+
+    A restricted scope reads its tenants' index in every shard (one pipeline); an unrestricted one scans for them.
+    """
+    indexes = await _doubt_indexes(redis, scope)
+    async with redis.pipeline(transaction=False) as pipe:
+        for index in indexes:
+            pipe.hgetall(index)
+        hashes = await pipe.execute()
     views: list[DoubtView] = []
-    for tenant in await _tenants(redis, scope):
-        for raw in (await redis.hgetall(_GLOBAL.effects_in_doubt(tenant))).values():
+    for found in hashes:
+        for raw in found.values():
             entry = json.loads(raw)
             if isinstance(entry, dict) and (include_resolved or not entry.get("resolution")):
                 views.append(_doubt_view(entry))
@@ -185,7 +206,8 @@ async def resolve_doubt(
     """
     tenant = tenant_of(session)
     field = doubt_field(session, key)
-    raw = await redis.hget(_GLOBAL.effects_in_doubt(tenant), field)
+    index = SessionKeys(session).shard.effects_in_doubt(tenant)
+    raw = await redis.hget(index, field)
     if raw is None:
         raise NotFoundError(f"no effect {key[:80]!r} awaiting reconciliation in {session}")
     entry = json.loads(raw)
@@ -196,7 +218,7 @@ async def resolve_doubt(
     )
     changed = await scripts.EFFECT_RESOLVE(
         redis,
-        [_GLOBAL.effects_in_doubt(tenant), SessionKeys(session).effect(key)],
+        [index, SessionKeys(session).effect(key)],
         [
             field,
             json.dumps(resolved, separators=(",", ":"), default=str),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -24,8 +25,10 @@ from switchboard.core.approvals.records import ApprovalRecord, SessionControl
 from switchboard.core.messages import session_key
 from switchboard.queue.approvals import parse_approval_member, record_from_fields
 from switchboard.queue.budgets import Budgets
+from switchboard.queue.connection import AsyncClient
 from switchboard.queue.eventlog import decode_entries, read_events
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.fanout import ScoreCursor, zset_merged
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.queue.people import People
 from switchboard.settings import FileConfig
 from switchboard.tracing import trace_hex
@@ -38,6 +41,7 @@ __all__ = [
     "escaped_tenant",
     "pending_approvals",
     "people_views",
+    "recent_sessions",
     "session_views",
     "sessions_in_scope",
     "tenants_in_scope",
@@ -52,6 +56,18 @@ USAGE_EVENTS: Final = 1_000
 _GLOBAL = GlobalKeys()
 
 
+def _sessions(shard: ShardKeys) -> str:
+    return shard.sessions
+
+
+def _due(shard: ShardKeys) -> str:
+    return shard.approvals_due
+
+
+def _pending(tenant: str, shard: ShardKeys) -> str:
+    return shard.approvals_pending(tenant)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
 
@@ -61,30 +77,43 @@ def escaped_tenant(tenant: str) -> str:
     return session_key(tenant, "a", "web", "a", "a").split("/", 1)[0]
 
 
-async def sessions_in_scope(
-    redis: aioredis.Redis, scope: OperatorScope, limit: int, keep: Callable[[list[str]], bool] | None = None
-) -> list[SessionKey]:
-    """The ``limit`` most recently active sessions of the scope's tenants, newest first.
+async def recent_sessions(
+    redis: AsyncClient,
+    scope: OperatorScope,
+    limit: int,
+    keep: Callable[[list[str]], bool] | None = None,
+    *,
+    after: ScoreCursor | None = None,
+) -> list[tuple[SessionKey, ScoreCursor]]:
+    """The ``limit`` most recently active sessions of the scope's tenants after ``after``, newest first, with cursors.
 
-    With ``keep``, only those whose key parts (unescaped) it keeps.
+    Every shard's sessions index merged by last activity (each shard read ``limit`` at a time, never whole); at most
+    :data:`SCAN_LIMIT` examined. With ``keep``, only sessions whose key parts (unescaped) it keeps. A page's last
+    cursor is where the next page starts.
     """
-    found: list[SessionKey] = []
-    batch = max(limit, 1) if scope.unrestricted and keep is None else 500
-    for start in range(0, SCAN_LIMIT, batch):
-        members = await redis.zrevrange(_GLOBAL.sessions, start, start + batch - 1)
-        for member in members:
-            key = _text(member)
-            try:
-                parts = session_parts(key)
-            except NotFoundError:
-                continue
-            if scope.allows(parts[0]) and (keep is None or keep(parts)):
-                found.append(SessionKey(key))
-                if len(found) >= limit:
-                    return found
-        if len(members) < batch:
+    found: list[tuple[SessionKey, ScoreCursor]] = []
+    batch = min(max(limit, 1), 500)
+    examined = 0
+    async for key, score in zset_merged(redis, _sessions, after=after, batch=batch):
+        examined += 1
+        if examined > SCAN_LIMIT:
             break
+        try:
+            parts = session_parts(key)
+        except NotFoundError:
+            continue
+        if scope.allows(parts[0]) and (keep is None or keep(parts)):
+            found.append((SessionKey(key), ScoreCursor(score, key)))
+            if len(found) >= limit:
+                break
     return found
+
+
+async def sessions_in_scope(
+    redis: AsyncClient, scope: OperatorScope, limit: int, keep: Callable[[list[str]], bool] | None = None
+) -> list[SessionKey]:
+    """The ``limit`` most recently active sessions of the scope's tenants, newest first (:func:`recent_sessions`)."""
+    return [session for session, _cursor in await recent_sessions(redis, scope, limit, keep)]
 
 
 def _state(
@@ -118,9 +147,9 @@ async def session_views(redis: aioredis.Redis, sessions: Sequence[SessionKey]) -
             pipe.get(keys.control)
             pipe.zcard(keys.approvals)
             pipe.lindex(keys.inbox, 0)
-            pipe.zscore(_GLOBAL.deferred, session)
+            pipe.zscore(keys.shard.deferred, session)
             pipe.hlen(keys.tool_statuses)
-            pipe.zscore(_GLOBAL.sessions, session)
+            pipe.zscore(keys.shard.sessions, session)
         values = await pipe.execute()
     heads = {i: _text(values[10 * i + 6]) for i in range(len(sessions)) if values[10 * i + 6]}
     errors: dict[int, Any] = {}
@@ -183,14 +212,19 @@ async def timeline_of(redis: aioredis.Redis, session: SessionKey, limit: int) ->
 
 async def pending_approvals(redis: aioredis.Redis, scope: OperatorScope, limit: int) -> list[ApprovalRecord]:
     """Pending approvals of the scope's tenants, oldest first (at most ``limit``)."""
-    indexes = (
-        [_GLOBAL.approvals_due]
+    indexes: list[Callable[[ShardKeys], str]] = (
+        [_due]
         if scope.unrestricted
-        else [_GLOBAL.approvals_pending(escaped_tenant(t)) for t in sorted(scope.tenants)]
+        else [functools.partial(_pending, escaped_tenant(t)) for t in sorted(scope.tenants)]
     )
     members: list[Any] = []
-    for index in indexes:
-        members += await redis.zrange(index, 0, max(limit, 1) - 1)
+    for index in indexes:  # each merged over the shards, its first ``limit`` by score
+        taken = 0
+        async for member, _score in zset_merged(redis, index, descending=False, batch=min(max(limit, 1), 100)):
+            members.append(member)
+            taken += 1
+            if taken >= limit:
+                break
     pairs = [parse_approval_member(m) for m in members]
     if not pairs:
         return []

@@ -21,6 +21,7 @@ from switchboard.control.operations import dead_letter_messages, list_dead_lette
 from switchboard.control.reading import (
     SCAN_LIMIT,
     pending_approvals,
+    recent_sessions,
     session_views,
     sessions_in_scope,
     timeline_of,
@@ -53,8 +54,9 @@ from switchboard.core.approvals.grants import may_decide
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member, record_from_fields, valid_approval_id
+from switchboard.queue.fanout import ScoreCursor, zscan_every
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys, literal
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, literal
 from switchboard.queue.operators import operator_message, session_conversation
 from switchboard.queue.review import MAX_NOTE_CHARS, ReviewQueue, ReviewSample, ReviewVerdict
 from switchboard.queue.segments import SegmentLabels
@@ -69,6 +71,10 @@ MAX_SAY_CHARS: Final = 4000
 _GLOBAL = GlobalKeys()
 
 
+def _due(shard: ShardKeys) -> str:
+    return shard.approvals_due
+
+
 class ControlService:
     """Operators' reads and actions over Redis, scoped per call."""
 
@@ -81,7 +87,7 @@ class ControlService:
 
     async def _existing(self, scope: OperatorScope, session: str) -> SessionKey:
         key = scope.check(session)
-        if await self.redis.zscore(_GLOBAL.sessions, key) is None:
+        if await self.redis.zscore(SessionKeys(key).shard.sessions, key) is None:
             raise NotFoundError(f"no such session: {session[:200]}")
         return key
 
@@ -101,6 +107,31 @@ class ControlService:
             InvalidRequestError: ``state`` is not one of :data:`~switchboard.control.views.SESSION_STATES`.
             OutOfScopeError: ``tenant`` is not the operator's.
         """
+        found, _next = await self.session_page(
+            scope, limit=limit, channel=channel, agent=agent, tenant=tenant, state=state
+        )
+        return found
+
+    async def session_page(
+        self,
+        scope: OperatorScope,
+        *,
+        limit: int = 50,
+        channel: str | None = None,
+        agent: str | None = None,
+        tenant: str | None = None,
+        state: str | None = None,
+        after: ScoreCursor | None = None,
+    ) -> tuple[list[SessionView], ScoreCursor | None]:
+        """:meth:`sessions` a page at a time: the page past ``after``, and the next page's cursor (``None``: last).
+
+        The sessions come from every shard's index merged by last activity. With ``state`` (a live state, read
+        per session) the newest :data:`SCAN_LIMIT` sessions are one page.
+
+        Raises:
+            InvalidRequestError: ``state`` is not one of :data:`~switchboard.control.views.SESSION_STATES`.
+            OutOfScopeError: ``tenant`` is not the operator's.
+        """
         limit = max(1, min(limit, 1000))
         if state is not None and state not in SESSION_STATES:
             raise InvalidRequestError(f"state must be one of: {', '.join(SESSION_STATES)}")
@@ -113,14 +144,16 @@ class ControlService:
 
         filtered = keep if any(w is not None for w in wanted) else None
         if state is None:
-            return await session_views(self.redis, await sessions_in_scope(self.redis, scope, limit, filtered))
+            page = await recent_sessions(self.redis, scope, limit, filtered, after=after)
+            following = page[-1][1] if len(page) == limit else None
+            return await session_views(self.redis, [session for session, _ in page]), following
         found: list[SessionView] = []  # the state is live: read the candidates' state, a page at a time
         candidates = await sessions_in_scope(self.redis, scope, SCAN_LIMIT, filtered)
         for start in range(0, len(candidates), 200):
             found += [v for v in await session_views(self.redis, candidates[start : start + 200]) if v.state == state]
             if len(found) >= limit:
                 break
-        return found[:limit]
+        return found[:limit], None
 
     async def session(self, scope: OperatorScope, session: str) -> SessionView:
         """One session and its state."""
@@ -224,7 +257,7 @@ class ControlService:
         """
         if not valid_approval_id(approval_id):  # also keeps glob characters out of the match below
             raise NotFoundError("no such approval")
-        async for member, _score in self.redis.zscan_iter(_GLOBAL.approvals_due, match=f"*|{approval_id}"):
+        for _shard, member in await zscan_every(self.redis, _due, f"*|{approval_id}"):  # one pipeline of the shards
             session, found = parse_approval_member(member)
             if found == approval_id and scope.allows(session_parts(session)[0]):
                 record = record_from_fields(await self.redis.hgetall(SessionKeys(session).approval(approval_id)))

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from switchboard.core.events import EgressDecision as Decision
 from switchboard.core.events import EgressRequested, EventAdapter
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.types import SessionKey
 
 __all__ = ["Decision", "EgressRequested", "EgressSink", "RedisEgressSink"]
@@ -38,9 +38,12 @@ class RedisEgressSink:
 
     async def record(self, event: EgressRequested) -> None:
         """XADD to the session's log (when the request had one) and HINCRBY the decision's counter."""
+        stats = ShardKeys.every()[0].stats  # a request of no session counts in any shard: a read sums them all
         async with self.redis.pipeline(transaction=False) as pipe:
             if event.session:
+                keys = SessionKeys(SessionKey(event.session))
                 fields: dict[Any, Any] = {"kind": event.kind, "data": EventAdapter.dump_json(event).decode()}
-                pipe.xadd(SessionKeys(SessionKey(event.session)).events, fields, maxlen=self.maxlen, approximate=True)
-            pipe.hincrby(GlobalKeys().stats, f"egress_{event.decision}", 1)
+                pipe.xadd(keys.events, fields, maxlen=self.maxlen, approximate=True)
+                stats = keys.shard.stats
+            pipe.hincrby(stats, f"egress_{event.decision}", 1)
             await pipe.execute()

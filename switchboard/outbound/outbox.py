@@ -32,7 +32,7 @@ from switchboard.errors import DeliveryError, RateLimitedError
 from switchboard.outbound.deliver import read_stored_file, read_workspace_file
 from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import LeaseToken, fenced_xadd
 from switchboard.tracing import span
 
@@ -57,7 +57,6 @@ ahead (a primary dying meanwhile fails the wait, and the send never happens)."""
 
 MAX_RATE_LIMIT_RETRIES = 5
 """Platform 429s honoured per send before the send counts as failed."""
-_GLOBAL = GlobalKeys()
 
 Perform = Callable[[Action, ConversationRef, SendContext], Awaitable[Receipt]]
 Capable = Callable[[ConversationRef], Capabilities]
@@ -95,7 +94,7 @@ async def append_once(
         args += [name, value]
     entry = await scripts.OUTBOX_APPEND(
         redis,
-        [keys.lease, keys.fenced_rejections, stream_key, keys.outbox, _GLOBAL.stats],
+        [keys.lease, keys.fenced_rejections, stream_key, keys.outbox, keys.shard.stats],
         args,
         session=lease.session,
         epoch=lease.epoch,
@@ -356,7 +355,7 @@ class Outbox:
         if durable:
             record |= {"attempts": attempt, "action": action.model_dump(mode="json")}
         claimed = json.dumps(record)
-        keys = [*self._fenced_keys(), _GLOBAL.stats]
+        keys = [*self._fenced_keys(), self._keys.shard.stats]
         args: list[scripts.ScriptArg] = [self.lease.token, key, claimed]
         if facts:
             keys.append(self._keys.events)

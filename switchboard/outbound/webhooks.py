@@ -40,6 +40,7 @@ from switchboard.core.messages import session_key
 from switchboard.egress.addresses import AddressGuard, AddressRefusedError, GuardedResolver
 from switchboard.errors import ConfigError
 from switchboard.queue.eventlog import decode_entries
+from switchboard.queue.fanout import each_shard
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings.api import WebhookEndpoint, WebhookSettings
 from switchboard.types import SessionKey
@@ -202,8 +203,9 @@ class WebhookDispatcher:
         now = time.time()
         await self.redis.hsetnx(cursors_key, "~since", f"{int(now * 1000)}-0")
         since = _text(await self.redis.hget(cursors_key, "~since"))
-        members = await self.redis.zrangebyscore(_GLOBAL.sessions, now - self.settings.lookback_s, "+inf")
-        sessions = [SessionKey(_text(m)) for m in members if _text(m).startswith(escaped + "/")]
+        since_s = now - self.settings.lookback_s
+        recent = await each_shard(self.redis, lambda pipe, shard: pipe.zrangebyscore(shard.sessions, since_s, "+inf"))
+        sessions = [SessionKey(_text(m)) for members in recent for m in members if _text(m).startswith(escaped + "/")]
         if not sessions:
             return 0
         cursors = await self.redis.hmget(cursors_key, sessions)

@@ -24,7 +24,7 @@ from switchboard.core.approvals.records import (
     Verdict,
 )
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.keys import SessionKeys, tenant_of
 from switchboard.queue.sealed import APPROVAL_CONTEXT, open_stored, seal_stored
 from switchboard.types import SessionKey
 
@@ -42,7 +42,6 @@ APPROVAL_RETENTION_S: Final = 7 * 24 * 3600
 """How long a record is kept after it last changed (and, while pending, after its expiry)."""
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{6,40}$")
-_GLOBAL = GlobalKeys()
 _RESULTS: Final[dict[str, DecideResult]] = {
     "applied": "applied",
     "already_decided": "already_decided",
@@ -128,8 +127,8 @@ class RedisApprovals:
             self._keys.fenced_rejections,
             self._keys.approval(approval_id),
             self._keys.approvals,
-            _GLOBAL.approvals_due,
-            _GLOBAL.approvals_pending(self._tenant),
+            self._keys.shard.approvals_due,
+            self._keys.shard.approvals_pending(self._tenant),
         ]
 
     async def approval_open(self, record: ApprovalRecord) -> None:

@@ -16,12 +16,10 @@ import redis.asyncio as aioredis
 
 from switchboard.core.tools.effects import EFFECT_TTL_S, EffectRecord
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.keys import SessionKeys, tenant_of
 from switchboard.types import SessionKey
 
 __all__ = ["RedisEffects", "doubt_field"]
-
-_GLOBAL = GlobalKeys()
 
 
 def doubt_field(session: SessionKey, key: str) -> str:
@@ -77,7 +75,11 @@ class RedisEffects:
         }
         await scripts.EFFECT_DOUBT(
             self.redis,
-            [self._keys.lease, self._keys.fenced_rejections, _GLOBAL.effects_in_doubt(tenant_of(self.session))],
+            [
+                self._keys.lease,
+                self._keys.fenced_rejections,
+                self._keys.shard.effects_in_doubt(tenant_of(self.session)),
+            ],
             [self.token, doubt_field(self.session, key), json.dumps(entry, separators=(",", ":"), default=str)],
             session=self.session,
             epoch=self.epoch,

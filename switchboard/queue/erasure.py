@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, literal, session_in, tenant_of
+from switchboard.queue.fanout import zscan_every
+from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, ShardKeys, literal, session_in, tenant_of
 from switchboard.queue.people import check_person, check_principal
 from switchboard.queue.schedules import get_job, remove_job
 from switchboard.types import SessionKey
@@ -35,6 +36,19 @@ __all__ = ["AUDIT_CAP", "ErasableMemory", "Eraser", "ErasureReport", "ScopeKind"
 logger = logging.getLogger(__name__)
 
 _KEYS = GlobalKeys()
+
+
+def _sessions(shard: ShardKeys) -> str:
+    return shard.sessions
+
+
+def _runnable(shard: ShardKeys) -> str:
+    return shard.runnable
+
+
+def _deferred(shard: ShardKeys) -> str:
+    return shard.deferred
+
 
 AUDIT_CAP = 10_000
 """Erasure facts kept in the audit stream."""
@@ -114,9 +128,8 @@ class Eraser:
             session = session_in(key)
             if session is not None:
                 found.add(session)
-        for index in (_KEYS.sessions, _KEYS.runnable, _KEYS.deferred):
-            async for member, _ in self.redis.zscan_iter(index, match=f"{literal(tenant)}/*"):
-                found.add(_text(member))
+        for index in (_sessions, _runnable, _deferred):  # a session with no key left may still be in an index
+            found.update(member for _shard, member in await zscan_every(self.redis, index, f"{literal(tenant)}/*"))
         for job_id in await self.redis.smembers(_KEYS.schedules_of_tenant(tenant)):
             view = await get_job(self.redis, _text(job_id))
             if view is not None:
@@ -183,12 +196,13 @@ class Eraser:
         report.sessions += len(sessions)
         for session in sorted(sessions):
             await self._delete("session keys", await self._scan(SessionKeys(session).every), report)
-            for index in (_KEYS.sessions, _KEYS.runnable, _KEYS.deferred):
+            shard = SessionKeys(session).shard
+            for index in (shard.sessions, shard.runnable, shard.deferred):
                 await self._zrem("session indexes", index, [session], report)
-            for index in (_KEYS.approvals_due, _KEYS.approvals_pending(tenant)):
+            for index in (shard.approvals_due, shard.approvals_pending(tenant)):
                 await self._zrem_matching("approval indexes", index, f"{literal(session)}|*", report)
             await self._hdel_matching(
-                "effects in doubt", _KEYS.effects_in_doubt(tenant), f"{literal(session)}|*", report
+                "effects in doubt", shard.effects_in_doubt(tenant), f"{literal(session)}|*", report
             )
             await self._hdel("webhook cursors", _KEYS.webhook_cursors(tenant), [session], report)
             await self._hdel_matching("review", _KEYS.review_verdicts(tenant), f"{literal(session)}|*", report)
@@ -214,7 +228,8 @@ class Eraser:
                 except ValueError:
                     return True
 
-            await self._xdel_where("dead letters", _KEYS.dead_letters, keep, report)
+            for shard in sorted({SessionKeys(s).shard for s in sessions}, key=lambda k: k.shard):
+                await self._xdel_where("dead letters", shard.dead_letters, keep, report)
             await self._erase_samples(tenant, sessions, report)
             await self._erase_drain_jobs(sessions, report)
             await self._erase_webhook_deliveries(tenant, sessions, report)
@@ -342,9 +357,13 @@ class Eraser:
     async def _erase_tenant(self, tenant: str, report: ErasureReport) -> None:
         for pattern in _KEYS.tenant_families(tenant):
             await self._delete("tenant keys", await self._scan(pattern), report)
+        per_shard = [k for s in ShardKeys.every() for k in (s.effects_in_doubt(tenant), s.approvals_pending(tenant))]
+        async with self.redis.pipeline(transaction=False) as pipe:  # one round trip for the 2,048 names
+            for key in per_shard:
+                pipe.exists(key)
+            present = await pipe.execute()
+        await self._delete("tenant keys", [k for k, n in zip(per_shard, present, strict=True) if n], report)
         singles = [
-            _KEYS.effects_in_doubt(tenant),
-            _KEYS.approvals_pending(tenant),
             _KEYS.mcp_clients(tenant),
             _KEYS.agent_drafts(tenant),
         ]

@@ -1,23 +1,25 @@
 """Approvals past their expiry: the reaper tells each session, so its model tells the user the action did not happen.
 
-The sweep reads :attr:`GlobalKeys.approvals_due` up to now (the server's clock) and ingests, into each approval's
-session, an :class:`~switchboard.core.messages.OperatorActed` ``decide`` with verdict ``expire`` by ``switchboard``
-(dedup key ``expire:<id>``). The worker applies it under the session lease like any decision
-(:meth:`~switchboard.queue.approvals.RedisApprovals.approval_decide` records ``expired`` once, and removes the entry
-from the index); until then a later sweep's ingest is a duplicate, so the session gets exactly one such message.
+The sweep reads every shard's :attr:`ShardKeys.approvals_due` up to now (the server's clock; merged, oldest expiry
+first) and ingests, into each approval's session, an :class:`~switchboard.core.messages.OperatorActed` ``decide``
+with verdict ``expire`` by ``switchboard`` (dedup key ``expire:<id>``). The worker applies it under the session
+lease like any decision (:meth:`~switchboard.queue.approvals.RedisApprovals.approval_decide` records ``expired``
+once, and removes the entry from the index); until then a later sweep's ingest is a duplicate, so the session gets
+exactly one such message.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Final
 
 import redis.asyncio as aioredis
 
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member
+from switchboard.queue.fanout import zset_merged
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys, tenant_of
+from switchboard.queue.keys import SessionKeys, ShardKeys, tenant_of
 from switchboard.queue.operators import GATEWAY_PRINCIPAL, operator_message, session_conversation
 from switchboard.settings import QueueSettings
 
@@ -27,7 +29,12 @@ logger = logging.getLogger(__name__)
 
 EXPIRY_BATCH: Final = 500
 """Due approvals handled per sweep (oldest expiry first); the rest wait for the next sweep."""
-_GLOBAL = GlobalKeys()
+_FIRST_READ: Final = 16
+"""Due approvals read from each shard at first (a shard with more is read again only as its turn comes)."""
+
+
+def _due(shard: ShardKeys) -> str:
+    return shard.approvals_due
 
 
 def expiry_dedup_key(approval_id: str) -> str:
@@ -46,21 +53,28 @@ class ApprovalExpiry:
         """Ingest the expiry of every due approval; returns how many were new (not duplicates)."""
         seconds, micros = await self.redis.time()
         now = seconds + micros / 1_000_000
-        due: list[Any] = await self.redis.zrangebyscore(_GLOBAL.approvals_due, "-inf", now, start=0, num=EXPIRY_BATCH)
+        due: list[str] = []
+        async for member, _at in zset_merged(
+            self.redis, _due, descending=False, through=now, batch=min(EXPIRY_BATCH, _FIRST_READ)
+        ):
+            due.append(member)
+            if len(due) >= EXPIRY_BATCH:
+                break
         sent = 0
         for member in due:
             session, approval_id = parse_approval_member(member)
+            shard = SessionKeys(session).shard
             status = await self.redis.hget(SessionKeys(session).approval(approval_id), "status")
             if status not in (b"pending", "pending"):
                 # the record is gone (past its retention) or no longer pending: a left-over entry nothing would ever
                 # remove, holding a place in every batch ahead of the approvals really due
-                await self.redis.zrem(_GLOBAL.approvals_due, member)
-                await self.redis.zrem(_GLOBAL.approvals_pending(tenant_of(session)), member)
+                await self.redis.zrem(shard.approvals_due, member)
+                await self.redis.zrem(shard.approvals_pending(tenant_of(session)), member)
                 await self.redis.zrem(SessionKeys(session).approvals, approval_id)
                 continue
             conversation = await session_conversation(self.redis, session)
             if conversation is None:  # not a session any channel can hold: nothing could ever apply it
-                await self.redis.zrem(_GLOBAL.approvals_due, member)
+                await self.redis.zrem(shard.approvals_due, member)
                 logger.warning("dropped the expiry of approval %s: %s is not a session key", approval_id, session)
                 continue
             event = OperatorActed(

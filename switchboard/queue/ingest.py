@@ -30,9 +30,10 @@ from switchboard.queue import scripts
 from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 from switchboard.queue.coalescer import Coalescer
 from switchboard.queue.jobs import DrainJobs, rq_time
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.queue.message_ids import new_message_id
 from switchboard.queue.scripts import ScriptArg
+from switchboard.queue.shards import shard_of
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.tracing import note_ingested
 from switchboard.types import BusyPolicy, SessionKey
@@ -95,6 +96,10 @@ def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str,
     """A session's keys the ingest script touches (messages, inbox, meta, events, drain, rate, cancel), made once."""
     keys = SessionKeys(session)
     return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel
+
+
+_SHARD_INDEXES: Final = tuple((shard.runnable, shard.sessions, shard.stats) for shard in ShardKeys.every())
+"""Each shard's indexes the ingest script writes (runnable, sessions, stats), by shard."""
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -242,9 +247,6 @@ class Ingestor:
         self._jobs = DrainJobs(settings.name)
         rq = self._jobs.keys
         self._global_keys = (
-            _GLOBAL.runnable,
-            _GLOBAL.sessions,
-            _GLOBAL.stats,
             rq.job(""),
             rq.queue,
             rq.queues,
@@ -421,7 +423,8 @@ class Ingestor:
         if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
-        runnable, sessions, stats, job_prefix, queue, queues, sender_rate = self._global_keys
+        job_prefix, queue, queues, sender_rate = self._global_keys
+        runnable, sessions, stats = _SHARD_INDEXES[shard_of(session)]
         script_keys = [
             keys.dedup(message.dedup_key),
             messages,

@@ -17,6 +17,7 @@ from switchboard.queue.shards import SHARDS, TAGS, shard_of
 from switchboard.types import SessionKey
 
 __all__ = [
+    "FENCED_FIELD",
     "PREFIX",
     "RQ_KEY_PREFIX",
     "GlobalKeys",
@@ -48,6 +49,9 @@ def literal(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
+FENCED_FIELD = "fenced_rejections"
+"""Field of a shard's :attr:`ShardKeys.stats` hash counting writes the fence refused (``lua/_fence.lua``)."""
+
 _TAG_OF = {tag: shard for shard, tag in enumerate(TAGS)}
 
 
@@ -78,14 +82,62 @@ class ShardKeys:
         """The shard's hash tag, without braces."""
         return TAGS[self.shard]
 
+    def _k(self, name: str) -> str:
+        return f"{PREFIX}:{{{self.tag}}}:{name}"
+
+    @property
+    def stats(self) -> str:
+        """HASH of the shard's counters (accepted, dead_letters, :data:`FENCED_FIELD`, segmented figures, ...).
+
+        Counters of a session's work go to its shard's hash (inside its scripts); counters of no one session to any
+        shard's. :func:`switchboard.queue.stats.read_stats` sums every shard's.
+        """
+        return self._k("stats:counters")
+
     @property
     def fenced_rejections(self) -> str:
-        """STRING counter: the shard's writes refused because their epoch lost the lease (``lua/_fence.lua``).
+        """The hash the fence counts refused writes in (field :data:`FENCED_FIELD`): ``KEYS[2]`` of fenced scripts.
 
-        One per shard so a fenced script stays in its session's slot; :func:`switchboard.queue.stats.fenced_total`
-        sums them.
+        It is the shard's :attr:`stats` hash, so a scrape reads the refusals with the other counters.
         """
-        return f"{PREFIX}:{{{self.tag}}}:stats:fenced"
+        return self.stats
+
+    def histogram(self, name: str) -> str:
+        """HASH ``le:<bound>`` → count, and ``sum``: the shard's share of a histogram (``queue_wait``, ``run``)."""
+        return self._k(f"stats:hist:{name}")
+
+    @property
+    def runnable(self) -> str:
+        """ZSET session → time it became runnable; removed when its inbox drains empty."""
+        return self._k("runnable")
+
+    @property
+    def sessions(self) -> str:
+        """ZSET session → last activity time (ms): every session of the shard ever seen (for listing)."""
+        return self._k("sessions")
+
+    @property
+    def deferred(self) -> str:
+        """ZSET session → unix time before which its inbox head must not run (the model provider asked to wait)."""
+        return self._k("deferred")
+
+    @property
+    def dead_letters(self) -> str:
+        """STREAM, capped per shard (``ledger.SHARD_DEAD_LETTER_CAP``): the shard's dead letters, for operators."""
+        return self._k("deadletters")
+
+    @property
+    def approvals_due(self) -> str:
+        """ZSET ``<session>|<approval id>`` → expires_at: the shard's pending approvals, for the expiry sweep."""
+        return self._k("approvals:due")
+
+    def approvals_pending(self, tenant: str) -> str:
+        """ZSET ``<session>|<approval id>`` → requested_at: one tenant's pending approvals in the shard."""
+        return self._k(f"approvals:pending:{tenant}")
+
+    def effects_in_doubt(self, tenant: str) -> str:
+        """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects in doubt in the shard."""
+        return self._k(f"effects:doubt:{tenant}")
 
     @staticmethod
     def every() -> tuple[ShardKeys, ...]:
@@ -116,7 +168,7 @@ class SessionKeys:
 
     @property
     def fenced_rejections(self) -> str:
-        """The fenced-write counter of the session's shard: ``KEYS[2]`` of every fenced script."""
+        """The stats hash of the session's shard, where the fence counts refusals: ``KEYS[2]`` of fenced scripts."""
         return self.shard.fenced_rejections
 
     @property
@@ -278,21 +330,6 @@ class GlobalKeys:
     prefix: str = PREFIX
 
     @property
-    def runnable(self) -> str:
-        """ZSET session → time it became runnable; removed when its inbox drains empty."""
-        return f"{self.prefix}:runnable"
-
-    @property
-    def sessions(self) -> str:
-        """ZSET session → last activity time: every session ever seen (for listing)."""
-        return f"{self.prefix}:sessions"
-
-    @property
-    def deferred(self) -> str:
-        """ZSET session → unix time before which its inbox head must not run (the model provider asked to wait)."""
-        return f"{self.prefix}:deferred"
-
-    @property
     def layout(self) -> str:
         """STRING: the key layout the data is in (``2``; ``migrating`` during ``switchboard migrate``; absent: 1).
 
@@ -308,20 +345,6 @@ class GlobalKeys:
     def worker_alive(self, worker: str) -> str:
         """STRING with a PX TTL (the server's clock): the worker is alive while it exists (see ``worker.py``)."""
         return f"{self.prefix}:worker:{worker}:alive"
-
-    @property
-    def dead_letters(self) -> str:
-        """STREAM, capped: every dead letter across sessions, for operators."""
-        return f"{self.prefix}:deadletters"
-
-    @property
-    def approvals_due(self) -> str:
-        """ZSET ``<session>|<approval id>`` → expires_at: pending approvals, for the reaper's expiry sweep."""
-        return f"{self.prefix}:approvals:due"
-
-    def approvals_pending(self, tenant: str) -> str:
-        """ZSET ``<session>|<approval id>`` → requested_at: one tenant's pending approvals, for operators."""
-        return f"{self.prefix}:approvals:pending:{tenant}"
 
     def access_paired(self, tenant: str) -> str:
         """HASH principal → JSON (role, when, by whom, session): one tenant's paired senders."""
@@ -343,10 +366,6 @@ class GlobalKeys:
         """ZSET principal → expiry of its live pairing code: one tenant's open pairing requests, for operators."""
         return f"{self.prefix}:access:{tenant}:requests"
 
-    def effects_in_doubt(self, tenant: str) -> str:
-        """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects awaiting reconciliation."""
-        return f"{self.prefix}:effects:doubt:{tenant}"
-
     @property
     def every_session(self) -> str:
         """``MATCH`` pattern of the keys of every session of every tenant (``sb:{<shard>}:<<tenant>/...>:...``).
@@ -354,6 +373,14 @@ class GlobalKeys:
         It also matches a few keys of no session: callers keep only keys :func:`session_in` reads as a session's.
         """
         return literal(f"{self.prefix}:{{") + "*" + literal("}:<") + "*"
+
+    def every_shard(self, name: str) -> str:
+        """``MATCH`` pattern of the per-shard key ``name`` (``effects:doubt:acme``) in every shard: ``sb:{*}:<name>``.
+
+        For a scan that must find the shards holding it (``name`` may end in ``*``; its other glob characters must be
+        escaped by the caller); a reader of every shard's copy pipelines :meth:`ShardKeys.every` instead.
+        """
+        return literal(f"{self.prefix}:{{") + "*" + literal("}:") + name
 
     def tenant_sessions(self, tenant: str) -> str:
         """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<shard>}:<<tenant>/...>:...``).
@@ -410,15 +437,6 @@ class GlobalKeys:
     def rq_prefix(self) -> str:
         """Prefix for RQ's own keys (one hash tag, so a cluster keeps them in one slot)."""
         return "{rq}:"
-
-    @property
-    def stats(self) -> str:
-        """HASH of worker- and ingest-side counters (accepted, deduplicated, dead_letters, ...)."""
-        return f"{self.prefix}:stats:counters"
-
-    def histogram(self, name: str) -> str:
-        """HASH ``le:<bound>`` → count, and ``sum``: one latency histogram (``queue_wait``, ``run``)."""
-        return f"{self.prefix}:stats:hist:{name}"
 
     @property
     def schedules_due(self) -> str:
@@ -612,7 +630,8 @@ _LAYOUT1_SESSION = re.compile(rf"{PREFIX}:\{{((?:{_COMPONENT}/){{4,5}}{_COMPONEN
 class Layout1Keys:
     """Key names of layout 1 (the release before the sharded layout), read only by ``switchboard migrate``.
 
-    A session's keys were ``sb:{<session>}:<name>``: the session key itself as the hash tag.
+    A session's keys were ``sb:{<session>}:<name>``: the session key itself as the hash tag; the indexes written per
+    message (runnable, sessions, stats, dead letters, approvals, effects in doubt) were one key for the deployment.
     """
 
     prefix: str = PREFIX
@@ -634,9 +653,55 @@ class Layout1Keys:
         return (SessionKey(found.group(1)), found.group(2)) if found else None
 
     @property
+    def runnable(self) -> str:
+        """ZSET session → time runnable (now :attr:`ShardKeys.runnable`)."""
+        return f"{self.prefix}:runnable"
+
+    @property
+    def sessions(self) -> str:
+        """ZSET session → last activity (now :attr:`ShardKeys.sessions`)."""
+        return f"{self.prefix}:sessions"
+
+    @property
+    def deferred(self) -> str:
+        """ZSET session → deferred until (now :attr:`ShardKeys.deferred`)."""
+        return f"{self.prefix}:deferred"
+
+    @property
+    def dead_letters(self) -> str:
+        """STREAM of every dead letter (now :attr:`ShardKeys.dead_letters`)."""
+        return f"{self.prefix}:deadletters"
+
+    @property
+    def stats(self) -> str:
+        """HASH of counters (now :attr:`ShardKeys.stats`)."""
+        return f"{self.prefix}:stats:counters"
+
+    @property
     def fenced_rejections(self) -> str:
-        """STRING counter: layout 1's one global count of fenced writes (now one per shard)."""
+        """STRING counter of fenced writes (now the field :data:`FENCED_FIELD` of :attr:`ShardKeys.stats`)."""
         return f"{self.prefix}:stats:fenced"
+
+    def histogram(self, name: str) -> str:
+        """HASH of one latency histogram (now :meth:`ShardKeys.histogram`)."""
+        return f"{self.prefix}:stats:hist:{name}"
+
+    @property
+    def approvals_due(self) -> str:
+        """ZSET ``<session>|<approval id>`` → expires_at (now :attr:`ShardKeys.approvals_due`)."""
+        return f"{self.prefix}:approvals:due"
+
+    def approvals_pending(self, tenant: str) -> str:
+        """ZSET of one tenant's pending approvals (now :meth:`ShardKeys.approvals_pending`)."""
+        return f"{self.prefix}:approvals:pending:{tenant}"
+
+    def effects_in_doubt(self, tenant: str) -> str:
+        """HASH of one tenant's effects in doubt (now :meth:`ShardKeys.effects_in_doubt`)."""
+        return f"{self.prefix}:effects:doubt:{tenant}"
+
+    def family(self, head: str) -> str:
+        """``MATCH`` pattern of the keys named ``<prefix>:<head><anything>`` (``stats:hist:``)."""
+        return literal(f"{self.prefix}:{head}") + "*"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.jobs import DrainJobs, StartedJob, new_job_id, rq_time
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.sealed import seal_dead_messages
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
@@ -48,9 +48,9 @@ from switchboard.types import BusyPolicy, SessionKey
 
 __all__ = [
     "DEAD_LETTER_CAP",
-    "GLOBAL_DEAD_LETTER_CAP",
     "MAX_COLLECT",
     "MAX_INTERRUPTS",
+    "SHARD_DEAD_LETTER_CAP",
     "Attempt",
     "AttemptStore",
     "Ledger",
@@ -69,9 +69,9 @@ _POLICIES: Final[dict[str, BusyPolicy]] = {
 }
 DEAD_LETTER_CAP: Final = 100
 """Dead-letter records kept per session."""
-GLOBAL_DEAD_LETTER_CAP: Final = 10_000
-"""Approximate length of the operators' stream of dead letters across sessions."""
-_GLOBAL = GlobalKeys()
+SHARD_DEAD_LETTER_CAP: Final = 64
+"""Length of each shard's stream of dead letters for operators (trimmed exactly: at most 65,536 over the 1,024 shards;
+a session keeps its own last :data:`DEAD_LETTER_CAP` besides)."""
 """Not in :data:`scripts.ALL` (loaded on its first ``NOSCRIPT``)."""
 
 
@@ -270,7 +270,7 @@ class Ledger:
         event = RunFailed(message_id=attempt.ids[0], attempt=attempt.attempt, error=error)
         await self._run(
             scripts.FAIL,
-            [self.keys.attempts, self.keys.events, _GLOBAL.stats],
+            [self.keys.attempts, self.keys.events, self.keys.shard.stats],
             [attempt.ids[0], error, encode_event(event), self.settings.events_maxlen, segment],
         )
 
@@ -278,13 +278,13 @@ class Ledger:
         """Put the inbox head off until ``until``; returns its deferrals so far (the drain then gives the lease up).
 
         The attempt is handed back (a provider asking to wait is not the message failing); the session goes
-        into :attr:`GlobalKeys.deferred`, which the reaper reads before giving it a new drain job. Returns 0,
+        into its shard's :attr:`ShardKeys.deferred`, which the reaper reads before giving it a new drain job. Returns 0,
         changing nothing, when the head was already deferred ``max_deferrals`` times.
         """
         event = RunDeferred(message_id=attempt.ids[0], until=until, reason=reason)
         n = await self._run(
             scripts.DEFER,
-            [self.keys.attempts, self.keys.events, _GLOBAL.deferred, _GLOBAL.stats, self.keys.meta],
+            [self.keys.attempts, self.keys.events, self.keys.shard.deferred, self.keys.shard.stats, self.keys.meta],
             [
                 attempt.ids[0],
                 reason,
@@ -304,7 +304,9 @@ class Ledger:
         """
         if events:
             facts = encode_facts(events, segments)
-            await self._run(scripts.FACTS, [self.keys.events, _GLOBAL.stats], [self.settings.events_maxlen, facts])
+            await self._run(
+                scripts.FACTS, [self.keys.events, self.keys.shard.stats], [self.settings.events_maxlen, facts]
+            )
 
     async def dead_letter(self, attempt: Attempt, *, reason: str, attempts: int, outbox_keys: Sequence[str]) -> int:
         """Set the attempt's messages aside with ``reason`` and ack them; returns the inbox length left."""
@@ -321,7 +323,7 @@ class Ledger:
         event = RunDeadLettered(at=now, message_id=attempt.ids[0], attempts=attempts, reason=reason)
         remaining = await self._run(
             scripts.DEAD_LETTER,
-            [k.inbox, k.messages, k.attempts, k.events, k.dead, _GLOBAL.dead_letters, k.outbox, _GLOBAL.stats, k.meta],
+            [k.inbox, k.messages, k.attempts, k.events, k.dead, k.shard.dead_letters, k.outbox, k.shard.stats, k.meta],
             [
                 json.dumps(attempt.ids),
                 json.dumps(record, separators=(",", ":")),
@@ -329,7 +331,7 @@ class Ledger:
                 self.settings.events_maxlen,
                 json.dumps(list(outbox_keys)),
                 DEAD_LETTER_CAP,
-                GLOBAL_DEAD_LETTER_CAP,
+                SHARD_DEAD_LETTER_CAP,
                 int(now * 1000),
             ],
         )
@@ -408,11 +410,11 @@ class Ledger:
                 k.events,
                 k.outbox,
                 k.meta,
-                _GLOBAL.stats,
-                _GLOBAL.histogram("queue_wait"),
-                _GLOBAL.histogram("run"),
+                k.shard.stats,
+                k.shard.histogram("queue_wait"),
+                k.shard.histogram("run"),
                 k.drain,
-                _GLOBAL.runnable,
+                k.shard.runnable,
                 k.slots,
                 k.epoch,
                 k.dead,
@@ -486,7 +488,7 @@ async def _begin(
             k.meta,
             k.events,
             k.drain,
-            _GLOBAL.runnable,
+            k.shard.runnable,
             k.history,
             k.slots,
             k.epoch,

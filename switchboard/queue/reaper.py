@@ -20,17 +20,20 @@ from redis.exceptions import RedisError
 
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.expiry import ApprovalExpiry
+from switchboard.queue.fanout import each_shard
 from switchboard.queue.jobs import DrainJobs, job_age_s
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
-__all__ = ["SWEEP_BATCH", "Reaper", "live_workers", "queued_grace_s", "worker_ttl_s"]
+__all__ = ["SWEEP_BATCH", "SWEEP_PER_SHARD", "Reaper", "live_workers", "queued_grace_s", "worker_ttl_s"]
 
 logger = logging.getLogger(__name__)
 
 SWEEP_BATCH: Final = 2_000
-"""Runnable sessions examined per sweep (oldest first)."""
+"""Sessions whose leases are read per round trip when taking over a dead worker's."""
+SWEEP_PER_SHARD: Final = 8
+"""Runnable sessions examined per shard and sweep (the shard's oldest): at most 8,192 a sweep over the 1,024 shards."""
 RQ_CLEANUP_EVERY_S: Final = 5.0
 """How often RQ's own registry cleanup runs (it is not on the recovery path), from this long after start."""
 _TERMINAL: Final = {"finished", "failed", "stopped", "canceled"}
@@ -123,12 +126,10 @@ class Reaper:
         if not dead:
             return 0
         taken = 0
-        offset = 0
-        while True:
-            raw = await self.redis.zrange(_GLOBAL.runnable, offset, offset + SWEEP_BATCH - 1)
-            sessions = [SessionKey(_text(s) or "") for s in raw]
-            if not sessions:
-                break
+        every = await each_shard(self.redis, lambda pipe, shard: pipe.zrange(shard.runnable, 0, -1))
+        runnable = [SessionKey(_text(s) or "") for members in every for s in members]
+        for start in range(0, len(runnable), SWEEP_BATCH):
+            sessions = runnable[start : start + SWEEP_BATCH]
             leases = await self.redis.mget([SessionKeys(s).lease for s in sessions])
             held = [
                 (session, value)
@@ -136,17 +137,14 @@ class Reaper:
                 if value is not None and value.split(":", 1)[-1] in dead
             ]
             taken += sum(1 for job in await self.jobs.take_over_many(self.redis, held) if job is not None)
-            if len(sessions) < SWEEP_BATCH:
-                break
-            offset += SWEEP_BATCH
         await self.redis.zrem(_GLOBAL.workers, *dead)
         logger.warning("took over %d sessions from dead workers %s", taken, ", ".join(sorted(dead)))
         return taken
 
     async def _sweep_runnable(self) -> int:
         now = time.time()
-        raw = await self.redis.zrangebyscore(_GLOBAL.runnable, "-inf", "+inf", start=0, num=SWEEP_BATCH)
-        sessions = [SessionKey(_text(s) or "") for s in raw]
+        oldest = await each_shard(self.redis, lambda pipe, shard: pipe.zrange(shard.runnable, 0, SWEEP_PER_SHARD - 1))
+        sessions = [SessionKey(_text(s) or "") for members in oldest for s in members]
         if not sessions:
             return 0
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -154,14 +152,13 @@ class Reaper:
                 keys = SessionKeys(session)
                 pipe.exists(keys.lease)
                 pipe.get(keys.drain)
+                pipe.zscore(keys.shard.deferred, session)  # put off at the model provider's request
             state = await pipe.execute()
         candidates: list[tuple[SessionKey, str | None]] = []
         for i, session in enumerate(sessions):
-            if not state[2 * i]:
-                candidates.append((session, _text(state[2 * i + 1])))
-        if candidates:  # put off at the model provider's request: their drain job comes once the wait is over
-            waiting = {_text(s) for s in await self.redis.zrangebyscore(_GLOBAL.deferred, f"({now}", "+inf")}
-            candidates = [(s, f) for s, f in candidates if s not in waiting]
+            leased, flag, deferred = state[3 * i : 3 * i + 3]
+            if not leased and not (deferred is not None and float(deferred) > now):  # its job comes after the wait
+                candidates.append((session, _text(flag)))
         if not candidates:
             return 0
         flags = [f for _s, f in candidates if f is not None]

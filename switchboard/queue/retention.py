@@ -27,7 +27,8 @@ from switchboard.core.retention import RetentionConfig, RetentionKind
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.queue.approvals import record_from_fields
-from switchboard.queue.keys import GlobalKeys, SessionKeys, session_in, tenant_of
+from switchboard.queue.fanout import each_shard
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, session_in, tenant_of
 from switchboard.queue.store import parse_history
 from switchboard.types import SessionKey
 
@@ -217,20 +218,26 @@ class RetentionSweep:
         return len(doomed)
 
     async def _dead_stream(self, tenant: str, before: float, report: RetentionReport) -> None:
-        """The tenant's entries of the operators' dead-letter stream older than ``before`` (by id time)."""
-        cutoff_ms = int(before * 1000)
-        entries: Any = await self.redis.xrange(_KEYS.dead_letters, "-", f"{cutoff_ms - 1}-18446744073709551615")
-        doomed = []
-        for entry_id, fields in entries or []:
-            try:
-                session = json.loads(fields.get(b"record", b"{}")).get("session", "")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(session, str) and tenant_of(SessionKey(session)) == tenant:
-                doomed.append(entry_id)
-        report.counts[tenant, "dead_letters"] += len(doomed)
-        if doomed and not self.dry_run:
-            await self.redis.xdel(_KEYS.dead_letters, *doomed)
+        """The tenant's entries of the shards' dead-letter streams older than ``before`` (by id time).
+
+        One pipeline reads every shard's old entries (each stream is short: ``SHARD_DEAD_LETTER_CAP``).
+        """
+        cutoff = f"{int(before * 1000) - 1}-18446744073709551615"
+        streams = await each_shard(self.redis, lambda pipe, shard: pipe.xrange(shard.dead_letters, "-", cutoff))
+        total = 0
+        for shard, entries in zip(ShardKeys.every(), streams, strict=True):
+            doomed = []
+            for entry_id, fields in entries or []:
+                try:
+                    session = json.loads(fields.get(b"record", b"{}")).get("session", "")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(session, str) and tenant_of(SessionKey(session)) == tenant:
+                    doomed.append(entry_id)
+            total += len(doomed)
+            if doomed and not self.dry_run:
+                await self.redis.xdel(shard.dead_letters, *doomed)
+        report.counts[tenant, "dead_letters"] += total
 
     async def _approvals(self, keys: list[str], before: float) -> int:
         """Decided approval records (with the paused program they hold) decided before ``before``; pending kept."""

@@ -15,8 +15,9 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.segments import SegmentLabels, review_field
+from switchboard.types import SessionKey
 
 __all__ = ["MAX_NOTE_CHARS", "ReviewQueue", "ReviewSample", "ReviewVerdict"]
 
@@ -104,7 +105,7 @@ class ReviewQueue:
         key = _KEYS.review_verdicts(sample.tenant)
         if await self.redis.hset(key, sample.member, verdict.model_dump_json()):
             counted = review_field(self.labels, sample.agent, sample.tenant, verdict.verdict)
-            await self.redis.hincrby(_KEYS.stats, counted, 1)
+            await self.redis.hincrby(SessionKeys(SessionKey(sample.session)).shard.stats, counted, 1)
         listed = {
             s.member
             for s in (_sample(i) for i in await self.redis.lrange(_KEYS.review_runs(sample.tenant), 0, -1))

@@ -1,8 +1,8 @@
 """The session queue's Lua scripts: loaded once from ``lua/``, run by SHA, fenced ones share one prelude.
 
 Every write made for a session while a drain runs goes through a script whose first step compares the
-lease value with the caller's token (``_fence.lua``); a refused write increments the session's shard's
-:attr:`~switchboard.queue.keys.ShardKeys.fenced_rejections` inside Redis and comes back as
+lease value with the caller's token (``_fence.lua``); a refused write increments the field ``fenced_rejections`` of
+its shard's stats hash (:attr:`~switchboard.queue.keys.ShardKeys.fenced_rejections`) inside Redis and comes back as
 :class:`~switchboard.errors.FencedWriteError`.
 """
 

@@ -2,7 +2,8 @@
 
 A turn's figures are tallied as its events pass through the drain (:class:`TurnTally`) and written with the facts the
 drain already writes when the turn ends (the reply's outbox claim, or the ``facts`` script): increments of fields of
-the deployment-wide stats hash (:attr:`GlobalKeys.stats`), no round trip of their own. What is tallied:
+the stats hash of the session's shard (:attr:`ShardKeys.stats`, summed over the shards when read), no round trip of
+their own. What is tallied:
 
 - per agent, version and tenant: the turn's duration (a histogram: turns completed, p50/p95), its credits (cost per
   task) and the budget that stopped it early (``deadline`` is a timeout);
@@ -28,8 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-import redis.asyncio as aioredis
-
 from switchboard.core.agent.prompt import RUN_PROGRAM
 from switchboard.core.agent.slots import SLOT_TOOLS
 from switchboard.core.events import ApprovalRequested, Event, ToolCalled, UsageMetered
@@ -37,7 +36,8 @@ from switchboard.core.knowledge.config import KNOWLEDGE_TOOLS
 from switchboard.core.memory.tools import MEMORY_TOOLS
 from switchboard.core.tables.config import table_cost
 from switchboard.core.tools.builtin.skills import USE_SKILL
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.connection import AsyncClient
+from switchboard.queue.fanout import each_shard, sum_counts
 from switchboard.settings import FileConfig
 
 __all__ = [
@@ -71,7 +71,6 @@ TOOL_OUTCOMES: Final = ("ok", "approval", "validation", "timeout", "refused", "e
 """The ``outcome`` label of a tool call."""
 
 Metric = Literal["turn", "turn_sum", "credits", "stop", "tool", "retries", "approvals", "run", "review"]
-_GLOBAL = GlobalKeys()
 _BUILTIN_TOOLS: Final = frozenset(
     {RUN_PROGRAM, USE_SKILL, *MEMORY_TOOLS, *KNOWLEDGE_TOOLS, *(tool.name for tool in SLOT_TOOLS)}
 )
@@ -249,7 +248,7 @@ def _number(raw: bytes | str) -> float:
         return 0.0
 
 
-def parse_segments(raw: Mapping[bytes | str, bytes | str]) -> Segments:
+def parse_segments(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Segments:
     """The figures in a stats hash as read (fields of other modules are skipped)."""
     fields: list[tuple[list[str], float]] = []
     for key, amount in raw.items():
@@ -359,6 +358,6 @@ def quantile(buckets: Sequence[tuple[float, int]], q: float) -> float | None:
     return lower_bound
 
 
-async def read_segments(redis: aioredis.Redis) -> Segments:
-    """Read the segmented figures (one ``HGETALL`` of the stats hash, whose fields are bounded by the label caps)."""
-    return parse_segments(await redis.hgetall(_GLOBAL.stats))
+async def read_segments(redis: AsyncClient) -> Segments:
+    """The segmented figures: every shard's stats hash (its fields bounded by the label caps), summed."""
+    return parse_segments(sum_counts(await each_shard(redis, lambda pipe, shard: pipe.hgetall(shard.stats))))

@@ -1,23 +1,25 @@
 """Worker-side figures kept in Redis, so the web tier's ``/metrics`` shows every worker's work.
 
-Counters live in one hash (:attr:`GlobalKeys.stats`), fenced-write refusals in one counter per logical shard
-(:attr:`ShardKeys.fenced_rejections`, so a fenced script stays in its session's slot), summed by one ``MGET`` of
-every shard's counter at read time. Latencies (``queue_wait``, ``run``) are histograms of per-bucket counts plus
-``sum`` and ``count``, incremented inside the drain's completion script.
+Counters live in one hash per logical shard (:attr:`ShardKeys.stats`, written by the scripts of the shard's sessions,
+so each stays in its session's slot), fenced-write refusals in the same hash (field ``fenced_rejections``). Latencies
+(``queue_wait``, ``run``) are per-shard histograms of per-bucket counts plus ``sum``, incremented inside the drain's
+completion script. A read sums every shard's in one pipeline (:func:`read_stats`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 
 from switchboard.queue.connection import AsyncClient
-from switchboard.queue.keys import GlobalKeys, ShardKeys
+from switchboard.queue.fanout import ALL_SHARDS, each_shard, sum_counts
+from switchboard.queue.keys import FENCED_FIELD, SessionKeys, ShardKeys
 from switchboard.queue.segments import Segments, parse_segments
+from switchboard.types import SessionKey
 
 __all__ = [
     "QUEUE_WAIT_BUCKETS",
@@ -35,8 +37,6 @@ QUEUE_WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 RUN_DURATION_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Upper bounds (seconds) of the run-duration histogram; ``+Inf`` is implied."""
 
-_GLOBAL = GlobalKeys()
-_FENCED: Final = tuple(shard.fenced_rejections for shard in ShardKeys.every())
 _COUNTERS: Final = (
     "accepted",
     "deduplicated",
@@ -119,56 +119,55 @@ def _histogram(raw: dict[bytes, bytes], bounds: Sequence[float]) -> Histogram:
     return Histogram(buckets=tuple(buckets), sum=float(fields.get("sum", b"0") or 0), count=running)
 
 
-def _sum(values: Sequence[bytes | str | None]) -> int:
-    return sum(_int(v) for v in values)
+def _histograms(raw: Sequence[Mapping[bytes, bytes]], bounds: Sequence[float]) -> Histogram:
+    summed = sum_counts(raw)
+    return _histogram({k.encode(): v.encode() for k, v in summed.items()}, bounds)
 
 
 async def fenced_total(redis: AsyncClient) -> int:
-    """Writes refused by fencing so far, over every shard (one ``MGET`` of the shards' counters).
-
-    On a cluster, one ``MGET`` per slot, pipelined per node.
-    """
-    if isinstance(redis, aioredis.RedisCluster):
-        return _sum(await redis.mget_nonatomic(_FENCED))
-    return _sum(await redis.mget(_FENCED))
+    """Writes refused by fencing so far, over every shard (one pipeline of an ``HGET`` per shard)."""
+    replies = await each_shard(redis, lambda pipe, shard: pipe.hget(shard.stats, FENCED_FIELD))
+    return sum(_int(v) for v in replies)
 
 
 async def read_stats(redis: AsyncClient) -> Stats:
-    """Read every counter and histogram in one round trip (two on a cluster: the shards' counters apart)."""
-    cluster = redis if isinstance(redis, aioredis.RedisCluster) else None
+    """Read every counter and histogram of every shard in one pipeline (4 commands a shard, 4,096 in all).
+
+    On a single node that is one round trip; redis-py's cluster client splits the pipeline per node.
+    """
+
+    def per_shard(pipe: Any, shard: ShardKeys) -> None:
+        pipe.hgetall(shard.stats)  # the counters, the fenced writes, the segmented figures (bounded by label caps)
+        pipe.zcard(shard.runnable)
+        pipe.hgetall(shard.histogram("queue_wait"))
+        pipe.hgetall(shard.histogram("run"))
+
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(_GLOBAL.stats)  # the counters, and the segmented figures (bounded by their label caps)
-        if cluster is None:  # a cluster's MGET stays in one slot: read below, per slot
-            pipe.mget(_FENCED)  # every shard's counter: one command, read only at scrape time
-        pipe.zcard(_GLOBAL.runnable)
-        pipe.hgetall(_GLOBAL.histogram("queue_wait"))
-        pipe.hgetall(_GLOBAL.histogram("run"))
+        for shard in ALL_SHARDS:
+            per_shard(pipe, shard)
         replies = await pipe.execute()
-    if cluster is not None:
-        totals, runnable, wait, run = replies
-        fenced = await cluster.mget_nonatomic(_FENCED)
-    else:
-        totals, fenced, runnable, wait, run = replies
-    counters = [totals.get(name.encode()) for name in _COUNTERS]
-    usage = [totals.get(name.encode()) for name in _USAGE]
-    values = dict(zip(_COUNTERS, (_int(v) for v in counters), strict=True))
+    totals = sum_counts(replies[0::4])
+    values = {name: _int(totals.get(name)) for name in _COUNTERS}
     return Stats(
         **values,
-        fenced_rejections=_sum(fenced),
-        runnable_sessions=int(runnable),
-        queue_wait=_histogram(wait, QUEUE_WAIT_BUCKETS),
-        run_duration=_histogram(run, RUN_DURATION_BUCKETS),
-        credits=float(usage[0] or 0),
-        input_tokens=_int(usage[1]),
-        output_tokens=_int(usage[2]),
+        fenced_rejections=_int(totals.get(FENCED_FIELD)),
+        runnable_sessions=sum(int(n) for n in replies[1::4]),
+        queue_wait=_histograms(replies[2::4], QUEUE_WAIT_BUCKETS),
+        run_duration=_histograms(replies[3::4], RUN_DURATION_BUCKETS),
+        credits=float(totals.get("credits") or 0),
+        input_tokens=_int(totals.get("input_tokens")),
+        output_tokens=_int(totals.get("output_tokens")),
         segments=parse_segments(totals),
     )
 
 
-async def record_usage(redis: aioredis.Redis, *, credits: float, input_tokens: int, output_tokens: int) -> None:
-    """Add one turn's metered usage to the deployment-wide totals."""
+async def record_usage(
+    redis: aioredis.Redis, session: SessionKey, *, credits: float, input_tokens: int, output_tokens: int
+) -> None:
+    """Add one turn's metered usage to the totals (in the session's shard, which :func:`read_stats` sums)."""
+    stats = SessionKeys(session).shard.stats
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hincrbyfloat(_GLOBAL.stats, "credits", credits)
-        pipe.hincrby(_GLOBAL.stats, "input_tokens", input_tokens)
-        pipe.hincrby(_GLOBAL.stats, "output_tokens", output_tokens)
+        pipe.hincrbyfloat(stats, "credits", credits)
+        pipe.hincrby(stats, "input_tokens", input_tokens)
+        pipe.hincrby(stats, "output_tokens", output_tokens)
         await pipe.execute()

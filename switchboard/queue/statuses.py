@@ -17,14 +17,13 @@ import redis.asyncio as aioredis
 from switchboard.channels.base import DeliveryStatus
 from switchboard.core.events import DeliveryReported
 from switchboard.queue.eventlog import encode_event
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.types import SessionKey
 
 __all__ = ["STATUS_COUNTERS", "record_statuses"]
 
 STATUS_COUNTERS = {status: f"delivery_{status}" for status in ("sent", "delivered", "read", "failed")}
 """Status → its counter in the deployment's stats hash."""
-_GLOBAL = GlobalKeys()
 
 
 async def record_statuses(
@@ -50,5 +49,5 @@ async def record_statuses(
             )
             fields = {"kind": event.kind, "data": encode_event(event)}
             pipe.xadd(SessionKeys(session).events, fields, maxlen=maxlen, approximate=True)  # type: ignore[arg-type]
-            pipe.hincrby(_GLOBAL.stats, STATUS_COUNTERS[report.status], 1)
+            pipe.hincrby(SessionKeys(session).shard.stats, STATUS_COUNTERS[report.status], 1)
         await pipe.execute()

@@ -34,7 +34,7 @@ from switchboard.outbound.notices import (
 from switchboard.outbound.outbox import Outbox, PendingSend, idempotency_key
 from switchboard.outbound.sending import Undelivered, deliver_reply
 from switchboard.outbound.streaming import PREVIEW
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import Attempt
 from switchboard.queue.segments import SegmentLabels, run_field
@@ -45,8 +45,6 @@ from switchboard.worker.drainturn import DrainOutcome, DrainTurn
 __all__ = ["TurnEndings", "end_interrupted"]
 
 logger = logging.getLogger(__name__)
-
-_GLOBAL = GlobalKeys()
 
 
 def _error_text(err: BaseException) -> str:
@@ -249,7 +247,7 @@ class TurnEndings:
         (Only a wait of :data:`~switchboard.outbound.notices.DEFER_NOTICE_S` or more is worth a notice.)
 
         The attempt is handed back and the lease given up; the reaper gives the session a new drain job once the
-        wait is over (:attr:`GlobalKeys.deferred`), so the session's later messages stay behind it. ``None``
+        wait is over (:attr:`ShardKeys.deferred`), so the session's later messages stay behind it. ``None``
         when the message was already deferred ``max_attempts`` times (it then fails like any attempt).
         """
         until = time.time() + wait
@@ -268,13 +266,14 @@ class TurnEndings:
 
     async def _still_deferred(self, turn: DrainTurn, attempt: Attempt) -> bool:
         """Whether the session's head was put off and is not due yet (then the drain gives it back untouched)."""
-        due = await self.redis.zscore(_GLOBAL.deferred, turn.lease.session)
+        deferred = SessionKeys(turn.lease.session).shard.deferred
+        due = await self.redis.zscore(deferred, turn.lease.session)
         if due is None:
             return False
         if float(due) > time.time():
             await self.lease.abandon(turn.lease, return_attempt_of=attempt.ids[0])
             return True
-        await self.redis.zrem(_GLOBAL.deferred, turn.lease.session)
+        await self.redis.zrem(deferred, turn.lease.session)
         return False
 
     async def _dead_letter(

@@ -164,6 +164,7 @@ async def test_a_program_paused_twice_then_superseded_never_runs_its_rest(world:
 
 
 G = GlobalKeys()
+SK = SessionKeys(SESSION).shard
 
 
 async def server_now(client: aioredis.Redis) -> float:
@@ -183,7 +184,7 @@ async def test_an_approvals_window_is_measured_on_the_servers_clock_whatever_the
     before = await server_now(client)
     await store.approval_open(skewed)
 
-    due = await client.zscore(G.approvals_due, approval_member(SESSION, record.id))
+    due = await client.zscore(SK.approvals_due, approval_member(SESSION, record.id))
     assert due is not None and before + 600 <= due <= await server_now(client) + 600
     decided = await store.approval_decide(record.id, "approve", "telegram:42", "button", action_prefix=None)
     assert decided.result == "applied" and decided.record is not None and decided.record.status == "approved"
@@ -210,12 +211,12 @@ async def test_the_expiry_sweep_drops_entries_whose_approval_is_gone_and_sends_n
             break
         await asyncio.sleep(0.05)
     member = approval_member(SESSION, gone.id)
-    assert await client.zscore(G.approvals_due, member) is not None
+    assert await client.zscore(SK.approvals_due, member) is not None
 
     await client.delete(G.reaper_lock)
     await Reaper(client, queue_settings, worker_id="w9").sweep()
 
-    assert await client.zscore(G.approvals_due, member) is None
-    assert await client.zscore(G.approvals_pending("acme"), member) is None
+    assert await client.zscore(SK.approvals_due, member) is None
+    assert await client.zscore(SK.approvals_pending("acme"), member) is None
     assert await client.zscore(SessionKeys(SESSION).approvals, gone.id) is None  # the session no longer "waits"
     assert await client.llen(SessionKeys(SESSION).inbox) == 0  # no expiry sent for an approval nobody can decide

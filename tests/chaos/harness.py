@@ -39,6 +39,7 @@ from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
+from tests.shardindexes import stats_of
 from tests.waiting import wait_until
 
 from .checker import History, Posted, Reply, Signal, message_text
@@ -370,7 +371,8 @@ async def lease_holders(redis: aioredis.Redis, sessions: Iterable[int]) -> dict[
 
 async def settled(redis: aioredis.Redis) -> bool:
     """Whether every accepted message reached a terminal state (completed or dead-lettered)."""
-    accepted, completed, dead = await redis.hmget(_GLOBAL.stats, ["accepted", "runs_completed", "dead_letters"])
+    stats = await stats_of(redis)
+    accepted, completed, dead = (stats.get(name) for name in (b"accepted", b"runs_completed", b"dead_letters"))
     return int(accepted or 0) > 0 and int(completed or 0) + int(dead or 0) >= int(accepted or 0)
 
 

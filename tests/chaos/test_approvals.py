@@ -25,8 +25,9 @@ from switchboard.channels.telegram.fake.platform import FakeTelegram, make_updat
 from switchboard.control import ControlError, ControlService, OperatorScope, OutOfScopeError
 from switchboard.core.tools.gateway import action_sha256
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
+from tests.shardindexes import doubts_of
 from tests.waiting import wait_until
 
 from .approvalflow import (
@@ -578,4 +579,4 @@ async def test_decisions_by_another_session_user_or_tenant_are_all_rejected(
         await wait_until(ran(sync_redis, f"other-{session}", 1), "the other session's refund run once", timeout=30)
     await wait_until(lambda: settled(async_redis), "every session settled", timeout=30)
     assert all(executions(sync_redis, "refund", f"other-{s}") == 1 for s in offers)
-    assert await async_redis.hlen(GlobalKeys().effects_in_doubt("default")) == 0
+    assert await doubts_of(async_redis, "default") == 0

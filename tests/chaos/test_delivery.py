@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
+from tests.shardindexes import entries_of
 from tests.waiting import wait_until
 
 from .checker import check, message_text
@@ -121,7 +122,7 @@ async def test_a_reply_the_platform_refuses_is_dead_lettered_without_rerunning_t
     keys = SessionKeys(key_of(0))
     events = await event_log(async_redis, 0)
     kinds = [e["kind"] for e in events]
-    operators: Any = await async_redis.xrange(GlobalKeys().dead_letters)
+    operators: Any = await entries_of(async_redis)
     history = await collect(async_redis, range(1), fake, gateway.posted, pool.signals)
     report = check(history)
     refused = [c for c in fake.calls if c.method == "sendMessage" and c.status == 400]

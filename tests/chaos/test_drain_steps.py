@@ -16,9 +16,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
+from tests.shardindexes import count_of
 from tests.waiting import wait_until
 
 from .checker import check
@@ -194,7 +195,7 @@ async def _nothing_left_behind(redis: aioredis.Redis, env: dict[str, str], sessi
         return {
             "drain flags": sum([await redis.exists(k.drain) for k in keys]),
             "leases": sum([await redis.exists(k.lease) for k in keys]),
-            "runnable": await redis.zcard(GlobalKeys().runnable),
+            "runnable": await count_of(redis, lambda s: s.runnable),
             "queued": await redis.llen(rq.queue),
             "started": await redis.zrange(rq.started, 0, -1),
             "job hashes": [key async for key in redis.scan_iter(match=rq.job("*"))],

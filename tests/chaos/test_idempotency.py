@@ -35,10 +35,11 @@ from switchboard.core.workspaces.disk import workspace_for
 from switchboard.queue.connection import async_client
 from switchboard.queue.effects import RedisEffects
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
+from tests.shardindexes import doubts_of
 from tests.waiting import wait_until
 
 from .harness import Gateway, chaos_env, chat_of, event_log, key_of, replies, settled
@@ -217,7 +218,7 @@ async def test_a_caller_racing_the_execution_gets_its_result(
     slow = dataclasses.replace(tool, fn=_slow(tool))
     plans = [[{"ref": "order-3", "amount": 100}] * 20 for _ in range(THREADS)]
     outcomes = await run_threads(redis_url, tmp_path, lease, slow, plans)
-    doubts = await async_redis.hlen(GlobalKeys().effects_in_doubt("default"))
+    doubts = await doubts_of(async_redis, "default")
     refused = Counter(o.error_class for o in outcomes if not o.ok)
     assert len(runs) == 1
     assert not refused and doubts == 0, f"refused {dict(refused)}; effects filed as in doubt: {doubts}"

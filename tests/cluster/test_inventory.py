@@ -33,22 +33,23 @@ JOB = "d0193a7c2b1f4e5d6a7b8c9d"
 CHAT = "4242"
 PRINCIPAL = "telegram/bot1/4242"
 FENCED = [S.lease, S.fenced_rejections]
+SH = S.shard
 """What every fenced script's first two keys are (``_fence.lua``)."""
 
 INGEST_KEYS = [
-    S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, G.runnable, G.sessions, G.stats,
+    S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, SH.runnable, SH.sessions, SH.stats,
     RQ.job(JOB), RQ.queue, RQ.queues, S.rate, G.sender_rate(f"{TENANT}/telegram/bot1/4242"), S.cancel,
 ]  # fmt: skip
 BEGIN_KEYS = [
-    *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, G.runnable, S.history, S.slots, S.epoch,
+    *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, SH.runnable, S.history, S.slots, S.epoch,
     S.outbox, S.dead, S.web, S.control, S.approvals, RQ.job(JOB), RQ.started,
 ]  # fmt: skip
 COMPLETE_KEYS = [
-    *FENCED, S.inbox, S.messages, S.attempts, S.history, S.events, S.outbox, S.meta, G.stats,
-    G.histogram("queue_wait"), G.histogram("run"), S.drain, G.runnable, S.slots, S.epoch, S.dead, S.web,
+    *FENCED, S.inbox, S.messages, S.attempts, S.history, S.events, S.outbox, S.meta, SH.stats,
+    SH.histogram("queue_wait"), SH.histogram("run"), S.drain, SH.runnable, S.slots, S.epoch, S.dead, S.web,
     RQ.job(JOB), RQ.started, RQ.queue, RQ.queues, RQ.job("d0193a7c2b1f4e5d6a7b8c9e"), S.control, S.approvals,
 ]  # fmt: skip
-APPROVAL_KEYS = [*FENCED, S.approval("ap1"), S.approvals, G.approvals_due, G.approvals_pending(TENANT)]
+APPROVAL_KEYS = [*FENCED, S.approval("ap1"), S.approvals, SH.approvals_due, SH.approvals_pending(TENANT)]
 SCHEDULE_KEYS = [G.schedule("job1"), G.schedules_due, G.schedules_of_session(SESSION), G.schedules_of_tenant(TENANT)]
 BUDGETS = [G.budget(TENANT, "tenant", TENANT, "2026-12"), G.budget(TENANT, "user", PRINCIPAL, "2026-12-07")]
 
@@ -82,17 +83,17 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "lease_takeover": ("queue/jobs.py take_over_many (_pushes)", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
     "fenced_xadd": ("queue/lease.py fenced_xadd", [*FENCED, S.web]),
     "begin": ("queue/ledger.py _begin", BEGIN_KEYS),
-    "fail": ("queue/ledger.py fail (_run)", [*FENCED, S.attempts, S.events, G.stats]),
+    "fail": ("queue/ledger.py fail (_run)", [*FENCED, S.attempts, S.events, SH.stats]),
     "complete": ("queue/ledger.py complete (_run)", COMPLETE_KEYS),
     "dead_letter": (
         "queue/ledger.py dead_letter (_run)",
-        [*FENCED, S.inbox, S.messages, S.attempts, S.events, S.dead, G.dead_letters, S.outbox, G.stats, S.meta],
+        [*FENCED, S.inbox, S.messages, S.attempts, S.events, S.dead, SH.dead_letters, S.outbox, SH.stats, S.meta],
     ),
-    "defer": ("queue/ledger.py defer (_run)", [*FENCED, S.attempts, S.events, G.deferred, G.stats, S.meta]),
+    "defer": ("queue/ledger.py defer (_run)", [*FENCED, S.attempts, S.events, SH.deferred, SH.stats, S.meta]),
     "steer": ("queue/ledger.py steer (_run)", [*FENCED, S.inbox, S.messages, S.attempts]),
     "interrupt": ("queue/ledger.py interrupt (_run)", [*FENCED, S.attempts, S.events, S.outbox]),
-    "outbox_claim": ("outbound/outbox.py send", [*FENCED, S.outbox, G.stats, S.events]),
-    "facts": ("queue/ledger.py facts (_run)", [*FENCED, S.events, G.stats]),
+    "outbox_claim": ("outbound/outbox.py send", [*FENCED, S.outbox, SH.stats, S.events]),
+    "facts": ("queue/ledger.py facts (_run)", [*FENCED, S.events, SH.stats]),
     "outbox_record": ("outbound/outbox.py _record (_fenced_keys)", [*FENCED, S.outbox]),
     "outbox_part": ("outbound/outbox.py OutboxSend._record_part (_fenced_keys)", [*FENCED, S.outbox]),
     "bucket_take": (
@@ -107,15 +108,15 @@ CALLS: dict[str, tuple[str, list[str]]] = {
         "outbound/ratelimits.py hold",
         [G.chat_send_rate("telegram", "bot1", CHAT), G.chat_edit_rate("telegram", "bot1", CHAT)],
     ),
-    "outbox_append": ("outbound/outbox.py append_once", [*FENCED, S.web, S.outbox, G.stats]),
+    "outbox_append": ("outbound/outbox.py append_once", [*FENCED, S.web, S.outbox, SH.stats]),
     "history_append": ("queue/store.py append_history", [*FENCED, S.history]),
     "slot_save": ("queue/store.py save_slot", [*FENCED, S.slots, S.meta]),
     "session_reset": ("queue/store.py reset_conversation", [*FENCED, S.history, S.slots, S.offers]),
     "effect_begin": ("queue/effects.py effect_begin", [*FENCED, S.effect("e1")]),
     "effect_finish": ("queue/effects.py effect_finish", [*FENCED, S.effect("e1")]),
     "offer_record": ("queue/offers.py record_offer", [*FENCED, S.offers]),
-    "effect_doubt": ("queue/effects.py effect_doubt", [*FENCED, G.effects_in_doubt(TENANT)]),
-    "effect_resolve": ("control/operations.py resolve_doubt", [G.effects_in_doubt(TENANT), S.effect("e1")]),
+    "effect_doubt": ("queue/effects.py effect_doubt", [*FENCED, SH.effects_in_doubt(TENANT)]),
+    "effect_resolve": ("control/operations.py resolve_doubt", [SH.effects_in_doubt(TENANT), S.effect("e1")]),
     "approval_open": ("queue/approvals.py approval_open (_index_keys)", APPROVAL_KEYS),
     "approval_decide": ("queue/approvals.py approval_decide (_index_keys)", APPROVAL_KEYS),
     "approval_supersede": ("queue/approvals.py approval_supersede (_index_keys)", APPROVAL_KEYS),
@@ -166,7 +167,7 @@ _ROW = re.compile(r"_(web|after|listener)$")
 
 CROSS_SLOT: dict[str, str] = {
     # what takes each off the session's (or its own group's) slot today
-    "ingest": "global runnable/sessions/stats, RQ job/queue/queues, the sender's rate meter",
+    "ingest": "RQ job/queue/queues, the sender's rate meter",
     "ingest_web": "as ingest",
     "ingest_after": "as ingest",
     "enqueue": "RQ job hash, queue and queues set",
@@ -175,19 +176,8 @@ CROSS_SLOT: dict[str, str] = {
     "job_start": "RQ's job hash (rq:job:<id>) is not in the queue's slot",
     "job_finish": "RQ's job hash is not in the registries' slot",
     "job_drop_stuck": "RQ's job hash is not in the intermediate list's slot",
-    "begin": "the global runnable set and RQ's job and started registry",
-    "fail": "the global stats hash",
-    "complete": "the global stats, histograms, runnable and RQ's keys",
-    "dead_letter": "the global stats and dead-letter stream",
-    "defer": "the global deferred set and stats",
-    "outbox_claim": "the global stats hash",
-    "facts": "the global stats hash",
-    "outbox_append": "the global stats hash",
-    "effect_doubt": "the tenant's effects-in-doubt hash",
-    "effect_resolve": "the tenant's effects-in-doubt hash beside the session's effect record",
-    "approval_open": "approvals:due and the tenant's pending index",
-    "approval_decide": "as approval_open",
-    "approval_supersede": "as approval_open",
+    "begin": "RQ's job and started registry",
+    "complete": "RQ's keys",
     "console_throttle": "the failure counter and the wait key are not hash-tagged together",
     "access_check": "the tenant's access keys are not hash-tagged together",
     "stream_ticket": "the session's ticket meter beside the global ticket key",

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.core.events import ToolCalled, UsageMetered
-from switchboard.queue.keys import GlobalKeys
+from switchboard.queue.keys import ShardKeys
 from switchboard.queue.segments import SegmentLabels, TurnTally, run_field
 from tests.console.conftest import OPERATORS_CONFIG, Console
 
@@ -42,9 +42,9 @@ async def record_turn(redis: aioredis.Redis, labels: SegmentLabels, tenant: str,
     )
     for name, amount, is_float in tally.increments(labels):
         if is_float:
-            await redis.hincrbyfloat(GlobalKeys().stats, name, float(amount))
+            await redis.hincrbyfloat(ShardKeys(0).stats, name, float(amount))
         else:
-            await redis.hincrby(GlobalKeys().stats, name, int(amount))
+            await redis.hincrby(ShardKeys(0).stats, name, int(amount))
 
 
 async def test_an_operator_sees_turns_latency_cost_and_tool_outcomes_of_their_tenants(
@@ -60,7 +60,7 @@ async def test_an_operator_sees_turns_latency_cost_and_tool_outcomes_of_their_te
         ("default", "cancelled"),
         ("other", "failed"),
     ):
-        await async_redis.hincrby(GlobalKeys().stats, run_field(labels, "assistant", tenant, outcome), 1)
+        await async_redis.hincrby(ShardKeys(3).stats, run_field(labels, "assistant", tenant, outcome), 1)
 
     assert (await console.login("alice")).status == 200
     body = await (await console.client.get("/console/api/budgets")).json()

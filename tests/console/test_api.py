@@ -300,3 +300,30 @@ async def test_an_effect_in_doubt_is_resolved_through_the_console(
     assert (await (await console.client.get("/console/api/effects")).json())["effects"] == []
     again = await console.write("effects/resolve", body)
     assert again.status == 404
+
+
+async def test_the_sessions_list_pages_with_a_cursor_across_shards(
+    console: Console, seeded: Seeded, async_redis: aioredis.Redis
+) -> None:
+    from switchboard.core.messages import session_key
+
+    extra = [session_key("default", "assistant", "web", "default", f"page-{i}") for i in range(23)]
+    for i, session in enumerate(extra):  # indexed as ingest indexes them, in their shards
+        await async_redis.zadd(SessionKeys(session).shard.sessions, {session: 1e15 + i // 2})
+    assert len({SessionKeys(s).shard for s in extra}) > 15
+    assert (await console.login("alice")).status == 200
+    listed: list[str] = []
+    after, pages = "", 0
+    while True:
+        resp = await console.client.get("/console/api/sessions", params={"limit": "5", "after": after})
+        pages += 1
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        listed += [s["key"] for s in body["sessions"]]
+        after = body["next"]
+        if not after:
+            break
+    newest = sorted(extra, key=lambda s: (1e15 + extra.index(s) // 2, s.encode()), reverse=True)
+    assert listed == [*newest, seeded.mine] and pages == 5
+    for query in ({"after": "nonsense"}, {"limit": "0"}, {"limit": "x"}):
+        assert (await console.client.get("/console/api/sessions", params=query)).status == 400

@@ -15,12 +15,12 @@ from switchboard.egress.ca import DeploymentCA
 from switchboard.egress.events import RedisEgressSink
 from switchboard.egress.placeholders import placeholder
 from switchboard.queue.eventlog import read_events
-from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.stats import read_stats
 from switchboard.types import SessionKey
 from switchboard.web.metrics import Metrics
 from tests.egress.conftest import PUBLIC, SECRET_VALUE, SHARED_VALUE, Upstream, World, _serve
 from tests.egress.test_proxy import _get
+from tests.shardindexes import stats_of
 
 TOKEN = placeholder("GITHUB_TOKEN")
 
@@ -144,7 +144,7 @@ async def test_the_real_value_never_appears_in_events_logs_or_metrics(
     assert [e["kind"] for e in events] == ["egress_request"] * 6
     # plain http never carries the secret (placeholder_insecure), https to the bound host does
     assert [e["decision"] for e in events] == ["refused", "allowed", "refused", "refused", "refused", "allowed"]
-    stored = repr(events) + repr(await async_redis.hgetall(GlobalKeys().stats))
+    stored = repr(events) + repr(await stats_of(async_redis))
     stats = await read_stats(async_redis)
     assert (stats.egress_allowed, stats.egress_refused) == (2, 4)
     exposition = Metrics().render(stats, None).decode()

@@ -207,7 +207,8 @@ async def seed(
         await client.set(G.web_stream_ticket(f"{n + 10:064x}"), session)
         paired = {"role": "user", "at": time.time(), "by": "op", "session": session}
         await client.hset(G.access_paired(who[0]), f"{who[1]}:{who[2]}", json.dumps(paired))
-        await client.hset(G.effects_in_doubt(who[0]), doubt_field(session, "k1"), json.dumps({"memo": who[3]}))
+        doubts = SessionKeys(session).shard.effects_in_doubt(who[0])
+        await client.hset(doubts, doubt_field(session, "k1"), json.dumps({"memo": who[3]}))
         person = await people.person_of(who[0], f"{who[1]}:{who[2]}")
         assert person is not None
         await budgets(client).charge(budgets(client).counters(who[0], "assistant", person, f"{who[1]}:{who[2]}"), 9.0)

@@ -13,7 +13,7 @@ from mcp.types import CallToolResult
 from switchboard.core.messages import session_key
 from switchboard.queue.drafts import DraftStore
 from switchboard.queue.eventlog import decode_entries
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from tests.chaos.harness import Gateway, WorkerPool
 from tests.mcp.serving import (
@@ -28,6 +28,7 @@ from tests.mcp.serving import (
     text_of,
     workers,
 )
+from tests.shardindexes import count_of
 
 pytestmark = [pytest.mark.timeout(120)]
 _fixtures = (clients, gateways, pools, serve_env)
@@ -168,7 +169,7 @@ async def test_text_that_is_not_unicode_is_400_and_queues_nothing(
         answer: Any = await resp.json()
     assert resp.status == 400, answer  # a lone surrogate never reaches the agent
     assert answer["error"]["code"] == -32700, answer
-    assert await async_redis.zcard(GlobalKeys().sessions) == 0
+    assert await count_of(async_redis, lambda s: s.sessions) == 0
 
 
 async def test_other_methods_than_post_are_405_and_need_a_token_first(

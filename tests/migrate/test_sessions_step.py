@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from switchboard.errors import LayoutError
-from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.migrations import check_layout, find_legacy, migrate, read_layout
 from switchboard.queue.migrations.sessions import step
 from switchboard.types import SessionKey
@@ -46,8 +46,6 @@ def _fill(r: redis.Redis) -> None:
     r.set(_old(SESSION, "epoch"), 4)
     r.rpush(_old(THREAD, "history"), "h1")
     r.hset(_old(THREAD, "approval:abc"), "status", "pending")
-    r.set("sb:stats:fenced", 3)
-    r.set(ShardKeys(0).fenced_rejections, 2)  # counted by this release already: added to, not overwritten
     for key in NOT_SESSIONS:
         r.set(key, "x")
 
@@ -56,7 +54,7 @@ def test_the_step_renames_every_session_key_keeps_ttls_and_leaves_other_keys(syn
     _fill(sync_redis)
     tally: collections.Counter[str] = collections.Counter()
     step(sync_redis, tally)
-    assert tally == {"session keys renamed": 6, "sessions moved": 2, "fenced writes folded into shard 0's counter": 3}
+    assert tally == {"session keys renamed": 6, "sessions moved": 2}
     new, thread = SessionKeys(SESSION), SessionKeys(THREAD)
     assert sync_redis.lrange(new.inbox, 0, -1) == [b"m1", b"m2"]
     assert sync_redis.hgetall(new.messages) == {b"m1": b"{}", b"m2": b"{}"}
@@ -64,7 +62,6 @@ def test_the_step_renames_every_session_key_keeps_ttls_and_leaves_other_keys(syn
     assert sync_redis.get(new.epoch) == b"4"
     assert sync_redis.lrange(thread.history, 0, -1) == [b"h1"]
     assert sync_redis.hget(thread.approval("abc"), "status") == b"pending"
-    assert sync_redis.get(ShardKeys(0).fenced_rejections) == b"5" and not sync_redis.exists("sb:stats:fenced")
     assert all(sync_redis.get(key) == b"x" for key in NOT_SESSIONS)
     keys = {k.decode() for k in sync_redis.scan_iter()}
     assert not [k for k in keys if k.startswith((f"sb:{{{SESSION}}}", f"sb:{{{THREAD}}}"))]
@@ -73,7 +70,6 @@ def test_the_step_renames_every_session_key_keeps_ttls_and_leaves_other_keys(syn
     step(sync_redis, again)  # idempotent: nothing left to move, nothing counted twice
     assert again == {"sessions moved": 0}
     assert {k.decode() for k in sync_redis.scan_iter()} == keys
-    assert sync_redis.get(ShardKeys(0).fenced_rejections) == b"5"
 
 
 def test_a_taken_new_name_stops_the_step_without_overwriting(sync_redis: redis.Redis) -> None:

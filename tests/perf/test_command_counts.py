@@ -53,7 +53,7 @@ from switchboard.channels.telegram.fake.platform import make_update
 from switchboard.core.sealing import new_key
 from switchboard.queue import scripts
 from switchboard.queue.embedded import EmbeddedRedis, find_server_binary
-from switchboard.queue.keys import GlobalKeys, RQKeys
+from switchboard.queue.keys import GlobalKeys, RQKeys, ShardKeys
 from tests.failover.servers import Node
 
 # Calls per message, by scenario. "commands": every command (inside scripts too) by name, EVALSHA by script;
@@ -948,7 +948,9 @@ class Gateway:
         deadline = time.monotonic() + timeout
         while True:
             with self.control.pipeline(transaction=False) as pipe:
-                pipe.zcard(GlobalKeys().runnable).zcard(rq.started).llen(rq.queue).llen(rq.intermediate)
+                for shard in ShardKeys.every():
+                    pipe.zcard(shard.runnable)
+                pipe.zcard(rq.started).llen(rq.queue).llen(rq.intermediate)
                 if not any(pipe.execute()):
                     return
             assert time.monotonic() < deadline, (

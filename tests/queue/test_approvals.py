@@ -22,7 +22,7 @@ from switchboard.core.messages import session_key
 from switchboard.errors import FencedWriteError
 from switchboard.queue.approvals import APPROVAL_RETENTION_S, RedisApprovals, approval_member
 from switchboard.queue.connection import async_client
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import Lease, LeaseToken
 from switchboard.queue.ledger import Attempt, AttemptStore
 from switchboard.queue.stats import fenced_total
@@ -31,7 +31,7 @@ from switchboard.types import SessionKey
 
 SESSION = session_key("acme", "assistant", "telegram", "default", "c1")
 OTHER = session_key("acme", "assistant", "telegram", "default", "c2")
-G = GlobalKeys()
+SK = SessionKeys(SESSION).shard
 ACTION = "ab" * 32
 
 
@@ -90,8 +90,8 @@ async def test_an_opened_approval_is_pending_and_indexed_for_expiry_and_operator
     assert await store.approval_get(record.id) == record
     assert await store.approval_pending() == [record]
     member = approval_member(SESSION, record.id)
-    assert await client.zscore(G.approvals_due, member) == pytest.approx(record.expires_at)
-    assert await client.zscore(G.approvals_pending("acme"), member) == pytest.approx(record.requested_at)
+    assert await client.zscore(SK.approvals_due, member) == pytest.approx(record.expires_at)
+    assert await client.zscore(SK.approvals_pending("acme"), member) == pytest.approx(record.requested_at)
     ttl_s = await client.ttl(SessionKeys(SESSION).approval(record.id))
     assert 3600 + APPROVAL_RETENTION_S - 60 < ttl_s <= 3600 + APPROVAL_RETENTION_S
 
@@ -117,8 +117,8 @@ async def test_an_approval_is_decided_once_and_leaves_every_pending_index(
     assert second.record == first.record
     assert await store.approval_pending() == []
     member = approval_member(SESSION, record.id)
-    assert await client.zscore(G.approvals_due, member) is None
-    assert await client.zscore(G.approvals_pending("acme"), member) is None
+    assert await client.zscore(SK.approvals_due, member) is None
+    assert await client.zscore(SK.approvals_pending("acme"), member) is None
     assert await client.ttl(SessionKeys(SESSION).approval(record.id)) <= APPROVAL_RETENTION_S
 
 
@@ -259,7 +259,7 @@ async def test_a_zombie_token_writes_nothing(client: aioredis.Redis) -> None:
 
     assert await client.hgetall(SessionKeys(SESSION).approval(record.id)) == before
     assert not await client.exists(SessionKeys(SESSION).approval(fresh.id), SessionKeys(SESSION).control)
-    assert await client.zscore(G.approvals_due, approval_member(SESSION, fresh.id)) is None
+    assert await client.zscore(SK.approvals_due, approval_member(SESSION, fresh.id)) is None
     assert await fenced_total(client) == fenced_before + 5
 
 
@@ -320,7 +320,7 @@ async def test_r8_concurrent_approve_deny_and_expire_resolve_to_exactly_one_deci
     assert winners.total() == 1000
     assert winners["approve"] > 0 and winners["deny"] > 0  # the races really were races
     assert await client.zcard(SessionKeys(SESSION).approvals) == 0
-    assert await client.zcard(G.approvals_due) == 0
+    assert await client.zcard(SK.approvals_due) == 0
 
 
 async def test_the_turns_store_is_an_approval_store_under_the_drains_lease(

@@ -13,6 +13,7 @@ from switchboard.types import SessionKey
 from tests.queue.test_approvals import SESSION, lease_for, record_for
 
 G = GlobalKeys()
+SK = SessionKeys(SESSION).shard
 
 
 async def inbox(client: aioredis.Redis, session: SessionKey) -> list[InboundMessage]:
@@ -45,7 +46,7 @@ async def test_a_due_approval_is_sent_into_its_session_once(
 
     outcome = await store.approval_decide(due.id, "expire", "switchboard", "expiry", action_prefix=None)
     assert outcome.result == "applied"
-    assert await client.zscore(G.approvals_due, approval_member(SESSION, due.id)) is None
-    assert await client.zscore(G.approvals_due, approval_member(SESSION, live.id)) is not None
+    assert await client.zscore(SK.approvals_due, approval_member(SESSION, due.id)) is None
+    assert await client.zscore(SK.approvals_due, approval_member(SESSION, live.id)) is not None
     await sweep(client, queue_settings)
     assert len(await inbox(client, SESSION)) == 1

@@ -19,6 +19,7 @@ from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import BusyPolicy
+from tests.shardindexes import stats_sync
 
 Delivery = list[tuple[InboundMessage, BusyPolicy]]
 
@@ -61,7 +62,7 @@ def _state(r: Any, convs: Sequence[str]) -> dict[str, Any]:
         events = [(e[b"kind"].decode(), json.loads(e[b"data"]).get("reason")) for _id, e in r.xrange(keys.events)]
         dedups = sorted(k.decode().rsplit(":", 1)[-1] for k in r.scan_iter(keys.dedup("*")))
         state[conv] = {"inbox": inbox, "events": events, "dedup": dedups, "cancel": bool(r.exists(keys.cancel))}
-    stats = {k.decode(): int(v) for k, v in r.hgetall(GlobalKeys().stats).items()}
+    stats = {k.decode(): int(v) for k, v in stats_sync(r).items()}
     state["stats"] = {k: stats.get(k, 0) for k in ("accepted", "messages_dropped", "deduplicated")}
     return state
 

@@ -74,7 +74,7 @@ async def test_a_provider_retry_after_defers_the_turn_and_tells_the_user_once(
 
     assert outcome is DrainOutcome.DEFERRED
     assert len(runner.calls) == 1  # not three attempts within a second
-    due = await client.zscore(_GLOBAL.deferred, session)
+    due = await client.zscore(SessionKeys(session).shard.deferred, session)
     assert due is not None and before + 3600 <= due <= time.time() + 3600
     events = await read_events(client, session)
     deferred = [e for e in events if e["kind"] == "run_deferred"]
@@ -95,16 +95,16 @@ async def test_a_provider_retry_after_defers_the_turn_and_tells_the_user_once(
     assert early is DrainOutcome.DEFERRED and len(runner.calls) == 1
 
     # once due, the reaper gives it a drain job; the provider still limits: deferred again, the user not told twice
-    await client.zadd(_GLOBAL.deferred, {session: time.time() - 1})
+    await client.zadd(SessionKeys(session).shard.deferred, {session: time.time() - 1})
     assert await sweep(client, queue_settings) == 1
     again = await drainer(client, queue_settings, deliverer, runner).drain_session(session)
     assert again is DrainOutcome.DEFERRED and len(runner.calls) == 2 and len(deliverer.texts()) == 1
 
-    await client.zadd(_GLOBAL.deferred, {session: time.time() - 1})
+    await client.zadd(SessionKeys(session).shard.deferred, {session: time.time() - 1})
     done = await drainer(client, queue_settings, deliverer, runner).drain_session(session)
     assert done is DrainOutcome.RELEASED and len(runner.calls) == 3
     assert deliverer.texts()[-1] == "answer: hello"
-    assert await client.zscore(_GLOBAL.deferred, session) is None
+    assert await client.zscore(SessionKeys(session).shard.deferred, session) is None
     assert await client.exists(keys.attempts) == 0
     kinds = [e["kind"] for e in await read_events(client, session)]
     assert kinds.count("run_deferred") == 2 and kinds.count("run_completed") == 1 and "run_failed" not in kinds
@@ -157,5 +157,5 @@ async def test_a_short_provider_wait_defers_quietly(
     runner, deliverer = Provider(rate_limited(5)), RecordingDeliverer()
     assert await drainer(client, queue_settings, deliverer, runner).drain_session(session) is DrainOutcome.DEFERRED
     assert deliverer.texts() == []  # five seconds are not worth a notice
-    due = await client.zscore(_GLOBAL.deferred, session)
+    due = await client.zscore(SessionKeys(session).shard.deferred, session)
     assert due is not None and due - time.time() <= 5

@@ -11,7 +11,7 @@ from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnR
 from switchboard.errors import FencedWriteError
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken, fenced_xadd
 from switchboard.queue.ledger import Ledger
 from switchboard.queue.stats import fenced_total, read_stats
@@ -19,6 +19,7 @@ from switchboard.queue.store import RedisSessionStore
 from switchboard.settings import QueueSettings
 from switchboard.worker import drain as drain_module
 from switchboard.worker.drainturn import DrainOutcome
+from tests.shardindexes import entries_of
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
 
@@ -37,7 +38,7 @@ async def test_drain_answers_in_fifo_order_and_releases(
     assert await client.llen(keys.inbox) == 0
     assert await client.hlen(keys.messages) == 0
     assert await client.exists(keys.lease, keys.drain, keys.attempts, keys.outbox) == 0
-    assert await client.zscore(GlobalKeys().runnable, session) is None
+    assert await client.zscore(SessionKeys(session).shard.runnable, session) is None
     history = [HistoryEntry.model_validate_json(h) for h in await client.lrange(keys.history, 0, -1)]
     assert [(h.role, h.text) for h in history[:2]] == [("user", "m0"), ("assistant", "echo: m0")]
     kinds = [e["kind"] for e in await read_events(client, session)]
@@ -125,7 +126,7 @@ async def test_poison_message_is_dead_lettered_and_next_message_still_answered(
     dead = [json.loads(d) for d in await client.lrange(keys.dead, 0, -1)]
     assert dead[0]["message_ids"] == [poison.message_id]
     assert dead[0]["attempts"] == queue_settings.max_attempts and "poisoned" in dead[0]["reason"]
-    assert await client.xlen(GlobalKeys().dead_letters) == 1
+    assert len(await entries_of(client)) == 1
     kinds = [e["kind"] for e in await read_events(client, session)]
     assert kinds.count("run_failed") == 3 and kinds.count("run_dead_lettered") == 1
     assert (await read_stats(client)).dead_letters == 1

@@ -14,12 +14,13 @@ from switchboard.errors import FencedWriteError
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DrainJobs
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.stats import fenced_total
 from switchboard.settings import QueueSettings
 from switchboard.worker.drainturn import DrainOutcome
 from switchboard.worker.worker import SessionWorker
+from tests.shardindexes import count_of
 from tests.waiting import wait_until
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
@@ -106,7 +107,7 @@ async def test_newcomer_is_answered_while_busy_sessions_flood(
     rq = RQKeys(queue_settings.name)
     assert await client.llen(rq.queue) == 0 and await client.llen(rq.intermediate) == 0
     assert await client.zcard(rq.started) == 0 and await client.zcard(rq.failed) == 0
-    assert await client.zcard(GlobalKeys().runnable) == 0
+    assert await count_of(client, lambda s: s.runnable) == 0
 
 
 async def test_one_tenant_cannot_starve_another(
@@ -151,7 +152,7 @@ async def test_yield_frees_the_slot_and_requeues_the_session_at_the_back(
     assert DrainJobs.session_of(await client.hget(rq.job(flag), "data")) == a
     assert await client.exists(keys.lease) == 0
     assert [m.decode() for m in await client.lrange(keys.inbox, 0, -1)] == ids[1:]  # untouched, in order
-    assert await client.zscore(GlobalKeys().runnable, a) is not None
+    assert await client.zscore(SessionKeys(a).shard.runnable, a) is not None
 
     await client.delete(rq.queue)  # nobody waits any more: the drain keeps its slot to the end
     assert await drainer.drain_session(a) is DrainOutcome.RELEASED

@@ -17,8 +17,9 @@ from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.jobs import DRAIN_FUNCTION, DrainJobs, job_age_s
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.settings import LimitsSettings, QueueSettings
+from tests.shardindexes import stats_of
 
 from .conftest import make_message
 
@@ -33,8 +34,8 @@ async def test_ingest_stores_message_and_enqueues_one_rq_job(
     assert [i.decode() for i in await client.lrange(keys.inbox, 0, -1)] == [result.message_id]
     stored = json.loads(await client.hget(keys.messages, result.message_id))
     assert stored["id"] == result.message_id and stored["text"] == "hello"
-    assert await client.zscore(GlobalKeys().runnable, msg.session_key) is not None
-    assert await client.zscore(GlobalKeys().sessions, msg.session_key) is not None
+    assert await client.zscore(SessionKeys(msg.session_key).shard.runnable, msg.session_key) is not None
+    assert await client.zscore(SessionKeys(msg.session_key).shard.sessions, msg.session_key) is not None
     kinds = [e["kind"] for e in await read_events(client, msg.session_key)]
     assert kinds == ["message_received", "run_queued"]
 
@@ -71,7 +72,7 @@ async def test_duplicate_returns_original_id_and_changes_nothing(ingestor: Inges
     after = {k: await client.dump(k) for k in (keys.inbox, keys.messages, keys.events, keys.meta)}
     assert before == after
     assert await client.ttl(keys.dedup("update-42")) > 24 * 3600
-    counters = await client.hgetall(GlobalKeys().stats)
+    counters = await stats_of(client)
     assert counters[b"accepted"] == b"1" and counters[b"deduplicated"] == b"1"
 
 

@@ -14,8 +14,9 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.connection import MultiplexedConnection, async_client
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import QueueSettings
+from tests.shardindexes import stats_sync
 
 from .conftest import make_message
 
@@ -29,7 +30,7 @@ async def test_ingest_survives_a_flushed_script_cache(ingestor: Ingestor, sync_r
     sync_redis.script_flush()
     results = await asyncio.gather(*(ingestor.ingest(make_message(f"after {i}")) for i in range(5)))
     assert not any(r.duplicate for r in results)
-    assert int(sync_redis.hget(GlobalKeys().stats, "accepted") or 0) == 6
+    assert int(stats_sync(sync_redis).get(b"accepted") or 0) == 6
 
 
 async def test_a_killed_connection_fails_its_callers_and_the_next_ingest_reconnects(
@@ -100,7 +101,7 @@ async def test_without_multiplexing_the_pool_pipeline_path_still_ingests(
     sync_redis.script_flush()
     results = await asyncio.gather(*(ingestor.ingest(make_message(f"m{i}", dedup=f"p{i}")) for i in range(10)))
     assert len({r.message_id for r in results}) == 10 and not any(r.duplicate for r in results)
-    assert int(sync_redis.hget(GlobalKeys().stats, "accepted") or 0) == 10
+    assert int(stats_sync(sync_redis).get(b"accepted") or 0) == 10
 
 
 async def test_a_client_serves_more_concurrent_blocking_calls_than_redis_py_s_default_pool(redis_url: str) -> None:

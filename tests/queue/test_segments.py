@@ -19,7 +19,6 @@ from switchboard.core.providers import ModelFactory, ProviderConfig
 from switchboard.core.tools.builtin import default_registry
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.segments import (
     FIELD_PREFIX,
     LABEL_CAPS,
@@ -36,6 +35,7 @@ from switchboard.web.metrics import Metrics
 from switchboard.worker.drain import Drainer
 from tests.fakes.model_script import Call
 from tests.fakes.openai_api import FakeOpenAI
+from tests.shardindexes import stats_of
 
 from .conftest import RecordingDeliverer
 from .conftest import make_message as plain_message
@@ -125,7 +125,7 @@ async def test_a_real_turn_is_counted_by_agent_version_tool_and_tenant(
     assert seg.credits[(agent_name, version, tenant)] == stats.credits > 0  # the turn's cost, per task
     assert seg.tools == {("assistant", "current_time", "acme", "ok"): 1, ("assistant", OTHER, "acme", "validation"): 1}
     # label values: only configured names, or "other"
-    raw = await client.hgetall(GlobalKeys().stats)
+    raw = await stats_of(client)
     labels = {v for k in raw if k.decode().startswith(FIELD_PREFIX) for v in json.loads(k.decode()[4:])[1:]}
     assert not any("steal" in value for value in labels)
 

@@ -14,7 +14,7 @@ from redis.cluster import key_slot
 
 from switchboard.core.messages import session_key
 from switchboard.errors import FencedWriteError
-from switchboard.queue.keys import SessionKeys, ShardKeys, session_in
+from switchboard.queue.keys import FENCED_FIELD, SessionKeys, ShardKeys, session_in
 from switchboard.queue.lease import LeaseToken, fenced_xadd
 from switchboard.queue.shards import SHARDS, SLOTS_PER_SHARD, TAGS, generate_tags, shard_of, shard_tag
 from switchboard.queue.stats import fenced_total, read_stats
@@ -95,11 +95,17 @@ def test_session_keys_carry_their_shards_tag_and_read_back_as_the_session() -> N
     assert session_in("sb:{rate:telegram/default}:send") is None
 
 
-def test_the_fenced_total_sums_every_shards_counter() -> None:
-    assert len({shard.fenced_rejections for shard in ShardKeys.every()}) == SHARDS
-    assert [key_slot(s.fenced_rejections.encode()) for s in ShardKeys.every()] == [
-        SLOTS_PER_SHARD * n for n in range(SHARDS)
-    ]
+def test_every_shard_index_is_in_its_shards_slot() -> None:
+    for shard in ShardKeys.every():
+        names = [
+            shard.stats, shard.fenced_rejections, shard.histogram("run"), shard.runnable, shard.sessions,
+            shard.deferred, shard.dead_letters, shard.approvals_due, shard.approvals_pending("acme"),
+            shard.effects_in_doubt("acme"),
+        ]  # fmt: skip
+        assert {key_slot(k.encode()) for k in names} == {SLOTS_PER_SHARD * shard.shard}
+        assert shard.fenced_rejections == shard.stats  # the fence counts in the stats hash a scrape reads
+    assert len({shard.stats for shard in ShardKeys.every()}) == SHARDS
+    assert ShardKeys(5).runnable == f"sb:{{{TAGS[5]}}}:runnable"
 
 
 async def test_fenced_refusals_count_in_their_shard_and_metrics_read_the_sum(async_redis: aioredis.Redis) -> None:
@@ -110,6 +116,6 @@ async def test_fenced_refusals_count_in_their_shard_and_metrics_read_the_sum(asy
         for _ in range(n + 1):
             with pytest.raises(FencedWriteError):
                 await fenced_xadd(async_redis, stale, SessionKeys(session).events, {"type": "x"}, 100)
-    per_shard = [int(await async_redis.get(SessionKeys(s).fenced_rejections) or 0) for s in sessions]
+    per_shard = [int(await async_redis.hget(SessionKeys(s).fenced_rejections, FENCED_FIELD) or 0) for s in sessions]
     assert per_shard == [1, 2, 3]
     assert await fenced_total(async_redis) == 6 and (await read_stats(async_redis)).fenced_rejections == 6

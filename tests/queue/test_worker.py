@@ -9,10 +9,11 @@ import redis.asyncio as aioredis
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import ConfigError
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import RQKeys, SessionKeys
 from switchboard.queue.reaper import live_workers
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
+from tests.shardindexes import count_of
 from tests.waiting import wait_until
 
 from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
@@ -71,7 +72,7 @@ async def test_many_sessions_concurrently_in_one_worker(
     rq = RQKeys(queue_settings.name)
     assert await client.llen(rq.queue) == 0 and await client.llen(rq.intermediate) == 0
     assert await client.zcard(rq.started) == 0 and await client.zcard(rq.failed) == 0
-    assert await client.zcard(GlobalKeys().runnable) == 0
+    assert await count_of(client, lambda s: s.runnable) == 0
     assert await live_workers(client, 5.0) == 0  # deregistered on stop
 
 
@@ -190,4 +191,4 @@ async def test_messages_racing_with_release_are_never_stranded(
         if s.action.kind == "text":
             got[s.conversation.conversation].append(s.action.text)  # type: ignore[union-attr]
     assert got == sent
-    assert await client.zcard(GlobalKeys().runnable) == 0
+    assert await count_of(client, lambda s: s.runnable) == 0

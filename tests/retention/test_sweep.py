@@ -31,6 +31,7 @@ from switchboard.types import SessionKey
 from switchboard.worker.worker import SessionWorker
 from tests.erase.test_canary import everything, sb
 from tests.queue.conftest import RecordingDeliverer, make_drainer
+from tests.shardindexes import entries_of
 from tests.waiting import wait_until
 
 G = GlobalKeys()
@@ -126,7 +127,7 @@ async def test_each_kind_loses_what_is_older_than_its_rule_and_other_tenants_kee
     later_events = len(await client.xrange(keys.events, min=f"{int(mark * 1000)}-0"))
     assert 0 < later_events < events_before
     assert len(await load_history(client, old, 100)) == 4
-    assert await client.llen(keys.dead) == 1 and await client.xlen(G.dead_letters) == 2
+    assert await client.llen(keys.dead) == 1 and len(await entries_of(client)) == 2
 
     config = RetentionConfig.model_validate({"tenants": {"acme": RULES}})
     before = await everything(client)
@@ -145,7 +146,7 @@ async def test_each_kind_loses_what_is_older_than_its_rule_and_other_tenants_kee
     assert await client.xlen(keys.events) == later_events
     assert [e.text for e in await load_history(client, old, 100)] == ["later words", "echo: later words"]
     assert await client.llen(keys.dead) == 0
-    left = [json.loads(f[b"record"])["session"] for _, f in await client.xrange(G.dead_letters)]
+    left = [json.loads(f[b"record"])["session"] for _, f in await entries_of(client)]
     assert left == [other]
     assert not await client.exists(keys.approval(decided))
     assert await client.hget(keys.approval(pending), "status") == b"pending"

@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 from switchboard.channels.slack.fake.payloads import make_event, make_slash_command, sign_request
 from switchboard.channels.slack.fake.platform import FakeSlack
 from switchboard.cli.worker import run_worker
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import load_settings
 from switchboard.types import SessionKey
 from switchboard.web.app import create_app
@@ -28,6 +28,7 @@ from tests.channels.slack_support import BOT_TOKEN as SLACK_TOKEN
 from tests.channels.slack_support import SECRET as SLACK_SECRET
 from tests.channels.test_telegram import BOT, SECRET, TOKEN
 from tests.fakes.telegram_api import FakeTelegram, check_html, make_update, sign_update
+from tests.shardindexes import members_of
 from tests.waiting import wait_until
 
 AGENTS = """
@@ -139,7 +140,7 @@ def replies(fake: FakeTelegram, chat_id: int = 501) -> list[str]:
 async def agents_of(redis: aioredis.Redis, channel: str) -> list[str]:
     """The agents of every session of ``channel`` that has a history (someone answered there)."""
     found = []
-    for member in await redis.zrange(GlobalKeys().sessions, 0, -1):
+    for member in await members_of(redis, lambda s: s.sessions):
         session = member.decode()
         parts = session.split("/")
         if parts[2] == channel and await redis.exists(SessionKeys(SessionKey(session)).history):

@@ -1,10 +1,9 @@
-"""Migration step: every session key to its shard-tagged name, and the global fenced-write counter into shard 0's.
+"""Migration step: every session key to its shard-tagged name.
 
 Layout 1 named a session's keys ``sb:{<session>}:<name>``; layout 2 names them ``sb:{<shard tag>}:<<session>>:<name>``
 (:class:`~switchboard.queue.keys.SessionKeys`). On one node ``RENAME`` moves a key across slots with its value and
 TTL, atomically, so a crash leaves each key under exactly one of its names and a rerun's ``SCAN`` finds only the
-ones still to move. ``sb:stats:fenced`` is added to shard 0's counter and deleted in one ``MULTI`` (both or
-neither), so a crash cannot count it twice.
+ones still to move.
 """
 
 from __future__ import annotations
@@ -13,22 +12,19 @@ import collections
 
 import redis
 
-from switchboard.queue.keys import Layout1Keys, SessionKeys, ShardKeys
+from switchboard.queue.keys import Layout1Keys, SessionKeys
 
-__all__ = ["fold_fenced_counter", "legacy", "rename_session_keys", "step"]
+__all__ = ["legacy", "rename_session_keys", "step"]
 
 _OLD = Layout1Keys()
 _PAGE = 500
 
 RENAMED = "session keys renamed"
 SESSIONS = "sessions moved"
-FENCED = "fenced writes folded into shard 0's counter"
 
 
 def legacy(key: str) -> str | None:
     """The tally label of a layout-1 key this step moves, else ``None``."""
-    if key == _OLD.fenced_rejections:
-        return "fenced counters to fold"
     return "session keys to rename" if Layout1Keys.session_in(key) is not None else None
 
 
@@ -74,28 +70,6 @@ def rename_session_keys(r: redis.Redis, tally: collections.Counter[str], *, limi
     tally[SESSIONS] += len(sessions)
 
 
-def fold_fenced_counter(r: redis.Redis, tally: collections.Counter[str]) -> None:
-    """Add layout 1's global fenced-write count to shard 0's counter and delete it, atomically."""
-    old, new = _OLD.fenced_rejections, ShardKeys(0).fenced_rejections
-    with r.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                pipe.watch(old)  # type: ignore[no-untyped-call]
-                value = pipe.get(old)
-                if value is None:
-                    pipe.unwatch()
-                    return
-                pipe.multi()
-                pipe.incrby(new, int(value))
-                pipe.delete(old)
-                pipe.execute()
-            except redis.WatchError:
-                continue
-            tally[FENCED] += int(value)
-            return
-
-
 def step(r: redis.Redis, tally: collections.Counter[str]) -> None:
-    """The session step of ``switchboard migrate``: session keys renamed, the fenced counter folded."""
+    """The session step of ``switchboard migrate``: every session key renamed."""
     rename_session_keys(r, tally)
-    fold_fenced_counter(r, tally)

@@ -28,6 +28,7 @@ from switchboard.control import (
 )
 from switchboard.core.approvals.records import ApprovalRecord
 from switchboard.errors import QueueUnavailableError
+from switchboard.queue.fanout import ScoreCursor
 from switchboard.web.appkeys import INGESTOR, REDIS, SETTINGS
 from switchboard.web.console.routes import SECURITY_HEADERS, SIGNIN, Handler, error, operator_only
 
@@ -39,6 +40,7 @@ __all__ = [
     "filtered_sessions",
     "plain",
     "service_of",
+    "session_page",
     "transcript_body",
 ]
 
@@ -133,21 +135,47 @@ async def _approvals(service: ControlService, scope: OperatorScope) -> list[dict
 
 async def filtered_sessions(service: ControlService, scope: OperatorScope, query: Mapping[str, str]) -> Any:
     """The sessions list for the query's filters (``channel``, ``agent``, ``tenant``, ``state``; empty: any)."""
+    found, _next = await session_page(service, scope, query)
+    return found
+
+
+async def session_page(service: ControlService, scope: OperatorScope, query: Mapping[str, str]) -> tuple[Any, str]:
+    """The page of sessions for the query's filters, ``limit`` and ``after``, and the next page's cursor (``""``: none).
+
+    Raises:
+        InvalidRequestError: ``after`` is not a cursor, or ``limit`` not from 1 to 1000.
+    """
     given = {name: query.get(name) or None for name in SESSION_FILTERS}
-    found = await service.sessions(
-        scope, channel=given["channel"], agent=given["agent"], tenant=given["tenant"], state=given["state"]
+    try:
+        after = ScoreCursor.decode(query["after"]) if query.get("after") else None
+    except ValueError as err:
+        raise InvalidRequestError("after must be the cursor of an earlier page (next)") from err
+    limit = query.get("limit") or "50"
+    if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+        raise InvalidRequestError("limit must be a whole number from 1 to 1000")
+    found, following = await service.session_page(
+        scope,
+        limit=int(limit),
+        channel=given["channel"],
+        agent=given["agent"],
+        tenant=given["tenant"],
+        state=given["state"],
+        after=after,
     )
-    return plain(found)
+    return plain(found), following.encode() if following is not None else ""
 
 
 async def sessions(request: web.Request) -> web.StreamResponse:
-    """``GET /console/api/sessions?channel=&agent=&tenant=&state=``: the sessions, newest first, filtered."""
+    """``GET /console/api/sessions?channel=&agent=&tenant=&state=&limit=&after=``: a page of sessions, newest first.
+
+    ``next`` is the ``after`` of the following page (``""`` on the last).
+    """
     service, scope = service_of(request)
     try:
-        found = await filtered_sessions(service, scope, request.query)
+        found, following = await session_page(service, scope, request.query)
     except (ControlError, QueueUnavailableError, RedisError, OSError, TimeoutError) as err:
         return failure(err)
-    return _json({"sessions": found, "states": list(SESSION_STATES)})
+    return _json({"sessions": found, "states": list(SESSION_STATES), "next": following})
 
 
 async def transcript(request: web.Request) -> web.StreamResponse:
