@@ -69,7 +69,7 @@ def test_the_step_moves_every_index_into_its_shards_copy_and_a_rerun_changes_not
     first = ShardKeys.every()[0]
     counters = sync_redis.hgetall(first.stats)
     assert counters[b"accepted"] == b"41" and float(counters[b"credits"]) == 1.25
-    assert counters[FENCED_FIELD.encode()] == b"7" and sync_redis.hget(ShardKeys(9).stats, FENCED_FIELD) == b"2"
+    assert counters[FENCED_FIELD.encode()] == b"7"
     assert sync_redis.hgetall(first.histogram("run")) == {b"le:1": b"4", b"le:+Inf": b"5", b"sum": b"6.5"}
     # each dead letter in its session's shard, under its own id: every shard's stream in the old order
     moved = {}
