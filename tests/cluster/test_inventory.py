@@ -123,7 +123,7 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "control_set": ("queue/approvals.py set_control", [*FENCED, S.control]),
     "console_throttle": (
         "web/console/auth.py admit",
-        [G.console_failures("pair", "198.51.100.9|ops"), G.console_wait("198.51.100.9|ops")],
+        [G.console_pair_failures("198.51.100.9|ops"), G.console_wait("198.51.100.9|ops")],
     ),
     "context_keep": ("queue/groups.py keep", [S.group_context, S.dedup("context:telegram:update:2"), S.events]),
     "context_take": ("queue/groups.py take", [*FENCED, S.messages]),
@@ -150,15 +150,12 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "schedule_claim": ("queue/schedules.py _claim", [G.schedules_due, G.schedules_inflight, G.schedule("job1")]),
     "schedule_reclaim": ("queue/schedules.py _reclaim", [G.schedules_inflight]),
     "schedule_done": ("queue/schedules.py _done", [G.schedules_inflight, G.schedule("job1")]),
-    "stream_ticket": ("queue/limits.py issue_stream_ticket", [S.ticket_rate, G.web_stream_ticket("5eed")]),
+    "stream_ticket": ("queue/limits.py issue_stream_ticket", [S.ticket_rate, S.shard.web_ticket("5eed")]),
     "stream_slot_acquire": (
-        "queue/streamslots.py acquire",
-        [G.web_streams_by_session(SESSION), G.web_streams_by_address("203.0.113.7")],
+        "queue/streamslots.py acquire (one set a step: the address's, then the session's)",
+        [G.web_streams_by_address("203.0.113.7")],
     ),
-    "stream_slot_refresh": (
-        "queue/streamslots.py refresh",
-        [G.web_streams_by_session(SESSION), G.web_streams_by_address("203.0.113.7")],
-    ),
+    "stream_slot_refresh": ("queue/streamslots.py refresh (one set a call)", [G.web_streams_by_session(SESSION)]),
 }
 
 _ROW = re.compile(r"_(web|after|listener)$")
@@ -188,11 +185,6 @@ CROSS_SLOT: dict[str, str] = {
     "approval_open": "approvals:due and the tenant's pending index",
     "approval_decide": "as approval_open",
     "approval_supersede": "as approval_open",
-    "console_throttle": "the failure counter and the wait key are not hash-tagged together",
-    "access_check": "the tenant's access keys are not hash-tagged together",
-    "stream_ticket": "the session's ticket meter beside the global ticket key",
-    "stream_slot_acquire": "the session's and the address's open-stream sets",
-    "stream_slot_refresh": "the session's and the address's open-stream sets (a batch spans many)",
 }
 """Scripts that cross slots today, and why (each an ``xfail(strict=True)`` below)."""
 
