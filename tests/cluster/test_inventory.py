@@ -37,7 +37,7 @@ FENCED = [S.lease, S.fenced_rejections]
 
 INGEST_KEYS = [
     S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, G.runnable, G.sessions, G.stats,
-    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, G.sender_rate(f"{TENANT}/telegram/bot1/4242"), S.cancel,
+    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, S.cancel,
 ]  # fmt: skip
 BEGIN_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, G.runnable, S.history, S.slots, S.epoch,
@@ -64,6 +64,7 @@ CALLS: dict[str, tuple[str, list[str]]] = {
         [*INGEST_KEYS, S.dedup("telegram:update:0")],
     ),
     "session_quota": ("queue/limits.py count_session", [G.address_rate("203.0.113.7")]),
+    "sender_meter": ("queue/ingest.py _take (before ingest)", [G.sender_rate(f"{TENANT}/telegram/bot1/4242")]),
     "enqueue": ("queue/jobs.py _pushes", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
     "job_start": ("queue/jobs.py start", [RQ.job(JOB), RQ.started, RQ.intermediate]),
     "job_finish": ("queue/jobs.py finish", [RQ.job(JOB), RQ.started, RQ.failed]),
@@ -163,7 +164,7 @@ _ROW = re.compile(r"_(web|after|listener)$")
 
 CROSS_SLOT: dict[str, str] = {
     # what takes each off the session's (or its own group's) slot today
-    "ingest": "global runnable/sessions/stats, RQ job/queue/queues, the sender's rate meter",
+    "ingest": "global runnable/sessions/stats, RQ job/queue/queues",
     "ingest_web": "as ingest",
     "ingest_after": "as ingest",
     "enqueue": "RQ job hash, queue and queues set",

@@ -87,6 +87,30 @@ async def test_sender_rate_counts_across_sessions(client: aioredis.Redis, queue_
     assert (await ingestor.ingest(_from("someone-else", "c3"))).limited is None
 
 
+async def test_a_message_ingest_refuses_hands_its_sender_token_back(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    """The sender meter counts before ingest (its own slot); a duplicate or another limit's refusal gives it back."""
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=2, inbox_depth=1))
+    first = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert first.limited is None
+    for _ in range(5):  # platform retries: duplicates, each counted and handed back
+        assert (await ingestor.ingest(_from("u", "c1", dedup="e1"))).duplicate
+    assert (await ingestor.ingest(_from("u", "c1", dedup="e2"))).limited == "inbox_full"  # handed back too
+    assert (await ingestor.ingest(_from("u", "c2", dedup="e3"))).limited is None  # the second of two
+    assert (await ingestor.ingest(_from("u", "c3", dedup="e4"))).limited == "sender_rate"
+
+
+async def test_a_retry_over_the_sender_limit_is_still_a_duplicate(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=1))
+    first = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert (await ingestor.ingest(_from("u", "c2", dedup="e2"))).limited == "sender_rate"
+    retry = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert retry.duplicate and retry.limited is None and retry.message_id == first.message_id
+
+
 async def test_inbox_depth_bounds_the_waiting_messages(client: aioredis.Redis, queue_settings: QueueSettings) -> None:
     ingestor = Ingestor(client, queue_settings, _limits(inbox_depth=2))
     for i in range(2):
