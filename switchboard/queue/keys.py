@@ -20,6 +20,7 @@ __all__ = [
     "PREFIX",
     "RQ_KEY_PREFIX",
     "GlobalKeys",
+    "Layout1TenantKeys",
     "RQKeys",
     "SessionKeys",
     "ShardKeys",
@@ -612,6 +613,41 @@ class GlobalKeys:
     def agent_drafts(self, tenant: str) -> str:
         """HASH agent name → JSON draft (the proposed agent, who proposed it, when): never served until accepted."""
         return f"{self.prefix}:drafts:{tenant}:agents"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout1TenantKeys:
+    """The heads of the tenant-scoped names the release before the sharded layout wrote (read only by the migration).
+
+    ``switchboard/queue/migrations/tenant_tags.py`` renames them to :class:`GlobalKeys`' tagged names.
+    """
+
+    prefix: str = PREFIX
+
+    @property
+    def access(self) -> str:
+        """``sb:access:<tenant>:{paired,requests,code:<digest>,pending:<principal>,notice:<who>}``."""
+        return f"{self.prefix}:access:"
+
+    @property
+    def webhooks(self) -> str:
+        """``sb:webhooks:<tenant>:{cursors,deliveries,due,sent,dead,lock}``."""
+        return f"{self.prefix}:webhooks:"
+
+    @property
+    def console_pair_failures(self) -> str:
+        """``sb:console:failures:pair:<pair hash>``."""
+        return f"{self.prefix}:console:failures:pair:"
+
+    @property
+    def console_wait(self) -> str:
+        """``sb:console:wait:<pair hash>``."""
+        return f"{self.prefix}:console:wait:"
+
+    @property
+    def web_tickets(self) -> str:
+        """``sb:webticket:<ticket hash>``."""
+        return f"{self.prefix}:webticket:"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,21 +23,28 @@ would be misread, none does.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import redis
 
-from switchboard.queue.keys import PREFIX, GlobalKeys, literal
+from switchboard.queue.keys import GlobalKeys, Layout1TenantKeys, literal
 
 __all__ = ["step"]
 
 _G = GlobalKeys()
-_ACCESS = f"{PREFIX}:access:"
-_WEBHOOKS = f"{PREFIX}:webhooks:"
-_WEBHOOK_FAMILIES = ("cursors", "deliveries", "due", "sent", "dead")
-_PAIR_FAILURES = f"{PREFIX}:console:failures:pair:"
-_PAIR_WAIT = f"{PREFIX}:console:wait:"
-_TICKETS = f"{PREFIX}:webticket:"
+_OLD = Layout1TenantKeys()
+_ACCESS = _OLD.access
+_WEBHOOKS = _OLD.webhooks
+_WEBHOOK_FAMILIES: dict[str, Callable[[str], str]] = {
+    "cursors": _G.webhook_cursors,
+    "deliveries": _G.webhook_deliveries,
+    "due": _G.webhook_due,
+    "sent": _G.webhook_sent,
+    "dead": _G.webhook_dead,
+}
+_PAIR_FAILURES = _OLD.console_pair_failures
+_PAIR_WAIT = _OLD.console_wait
+_TICKETS = _OLD.web_tickets
 
 
 def _scan(r: redis.Redis, head: str) -> Iterator[str]:
@@ -86,7 +93,7 @@ def step(r: redis.Redis, tally: collections.Counter[str]) -> None:
             continue
         if family == "lock":
             tally["webhook locks dropped"] += r.delete(key)
-        elif family in _WEBHOOK_FAMILIES and _move(r, key, f"{PREFIX}:{{webhooks:{tenant}}}:{family}"):
+        elif family in _WEBHOOK_FAMILIES and _move(r, key, _WEBHOOK_FAMILIES[family](tenant)):
             tally["webhook keys renamed"] += 1
     for key in _scan(r, _PAIR_FAILURES):
         if _move(r, key, _G.console_pair_failures(key[len(_PAIR_FAILURES) :])):
