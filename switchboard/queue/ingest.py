@@ -4,6 +4,11 @@
 session runnable and enqueues a drain job only when none is pending, all atomically: a platform retry is never
 dropped while its original was lost (``docs/ARCHITECTURE.md`` §5). With ``idempotent=True`` (the web chat's
 ``client_id``) the same key with another text is refused as :attr:`IngestResult.reused` instead of deduplicated.
+
+The per-sender limit is the one check outside the script: a sender writes into several sessions, so its meter is in
+no session's cluster slot. With ``messages_per_sender_per_minute > 0`` its token is taken first by
+``sender_meter.lua`` on the sender's own slot (one round trip, batched across concurrent requests), and a message the
+script then does not write hands it back.
 """
 
 from __future__ import annotations

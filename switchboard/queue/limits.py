@@ -2,7 +2,10 @@
 
 Each limit is a GCRA meter (``lua/_limits.lua``) read and advanced inside the script that does the work, so a limit
 costs no extra round trip: message limits in the ingest script, sessions per address in :func:`count_session`,
-stream tickets in :func:`issue_stream_ticket`. A refused request writes nothing.
+stream tickets in :func:`issue_stream_ticket`. A refused request writes nothing. The exception is the per-sender
+message limit: a sender writes into several sessions, so its meter lives in no session's cluster slot and is taken
+by ``sender_meter.lua`` in a round trip of its own before ingest (only when the limit is on; see
+:class:`~switchboard.queue.ingest.Ingestor`).
 """
 
 from __future__ import annotations
