@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -109,6 +110,18 @@ async def test_a_retry_over_the_sender_limit_is_still_a_duplicate(
     assert (await ingestor.ingest(_from("u", "c2", dedup="e2"))).limited == "sender_rate"
     retry = await ingestor.ingest(_from("u", "c1", dedup="e1"))
     assert retry.duplicate and retry.limited is None and retry.message_id == first.message_id
+
+
+async def test_concurrent_messages_of_one_sender_are_counted_exactly(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    """30 messages of one sender into 30 chats at once (one batch of takes): exactly the limit land."""
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=10))
+    results = await asyncio.gather(*(ingestor.ingest(_from("u", f"c{n}", dedup=f"e{n}")) for n in range(30)))
+    assert [r.limited for r in results].count(None) == 10
+    assert {r.limited for r in results} == {None, "sender_rate"}
+    retries = await asyncio.gather(*(ingestor.ingest(_from("u", f"c{n}", dedup=f"e{n}")) for n in range(30)))
+    assert sum(r.duplicate for r in retries) == 10  # the accepted ones; the rest are refused again
 
 
 async def test_inbox_depth_bounds_the_waiting_messages(client: aioredis.Redis, queue_settings: QueueSettings) -> None:
