@@ -18,6 +18,8 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from redis.cluster import key_slot
+from redis.exceptions import RedisClusterException
 
 from switchboard.core.events import MessageReceived
 from switchboard.core.messages import session_key
@@ -167,3 +169,15 @@ async def test_web_chat_tickets_stream_caps_and_the_sender_meter_run_on_the_clus
     assert await scripts.SENDER_METER(cluster, meter, [1, 60_000, "take"]) > 0
     assert await scripts.SENDER_METER(cluster, meter, [1, 60_000, "give"]) == 1
     assert await scripts.SENDER_METER(cluster, meter, [1, 60_000, "take"]) == 0
+
+
+async def test_the_cluster_client_refuses_a_transaction_across_slots(cluster: Any) -> None:
+    """The control: what the tests above would meet if the tags were missing (the old names were in several slots)."""
+    old = ["sb:access:acme:paired", "sb:access:acme:requests"]
+    assert key_slot(old[0].encode()) != key_slot(old[1].encode())
+    with pytest.raises(RedisClusterException):
+        async with cluster.pipeline(transaction=True) as pipe:
+            pipe.hset(old[0], "a", "1")
+            pipe.zadd(old[1], {"a": 1})
+            await pipe.execute()
+    assert key_slot(G.access_paired(TENANT).encode()) == key_slot(G.access_requests(TENANT).encode())
