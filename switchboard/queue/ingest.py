@@ -277,6 +277,7 @@ class Ingestor:
             ack_replicas=settings.ack_replicas,
             ack_timeout_ms=settings.ack_timeout_ms,
         )
+        self._reloading = asyncio.Lock()
         self._per_sender = self.limits.messages_per_sender_per_minute
         self._senders = (
             Coalescer(redis, settings.ingest_timeout_s, script=scripts.SENDER_METER) if self._per_sender > 0 else None
@@ -450,12 +451,14 @@ class Ingestor:
         """Load the ingest script (a server without it: restarted, or a promoted replica) and run one call.
 
         With ``ack_replicas`` the call goes through the coalescer again, so its ``WAIT`` follows it on its connection.
+        One call at a time, in the order the refusals came back (``asyncio.Lock`` is FIFO): a batch refused with
+        ``NOSCRIPT`` is sent again in its own order, so one session's concurrent messages keep theirs.
         """
-        async with asyncio.timeout(self.settings.ingest_timeout_s):
+        async with asyncio.timeout(self.settings.ingest_timeout_s), self._reloading:
             if not self.settings.ack_replicas:
                 return await scripts.INGEST(self.redis, keys, args)
             await self.redis.script_load(scripts.INGEST.source)
-        return await self._coalescer.submit(keys, args)
+            return await self._coalescer.submit(keys, args)
 
     def _script_call(
         self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool
