@@ -288,7 +288,7 @@ class Ingestor:
             settings.events_maxlen,
             self._jobs.config,
             self.limits.messages_per_session_per_minute,
-            0,  # the sender meter's wait, set per call when it refused (see _with_sender_wait)
+            0,  # the sender meter's wait, set per call when it refused (see _sender_wait)
             self.limits.inbox_depth,
             CANCEL_TTL_MS,
             _CANCEL_CHANNEL,
@@ -384,7 +384,12 @@ class Ingestor:
                 if self._senders is not None:  # every sender token of the wave in one round trip, in order
                     meters = [self._sender_meter(m) for m, _ in wave]
                     takes = [self._senders.submit(*self._take(meter)) for meter in meters]
-                    waits = [await self._taken(take, meter) for take, meter in zip(takes, meters, strict=True)]
+                    try:
+                        waits = [await self._taken(take, meter) for take, meter in zip(takes, meters, strict=True)]
+                    except BaseException:
+                        for take in takes:  # their outcome no longer matters: never an unretrieved exception
+                            take.add_done_callback(lambda f: f.cancelled() or f.exception())
+                        raise
                 for n, (message, policy) in enumerate(wave):
                     call = self._script_call(message, policy, None, False)
                     counted = bool(waits) and _sender_wait(call.args, waits[n])
