@@ -353,13 +353,20 @@ class PairingStore:
         paired = Paired(principal=who, role=role, at=time.time(), by=operator, session=session)
         value = json.dumps({"role": role, "at": paired.at, "by": operator, "session": session})
         event = AccessPaired(principal=who, role=role or "default", operator=operator)
+        # Two steps, as on a cluster one transaction holds one slot: the tenant's access keys ({access:<tenant>}),
+        # then the fact in the session's log. A crash between them pairs the sender without its access_paired fact:
+        # the paired hash is what admits (and it records who paired it, when, as what), the fact is the session's
+        # history of it, so nothing is admitted or refused wrongly; the operator's approval came back as an error,
+        # and approving again finds the code taken (it was GETDEL'd): `access list` shows the sender paired.
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(_GLOBAL.access_paired(tenant), who, value)
             pipe.delete(_GLOBAL.access_pending(tenant, who), _GLOBAL.access_notice(tenant, who))
             pipe.zrem(_GLOBAL.access_requests(tenant), who)
-            fields: Any = {"kind": event.kind, "data": encode_event(event)}
-            pipe.xadd(SessionKeys(SessionKey(session)).events, fields, maxlen=self.events_maxlen, approximate=True)
             await pipe.execute()
+        fields: Any = {"kind": event.kind, "data": encode_event(event)}
+        await self.redis.xadd(
+            SessionKeys(SessionKey(session)).events, fields, maxlen=self.events_maxlen, approximate=True
+        )
         return paired
 
     async def revoke(self, tenant: str, principal: str, operator: str) -> bool:

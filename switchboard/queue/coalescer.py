@@ -53,9 +53,17 @@ class Coalescer:
     """
 
     def __init__(
-        self, redis: aioredis.Redis, timeout_s: float, *, ack_replicas: int = 0, ack_timeout_ms: int = 0
+        self,
+        redis: aioredis.Redis,
+        timeout_s: float,
+        *,
+        ack_replicas: int = 0,
+        ack_timeout_ms: int = 0,
+        script: scripts.Script = scripts.INGEST,
     ) -> None:
+        """Batch ``script``'s calls (the ingest script; the sender meter's takes use one of their own)."""
         self.redis = redis
+        self.script = script
         self.ack_replicas = ack_replicas
         self.ack_timeout_ms = ack_timeout_ms
         self.timeout_s = timeout_s + (ack_timeout_ms / 1000 if ack_replicas else 0.0)
@@ -84,7 +92,7 @@ class Coalescer:
         task.add_done_callback(self._tasks.discard)
 
     def _write(self, mux: MultiplexedConnection, batch: list[_Item], timer: asyncio.TimerHandle) -> None:
-        sha = scripts.INGEST.sha
+        sha = self.script.sha
         futures = [item.reply for item in batch]
         try:
             commands = [_pack(("EVALSHA", sha, len(item.keys), *item.keys, *item.args)) for item in batch]
@@ -169,13 +177,13 @@ class Coalescer:
     async def _round_trip(self, live: list[_Item]) -> None:
         try:
             if len(live) == 1 and not self.ack_replicas:
-                results: list[Any] = [await scripts.INGEST(self.redis, live[0].keys, live[0].args)]
+                results: list[Any] = [await self.script(self.redis, live[0].keys, live[0].args)]
             else:
                 async with self.redis.pipeline(transaction=False) as pipe:
                     if self.ack_replicas:  # loaded first: WAIT must follow the writes on the same connection
-                        pipe.script_load(scripts.INGEST.source)
+                        pipe.script_load(self.script.source)
                     for item in live:
-                        pipe.evalsha(scripts.INGEST.sha, len(item.keys), *item.keys, *item.args)
+                        pipe.evalsha(self.script.sha, len(item.keys), *item.keys, *item.args)
                     if self.ack_replicas:
                         pipe.execute_command("WAIT", self.ack_replicas, self.ack_timeout_ms)
                     results = await pipe.execute(raise_on_error=False)
@@ -190,7 +198,7 @@ class Coalescer:
                         )
                 for i, result in enumerate(results):
                     if isinstance(result, NoScriptError):  # script cache flushed: load it and run this one alone
-                        results[i] = await scripts.INGEST(self.redis, live[i].keys, live[i].args)
+                        results[i] = await self.script(self.redis, live[i].keys, live[i].args)
         except BaseException as err:
             for item in live:
                 if not item.reply.done():

@@ -218,7 +218,7 @@ class Eraser:
                 await self.redis.delete(_KEYS.schedules_of_session(session))
             await self._erase_workspace(session, report)
         if sessions:
-            for family in (_KEYS.web_token("*"), _KEYS.web_stream_ticket("*")):
+            for family in (_KEYS.web_token("*"), _KEYS.every_web_ticket):
                 tokens = [k for k in await self._scan(family) if _text(await self.redis.get(k) or b"") in sessions]
                 await self._delete("web chat tokens", tokens, report)
 

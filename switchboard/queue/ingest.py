@@ -4,6 +4,11 @@
 session runnable and enqueues a drain job only when none is pending, all atomically: a platform retry is never
 dropped while its original was lost (``docs/ARCHITECTURE.md`` §5). With ``idempotent=True`` (the web chat's
 ``client_id``) the same key with another text is refused as :attr:`IngestResult.reused` instead of deduplicated.
+
+The per-sender limit is the one check outside the script: a sender writes into several sessions, so its meter is in
+no session's cluster slot. With ``messages_per_sender_per_minute > 0`` its token is taken first by
+``sender_meter.lua`` on the sender's own slot (one round trip, batched across concurrent requests), and a message the
+script then does not write hands it back.
 """
 
 from __future__ import annotations
@@ -53,10 +58,13 @@ _to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
 """``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
 
 
-_AFTER_KEY: Final = 16
-"""``KEYS[16]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
-write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[16]`` is its web stream: a web
+_AFTER_KEY: Final = 15
+"""``KEYS[15]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
+write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[15]`` is its web stream: a web
 chat message is never sent in a wave.)"""
+_SENDER_ARG: Final = 16
+"""Index in the script's arguments (``ARGV[17]``) of the sender meter's wait (0 = counted, or no per-sender limit)."""
+_MINUTE_MS: Final = 60_000
 _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
 """ARGV 25–26 for an echo outside the web chat: no idle TTL (a platform's retention is the operator's)."""
 _DUPLICATE: Final = 1
@@ -177,6 +185,17 @@ def _fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def _sender_wait(args: list[ScriptArg], wait_ms: int) -> bool:
+    """Pass the sender meter's answer to the ingest script (``ARGV[17]``); whether the message was counted.
+
+    A message the meter refused still goes to the script, which refuses it after its duplicate check: a platform's
+    retry of an accepted message stays a duplicate, never a refusal.
+    """
+    if wait_ms > 0:
+        args[_SENDER_ARG] = wait_ms
+    return wait_ms == 0
+
+
 class _ScriptCall(NamedTuple):
     """One message's ingest script call, and what reading its reply needs."""
 
@@ -203,6 +222,8 @@ class _Pending:
     policy: BusyPolicy
     call: _ScriptCall
     reply: asyncio.Future[Any]
+    counted: bool = False
+    """The sender meter counted it (before the wave was sent): a message then not written hands its token back."""
 
 
 @dataclass(slots=True)
@@ -250,21 +271,26 @@ class Ingestor:
             rq.job(""),
             rq.queue,
             rq.queues,
-            _GLOBAL.sender_rate(""),
         )
-        """The script's keys shared by every session (a job's and a sender's meter's as prefixes), made once."""
+        """The script's keys shared by every session (a job's as a prefix), made once."""
         self._coalescer = Coalescer(
             redis,
             settings.ingest_timeout_s,
             ack_replicas=settings.ack_replicas,
             ack_timeout_ms=settings.ack_timeout_ms,
         )
+        self._reloading = asyncio.Lock()
+        self._per_sender = self.limits.messages_per_sender_per_minute
+        self._senders = (
+            Coalescer(redis, settings.ingest_timeout_s, script=scripts.SENDER_METER) if self._per_sender > 0 else None
+        )
+        """The sender meter's takes of concurrent requests, one pipeline per loop iteration (only with the limit)."""
         self._config: tuple[ScriptArg, ...] = (
             settings.dedup_ttl_s,
             settings.events_maxlen,
             self._jobs.config,
             self.limits.messages_per_session_per_minute,
-            self.limits.messages_per_sender_per_minute,
+            0,  # the sender meter's wait, set per call when it refused (see _sender_wait)
             self.limits.inbox_depth,
             CANCEL_TTL_MS,
             _CANCEL_CHANNEL,
@@ -308,11 +334,17 @@ class Ingestor:
         """
         try:  # the round trip in this coroutine itself: one coroutine less per message on the hot path
             message_id, session, stop, keys, args = self._script_call(message, busy_policy, echo, idempotent)
+            counted = False
+            if self._senders is not None:  # the per-sender limit: one round trip of its own, on the sender's slot
+                meter = self._sender_meter(message)
+                counted = _sender_wait(args, await self._taken(self._senders.submit(*self._take(meter)), meter))
             try:
                 reply = await self._coalescer.submit(keys, args)
             except NoScriptError:  # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run this one alone
                 reply = await self._alone(keys, args)
             result = _result(message_id, reply)
+            if counted and reply[0] != 0:
+                await self._give_back(meter)
             if stop and not (result.duplicate or result.limited or result.reused):  # the turn running now stops
                 await request_stop(self.redis, session, reason=f"/stop from {message.sender.id}")
             return result
@@ -350,13 +382,26 @@ class Ingestor:
                         confirmed(message, result)
                     continue
                 last: dict[SessionKey, str] = {}  # session → the dedup key of its latest message in this wave
-                for message, policy in wave:
+                waits: list[int] = []
+                if self._senders is not None:  # every sender token of the wave in one round trip, in order
+                    meters = [self._sender_meter(m) for m, _ in wave]
+                    takes = [self._senders.submit(*self._take(meter)) for meter in meters]
+                    try:
+                        waits = [await self._taken(take, meter) for take, meter in zip(takes, meters, strict=True)]
+                    except BaseException:
+                        for take in takes:  # their outcome no longer matters: never an unretrieved exception
+                            take.add_done_callback(lambda f: f.cancelled() or f.exception())
+                        raise
+                for n, (message, policy) in enumerate(wave):
                     call = self._script_call(message, policy, None, False)
+                    counted = bool(waits) and _sender_wait(call.args, waits[n])
                     after = last.get(call.session)
                     last[call.session] = call.keys[0]
                     if after is not None:
                         call.after(after)
-                    pending.append(_Pending(message, policy, call, self._coalescer.submit(call.keys, call.args)))
+                    pending.append(
+                        _Pending(message, policy, call, self._coalescer.submit(call.keys, call.args), counted)
+                    )
                 while pending:
                     item = pending.popleft()
                     message, call = item.message, item.call
@@ -364,6 +409,8 @@ class Ingestor:
                         reply = await item.reply
                     except NoScriptError:  # as in ingest: load the script, run the rest one by one, in order
                         reply = await self._alone(call.keys, call.args)
+                    if item.counted and reply[0] != 0:  # not written: its sender token goes back (a resend takes anew)
+                        await self._give_back(self._sender_meter(message))
                     if resent := reply[0] == _AFTER_MISSING:  # the one before it was refused: now it goes alone
                         result = await self.ingest(message, busy_policy=item.policy)  # (which requests its stop)
                     else:
@@ -380,16 +427,45 @@ class Ingestor:
             logger.warning("ingest for %s not confirmed: %s", messages[0][0].conversation.channel, type(err).__name__)
             raise QueueUnavailableError(f"Redis did not confirm the message: {type(err).__name__}") from err
 
+    def _sender_meter(self, message: InboundMessage) -> str:
+        c = message.conversation
+        return _GLOBAL.sender_rate(f"{c.tenant}/{c.channel}/{c.account}/{message.sender.id}")
+
+    def _take(self, meter: str, how: str = "take") -> tuple[list[str], list[ScriptArg]]:
+        """The sender meter script's keys and arguments (``sender_meter.lua``)."""
+        return [meter], [self._per_sender, _MINUTE_MS, how]
+
+    async def _taken(self, take: asyncio.Future[Any], meter: str) -> int:
+        """The sender meter's answer to a take: 0 when the message was counted, else the wait in ms."""
+        try:
+            return int(await take)
+        except NoScriptError:  # a server without the script (restarted, promoted): load it with this call
+            async with asyncio.timeout(self.settings.ingest_timeout_s):
+                return int(await scripts.SENDER_METER(self.redis, *self._take(meter)))
+
+    async def _give_back(self, meter: str) -> None:
+        """Hand back the sender token of a message ingest did not write (a duplicate, another limit, a reused key).
+
+        Best effort: a failure here leaves the sender one message short of its limit for at most a minute.
+        """
+        try:
+            async with asyncio.timeout(self.settings.ingest_timeout_s):
+                await scripts.SENDER_METER(self.redis, *self._take(meter, "give"))
+        except (TimeoutError, RedisError, OSError) as err:
+            logger.warning("a sender's token was not handed back: %s", type(err).__name__)
+
     async def _alone(self, keys: list[str], args: list[ScriptArg]) -> Any:
         """Load the ingest script (a server without it: restarted, or a promoted replica) and run one call.
 
         With ``ack_replicas`` the call goes through the coalescer again, so its ``WAIT`` follows it on its connection.
+        One call at a time, in the order the refusals came back (``asyncio.Lock`` is FIFO): a batch refused with
+        ``NOSCRIPT`` is sent again in its own order, so one session's concurrent messages keep theirs.
         """
-        async with asyncio.timeout(self.settings.ingest_timeout_s):
+        async with asyncio.timeout(self.settings.ingest_timeout_s), self._reloading:
             if not self.settings.ack_replicas:
                 return await scripts.INGEST(self.redis, keys, args)
             await self.redis.script_load(scripts.INGEST.source)
-        return await self._coalescer.submit(keys, args)
+            return await self._coalescer.submit(keys, args)
 
     def _script_call(
         self, message: InboundMessage, busy_policy: BusyPolicy, echo: Mapping[str, str] | None, idempotent: bool
@@ -423,7 +499,7 @@ class Ingestor:
         if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
-        job_prefix, queue, queues, sender_rate = self._global_keys
+        job_prefix, queue, queues = self._global_keys
         runnable, sessions, stats = _SHARD_INDEXES[shard_of(session)]
         script_keys = [
             keys.dedup(message.dedup_key),
@@ -439,7 +515,6 @@ class Ingestor:
             queue,
             queues,
             rate,
-            f"{sender_rate}{conv.tenant}/{channel}/{conv.account}/{message.sender.id}",
             cancel,
         ]
         script_args: list[ScriptArg] = [

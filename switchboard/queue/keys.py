@@ -139,6 +139,14 @@ class ShardKeys:
         """HASH ``<session>|<effect key>`` → JSON (record, info, at): one tenant's effects in doubt in the shard."""
         return self._k(f"effects:doubt:{tenant}")
 
+    def web_ticket(self, ticket_hash: str) -> str:
+        """STRING token hash for a single-use web chat stream ticket (by the ticket's hash, short TTL, GETDEL).
+
+        In the shard of the session it opens (the ticket names its shard, ``<shard>.<random>``), so issuing it and
+        counting it on the session's ticket meter is one script in one slot.
+        """
+        return f"{PREFIX}:{{{self.tag}}}:webticket:{ticket_hash}"
+
     @staticmethod
     def every() -> tuple[ShardKeys, ...]:
         """Every shard's keys, shard 0 first."""
@@ -347,24 +355,28 @@ class GlobalKeys:
         return f"{self.prefix}:worker:{worker}:alive"
 
     def access_paired(self, tenant: str) -> str:
-        """HASH principal → JSON (role, when, by whom, session): one tenant's paired senders."""
-        return f"{self.prefix}:access:{tenant}:paired"
+        """HASH principal → JSON (role, when, by whom, session): one tenant's paired senders.
+
+        A tenant's access keys share the hash tag ``{access:<tenant>}``: ``access_check.lua`` and the approval's
+        ``MULTI`` touch one slot.
+        """
+        return f"{self.prefix}:{{access:{tenant}}}:paired"
 
     def access_code(self, tenant: str, digest: str) -> str:
         """STRING with a TTL: a live pairing code (by its SHA-256) → JSON (principal, session, expiry)."""
-        return f"{self.prefix}:access:{tenant}:code:{digest}"
+        return f"{self.prefix}:{{access:{tenant}}}:code:{digest}"
 
     def access_pending(self, tenant: str, principal: str) -> str:
         """STRING with a TTL: the digest of a sender's live pairing code (at most one per sender)."""
-        return f"{self.prefix}:access:{tenant}:pending:{principal}"
+        return f"{self.prefix}:{{access:{tenant}}}:pending:{principal}"
 
     def access_notice(self, tenant: str, who: str) -> str:
         """STRING with a TTL: a refused sender (or group) was answered; no other answer until it expires."""
-        return f"{self.prefix}:access:{tenant}:notice:{who}"
+        return f"{self.prefix}:{{access:{tenant}}}:notice:{who}"
 
     def access_requests(self, tenant: str) -> str:
         """ZSET principal → expiry of its live pairing code: one tenant's open pairing requests, for operators."""
-        return f"{self.prefix}:access:{tenant}:requests"
+        return f"{self.prefix}:{{access:{tenant}}}:requests"
 
     @property
     def every_session(self) -> str:
@@ -397,8 +409,8 @@ class GlobalKeys:
                 f"{self.prefix}:{{budget:{tenant}}}:",
                 f"{self.prefix}:{{people:{tenant}}}:",
                 f"{self.prefix}:{{review:{tenant}}}:",
-                f"{self.prefix}:access:{tenant}:",
-                f"{self.prefix}:webhooks:{tenant}:",
+                f"{self.prefix}:{{access:{tenant}}}:",
+                f"{self.prefix}:{{webhooks:{tenant}}}:",
                 f"{self.prefix}:memory:{tenant}:",
                 self.sender_rate(f"{tenant}/"),
                 self.handoff(f"{tenant}/"),
@@ -517,9 +529,10 @@ class GlobalKeys:
         """STRING, PX TTL: one chat's streaming edit budget (GCRA arrival time, ms), shared by every worker."""
         return f"{self.prefix}:{{rate:{channel}/{account}}}:edit:{chat}"
 
-    def web_stream_ticket(self, ticket_hash: str) -> str:
-        """STRING session key for a single-use web chat stream ticket (by hash, short TTL, taken with GETDEL)."""
-        return f"{self.prefix}:webticket:{ticket_hash}"
+    @property
+    def every_web_ticket(self) -> str:
+        """``MATCH`` pattern of every shard's web chat stream tickets (:meth:`ShardKeys.web_ticket`)."""
+        return literal(f"{self.prefix}:{{") + "*" + literal("}:webticket:") + "*"
 
     def web_streams_by_session(self, session: str) -> str:
         """ZSET open stream id → expiry (server ms): the session's open web chat streams, across processes."""
@@ -530,40 +543,50 @@ class GlobalKeys:
         return f"{self.prefix}:webstreams:address:{address}"
 
     def webhook_cursors(self, tenant: str) -> str:
-        """HASH session → last event-log entry id read for the tenant's webhooks; ``~since``: where others start."""
-        return f"{self.prefix}:webhooks:{tenant}:cursors"
+        """HASH session → last event-log entry id read for the tenant's webhooks; ``~since``: where others start.
+
+        A tenant's webhook keys share the hash tag ``{webhooks:<tenant>}``, so each ``MULTI`` over them is one slot.
+        """
+        return f"{self.prefix}:{{webhooks:{tenant}}}:cursors"
 
     def webhook_deliveries(self, tenant: str) -> str:
         """HASH delivery id (``<endpoint>:<event id>``) → JSON ``{endpoint, body, attempts, last_error}``: waiting."""
-        return f"{self.prefix}:webhooks:{tenant}:deliveries"
+        return f"{self.prefix}:{{webhooks:{tenant}}}:deliveries"
 
     def webhook_due(self, tenant: str) -> str:
         """ZSET delivery id → unix time its next attempt is due."""
-        return f"{self.prefix}:webhooks:{tenant}:due"
+        return f"{self.prefix}:{{webhooks:{tenant}}}:due"
 
     def webhook_sent(self, tenant: str) -> str:
         """ZSET delivery id → unix time delivered (a week kept): the same event is never queued twice per URL."""
-        return f"{self.prefix}:webhooks:{tenant}:sent"
+        return f"{self.prefix}:{{webhooks:{tenant}}}:sent"
 
     def webhook_dead(self, tenant: str) -> str:
         """STREAM, capped: deliveries that ran out of attempts or were refused, for operators."""
-        return f"{self.prefix}:webhooks:{tenant}:dead"
+        return f"{self.prefix}:{{webhooks:{tenant}}}:dead"
 
     def webhook_lock(self, tenant: str) -> str:
         """STRING worker id, PX TTL: the process delivering the tenant's webhooks now."""
-        return f"{self.prefix}:webhooks:{tenant}:lock"
+        return f"{self.prefix}:{{webhooks:{tenant}}}:lock"
 
     def console_login(self, token_hash: str) -> str:
         """STRING JSON ``{"operator", "csrf", "via"}``, EX TTL: one console sign-in, by its cookie's hash."""
         return f"{self.prefix}:console:login:{token_hash}"
 
-    def console_failures(self, kind: str, value: str) -> str:
-        """STRING counter, EX TTL: failed console sign-ins per ``kind`` (``address``, or ``pair``: address + name)."""
-        return f"{self.prefix}:console:failures:{kind}:{value}"
+    def console_failures(self, address: str) -> str:
+        """STRING counter, EX TTL: failed console sign-ins from one client address (IPv6 per /64)."""
+        return f"{self.prefix}:console:failures:address:{address}"
+
+    def console_pair_failures(self, pair: str) -> str:
+        """STRING counter, EX TTL: failed console sign-ins of one (address, operator name) pair, by its hash.
+
+        Shares the hash tag ``{console:<pair>}`` with :meth:`console_wait`: one script reads and sets both.
+        """
+        return f"{self.prefix}:{{console:{pair}}}:failures"
 
     def console_wait(self, pair: str) -> str:
         """STRING, PX TTL: while it lives, one (address, operator name) pair's sign-in tries are refused."""
-        return f"{self.prefix}:console:wait:{pair}"
+        return f"{self.prefix}:{{console:{pair}}}:wait"
 
     def budget(self, tenant: str, scope: str, name: str, stamp: str) -> str:
         """HASH ``spent``, the rule (``budget``, ``scope``, ``subject``, ``period``), ``alert:<fraction>`` marks.
@@ -702,6 +725,31 @@ class Layout1Keys:
     def family(self, head: str) -> str:
         """``MATCH`` pattern of the keys named ``<prefix>:<head><anything>`` (``stats:hist:``)."""
         return literal(f"{self.prefix}:{head}") + "*"
+
+    @property
+    def access(self) -> str:
+        """``sb:access:<tenant>:{paired,requests,code:<digest>,pending:<principal>,notice:<who>}``."""
+        return f"{self.prefix}:access:"
+
+    @property
+    def webhooks(self) -> str:
+        """``sb:webhooks:<tenant>:{cursors,deliveries,due,sent,dead,lock}``."""
+        return f"{self.prefix}:webhooks:"
+
+    @property
+    def console_pair_failures(self) -> str:
+        """``sb:console:failures:pair:<pair hash>``."""
+        return f"{self.prefix}:console:failures:pair:"
+
+    @property
+    def console_wait(self) -> str:
+        """``sb:console:wait:<pair hash>``."""
+        return f"{self.prefix}:console:wait:"
+
+    @property
+    def web_tickets(self) -> str:
+        """``sb:webticket:<ticket hash>``."""
+        return f"{self.prefix}:webticket:"
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,10 +87,11 @@ class McpClientStore:
         sha256 = await self._redis.hget(self._keys.mcp_clients(tenant), name)
         if sha256 is None:
             return False
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self._keys.mcp_client(_text(sha256)))
-            pipe.hdel(self._keys.mcp_clients(tenant), name)
-            await pipe.execute()
+        # Two steps (the token and the tenant's index are in different slots on a cluster): the token first, so it
+        # stops working at once. A crash between leaves an index entry naming a deleted token: it admits nothing
+        # (find reads the token's own record), of_tenant lists it with created_at 0, and removing it again ends it.
+        await self._redis.delete(self._keys.mcp_client(_text(sha256)))
+        await self._redis.hdel(self._keys.mcp_clients(tenant), name)
         return True
 
 

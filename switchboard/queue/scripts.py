@@ -74,6 +74,7 @@ __all__ = [
     "SCHEDULE_PUT",
     "SCHEDULE_RECLAIM",
     "SCHEDULE_REMOVE",
+    "SENDER_METER",
     "SESSION_QUOTA",
     "SESSION_RESET",
     "SLOT_SAVE",
@@ -186,6 +187,7 @@ class Script:
 
 INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE, RETENTION_PRELUDE])
 SESSION_QUOTA: Final = Script("session_quota", preludes=[LIMITS_PRELUDE])
+SENDER_METER: Final = Script("sender_meter", preludes=[LIMITS_PRELUDE])
 ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
 JOB_START: Final = Script("job_start")
 JOB_FINISH: Final = Script("job_finish")
@@ -246,6 +248,7 @@ ALL: Final = (
     CONTEXT_TAKE,
     ACCESS_CHECK,
     SESSION_QUOTA,
+    SENDER_METER,
     ENQUEUE,
     JOB_START,
     JOB_FINISH,

@@ -1,5 +1,12 @@
 """Caps on open web chat streams per session and per client address, counted in Redis across web processes.
 
+A stream's slot is taken in two steps, each one set in one slot (a cluster keeps the address's and the session's sets
+apart): the address's set, then the session's; when the session's cap refuses, the address's entry is taken back.
+Neither cap is ever exceeded (each step checks and adds atomically); the cost of the two steps is a window of one
+round trip in which a stream refused by its session's cap still holds an address entry, so another stream of the
+same address opening just then may be refused when the address is at its cap (a false refusal, never a false
+admission). A process dying between the steps leaves an entry nothing refreshes: it expires within the slot TTL.
+
 An address is counted as the session quota counts it (IPv6 per /64), so rotating addresses within one /64 gains
 nothing. Each open stream holds a slot with an expiry on the server's clock, pushed back while the stream lives, so
 a process that dies leaves slots that expire and a crash never leaves a count stuck.
@@ -18,7 +25,7 @@ from redis.exceptions import RedisError
 
 from switchboard.queue.keys import GlobalKeys
 from switchboard.queue.limits import address_bucket
-from switchboard.queue.scripts import Script
+from switchboard.queue.scripts import Script, ScriptArg
 
 __all__ = ["SLOT_TTL_MS", "Slot", "StreamSlots"]
 
@@ -86,24 +93,23 @@ class StreamSlots:
         slot = Slot(secrets.token_hex(8), session, address_bucket(address))
         if per_session <= 0 and per_address <= 0:
             return slot
+        # Two steps, each one set in one slot (on a cluster the address's and the session's sets live apart): the
+        # address's, then the session's; a refusal by the second takes the first back.
+        steps = [
+            (key, cap) for key, cap in ((slot.address_key, per_address), (slot.session_key, per_session)) if cap > 0
+        ]
+        self._held[slot.id] = slot  # from the first step on: a failure part way frees what was taken (release)
         try:
-            refused = int(
-                await _ACQUIRE(
-                    self.redis, [slot.session_key, slot.address_key], [slot.id, self.ttl_ms, per_session, per_address]
-                )
-            )
+            for key, cap in steps:
+                if int(await _ACQUIRE(self.redis, [key], [slot.id, self.ttl_ms, cap])):
+                    await self.release(slot)
+                    return "session" if key == slot.session_key else "address"
         except BaseException:
-            # The script may have run even though its answer never came (a deadline, a lost connection): take the
-            # slot back, or it would count against the caps until it expires.
-            self._held[slot.id] = slot
+            # A step may have run even though its answer never came (a deadline, a lost connection): take the slot
+            # back, or it would count against the caps until it expires.
             self._cleanup.add(task := asyncio.ensure_future(self.release(slot)))
             task.add_done_callback(self._cleanup.discard)
             raise
-        if refused == 1:
-            return "session"
-        if refused == 2:
-            return "address"
-        self._held[slot.id] = slot
         return slot
 
     async def release(self, slot: Slot) -> None:
@@ -121,11 +127,15 @@ class StreamSlots:
         Raises:
             RedisError: Redis failed.
         """
-        held = list(self._held.values())
-        for start in range(0, len(held), _REFRESH_BATCH):
-            batch = held[start : start + _REFRESH_BATCH]
-            keys = [key for slot in batch for key in (slot.session_key, slot.address_key)]
-            await _REFRESH(self.redis, keys, [self.ttl_ms, *(slot.id for slot in batch)])
+        by_key: dict[str, list[str]] = {}
+        for slot in list(self._held.values()):
+            by_key.setdefault(slot.session_key, []).append(slot.id)
+            by_key.setdefault(slot.address_key, []).append(slot.id)
+        calls: list[tuple[list[str], list[ScriptArg]]] = []
+        for key, ids in by_key.items():  # one call per set (a script touches one slot), in batches of ids
+            calls += [([key], [self.ttl_ms, *ids[n : n + _REFRESH_BATCH]]) for n in range(0, len(ids), _REFRESH_BATCH)]
+        for start in range(0, len(calls), _REFRESH_BATCH):  # one round trip per batch of calls
+            await _REFRESH.many(self.redis, calls[start : start + _REFRESH_BATCH])
 
     async def _refresh_forever(self) -> None:
         while True:

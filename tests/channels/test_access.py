@@ -359,9 +359,9 @@ async def test_pairing_refuses_an_unknown_sender_with_one_code(gateway_for: Any,
     [issued] = gw.events("pairing_code_issued")
     assert issued.sender == gw.rig.other and issued.expires_at > time.time() + 3500
     assert [r.answered for r in gw.events("access_refused")] == [True, False]
-    codes = gw.redis.keys("sb:access:default:code:*")
+    codes = gw.redis.keys("sb:{access:default}:code:*")
     assert len(codes) == 1  # at most one live code per sender, stored by its hash
     [answer] = [t for t in gw.rig.texts() if REFUSAL in t]
     code = answer.split("pairing code is ")[1][:7]
-    stored = [gw.redis.dump(key) or b"" for key in gw.redis.keys("sb:access:*")]
+    stored = [gw.redis.dump(key) or b"" for key in gw.redis.keys("sb:{access:*")]
     assert stored and not any(code.encode() in value for value in stored), "the code itself is never stored"

@@ -38,7 +38,7 @@ SH = S.shard
 
 INGEST_KEYS = [
     S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, SH.runnable, SH.sessions, SH.stats,
-    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, G.sender_rate(f"{TENANT}/telegram/bot1/4242"), S.cancel,
+    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, S.cancel,
 ]  # fmt: skip
 BEGIN_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, SH.runnable, S.history, S.slots, S.epoch,
@@ -65,6 +65,7 @@ CALLS: dict[str, tuple[str, list[str]]] = {
         [*INGEST_KEYS, S.dedup("telegram:update:0")],
     ),
     "session_quota": ("queue/limits.py count_session", [G.address_rate("203.0.113.7")]),
+    "sender_meter": ("queue/ingest.py _take (before ingest)", [G.sender_rate(f"{TENANT}/telegram/bot1/4242")]),
     "enqueue": ("queue/jobs.py _pushes", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
     "job_start": ("queue/jobs.py start", [RQ.job(JOB), RQ.started, RQ.intermediate]),
     "job_finish": ("queue/jobs.py finish", [RQ.job(JOB), RQ.started, RQ.failed]),
@@ -124,7 +125,7 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "control_set": ("queue/approvals.py set_control", [*FENCED, S.control]),
     "console_throttle": (
         "web/console/auth.py admit",
-        [G.console_failures("pair", "198.51.100.9|ops"), G.console_wait("198.51.100.9|ops")],
+        [G.console_pair_failures("198.51.100.9|ops"), G.console_wait("198.51.100.9|ops")],
     ),
     "context_keep": ("queue/groups.py keep", [S.group_context, S.dedup("context:telegram:update:2"), S.events]),
     "context_take": ("queue/groups.py take", [*FENCED, S.messages]),
@@ -151,15 +152,12 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "schedule_claim": ("queue/schedules.py _claim", [G.schedules_due, G.schedules_inflight, G.schedule("job1")]),
     "schedule_reclaim": ("queue/schedules.py _reclaim", [G.schedules_inflight]),
     "schedule_done": ("queue/schedules.py _done", [G.schedules_inflight, G.schedule("job1")]),
-    "stream_ticket": ("queue/limits.py issue_stream_ticket", [S.ticket_rate, G.web_stream_ticket("5eed")]),
+    "stream_ticket": ("queue/limits.py issue_stream_ticket", [S.ticket_rate, S.shard.web_ticket("5eed")]),
     "stream_slot_acquire": (
-        "queue/streamslots.py acquire",
-        [G.web_streams_by_session(SESSION), G.web_streams_by_address("203.0.113.7")],
+        "queue/streamslots.py acquire (one set a step: the address's, then the session's)",
+        [G.web_streams_by_address("203.0.113.7")],
     ),
-    "stream_slot_refresh": (
-        "queue/streamslots.py refresh",
-        [G.web_streams_by_session(SESSION), G.web_streams_by_address("203.0.113.7")],
-    ),
+    "stream_slot_refresh": ("queue/streamslots.py refresh (one set a call)", [G.web_streams_by_session(SESSION)]),
 }
 
 _ROW = re.compile(r"_(web|after|listener)$")
@@ -167,7 +165,7 @@ _ROW = re.compile(r"_(web|after|listener)$")
 
 CROSS_SLOT: dict[str, str] = {
     # what takes each off the session's (or its own group's) slot today
-    "ingest": "RQ job/queue/queues, the sender's rate meter",
+    "ingest": "RQ job/queue/queues",
     "ingest_web": "as ingest",
     "ingest_after": "as ingest",
     "enqueue": "RQ job hash, queue and queues set",
@@ -178,11 +176,6 @@ CROSS_SLOT: dict[str, str] = {
     "job_drop_stuck": "RQ's job hash is not in the intermediate list's slot",
     "begin": "RQ's job and started registry",
     "complete": "RQ's keys",
-    "console_throttle": "the failure counter and the wait key are not hash-tagged together",
-    "access_check": "the tenant's access keys are not hash-tagged together",
-    "stream_ticket": "the session's ticket meter beside the global ticket key",
-    "stream_slot_acquire": "the session's and the address's open-stream sets",
-    "stream_slot_refresh": "the session's and the address's open-stream sets (a batch spans many)",
 }
 """Scripts that cross slots today, and why (each an ``xfail(strict=True)`` below)."""
 

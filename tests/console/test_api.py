@@ -125,7 +125,7 @@ async def _snapshot(redis: aioredis.Redis) -> dict[str, Any]:
     """Every key and its content digest, minus sign-in keys (which a request refreshes)."""
     out: dict[str, Any] = {}
     for key in sorted(k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*")):
-        if key.startswith("sb:console:"):
+        if key.startswith(("sb:console:", "sb:{console:")):
             continue
         out[key] = await redis.dump(key)
     return out

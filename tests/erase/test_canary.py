@@ -204,7 +204,7 @@ async def seed(
         await client.hset(SessionKeys(session).web_upload("up1"), mapping={"name": "a.txt", "data": who[3]})
         # the shapes the web chat, pairing and effect reconciliation write (their flows are tested where they live)
         await client.set(G.web_token(f"{n:064x}"), session)
-        await client.set(G.web_stream_ticket(f"{n + 10:064x}"), session)
+        await client.set(SessionKeys(session).shard.web_ticket(f"{n + 10:064x}"), session)
         paired = {"role": "user", "at": time.time(), "by": "op", "session": session}
         await client.hset(G.access_paired(who[0]), f"{who[1]}:{who[2]}", json.dumps(paired))
         doubts = SessionKeys(session).shard.effects_in_doubt(who[0])

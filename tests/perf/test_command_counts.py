@@ -75,6 +75,10 @@ from tests.failover.servers import Node
 # finished run queued for review: one pipelined push and trim; at rate 0, the default every other scenario runs with,
 # nothing); "ack_replicas" the plain message with ``SWITCHBOARD_QUEUE__ACK_REPLICAS=1`` and a replica attached (a WAIT
 # after the ingest script, and after the send's claim and record in the worker). Minus "plain": what the feature costs.
+# "limits" checks the per-sender meter in a script of its own on the sender's slot before ingest (issue #26: a sender
+# writes into several sessions, so its meter is in no session's slot): one more round trip and 3 more commands than
+# when ingest read it (EVALSHA sender_meter, its TIME and GET; ingest's MGET of both meters became a GET). With
+# messages_per_sender_per_minute 0 it costs nothing.
 # Segmented metrics (switchboard/queue/segments.py) ride inside the script that already writes a turn's closing facts
 # (outbox_claim or facts), so they add no round trip: a metered turn adds one HINCRBY (its duration's bucket, by agent,
 # version and tenant: the turn count and p50/p95) and one HINCRBYFLOAT (the duration's sum); a priced turn (tool credits
@@ -342,7 +346,7 @@ PINNED: dict[str, dict[str, Any]] = {
         "total": 0,
     },
     "limits": {
-        "client": 6,
+        "client": 7,
         "commands": {
             "DEL": 2,
             "EVALSHA begin": 1,
@@ -351,8 +355,9 @@ PINNED: dict[str, dict[str, Any]] = {
             "EVALSHA job_start": 1,
             "EVALSHA outbox_claim": 1,
             "EVALSHA outbox_record": 1,
+            "EVALSHA sender_meter": 1,
             "EXISTS": 1,
-            "GET": 4,
+            "GET": 6,
             "HDEL": 3,
             "HGET": 3,
             "HGETALL": 1,
@@ -366,19 +371,18 @@ PINNED: dict[str, dict[str, Any]] = {
             "LPOP": 1,
             "LRANGE": 1,
             "LREM": 1,
-            "MGET": 1,
             "RPUSH": 3,
             "SADD": 1,
             "SET": 5,
-            "TIME": 1,
+            "TIME": 2,
             "XADD": 7,
             "ZADD": 3,
             "ZCARD": 1,
             "ZREM": 2,
         },
-        "total": 74,
-        "web": 20,
-        "web_client": 1,
+        "total": 77,
+        "web": 23,
+        "web_client": 2,
         "worker": 54,
         "worker_client": 5,
     },

@@ -183,23 +183,25 @@ async def test_concurrent_ingests_keep_order_and_dedup_within_one_batch(
 async def test_ingest_survives_a_script_cache_flush(ingestor: Ingestor, client: aioredis.Redis) -> None:
     import asyncio
 
-    await ingestor.ingest(make_message("before"))
+    first = await ingestor.ingest(make_message("before"))
     await client.script_flush()
-    results = await asyncio.gather(*(ingestor.ingest(make_message(f"after{i}")) for i in range(3)))
+    results = await asyncio.gather(*(ingestor.ingest(make_message(f"after{i}")) for i in range(10)))
     assert all(not r.duplicate for r in results)
-    assert await client.llen(SessionKeys(make_message("x").session_key).inbox) == 4
+    inbox = await client.lrange(SessionKeys(make_message("x").session_key).inbox, 0, -1)
+    # refused with NOSCRIPT as one batch, sent again one by one in the batch's order: the session's order holds
+    assert [i.decode() for i in inbox] == [first.message_id, *(r.message_id for r in results)]
 
 
 async def test_only_a_platform_messages_call_is_guarded_by_the_one_before_it(ingestor: Ingestor) -> None:
-    """The script's KEYS[16] is a platform call's guard in a wave, but a web chat call's web stream: never both."""
+    """The script's KEYS[15] is a platform call's guard in a wave, but a web chat call's web stream: never both."""
     platform = ingestor._script_call(make_message("a"), "sequential", None, False)
     platform.after("guard")
-    assert len(platform.keys) == 16 and platform.keys[15] == "guard"
+    assert len(platform.keys) == 15 and platform.keys[14] == "guard"
     web = ingestor._script_call(make_message("b"), "sequential", {"type": "user", "data": "{}"}, False)
-    stream = web.keys[15]
+    stream = web.keys[14]
     with pytest.raises(ValueError, match="KEYS"):
         web.after("guard")
-    assert web.keys[15] == stream and "guard" not in web.keys
+    assert web.keys[14] == stream and "guard" not in web.keys
 
 
 async def _commands(client: aioredis.Redis) -> dict[str, int]:
@@ -231,14 +233,26 @@ async def test_a_platform_message_costs_one_command_per_write_and_no_limit_comma
     assert not {"cmdstat_get", "cmdstat_hsetnx", "cmdstat_time", "cmdstat_llen", "cmdstat_expire"} & set(calls), calls
 
 
-async def test_a_web_chat_message_refreshes_no_ttl_and_reads_its_meters_at_once(
+async def test_a_web_chat_message_refreshes_no_ttl_and_counts_its_sender_in_a_step_of_its_own(
     client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:
     ingestor = Ingestor(client, queue_settings, LimitsSettings())  # every abuse limit on, idle TTL on
     echo = {"type": "user", "data": '{"text": "hi"}'}
     messages = [make_message(f"m{i}", channel="web") for i in range(4)]
     calls = await _commands_per_message(client, ingestor, messages, echo=echo, idempotent=True)
-    # the 12 above, the retention stamp, the limits (TIME, LLEN, one read of both meters, two writes), the echo and
-    # its status
-    assert sum(calls.values()) == 4 * 20, calls
-    assert calls["cmdstat_mget"] == 4 and "cmdstat_get" not in calls and "cmdstat_expire" not in calls, calls
+    # the 12 above, the retention stamp, the limits (TIME, LLEN, the session meter's read and write), the echo and
+    # its status; then the sender meter's own script on the sender's slot (EVALSHA, TIME, its read and write)
+    assert sum(calls.values()) == 4 * 23, calls
+    assert calls["cmdstat_evalsha"] == 8 and calls["cmdstat_get"] == 8 and calls["cmdstat_time"] == 8, calls
+    assert "cmdstat_mget" not in calls and "cmdstat_expire" not in calls, calls
+
+
+async def test_without_a_per_sender_limit_the_sender_meter_costs_nothing(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, LimitsSettings(messages_per_sender_per_minute=0))
+    echo = {"type": "user", "data": '{"text": "hi"}'}
+    messages = [make_message(f"m{i}", channel="web") for i in range(4)]
+    calls = await _commands_per_message(client, ingestor, messages, echo=echo, idempotent=True)
+    assert sum(calls.values()) == 4 * 19, calls  # the 23 above less the sender meter's script
+    assert calls["cmdstat_evalsha"] == 4 and calls["cmdstat_get"] == 4, calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -85,6 +86,42 @@ async def test_sender_rate_counts_across_sessions(client: aioredis.Redis, queue_
     refused = await ingestor.ingest(_from("spammer", "c3"), echo=_ECHO)
     assert refused.limited == "sender_rate" and refused.retry_after_ms > 0
     assert (await ingestor.ingest(_from("someone-else", "c3"))).limited is None
+
+
+async def test_a_message_ingest_refuses_hands_its_sender_token_back(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    """The sender meter counts before ingest (its own slot); a duplicate or another limit's refusal gives it back."""
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=2, inbox_depth=1))
+    first = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert first.limited is None
+    for _ in range(5):  # platform retries: duplicates, each counted and handed back
+        assert (await ingestor.ingest(_from("u", "c1", dedup="e1"))).duplicate
+    assert (await ingestor.ingest(_from("u", "c1", dedup="e2"))).limited == "inbox_full"  # handed back too
+    assert (await ingestor.ingest(_from("u", "c2", dedup="e3"))).limited is None  # the second of two
+    assert (await ingestor.ingest(_from("u", "c3", dedup="e4"))).limited == "sender_rate"
+
+
+async def test_a_retry_over_the_sender_limit_is_still_a_duplicate(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=1))
+    first = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert (await ingestor.ingest(_from("u", "c2", dedup="e2"))).limited == "sender_rate"
+    retry = await ingestor.ingest(_from("u", "c1", dedup="e1"))
+    assert retry.duplicate and retry.limited is None and retry.message_id == first.message_id
+
+
+async def test_concurrent_messages_of_one_sender_are_counted_exactly(
+    client: aioredis.Redis, queue_settings: QueueSettings
+) -> None:
+    """30 messages of one sender into 30 chats at once (one batch of takes): exactly the limit land."""
+    ingestor = Ingestor(client, queue_settings, _limits(messages_per_sender_per_minute=10))
+    results = await asyncio.gather(*(ingestor.ingest(_from("u", f"c{n}", dedup=f"e{n}")) for n in range(30)))
+    assert [r.limited for r in results].count(None) == 10
+    assert {r.limited for r in results} == {None, "sender_rate"}
+    retries = await asyncio.gather(*(ingestor.ingest(_from("u", f"c{n}", dedup=f"e{n}")) for n in range(30)))
+    assert sum(r.duplicate for r in retries) == 10  # the accepted ones; the rest are refused again
 
 
 async def test_inbox_depth_bounds_the_waiting_messages(client: aioredis.Redis, queue_settings: QueueSettings) -> None:

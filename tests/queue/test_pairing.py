@@ -162,7 +162,10 @@ async def test_an_expired_code_is_refused_and_the_sender_gets_a_new_one(chat_for
     chat, env = await chat_for()
     await chat.say("hello?")
     old = chat.code()
-    for key in [*chat.redis.keys("sb:access:default:code:*"), _KEYS.access_pending("default", f"telegram:{STRANGER}")]:
+    for key in [
+        *chat.redis.keys("sb:{access:default}:code:*"),
+        _KEYS.access_pending("default", f"telegram:{STRANGER}"),
+    ]:
         chat.redis.pexpire(key, 1)  # the code's hour, passed
     await asyncio.sleep(0.05)
     refused = await asyncio.to_thread(sb, "access", "approve", old, env=env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,6 +15,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from switchboard.queue import limits
 from switchboard.queue.connection import async_client
 from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.muxredis import MultiplexedRedis
@@ -185,6 +187,41 @@ async def test_refresh_keeps_held_slots_and_release_frees_them(async_redis: aior
     assert await async_redis.zcard(held.session_key) == 0
 
 
+async def test_a_session_refusal_takes_the_address_entry_back(async_redis: aioredis.Redis) -> None:
+    """The address's set is taken first; when the session's cap refuses, the address keeps no entry for it."""
+    slots = StreamSlots(async_redis)
+    held = await slots.acquire("s", "a", per_session=1, per_address=5)
+    assert not isinstance(held, str)
+    assert await slots.acquire("s", "a", per_session=1, per_address=5) == "session"
+    assert await async_redis.zrange(held.address_key, 0, -1) == [held.id.encode()]
+    assert await slots.acquire("s", "b", per_session=0, per_address=1) != "session"  # a cap of 0 is not counted
+    assert await async_redis.zcard(GlobalKeys().web_streams_by_session("s")) == 1
+
+
+async def test_concurrent_opens_never_exceed_either_cap(async_redis: aioredis.Redis) -> None:
+    """60 streams opened at once over 6 sessions of one address: each cap holds exactly, nothing is left behind."""
+    slots = StreamSlots(async_redis)
+    per_session, per_address = 3, 10
+    sessions = [f"s{n % 6}" for n in range(60)]
+    got = await asyncio.gather(
+        *(slots.acquire(s, "198.51.100.4", per_session=per_session, per_address=per_address) for s in sessions)
+    )
+    held = [slot for slot in got if not isinstance(slot, str)]
+    by_session = collections.Counter(slot.session for slot in held)
+    assert max(by_session.values()) <= per_session
+    assert len(held) <= per_address
+    # the two-step window may refuse an address's stream falsely while another's entry is taken back, never admit
+    # one too many; here every session can hold 3 and the address 10, so the address's cap is what binds
+    assert len(held) >= per_address - 2, got
+    address_key = held[0].address_key
+    assert sorted(await async_redis.zrange(address_key, 0, -1)) == sorted(slot.id.encode() for slot in held)
+    for name in set(sessions):
+        members = await async_redis.zrange(GlobalKeys().web_streams_by_session(name), 0, -1)
+        assert sorted(members) == sorted(slot.id.encode() for slot in held if slot.session == name)
+    await asyncio.gather(*(slots.release(slot) for slot in held))
+    assert await async_redis.zcard(address_key) == 0
+
+
 async def test_zero_means_no_limit(
     base_env: dict[str, str], app_redis: aioredis.Redis, aiohttp_client: MakeClient
 ) -> None:
@@ -280,7 +317,8 @@ async def test_a_ticket_opens_its_session_stream_once(chat: Chat) -> None:
 async def test_a_ticket_is_stored_by_hash_and_expires(chat: Chat) -> None:
     _, token = await chat.new_session()
     ticket = await _ticket(chat, token)
-    key = GlobalKeys().web_stream_ticket(access.hash_token(ticket))
+    key = limits.stream_ticket_key(ticket, access.hash_token(ticket))
+    assert key is not None
     assert 0 < await chat.redis.ttl(key) <= chatstream.TICKET_TTL_S
     assert [k for k in await chat.redis.keys("*") if ticket.encode() in k] == []
     await chat.redis.pexpire(key, 1)

@@ -216,10 +216,10 @@ class Throttle:
         self._timeout_s = settings.queue.ingest_timeout_s
         self._window_s = console.login_window_s
         address = _network(client_address(request, settings.trusted_proxies))
-        self._address = _KEYS.console_failures("address", address)
+        self._address = _KEYS.console_failures(address)
         self._address_limit = console.login_failures_per_address
         pair = _hash(f"{address}\x1f{name}")
-        self._pair = [_KEYS.console_failures("pair", pair), _KEYS.console_wait(pair)]
+        self._pair = [_KEYS.console_pair_failures(pair), _KEYS.console_wait(pair)]  # one hash tag: one slot
         self._pair_args: list[scripts.ScriptArg] = [
             console.login_failures_per_name,
             round(console.login_delay_s * 1000),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Final, NamedTuple
@@ -23,7 +22,7 @@ from redis.exceptions import RedisError
 
 from switchboard.outbound import webstream
 from switchboard.queue.keys import GlobalKeys
-from switchboard.queue.limits import issue_stream_ticket
+from switchboard.queue.limits import issue_stream_ticket, new_stream_ticket, stream_ticket_key
 from switchboard.queue.streamslots import Slot, StreamSlots
 from switchboard.settings import Settings
 from switchboard.types import SessionKey
@@ -106,7 +105,10 @@ async def _ticket_token(request: web.Request, ticket: str) -> str | None:
     """
     if not ticket or len(ticket) > 512:
         return None
-    value = await request.app[_FANOUT].redis.getdel(GlobalKeys().web_stream_ticket(access.hash_token(ticket)))
+    key = stream_ticket_key(ticket, access.hash_token(ticket))
+    if key is None:  # names no shard (made up, cut, or changed): refused as any unknown ticket, with no lookup
+        return None
+    value = await request.app[_FANOUT].redis.getdel(key)
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -123,11 +125,15 @@ async def stream_ticket(request: web.Request) -> web.Response:
                 return access.unauthorized(
                     "missing or wrong bearer token: create a session with POST /api/chat/sessions"
                 )
-            ticket = secrets.token_urlsafe(32)
+            ticket = new_stream_ticket(session)
             # The ticket names the token, not the session: a token revoked meanwhile opens nothing with it.
-            key = GlobalKeys().web_stream_ticket(access.hash_token(ticket))
             wait_ms = await issue_stream_ticket(
-                request.app[_FANOUT].redis, session, key, token_hash, ttl_s=TICKET_TTL_S, per_ttl=TICKETS_PER_TTL
+                request.app[_FANOUT].redis,
+                session,
+                access.hash_token(ticket),
+                token_hash,
+                ttl_s=TICKET_TTL_S,
+                per_ttl=TICKETS_PER_TTL,
             )
     except (TimeoutError, RedisError, OSError):
         return access.unavailable()
