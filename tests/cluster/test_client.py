@@ -27,7 +27,7 @@ from switchboard.queue.connection import (
     is_cluster_node,
     sync_client,
 )
-from switchboard.queue.keys import SessionKeys, ShardKeys
+from switchboard.queue.keys import FENCED_FIELD, SessionKeys, ShardKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.muxredis import MultiplexedRedis, multiplexed_like
 from switchboard.queue.shards import SHARDS, TAGS
@@ -229,8 +229,8 @@ async def test_the_stats_readers_sum_the_fenced_counters_of_every_primary(
 ) -> None:
     shards = [0, 1, 300, 511, 700, 1023]
     for i, shard in enumerate(shards, start=1):
-        await cluster_client.incrby(ShardKeys(shard).fenced_rejections, i)
-    homes = {cluster_client.get_node_from_key(ShardKeys(s).fenced_rejections).port for s in shards}
+        await cluster_client.hincrby(ShardKeys(shard).stats, FENCED_FIELD, i)
+    homes = {cluster_client.get_node_from_key(ShardKeys(s).stats).port for s in shards}
     assert len(homes) == 3  # the counters live on all three primaries
     assert await fenced_total(cluster_client) == sum(range(1, len(shards) + 1))
     stats = await read_stats(cluster_client)
@@ -327,7 +327,7 @@ async def test_the_web_tier_starts_on_a_cluster_and_its_metrics_read_every_prima
     cluster_client: aioredis.RedisCluster, cluster_url: str, tmp_path: Path, aiohttp_client: Any
 ) -> None:
     for shard in (0, 511, 1023):
-        await cluster_client.incrby(ShardKeys(shard).fenced_rejections, 2)
+        await cluster_client.hincrby(ShardKeys(shard).stats, FENCED_FIELD, 2)
     settings = load_settings({"SWITCHBOARD_REDIS_URL": cluster_url, "SWITCHBOARD_DATA_DIR": str(tmp_path)})
     client = await aiohttp_client(create_app(settings))
     health = await client.get("/healthz")
