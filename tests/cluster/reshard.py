@@ -29,7 +29,10 @@ import redis
 
 from switchboard.queue.shards import SLOTS_PER_SHARD
 
-__all__ = ["Move", "Node", "move_shards", "move_slots", "owner_of", "primaries", "shard_slots"]
+__all__ = [
+    "Move", "Node", "close_slots", "migrate", "move_shards", "move_slots", "open_slots", "owner_of", "primaries",
+    "shard_slots",
+]  # fmt: skip
 
 CHUNK = 256
 """Slots whose ``SETSLOT`` commands go in one pipeline per node."""
@@ -129,21 +132,33 @@ def move_slots(
 
 
 def _move_chunk(source: Node, target: Node, others: Sequence[Node], slots: list[int], batch: int, move: Move) -> None:
+    open_slots(source, target, slots)
+    with source.client() as src:
+        for slot in slots:
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                migrate(source, target, keys)
+                move.keys += len(keys)
+                move.migrates += 1
+    close_slots(source, target, others, slots)
+
+
+def open_slots(source: Node, target: Node, slots: list[int]) -> None:
+    """Steps 1 and 2: the target imports ``slots`` from the source, the source migrates them to the target."""
     with source.client() as src, target.client() as dst:
         _setslots(dst, slots, "IMPORTING", source.id)
         _setslots(src, slots, "MIGRATING", target.id)
-        for slot in slots:
-            while True:
-                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
-                if not keys:
-                    break
-                src.execute_command("MIGRATE", target.host, target.port, "", 0, MIGRATE_TIMEOUT_MS, "KEYS", *keys)
-                move.keys += len(keys)
-                move.migrates += 1
-        _setslots(dst, slots, "NODE", target.id)
-        _setslots(src, slots, "NODE", target.id)
-    for other in others:
-        with other.client() as c:
+
+
+def migrate(source: Node, target: Node, keys: Sequence[bytes | str]) -> None:
+    """Step 3 for ``keys`` (of open slots): one atomic ``MIGRATE``."""
+    with source.client() as src:
+        src.execute_command("MIGRATE", target.host, target.port, "", 0, MIGRATE_TIMEOUT_MS, "KEYS", *keys)
+
+
+def close_slots(source: Node, target: Node, others: Sequence[Node], slots: list[int]) -> None:
+    """Step 4: ``slots`` are the target's, told to the target, the source, then every other primary."""
+    for node in (target, source, *others):
+        with node.client() as c:
             _setslots(c, slots, "NODE", target.id)
 
 

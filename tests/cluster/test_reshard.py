@@ -25,7 +25,7 @@ from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from switchboard.queue.shards import SHARDS, SLOTS_PER_SHARD, TAGS
-from tests.cluster.reshard import move_shards, owner_of, primaries, shard_slots
+from tests.cluster.reshard import close_slots, migrate, move_shards, open_slots, owner_of, primaries, shard_slots
 from tests.cluster.servers import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
@@ -56,12 +56,16 @@ def _plain(writer: int, i: int) -> str:
 
 
 def _redirections(seed: tuple[str, int]) -> Counter[str]:
-    """``MOVED``, ``ASK`` and ``TRYAGAIN`` answers the primaries gave so far (``INFO errorstats``)."""
+    """``MOVED``, ``ASK``, ``TRYAGAIN``… answers the primaries gave so far (``INFO errorstats``), and by command."""
     out: Counter[str] = Counter()
     for node in primaries(seed):
         with node.client() as c:
             for name, stat in c.info("errorstats").items():
                 out[name.removeprefix("errorstat_")] += int(stat["count"])
+            for name, stat in c.info("commandstats").items():  # which commands the errors answered
+                if int(stat.get("failed_calls", 0)) or int(stat.get("rejected_calls", 0)):
+                    out[f"{name.removeprefix('cmdstat_')} failed"] += int(stat.get("failed_calls", 0))
+                    out[f"{name.removeprefix('cmdstat_')} rejected"] += int(stat.get("rejected_calls", 0))
     return out
 
 
@@ -188,3 +192,43 @@ async def test_a_third_of_the_shards_move_under_load_and_every_acknowledged_writ
     finally:
         for rc in rcs:
             await rc.aclose()
+
+
+async def test_a_script_on_a_half_moved_slot_is_refused_tryagain_until_the_slot_has_moved(
+    cluster: LocalCluster,
+) -> None:
+    """What redis-py does not hide: a multi-key script whose keys are split between the source and the target.
+
+    Only while a slot's keys are half moved (several ``MIGRATE`` for one slot, or a key created on the target through
+    ``ASK`` beside older ones still on the source). redis-py retries ``TRYAGAIN`` 16 times (the last 8 after 50 ms,
+    ~0.4 s), then raises; once the slot has moved the same call succeeds. So an application must treat the error
+    like a lost connection: answer the platform non-2xx (it posts again) or fail the step to be retried.
+    """
+    seed = cluster.startup_nodes[0]
+    shard = 700
+    recorded, log = (f"sb:{{{TAGS[shard]}}}:half:{name}" for name in ("recorded", "log"))
+    rc = aioredis.RedisCluster.from_url(cluster.url)
+    try:
+        record = rc.register_script(RECORD)
+        assert await record(keys=[recorded, log], args=["a"]) == 1
+        source = owner_of(seed, SLOTS_PER_SHARD * shard)
+        target = next(n for n in primaries(seed) if n.id != source.id)
+        others = [n for n in primaries(seed) if n.id not in (source.id, target.id)]
+        slot = [SLOTS_PER_SHARD * shard]
+        open_slots(source, target, slot)
+        migrate(source, target, [recorded])  # the set moved, the list not yet
+        started = asyncio.get_running_loop().time()
+        with pytest.raises((TryAgainError, ClusterError)):
+            await record(keys=[recorded, log], args=["b"])
+        gave_up_after = asyncio.get_running_loop().time() - started
+        assert await rc.get(f"sb:{{{TAGS[shard]}}}:absent") is None  # a one-key command is redirected (ASK)
+        with source.client() as src:  # the rest of the slot (the other test's keys of this shard) too
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot[0], 100):
+                migrate(source, target, keys)
+        close_slots(source, target, others, slot)
+        assert await record(keys=[recorded, log], args=["b"]) == 2
+        assert await rc.lrange(log, 0, -1) == [b"a", b"b"]
+        print(f"\n[reshard] a script on a half-moved slot: redis-py gave up after {gave_up_after:.2f}s")
+        assert gave_up_after < 5
+    finally:
+        await rc.aclose()
