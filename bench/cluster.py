@@ -22,7 +22,7 @@ The projection to N primaries (Redis side only) rests on these assumptions, each
    what limits the end-to-end figure, so the measured 1-node vs 3-primary messages/s says little about Redis);
 5. readers that merge the 1,024 shards (``/metrics``, the console) are off the hot path and not counted.
 
-    python -m bench.cluster            # 300 messages per half (about 2 min)
+    python -m bench.cluster            # 300 messages per half (about a minute)
     python -m bench.cluster --quick    # 40 messages per half (figures meaningless)
 """
 

@@ -8,7 +8,10 @@ lose their mark) when the pieces land. What stops them on this branch:
 - ingest: the web tier answers 500 / 503 to every message, the ``INGEST`` script's keys cross slots (the global
   ``sb:runnable`` / ``sb:sessions`` / ``sb:stats`` and rq's job and queue keys beside the session's; redis-py refuses
   it before sending: ``EVALSHA - all keys must map to the same key slot``) — h26-shardidx and h26-drainq;
-- the worker: its drain queue is rq's global list, read with ``BLMOVE`` across slots — h26-drainq.
+- the worker: its drain queue is rq's global list, read with ``BLMOVE`` across slots — h26-drainq. With h26-drainq
+  merged in a scratch tree (its 836222a): the worker starts, then stops at its safety pass, one ``LMPOP`` over every
+  owned shard's ``sb:{T}:drainq`` (``worker.py`` ``_safety_pass``: ``LMPOP - all keys must map to the same key
+  slot``); ingest still answers 500 there without the per-shard indexes.
 """
 
 from __future__ import annotations
