@@ -63,11 +63,11 @@ answered twice; one acknowledged earlier, or after the promotion, may not."""
 
 @pytest.fixture
 async def gateway(base_env: dict[str, str], fake: FakeTelegram) -> AsyncIterator[Callable[..., Any]]:
-    """Build the web tier on a cluster (closed at teardown)."""
+    """Build the web tier on the Redis at a URL (closed at teardown)."""
     made: list[Gateway] = []
 
-    async def build(cluster: LocalCluster, **queue: str) -> tuple[Gateway, dict[str, str]]:
-        env = chaos_env(base_env | {"SWITCHBOARD_REDIS_URL": url_of(cluster)}, fake.base_url, **queue)
+    async def build(url: str, **queue: str) -> tuple[Gateway, dict[str, str]]:
+        env = chaos_env(base_env | {"SWITCHBOARD_REDIS_URL": url}, fake.base_url, **queue)
         made.append(Gateway(env))
         await made[-1].start()
         return made[-1], env
@@ -113,7 +113,7 @@ def _assert_exactly_once_in_order(outcome: Outcome, traffic: Traffic) -> None:
 async def test_the_web_tier_on_the_cluster_answers_2xx_and_stores_each_message(
     redis_cluster: LocalCluster, cluster_url: str, gateway: Callable[..., Any]
 ) -> None:
-    web, _env = await gateway(redis_cluster)
+    web, _env = await gateway(url_of(redis_cluster))
     client = as_redis(async_client(cluster_url))
     try:
         traffic = Traffic(web, client, sessions=4, web_sessions=2, messages=3)
@@ -127,20 +127,52 @@ async def test_the_web_tier_on_the_cluster_answers_2xx_and_stores_each_message(
         await client.aclose()
 
 
-# ------------------------------------------------------------------------------------------------------- chaos
-
-
-@DRAINQ
-async def test_workers_sigkilled_under_load_answer_every_message_once_in_order(
-    redis_cluster: LocalCluster,
-    cluster_url: str,
+async def test_the_harness_on_one_node_answers_every_message_once_in_order(
+    redis_url: str,
     gateway: Callable[..., Any],
     fake: FakeTelegram,
     pools: Callable[[dict[str, str], int], WorkerPool],
 ) -> None:
+    """The same senders, workers and checks on the embedded single server: what the cluster tests rely on works."""
+    web, env = await gateway(redis_url)
+    client = as_redis(async_client(redis_url))
+    pool = pools(env, 2)
+    try:
+        await workers_ready(pool)
+        traffic = Traffic(web, client, sessions=6, web_sessions=2, messages=8)
+        await traffic.open()
+        await asyncio.wait_for(traffic.run(), 30)
+        outcome = await finish(traffic, fake, pool)
+        print(f"\n[one node] {outcome.summary()}")
+        _assert_exactly_once_in_order(outcome, traffic)
+        assert outcome.report.answered == 48 and not outcome.refused
+    finally:
+        await client.aclose()
+
+
+# ------------------------------------------------------------------------------------------------------- chaos
+
+
+@pytest.mark.parametrize(
+    "where", [pytest.param("cluster", marks=DRAINQ), pytest.param("one node", marks=pytest.mark.chaos)]
+)
+async def test_workers_sigkilled_under_load_answer_every_message_once_in_order(
+    where: str,
+    request: pytest.FixtureRequest,
+    gateway: Callable[..., Any],
+    fake: FakeTelegram,
+    pools: Callable[[dict[str, str], int], WorkerPool],
+) -> None:
+    """On the cluster; and the same on the embedded single server, so the test's own kill loop and checks are known
+    to work while the cluster case cannot run."""
     rng = random.Random(26)
-    web, env = await gateway(redis_cluster, QUEUE__MAX_ATTEMPTS=MAX_ATTEMPTS, QUEUE__LEASE_MS=LEASE_MS)
-    client = as_redis(async_client(cluster_url))
+    if where == "cluster":
+        url = url_of(request.getfixturevalue("redis_cluster"))
+        request.getfixturevalue("cluster_url")  # every primary flushed
+    else:
+        url = request.getfixturevalue("redis_url")
+    web, env = await gateway(url, QUEUE__MAX_ATTEMPTS=MAX_ATTEMPTS, QUEUE__LEASE_MS=LEASE_MS)
+    client = as_redis(async_client(url))
     pool = pools(env, WORKERS)
     try:
         await workers_ready(pool)
@@ -167,7 +199,7 @@ async def test_workers_sigkilled_under_load_answer_every_message_once_in_order(
 
         await asyncio.wait_for(asyncio.gather(load, chaos()), 60)
         outcome = await finish(traffic, fake, pool)
-        print(f"\n[cluster chaos] {len(pool.signals)} kills, {pool.restarts} restarts; {outcome.summary()}")
+        print(f"\n[chaos, {where}] {len(pool.signals)} kills, {pool.restarts} restarts; {outcome.summary()}")
         _assert_exactly_once_in_order(outcome, traffic)
         assert len(pool.signals) == KILLS
         assert not outcome.report.unexplained_takeovers and not outcome.report.stale_epochs, outcome.summary()
@@ -198,7 +230,7 @@ async def test_a_primary_sigkilled_under_load_loses_reorders_or_repeats_nothing_
     pools: Callable[[dict[str, str], int], WorkerPool],
     record_property: Callable[[str, Any], None],
 ) -> None:
-    web, env = await gateway(own_cluster)
+    web, env = await gateway(url_of(own_cluster))
     client = as_redis(async_client(url_of(own_cluster)))
     pool = pools(env, 2)
     try:
@@ -255,7 +287,7 @@ async def test_a_third_of_the_shards_moved_under_load_answer_every_message_once_
     source = owner_of(seed, SLOTS_PER_SHARD * shards[0])  # a third of the shards: every one this primary holds
     moved = [n for n in range(SHARDS) if SLOTS_PER_SHARD * n in source.slots]
     target = next(n for n in primaries(seed) if n.id != source.id)
-    web, env = await gateway(own_cluster)
+    web, env = await gateway(url_of(own_cluster))
     client = as_redis(async_client(url_of(own_cluster)))
     pool = pools(env, 2)
     try:
