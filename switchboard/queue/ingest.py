@@ -29,8 +29,8 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 from switchboard.queue.coalescer import Coalescer
-from switchboard.queue.jobs import DrainJobs, rq_time
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.jobs import entry
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.queue.message_ids import new_message_id
 from switchboard.queue.scripts import ScriptArg
 from switchboard.settings import LimitsSettings, QueueSettings
@@ -45,16 +45,15 @@ WEB_ECHO_MAXLEN = 1000
 """Approximate cap of each session's web stream (the web chat's retained history; ``WEB_STREAM_MAXLEN``)."""
 _QUEUED_STATUS = '{"status":"queued"}'
 _GLOBAL = GlobalKeys()
-_CANCEL_CHANNEL = _GLOBAL.cancel_channel
 _ASSIGNED: set[str] = {"id", "received_at"}
 """Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
 _to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
 """``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
 
 
-_AFTER_KEY: Final = 16
-"""``KEYS[16]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
-write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[16]`` is its web stream: a web
+_AFTER_KEY: Final = 14
+"""``KEYS[14]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
+write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[14]`` is its web stream: a web
 chat message is never sent in a wave.)"""
 _NO_RETENTION: Final[tuple[ScriptArg, ...]] = ("", 0)
 """ARGV 25–26 for an echo outside the web chat: no idle TTL (a platform's retention is the operator's)."""
@@ -91,20 +90,17 @@ _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 @functools.lru_cache(maxsize=16_384)
-def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str, str, str, str]:
+def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str, str, str, str, ShardKeys]:
     """A session's keys the ingest script touches (messages, inbox, meta, events, drain, rate, cancel), made once."""
     keys = SessionKeys(session)
-    return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel
+    return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel, keys.shard
 
 
 @functools.lru_cache(maxsize=16_384)
 def _web_keys(session: SessionKey) -> tuple[str, ...]:
-    """The web chat's part of the script's keys (KEYS 16–22), made once per session."""
+    """The web chat's part of the script's keys (KEYS 14–20), made once per session."""
     keys = SessionKeys(session)
     return keys.web, keys.attempts, keys.history, keys.slots, keys.outbox, keys.dead, keys.epoch
-
-
-_rq_second: list[Any] = [None, ""]
 
 
 def _result(message_id: str, reply: Any) -> IngestResult:
@@ -157,14 +153,6 @@ def _wave(
         if _stops(message):
             break
     return wave
-
-
-def _rq_time(now: float) -> str:
-    """:func:`~switchboard.queue.jobs.rq_time`, with the date-and-seconds part formatted once per second."""
-    second = int(now)
-    if _rq_second[0] != second:
-        _rq_second[0], _rq_second[1] = second, rq_time(second)[:-8]  # strip ".ffffffZ"
-    return f"{_rq_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
 def _fingerprint(text: str) -> str:
@@ -239,35 +227,28 @@ class Ingestor:
                 self.limits.inbox_depth,
             )
         )
-        self._jobs = DrainJobs(settings.name)
-        rq = self._jobs.keys
         self._global_keys = (
             _GLOBAL.runnable,
             _GLOBAL.sessions,
             _GLOBAL.stats,
-            rq.job(""),
-            rq.queue,
-            rq.queues,
             _GLOBAL.sender_rate(""),
         )
-        """The script's keys shared by every session (a job's and a sender's meter's as prefixes), made once."""
+        """The script's keys shared by every session (a sender's meter's as a prefix), made once."""
         self._coalescer = Coalescer(
             redis,
             settings.ingest_timeout_s,
             ack_replicas=settings.ack_replicas,
             ack_timeout_ms=settings.ack_timeout_ms,
         )
-        self._config: tuple[ScriptArg, ...] = (
-            settings.dedup_ttl_s,
-            settings.events_maxlen,
-            self._jobs.config,
+        self._config: tuple[ScriptArg, ...] = (settings.dedup_ttl_s, settings.events_maxlen)
+        """The script's constant arguments ARGV 13–14."""
+        self._limits_config: tuple[ScriptArg, ...] = (
             self.limits.messages_per_session_per_minute,
             self.limits.messages_per_sender_per_minute,
             self.limits.inbox_depth,
             CANCEL_TTL_MS,
-            _CANCEL_CHANNEL,
         )
-        """The script's constant arguments (ARGV 13–20)."""
+        """The script's constant arguments ARGV 16–19 (15 and 20 are the session's shard's channels)."""
         self._web_retention: tuple[ScriptArg, ...] = (
             self.limits.idle_session_ttl_s,
             self.limits.web_history_kib * 1024,
@@ -399,7 +380,7 @@ class Ingestor:
         conv = message.conversation
         channel = conv.channel
         session = _session_key(conv.tenant, conv.agent, channel, conv.account, conv.conversation, conv.thread)
-        keys, messages, inbox, meta, events, drain, rate, cancel = _session_keys(session)
+        keys, messages, inbox, meta, events, drain, rate, cancel, shard = _session_keys(session)
         # The stored record is the draft plus the two fields assigned here, spliced in front of the draft's JSON
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
         # ChannelName, validated to [a-z0-9_], so it needs no escaping).
@@ -421,7 +402,7 @@ class Ingestor:
         if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
-        runnable, sessions, stats, job_prefix, queue, queues, sender_rate = self._global_keys
+        runnable, sessions, stats, sender_rate = self._global_keys
         script_keys = [
             keys.dedup(message.dedup_key),
             messages,
@@ -432,9 +413,7 @@ class Ingestor:
             runnable,
             sessions,
             stats,
-            job_prefix + job_id,
-            queue,
-            queues,
+            shard.drainq,
             rate,
             f"{sender_rate}{conv.tenant}/{channel}/{conv.account}/{message.sender.id}",
             cancel,
@@ -449,14 +428,17 @@ class Ingestor:
             received,
             queued,
             job_id,
-            _rq_time(now),
+            entry(session, job_id),
             dropped,
             interrupt_record(message_id, now) if busy_policy == "interrupt" and not stop else "",
             *self._config,
+            shard.ready,
+            *self._limits_config,
+            shard.cancel,
         ]
         if channel == "web" or echo is not None or idempotent:
             # The web chat's part of the script (echo, idle TTL over every key of the session, idempotency) is passed
-            # only when used: a platform message's call sends 35 arguments, not 49 (packing them is a measurable part
+            # only when used: a platform message's call sends 33 arguments, not 47 (packing them is a measurable part
             # of its CPU). A script must declare every key it touches; a platform session's ingest touches none of them.
             script_keys += _web_keys(session)
             script_args += [

@@ -49,7 +49,7 @@ def _echo(text: str) -> dict[str, str]:
 
 async def _ttls(client: aioredis.Redis, session: SessionKey) -> dict[str, int]:
     """Every key of the session (its hash tag) with its TTL in seconds (-1: none)."""
-    keys = [k.decode() if isinstance(k, bytes) else k for k in await client.keys(f"*{{{session}}}*")]
+    keys = [k.decode() if isinstance(k, bytes) else k for k in await client.keys(f"*<{session}>*")]
     return {k: await client.ttl(k) for k in keys}
 
 
