@@ -359,6 +359,14 @@ class GlobalKeys:
         """
         return literal(f"{self.prefix}:{{") + "*" + literal("}:<") + "*"
 
+    @staticmethod
+    def layout1_rq(prefix: str) -> str:
+        """``MATCH`` pattern of every key rq kept for layout 1's drain jobs under ``prefix`` (``RQ_KEY_PREFIX``).
+
+        Its queue, intermediate list, registries, job hashes and queue set; read only by ``switchboard migrate``.
+        """
+        return literal(f"{prefix}:") + "*"
+
     def tenant_sessions(self, tenant: str) -> str:
         """``MATCH`` pattern of the keys of every session of ``tenant`` (``sb:{<shard>}:<<tenant>/...>:...``).
 

@@ -111,6 +111,8 @@ class ShardListener:
         self._wanted: set[bytes] = set()
         self.subscribed: set[bytes] = set()
         """The channels subscribed to now (what :meth:`watch` asked for, once the listener caught up)."""
+        self.ready = asyncio.Event()
+        """Set once the channels :meth:`watch` named first are subscribed (wake-ups from then on are heard)."""
 
     def watch(self, ready: Collection[int], cancel: Collection[int]) -> None:
         """Listen to the ready channels of ``ready`` and the cancel channels of ``cancel`` from now on."""
@@ -157,3 +159,5 @@ class ShardListener:
             await pubsub.ssubscribe(*new)
         if gone or new:
             self.subscribed = set(wanted)
+        if wanted:
+            self.ready.set()

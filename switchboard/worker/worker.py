@@ -226,7 +226,11 @@ class SessionWorker:
             ]
             if self._retention is not None and self._retention.config.active:  # no rule: no loop, no command
                 background.append(asyncio.create_task(self._retention_loop(redis, self._retention, stop)))
-            logger.info("worker %s consuming %d shards", self.worker_id, len(self.owned))
+            with contextlib.suppress(
+                TimeoutError
+            ):  # a wake-up sent before the subscription is found by the safety pass
+                await asyncio.wait_for(listener.ready.wait(), timeout=5.0)
+            logger.info("worker %s listening on %d shards", self.worker_id, len(self.owned))
             await self._dequeue_loop(redis, drainer, stop)
             await self._shutdown(drainer)
         finally:

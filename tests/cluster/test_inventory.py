@@ -19,7 +19,8 @@ from redis.cluster import key_slot
 
 from switchboard.core.messages import session_key
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.jobs import entry
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.limits import _STREAM_TICKET
 from switchboard.queue.streamslots import _ACQUIRE, _REFRESH
 from tests.cluster.servers import LocalCluster
@@ -28,7 +29,7 @@ SESSION = session_key("acme", "assistant", "telegram", "bot1", "chat-4242")
 TENANT = "acme"
 G = GlobalKeys()
 S = SessionKeys(SESSION)
-RQ = RQKeys("switchboard")
+T = S.shard
 JOB = "d0193a7c2b1f4e5d6a7b8c9d"
 CHAT = "4242"
 PRINCIPAL = "telegram/bot1/4242"
@@ -37,16 +38,16 @@ FENCED = [S.lease, S.fenced_rejections]
 
 INGEST_KEYS = [
     S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, G.runnable, G.sessions, G.stats,
-    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, G.sender_rate(f"{TENANT}/telegram/bot1/4242"), S.cancel,
+    T.drainq, S.rate, G.sender_rate(f"{TENANT}/telegram/bot1/4242"), S.cancel,
 ]  # fmt: skip
 BEGIN_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, G.runnable, S.history, S.slots, S.epoch,
-    S.outbox, S.dead, S.web, S.control, S.approvals, RQ.job(JOB), RQ.started,
+    S.outbox, S.dead, S.web, S.control, S.approvals, T.wip,
 ]  # fmt: skip
 COMPLETE_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.history, S.events, S.outbox, S.meta, G.stats,
     G.histogram("queue_wait"), G.histogram("run"), S.drain, G.runnable, S.slots, S.epoch, S.dead, S.web,
-    RQ.job(JOB), RQ.started, RQ.queue, RQ.queues, RQ.job("d0193a7c2b1f4e5d6a7b8c9e"), S.control, S.approvals,
+    T.wip, T.drainq, S.control, S.approvals,
 ]  # fmt: skip
 APPROVAL_KEYS = [*FENCED, S.approval("ap1"), S.approvals, G.approvals_due, G.approvals_pending(TENANT)]
 SCHEDULE_KEYS = [G.schedule("job1"), G.schedules_due, G.schedules_of_session(SESSION), G.schedules_of_tenant(TENANT)]
@@ -64,10 +65,8 @@ CALLS: dict[str, tuple[str, list[str]]] = {
         [*INGEST_KEYS, S.dedup("telegram:update:0")],
     ),
     "session_quota": ("queue/limits.py count_session", [G.address_rate("203.0.113.7")]),
-    "enqueue": ("queue/jobs.py _pushes", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
-    "job_start": ("queue/jobs.py start", [RQ.job(JOB), RQ.started, RQ.intermediate]),
-    "job_finish": ("queue/jobs.py finish", [RQ.job(JOB), RQ.started, RQ.failed]),
-    "job_drop_stuck": ("queue/jobs.py drop_stuck", [RQ.intermediate, RQ.job(JOB), RQ.first_seen(JOB)]),
+    "enqueue": ("queue/jobs.py enqueue_many", [S.lease, S.drain, T.drainq, T.wip]),
+    "take": ("queue/jobs.py take", [T.drainq, T.wip]),
     "lease_acquire": ("queue/lease.py acquire", [S.lease, S.epoch]),
     "lease_acquire_listener": (
         "queue/holders.py _acquire",
@@ -77,9 +76,9 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "lease_abandon": ("queue/lease.py abandon", [S.lease, S.attempts]),
     "lease_yield": (
         "queue/jobs.py yield_slot",
-        [*FENCED, S.inbox, S.drain, RQ.job(JOB), RQ.queue, RQ.queues, RQ.job("none"), RQ.started],
+        [*FENCED, S.inbox, S.drain, T.drainq, T.wip],
     ),
-    "lease_takeover": ("queue/jobs.py take_over_many (_pushes)", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
+    "lease_takeover": ("queue/jobs.py take_over_many", [S.lease, S.drain, T.drainq, T.wip]),
     "fenced_xadd": ("queue/lease.py fenced_xadd", [*FENCED, S.web]),
     "begin": ("queue/ledger.py _begin", BEGIN_KEYS),
     "fail": ("queue/ledger.py fail (_run)", [*FENCED, S.attempts, S.events, G.stats]),
@@ -166,18 +165,12 @@ _ROW = re.compile(r"_(web|after|listener)$")
 
 CROSS_SLOT: dict[str, str] = {
     # what takes each off the session's (or its own group's) slot today
-    "ingest": "global runnable/sessions/stats, RQ job/queue/queues, the sender's rate meter",
+    "ingest": "global runnable/sessions/stats, the sender's rate meter",
     "ingest_web": "as ingest",
     "ingest_after": "as ingest",
-    "enqueue": "RQ job hash, queue and queues set",
-    "lease_yield": "RQ's keys",
-    "lease_takeover": "RQ job hash, queue and queues set",
-    "job_start": "RQ's job hash (rq:job:<id>) is not in the queue's slot",
-    "job_finish": "RQ's job hash is not in the registries' slot",
-    "job_drop_stuck": "RQ's job hash is not in the intermediate list's slot",
-    "begin": "the global runnable set and RQ's job and started registry",
+    "begin": "the global runnable set",
     "fail": "the global stats hash",
-    "complete": "the global stats, histograms, runnable and RQ's keys",
+    "complete": "the global stats, histograms and runnable set",
     "dead_letter": "the global stats and dead-letter stream",
     "defer": "the global deferred set and stats",
     "outbox_claim": "the global stats hash",
@@ -247,7 +240,7 @@ def _case(name: str) -> object:
 
 @pytest.fixture(scope="module")
 def cluster_client(redis_cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
-    """One cluster client for the module (the scripts below write nothing)."""
+    """One cluster client for the module (the scripts below write nothing but the drain test's, which it deletes)."""
     rc = redis.RedisCluster.from_url(redis_cluster.url)
     yield rc
     rc.close()
@@ -260,6 +253,34 @@ def test_script_keys_share_one_slot(name: str, cluster_client: redis.RedisCluste
     keys = CALLS[name][1]
     assert not off_slot(keys), f"{name} touches {len(slots_of(keys))} slots; off its first key's: {off_slot(keys)}"
     assert cluster_client.eval("return #KEYS", len(keys), *keys) == len(keys)
+
+
+@pytest.mark.cluster
+def test_a_queued_drain_wakes_its_shard_and_is_taken_in_its_slot(cluster_client: redis.RedisCluster) -> None:
+    """The drain scripts run on the cluster: enqueue pushes the entry and ``SPUBLISH``es on the shard's ready channel
+    from inside the script (the channel is in the shard's slot), a sharded subscriber hears it, take pops it into the
+    running set."""
+    queued = entry(SESSION, JOB)
+    pubsub = cluster_client.pubsub()
+    pubsub.ssubscribe(T.ready)
+    try:
+        for _ in range(20):
+            if pubsub.get_sharded_message(timeout=0.1) is not None:  # the subscription's confirmation
+                break
+        enqueue = _script("enqueue").source
+        args = ["", JOB, queued, T.ready, "", ""]
+        assert cluster_client.eval(enqueue, 4, S.lease, S.drain, T.drainq, T.wip, *args) == 1
+        heard = None
+        for _ in range(50):
+            heard = heard or pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0.1)
+        assert heard is not None and heard["data"] == queued.encode()
+        taken = cluster_client.eval(_script("take").source, 2, T.drainq, T.wip, "9999999999")
+        assert taken == [queued.encode(), 0]
+        assert cluster_client.zscore(T.wip, queued) == 9999999999
+    finally:
+        pubsub.close()
+        cluster_client.delete(S.drain)
+        cluster_client.delete(T.drainq, T.wip)
 
 
 def test_cross_slot_reasons_name_only_rows() -> None:
