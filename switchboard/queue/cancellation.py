@@ -31,6 +31,7 @@ from switchboard.core.messages import (
 )
 from switchboard.queue.keys import SessionKeys
 from switchboard.queue.shards import SHARDS
+from switchboard.queue.shardwork import ShardListener
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -105,8 +106,11 @@ async def listen_for_stops(
     What a process running drains outside the worker listens with (the worker listens to its shards' channels with
     its own :class:`~switchboard.queue.shardwork.ShardListener`).
     """
-    from switchboard.queue.shardwork import ShardListener
-
-    listener = ShardListener(redis, on_ready=lambda shard: None, on_stop=on_stop)
+    listener = ShardListener(
+        redis,
+        on_ready=lambda shard: None,
+        on_stop=on_stop,
+        reason_of=lambda session: stop_requested_since(redis, session, 0.0),
+    )
     listener.watch((), range(SHARDS))
     await listener.run(stop)

@@ -19,12 +19,11 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from switchboard.queue.cancellation import stop_requested_since
 from switchboard.queue.keys import ShardKeys
 from switchboard.queue.shards import SHARDS
 from switchboard.types import SessionKey
@@ -104,10 +103,16 @@ class ShardListener:
         *,
         on_ready: Callable[[int], None],
         on_stop: Callable[[SessionKey, str], bool],
+        reason_of: Callable[[SessionKey], Awaitable[str | None]],
     ) -> None:
+        """Call ``on_ready(shard)`` for a wake-up, ``on_stop(session, reason)`` for a stop request.
+
+        ``reason_of(session)`` reads a stop's reason (:func:`~switchboard.queue.cancellation.stop_requested_since`).
+        """
         self.redis = redis
         self.on_ready = on_ready
         self.on_stop = on_stop
+        self.reason_of = reason_of
         self._wanted: set[bytes] = set()
         self.subscribed: set[bytes] = set()
         """The channels subscribed to now (what :meth:`watch` asked for, once the listener caught up)."""
@@ -140,7 +145,7 @@ class ShardListener:
                         continue
                     raw = message["data"]
                     session = SessionKey(raw.decode() if isinstance(raw, bytes) else str(raw))
-                    reason = await stop_requested_since(self.redis, session, 0.0) or "stopped on request"
+                    reason = await self.reason_of(session) or "stopped on request"
                     if self.on_stop(session, reason):
                         logger.info("stopping the running turn of %s", session)
             except (RedisError, OSError) as err:

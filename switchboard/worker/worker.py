@@ -34,6 +34,7 @@ from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import ConfigError
 from switchboard.outbound.deliver import Deliverer
 from switchboard.queue import scripts
+from switchboard.queue.cancellation import stop_requested_since
 from switchboard.queue.connection import async_client, sync_client
 from switchboard.queue.jobs import WIP_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys, ShardKeys
@@ -205,7 +206,12 @@ class SessionWorker:
         redis = async_client(self.redis_url)
         drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
         drainer.waiting_elsewhere = lambda session: self._rota.others_than(shard_of(session))
-        listener = self._listener = ShardListener(redis, on_ready=self._woken, on_stop=drainer.cancel)
+        listener = self._listener = ShardListener(
+            redis,
+            on_ready=self._woken,
+            on_stop=drainer.cancel,
+            reason_of=lambda session: stop_requested_since(redis, session, 0.0),
+        )
         reaper = Reaper(redis, self.settings, worker_id=self.worker_id)
         liveness = self._liveness = _Liveness(self.redis_url, self.worker_id, self.heartbeat_s)
         background: list[asyncio.Task[None]] = []
