@@ -51,12 +51,13 @@ def _queue_drain(r: redis.Redis, session: SessionKey, tally: collections.Counter
     if flag is not None and waiting and r.lpos(keys.shard.drainq, entry(session, _text(flag))) is not None:
         tally["sessions already queued"] += 1
         return
+    seconds, micros = r.time()
     with r.pipeline(transaction=True) as tx:
         tx.delete(keys.lease, keys.drain)
         if waiting:
             job_id = new_job_id()
             tx.set(keys.drain, job_id)
-            tx.zadd(_GLOBAL.runnable, {session: r.time()[0]}, nx=True)
+            tx.zadd(_GLOBAL.runnable, {session: seconds * 1000 + micros // 1000}, nx=True)  # ms, as ingest writes
             tx.rpush(keys.shard.drainq, entry(session, job_id))
         cleared, *_ = tx.execute()
     tally["leases and drain flags cleared"] += int(cleared)
