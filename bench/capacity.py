@@ -5,9 +5,10 @@ web`` and ``python -m switchboard worker``, the offline model), and signed Teleg
 → ingest → drain → reply delivered to the fake. The server's own counters are read around each window:
 
 - commands: ``INFO commandstats`` calls (commands inside scripts count, ``EVALSHA`` too), without this benchmark's
-  own ``INFO``/``CLIENT`` reads and the worker's idle ``BLMOVE``/``PING`` (as ``tests/perf/test_command_counts.py``);
+  own ``INFO``/``CLIENT`` reads and the worker's idle ``LMPOP`` (safety pass)/``PING`` (as
+  ``tests/perf/test_command_counts.py``);
 - bytes: ``INFO stats`` ``total_net_input_bytes`` / ``total_net_output_bytes``, less what one read of the counters
-  costs (two reads back to back) and the idle background (the worker's blocking dequeue, timed over an idle window);
+  costs (two reads back to back) and the idle background (the worker's safety pass, timed over an idle window);
 - server CPU: ``INFO cpu`` ``used_cpu_user + used_cpu_sys``, less the idle background likewise.
 
 Scenarios: "one at a time" (each message answered before the next, round robin over a few chats, so each chat's
@@ -69,12 +70,12 @@ LIMITS_OFF = {
     "SWITCHBOARD_LIMITS__INBOX_DEPTH": "0",
     "SWITCHBOARD_LIMITS__SESSIONS_PER_ADDRESS_PER_HOUR": "0",
 }
-NOT_COUNTED = frozenset({"info", "client", "blmove", "ping", "hello", "config"})
+NOT_COUNTED = frozenset({"info", "client", "lmpop", "ping", "hello", "config"})
 """Commands left out of the count: this benchmark's reads, the idle dequeue, connection handshakes."""
 ROUND_ROBIN_CHATS = 8
 BURST_CHATS = 50
 IDLE_S = 3.0
-"""The idle window the background (the worker's blocking dequeue) is timed over."""
+"""The idle window the background (the worker's safety pass, its heartbeat) is timed over."""
 
 
 @dataclass

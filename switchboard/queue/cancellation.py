@@ -1,14 +1,14 @@
 """Stopping a running turn: ``/stop`` from the user, or ``switchboard sessions stop KEY`` from an operator.
 
-A stop request sets a short-lived flag and publishes the session key; the worker running that turn cancels it, model
-request and tool call included. Only the running turn stops, and ``/stop`` itself is answered in order, so the user
-always hears back. The ``interrupt`` busy policy uses the same path, with a reason that tells it apart.
+A stop request sets a short-lived flag and publishes the session key on its shard's cancel channel (``SPUBLISH``);
+the worker running that turn cancels it, model request and tool call included. Only the running turn stops, and
+``/stop`` itself is answered in order, so the user always hears back. The ``interrupt`` busy policy uses the same
+path, with a reason that tells it apart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import assert_never
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from switchboard.core.inbound import STOP_COMMAND_NAMES
 from switchboard.core.messages import (
@@ -30,7 +29,9 @@ from switchboard.core.messages import (
     Posted,
     Scheduled,
 )
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
+from switchboard.queue.shards import SHARDS
+from switchboard.queue.shardwork import ShardListener
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -51,7 +52,6 @@ STOP_COMMANDS = frozenset({"/stop", "/cancel"})
 CANCEL_TTL_MS = 120_000
 """How long a stop request is remembered (a turn starting later than this is not affected)."""
 
-_GLOBAL = GlobalKeys()
 _INTERRUPTED = "interrupted by a newer message "
 """An interrupt's stop reason: this, then the id of the message that interrupted."""
 
@@ -84,7 +84,7 @@ async def request_stop(redis: aioredis.Redis, session: SessionKey, *, reason: st
     """Ask whichever worker runs ``session``'s turn to stop it; returns how many workers heard it."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.set(SessionKeys(session).cancel, json.dumps({"reason": reason, "at": time.time()}), px=CANCEL_TTL_MS)
-        pipe.publish(_GLOBAL.cancel_channel, session)
+        pipe.spublish(SessionKeys(session).shard.cancel, session)
         _, heard = await pipe.execute()
     return int(heard)
 
@@ -101,23 +101,16 @@ async def stop_requested_since(redis: aioredis.Redis, session: SessionKey, since
 async def listen_for_stops(
     redis: aioredis.Redis, on_stop: Callable[[SessionKey, str], bool], stop: asyncio.Event
 ) -> None:
-    """Call ``on_stop(session, reason)`` for every stop request until ``stop`` is set (reconnects on errors)."""
-    while not stop.is_set():
-        pubsub = redis.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(_GLOBAL.cancel_channel)
-            while not stop.is_set():
-                message = await pubsub.get_message(timeout=1.0)
-                if message is None:
-                    continue
-                raw = message["data"]
-                session = SessionKey(raw.decode() if isinstance(raw, bytes) else str(raw))
-                reason = await stop_requested_since(redis, session, 0.0) or "stopped on request"
-                if on_stop(session, reason):
-                    logger.info("stopping the running turn of %s", session)
-        except (RedisError, OSError) as err:
-            logger.warning("stop listener lost Redis (%s); resubscribing", type(err).__name__)
-            await asyncio.sleep(0.5)
-        finally:
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+    """Call ``on_stop(session, reason)`` for every stop request of every shard until ``stop`` is set.
+
+    What a process running drains outside the worker listens with (the worker listens to its shards' channels with
+    its own :class:`~switchboard.queue.shardwork.ShardListener`).
+    """
+    listener = ShardListener(
+        redis,
+        on_ready=lambda shard: None,
+        on_stop=on_stop,
+        reason_of=lambda session: stop_requested_since(redis, session, 0.0),
+    )
+    listener.watch((), range(SHARDS))
+    await listener.run(stop)

@@ -257,7 +257,7 @@ def async_client(url: str, **kw: Any) -> AsyncClient:
     The C parser (``hiredis``) is used when installed, which it is as a dependency
     (``redis[hiredis]``): it is most of the client's CPU cost per round trip.
     Keyword arguments override :data:`DEFAULT_OPTIONS` (for example ``socket_timeout=None`` for a
-    client that blocks in ``BLMOVE``).
+    client that blocks).
     """
     if HIREDIS_AVAILABLE and "parser_class" not in kw:
         from redis._parsers import _AsyncHiredisParser

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from switchboard.core.workspaces.disk import tenant_dir
 from switchboard.core.workspaces.store import LocalWorkspaces
 from switchboard.queue.fanout import zscan_every
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys, ShardKeys, literal, session_in, tenant_of
+from switchboard.queue.jobs import entry as drain_entry
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys, literal, session_in, tenant_of
 from switchboard.queue.people import check_person, check_principal
 from switchboard.queue.schedules import get_job, remove_job
 from switchboard.types import SessionKey
@@ -302,28 +303,20 @@ class Eraser:
             await self.workspaces.delete(session)
 
     async def _erase_drain_jobs(self, sessions: set[SessionKey], report: ErasureReport) -> None:
-        """RQ's drain jobs of ``sessions`` (their hashes name the session), and their ids in RQ's lists."""
-        wanted = {f"drain {s}" for s in sessions}
-        for key in await self._scan(RQKeys("").every_job):
-            if await self.redis.type(key) not in (b"hash", "hash"):
+        """The drain entries of ``sessions`` (``<session>|<job id>``) in their shards' drain queues and running sets."""
+        for session in sorted(sessions):
+            shard = SessionKeys(session).shard
+            head = drain_entry(session, "")
+            queued = {_text(e) for e in await self.redis.lrange(shard.drainq, 0, -1)}
+            running = [_text(m) async for m, _ in self.redis.zscan_iter(shard.wip, match=f"{literal(head)}*")]
+            mine = sorted(e for e in queued if e.startswith(head)) + running
+            report.counts["drain jobs"] += len(mine)
+            if self.dry_run or not mine:
                 continue
-            description, origin = await self.redis.hmget(key, ["description", "origin"])
-            if description is None or _text(description) not in wanted:
-                continue
-            report.counts["drain jobs"] += 1
-            if self.dry_run:
-                continue
-            job_id = key[len(RQKeys("").job("")) :]
-            await self.redis.delete(key)
-            if origin is not None:
-                rq = RQKeys(_text(origin))
-                await self.redis.lrem(rq.queue, 0, job_id)
-                await self.redis.lrem(rq.intermediate, 0, job_id)
-                await self.redis.zrem(rq.failed, job_id)
-                await self.redis.delete(rq.first_seen(job_id), rq.unleased_since(job_id))
-                started = [_text(m) async for m, _ in self.redis.zscan_iter(rq.started, match=f"{literal(job_id)}:*")]
-                if started:
-                    await self.redis.zrem(rq.started, *started)
+            for queued_entry in (e for e in mine if e in queued):
+                await self.redis.lrem(shard.drainq, 0, queued_entry)
+            if running:
+                await self.redis.zrem(shard.wip, *running)
 
     async def _erase_person(self, tenant: str, principals: set[str], person: str | None, report: ErasureReport) -> None:
         await self._hdel("people links", _KEYS.people(tenant), principals, report)

@@ -34,7 +34,7 @@ from switchboard.errors import QueueUnavailableError
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import CANCEL_TTL_MS, STOP_COMMANDS, interrupt_record, is_stop, request_stop
 from switchboard.queue.coalescer import Coalescer
-from switchboard.queue.jobs import DrainJobs, rq_time
+from switchboard.queue.jobs import entry
 from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.queue.message_ids import new_message_id
 from switchboard.queue.scripts import ScriptArg
@@ -51,16 +51,15 @@ WEB_ECHO_MAXLEN = 1000
 """Approximate cap of each session's web stream (the web chat's retained history; ``WEB_STREAM_MAXLEN``)."""
 _QUEUED_STATUS = '{"status":"queued"}'
 _GLOBAL = GlobalKeys()
-_CANCEL_CHANNEL = _GLOBAL.cancel_channel
 _ASSIGNED: set[str] = {"id", "received_at"}
 """Fields ingest sets on the stored record (the draft's values are left out of its JSON)."""
 _to_json: Callable[..., bytes] = InboundMessage.__pydantic_serializer__.to_json
 """``model_dump_json`` without its wrapper and without decoding: the record goes to Redis as bytes."""
 
 
-_AFTER_KEY: Final = 15
-"""``KEYS[15]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
-write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[15]`` is its web stream: a web
+_AFTER_KEY: Final = 13
+"""``KEYS[13]`` of a platform message's call in a wave: the dedup key of its session's message before it in the same
+write; the script writes nothing unless that one landed. (A web chat call's ``KEYS[13]`` is its web stream: a web
 chat message is never sent in a wave.)"""
 _SENDER_ARG: Final = 16
 """Index in the script's arguments (``ARGV[17]``) of the sender meter's wait (0 = counted, or no per-sender limit)."""
@@ -100,10 +99,10 @@ _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 @functools.lru_cache(maxsize=16_384)
-def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str, str, str, str]:
+def _session_keys(session: SessionKey) -> tuple[SessionKeys, str, str, str, str, str, str, str, ShardKeys]:
     """A session's keys the ingest script touches (messages, inbox, meta, events, drain, rate, cancel), made once."""
     keys = SessionKeys(session)
-    return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel
+    return keys, keys.messages, keys.inbox, keys.meta, keys.events, keys.drain, keys.rate, keys.cancel, keys.shard
 
 
 _SHARD_INDEXES: Final = tuple((shard.runnable, shard.sessions, shard.stats) for shard in ShardKeys.every())
@@ -112,12 +111,9 @@ _SHARD_INDEXES: Final = tuple((shard.runnable, shard.sessions, shard.stats) for 
 
 @functools.lru_cache(maxsize=16_384)
 def _web_keys(session: SessionKey) -> tuple[str, ...]:
-    """The web chat's part of the script's keys (KEYS 16–22), made once per session."""
+    """The web chat's part of the script's keys (KEYS 14–20), made once per session."""
     keys = SessionKeys(session)
     return keys.web, keys.attempts, keys.history, keys.slots, keys.outbox, keys.dead, keys.epoch
-
-
-_rq_second: list[Any] = [None, ""]
 
 
 def _result(message_id: str, reply: Any) -> IngestResult:
@@ -170,14 +166,6 @@ def _wave(
         if _stops(message):
             break
     return wave
-
-
-def _rq_time(now: float) -> str:
-    """:func:`~switchboard.queue.jobs.rq_time`, with the date-and-seconds part formatted once per second."""
-    second = int(now)
-    if _rq_second[0] != second:
-        _rq_second[0], _rq_second[1] = second, rq_time(second)[:-8]  # strip ".ffffffZ"
-    return f"{_rq_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
 def _fingerprint(text: str) -> str:
@@ -265,14 +253,6 @@ class Ingestor:
                 self.limits.inbox_depth,
             )
         )
-        self._jobs = DrainJobs(settings.name)
-        rq = self._jobs.keys
-        self._global_keys = (
-            rq.job(""),
-            rq.queue,
-            rq.queues,
-        )
-        """The script's keys shared by every session (a job's as a prefix), made once."""
         self._coalescer = Coalescer(
             redis,
             settings.ingest_timeout_s,
@@ -285,17 +265,15 @@ class Ingestor:
             Coalescer(redis, settings.ingest_timeout_s, script=scripts.SENDER_METER) if self._per_sender > 0 else None
         )
         """The sender meter's takes of concurrent requests, one pipeline per loop iteration (only with the limit)."""
-        self._config: tuple[ScriptArg, ...] = (
-            settings.dedup_ttl_s,
-            settings.events_maxlen,
-            self._jobs.config,
+        self._config: tuple[ScriptArg, ...] = (settings.dedup_ttl_s, settings.events_maxlen)
+        """The script's constant arguments ARGV 13–14."""
+        self._limits_config: tuple[ScriptArg, ...] = (
             self.limits.messages_per_session_per_minute,
             0,  # the sender meter's wait, set per call when it refused (see _sender_wait)
             self.limits.inbox_depth,
             CANCEL_TTL_MS,
-            _CANCEL_CHANNEL,
         )
-        """The script's constant arguments (ARGV 13–20)."""
+        """The script's constant arguments ARGV 16–19 (15 and 20 are the session's shard's channels)."""
         self._web_retention: tuple[ScriptArg, ...] = (
             self.limits.idle_session_ttl_s,
             self.limits.web_history_kib * 1024,
@@ -477,7 +455,7 @@ class Ingestor:
         conv = message.conversation
         channel = conv.channel
         session = _session_key(conv.tenant, conv.agent, channel, conv.account, conv.conversation, conv.thread)
-        keys, messages, inbox, meta, events, drain, rate, cancel = _session_keys(session)
+        keys, messages, inbox, meta, events, drain, rate, cancel, shard = _session_keys(session)
         # The stored record is the draft plus the two fields assigned here, spliced in front of the draft's JSON
         # (no model copy); the two facts are written directly in their EventAdapter JSON shape (the channel is a
         # ChannelName, validated to [a-z0-9_], so it needs no escaping).
@@ -499,7 +477,6 @@ class Ingestor:
         if echo is None and self._limited:
             # a platform is answered 2xx when over a limit, so the drop is logged (the script appends the reason)
             dropped = f'{{"at":{at},"kind":"message_dropped","channel":"{channel}","sender":{sender},"reason":"'
-        job_prefix, queue, queues = self._global_keys
         runnable, sessions, stats = _SHARD_INDEXES[shard_of(session)]
         script_keys = [
             keys.dedup(message.dedup_key),
@@ -511,9 +488,7 @@ class Ingestor:
             runnable,
             sessions,
             stats,
-            job_prefix + job_id,
-            queue,
-            queues,
+            shard.drainq,
             rate,
             cancel,
         ]
@@ -527,14 +502,17 @@ class Ingestor:
             received,
             queued,
             job_id,
-            _rq_time(now),
+            entry(session, job_id),
             dropped,
             interrupt_record(message_id, now) if busy_policy == "interrupt" and not stop else "",
             *self._config,
+            shard.ready,
+            *self._limits_config,
+            shard.cancel,
         ]
         if channel == "web" or echo is not None or idempotent:
             # The web chat's part of the script (echo, idle TTL over every key of the session, idempotency) is passed
-            # only when used: a platform message's call sends 35 arguments, not 49 (packing them is a measurable part
+            # only when used: a platform message's call sends 33 arguments, not 47 (packing them is a measurable part
             # of its CPU). A script must declare every key it touches; a platform session's ingest touches none of them.
             script_keys += _web_keys(session)
             script_args += [

@@ -1,69 +1,46 @@
-"""Drain jobs on RQ: "drain session S" triggers in RQ's own format, written and run with the async client.
+"""Drain jobs: "drain session S" triggers on per-shard queues, in the session's own cluster slot.
 
-RQ is the work engine; the per-session order lives in our own structures. A drain job is an ordinary rq 3 job hash,
-so RQ's tools and registries understand it, but the ingest script writes it and pushes its id atomically with the
-message rather than through the synchronous ``Queue.enqueue``. Job ids start with their creation time, so the reaper
-can tell a flag's age without a lookup.
+A drain job is a **drain entry**, ``<session>|<job id>``, on the drain queue of the session's shard
+(:attr:`~switchboard.queue.keys.ShardKeys.drainq`); the session's drain flag holds the job id, so a session has at most
+one live entry. A worker takes an entry with ``take.lua`` (popped and registered in the shard's running set
+:attr:`~switchboard.queue.keys.ShardKeys.wip` with a heartbeat deadline, in one step) and the drain's releasing or
+yielding step removes it again. Every script that pushes an entry wakes the shard's worker (``SPUBLISH`` on
+:attr:`~switchboard.queue.keys.ShardKeys.ready`). No job hash: everything a worker needs is in the entry. Job ids start
+with their creation time, so the reaper can tell a flag's age without a lookup.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import secrets
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import cached_property
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.queue.lease import LeaseToken
+from switchboard.queue.shards import shard_of
 from switchboard.types import SessionKey
 
 __all__ = [
-    "DRAIN_FUNCTION",
-    "FAILURE_TTL_S",
-    "JOB_TIMEOUT_S",
-    "RESULT_TTL_S",
+    "WIP_TTL_S",
     "DrainJobs",
     "StartedJob",
-    "drain_session",
+    "entry",
     "job_age_s",
     "new_job_id",
-    "rq_time",
+    "parse_entry",
 ]
 
-logger = logging.getLogger(__name__)
-
-_GLOBAL = GlobalKeys()
-
-DRAIN_FUNCTION: Final = "switchboard.queue.jobs.drain_session"
-"""The function named in every drain job (what ``rq info`` shows)."""
-RESULT_TTL_S: Final = 0
-"""A finished drain job is deleted at once: it has no result worth keeping."""
-FAILURE_TTL_S: Final = 7 * 24 * 3600
-"""A failed drain job (a worker bug, not a failed turn) stays in RQ's FailedJobRegistry for a week."""
-JOB_TIMEOUT_S: Final = 3600
-"""RQ's ``timeout`` field; turns are bounded by their own deadlines, the lease and the reaper."""
-
-
-def drain_session(session: str) -> None:
-    """Placeholder RQ resolves for drain jobs; they are run by :class:`~switchboard.worker.worker.SessionWorker`.
-
-    Raises:
-        RuntimeError: always; a stock ``rq worker`` must not run drain jobs (it would bypass the lease).
-    """
-    raise RuntimeError(f"drain jobs ({session!r}) are run by `switchboard worker`, not by a stock rq worker")
+WIP_TTL_S: Final = 60.0
+"""Heartbeat deadline of a running drain in its shard's running set, pushed forward at each worker heartbeat."""
 
 
 def new_job_id(now: float | None = None) -> str:
-    """A fresh drain job id, sortable by creation time (RQ allows ``[A-Za-z0-9_-]``)."""
+    """A fresh drain job id, sortable by creation time (letters and digits only)."""
     ms = int((time.time() if now is None else now) * 1000)
     return f"d{ms:012x}{secrets.token_hex(6)}"
 
@@ -79,143 +56,119 @@ def job_age_s(job_id: str, now: float | None = None) -> float | None:
     return (time.time() if now is None else now) - ms / 1000
 
 
-def rq_time(ts: float) -> str:
-    """A timestamp in RQ's stored format (``utcformat``)."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def entry(session: SessionKey, job_id: str) -> str:
+    """The drain entry of ``session``'s drain job ``job_id`` (what its shard's queue and running set hold)."""
+    return f"{session}|{job_id}"
+
+
+def parse_entry(raw: Any) -> tuple[SessionKey, str]:
+    """The session and job id of a drain entry.
+
+    Raises:
+        ValueError: not a drain entry.
+    """
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    session, sep, job_id = text.rpartition("|")
+    if not sep or not session or not job_id:
+        raise ValueError(f"not a drain entry: {text!r}")
+    return SessionKey(session), job_id
+
+
+@dataclass(frozen=True, slots=True)
+class StartedJob:
+    """A drain job this worker took (its entry is in its shard's running set)."""
+
+    job_id: str
+    entry: str
+    """``<session>|<job id>``: its member in the shard's running set."""
+    session: SessionKey
+
+    @property
+    def shard(self) -> int:
+        """The session's logical shard."""
+        return shard_of(self.session)
 
 
 class DrainJobs:
-    """Builds drain-job hashes for one RQ queue and decodes their payload."""
-
-    def __init__(self, queue_name: str) -> None:
-        self.queue_name = queue_name
-        self.keys = RQKeys(queue_name)
-
-    @cached_property
-    def config(self) -> str:
-        """The constant part of every drain job, as the JSON ``_job.lua`` expects (built once per queue)."""
-        fields: list[str] = []
-        for name, value in (
-            ("success_callback_name", ""),
-            ("failure_callback_name", ""),
-            ("stopped_callback_name", ""),
-            ("started_at", ""),
-            ("ended_at", ""),
-            ("last_heartbeat", ""),
-            ("worker_name", ""),
-            ("group_id", ""),
-            ("origin", self.queue_name),
-            ("timeout", str(JOB_TIMEOUT_S)),
-            ("result_ttl", str(RESULT_TTL_S)),
-            ("failure_ttl", str(FAILURE_TTL_S)),
-            ("status", "queued"),
-        ):
-            fields += [name, value]
-        return json.dumps(
-            {"queue": self.keys.queue, "queues": self.keys.queues, "func": DRAIN_FUNCTION, "fields": fields}
-        )
-
-    @staticmethod
-    def session_of(data: bytes) -> SessionKey:
-        """The session a job's ``data`` field names.
-
-        Raises:
-            ValueError: the payload is not a drain job.
-        """
-        raw = data if data.startswith(b"[") else zlib.decompress(data)  # ours are uncompressed (RQ reads both)
-        func, _instance, args, _kwargs = json.loads(raw)
-        if func != DRAIN_FUNCTION or not args or not isinstance(args[0], str):
-            raise ValueError(f"not a drain job: {func!r}")
-        return SessionKey(args[0])
+    """Queues, takes and closes drain entries (each call in the session's shard slot)."""
 
     async def enqueue(
-        self, redis: aioredis.Redis, session: SessionKey, *, expected: str | None, front: bool = False
+        self,
+        redis: aioredis.Redis,
+        session: SessionKey,
+        *,
+        expected: str | None,
+        front: bool = False,
+        stale: str = "",
     ) -> str | None:
-        """Push a new drain job for ``session`` and point its drain flag at it.
+        """Queue a new drain for ``session`` and point its drain flag at it.
 
         Only when no lease is held and the flag still reads ``expected`` (``None``: absent), so two
-        repairers never both enqueue. ``front``: at the head of the queue (a session whose drain was
-        interrupted). Returns the new job id, or ``None`` when nothing was done.
+        repairers never both enqueue. ``front``: at the head of the shard's queue (a session whose drain was
+        interrupted). ``stale``: an entry to drop from the running set in the same step (a repaired drain's).
+        Returns the new job id, or ``None`` when nothing was done.
         """
-        return (await self.enqueue_many(redis, [(session, expected)], front=front))[0]
+        return (await self.enqueue_many(redis, [(session, expected, stale)], front=front))[0]
 
     async def enqueue_many(
-        self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str | None]], *, front: bool
+        self,
+        redis: aioredis.Redis,
+        sessions: Sequence[tuple[SessionKey, str | None, str]],
+        *,
+        front: bool,
     ) -> list[str | None]:
-        """:meth:`enqueue` for each ``(session, expected flag)``, in one round trip; the new job ids in order."""
-        ids, calls = self._pushes([(session, expected or "") for session, expected in sessions], "1" if front else "")
-        done = await scripts.ENQUEUE.many(redis, calls)
-        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
-
-    def _pushes(
-        self, sessions: Sequence[tuple[SessionKey, str]], *extra: scripts.ScriptArg
-    ) -> tuple[list[str], list[tuple[list[str], list[scripts.ScriptArg]]]]:
-        """New job ids, and the keys and arguments of one job-pushing script call per ``(session, first argument)``.
-
-        The shape ``enqueue.lua`` and ``lease_takeover.lua`` share: lease, flag, job hash, queue, queues; then the
-        first argument, the job id, the session, the time, the job config and ``extra``.
-        """
-        now = rq_time(time.time())
+        """:meth:`enqueue` for each ``(session, expected flag, stale entry)``, in one round trip; the new job ids."""
         ids: list[str] = []
         calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
-        for session, first in sessions:
+        for session, expected, stale in sessions:
             job_id = new_job_id()
-            keys = SessionKeys(session)
+            shard = SessionKeys(session).shard
             ids.append(job_id)
             calls.append(
                 (
-                    [keys.lease, keys.drain, self.keys.job(job_id), self.keys.queue, self.keys.queues],
-                    [first, job_id, session, now, self.config, *extra],
+                    [SessionKeys(session).lease, SessionKeys(session).drain, shard.drainq, shard.wip],
+                    [expected or "", job_id, entry(session, job_id), shard.ready, "1" if front else "", stale],
                 )
             )
-        return ids, calls
+        done = await scripts.ENQUEUE.many(redis, calls)
+        return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
 
-    async def drop_stuck(self, redis: aioredis.Redis, job_ids: Sequence[str]) -> int:
-        """Give up drain jobs stuck in RQ's intermediate list: each id dropped and its hash deleted in one step.
+    async def yield_slot(
+        self, redis: aioredis.Redis, lease: LeaseToken, job: StartedJob | None = None, *, elsewhere: bool = False
+    ) -> bool:
+        """Fairness: if other drains wait, free ``lease`` and queue a new drain entry at the back, in one step.
 
-        Returns how many were dropped (a job some worker registered meanwhile is left alone).
-        """
-        done = await scripts.JOB_DROP_STUCK.many(
-            redis,
-            [([self.keys.intermediate, self.keys.job(j), self.keys.first_seen(j)], [j]) for j in job_ids],
-        )
-        return sum(1 for ok in done if ok)
-
-    async def yield_slot(self, redis: aioredis.Redis, lease: LeaseToken, job: StartedJob | None = None) -> bool:
-        """Fairness: if other drain jobs wait, free ``lease`` and push a new drain job at the back, in one step.
-
-        Returns ``True`` when the slot was given up (the drain must end; its ``job`` is closed in the same step),
-        ``False`` when nothing waits.
+        Others wait when the session's shard queue is not empty, or (``elsewhere``) when the worker knows drains of
+        its other shards wait. Returns ``True`` when the slot was given up (the drain must end; its ``job`` is
+        closed in the same step), ``False`` when nothing waits.
 
         Raises:
             FencedWriteError: the lease has passed to another epoch.
         """
         job_id = new_job_id()
         keys = SessionKeys(lease.session)
+        shard = keys.shard
         done = await scripts.LEASE_YIELD(
             redis,
+            [keys.lease, keys.fenced_rejections, keys.inbox, keys.drain, shard.drainq, shard.wip],
             [
-                keys.lease,
-                keys.fenced_rejections,
-                keys.inbox,
-                keys.drain,
-                self.keys.job(job_id),
-                self.keys.queue,
-                self.keys.queues,
-                self.keys.job(job.job_id if job is not None else "none"),
-                self.keys.started,
+                lease.token,
+                job_id,
+                entry(lease.session, job_id),
+                shard.ready,
+                job.entry if job is not None else "",
+                "1" if elsewhere else "",
             ],
-            [lease.token, job_id, lease.session, rq_time(time.time()), self.config, job.composite if job else ""],
             session=lease.session,
             epoch=lease.epoch,
         )
         return bool(done)
 
     async def take_over(self, redis: aioredis.Redis, session: SessionKey, lease_value: str) -> str | None:
-        """Free a dead worker's lease (only if it still reads ``lease_value``) and push a new drain job, in one step.
+        """Free a dead worker's lease (only if it still reads ``lease_value``) and queue a new drain, in one step.
 
-        The job goes to the head of the queue. Returns the new job id, or ``None`` when the lease changed meanwhile
-        (nothing done).
+        The entry goes to the head of the shard's queue. Returns the new job id, or ``None`` when the lease changed
+        meanwhile (nothing done).
         """
         return (await self.take_over_many(redis, [(session, lease_value)]))[0]
 
@@ -223,65 +176,78 @@ class DrainJobs:
         self, redis: aioredis.Redis, sessions: Sequence[tuple[SessionKey, str]]
     ) -> list[str | None]:
         """:meth:`take_over` for each ``(session, lease value seen)``, in one round trip; the new job ids in order."""
-        ids, calls = self._pushes(sessions)
+        ids: list[str] = []
+        calls: list[tuple[list[str], list[scripts.ScriptArg]]] = []
+        for session, seen in sessions:
+            job_id = new_job_id()
+            keys = SessionKeys(session)
+            ids.append(job_id)
+            calls.append(
+                (
+                    [keys.lease, keys.drain, keys.shard.drainq, keys.shard.wip],
+                    [seen, job_id, entry(session, job_id), keys.shard.ready, session],
+                )
+            )
         done = await scripts.LEASE_TAKEOVER.many(redis, calls)
         return [job_id if ok else None for job_id, ok in zip(ids, done, strict=True)]
 
-    async def start(
-        self, redis: aioredis.Redis, job_id: str, *, worker: str, heartbeat_ttl_s: float
-    ) -> StartedJob | None:
-        """Register a popped job as started (RQ's StartedJobRegistry, job status) and decode its session.
+    async def take(
+        self, redis: aioredis.Redis, shard: int, *, ttl_s: float = WIP_TTL_S
+    ) -> tuple[StartedJob | None, int]:
+        """Take the next drain of ``shard`` (popped and registered as running in one step).
 
-        Returns ``None`` for a job whose hash is gone or that is not a drain job (the latter is failed).
+        Returns the job (``None`` when the queue was empty, or held no drain entry) and how many entries are left.
         """
-        execution = secrets.token_hex(6)
-        composite = f"{job_id}:{execution}"
-        now = time.time()
-        data = await scripts.JOB_START(
-            redis,
-            [self.keys.job(job_id), self.keys.started, self.keys.intermediate],
-            [job_id, composite, f"{now + heartbeat_ttl_s:.3f}", rq_time(now), worker],
-        )
-        if data is None:
-            return None
-        job = StartedJob(job_id, composite, SessionKey(""))
+        keys = ShardKeys.every()[shard]
+        raw, left = await scripts.TAKE(redis, [keys.drainq, keys.wip], [f"{time.time() + ttl_s:.3f}"])
+        if raw is None:
+            return None, 0
+        return await self._started(redis, raw, keys), int(left)
+
+    async def register(self, redis: aioredis.Redis, raw: Any, *, ttl_s: float = WIP_TTL_S) -> StartedJob | None:
+        """Register an entry popped outside :meth:`take` (the worker's safety pass) as running."""
         try:
-            return StartedJob(job_id, composite, self.session_of(data))
-        except (ValueError, zlib.error, TypeError) as err:
-            logger.error("job %s on queue %s is not a drain job", job_id, self.queue_name)
-            await self.finish(redis, job, error=f"not a drain job: {err}")
+            session, _job_id = parse_entry(raw)
+        except ValueError:
             return None
+        keys = SessionKeys(session).shard
+        await redis.zadd(keys.wip, {_text(raw): time.time() + ttl_s})
+        return await self._started(redis, raw, keys)
 
-    async def finish(self, redis: aioredis.Redis, job: StartedJob, *, error: str | None = None) -> None:
-        """Close the job's RQ bookkeeping: deleted on success (``RESULT_TTL_S`` 0), failed registry on error."""
-        now = time.time()
-        await scripts.JOB_FINISH(
-            redis,
-            [self.keys.job(job.job_id), self.keys.started, self.keys.failed],
-            [
-                job.job_id,
-                job.composite,
-                "finished" if error is None else "failed",
-                rq_time(now),
-                RESULT_TTL_S,
-                FAILURE_TTL_S,
-                f"{now:.3f}",
-                zlib.compress(error.encode()) if error is not None else "",
-            ],
-        )
+    async def _started(self, redis: aioredis.Redis, raw: Any, keys: ShardKeys) -> StartedJob | None:
+        text = _text(raw)
+        try:
+            session, job_id = parse_entry(text)
+        except ValueError:
+            await redis.zrem(keys.wip, text)  # not ours: dropped (nothing but the scripts writes the queue)
+            return None
+        return StartedJob(job_id, text, session)
 
-    async def heartbeat(self, redis: aioredis.Redis, jobs: list[StartedJob], *, ttl_s: float) -> None:
-        """Push the started-registry deadlines of running jobs forward (RQ's cleanup spares them)."""
-        if jobs:
-            deadline = time.time() + ttl_s
-            await redis.zadd(self.keys.started, {job.composite: deadline for job in jobs}, xx=True)
+    async def finish(self, redis: aioredis.Redis, job: StartedJob) -> None:
+        """Close a drain whose step did not (handed over, crashed, busy): its entry leaves the running set."""
+        await redis.zrem(ShardKeys.every()[job.shard].wip, job.entry)
+
+    async def expire(self, redis: aioredis.Redis, job: StartedJob) -> None:
+        """Mark a drain that crashed as no longer running: its deadline passes now.
+
+        The reaper's next sweep repairs its session (a drain that keeps crashing is retried once a sweep, not in a
+        loop).
+        """
+        await redis.zadd(ShardKeys.every()[job.shard].wip, {job.entry: time.time() - 1}, xx=True)
+
+    async def heartbeat(self, redis: aioredis.Redis, jobs: Sequence[StartedJob], *, ttl_s: float = WIP_TTL_S) -> None:
+        """Push the running-set deadlines of running drains forward, one ``ZADD XX`` per shard in one pipeline."""
+        if not jobs:
+            return
+        deadline = time.time() + ttl_s
+        by_shard: dict[int, dict[str, float]] = {}
+        for job in jobs:
+            by_shard.setdefault(job.shard, {})[job.entry] = deadline
+        async with redis.pipeline(transaction=False) as pipe:
+            for shard, members in by_shard.items():
+                pipe.zadd(ShardKeys.every()[shard].wip, members, xx=True)
+            await pipe.execute()
 
 
-@dataclass(frozen=True, slots=True)
-class StartedJob:
-    """A drain job this worker registered as started."""
-
-    job_id: str
-    composite: str
-    """``<job id>:<execution id>``: its member in RQ's StartedJobRegistry."""
-    session: SessionKey
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

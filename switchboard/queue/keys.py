@@ -9,7 +9,6 @@ brackets end the session unambiguously (a component may hold ``:``).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
@@ -19,10 +18,8 @@ from switchboard.types import SessionKey
 __all__ = [
     "FENCED_FIELD",
     "PREFIX",
-    "RQ_KEY_PREFIX",
     "GlobalKeys",
     "Layout1Keys",
-    "RQKeys",
     "SessionKeys",
     "ShardKeys",
     "literal",
@@ -31,9 +28,6 @@ __all__ = [
 ]
 
 PREFIX = "sb"
-
-RQ_KEY_PREFIX = os.environ.get("RQ_KEY_PREFIX", "rq")
-"""RQ's key prefix, read the way ``rq.defaults`` reads it (importing rq here would load all of it into the web tier)."""
 
 
 def tenant_of(session: SessionKey) -> str:
@@ -146,6 +140,29 @@ class ShardKeys:
         counting it on the session's ticket meter is one script in one slot.
         """
         return f"{PREFIX}:{{{self.tag}}}:webticket:{ticket_hash}"
+
+    @property
+    def drainq(self) -> str:
+        """LIST of drain entries (``<session>|<job id>``, :func:`switchboard.queue.jobs.entry`) waiting, next first.
+
+        The shard's drain queue: a session whose drain flag holds that job id waits here for a worker.
+        """
+        return f"{PREFIX}:{{{self.tag}}}:drainq"
+
+    @property
+    def wip(self) -> str:
+        """ZSET drain entry → heartbeat deadline (unix s): the shard's drains a worker took and is running."""
+        return f"{PREFIX}:{{{self.tag}}}:wip"
+
+    @property
+    def ready(self) -> str:
+        """Sharded pub/sub channel (``SPUBLISH``): a drain entry was pushed on :attr:`drainq` (the payload)."""
+        return f"{PREFIX}:{{{self.tag}}}:ready"
+
+    @property
+    def cancel(self) -> str:
+        """Sharded pub/sub channel (``SPUBLISH``): a session of the shard whose running turn must stop."""
+        return f"{PREFIX}:{{{self.tag}}}:cancel"
 
     @staticmethod
     def every() -> tuple[ShardKeys, ...]:
@@ -441,16 +458,6 @@ class GlobalKeys:
         return f"{self.prefix}:memory:{tenant}:connections"
 
     @property
-    def cancel_channel(self) -> str:
-        """Pub/sub channel: session keys whose running turn must stop (``/stop``, console)."""
-        return f"{self.prefix}:cancel"
-
-    @property
-    def rq_prefix(self) -> str:
-        """Prefix for RQ's own keys (one hash tag, so a cluster keeps them in one slot)."""
-        return "{rq}:"
-
-    @property
     def schedules_due(self) -> str:
         """ZSET job id → next occurrence (ms): every job that will run again (all share the tag ``{schedules}``)."""
         return f"{self.prefix}:{{schedules}}:due"
@@ -488,6 +495,10 @@ class GlobalKeys:
     def reaper_lock(self) -> str:
         """STRING worker id with a PX TTL: the worker sweeping for stranded sessions now."""
         return f"{self.prefix}:reaper:lock"
+
+    def unleased_since(self, job_id: str) -> str:
+        """STRING, TTL: when the reaper first saw this running drain's session without a lease."""
+        return f"{self.prefix}:reaper:unleased:{job_id}"
 
     def listener_lease(self, channel: str, account: str) -> str:
         """STRING ``<epoch>:<holder>`` with a PX TTL: the one process running this account's listener.
@@ -751,56 +762,10 @@ class Layout1Keys:
         """``sb:webticket:<ticket hash>``."""
         return f"{self.prefix}:webticket:"
 
+    @staticmethod
+    def rq(prefix: str) -> str:
+        """``MATCH`` pattern of every key rq kept for layout 1's drain jobs under ``prefix`` (``RQ_KEY_PREFIX``).
 
-@dataclass(frozen=True, slots=True)
-class RQKeys:
-    """RQ's own keys for one queue, as rq 3 names them (``RQ_KEY_PREFIX``, default ``rq``).
-
-    The session queue writes drain jobs and their bookkeeping with the async client, so the names must
-    match what RQ's ``Queue``, ``Job`` and registries read; a test pins them against rq itself.
-    """
-
-    queue_name: str
-    prefix: str = RQ_KEY_PREFIX
-
-    @property
-    def queue(self) -> str:
-        """LIST of job ids waiting (RQ's queue)."""
-        return f"{self.prefix}:queue:{self.queue_name}"
-
-    @property
-    def intermediate(self) -> str:
-        """LIST of job ids a worker has popped but not yet registered as started."""
-        return f"{self.queue}:intermediate"
-
-    def unleased_since(self, job_id: str) -> str:
-        """STRING (Switchboard's, TTL): when the reaper first saw this started job's session without a lease."""
-        return f"{PREFIX}:reaper:unleased:{job_id}"
-
-    def first_seen(self, job_id: str) -> str:
-        """STRING: when a job id was first seen stuck in the intermediate list."""
-        return f"{self.intermediate}:first_seen:{job_id}"
-
-    @property
-    def queues(self) -> str:
-        """SET of every queue key (``Queue.all()``)."""
-        return f"{self.prefix}:queues"
-
-    @property
-    def started(self) -> str:
-        """ZSET ``<job id>:<execution id>`` → heartbeat deadline (RQ's ``StartedJobRegistry``)."""
-        return f"{self.prefix}:wip:{self.queue_name}"
-
-    @property
-    def failed(self) -> str:
-        """ZSET job id → expiry (RQ's ``FailedJobRegistry``)."""
-        return f"{self.prefix}:failed:{self.queue_name}"
-
-    def job(self, job_id: str) -> str:
-        """HASH: one job."""
-        return f"{self.prefix}:job:{job_id}"
-
-    @property
-    def every_job(self) -> str:
-        """``MATCH`` pattern of every job hash (of every queue)."""
-        return literal(self.job("")) + "*"
+        Its queue, intermediate list, registries, job hashes and queue set.
+        """
+        return literal(f"{prefix}:") + "*"

@@ -37,8 +37,8 @@ from switchboard.queue import scripts
 from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
-from switchboard.queue.jobs import DrainJobs, StartedJob, new_job_id, rq_time
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.jobs import DrainJobs, StartedJob, entry, new_job_id
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.sealed import seal_dead_messages
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field
@@ -177,7 +177,7 @@ class Ledger:
         self.worker_id = worker_id
         self.keys = SessionKeys(lease.session)
         self.job = job
-        self.jobs = jobs if jobs is not None else DrainJobs(settings.name)
+        self.jobs = jobs if jobs is not None else DrainJobs()
         self.released = False
         """Set when a step ended the drain (lease released, drain job closed)."""
         self.yielded = False
@@ -352,6 +352,7 @@ class Ledger:
         work: Sequence[HistoryEntry] = (),
         release: bool = False,
         yield_slot: bool = False,
+        yield_elsewhere: bool = False,
         next_history: int = 0,
         segment: str = "",
     ) -> int:
@@ -365,7 +366,8 @@ class Ledger:
         ``segment``: with ``cancelled``, the stats field counting the agent's cancelled runs
         (:func:`~switchboard.queue.segments.run_field`).
         With ``release``, an inbox left empty ends the drain in the same step (:attr:`released`); with
-        ``yield_slot``, one that is not gives the slot up when other drain jobs wait (:attr:`yielded`, see
+        ``yield_slot``, one that is not gives the slot up when other drains wait in the session's shard, or with
+        ``yield_elsewhere`` in any case (the worker has other shards' drains waiting) (:attr:`yielded`, see
         :meth:`DrainJobs.yield_slot`). With ``next_history``, an inbox that is not left empty (and no yield) gets its
         next attempt started in the same step, reading that many history entries (:attr:`next_attempt`, as
         :meth:`begin` would return it).
@@ -398,8 +400,8 @@ class Ledger:
         events.append(encode_event(done))
         wait = max(started - messages[0].received_at, 0.0)
         run = max(now - started, 0.0)
-        rq = RQKeys(self.settings.name)
-        next_job = new_job_id(now) if yield_slot else "none"
+        shard = k.shard
+        next_job = new_job_id(now) if yield_slot else ""
         reply = await self._run(
             scripts.COMPLETE,
             [
@@ -419,11 +421,8 @@ class Ledger:
                 k.epoch,
                 k.dead,
                 k.web,
-                rq.job(self.job.job_id) if self.job is not None else rq.job("none"),
-                rq.started,
-                rq.queue,
-                rq.queues,
-                rq.job(next_job),
+                shard.wip,
+                shard.drainq,
                 k.control,
                 k.approvals,
             ],
@@ -444,11 +443,11 @@ class Ledger:
                 "1" if release else "",
                 self.lease.session,
                 attempt.idle_ttl,
-                self.job.composite if self.job is not None else "",
-                "1" if yield_slot else "",
+                self.job.entry if self.job is not None else "",
+                ("2" if yield_elsewhere else "1") if yield_slot else "",
                 next_job,
-                rq_time(now),
-                self.jobs.config if yield_slot else "",
+                entry(self.lease.session, next_job) if yield_slot else "",
+                shard.ready,
                 next_history if next_history > 0 else "",
                 MAX_COLLECT,
                 self.settings.max_attempts,
@@ -476,7 +475,6 @@ async def _begin(
 ) -> Any:
     """Run ``begin.lua`` (taking the lease first when ``taking``); its raw reply."""
     k = SessionKeys(lease.session)
-    rq = RQKeys(settings.name)
     return await scripts.BEGIN(
         redis,
         [
@@ -497,8 +495,7 @@ async def _begin(
             k.web,
             k.control,
             k.approvals,
-            rq.job(job.job_id) if job is not None else rq.job("none"),
-            rq.started,
+            k.shard.wip,
         ],
         [
             lease.token,
@@ -512,7 +509,7 @@ async def _begin(
             read_history if read_history > 0 else "",
             "1" if taking else "",
             settings.lease_ms,
-            job.composite if job is not None else "",
+            job.entry if job is not None else "",
         ],
         session=lease.session,
         epoch=lease.epoch,

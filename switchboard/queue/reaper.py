@@ -1,4 +1,4 @@
-"""The reaper: finds runnable sessions nobody is draining and gives them a new drain job; cleans RQ's registries.
+"""The reaper: finds runnable sessions nobody is draining and gives them a new drain job; cleans the running sets.
 
 It runs in every worker, one sweep at a time under a short Redis lock, repairs drain flags that point at no live
 job, sends expired approvals into their sessions, and (:meth:`Reaper.take_over_dead_workers`) frees the leases of
@@ -8,7 +8,6 @@ them (``docs/ARCHITECTURE.md`` §5).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -21,8 +20,8 @@ from redis.exceptions import RedisError
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.expiry import ApprovalExpiry
 from switchboard.queue.fanout import each_shard
-from switchboard.queue.jobs import DrainJobs, job_age_s
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.jobs import DrainJobs, entry, job_age_s
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
@@ -34,9 +33,11 @@ SWEEP_BATCH: Final = 2_000
 """Sessions whose leases are read per round trip when taking over a dead worker's."""
 SWEEP_PER_SHARD: Final = 8
 """Runnable sessions examined per shard and sweep (the shard's oldest): at most 8,192 a sweep over the 1,024 shards."""
-RQ_CLEANUP_EVERY_S: Final = 5.0
-"""How often RQ's own registry cleanup runs (it is not on the recovery path), from this long after start."""
-_TERMINAL: Final = {"finished", "failed", "stopped", "canceled"}
+WIP_CLEAN_SHARDS: Final = 4
+"""Shards whose running sets each sweep cleans of long-expired entries: all 1,024 in 256 sweeps (under 9 minutes at
+the default 2 s), a steady 2 commands a second rather than bursts that would blur the capacity bench's background."""
+WIP_FORGET_S: Final = 3600.0
+"""An entry this long past its heartbeat deadline is forgotten (its session, if still runnable, was repaired)."""
 _GLOBAL = GlobalKeys()
 
 
@@ -46,8 +47,12 @@ def worker_ttl_s(settings: QueueSettings) -> float:
 
 
 def queued_grace_s(settings: QueueSettings) -> float:
-    """Age after which a queued drain job is looked for in RQ's queue list (a job in no list is lost)."""
-    return max(30.0, 10 * settings.lease_ms / 1000)
+    """Age after which a drain job not running is looked for in its shard's drain queue (an entry in no list is lost).
+
+    An entry is always in its queue or in its running set (``take.lua`` moves it in one step) but for the moment
+    between the safety pass's ``LMPOP`` and its registration; a lease TTL covers that with room to spare.
+    """
+    return settings.lease_ms / 1000
 
 
 async def live_workers(redis: aioredis.Redis, ttl_s: float) -> int:
@@ -77,35 +82,26 @@ class Reaper:
         self.settings = settings
         self.worker_id = worker_id
         self.sync_redis = sync_redis
-        self.jobs = DrainJobs(settings.name)
+        self.jobs = DrainJobs()
         self.expiry = ApprovalExpiry(redis, settings)
         """Approvals past their expiry are told to their sessions (:mod:`switchboard.queue.expiry`)."""
-        self._last_rq_cleanup = time.monotonic()
-        """RQ's cleanup first runs a period after start: a worker just started has nothing of its own in RQ's
-        registries, and its first sweep (which repairs sessions) stays short."""
+        self._clean_from = 0
+        """The first shard of the next sweep's running-set cleanup window."""
 
     async def sweep(self) -> int:
         """One sweep (if this worker wins the lock). Returns how many sessions were given a new drain job."""
         lock_ms = max(int(self.settings.reaper_interval_s * 900), 100)
         if not await self.redis.set(_GLOBAL.reaper_lock, self.worker_id, nx=True, px=lock_ms):
             return 0
-        stuck = await self._stuck_intermediate()
-        if stuck:  # their hashes go with them, so the runnable sweep below repairs their sessions
-            dropped = await self.jobs.drop_stuck(self.redis, sorted(stuck))
-            logger.warning("gave up %d drain jobs stuck in RQ's intermediate list", dropped)
         repaired = await self._sweep_runnable()
         try:
             await self.expiry.sweep()
         except (RedisError, QueueUnavailableError) as err:
             logger.warning("approval expiry sweep failed: %s", err)
-        if self.sync_redis is not None and time.monotonic() - self._last_rq_cleanup >= RQ_CLEANUP_EVERY_S:
-            self._last_rq_cleanup = time.monotonic()
-            try:
-                await asyncio.to_thread(self._clean_rq_registries)
-            except RedisError as err:
-                logger.warning("RQ registry cleanup failed: %s", err)
-            except Exception:
-                logger.exception("RQ registry cleanup crashed")
+        try:
+            await self._clean_running_sets()
+        except RedisError as err:
+            logger.warning("running-set cleanup failed: %s", err)
         return repaired
 
     async def take_over_dead_workers(self) -> int:
@@ -161,112 +157,88 @@ class Reaper:
                 candidates.append((session, _text(flag)))
         if not candidates:
             return 0
-        flags = [f for _s, f in candidates if f is not None]
-        live_since = (now - worker_ttl_s(self.settings)) * 1000
+        flagged: list[tuple[SessionKey, str]] = [(s, f) for s, f in candidates if f is not None]
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(_GLOBAL.workers, live_since, "+inf")
-            for flag in flags:
-                pipe.hmget(self.jobs.keys.job(flag), ["status", "worker_name"])
-            results = await pipe.execute()
-        live = {_text(w) for w in results[0]}
-        job_state = {flag: (_text(row[0]), _text(row[1])) for flag, row in zip(flags, results[1:], strict=True)}
+            for flagged_session, job_id in flagged:
+                pipe.zscore(SessionKeys(flagged_session).shard.wip, entry(flagged_session, job_id))
+            deadlines = dict(zip(flagged, await pipe.execute(), strict=True))
         grace = queued_grace_s(self.settings)
-        old_queued = [f for f in flags if job_state[f][0] == "queued" and (job_age_s(f, now) or 0.0) > grace]
-        lost = await self._not_in_queue(old_queued)
-        lost |= await self._unleased_started(
-            [f for f in flags if job_state[f][0] == "started" and job_state[f][1] in live], now
+        lost = await self._not_in_queue(
+            [(s, f) for s, f in flagged if deadlines[s, f] is None and (job_age_s(f, now) or 0.0) > grace]
         )
-        todo = [
-            (session, current)
-            for session, current in candidates
-            if current is None or self._needs_repair(job_state[current], current, live, lost)
-        ]
+        unleased = await self._unleased_running([(s, f) for s, f in flagged if (deadlines[s, f] or 0.0) >= now], now)
+        todo: list[tuple[SessionKey, str | None, str]] = []
+        why: list[str] = []
+        for session, flag in candidates:
+            deadline = deadlines.get((session, flag)) if flag is not None else None
+            if flag is None:
+                reason = "missing"
+            elif deadline is not None and deadline < now:
+                reason = "expired"  # its worker stopped heartbeating it
+            elif flag in unleased:
+                reason = "unleased"
+            elif flag in lost:
+                reason = "lost"
+            else:
+                continue  # queued, or running
+            todo.append((session, flag, entry(session, flag) if flag is not None and deadline is not None else ""))
+            why.append(reason)
         if not todo:
             return 0
         # at the head of the queue: these sessions were interrupted, the ones waiting behind have not started
         jobs = await self.jobs.enqueue_many(self.redis, todo, front=True)
-        reasons: Counter[str] = Counter()
-        for (session, current), job in zip(todo, jobs, strict=True):
-            if job is None:
-                continue
-            status, worker = job_state[current] if current is not None else ("missing", None)
-            reason = "lost" if current in lost else "gone" if status is None else str(status)
-            reasons[reason] += 1
-            logger.debug("re-enqueued a drain for stranded %s (flag %s: %s, %s)", session, current, reason, worker)
-        if reasons:
-            summary = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items()))
-            logger.info("re-enqueued drains for %d stranded sessions (their flag's job: %s)", reasons.total(), summary)
-        return reasons.total()
+        done: Counter[str] = Counter()
+        for (session, flag, _stale), reason, job in zip(todo, why, jobs, strict=True):
+            if job is not None:
+                done[reason] += 1
+                logger.debug("re-enqueued a drain for stranded %s (flag %s: %s)", session, flag, reason)
+        if done:
+            summary = ", ".join(f"{reason} {count}" for reason, count in sorted(done.items()))
+            logger.info("re-enqueued drains for %d stranded sessions (their flag's drain: %s)", done.total(), summary)
+        return done.total()
 
-    @staticmethod
-    def _needs_repair(job: tuple[str | None, str | None], flag: str, live: set[str | None], lost: set[str]) -> bool:
-        status, worker = job
-        if status is None or status in _TERMINAL:
-            return True
-        if status == "started":
-            return worker not in live or flag in lost
-        if status == "queued":
-            return flag in lost
-        return True
+    async def _unleased_running(self, running: list[tuple[SessionKey, str]], now: float) -> set[str]:
+        """Job ids of running drains (heartbeated) whose session has stayed without a lease for a whole lease TTL.
 
-    async def _unleased_started(self, job_ids: list[str], now: float) -> set[str]:
-        """Started jobs of live workers whose session has stayed without a lease for a whole lease TTL.
-
-        A running drain holds its session's lease from start to release, so such a job is not running: its
-        drain died on an error the worker could not record (Redis gone mid-turn). Seen twice, a lease apart.
+        A running drain holds its session's lease from its first step to release, so such a drain is not running:
+        it died on an error the worker could not record (Redis gone mid-turn). Seen twice, a lease apart.
         """
-        if not job_ids:
+        if not running:
             return set()
-        keys = self.jobs.keys
         async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.set(keys.unleased_since(job_id), f"{now:.3f}", nx=True, ex=3600)
-                pipe.get(keys.unleased_since(job_id))
+            for _session, job_id in running:
+                pipe.set(_GLOBAL.unleased_since(job_id), f"{now:.3f}", nx=True, ex=3600)
+                pipe.get(_GLOBAL.unleased_since(job_id))
             seen = await pipe.execute()
         grace = worker_ttl_s(self.settings)
-        return {job_id for i, job_id in enumerate(job_ids) if now - float(_text(seen[2 * i + 1]) or now) > grace}
+        return {job_id for i, (_s, job_id) in enumerate(running) if now - float(_text(seen[2 * i + 1]) or now) > grace}
 
-    async def _not_in_queue(self, job_ids: list[str]) -> set[str]:
-        """Those of ``job_ids`` in neither RQ's queue list nor its intermediate list (only checked for old ids)."""
-        if not job_ids:
+    async def _not_in_queue(self, queued: list[tuple[SessionKey, str]]) -> set[str]:
+        """Job ids of ``queued`` whose entry is neither in its shard's drain queue nor running (old ids only).
+
+        The queue is looked at before the running set: an entry a worker takes in between is found in the latter.
+        """
+        if not queued:
             return set()
-        keys = self.jobs.keys
         async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.lpos(keys.queue, job_id)
-                pipe.lpos(keys.intermediate, job_id)
+            for session, job_id in queued:
+                shard = SessionKeys(session).shard
+                pipe.lpos(shard.drainq, entry(session, job_id))
+                pipe.zscore(shard.wip, entry(session, job_id))
             found = await pipe.execute()
-        return {job_id for i, job_id in enumerate(job_ids) if found[2 * i] is None and found[2 * i + 1] is None}
+        return {job_id for i, (_s, job_id) in enumerate(queued) if found[2 * i] is None and found[2 * i + 1] is None}
 
-    async def _stuck_intermediate(self) -> set[str]:
-        """Job ids left in RQ's intermediate list by a worker that died right after ``BLMOVE``.
+    async def _clean_running_sets(self) -> None:
+        """Drop long-expired entries from a window of shards' running sets (what ``clean_registries`` did for RQ).
 
-        Like RQ's own ``IntermediateQueue.cleanup``: the first sweep that sees an id notes when; a later
-        sweep, once the lease TTL has passed, gives the job up (:meth:`DrainJobs.drop_stuck`; the runnable sweep
-        then repairs its session).
+        A drain's entry leaves its running set in the step that ends it, a dead worker's in the takeover or the
+        repair; what a crash leaves beyond that is removed here, :data:`WIP_CLEAN_SHARDS` shards per sweep.
         """
-        keys = self.jobs.keys
-        ids = [_text(i) or "" for i in await self.redis.lrange(keys.intermediate, 0, -1)]
-        if not ids:
-            return set()
-        now = time.time()
+        every = ShardKeys.every()
+        first = self._clean_from
+        self._clean_from = (first + WIP_CLEAN_SHARDS) % len(every)
+        before = time.time() - WIP_FORGET_S
         async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.set(keys.first_seen(job_id), f"{now:.3f}", nx=True, ex=3600)
-                pipe.get(keys.first_seen(job_id))
-            seen = await pipe.execute()
-        stuck: set[str] = set()
-        grace = worker_ttl_s(self.settings)
-        for i, job_id in enumerate(ids):
-            first = float(_text(seen[2 * i + 1]) or now)
-            if now - first > grace:
-                stuck.add(job_id)
-        return stuck
-
-    def _clean_rq_registries(self) -> None:
-        from rq import Queue
-        from rq.registry import clean_registries
-        from rq.serializers import JSONSerializer
-
-        assert self.sync_redis is not None
-        clean_registries(Queue(self.settings.name, connection=self.sync_redis, serializer=JSONSerializer))
+            for n in range(first, first + WIP_CLEAN_SHARDS):
+                pipe.zremrangebyscore(every[n % len(every)].wip, "-inf", before)
+            await pipe.execute()

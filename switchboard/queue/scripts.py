@@ -52,10 +52,7 @@ __all__ = [
     "HISTORY_APPEND",
     "INGEST",
     "INTERRUPT",
-    "JOB_DROP_STUCK",
-    "JOB_FINISH",
     "JOB_PRELUDE",
-    "JOB_START",
     "LEASE_ABANDON",
     "LEASE_ACQUIRE",
     "LEASE_RENEW",
@@ -79,6 +76,7 @@ __all__ = [
     "SESSION_RESET",
     "SLOT_SAVE",
     "STEER",
+    "TAKE",
     "Script",
     "ScriptArg",
     "load_all",
@@ -189,9 +187,7 @@ INGEST: Final = Script("ingest", preludes=[JOB_PRELUDE, LIMITS_PRELUDE, RETENTIO
 SESSION_QUOTA: Final = Script("session_quota", preludes=[LIMITS_PRELUDE])
 SENDER_METER: Final = Script("sender_meter", preludes=[LIMITS_PRELUDE])
 ENQUEUE: Final = Script("enqueue", preludes=[JOB_PRELUDE])
-JOB_START: Final = Script("job_start")
-JOB_FINISH: Final = Script("job_finish")
-JOB_DROP_STUCK: Final = Script("job_drop_stuck")
+TAKE: Final = Script("take")
 LEASE_ACQUIRE: Final = Script("lease_acquire", preludes=[LEASE_PRELUDE])
 LEASE_RENEW: Final = Script("lease_renew")
 LEASE_ABANDON: Final = Script("lease_abandon")
@@ -250,9 +246,7 @@ ALL: Final = (
     SESSION_QUOTA,
     SENDER_METER,
     ENQUEUE,
-    JOB_START,
-    JOB_FINISH,
-    JOB_DROP_STUCK,
+    TAKE,
     LEASE_ACQUIRE,
     LEASE_RENEW,
     LEASE_ABANDON,

@@ -248,9 +248,12 @@ class Drainer(TurnEndings):
         """Set by the worker on shutdown: drains hand their session over after the current turn."""
         self._sleep = sleep
         self._active: dict[SessionKey, DrainTurn] = {}
-        self.jobs = DrainJobs(settings.name)
+        self.jobs = DrainJobs()
         self.slots_full: Callable[[], bool] = lambda: False
         """Set by the worker: whether it has no free slot (only then can yielding one help a waiting session)."""
+        self.waiting_elsewhere: Callable[[SessionKey], bool] = lambda session: False
+        """Set by the worker: whether drains of its shards other than the session's wait (a yield then helps them
+        even when the session's own shard queue is empty)."""
         self.gate = TurnGate.build(redis, config)
         """Budgets and linked identities (``None`` when neither is configured: a turn then asks Redis nothing more)."""
         self.handoffs = Handoffs.build(redis, config, history_maxlen=settings.history_maxlen)
@@ -321,6 +324,7 @@ class Drainer(TurnEndings):
                 stopped_at = turn.stopped_at
                 # a turn that ends the session's share gives the slot up in its own completion
                 turn.yield_after = share_used(turns + 1) and self.slots_full()
+                turn.yield_elsewhere = turn.yield_after and self.waiting_elsewhere(session)
                 if await self._handle(turn, attempt) is DrainOutcome.DEFERRED:
                     return DrainOutcome.DEFERRED
                 if turn.ledger.released:  # the turn's completion left the inbox empty and ended the drain
@@ -341,7 +345,9 @@ class Drainer(TurnEndings):
                         turns
                         and share_used(turns)
                         and self.slots_full()
-                        and await self.jobs.yield_slot(self.redis, lease, job)
+                        and await self.jobs.yield_slot(
+                            self.redis, lease, job, elsewhere=self.waiting_elsewhere(session)
+                        )
                     ):
                         return DrainOutcome.YIELDED
                     attempt = await turn.ledger.begin(read_history=self.settings.history_maxlen)

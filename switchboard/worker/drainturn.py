@@ -17,7 +17,7 @@ __all__ = ["DrainOutcome", "DrainTurn"]
 
 
 class DrainOutcome(Enum):
-    """How a drain ended (the worker decides what happens to the RQ job from it)."""
+    """How a drain ended (the worker decides what happens to the drain job from it)."""
 
     RELEASED = "released"
     """The inbox was empty: lease, drain flag and runnable mark removed, and the drain's job closed, in one step."""
@@ -60,4 +60,7 @@ class DrainTurn:
     """Whether the turn last cancelled on request showed the user it stopped (its streamed reply says so)."""
     yield_after: bool = False
     """Fairness: the turn in flight ends the session's share while others wait (its completion yields the slot)."""
+    yield_elsewhere: bool = False
+    """With :attr:`yield_after`: drains of the worker's other shards wait, so the completion yields even when the
+    session's own shard queue is empty."""
     typing: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)

@@ -152,6 +152,7 @@ class TurnEndings:
             work=work,
             release=not statuses,  # a channel that shows the idle status is told first, under the lease
             yield_slot=turn.yield_after,
+            yield_elsewhere=turn.yield_elsewhere,
             next_history=self.settings.history_maxlen,  # the drain's next attempt, in the same step
         )
         if remaining == 0 and statuses:

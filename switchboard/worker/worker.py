@@ -1,10 +1,12 @@
 """The session worker: one process, one persistent event loop, many sessions' drains at once.
 
-It takes drain jobs off one RQ queue the way rq 3 does but runs up to ``concurrency`` of them as asyncio tasks instead
-of forking per job, keeping its connection pools for life. Its heartbeat comes from a thread of its own, so only a
-dead or frozen process stops it, and the sessions of workers that stopped beating are taken over at once; the lease
-stays the fence. Yielding drains serve every runnable session round-robin; on stop, running turns finish and hand
-their sessions over.
+It consumes the drain queues of the shards rendezvous hashing gives it among the live workers
+(:mod:`switchboard.queue.shardwork`), woken by its shards' ready channels, and runs up to ``concurrency`` drains as
+asyncio tasks, keeping its connection pools for life. Across shards it serves one entry per shard with work in turn;
+within a shard, in queue order; yielding drains go to the back. A safety pass every heartbeat finds what a lost
+wake-up left. Its heartbeat comes from a thread of its own, so only a dead or frozen process stops it, and the
+sessions of workers that stopped beating are taken over at once; the lease stays the fence. On stop, running turns
+finish and hand their sessions over.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from importlib.metadata import version
-from typing import Any, cast
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -33,14 +34,16 @@ from switchboard.core.workspaces.store import WorkspaceStore
 from switchboard.errors import ConfigError
 from switchboard.outbound.deliver import Deliverer
 from switchboard.queue import scripts
-from switchboard.queue.cancellation import listen_for_stops
-from switchboard.queue.connection import as_redis, as_sync_redis, async_client, check_acks, sync_client
-from switchboard.queue.jobs import FAILURE_TTL_S, RESULT_TTL_S, DrainJobs, StartedJob
-from switchboard.queue.keys import GlobalKeys
-from switchboard.queue.reaper import Reaper
+from switchboard.queue.cancellation import stop_requested_since
+from switchboard.queue.connection import as_redis, async_client, check_acks, sync_client
+from switchboard.queue.jobs import WIP_TTL_S, DrainJobs, StartedJob
+from switchboard.queue.keys import GlobalKeys, ShardKeys
+from switchboard.queue.reaper import Reaper, worker_ttl_s
 from switchboard.queue.retention import RetentionPlan, sweep_if_due
 from switchboard.queue.schedules import Scheduler, sync_config_jobs
 from switchboard.queue.sealed import data_keyring
+from switchboard.queue.shards import shard_of
+from switchboard.queue.shardwork import ShardListener, ShardRota, owned_shards
 from switchboard.settings import QueueSettings, Settings
 from switchboard.worker.drain import Drainer, TurnRunner
 from switchboard.worker.drainturn import DrainOutcome
@@ -54,10 +57,8 @@ logger = logging.getLogger(__name__)
 DrainerFactory = Callable[[aioredis.Redis, str], Drainer]
 """Builds the worker's drainer from its Redis client and worker id."""
 
-DEQUEUE_BLOCK_S = 1.0
-"""How long one ``BLMOVE`` blocks (also how quickly an idle worker notices a stop)."""
-STARTED_TTL_S = 60.0
-"""Deadline pushed into RQ's StartedJobRegistry at each heartbeat (RQ's own minimum)."""
+IDLE_WAIT_S = 1.0
+"""How long an idle worker waits for a wake-up before it looks again (also how quickly it notices a stop)."""
 ALIVE_BEATS = 3
 """A worker silent for this many heartbeats is dead (its liveness key expires) and its sessions are taken over."""
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -137,10 +138,18 @@ class SessionWorker:
         default_beat_s = min(settings.worker_heartbeat_ms, settings.lease_ms / 3) / 1000
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else default_beat_s
         self.shutdown_grace_s = shutdown_grace_s if shutdown_grace_s is not None else settings.lease_ms / 1000
-        self.jobs = DrainJobs(settings.name)
+        self.jobs = DrainJobs()
         self._drainer = drainer
         self._factory = drainer_factory
         self._running: dict[str, StartedJob] = {}
+        """The drains running now, by entry."""
+        self.owned: frozenset[int] = frozenset()
+        """The shards this worker consumes (rendezvous hashing over the live workers, renewed every heartbeat)."""
+        self._rota = ShardRota()
+        self._listener: ShardListener | None = None
+        self._safety_due = 0.0
+        """``time.monotonic()`` of the next safety pass (0: at once)."""
+        self._safety_from = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._liveness: _Liveness | None = None
         self._schedules = list(schedules)
@@ -154,13 +163,8 @@ class SessionWorker:
         """Start-up self-check: refuse a setup that would break the queue's guarantees.
 
         Raises:
-            ConfigError: naming the field: rq older than 3.0 (finished jobs could be re-run as abandoned),
-                not exactly one queue name, a heartbeat not shorter than the lease, or job TTLs unset.
+            ConfigError: naming the field: not exactly one queue name, or a heartbeat not shorter than the lease.
         """
-        rq_version = version("rq")
-        major = int(rq_version.split(".", 1)[0])
-        if major < 3:
-            raise ConfigError(f"rq {rq_version} is too old: switchboard needs rq >= 3.0", field="rq")
         name = self.settings.name
         if not _QUEUE_NAME.match(name):
             raise ConfigError(
@@ -180,8 +184,6 @@ class SessionWorker:
                 "lease: stranded sessions would wait minutes; keep it at most 10x lease_ms",
                 field="queue.reaper_interval_s",
             )
-        if RESULT_TTL_S is None or FAILURE_TTL_S is None:  # pragma: no cover - constants
-            raise ConfigError("drain job result_ttl and failure_ttl must be explicit", field="queue")
         if self._drainer is not None and self._drainer.settings.name != name:
             raise ConfigError("the drainer and the worker disagree on the queue name", field="queue.name")
 
@@ -189,8 +191,10 @@ class SessionWorker:
         info = await redis.info("server")
         raw = str(info.get("valkey_version") or info.get("redis_version") or "0")
         parts = [int(p) for p in re.findall(r"\d+", raw)[:2]] + [0, 0]
-        if "valkey_version" not in info and (parts[0], parts[1]) < (6, 2):
-            raise ConfigError(f"Redis {raw} is too old: the worker needs BLMOVE (Redis >= 6.2)", field="redis_url")
+        if "valkey_version" not in info and (parts[0], parts[1]) < (7, 0):
+            raise ConfigError(
+                f"Redis {raw} is too old: the worker needs sharded pub/sub and LMPOP (Redis >= 7.0)", field="redis_url"
+            )
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -202,10 +206,15 @@ class SessionWorker:
         client = async_client(self.redis_url)
         check_acks(client, self.settings.ack_replicas)
         redis = as_redis(client)
-        blocking = as_redis(async_client(self.redis_url, socket_timeout=None, health_check_interval=0))
-        sync = as_sync_redis(sync_client(self.redis_url))
         drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
-        reaper = Reaper(redis, self.settings, worker_id=self.worker_id, sync_redis=sync)
+        drainer.waiting_elsewhere = lambda session: self._rota.others_than(shard_of(session))
+        listener = self._listener = ShardListener(
+            redis,
+            on_ready=self._woken,
+            on_stop=drainer.cancel,
+            reason_of=lambda session: stop_requested_since(redis, session, 0.0),
+        )
+        reaper = Reaper(redis, self.settings, worker_id=self.worker_id)
         liveness = self._liveness = _Liveness(self.redis_url, self.worker_id, self.heartbeat_s)
         background: list[asyncio.Task[None]] = []
         try:
@@ -221,12 +230,16 @@ class SessionWorker:
                 asyncio.create_task(self._heartbeat_loop(redis, stop)),
                 asyncio.create_task(self._takeover_loop(reaper, stop)),
                 asyncio.create_task(self._reaper_loop(reaper, stop)),
-                asyncio.create_task(listen_for_stops(redis, drainer.cancel, stop)),
+                asyncio.create_task(listener.run(stop)),
             ]
             if self._retention is not None and self._retention.config.active:  # no rule: no loop, no command
                 background.append(asyncio.create_task(self._retention_loop(redis, self._retention, stop)))
-            logger.info("worker %s listening on queue %s", self.worker_id, self.settings.name)
-            await self._dequeue_loop(redis, blocking, drainer, stop)
+            with contextlib.suppress(
+                TimeoutError
+            ):  # a wake-up sent before the subscription is found by the safety pass
+                await asyncio.wait_for(listener.ready.wait(), timeout=5.0)
+            logger.info("worker %s listening on %d shards", self.worker_id, len(self.owned))
+            await self._dequeue_loop(redis, drainer, stop)
             await self._shutdown(drainer)
         finally:
             for task in background:
@@ -237,18 +250,13 @@ class SessionWorker:
             await liveness.stop()
             with contextlib.suppress(RedisError, OSError):
                 await redis.zrem(_GLOBAL.workers, self.worker_id)
-            await blocking.aclose()
             await redis.aclose()
-            sync.close()
             logger.info("worker %s stopped", self.worker_id)
 
-    async def _dequeue_loop(
-        self, redis: aioredis.Redis, blocking: aioredis.Redis, drainer: Drainer, stop: asyncio.Event
-    ) -> None:
+    async def _dequeue_loop(self, redis: aioredis.Redis, drainer: Drainer, stop: asyncio.Event) -> None:
         slots = asyncio.Semaphore(self.settings.concurrency)
         drainer.slots_full = slots.locked
         stopped = asyncio.ensure_future(stop.wait())
-        keys = self.jobs.keys
         try:
             while not stop.is_set():
                 if slots.locked():
@@ -263,53 +271,105 @@ class SessionWorker:
                     slots.release()
                     break
                 try:
-                    # Redis >= 6 takes a fractional timeout; redis-py's annotation says int
-                    block = cast(int, DEQUEUE_BLOCK_S)
-                    raw = await blocking.blmove(keys.queue, keys.intermediate, block, "LEFT", "RIGHT")
+                    job = await self._next_job(redis, stopped)
                 except (RedisError, OSError) as err:
                     slots.release()
                     logger.warning("dequeue failed: %s; retrying", err)
                     await asyncio.sleep(0.5)
                     continue
-                if raw is None:
+                if job is None:
                     slots.release()
                     continue
-                job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-                task = asyncio.create_task(self._run_job(redis, drainer, job_id, slots))
+                self._running[job.entry] = job
+                task = asyncio.create_task(self._run_job(redis, drainer, job, slots))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         finally:
             stopped.cancel()
 
-    async def _run_job(self, redis: aioredis.Redis, drainer: Drainer, job_id: str, slots: asyncio.Semaphore) -> None:
+    def _woken(self, shard: int) -> None:
+        """A wake-up on ``shard``'s ready channel: its turn comes in the rota (if the shard is still this worker's)."""
+        if shard in self.owned:
+            self._rota.add(shard)
+
+    async def _next_job(self, redis: aioredis.Redis, stopped: asyncio.Future[Any]) -> StartedJob | None:
+        """The next drain to run, or ``None`` after an idle wait (for a wake-up, the safety pass, or the stop).
+
+        The safety pass's find when one is due, else the next entry of the shard whose turn it is.
+        """
+        if time.monotonic() >= self._safety_due:
+            job = await self._safety_pass(redis)
+            if job is not None:
+                return job
+        shard = self._rota.next()
+        if shard is None:
+            woken = asyncio.ensure_future(self._rota.woken.wait())
+            timeout = min(IDLE_WAIT_S, max(0.0, self._safety_due - time.monotonic()))
+            await asyncio.wait({woken, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            return None
+        if shard not in self.owned:
+            return None
+        job, left = await self.jobs.take(redis, shard)
+        if left:
+            self._rota.add(shard)  # its next entry waits for the other shards' turns
+        return job
+
+    async def _safety_pass(self, redis: aioredis.Redis) -> StartedJob | None:
+        """Pub/sub is at most once: pop an entry from any owned shard not in the rota, if one has any.
+
+        One ``LMPOP`` over their queues, from a rotating start. A find means a wake-up was lost (or is on its way):
+        the shard joins the rota and the next pass comes at once, until a pass finds nothing; then one a heartbeat
+        later.
+
+        The popped entry is registered right after (not in the same step as :meth:`DrainJobs.take`): a crash in
+        between leaves its session to the reaper, which finds the flag's entry in no list.
+        """
+        self._safety_due = time.monotonic() + self.heartbeat_s
+        unknown = sorted(self.owned.difference(self._rota.waiting()))
+        if not unknown:
+            return None
+        start = self._safety_from % len(unknown)
+        order = unknown[start:] + unknown[:start]
+        every = ShardKeys.every()
+        found = await redis.lmpop(len(order), *(every[n].drainq for n in order), direction="LEFT")
+        if not found:
+            return None
+        key, entries = found
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        shard = next(n for n in order if every[n].drainq == name)
+        self._safety_from = unknown.index(shard) + 1
+        self._safety_due = 0.0
+        self._rota.add(shard)
+        return await self.jobs.register(redis, entries[0])
+
+    async def _run_job(
+        self, redis: aioredis.Redis, drainer: Drainer, job: StartedJob, slots: asyncio.Semaphore
+    ) -> None:
         try:
-            job = await self.jobs.start(redis, job_id, worker=self.worker_id, heartbeat_ttl_s=STARTED_TTL_S)
-            if job is None:
-                return
-            self._running[job_id] = job
             try:
                 outcome = await drainer.drain_session(job.session, job)
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._abandoned(redis, job))
                 raise
-            except Exception as err:
+            except Exception:
                 logger.exception("drain of %s crashed", job.session)
-                await self.jobs.finish(redis, job, error=f"{type(err).__name__}: {err}")
+                await self.jobs.expire(redis, job)  # the reaper's next sweep repairs the session
                 return
             if outcome is DrainOutcome.HANDED_OVER:
-                await self.jobs.enqueue(redis, job.session, expected=job_id, front=True)
-            if outcome not in (DrainOutcome.RELEASED, DrainOutcome.YIELDED):  # those closed the job in their step
+                await self.jobs.enqueue(redis, job.session, expected=job.job_id, front=True, stale=job.entry)
+            if outcome not in (DrainOutcome.RELEASED, DrainOutcome.YIELDED):  # those closed the entry in their step
                 await self.jobs.finish(redis, job)
         except (RedisError, OSError) as err:
-            logger.warning("drain job %s: Redis failed (%s); the reaper will repair the session", job_id, err)
+            logger.warning("drain %s: Redis failed (%s); the reaper will repair the session", job.entry, err)
         finally:
-            self._running.pop(job_id, None)
+            self._running.pop(job.entry, None)
             slots.release()
 
     async def _abandoned(self, redis: aioredis.Redis, job: StartedJob) -> None:
-        await self.jobs.finish(redis, job, error="abandoned at worker shutdown")
-        await self.jobs.enqueue(redis, job.session, expected=job.job_id, front=True)
+        await self.jobs.enqueue(redis, job.session, expected=job.job_id, front=True, stale=job.entry)
+        await self.jobs.finish(redis, job)
 
     async def _shutdown(self, drainer: Drainer) -> None:
         drainer.stopping.set()
@@ -322,12 +382,25 @@ class SessionWorker:
                 await asyncio.wait(pending)
 
     async def _beat(self, redis: aioredis.Redis) -> None:
+        """Register this worker, read the live ones and take the shards they leave it; renew the running drains."""
         now_ms = int(time.time() * 1000)
         async with redis.pipeline(transaction=False) as pipe:
             pipe.zadd(_GLOBAL.workers, {self.worker_id: now_ms})
             pipe.zremrangebyscore(_GLOBAL.workers, "-inf", now_ms - 24 * 3600 * 1000)
-            await pipe.execute()
-        await self.jobs.heartbeat(redis, list(self._running.values()), ttl_s=STARTED_TTL_S)
+            pipe.zrangebyscore(_GLOBAL.workers, now_ms - worker_ttl_s(self.settings) * 1000, "+inf")
+            *_, live = await pipe.execute()
+        self._assign([w.decode() if isinstance(w, bytes) else str(w) for w in live])
+        await self.jobs.heartbeat(redis, list(self._running.values()), ttl_s=WIP_TTL_S)
+
+    def _assign(self, live: list[str]) -> None:
+        owned = owned_shards(self.worker_id, live)
+        if owned != self.owned:
+            if self.owned:
+                logger.info("worker %s now consumes %d shards (%d live workers)", self.worker_id, len(owned), len(live))
+            self.owned = owned
+            self._safety_due = 0.0  # the new shards' entries were announced to their previous consumer
+        if self._listener is not None:
+            self._listener.watch(owned, owned | {job.shard for job in self._running.values()})
 
     async def _heartbeat_loop(self, redis: aioredis.Redis, stop: asyncio.Event) -> None:
         while not stop.is_set():

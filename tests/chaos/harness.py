@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BOT_TOKEN = "424242:chaos-token"
 SECRET = "chaos_secret-1"
 CHAT_BASE = 10_000
-_LISTENING = re.compile(r"worker (\S+) listening on queue")
+_LISTENING = re.compile(r"worker (\S+) listening on")
 _GLOBAL = GlobalKeys()
 
 

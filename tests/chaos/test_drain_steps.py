@@ -1,6 +1,6 @@
-"""The drain's merged steps under real worker processes: a reply's parts, the releasing completion, RQ bookkeeping.
+"""The drain's merged steps under real worker processes: a reply's parts, the releasing completion, the drain entry.
 
-A drain's first begin takes the lease, its last completion releases the drain and closes its RQ job, and a send's
+A drain's first begin takes the lease, its last completion releases the drain and closes its entry, and a send's
 part is recorded only before the next platform call: each is a place where a SIGKILL or a message landing at the
 same moment could lose, repeat or strand something.
 """
@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.channels.telegram.fake.platform import FakeTelegram
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.queue.stats import read_stats
 from switchboard.settings import load_settings
 from tests.shardindexes import count_of
@@ -120,8 +120,8 @@ async def test_drains_released_by_their_last_completion_strand_nothing_and_leak_
 
     Every session gets its messages a few milliseconds to a few turns apart, so some land just before the last
     completion (the drain goes on), some in the same moment, some between the release and the worker's next dequeue
-    (a new drain job). Afterwards no drain flag, lease or runnable mark is left, and RQ holds no job: none queued,
-    none in the started registry (``rq:wip``), no job hash.
+    (a new drain job). Afterwards no drain flag, lease or runnable mark is left, and no drain entry: none queued in
+    the sessions' shards, none in their running sets.
     """
     rng = random.Random(2026_12_07)
     env = chaos_env(base_env, fake.base_url, OFFLINE__DELAY_MS="3")
@@ -187,21 +187,20 @@ async def test_a_worker_frozen_past_its_lease_writes_nothing_and_leaks_no_rq_boo
 
 
 async def _nothing_left_behind(redis: aioredis.Redis, env: dict[str, str], sessions: Iterable[int]) -> None:
-    """No drain flag, lease or runnable mark left, and RQ holds no job: none queued, started (``rq:wip``) or kept."""
-    rq = RQKeys(load_settings(env).queue.name)
+    """No drain flag, lease or runnable mark left, and no drain entry queued or running in the sessions' shards."""
     keys = [SessionKeys(key_of(s)) for s in sessions]
+    shards = sorted({k.shard.shard for k in keys})
 
     async def bookkeeping() -> dict[str, object]:
         return {
             "drain flags": sum([await redis.exists(k.drain) for k in keys]),
             "leases": sum([await redis.exists(k.lease) for k in keys]),
             "runnable": await count_of(redis, lambda s: s.runnable),
-            "queued": await redis.llen(rq.queue),
-            "started": await redis.zrange(rq.started, 0, -1),
-            "job hashes": [key async for key in redis.scan_iter(match=rq.job("*"))],
+            "queued": sum([await redis.llen(ShardKeys(n).drainq) for n in shards]),
+            "running": [m for n in shards for m in await redis.zrange(ShardKeys(n).wip, 0, -1)],
         }
 
-    clean = {"drain flags": 0, "leases": 0, "runnable": 0, "queued": 0, "started": [], "job hashes": []}
+    clean = {"drain flags": 0, "leases": 0, "runnable": 0, "queued": 0, "running": []}
     seen: dict[str, object] = {}
 
     async def cleaned() -> bool:

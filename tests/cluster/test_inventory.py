@@ -19,7 +19,8 @@ from redis.cluster import key_slot
 
 from switchboard.core.messages import session_key
 from switchboard.queue import scripts
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.jobs import entry
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.queue.limits import _STREAM_TICKET
 from switchboard.queue.streamslots import _ACQUIRE, _REFRESH
 from tests.cluster.servers import LocalCluster
@@ -28,7 +29,6 @@ SESSION = session_key("acme", "assistant", "telegram", "bot1", "chat-4242")
 TENANT = "acme"
 G = GlobalKeys()
 S = SessionKeys(SESSION)
-RQ = RQKeys("switchboard")
 JOB = "d0193a7c2b1f4e5d6a7b8c9d"
 CHAT = "4242"
 PRINCIPAL = "telegram/bot1/4242"
@@ -38,16 +38,16 @@ SH = S.shard
 
 INGEST_KEYS = [
     S.dedup("telegram:update:1"), S.messages, S.inbox, S.meta, S.events, S.drain, SH.runnable, SH.sessions, SH.stats,
-    RQ.job(JOB), RQ.queue, RQ.queues, S.rate, S.cancel,
+    SH.drainq, S.rate, S.cancel,
 ]  # fmt: skip
 BEGIN_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.meta, S.events, S.drain, SH.runnable, S.history, S.slots, S.epoch,
-    S.outbox, S.dead, S.web, S.control, S.approvals, RQ.job(JOB), RQ.started,
+    S.outbox, S.dead, S.web, S.control, S.approvals, SH.wip,
 ]  # fmt: skip
 COMPLETE_KEYS = [
     *FENCED, S.inbox, S.messages, S.attempts, S.history, S.events, S.outbox, S.meta, SH.stats,
     SH.histogram("queue_wait"), SH.histogram("run"), S.drain, SH.runnable, S.slots, S.epoch, S.dead, S.web,
-    RQ.job(JOB), RQ.started, RQ.queue, RQ.queues, RQ.job("d0193a7c2b1f4e5d6a7b8c9e"), S.control, S.approvals,
+    SH.wip, SH.drainq, S.control, S.approvals,
 ]  # fmt: skip
 APPROVAL_KEYS = [*FENCED, S.approval("ap1"), S.approvals, SH.approvals_due, SH.approvals_pending(TENANT)]
 SCHEDULE_KEYS = [G.schedule("job1"), G.schedules_due, G.schedules_of_session(SESSION), G.schedules_of_tenant(TENANT)]
@@ -66,10 +66,8 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     ),
     "session_quota": ("queue/limits.py count_session", [G.address_rate("203.0.113.7")]),
     "sender_meter": ("queue/ingest.py _take (before ingest)", [G.sender_rate(f"{TENANT}/telegram/bot1/4242")]),
-    "enqueue": ("queue/jobs.py _pushes", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
-    "job_start": ("queue/jobs.py start", [RQ.job(JOB), RQ.started, RQ.intermediate]),
-    "job_finish": ("queue/jobs.py finish", [RQ.job(JOB), RQ.started, RQ.failed]),
-    "job_drop_stuck": ("queue/jobs.py drop_stuck", [RQ.intermediate, RQ.job(JOB), RQ.first_seen(JOB)]),
+    "enqueue": ("queue/jobs.py enqueue_many", [S.lease, S.drain, SH.drainq, SH.wip]),
+    "take": ("queue/jobs.py take", [SH.drainq, SH.wip]),
     "lease_acquire": ("queue/lease.py acquire", [S.lease, S.epoch]),
     "lease_acquire_listener": (
         "queue/holders.py _acquire",
@@ -79,9 +77,9 @@ CALLS: dict[str, tuple[str, list[str]]] = {
     "lease_abandon": ("queue/lease.py abandon", [S.lease, S.attempts]),
     "lease_yield": (
         "queue/jobs.py yield_slot",
-        [*FENCED, S.inbox, S.drain, RQ.job(JOB), RQ.queue, RQ.queues, RQ.job("none"), RQ.started],
+        [*FENCED, S.inbox, S.drain, SH.drainq, SH.wip],
     ),
-    "lease_takeover": ("queue/jobs.py take_over_many (_pushes)", [S.lease, S.drain, RQ.job(JOB), RQ.queue, RQ.queues]),
+    "lease_takeover": ("queue/jobs.py take_over_many", [S.lease, S.drain, SH.drainq, SH.wip]),
     "fenced_xadd": ("queue/lease.py fenced_xadd", [*FENCED, S.web]),
     "begin": ("queue/ledger.py _begin", BEGIN_KEYS),
     "fail": ("queue/ledger.py fail (_run)", [*FENCED, S.attempts, S.events, SH.stats]),
@@ -165,17 +163,6 @@ _ROW = re.compile(r"_(web|after|listener)$")
 
 CROSS_SLOT: dict[str, str] = {
     # what takes each off the session's (or its own group's) slot today
-    "ingest": "RQ job/queue/queues",
-    "ingest_web": "as ingest",
-    "ingest_after": "as ingest",
-    "enqueue": "RQ job hash, queue and queues set",
-    "lease_yield": "RQ's keys",
-    "lease_takeover": "RQ job hash, queue and queues set",
-    "job_start": "RQ's job hash (rq:job:<id>) is not in the queue's slot",
-    "job_finish": "RQ's job hash is not in the registries' slot",
-    "job_drop_stuck": "RQ's job hash is not in the intermediate list's slot",
-    "begin": "RQ's job and started registry",
-    "complete": "RQ's keys",
 }
 """Scripts that cross slots today, and why (each an ``xfail(strict=True)`` below)."""
 
@@ -230,7 +217,7 @@ def _case(name: str) -> object:
 
 @pytest.fixture(scope="module")
 def cluster_client(redis_cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
-    """One cluster client for the module (the scripts below write nothing)."""
+    """One cluster client for the module (the scripts below write nothing but the drain test's, which it deletes)."""
     rc = redis.RedisCluster.from_url(redis_cluster.url)
     yield rc
     rc.close()
@@ -243,6 +230,34 @@ def test_script_keys_share_one_slot(name: str, cluster_client: redis.RedisCluste
     keys = CALLS[name][1]
     assert not off_slot(keys), f"{name} touches {len(slots_of(keys))} slots; off its first key's: {off_slot(keys)}"
     assert cluster_client.eval("return #KEYS", len(keys), *keys) == len(keys)
+
+
+@pytest.mark.cluster
+def test_a_queued_drain_wakes_its_shard_and_is_taken_in_its_slot(cluster_client: redis.RedisCluster) -> None:
+    """The drain scripts run on the cluster: enqueue pushes the entry and ``SPUBLISH``es on the shard's ready channel
+    from inside the script (the channel is in the shard's slot), a sharded subscriber hears it, take pops it into the
+    running set."""
+    queued = entry(SESSION, JOB)
+    pubsub = cluster_client.pubsub()
+    pubsub.ssubscribe(T.ready)
+    try:
+        for _ in range(20):
+            if pubsub.get_sharded_message(timeout=0.1) is not None:  # the subscription's confirmation
+                break
+        enqueue = _script("enqueue").source
+        args = ["", JOB, queued, T.ready, "", ""]
+        assert cluster_client.eval(enqueue, 4, S.lease, S.drain, SH.drainq, SH.wip, *args) == 1
+        heard = None
+        for _ in range(50):
+            heard = heard or pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0.1)
+        assert heard is not None and heard["data"] == queued.encode()
+        taken = cluster_client.eval(_script("take").source, 2, SH.drainq, SH.wip, "9999999999")
+        assert taken == [queued.encode(), 0]
+        assert cluster_client.zscore(SH.wip, queued) == 9999999999
+    finally:
+        pubsub.close()
+        cluster_client.delete(S.drain)
+        cluster_client.delete(SH.drainq, SH.wip)
 
 
 def test_cross_slot_reasons_name_only_rows() -> None:

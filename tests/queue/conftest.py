@@ -20,6 +20,8 @@ from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.queue.connection import async_client
 from switchboard.queue.ingest import Ingestor
+from switchboard.queue.keys import SessionKeys
+from switchboard.queue.shards import shard_of
 from switchboard.settings import QueueSettings
 from switchboard.worker.drain import Drainer, TurnRunner
 
@@ -36,6 +38,20 @@ def make_message(
         sender=Sender(id="u1", name="User"),
         text=text,
     )
+
+
+def conversation_in_shard(shard: int, prefix: str) -> str:
+    """The first conversation ``<prefix><n>`` whose session (as :func:`make_message` makes it) is in ``shard``."""
+    return next(
+        name
+        for name in (f"{prefix}{n}" for n in range(1_000_000))
+        if shard_of(make_message("x", conversation=name).session_key) == shard
+    )
+
+
+async def queued_entries(client: aioredis.Redis, session: str) -> list[str]:
+    """The drain entries waiting in ``session``'s shard queue, head first."""
+    return [e.decode() for e in await client.lrange(SessionKeys(session).shard.drainq, 0, -1)]  # type: ignore[arg-type]
 
 
 def agent_for(message: InboundMessage) -> Agent:

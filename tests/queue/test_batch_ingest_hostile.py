@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import BusyPolicy
 from tests.shardindexes import stats_sync
@@ -243,15 +243,20 @@ async def _stops_published(
         if prepare is not None:
             await prepare(ingestor)
         pubsub = async_redis.pubsub()
-        await pubsub.subscribe(GlobalKeys().cancel_channel)
-        await pubsub.get_message(timeout=1.0)
+        channels = [shard.cancel for shard in ShardKeys.every()]
+        await pubsub.ssubscribe(*channels)
+        confirmed = 0
+        while confirmed < len(channels):  # every shard's cancel channel subscribed before the delivery
+            message = await pubsub.get_message(timeout=1.0)
+            assert message is not None
+            confirmed += message["type"] == "ssubscribe"
         if batched:
             results = await ingestor.ingest_all(delivery)
         else:
             results = [await ingestor.ingest(m, busy_policy=p) for m, p in delivery]
         heard = 0
-        while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is not None:
-            heard += 1
+        while (message := await pubsub.get_message(timeout=0.3)) is not None:
+            heard += message["type"] == "smessage"
         runs.append((heard, _summary(results), _state(sync_redis, convs)))
         await pubsub.aclose()  # type: ignore[no-untyped-call]
     return runs

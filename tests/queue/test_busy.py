@@ -39,7 +39,7 @@ from switchboard.errors import FencedWriteError
 from switchboard.queue.cancellation import interrupt_record, listen_for_stops
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.queue.lease import Lease
 from switchboard.queue.ledger import MAX_INTERRUPTS, Attempt, Ledger
 from switchboard.settings import QueueSettings, load_file
@@ -104,10 +104,7 @@ async def _listening(client: aioredis.Redis, on_stop: Callable[[Any, str], bool]
     task = asyncio.create_task(listen_for_stops(client, on_stop, stop))
 
     async def subscribed() -> bool:
-        return (
-            dict(await client.pubsub_numsub(GlobalKeys().cancel_channel)).get(GlobalKeys().cancel_channel.encode(), 0)
-            > 0
-        )
+        return dict(await client.pubsub_shardnumsub(ShardKeys(0).cancel)).get(ShardKeys(0).cancel.encode(), 0) > 0
 
     try:
         await wait_until(subscribed, "the worker subscribed to steering")

@@ -11,7 +11,8 @@ from switchboard.core.turn import HistoryEntry, SessionStore, TurnRequest, TurnR
 from switchboard.errors import FencedWriteError
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.jobs import entry
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import CURRENT_LEASE, Lease, LeaseToken, fenced_xadd
 from switchboard.queue.ledger import Ledger
 from switchboard.queue.stats import fenced_total, read_stats
@@ -381,7 +382,7 @@ async def test_a_message_landing_right_after_the_releasing_completion_gets_a_dra
     """The last completion ends the drain in its own step: a message behind it finds no drain and enqueues one."""
     await ingestor.ingest(make_message("m0"))
     session = make_message("x").session_key
-    keys, rq = SessionKeys(session), RQKeys(queue_settings.name)
+    keys = SessionKeys(session)
     first = await client.get(keys.drain)
     complete = Ledger.complete
     landed: list[bytes | None] = []
@@ -400,7 +401,10 @@ async def test_a_message_landing_right_after_the_releasing_completion_gets_a_dra
     assert deliverer.texts() == ["echo: m0"]
     assert landed and landed[0] is not None and landed[0] != first  # a new drain job for m1
     assert await client.get(keys.drain) == landed[0]
-    assert await client.lrange(rq.queue, 0, -1) == [first, landed[0]]  # (the test ran the first job's drain itself)
+    queued = [entry(session, first.decode()), entry(session, landed[0].decode())]  # type: ignore[union-attr]
+    assert [
+        e.decode() for e in await client.lrange(keys.shard.drainq, 0, -1)
+    ] == queued  # (the test ran the first job's drain itself)
     assert await make_drainer(client, queue_settings, deliverer).drain_session(session) is DrainOutcome.RELEASED
     assert deliverer.texts() == ["echo: m0", "echo: m1"]
     assert await client.exists(keys.drain, keys.lease) == 0 and await client.llen(keys.inbox) == 0

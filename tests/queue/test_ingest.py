@@ -1,36 +1,34 @@
 from __future__ import annotations
 
 import json
-import zlib
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
-from rq import Queue
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
 from switchboard.core.messages import InboundMessage
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.jobs import DRAIN_FUNCTION, DrainJobs, job_age_s
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.jobs import entry, job_age_s, parse_entry
+from switchboard.queue.keys import SessionKeys
 from switchboard.settings import LimitsSettings, QueueSettings
 from tests.shardindexes import stats_of
 
-from .conftest import make_message
+from .conftest import make_message, queued_entries
 
 
-async def test_ingest_stores_message_and_enqueues_one_rq_job(
-    ingestor: Ingestor, client: aioredis.Redis, sync_redis: redis.Redis, queue_settings: QueueSettings
+async def test_ingest_stores_message_and_queues_one_drain_entry_and_wakes_its_shard(
+    ingestor: Ingestor, client: aioredis.Redis
 ) -> None:
     msg = make_message("hello")
+    keys = SessionKeys(msg.session_key)
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    await pubsub.ssubscribe(keys.shard.ready)
     result = await ingestor.ingest(msg)
     assert not result.duplicate and result.drain_enqueued
-    keys = SessionKeys(msg.session_key)
     assert [i.decode() for i in await client.lrange(keys.inbox, 0, -1)] == [result.message_id]
     stored = json.loads(await client.hget(keys.messages, result.message_id))
     assert stored["id"] == result.message_id and stored["text"] == "hello"
@@ -39,25 +37,25 @@ async def test_ingest_stores_message_and_enqueues_one_rq_job(
     kinds = [e["kind"] for e in await read_events(client, msg.session_key)]
     assert kinds == ["message_received", "run_queued"]
 
-    # RQ itself understands the job the script wrote
+    # the session's shard queue holds its entry (the flag names the job), and the shard's worker was woken
     job_id = (await client.get(keys.drain)).decode()
-    queue = Queue(queue_settings.name, connection=sync_redis, serializer=JSONSerializer)
-    assert queue.job_ids == [job_id]
-    assert queue in Queue.all(connection=sync_redis)
-    job = Job.fetch(job_id, connection=sync_redis, serializer=JSONSerializer)
-    assert job.func_name == DRAIN_FUNCTION
-    assert job.args == [msg.session_key]
-    assert job.get_status() == "queued"
-    assert job.origin == queue_settings.name and job.result_ttl == 0 and job.failure_ttl is not None
+    assert await queued_entries(client, msg.session_key) == [entry(msg.session_key, job_id)]
+    assert parse_entry(entry(msg.session_key, job_id)) == (msg.session_key, job_id)
     assert 0 <= (job_age_s(job_id) or -1) < 60
-    assert DrainJobs.session_of(job.data) == DrainJobs.session_of(zlib.compress(job.data)) == msg.session_key
+    woken = None
+    for _ in range(50):
+        woken = woken or await pubsub.get_message(timeout=0.1)
+    assert (
+        woken is not None and woken["type"] == "smessage" and woken["data"] == entry(msg.session_key, job_id).encode()
+    )
+    await pubsub.aclose()
 
 
 async def test_second_message_while_drain_pending_enqueues_nothing(ingestor: Ingestor, client: aioredis.Redis) -> None:
     first = await ingestor.ingest(make_message("a"))
     second = await ingestor.ingest(make_message("b"))
     assert first.drain_enqueued and not second.drain_enqueued
-    assert await client.llen(RQKeys("sbtest").queue) == 1
+    assert len(await queued_entries(client, make_message("x").session_key)) == 1
     keys = SessionKeys(make_message("x").session_key)
     assert [i.decode() for i in await client.lrange(keys.inbox, 0, -1)] == [first.message_id, second.message_id]
 
@@ -148,22 +146,6 @@ async def test_a_batch_sent_after_an_answered_one_times_out_at_its_own_deadline(
         await client.aclose()
 
 
-def test_rq_key_names_match_rq(sync_redis: redis.Redis) -> None:
-    from rq.defaults import RQ_KEY_PREFIX
-
-    from switchboard.queue import keys as keys_module
-
-    assert keys_module.RQ_KEY_PREFIX == RQ_KEY_PREFIX
-    queue = Queue("sbtest", connection=sync_redis)
-    keys = RQKeys("sbtest")
-    assert keys.queue == queue.key
-    assert keys.intermediate == queue.intermediate_queue_key
-    assert keys.started == queue.started_job_registry.key
-    assert keys.failed == queue.failed_job_registry.key
-    assert keys.queues == Queue.redis_queues_keys
-    assert keys.job("abc") == Job.key_for("abc")
-
-
 async def test_concurrent_ingests_keep_order_and_dedup_within_one_batch(
     ingestor: Ingestor, client: aioredis.Redis
 ) -> None:
@@ -177,7 +159,7 @@ async def test_concurrent_ingests_keep_order_and_dedup_within_one_batch(
     assert inbox == [r.message_id for r in results[:20]]  # submission order is acceptance order
     assert results[20].duplicate and results[20].message_id == results[3].message_id
     assert sum(r.drain_enqueued for r in results) == 1
-    assert await client.llen(RQKeys("sbtest").queue) == 1
+    assert len(await queued_entries(client, make_message("x").session_key)) == 1
 
 
 async def test_ingest_survives_a_script_cache_flush(ingestor: Ingestor, client: aioredis.Redis) -> None:
@@ -193,15 +175,15 @@ async def test_ingest_survives_a_script_cache_flush(ingestor: Ingestor, client: 
 
 
 async def test_only_a_platform_messages_call_is_guarded_by_the_one_before_it(ingestor: Ingestor) -> None:
-    """The script's KEYS[15] is a platform call's guard in a wave, but a web chat call's web stream: never both."""
+    """The script's KEYS[13] is a platform call's guard in a wave, but a web chat call's web stream: never both."""
     platform = ingestor._script_call(make_message("a"), "sequential", None, False)
     platform.after("guard")
-    assert len(platform.keys) == 15 and platform.keys[14] == "guard"
+    assert len(platform.keys) == 13 and platform.keys[12] == "guard"
     web = ingestor._script_call(make_message("b"), "sequential", {"type": "user", "data": "{}"}, False)
-    stream = web.keys[14]
+    stream = web.keys[12]
     with pytest.raises(ValueError, match="KEYS"):
         web.after("guard")
-    assert web.keys[14] == stream and "guard" not in web.keys
+    assert web.keys[12] == stream and "guard" not in web.keys
 
 
 async def _commands(client: aioredis.Redis) -> dict[str, int]:

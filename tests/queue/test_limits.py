@@ -15,7 +15,7 @@ from switchboard.queue import limits
 from switchboard.queue.connection import async_client
 from switchboard.queue.eventlog import read_events
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.keys import GlobalKeys, SessionKeys
 from switchboard.settings import LimitsSettings, QueueSettings
 
 from .conftest import make_message
@@ -70,7 +70,7 @@ async def test_platform_drop_is_recorded_as_a_fact_and_nothing_is_queued(
     assert refused.limited == "session_rate"
     assert await client.lrange(keys.inbox, 0, -1) == inbox == [first.message_id.encode()]
     assert await client.hgetall(keys.messages) == messages
-    assert await client.llen(RQKeys("sbtest").queue) == 1
+    assert await client.llen(keys.shard.drainq) == 1
     entries = await _xrange(client, keys.events)
     dropped = EventAdapter.validate_json(entries[-1][1][b"data"])
     assert isinstance(dropped, MessageDropped)

@@ -2,19 +2,16 @@ from __future__ import annotations
 
 import time
 
-import redis
 import redis.asyncio as aioredis
-from rq import Queue
-from rq.serializers import JSONSerializer
 
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.jobs import DrainJobs, new_job_id
-from switchboard.queue.keys import GlobalKeys, RQKeys, SessionKeys
+from switchboard.queue.jobs import DrainJobs, entry, new_job_id
+from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.queue.lease import Lease
-from switchboard.queue.reaper import Reaper, live_workers, queued_grace_s
+from switchboard.queue.reaper import Reaper, queued_grace_s
 from switchboard.settings import QueueSettings
 
-from .conftest import make_message
+from .conftest import make_message, queued_entries
 
 
 async def _flag(client: aioredis.Redis, session: str) -> str | None:
@@ -23,21 +20,22 @@ async def _flag(client: aioredis.Redis, session: str) -> str | None:
 
 
 async def test_reaper_reenqueues_session_whose_drain_job_vanished(
-    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings, sync_redis: redis.Redis
+    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:
     msg = make_message("stranded")
     await ingestor.ingest(msg)
     old = await _flag(client, msg.session_key)
-    rq = RQKeys(queue_settings.name)
-    await client.delete(rq.job(old or ""), rq.queue)  # the job is gone (e.g. deleted by an operator)
+    await client.delete(SessionKeys(msg.session_key).shard.drainq)  # the entry is gone (e.g. deleted by an operator)
+    reaper = Reaper(client, queue_settings, worker_id="w1")
+    assert await reaper.sweep() == 0  # too young to suspect: it may be on its way to a worker
+    old = new_job_id(time.time() - 2 * queued_grace_s(queue_settings))  # an entry this old is in no list: lost
+    await client.set(SessionKeys(msg.session_key).drain, old)
+    await client.delete(GlobalKeys().reaper_lock)
 
-    reaper = Reaper(client, queue_settings, worker_id="w1", sync_redis=sync_redis)
     assert await reaper.sweep() == 1
     new = await _flag(client, msg.session_key)
     assert new and new != old
-    queue = Queue(queue_settings.name, connection=sync_redis, serializer=JSONSerializer)
-    assert queue.job_ids == [new]
-    assert queue.fetch_job(new).args == [msg.session_key]  # type: ignore[union-attr]
+    assert await queued_entries(client, msg.session_key) == [entry(msg.session_key, new)]
 
 
 async def test_reaper_leaves_healthy_sessions_alone(
@@ -47,62 +45,61 @@ async def test_reaper_leaves_healthy_sessions_alone(
     await ingestor.ingest(queued)  # job waiting in the queue: fine
     leased = make_message("leased", conversation="l")
     await ingestor.ingest(leased)
-    rq = RQKeys(queue_settings.name)
-    await client.delete(rq.job((await _flag(client, leased.session_key)) or ""))
     assert await Lease(client, worker_id="w9", lease_ms=10_000).acquire(leased.session_key)  # a live holder
+    await client.delete(SessionKeys(leased.session_key).shard.drainq)
+    await client.set(SessionKeys(leased.session_key).drain, new_job_id(time.time() - 3600))  # old, in no list
 
     assert await Reaper(client, queue_settings, worker_id="w1").sweep() == 0
-    assert await client.llen(rq.queue) == 2
+    assert await queued_entries(client, queued.session_key) == [
+        entry(queued.session_key, (await _flag(client, queued.session_key)) or "")
+    ]
 
 
-async def test_reaper_recovers_job_started_by_a_dead_worker(
+async def test_reaper_recovers_a_drain_whose_worker_stopped_heartbeating_it(
     ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:
     msg = make_message("orphan")
     await ingestor.ingest(msg)
-    jobs = DrainJobs(queue_settings.name)
-    popped = await client.blmove(jobs.keys.queue, jobs.keys.intermediate, 1, "LEFT", "RIGHT")
-    started = await jobs.start(client, popped.decode(), worker="ghost", heartbeat_ttl_s=60)
-    assert started is not None and started.session == msg.session_key
-    await client.zadd(GlobalKeys().workers, {"alive": time.time() * 1000})
+    jobs = DrainJobs()
+    shard = SessionKeys(msg.session_key).shard
+    started, left = await jobs.take(client, shard.shard, ttl_s=60)
+    assert started is not None and started.session == msg.session_key and left == 0
+    reaper = Reaper(client, queue_settings, worker_id="w1")
+    assert await reaper.sweep() == 0  # running: its deadline is ahead
 
-    assert await Reaper(client, queue_settings, worker_id="w1").sweep() == 1  # "ghost" never heartbeated
-    assert await client.llen(jobs.keys.queue) == 1
-    assert await live_workers(client, 5.0) == 1
+    await client.zadd(shard.wip, {started.entry: time.time() - 1})  # its worker stopped heartbeating it
+    await client.delete(GlobalKeys().reaper_lock)
+    assert await reaper.sweep() == 1
+    new = await _flag(client, msg.session_key)
+    assert new != started.job_id and await queued_entries(client, msg.session_key) == [
+        entry(msg.session_key, new or "")
+    ]
+    assert await client.zscore(shard.wip, started.entry) is None  # the dead drain's entry went in the same step
 
 
-async def test_reaper_repairs_job_stuck_in_the_intermediate_list(
+async def test_reaper_repairs_a_running_drain_whose_session_stays_unleased(
     ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:
-    msg = make_message("stuck")
+    """A drain heartbeated but holding no lease for a whole lease TTL is not running (it died on a Redis error)."""
+    msg = make_message("unleased")
     await ingestor.ingest(msg)
-    jobs = DrainJobs(queue_settings.name)
-    job_id = (await client.blmove(jobs.keys.queue, jobs.keys.intermediate, 1, "LEFT", "RIGHT")).decode()
-    # the worker died right after BLMOVE: the id sits in the intermediate list, the job still says queued
+    started, _ = await DrainJobs().take(client, SessionKeys(msg.session_key).shard.shard, ttl_s=600)
+    assert started is not None
     reaper = Reaper(client, queue_settings, worker_id="w1")
     assert await reaper.sweep() == 0  # first sight only notes when
-    await client.set(jobs.keys.first_seen(job_id), f"{time.time() - 60:.3f}")
+    await client.set(GlobalKeys().unleased_since(started.job_id), f"{time.time() - 3600:.3f}")
     await client.delete(GlobalKeys().reaper_lock)
     assert await reaper.sweep() == 1
-    assert await client.llen(jobs.keys.intermediate) == 0
-    assert await client.llen(jobs.keys.queue) == 1
 
 
-async def test_reaper_repairs_old_queued_job_that_is_in_no_list(
-    ingestor: Ingestor, client: aioredis.Redis, queue_settings: QueueSettings
+async def test_reaper_cleans_long_expired_running_entries(
+    client: aioredis.Redis, queue_settings: QueueSettings
 ) -> None:
-    msg = make_message("lost job")
-    await ingestor.ingest(msg)
-    jobs = DrainJobs(queue_settings.name)
+    every = ShardKeys.every()
+    await client.zadd(every[3].wip, {"tenant/a|d1": time.time() - 7200, "tenant/b|d2": time.time() + 60})
     reaper = Reaper(client, queue_settings, worker_id="w1")
-    await client.delete(jobs.keys.queue)  # the job hash still says queued, but no list holds it
-    assert await reaper.sweep() == 0  # too young to suspect: it may be waiting behind a backlog
-    old = new_job_id(time.time() - 2 * queued_grace_s(queue_settings))
-    await client.hset(jobs.keys.job(old), mapping={"status": "queued"})
-    await client.set(SessionKeys(msg.session_key).drain, old)
-    await client.delete(GlobalKeys().reaper_lock)
-    assert await reaper.sweep() == 1
-    assert await _flag(client, msg.session_key) != old
+    await reaper.sweep()
+    assert [m.decode() for m in await client.zrange(every[3].wip, 0, -1)] == ["tenant/b|d2"]
 
 
 async def test_only_one_reaper_sweeps_at_a_time(

@@ -18,7 +18,7 @@ from switchboard.channels.web.adapter import WebChannel
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import ConfigError, QueueUnavailableError
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.router import IngestRouter, resolve_route
 from switchboard.settings import FileConfig, load_settings
 from switchboard.types import SessionKey
@@ -260,7 +260,7 @@ async def test_a_stop_in_a_delivery_is_confirmed_and_requested_before_the_messag
     stop = _message("telegram", "default", dedup="s2").model_copy(update={"text": "/stop"})
     session = SessionKeys(SessionKey("acme/support/telegram/default/c1"))
     pubsub = async_redis.pubsub()
-    await pubsub.subscribe(GlobalKeys().cancel_channel)
+    await pubsub.ssubscribe(session.shard.cancel)
     await pubsub.get_message(timeout=1.0)  # the subscription's confirmation
     await router.accept(WebChannel(None), Inbound(messages=(first, stop, last)))
     assert _queued(sync_redis, str(session.session)) == 3

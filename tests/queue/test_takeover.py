@@ -21,7 +21,7 @@ from switchboard.settings import QueueSettings
 from switchboard.worker.worker import ALIVE_BEATS, SessionWorker
 from tests.waiting import wait_until
 
-from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message
+from .conftest import RecordingDeliverer, echo_runner, make_drainer, make_message, queued_entries
 
 _GLOBAL = GlobalKeys()
 
@@ -39,8 +39,8 @@ async def test_dead_workers_sessions_are_taken_over_before_the_lease_lapses(
     live_msg = make_message("held by the living", conversation="l")
     await ingestor.ingest(dead_msg)
     await ingestor.ingest(live_msg)
-    jobs = DrainJobs(queue_settings.name)
-    await client.delete(jobs.keys.queue)  # both jobs were taken by their workers
+    for msg in (dead_msg, live_msg):  # both drains were taken by their workers
+        await client.delete(SessionKeys(msg.session_key).shard.drainq)
     ghost = await Lease(client, worker_id="ghost", lease_ms=60_000).acquire(dead_msg.session_key)
     alive = await Lease(client, worker_id="alive", lease_ms=60_000).acquire(live_msg.session_key)
     assert ghost is not None and alive is not None
@@ -52,7 +52,7 @@ async def test_dead_workers_sessions_are_taken_over_before_the_lease_lapses(
     dead_keys, live_keys = SessionKeys(dead_msg.session_key), SessionKeys(live_msg.session_key)
     assert await client.exists(dead_keys.lease) == 0  # freed now, not in 60 s
     flag = (await client.get(dead_keys.drain)).decode()
-    assert [j.decode() for j in await client.lrange(jobs.keys.queue, 0, -1)] == [flag]
+    assert await queued_entries(client, dead_msg.session_key) == [f"{dead_msg.session_key}|{flag}"]
     assert (await client.get(live_keys.lease)).decode() == alive.token  # a live holder is left alone
     assert [w.decode() for w in await client.zrange(_GLOBAL.workers, 0, -1)] == ["alive"]
     # the lease stays the fence: the dead worker, were it only frozen, is refused its next write
@@ -68,7 +68,7 @@ async def test_takeover_leaves_a_lease_that_changed_meanwhile(
     await ingestor.ingest(msg)
     lease = await Lease(client, worker_id="ghost", lease_ms=60_000).acquire(msg.session_key)
     assert lease is not None
-    jobs = DrainJobs(queue_settings.name)
+    jobs = DrainJobs()
     assert await jobs.take_over(client, msg.session_key, "999:ghost") is None
     assert (await client.get(SessionKeys(msg.session_key).lease)).decode() == lease.token
 
@@ -80,8 +80,7 @@ async def test_a_dead_workers_session_is_answered_by_another_worker(
     settings = queue_settings.model_copy(update={"lease_ms": 60_000, "reaper_interval_s": 30.0})
     msg = make_message("orphaned")
     await ingestor.ingest(msg)
-    jobs = DrainJobs(settings.name)
-    await client.delete(jobs.keys.queue)
+    await client.delete(SessionKeys(msg.session_key).shard.drainq)
     assert await Lease(client, worker_id="crashed", lease_ms=60_000).acquire(msg.session_key)
     await _register(client, "crashed", alive=False)
     deliverer = RecordingDeliverer()

@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 from switchboard.core.turn import SessionStore, TurnRequest, TurnResult, TurnSink
 from switchboard.errors import ConfigError
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import RQKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.queue.reaper import live_workers
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
@@ -69,9 +69,10 @@ async def test_many_sessions_concurrently_in_one_worker(
         n = s.removeprefix("conv")
         assert texts == [f"echo: s{n}-m{i}" for i in range(3)]  # FIFO per session, each once
     assert peak > 1  # sessions ran side by side
-    rq = RQKeys(queue_settings.name)
-    assert await client.llen(rq.queue) == 0 and await client.llen(rq.intermediate) == 0
-    assert await client.zcard(rq.started) == 0 and await client.zcard(rq.failed) == 0
+    async with client.pipeline(transaction=False) as pipe:
+        for shard in ShardKeys.every():
+            pipe.llen(shard.drainq).zcard(shard.wip)
+        assert not any(await pipe.execute())  # every drain queue empty, no drain left running
     assert await count_of(client, lambda s: s.runnable) == 0
     assert await live_workers(client, 5.0) == 0  # deregistered on stop
 
@@ -81,9 +82,7 @@ async def test_worker_picks_up_a_stranded_session_through_the_reaper(
 ) -> None:
     msg = make_message("stranded")
     await ingestor.ingest(msg)
-    rq = RQKeys(queue_settings.name)
-    flag = (await client.get(SessionKeys(msg.session_key).drain)).decode()
-    await client.delete(rq.queue, rq.job(flag))  # its drain job vanished
+    await client.delete(SessionKeys(msg.session_key).shard.drainq)  # its drain entry vanished
     deliverer = RecordingDeliverer()
     stop = asyncio.Event()
     task = asyncio.create_task(_worker(redis_url, client, queue_settings, deliverer).run(stop))
@@ -146,16 +145,6 @@ def test_check_config_refuses_a_bad_setup(settings: QueueSettings, kw: dict[str,
     with pytest.raises(ConfigError) as err:
         worker.check_config()
     assert err.value.field == field
-
-
-def test_check_config_refuses_old_rq(monkeypatch: pytest.MonkeyPatch) -> None:
-    import switchboard.worker.worker as worker_module
-
-    monkeypatch.setattr(worker_module, "version", lambda name: "2.12.0")
-    worker = SessionWorker("redis://127.0.0.1:1/0", QueueSettings(), drainer_factory=lambda r, w: None)  # type: ignore[arg-type,return-value]
-    with pytest.raises(ConfigError) as err:
-        worker.check_config()
-    assert err.value.field == "rq"
 
 
 def test_check_config_accepts_the_defaults() -> None:

@@ -160,13 +160,13 @@ async def test_a_platform_sender_over_its_rate_gets_200_and_the_drop_is_recorded
         assert (await client.post("/webhooks/telegram", data=first_body, headers=headers)).status == 200
         inboxes = await redis_client.keys("sb:*:inbox")
         queued = {key: await redis_client.lrange(key, 0, -1) for key in inboxes}
-        jobs = await redis_client.keys("rq:job:*")
+        drains = {key: await redis_client.lrange(key, 0, -1) for key in await redis_client.keys("sb:*:drainq")}
         # the same user in another chat: over the per-sender rate
         body, headers = sign_update(make_update("again", chat_id=6, update_id=2, user_id=77), SECRET)
         resp = await client.post("/webhooks/telegram", data=body, headers=headers)
         assert resp.status == 200
         assert {key: await redis_client.lrange(key, 0, -1) for key in await redis_client.keys("sb:*:inbox")} == queued
-        assert await redis_client.keys("rq:job:*") == jobs
+        assert {key: await redis_client.lrange(key, 0, -1) for key in await redis_client.keys("sb:*:drainq")} == drains
         logs = {}
         for key in await redis_client.keys("sb:*:events"):
             logs[key] = [EventAdapter.validate_json(f[b"data"]) for _id, f in await _xrange(redis_client, key)]

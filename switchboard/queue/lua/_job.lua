@@ -1,21 +1,8 @@
--- Shared by ingest and enqueue: write a drain job hash in rq 3's format and push its id on the queue.
--- cfg (JSON, constant per queue): {queue = rq queue key, queues = rq queues set, func = drain function,
--- fields = [field, value, ...] constant fields of a queued job}.
+-- Shared by the scripts that queue a drain: push a drain entry ('<session>|<job id>') on the session's shard drain
+-- queue and wake that shard's worker (SPUBLISH on the shard's ready channel, in the same slot). A wake-up is at most
+-- once: the workers' safety pass finds an entry whose wake-up was lost.
 -- front: push at the head (a session whose drain was interrupted resumes before the sessions waiting behind it).
-local function push_job(job_key, job_id, session, rq_now, cfg, front)
-  local fields = {}
-  for i = 1, #cfg.fields do fields[i] = cfg.fields[i] end
-  local n = #fields
-  fields[n + 1] = 'created_at'
-  fields[n + 2] = rq_now
-  fields[n + 3] = 'enqueued_at'
-  fields[n + 4] = rq_now
-  fields[n + 5] = 'description'
-  fields[n + 6] = 'drain ' .. session
-  fields[n + 7] = 'data'
-  -- JSON serializer payload (func, instance, args, kwargs); RQ reads uncompressed data as is
-  fields[n + 8] = '[' .. cjson.encode(cfg.func) .. ',null,[' .. cjson.encode(session) .. '],{}]'
-  redis.call('HSET', job_key, unpack(fields))
-  redis.call(front and 'LPUSH' or 'RPUSH', cfg.queue, job_id)
-  redis.call('SADD', cfg.queues, cfg.queue)
+local function push_entry(queue_key, entry, ready, front)
+  redis.call(front and 'LPUSH' or 'RPUSH', queue_key, entry)
+  redis.call('SPUBLISH', ready, entry)
 end

@@ -5,10 +5,10 @@
 -- TTL and its slack cover the time since.
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 meta, 7 events, 8 drain flag, 9 runnable,
 --       10 history, 11 slots, 12 epoch, 13 outbox, 14 dead letters, 15 web stream, 16 control, 17 approvals,
---       18 drain job hash, 19 RQ started registry (the job is closed on release)
+--       18 the shard's running set (the drain's entry leaves it on release)
 -- ARGV: 1 token ('' when taking the lease), 2 max messages folded under collect, 3 max attempts, 4 events maxlen,
 --       5 epoch, 6 worker, 7 now s, 8 session, 9 history entries to read ('' = neither history nor slots),
---       10 '1' = take the lease (the drain's first begin), 11 lease ms, 12 job composite ('' = no job to close)
+--       10 '1' = take the lease (the drain's first begin), 11 lease ms, 12 the drain's entry ('' = none to close)
 -- Returns {0} when another worker holds the lease (first begin only), {} when the inbox was empty (released), else
 -- the attempt (_begin.lua's layout).
 local taking = ARGV[10] == '1'
@@ -19,7 +19,7 @@ else
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not head then
-  release(KEYS[1], KEYS[8], KEYS[9], ARGV[8], ARGV[12] ~= '' and KEYS[18], KEYS[19], ARGV[12])
+  release(KEYS[1], KEYS[8], KEYS[9], ARGV[8], KEYS[18], ARGV[12])
   return {}
 end
 local epoch, new_epoch = tonumber(ARGV[5]), false

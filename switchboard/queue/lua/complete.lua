@@ -3,8 +3,8 @@
 -- KEYS: 1 lease, 2 fenced, 3 inbox, 4 messages, 5 attempts, 6 history, 7 events, 8 outbox, 9 meta, 10 stats,
 --       11 queue-wait histogram, 12 run histogram,
 --       13 drain flag, 14 runnable, 15 slots, 16 epoch, 17 dead letters, 18 web stream (released with the drain),
---       19 drain job hash, 20 RQ started registry (the job is closed on release or yield),
---       21 rq queue, 22 rq queues, 23 the new drain job's hash (a yield), 24 control, 25 approvals (the next attempt)
+--       19 the shard's running set (the drain's entry leaves it on release or yield), 20 the shard's drain queue,
+--       21 control, 22 approvals (the next attempt)
 -- ARGV: 1 token, 2 ids JSON, 3 history entries JSON, 4 history maxlen, 5 events JSON, 6 events maxlen,
 --       7 outbox keys JSON, 8 wait bucket, 9 wait s, 10 run bucket, 11 run s, 12 now ms,
 --       13 '1' when the reply's send was dead-lettered (counted), else '0',
@@ -12,10 +12,11 @@
 --          operator's message reaches the same chat: switchboard/control),
 --       15 '1' = release the drain when the inbox is left empty, 16 session, 17 the session's idle TTL as begin read
 --       it ('' = none: a history the turn creates gets it, the rest keep theirs, see _begin.lua),
---       18 job composite ('' = no job to close),
---       19 '1' = yield the slot when other drain jobs wait and the inbox is not empty (fairness, as lease_yield.lua:
---       the lease freed and a new drain job pushed at the back), 20 the new job id, 21 now (RQ format),
---       22 job cfg JSON (see _job.lua),
+--       18 the drain's entry ('' = none to close),
+--       19 '1' = yield the slot when other drains wait in the shard and the inbox is not empty, '2' = yield whenever
+--       the inbox is not empty (the worker has other shards' drains waiting) (fairness, as lease_yield.lua: the
+--       lease freed and a new drain entry pushed at the back), 20 the new job id, 21 the new drain entry,
+--       22 the shard's ready channel,
 --       23 history entries to read for the drain's next attempt, started in the same step when the inbox is not
 --       empty and the drain does not yield ('' = the drain begins it itself), 24 max messages folded under collect,
 --       25 max attempts, 26 epoch, 27 worker, 28 now s
@@ -48,12 +49,12 @@ redis.call('HINCRBY', KEYS[12], ARGV[10], 1)
 redis.call('HINCRBYFLOAT', KEYS[12], 'sum', ARGV[11])
 local left = redis.call('LLEN', KEYS[3])
 if left > 0 then
-  if ARGV[19] ~= '1' or redis.call('LLEN', KEYS[21]) == 0 then
+  if ARGV[19] == '' or (ARGV[19] == '1' and redis.call('LLEN', KEYS[20]) == 0) then
     if ARGV[23] == '' then return {left, 0} end
     local next_attempt = start_attempt(
       {inbox = KEYS[3], messages = KEYS[4], attempts = KEYS[5], meta = KEYS[9], events = KEYS[7], drain = KEYS[13],
        history = KEYS[6], slots = KEYS[15], epoch = KEYS[16], outbox = KEYS[8], dead = KEYS[17], web = KEYS[18],
-       control = KEYS[24], approvals = KEYS[25]},
+       control = KEYS[21], approvals = KEYS[22]},
       {max_collect = ARGV[24], max_attempts = ARGV[25], events_maxlen = ARGV[6], epoch = tonumber(ARGV[26]),
        worker = ARGV[27], now = ARGV[28], read_history = ARGV[23], new_epoch = false},
       redis.call('LINDEX', KEYS[3], 0))
@@ -61,10 +62,10 @@ if left > 0 then
   end
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[13], ARGV[20])
-  push_job(KEYS[23], ARGV[20], ARGV[16], ARGV[21], cjson.decode(ARGV[22]))
-  close_job(ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
+  push_entry(KEYS[20], ARGV[21], ARGV[22])
+  close_job(KEYS[19], ARGV[18])
   return {left, 2}
 end
 if ARGV[15] ~= '1' then return {left, 0} end
-release(KEYS[1], KEYS[13], KEYS[14], ARGV[16], ARGV[18] ~= '' and KEYS[19], KEYS[20], ARGV[18])
+release(KEYS[1], KEYS[13], KEYS[14], ARGV[16], KEYS[19], ARGV[18])
 return {0, 1}

@@ -1,21 +1,21 @@
--- Accept one inbound message: dedup, abuse limits, append, mark runnable, log, echo, and enqueue a drain job if none
--- is pending.
+-- Accept one inbound message: dedup, abuse limits, append, mark runnable, log, echo, and queue a drain if none is
+-- pending (its entry pushed on the session's shard drain queue, the shard's worker woken, see _job.lua).
 -- KEYS: 1 dedup, 2 messages, 3 inbox, 4 meta, 5 events, 6 drain flag, 7 runnable, 8 sessions, 9 stats,
---       10 job hash, 11 rq queue, 12 rq queues, 13 session rate meter, 14 stop request;
+--       10 the shard's drain queue, 11 session rate meter, 12 stop request;
 --       the web chat's part, passed only for it (a platform session's ingest touches none of them):
---       15 web stream, 16 attempts, 17 history, 18 slots, 19 outbox, 20 dead letters, 21 epoch (the rest of the
+--       13 web stream, 14 attempts, 15 history, 16 slots, 17 outbox, 18 dead letters, 19 epoch (the rest of the
 --       session's keys, which the idle TTL covers);
 --       or instead, for a platform message sent in one write with the one before it in the same session and delivery:
---       15 that message's dedup key (it must hold a record, or nothing is written and {4, '', 0} is returned)
+--       13 that message's dedup key (it must hold a record, or nothing is written and {4, '', 0} is returned)
 -- ARGV: 1 message id, 2 message JSON, 3 now ms, 4 session, 5 channel, 6 busy policy, 7 message_received JSON,
---       8 run_queued JSON, 9 job id, 10 now (RQ format),
+--       8 run_queued JSON, 9 job id, 10 drain entry ('<session>|<job id>'),
 --       11 message_dropped JSON up to its reason ('' = a refusal writes nothing: the web chat answers 429),
 --       12 stop request JSON interrupting the running turn ('' = none: not the interrupt policy, or a /stop),
---       constant per process: 13 dedup TTL s, 14 events maxlen, 15 job cfg JSON (see _job.lua; decoded only when a
---       drain job is pushed), 16 messages per session per minute, 17 the sender meter's wait ms (sender_meter.lua
---       took the message's token before, on the sender's own slot; > 0: it refused), 18 inbox depth (each
---       0 = no limit), 19 the stop request's TTL ms, 20 the stop channel;
---       the web chat's part (with KEYS 15-21): 21 echo type ('' = none), 22 echo data, 23 web stream maxlen,
+--       13 dedup TTL s, 14 events maxlen (constant per process), 15 the shard's ready channel,
+--       16 messages per session per minute (constant), 17 the sender meter's wait ms (sender_meter.lua took the
+--       message's token before, on the sender's own slot; > 0: it refused), 18 inbox depth (0 = no limit; constant),
+--       19 the stop request's TTL ms (constant), 20 the shard's stop channel;
+--       the web chat's part (with KEYS 13-19): 21 echo type ('' = none), 22 echo data, 23 web stream maxlen,
 --       24 queued status JSON, 25 idle TTL s of the session's keys ('' = none; see _retention.lua),
 --       26 web stream byte budget (0 = none), 27 text fingerprint ('' = none)
 -- Under the interrupt policy a message accepted while a turn runs asks that turn to stop (the stop request is stored
@@ -25,15 +25,15 @@
 -- idempotency key, and reusing it for a different text is a conflict (nothing is written).
 -- Returns {0, id, drain enqueued}, {1, original id, 0} for a duplicate, {2, reason, wait ms} when over a limit,
 -- {3, original id, 0} for a dedup key reused with a different fingerprint, or {4, '', 0} when the message before it
--- (KEYS[15], see above) did not land: a session's later message never lands when an earlier one failed.
-local web = #KEYS > 15
+-- (KEYS[13], see above) did not land: a session's later message never lands when an earlier one failed.
+local web = #KEYS > 13
 local fingerprint, idle_ttl = '', ''
 if web then fingerprint, idle_ttl = ARGV[27], ARGV[25] end
 local id = ARGV[1]
 local record = id
 if fingerprint ~= '' then record = id .. ':' .. fingerprint end
--- before any write: a script is not undone by an error (here a wrong type in KEYS[15]) part way through
-if #KEYS == 15 and not redis.call('GET', KEYS[15]) then return {4, '', 0} end
+-- before any write: a script is not undone by an error (here a wrong type in KEYS[13]) part way through
+if #KEYS == 13 and not redis.call('GET', KEYS[13]) then return {4, '', 0} end
 -- The dedup record is written first (one command on the hot path): a message refused below deletes it again, and
 -- nothing else sees it in between (the script is atomic).
 if not redis.call('SET', KEYS[1], record, 'NX', 'EX', ARGV[13]) then
@@ -58,7 +58,7 @@ if session_limit > 0 or sender_wait > 0 or depth > 0 then
   if session_limit > 0 then
     now = limits_now()
     local w
-    w, session_tat = meter_wait(redis.call('GET', KEYS[13]), session_limit, 60000, now)
+    w, session_tat = meter_wait(redis.call('GET', KEYS[11]), session_limit, 60000, now)
     if w > 0 then reason, wait = reason or 'session_rate', math.max(wait, w) end
   end
   if sender_wait > 0 then reason, wait = reason or 'sender_rate', math.max(wait, sender_wait) end
@@ -70,7 +70,7 @@ if session_limit > 0 or sender_wait > 0 or depth > 0 then
     end
     return {2, reason, wait}
   end
-  meter_commit(KEYS[13], session_tat, now)
+  meter_commit(KEYS[11], session_tat, now)
 end
 redis.call('HSET', KEYS[2], id, ARGV[2])
 local depth_now = redis.call('RPUSH', KEYS[3], id)
@@ -97,23 +97,23 @@ redis.call('HSET', KEYS[4], unpack(meta))
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'message_received', 'data', ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[14], '*', 'kind', 'run_queued', 'data', ARGV[8])
 if web and ARGV[21] ~= '' then
-  redis.call('XADD', KEYS[15], 'MAXLEN', '~', ARGV[23], '*', 'type', ARGV[21], 'data', ARGV[22])
-  redis.call('XADD', KEYS[15], 'MAXLEN', '~', ARGV[23], '*', 'type', 'status', 'data', ARGV[24])
-  trim_bytes(KEYS[15], ARGV[26], ARGV[23], #ARGV[22])
+  redis.call('XADD', KEYS[13], 'MAXLEN', '~', ARGV[23], '*', 'type', ARGV[21], 'data', ARGV[22])
+  redis.call('XADD', KEYS[13], 'MAXLEN', '~', ARGV[23], '*', 'type', 'status', 'data', ARGV[24])
+  trim_bytes(KEYS[13], ARGV[26], ARGV[23], #ARGV[22])
 end
 redis.call('HINCRBY', KEYS[9], 'accepted', 1)
 if ARGV[12] ~= '' and redis.call('HGET', KEYS[4], 'status') == 'running' then
-  redis.call('SET', KEYS[14], ARGV[12], 'PX', ARGV[19])
-  redis.call('PUBLISH', ARGV[20], ARGV[4])
+  redis.call('SET', KEYS[12], ARGV[12], 'PX', ARGV[19])
+  redis.call('SPUBLISH', ARGV[20], ARGV[4])
 end
 local drain = 0
 if redis.call('SET', KEYS[6], ARGV[9], 'NX') then
-  push_job(KEYS[10], ARGV[9], ARGV[4], ARGV[10], cjson.decode(ARGV[15]))
+  push_entry(KEYS[10], ARGV[10], ARGV[15])
   drain = 1
 end
 if refresh then
   retain_for(KEYS, 2, 6, idle_ttl)
-  retain_for(KEYS, 15, 21, idle_ttl)
+  retain_for(KEYS, 13, 19, idle_ttl)
 elseif idle_ttl ~= '' and idle_ttl ~= '0' then
   -- the keys this message created since the last refresh: an emptied inbox (and its messages hash), the drain flag
   if depth_now == 1 then retain_for(KEYS, 2, 3, idle_ttl) end

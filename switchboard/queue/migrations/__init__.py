@@ -27,7 +27,7 @@ import redis
 from switchboard.errors import LayoutError
 from switchboard.queue.connection import SyncClient
 from switchboard.queue.keys import GlobalKeys
-from switchboard.queue.migrations import sessions, shard_indexes, tenant_tags
+from switchboard.queue.migrations import drain_queue, sessions, shard_indexes, tenant_tags
 
 __all__ = [
     "LAYOUT",
@@ -60,10 +60,10 @@ Step = Callable[[redis.Redis, collections.Counter[str]], None]
 Legacy = Callable[[str], str | None]
 """A step's recogniser of layout-1 keys: the tally label of a key it would move, else ``None``."""
 
-STEPS: tuple[Step, ...] = (sessions.step, shard_indexes.step, tenant_tags.step)
+STEPS: tuple[Step, ...] = (sessions.step, shard_indexes.step, tenant_tags.step, drain_queue.step)
 """Every step, in order: sessions → shard indexes → tenant tags → drain queue."""
 
-LEGACY: tuple[Legacy, ...] = (sessions.legacy, shard_indexes.legacy, tenant_tags.legacy)
+LEGACY: tuple[Legacy, ...] = (sessions.legacy, shard_indexes.legacy, tenant_tags.legacy, drain_queue.legacy)
 """Every step's recogniser of the layout-1 keys it moves."""
 
 _GLOBAL = GlobalKeys()
