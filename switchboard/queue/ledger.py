@@ -38,7 +38,7 @@ from switchboard.queue.approvals import ApprovalsDelegate, RedisApprovals
 from switchboard.queue.cancellation import STOP_COMMANDS
 from switchboard.queue.eventlog import encode_event
 from switchboard.queue.jobs import DrainJobs, StartedJob, entry, new_job_id
-from switchboard.queue.keys import GlobalKeys, SessionKeys
+from switchboard.queue.keys import SessionKeys
 from switchboard.queue.lease import LeaseToken
 from switchboard.queue.sealed import seal_dead_messages
 from switchboard.queue.stats import QUEUE_WAIT_BUCKETS, RUN_DURATION_BUCKETS, bucket_field

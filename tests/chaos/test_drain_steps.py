@@ -18,7 +18,6 @@ import redis.asyncio as aioredis
 from switchboard.channels.telegram.fake.platform import FakeTelegram
 from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.queue.stats import read_stats
-from switchboard.settings import load_settings
 from tests.shardindexes import count_of
 from tests.waiting import wait_until
 

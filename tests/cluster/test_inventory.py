@@ -239,13 +239,13 @@ def test_a_queued_drain_wakes_its_shard_and_is_taken_in_its_slot(cluster_client:
     running set."""
     queued = entry(SESSION, JOB)
     pubsub = cluster_client.pubsub()
-    pubsub.ssubscribe(T.ready)
+    pubsub.ssubscribe(SH.ready)
     try:
         for _ in range(20):
             if pubsub.get_sharded_message(timeout=0.1) is not None:  # the subscription's confirmation
                 break
         enqueue = _script("enqueue").source
-        args = ["", JOB, queued, T.ready, "", ""]
+        args = ["", JOB, queued, SH.ready, "", ""]
         assert cluster_client.eval(enqueue, 4, S.lease, S.drain, SH.drainq, SH.wip, *args) == 1
         heard = None
         for _ in range(50):

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from switchboard.core.messages import ConversationRef, InboundMessage, Sender
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.ingest import Ingestor
-from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
+from switchboard.queue.keys import SessionKeys, ShardKeys
 from switchboard.settings import LimitsSettings, QueueSettings
 from switchboard.types import BusyPolicy
 from tests.shardindexes import stats_sync

@@ -91,7 +91,9 @@ async def _flood_then_newcomer(
     at_ingest = len(deliverer.texts())
 
     async def all_answered() -> bool:  # and released (a drain stopped between its reply and release hands over)
-        return len(deliverer.texts()) == FLOODS * FLOOD_MESSAGES + 1 and not await count_of(client, lambda s: s.runnable)
+        return len(deliverer.texts()) == FLOODS * FLOOD_MESSAGES + 1 and not await count_of(
+            client, lambda s: s.runnable
+        )
 
     await wait_until(all_answered, "every session answered", timeout=60)
     stop.set()

@@ -37,7 +37,7 @@ async def _layout1(r: redis.Redis, ingestor: Ingestor) -> tuple[list[str], str, 
         r.delete(keys.shard.drainq)
         r.set(keys.drain, f"d00000000000{n}aaaaaaaaaaaa")
         r.hset(f"rq:job:d00000000000{n}aaaaaaaaaaaa", mapping={"status": "queued", "description": f"drain {session}"})
-    r.zrem(_G.runnable, waiting[0])  # the step puts it back
+    r.zrem(SessionKeys(waiting[0]).shard.runnable, waiting[0])  # the step puts it back
     r.set(SessionKeys(running).lease, "7:old-worker", px=600_000)
     r.rpush("rq:queue:switchboard", *(f"d00000000000{n}aaaaaaaaaaaa" for n in range(3)))
     r.rpush("rq:queue:switchboard:intermediate", "d000000000003aaaaaaaaaaaa")
@@ -73,8 +73,10 @@ async def test_rq_jobs_become_shard_entries_twice_over_and_drain_in_order(
         keys = SessionKeys(session)
         flag = (sync_redis.get(keys.drain) or b"").decode()
         assert [e.decode() for e in sync_redis.lrange(keys.shard.drainq, 0, -1)] == [entry(session, flag)]
-        assert (sync_redis.zscore(_G.runnable, session) or 0) > 1e12  # milliseconds, as ingest writes them
-    assert sync_redis.zscore(_G.runnable, drained) is None
+        assert (
+            sync_redis.zscore(SessionKeys(session).shard.runnable, session) or 0
+        ) > 1e12  # milliseconds, as ingest writes them
+    assert sync_redis.zscore(SessionKeys(drained).shard.runnable, drained) is None
 
     # a worker's take finds each, and a drain answers the waiting messages in order, once
     deliverer = RecordingDeliverer(statuses=False)

@@ -62,13 +62,15 @@ def _queue_drain(r: redis.Redis, session: SessionKey, tally: collections.Counter
         return
     seconds, micros = r.time()
     with r.pipeline(transaction=True) as tx:
-        tx.delete(keys.lease, keys.drain)
-        if waiting:
+        if waiting:  # the flag names the new entry; KEEPTTL: a web chat session's keys keep their idle TTL
             job_id = new_job_id()
-            tx.set(keys.drain, job_id)
+            tx.delete(keys.lease)
+            tx.set(keys.drain, job_id, keepttl=True)
             tx.zadd(keys.shard.runnable, {session: seconds * 1000 + micros // 1000}, nx=True)  # ms, as ingest writes
             tx.rpush(keys.shard.drainq, entry(session, job_id))
+        else:
+            tx.delete(keys.lease, keys.drain)
         cleared, *_ = tx.execute()
-    tally["leases and drain flags cleared"] += int(cleared)
+    tally["leases and drain flags cleared" if not waiting else "leases cleared"] += int(cleared)
     if waiting:
         tally["drains queued"] += 1
