@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPubSub
 from redis.exceptions import RedisError
 
 from switchboard.queue.keys import ShardKeys
@@ -132,7 +133,11 @@ class ShardListener:
             try:
                 while not stop.is_set():
                     await self._follow(pubsub)
-                    message = await pubsub.get_message(timeout=0.2)
+                    message = await (
+                        pubsub.get_sharded_message(timeout=0.2)  # a cluster's per-node sharded subscriptions
+                        if isinstance(pubsub, ClusterPubSub)
+                        else pubsub.get_message(timeout=0.2)
+                    )
                     if message is None or message.get("type") != "smessage":
                         continue
                     channel = message["channel"]

@@ -332,6 +332,8 @@ class SessionWorker:
         start = self._safety_from % len(unknown)
         order = unknown[start:] + unknown[:start]
         every = ShardKeys.every()
+        if isinstance(redis, aioredis.RedisCluster):
+            return await self._safety_pass_cluster(redis, order)
         found = await redis.lmpop(len(order), *(every[n].drainq for n in order), direction="LEFT")
         if not found:
             return None
@@ -342,6 +344,25 @@ class SessionWorker:
         self._safety_due = 0.0
         self._rota.add(shard)
         return await self.jobs.register(redis, entries[0])
+
+    async def _safety_pass_cluster(self, redis: aioredis.RedisCluster, order: list[int]) -> StartedJob | None:
+        """The safety pass on a Redis Cluster, where one ``LMPOP`` cannot name queues in several slots.
+
+        One ``LLEN`` per shard in one pipeline (redis-py splits it per node: a round trip per primary): the shards
+        with entries join the rota and are taken from as usual. Nothing is popped here, so nothing needs registering.
+        """
+        every = ShardKeys.every()
+        async with redis.pipeline(transaction=False) as pipe:
+            for n in order:
+                pipe.llen(every[n].drainq)
+            lengths = await pipe.execute()
+        waiting = [n for n, length in zip(order, lengths, strict=True) if length]
+        for shard in waiting:
+            self._rota.add(shard)
+        if waiting:
+            self._safety_from = order.index(waiting[-1]) + 1
+            self._safety_due = 0.0
+        return None
 
     async def _run_job(
         self, redis: aioredis.Redis, drainer: Drainer, job: StartedJob, slots: asyncio.Semaphore

@@ -2,16 +2,7 @@
 
 Real web tier and ``switchboard worker`` processes on ``redis+cluster://`` (:mod:`tests.cluster.gateway`), Telegram
 and web chat traffic, every message answered 2xx checked by :func:`tests.chaos.checker.check`: answered exactly once,
-in order per session. Until the worker runs on a cluster these are strict xfails: they flip to failures (and must
-lose their mark) when the pieces land. What stops them on this branch:
-
-- ingest: the web tier answers 500 / 503 to every message, the ``INGEST`` script's keys cross slots (the global
-  ``sb:runnable`` / ``sb:sessions`` / ``sb:stats`` and rq's job and queue keys beside the session's; redis-py refuses
-  it before sending: ``EVALSHA - all keys must map to the same key slot``) — h26-shardidx and h26-drainq;
-- the worker: its drain queue is rq's global list, read with ``BLMOVE`` across slots — h26-drainq. With h26-drainq
-  merged in a scratch tree (its 836222a): the worker starts, then stops at its safety pass, one ``LMPOP`` over every
-  owned shard's ``sb:{T}:drainq`` (``worker.py`` ``_safety_pass``: ``LMPOP - all keys must map to the same key
-  slot``); ingest still answers 500 there without the per-shard indexes.
+in order per session.
 """
 
 from __future__ import annotations
@@ -43,10 +34,6 @@ __all__ = ["fake", "pools"]
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
 
-INGEST = (
-    "ingest crosses slots on this branch (global indexes and rq keys beside the session's: h26-shardidx, h26-drainq)"
-)
-DRAINQ = pytest.mark.xfail(strict=True, reason=f"the drain queue is still rq's global list (h26-drainq); and {INGEST}")
 WORKERS = 3
 KILLS = 8
 KILL_GAP_S = (0.8, 1.6)
@@ -109,7 +96,6 @@ def _assert_exactly_once_in_order(outcome: Outcome, traffic: Traffic) -> None:
 # ------------------------------------------------------------------------------------------- the harness itself
 
 
-@pytest.mark.xfail(strict=True, reason=INGEST)
 async def test_the_web_tier_on_the_cluster_answers_2xx_and_stores_each_message(
     redis_cluster: LocalCluster, cluster_url: str, gateway: Callable[..., Any]
 ) -> None:
@@ -153,9 +139,7 @@ async def test_the_harness_on_one_node_answers_every_message_once_in_order(
 # ------------------------------------------------------------------------------------------------------- chaos
 
 
-@pytest.mark.parametrize(
-    "where", [pytest.param("cluster", marks=DRAINQ), pytest.param("one node", marks=pytest.mark.chaos)]
-)
+@pytest.mark.parametrize("where", [pytest.param("cluster"), pytest.param("one node", marks=pytest.mark.chaos)])
 async def test_workers_sigkilled_under_load_answer_every_message_once_in_order(
     where: str,
     request: pytest.FixtureRequest,
@@ -222,7 +206,6 @@ def _wait_promoted(cluster: LocalCluster, replica_port: int, timeout: float = 20
     raise AssertionError(f"replica {replica_port} not promoted: {cluster.describe()}")
 
 
-@DRAINQ
 async def test_a_primary_sigkilled_under_load_loses_reorders_or_repeats_nothing_acknowledged_outside_the_window(
     own_cluster: LocalCluster,
     gateway: Callable[..., Any],
@@ -253,7 +236,7 @@ async def test_a_primary_sigkilled_under_load_loses_reorders_or_repeats_nothing_
         outcome = await finish(traffic, fake, pool)
         report = outcome.report
         posted = {(p.session, p.index): p for p in web.posted if 200 <= p.status < 300}
-        window = {k for k, p in posted.items() if killed_at - LOSS_WINDOW_S <= p.answered_at <= killed_at}
+        window = {k for k, p in posted.items() if killed_at - LOSS_WINDOW_S <= p.done_at <= killed_at}
         summary = (
             f"{outcome.summary()}; killed {victim}, promoted {replica} in {promoted_at - killed_at:.2f}s, "
             f"{len(window)} Telegram messages acknowledged in the last {LOSS_WINDOW_S:g}s before the kill, "
@@ -275,7 +258,6 @@ async def test_a_primary_sigkilled_under_load_loses_reorders_or_repeats_nothing_
 # ---------------------------------------------------------------------------------------------- slot migration
 
 
-@DRAINQ
 async def test_a_third_of_the_shards_moved_under_load_answer_every_message_once_in_order(
     own_cluster: LocalCluster,
     gateway: Callable[..., Any],
