@@ -16,6 +16,7 @@ from switchboard.queue.shards import SHARDS, shard_of
 from switchboard.queue.shardwork import ShardRota, owned_shards
 from switchboard.settings import QueueSettings
 from switchboard.worker.worker import SessionWorker
+from tests.shardindexes import count_of
 from tests.waiting import wait_until
 
 from .conftest import RecordingDeliverer, conversation_in_shard, echo_runner, make_drainer, make_message
@@ -84,7 +85,7 @@ async def test_two_workers_drain_sessions_on_many_shards_in_order_exactly_once(
 
     async def answered() -> bool:  # and released (a drain stopped between its reply and release hands over)
         replied = sum(len(t) for t in _replies(out1, out2).values()) == 3 * len(sessions)
-        return replied and not await client.zcard(_GLOBAL.runnable)
+        return replied and not await count_of(client, lambda s: s.runnable)
 
     try:
         await wait_until(answered, "every message answered", timeout=30)
