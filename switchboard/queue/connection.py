@@ -106,13 +106,7 @@ _MULTIPLEXABLE = (_TCPConnection, _UnixConnection, _SentinelConnection)
 
 def _sentinel_options(parsed: SentinelURL, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The data nodes' connection options and the Sentinels' own (short timeouts, their own password)."""
-    node = {**options, "db": parsed.db}
-    if parsed.username is not None:
-        node["username"] = parsed.username
-    if parsed.password is not None:
-        node["password"] = parsed.password
-    if parsed.tls:
-        node["ssl"] = True
+    node = _with_credentials({**options, "db": parsed.db}, parsed)
     sentinel = {
         "socket_timeout": options.get("socket_connect_timeout", 2.0),
         "socket_connect_timeout": options.get("socket_connect_timeout", 2.0),
@@ -172,12 +166,16 @@ def _seeds(url: str) -> ClusterURL:
 
 def _cluster_options(seeds: ClusterURL, options: dict[str, Any]) -> dict[str, Any]:
     # redis-py's cluster connections take no parser_class: they use its default, hiredis when installed
-    node = {k: v for k, v in options.items() if k != "parser_class"}
-    if seeds.username is not None:
-        node["username"] = seeds.username
-    if seeds.password is not None:
-        node["password"] = seeds.password
-    if seeds.tls:
+    return _with_credentials({k: v for k, v in options.items() if k != "parser_class"}, seeds)
+
+
+def _with_credentials(node: dict[str, Any], parsed: SentinelURL | ClusterURL) -> dict[str, Any]:
+    """``node``'s options plus the URL's user, password and TLS (the data nodes', not the Sentinels')."""
+    if parsed.username is not None:
+        node["username"] = parsed.username
+    if parsed.password is not None:
+        node["password"] = parsed.password
+    if parsed.tls:
         node["ssl"] = True
     return node
 
