@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from switchboard.core.messages import OperatorActed
 from switchboard.queue.approvals import parse_approval_member
-from switchboard.queue.fanout import zset_merged
+from switchboard.queue.fanout import lowest
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import SessionKeys, ShardKeys, tenant_of
 from switchboard.queue.operators import GATEWAY_PRINCIPAL, operator_message, session_conversation
@@ -29,8 +29,6 @@ logger = logging.getLogger(__name__)
 
 EXPIRY_BATCH: Final = 500
 """Due approvals handled per sweep (oldest expiry first); the rest wait for the next sweep."""
-_FIRST_READ: Final = 16
-"""Due approvals read from each shard at first (a shard with more is read again only as its turn comes)."""
 
 
 def _due(shard: ShardKeys) -> str:
@@ -53,13 +51,7 @@ class ApprovalExpiry:
         """Ingest the expiry of every due approval; returns how many were new (not duplicates)."""
         seconds, micros = await self.redis.time()
         now = seconds + micros / 1_000_000
-        due: list[str] = []
-        async for member, _at in zset_merged(
-            self.redis, _due, descending=False, through=now, batch=min(EXPIRY_BATCH, _FIRST_READ)
-        ):
-            due.append(member)
-            if len(due) >= EXPIRY_BATCH:
-                break
+        due = [member for member, _at in await lowest(self.redis, _due, EXPIRY_BATCH, through=now)]
         sent = 0
         for member in due:
             session, approval_id = parse_approval_member(member)

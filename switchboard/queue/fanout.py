@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import redis.asyncio as aioredis
+
 from switchboard.queue.connection import AsyncClient
 from switchboard.queue.keys import ShardKeys
 
@@ -27,6 +29,7 @@ __all__ = [
     "ALL_SHARDS",
     "ScoreCursor",
     "each_shard",
+    "lowest",
     "stream_merged",
     "sum_counts",
     "zscan_every",
@@ -123,6 +126,41 @@ class _Desc:
 
 def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+async def lowest(
+    redis: AsyncClient,
+    key_of: Callable[[ShardKeys], str],
+    limit: int,
+    *,
+    through: float | None = None,
+    shards: Sequence[ShardKeys] = ALL_SHARDS,
+) -> list[tuple[str, float]]:
+    """The ``limit`` lowest-scored members of every shard's ZSET ``key_of(shard)`` (scores ``<= through``), in order.
+
+    For the periodic sweeps of an idle deployment: on one server a single ``ZUNION`` over the shards' keys (one
+    command a sweep, however many shards; it returns every member, so it suits indexes of sessions waiting, not of
+    every session); on a cluster, where one command cannot name keys of several slots, each shard's first ``limit``
+    members in one pipeline (redis-py splits it per node), merged.
+    """
+    keys = [key_of(shard) for shard in shards]
+    found: Iterable[tuple[float, bytes]]
+    if isinstance(redis, aioredis.RedisCluster):
+        end: float | str = through if through is not None else "+inf"
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zrangebyscore(key, "-inf", end, start=0, num=limit, withscores=True)
+            replies = await pipe.execute()
+        found = heapq.merge(*([(float(s), _bytes(m)) for m, s in reply] for reply in replies))
+    else:
+        union: list[Any] = await redis.zunion(keys, aggregate="MIN", withscores=True)
+        found = sorted((float(pair[1]), _bytes(pair[0])) for pair in union)
+    picked: list[tuple[str, float]] = []
+    for score, member in found:
+        if (through is not None and score > through) or len(picked) >= limit:
+            break
+        picked.append((member.decode(), score))
+    return picked
 
 
 async def zset_merged(

@@ -19,20 +19,19 @@ from redis.exceptions import RedisError
 
 from switchboard.errors import QueueUnavailableError
 from switchboard.queue.expiry import ApprovalExpiry
-from switchboard.queue.fanout import each_shard
+from switchboard.queue.fanout import each_shard, lowest
 from switchboard.queue.jobs import DrainJobs, entry, job_age_s
 from switchboard.queue.keys import GlobalKeys, SessionKeys, ShardKeys
 from switchboard.settings import QueueSettings
 from switchboard.types import SessionKey
 
-__all__ = ["SWEEP_BATCH", "SWEEP_PER_SHARD", "Reaper", "live_workers", "queued_grace_s", "worker_ttl_s"]
+__all__ = ["SWEEP_BATCH", "Reaper", "live_workers", "queued_grace_s", "worker_ttl_s"]
 
 logger = logging.getLogger(__name__)
 
 SWEEP_BATCH: Final = 2_000
-"""Sessions whose leases are read per round trip when taking over a dead worker's."""
-SWEEP_PER_SHARD: Final = 8
-"""Runnable sessions examined per shard and sweep (the shard's oldest): at most 8,192 a sweep over the 1,024 shards."""
+"""Runnable sessions examined per sweep (the oldest over every shard: one ``ZUNION`` on a single server), and whose
+leases are read per round trip when taking over a dead worker's."""
 WIP_CLEAN_SHARDS: Final = 4
 """Shards whose running sets each sweep cleans of long-expired entries: all 1,024 in 256 sweeps (under 9 minutes at
 the default 2 s), a steady 2 commands a second rather than bursts that would blur the capacity bench's background."""
@@ -139,8 +138,8 @@ class Reaper:
 
     async def _sweep_runnable(self) -> int:
         now = time.time()
-        oldest = await each_shard(self.redis, lambda pipe, shard: pipe.zrange(shard.runnable, 0, SWEEP_PER_SHARD - 1))
-        sessions = [SessionKey(_text(s) or "") for members in oldest for s in members]
+        oldest = await lowest(self.redis, lambda shard: shard.runnable, SWEEP_BATCH)
+        sessions = [SessionKey(member) for member, _at in oldest]
         if not sessions:
             return 0
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -11,7 +11,7 @@ from switchboard.control.operations import list_dead_letters
 from switchboard.control.reading import recent_sessions
 from switchboard.control.scope import OperatorScope
 from switchboard.core.messages import session_key
-from switchboard.queue.fanout import ScoreCursor
+from switchboard.queue.fanout import ScoreCursor, lowest
 from switchboard.queue.keys import FENCED_FIELD, SessionKeys
 from switchboard.queue.stats import read_stats
 
@@ -38,6 +38,9 @@ async def test_stats_listings_and_dead_letters_read_every_shard_through_the_clus
 
         stats = await read_stats(rc)
         assert (stats.accepted, stats.fenced_rejections, stats.runnable_sessions) == (50, 25, 50)
+        oldest = await lowest(rc, lambda shard: shard.runnable, 5)  # per shard, merged: no ZUNION across slots
+        assert oldest == [(SESSIONS[i], float(i)) for i in range(5)]
+        assert [m for m, _ in await lowest(rc, lambda shard: shard.runnable, 50, through=2.0)] == SESSIONS[:3]
 
         expected = sorted(SESSIONS, key=lambda s: (1_000 + SESSIONS.index(s) // 2, s.encode()), reverse=True)
         listed: list[str] = []

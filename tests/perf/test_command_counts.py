@@ -336,8 +336,7 @@ PINNED: dict[str, dict[str, Any]] = {
     },
     "group_ignored": {
         "client": 0,
-        "commands": {
-        },
+        "commands": {},
         "total": 0,
     },
     "limits": {

@@ -11,7 +11,7 @@ from switchboard.control.reading import pending_approvals, recent_sessions
 from switchboard.control.scope import OperatorScope
 from switchboard.core.messages import session_key
 from switchboard.queue.approvals import approval_member
-from switchboard.queue.fanout import ScoreCursor, stream_merged, zset_merged
+from switchboard.queue.fanout import ScoreCursor, lowest, stream_merged, zset_merged
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.keys import FENCED_FIELD, SessionKeys, ShardKeys
 from switchboard.queue.shards import shard_of
@@ -116,3 +116,27 @@ async def test_pending_approvals_merge_every_shards_index(async_redis: aioredis.
     for scope in (EVERYONE, acme):
         found = await pending_approvals(async_redis, scope, 5)
         assert [r.id for r in found] == [r.id for r in records[:5]]
+
+
+async def _fill_runnable(client: aioredis.Redis) -> dict[str, float]:
+    scores = {session: 1_000.0 + (i * 37) % 60 for i, session in enumerate(SESSIONS)}
+    for session, score in scores.items():
+        await client.zadd(SessionKeys(session).shard.runnable, {session: score})
+    return scores
+
+
+async def test_lowest_gives_the_oldest_members_over_every_shard_in_one_command_on_one_server(
+    async_redis: aioredis.Redis,
+) -> None:
+    scores = await _fill_runnable(async_redis)
+    assert len({shard_of(s) for s in SESSIONS}) > 40
+    expected = sorted(scores.items(), key=lambda item: (item[1], item[0]))
+    await async_redis.config_resetstat()
+    found = await lowest(async_redis, lambda shard: shard.runnable, 7)
+    stats = await async_redis.info("commandstats")
+    assert found == expected[:7]
+    assert stats["cmdstat_zunion"]["calls"] == 1 and "cmdstat_zrangebyscore" not in stats  # a sweep is one command
+    through = expected[20][1]
+    assert await lowest(async_redis, lambda shard: shard.runnable, 100, through=through) == [
+        item for item in expected if item[1] <= through
+    ]
