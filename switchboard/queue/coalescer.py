@@ -59,7 +59,7 @@ class Coalescer:
     (``WAIT`` counts the replicas that have this connection's last write): its callers get their replies only once
     enough replicas have them, else :class:`ReplicasUnconfirmedError`. One command per batch, none when off. On a
     Redis Cluster the batch is split by the node owning each call's slot, and each node gets its calls and its own
-    ``WAIT`` over one of its connections (:meth:`_on_node`): one ``WAIT`` (and one ``SCRIPT LOAD``) per node per batch.
+    ``WAIT`` over one of its connections (:meth:`_on_node`): one ``WAIT`` per node per batch.
     """
 
     def __init__(
@@ -241,16 +241,16 @@ class Coalescer:
         await asyncio.gather(*(self._on_node(cluster, node, items) for node, items in shares.values()))
 
     async def _on_node(self, cluster: aioredis.RedisCluster, node: ClusterNode, items: list[_Item]) -> None:
-        """``SCRIPT LOAD``, the calls, then ``WAIT``, in one write over one connection to the node owning their slots.
+        """The calls then ``WAIT``, in one write over one connection to the node owning their slots.
 
-        The script is loaded first so no call is refused ``NOSCRIPT`` (a refused call would be sent again on another
-        connection, which the ``WAIT`` would not cover). A call the node refuses as not its slot's (``MOVED``, ``ASK``,
-        ``TRYAGAIN``: the slot is moving) did not run and fails its caller, who is answered 503 and posted again; the
-        cluster client's slot map is refreshed first (as after a node that cannot be reached), so the retry goes to
-        the slot's new owner. The batch's deadline still bounds the wait of its callers.
+        A call refused ``NOSCRIPT`` (the node lost its script cache, or was promoted) fails its caller with
+        :class:`NoScriptError`, as on one server: the ingest loads the script and submits the call again, so it
+        comes back in a later batch followed by its own ``WAIT``. A call the node refuses as not its slot's
+        (``MOVED``, ``ASK``, ``TRYAGAIN``: the slot is moving) did not run and fails its caller, who is answered 503
+        and posted again; the cluster client's slot map is refreshed first (as after a node that cannot be reached),
+        so the retry goes to the slot's new owner. The batch's deadline still bounds the wait of its callers.
         """
         commands = [
-            ("SCRIPT", "LOAD", self.script.source),
             *(("EVALSHA", self.script.sha, len(item.keys), *item.keys, *item.args) for item in items),
             ("WAIT", self.ack_replicas, self.ack_timeout_ms),
         ]
@@ -269,10 +269,10 @@ class Coalescer:
                 if not item.reply.done():
                     item.reply.set_exception(RedisError("ingest interrupted"))
             raise
-        moved = next((i.keys[0] for i, r in zip(items, replies[1:-1], strict=True) if stale_slots(r)), None)
+        acked, results = replies[-1], replies[:-1]
+        moved = next((i.keys[0] for i, r in zip(items, results, strict=True) if stale_slots(r)), None)
         if moved is not None:
             await refresh_slots(cluster, moved)
-        acked, results = replies[-1], replies[1:-1]
         error: Exception | None = acked if isinstance(acked, Exception) else None
         if error is None and int(acked) < self.ack_replicas:
             error = ReplicasUnconfirmedError(

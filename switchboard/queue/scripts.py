@@ -183,19 +183,20 @@ class Script:
         session: SessionKey | None,
         epoch: int,
     ) -> tuple[Any, int]:
-        """:meth:`replicated` on a cluster: ``SCRIPT LOAD``, the call and ``WAIT`` in one write to the slot's node.
+        """:meth:`replicated` on a cluster: the call and ``WAIT`` in one write to the node owning ``keys[0]``'s slot.
 
-        A call refused as not that node's slot's (``MOVED``/``ASK``/``TRYAGAIN``), or a node that cannot be reached,
+        Refused ``NOSCRIPT``, the three of ``SCRIPT LOAD``, the call and ``WAIT`` follow on the same connection. A
+        call refused as not that node's slot's (``MOVED``/``ASK``/``TRYAGAIN``), or a node that cannot be reached,
         refreshes the cluster client's slot map and raises: the caller's step is retried.
         """
         node = cluster.get_node_from_key(keys[0])
         assert node is not None
-        wait = ("WAIT", replicas, timeout_ms)
+        call, wait = ("EVALSHA", self.sha, len(keys), *keys, *args), ("WAIT", replicas, timeout_ms)
         try:
             async with node_connection(node) as conn:
-                _, reply, acked = await send_on(
-                    conn, [("SCRIPT", "LOAD", self.source), ("EVALSHA", self.sha, len(keys), *keys, *args), wait]
-                )
+                reply, acked = await send_on(conn, [call, wait])
+                if isinstance(reply, NoScriptError):
+                    _, reply, acked = await send_on(conn, [("SCRIPT", "LOAD", self.source), call, wait])
                 if isinstance(reply, ResponseError):
                     raise self._refusal(reply, session, epoch)
                 if isinstance(acked, Exception):

@@ -31,6 +31,7 @@ async def cluster_client(cluster_url: str) -> AsyncIterator[aioredis.RedisCluste
     client = async_client(cluster_url)
     assert isinstance(client, aioredis.RedisCluster)
     await client.initialize()  # the slot map, for get_node_from_key below
+    await scripts.load_all(client)  # type: ignore[arg-type]  # as a gateway running for a while has them
     yield client
     await client.aclose()
 
@@ -59,6 +60,14 @@ def _messages_on_every_primary(cluster: aioredis.RedisCluster, per_node: int = 3
         if all(len(messages) == per_node for messages in by_port.values()):
             return by_port
     raise AssertionError("no conversation found on some primary")
+
+
+def _flush_scripts(redis_cluster: LocalCluster) -> None:
+    for node in redis_cluster.nodes:
+        if node.process is not None:
+            with node.client() as direct:
+                if direct.info("replication")["role"] == "master":
+                    direct.script_flush()
 
 
 def _waits(node: ClusterNode) -> int:
@@ -95,6 +104,28 @@ async def test_an_ingest_batch_over_every_primary_is_answered_once_each_primarys
     # one WAIT per primary for the whole batch, sent to the node that took the batch's writes there
     assert {port: _waits(redis_cluster.node(port)) - before[port] for port in by_port} == dict.fromkeys(by_port, 1)
     for port, node_messages in by_port.items():
+        replica = _replica_of(redis_cluster, port)
+        for message in node_messages:
+            result = results[messages.index(message)]
+            assert _inbox_on_replica(replica, message) == [result.message_id.encode()], (
+                "answered before the replica had it"
+            )
+
+
+async def test_a_batch_refused_noscript_is_loaded_and_sent_again_each_call_followed_by_a_wait(
+    cluster_client: aioredis.RedisCluster, redis_cluster: LocalCluster
+) -> None:
+    by_port = _messages_on_every_primary(cluster_client, per_node=2)
+    _flush_scripts(redis_cluster)  # as a restarted node, or a replica promoted in a failover, would
+    before = {port: _waits(redis_cluster.node(port)) for port in by_port}
+    ingestor = Ingestor(cluster_client, QueueSettings(ack_replicas=1, ack_timeout_ms=2000))  # type: ignore[arg-type]
+    messages = [m for ms in by_port.values() for m in ms]
+
+    results = await asyncio.gather(*(ingestor.ingest(m) for m in messages))
+
+    assert all(not r.duplicate for r in results)
+    for port, node_messages in by_port.items():
+        assert _waits(redis_cluster.node(port)) - before[port] >= 2  # the refused batch's, then each call's own
         replica = _replica_of(redis_cluster, port)
         for message in node_messages:
             result = results[messages.index(message)]
@@ -142,6 +173,9 @@ async def test_a_worker_write_waits_for_the_replica_of_its_slots_primary(
 
     assert await scripts.LEASE_RENEW.replicated(cluster_client, *renew, replicas=1, timeout_ms=2000) == (1, 1)
     assert _waits(redis_cluster.node(node.port)) - before == 1
+    _flush_scripts(redis_cluster)  # NOSCRIPT: loaded, and the call sent again, on the same connection
+    assert await scripts.LEASE_RENEW.replicated(cluster_client, *renew, replicas=1, timeout_ms=2000) == (1, 1)
+    assert _waits(redis_cluster.node(node.port)) - before == 3
 
     replica = _replica_of(redis_cluster, node.port)
     assert replica.process is not None
@@ -149,7 +183,7 @@ async def test_a_worker_write_waits_for_the_replica_of_its_slots_primary(
     paused.append(replica)
     reply, acked = await scripts.LEASE_RENEW.replicated(cluster_client, *renew, replicas=1, timeout_ms=100, rounds=2)
     assert (reply, acked) == (1, 0)  # the write ran; its replica did not confirm it within two waits
-    assert _waits(redis_cluster.node(node.port)) - before == 3
+    assert _waits(redis_cluster.node(node.port)) - before == 5
 
 
 async def test_a_call_whose_slot_left_the_node_fails_and_the_slot_map_is_refreshed(
