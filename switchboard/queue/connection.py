@@ -242,6 +242,7 @@ async def node_connection(node: aiocluster.ClusterNode) -> AsyncIterator[aioredi
     """
     conn = node.acquire_connection()
     try:
+        await node.disconnect_if_needed(conn)  # one the pool marked for reconnecting (as redis-py's own pipeline does)
         yield conn
     except BaseException:
         await conn.disconnect()
