@@ -18,7 +18,7 @@ from switchboard.channels.registry import BuildContext, ChannelSet, account_conf
 from switchboard.errors import ConfigError
 from switchboard.outbound.direct import DirectText
 from switchboard.outbound.ratelimits import SendBuckets
-from switchboard.queue.connection import as_redis, async_client, check_acks
+from switchboard.queue.connection import as_redis, async_client
 from switchboard.queue.holders import ListenerHost
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.router import IngestRouter
@@ -60,7 +60,6 @@ async def run_listeners(settings: Settings, channels: Collection[str], stop: asy
         names = ", ".join(sorted(channels))
         raise ConfigError(f"no account of {names} has a long-running connection to hold: is its bot token set?")
     client = async_client(settings.redis_url)
-    check_acks(client, settings.queue.ack_replicas)
     redis = as_redis(client)
     notify = DirectText(ChannelSet(adapters, send_rates(settings)), SendBuckets(redis))  # access refusals' answers
     ingestor = Ingestor(redis, settings.queue, settings.limits)

@@ -9,14 +9,22 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode
 from redis.exceptions import NoScriptError, RedisError
 
 from switchboard.queue import scripts
-from switchboard.queue.connection import MultiplexedConnection
+from switchboard.queue.connection import (
+    MultiplexedConnection,
+    is_cluster,
+    node_connection,
+    refresh_slots,
+    send_on,
+    stale_slots,
+)
 from switchboard.queue.scripts import ScriptArg
 
 __all__ = ["Coalescer", "ReplicasUnconfirmedError"]
@@ -49,7 +57,9 @@ class Coalescer:
 
     With ``ack_replicas`` each batch is followed, on the same connection, by ``WAIT ack_replicas ack_timeout_ms``
     (``WAIT`` counts the replicas that have this connection's last write): its callers get their replies only once
-    enough replicas have them, else :class:`ReplicasUnconfirmedError`. One command per batch, none when off.
+    enough replicas have them, else :class:`ReplicasUnconfirmedError`. One command per batch, none when off. On a
+    Redis Cluster the batch is split by the node owning each call's slot, and each node gets its calls and its own
+    ``WAIT`` over one of its connections (:meth:`_on_node`): one ``WAIT`` per node per batch.
     """
 
     def __init__(
@@ -175,6 +185,9 @@ class Coalescer:
             self._mux.abandon()  # a connection that stopped answering is not trusted with the next batch
 
     async def _round_trip(self, live: list[_Item]) -> None:
+        if self.ack_replicas and is_cluster(self.redis):
+            await self._per_node(cast(aioredis.RedisCluster, self.redis), live)
+            return
         try:
             if len(live) == 1 and not self.ack_replicas:
                 results: list[Any] = [await self.script(self.redis, live[0].keys, live[0].args)]
@@ -211,6 +224,67 @@ class Coalescer:
                 continue
             if isinstance(result, Exception):
                 item.reply.set_exception(result)
+            else:
+                item.reply.set_result(result)
+
+    async def _per_node(self, cluster: aioredis.RedisCluster, live: list[_Item]) -> None:
+        """Send each node its share of the batch, all nodes at once (a cluster with ``ack_replicas``)."""
+        shares: dict[str, tuple[ClusterNode, list[_Item]]] = {}
+        for item in live:
+            try:
+                node = cluster.get_node_from_key(item.keys[0])
+            except RedisError as err:  # a slot no node serves (yet): the cluster is mid-failover or not set up
+                item.reply.set_exception(err)
+                continue
+            assert node is not None
+            shares.setdefault(node.name, (node, []))[1].append(item)
+        await asyncio.gather(*(self._on_node(cluster, node, items) for node, items in shares.values()))
+
+    async def _on_node(self, cluster: aioredis.RedisCluster, node: ClusterNode, items: list[_Item]) -> None:
+        """The calls then ``WAIT``, in one write over one connection to the node owning their slots.
+
+        A call refused ``NOSCRIPT`` (the node lost its script cache, or was promoted) fails its caller with
+        :class:`NoScriptError`, as on one server: the ingest loads the script and submits the call again, so it
+        comes back in a later batch followed by its own ``WAIT``. A call the node refuses as not its slot's
+        (``MOVED``, ``ASK``, ``TRYAGAIN``: the slot is moving) did not run and fails its caller, who is answered 503
+        and posted again; the cluster client's slot map is refreshed first (as after a node that cannot be reached),
+        so the retry goes to the slot's new owner. The batch's deadline still bounds the wait of its callers.
+        """
+        commands = [
+            *(("EVALSHA", self.script.sha, len(item.keys), *item.keys, *item.args) for item in items),
+            ("WAIT", self.ack_replicas, self.ack_timeout_ms),
+        ]
+        try:
+            async with node_connection(node) as conn:
+                replies = await send_on(conn, commands)
+        except Exception as err:
+            if stale_slots(err):  # before the callers are answered, so their retries find the new map
+                await refresh_slots(cluster, items[0].keys[0])
+            for item in items:
+                if not item.reply.done():
+                    item.reply.set_exception(err)
+            return
+        except BaseException:
+            for item in items:
+                if not item.reply.done():
+                    item.reply.set_exception(RedisError("ingest interrupted"))
+            raise
+        acked, results = replies[-1], replies[:-1]
+        moved = next((i.keys[0] for i, r in zip(items, results, strict=True) if stale_slots(r)), None)
+        if moved is not None:
+            await refresh_slots(cluster, moved)
+        error: Exception | None = acked if isinstance(acked, Exception) else None
+        if error is None and int(acked) < self.ack_replicas:
+            error = ReplicasUnconfirmedError(
+                f"{acked} of {self.ack_replicas} replicas of {node.name} confirmed within {self.ack_timeout_ms} ms"
+            )
+        for item, result in zip(items, results, strict=True):
+            if item.reply.done():
+                continue
+            if isinstance(result, Exception):
+                item.reply.set_exception(result)
+            elif error is not None:
+                item.reply.set_exception(error)
             else:
                 item.reply.set_result(result)
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
 
@@ -25,12 +28,13 @@ import redis.asyncio.sentinel as aiosentinel
 import redis.cluster
 import redis.sentinel
 from redis.connection import HiredisRespSerializer
+from redis.exceptions import AskError, ClusterDownError, NoScriptError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
 from switchboard.errors import ConfigError
-from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, ClusterURL, is_cluster_url, parse_cluster_url
+from switchboard.settings.cluster import ClusterURL, is_cluster_url, parse_cluster_url
 from switchboard.settings.sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 
 __all__ = [
@@ -41,12 +45,17 @@ __all__ = [
     "as_redis",
     "as_sync_redis",
     "async_client",
-    "check_acks",
     "cluster_like",
     "is_cluster",
     "is_cluster_node",
+    "node_connection",
+    "refresh_slots",
+    "send_on",
+    "stale_slots",
     "sync_client",
 ]
+
+logger = logging.getLogger(__name__)
 
 AsyncClient: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 """A client Switchboard talks to: one server (or a Sentinel's primary), or a Redis Cluster through redis-py's own
@@ -224,14 +233,59 @@ def is_cluster(client: AsyncClient | SyncClient) -> bool:
     return isinstance(client, aioredis.RedisCluster | redis.RedisCluster)
 
 
-def check_acks(client: AsyncClient, ack_replicas: int) -> None:
-    """Refuse ``ack_replicas`` on a cluster at start-up (``WAIT`` is not yet sent to the node that took each write).
+@asynccontextmanager
+async def node_connection(node: aiocluster.ClusterNode) -> AsyncIterator[aioredis.Connection]:
+    """One connection of a cluster node's own pool, held for the block (``WAIT`` counts that connection's writes).
+
+    The cluster client's pool, so the options, credentials and TLS are its own and ``aclose()`` closes it. A block
+    that raises leaves replies unread on it: it is disconnected before going back (it reconnects when next taken).
+    """
+    conn = node.acquire_connection()
+    try:
+        await node.disconnect_if_needed(conn)  # one the pool marked for reconnecting (as redis-py's own pipeline does)
+        yield conn
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        node.release(conn)
+
+
+async def send_on(conn: aioredis.Connection, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Write ``commands`` in one go on ``conn`` and read their replies in order (an error reply as its exception).
 
     Raises:
-        ConfigError: both are set.
+        RedisError: the connection failed (some commands may have run).
     """
-    if ack_replicas and is_cluster(client):
-        raise ConfigError(CLUSTER_ACK_REFUSAL, field="queue.ack_replicas")
+    await conn.send_packed_command(conn.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as err:
+            replies.append(err)
+    return replies
+
+
+def stale_slots(error: BaseException) -> bool:
+    """Whether ``error``, from a node chosen by the cluster client's slot map, says that map may be out of date.
+
+    ``MOVED``/``ASK`` (the slot moves or moved), ``TRYAGAIN`` (mid-move), ``CLUSTERDOWN``, or the node unreachable.
+    """
+    return isinstance(error, AskError | TryAgainError | ClusterDownError | RedisConnectionError | RedisTimeoutError)
+
+
+async def refresh_slots(cluster: aioredis.RedisCluster, key: str) -> None:
+    """Have the cluster client route one read of ``key`` itself, which updates its slot map on the way.
+
+    It follows a redirect or a dead node, so the next call sent to
+    :meth:`~redis.asyncio.RedisCluster.get_node_from_key` goes to the slot's new owner. Best effort: a failure here
+    leaves the next call to try again.
+    """
+    try:
+        await cluster.exists(key)
+    except (RedisError, OSError) as err:
+        logger.info("the cluster's slot map was not refreshed: %s", type(err).__name__)
 
 
 def as_redis(client: AsyncClient) -> aioredis.Redis:

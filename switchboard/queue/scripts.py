@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from switchboard.errors import FencedWriteError
-from switchboard.queue.connection import AsyncClient
+from switchboard.queue.connection import AsyncClient, node_connection, refresh_slots, send_on, stale_slots
 from switchboard.types import SessionKey
 
 __all__ = [
@@ -128,17 +128,21 @@ class Script:
                 await redis.script_load(self.source)
                 return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except ResponseError as err:
-            if str(err).startswith("FENCED"):
-                raise FencedWriteError(
-                    f"{self.name}: the session lease has passed to another epoch",
-                    session_key=str(session or ""),
-                    epoch=epoch,
-                ) from None
-            raise
+            raise self._refusal(err, session, epoch) from None
+
+    def _refusal(self, err: ResponseError, session: SessionKey | None, epoch: int) -> Exception:
+        """The error to raise for a refused call: :class:`FencedWriteError` for a fencing refusal, else ``err``."""
+        if str(err).startswith("FENCED"):
+            return FencedWriteError(
+                f"{self.name}: the session lease has passed to another epoch",
+                session_key=str(session or ""),
+                epoch=epoch,
+            )
+        return err
 
     async def replicated(
         self,
-        redis: aioredis.Redis,
+        redis: AsyncClient,
         keys: Sequence[str],
         args: Sequence[ScriptArg],
         *,
@@ -151,8 +155,13 @@ class Script:
         """Run the script, then ``WAIT replicas timeout_ms`` on the same connection, up to ``rounds`` times.
 
         Returns the script's reply and how many replicas have its write (``WAIT`` counts those holding this
-        connection's last write, hence one connection for both).
+        connection's last write, hence one connection for both). On a Redis Cluster that connection is one of the
+        node owning ``keys[0]``'s slot (:meth:`_replicated_on_node`).
         """
+        if isinstance(redis, aioredis.RedisCluster):
+            return await self._replicated_on_node(
+                redis, keys, args, replicas=replicas, timeout_ms=timeout_ms, rounds=rounds, session=session, epoch=epoch
+            )
         async with redis.client() as conn:
             reply = await self(conn, keys, args, session=session, epoch=epoch)
             acked = 0
@@ -161,6 +170,48 @@ class Script:
                 if acked >= replicas:
                     break
         return reply, acked
+
+    async def _replicated_on_node(
+        self,
+        cluster: aioredis.RedisCluster,
+        keys: Sequence[str],
+        args: Sequence[ScriptArg],
+        *,
+        replicas: int,
+        timeout_ms: int,
+        rounds: int,
+        session: SessionKey | None,
+        epoch: int,
+    ) -> tuple[Any, int]:
+        """:meth:`replicated` on a cluster: the call and ``WAIT`` in one write to the node owning ``keys[0]``'s slot.
+
+        Refused ``NOSCRIPT``, the three of ``SCRIPT LOAD``, the call and ``WAIT`` follow on the same connection. A
+        call refused as not that node's slot's (``MOVED``/``ASK``/``TRYAGAIN``), or a node that cannot be reached,
+        refreshes the cluster client's slot map and raises: the caller's step is retried.
+        """
+        node = cluster.get_node_from_key(keys[0])
+        assert node is not None
+        call, wait = ("EVALSHA", self.sha, len(keys), *keys, *args), ("WAIT", replicas, timeout_ms)
+        try:
+            async with node_connection(node) as conn:
+                reply, acked = await send_on(conn, [call, wait])
+                if isinstance(reply, NoScriptError):
+                    _, reply, acked = await send_on(conn, [("SCRIPT", "LOAD", self.source), call, wait])
+                if isinstance(reply, ResponseError):
+                    raise self._refusal(reply, session, epoch)
+                if isinstance(acked, Exception):
+                    raise acked
+                for _ in range(rounds - 1):
+                    if int(acked) >= replicas:
+                        break
+                    (acked,) = await send_on(conn, [wait])
+                    if isinstance(acked, Exception):
+                        raise acked
+        except Exception as err:
+            if stale_slots(err):
+                await refresh_slots(cluster, keys[0])
+            raise
+        return reply, int(acked)
 
     async def many(self, redis: AsyncClient, calls: Sequence[tuple[Sequence[str], Sequence[ScriptArg]]]) -> list[Any]:
         """Run the script once per ``(keys, args)`` in one pipeline (one round trip); results in order.

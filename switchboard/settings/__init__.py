@@ -44,7 +44,7 @@ from switchboard.core.workspaces.config import WorkspaceS3Settings, WorkspaceSet
 from switchboard.errors import ConfigError
 from switchboard.settings.api import ApiConfig, WebhookSettings
 from switchboard.settings.channels import ChannelAccount, ChannelOptions, ChannelSettings
-from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, is_cluster_url, parse_cluster_url
+from switchboard.settings.cluster import is_cluster_url, parse_cluster_url
 from switchboard.settings.computer import (
     EgressSecret,
     EgressSettings,
@@ -498,12 +498,6 @@ class Settings(BaseSettings):
                 "(e.g. redis://localhost:6379/0)"
             )
         return v
-
-    @model_validator(mode="after")
-    def _cluster_acks(self) -> Settings:
-        if self.redis_url and is_cluster_url(self.redis_url) and self.queue.ack_replicas:
-            raise ValueError(CLUSTER_ACK_REFUSAL)
-        return self
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

@@ -11,16 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["CLUSTER_ACK_REFUSAL", "CLUSTER_SCHEMES", "ClusterURL", "is_cluster_url", "parse_cluster_url"]
+__all__ = ["CLUSTER_SCHEMES", "ClusterURL", "is_cluster_url", "parse_cluster_url"]
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://", "valkey+cluster://", "valkeys+cluster://")
 _EXAMPLE = "e.g. redis+cluster://:password@10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379"
-CLUSTER_ACK_REFUSAL = (
-    "SWITCHBOARD_QUEUE__ACK_REPLICAS is not supported on a Redis Cluster yet (WAIT must follow each write on the "
-    "connection to the node that took it): set it to 0, or use one primary with replicas (redis:// or "
-    "redis+sentinel://)"
-)
-"""Why a cluster URL and ``ack_replicas`` are refused together (also raised when a ``redis://`` node is a cluster)."""
 
 
 @dataclass(frozen=True, slots=True)

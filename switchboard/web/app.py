@@ -13,7 +13,7 @@ from switchboard.channels.registry import ChannelSet, build_channels, send_rates
 from switchboard.outbound.direct import DirectText
 from switchboard.outbound.ratelimits import SendBuckets
 from switchboard.outbound.webstream import WebStreamPublisher
-from switchboard.queue.connection import as_redis, async_client, check_acks
+from switchboard.queue.connection import as_redis, async_client
 from switchboard.queue.ingest import Ingestor
 from switchboard.queue.reaper import live_workers, worker_ttl_s
 from switchboard.queue.router import IngestRouter, check_routing
@@ -117,7 +117,6 @@ def create_app(settings: Settings, *, listeners: bool = True) -> web.Application
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         assert settings.redis_url is not None
         client = async_client(settings.redis_url)
-        check_acks(client, settings.queue.ack_replicas)
         redis = as_redis(client)
         app[REDIS] = redis
         app[INGESTOR] = Ingestor(redis, settings.queue, settings.limits)

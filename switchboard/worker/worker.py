@@ -35,7 +35,7 @@ from switchboard.errors import ConfigError
 from switchboard.outbound.deliver import Deliverer
 from switchboard.queue import scripts
 from switchboard.queue.cancellation import stop_requested_since
-from switchboard.queue.connection import as_redis, async_client, check_acks, sync_client
+from switchboard.queue.connection import as_redis, async_client, sync_client
 from switchboard.queue.jobs import WIP_TTL_S, DrainJobs, StartedJob
 from switchboard.queue.keys import GlobalKeys, ShardKeys
 from switchboard.queue.reaper import Reaper, worker_ttl_s
@@ -204,7 +204,6 @@ class SessionWorker:
         # no max_connections: redis-py's asyncio pool raises (rather than waits) when it runs out;
         # the concurrency cap bounds the connections in use anyway
         client = async_client(self.redis_url)
-        check_acks(client, self.settings.ack_replicas)
         redis = as_redis(client)
         drainer = self._drainer or self._factory(redis, self.worker_id)  # type: ignore[misc]
         drainer.waiting_elsewhere = lambda session: self._rota.others_than(shard_of(session))

@@ -22,7 +22,6 @@ from switchboard.queue.budgets import Budgets
 from switchboard.queue.connection import (
     MultiplexedConnection,
     async_client,
-    check_acks,
     is_cluster,
     is_cluster_node,
     sync_client,
@@ -33,7 +32,7 @@ from switchboard.queue.muxredis import MultiplexedRedis, multiplexed_like
 from switchboard.queue.shards import SHARDS, TAGS
 from switchboard.queue.stats import fenced_total, read_stats
 from switchboard.settings import QueueSettings, Settings, load_settings
-from switchboard.settings.cluster import CLUSTER_ACK_REFUSAL, ClusterURL, parse_cluster_url
+from switchboard.settings.cluster import ClusterURL, parse_cluster_url
 from switchboard.web.app import create_app
 from switchboard.web.webchat.fanout import StreamFanout
 from tests.cluster.servers import LocalCluster
@@ -74,9 +73,9 @@ def test_a_malformed_cluster_url_is_refused_at_start_up_with_what_is_wrong(url: 
     assert "pw" not in str(err.value).replace("password", "")
 
 
-def test_ack_replicas_on_a_cluster_url_is_refused_at_start_up() -> None:
-    with pytest.raises(ValidationError, match="ACK_REPLICAS is not supported on a Redis Cluster"):
-        Settings(redis_url="redis+cluster://h:1", queue=QueueSettings(ack_replicas=1))
+def test_ack_replicas_on_a_cluster_url_is_accepted() -> None:
+    settings = Settings(redis_url="redis+cluster://h:1", queue=QueueSettings(ack_replicas=1, ack_timeout_ms=300))
+    assert (settings.queue.ack_replicas, settings.queue.ack_timeout_ms) == (1, 300)
     assert Settings(redis_url="redis://h:1", queue=QueueSettings(ack_replicas=1)).queue.ack_replicas == 1
 
 
@@ -174,21 +173,6 @@ def test_a_plain_url_is_probed_once_and_a_single_server_stays_a_single_server(
     assert "redis://127.0.0.1:1/0" not in connection._PROBED
     with pytest.raises(ConfigError, match="only database 0"):
         async_client(node.removesuffix("/0") + "/2")
-
-
-@pytest.mark.cluster
-async def test_ack_replicas_with_a_cluster_found_behind_a_plain_url_is_refused(
-    cluster_url: str, redis_cluster: LocalCluster, async_redis: aioredis.Redis
-) -> None:
-    client = async_client(_urls(redis_cluster)["plain redis:// of a node"])
-    try:
-        with pytest.raises(ConfigError) as err:
-            check_acks(client, 1)
-        assert str(err.value) == CLUSTER_ACK_REFUSAL and err.value.field == "queue.ack_replicas"
-        check_acks(client, 0)
-        check_acks(async_redis, 2)  # one server: WAIT follows the write on the same connection
-    finally:
-        await client.aclose()
 
 
 @pytest.mark.cluster
@@ -338,7 +322,7 @@ async def test_the_web_tier_starts_on_a_cluster_and_its_metrics_read_every_prima
 
 
 @pytest.mark.cluster
-async def test_the_web_tier_refuses_ack_replicas_on_a_cluster_found_behind_a_plain_url(
+async def test_the_web_tier_starts_with_ack_replicas_on_a_cluster_found_behind_a_plain_url(
     cluster_url: str, tmp_path: Path, aiohttp_client: Any
 ) -> None:
     settings = load_settings(
@@ -348,5 +332,6 @@ async def test_the_web_tier_refuses_ack_replicas_on_a_cluster_found_behind_a_pla
             "SWITCHBOARD_QUEUE__ACK_REPLICAS": "1",
         }
     )
-    with pytest.raises(ConfigError, match="ACK_REPLICAS is not supported on a Redis Cluster"):
-        await aiohttp_client(create_app(settings))
+    client = await aiohttp_client(create_app(settings))
+    health = await client.get("/healthz")
+    assert health.status == 200 and (await health.json())["redis"] is True
