@@ -25,6 +25,7 @@ from tests.browser.conftest import (
     Gateway,
     run_gateway,
 )
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -326,3 +327,23 @@ async def test_no_panel_overflows_sideways_at_1280_px(open_console: OpenConsole)
         widths = await page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1] == 1280, f"the {tab} tab is {widths[0]} px wide"
     await expect(page.get_by_test_id("schedule-row").filter(has_text="w" * 600)).to_have_count(1)
+
+
+async def test_a_tab_picked_while_the_console_loads_stays_shown(open_console: OpenConsole) -> None:
+    """The first sessions read comes back after the operator opened another tab: the console stays on that tab."""
+    console = await open_console()
+    await console.page.set_viewport_size({"width": 1280, "height": 800})
+    held: list[Any] = []
+
+    async def hold(route: Any) -> None:
+        held.append(route)
+
+    await console.page.route("**/console/api/sessions", hold)
+    await console.sign_in("alice", PASSWORD)
+    await wait_until(lambda: bool(held), "the console's first sessions read", timeout=GUARD_MS / 1000)
+    await console.page.get_by_test_id("tab-budgets").click()
+    for route in held:
+        await route.continue_()
+    await console.page.unroute("**/console/api/sessions")
+    await expect(console.page.locator(LOADED["budgets"]).first).to_be_visible(timeout=GUARD_MS)
+    await expect(console.page.get_by_test_id("tab-budgets")).to_have_attribute("aria-current", "page")

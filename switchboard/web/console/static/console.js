@@ -866,7 +866,7 @@
     } catch (err) {
       say(err.message, true);
     }
-    show("sessions");
+    show(tab); // the tab the operator may have picked while the console was loading, not always sessions
     connect();
     document.addEventListener("visibilitychange", () => {
       if (!document.hidden && !live) refresh();
