@@ -32,8 +32,11 @@ MESSAGES = 2
 WORKERS = 3
 MODEL_DELAY_MS = 1500
 """Long turns, so the freeze lands while the model is thinking (not inside the send window)."""
-STOP_S = 4.0
-"""Twice the 2 s lease: the other workers take the sessions over meanwhile."""
+STOP_S = 8.0
+"""Four times the 2 s lease: the other workers take the sessions over meanwhile. A frozen worker's shards pass to the
+others when its liveness key has expired (one lease), the takeover loop has seen it (half a heartbeat), the live
+workers have recomputed their shares (one heartbeat) and looked at the new shards (one more): about 4 s, so twice the
+lease was too tight a window for the sharded drain queue."""
 
 
 async def _fenced(redis: aioredis.Redis) -> int:
